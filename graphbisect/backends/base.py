@@ -1,0 +1,167 @@
+"""The backend contract: spec strings, capabilities, the runtime protocol and run results.
+
+A backend has two halves:
+
+* the **host** half (this module, :mod:`.registry`, :mod:`.process`) parses specs, checks availability and
+  sends requests to an isolated worker process;
+* the **runtime** half (one module per backend, e.g. :mod:`.onnxruntime`) is a class implementing
+  :class:`Runtime`. It is instantiated *inside* the worker process, possibly under another Python
+  interpreter, so runtime modules import only the standard library, numpy and their own backend library
+  at module level (never onnx-heavy graphbisect modules), and import their backend library lazily.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from graphbisect.errors import SpecError
+
+__all__ = [
+    "BackendSpec",
+    "Capability",
+    "Phase",
+    "RunResult",
+    "RunStatus",
+    "Runtime",
+]
+
+
+class Capability(str, enum.Enum):
+    """What a backend can do beyond running a model; strategies ask for these, never for names."""
+
+    INTERMEDIATES = "intermediates"  # can expose any intermediate tensor as an output
+    PASSES = "passes"  # can list fired optimization passes and disable them by name
+    PRECISION = "precision"  # honours per-node precision pins
+    TACTICS = "tactics"  # can record and replay per-node kernel choices
+    FOREIGN_PYTHON = "foreign-python"  # can run under another interpreter (spec option python=...)
+    ONNX_INPUT = "onnx-input"  # runs ONNX models (candidates); Paddle runs only its own format
+    NEEDS_GPU = "needs-gpu"
+
+
+class RunStatus(str, enum.Enum):
+    OK = "ok"
+    CRASH = "crash"  # exception, signal or non-zero exit of the backend
+    TIMEOUT = "timeout"
+
+
+class Phase(str, enum.Enum):
+    """Where a crash happened: building the session/engine, or running it."""
+
+    LOAD = "load"
+    RUN = "run"
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """A parsed backend spec: ``NAME[:key=value,key=value,...]``.
+
+    Values may not contain ``,``; lists inside a value use ``;`` (``disabled=A;B``).
+
+    Example:
+        >>> spec = BackendSpec.parse("onnxruntime:opt_level=all,disabled=LayerNormFusion;GeluFusion")
+        >>> spec.name, spec.options["opt_level"], spec.option_list("disabled")
+        ('onnxruntime', 'all', ['LayerNormFusion', 'GeluFusion'])
+        >>> str(spec)
+        'onnxruntime:disabled=LayerNormFusion;GeluFusion,opt_level=all'
+    """
+
+    name: str
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str) -> BackendSpec:
+        text = text.strip()
+        if not text:
+            raise SpecError("empty backend spec", hint="write NAME[:key=value,...], e.g. onnxruntime:opt_level=all")
+        name, _, rest = text.partition(":")
+        options: dict[str, str] = {}
+        # python=/path may contain ':' (Windows drives); split options on ',' only.
+        for item in filter(None, (part.strip() for part in rest.split(","))):
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise SpecError(
+                    f"backend spec {text!r}: option {item!r} is not key=value",
+                    hint="write options as NAME:key=value,key=value (lists inside a value use ';')",
+                )
+            if key in options:
+                raise SpecError(f"backend spec {text!r}: option {key!r} given twice")
+            options[key.strip()] = value.strip()
+        return cls(name.strip().lower(), dict(sorted(options.items())))
+
+    def option_list(self, key: str) -> list[str]:
+        """The ``;``-separated list stored under ``key`` (empty when absent)."""
+        return [v for v in self.options.get(key, "").split(";") if v]
+
+    def with_options(self, **changes: str | None) -> BackendSpec:
+        """A copy with options set (``None`` removes one)."""
+        options = dict(self.options)
+        for key, value in changes.items():
+            if value is None:
+                options.pop(key, None)
+            else:
+                options[key] = value
+        return dataclasses.replace(self, options=dict(sorted(options.items())))
+
+    def __str__(self) -> str:
+        if not self.options:
+            return self.name
+        return self.name + ":" + ",".join(f"{k}={v}" for k, v in self.options.items())
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one backend invocation produced. A crash is a result, not an exception.
+
+    ``outputs`` maps tensor names to arrays (memory-mapped from the worker's output files when large).
+    ``info`` holds backend-specific facts about the run, e.g. ``{"fired_passes": [...]}`` or the path of
+    the optimized model; ``log`` is the tail of what the backend printed during this invocation.
+    """
+
+    status: RunStatus
+    outputs: Mapping[str, np.ndarray] = field(default_factory=dict)
+    phase: Phase | None = None
+    error_type: str | None = None
+    message: str | None = None
+    exit_code: int | None = None
+    log: str = ""
+    info: Mapping[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is RunStatus.OK
+
+    def describe(self) -> str:
+        """One line for humans: ``ok`` or ``crash at load: Fail: ...``."""
+        if self.ok:
+            return "ok"
+        where = f" at {self.phase.value}" if self.phase else ""
+        lines = (self.message or "").strip().splitlines()
+        what = ": ".join(x for x in (self.error_type, lines[0] if lines else None) if x)
+        return f"{self.status.value}{where}" + (f": {what}" if what else "")
+
+
+class Runtime(Protocol):
+    """The runtime half of a backend, instantiated inside an isolated worker process.
+
+    ``options`` are the spec's options minus the host-level ones (``python``, ``timeout``).
+    ``load`` builds a session/engine for ``model`` (an ONNX path, or a Paddle model prefix for Paddle)
+    producing ``outputs`` (tensor names; ``None`` = the model's own outputs): any exception raised here is
+    reported as a crash in :attr:`Phase.LOAD`. ``run`` executes it; exceptions become crashes in
+    :attr:`Phase.RUN`. ``info`` returns JSON-serializable facts about the last load/run (fired passes,
+    tactic choices, optimized model path...).
+    """
+
+    def __init__(self, options: Mapping[str, str], workdir: str) -> None: ...
+
+    def load(self, model: str, outputs: Sequence[str] | None) -> None: ...
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]: ...
+
+    def info(self) -> dict[str, Any]: ...

@@ -1,0 +1,206 @@
+"""The one table of backends. It drives spec validation, ``graphbisect backends``, the CLI help and the docs.
+
+Adding a backend = one runtime module implementing :class:`~graphbisect.backends.base.Runtime` plus one
+row here. Nothing else dispatches on backend names.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from graphbisect.backends.base import BackendSpec, Capability
+from graphbisect.errors import BackendUnavailableError, SpecError
+
+__all__ = ["BACKENDS", "HOST_OPTIONS", "Availability", "BackendInfo", "get", "resolve"]
+
+C = Capability
+
+#: Options every backend accepts; the host consumes them, the runtime never sees them.
+HOST_OPTIONS: Mapping[str, str] = {
+    "python": "run the backend under this Python interpreter (another venv), e.g. python=/opt/ort120/bin/python",
+    "timeout": "seconds one invocation may take before it is killed and recorded as a timeout (default 600)",
+}
+
+
+@dataclass(frozen=True)
+class Availability:
+    available: bool
+    version: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """One row of the backend table."""
+
+    name: str
+    summary: str
+    runtime: str  # "module:Class" of the Runtime, imported inside the worker
+    import_name: str | None  # the library the runtime needs; None = nothing beyond the core
+    distributions: tuple[str, ...]  # pip distributions that provide it (the first found gives the version)
+    extra: str | None  # pip extra that installs it: pip install graphbisect[extra]
+    capabilities: frozenset[Capability]
+    options: Mapping[str, str] = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()
+
+    def has(self, capability: Capability) -> bool:
+        return capability in self.capabilities
+
+    def availability(self) -> Availability:
+        """Whether this backend's library imports here, with its version, or why not (cheap: no import)."""
+        if self.import_name is None:
+            return Availability(True, None)
+        if importlib.util.find_spec(self.import_name) is None:
+            how = f"pip install 'graphbisect[{self.extra}]'" if self.extra else f"install {self.import_name}"
+            return Availability(False, None, f"Python module {self.import_name!r} is not installed ({how})")
+        for dist in self.distributions:
+            try:
+                return Availability(True, importlib.metadata.version(dist))
+            except importlib.metadata.PackageNotFoundError:
+                continue
+        return Availability(True, None)
+
+    def load_runtime_class(self) -> type:
+        module_name, _, class_name = self.runtime.partition(":")
+        return getattr(importlib.import_module(module_name), class_name)  # type: ignore[no-any-return]
+
+
+BACKENDS: tuple[BackendInfo, ...] = (
+    BackendInfo(
+        name="onnxruntime",
+        aliases=("ort",),
+        summary="ONNX Runtime InferenceSession (CPU here; CUDA/TensorRT execution providers where installed)",
+        runtime="graphbisect.backends.onnxruntime:OnnxRuntime",
+        import_name="onnxruntime",
+        distributions=("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino"),
+        extra=None,
+        capabilities=frozenset({C.INTERMEDIATES, C.PASSES, C.FOREIGN_PYTHON, C.ONNX_INPUT}),
+        options={
+            "providers": "execution providers in priority order, ';'-separated (default CPUExecutionProvider)",
+            "opt_level": "graph optimization level: disable|basic|extended|layout|all (default all)",
+            "disabled": "optimizers to disable, ';'-separated; names are validated (ORT ignores unknown ones)",
+            "threads": "intra-op thread count (default: ORT's choice)",
+            "config": "session config entries, ';'-separated key=value pairs joined by '~' "
+            "(e.g. config=session.disable_prepacking~1)",
+            "save_optimized": "1 to save the optimized model and report its path in the run info",
+        },
+    ),
+    BackendInfo(
+        name="reference",
+        aliases=("ref", "onnx-reference"),
+        summary="onnx.reference.ReferenceEvaluator: the ONNX specification in pure numpy (slow, exact)",
+        runtime="graphbisect.backends.reference:Reference",
+        import_name="onnx",
+        distributions=("onnx",),
+        extra=None,
+        capabilities=frozenset({C.INTERMEDIATES, C.FOREIGN_PYTHON, C.ONNX_INPUT}),
+    ),
+    BackendInfo(
+        name="paddle",
+        aliases=("paddle-inference",),
+        summary="Paddle Inference on the original Paddle model (CPU here, GPU where present)",
+        runtime="graphbisect.backends.paddle:PaddleInference",
+        import_name="paddle",
+        distributions=("paddlepaddle", "paddlepaddle-gpu"),
+        extra="paddle",
+        capabilities=frozenset({C.PASSES, C.FOREIGN_PYTHON}),
+        options={
+            "device": "cpu or gpu (default cpu)",
+            "opt_level": "Paddle's optimization level 0-3 (set_optimization_level); "
+            "switch_ir_optim(False) alone does not stop PIR fusion passes",
+            "ir_optim": "0 to call switch_ir_optim(False) (default 1)",
+            "delete_pass": "passes to delete, ';'-separated (config.delete_pass)",
+            "threads": "CPU math library threads",
+            "mkldnn": "1 to enable oneDNN (default 0, Paddle's own default on plain CPU)",
+        },
+    ),
+    BackendInfo(
+        name="openvino",
+        aliases=("ov",),
+        summary="OpenVINO Runtime on the ONNX model (CPU plugin here)",
+        runtime="graphbisect.backends.openvino:OpenVino",
+        import_name="openvino",
+        distributions=("openvino",),
+        extra="openvino",
+        capabilities=frozenset({C.INTERMEDIATES, C.PRECISION, C.FOREIGN_PYTHON, C.ONNX_INPUT}),
+        options={
+            "device": "OpenVINO device name (default CPU)",
+            "precision": "inference precision hint: f32|f16|bf16 (default f32, so comparisons are exact)",
+            "threads": "inference threads",
+        },
+    ),
+    BackendInfo(
+        name="tensorrt",
+        aliases=("trt",),
+        summary="TensorRT (GPU only) via its ONNX parser",
+        runtime="graphbisect.backends.tensorrt:TensorRT",
+        import_name="tensorrt",
+        distributions=("tensorrt", "tensorrt-cu12", "tensorrt-cu13"),
+        extra="tensorrt",
+        capabilities=frozenset(
+            {C.INTERMEDIATES, C.PRECISION, C.TACTICS, C.FOREIGN_PYTHON, C.ONNX_INPUT, C.NEEDS_GPU}
+        ),
+        options={
+            "fp16": "1 to allow FP16 kernels",
+            "bf16": "1 to allow BF16 kernels",
+            "opt_level": "builder optimization level 0-5",
+            "workspace": "workspace size in MiB",
+        },
+    ),
+    BackendInfo(
+        name="command",
+        aliases=("cmd",),
+        summary="an external program: cmd='python run.py {model} {inputs} {outputs}' reads the model and an "
+        ".npz of inputs and writes an .npz of outputs; exit code and stderr become a crash signature",
+        runtime="graphbisect.backends.command:Command",
+        import_name=None,
+        distributions=(),
+        extra=None,
+        capabilities=frozenset({C.ONNX_INPUT}),
+        options={
+            "cmd": "the command template; {model}, {inputs} and {outputs} are substituted (shell-quoted); "
+            "it cannot contain ',': put a longer command line in a script",
+            "shell": "1 to run the command through the shell (default 0)",
+        },
+    ),
+)
+
+
+def get(name: str) -> BackendInfo:
+    """The table row for a backend name or alias.
+
+    Example:
+        >>> get("ort").name
+        'onnxruntime'
+    """
+    key = name.strip().lower()
+    for info in BACKENDS:
+        if key == info.name or key in info.aliases:
+            return info
+    known = ", ".join(info.name for info in BACKENDS)
+    raise SpecError(f"unknown backend {name!r}", hint=f"choose one of: {known} (see `graphbisect backends`)")
+
+
+def resolve(spec: BackendSpec | str, *, require_available: bool = True) -> tuple[BackendSpec, BackendInfo]:
+    """Canonicalize a spec (aliases → names), validate its option keys, and check availability.
+
+    Option *values* are validated by the runtime (e.g. ORT optimizer names need the library itself).
+    """
+    if isinstance(spec, str):
+        spec = BackendSpec.parse(spec)
+    info = get(spec.name)
+    spec = BackendSpec(info.name, spec.options)
+    allowed = {**HOST_OPTIONS, **info.options}
+    for key in spec.options:
+        if key not in allowed:
+            valid = ", ".join(sorted(allowed))
+            raise SpecError(f"backend {info.name!r} has no option {key!r}", hint=f"valid options: {valid}")
+    if require_available and "python" not in spec.options:
+        avail = info.availability()
+        if not avail.available:
+            raise BackendUnavailableError(f"backend {info.name!r} is not available: {avail.reason}")
+    return spec, info
