@@ -1,1 +1,14 @@
-"""compare."""
+"""Comparators: per-tensor statistics, verdicts and scores (see :mod:`.metrics`)."""
+
+from __future__ import annotations
+
+from graphbisect.compare.metrics import (
+    Comparison,
+    MismatchKind,
+    TensorStats,
+    Tolerance,
+    compare_outputs,
+    compare_tensors,
+)
+
+__all__ = ["Comparison", "MismatchKind", "TensorStats", "Tolerance", "compare_outputs", "compare_tensors"]

@@ -1,0 +1,265 @@
+"""Comparators: oracle vs target tensors → a verdict and a score.
+
+One pass over both tensors in fixed-size chunks computes every statistic, so comparing two memory-mapped
+activations never copies them whole into RAM.
+
+The **score** is the worst element's error measured in tolerances: ``max |t - o| / (atol + rtol·|o|)``.
+``score <= 1`` is exactly ``numpy.allclose(t, o, rtol, atol)``; a score of 40 means "40 times over
+tolerance". Because the rtol term follows each element's magnitude, a score keeps its meaning when the
+comparison point moves from a final output to an intermediate tensor of another scale. ``rel_l2``
+(‖t-o‖ / ‖o‖) is the scale-free error used to measure error amplification across nodes.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "Comparison",
+    "MismatchKind",
+    "TensorStats",
+    "Tolerance",
+    "compare_outputs",
+    "compare_tensors",
+]
+
+_CHUNK = 1 << 20  # elements per chunk: bounds the temporaries to a few MB whatever the tensor size
+
+
+class MismatchKind(str, enum.Enum):
+    OK = "ok"
+    MISMATCH = "mismatch"  # values differ beyond tolerance
+    NAN = "nan"  # target has NaN/Inf where the oracle is finite: a failure of its own kind
+    SHAPE = "shape"
+    DTYPE = "dtype"
+    MISSING = "missing"  # the target did not produce this tensor
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Comparison thresholds (numpy.allclose semantics) with optional per-tensor overrides.
+
+    Example:
+        >>> tol = Tolerance(atol=1e-4, rtol=1e-3, per_output={"logits": (1e-2, 0.0)})
+        >>> tol.for_tensor("logits"), tol.for_tensor("other")
+        ((0.01, 0.0), (0.0001, 0.001))
+    """
+
+    atol: float = 1e-4
+    rtol: float = 1e-3
+    min_cosine: float | None = None
+    per_output: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    check_dtype: bool = True
+
+    def for_tensor(self, name: str) -> tuple[float, float]:
+        return self.per_output.get(name, (self.atol, self.rtol))
+
+
+@dataclass(frozen=True)
+class TensorStats:
+    """How one target tensor compares with the oracle's."""
+
+    name: str
+    kind: MismatchKind
+    numel: int = 0
+    mismatches: int = 0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    mean_abs: float = 0.0
+    rel_l2: float = 0.0
+    cosine: float = 1.0
+    snr_db: float = math.inf
+    score: float = 0.0
+    target_nonfinite: int = 0
+    oracle_shape: tuple[int, ...] | None = None
+    target_shape: tuple[int, ...] | None = None
+    oracle_dtype: str | None = None
+    target_dtype: str | None = None
+    oracle_range: tuple[float, float] | None = None
+    target_range: tuple[float, float] | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.kind is MismatchKind.OK
+
+    def to_json(self) -> dict[str, object]:
+        """JSON-ready dict (infinities as strings, so the output is strict JSON)."""
+        out: dict[str, object] = {"name": self.name, "passed": self.passed, "kind": self.kind.value}
+        for key in ("numel", "mismatches", "max_abs", "max_rel", "mean_abs", "rel_l2", "cosine", "snr_db",
+                    "score", "target_nonfinite", "oracle_shape", "target_shape", "oracle_dtype",
+                    "target_dtype", "oracle_range", "target_range"):
+            out[key] = _json_number(getattr(self, key))
+        return out
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The verdict over a set of outputs: passed only if every compared tensor passed."""
+
+    outputs: tuple[TensorStats, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(s.passed for s in self.outputs)
+
+    @property
+    def failing(self) -> tuple[TensorStats, ...]:
+        return tuple(s for s in self.outputs if not s.passed)
+
+    @property
+    def worst(self) -> TensorStats | None:
+        """The failing output with the highest score (or the highest-scoring output if all pass)."""
+        pool = self.failing or self.outputs
+        return max(pool, key=_severity, default=None)
+
+
+def _severity(stats: TensorStats) -> tuple[int, float]:
+    # Structural failures (missing, shape, dtype, NaN) outrank any finite score.
+    rank = {MismatchKind.OK: 0, MismatchKind.MISMATCH: 1, MismatchKind.NAN: 2, MismatchKind.DTYPE: 3,
+            MismatchKind.SHAPE: 4, MismatchKind.MISSING: 5}[stats.kind]
+    return rank, stats.score
+
+
+def _json_number(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, tuple):
+        return [_json_number(v) for v in value]
+    return value
+
+
+class _Accumulator:
+    """Running sums over chunks; the final stats never depend on the chunk size."""
+
+    def __init__(self, atol: float, rtol: float) -> None:
+        self.atol, self.rtol = atol, rtol
+        self.mismatches = self.nonfinite = self.numel = 0
+        self.max_abs = self.max_rel = self.score = 0.0
+        self.sum_abs = self.err_sq = self.dot = self.o_sq = self.t_sq = 0.0
+        self.o_min = self.t_min = math.inf
+        self.o_max = self.t_max = -math.inf
+
+    def add(self, o: np.ndarray, t: np.ndarray) -> None:
+        o = o.astype(np.float64, copy=False)
+        t = t.astype(np.float64, copy=False)
+        self.numel += o.size
+        o_fin, t_fin = np.isfinite(o), np.isfinite(t)
+        # Target NaN/Inf where the oracle is finite is the NaN kind; equal non-finite values match.
+        bad_target = ~t_fin & o_fin
+        self.nonfinite += int(bad_target.sum())
+        same_nonfinite = ~o_fin & ~t_fin & ((o == t) | (np.isnan(o) & np.isnan(t)))
+        both = o_fin & t_fin
+        diff = np.where(both, np.abs(t - o), 0.0)
+        allowed = self.atol + self.rtol * np.abs(np.where(both, o, 0.0))
+        bad = (diff > allowed) | (~both & ~same_nonfinite)
+        self.mismatches += int(bad.sum())
+        if diff.size:
+            self.max_abs = max(self.max_abs, float(diff.max()))
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                rel = diff / np.maximum(np.abs(np.where(both, o, 0.0)), np.finfo(np.float64).tiny)
+                self.max_rel = max(self.max_rel, float(np.where(diff > 0, rel, 0.0).max()))
+                ratio = np.where(allowed > 0, diff / allowed, np.where(diff > 0, math.inf, 0.0))
+            self.score = max(self.score, float(ratio.max()))
+        if bool((~both & ~same_nonfinite).any()):
+            self.score = math.inf
+        self.sum_abs += float(diff.sum())
+        self.err_sq += float(np.square(diff).sum())
+        ob, tb = np.where(both, o, 0.0), np.where(both, t, 0.0)
+        self.dot += float(np.dot(ob.ravel(), tb.ravel()))
+        self.o_sq += float(np.dot(ob.ravel(), ob.ravel()))
+        self.t_sq += float(np.dot(tb.ravel(), tb.ravel()))
+        if o_fin.any():
+            self.o_min = min(self.o_min, float(o[o_fin].min()))
+            self.o_max = max(self.o_max, float(o[o_fin].max()))
+        if t_fin.any():
+            self.t_min = min(self.t_min, float(t[t_fin].min()))
+            self.t_max = max(self.t_max, float(t[t_fin].max()))
+
+    def cosine(self) -> float:
+        if self.o_sq == 0.0 and self.t_sq == 0.0:
+            return 1.0
+        if self.o_sq == 0.0 or self.t_sq == 0.0:
+            return 0.0
+        return self.dot / math.sqrt(self.o_sq * self.t_sq)
+
+    def snr_db(self) -> float:
+        if self.err_sq == 0.0:
+            return math.inf
+        if self.o_sq == 0.0:
+            return -math.inf
+        return 10.0 * math.log10(self.o_sq / self.err_sq)
+
+    def rel_l2(self) -> float:
+        if self.err_sq == 0.0:
+            return 0.0
+        return math.sqrt(self.err_sq) / math.sqrt(self.o_sq) if self.o_sq > 0 else math.inf
+
+
+def _range(lo: float, hi: float) -> tuple[float, float] | None:
+    return None if lo > hi else (lo, hi)
+
+
+def compare_tensors(name: str, oracle: np.ndarray | None, target: np.ndarray | None,
+                    tol: Tolerance | None = None) -> TensorStats:
+    """Compare one target tensor with the oracle's.
+
+    Example:
+        >>> o = np.array([1.0, 2.0, 3.0], np.float32)
+        >>> s = compare_tensors("y", o, o + np.float32(0.5))
+        >>> s.kind.value, s.mismatches, round(s.max_abs, 3)
+        ('mismatch', 3, 0.5)
+        >>> compare_tensors("y", o, o.copy()).passed
+        True
+    """
+    tol = tol or Tolerance()
+    if target is None or oracle is None:
+        return TensorStats(name, MismatchKind.MISSING, score=math.inf,
+                           oracle_shape=None if oracle is None else tuple(oracle.shape))
+    o, t = np.asarray(oracle), np.asarray(target)
+    shapes = {"oracle_shape": tuple(o.shape), "target_shape": tuple(t.shape),
+              "oracle_dtype": str(o.dtype), "target_dtype": str(t.dtype)}
+    if o.shape != t.shape:
+        return TensorStats(name, MismatchKind.SHAPE, numel=int(o.size), mismatches=int(o.size),
+                           score=math.inf, **shapes)  # type: ignore[arg-type]
+    if tol.check_dtype and o.dtype != t.dtype:
+        return TensorStats(name, MismatchKind.DTYPE, numel=int(o.size), score=math.inf,
+                           **shapes)  # type: ignore[arg-type]
+    atol, rtol = tol.for_tensor(name)
+    if o.dtype.kind in "biu" and t.dtype.kind in "biu":
+        atol, rtol = 0.0, 0.0  # integers and booleans are exact
+    acc = _Accumulator(atol, rtol)
+    flat_o, flat_t = o.reshape(-1), t.reshape(-1)
+    for start in range(0, max(flat_o.size, 1), _CHUNK):
+        acc.add(flat_o[start:start + _CHUNK], flat_t[start:start + _CHUNK])
+    cosine = acc.cosine()
+    if acc.nonfinite:
+        kind = MismatchKind.NAN
+    elif acc.mismatches or (tol.min_cosine is not None and cosine < tol.min_cosine):
+        kind = MismatchKind.MISMATCH
+    else:
+        kind = MismatchKind.OK
+    return TensorStats(
+        name, kind, numel=acc.numel, mismatches=acc.mismatches, max_abs=acc.max_abs, max_rel=acc.max_rel,
+        mean_abs=acc.sum_abs / acc.numel if acc.numel else 0.0, rel_l2=acc.rel_l2(), cosine=cosine,
+        snr_db=acc.snr_db(), score=acc.score, target_nonfinite=acc.nonfinite,
+        oracle_range=_range(acc.o_min, acc.o_max), target_range=_range(acc.t_min, acc.t_max),
+        **shapes,  # type: ignore[arg-type]
+    )
+
+
+def compare_outputs(oracle: Mapping[str, np.ndarray], target: Mapping[str, np.ndarray],
+                    tol: Tolerance | None = None, names: Iterable[str] | None = None) -> Comparison:
+    """Compare the named tensors (default: every oracle tensor) of two runs.
+
+    Example:
+        >>> a = {"y": np.zeros(3, np.float32)}
+        >>> compare_outputs(a, {"y": np.full(3, np.nan, np.float32)}).worst.kind.value
+        'nan'
+    """
+    keys = list(oracle) if names is None else list(names)
+    return Comparison(tuple(compare_tensors(k, oracle.get(k), target.get(k), tol) for k in keys))
