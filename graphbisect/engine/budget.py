@@ -1,0 +1,90 @@
+"""How much a reduction may spend: backend invocations and wall time.
+
+Backend invocations are the cost that matters (a TensorRT engine build takes seconds to minutes), so the
+budget counts only tests that really ran the backend (``TestResult.invoked``); cache hits and candidates
+rejected before running are free.
+
+Example:
+    >>> clock = iter([0.0, 1.0, 30.0, 30.0]).__next__
+    >>> meter = BudgetMeter(Budget(max_invocations=2, deadline_seconds=10), clock=clock)
+    >>> meter.charge(1); meter.slots(4)
+    1
+    >>> meter.slots(4), meter.reason()
+    (0, <StopReason.DEADLINE: 'deadline'>)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from graphbisect.engine.types import StopReason
+
+__all__ = ["Budget", "BudgetMeter"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits of one reduction run; ``None`` means unlimited.
+
+    Example:
+        >>> Budget(max_invocations=200).unlimited, Budget().unlimited
+        (False, True)
+    """
+
+    max_invocations: int | None = None
+    deadline_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_invocations is not None and self.max_invocations < 0:
+            raise ValueError(f"Budget.max_invocations must be >= 0, got {self.max_invocations}")
+        if self.deadline_seconds is not None and self.deadline_seconds < 0:
+            raise ValueError(f"Budget.deadline_seconds must be >= 0, got {self.deadline_seconds}")
+
+    @property
+    def unlimited(self) -> bool:
+        return self.max_invocations is None and self.deadline_seconds is None
+
+
+class BudgetMeter:
+    """The running account of a :class:`Budget`; the deadline counts from the meter's creation.
+
+    One meter is shared by every search of an :class:`~graphbisect.engine.Evaluator`, so several
+    searches in one run (strategy passes, rounds) draw on the same budget.
+    """
+
+    def __init__(self, budget: Budget, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.budget = budget
+        self._clock = clock
+        self._start = clock()
+        self.spent = 0
+
+    def elapsed(self) -> float:
+        """Seconds since the meter started."""
+        return self._clock() - self._start
+
+    def charge(self, invocations: int = 1) -> None:
+        """Record backend invocations that happened."""
+        self.spent += invocations
+
+    def slots(self, wanted: int) -> int:
+        """How many new tests may start now (at most ``wanted``); 0 when the budget is exhausted."""
+        if self.reason() is not None:
+            return 0
+        if self.budget.max_invocations is None:
+            return wanted
+        return min(wanted, self.budget.max_invocations - self.spent)
+
+    def reason(self) -> StopReason | None:
+        """Why no further invocation may start, or ``None`` while the budget lasts."""
+        limit = self.budget.max_invocations
+        if limit is not None and self.spent >= limit:
+            return StopReason.MAX_INVOCATIONS
+        deadline = self.budget.deadline_seconds
+        if deadline is not None and self.elapsed() >= deadline:
+            return StopReason.DEADLINE
+        return None

@@ -1,0 +1,216 @@
+"""What every search shares: the current failing configuration, hints, the 1-minimality sweep, stopping.
+
+A search works on *atoms*: disjoint groups of units removed or kept together (one unit each by default;
+a caller-supplied partition, e.g. fusion groups or graph regions, otherwise). Units of the start set that
+are in no atom are *fixed*: always kept. A candidate is accepted only when, after the closure, it is a
+proper subset of the current set and fails (Hypothesis' rule: strictly simpler, failing the same way).
+
+:func:`run_search` is the frame around an algorithm: try the caller's hints first, run the algorithm,
+then the one-by-one sweep that proves the result 1-minimal, and turn a budget stop or Ctrl-C into the
+best-so-far result instead of losing it.
+
+Example:
+    >>> from graphbisect.engine import Evaluator, Outcome
+    >>> ev = Evaluator(lambda keep: Outcome.FAIL if {2, 6} <= keep else Outcome.PASS, n=8)
+    >>> r = sweep(ev, hints=[{2, 3, 6}])
+    >>> sorted(r.keep), r.minimal, r.stats.phase("hints").tests
+    ([2, 6], True, 1)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Iterable, Sequence
+
+from graphbisect.engine.evaluator import Evaluator
+from graphbisect.engine.types import BudgetExhausted, SearchAborted, SearchResult, StopReason
+
+__all__ = ["SearchRun", "run_search", "sweep"]
+
+logger = logging.getLogger(__name__)
+
+
+class SearchRun:
+    """The state of one search: current failing keep-set as atoms, and the journey of its size."""
+
+    def __init__(
+        self,
+        evaluator: Evaluator,
+        start: Iterable[int] | None,
+        atoms: Sequence[Iterable[int]] | None,
+        phase: str,
+    ) -> None:
+        self.ev = evaluator
+        self.phase = phase
+        self.keep = evaluator.universe if start is None else frozenset(start)
+        if self.keep and (min(self.keep) < 0 or max(self.keep) >= evaluator.n):
+            raise ValueError(
+                f"{phase}: the start set has units outside 0..{evaluator.n - 1} "
+                f"(min {min(self.keep)}, max {max(self.keep)}); units are indices into the caller's list"
+            )
+        self.atoms = _atoms(self.keep, atoms)
+        self.fixed = self.keep.difference(*self.atoms)
+        self.survivors: list[int] = list(range(len(self.atoms)))  # old positions of atoms after accept
+        self._stats0 = evaluator.stats()
+        self.history: list[tuple[int, int]] = [(evaluator.invocations, len(self.keep))]
+        evaluator.set_best(len(self.keep), phase=phase, start=True)
+
+    def without(self, positions: Collection[int]) -> frozenset[int]:
+        """The current set minus the atoms at ``positions``."""
+        dropped = set(positions)
+        return self.fixed.union(*(a for i, a in enumerate(self.atoms) if i not in dropped))
+
+    def only(self, positions: Iterable[int]) -> frozenset[int]:
+        """The fixed units plus the atoms at ``positions``."""
+        return self.fixed.union(*(self.atoms[i] for i in positions))
+
+    def try_candidates(self, candidates: Iterable[Iterable[int]], phase: str | None = None) -> int | None:
+        """Test candidates in order; accept the first that fails and return its index.
+
+        ``candidates`` may be lazy: it is consumed only as far as the search gets. Candidates that the
+        closure makes no smaller than the current set (or empty) are skipped untested: they could not
+        be accepted anyway.
+        """
+        phase = phase or self.phase
+        found = self.ev.find_first_fail((self._closed(c) for c in candidates), phase=phase)
+        if found is None:
+            return None
+        self.accept(found[1], phase)
+        return found[0]
+
+    def _closed(self, candidate: Iterable[int]) -> frozenset[int] | None:
+        keep = self.ev.apply_closure(candidate)
+        return keep if keep < self.keep and self.ev.is_candidate(keep) else None
+
+    def fails(self, candidate: Iterable[int], phase: str | None = None) -> bool:
+        """Whether ``candidate`` fails (for bisection); accepted when it does and is smaller.
+
+        Unlike :meth:`try_candidates`, a candidate whose closure equals the current set is known to
+        fail without a test, and one that is not a subset is tested anyway.
+        """
+        phase = phase or self.phase
+        keep = self.ev.apply_closure(candidate)
+        if keep == self.keep:
+            return True
+        if not self.ev.is_candidate(keep):
+            self.ev.count_skipped(phase)
+            return False
+        if self.ev.first_fail([keep], phase=phase) is None:
+            return False
+        if keep < self.keep:
+            self.accept(keep, phase)
+        return True
+
+    def accept(self, keep: frozenset[int], phase: str) -> None:
+        """Make ``keep`` (a failing proper subset) the current set; atoms shrink to what it kept."""
+        self.survivors = [i for i, a in enumerate(self.atoms) if a & keep]
+        self.atoms = [self.atoms[i] & keep for i in self.survivors]
+        self.fixed &= keep
+        self.keep = keep
+        self.history.append((self.ev.invocations, len(keep)))
+        self.ev.set_best(len(keep), phase=phase)
+        logger.debug("%s: reduced to %d units", phase, len(keep))
+
+    def try_hints(self, hints: Sequence[Iterable[int]]) -> None:
+        """Adopt the first hint (restricted to the current set, plus fixed units) that fails."""
+        if hints:
+            self.try_candidates(((frozenset(h) & self.keep) | self.fixed for h in hints), "hints")
+
+    def sweep(self) -> None:
+        """Remove single atoms until none can go: afterwards the current set is 1-minimal.
+
+        Each pass starts where the last removal happened, and the sweep ends after a full pass without a
+        removal, so every single-atom removal of the *final* set has been tested (cache hits are free:
+        after ddmin the whole sweep usually is).
+        """
+        start = 0
+        while self.atoms:
+            m = len(self.atoms)
+            order = [(start + t) % m for t in range(m)]
+            winner = self.try_candidates((self.without((j,)) for j in order), "sweep")
+            if winner is None:
+                return
+            start = order[winner] % max(len(self.atoms), 1)
+
+    def result(self, stop_reason: StopReason | None, *, minimal: bool, found: int | None = None) -> SearchResult:
+        return SearchResult(
+            keep=self.keep,
+            minimal=minimal,
+            stop_reason=stop_reason,
+            stats=self.ev.stats().since(self._stats0),
+            history=tuple(self.history),
+            found=found,
+        )
+
+
+def run_search(
+    evaluator: Evaluator,
+    start: Iterable[int] | None,
+    *,
+    atoms: Sequence[Iterable[int]] | None,
+    hints: Sequence[Iterable[int]],
+    phase: str,
+    algorithm: Callable[[SearchRun], None],
+) -> SearchResult:
+    """Hints, then ``algorithm``, then the sweep; a budget stop or Ctrl-C returns the best-so-far.
+
+    An exception from the test function becomes :class:`SearchAborted` (chained, carrying the
+    best-so-far), so neither the cause nor the progress is lost.
+    """
+    run = SearchRun(evaluator, start, atoms, phase)
+    try:
+        run.try_hints(hints)
+        algorithm(run)
+        run.sweep()
+    except BudgetExhausted as exc:
+        logger.info("%s stopped (%s) at %d units", phase, exc.reason.value, len(run.keep))
+        return run.result(exc.reason, minimal=False)
+    except KeyboardInterrupt:
+        logger.warning("%s interrupted; returning the best failing set so far (%d units)", phase, len(run.keep))
+        return run.result(StopReason.INTERRUPTED, minimal=False)
+    except Exception as exc:
+        raise SearchAborted(
+            f"{phase}: the test function raised {type(exc).__name__}: {exc}",
+            result=run.result(StopReason.ERROR, minimal=False),
+            hint="a test function should return Outcome.UNRESOLVED for candidates it cannot judge; "
+            "SearchAborted.result holds the best failing set found before the error",
+        ) from exc
+    return run.result(None, minimal=True)
+
+
+def sweep(
+    evaluator: Evaluator,
+    start: Iterable[int] | None = None,
+    *,
+    atoms: Sequence[Iterable[int]] | None = None,
+    hints: Sequence[Iterable[int]] = (),
+    phase: str = "sweep",
+) -> SearchResult:
+    """One-by-one removal until 1-minimal: n tests per pass; best for small sets or near-minimal starts.
+
+    Example:
+        >>> from graphbisect.engine import Evaluator, Outcome
+        >>> ev = Evaluator(lambda keep: Outcome.FAIL if 1 in keep else Outcome.PASS, n=3)
+        >>> sorted(sweep(ev).keep)
+        [1]
+    """
+    return run_search(evaluator, start, atoms=atoms, hints=hints, phase=phase, algorithm=_nothing)
+
+
+def _nothing(run: SearchRun) -> None:
+    """The sweep alone is the algorithm."""
+
+
+def _atoms(keep: frozenset[int], atoms: Sequence[Iterable[int]] | None) -> list[frozenset[int]]:
+    if atoms is None:
+        return [frozenset((u,)) for u in sorted(keep)]
+    result: list[frozenset[int]] = []
+    seen: set[int] = set()
+    for atom in atoms:
+        group = frozenset(atom) & keep
+        if group & seen:
+            raise ValueError(f"atoms must be disjoint; units {sorted(group & seen)} appear in two atoms")
+        seen |= group
+        if group:
+            result.append(group)
+    return result
