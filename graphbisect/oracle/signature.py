@@ -1,0 +1,129 @@
+"""Failure signatures: *how* a model fails, so a reduction never drifts to a different bug.
+
+The most common complaint about minimizers (the PyTorch minifier, C-Reduce without care) is that they
+shrink a wrong-result bug into an unrelated crash. A candidate is accepted only when its signature
+*matches* the baseline's:
+
+* ``mismatch`` (values beyond tolerance), ``nan`` (target NaN/Inf where the oracle is finite), ``shape`` /
+  ``dtype`` / ``missing`` (structural) are distinct kinds. A mismatch also records its **band**
+  (``floor(log10(score))``, the error's order of magnitude in tolerances) for the report; bands are not
+  compared unless asked (``strict_band``), because the error legitimately grows or shrinks when the
+  comparison point moves from a final output to the culprit's own output.
+* ``crash`` at ``load`` (session/engine creation) or ``run``: exception class plus the message normalized
+  (addresses, paths, long numbers, temp names removed), or the process's exit code/signal.
+* ``timeout``.
+* a user ``--fail-regex`` replaces all of the above: any output whose log/message matches is the failure.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from dataclasses import dataclass
+
+from graphbisect.backends.base import Phase, RunResult, RunStatus
+from graphbisect.compare import Comparison, MismatchKind
+
+__all__ = ["FailureKind", "Signature", "normalize_message", "signature_of"]
+
+
+class FailureKind(str, enum.Enum):
+    NONE = "none"  # the target agrees with the oracle
+    MISMATCH = "mismatch"
+    NAN = "nan"
+    STRUCTURE = "structure"  # shape, dtype or missing output
+    CRASH_LOAD = "crash-load"
+    CRASH_RUN = "crash-run"
+    TIMEOUT = "timeout"
+    REGEX = "regex"  # matched the user's --fail-regex
+
+
+_STRUCTURAL = {MismatchKind.SHAPE, MismatchKind.DTYPE, MismatchKind.MISSING}
+
+_NORMALIZERS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"0x[0-9a-fA-F]+"), "0x?"),  # addresses
+    (re.compile(r"(?:[A-Za-z]:)?(?:[\w.\-]*/)+([\w.\-]+)"), r"\1"),  # paths → basename
+    (re.compile(r"\b\d{5,}\b"), "N"),  # long numbers: pids, sizes, timestamps
+    (re.compile(r"tmp[\w\-]{6,}"), "tmp?"),  # temporary names
+    (re.compile(r"\s+"), " "),
+)
+
+
+def normalize_message(message: str | None) -> str:
+    """The stable part of an error message: first line, without addresses, paths and volatile numbers.
+
+    Example:
+        >>> normalize_message("/src/ort/relu_clip_fusion.cc:83 Unexpected data type for Clip 'min' input of 11\\nx")
+        "relu_clip_fusion.cc:83 Unexpected data type for Clip 'min' input of 11"
+    """
+    lines = [line for line in (message or "").strip().splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    for pattern, replacement in _NORMALIZERS:
+        text = pattern.sub(replacement, text)
+    return text.strip()[:300]
+
+
+@dataclass(frozen=True)
+class Signature:
+    """How a target run failed (or ``kind == NONE`` when it did not)."""
+
+    kind: FailureKind
+    detail: str = ""  # crash: "<ErrorType>: <normalized message>" or "exit <code>"; mismatch: worst kind
+    band: int | None = None  # mismatch: floor(log10(score))
+
+    @property
+    def failed(self) -> bool:
+        return self.kind is not FailureKind.NONE
+
+    def matches(self, other: Signature, *, strict_band: bool = False) -> bool:
+        """Whether ``other`` (a candidate's signature) is the same failure as this (the baseline's)."""
+        if self.kind is not other.kind or not self.failed:
+            return False
+        if self.kind in (FailureKind.CRASH_LOAD, FailureKind.CRASH_RUN):
+            return self.detail == other.detail
+        if strict_band and self.band is not None and other.band is not None:
+            return abs(self.band - other.band) <= 1
+        return True
+
+    def describe(self) -> str:
+        if not self.failed:
+            return "no failure"
+        extra = f" ({self.detail})" if self.detail else ""
+        band = f", error ~1e{self.band}× tolerance" if self.band is not None else ""
+        return f"{self.kind.value}{extra}{band}"
+
+    def to_json(self) -> dict[str, object]:
+        return {"kind": self.kind.value, "detail": self.detail, "band": self.band}
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> Signature:
+        band = data.get("band")
+        return cls(FailureKind(str(data["kind"])), str(data.get("detail", "")),
+                   int(band) if isinstance(band, (int, float)) else None)
+
+
+def signature_of(run: RunResult, comparison: Comparison | None, *, fail_regex: re.Pattern[str] | None = None) -> Signature:
+    """The signature of one target run, given its comparison with the oracle (None when it crashed)."""
+    if fail_regex is not None:
+        text = "\n".join(filter(None, (run.message, run.log, run.error_type)))
+        return Signature(FailureKind.REGEX, fail_regex.pattern) if fail_regex.search(text) else Signature(FailureKind.NONE)
+    if run.status is RunStatus.TIMEOUT:
+        return Signature(FailureKind.TIMEOUT)
+    if run.status is RunStatus.CRASH:
+        kind = FailureKind.CRASH_LOAD if run.phase is Phase.LOAD else FailureKind.CRASH_RUN
+        if run.error_type or run.message:
+            detail = f"{run.error_type or 'Error'}: {normalize_message(run.message)}"
+        else:
+            detail = f"exit {run.exit_code}"
+        return Signature(kind, detail)
+    if comparison is None or comparison.passed:
+        return Signature(FailureKind.NONE)
+    worst = comparison.worst
+    assert worst is not None
+    if worst.kind is MismatchKind.NAN:
+        return Signature(FailureKind.NAN, "target NaN/Inf where the oracle is finite")
+    if worst.kind in _STRUCTURAL:
+        return Signature(FailureKind.STRUCTURE, worst.kind.value)
+    band = math.floor(math.log10(worst.score)) if math.isfinite(worst.score) and worst.score > 0 else None
+    return Signature(FailureKind.MISMATCH, "values beyond tolerance", band)
