@@ -1,0 +1,563 @@
+"""Model inputs: load them from files, generate seeded random ones, validate and save them.
+
+Supported input files (:data:`SUPPORTED_FORMATS`):
+
+* ``.npz`` — one array per input name (``arr_0``, ``arr_1``... from ``np.savez(a, b)`` map positionally);
+* ``.npy`` — one array, for single-input models;
+* ``.pb`` — an ONNX ``TensorProto`` (single-input models, or named after an input), or a folder of
+  ``input_0.pb``, ``input_1.pb``... as in ONNX's test data sets (names from the tensors, else positional);
+* ``.json`` — Polygraphy's ``--save-inputs`` format (a list of feed dicts whose arrays are encoded as
+  ``{"array": <base64 .npy>, "polygraphy_class": "ndarray"}``; the first feed dict is used), or a plain
+  ``{"name": nested lists}`` object (values take the input's dtype).
+
+Random inputs (:func:`random_inputs`) are reproducible: each input's generator is seeded from ``seed``
+and the input's name, so adding or removing another input never changes it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import difflib
+import io
+import json
+import logging
+import re
+import zipfile
+import zlib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from graphbisect.errors import InputError
+from graphbisect.model.graph import Model, TensorType
+from graphbisect.model.io import atomic_path
+
+__all__ = [
+    "SUPPORTED_FORMATS",
+    "index_bounds",
+    "load_inputs",
+    "parse_shapes",
+    "random_inputs",
+    "save_inputs",
+    "validate_inputs",
+]
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_FORMATS = ".npz, .npy, .pb (ONNX TensorProto), a folder of input_N.pb, .json (Polygraphy or {name: lists})"
+
+#: Integer inputs that are not recognized as indices are drawn from [0, _INT_HIGH).
+_INT_HIGH = 10
+_BATCH_LIKE = re.compile(r"^(n|b|bs|.*batch.*)$", re.IGNORECASE)
+_PB_NAME = re.compile(r"^input_(\d+)\.pb$")
+_POLYGRAPHY_MARKERS = ("polygraphy_class", "__polygraphy_encoded_ndarray")
+
+
+# --- loading ---------------------------------------------------------------------------------------------
+
+
+def load_inputs(path: str | Path, model: Model) -> dict[str, np.ndarray]:
+    """Read the inputs stored at ``path`` for ``model``, validated and in the model's input order.
+
+    Example:
+        >>> inputs = load_inputs("inputs.npz", model)     # doctest: +SKIP
+        >>> list(inputs) == list(model.input_names)        # doctest: +SKIP
+        True
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"inputs file not found: {path}", hint=f"supported formats: {SUPPORTED_FORMATS}")
+    reader = _reader_for(path)
+    try:
+        arrays = reader(path, model)
+    except InputError:
+        raise
+    except Exception as exc:
+        raise InputError(
+            f"cannot read inputs from {path}: {type(exc).__name__}: {exc}",
+            hint=f"is it a valid {path.suffix or 'input'} file? supported formats: {SUPPORTED_FORMATS}",
+        ) from exc
+    logger.info("loaded %d input(s) from %s", len(arrays), path)
+    return validate_inputs(model, arrays)
+
+
+def _reader_for(path: Path) -> Any:
+    if path.is_dir():
+        return _read_pb_folder
+    readers = {".npz": _read_npz, ".npy": _read_npy, ".pb": _read_pb_file, ".json": _read_json}
+    reader = readers.get(path.suffix.lower())
+    if reader is None:
+        raise InputError(
+            f"{path}: unsupported inputs file type {path.suffix!r}", hint=f"supported formats: {SUPPORTED_FORMATS}"
+        )
+    return reader
+
+
+def _read_npz(path: Path, model: Model) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as archive:
+        arrays = {key: archive[key] for key in archive.files}
+    positional = [f"arr_{i}" for i in range(len(arrays))]
+    if sorted(arrays) == sorted(positional) and not set(arrays) & set(model.input_names):
+        return _positional(path, [arrays[key] for key in positional], model)
+    return arrays
+
+
+def _read_npy(path: Path, model: Model) -> dict[str, np.ndarray]:
+    if len(model.input_names) != 1:
+        raise InputError(
+            f"{path} holds one array, but the model has {len(model.input_names)} inputs: "
+            f"{', '.join(model.input_names) or '(none)'}",
+            hint="save the inputs together by name: np.savez('inputs.npz', **{name: array, ...})",
+        )
+    return {model.input_names[0]: np.load(path, allow_pickle=False)}
+
+
+def _positional(path: Path, arrays: list[np.ndarray], model: Model) -> dict[str, np.ndarray]:
+    if len(arrays) > len(model.input_names):
+        raise InputError(
+            f"{path} holds {len(arrays)} unnamed arrays, but the model has only {len(model.input_names)} inputs: "
+            f"{', '.join(model.input_names)}",
+            hint="name the arrays after the model's inputs",
+        )
+    return dict(zip(model.input_names, arrays, strict=False))
+
+
+def _parse_tensor(path: Path) -> onnx.TensorProto:
+    tensor = onnx.TensorProto()
+    try:
+        tensor.ParseFromString(path.read_bytes())
+    except Exception as exc:
+        raise InputError(
+            f"{path} is not an ONNX TensorProto file ({type(exc).__name__}: {exc})",
+            hint="write it with onnx.numpy_helper.from_array(array, name).SerializeToString()",
+        ) from exc
+    return tensor
+
+
+def _read_pb_file(path: Path, model: Model) -> dict[str, np.ndarray]:
+    tensor = _parse_tensor(path)
+    array = onnx.numpy_helper.to_array(tensor)
+    if tensor.name in model.input_names or len(model.input_names) != 1:
+        return {tensor.name or "<unnamed tensor>": array}
+    return {model.input_names[0]: array}
+
+
+def _read_pb_folder(path: Path, model: Model) -> dict[str, np.ndarray]:
+    numbered = sorted((int(match.group(1)), file) for file in path.iterdir() if (match := _PB_NAME.match(file.name)))
+    if not numbered:
+        raise InputError(
+            f"{path} is a folder without input_0.pb, input_1.pb, ... files",
+            hint=f"pass a folder in ONNX test-data layout or a file; supported formats: {SUPPORTED_FORMATS}",
+        )
+    arrays: dict[str, np.ndarray] = {}
+    for number, file in numbered:
+        tensor = _parse_tensor(file)
+        if tensor.name in model.input_names:
+            name = tensor.name
+        elif number < len(model.input_names):
+            name = model.input_names[number]
+        else:
+            raise InputError(
+                f"{file}: tensor {tensor.name!r} matches no input and the model has only "
+                f"{len(model.input_names)} inputs: {', '.join(model.input_names)}",
+                hint="name the tensors after the model's inputs or remove the extra files",
+            )
+        arrays[name] = onnx.numpy_helper.to_array(tensor)
+    return arrays
+
+
+def _read_json(path: Path, model: Model) -> dict[str, np.ndarray]:
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(
+            f"{path} is not valid JSON: {exc}", hint="expected Polygraphy's --save-inputs JSON or {name: lists}"
+        ) from exc
+    if isinstance(document, list):
+        if not document or not isinstance(document[0], dict):
+            raise InputError(
+                f"{path}: expected a list of feed dicts (Polygraphy --save-inputs), got {_json_kind(document)}",
+                hint="write [{'input_name': array, ...}] or {'input_name': nested lists}",
+            )
+        if len(document) > 1:
+            logger.warning("%s holds %d feed dicts; using the first", path, len(document))
+        document = document[0]
+    if not isinstance(document, dict):
+        raise InputError(f"{path}: expected a JSON object of inputs, got {_json_kind(document)}")
+    return {name: _decode_json_value(path, name, value, model.tensor_type(name)) for name, value in document.items()}
+
+
+def _json_kind(value: Any) -> str:
+    return f"a JSON {type(value).__name__}" if value else "an empty document"
+
+
+def _decode_json_value(path: Path, name: str, value: Any, ttype: TensorType | None) -> np.ndarray:
+    if (
+        isinstance(value, dict)
+        and "values" in value
+        and value.get("polygraphy_class") in ("LazyArray", "LazyNumpyArray")
+    ):
+        return _decode_json_value(path, name, value["values"], ttype)
+    if isinstance(value, dict) and "array" in value:
+        return _decode_polygraphy_array(path, name, value["array"])
+    if isinstance(value, (list, int, float, bool)):
+        dtype = _dtype_or_none(ttype)
+        return np.asarray(value, dtype=dtype)
+    raise InputError(
+        f"{path}: value of input {name!r} is neither an encoded array nor nested lists",
+        hint="write {'name': [[...]]} or save with Polygraphy (polygraphy run --save-inputs)",
+    )
+
+
+def _decode_polygraphy_array(path: Path, name: str, encoded: str) -> np.ndarray:
+    """Polygraphy encodes arrays as base64 of an ``.npy`` file (older versions: latin-1 text, or ``.npz``)."""
+    try:
+        data = base64.b64decode(encoded.encode(), validate=True)
+    except (binascii.Error, ValueError):
+        data = encoded.encode("latin-1")
+    try:
+        loaded = np.load(io.BytesIO(data), allow_pickle=False)
+    except Exception as exc:
+        raise InputError(
+            f"{path}: cannot decode the array of input {name!r} ({type(exc).__name__}: {exc})",
+            hint="re-save the inputs with polygraphy run --save-inputs, or as .npz",
+        ) from exc
+    if isinstance(loaded, np.ndarray):
+        return loaded
+    with loaded:
+        return loaded[loaded.files[0]]
+
+
+def _dtype_or_none(ttype: TensorType | None) -> np.dtype | None:
+    if ttype is None or not ttype.elem_type:
+        return None
+    try:
+        return ttype.numpy_dtype
+    except Exception:
+        return None
+
+
+# --- shapes --------------------------------------------------------------------------------------------
+
+
+def parse_shapes(specs: Iterable[str]) -> dict[str, tuple[int, ...]]:
+    """Parse ``NAME:DIMxDIM...`` strings (``,`` also separates dims; ``NAME:`` is a scalar).
+
+    The name is everything before the *last* ``:``, so TensorFlow-style names like ``input:0`` work.
+
+    Example:
+        >>> parse_shapes(["x:1x3x224x224", "y:4", "input:0:[2,8]"])
+        {'x': (1, 3, 224, 224), 'y': (4,), 'input:0': (2, 8)}
+    """
+    shapes: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        name, shape = _parse_one_shape(spec)
+        if name in shapes:
+            raise InputError(f"shape of {name!r} given twice: {spec!r}", hint="give each input's shape once")
+        shapes[name] = shape
+    return shapes
+
+
+def _parse_one_shape(spec: str) -> tuple[str, tuple[int, ...]]:
+    hint = "write NAME:DIMxDIMx..., e.g. --shape input:1x3x224x224 (a scalar: --shape input:)"
+    name, sep, dims_text = spec.strip().rpartition(":")
+    if not sep or not name:
+        raise InputError(f"bad shape {spec!r}: expected NAME:DIMS", hint=hint)
+    dims_text = dims_text.strip().strip("[]()").strip()
+    if not dims_text:
+        return name, ()
+    dims = []
+    for part in re.split(r"\s*[x,]\s*", dims_text):
+        if not part.isdigit():
+            raise InputError(f"bad shape {spec!r}: dimension {part!r} is not a non-negative integer", hint=hint)
+        dims.append(int(part))
+    return name, tuple(dims)
+
+
+# --- random inputs -----------------------------------------------------------------------------------------
+
+
+def random_inputs(
+    model: Model, *, shapes: Mapping[str, Iterable[int]] | None = None, seed: int = 0
+) -> dict[str, np.ndarray]:
+    """Seeded random inputs for ``model``, in its input order.
+
+    Values: floats uniform in [-1, 1); bools 0/1; integers used as indices (Gather, GatherElements,
+    GatherND, Scatter*, OneHot, EmbedLayerNormalization, also through Cast/Reshape/Unsqueeze...) in
+    [0, size of the indexed axis); uint8 in [0, 256); int8 in [-128, 128); other integers in [0, 10).
+    Shapes: ``shapes[name]`` when given; otherwise static dims, then symbolic dims bound by another
+    input's given shape, then 1 for dim 0 and batch-like symbols (``batch``, ``N``, ``bs``). Any other
+    dynamic dim raises :class:`InputError` asking for ``--shape``.
+
+    Example:
+        >>> inputs = random_inputs(model, shapes={"x": (1, 3, 224, 224)}, seed=0)   # doctest: +SKIP
+    """
+    given = {name: tuple(int(d) for d in dims) for name, dims in (shapes or {}).items()}
+    _check_shape_names(model, given)
+    bindings = _bind_symbols(model, given)
+    bounds = index_bounds(model)
+    result: dict[str, np.ndarray] = {}
+    for name in model.input_names:
+        ttype = _input_type(model, name)
+        shape = given[name] if name in given else _resolve_shape(name, ttype, bindings)
+        rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+        result[name] = _random_array(rng, name, ttype.numpy_dtype, shape, bounds.get(name))
+    return result
+
+
+def _check_shape_names(model: Model, given: Mapping[str, tuple[int, ...]]) -> None:
+    for name, shape in given.items():
+        if name not in model.input_names:
+            raise InputError(f"--shape names {name!r}, which is not a model input", hint=_name_hint(name, model))
+        ttype = model.tensor_type(name)
+        if ttype is not None and ttype.shape is not None:
+            _check_shape(name, shape, ttype, "--shape")
+
+
+def _bind_symbols(model: Model, given: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
+    """Symbolic dim name → size, from the shapes the user gave (so other inputs sharing it agree)."""
+    bindings: dict[str, int] = {}
+    for name, shape in given.items():
+        ttype = model.tensor_type(name)
+        if ttype is None or ttype.shape is None:
+            continue
+        for dim, size in zip(ttype.shape, shape, strict=False):
+            if isinstance(dim, str) and dim:
+                bindings.setdefault(dim, size)
+    return bindings
+
+
+def _input_type(model: Model, name: str) -> TensorType:
+    ttype = model.tensor_type(name)
+    if ttype is None or not ttype.elem_type:
+        raise InputError(
+            f"input {name!r} declares no tensor type, so graphbisect cannot generate it",
+            hint="pass the inputs from a file (--inputs inputs.npz)",
+        )
+    return ttype
+
+
+def _resolve_shape(name: str, ttype: TensorType, bindings: dict[str, int]) -> tuple[int, ...]:
+    if ttype.shape is None:
+        raise InputError(
+            f"input {name!r} has an unknown rank, so graphbisect cannot guess its shape",
+            hint=f"give it: --shape {name}:1x3x224x224 (your real dims)",
+        )
+    dims: list[int] = []
+    for axis, dim in enumerate(ttype.shape):
+        if isinstance(dim, int) and dim >= 0:
+            dims.append(dim)
+        elif isinstance(dim, str) and dim in bindings:
+            dims.append(bindings[dim])
+        elif axis == 0 or (isinstance(dim, str) and _BATCH_LIKE.match(dim)):
+            dims.append(1)
+            if isinstance(dim, str) and dim:
+                bindings[dim] = 1
+        else:
+            raise InputError(
+                f"input {name!r} ({ttype}) has dynamic dimension {axis} ({dim or 'unnamed'}) that graphbisect "
+                "cannot guess",
+                hint=f"give its shape: --shape {name}:{_shape_template(ttype.shape)} (replace each ? by a size)",
+            )
+    return tuple(dims)
+
+
+def _shape_template(shape: tuple[int | str | None, ...]) -> str:
+    return "x".join(str(d) if isinstance(d, int) and d >= 0 else "?" for d in shape)
+
+
+def _random_array(
+    rng: np.random.Generator, name: str, dtype: np.dtype, shape: tuple[int, ...], bound: int | None
+) -> np.ndarray:
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    if dtype.kind in "iu":
+        low, high = _int_range(dtype, bound)
+        return rng.integers(low, high, size=shape, dtype=np.int64).astype(dtype)
+    if dtype.kind == "c":
+        return (rng.uniform(-1, 1, size=shape) + 1j * rng.uniform(-1, 1, size=shape)).astype(dtype)
+    if dtype.kind in "fV":  # V: ml_dtypes extension floats (bfloat16, float8)
+        return rng.uniform(-1, 1, size=shape).astype(np.float32).astype(dtype)
+    raise InputError(
+        f"input {name!r} has dtype {dtype}, for which graphbisect cannot generate random values",
+        hint="pass the inputs from a file (--inputs inputs.npz)",
+    )
+
+
+def _int_range(dtype: np.dtype, bound: int | None) -> tuple[int, int]:
+    if bound is not None:
+        return 0, max(bound, 1)
+    if dtype == np.uint8:
+        return 0, 256
+    if dtype == np.int8:
+        return -128, 128
+    return 0, _INT_HIGH
+
+
+# --- index-like inputs -------------------------------------------------------------------------------------
+
+# Ops that pass index values through unchanged (only their first input is followed).
+_TRANSPARENT_OPS = frozenset({"Cast", "Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Expand"})
+
+
+def index_bounds(model: Model) -> dict[str, int]:
+    """Graph input name → exclusive upper bound for inputs used as indices (into a known-size axis).
+
+    An input counts when it reaches the index operand of Gather, GatherElements, GatherND, ScatterND,
+    ScatterElements, Scatter, OneHot or EmbedLayerNormalization directly or through shape-only ops
+    (Cast, Reshape, Unsqueeze, Squeeze, Flatten, Expand, Identity). With several uses, the smallest
+    bound wins.
+    """
+    bounds: dict[str, int] = {}
+    for name in model.input_names:
+        found = [b for b in (_bound_of_use(model, i, t) for t, i in _index_uses(model, name)) if b]
+        if found:
+            bounds[name] = min(found)
+            logger.debug("input %r is used as an index: values drawn from [0, %d)", name, bounds[name])
+    return bounds
+
+
+def _index_uses(model: Model, name: str) -> list[tuple[str, int]]:
+    """(tensor, consumer node index) pairs reachable from ``name`` through transparent ops."""
+    uses: list[tuple[str, int]] = []
+    frontier, seen = [name], {name}
+    while frontier:
+        tensor = frontier.pop()
+        for index in model.consumers.get(tensor, ()):
+            node = model.nodes[index]
+            uses.append((tensor, index))
+            if node.op_type in _TRANSPARENT_OPS and node.input and node.input[0] == tensor:
+                for out in node.output:
+                    if out and out not in seen:
+                        seen.add(out)
+                        frontier.append(out)
+    return uses
+
+
+def _bound_of_use(model: Model, index: int, tensor: str) -> int | None:
+    node = model.nodes[index]
+    inputs = list(node.input)
+    op = node.op_type
+    if op in ("Gather", "GatherElements", "ScatterElements", "Scatter") and inputs[1:2] == [tensor]:
+        return _axis_size(model, inputs[0], _int_attr(node, "axis", 0))
+    if op in ("GatherND", "ScatterND") and inputs[1:2] == [tensor]:
+        return _min_trailing_size(model, inputs[0], _int_attr(node, "batch_dims", 0))
+    if op == "OneHot" and inputs[:1] == [tensor] and len(inputs) > 1:
+        return _constant_int(model, inputs[1])
+    if op == "EmbedLayerNormalization":
+        table = {0: 2, 1: 4}  # input_ids -> word_embedding, segment_ids -> segment_embedding
+        for position, table_position in table.items():
+            if inputs[position : position + 1] == [tensor] and len(inputs) > table_position:
+                return _axis_size(model, inputs[table_position], 0)
+    return None
+
+
+def _int_attr(node: onnx.NodeProto, name: str, default: int) -> int:
+    for attribute in node.attribute:
+        if attribute.name == name:
+            return int(attribute.i)
+    return default
+
+
+def _axis_size(model: Model, tensor: str, axis: int) -> int | None:
+    ttype = model.tensor_type(tensor)
+    if ttype is None or ttype.shape is None or not -len(ttype.shape) <= axis < len(ttype.shape):
+        return None
+    size = ttype.shape[axis]
+    return size if isinstance(size, int) and size > 0 else None
+
+
+def _min_trailing_size(model: Model, tensor: str, batch_dims: int) -> int | None:
+    ttype = model.tensor_type(tensor)
+    if ttype is None or ttype.shape is None:
+        return None
+    sizes = [d for d in ttype.shape[batch_dims:] if isinstance(d, int) and d > 0]
+    return min(sizes) if sizes else None
+
+
+def _constant_int(model: Model, tensor: str) -> int | None:
+    for initializer in model.proto.graph.initializer:
+        if initializer.name == tensor:
+            values = onnx.numpy_helper.to_array(initializer).reshape(-1)
+            return int(values[0]) if values.size == 1 and values[0] > 0 else None
+    return None
+
+
+# --- validation and saving ---------------------------------------------------------------------------------
+
+
+def _name_hint(name: str, model: Model) -> str:
+    close = difflib.get_close_matches(name, list(model.input_names), n=3)
+    if close:
+        return "did you mean " + " or ".join(repr(c) for c in close) + "?"
+    return f"the model's inputs are: {', '.join(model.input_names) or '(none)'}"
+
+
+def validate_inputs(model: Model, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Check names, dtypes (exact), ranks and static dims; return the arrays in the model's input order.
+
+    Example:
+        >>> validate_inputs(model, {"x": np.zeros((1, 3), np.float64)})   # doctest: +SKIP
+        InputError: input 'x' has dtype float64, but the model expects float32 (FLOAT[1x3])
+          hint: convert it: array.astype(np.float32)
+    """
+    arrays = {name: np.asarray(value) for name, value in inputs.items()}
+    for name in arrays:
+        if name not in model.input_names:
+            raise InputError(f"{name!r} is not an input of the model", hint=_name_hint(name, model))
+    for name in model.input_names:
+        if name not in arrays:
+            given = ", ".join(arrays) or "none"
+            raise InputError(
+                f"missing input {name!r} ({model.tensor_type(name) or 'untyped'}); given: {given}",
+                hint="add it to the inputs file, or omit --inputs to generate random inputs",
+            )
+        ttype = model.tensor_type(name)
+        if ttype is not None and ttype.elem_type:
+            _check_dtype(name, arrays[name], ttype)
+            _check_shape(name, arrays[name].shape, ttype, "the given array")
+    return {name: arrays[name] for name in model.input_names}
+
+
+def _check_dtype(name: str, array: np.ndarray, ttype: TensorType) -> None:
+    expected = _dtype_or_none(ttype)
+    if expected is not None and array.dtype != expected:
+        raise InputError(
+            f"input {name!r} has dtype {array.dtype}, but the model expects {expected} ({ttype})",
+            hint=f"convert it: array.astype(np.{expected.name})",
+        )
+
+
+def _check_shape(name: str, shape: tuple[int, ...], ttype: TensorType, what: str) -> None:
+    if ttype.shape is None:
+        return
+    if len(shape) != len(ttype.shape):
+        raise InputError(
+            f"input {name!r}: {what} has rank {len(shape)} (shape {list(shape)}), but the model expects rank "
+            f"{len(ttype.shape)} ({ttype})",
+            hint=f"reshape it to {_shape_template(ttype.shape)}",
+        )
+    for axis, (size, dim) in enumerate(zip(shape, ttype.shape, strict=True)):
+        if isinstance(dim, int) and dim >= 0 and size != dim:
+            raise InputError(
+                f"input {name!r}: {what} has size {size} on axis {axis} (shape {list(shape)}), but the model "
+                f"fixes it to {dim} ({ttype})",
+                hint=f"give an array of shape {_shape_template(ttype.shape)}",
+            )
+
+
+def save_inputs(path: str | Path, inputs: Mapping[str, np.ndarray]) -> Path:
+    """Save ``inputs`` as an ``.npz`` file, atomically; returns ``path``.
+
+    Written entry by entry (any input name works, including ``file``), readable with ``np.load``.
+    """
+    path = Path(path)
+    with atomic_path(path) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, value in inputs.items():
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as entry:
+                np.lib.format.write_array(entry, np.asanyarray(value), allow_pickle=False)
+    return path

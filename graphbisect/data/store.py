@@ -1,0 +1,255 @@
+"""The activation store: one ``.npy`` file per tensor in a folder, plus ``manifest.json``.
+
+Why files and memory maps: the oracle's dump of every intermediate tensor of a large model does not fit
+in RAM, and candidates only need a few of them at a time. :meth:`ActivationStore.get` returns a
+read-only memory map, so reading a tensor costs only the pages actually touched. Files are named by a
+counter (``t000012.npy``), never by tensor name (tensor names may hold ``/``, ``:`` or be very long); the
+manifest maps names to files, dtypes and shapes and is rewritten atomically. Its format is the one the
+backend worker writes next to its outputs, so a worker's output folder is a store as it stands::
+
+    {"version": 1, "tensors": [{"name": "conv1/out", "file": "0.npy", "dtype": "<f4", "shape": [1, 8]}]}
+
+This module imports only the standard library and numpy, so backend worker processes can use it too.
+
+Example:
+    >>> store = ActivationStore(tmp_path / "oracle")          # doctest: +SKIP
+    >>> store.put("conv1/out:0", np.ones((1, 64, 112, 112), np.float32))   # doctest: +SKIP
+    >>> ActivationStore.open(tmp_path / "oracle").get("conv1/out:0").shape  # doctest: +SKIP
+    (1, 64, 112, 112)
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import math
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphbisect.errors import GraphBisectError
+
+__all__ = ["MANIFEST_NAME", "ActivationStore", "StoredTensor"]
+
+logger = logging.getLogger(__name__)
+
+MANIFEST_NAME = "manifest.json"
+_VERSION = 1
+
+
+@dataclass(frozen=True)
+class StoredTensor:
+    """One manifest entry: the file (relative to the store's folder), dtype and shape of a tensor."""
+
+    file: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return np.dtype(self.dtype).itemsize * math.prod(self.shape)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "dtype": self.dtype, "shape": list(self.shape)}
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    """Call ``write(handle)`` on a temporary file next to ``path``, then move it over ``path``."""
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+        os.replace(tmp_name, path)
+    finally:
+        if os.path.exists(tmp_name):
+            os.unlink(tmp_name)
+
+
+def _storable(name: str, array: Any) -> np.ndarray:
+    """``array`` as an array ``.npy`` can hold without pickling (object arrays of strings become str)."""
+    array = np.asanyarray(array)
+    if array.dtype == object:
+        try:
+            return array.astype(np.str_)
+        except (TypeError, ValueError) as exc:
+            raise GraphBisectError(
+                f"tensor {name!r} holds Python objects that cannot be stored", hint="store numeric or string arrays"
+            ) from exc
+    return array
+
+
+def _load_memmap(file: Path) -> np.ndarray:
+    try:
+        return np.load(file, mmap_mode="r", allow_pickle=False)
+    except ValueError:  # numpy cannot memory-map an empty array; it is tiny anyway
+        array = np.load(file, allow_pickle=False)
+        array.setflags(write=False)
+        return array
+
+
+class ActivationStore:
+    """A folder of tensors addressed by name; each is read back as a read-only memory map.
+
+    ``ActivationStore(directory)`` creates the folder if needed and reads an existing manifest.
+    With ``autoflush=False`` the manifest is only written by :meth:`flush` (faster for thousands of puts).
+    """
+
+    def __init__(self, directory: str | Path, *, autoflush: bool = True) -> None:
+        self.directory = Path(directory)
+        self.autoflush = autoflush
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._entries: dict[str, StoredTensor] = {}
+        manifest = self.directory / MANIFEST_NAME
+        if manifest.exists():
+            self._entries = _read_manifest(manifest)
+        self._counter = len(self._entries)
+
+    @classmethod
+    def open(cls, directory: str | Path) -> ActivationStore:
+        """Open an existing store (its ``manifest.json`` must exist)."""
+        directory = Path(directory)
+        if not (directory / MANIFEST_NAME).is_file():
+            raise GraphBisectError(
+                f"{directory} is not an activation store: {MANIFEST_NAME} is missing",
+                hint="pass the folder written by graphbisect (or index .npy files with ActivationStore.adopt)",
+            )
+        return cls(directory)
+
+    @classmethod
+    def adopt(cls, directory: str | Path, files: Mapping[str, str | Path] | None = None) -> ActivationStore:
+        """Index ``.npy`` files already in ``directory`` as a store, without copying them.
+
+        Without ``files``, the folder's ``manifest.json`` is used as is: the backend worker writes
+        its outputs (``0.npy``, ``1.npy``... plus a manifest in this same format), so its output folder
+        *is* a store. With ``files`` (tensor name → file inside ``directory``; relative paths are taken
+        relative to it), those files are indexed from their headers and added to the manifest.
+
+        Example:
+            >>> store = ActivationStore.adopt(run_dir)                            # doctest: +SKIP
+            >>> store = ActivationStore.adopt(out_dir, {"logits": "out_0.npy"})   # doctest: +SKIP
+        """
+        if files is None:
+            return cls.open(directory)
+        store = cls(directory, autoflush=False)
+        for name, file in files.items():
+            store._adopt_one(name, Path(file))
+        store.flush()
+        store.autoflush = True
+        return store
+
+    def _adopt_one(self, name: str, file: Path) -> None:
+        full = file if file.is_absolute() else self.directory / file
+        try:
+            relative = full.resolve().relative_to(self.directory.resolve())
+        except ValueError as exc:
+            raise GraphBisectError(
+                f"cannot adopt {full} for tensor {name!r}: it is outside the store folder {self.directory}",
+                hint="write the .npy files into the store's folder",
+            ) from exc
+        if not full.is_file():
+            raise GraphBisectError(
+                f"cannot adopt tensor {name!r}: {full} does not exist", hint="check the worker output"
+            )
+        array = _load_memmap(full)
+        self._entries[name] = StoredTensor(relative.as_posix(), array.dtype.str, tuple(array.shape))
+
+    # --- writing ------------------------------------------------------------------------------------------
+
+    def put(self, name: str, array: Any) -> None:
+        """Store ``array`` under ``name`` (replacing any previous value), atomically."""
+        array = _storable(name, array)
+        previous = self._entries.get(name)
+        file = previous.file if previous else self._new_file_name()
+        _atomic_write(
+            self.directory / file, lambda handle: np.lib.format.write_array(handle, array, allow_pickle=False)
+        )
+        self._entries[name] = StoredTensor(file, array.dtype.str, tuple(array.shape))
+        if self.autoflush:
+            self.flush()
+
+    def _new_file_name(self) -> str:
+        taken = {entry.file for entry in self._entries.values()}
+        while True:
+            file = f"t{self._counter:06d}.npy"
+            self._counter += 1
+            if file not in taken and not (self.directory / file).exists():
+                return file
+
+    def flush(self) -> None:
+        """Write ``manifest.json`` atomically."""
+        document = {
+            "version": _VERSION,
+            "tensors": [{"name": name, **entry.to_json()} for name, entry in self._entries.items()],
+        }
+        data = json.dumps(document, indent=1).encode("utf-8")
+        _atomic_write(self.directory / MANIFEST_NAME, lambda handle: handle.write(data))
+
+    # --- reading ------------------------------------------------------------------------------------------
+
+    def get(self, name: str) -> np.ndarray:
+        """The tensor stored under ``name`` as a read-only memory map."""
+        return _load_memmap(self.path(name))
+
+    def path(self, name: str) -> Path:
+        """The ``.npy`` file holding ``name`` (e.g. to hand to a worker process without reading it)."""
+        return self.directory / self.info(name).file
+
+    def info(self, name: str) -> StoredTensor:
+        """The manifest entry of ``name``; raises ``KeyError`` naming close matches."""
+        try:
+            return self._entries[name]
+        except KeyError as exc:
+            close = difflib.get_close_matches(name, list(self._entries), n=3)
+            suggestion = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+            raise KeyError(f"tensor {name!r} is not in the activation store {self.directory}{suggestion}") from exc
+
+    def names(self) -> list[str]:
+        """Stored tensor names, in the order they were first stored."""
+        return list(self._entries)
+
+    @property
+    def nbytes(self) -> int:
+        """Total size of the stored tensors' data."""
+        return sum(entry.nbytes for entry in self._entries.values())
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._entries))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"ActivationStore({str(self.directory)!r}, tensors={len(self)}, nbytes={self.nbytes})"
+
+
+def _read_manifest(path: Path) -> dict[str, StoredTensor]:
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        entries = {
+            entry["name"]: StoredTensor(entry["file"], entry["dtype"], tuple(int(d) for d in entry["shape"]))
+            for entry in document["tensors"]
+        }
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise GraphBisectError(
+            f"cannot read the activation store manifest {path}: {type(exc).__name__}: {exc}",
+            hint="the store is corrupt; delete the folder and let graphbisect recompute it",
+        ) from exc
+    for name, entry in entries.items():
+        if Path(entry.file).is_absolute() or ".." in Path(entry.file).parts:
+            raise GraphBisectError(
+                f"activation store manifest {path}: tensor {name!r} points outside the store ({entry.file!r})",
+                hint="the store is corrupt; delete the folder and let graphbisect recompute it",
+            )
+    return entries

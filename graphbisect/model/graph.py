@@ -1,0 +1,277 @@
+"""The :class:`Model`: a normalized ONNX model plus the index every other module queries.
+
+A ``Model`` is treated as immutable: its ``proto`` is normalized once (see :mod:`.normalize`) and never
+modified afterwards; everything that derives a new model (:meth:`Model.with_outputs`, candidate builders)
+returns a new ``ModelProto``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+import networkx as nx
+import numpy as np
+import onnx
+
+from graphbisect.errors import ModelError
+from graphbisect.model.io import ExternalRef, copy_model, save_proto, strip_to_external
+from graphbisect.model.normalize import default_opset, fingerprint, node_dependencies, normalize_model
+
+__all__ = ["Model", "TensorType"]
+
+logger = logging.getLogger(__name__)
+
+Dim = int | str | None
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """Element type and shape of a tensor, as far as they are known.
+
+    ``shape`` is ``None`` when even the rank is unknown; a dimension is an ``int`` (static), a ``str``
+    (symbolic, e.g. ``"batch"``) or ``None`` (unknown).
+
+    Example:
+        >>> t = TensorType(onnx.TensorProto.FLOAT, ("batch", 3, 224, 224))
+        >>> t.numpy_dtype, t.is_static, t.rank
+        (dtype('float32'), False, 4)
+    """
+
+    elem_type: int
+    shape: tuple[Dim, ...] | None
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        """The numpy dtype of this element type (raises :class:`ModelError` for types numpy lacks)."""
+        try:
+            return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(self.elem_type))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelError(
+                f"ONNX element type {self.elem_type} has no numpy equivalent",
+                hint="feed or compare this tensor through a Cast to a standard type",
+            ) from exc
+
+    @property
+    def is_static(self) -> bool:
+        """Whether every dimension is a known integer."""
+        return self.shape is not None and all(isinstance(dim, int) for dim in self.shape)
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.shape is None else len(self.shape)
+
+    @property
+    def type_name(self) -> str:
+        """The ONNX name of the element type, e.g. ``FLOAT``."""
+        return onnx.TensorProto.DataType.Name(self.elem_type) if self.elem_type else "UNDEFINED"
+
+    def __str__(self) -> str:
+        dims = "?" if self.shape is None else "x".join("?" if d is None else str(d) for d in self.shape)
+        return f"{self.type_name}[{dims}]"
+
+
+def _type_from_value_info(value: onnx.ValueInfoProto) -> TensorType | None:
+    if not value.type.HasField("tensor_type"):
+        return None
+    tensor_type = value.type.tensor_type
+    if not tensor_type.HasField("shape"):
+        return TensorType(tensor_type.elem_type, None)
+    dims: list[Dim] = []
+    for dim in tensor_type.shape.dim:
+        if dim.HasField("dim_value"):
+            dims.append(dim.dim_value)
+        elif dim.HasField("dim_param"):
+            dims.append(dim.dim_param)
+        else:
+            dims.append(None)
+    return TensorType(tensor_type.elem_type, tuple(dims))
+
+
+def _type_index(graph: onnx.GraphProto) -> dict[str, TensorType]:
+    types: dict[str, TensorType] = {}
+    for value in (*graph.value_info, *graph.input, *graph.output):
+        found = _type_from_value_info(value)
+        if found is not None and (found.elem_type or value.name not in types):
+            types[value.name] = found
+    for tensor in graph.initializer:  # an initializer's own dims are authoritative
+        types[tensor.name] = TensorType(tensor.data_type, tuple(tensor.dims))
+    return types
+
+
+class Model:
+    """A normalized ONNX model with its graph index. Build one with :func:`graphbisect.model.load_model`.
+
+    Attributes:
+        proto: the normalized ``ModelProto`` (do not modify it).
+        path: the ONNX file it came from (for a Paddle model, the converted ONNX file in the cache), or None.
+        paddle_source: the Paddle program file (``.json``/``.pdmodel``) it was converted from, or None.
+        fingerprint: sha256 (hex) of the normalized model.
+        nodes: the graph's nodes in topological order; ``node_names`` their unique names.
+        producer: tensor name → index of the node producing it (graph inputs/initializers are absent).
+        consumers: tensor name → indices of the nodes reading it, including nodes whose subgraphs
+            (If/Loop/Scan bodies) read it from the outer scope.
+
+    Example:
+        >>> model = load_model("resnet50.onnx")                          # doctest: +SKIP
+        >>> model.nodes[model.producer["conv1_out"]].op_type            # doctest: +SKIP
+        'Conv'
+    """
+
+    def __init__(
+        self,
+        proto: onnx.ModelProto,
+        *,
+        path: str | Path | None = None,
+        paddle_source: str | Path | None = None,
+        normalized: bool = False,
+    ) -> None:
+        """Normalize a copy of ``proto`` (``normalized=True``: ``proto`` already is, take it as is)."""
+        self.proto: onnx.ModelProto = proto if normalized else normalize_model(proto)
+        self.path: Path | None = Path(path) if path is not None else None
+        self.paddle_source: Path | None = Path(paddle_source) if paddle_source is not None else None
+        self.fingerprint: str = fingerprint(self.proto)
+        graph = self.proto.graph
+        self.nodes: tuple[onnx.NodeProto, ...] = tuple(graph.node)
+        self.node_names: tuple[str, ...] = tuple(node.name for node in self.nodes)
+        self._node_index = {name: i for i, name in enumerate(self.node_names)}
+        self.producer: Mapping[str, int] = MappingProxyType(
+            {name: i for i, node in enumerate(self.nodes) for name in node.output if name}
+        )
+        self.consumers: Mapping[str, tuple[int, ...]] = MappingProxyType(self._consumer_index())
+        self.initializer_names: frozenset[str] = frozenset(t.name for t in graph.initializer) | frozenset(
+            s.values.name for s in graph.sparse_initializer
+        )
+        self.input_names: tuple[str, ...] = tuple(
+            value.name for value in graph.input if value.name not in self.initializer_names
+        )
+        self.output_names: tuple[str, ...] = tuple(value.name for value in graph.output)
+        self._graph_inputs = frozenset(value.name for value in graph.input)
+        self._types = _type_index(graph)
+
+    def _consumer_index(self) -> dict[str, tuple[int, ...]]:
+        consumers: dict[str, list[int]] = {}
+        for index, node in enumerate(self.nodes):
+            for name in node_dependencies(node):
+                consumers.setdefault(name, []).append(index)
+        return {name: tuple(indices) for name, indices in consumers.items()}
+
+    # --- facts ---------------------------------------------------------------------------------------
+
+    @property
+    def opset(self) -> int:
+        """The default-domain (``ai.onnx``) opset version; 0 when the model imports none."""
+        return default_opset(self.proto) or 0
+
+    @property
+    def ir_version(self) -> int:
+        return self.proto.ir_version
+
+    def __repr__(self) -> str:
+        source = self.path.name if self.path else "<proto>"
+        return (
+            f"Model({source}, nodes={len(self.nodes)}, opset={self.opset}, ir={self.ir_version}, "
+            f"fingerprint={self.fingerprint[:16]})"
+        )
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def node_index(self, name: str) -> int:
+        """Index of the node called ``name``; raises :class:`ModelError` with close matches otherwise."""
+        try:
+            return self._node_index[name]
+        except KeyError as exc:
+            raise ModelError(f"no node named {name!r} in the model", hint=_close_hint(name, self.node_names)) from exc
+
+    def tensor_type(self, name: str) -> TensorType | None:
+        """Element type and shape of tensor ``name``; ``None`` when unknown or not a plain tensor."""
+        return self._types.get(name)
+
+    def has_tensor(self, name: str) -> bool:
+        """Whether ``name`` is a graph input, an initializer or a node output."""
+        return name in self.producer or name in self.initializer_names or name in self._graph_inputs
+
+    def intermediate_names(self) -> list[str]:
+        """Every non-empty node output, in topological order — graph outputs included.
+
+        This is the set of tensors a layerwise comparison probes; filter out ``output_names`` when
+        only the hidden ones are wanted.
+        """
+        return [name for node in self.nodes for name in node.output if name]
+
+    # --- derived models --------------------------------------------------------------------------------
+
+    def with_outputs(
+        self, names: Sequence[str], *, weights: Mapping[str, ExternalRef] | None = None
+    ) -> onnx.ModelProto:
+        """A probe model: the same graph with the tensors ``names`` added as graph outputs.
+
+        Existing outputs stay first and in order; names already outputs are not repeated. Each added
+        output carries its inferred type; when inference found none it carries no type (ONNX Runtime,
+        OpenVINO and onnx.reference then use the type the node produces). With ``weights`` (from
+        :func:`~graphbisect.model.io.write_weights_file`) the initializers reference that file instead
+        of being copied — save the result next to it.
+
+        Example:
+            >>> probe = model.with_outputs(model.intermediate_names())     # doctest: +SKIP
+        """
+        missing = [name for name in names if not self.has_tensor(name)]
+        if missing:
+            raise ModelError(
+                f"cannot expose {missing[0]!r} as an output: no such tensor in the model",
+                hint=_close_hint(missing[0], list(self.producer)),
+            )
+        probe = copy_model(self.proto) if weights is None else strip_to_external(self.proto, weights)
+        present = set(self.output_names)
+        for name in dict.fromkeys(names):
+            if name not in present:
+                probe.graph.output.append(self._output_value_info(name))
+        return probe
+
+    def _output_value_info(self, name: str) -> onnx.ValueInfoProto:
+        for value in self.proto.graph.value_info:
+            if value.name == name and value.type.ByteSize() > 0 and not value.type.HasField("tensor_type"):
+                return value  # sequence / optional / map types: copy the declared type
+        found = self._types.get(name)
+        if found is None or not found.elem_type:
+            logger.debug("tensor %r has no inferred type; exposing it untyped", name)
+            return onnx.ValueInfoProto(name=name)
+        shape = None if found.shape is None else list(found.shape)
+        return onnx.helper.make_tensor_value_info(name, found.elem_type, shape)
+
+    def to_networkx(self) -> nx.DiGraph:
+        """A ``networkx.DiGraph`` over node indices; edges carry the tensors that connect them.
+
+        Node attributes: ``name``, ``op_type``. Edge attribute ``tensors``: list of tensor names
+        (outer-scope reads of subgraphs included).
+        """
+        graph = nx.DiGraph()
+        for index, node in enumerate(self.nodes):
+            graph.add_node(index, name=node.name, op_type=node.op_type)
+        for tensor, users in self.consumers.items():
+            source = self.producer.get(tensor)
+            if source is None:
+                continue
+            for user in users:
+                if graph.has_edge(source, user):
+                    graph.edges[source, user]["tensors"].append(tensor)
+                else:
+                    graph.add_edge(source, user, tensors=[tensor])
+        return graph
+
+    def save(self, path: str | Path) -> Path:
+        """Save the normalized model atomically (with ``<name>.data`` external data when over 2 GiB)."""
+        return save_proto(self.proto, path)
+
+
+def _close_hint(name: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=3)
+    if close:
+        return "did you mean " + " or ".join(repr(c) for c in close) + "?"
+    shown = ", ".join(repr(c) for c in list(choices)[:5])
+    return f"names are case-sensitive; the model has {len(choices)}, e.g. {shown}"

@@ -1,0 +1,272 @@
+"""Writing models to disk: atomic saves, external data, and one weights file shared by many candidates.
+
+Why a shared weights file: the reduce engine materializes hundreds of candidate models. Copying the
+weights into each would cost the model's size per candidate; instead :func:`write_weights_file` writes
+every initializer's bytes once, and :func:`strip_to_external` turns any candidate into a small graph
+whose initializers point into that file by offset. A candidate saved next to the weights file costs only
+its graph bytes, and every backend (ONNX Runtime, OpenVINO, TensorRT's parser) reads it as ordinary ONNX
+external data.
+
+Example:
+    >>> refs = write_weights_file(model, workdir / "weights.bin")      # doctest: +SKIP
+    >>> small = strip_to_external(candidate_proto, refs)                # doctest: +SKIP
+    >>> save_proto(small, workdir / "candidate_17.onnx")                 # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnx
+from google.protobuf.message import Message
+
+from graphbisect.errors import ModelError
+
+if TYPE_CHECKING:
+    from graphbisect.model.graph import Model
+
+__all__ = [
+    "INLINE_MAX_BYTES",
+    "PROTOBUF_LIMIT",
+    "ExternalRef",
+    "atomic_path",
+    "copy_model",
+    "save_proto",
+    "strip_to_external",
+    "tensor_raw_bytes",
+    "write_weights_file",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Protobuf refuses to serialize messages of 2 GiB or more; keep a margin for the graph itself.
+PROTOBUF_LIMIT = 2**31 - 2**24
+
+#: Tensors at least this large start at a 64 KiB boundary so runtimes can memory-map them
+#: (the allocation granularity on Windows; a multiple of the page size everywhere else).
+_MMAP_THRESHOLD = 1 << 20
+_MMAP_ALIGNMENT = 1 << 16
+_SMALL_ALIGNMENT = 64
+
+#: Initializers smaller than this stay inline (ONNX's own default threshold). Runtimes run shape
+#: inference on the model as loaded and need small constants (a Reshape's shape) in it: ONNX Runtime
+#: refuses "Cannot parse data from external tensors" otherwise. They cost next to nothing per candidate.
+INLINE_MAX_BYTES = 1024
+
+# ONNX element types whose numpy conversion (numpy_helper.to_array) yields exactly the ONNX byte layout.
+_NUMPY_EXACT_TYPES = frozenset(
+    {
+        onnx.TensorProto.FLOAT,
+        onnx.TensorProto.UINT8,
+        onnx.TensorProto.INT8,
+        onnx.TensorProto.UINT16,
+        onnx.TensorProto.INT16,
+        onnx.TensorProto.INT32,
+        onnx.TensorProto.INT64,
+        onnx.TensorProto.BOOL,
+        onnx.TensorProto.FLOAT16,
+        onnx.TensorProto.DOUBLE,
+        onnx.TensorProto.UINT32,
+        onnx.TensorProto.UINT64,
+        onnx.TensorProto.COMPLEX64,
+        onnx.TensorProto.COMPLEX128,
+    }
+)
+
+
+@dataclass(frozen=True)
+class ExternalRef:
+    """Where one tensor's bytes live in an external-data file.
+
+    ``location`` is the file name relative to the folder of the model that references it (ONNX external
+    data is always resolved relative to the model file).
+    """
+
+    location: str
+    offset: int
+    length: int
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; on success move it over ``path`` with ``os.replace``.
+
+    Readers never see a half-written file, and a crash leaves the old file (if any) intact.
+
+    Example:
+        >>> with atomic_path(out / "model.onnx") as tmp:   # doctest: +SKIP
+        ...     tmp.write_bytes(data)
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def tensor_raw_bytes(tensor: onnx.TensorProto) -> bytes | None:
+    """The tensor's data in ONNX's little-endian raw layout, or ``None`` when it cannot be stored raw.
+
+    ``raw_data`` is used as is. Tensors stored in typed fields (``float_data``, ``int32_data``...) are
+    converted for the element types numpy represents exactly; strings and exotic packed types
+    (bfloat16, float8, int4 in typed fields) return ``None`` and stay inline in the model.
+    """
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        return None
+    if tensor.HasField("raw_data"):
+        return tensor.raw_data
+    if tensor.data_type not in _NUMPY_EXACT_TYPES:
+        return None
+    array = onnx.numpy_helper.to_array(tensor)
+    return np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+def _aligned(offset: int, size: int) -> int:
+    alignment = _MMAP_ALIGNMENT if size >= _MMAP_THRESHOLD else _SMALL_ALIGNMENT
+    return -(-offset // alignment) * alignment
+
+
+def write_weights_file(
+    model: Model | onnx.ModelProto, path: str | Path, *, min_bytes: int = INLINE_MAX_BYTES
+) -> dict[str, ExternalRef]:
+    """Write every initializer of ``model`` (a :class:`Model` or ``ModelProto``) once into ``path``; return
+    where each one went.
+
+    Offsets are aligned (64 bytes; 64 KiB for tensors of 1 MiB or more, so runtimes may memory-map
+    them). Left out of the file and of the result, so they stay inline in the models that
+    :func:`strip_to_external` produces: initializers under ``min_bytes`` (default 1 KiB: runtimes need
+    small constants such as a Reshape's shape inside the model) and those that cannot be stored raw
+    (strings, packed types kept in typed fields). The file is written atomically.
+
+    Example:
+        >>> refs = write_weights_file(model, tmp_path / "weights.bin")    # doctest: +SKIP
+        >>> refs["conv1.weight"]                                           # doctest: +SKIP
+        ExternalRef(location='weights.bin', offset=0, length=37632)
+    """
+    path = Path(path)
+    proto = model if isinstance(model, onnx.ModelProto) else model.proto
+    refs: dict[str, ExternalRef] = {}
+    offset = 0
+    with atomic_path(path) as tmp, tmp.open("wb") as out:
+        for tensor in proto.graph.initializer:
+            data = tensor_raw_bytes(tensor)
+            if data is None or len(data) < min_bytes:
+                logger.debug("initializer %r stays inline", tensor.name)
+                continue
+            start = _aligned(offset, len(data))
+            out.write(b"\0" * (start - offset))
+            out.write(data)
+            refs[tensor.name] = ExternalRef(path.name, start, len(data))
+            offset = start + len(data)
+    logger.info("wrote %d initializers (%d bytes) to %s", len(refs), offset, path)
+    return refs
+
+
+def _copy_fields(source: Message, target: Message, skip: frozenset[str]) -> None:
+    """Copy every set field of ``source`` into ``target`` except those named in ``skip``."""
+    for field, value in source.ListFields():
+        if field.name in skip:
+            continue
+        if isinstance(value, Message):
+            getattr(target, field.name).CopyFrom(value)
+        elif isinstance(value, (str, bytes, int, float, bool)):
+            setattr(target, field.name, value)
+        else:  # repeated field (scalars or messages): extend copies the elements
+            getattr(target, field.name).extend(value)
+
+
+def copy_model(proto: onnx.ModelProto, *, initializers: bool = True) -> onnx.ModelProto:
+    """A deep copy of ``proto``; with ``initializers=False`` the graph's initializer list stays empty.
+
+    Copying without initializers costs only the graph's size, which is what candidate builders need
+    before they re-add initializers as external references.
+    """
+    if initializers:
+        copied = onnx.ModelProto()
+        copied.CopyFrom(proto)
+        return copied
+    copied = onnx.ModelProto()
+    _copy_fields(proto, copied, frozenset({"graph"}))
+    _copy_fields(proto.graph, copied.graph, frozenset({"initializer"}))
+    return copied
+
+
+def _external_stub(tensor: onnx.TensorProto, ref: ExternalRef, location: str) -> onnx.TensorProto:
+    stub = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+    if tensor.doc_string:
+        stub.doc_string = tensor.doc_string
+    stub.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", ref.offset), ("length", ref.length)):
+        stub.external_data.add(key=key, value=str(value))
+    return stub
+
+
+def strip_to_external(
+    proto: onnx.ModelProto, refs: Mapping[str, ExternalRef], location: str | None = None
+) -> onnx.ModelProto:
+    """A copy of ``proto`` whose initializers named in ``refs`` point into the shared weights file.
+
+    No tensor data is copied for those initializers: the result holds only names, types, dims and
+    offsets. ``location`` overrides each ref's file name (e.g. ``"../weights.bin"`` is *not* allowed by
+    ONNX loaders; keep candidates in the weights file's folder). Initializers missing from ``refs`` are
+    copied inline. ``proto`` is not modified.
+
+    Example:
+        >>> small = strip_to_external(model.proto, refs)            # doctest: +SKIP
+        >>> small.graph.initializer[0].data_location == onnx.TensorProto.EXTERNAL   # doctest: +SKIP
+        True
+    """
+    stripped = copy_model(proto, initializers=False)
+    for tensor in proto.graph.initializer:
+        ref = refs.get(tensor.name)
+        if ref is None:
+            stripped.graph.initializer.add().CopyFrom(tensor)
+        else:
+            stripped.graph.initializer.append(_external_stub(tensor, ref, location or ref.location))
+    return stripped
+
+
+def _inline_size(proto: onnx.ModelProto) -> int:
+    return proto.ByteSize()
+
+
+def save_proto(proto: onnx.ModelProto, path: str | Path) -> Path:
+    """Save ``proto`` to ``path`` atomically; returns ``path``.
+
+    A model too large for one protobuf (≥ 2 GiB) is saved with its initializers in ``<name>.data``
+    next to it (also written atomically, before the model that references it). ``proto`` is not modified.
+    """
+    path = Path(path)
+    if _inline_size(proto) >= PROTOBUF_LIMIT:
+        return _save_with_external_data(proto, path)
+    try:
+        data = proto.SerializeToString()
+    except Exception as exc:
+        raise ModelError(f"cannot serialize the model for {path}: {exc}", hint="report this as a bug") from exc
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+    return path
+
+
+def _save_with_external_data(proto: onnx.ModelProto, path: Path) -> Path:
+    data_path = path.with_name(path.name + ".data")
+    logger.info("model is larger than 2 GiB: saving its initializers to %s", data_path)
+    refs = write_weights_file(proto, data_path)
+    stripped = strip_to_external(proto, refs, data_path.name)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(stripped.SerializeToString())
+    return path

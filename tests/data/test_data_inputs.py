@@ -1,0 +1,293 @@
+"""Inputs: every file format round-trips, random inputs respect dtypes/shapes/index ranges, validation."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from data_builders import gather_model, make_model, run, single_input_model, two_input_model
+from onnx import TensorProto, helper
+
+from graphbisect.data import (
+    index_bounds,
+    load_inputs,
+    parse_shapes,
+    random_inputs,
+    save_inputs,
+    validate_inputs,
+)
+from graphbisect.errors import InputError
+
+# --- parse_shapes --------------------------------------------------------------------------------------
+
+
+def test_parse_shapes() -> None:
+    assert parse_shapes(["x:1x3x224x224", "y:4", "s:", "input:0:[2,8]", "z: 2 x 5 "]) == {
+        "x": (1, 3, 224, 224),
+        "y": (4,),
+        "s": (),
+        "input:0": (2, 8),
+        "z": (2, 5),
+    }
+
+
+@pytest.mark.parametrize("spec", ["x", ":1x2", "x:1xax3", "x:1x-2", "x:1x2.5", "x:1xx2"])
+def test_parse_shapes_rejects_bad_syntax(spec: str) -> None:
+    with pytest.raises(InputError, match="bad shape") as info:
+        parse_shapes([spec])
+    assert "NAME:DIMxDIM" in (info.value.hint or "")
+
+
+def test_parse_shapes_rejects_duplicates() -> None:
+    with pytest.raises(InputError, match="given twice"):
+        parse_shapes(["x:1", "x:2"])
+
+
+# --- random inputs -------------------------------------------------------------------------------------
+
+
+def test_random_inputs_respect_dtypes_and_ranges() -> None:
+    types = {
+        "f": TensorProto.FLOAT,
+        "h": TensorProto.FLOAT16,
+        "d": TensorProto.DOUBLE,
+        "b": TensorProto.BOOL,
+        "i": TensorProto.INT32,
+        "u": TensorProto.UINT8,
+    }
+    nodes = [helper.make_node("Identity", [name], [f"{name}_out"], name=f"id_{name}") for name in types]
+    model = make_model(
+        nodes,
+        [helper.make_tensor_value_info(n, t, [4, 50]) for n, t in types.items()],
+        [helper.make_tensor_value_info(f"{n}_out", t, [4, 50]) for n, t in types.items()],
+    )
+    inputs = random_inputs(model, seed=3)
+    assert list(inputs) == list(types)
+    expected = {"f": np.float32, "h": np.float16, "d": np.float64, "b": np.bool_, "i": np.int32, "u": np.uint8}
+    for name, dtype in expected.items():
+        assert inputs[name].dtype == dtype and inputs[name].shape == (4, 50)
+    for name in "fhd":
+        assert inputs[name].min() >= -1 and inputs[name].max() < 1 and inputs[name].std() > 0.3
+    assert inputs["b"].any() and not inputs["b"].all()
+    assert inputs["i"].min() >= 0 and inputs["i"].max() < 10
+    assert inputs["u"].max() > 10
+    run(model, inputs)
+
+
+def test_random_inputs_are_reproducible_and_seeded() -> None:
+    model = two_input_model()
+    a, b, c = random_inputs(model, seed=1), random_inputs(model, seed=1), random_inputs(model, seed=2)
+    np.testing.assert_array_equal(a["x"], b["x"])
+    assert not np.array_equal(a["x"], c["x"])
+    assert not np.array_equal(a["x"], a["y"])  # each input draws from its own stream
+
+
+def test_dynamic_dims_batch_defaults_to_one_and_shapes_override() -> None:
+    model = two_input_model()
+    assert random_inputs(model)["x"].shape == (1, 3)
+    given = random_inputs(model, shapes={"x": (5, 3)})
+    assert given["x"].shape == (5, 3)
+    assert given["y"].shape == (5, 3)  # 'batch' bound by x's given shape
+
+
+def test_undeterminable_dim_asks_for_shape() -> None:
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"], name="r")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq"])],
+    )
+    with pytest.raises(InputError, match="dynamic dimension 1 \\(seq\\)") as info:
+        random_inputs(model)
+    assert "--shape x:?x?" in (info.value.hint or "")
+    assert random_inputs(model, shapes=parse_shapes(["x:2x7"]))["x"].shape == (2, 7)
+
+
+def test_given_shape_must_fit_static_dims_and_name_an_input() -> None:
+    model = single_input_model()
+    with pytest.raises(InputError, match="axis 1"):
+        random_inputs(model, shapes={"x": (2, 4)})
+    with pytest.raises(InputError, match="not a model input") as info:
+        random_inputs(model, shapes={"xx": (2, 3)})
+    assert "'x'" in (info.value.hint or "")
+
+
+def test_index_inputs_stay_in_range_and_ort_runs() -> None:
+    model = gather_model()
+    assert index_bounds(model) == {"ids": 50, "pos": 7, "sel": 5, "hot": 6}
+    inputs = random_inputs(model, shapes={"ids": (2, 16)}, seed=0)
+    assert inputs["ids"].dtype == np.int64 and inputs["ids"].shape == (2, 16)
+    assert inputs["ids"].min() >= 0 and inputs["ids"].max() < 50 and inputs["ids"].max() > 10
+    assert inputs["pos"].dtype == np.int32 and inputs["pos"].max() < 7
+    assert inputs["sel"].max() < 5 and inputs["hot"].max() < 6
+    for seed in range(5):
+        outputs = run(model, random_inputs(model, seed=seed))
+        assert outputs["emb"].shape == (1, 16, 8)
+
+
+# --- validation ----------------------------------------------------------------------------------------
+
+
+def test_validate_returns_model_order() -> None:
+    model = two_input_model()
+    y, x = np.zeros((1, 3), np.float32), np.ones((1, 3), np.float32)
+    assert list(validate_inputs(model, {"y": y, "x": x})) == ["x", "y"]
+
+
+def test_validate_missing_input() -> None:
+    with pytest.raises(InputError, match="missing input 'y'"):
+        validate_inputs(two_input_model(), {"x": np.zeros((1, 3), np.float32)})
+
+
+def test_validate_unknown_input_suggests_close_name() -> None:
+    arrays = {"x": np.zeros((1, 3), np.float32), "yy": np.zeros((1, 3), np.float32)}
+    with pytest.raises(InputError, match="'yy' is not an input") as info:
+        validate_inputs(two_input_model(), arrays)
+    assert "did you mean 'y'" in (info.value.hint or "")
+
+
+def test_validate_dtype_is_exact_and_suggests_the_fix() -> None:
+    with pytest.raises(InputError, match=r"dtype float64.*expects float32") as info:
+        validate_inputs(single_input_model(), {"x": np.zeros((2, 3))})
+    assert info.value.hint == "convert it: array.astype(np.float32)"
+
+
+def test_validate_rank_and_static_dims() -> None:
+    model = single_input_model()
+    with pytest.raises(InputError, match="rank 1"):
+        validate_inputs(model, {"x": np.zeros(6, np.float32)})
+    with pytest.raises(InputError, match="size 4 on axis 0"):
+        validate_inputs(model, {"x": np.zeros((4, 3), np.float32)})
+    assert validate_inputs(two_input_model(), {"x": np.zeros((7, 3), np.float32), "y": np.zeros((7, 3), np.float32)})
+
+
+# --- file formats --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def pair() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {"x": rng.standard_normal((2, 3)).astype(np.float32), "y": rng.standard_normal((2, 3)).astype(np.float32)}
+
+
+def _assert_same(loaded: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:
+    assert list(loaded) == list(expected)
+    for name, value in expected.items():
+        assert loaded[name].dtype == value.dtype
+        np.testing.assert_array_equal(loaded[name], value)
+
+
+def test_npz_roundtrip_with_save_inputs(tmp_path: Path, pair: dict) -> None:
+    path = save_inputs(tmp_path / "inputs.npz", {"y": pair["y"], "x": pair["x"]})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["inputs.npz"]
+    _assert_same(load_inputs(path, two_input_model()), pair)
+    with np.load(path) as archive:  # readable by plain numpy
+        np.testing.assert_array_equal(archive["x"], pair["x"])
+
+
+def test_save_inputs_accepts_any_name(tmp_path: Path) -> None:
+    arrays: dict[str, np.ndarray] = {
+        "file": np.arange(3),
+        "input:0/with/slash": np.ones(2, np.float16),
+        "allow_pickle": np.zeros(1),
+    }
+    path = save_inputs(tmp_path / "odd.npz", arrays)
+    with np.load(path) as archive:
+        assert set(archive.files) == set(arrays)
+        np.testing.assert_array_equal(archive["input:0/with/slash"], arrays["input:0/with/slash"])
+
+
+def test_positional_npz(tmp_path: Path, pair: dict) -> None:
+    np.savez(tmp_path / "pos.npz", pair["x"], pair["y"])
+    _assert_same(load_inputs(tmp_path / "pos.npz", two_input_model()), pair)
+
+
+def test_npy_single_input(tmp_path: Path) -> None:
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.save(tmp_path / "x.npy", x)
+    _assert_same(load_inputs(tmp_path / "x.npy", single_input_model()), {"x": x})
+
+
+def test_npy_needs_a_single_input_model(tmp_path: Path, pair: dict) -> None:
+    np.save(tmp_path / "x.npy", pair["x"])
+    with pytest.raises(InputError, match="2 inputs: x, y") as info:
+        load_inputs(tmp_path / "x.npy", two_input_model())
+    assert "np.savez" in (info.value.hint or "")
+
+
+def test_pb_single_file(tmp_path: Path) -> None:
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (tmp_path / "x.pb").write_bytes(onnx.numpy_helper.from_array(x, "whatever").SerializeToString())
+    _assert_same(load_inputs(tmp_path / "x.pb", single_input_model()), {"x": x})
+
+
+def test_pb_folder_by_name_and_position(tmp_path: Path, pair: dict) -> None:
+    folder = tmp_path / "test_data_set_0"
+    folder.mkdir()
+    (folder / "input_0.pb").write_bytes(onnx.numpy_helper.from_array(pair["x"], "").SerializeToString())
+    (folder / "input_1.pb").write_bytes(onnx.numpy_helper.from_array(pair["y"], "y").SerializeToString())
+    (folder / "output_0.pb").write_bytes(b"ignored")
+    _assert_same(load_inputs(folder, two_input_model()), pair)
+
+
+def test_pb_folder_without_inputs(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"input_0\.pb"):
+        load_inputs(tmp_path, single_input_model())
+
+
+def _polygraphy_encode(array: np.ndarray) -> dict:
+    """Polygraphy's numpy encoding (polygraphy/json/serde.py): base64 of an .npy file plus a type marker."""
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return {"array": base64.b64encode(buffer.getvalue()).decode(), "polygraphy_class": "ndarray"}
+
+
+def test_polygraphy_json(tmp_path: Path, pair: dict) -> None:
+    feeds = [{name: _polygraphy_encode(value) for name, value in pair.items()}, {}]
+    (tmp_path / "inputs.json").write_text(json.dumps(feeds))
+    _assert_same(load_inputs(tmp_path / "inputs.json", two_input_model()), pair)
+
+
+def test_json_written_by_polygraphy_itself(tmp_path: Path, pair: dict) -> None:
+    serde = pytest.importorskip("polygraphy.json")
+    serde.save_json([pair], str(tmp_path / "inputs.json"))
+    _assert_same(load_inputs(tmp_path / "inputs.json", two_input_model()), pair)
+
+
+def test_plain_json_lists_take_the_input_dtype(tmp_path: Path) -> None:
+    (tmp_path / "inputs.json").write_text(json.dumps({"x": [[1, 2, 3], [4, 5, 6]]}))
+    loaded = load_inputs(tmp_path / "inputs.json", single_input_model())
+    assert loaded["x"].dtype == np.float32
+    np.testing.assert_array_equal(loaded["x"], np.arange(1, 7).reshape(2, 3))
+
+
+@pytest.mark.parametrize(("content", "match"), [("not json", "not valid JSON"), ("[1, 2]", "list of feed dicts")])
+def test_bad_json(tmp_path: Path, content: str, match: str) -> None:
+    (tmp_path / "inputs.json").write_text(content)
+    with pytest.raises(InputError, match=match):
+        load_inputs(tmp_path / "inputs.json", single_input_model())
+
+
+def test_missing_and_unsupported_files(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="not found"):
+        load_inputs(tmp_path / "nope.npz", single_input_model())
+    (tmp_path / "inputs.csv").write_text("1,2,3")
+    with pytest.raises(InputError, match="unsupported") as info:
+        load_inputs(tmp_path / "inputs.csv", single_input_model())
+    assert ".npz" in (info.value.hint or "")
+
+
+def test_corrupt_npz(tmp_path: Path) -> None:
+    (tmp_path / "inputs.npz").write_bytes(b"garbage")
+    with pytest.raises(InputError, match="cannot read inputs"):
+        load_inputs(tmp_path / "inputs.npz", single_input_model())
+
+
+def test_loaded_inputs_are_validated(tmp_path: Path) -> None:
+    np.savez(tmp_path / "wrong.npz", x=np.zeros((2, 3), np.float64))
+    with pytest.raises(InputError, match="dtype float64"):
+        load_inputs(tmp_path / "wrong.npz", single_input_model())
