@@ -1,0 +1,428 @@
+"""Paddle Inference runtime: runs the *original* Paddle model (not the ONNX conversion).
+
+Runs inside a worker process; imports only the standard library, numpy and graphbisect's stdlib-only
+modules at module level, and Paddle lazily in :meth:`PaddleInference.load`.
+
+**Which passes ran, and which fired.** Paddle does not return its optimization log through the API, it
+prints it while :func:`paddle.inference.create_predictor` runs. On Paddle 3.3.1 (PIR programs, ``.json``)
+every pass prints ``--- Running PIR pass [name]`` to fd 2 and, when its patterns matched, glog prints
+``--- detected [N] subgraphs!`` (or ``[N, M]``: N matched of M) right after it. Legacy programs
+(``.pdmodel``) print ``--- Running IR pass [name]`` and ``---  detected N subgraphs`` / ``--- fused N ...``.
+The worker sends fd 2 to a log file the runtime cannot see, so :meth:`~PaddleInference.load` points fd 2
+at a temporary file around ``create_predictor`` (``os.dup2``), parses it, and writes it back to the real
+fd 2 so nothing is lost from the worker's log.
+
+**Pass names.** Some oneDNN passes print a different name than the one they are registered under, and
+``Config.delete_pass`` only knows the registered one: on Paddle 3.3.1 ``conv_activation_mkldnn_fuse_pass``
+and ``conv_concat_activation_mkldnn_fuse_pass`` are logged, but only
+``conv_activation_onednn_fuse_pass`` / ``conv_concat_activation_onednn_fuse_pass`` delete them (verified
+by deleting every logged pass of a conv/bn/linear model one at a time; every other logged name deletes
+its pass). Reported names are therefore normalized (``mkldnn`` → ``onednn``) to what ``delete_pass=``
+accepts, and ``delete_pass=`` values are normalized the same way.
+
+**Output names.** Paddle cannot expose intermediate tensors, so only the model's own outputs come back,
+named as paddle2onnx names them in the converted ONNX model, so an oracle run on that ONNX model lines
+up output by output. For PIR programs Paddle's output names *are* those names (``fetch_name_0``, ...).
+For legacy programs Paddle reports the fetched variables (``linear_0.tmp_1``) while paddle2onnx
+(which translates the program to PIR first) names outputs ``fetch_name_<i>`` in fetch order: the runtime
+renames by position and reports the mapping as ``info()["output_names"]`` (ONNX name → Paddle name).
+Both spellings are accepted in ``outputs``.
+
+Example (inside a worker; the host normally does this through ``BackendProcess``):
+    >>> rt = PaddleInference({"delete_pass": "conv2d_bias_bn_onednn_fuse_pass"}, "/tmp/w")  # doctest: +SKIP
+    >>> rt.load("models/det/inference", None)  # doctest: +SKIP
+    >>> rt.info()["fired_passes"]  # doctest: +SKIP
+    ['conv2d_bias_fuse_pass', 'conv_activation_onednn_fuse_pass', ...]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
+
+__all__ = ["PaddleInference", "PassLog", "normalize_pass_name", "onnx_output_names", "parse_pass_log"]
+
+logger = logging.getLogger(__name__)
+
+_OPTIONS = ("device", "opt_level", "ir_optim", "delete_pass", "threads", "mkldnn")
+_MODEL_SUFFIXES = (".json", ".pdmodel")
+_PARAMS_SUFFIX = ".pdiparams"
+
+_RUNNING = re.compile(r"--- Running (PIR|IR) pass \[([^\]]+)\]")
+_DETECTED = re.compile(r"---\s+detected \[?\s*(\d+)")
+_FUSED = re.compile(r"---\s+fused (\d+)")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def normalize_pass_name(name: str) -> str:
+    """The name ``Config.delete_pass`` accepts for a pass as Paddle logs it.
+
+    Example:
+        >>> normalize_pass_name("conv_activation_mkldnn_fuse_pass")
+        'conv_activation_onednn_fuse_pass'
+        >>> normalize_pass_name("conv2d_bias_fuse_pass")
+        'conv2d_bias_fuse_pass'
+    """
+    return name.strip().replace("mkldnn", "onednn")
+
+
+@dataclass
+class PassLog:
+    """What Paddle's optimizer printed: passes in the order they ran, and how often each matched."""
+
+    passes_run: list[str] = field(default_factory=list)  # unique, in first-run order, normalized names
+    matches: dict[str, int] = field(default_factory=dict)  # normalized name -> total matched subgraphs
+    ir: str | None = None  # "pir" or "legacy" (from the log lines), None when nothing was logged
+    saw_match_lines: bool = False  # False: glog INFO was suppressed, firing is unknown
+
+    @property
+    def fired_passes(self) -> list[str]:
+        """Passes that matched at least once, in run order."""
+        return [name for name in self.passes_run if self.matches.get(name, 0) > 0]
+
+
+def parse_pass_log(text: str) -> PassLog:
+    """Parse the optimizer log Paddle printed during ``create_predictor``.
+
+    A ``detected``/``fused`` line belongs to the last ``Running ... pass`` line before it.
+
+    Example:
+        >>> log = parse_pass_log(
+        ...     "--- Running PIR pass [conv2d_bias_fuse_pass]\\n"
+        ...     "I1121 print_statistics.cc:50] --- detected [1] subgraphs!\\n"
+        ...     "--- Running PIR pass [conv_activation_mkldnn_fuse_pass]\\n"
+        ...     "--- Running PIR pass [matmul_scale_fuse_pass]\\n"
+        ... )
+        >>> log.passes_run
+        ['conv2d_bias_fuse_pass', 'conv_activation_onednn_fuse_pass', 'matmul_scale_fuse_pass']
+        >>> log.fired_passes
+        ['conv2d_bias_fuse_pass']
+    """
+    log = PassLog()
+    current: str | None = None
+    detected = fused = 0  # of the current pass occurrence
+
+    def close() -> None:
+        # Legacy passes may print both "detected 1 subgraphs" and "fused 1 ...": that is one match.
+        if current is not None:
+            log.matches[current] += detected or fused
+
+    for line in text.splitlines():
+        running = _RUNNING.search(line)
+        if running:
+            close()
+            log.ir = "pir" if running.group(1) == "PIR" else "legacy"
+            current = normalize_pass_name(running.group(2))
+            detected = fused = 0
+            if current not in log.matches:
+                log.passes_run.append(current)
+                log.matches[current] = 0
+            continue
+        if match := _DETECTED.search(line):
+            log.saw_match_lines = True
+            detected += int(match.group(1))
+        elif match := _FUSED.search(line):
+            log.saw_match_lines = True
+            fused = max(fused, int(match.group(1)))
+    close()
+    return log
+
+
+@contextlib.contextmanager
+def _capture_fd2(workdir: Path) -> Iterator[list[str]]:
+    """Send fd 2 to a temporary file for the duration; yield a list that receives the captured text.
+
+    The text is written back to the real fd 2 afterwards, so the worker's log still holds it.
+    """
+    sink: list[str] = []
+    sys.stderr.flush()
+    with tempfile.TemporaryFile(dir=workdir if workdir.is_dir() else None) as tmp:
+        saved = os.dup(2)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield sink
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            data = tmp.read()
+            view = memoryview(data)
+            with contextlib.suppress(OSError):
+                while view:
+                    view = view[os.write(2, view) :]
+            sink.append(data.decode("utf-8", errors="replace"))
+
+
+def _resolve_model(model: str) -> tuple[Path, Path]:
+    """(program file, params file) of a Paddle model given as folder, prefix or file.
+
+    Mirrors :func:`graphbisect.model.paddle.resolve_paddle_model`, which this module must not import: it
+    runs in workers whose interpreter may lack onnx, which ``graphbisect.model`` needs.
+    """
+    path = Path(model).expanduser()
+    candidates: list[Path]
+    if path.is_dir():
+        rank = {"inference": 0, "model": 1}
+        stems = sorted(
+            {p.stem for p in path.iterdir() if p.suffix in _MODEL_SUFFIXES}, key=lambda s: (rank.get(s, 2), s)
+        )
+        candidates = [path / f"{s}{suffix}" for s in stems for suffix in _MODEL_SUFFIXES]
+    elif path.suffix in _MODEL_SUFFIXES:
+        candidates = [path]
+    else:
+        prefix = path.with_suffix("") if path.suffix == _PARAMS_SUFFIX else path
+        candidates = [Path(f"{prefix}{suffix}") for suffix in _MODEL_SUFFIXES]
+    for candidate in candidates:
+        params = candidate.with_suffix(_PARAMS_SUFFIX)
+        if candidate.is_file() and params.is_file():
+            return candidate, params
+    raise ModelError(
+        f"no Paddle inference model at {model}: expected <name>.json or <name>.pdmodel with <name>.pdiparams",
+        hint="the paddle backend runs the original Paddle model: pass its folder or path prefix "
+        "(dir/inference), not the converted .onnx file",
+    )
+
+
+def _flag(options: Mapping[str, str], key: str) -> bool | None:
+    value = options.get(key)
+    if value is None:
+        return None
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise SpecError(f"paddle option {key}={value!r} is not a boolean", hint=f"write {key}=1 or {key}=0")
+
+
+def _int(options: Mapping[str, str], key: str, low: int, high: int | None = None) -> int | None:
+    value = options.get(key)
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError as exc:
+        raise SpecError(f"paddle option {key}={value!r} is not an integer") from exc
+    if number < low or (high is not None and number > high):
+        bound = f"{low}..{high}" if high is not None else f">= {low}"
+        raise SpecError(f"paddle option {key}={number} is out of range", hint=f"use a value in {bound}")
+    return number
+
+
+def onnx_output_names(model_file: Path, paddle_names: Sequence[str]) -> list[str]:
+    """The names paddle2onnx gives the outputs of ``model_file``, in Paddle's output order.
+
+    PIR programs keep their fetch names; legacy programs are translated to PIR by paddle2onnx, whose
+    re-saved program names fetches ``fetch_name_<i>`` (verified with paddle2onnx 2.1 on Paddle 3.3.1).
+
+    Example:
+        >>> onnx_output_names(Path("m/inference.pdmodel"), ["linear_0.tmp_1", "mean_0.tmp_0"])
+        ['fetch_name_0', 'fetch_name_1']
+        >>> onnx_output_names(Path("m/inference.json"), ["fetch_name_0"])
+        ['fetch_name_0']
+    """
+    if model_file.suffix == ".pdmodel":
+        return [f"fetch_name_{i}" for i in range(len(paddle_names))]
+    return list(paddle_names)
+
+
+def _select_outputs(
+    model_file: Path, onnx_names: Sequence[str], paddle_names: Sequence[str], outputs: Sequence[str] | None
+) -> dict[str, str]:
+    """Returned name -> Paddle output name for the requested ``outputs`` (None = all, under ONNX names).
+
+    Either spelling of an output is accepted; anything else is an intermediate Paddle cannot expose.
+    """
+    if outputs is None:
+        return dict(zip(onnx_names, paddle_names, strict=True))
+    by_name = {**dict(zip(onnx_names, paddle_names, strict=True)), **{p: p for p in paddle_names}}
+    missing = [name for name in outputs if name not in by_name]
+    if missing:
+        raise ModelError(
+            f"Paddle Inference cannot expose intermediate tensors: {', '.join(missing[:5])}"
+            f"{' ...' if len(missing) > 5 else ''} {'is' if len(missing) == 1 else 'are'} not "
+            f"output(s) of {model_file.name} (outputs: {', '.join(onnx_names)})",
+            hint="the paddle backend lacks the 'intermediates' capability: compare model outputs only, "
+            "or compare intermediates on an ONNX backend (onnxruntime, openvino) of the converted model",
+        )
+    return {name: by_name[name] for name in outputs}
+
+
+class PaddleInference:
+    """Paddle Inference predictor on the original Paddle model (see the module docstring).
+
+    Options (all strings, from the backend spec): ``device`` (``cpu`` default, ``gpu`` or ``gpu:N``),
+    ``opt_level`` (0-3, ``Config.set_optimization_level``; 0 leaves only bookkeeping passes, 2 is
+    Paddle's default), ``ir_optim`` (0: ``switch_ir_optim(False)``, which does *not* stop PIR passes),
+    ``delete_pass`` (``;``-separated), ``threads`` (CPU math library threads), ``mkldnn`` (1/0: enable or
+    disable oneDNN; absent: Paddle's default, which on x86 CPU builds of Paddle 3.3.1 is *enabled*).
+    """
+
+    def __init__(self, options: Mapping[str, str], workdir: str) -> None:
+        unknown = sorted(set(options) - set(_OPTIONS))
+        if unknown:
+            raise SpecError(
+                f"paddle backend has no option(s) {', '.join(unknown)}", hint=f"valid: {', '.join(_OPTIONS)}"
+            )
+        self._options = dict(options)
+        self._workdir = Path(workdir)
+        device = self._options.get("device", "cpu").strip().lower()
+        kind, _, index = device.partition(":")
+        if kind not in ("cpu", "gpu") or (index and not index.isdigit()) or (kind == "cpu" and index):
+            raise SpecError(f"paddle option device={device!r} is not cpu, gpu or gpu:N", hint="e.g. device=gpu:0")
+        self._device = kind
+        self._device_id = int(index or 0)
+        self._opt_level = _int(self._options, "opt_level", 0, 3)
+        self._ir_optim = _flag(self._options, "ir_optim")
+        self._mkldnn = _flag(self._options, "mkldnn")
+        self._threads = _int(self._options, "threads", 1)
+        raw_deleted = [p for p in self._options.get("delete_pass", "").split(";") if p.strip()]
+        self._deleted = list(dict.fromkeys(normalize_pass_name(p) for p in raw_deleted))
+        self._predictor: Any = None
+        self._input_names: list[str] = []
+        self._outputs: dict[str, str] = {}  # returned name -> Paddle output name
+        self._info: dict[str, Any] = {}
+
+    def validate(self) -> None:
+        """Check option values against the installed Paddle (called by the host before the first run).
+
+        ``delete_pass`` names cannot be checked: Paddle does not expose its PIR pass registry and silently
+        ignores unknown names; ``info()["passes_run"]`` shows what really ran.
+        """
+        import paddle
+        from paddle import inference as paddle_infer
+
+        if self._device == "gpu" and not paddle.is_compiled_with_cuda():
+            raise BackendUnavailableError(
+                f"paddle device=gpu asked, but this Paddle ({paddle.__version__}) is a CPU build",
+                hint="install paddlepaddle-gpu in the backend's interpreter (python=...), or use device=cpu",
+            )
+        if self._opt_level is not None and not hasattr(paddle_infer.Config, "set_optimization_level"):
+            raise SpecError(
+                f"paddle option opt_level: this Paddle ({paddle.__version__}) has no Config.set_optimization_level",
+                hint="use Paddle >= 3.0, or drop opt_level (ir_optim=0 and delete_pass= still work)",
+            )
+
+    def load(self, model: str, outputs: Sequence[str] | None) -> None:
+        """Create the predictor for the Paddle model at ``model`` (folder, prefix or program file).
+
+        ``outputs`` may name model outputs only (ONNX or Paddle spelling); Paddle cannot expose
+        intermediate tensors, so any other name fails here.
+        """
+        model_file, params_file = _resolve_model(model)
+        glog_level = os.environ.get("GLOG_minloglevel", "0")  # noqa: SIM112 (glog's own spelling)
+        if "paddle" not in sys.modules and glog_level not in ("", "0"):
+            # The "detected [N] subgraphs" lines are glog INFO: without them fired passes are unknown.
+            logger.info("setting GLOG_minloglevel=0 so Paddle reports which passes fired")
+            os.environ["GLOG_minloglevel"] = "0"  # noqa: SIM112
+        import paddle
+        from paddle import inference as paddle_infer
+
+        config = self._config(paddle, paddle_infer.Config(str(model_file), str(params_file)))
+        with _capture_fd2(self._workdir) as captured:
+            predictor = paddle_infer.create_predictor(config)
+        pass_log = parse_pass_log(captured[0] if captured else "")
+
+        paddle_outputs = list(predictor.get_output_names())
+        onnx_names = onnx_output_names(model_file, paddle_outputs)
+        selected = _select_outputs(model_file, onnx_names, paddle_outputs, outputs)
+
+        deleted_but_ran = [name for name in self._deleted if name in pass_log.matches]
+        if deleted_but_ran:
+            logger.warning("Paddle ran passes that delete_pass named: %s", ", ".join(deleted_but_ran))
+        if pass_log.passes_run and not pass_log.saw_match_lines:
+            logger.warning("Paddle printed no 'detected [N] subgraphs' lines (glog INFO off?): fired passes unknown")
+
+        self._predictor = predictor
+        self._input_names = list(predictor.get_input_names())
+        self._outputs = selected
+        self._info = {
+            "paddle_version": paddle.__version__,
+            "model_file": str(model_file),
+            "ir": "pir" if model_file.suffix == ".json" else "legacy",
+            "device": self._device if self._device == "cpu" else f"gpu:{self._device_id}",
+            "mkldnn": bool(config.mkldnn_enabled()),
+            "ir_optim": bool(config.ir_optim()),
+            "opt_level": self._opt_level,
+            "deleted_passes": list(self._deleted),
+            "deleted_but_ran": deleted_but_ran,
+            "passes_run": pass_log.passes_run,
+            "fired_passes": pass_log.fired_passes,
+            "pass_matches": {k: v for k, v in pass_log.matches.items() if v},
+            "fired_passes_known": pass_log.saw_match_lines or not pass_log.passes_run,
+            "input_names": self._input_names,
+            "output_names": dict(zip(onnx_names, paddle_outputs, strict=True)),
+        }
+
+    def _config(self, paddle: Any, config: Any) -> Any:
+        """Apply the spec's options to a fresh ``paddle.inference.Config``."""
+        if self._device == "gpu":
+            if not paddle.is_compiled_with_cuda():
+                raise BackendUnavailableError(
+                    f"paddle device=gpu asked, but this Paddle ({paddle.__version__}) is a CPU build",
+                    hint="install paddlepaddle-gpu in the backend's interpreter (python=...), or use device=cpu",
+                )
+            config.enable_use_gpu(256, self._device_id)
+        else:
+            config.disable_gpu()
+        if self._opt_level is not None:
+            if not hasattr(config, "set_optimization_level"):
+                raise SpecError(
+                    f"paddle option opt_level: this Paddle ({paddle.__version__}) has no Config.set_optimization_level",
+                    hint="use Paddle >= 3.0, or drop opt_level (ir_optim=0 and delete_pass= still work)",
+                )
+            config.set_optimization_level(self._opt_level)
+        if self._ir_optim is not None:
+            config.switch_ir_optim(self._ir_optim)
+        if self._mkldnn is True:
+            config.enable_mkldnn()
+        elif self._mkldnn is False:
+            config.disable_mkldnn()
+        if self._threads is not None:
+            config.set_cpu_math_library_num_threads(self._threads)
+        for name in self._deleted:
+            config.delete_pass(name)
+        return config
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        """Feed ``inputs`` (by input name), run the predictor, and return the selected outputs."""
+        if self._predictor is None:
+            raise BackendError("PaddleInference.run called before load", hint="call load(model, outputs) first")
+        missing = [name for name in self._input_names if name not in inputs]
+        extra = [name for name in inputs if name not in self._input_names]
+        if missing or extra:
+            raise InputError(
+                f"Paddle model inputs are {', '.join(self._input_names)}; "
+                + (f"missing: {', '.join(missing)}" if missing else "")
+                + ("; " if missing and extra else "")
+                + (f"unknown: {', '.join(extra)}" if extra else ""),
+                hint="feed exactly the model's inputs (the converted ONNX model has the same input names)",
+            )
+        for name in self._input_names:
+            array = np.ascontiguousarray(inputs[name])
+            handle = self._predictor.get_input_handle(name)
+            handle.reshape(list(array.shape))
+            handle.copy_from_cpu(array)
+        self._predictor.run()
+        return {
+            name: np.asarray(self._predictor.get_output_handle(paddle_name).copy_to_cpu())
+            for name, paddle_name in self._outputs.items()
+        }
+
+    def info(self) -> dict[str, Any]:
+        """Facts about the last load: versions, effective config, passes run/fired, output name mapping."""
+        return dict(self._info)

@@ -1,0 +1,172 @@
+"""The openvino runtime, in-process against ONNX Runtime on small hand-built ONNX models.
+
+Real OpenVINO (CPU plugin). Pins: f32 is the default precision even where the CPU would pick bf16;
+intermediates come back by ONNX tensor name, both from a probe model (graph outputs added with
+onnx.helper, as the host does) and from names the runtime adds itself; values match ORT.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ov = pytest.importorskip("openvino")
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from onnx import ModelProto, TensorProto, helper, numpy_helper  # noqa: E402
+
+from graphbisect.backends.openvino import OpenVino  # noqa: E402
+from graphbisect.errors import InputError, ModelError, SpecError  # noqa: E402
+
+pytestmark = pytest.mark.openvino
+
+INTERMEDIATES = ["conv_out", "bias_out", "relu_out", "pooled"]
+
+
+def _model() -> ModelProto:
+    """x[N,3,8,8] → Conv → Add(bias) → Relu → GlobalAveragePool → Flatten → MatMul → Add → y[N,5]."""
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((6, 3, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal((1, 6, 1, 1)).astype(np.float32), "b"),
+        numpy_helper.from_array(rng.standard_normal((6, 5)).astype(np.float32), "fc_w"),
+        numpy_helper.from_array(rng.standard_normal((5,)).astype(np.float32), "fc_b"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["conv_out"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["conv_out", "b"], ["bias_out"], name="bias"),
+        helper.make_node("Relu", ["bias_out"], ["relu_out"], name="relu"),
+        helper.make_node("GlobalAveragePool", ["relu_out"], ["pooled"], name="pool"),
+        helper.make_node("Flatten", ["pooled"], ["flat"], name="flatten"),
+        helper.make_node("MatMul", ["flat", "fc_w"], ["mm"], name="fc"),
+        helper.make_node("Add", ["mm", "fc_b"], ["y"], name="fc_bias"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "small",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("ov")
+    model = _model()
+    plain = folder / "model.onnx"
+    onnx.save(model, str(plain))
+    probe = ModelProto()
+    probe.CopyFrom(model)
+    probe.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in INTERMEDIATES)
+    probe_path = folder / "probe.onnx"
+    onnx.save(probe, str(probe_path))
+    return {"plain": plain, "probe": probe_path, "workdir": folder}
+
+
+@pytest.fixture(scope="module")
+def feed() -> dict[str, np.ndarray]:
+    return {"x": np.random.default_rng(1).standard_normal((2, 3, 8, 8)).astype(np.float32)}
+
+
+@pytest.fixture(scope="module")
+def oracle(paths: dict[str, Path], feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """ORT on the probe model (no graph optimizations): every tensor of interest, by name."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(paths["probe"]), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, feed), strict=True))
+
+
+def _assert_close(got: dict[str, np.ndarray], want: dict[str, np.ndarray], names: list[str]) -> None:
+    assert sorted(got) == sorted(names)
+    for name in names:
+        assert got[name].shape == want[name].shape, name
+        np.testing.assert_allclose(got[name], want[name], atol=1e-5, rtol=1e-5, err_msg=name)
+
+
+def test_model_outputs_match_ort_in_f32_by_default(
+    paths: dict[str, Path], feed: dict[str, np.ndarray], oracle: dict[str, np.ndarray]
+) -> None:
+    runtime = OpenVino({}, str(paths["workdir"]))
+    runtime.load(str(paths["plain"]), None)
+    _assert_close(dict(runtime.run(feed)), oracle, ["y"])
+    info = runtime.info()
+    assert info["precision"] == "f32"
+    assert info["inference_precision"] == "f32"
+    assert info["outputs"] == {"y": ["y"]}
+
+
+def test_probe_model_outputs_by_onnx_name(
+    paths: dict[str, Path], feed: dict[str, np.ndarray], oracle: dict[str, np.ndarray]
+) -> None:
+    runtime = OpenVino({}, str(paths["workdir"]))
+    runtime.load(str(paths["probe"]), ["y", *INTERMEDIATES])
+    _assert_close(dict(runtime.run(feed)), oracle, ["y", *INTERMEDIATES])
+    # Without a selection, a probe model's own outputs come back under their ONNX names.
+    runtime.load(str(paths["probe"]), None)
+    assert sorted(runtime.run(feed)) == sorted(["y", *INTERMEDIATES])
+
+
+def test_runtime_adds_intermediates_itself(
+    paths: dict[str, Path], feed: dict[str, np.ndarray], oracle: dict[str, np.ndarray]
+) -> None:
+    runtime = OpenVino({"threads": "1"}, str(paths["workdir"]))
+    runtime.load(str(paths["plain"]), ["conv_out", "relu_out"])  # not graph outputs of model.onnx
+    _assert_close(dict(runtime.run(feed)), oracle, ["conv_out", "relu_out"])
+
+
+def test_unknown_tensor_fails_at_load(paths: dict[str, Path]) -> None:
+    runtime = OpenVino({}, str(paths["workdir"]))
+    with pytest.raises(ModelError, match="no tensor named no_such_tensor"):
+        runtime.load(str(paths["plain"]), ["y", "no_such_tensor"])
+
+
+def test_exec_graph_report(paths: dict[str, Path]) -> None:
+    runtime = OpenVino({"report_exec": "1"}, str(paths["workdir"]))
+    runtime.load(str(paths["plain"]), None)
+    nodes = runtime.info()["exec_graph"]
+    assert nodes and {"name", "layer_type", "primitive_type", "runtime_precision", "original_layers"} <= set(nodes[0])
+    convs = [n for n in nodes if n["layer_type"] == "Convolution"]
+    assert convs and "conv" in convs[0]["original_layers"]
+    assert all(n["runtime_precision"] != "bf16" for n in nodes), "f32 by default"
+
+
+def test_bf16_differs_where_the_cpu_has_it(
+    paths: dict[str, Path], feed: dict[str, np.ndarray], oracle: dict[str, np.ndarray]
+) -> None:
+    if "BF16" not in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+        pytest.skip("this CPU has no bf16")
+    runtime = OpenVino({"precision": "bf16"}, str(paths["workdir"]))
+    runtime.load(str(paths["plain"]), None)
+    got = runtime.run(feed)["y"]
+    assert runtime.info()["inference_precision"] == "bf16"
+    assert np.abs(got - oracle["y"]).max() > 1e-4, "bf16 is visibly less exact than the f32 default"
+
+
+def test_inputs_are_checked(paths: dict[str, Path], feed: dict[str, np.ndarray]) -> None:
+    runtime = OpenVino({}, str(paths["workdir"]))
+    runtime.load(str(paths["plain"]), None)
+    with pytest.raises(InputError, match="missing: x"):
+        runtime.run({})
+    with pytest.raises(InputError, match="unknown: z"):
+        runtime.run({**feed, "z": feed["x"]})
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [({"precision": "int4"}, "precision"), ({"threads": "many"}, "integer"), ({"colour": "1"}, "no option")],
+)
+def test_bad_options(options: dict[str, str], match: str) -> None:
+    with pytest.raises(SpecError, match=match):
+        OpenVino(options, "/tmp")

@@ -1,0 +1,103 @@
+"""Small Paddle inference models for tests, exported with random weights (no downloads).
+
+Paddle is imported inside the functions: test modules that import these helpers skip cleanly
+(``pytest.importorskip("paddle")``) where Paddle is not installed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["CONV_NET_INPUT", "export_conv_net", "export_mobilenet_v2", "ort_run"]
+
+#: Input name and shape of :func:`export_conv_net` models (batch is dynamic in the exported program).
+CONV_NET_INPUT = ("x", (2, 3, 16, 16))
+
+
+def _conv_net(seed: int) -> Any:
+    import paddle
+
+    class ConvNet(paddle.nn.Layer):
+        """conv+bias → batch norm → relu → conv+bias → relu → mean → linear; outputs (logits, features).
+
+        On a CPU build of Paddle 3.3.1 with oneDNN this fires conv2d_bias_bn_onednn_fuse_pass,
+        conv2d_bias_fuse_pass and conv_activation_mkldnn_fuse_pass (logged name) among others.
+        """
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = paddle.nn.Conv2D(3, 8, 3, padding=1)
+            self.bn = paddle.nn.BatchNorm2D(8)
+            self.conv2 = paddle.nn.Conv2D(8, 8, 3, padding=1)
+            self.fc = paddle.nn.Linear(8, 4)
+
+        def forward(self, x: Any) -> tuple[Any, Any]:
+            y = paddle.nn.functional.relu(self.bn(self.conv(x)))
+            y = paddle.nn.functional.relu(self.conv2(y))
+            features = y.mean(axis=[2, 3])
+            return self.fc(features), features
+
+    paddle.seed(seed)
+    net = ConvNet()
+    # Non-trivial batch-norm statistics, so a wrong BN fusion would show in the outputs.
+    net.bn._mean.set_value(paddle.rand([8]) - 0.5)
+    net.bn._variance.set_value(paddle.rand([8]) + 0.5)
+    net.eval()
+    return net
+
+
+def export_conv_net(directory: Path, *, legacy: bool = False, seed: int = 0) -> Path:
+    """Export the conv/bn/linear test net to ``directory/inference.{json|pdmodel,pdiparams}``; return the prefix.
+
+    ``legacy=True`` writes a legacy ``.pdmodel`` program (old IR) instead of a PIR ``.json``.
+    """
+    import paddle
+
+    net = _conv_net(seed)
+    prefix = Path(directory) / "inference"
+    spec = [paddle.static.InputSpec([None, 3, 16, 16], "float32", CONV_NET_INPUT[0])]
+    if legacy:
+        with paddle.pir_utils.DygraphOldIrGuard():
+            paddle.jit.save(net, str(prefix), input_spec=spec)
+    else:
+        paddle.jit.save(net, str(prefix), input_spec=spec)
+    return prefix
+
+
+def export_mobilenet_v2(directory: Path, *, size: int = 64, seed: int = 0) -> Path:
+    """Export ``paddle.vision.models.mobilenet_v2`` (random weights, scale 0.5, 10 classes); return the prefix."""
+    import paddle
+    from paddle.vision.models import mobilenet_v2
+
+    paddle.seed(seed)
+    net = mobilenet_v2(pretrained=False, scale=0.5, num_classes=10)
+    # Random init with default BN statistics (mean 0, var 1) shrinks activations to ~1e-6 by the classifier,
+    # and random statistics make the net chaotic (float rounding differences grow to O(1)). Calibrate
+    # instead: one train-mode pass with momentum 0 sets every BN's statistics to the batch's own.
+    for layer in net.sublayers():
+        if isinstance(layer, paddle.nn.BatchNorm2D):
+            layer._momentum = 0.0
+    net.train()
+    calibration = np.random.default_rng(seed).standard_normal((8, 3, size, size)).astype("float32")
+    with paddle.no_grad():
+        net(paddle.to_tensor(calibration))
+    net.eval()
+    prefix = Path(directory) / "inference"
+    spec = [paddle.static.InputSpec([None, 3, size, size], "float32", "x")]
+    paddle.jit.save(net, str(prefix), input_spec=spec)
+    return prefix
+
+
+def ort_run(onnx_path: Path | str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run an ONNX model on ONNX Runtime (CPU, no graph optimizations) and return outputs by name."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, inputs), strict=True))
