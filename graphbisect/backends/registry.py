@@ -15,9 +15,22 @@ from dataclasses import dataclass, field
 from graphbisect.backends.base import BackendSpec, Capability
 from graphbisect.errors import BackendUnavailableError, SpecError
 
-__all__ = ["BACKENDS", "HOST_OPTIONS", "Availability", "BackendInfo", "get", "resolve"]
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_ORACLE",
+    "DEFAULT_TARGET",
+    "HOST_OPTIONS",
+    "Availability",
+    "BackendInfo",
+    "get",
+    "resolve",
+]
 
 C = Capability
+
+#: Used when the user names no backend: ONNX Runtime with every optimization, against no optimization.
+DEFAULT_TARGET = "onnxruntime:opt_level=all"
+DEFAULT_ORACLE = "onnxruntime:opt_level=disable"
 
 #: Options every backend accepts; the host consumes them, the runtime never sees them.
 HOST_OPTIONS: Mapping[str, str] = {
@@ -66,7 +79,7 @@ class BackendInfo:
 
     def load_runtime_class(self) -> type:
         module_name, _, class_name = self.runtime.partition(":")
-        return getattr(importlib.import_module(module_name), class_name)  # type: ignore[no-any-return]
+        return getattr(importlib.import_module(module_name), class_name)
 
 
 BACKENDS: tuple[BackendInfo, ...] = (
@@ -84,9 +97,11 @@ BACKENDS: tuple[BackendInfo, ...] = (
             "opt_level": "graph optimization level: disable|basic|extended|layout|all (default all)",
             "disabled": "optimizers to disable, ';'-separated; names are validated (ORT ignores unknown ones)",
             "threads": "intra-op thread count (default: ORT's choice)",
-            "config": "session config entries, ';'-separated key=value pairs joined by '~' "
-            "(e.g. config=session.disable_prepacking~1)",
+            "config": "session config entries, ';'-separated key=value pairs "
+            "(e.g. config=session.disable_prepacking=1;session.intra_op.allow_spinning=0)",
             "save_optimized": "1 to save the optimized model and report its path in the run info",
+            "report_passes": "1 to report the transformers and rewrite rules that modified the graph "
+            "(run info fired_passes; slower: verbose logging and a few extra sessions)",
         },
     ),
     BackendInfo(
@@ -109,13 +124,15 @@ BACKENDS: tuple[BackendInfo, ...] = (
         extra="paddle",
         capabilities=frozenset({C.PASSES, C.FOREIGN_PYTHON}),
         options={
-            "device": "cpu or gpu (default cpu)",
-            "opt_level": "Paddle's optimization level 0-3 (set_optimization_level); "
-            "switch_ir_optim(False) alone does not stop PIR fusion passes",
-            "ir_optim": "0 to call switch_ir_optim(False) (default 1)",
-            "delete_pass": "passes to delete, ';'-separated (config.delete_pass)",
-            "threads": "CPU math library threads",
-            "mkldnn": "1 to enable oneDNN (default 0, Paddle's own default on plain CPU)",
+            "device": "cpu (default), gpu or gpu:N",
+            "opt_level": "Paddle's optimization level 0-3 (Config.set_optimization_level; 2 is Paddle's default, "
+            "0 keeps only bookkeeping passes); switch_ir_optim(False) alone does not stop PIR fusion passes",
+            "ir_optim": "0 to call switch_ir_optim(False) (default: Paddle's, on)",
+            "delete_pass": "passes to delete, ';'-separated (Config.delete_pass), as reported in fired_passes; "
+            "logged *_mkldnn_* names are translated to the *_onednn_* names Paddle registers",
+            "threads": "CPU math library threads (set_cpu_math_library_num_threads)",
+            "mkldnn": "1 to enable oneDNN, 0 to disable it (default: Paddle's own, enabled on x86 CPU builds "
+            "of Paddle 3.x; the run info reports the effective value)",
         },
     ),
     BackendInfo(
@@ -130,7 +147,9 @@ BACKENDS: tuple[BackendInfo, ...] = (
         options={
             "device": "OpenVINO device name (default CPU)",
             "precision": "inference precision hint: f32|f16|bf16 (default f32, so comparisons are exact)",
-            "threads": "inference threads",
+            "threads": "inference threads (INFERENCE_NUM_THREADS)",
+            "report_exec": "1 to report the compiled execution graph (kernel, runtime precision, fused nodes) "
+            "in the run info",
         },
     ),
     BackendInfo(
@@ -147,8 +166,13 @@ BACKENDS: tuple[BackendInfo, ...] = (
         options={
             "fp16": "1 to allow FP16 kernels",
             "bf16": "1 to allow BF16 kernels",
+            "tf32": "0 to forbid TF32 for FP32 math (TensorRT allows it by default on Ampere and newer)",
             "opt_level": "builder optimization level 0-5",
             "workspace": "workspace size in MiB",
+            "shapes": "input shapes for inputs with dynamic dims, e.g. shapes=x:1x3x224x224;mask:1x128 "
+            "(default: the first run's shapes; the engine is then built at that run)",
+            "device": "GPU index (default 0)",
+            "report_layers": "1 to report the engine's layers (fused nodes, tactics, precisions) in the run info",
         },
     ),
     BackendInfo(

@@ -41,11 +41,14 @@ class FailureKind(str, enum.Enum):
 
 _STRUCTURAL = {MismatchKind.SHAPE, MismatchKind.DTYPE, MismatchKind.MISSING}
 
+# The stable part of a crash message. The generated repro.py carries a copy (a test keeps them equal).
 _NORMALIZERS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"0x[0-9a-fA-F]+"), "0x?"),  # addresses
     (re.compile(r"(?:[A-Za-z]:)?(?:[\w.\-]*/)+([\w.\-]+)"), r"\1"),  # paths → basename
     (re.compile(r"\b\d{5,}\b"), "N"),  # long numbers: pids, sizes, timestamps
     (re.compile(r"tmp[\w\-]{6,}"), "tmp?"),  # temporary names
+    (re.compile(r"(\.(?:cc|cpp|cxx|cu|c|hpp|h|py)):\d+"), r"\1"),  # source line numbers move between builds
+    (re.compile(r"[\w.\-]+\.onnx\b"), "model.onnx"),  # candidate-3f2a.onnx while reducing, model.onnx in a bundle
     (re.compile(r"\s+"), " "),
 )
 
@@ -55,13 +58,16 @@ def normalize_message(message: str | None) -> str:
 
     Example:
         >>> normalize_message("/src/ort/relu_clip_fusion.cc:83 Unexpected data type for Clip 'min' input of 11\\nx")
-        "relu_clip_fusion.cc:83 Unexpected data type for Clip 'min' input of 11"
+        "relu_clip_fusion.cc Unexpected data type for Clip 'min' input of 11"
+        >>> normalize_message("Load model from /tmp/w/candidate-3f2a.onnx failed")
+        'Load model from model.onnx failed'
+
     """
     lines = [line for line in (message or "").strip().splitlines() if line.strip()]
     text = lines[0] if lines else ""
     for pattern, replacement in _NORMALIZERS:
         text = pattern.sub(replacement, text)
-    return text.strip()[:300]
+    return text.strip()
 
 
 @dataclass(frozen=True)
@@ -103,11 +109,14 @@ class Signature:
                    int(band) if isinstance(band, (int, float)) else None)
 
 
-def signature_of(run: RunResult, comparison: Comparison | None, *, fail_regex: re.Pattern[str] | None = None) -> Signature:
+def signature_of(
+    run: RunResult, comparison: Comparison | None, *, fail_regex: re.Pattern[str] | None = None
+) -> Signature:
     """The signature of one target run, given its comparison with the oracle (None when it crashed)."""
     if fail_regex is not None:
         text = "\n".join(filter(None, (run.message, run.log, run.error_type)))
-        return Signature(FailureKind.REGEX, fail_regex.pattern) if fail_regex.search(text) else Signature(FailureKind.NONE)
+        matched = fail_regex.search(text) is not None
+        return Signature(FailureKind.REGEX, fail_regex.pattern) if matched else Signature(FailureKind.NONE)
     if run.status is RunStatus.TIMEOUT:
         return Signature(FailureKind.TIMEOUT)
     if run.status is RunStatus.CRASH:

@@ -1,0 +1,395 @@
+"""The bug-report bundle: one folder (and optionally a ``.zip``) that a runtime engineer can act on alone.
+
+Layout::
+
+    model.onnx              the reduced failing model, weights inline
+    inputs.npz              a value for every graph input (original inputs and cut tensors from the oracle)
+    oracle_outputs.npz      the expected outputs
+    target_outputs.npz      what the target produced (empty when it crashed)
+    repro.py                standalone reproduction: numpy + the target's library (see :mod:`.repro`)
+    repro_config.json       the data repro.py reads (names and options are data, never code)
+    report.md, report.json  the same facts for people and for programs (see :mod:`.report`)
+    environment.json        Python, OS, CPU, GPU, library versions (see :mod:`.environment`)
+    *.svg                   charts referenced from report.md
+
+**Atomic.** The bundle is built in a hidden temporary sibling folder and renamed into place, so a reader
+(or a crash half-way) never sees a half-written bundle. A previous bundle at the destination is replaced;
+an empty folder is used; any other existing folder is refused, because replacing it would delete the
+user's files.
+
+Example:
+    >>> path = write_bundle(content, Path("graphbisect-out/bundle"), zip=True)   # doctest: +SKIP
+    >>> loaded = load_bundle(path)                                                 # doctest: +SKIP
+    >>> loaded.signature.kind                                                      # doctest: +SKIP
+    <FailureKind.MISMATCH: 'mismatch'>
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import uuid
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from graphbisect.artifacts.charts import size_journey_svg
+from graphbisect.artifacts.environment import collect_environment
+from graphbisect.artifacts.report import jsonable, render_markdown, report_data
+from graphbisect.artifacts.repro import render_repro, repro_config
+from graphbisect.backends import BackendSpec
+from graphbisect.backends.worker import load_npz, save_npz
+from graphbisect.compare import Comparison, Tolerance, compare_outputs
+from graphbisect.errors import GraphBisectError, ModelError
+from graphbisect.oracle.signature import Signature
+
+__all__ = ["BUNDLE_FORMAT", "BundleContent", "BundleError", "LoadedBundle", "is_bundle", "load_bundle", "write_bundle"]
+
+logger = logging.getLogger(__name__)
+
+BUNDLE_FORMAT = "graphbisect-bundle"
+BUNDLE_VERSION = 1
+#: The files every bundle has (charts come on top).
+BUNDLE_FILES = ("model.onnx", "inputs.npz", "oracle_outputs.npz", "target_outputs.npz", "repro.py",
+                "repro_config.json", "report.md", "report.json", "environment.json")
+
+
+class BundleError(GraphBisectError):
+    """A bundle cannot be written where asked, or a folder/zip is not a readable bundle."""
+
+
+@dataclass(frozen=True)
+class BundleContent:
+    """Everything a bundle holds, built by the reduce workflow (see the module docstring for the files).
+
+    ``report`` holds JSON-able facts of the run: ``original_model`` (path, fingerprint, nodes),
+    ``final_nodes``, ``kept_nodes``, ``invocations`` (per backend), ``seconds``, ``journey``
+    (``[[invocations, size], ...]``), ``one_minimal``, ``stop_reason``, ``strategies``, ``versions``...;
+    unknown keys are kept in report.json. ``charts`` maps chart names to SVG text.
+    """
+
+    model: onnx.ModelProto
+    inputs: Mapping[str, np.ndarray]
+    oracle_outputs: Mapping[str, np.ndarray]
+    target_outputs: Mapping[str, np.ndarray]
+    oracle: BackendSpec
+    target: BackendSpec
+    tolerance: Tolerance
+    signature: Signature
+    target_message: str | None
+    report: Mapping[str, Any]
+    charts: Mapping[str, str] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------------------------- write
+def write_bundle(content: BundleContent, out_dir: Path, *, zip: bool = False) -> Path:
+    """Write the bundle folder ``out_dir`` atomically (and ``<out_dir>.zip`` beside it with ``zip``).
+
+    Returns ``out_dir``. Raises :class:`BundleError` when ``out_dir`` is a non-empty folder that is not a
+    bundle (or a file), :class:`~graphbisect.errors.SpecError` for a target no standalone repro can run
+    (Paddle), and :class:`~graphbisect.errors.ModelError` for a model whose weights are not inline.
+    """
+    out_dir = Path(out_dir).absolute()
+    _check_destination(out_dir)
+    _check_model(content.model)
+    script = render_repro(content)  # before any file is written: a Paddle target fails here
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        _fill(staging, content, script)
+        _install(staging, out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if zip:
+        _write_zip(out_dir)
+    logger.info("wrote bundle %s%s", out_dir, " (+ .zip)" if zip else "")
+    return out_dir
+
+
+def is_bundle(path: Path) -> bool:
+    """Whether ``path`` is a folder holding a graphbisect bundle (its report.json says so)."""
+    try:
+        data = json.loads((Path(path) / "report.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("format") == BUNDLE_FORMAT
+
+
+def _check_destination(out_dir: Path) -> None:
+    if not out_dir.exists() and not out_dir.is_symlink():
+        return
+    if not out_dir.is_dir() or out_dir.is_symlink():
+        raise BundleError(f"cannot write a bundle to {out_dir}: it exists and is not a folder",
+                          hint="choose another output path, or remove that file")
+    if any(out_dir.iterdir()) and not _replaceable(out_dir):
+        raise BundleError(
+            f"cannot write a bundle to {out_dir}: the folder exists, is not empty and is not a graphbisect bundle",
+            hint="choose a new or empty folder (a previous bundle there would be replaced; other files never are)",
+        )
+
+
+def _replaceable(folder: Path) -> bool:
+    """A previous bundle, or the lone report.json that ``reduce`` writes when the model did not fail."""
+    if is_bundle(folder):
+        return True
+    if [p.name for p in folder.iterdir()] != ["report.json"]:
+        return False
+    try:
+        data = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and (data.get("format") == "graphbisect-report" or data.get("failed") is False)
+
+
+def _check_model(model: onnx.ModelProto) -> None:
+    external = [init.name for init in model.graph.initializer
+                if init.data_location == onnx.TensorProto.EXTERNAL]
+    if external:
+        raise ModelError(
+            f"the bundle model has external-data initializers ({', '.join(map(repr, external[:3]))}...)",
+            hint="inline the weights before writing a bundle (onnx.load_external_data_for_model, or "
+            "materialize the final candidate without the shared weights file)",
+        )
+
+
+def _fill(folder: Path, content: BundleContent, script: str) -> None:
+    """Write every file of the bundle into ``folder`` (the staging folder)."""
+    model_bytes = content.model.SerializeToString()
+    (folder / "model.onnx").write_bytes(model_bytes)
+    save_npz(folder / "inputs.npz", content.inputs)
+    save_npz(folder / "oracle_outputs.npz", content.oracle_outputs)
+    save_npz(folder / "target_outputs.npz", content.target_outputs)
+    (folder / "repro.py").write_text(script, encoding="utf-8")
+    _write_json(folder / "repro_config.json", repro_config(content))
+    environment = collect_environment([content.oracle, content.target])
+    _write_json(folder / "environment.json", environment)
+    charts = _write_charts(folder, content)
+    comparison = _comparison(content)
+    (folder / "report.md").write_text(
+        render_markdown(content, comparison=comparison, environment=environment, charts=charts), encoding="utf-8")
+    files = _file_list(folder)
+    data = report_data(content, files=files, comparison=comparison, environment=environment,
+                       model_fingerprint=hashlib.sha256(model_bytes).hexdigest(), charts=list(charts.values()))
+    _write_json(folder / "report.json", data)
+    _share(folder)
+
+
+def _share(folder: Path) -> None:
+    """Make the bundle readable by others (mkdtemp/mkstemp made the folder and the .npz files private)."""
+    folder.chmod(0o755)
+    for path in folder.iterdir():
+        path.chmod(0o755 if path.name == "repro.py" else 0o644)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(jsonable(data), indent=1, ensure_ascii=True, allow_nan=False) + "\n", encoding="utf-8")
+
+
+def _comparison(content: BundleContent) -> Comparison | None:
+    if not content.target_outputs:
+        return None
+    return compare_outputs(content.oracle_outputs, content.target_outputs, content.tolerance)
+
+
+def _write_charts(folder: Path, content: BundleContent) -> dict[str, str]:
+    """Save the charts as SVG files; returns chart name → file name (a journey chart is drawn if none given)."""
+    charts = dict(content.charts)
+    journey = content.report.get("journey")
+    if "journey" not in charts and isinstance(journey, (list, tuple)) and journey:
+        charts["journey"] = size_journey_svg([(int(x), int(y)) for x, y in journey])
+    files: dict[str, str] = {}
+    for name, svg in charts.items():
+        stem = re.sub(r"[^\w.\-]+", "_", name).strip("._") or "chart"
+        file_name = f"{stem}.svg"
+        while file_name in files.values() or file_name in BUNDLE_FILES:
+            file_name = f"{stem}_{len(files)}.svg"
+        (folder / file_name).write_text(svg, encoding="utf-8")
+        files[name] = file_name
+    return files
+
+
+def _file_list(folder: Path) -> list[dict[str, Any]]:
+    """Name, size and sha256 of every file written so far (report.json lists all but itself)."""
+    entries = []
+    for path in sorted(folder.iterdir()):
+        if path.is_file():
+            entries.append({"name": path.name, "bytes": path.stat().st_size,
+                            "sha256": hashlib.sha256(path.read_bytes()).hexdigest()})
+    entries.append({"name": "report.json"})
+    return entries
+
+
+def _install(staging: Path, out_dir: Path) -> None:
+    """Rename the finished staging folder to ``out_dir``, replacing a previous bundle or an empty folder."""
+    if not out_dir.exists():
+        os.rename(staging, out_dir)
+        return
+    old = out_dir.with_name(f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}")
+    os.rename(out_dir, old)
+    try:
+        os.rename(staging, out_dir)
+    except BaseException:
+        os.rename(old, out_dir)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_zip(out_dir: Path) -> Path:
+    """``<out_dir>.zip`` beside the folder, written atomically; members are ``<name>/<file>``."""
+    target = out_dir.with_name(out_dir.name + ".zip")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=out_dir.parent)
+    try:
+        with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as zf:
+            for path in sorted(out_dir.rglob("*")):
+                if path.is_file():
+                    zf.write(path, f"{out_dir.name}/{path.relative_to(out_dir).as_posix()}")
+        Path(tmp).chmod(0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+# ------------------------------------------------------------------------------------------------ load
+@dataclass
+class LoadedBundle:
+    """A bundle read back from a folder or a ``.zip`` (extracted to a temporary folder until :meth:`close`)."""
+
+    path: Path  # the bundle folder (inside the extraction folder for a zip)
+    source: Path  # what was given: the folder or the zip
+    report: dict[str, Any]
+    oracle: BackendSpec
+    target: BackendSpec
+    tolerance: Tolerance
+    signature: Signature
+    target_message: str | None
+    inputs: dict[str, np.ndarray]
+    oracle_outputs: dict[str, np.ndarray]
+    target_outputs: dict[str, np.ndarray]
+    environment: dict[str, Any]
+    _cleanup: Any = field(default=None, repr=False)
+
+    @property
+    def model_path(self) -> Path:
+        return self.path / "model.onnx"
+
+    @property
+    def inputs_path(self) -> Path:
+        return self.path / "inputs.npz"
+
+    def close(self) -> None:
+        """Remove the extraction folder of a zipped bundle (nothing for a folder)."""
+        if self._cleanup is not None:
+            self._cleanup()
+
+    def __enter__(self) -> LoadedBundle:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def load_bundle(path: Path) -> LoadedBundle:
+    """Read a bundle folder, a bundle ``.zip``, or ``DIR`` when only ``DIR.zip`` exists.
+
+    Raises :class:`BundleError` when ``path`` is not a readable graphbisect bundle.
+    """
+    source = Path(path)
+    zipped = source.with_name(source.name + ".zip")
+    if source.is_dir():
+        return _read(source, source, None)
+    if source.is_file() and zipfile.is_zipfile(source):
+        return _load_zip(source)
+    if not source.exists() and zipped.is_file():
+        return _load_zip(zipped)
+    raise BundleError(f"{source} is not a bundle folder or zip",
+                      hint="pass the folder (or .zip) that `graphbisect reduce` wrote")
+
+
+def _load_zip(archive: Path) -> LoadedBundle:
+    extract = tempfile.TemporaryDirectory(prefix="graphbisect-bundle-")  # removed at close() or collection
+    try:
+        root = _extract(archive, Path(extract.name))
+        loaded = _read(root, archive, extract.cleanup)
+    except BaseException:
+        extract.cleanup()
+        raise
+    return loaded
+
+
+def _extract(archive: Path, dest: Path) -> Path:
+    """Extract ``archive`` safely (no absolute paths, no ``..``) and return the folder with report.json."""
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            for member in zf.infolist():
+                parts = Path(member.filename).parts
+                if member.filename.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
+                    raise BundleError(f"{archive}: unsafe member path {member.filename!r}",
+                                      hint="this zip was not written by graphbisect")
+                zf.extract(member, dest)
+    except zipfile.BadZipFile as exc:
+        raise BundleError(f"{archive} is not a readable zip file: {exc}") from exc
+    candidates = [p.parent for p in (*dest.glob("report.json"), *dest.glob("*/report.json"))]
+    if not candidates:
+        raise BundleError(f"{archive} holds no report.json", hint="pass a zip written by `graphbisect reduce --zip`")
+    return candidates[0]
+
+
+def _read(folder: Path, source: Path, cleanup: Any) -> LoadedBundle:
+    if not is_bundle(folder):
+        raise BundleError(f"{source} is not a graphbisect bundle (no report.json of format {BUNDLE_FORMAT!r})",
+                          hint="pass the folder (or .zip) that `graphbisect reduce` wrote")
+    report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+    missing = [name for name in ("model.onnx", "inputs.npz", "oracle_outputs.npz") if not (folder / name).is_file()]
+    if missing:
+        raise BundleError(f"bundle {source} lacks {', '.join(missing)}", hint="the bundle is incomplete: re-create it")
+    try:
+        return LoadedBundle(
+            path=folder, source=source, report=report,
+            oracle=BackendSpec.parse(report["oracle"]), target=BackendSpec.parse(report["target"]),
+            tolerance=_tolerance(report.get("tolerance") or {}),
+            signature=Signature.from_json(report["signature"]),
+            target_message=report.get("target_message"),
+            inputs=load_npz(folder / "inputs.npz"),
+            oracle_outputs=load_npz(folder / "oracle_outputs.npz"),
+            target_outputs=_optional_npz(folder / "target_outputs.npz"),
+            environment=_optional_json(folder / "environment.json"),
+            _cleanup=cleanup,
+        )
+    except (KeyError, TypeError, ValueError, OSError) as exc:
+        raise BundleError(f"bundle {source} is damaged: {type(exc).__name__}: {exc}",
+                          hint="re-create it with `graphbisect reduce`") from exc
+
+
+def _tolerance(data: Mapping[str, Any]) -> Tolerance:
+    default = Tolerance()
+    per_output = {str(k): (float(v[0]), float(v[1])) for k, v in (data.get("per_output") or {}).items()}
+    min_cosine = data.get("min_cosine")
+    return Tolerance(atol=float(data.get("atol", default.atol)), rtol=float(data.get("rtol", default.rtol)),
+                     min_cosine=float(min_cosine) if min_cosine is not None else None, per_output=per_output,
+                     check_dtype=bool(data.get("check_dtype", True)))
+
+
+def _optional_npz(path: Path) -> dict[str, np.ndarray]:
+    return load_npz(path) if path.is_file() else {}
+
+
+def _optional_json(path: Path) -> dict[str, Any]:
+    with contextlib.suppress(OSError, ValueError):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict):
+            return data
+    return {}

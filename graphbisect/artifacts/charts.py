@@ -1,0 +1,102 @@
+"""Charts as standalone SVG text, so reports need no plotting library and open in any browser."""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["ErrorPoint", "error_chart_svg", "size_journey_svg"]
+
+
+@dataclass(frozen=True)
+class ErrorPoint:
+    """One tensor on the per-node error chart: x = its topological position, y = its score."""
+
+    index: int
+    label: str
+    score: float  # in tolerances; > 1 fails
+    highlight: str | None = None  # "first" for the first divergence, "root" for a top root cause
+
+
+_W, _H, _PAD_L, _PAD_R, _PAD_T, _PAD_B = 960, 320, 64, 16, 24, 48
+
+
+def _log_score(score: float, top: float) -> float:
+    if math.isnan(score):
+        return top
+    return min(max(math.log10(max(score, 1e-6)), -6.0), top)
+
+
+def error_chart_svg(points: Sequence[ErrorPoint], title: str = "error per node (in tolerances)") -> str:
+    """A per-node error chart: log10(score) against topological position, with the tolerance line at 1.
+
+    Example:
+        >>> svg = error_chart_svg([ErrorPoint(0, "relu", 0.1), ErrorPoint(1, "div", 40.0, "first")])
+        >>> svg.startswith("<svg") and "div" in svg
+        True
+    """
+    finite = [p.score for p in points if math.isfinite(p.score)]
+    top = max(1.0, math.ceil(math.log10(max([*finite, 10.0]))))
+    bottom = -6.0
+    count = max(len(points), 1)
+    plot_w, plot_h = _W - _PAD_L - _PAD_R, _H - _PAD_T - _PAD_B
+
+    def x_of(i: int) -> float:
+        return _PAD_L + (i + 0.5) * plot_w / count
+
+    def y_of(value: float) -> float:
+        return _PAD_T + (top - value) / (top - bottom) * plot_h
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" '
+             'font-family="sans-serif" font-size="11">',
+             f'<text x="{_PAD_L}" y="14" font-size="13">{html.escape(title)}</text>']
+    for exp in range(int(bottom), int(top) + 1, 2 if top - bottom > 8 else 1):
+        y = y_of(exp)
+        parts.append(f'<line x1="{_PAD_L}" x2="{_W - _PAD_R}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>')
+        parts.append(f'<text x="{_PAD_L - 6}" y="{y + 4:.1f}" text-anchor="end">1e{exp}</text>')
+    y1 = y_of(0.0)
+    parts.append(f'<line x1="{_PAD_L}" x2="{_W - _PAD_R}" y1="{y1:.1f}" y2="{y1:.1f}" stroke="#c00" '
+                 'stroke-dasharray="4 3"/><text x="' f'{_W - _PAD_R}" y="{y1 - 4:.1f}" text-anchor="end" '
+                 'fill="#c00">tolerance</text>')
+    bar_w = max(plot_w / count - 1, 1)
+    for p in points:
+        value = _log_score(p.score, top)
+        y = y_of(value)
+        color = {"first": "#d62728", "root": "#ff7f0e"}.get(p.highlight or "", "#1f77b4" if p.score <= 1 else "#9467bd")
+        parts.append(f'<rect x="{x_of(p.index) - bar_w / 2:.1f}" y="{y:.1f}" width="{bar_w:.1f}" '
+                     f'height="{max(y_of(bottom) - y, 0.5):.1f}" fill="{color}">'
+                     f'<title>{html.escape(p.label)}: {p.score:.3g}</title></rect>')
+        if p.highlight:
+            parts.append(f'<text x="{x_of(p.index):.1f}" y="{max(y - 4, _PAD_T + 10):.1f}" text-anchor="middle" '
+                         f'fill="{color}">{html.escape(p.label[:28])}</text>')
+    parts.append(f'<text x="{_PAD_L + plot_w / 2:.1f}" y="{_H - 12}" text-anchor="middle">'
+                 'tensors in topological order</text></svg>')
+    return "\n".join(parts)
+
+
+def size_journey_svg(journey: Sequence[tuple[int, int]], title: str = "best size per backend invocation") -> str:
+    """A step chart of the best candidate's size (nodes) against backend invocations spent."""
+    if not journey:
+        journey = [(0, 0)]
+    max_x = max(*(x for x, _ in journey), 1)
+    max_y = max(*(y for _, y in journey), 1)
+    plot_w, plot_h = _W - _PAD_L - _PAD_R, _H - _PAD_T - _PAD_B
+
+    def pt(x: int, y: int) -> str:
+        return f"{_PAD_L + x / max_x * plot_w:.1f},{_PAD_T + (1 - y / max_y) * plot_h:.1f}"
+
+    steps: list[str] = []
+    for (x, y), (nx, _) in zip(journey, [*journey[1:], (max_x, journey[-1][1])]):
+        steps += [pt(x, y), pt(nx, y)]
+    return "\n".join([
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" '
+        'font-family="sans-serif" font-size="11">',
+        f'<text x="{_PAD_L}" y="14" font-size="13">{html.escape(title)}</text>',
+        f'<polyline points="{" ".join(steps)}" fill="none" stroke="#1f77b4" stroke-width="2"/>',
+        f'<text x="{_PAD_L - 6}" y="{_PAD_T + 4}" text-anchor="end">{max_y}</text>',
+        f'<text x="{_PAD_L - 6}" y="{_PAD_T + plot_h}" text-anchor="end">0</text>',
+        f'<text x="{_W - _PAD_R}" y="{_H - 28}" text-anchor="end">{max_x} invocations</text>',
+        "</svg>",
+    ])

@@ -1,0 +1,126 @@
+"""Writers for `graphbisect compare` results: JSON, CSV and an HTML page with the per-node error chart."""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from graphbisect.artifacts.charts import ErrorPoint, error_chart_svg
+from graphbisect.artifacts.files import atomic_write_text
+
+if TYPE_CHECKING:
+    from graphbisect.workflows.compare import CompareResult
+
+__all__ = ["CSV_COLUMNS", "write_csv", "write_html", "write_json"]
+
+CSV_COLUMNS = ("index", "op_type", "node", "tensor", "kind", "oracle_shape", "target_shape", "mismatches", "numel",
+               "max_abs", "max_rel", "cosine", "snr_db", "score", "input_score", "amplification",
+               "oracle_range", "target_range")
+
+
+def write_json(result: CompareResult, path: Path) -> None:
+    atomic_write_text(path, json.dumps(result.to_json(), indent=2, allow_nan=False) + "\n")
+
+
+def write_csv(result: CompareResult, path: Path) -> None:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+    writer.writeheader()
+    for row in result.to_json()["layers"]:  # type: ignore[union-attr]
+        writer.writerow({k: _cell(v) for k, v in row.items()})  # type: ignore[union-attr]
+    atomic_write_text(path, buf.getvalue())
+
+
+def _cell(value: object) -> object:
+    if isinstance(value, list):
+        return "x".join(str(v) for v in value)
+    return value
+
+
+def chart_points(result: CompareResult) -> list[ErrorPoint]:
+    layers = result.layerwise
+    if layers is None:
+        return []
+    roots = {rc.tensor for rc in layers.root_causes[:3]}
+    first = layers.first_divergence.tensor if layers.first_divergence else None
+    return [
+        ErrorPoint(i, f"{row.node} ({row.op_type})", row.stats.score,
+                   "first" if row.tensor == first else "root" if row.tensor in roots else None)
+        for i, row in enumerate(r for r in layers.rows if r.compared)
+    ]
+
+
+def write_html(result: CompareResult, path: Path) -> None:
+    data = result.to_json()
+    verdict = str(data["verdict"]).upper()
+    parts = [
+        "<!doctype html><meta charset='utf-8'><title>graphbisect compare</title>",
+        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:12px}"
+        "td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}td.l,th.l{text-align:left}"
+        "tr.fail{background:#fde}tr.first{background:#fbb}.warn{background:#ffd;padding:1em;border:1px solid #cc0}"
+        "</style>",
+        f"<h1>graphbisect compare: {html.escape(verdict)}</h1>",
+        f"<p>model <code>{html.escape(str(data['model']))}</code><br>oracle <code>{html.escape(str(result.oracle))}"
+        f"</code> vs target <code>{html.escape(str(result.target))}</code>; target status: "
+        f"{html.escape(str(data['target_status']))}; invocations {html.escape(str(data['invocations']))}</p>",
+    ]
+    if result.layerwise_note:
+        parts.append(f"<p class='warn'>{html.escape(result.layerwise_note)}</p>")
+    parts.append(_outputs_table(data))
+    if result.layerwise is not None:
+        parts.append(error_chart_svg(chart_points(result)))
+        parts.append(_roots_table(data))
+        parts.append(_layers_table(data))
+    atomic_write_text(path, "\n".join(parts) + "\n")
+
+
+def _table(headers: list[str], rows: list[list[object]], classes: list[str] | None = None) -> str:
+    head = "".join(f"<th class='l'>{html.escape(h)}</th>" for h in headers)
+    body = []
+    for i, row in enumerate(rows):
+        cls = f" class='{classes[i]}'" if classes and classes[i] else ""
+        cells = "".join(f"<td class='l'>{html.escape(_fmt(v))}</td>" for v in row)
+        body.append(f"<tr{cls}>{cells}</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return "x".join(str(v) for v in value) if all(isinstance(v, int) for v in value) else \
+            " .. ".join(_fmt(v) for v in value)
+    return "" if value is None else str(value)
+
+
+def _outputs_table(data: dict[str, object]) -> str:
+    outputs: list[dict[str, object]] = data["outputs"]  # type: ignore[assignment]
+    rows = [[o["name"], o["kind"], f"{o['mismatches']}/{o['numel']}", o["max_abs"], o["max_rel"], o["cosine"]]
+            for o in outputs]
+    return "<h2>Outputs</h2>" + _table(["output", "verdict", "mismatched", "max abs", "max rel", "cosine"], rows)
+
+
+def _roots_table(data: dict[str, object]) -> str:
+    roots: list[dict[str, object]] = data["root_causes"]  # type: ignore[assignment]
+    rows = [[r["node"], r["op_type"], r["tensor"], r["score"], r["input_score"], "yes" if r["is_root"] else ""]
+            for r in roots]
+    return "<h2>Root causes</h2>" + _table(["node", "op", "tensor", "amplification", "input score", "root"], rows)
+
+
+def _layers_table(data: dict[str, object]) -> str:
+    layers: list[dict[str, object]] = data["layers"]  # type: ignore[assignment]
+    first = data["first_divergence"]
+    first_tensor = first["tensor"] if isinstance(first, dict) else None
+    rows, classes = [], []
+    for row in layers:
+        rows.append([row["index"], row["op_type"], row["node"], row["tensor"], row["oracle_shape"], row["kind"],
+                     f"{row['mismatches']}/{row['numel']}", row["max_abs"], row["max_rel"], row["cosine"],
+                     row["target_range"], row["oracle_range"]])
+        classes.append("first" if row["tensor"] == first_tensor else "" if row["passed"] else "fail")
+    headers = ["#", "op", "node", "tensor", "shape", "verdict", "mismatched", "max abs", "max rel", "cosine",
+               "target min..max", "oracle min..max"]
+    return "<h2>Layers</h2>" + _table(headers, rows, classes)

@@ -1,0 +1,173 @@
+"""What machine and library versions produced a bundle: ``environment.json``.
+
+A runtime engineer reading a bug report first asks "which version, which CPU, which GPU driver?". This
+module answers without importing any heavy library: versions come from ``importlib.metadata`` (installed
+distributions), the CPU from ``/proc/cpuinfo`` where it exists, and the GPU from ``nvidia-smi`` (with a
+timeout, because a wedged driver can make it hang).
+
+Example:
+    >>> env = collect_environment()
+    >>> {"python", "platform", "cpu", "gpus", "packages"} <= set(env)
+    True
+    >>> env["python"]["version"].count(".") >= 2
+    True
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from graphbisect._version import __version__
+
+__all__ = ["DISTRIBUTIONS", "collect_environment", "environment_summary"]
+
+logger = logging.getLogger(__name__)
+
+#: Distributions whose versions go into environment.json when installed (several names per library:
+#: GPU builds and vendor forks are published under other names).
+DISTRIBUTIONS: tuple[str, ...] = (
+    "numpy",
+    "onnx",
+    "onnxruntime",
+    "onnxruntime-gpu",
+    "onnxruntime-openvino",
+    "openvino",
+    "paddlepaddle",
+    "paddlepaddle-gpu",
+    "paddle2onnx",
+    "tensorrt",
+    "tensorrt-cu12",
+    "tensorrt-cu13",
+    "cuda-python",
+    "protobuf",
+)
+
+#: CPU feature flags that change which kernels a backend picks (and so whether a numeric bug shows).
+_CPU_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_bf16",
+              "amx_int8", "amx_tile", "asimd", "sve")
+NVIDIA_SMI_TIMEOUT = 10.0
+
+
+def collect_environment(specs: Sequence[object] = ()) -> dict[str, Any]:
+    """Python, platform, CPU, GPU and library versions of this machine, as a JSON-ready dict.
+
+    ``specs`` (backend specs, shown as strings) are recorded as well, with a note for those that ran
+    under another interpreter (``python=``): their library versions are that interpreter's, not these.
+    """
+    env: dict[str, Any] = {
+        "graphbisect": __version__,
+        "python": {
+            "version": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "executable": sys.executable,
+        },
+        "platform": {
+            "system": platform.system(),
+            "release": platform.release(),
+            "machine": platform.machine(),
+            "platform": platform.platform(),
+        },
+        "cpu": cpu_info(),
+        "gpus": gpu_info(),
+        "packages": package_versions(),
+    }
+    foreign = [str(spec) for spec in specs if "python=" in str(spec)]
+    env["backends"] = [str(spec) for spec in specs]
+    if foreign:
+        env["note"] = ("backends with python= ran under another interpreter; their library versions are in "
+                       "report.json (run info), not in packages")
+    return env
+
+
+def package_versions(names: Sequence[str] = DISTRIBUTIONS) -> dict[str, str]:
+    """Installed versions of ``names`` (absent distributions are left out)."""
+    versions: dict[str, str] = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def cpu_info() -> dict[str, Any]:
+    """Model name, logical cores and the kernel-relevant feature flags of this CPU."""
+    info: dict[str, Any] = {"model": platform.processor() or None, "logical_cores": os.cpu_count()}
+    fields = _proc_cpuinfo()
+    if fields.get("model name"):
+        info["model"] = fields["model name"]
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    if flags:
+        info["flags"] = [flag for flag in _CPU_FLAGS if flag in flags]
+    return info
+
+
+def _proc_cpuinfo(path: Path = Path("/proc/cpuinfo")) -> dict[str, str]:
+    """The first processor's ``key: value`` fields of /proc/cpuinfo (empty where there is none)."""
+    fields: dict[str, str] = {}
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return fields
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break  # the first processor is enough
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def gpu_info(timeout: float = NVIDIA_SMI_TIMEOUT) -> list[dict[str, str]]:
+    """NVIDIA GPUs as ``nvidia-smi`` lists them (name, driver, memory); empty without nvidia-smi."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    query = "name,driver_version,memory.total,compute_cap"
+    try:
+        proc = subprocess.run([smi, f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        logger.info("nvidia-smi did not answer: %s", exc)
+        return []
+    if proc.returncode != 0:
+        logger.info("nvidia-smi exited with %d: %s", proc.returncode, proc.stderr.strip()[:200])
+        return []
+    keys = query.split(",")
+    return [dict(zip(keys, (v.strip() for v in line.split(",")), strict=False))
+            for line in proc.stdout.splitlines() if line.strip()]
+
+
+def environment_summary(env: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(label, value) rows for a report: Python, OS, CPU, GPUs and library versions.
+
+    Example:
+        >>> dict(environment_summary({"python": {"version": "3.11.9"}, "packages": {"numpy": "2.1.0"}}))["numpy"]
+        '2.1.0'
+    """
+    rows: list[tuple[str, str]] = []
+    python = env.get("python") or {}
+    if python:
+        rows.append(("Python", f"{python.get('version', '?')} ({python.get('implementation', '?')})"))
+    plat = env.get("platform") or {}
+    if plat:
+        rows.append(("OS", str(plat.get("platform") or plat.get("system") or "?")))
+    cpu = env.get("cpu") or {}
+    if cpu:
+        flags = ", ".join(cpu.get("flags") or []) or "-"
+        rows.append(("CPU", f"{cpu.get('model') or '?'} ({cpu.get('logical_cores') or '?'} logical cores; {flags})"))
+    for gpu in env.get("gpus") or []:
+        rows.append(("GPU", ", ".join(f"{k} {v}" for k, v in gpu.items())))
+    rows.extend((name, str(version)) for name, version in (env.get("packages") or {}).items())
+    return rows

@@ -1,0 +1,414 @@
+"""``report.md`` and ``report.json`` of a bug-report bundle: the same facts for people and for programs.
+
+The markdown is what gets pasted into an issue tracker: a title with the failure signature, a summary table
+(original vs final size, backend invocations, time, whether the result is 1-minimal), the kept nodes, the
+failure itself (worst outputs or the crash message), how to reproduce, the backends and their versions, the
+reduction journey chart and the environment. Every name that comes from the model is escaped: a tensor
+called ``|`` or ``<script>`` renders as text, never as table structure or HTML.
+
+Example:
+    >>> data = report_data(content, files=[], comparison=None, environment={})   # doctest: +SKIP
+    >>> text = render_markdown(content, comparison=None, environment={}, charts={})  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from graphbisect._version import __version__
+from graphbisect.artifacts.environment import environment_summary
+from graphbisect.compare import Comparison, TensorStats, compare_outputs
+
+if TYPE_CHECKING:
+    from graphbisect.artifacts.bundle import BundleContent
+
+__all__ = ["headline", "jsonable", "md_cell", "md_code", "render_markdown", "report_data", "tolerance_json"]
+
+#: Arrays longer than this are summarized, not listed, when a report value holds one.
+_MAX_LISTED_ELEMENTS = 64
+
+
+# ------------------------------------------------------------------------------------------------ JSON
+def jsonable(value: Any) -> Any:
+    """``value`` as strict JSON data: numpy scalars → numbers, paths → strings, NaN/Inf → strings, ...
+
+    Example:
+        >>> jsonable({"a": np.float32(1.5), "b": (1, float("inf")), "c": Path("x/y")})
+        {'a': 1.5, 'b': [1, 'inf'], 'c': 'x/y'}
+    """
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))
+    if isinstance(value, np.generic):
+        return jsonable(value.item())
+    if isinstance(value, np.ndarray):
+        if value.size <= _MAX_LISTED_ELEMENTS:
+            return jsonable(value.tolist())
+        return f"<array {value.dtype} {list(value.shape)}>"
+    if isinstance(value, enum.Enum):
+        return jsonable(value.value)
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "to_json") and callable(value.to_json):
+        return jsonable(value.to_json())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return jsonable(dataclasses.asdict(value))
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (set, frozenset)):
+        return sorted((jsonable(v) for v in value), key=str)
+    if isinstance(value, Iterable):
+        return [jsonable(v) for v in value]
+    return str(value)
+
+
+def tolerance_json(content: BundleContent) -> dict[str, Any]:
+    tol = content.tolerance
+    return {"atol": tol.atol, "rtol": tol.rtol, "min_cosine": tol.min_cosine,
+            "per_output": {name: list(pair) for name, pair in tol.per_output.items()},
+            "check_dtype": tol.check_dtype}
+
+
+def report_data(content: BundleContent, *, files: Sequence[Mapping[str, Any]], comparison: Comparison | None,
+                environment: Mapping[str, Any], model_fingerprint: str | None = None,
+                charts: Sequence[str] = ()) -> dict[str, Any]:
+    """The facts of ``report.json``: the run's report mapping plus what the bundle itself knows."""
+    report = jsonable(content.report)
+    signature = content.signature
+    original = report.get("original_model") if isinstance(report.get("original_model"), Mapping) else {}
+    own = {
+        "format": "graphbisect-bundle",
+        "format_version": 1,
+        "graphbisect_version": __version__,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "signature": {**signature.to_json(), "description": signature.describe()},
+        "headline": headline(content),
+        "oracle": str(content.oracle),
+        "target": str(content.target),
+        "tolerance": tolerance_json(content),
+        "target_message": content.target_message,
+        "original_fingerprint": original.get("fingerprint"),
+        "model": _model_facts(content, model_fingerprint),
+        "outputs": [s.to_json() for s in comparison.outputs] if comparison is not None else [],
+        "charts": list(charts),
+        "files": [dict(f) for f in files],
+        "environment": _environment_brief(environment),
+    }
+    return {**report, **jsonable(own)}
+
+
+def _model_facts(content: BundleContent, fingerprint: str | None) -> dict[str, Any]:
+    graph = content.model.graph
+    initializers = {init.name for init in graph.initializer}
+    return {
+        "file": "model.onnx",
+        "fingerprint": fingerprint,
+        "nodes": len(graph.node),
+        "inputs": [i.name for i in graph.input if i.name not in initializers],
+        "outputs": [o.name for o in graph.output],
+        "ir_version": content.model.ir_version,
+        "opsets": {imp.domain or "ai.onnx": imp.version for imp in content.model.opset_import},
+    }
+
+
+def _environment_brief(env: Mapping[str, Any]) -> dict[str, Any]:
+    return {"python": (env.get("python") or {}).get("version"), "packages": env.get("packages") or {},
+            "gpus": env.get("gpus") or []}
+
+
+# -------------------------------------------------------------------------------------------- markdown
+def md_cell(value: object) -> str:
+    """Text safe inside a markdown table cell: no HTML, no table structure, markdown syntax neutralized.
+
+    ``<``/``>`` become entities (so a name like ``<script>`` is text); ``&`` stays readable unless it would
+    start an entity. Newlines become ``↵``.
+
+    Example:
+        >>> md_cell("a|b\\n<c>*d* & e")
+        'a&#124;b↵&lt;c&gt;\\\\*d\\\\* & e'
+    """
+    text = re.sub(r"([\\`*_\[\]#~])", r"\\\1", str(value))  # markdown syntax first: entities below use '#'
+    text = re.sub(r"&(?=#?\w+;)", "&amp;", text).replace("<", "&lt;").replace(">", "&gt;")
+    return re.sub(r"\r\n|\r|\n", "↵", text.replace("|", "&#124;"))
+
+
+def md_code(value: object, *, in_table: bool = False) -> str:
+    """An inline code span for a name or spec: shown verbatim (no HTML, no markdown), whatever it contains.
+
+    The fence is longer than any run of backticks inside; newlines become ``↵``; in a table cell ``|`` is
+    escaped (GitHub tables split cells on it even inside code spans).
+
+    Example:
+        >>> md_code("a`b"), md_code("x|y", in_table=True)
+        ('``a`b``', '`x\\\\|y`')
+    """
+    text = re.sub(r"\r\n|\r|\n", "↵", str(value))
+    if in_table:
+        text = text.replace("|", "\\|")
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _cell_code(value: object) -> str:
+    return md_code(value, in_table=True)
+
+
+def _fenced(text: str, info: str = "text") -> str:
+    longest = max((len(run) for run in re.findall(r"`{3,}", text)), default=2)
+    fence = "`" * (longest + 1)
+    return f"{fence}{info}\n{text.rstrip()}\n{fence}"
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _num(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}" if math.isfinite(value) else str(value)
+    return str(value)
+
+
+def render_markdown(content: BundleContent, *, comparison: Comparison | None, environment: Mapping[str, Any],
+                    charts: Mapping[str, str]) -> str:
+    """The text of ``report.md``; ``charts`` maps chart names to their file names in the bundle."""
+    sections = [
+        _title(content),
+        _summary(content),
+        _kept_nodes(content),
+        _failure(content, comparison),
+        _reproduce(content),
+        _backends(content),
+        _journey(content, charts),
+        _environment(environment),
+    ]
+    return "\n\n".join(s for s in sections if s) + "\n"
+
+
+def _title(content: BundleContent) -> str:
+    lines = [f"# {md_cell(content.target)}: {md_cell(headline(content))}", ""]
+    lines.append(f"The target {md_code(content.target)} disagrees with the oracle {md_code(content.oracle)} on "
+                 f"`model.onnx`, a model of {len(content.model.graph.node)} nodes reduced by graphbisect "
+                 f"{__version__}.")
+    return "\n".join(lines)
+
+
+_HEADLINE_CHARS = 110
+
+
+def headline(content: BundleContent) -> str:
+    """A short human title for the failure, e.g. ``wrong values on output "y" (2.4e+03× tolerance)``.
+
+    Crash messages are long (ONNX Runtime prefixes the C++ signature), and what matters is at their end, so
+    a long first line is shortened from the left.
+    """
+    sig = content.signature
+    kind = sig.kind.value
+    if kind in ("crash-load", "crash-run"):
+        where = "at load (session/engine creation)" if kind == "crash-load" else "at run"
+        lines = [line for line in (content.target_message or sig.detail).splitlines() if line.strip()]
+        text = lines[0].strip() if lines else sig.detail
+        if len(text) > _HEADLINE_CHARS:
+            text = "…" + text[-_HEADLINE_CHARS:].lstrip()
+        return f"crash {where}: {text}"
+    worst = _comparison_worst(content)
+    name = f" on output {worst.name!r}" if worst is not None else ""
+    if kind == "mismatch":
+        score = f" ({worst.score:.2g}× tolerance)" if worst is not None and math.isfinite(worst.score) else ""
+        return f"wrong values{name}{score}"
+    if kind == "nan":
+        return f"NaN/Inf{name} where the oracle is finite"
+    if kind == "structure":
+        return f"{sig.detail} mismatch{name}"
+    return sig.describe()
+
+
+def _comparison_worst(content: BundleContent) -> TensorStats | None:
+    if not content.target_outputs:
+        return None
+    worst = compare_outputs(content.oracle_outputs, content.target_outputs, content.tolerance).worst
+    return worst if worst is not None and not worst.passed else None
+
+
+def _summary(content: BundleContent) -> str:
+    report = content.report
+    original = report.get("original_model") if isinstance(report.get("original_model"), Mapping) else {}
+    invocations = report.get("invocations") if isinstance(report.get("invocations"), Mapping) else {}
+    rows: list[tuple[str, str]] = []
+    if original:
+        fingerprint = str(original.get("fingerprint") or "")[:16]
+        rows.append(("Original model", f"{_cell_code(original.get('path', '?'))}, {original.get('nodes', '?')} nodes"
+                     + (f", fingerprint {_cell_code(fingerprint)}" if fingerprint else "")))
+    final = report.get("final_nodes", len(content.model.graph.node))
+    rows.append(("Reduced model", f"`model.onnx`, {final} nodes"))
+    if invocations:
+        rows.append(("Backend invocations", ", ".join(f"{md_cell(k)} {md_cell(v)}" for k, v in invocations.items())))
+    if isinstance(report.get("seconds"), (int, float)):
+        rows.append(("Time", f"{report['seconds']:.1f} s"))
+    if "one_minimal" in report:
+        rows.append(("1-minimal", _minimality(report)))
+    for key, label in (("verified", "Verified on the final model"), ("flaky", "Flaky target")):
+        if isinstance(report.get(key), bool):
+            rows.append((label, "yes" if report[key] else "no"))
+    rows.append(("Failure", md_cell(content.signature.describe())))
+    text = "## Summary\n\n" + _table(["", ""], rows)
+    notes = report.get("notes")
+    if isinstance(notes, (list, tuple)) and notes:
+        text += "\n\nNotes:\n\n" + "\n".join(f"- {md_cell(note)}" for note in notes)
+    return text
+
+
+def _minimality(report: Mapping[str, Any]) -> str:
+    if report.get("one_minimal"):
+        return "yes (removing any one kept node makes the failure disappear)"
+    reason = report.get("stop_reason")
+    return "no" + (f" (stopped: {md_cell(reason)})" if reason else "")
+
+
+def _kept_nodes(content: BundleContent) -> str:
+    rows = [
+        (i, _cell_code(node.name), md_cell(node.op_type if not node.domain else f"{node.domain}::{node.op_type}"),
+         ", ".join(_cell_code(x) for x in node.input if x) or "-",
+         ", ".join(_cell_code(x) for x in node.output) or "-")
+        for i, node in enumerate(content.model.graph.node)
+    ]
+    graph = content.model.graph
+    initializers = {init.name for init in graph.initializer}
+    fed = [md_code(i.name) for i in graph.input if i.name not in initializers]
+    text = "## Kept nodes\n\n" + _table(["#", "Node", "Op type", "Inputs", "Outputs"], rows)
+    if fed:
+        text += ("\n\nGraph inputs (original inputs, and cut tensors fed with the oracle's values): "
+                 + ", ".join(fed) + ".")
+    return text
+
+
+def _failure(content: BundleContent, comparison: Comparison | None) -> str:
+    lines = ["## Failure", "", f"Signature: **{md_cell(content.signature.kind.value)}**"
+             + (f" — {md_cell(content.signature.detail)}" if content.signature.detail else "")]
+    if content.target_message:
+        lines += ["", "The target raised:", "", _fenced(content.target_message)]
+    if comparison is not None:
+        lines += ["", _outputs_table(comparison.outputs), "", _tolerance_line(content)]
+        worst = comparison.worst
+        if worst is not None and not worst.passed:
+            lines += ["", f"Worst output: {md_code(worst.name)} — {_worst_text(worst)}."]
+    return "\n".join(lines)
+
+
+def _outputs_table(outputs: Sequence[TensorStats]) -> str:
+    rows = []
+    for s in outputs:
+        target_range = f"[{_num(s.target_range[0])}, {_num(s.target_range[1])}]" if s.target_range else "-"
+        oracle_range = f"[{_num(s.oracle_range[0])}, {_num(s.oracle_range[1])}]" if s.oracle_range else "-"
+        rows.append((_cell_code(s.name), s.kind.value, f"{s.mismatches}/{s.numel}", _num(s.max_abs), _num(s.max_rel),
+                     _num(s.cosine), _num(s.score), target_range, oracle_range))
+    return _table(["Output", "Verdict", "Mismatched", "Max abs", "Max rel", "Cosine", "Score (× tol)",
+                   "Target range", "Oracle range"], rows)
+
+
+def _tolerance_line(content: BundleContent) -> str:
+    tol = content.tolerance
+    text = f"Tolerance: atol {tol.atol:g}, rtol {tol.rtol:g} (numpy.allclose per element)"
+    if tol.min_cosine is not None:
+        text += f", cosine ≥ {tol.min_cosine:g}"
+    if tol.per_output:
+        text += "; per output: " + ", ".join(f"{md_code(k)} {a:g}/{r:g}" for k, (a, r) in tol.per_output.items())
+    return text + "."
+
+
+def _worst_text(stats: TensorStats) -> str:
+    if stats.kind.value in ("shape", "dtype"):
+        what = stats.kind.value
+        return (f"{what} differs: target {getattr(stats, 'target_' + what)}, "
+                f"oracle {getattr(stats, 'oracle_' + what)}")
+    if stats.kind.value == "missing":
+        return "the target did not produce it"
+    text = f"{stats.mismatches} of {stats.numel} elements beyond tolerance, max abs error {_num(stats.max_abs)}, " \
+           f"{_num(stats.score)}× tolerance, cosine {_num(stats.cosine)}"
+    if stats.target_nonfinite:
+        text += f", {stats.target_nonfinite} NaN/Inf where the oracle is finite"
+    return text
+
+
+def _reproduce(content: BundleContent) -> str:
+    python = content.target.options.get("python")
+    interpreter = python if python else "python"
+    lines = [
+        "## Reproduce",
+        "",
+        f"Needs only numpy and the target's library. `repro.py` runs {md_code(content.target)} with the same options "
+        "on `model.onnx` and `inputs.npz` and compares with `oracle_outputs.npz`:",
+        "",
+        _fenced(f"{interpreter} repro.py          # exit 1 while the bug reproduces, 0 once fixed, 2 cannot run\n"
+                "graphbisect verify .        # the same check through graphbisect's isolated backends\n"
+                "graphbisect verify . --target 'onnxruntime:python=/path/to/other/python'   # another version",
+                "sh"),
+        "",
+        "Files: `model.onnx` (the reduced model, weights inline), `inputs.npz` (every graph input), "
+        "`oracle_outputs.npz` (expected), `target_outputs.npz` (what the target produced), `repro.py` + "
+        "`repro_config.json`, `report.json` (these facts as JSON), `environment.json`.",
+    ]
+    return "\n".join(lines)
+
+
+def _backends(content: BundleContent) -> str:
+    versions = content.report.get("versions")
+    versions = versions if isinstance(versions, Mapping) else {}
+    rows = [("Oracle", _cell_code(content.oracle), md_cell(_flat(versions.get("oracle", "-")))),
+            ("Target", _cell_code(content.target), md_cell(_flat(versions.get("target", "-"))))]
+    rows += [(md_cell(k), "", md_cell(_flat(v))) for k, v in versions.items() if k not in ("oracle", "target")]
+    return "## Backends and versions\n\n" + _table(["Role", "Spec", "Library version"], rows)
+
+
+def _flat(value: object) -> str:
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k} {_flat(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_flat(v) for v in value)
+    return str(value)
+
+
+def _journey(content: BundleContent, charts: Mapping[str, str]) -> str:
+    lines = []
+    for name, file_name in charts.items():
+        lines += [f"![{md_cell(name)}]({file_name})", ""]
+    for key in ("strategies", "strategy_stats", "search"):
+        stats = content.report.get(key)
+        if isinstance(stats, Mapping) and stats:
+            lines += [_strategy_table(stats), ""]
+    if not lines:
+        return ""
+    return "## Reduction journey\n\n" + "\n".join(lines).rstrip()
+
+
+def _strategy_table(stats: Mapping[str, Any]) -> str:
+    columns: list[str] = []
+    for value in stats.values():
+        if isinstance(value, Mapping):
+            columns += [str(k) for k in value if str(k) not in columns]
+    if not columns:
+        return _table(["Statistic", "Value"], [(md_cell(k), md_cell(_flat(v))) for k, v in stats.items()])
+    rows = [(md_cell(name), *(md_cell(_flat(value.get(c, "-"))) if isinstance(value, Mapping) else md_cell(value)
+                              for c in columns)) for name, value in stats.items()]
+    return _table(["Strategy", *(md_cell(c) for c in columns)], rows)
+
+
+def _environment(environment: Mapping[str, Any]) -> str:
+    rows = [(md_cell(k), md_cell(v)) for k, v in environment_summary(environment)]
+    if not rows:
+        return ""
+    return "## Environment\n\n" + _table(["", ""], rows) + "\n\nDetails in `environment.json`."

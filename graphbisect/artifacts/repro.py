@@ -1,0 +1,902 @@
+"""``repro.py``: a standalone script that reproduces a bundle's failure with only numpy and the backend library.
+
+It is the first file a runtime engineer opens, so it is short, commented and free of graphbisect. Its
+design:
+
+* **The script text is constant per backend type.** Everything specific to one failure (backend options,
+  input and output names, tolerances, the recorded failure) is data in ``repro_config.json`` beside it,
+  read at run time with :func:`json.load`. Tensor names, node names and spec values therefore never
+  become source code: a model whose tensors are named with triple quotes or ``__import__('os').system(...)`` cannot
+  break or hijack the script.
+* **It runs the backend with the spec's exact options** (for ONNX Runtime: providers, optimization level,
+  disabled optimizers, intra-op threads, session config entries, as :mod:`graphbisect.backends.onnxruntime`
+  sets them), compares every output with the bundle's tolerances using :mod:`graphbisect.compare`'s
+  semantics (``numpy.allclose`` per element; NaN/Inf in the target where the oracle is finite is a failure
+  of its own kind) and prints what it saw.
+* **The backend runs in a child process** (the script re-executes itself with ``--child``), so a segfault,
+  an abort or a hang is observed and matched against the recorded failure like graphbisect's isolated
+  workers do. ``--in-process`` skips that, for a debugger.
+* **Exit status:** 1 while the recorded failure reproduces (a different failure also exits 1, with a loud
+  note), 0 once fixed, 2 when the script itself cannot run (missing library or file).
+
+Crash messages are matched on their stable part, :func:`crash_key`: the first line without addresses,
+paths, long numbers, temporary names and source line numbers, so a rebuilt library that moved the
+``throw`` by three lines still counts as the same bug. The script carries an identical copy of that
+function (a test pins the two together).
+
+Example:
+    >>> config = repro_config(content)           # doctest: +SKIP
+    >>> script = render_repro(content)           # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from graphbisect.backends import BackendSpec, get
+from graphbisect.backends.onnxruntime import OPT_LEVELS, OrtOptions
+from graphbisect.backends.registry import HOST_OPTIONS
+from graphbisect.backends.tensorrt import parse_shapes
+from graphbisect.backends.worker import option_flag
+from graphbisect.errors import SpecError
+from graphbisect.oracle.signature import FailureKind, Signature, normalize_message
+
+if TYPE_CHECKING:
+    from graphbisect.artifacts.bundle import BundleContent
+
+__all__ = [
+    "CONFIG_FORMAT",
+    "REPRO_BACKENDS",
+    "crash_key",
+    "expected_failure",
+    "render_repro",
+    "repro_config",
+    "repro_options",
+]
+
+logger = logging.getLogger(__name__)
+
+CONFIG_FORMAT = "graphbisect-repro"
+CONFIG_VERSION = 1
+DEFAULT_TIMEOUT_SECONDS = 600.0
+
+#: The stable part of a crash message (one definition, in the signature module).
+crash_key = normalize_message
+
+
+# ------------------------------------------------------------------------------------- configuration
+def _runtime_options(spec: BackendSpec) -> dict[str, str]:
+    return {k: v for k, v in spec.options.items() if k not in HOST_OPTIONS}
+
+
+def _ort_options(options: Mapping[str, str]) -> dict[str, Any]:
+    """The session settings graphbisect's ONNX Runtime backend derives from these options."""
+    parsed = OrtOptions.parse(options)
+    return {
+        "providers": list(parsed.providers),
+        "graph_optimization_level": OPT_LEVELS[parsed.opt_level],
+        "disabled_optimizers": list(parsed.disabled),
+        "intra_op_num_threads": parsed.threads,
+        "session_config": [list(entry) for entry in parsed.config],
+    }
+
+
+_OV_PRECISIONS = {"f32": "f32", "fp32": "f32", "f16": "f16", "fp16": "f16", "bf16": "bf16"}  # as openvino.py
+
+
+def _openvino_options(options: Mapping[str, str]) -> dict[str, Any]:
+    precision = options.get("precision", "f32").strip().lower()
+    if precision not in _OV_PRECISIONS:
+        raise SpecError(f"openvino option precision={precision!r} is not one of f32, f16, bf16")
+    threads = options.get("threads")
+    return {
+        "device": options.get("device", "CPU").strip() or "CPU",
+        "precision": _OV_PRECISIONS[precision],
+        "threads": int(threads) if threads is not None else None,
+    }
+
+
+def _tri_state(options: Mapping[str, str], key: str) -> bool | None:
+    return option_flag(options, key) if key in options else None
+
+
+def _tensorrt_options(options: Mapping[str, str]) -> dict[str, Any]:
+    def number(key: str) -> int | None:
+        return int(options[key]) if key in options else None
+
+    return {
+        "fp16": option_flag(options, "fp16"),
+        "bf16": option_flag(options, "bf16"),
+        "tf32": _tri_state(options, "tf32"),
+        "opt_level": number("opt_level"),
+        "workspace_mib": number("workspace"),
+        "shapes": {name: list(dims) for name, dims in parse_shapes(options.get("shapes", "")).items()},
+        "device": number("device") or 0,
+    }
+
+
+def _command_options(options: Mapping[str, str]) -> dict[str, Any]:
+    return {"cmd": options.get("cmd", ""), "shell": option_flag(options, "shell")}
+
+
+def _no_options(options: Mapping[str, str]) -> dict[str, Any]:
+    return {}
+
+
+def repro_options(spec: BackendSpec) -> dict[str, Any]:
+    """The backend settings ``repro.py`` applies for ``spec`` (what graphbisect's runtime derives from it).
+
+    Example:
+        >>> repro_options(BackendSpec.parse("ort:opt_level=basic,threads=1"))["graph_optimization_level"]
+        'ORT_ENABLE_BASIC'
+    """
+    backend = _backend(spec)
+    return backend.options(_runtime_options(spec))
+
+
+def expected_failure(signature: Signature, target_message: str | None = None) -> dict[str, Any]:
+    """What ``repro.py`` must observe to call the failure reproduced (the ``expect`` of its config).
+
+    Example:
+        >>> sig = Signature(FailureKind.CRASH_RUN, "SIGSEGV: the worker process was killed by signal SIGSEGV (11)")
+        >>> expected_failure(sig)["exit_code"]
+        -11
+    """
+    expect: dict[str, Any] = {"kind": signature.kind.value, "detail": signature.detail, "band": signature.band}
+    if signature.kind in (FailureKind.CRASH_LOAD, FailureKind.CRASH_RUN):
+        error_type, _, message = signature.detail.partition(": ")
+        exit_code = _death_exit_code(signature.detail, error_type, message)
+        expect["error_type"] = None if signature.detail.startswith("exit ") else error_type
+        expect["exit_code"] = exit_code
+        if exit_code is None:
+            # The raw message keeps what the signature's 300-character normalized one may have cut.
+            expect["message_key"] = crash_key(target_message or signature.detail)
+        if target_message:
+            expect["message"] = target_message
+    elif signature.kind is FailureKind.REGEX:
+        expect["regex"] = signature.detail
+    return expect
+
+
+def _death_exit_code(detail: str, error_type: str, message: str) -> int | None:
+    """The exit status of a worker that died inside the backend (signal → negative); None for an exception.
+
+    The worker host (:mod:`graphbisect.backends.process`) records such deaths as ``SIGSEGV: the worker process
+    was killed by signal SIGSEGV (11) during run`` or ``WorkerExit: ... exited with code 3 ...``, and a crash
+    without a message as ``exit <code>``.
+    """
+    bare = re.fullmatch(r"exit (-?\d+)", detail)
+    if bare:
+        return int(bare.group(1))
+    if error_type != "WorkerExit" and not error_type.startswith("SIG"):
+        return None
+    killed = re.search(r"killed by signal \w+ \((\d+)\)", message)
+    if killed:
+        return -int(killed.group(1))
+    exited = re.search(r"exited with code (-?\d+)", message)
+    return int(exited.group(1)) if exited else None
+
+
+def repro_config(content: BundleContent) -> dict[str, Any]:
+    """``repro_config.json``: everything failure-specific that ``repro.py`` needs, as plain JSON data."""
+    spec = content.target
+    backend = _backend(spec)
+    tol = content.tolerance
+    timeout = spec.options.get("timeout")
+    expect = expected_failure(content.signature, content.target_message)
+    return {
+        "format": CONFIG_FORMAT,
+        "version": CONFIG_VERSION,
+        "backend": backend.name,
+        "library": backend.library,
+        "target_spec": str(spec),
+        "oracle_spec": str(content.oracle),
+        "python": spec.options.get("python"),
+        "recorded_library_version": _recorded_version(content.report, backend.library),
+        "options": backend.options(_runtime_options(spec)),
+        "timeout_seconds": float(timeout) if timeout else DEFAULT_TIMEOUT_SECONDS,
+        "inputs": list(content.inputs),
+        "outputs": list(content.oracle_outputs),
+        "tolerance": {
+            "atol": tol.atol,
+            "rtol": tol.rtol,
+            "min_cosine": tol.min_cosine,
+            "per_output": {name: list(pair) for name, pair in tol.per_output.items()},
+            "check_dtype": tol.check_dtype,
+        },
+        "expect": expect,
+    }
+
+
+def _recorded_version(report: Mapping[str, Any], library: str | None) -> str | None:
+    versions = report.get("versions")
+    if not isinstance(versions, Mapping) or library is None:
+        return None
+    for key in (library, "target"):
+        value = versions.get(key)
+        if isinstance(value, str):
+            return value
+        if isinstance(value, Mapping) and isinstance(value.get("library_version"), str):
+            return str(value["library_version"])
+    return None
+
+
+def render_repro(content: BundleContent) -> str:
+    """The text of ``repro.py`` for the bundle's target backend (the same text for every bundle of it).
+
+    Raises :class:`~graphbisect.errors.SpecError` for a target no standalone script can run (Paddle).
+    """
+    backend = _backend(content.target)
+    return "".join((_HEADER.replace("@LIBRARY@", backend.label), _COMMON_IMPORTS, backend.code, _COMMON))
+
+
+# ----------------------------------------------------------------------------------- per backend
+@dataclass(frozen=True)
+class _ReproBackend:
+    """How ``repro.py`` drives one backend type."""
+
+    name: str
+    label: str  # the libraries the script needs, for its docstring
+    library: str | None  # the importable library whose version is reported
+    options: Any  # (runtime options) -> JSON-able settings for the script
+    code: str  # load_target / run_target / import_library for this backend
+
+
+def _backend(spec: BackendSpec) -> _ReproBackend:
+    info = get(spec.name)
+    if info.name == "paddle":
+        raise SpecError(
+            "no repro.py for a paddle target: Paddle Inference runs only whole Paddle models, while a bundle holds "
+            "a reduced ONNX model",
+            hint="bundles are written for ONNX targets (onnxruntime, openvino, tensorrt, reference, command); "
+            "compare the converted ONNX model on one of them to reduce a Paddle conversion bug",
+        )
+    backend = REPRO_BACKENDS.get(info.name)
+    if backend is None:
+        raise SpecError(f"no repro.py template for backend {info.name!r}",
+                        hint=f"templates exist for {', '.join(sorted(REPRO_BACKENDS))}")
+    return backend
+
+
+# Everything below is the text of repro.py: a header, the imports, one backend section, the common part.
+# The templates contain no placeholders except @LIBRARY@ in the header (a constant per backend).
+_HEADER = r'''#!/usr/bin/env python3
+"""Reproduce a failure that graphbisect reduced to model.onnx.
+
+    python repro.py                # exit 1: the failure reproduces, 0: fixed, 2: this script cannot run
+    python repro.py --in-process   # run the backend in this process (for a debugger: gdb --args python ...)
+
+Needs numpy and @LIBRARY@.
+
+Everything it reads lies next to it: model.onnx (the reduced model), inputs.npz (a value for every graph
+input), oracle_outputs.npz (the expected outputs, computed by the trusted oracle backend) and
+repro_config.json (the backend options, tolerances and the recorded failure).
+This script is the same for every bundle of this backend; all case-specific data is in repro_config.json.
+"""
+
+'''
+
+_COMMON_IMPORTS = r'''import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPRODUCES, FIXED, CANNOT_RUN = 1, 0, 2
+
+try:
+    import numpy as np
+except ImportError:
+    print("repro.py cannot run: numpy is not installed (pip install numpy)", file=sys.stderr)
+    sys.exit(CANNOT_RUN)
+
+
+class CannotRun(Exception):
+    """This script cannot run here (a library or a file is missing): exit 2, nothing was tested."""
+
+'''
+
+_ORT_CODE = r'''
+# ------------------------------------------------------------------------------ the target: ONNX Runtime
+def import_library(options):
+    """Import onnxruntime and check that the requested execution providers exist; returns its version."""
+    try:
+        import onnxruntime
+    except ImportError as exc:
+        raise CannotRun(f"onnxruntime is not installed ({exc}); pip install onnxruntime") from exc
+    missing = [p for p in options["providers"] if p not in onnxruntime.get_available_providers()]
+    if missing:
+        raise CannotRun(f"execution provider(s) {missing} are not available in onnxruntime "
+                        f"{onnxruntime.__version__} (available: {onnxruntime.get_available_providers()})")
+    if not hasattr(onnxruntime.GraphOptimizationLevel, options["graph_optimization_level"]):
+        raise CannotRun(f"onnxruntime {onnxruntime.__version__} has no {options['graph_optimization_level']}")
+    return onnxruntime.__version__
+
+
+def load_target(model_path, options):
+    """Create the session exactly as graphbisect did: same providers, optimization level, disabled
+    optimizers, intra-op threads and session config entries."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, options["graph_optimization_level"])
+    if options["intra_op_num_threads"] is not None:
+        so.intra_op_num_threads = options["intra_op_num_threads"]
+    for key, value in options["session_config"]:
+        so.add_session_config_entry(key, value)
+    return ort.InferenceSession(str(model_path), so, providers=options["providers"],
+                                disabled_optimizers=options["disabled_optimizers"])
+
+
+def run_target(session, inputs, output_names):
+    """Run once; feed only what the session accepts (cut tensors may be initializers it overrides)."""
+    accepted = {i.name for i in session.get_inputs()} | {i.name for i in session.get_overridable_initializers()}
+    values = session.run(output_names, {name: value for name, value in inputs.items() if name in accepted})
+    return dict(zip(output_names, values))
+
+'''
+
+_REFERENCE_CODE = r'''
+# ------------------------------------------------------------------- the target: onnx.reference (numpy)
+def import_library(options):
+    """Import onnx (its reference evaluator); returns its version."""
+    try:
+        import onnx
+    except ImportError as exc:
+        raise CannotRun(f"onnx is not installed ({exc}); pip install onnx") from exc
+    return onnx.__version__
+
+
+def load_target(model_path, options):
+    """The ONNX reference evaluator: the specification written in numpy."""
+    from onnx.reference import ReferenceEvaluator
+
+    return ReferenceEvaluator(str(model_path))
+
+
+def run_target(evaluator, inputs, output_names):
+    """Run once, feeding the evaluator's inputs."""
+    accepted = set(evaluator.input_names)
+    values = evaluator.run(output_names, {name: value for name, value in inputs.items() if name in accepted})
+    return dict(zip(output_names, (np.asarray(v) for v in values)))
+
+'''
+
+_OPENVINO_CODE = r'''
+# -------------------------------------------------------------------------------- the target: OpenVINO
+SINK_SUFFIX = "/sink_port_0"  # the ONNX frontend names a graph output's Result "<name>/sink_port_0"
+
+
+def import_library(options):
+    """Import openvino and check the device; returns its version."""
+    try:
+        import openvino as ov
+    except ImportError as exc:
+        raise CannotRun(f"openvino is not installed ({exc}); pip install openvino") from exc
+    base = options["device"].split(".")[0].split(":")[0].upper()
+    devices = ov.Core().available_devices
+    if base not in ("AUTO", "HETERO", "MULTI", "BATCH") and not any(d.split(".")[0] == base for d in devices):
+        raise CannotRun(f"OpenVINO device {options['device']} is not available here (devices: {devices})")
+    return ov.get_version()
+
+
+def load_target(model_path, options):
+    """Read and compile the ONNX model as graphbisect did (device, inference precision, threads)."""
+    import openvino as ov
+
+    core = ov.Core()
+    model = core.read_model(str(model_path))
+    names = {}  # ONNX output name -> output index
+    for index, (result, port) in enumerate(zip(model.get_results(), model.outputs)):
+        friendly = result.get_friendly_name()
+        if friendly.endswith(SINK_SUFFIX):
+            names.setdefault(friendly[: -len(SINK_SUFFIX)], index)
+        for name in port.get_names():
+            names.setdefault(name, index)
+    config = {"INFERENCE_PRECISION_HINT": options["precision"]}
+    if options["threads"] is not None:
+        config["INFERENCE_NUM_THREADS"] = options["threads"]
+    compiled = core.compile_model(model, options["device"], config)
+    return compiled, names
+
+
+def run_target(target, inputs, output_names):
+    """Run once; outputs are found by index (compiled port names merge across fused nodes)."""
+    compiled, names = target
+    request = compiled.create_infer_request()
+    feed = {}
+    for port in compiled.inputs:
+        name = next((n for n in sorted(port.get_names()) if n in inputs), None)
+        if name is not None:
+            feed[port] = np.ascontiguousarray(inputs[name])
+    request.infer(feed)
+    return {name: np.array(request.get_output_tensor(names[name]).data, copy=True)
+            for name in output_names if name in names}
+
+'''
+
+_TENSORRT_CODE = r'''
+# ------------------------------------------------------------------------ the target: TensorRT (GPU)
+def import_library(options):
+    """Import tensorrt and a CUDA memory provider (cuda-python, else torch); returns TensorRT's version."""
+    try:
+        import tensorrt
+    except ImportError as exc:
+        raise CannotRun(f"tensorrt is not installed ({exc}); pip install tensorrt") from exc
+    cuda_memory()
+    return tensorrt.__version__
+
+
+def cuda_memory():
+    """(malloc, copy_in, copy_out, free, synchronize) on the GPU, via cuda-python or torch."""
+    try:
+        try:
+            from cuda.bindings import runtime as cudart
+        except ImportError:
+            from cuda import cudart
+
+        def call(fn, *args):
+            err, *values = fn(*args)
+            if err != cudart.cudaError_t.cudaSuccess:
+                raise RuntimeError(f"{fn.__name__} failed: {cudart.cudaGetErrorString(err)[1]!r}")
+            return values[0] if len(values) == 1 else None
+
+        h2d, d2h = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice, cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost
+        return (lambda n: int(call(cudart.cudaMalloc, max(n, 1))),
+                lambda ptr, a: a.nbytes and call(cudart.cudaMemcpy, ptr, a.ctypes.data, a.nbytes, h2d),
+                lambda a, ptr: a.nbytes and call(cudart.cudaMemcpy, a.ctypes.data, ptr, a.nbytes, d2h),
+                lambda ptr: call(cudart.cudaFree, ptr), lambda: call(cudart.cudaDeviceSynchronize))
+    except ImportError:
+        pass
+    try:
+        import torch
+    except ImportError as exc:
+        raise CannotRun("TensorRT needs cuda-python (pip install cuda-python) or torch for GPU memory") from exc
+    buffers = {}
+
+    def malloc(n):
+        t = torch.empty(max(n, 1), dtype=torch.uint8, device="cuda")
+        buffers[t.data_ptr()] = t
+        return t.data_ptr()
+
+    def copy_in(ptr, a):
+        buffers[ptr][: a.nbytes].copy_(torch.from_numpy(a.reshape(-1).view(np.uint8)))
+
+    def copy_out(a, ptr):
+        a.reshape(-1).view(np.uint8)[:] = buffers[ptr][: a.nbytes].cpu().numpy()
+
+    return malloc, copy_in, copy_out, lambda ptr: buffers.pop(ptr, None), torch.cuda.synchronize
+
+
+class TensorRTBuildError(RuntimeError):
+    """TensorRT rejected the model (same class name and first line as graphbisect's runtime)."""
+
+
+def load_target(model_path, options):
+    """Parse the ONNX model; the engine is built at the first run (for the fed shapes of dynamic inputs)."""
+    import tensorrt as trt
+
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    network = builder.create_network(0)
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse_from_file(str(model_path)):
+        errors = [f"{parser.get_error(i).code()}: {parser.get_error(i).desc()}" for i in range(parser.num_errors)]
+        raise TensorRTBuildError(f"TensorRT's ONNX parser rejected {model_path.name}:\n  " + "\n  ".join(errors))
+    return {"trt": trt, "logger": logger, "builder": builder, "network": network, "parser": parser,
+            "options": options}
+
+
+def build_engine(target, inputs):
+    """Build with the spec's flags; inputs with dynamic dims get a profile pinned to the fed shapes."""
+    trt, builder, network, options = target["trt"], target["builder"], target["network"], target["options"]
+    config = builder.create_builder_config()
+    if options["fp16"]:
+        config.set_flag(trt.BuilderFlag.FP16)
+    if options["bf16"]:
+        config.set_flag(trt.BuilderFlag.BF16)
+    if options["tf32"] is False:
+        config.clear_flag(trt.BuilderFlag.TF32)
+    if options["opt_level"] is not None:
+        config.builder_optimization_level = options["opt_level"]
+    if options["workspace_mib"] is not None:
+        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options["workspace_mib"] << 20)
+    profile = None
+    for i in range(network.num_inputs):
+        tensor = network.get_input(i)
+        if any(d < 0 for d in tensor.shape):
+            shape = tuple(options["shapes"].get(tensor.name) or np.shape(inputs[tensor.name]))
+            profile = profile or builder.create_optimization_profile()
+            profile.set_shape(tensor.name, shape, shape, shape)
+    if profile is not None:
+        config.add_optimization_profile(profile)
+    serialized = builder.build_serialized_network(network, config)
+    if serialized is None:
+        raise TensorRTBuildError("TensorRT could not build an engine for model.onnx:")
+    return trt.Runtime(target["logger"]).deserialize_cuda_engine(serialized)
+
+
+def run_target(target, inputs, output_names):
+    """Build the engine, copy the inputs to the GPU, execute, copy the outputs back."""
+    trt = target["trt"]
+    engine = build_engine(target, inputs)
+    context = engine.create_execution_context()
+    malloc, copy_in, copy_out, free, synchronize = cuda_memory()
+    names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+    is_input = {name: engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT for name in names}
+    pointers, outputs = {}, {}
+    try:
+        for name in (n for n in names if is_input[n]):
+            array = np.ascontiguousarray(inputs[name], dtype=trt.nptype(engine.get_tensor_dtype(name)))
+            context.set_input_shape(name, array.shape)
+            pointers[name] = malloc(array.nbytes)
+            copy_in(pointers[name], array)
+            context.set_tensor_address(name, pointers[name])
+        for name in (n for n in names if not is_input[n]):
+            shape = tuple(context.get_tensor_shape(name))
+            outputs[name] = np.empty(shape, dtype=trt.nptype(engine.get_tensor_dtype(name)))
+            pointers[name] = malloc(outputs[name].nbytes)
+            context.set_tensor_address(name, pointers[name])
+        context.execute_async_v3(0)
+        synchronize()
+        for name, array in outputs.items():
+            copy_out(array, pointers[name])
+    finally:
+        for pointer in pointers.values():
+            free(pointer)
+    # TensorRT cannot return a graph input as an output: such outputs are the fed values.
+    return {**{name: inputs[name] for name in output_names if name in inputs}, **outputs}
+
+'''
+
+_COMMAND_CODE = r'''
+# --------------------------------------------------------------------- the target: an external command
+class CommandFailed(RuntimeError):
+    """The command exited non-zero or wrote no outputs (same class name and first line as graphbisect's)."""
+
+
+def import_library(options):
+    """Nothing to import for an external command (so no version): check there is a command template."""
+    if options["cmd"]:
+        return None
+    raise CannotRun("repro_config.json has no command template (options.cmd)")
+
+
+def load_target(model_path, options):
+    """The command template of the spec; {model}, {inputs} and {outputs} are filled in at run."""
+    return model_path, options["cmd"], options["shell"]
+
+
+def run_target(target, inputs, output_names):
+    """Write the inputs to an .npz, run the command (from the current directory), read its outputs .npz."""
+    import shlex
+
+    model_path, template, shell = target
+    with tempfile.TemporaryDirectory(prefix="repro-command-") as tmp:
+        paths = {"model": str(model_path), "inputs": os.path.join(tmp, "inputs.npz"),
+                 "outputs": os.path.join(tmp, "outputs.npz")}
+        save_arrays(paths["inputs"], inputs)
+        if shell:
+            command = template.format(**{k: shlex.quote(v) for k, v in paths.items()})
+        else:
+            command = [part.format(**paths) for part in shlex.split(template)]
+        proc = subprocess.run(command, shell=shell, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+        stderr = proc.stderr.decode("utf-8", errors="replace")
+        sys.stderr.write(stderr)
+        if proc.returncode != 0:
+            status = (f"was killed by signal {signal.Signals(-proc.returncode).name} ({-proc.returncode})"
+                      if proc.returncode < 0 else f"exited with code {proc.returncode}")
+            tail = "\n".join(stderr.strip().splitlines()[-20:])[-4000:]
+            raise CommandFailed(f"command {status}" + (f"\n{tail}" if tail else ""))
+        if not os.path.isfile(paths["outputs"]):
+            raise CommandFailed("command exited 0 but wrote no outputs file outputs.npz (the {outputs} path)")
+        return load_arrays(paths["outputs"])
+
+
+def save_arrays(path, arrays):
+    """An .npz for any tensor names (numpy's savez rejects some, e.g. 'file')."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, value in arrays.items():
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
+
+'''
+
+_COMMON = r'''
+# ---------------------------------------------------------------------------------------- files
+def read_config():
+    """repro_config.json: backend options, tensor names, tolerances and the recorded failure."""
+    try:
+        return json.loads((HERE / "repro_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CannotRun(f"cannot read repro_config.json next to this script: {exc}") from exc
+
+
+def load_arrays(path, names=None):
+    """The arrays of an .npz by tensor name (optionally checking that ``names`` are all there)."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {name: data[name] for name in data.files}
+    except (OSError, ValueError) as exc:
+        raise CannotRun(f"cannot read {path}: {exc}") from exc
+    missing = [name for name in names or () if name not in arrays]
+    if missing:
+        raise CannotRun(f"{Path(path).name} has no array for {', '.join(map(json.dumps, missing))}")
+    return arrays
+
+
+# ----------------------------------------------------------------------------------- comparison
+KIND_RANK = {"ok": 0, "mismatch": 1, "nan": 2, "dtype": 3, "shape": 4, "missing": 5}
+FAILURE_OF = {"ok": "none", "mismatch": "mismatch", "nan": "nan", "dtype": "structure", "shape": "structure",
+              "missing": "structure"}
+
+
+def compare(name, expected, actual, tolerance):
+    """Compare one output with the oracle's like graphbisect: |actual - expected| <= atol + rtol * |expected|
+    per element (numpy.allclose); NaN/Inf where the oracle is finite is its own kind, "nan"."""
+    result = {"name": name, "kind": "ok", "numel": int(np.size(expected))}
+    if actual is None:
+        return dict(result, kind="missing")
+    actual = np.asarray(actual)
+    if actual.shape != expected.shape:
+        return dict(result, kind="shape", expected_shape=list(expected.shape), actual_shape=list(actual.shape))
+    if tolerance["check_dtype"] and actual.dtype != expected.dtype:
+        return dict(result, kind="dtype", expected_dtype=str(expected.dtype), actual_dtype=str(actual.dtype))
+    if expected.dtype.kind not in "biuf" or actual.dtype.kind not in "biuf":
+        return dict(result, kind="ok" if np.array_equal(expected, actual) else "mismatch")
+    atol, rtol = tolerance["per_output"].get(name, (tolerance["atol"], tolerance["rtol"]))
+    if expected.dtype.kind in "biu" and actual.dtype.kind in "biu":
+        atol, rtol = 0.0, 0.0  # integers and booleans are exact
+    e, a = expected.astype(np.float64), actual.astype(np.float64)
+    e_finite, a_finite = np.isfinite(e), np.isfinite(a)
+    both = e_finite & a_finite
+    same_nonfinite = ~e_finite & ~a_finite & ((e == a) | (np.isnan(e) & np.isnan(a)))
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.where(both, np.abs(a - e), 0.0)
+    bad = (diff > atol + rtol * np.abs(np.where(both, e, 0.0))) | (~both & ~same_nonfinite)
+    result.update(mismatches=int(bad.sum()), max_abs=float(diff.max(initial=0.0)), atol=atol, rtol=rtol,
+                  nonfinite=int((~a_finite & e_finite).sum()))
+    if bad.any():
+        worst = np.unravel_index(int(np.argmax(np.where(bad, np.where(both, diff, np.inf), -1.0))), e.shape)
+        result.update(worst_index=[int(i) for i in worst], expected_value=float(e[worst]), actual_value=float(a[worst]))
+    if result["nonfinite"]:
+        result["kind"] = "nan"
+    elif bad.any() or cosine_too_low(e[both], a[both], tolerance["min_cosine"]):
+        result["kind"] = "mismatch"
+    return result
+
+
+def cosine_too_low(e, a, min_cosine):
+    if min_cosine is None:
+        return False
+    ne, na = float(np.dot(e, e)), float(np.dot(a, a))
+    cosine = 1.0 if ne == na == 0.0 else (0.0 if ne == 0.0 or na == 0.0 else float(np.dot(e, a)) / (ne * na) ** 0.5)
+    return cosine < min_cosine
+
+
+def failure_kind(results):
+    """The failure kind of a run, from its worst output (structure > nan > mismatch, like graphbisect)."""
+    worst = max(results, key=lambda r: KIND_RANK[r["kind"]], default={"kind": "ok"})
+    return FAILURE_OF[worst["kind"]]
+
+
+# ------------------------------------------------------------------------------------------ run
+def attempt(config, status_file=None):
+    """Run the target once on model.onnx and compare with the oracle. Returns an outcome dict; with
+    ``status_file`` it is also written there after each step, so a parent sees how far a dying child got."""
+    outcome = {"phase": "setup"}
+
+    def note(**changes):
+        outcome.update(changes)
+        if status_file is not None:
+            Path(status_file).write_text(json.dumps(outcome), encoding="utf-8")
+        return outcome
+
+    for name in ("model.onnx", "inputs.npz", "oracle_outputs.npz"):
+        if not (HERE / name).is_file():
+            raise CannotRun(f"{name} is missing next to this script")
+    note(library_version=import_library(config["options"]))
+    inputs = load_arrays(HERE / "inputs.npz", config["inputs"])
+    expected = load_arrays(HERE / "oracle_outputs.npz", config["outputs"])
+    note(phase="load")
+    try:
+        target = load_target(HERE / "model.onnx", config["options"])
+    except Exception as exc:  # the backend refused the model: possibly the recorded bug
+        return note(kind="crash-load", error_type=type(exc).__name__, message=str(exc))
+    note(phase="run")
+    try:
+        actual = run_target(target, inputs, config["outputs"])
+    except Exception as exc:
+        return note(kind="crash-run", error_type=type(exc).__name__, message=str(exc))
+    results = [compare(name, expected[name], actual.get(name), config["tolerance"]) for name in config["outputs"]]
+    return note(kind=failure_kind(results), outputs=results)
+
+
+def attempt_in_child(config):
+    """Run attempt() in a child process, so a segfault, an abort or a hang of the backend is observed (and
+    compared with the recorded failure) instead of taking this script down."""
+    with tempfile.TemporaryDirectory(prefix="repro-") as tmp:
+        status_file = Path(tmp) / "status.json"
+        command = [sys.executable, str(Path(__file__).resolve()), "--child", str(status_file)]
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            log, _ = child.communicate(timeout=config["timeout_seconds"])
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            kill_group(child)
+            log, _ = child.communicate()
+            timed_out = True
+        outcome = json.loads(status_file.read_text(encoding="utf-8")) if status_file.is_file() else {}
+    outcome["log"] = log.decode("utf-8", errors="replace")
+    if outcome.get("kind") == "cannot-run":
+        raise CannotRun(outcome["message"])
+    if timed_out:
+        outcome.update(kind="timeout", message=f"no result within {config['timeout_seconds']:g} s")
+    elif "kind" not in outcome and outcome.get("phase", "setup") == "setup":
+        raise CannotRun(f"the child process failed before the backend ran:\n{outcome['log'][-3000:]}")
+    elif "kind" not in outcome:  # the process died inside the backend
+        phase = outcome.get("phase", "load")
+        outcome.update(kind=f"crash-{'run' if phase == 'run' else 'load'}", exit_code=child.returncode,
+                       error_type=exit_name(child.returncode), message=f"the process {exit_text(child.returncode)}")
+    return outcome
+
+
+def kill_group(child):
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except (AttributeError, OSError):
+        child.kill()
+
+
+def exit_name(code):
+    try:
+        return signal.Signals(-code).name if code < 0 else "exit"
+    except ValueError:
+        return "exit"
+
+
+def exit_text(code):
+    return f"was killed by signal {exit_name(code)} ({-code})" if code < 0 else f"exited with code {code}"
+
+
+# --------------------------------------------------------------------------------------- verdict
+VOLATILE = [  # the stable part of a crash message; the same list as graphbisect.artifacts.repro.crash_key
+    (r"0x[0-9a-fA-F]+", "0x?"),  # addresses
+    (r"(?:[A-Za-z]:)?(?:[\w.\-]*/)+([\w.\-]+)", r"\1"),  # paths -> basename
+    (r"\b\d{5,}\b", "N"),  # pids, sizes, timestamps
+    (r"tmp[\w\-]{6,}", "tmp?"),  # temporary names
+    (r"(\.(?:cc|cpp|cxx|cu|c|hpp|h|py)):\d+", r"\1"),  # source line numbers move between builds
+    (r"[\w.\-]+\.onnx\b", "model.onnx"),  # candidate_17.onnx during the reduction, model.onnx here
+    (r"\s+", " "),
+]
+
+
+def crash_key(message):
+    """The stable part of a crash message: its first line without addresses, paths, line numbers..."""
+    lines = [line for line in (message or "").strip().splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    for pattern, replacement in VOLATILE:
+        text = re.sub(pattern, replacement, text)
+    return text.strip()
+
+
+def is_recorded_failure(expect, outcome):
+    """Whether this run failed the way graphbisect recorded (same kind; same crash message or exit status)."""
+    if expect["kind"] == "regex":
+        text = "\n".join(str(outcome.get(key) or "") for key in ("error_type", "message", "log"))
+        return re.search(expect["regex"], text) is not None
+    if outcome["kind"] != expect["kind"]:
+        return False
+    if expect.get("exit_code") is not None:
+        return outcome.get("exit_code") == expect["exit_code"]
+    if expect.get("message_key") is not None:
+        actual = crash_key(f"{outcome.get('error_type')}: {outcome.get('message')}")
+        return expect["message_key"] in actual
+    return True
+
+
+def describe(result):
+    """One line about one compared output."""
+    name, kind = json.dumps(result["name"]), result["kind"]
+    if kind == "ok":
+        return f"  ok        {name}"
+    if kind in ("shape", "dtype"):
+        return f"  {kind.upper():<9} {name}: expected {result['expected_' + kind]}, got {result['actual_' + kind]}"
+    if kind == "missing":
+        return f"  MISSING   {name}: the target did not produce it"
+    line = f"  {kind.upper():<9} {name}: {result.get('mismatches', '?')} of {result['numel']} elements beyond tolerance"
+    if "worst_index" in result:
+        line += (f" (atol {result['atol']:g}, rtol {result['rtol']:g}); max abs error {result['max_abs']:.4g}; "
+                 f"at index {result['worst_index']}: expected {result['expected_value']:.6g}, "
+                 f"got {result['actual_value']:.6g}")
+    return line
+
+
+def print_outcome(config, outcome):
+    """What ran, what was recorded and what happened now."""
+    version = outcome.get("library_version")
+    recorded = config.get("recorded_library_version")
+    print(f"target    {config['target_spec']}" + (f"  ({config['library']} {version})" if version else ""))
+    if recorded and version and not str(version).startswith(str(recorded)):
+        print(f"          (the failure was recorded with {config['library']} {recorded})")
+    if config.get("python"):
+        print(f"          graphbisect ran this backend under {config['python']}: run this script with it")
+    expect = config["expect"]
+    print(f"recorded  {expect['kind']}: {expect.get('message') or expect.get('detail') or ''}".rstrip(": \n"))
+    observed = outcome["kind"]
+    if outcome.get("message"):
+        observed += f": {outcome.get('error_type') or 'error'}: {outcome['message']}"
+    print(f"observed  {observed.rstrip()}")
+    for result in outcome.get("outputs", []):
+        print(describe(result))
+
+
+def verdict(config, outcome):
+    """Print what happened and return the exit status."""
+    print_outcome(config, outcome)
+    expect = config["expect"]
+    if is_recorded_failure(expect, outcome):
+        print(f"\nREPRODUCED: {config['target_spec']} still fails the recorded way ({expect['kind']}).")
+        return REPRODUCES
+    if outcome["kind"] == "none" or expect["kind"] == "regex":
+        print(f"\nFIXED: {config['target_spec']} no longer fails the recorded way "
+              f"({'outputs match the oracle' if outcome['kind'] == 'none' else 'regex does not match'}).")
+        return FIXED
+    print(f"\n*** A DIFFERENT FAILURE: recorded {expect['kind']}, now {outcome['kind']}. The recorded bug may be "
+          "fixed while another one shows; see the lines above. ***")
+    return REPRODUCES
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Reproduce the failure recorded next to this script.")
+    parser.add_argument("--in-process", action="store_true", help="run the backend in this process")
+    parser.add_argument("--child", metavar="STATUS_JSON", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    try:
+        config = read_config()
+        if args.child:
+            return run_as_child(config, Path(args.child))
+        outcome = attempt(config) if args.in_process else attempt_in_child(config)
+    except CannotRun as exc:
+        print(f"repro.py cannot run: {exc}", file=sys.stderr)
+        return CANNOT_RUN
+    if not args.in_process and outcome.get("log", "").strip():
+        print("--- backend output ---\n" + outcome["log"].rstrip() + "\n----------------------")
+    return verdict(config, outcome)
+
+
+def run_as_child(config, status_file):
+    try:
+        attempt(config, status_file)
+    except CannotRun as exc:
+        status_file.write_text(json.dumps({"kind": "cannot-run", "message": str(exc)}), encoding="utf-8")
+        return CANNOT_RUN
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+
+
+REPRO_BACKENDS: Mapping[str, _ReproBackend] = {
+    "onnxruntime": _ReproBackend("onnxruntime", "onnxruntime", "onnxruntime", _ort_options, _ORT_CODE),
+    "reference": _ReproBackend("reference", "onnx (onnx.reference)", "onnx", _no_options, _REFERENCE_CODE),
+    "openvino": _ReproBackend("openvino", "openvino", "openvino", _openvino_options, _OPENVINO_CODE),
+    "tensorrt": _ReproBackend("tensorrt", "tensorrt and cuda-python (or torch) on an NVIDIA GPU", "tensorrt",
+                              _tensorrt_options, _TENSORRT_CODE),
+    "command": _ReproBackend("command", "the command of the spec (no Python library)", None, _command_options,
+                             _COMMAND_CODE),
+}

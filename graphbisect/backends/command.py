@@ -1,0 +1,156 @@
+"""An external program as a backend: ``command:cmd=python run.py {model} {inputs} {outputs}``.
+
+The program reads the model and an ``.npz`` of inputs and writes an ``.npz`` of outputs. A non-zero exit or
+a signal is a crash in the run phase whose message carries the exit status and the tail of the program's
+stderr, so it becomes a crash signature. Without ``shell=1`` the template is split like a shell would
+(``shlex``) and the placeholders are substituted inside the arguments (a path with spaces stays one
+argument); with ``shell=1`` they are substituted shell-quoted and the line runs through ``/bin/sh``.
+Literal braces are written ``{{`` and ``}}``; spec values cannot contain ``,``, so put longer command
+lines in a script.
+
+**Check mode** (Polygraphy's ``--check``): a template without ``{outputs}`` is a pass/fail check. Exit 0 means
+the model is fine and the run has no outputs to compare; a non-zero exit is the failure, and its code is part
+of the crash signature, so a reduction never drifts to a different exit code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shlex
+import signal
+import string
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphbisect.backends.worker import load_npz, option_flag, save_npz
+from graphbisect.errors import SpecError
+
+__all__ = ["Command", "CommandFailed"]
+
+logger = logging.getLogger(__name__)
+
+PLACEHOLDERS = ("model", "inputs", "outputs")
+_OPTIONS = ("cmd", "shell")
+#: How much of the program's stderr goes into a crash message.
+STDERR_TAIL_LINES = 20
+STDERR_TAIL_CHARS = 4000
+
+
+class CommandFailed(RuntimeError):
+    """The program exited non-zero, was killed by a signal, or wrote no usable outputs.
+
+    ``exit_code`` follows :attr:`subprocess.Popen.returncode` (negative = signal) and becomes
+    :attr:`RunResult.exit_code`.
+    """
+
+    def __init__(self, message: str, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Command:
+    """Runs ``cmd`` once per invocation (see the module docstring)."""
+
+    def __init__(self, options: Mapping[str, str], workdir: str) -> None:
+        unknown = sorted(set(options) - set(_OPTIONS))
+        if unknown:
+            raise SpecError(f"the command backend has no option {', '.join(unknown)}", hint="valid: cmd, shell")
+        self.template = options.get("cmd", "").strip()
+        if not self.template:
+            raise SpecError("the command backend needs cmd=...",
+                            hint="e.g. command:cmd=python run.py {model} {inputs} {outputs}")
+        self.shell = option_flag(options, "shell")
+        self.workdir = Path(workdir)
+        _check_template(self.template)
+        self._model = ""
+        self._outputs: list[str] | None = None
+        self._last: str = ""
+
+    def load(self, model: str, outputs: Sequence[str] | None) -> None:
+        """Remember the model path and wanted outputs (the program does the real work in :meth:`run`)."""
+        self._model, self._outputs = model, list(outputs) if outputs is not None else None
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Write the inputs, run the program, read its outputs; raise :class:`CommandFailed` if it failed."""
+        inputs_path = save_npz(self.workdir / "command-inputs.npz", inputs)
+        outputs_path = self.workdir / "command-outputs.npz"
+        with contextlib.suppress(FileNotFoundError):
+            outputs_path.unlink()
+        command = self.render(self._model, str(inputs_path), str(outputs_path))
+        self._last = command if isinstance(command, str) else shlex.join(command)
+        logger.debug("running %s", self._last)
+        sys.stdout.flush()
+        proc = subprocess.run(command, shell=self.shell, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              cwd=self.workdir, check=False)
+        stderr = proc.stderr.decode("utf-8", errors="replace")
+        sys.stderr.write(stderr)  # keep it in the worker log as well
+        sys.stderr.flush()
+        if proc.returncode != 0:
+            raise CommandFailed(f"command {_status_text(proc.returncode)}{_tail(stderr)}", proc.returncode)
+        if self.check_mode:
+            return {}
+        return self._read_outputs(outputs_path)
+
+    @property
+    def check_mode(self) -> bool:
+        """True when the template has no ``{outputs}``: the exit status alone is the verdict."""
+        return "{outputs}" not in self.template
+
+    def info(self) -> dict[str, Any]:
+        """The command line of the last run."""
+        return {"command": self._last}
+
+    def render(self, model: str, inputs: str, outputs: str) -> str | list[str]:
+        """The command line for these paths: a string with ``shell=1``, else an argument list."""
+        values = {"model": model, "inputs": inputs, "outputs": outputs}
+        if self.shell:
+            return self.template.format(**{k: shlex.quote(v) for k, v in values.items()})
+        return [part.format(**values) for part in shlex.split(self.template)]
+
+    def _read_outputs(self, path: Path) -> dict[str, np.ndarray]:
+        if not path.is_file():
+            raise CommandFailed(f"command exited 0 but wrote no outputs file {path.name} (the {{outputs}} path)", 0)
+        try:
+            arrays = load_npz(path)
+        except (OSError, ValueError) as exc:
+            raise CommandFailed(f"command wrote an unreadable outputs file: {exc}", 0) from exc
+        wanted = self._outputs if self._outputs is not None else list(arrays)
+        missing = [name for name in wanted if name not in arrays]
+        if missing:
+            raise CommandFailed(f"command wrote no output named {', '.join(map(repr, missing))} "
+                                f"(it wrote: {', '.join(map(repr, arrays)) or 'nothing'})", 0)
+        return {name: arrays[name] for name in wanted}
+
+
+def _check_template(template: str) -> None:
+    try:
+        fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+        parts = shlex.split(template)
+    except ValueError as exc:
+        raise SpecError(f"cmd={template!r} cannot be parsed: {exc}",
+                        hint="balance quotes and braces; write literal braces as {{ and }}") from exc
+    unknown = sorted(fields - set(PLACEHOLDERS))
+    if unknown:
+        raise SpecError(f"cmd={template!r} uses unknown placeholder(s) {', '.join('{' + f + '}' for f in unknown)}",
+                        hint="placeholders are {model}, {inputs} and {outputs}; write literal braces as {{ and }}")
+    if not parts:
+        raise SpecError("cmd= is empty", hint="e.g. command:cmd=python run.py {model} {inputs} {outputs}")
+
+
+def _status_text(returncode: int) -> str:
+    if returncode < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by signal {signal.Signals(-returncode).name} ({-returncode})"
+    return f"exited with code {returncode}"
+
+
+def _tail(stderr: str) -> str:
+    lines = stderr.strip().splitlines()[-STDERR_TAIL_LINES:]
+    text = "\n".join(lines)[-STDERR_TAIL_CHARS:]
+    return f"\n{text}" if text else ""

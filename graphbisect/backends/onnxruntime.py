@@ -1,0 +1,464 @@
+"""ONNX Runtime as a backend (runs inside a worker; imports only stdlib, numpy and, lazily, onnxruntime).
+
+Spec options (see the registry): ``providers``, ``opt_level``, ``disabled``, ``threads``, ``config``,
+``save_optimized``, ``report_passes``.
+
+**Optimizer names.** ``disabled=`` goes to ``InferenceSession(disabled_optimizers=...)``, which silently
+ignores names it does not know, so a typo would disable nothing and the pass search would draw wrong
+conclusions. The names also differ from the C++ class names and change between versions (on ORT 1.31:
+``LayerNormFusionL1``/``LayerNormFusionL2`` but no ``LayerNormFusion``; rewrite rules ``Pad_Fusion``,
+``MatMul_BatchNormalization_Fusion``, ``ClipQuantRewrite``). :func:`optimizer_catalog` therefore asks the
+installed ORT itself:
+
+* graph transformers: a session on a one-node probe model at ``ORT_ENABLE_ALL`` with verbose logging lists
+  every registered transformer (``Applying graph transformer <name> on step 1``), for the same providers and
+  session config as the spec (both change which transformers exist);
+* rewrite rules are not logged individually, but a ``LevelN_RuleBasedTransformer`` is dropped when all its
+  rules are disabled. So with ``covered(S)`` = "the rule transformer vanishes when S is disabled", the rules
+  are found by adaptive group testing over the identifier-like strings of ORT's binary (~6,000; ~300 probe
+  sessions, about a second).
+
+The catalogue is cached per ORT build, providers and config (in memory and under
+``$GRAPHBISECT_CACHE/onnxruntime-optimizers``, default ``~/.cache/graphbisect``). An unknown name is a
+:class:`~graphbisect.errors.SpecError` (with close matches and the valid names in its hint), raised by
+:meth:`OnnxRuntime.validate`, which :class:`~graphbisect.backends.process.BackendProcess` calls before the
+first run, so a bad spec fails before any model is touched.
+
+**Fired passes** (``report_passes=1``): session creation runs with verbose logging and every
+``GraphTransformer <name> modified: 1`` line counts. When a rule-based transformer modified the graph,
+the rules responsible are found by isolating subsets of its rules (group testing, a few extra sessions at
+that rule's level); a rule that only fires after another one fired is attributed to that other rule.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import hashlib
+import importlib
+import json
+import logging
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphbisect.backends.worker import option_flag
+from graphbisect.errors import InputError, ModelError, SpecError
+
+__all__ = ["OnnxRuntime", "OptimizerCatalog", "OrtOptions", "capture_fd2", "optimizer_catalog"]
+
+logger = logging.getLogger(__name__)
+
+OPT_LEVELS = {
+    "disable": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "layout": "ORT_ENABLE_LAYOUT",
+    "all": "ORT_ENABLE_ALL",
+}
+_OPTIONS = ("providers", "opt_level", "disabled", "threads", "config", "save_optimized", "report_passes")
+
+# Relu(x: float[1]) -> y, IR 7, opset 13: the probe model of the optimizer catalogue (built with
+# onnx.helper; embedded because the runtime must not import onnx).
+_PROBE_MODEL = (
+    b"\x08\x07\x12\x0bgraphbisect:7\n\x0c\n\x01x\x12\x01y\"\x04Relu\x12\x05probeZ\x0f\n\x01x\x12\n\n\x08\x08"
+    b"\x01\x12\x04\n\x02\x08\x01b\x0f\n\x01y\x12\n\n\x08\x08\x01\x12\x04\n\x02\x08\x01B\x04\n\x00\x10\r"
+)
+_APPLYING = re.compile(r"Applying graph transformer (\S+) on step")
+_MODIFIED = re.compile(r"GraphTransformer (\S+) modified: (?:1|true)\b")
+_RULE_SET = re.compile(r"Level(\d+)_RuleBasedTransformer")
+_VERBOSE_LINE = re.compile(r"\[[VI]:onnxruntime:")
+_IDENTIFIER = re.compile(rb"(?<=\x00)[A-Za-z][A-Za-z0-9_]{2,80}(?=\x00)")
+
+
+# -------------------------------------------------------------------------------------------- options
+@dataclass(frozen=True)
+class OrtOptions:
+    """The runtime options of an ``onnxruntime`` spec, parsed and checked (without importing ORT).
+
+    Example:
+        >>> o = OrtOptions.parse({"opt_level": "basic", "config": "session.a=1;session.b=x=y"})
+        >>> o.opt_level, o.config, o.providers
+        ('basic', (('session.a', '1'), ('session.b', 'x=y')), ('CPUExecutionProvider',))
+    """
+
+    providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    opt_level: str = "all"
+    disabled: tuple[str, ...] = ()
+    threads: int | None = None
+    config: tuple[tuple[str, str], ...] = ()
+    save_optimized: bool = False
+    report_passes: bool = False
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> OrtOptions:
+        unknown = sorted(set(options) - set(_OPTIONS))
+        if unknown:
+            raise SpecError(f"onnxruntime has no option {', '.join(unknown)}", hint=f"valid: {', '.join(_OPTIONS)}")
+        level = options.get("opt_level", "all").strip().lower()
+        if level not in OPT_LEVELS:
+            raise SpecError(f"opt_level={level!r} is not an ONNX Runtime optimization level",
+                            hint=f"choose one of {'|'.join(OPT_LEVELS)}")
+        return cls(
+            providers=tuple(_split(options.get("providers", ""))) or cls.providers,
+            opt_level=level,
+            disabled=tuple(dict.fromkeys(_split(options.get("disabled", "")))),
+            threads=_threads(options.get("threads")),
+            config=_config(options.get("config", "")),
+            save_optimized=option_flag(options, "save_optimized"),
+            report_passes=option_flag(options, "report_passes"),
+        )
+
+
+def _split(text: str) -> list[str]:
+    return [part.strip() for part in text.split(";") if part.strip()]
+
+
+def _threads(text: str | None) -> int | None:
+    if text is None:
+        return None
+    if not text.strip().isdigit():
+        raise SpecError(f"threads={text!r} is not a non-negative integer", hint="e.g. threads=4 (0 = ORT's choice)")
+    return int(text)
+
+
+def _config(text: str) -> tuple[tuple[str, str], ...]:
+    entries = []
+    for item in _split(text):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SpecError(f"config entry {item!r} is not key=value",
+                            hint="write config=key=value;key=value, e.g. config=session.disable_prepacking=1")
+        entries.append((key.strip(), value.strip()))
+    return tuple(entries)
+
+
+# ------------------------------------------------------------------------------------------ log capture
+@dataclass
+class Captured:
+    """Text written to fd 2 inside :func:`capture_fd2` (filled when the block exits)."""
+
+    text: str = ""
+
+
+@contextlib.contextmanager
+def capture_fd2(forward: Callable[[str], bool] | None = None) -> Iterator[Captured]:
+    """Capture what is written to file descriptor 2 (ORT's C++ logger) inside the block.
+
+    Lines for which ``forward`` is true are written to the real fd 2 afterwards, so warnings and errors
+    still reach the worker log while verbose chatter does not.
+    """
+    captured = Captured()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            captured.text = tmp.read().decode("utf-8", errors="replace")
+            kept = [line for line in captured.text.splitlines(keepends=True) if forward and forward(line)]
+            if kept:
+                os.write(2, "".join(kept).encode("utf-8"))
+
+
+def _not_verbose(line: str) -> bool:
+    return _VERBOSE_LINE.search(line) is None
+
+
+def _session_log(ort: Any, model: str | bytes, options: OrtOptions, level: str,
+                 disabled: Iterable[str]) -> str:
+    """The verbose log of creating one session (a failure is logged too, so it is not raised)."""
+    so = _session_options(ort, options, level)
+    so.log_severity_level = 0
+    with capture_fd2() as log:
+        try:
+            ort.InferenceSession(model, so, providers=list(options.providers), disabled_optimizers=sorted(disabled))
+        except Exception as exc:
+            logger.debug("probe session failed: %s", exc)
+    return log.text
+
+
+def _session_options(ort: Any, options: OrtOptions, level: str) -> Any:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = _opt_level(ort, level)
+    if options.threads is not None:
+        so.intra_op_num_threads = options.threads
+    for key, value in options.config:
+        so.add_session_config_entry(key, value)
+    return so
+
+
+def _opt_level(ort: Any, level: str) -> Any:
+    value = getattr(ort.GraphOptimizationLevel, OPT_LEVELS[level], None)
+    if value is None:
+        raise SpecError(f"onnxruntime {ort.__version__} has no {OPT_LEVELS[level]} optimization level",
+                        hint="use opt_level=all (it includes layout optimizations) or a newer onnxruntime")
+    return value
+
+
+# ----------------------------------------------------------------------------------- optimizer catalogue
+@dataclass(frozen=True)
+class OptimizerCatalog:
+    """The optimizer names ``disabled=`` accepts for one ORT build, provider list and session config."""
+
+    version: str
+    transformers: tuple[str, ...]  # graph transformers, in registration order
+    rules: Mapping[str, tuple[str, ...]]  # rule-based transformer -> its rewrite rules
+    unverified: tuple[str, ...] = ()  # rule-based transformers whose rules could not be enumerated
+
+    def names(self) -> list[str]:
+        """Every valid name: transformers, then rewrite rules."""
+        return list(dict.fromkeys([*self.transformers, *(r for rules in self.rules.values() for r in rules)]))
+
+    def check(self, names: Iterable[str]) -> None:
+        """Raise :class:`SpecError` for names this ORT would silently ignore."""
+        known = set(self.names())
+        unknown = [name for name in names if name not in known]
+        if not unknown:
+            return
+        if self.unverified:
+            logger.warning("cannot verify optimizer names %s: the rewrite rules of %s could not be enumerated",
+                           unknown, ", ".join(self.unverified))
+            return
+        raise SpecError(
+            f"onnxruntime {self.version} has no optimizer named {', '.join(map(repr, unknown))} "
+            "(ORT silently ignores unknown names in disabled_optimizers, so nothing would be disabled)",
+            hint="; ".join(_suggestions(name, self.names()) for name in unknown)
+            + f". Valid names here: {', '.join(sorted(known))}",
+        )
+
+
+def _suggestions(name: str, known: Sequence[str]) -> str:
+    close = [k for k in known if k.lower().startswith(name.lower()) or name.lower() in k.lower()]
+    close += [k for k in difflib.get_close_matches(name, known, n=3, cutoff=0.6) if k not in close]
+    return f"for {name!r} did you mean {' or '.join(close[:5])}?" if close else f"{name!r} has no close match"
+
+
+_CATALOGS: dict[str, OptimizerCatalog] = {}
+
+
+def optimizer_catalog(options: OrtOptions) -> OptimizerCatalog:
+    """The valid ``disabled=`` names of the installed ORT for ``options``' providers and config (cached)."""
+    ort = importlib.import_module("onnxruntime")
+    binary = Path(importlib.import_module("onnxruntime.capi.onnxruntime_pybind11_state").__file__ or "")
+    st = binary.stat()
+    key_data = {"version": ort.__version__, "binary": [str(binary), st.st_size, st.st_mtime_ns],
+                "providers": list(options.providers), "config": [list(e) for e in options.config], "format": 1}
+    key = hashlib.sha256(json.dumps(key_data, sort_keys=True).encode()).hexdigest()[:16]
+    if key in _CATALOGS:
+        return _CATALOGS[key]
+    path = _cache_dir() / f"{ort.__version__}-{key}.json"
+    catalog = _read_catalog(path)
+    if catalog is None:
+        catalog = _discover(ort, binary, options)
+        _write_catalog(path, catalog)
+    _CATALOGS[key] = catalog
+    return catalog
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("GRAPHBISECT_CACHE") or str(Path.home() / ".cache" / "graphbisect")
+    return Path(base) / "onnxruntime-optimizers"
+
+
+def _read_catalog(path: Path) -> OptimizerCatalog | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return OptimizerCatalog(data["version"], tuple(data["transformers"]),
+                                {k: tuple(v) for k, v in data["rules"].items()}, tuple(data["unverified"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_catalog(path: Path, catalog: OptimizerCatalog) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(dataclasses.asdict(catalog), indent=1), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        logger.debug("cannot cache the optimizer catalogue in %s: %s", path, exc)
+
+
+def _discover(ort: Any, binary: Path, options: OrtOptions) -> OptimizerCatalog:
+    logger.info("discovering the optimizer names of onnxruntime %s (once per version)", ort.__version__)
+    probe = dataclasses.replace(options, threads=1)
+    transformers = _unique(_APPLYING.findall(_session_log(ort, _PROBE_MODEL, probe, "all", ())))
+    candidates = _binary_identifiers(binary)
+    rules: dict[str, tuple[str, ...]] = {}
+    unverified = []
+    for rule_set in (t for t in transformers if _RULE_SET.fullmatch(t)):
+
+        def covered(disabled: Sequence[str], rule_set: str = rule_set) -> bool:
+            log = _session_log(ort, _PROBE_MODEL, probe, "all", disabled)
+            return f"Applying graph transformer {rule_set} " not in log
+
+        if covered(candidates):
+            rules[rule_set] = tuple(_group_search(candidates, covered))
+        else:
+            unverified.append(rule_set)
+    return OptimizerCatalog(ort.__version__, tuple(transformers), rules, tuple(unverified))
+
+
+def _binary_identifiers(binary: Path) -> list[str]:
+    """Identifier-like NUL-terminated strings of ORT's binary, plus their suffixes at capital letters.
+
+    Suffixes cover linkers that merge a string literal into the tail of a longer one.
+    """
+    found = {s.decode() for s in _IDENTIFIER.findall(binary.read_bytes())}
+    suffixes = {s[i:] for s in found for i in range(1, len(s) - 2) if s[i].isupper()}
+    return sorted(found | suffixes)
+
+
+def _group_search(candidates: list[str], covered: Callable[[Sequence[str]], bool]) -> list[str]:
+    """The hidden set R ⊆ ``candidates``, given ``covered(S)`` ⟺ R ⊆ S (adaptive group testing).
+
+    Precondition: ``covered(candidates)``. Costs about 2·|R|·log2(len(candidates)) calls.
+    """
+
+    def find(fixed: list[str], pool: list[str]) -> list[str]:
+        if covered(fixed):
+            return []
+        if len(pool) == 1:
+            return pool
+        first, second = pool[: len(pool) // 2], pool[len(pool) // 2 :]
+        found = find(fixed + second, first)
+        return found + find(fixed + found, second)
+
+    return find([], candidates)
+
+
+def _unique(names: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(names))
+
+
+# ---------------------------------------------------------------------------------------------- runtime
+class OnnxRuntime:
+    """An ``onnxruntime.InferenceSession`` behind the :class:`~graphbisect.backends.base.Runtime` protocol.
+
+    Example (inside a worker, or directly):
+        >>> rt = OnnxRuntime({"opt_level": "basic"}, "/tmp")          # doctest: +SKIP
+        >>> rt.load("model.onnx", None); rt.run({"x": x})["y"]         # doctest: +SKIP
+    """
+
+    def __init__(self, options: Mapping[str, str], workdir: str) -> None:
+        import onnxruntime
+
+        self._ort: Any = onnxruntime
+        self.options = OrtOptions.parse(options)
+        self.workdir = Path(workdir)
+        _opt_level(onnxruntime, self.options.opt_level)  # a missing level fails at once
+        available = onnxruntime.get_available_providers()
+        missing = [p for p in self.options.providers if p not in available]
+        if missing:
+            raise SpecError(f"execution provider {', '.join(missing)} is not available in onnxruntime "
+                            f"{onnxruntime.__version__}", hint=f"available here: {';'.join(available)}")
+        self._session: Any = None
+        self._outputs: list[str] = []
+        self._required: list[str] = []
+        self._feedable: set[str] = set()
+        self._info: dict[str, Any] = {}
+
+    def validate(self) -> None:
+        """Check ``disabled=`` names against this ORT's optimizers (see the module docstring)."""
+        if self.options.disabled:
+            optimizer_catalog(self.options).check(self.options.disabled)
+
+    def load(self, model: str, outputs: Sequence[str] | None) -> None:
+        """Create the session; ``outputs`` must be graph outputs of ``model`` (a probe model for intermediates)."""
+        self.validate()
+        self._session = None
+        so = _session_options(self._ort, self.options, self.options.opt_level)
+        if self.options.save_optimized:
+            so.optimized_model_filepath = str(self.workdir / "optimized.onnx")
+        fired: dict[str, list[str]] = {}
+        if self.options.report_passes:
+            so.log_severity_level = 0
+            with capture_fd2(forward=_not_verbose) as log:
+                session = self._create(model, so)
+            fired = self._fired_passes(model, log.text)
+        else:
+            session = self._create(model, so)
+        self._bind(model, session, outputs)
+        self._info = {"providers": session.get_providers(), **fired}
+        if self.options.save_optimized:
+            self._info["optimized_model"] = so.optimized_model_filepath
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run the session; feeds the model does not declare are ignored, missing ones are an InputError."""
+        missing = [name for name in self._required if name not in inputs]
+        if missing:
+            raise InputError(f"no value for model input {', '.join(map(repr, missing))}",
+                             hint=f"the model needs inputs {', '.join(self._required)}")
+        feed = {name: value for name, value in inputs.items() if name in self._feedable}
+        values = self._session.run(self._outputs, feed)
+        return dict(zip(self._outputs, values, strict=True))
+
+    def info(self) -> dict[str, Any]:
+        """Version, options, providers used; ``fired_passes``/``fired_required`` and ``optimized_model`` on request."""
+        return {"library": "onnxruntime", "library_version": self._ort.__version__,
+                "opt_level": self.options.opt_level, "disabled": list(self.options.disabled), **self._info}
+
+    def _create(self, model: str, so: Any) -> Any:
+        return self._ort.InferenceSession(model, so, providers=list(self.options.providers),
+                                          disabled_optimizers=list(self.options.disabled))
+
+    def _bind(self, model: str, session: Any, outputs: Sequence[str] | None) -> None:
+        names = [o.name for o in session.get_outputs()]
+        requested = list(outputs) if outputs is not None else names
+        known = set(names)
+        absent = [name for name in requested if name not in known]
+        if absent:
+            raise ModelError(f"{model}: {', '.join(map(repr, absent[:5]))} are not outputs of the model"
+                             + (f" (and {len(absent) - 5} more)" if len(absent) > 5 else ""),
+                             hint="ONNX Runtime returns only graph outputs: run a probe model that exposes the "
+                             "intermediate tensors (Model.with_outputs)")
+        self._session, self._outputs = session, requested
+        self._required = [i.name for i in session.get_inputs()]
+        self._feedable = set(self._required) | {i.name for i in session.get_overridable_initializers()}
+
+    def _fired_passes(self, model: str, log: str) -> dict[str, list[str]]:
+        catalog = optimizer_catalog(self.options)
+        fired: list[str] = []
+        required: list[str] = []
+        for name in _unique(_MODIFIED.findall(log)):
+            if name in catalog.rules:
+                fired += self._firing_rules(model, name, catalog.rules[name]) or [name]
+            elif name in catalog.transformers:
+                fired.append(name)
+            else:
+                required.append(name)  # runs whatever the options say (e.g. InsertCastTransformer)
+        return {"fired_passes": _unique(fired), "fired_required": required}
+
+    def _firing_rules(self, model: str, rule_set: str, rules: Sequence[str]) -> list[str]:
+        """Which rules of ``rule_set`` modified the graph, by enabling only subsets of them."""
+        match = _RULE_SET.fullmatch(rule_set)
+        level = {"1": "basic", "2": "extended"}.get(match.group(1) if match else "", self.options.opt_level)
+        pool = [rule for rule in rules if rule not in self.options.disabled]
+        user_disabled = set(self.options.disabled)
+
+        def fires(enabled: Sequence[str]) -> bool:
+            disabled = user_disabled | (set(pool) - set(enabled))
+            return rule_set in _MODIFIED.findall(_session_log(self._ort, model, self.options, level, disabled))
+
+        def search(subset: list[str], known: bool = False) -> list[str]:
+            if not subset or not (known or fires(subset)):
+                return []
+            if len(subset) == 1:
+                return subset
+            half = len(subset) // 2
+            return search(subset[:half]) + search(subset[half:])
+
+        return search(pool, known=True)

@@ -1,0 +1,525 @@
+"""The host side of backend isolation: one long-lived worker process per backend spec.
+
+Backends segfault (often that *is* the bug), hang, leak, print to fd 1/2 from C++, and two versions of one
+library cannot share an interpreter. So every backend runs in a worker process
+(``python -m graphbisect.backends.worker``, see :mod:`.worker` for the protocol), started lazily and reused
+for many invocations. A crash, a signal or a hang kills the worker, never the caller: it becomes a
+:class:`~graphbisect.backends.base.RunResult` with status ``crash`` or ``timeout``, and the next call starts
+a fresh worker.
+
+Example:
+    >>> with BackendProcess("onnxruntime:opt_level=basic") as ort:      # doctest: +SKIP
+    ...     result = ort.run("model.onnx", {"x": x})
+    ...     result.status, result.outputs["y"].shape
+    (<RunStatus.OK: 'ok'>, (1, 10))
+
+POSIX only (pipes are passed with ``pass_fds`` and hangs are stopped by killing the process group).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphbisect import errors
+from graphbisect.backends.base import BackendSpec, Capability, Phase, RunResult, RunStatus
+from graphbisect.backends.registry import HOST_OPTIONS, BackendInfo, resolve
+from graphbisect.backends.worker import save_npz
+from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
+
+__all__ = ["DEFAULT_TIMEOUT", "LOG_TAIL_BYTES", "BackendProcess"]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds one invocation may take when neither the spec (``timeout=``) nor the caller says otherwise.
+DEFAULT_TIMEOUT = 600.0
+#: How much of what the backend printed during one invocation ends up in :attr:`RunResult.log`.
+LOG_TAIL_BYTES = 64 * 1024
+#: The worker log is truncated before an invocation once it grows past this size.
+LOG_ROTATE_BYTES = 32 * 1024 * 1024
+#: Starting a worker (importing the backend library) may take at least this long.
+MIN_START_SECONDS = 120.0
+#: How often a waiting host checks that the worker is still alive.
+POLL_SECONDS = 0.5
+
+
+class _WorkerDied(Exception):
+    """The worker's reply pipe closed: the process is gone."""
+
+
+class _WorkerTimeout(Exception):
+    """No complete reply before the deadline."""
+
+
+class _Worker:
+    """One worker process and its two pipes."""
+
+    def __init__(self, argv: list[str], env: Mapping[str, str], cwd: Path, log_path: Path) -> None:
+        request_r, request_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        argv = [*argv, "--requests", str(request_r), "--replies", str(reply_w)]
+        try:
+            with open(log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    argv, pass_fds=(request_r, reply_w), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    env=dict(env), cwd=cwd, start_new_session=True,  # own process group: killpg stops children
+                )
+        except BaseException:
+            for fd in (request_w, reply_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(request_r)
+            os.close(reply_w)
+        os.set_blocking(request_w, False)
+        self._out, self._in = request_w, reply_r
+        self._buffer = b""
+        self.phase = Phase.LOAD
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def send(self, message: Mapping[str, Any], deadline: float) -> None:
+        data = json.dumps(message).encode("utf-8") + b"\n"
+        while data:
+            if not select.select([], [self._out], [], _remaining(deadline))[1]:
+                raise _WorkerTimeout
+            try:
+                data = data[os.write(self._out, data):]
+            except BrokenPipeError as exc:
+                raise _WorkerDied from exc
+
+    def receive(self, deadline: float) -> dict[str, Any]:
+        while b"\n" not in self._buffer:
+            if not select.select([self._in], [], [], min(_remaining(deadline), POLL_SECONDS))[0]:
+                if self.proc.poll() is not None:
+                    raise _WorkerDied  # gone, though something it started may still hold the pipe open
+                if _remaining(deadline) <= 0:
+                    raise _WorkerTimeout
+                continue
+            chunk = os.read(self._in, 1 << 16)
+            if not chunk:
+                raise _WorkerDied
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        message: dict[str, Any] = json.loads(line)
+        return message
+
+    def kill(self) -> int:
+        """Kill the whole process group (the backend's children too) and return the exit status."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        returncode = self.proc.wait()
+        self._close_fds()
+        return returncode
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Ask the worker to exit; kill it if it does not within ``grace`` seconds."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(_WorkerDied, _WorkerTimeout, OSError, ValueError):
+                deadline = time.monotonic() + grace
+                self.send({"op": "exit"}, deadline)
+                self.receive(deadline)
+                self.proc.wait(timeout=_remaining(deadline))
+        self.kill()
+
+    def _close_fds(self) -> None:
+        for fd in (self._out, self._in):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._out = self._in = -1
+
+
+def _remaining(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
+
+
+@dataclasses.dataclass
+class _State:
+    """What the finalizer needs to clean up, kept apart from the BackendProcess so it can be collected."""
+
+    worker: _Worker | None = None
+    owned_workdir: Path | None = None
+
+    def shutdown(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+            self.worker = None
+        if self.owned_workdir is not None:
+            shutil.rmtree(self.owned_workdir, ignore_errors=True)
+            self.owned_workdir = None
+
+
+class BackendProcess:
+    """A backend spec served by an isolated, reusable worker process.
+
+    ``spec`` is validated with :func:`~graphbisect.backends.registry.resolve`. ``workdir`` holds the worker's
+    log (``worker.log``), inputs written for it and its scratch files; a temporary folder is created (and
+    removed by :meth:`close`) when it is None. ``timeout`` is the limit in seconds for one invocation when the
+    spec has no ``timeout=`` option (default :data:`DEFAULT_TIMEOUT`).
+
+    The worker starts on the first :meth:`run` (or :meth:`validate`) and serves every later call, so the
+    backend library is imported once. Not thread-safe for concurrent calls: calls are serialized.
+
+    Attributes:
+        spec: the canonical spec (aliases resolved).
+        backend: the registry row.
+        invocations: how many times :meth:`run` was called.
+        worker_info: what the worker reported at start (python, python_version, numpy, pid).
+    """
+
+    def __init__(self, spec: BackendSpec | str, *, workdir: Path | None = None, timeout: float | None = None) -> None:
+        self.spec, self.backend = resolve(spec)
+        self.timeout = _timeout(self.spec, timeout)
+        self.python = self.spec.options.get("python") or sys.executable
+        _check_foreign_python(self.spec, self.backend)
+        self.runtime_options = {k: v for k, v in self.spec.options.items() if k not in HOST_OPTIONS}
+        self.invocations = 0
+        self.worker_info: dict[str, Any] = {}
+        self._state = _State()
+        if workdir is None:
+            workdir = Path(tempfile.mkdtemp(prefix=f"graphbisect-{self.backend.name}-"))
+            self._state.owned_workdir = workdir
+        self.workdir = Path(workdir).absolute()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.workdir / "worker.log"
+        self._validated = False
+        self._lock = threading.Lock()
+        self._finalizer = weakref.finalize(self, _State.shutdown, self._state)
+
+    # ------------------------------------------------------------------------------------------ public
+    def run(
+        self,
+        model: str | Path,
+        inputs: Mapping[str, np.ndarray] | str | Path,
+        outputs: Sequence[str] | None = None,
+        *,
+        output_dir: Path | None = None,
+    ) -> RunResult:
+        """Run ``model`` on ``inputs`` (arrays, or an ``.npz`` path) and return what happened.
+
+        ``outputs`` names the tensors to return (``None`` = the model's outputs); intermediate tensors must be
+        outputs of ``model`` (pass a probe model). Each output is written as ``<index>.npy`` in
+        ``output_dir`` with a ``manifest.json`` and returned memory-mapped; without ``output_dir`` the files
+        live in a scratch folder that is deleted at once (the maps stay readable on POSIX).
+
+        A backend exception, a signal, an exit or a timeout is a result (``status`` crash or timeout), never
+        an exception. Raises :class:`~graphbisect.errors.SpecError` for an invalid spec option value (checked
+        by the worker before the first run), :class:`ModelError`/:class:`InputError` for a missing model or
+        inputs file or a requested tensor the model does not have, and
+        :class:`~graphbisect.errors.BackendError` when the worker cannot be driven at all.
+        """
+        with self._lock:
+            self._ensure_ready()
+            request = self._request(model, inputs, outputs, output_dir)
+            self.invocations += 1
+            return self._invoke(request, keep_outputs=output_dir is not None)
+
+    def validate(self) -> None:
+        """Start the worker and let the runtime check its option values (raises :class:`SpecError`).
+
+        ONNX Runtime, for example, checks ``disabled=`` names against the optimizers of the installed version,
+        because ORT itself silently ignores unknown names. :meth:`run` does this once by itself.
+        """
+        with self._lock:
+            self._ensure_ready()
+
+    @property
+    def pid(self) -> int | None:
+        """The current worker's process id (None before the first call and after a crash)."""
+        worker = self._state.worker
+        return worker.pid if worker is not None else None
+
+    def close(self) -> None:
+        """Stop the worker and remove the temporary workdir (if this object created it)."""
+        self._finalizer()
+
+    def __enter__(self) -> BackendProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"BackendProcess({str(self.spec)!r}, pid={self.pid}, invocations={self.invocations})"
+
+    # ----------------------------------------------------------------------------------------- startup
+    def _ensure_ready(self) -> None:
+        if not self._finalizer.alive:
+            raise BackendError(f"backend {self.spec} was closed", hint="create a new BackendProcess")
+        worker = self._state.worker
+        if worker is not None and worker.proc.poll() is None:
+            return
+        if worker is not None:
+            logger.info("worker %d for %s is gone (%s); starting a new one", worker.pid, self.spec,
+                        _exit_text(self._discard_worker() or 0))
+        self._start()
+        if not self._validated:
+            self._call_checked({"op": "validate"}, self.timeout + MIN_START_SECONDS)
+            self._validated = True
+
+    def _start(self) -> None:
+        argv = [self.python, "-m", "graphbisect.backends.worker", "--workdir", str(self.workdir),
+                "--log", str(self.log_path), "--log-level", logging.getLevelName(_effective_level())]
+        try:
+            worker = _Worker(argv, self._worker_env(), self.workdir, self.log_path)
+        except OSError as exc:
+            raise SpecError(f"cannot start a worker for {self.spec} with {self.python}: {exc}",
+                            hint="python= must name an executable Python interpreter") from exc
+        self._state.worker = worker
+        init = {"op": "init", "runtime": self.backend.runtime, "options": self.runtime_options}
+        self.worker_info = self._call_checked(init, max(self.timeout, MIN_START_SECONDS))
+        logger.debug("started worker %d for %s: %s", worker.pid, self.spec, self.worker_info)
+
+    def _worker_env(self) -> dict[str, str]:
+        """The environment of the worker: graphbisect importable even by a foreign interpreter."""
+        env = dict(os.environ)
+        path = _package_path(self.workdir)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(path), env.get("PYTHONPATH")) if p)
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def _call_checked(self, message: Mapping[str, Any], seconds: float) -> dict[str, Any]:
+        """Send a control request and return the reply; raise the matching error if it failed."""
+        worker = self._state.worker
+        assert worker is not None
+        offset = self._log_size()
+        try:
+            deadline = time.monotonic() + seconds
+            worker.send(message, deadline)
+            reply = worker.receive(deadline)
+        except KeyboardInterrupt:
+            self._discard_worker()
+            raise
+        except (_WorkerDied, _WorkerTimeout) as exc:
+            status = self._discard_worker()
+            what = "did not answer" if isinstance(exc, _WorkerTimeout) else _exit_text(status or 0)
+            raise BackendError(
+                f"the worker for {self.spec} {what} during {message['op']}; the end of its log:\n"
+                f"{self._log_since(offset)[-4000:]}",
+                hint=f"check that {self.python} can import numpy, graphbisect and the backend library",
+            ) from exc
+        if not reply.get("ok", False):
+            self._state.worker = None
+            worker.stop()
+            raise self._error(reply.get("error", {}), message["op"])
+        return reply
+
+    def _discard_worker(self) -> int | None:
+        """Kill the current worker (if any) and forget it; return its exit status."""
+        worker, self._state.worker = self._state.worker, None
+        return worker.kill() if worker is not None else None
+
+    def _error(self, error: Mapping[str, Any], op: str) -> errors.GraphBisectError:
+        kind, message, hint = error.get("type", "Error"), error.get("message", ""), error.get("hint")
+        if error.get("usage"):
+            cls = getattr(errors, kind, None)
+            if isinstance(cls, type) and issubclass(cls, errors.GraphBisectError):
+                return cls(f"{self.spec}: {message}", hint=hint)
+        if kind in ("ModuleNotFoundError", "ImportError") and op == "init":
+            library = self.backend.import_name or "its library"
+            return BackendUnavailableError(
+                f"backend {self.backend.name!r} cannot import {library} under {self.python}: {message}",
+                hint=f"install {library} into that interpreter, or drop python= to use this one",
+            )
+        return BackendError(f"the worker for {self.spec} failed during {op}: {kind}: {message}",
+                            hint=hint or f"see the worker log {self.log_path}")
+
+    # --------------------------------------------------------------------------------------- invocation
+    def _request(self, model: str | Path, inputs: Mapping[str, np.ndarray] | str | Path,
+                 outputs: Sequence[str] | None, output_dir: Path | None) -> dict[str, Any]:
+        model_path = Path(model).absolute()
+        if not (model_path.exists() or any(model_path.parent.glob(f"{model_path.name}.*"))):
+            raise ModelError(f"model {model_path} does not exist", hint="check the path of the model file")
+        if isinstance(inputs, Mapping):
+            inputs_path = save_npz(self.workdir / "inputs.npz", inputs)
+        else:
+            inputs_path = Path(inputs).absolute()
+            if not inputs_path.is_file():
+                raise InputError(f"inputs file {inputs_path} does not exist",
+                                 hint="pass a mapping of arrays or the path of an .npz file")
+        scratch = self.workdir / f"outputs-{self.invocations + 1}"
+        return {
+            "op": "run",
+            "model": str(model_path),
+            "inputs": str(inputs_path),
+            "outputs": list(dict.fromkeys(outputs)) if outputs is not None else None,
+            "output_dir": str(Path(output_dir).absolute() if output_dir is not None else scratch),
+        }
+
+    def _invoke(self, request: dict[str, Any], keep_outputs: bool) -> RunResult:
+        if self._log_size() > LOG_ROTATE_BYTES:
+            os.truncate(self.log_path, 0)
+        offset = self._log_size()
+        started = time.monotonic()
+        deadline = started + self.timeout
+        try:
+            reply = self._exchange(request, deadline)
+            if not reply.get("ok", True):
+                raise self._error(reply.get("error", {}), "run")
+            return self._result(reply, Path(request["output_dir"]), offset, time.monotonic() - started)
+        except (_WorkerDied, _WorkerTimeout) as exc:
+            return self._lost_worker(exc, offset, time.monotonic() - started)
+        except BaseException:
+            self._discard_worker()  # e.g. KeyboardInterrupt: its reply would answer the next request
+            raise
+        finally:
+            if not keep_outputs and os.name == "posix":
+                shutil.rmtree(request["output_dir"], ignore_errors=True)  # returned maps stay readable
+
+    def _exchange(self, request: dict[str, Any], deadline: float) -> dict[str, Any]:
+        """Send a run request and wait for its final reply, tracking the phase from the worker's events."""
+        for attempt in (1, 2):
+            worker = self._state.worker
+            assert worker is not None
+            worker.phase = Phase.LOAD
+            try:
+                worker.send(request, deadline)
+                reply = worker.receive(deadline)
+            except _WorkerDied:
+                # Died before it even read the request (e.g. killed between calls): not this invocation's
+                # doing, so retry once on a fresh worker.
+                if attempt == 2:
+                    raise
+                logger.info("worker %d for %s died before the invocation started (%s); restarting",
+                            worker.pid, self.spec, _exit_text(worker.kill()))
+                self._state.worker = None
+                self._ensure_ready()
+                continue
+            return self._await_done(worker, reply, deadline)
+        raise AssertionError("unreachable")
+
+    def _await_done(self, worker: _Worker, reply: dict[str, Any], deadline: float) -> dict[str, Any]:
+        while reply.get("event") != "done":
+            if reply.get("event") == "loaded":
+                worker.phase = Phase.RUN
+            reply = worker.receive(deadline)
+        return reply
+
+    def _lost_worker(self, exc: Exception, offset: int, seconds: float) -> RunResult:
+        worker = self._state.worker
+        assert worker is not None
+        self._state.worker = None
+        phase = worker.phase
+        status = worker.kill()
+        log = self._log_since(offset)
+        if isinstance(exc, _WorkerTimeout):
+            logger.warning("%s timed out after %.3g s during %s; worker killed", self.spec, self.timeout,
+                           phase.value)
+            return RunResult(RunStatus.TIMEOUT, phase=phase, log=log, seconds=seconds,
+                             message=f"no result within {self.timeout:g} s (during {phase.value}); "
+                             "the worker process group was killed")
+        error_type = signal.Signals(-status).name if status < 0 and -status in _SIGNALS else "WorkerExit"
+        return RunResult(RunStatus.CRASH, phase=phase, error_type=error_type, exit_code=status, log=log,
+                         seconds=seconds, message=f"the worker process {_exit_text(status)} during {phase.value}")
+
+    def _result(self, reply: Mapping[str, Any], output_dir: Path, offset: int, seconds: float) -> RunResult:
+        log = self._log_since(offset)
+        info = dict(reply.get("info") or {})
+        if reply.get("status") != "ok":
+            return RunResult(RunStatus.CRASH, phase=Phase(reply.get("phase", "run")), log=log, info=info,
+                             error_type=reply.get("error_type"), message=reply.get("message"),
+                             exit_code=reply.get("exit_code"), seconds=seconds)
+        outputs = {entry["name"]: _map(output_dir / entry["file"]) for entry in reply["outputs"]}
+        return RunResult(RunStatus.OK, outputs=outputs, log=log, info=info, seconds=seconds)
+
+    # ------------------------------------------------------------------------------------------- log
+    def _log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def _log_since(self, offset: int) -> str:
+        """What the worker printed since ``offset`` (the last :data:`LOG_TAIL_BYTES` of it)."""
+        try:
+            with open(self.log_path, "rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                fh.seek(max(offset if offset <= size else 0, size - LOG_TAIL_BYTES))
+                return fh.read().decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+
+_SIGNALS = {int(s) for s in signal.Signals}
+
+
+def _exit_text(status: int) -> str:
+    """``killed by signal SIGSEGV (11)`` or ``exited with code 3``."""
+    if status < 0 and -status in _SIGNALS:
+        return f"was killed by signal {signal.Signals(-status).name} ({-status})"
+    return f"exited with code {status}"
+
+
+def _map(path: Path) -> np.ndarray:
+    """A read-only memory map of an ``.npy`` file (a plain array where a map is impossible)."""
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError:  # e.g. zero-size arrays on older numpy
+        return np.load(path, allow_pickle=False)
+
+
+def _timeout(spec: BackendSpec, default: float | None) -> float:
+    text = spec.options.get("timeout")
+    if text is None:
+        return float(default) if default is not None else DEFAULT_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise SpecError(f"backend spec {spec}: timeout={text!r} is not a number",
+                        hint="give seconds, e.g. timeout=120") from exc
+    if value <= 0:
+        raise SpecError(f"backend spec {spec}: timeout must be positive", hint="give seconds, e.g. timeout=120")
+    return value
+
+
+def _check_foreign_python(spec: BackendSpec, backend: BackendInfo) -> None:
+    if "python" in spec.options and not backend.has(Capability.FOREIGN_PYTHON):
+        raise SpecError(f"backend {backend.name!r} cannot run under another interpreter (python=)",
+                        hint="remove python= from the spec; the command backend runs an external program anyway")
+
+
+def _package_path(workdir: Path) -> Path:
+    """A folder holding only a link to this graphbisect package, for the worker's PYTHONPATH.
+
+    Not the package's parent folder: for a regular install that is site-packages, and putting it first on a
+    foreign interpreter's path would shadow that interpreter's own numpy and backend library.
+    """
+    package = Path(__file__).resolve().parents[1]
+    folder = workdir / "pythonpath"
+    link = folder / "graphbisect"
+    if link.is_symlink() and link.resolve() == package:
+        return folder
+    folder.mkdir(exist_ok=True)
+    tmp = folder / f".graphbisect-{os.getpid()}-{threading.get_ident()}"
+    try:
+        tmp.symlink_to(package, target_is_directory=True)
+        os.replace(tmp, link)  # atomic, also when another process did the same
+    except OSError:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        shutil.rmtree(link, ignore_errors=True)
+        shutil.copytree(package, link, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
+    return folder
+
+
+def _effective_level() -> int:
+    return logging.getLogger("graphbisect").getEffectiveLevel()

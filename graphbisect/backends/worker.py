@@ -1,0 +1,349 @@
+"""The worker side of backend isolation: ``python -m graphbisect.backends.worker``.
+
+One worker process serves one backend spec for many invocations (the backend library is imported once).
+:class:`graphbisect.backends.process.BackendProcess` starts it, possibly under another Python interpreter,
+so this module needs only the standard library and numpy.
+
+Protocol (one JSON object per line, on two dedicated pipes whose descriptors are passed with
+``--requests`` and ``--replies``; fd 1 and fd 2 belong to the backend and go to the log file):
+
+* ``{"op": "init", "runtime": "module:Class", "options": {...}}`` → ``{"ok": true, "python": ..., ...}``
+* ``{"op": "validate"}`` → ``{"ok": true}``: asks the runtime to check its options before any run
+  (runtimes may define ``validate()``, e.g. ONNX Runtime checks optimizer names).
+* ``{"op": "run", "model": path, "inputs": npz, "outputs": [names] | null, "output_dir": dir}`` →
+  events ``{"event": "start"}`` (request received), ``{"event": "loaded"}`` (session built), then
+  ``{"event": "done", "status": "ok" | "crash", ...}``.
+* ``{"op": "exit"}`` → ``{"ok": true}``, then the worker exits.
+
+A request that fails because of *our* or the user's mistake (a :class:`~graphbisect.errors.GraphBisectError`
+raised by the runtime: bad option, missing input, tensor that is not an output) is answered with
+``{"ok": false, "error": {...}}`` and re-raised by the host; a backend exception is a crash *result*.
+
+Output arrays are written one ``.npy`` file per tensor, named by index (``0.npy``, ``1.npy``...; tensor names
+may contain ``/`` or ``..``), each replaced atomically so memory maps of an earlier run stay valid, plus
+``manifest.json``::
+
+    {"version": 1, "tensors": [{"name": "conv1/out", "file": "0.npy", "dtype": "float32", "shape": [1, 8]}]}
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import faulthandler
+import hashlib
+import importlib
+import json
+import logging
+import os
+import platform
+import sys
+import tempfile
+import time
+import traceback
+import zipfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from graphbisect.errors import GraphBisectError, SpecError
+
+__all__ = ["MANIFEST", "PROTOCOL_VERSION", "load_npz", "main", "option_flag", "save_npz", "write_outputs"]
+
+logger = logging.getLogger(__name__)
+
+PROTOCOL_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+# --------------------------------------------------------------------------------------------- arrays
+def save_npz(path: str | Path, arrays: Mapping[str, np.ndarray]) -> Path:
+    """Write ``arrays`` to an ``.npz`` atomically, for any tensor names (``np.savez`` rejects ``file``).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = save_npz(pathlib.Path(tempfile.mkdtemp()) / "x.npz", {"a/b": np.arange(3)})
+        >>> load_npz(p)["a/b"].tolist()
+        [0, 1, 2]
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+            for name, value in arrays.items():
+                with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
+                    np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def load_npz(path: str | Path) -> dict[str, np.ndarray]:
+    """Read every array of an ``.npz`` (no pickles) into a dict, in file order."""
+    with np.load(path, allow_pickle=False) as data:
+        return {name: data[name] for name in data.files}
+
+
+def _as_saveable(name: str, value: Any) -> np.ndarray:
+    """A numpy array ``np.save`` can write without pickling (string tensors become unicode arrays)."""
+    array = np.asarray(value)
+    if array.dtype == object:
+        try:
+            array = array.astype(str)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"output {name!r} is not a tensor (got {type(value).__name__})") from exc
+    return np.ascontiguousarray(array)
+
+
+def _save_npy_atomic(path: Path, array: np.ndarray) -> None:
+    # Replace, never overwrite in place: a reader may still hold a memory map of the previous file.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as fh:
+        np.lib.format.write_array(fh, array, allow_pickle=False)
+    os.replace(tmp, path)
+
+
+def write_outputs(outputs: Mapping[str, Any], names: Sequence[str], output_dir: Path) -> list[dict[str, Any]]:
+    """Write ``names`` from ``outputs`` as ``<index>.npy`` files plus ``manifest.json``; return the entries."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for index, name in enumerate(names):
+        array = _as_saveable(name, outputs[name])
+        file = f"{index}.npy"
+        _save_npy_atomic(output_dir / file, array)
+        entries.append({"name": name, "file": file, "dtype": array.dtype.str, "shape": list(array.shape)})
+    manifest = {"version": 1, "tensors": entries}
+    tmp = output_dir / f".{MANIFEST}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    os.replace(tmp, output_dir / MANIFEST)
+    return entries
+
+
+# ------------------------------------------------------------------------------------ runtime helpers
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def option_flag(options: Mapping[str, str], key: str, default: bool = False) -> bool:
+    """A boolean spec option (``1/0``, ``true/false``, ``yes/no``, ``on/off``).
+
+    Example:
+        >>> option_flag({"shell": "1"}, "shell"), option_flag({}, "shell")
+        (True, False)
+    """
+    text = options.get(key)
+    if text is None:
+        return default
+    if text.strip().lower() in _TRUE | _FALSE:
+        return text.strip().lower() in _TRUE
+    raise SpecError(f"option {key}={text!r} is not a boolean", hint=f"write {key}=1 or {key}=0")
+
+
+# ------------------------------------------------------------------------------------------ messages
+def describe_exception(exc: BaseException) -> dict[str, Any]:
+    """The JSON form of an exception: class name, message, hint and exit code where it has them."""
+    message = exc.message if isinstance(exc, GraphBisectError) else str(exc)
+    return {
+        "type": type(exc).__name__,
+        "message": message,
+        "hint": getattr(exc, "hint", None),
+        "exit_code": getattr(exc, "exit_code", None),
+        "usage": isinstance(exc, GraphBisectError),
+    }
+
+
+class _Channel:
+    """JSON lines in from the host, JSON lines out to it."""
+
+    def __init__(self, requests_fd: int, replies_fd: int) -> None:
+        for fd in (requests_fd, replies_fd):  # children of the backend must not hold the host's pipes open
+            os.set_inheritable(fd, False)
+        self._in: IO[bytes] = os.fdopen(requests_fd, "rb")
+        self._out: IO[bytes] = os.fdopen(replies_fd, "wb")
+
+    def receive(self) -> dict[str, Any] | None:
+        line = self._in.readline()
+        return json.loads(line) if line else None
+
+    def send(self, message: Mapping[str, Any]) -> None:
+        self._out.write(json.dumps(message).encode("utf-8") + b"\n")
+        self._out.flush()
+
+
+def _flush_stdio() -> None:
+    """Flush Python's and C's stdio buffers so what the backend printed reaches the log now."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    with contextlib.suppress(Exception):  # C stdio is fully buffered when fd 1 is a file
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+
+
+#: Model files up to this size are hashed to decide whether a loaded session can be reused.
+HASH_LIMIT = 64 * 1024 * 1024
+
+
+def _file_key(model: str) -> tuple[Any, ...]:
+    """Identity of a model file: a session is reused only while the file is the very same one.
+
+    Inode and mtime catch atomic replacements; the content hash catches a same-size rewrite in place within
+    the file system's timestamp granularity.
+    """
+    try:
+        st = os.stat(model)
+    except OSError:
+        return (model,)
+    key: tuple[Any, ...] = (os.path.realpath(model), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if os.path.isfile(model) and st.st_size <= HASH_LIMIT:
+        with open(model, "rb") as fh:
+            key += (hashlib.blake2b(fh.read(), digest_size=16).hexdigest(),)
+    return key
+
+
+# ----------------------------------------------------------------------------------------------- server
+class _Server:
+    """Holds the runtime and answers requests until ``exit`` or end of input."""
+
+    def __init__(self, channel: _Channel, workdir: Path) -> None:
+        self.channel = channel
+        self.workdir = workdir
+        self.runtime: Any = None
+        self.loaded: tuple[Any, ...] | None = None
+
+    def serve(self) -> int:
+        while (request := self.channel.receive()) is not None:
+            op = str(request.get("op"))
+            if op == "exit":
+                self.channel.send({"ok": True})
+                return 0
+            handler = {"init": self.init, "validate": self.validate, "run": self.run}.get(op)
+            try:
+                if handler is None:
+                    raise ValueError(f"unknown request {op!r}")
+                reply = handler(request)
+            except Exception as exc:
+                traceback.print_exc()
+                reply = {"ok": False, "event": "done", "error": describe_exception(exc)}
+            _flush_stdio()
+            self.channel.send(reply)
+        return 0
+
+    def init(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        module_name, _, class_name = request["runtime"].partition(":")
+        runtime_class = getattr(importlib.import_module(module_name), class_name)
+        self.runtime = runtime_class(dict(request.get("options", {})), str(self.workdir))
+        return {
+            "ok": True,
+            "protocol": PROTOCOL_VERSION,
+            "pid": os.getpid(),
+            "python": sys.executable,
+            "python_version": platform.python_version(),
+            "numpy": np.__version__,
+            "package": str(Path(__file__).absolute().parents[1]),
+        }
+
+    def validate(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        check = getattr(self.runtime, "validate", None)
+        if check is not None:
+            check()
+        return {"ok": True}
+
+    def run(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        self.channel.send({"event": "start"})
+        model, outputs = str(request["model"]), request.get("outputs")
+        started = time.perf_counter()
+        crash = self._load(model, outputs)
+        if crash:
+            return crash
+        loaded = time.perf_counter()
+        self.channel.send({"event": "loaded"})
+        inputs = load_npz(request["inputs"])
+        result = self._execute(inputs, outputs, Path(request["output_dir"]))
+        timing = {"load_seconds": loaded - started, "run_seconds": time.perf_counter() - loaded}
+        result.setdefault("info", {}).update(timing)
+        return result
+
+    def _load(self, model: str, outputs: Sequence[str] | None) -> dict[str, Any] | None:
+        key = (_file_key(model), tuple(outputs) if outputs is not None else None)
+        if key == self.loaded:
+            return None
+        self.loaded = None
+        try:
+            self.runtime.load(model, list(outputs) if outputs is not None else None)
+        except GraphBisectError:
+            raise
+        except Exception as exc:
+            return _crash("load", exc)
+        self.loaded = key
+        return None
+
+    def _execute(self, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None,
+                 output_dir: Path) -> dict[str, Any]:
+        try:
+            produced = self.runtime.run(inputs)
+            names = list(outputs) if outputs is not None else list(produced)
+            missing = [name for name in names if name not in produced]
+            if missing:
+                raise KeyError(f"the backend returned no value for {', '.join(map(repr, missing))}")
+            entries = write_outputs(produced, names, output_dir)
+        except GraphBisectError:
+            self.loaded = None
+            raise
+        except Exception as exc:
+            self.loaded = None  # rebuild the session next time: a failed run may have left it broken
+            return _crash("run", exc)
+        return {"event": "done", "status": "ok", "outputs": entries, "info": _jsonable(self.runtime.info())}
+
+
+def _crash(phase: str, exc: BaseException) -> dict[str, Any]:
+    traceback.print_exc()
+    error = describe_exception(exc)
+    return {"event": "done", "status": "crash", "phase": phase, "error_type": error["type"],
+            "message": error["message"], "exit_code": error["exit_code"]}
+
+
+def _jsonable(info: Mapping[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(dict(info), default=str))
+
+
+def _redirect_output(log: str | None) -> None:
+    """Send fd 1 and fd 2 (C++ prints included) to the log file."""
+    if log:
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+
+
+def _parse_args(argv: Iterable[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m graphbisect.backends.worker", description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, required=True, help="file descriptor to read requests from")
+    parser.add_argument("--replies", type=int, required=True, help="file descriptor to write replies to")
+    parser.add_argument("--workdir", required=True, help="folder for the runtime's files")
+    parser.add_argument("--log", help="append fd 1 and fd 2 to this file")
+    parser.add_argument("--log-level", default="WARNING", help="level of graphbisect's own log messages")
+    return parser.parse_args(list(argv) if argv is not None else None)
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    """Entry point of the worker process."""
+    args = _parse_args(argv)
+    _redirect_output(args.log)
+    faulthandler.enable()  # a segfault prints the Python stack to the log
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+    return _Server(_Channel(args.requests, args.replies), Path(args.workdir)).serve()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""`graphbisect backends`: the backend table with availability, versions, capabilities and options."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from graphbisect.backends.registry import BACKENDS, HOST_OPTIONS
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the table as JSON")
+    parser.add_argument("--options", action="store_true", help="also list every backend's spec options")
+
+
+def run(args: argparse.Namespace) -> int:
+    rows = []
+    for info in BACKENDS:
+        avail = info.availability()
+        rows.append({
+            "name": info.name, "aliases": list(info.aliases), "available": avail.available,
+            "version": avail.version, "reason": avail.reason, "summary": info.summary,
+            "capabilities": sorted(c.value for c in info.capabilities),
+            "options": dict(info.options), "extra": info.extra,
+        })
+    if args.json:
+        print(json.dumps({"backends": rows, "host_options": dict(HOST_OPTIONS)}, indent=2))
+        return 0
+    width = max(len(r["name"]) for r in rows)
+    for row in rows:
+        state = f"yes  {row['version'] or ''}" if row["available"] else "no   " + (row["reason"] or "")
+        print(f"{row['name']:<{width}}  {state}")
+        print(f"{'':<{width}}  {row['summary']}")
+        print(f"{'':<{width}}  capabilities: {', '.join(row['capabilities'])}")
+        if args.options:
+            for key, text in row["options"].items():
+                print(f"{'':<{width}}    {key}: {text}")
+    if args.options:
+        print("options every backend accepts:")
+        for key, text in HOST_OPTIONS.items():
+            print(f"  {key}: {text}")
+    print("\nspec syntax: NAME[:key=value,...]  e.g. onnxruntime:opt_level=all,disabled=LayerNormFusion")
+    return 0

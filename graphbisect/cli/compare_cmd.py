@@ -1,0 +1,105 @@
+"""`graphbisect compare`: verdict on the final outputs, then a layerwise table with the first divergence."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from graphbisect.cli.common import add_model_arguments, load_feeds, load_model_arg, tolerance_from_args
+
+if TYPE_CHECKING:
+    from graphbisect.workflows.compare import CompareResult
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the full result as JSON")
+    parser.add_argument("--html", type=Path, metavar="PATH", help="write an HTML report with a per-node error chart")
+    parser.add_argument("--csv", type=Path, metavar="PATH", help="write the layerwise table as CSV")
+    parser.add_argument("--no-layerwise", action="store_true", help="compare final outputs only (2 runs, not 4)")
+    parser.add_argument("--workdir", type=Path, help="keep the normalized model, inputs and the oracle's "
+                        "activation store here (default: a temporary folder)")
+    parser.add_argument("--rows", type=int, default=30, help="layer rows to print around the divergence (default 30; "
+                        "0 = all)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphbisect.artifacts.compare_report import write_csv, write_html, write_json
+    from graphbisect.workflows.compare import compare_models
+
+    model = load_model_arg(args)
+    feeds = load_feeds(args, model)
+    result = compare_models(
+        model, oracle=args.oracle, target=args.target, inputs=feeds, tolerance=tolerance_from_args(args),
+        workdir=args.workdir, layerwise=not args.no_layerwise, seed=args.seed,
+        on_stage=lambda msg: print(f"… {msg}", file=sys.stderr),
+    )
+    print_result(result, rows=args.rows)
+    for path, writer in ((args.json, write_json), (args.html, write_html), (args.csv, write_csv)):
+        if path is not None:
+            writer(result, path)
+            print(f"wrote {path}")
+    return 0 if result.passed else 1
+
+
+def _num(value: float) -> str:
+    return f"{value:.3g}" if math.isfinite(value) else str(value)
+
+
+def print_result(result: CompareResult, *, rows: int) -> None:
+    print(f"model   {result.model.path}  ({len(result.model.nodes)} nodes, {result.model.fingerprint[:12]})")
+    print(f"oracle  {result.oracle}\ntarget  {result.target}")
+    if not result.target_run.ok:
+        print(f"\nTARGET FAILED: {result.target_run.describe()}")
+    if result.comparison is not None:
+        print(f"\n{'output':<24} {'verdict':<9} {'mismatched':>14} {'max abs':>10} {'max rel':>10} {'cosine':>9}")
+        for s in result.comparison.outputs:
+            print(f"{s.name[:24]:<24} {s.kind.value:<9} {f'{s.mismatches}/{s.numel}':>14} {_num(s.max_abs):>10} "
+                  f"{_num(s.max_rel):>10} {_num(s.cosine):>9}")
+    if result.layerwise_note:
+        print(f"\nNOTE: {result.layerwise_note}")
+    if result.layerwise is not None:
+        _print_layers(result, rows)
+    verdict = "PASS: outputs match" if result.passed else "FAIL"
+    print(f"\n{verdict}  (invocations: {', '.join(f'{k} {v}' for k, v in result.invocations.items())}; "
+          f"{result.seconds:.1f} s)")
+
+
+def _print_layers(result: CompareResult, rows: int) -> None:
+    layers = result.layerwise
+    assert layers is not None
+    table = [r for r in layers.rows if r.compared]
+    first = layers.first_divergence
+    start = 0
+    if rows and len(table) > rows:
+        at = table.index(first) if first is not None else 0
+        start = max(0, min(at - rows // 3, len(table) - rows))
+        table = table[start:start + rows]
+    print(f"\nlayerwise ({layers.compared} tensors compared{', showing ' + str(len(table)) if rows else ''}):")
+    print(f"{'#':>5} {'op':<14} {'node':<28} {'shape':<14} {'mismatched':>13} {'max abs':>9} {'max rel':>9} "
+          f"{'cosine':>8}  target [min, max] (oracle)")
+    for r in table:
+        s = r.stats
+        mark = ">>" if r is first else ("x " if not s.passed else "  ")
+        shape = "x".join(map(str, s.oracle_shape or ())) or "scalar"
+        if s.oracle_shape != s.target_shape:
+            shape += "!"
+        rng = f"[{_num(s.target_range[0])}, {_num(s.target_range[1])}]" if s.target_range else "-"
+        orng = f"[{_num(s.oracle_range[0])}, {_num(s.oracle_range[1])}]" if s.oracle_range else "-"
+        print(f"{mark}{r.index:>3} {r.op_type[:14]:<14} {r.node[:28]:<28} {shape[:14]:<14} "
+              f"{f'{s.mismatches}/{s.numel}':>13} {_num(s.max_abs):>9} {_num(s.max_rel):>9} {_num(s.cosine):>8}  "
+              f"{rng} ({orng})")
+    if first is None:
+        print("\nno intermediate tensor diverges")
+        return
+    print(f"\nfirst divergence: {first.node} ({first.op_type}) → tensor {first.tensor}, "
+          f"{_num(first.stats.score)}× tolerance")
+    print("root causes (error amplification, in tolerances):")
+    for rc in layers.root_causes[:5]:
+        tag = "root" if rc.is_root else "amplifies"
+        print(f"  {rc.node} ({rc.op_type}): {_num(rc.score)}  [{tag}]")

@@ -1,0 +1,88 @@
+"""The `graphbisect` command. One table of subcommands drives the parser, the help and the docs.
+
+The CLI is the only layer that prints. Exit codes: 0 = no failure found, 1 = a failure was found (a
+mismatch, a crash, a failing artifact), 2 = usage or input error (with a hint how to fix it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from graphbisect._version import __version__
+from graphbisect.errors import GraphBisectError
+
+__all__ = ["COMMANDS", "Command", "build_parser", "main"]
+
+EXIT_OK, EXIT_FAILURE_FOUND, EXIT_USAGE = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    summary: str
+    module: str  # module with add_arguments(parser) and run(args) -> int
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("backends", "list every backend, whether it is available here, its version and capabilities",
+            "graphbisect.cli.backends_cmd"),
+    Command("compare", "compare target against oracle: verdict, layerwise table, first divergence, root causes",
+            "graphbisect.cli.compare_cmd"),
+    Command("reduce", "shrink a failing model to a 1-minimal subgraph that fails the same way, as a bug-report bundle",
+            "graphbisect.cli.reduce_cmd"),
+    Command("verify", "re-run a bundle's target: does its recorded failure still reproduce (exit 1) or is it fixed "
+            "(exit 0)?", "graphbisect.cli.verify_cmd"),
+)
+
+
+def _module(command: Command) -> object:
+    import importlib
+
+    return importlib.import_module(command.module)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="graphbisect",
+        description="Turn 'my model gives wrong results (or crashes) on backend X' into a minimal failing "
+        "model artifact. Exit codes: 0 no failure, 1 failure found, 2 usage/input error.",
+    )
+    parser.add_argument("--version", action="version", version=f"graphbisect {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for command in COMMANDS:
+        p = sub.add_parser(command.name, help=command.summary, description=command.summary)
+        _module(command).add_arguments(p)  # type: ignore[attr-defined]
+        p.set_defaults(_run=_module(command).run)  # type: ignore[attr-defined]
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
+                        format="%(levelname)s %(name)s: %(message)s")
+    run: Callable[[argparse.Namespace], int] | None = getattr(args, "_run", None)
+    if run is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return run(args)
+    except GraphBisectError as err:
+        print(f"graphbisect {args.command}: error: {err.message}", file=sys.stderr)
+        if err.hint:
+            print(f"  hint: {err.hint}", file=sys.stderr)
+        if args.verbose and err.__cause__ is not None:
+            print(f"  caused by: {type(err.__cause__).__name__}: {err.__cause__}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("graphbisect: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""A one-line progress bar on stderr: phase, candidates, invocations, best size, elapsed time."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from graphbisect.engine import ProgressEvent
+
+__all__ = ["ProgressLine"]
+
+
+class ProgressLine:
+    """Redraws one status line (carriage return) on a terminal; prints a line at most every 5 s otherwise."""
+
+    def __init__(self, stream: TextIO | None = None, *, label: str = "reduce") -> None:
+        self.stream = stream or sys.stderr
+        self.label = label
+        self.tty = self.stream.isatty()
+        self._last = 0.0
+        self._width = 0
+
+    def stage(self, message: str) -> None:
+        self._clear()
+        print(f"… {message}", file=self.stream, flush=True)
+
+    def __call__(self, event: ProgressEvent) -> None:
+        now = time.monotonic()
+        if not self.tty and now - self._last < 5.0:
+            return
+        self._last = now
+        size = f"{event.best_size}/{event.start_size}" if event.start_size else str(event.best_size)
+        budget = f"/{event.max_invocations}" if event.max_invocations else ""
+        bar = _bar(event.best_size, event.start_size)
+        text = (f"[{self.label}] {bar} best {size} nodes | candidates {event.tests} | "
+                f"invocations {event.invocations}{budget} | {event.phase} | {event.elapsed_seconds:.1f}s")
+        if self.tty:
+            pad = max(self._width - len(text), 0)
+            self.stream.write("\r" + text + " " * pad)
+            self._width = len(text)
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def _clear(self) -> None:
+        if self.tty and self._width:
+            self.stream.write("\r" + " " * self._width + "\r")
+            self._width = 0
+
+    def close(self) -> None:
+        if self.tty and self._width:
+            self.stream.write("\n")
+            self._width = 0
+
+
+def _bar(best: int | None, start: int | None, width: int = 20) -> str:
+    """How much of the model is gone: full bar = reduced to nothing."""
+    if not best or not start:
+        return "[" + " " * width + "]"
+    done = round(width * (1 - best / start))
+    return "[" + "#" * done + "." * (width - done) + "]"

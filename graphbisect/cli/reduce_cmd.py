@@ -1,0 +1,113 @@
+"""`graphbisect reduce`: the smallest subgraph that still fails the same way, as a bug-report bundle."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from graphbisect.cli.common import add_model_arguments, load_feeds, load_model_arg, tolerance_from_args
+from graphbisect.cli.progress import ProgressLine
+from graphbisect.errors import InputError
+
+if TYPE_CHECKING:
+    from graphbisect.workflows.reduce import ReduceOptions, ReduceResult
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser, optional=True)
+    parser.add_argument("-o", "--output", type=Path, metavar="DIR",
+                        help="bundle folder to write (model.onnx, inputs, expected/actual outputs, repro.py, report)")
+    parser.add_argument("--resume", type=Path, metavar="DIR",
+                        help="resume the interrupted reduction that was writing DIR (skips finished invocations)")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the result as JSON")
+    parser.add_argument("--zip", action="store_true", help="also write DIR.zip")
+    parser.add_argument("--max-invocations", type=int, metavar="N", help="stop after N target invocations")
+    parser.add_argument("--deadline", type=float, metavar="SECONDS", help="stop searching after this many seconds")
+    parser.add_argument("-j", "--jobs", type=int, default=1, help="evaluate candidates in N target workers "
+                        "(same result as -j 1)")
+    parser.add_argument("--fail-regex", metavar="REGEX", help="the failure is any run whose error message or log "
+                        "matches REGEX (instead of comparing outputs)")
+    parser.add_argument("--check", metavar="CMD", help="external check instead of --target (Polygraphy-style): a shell "
+                        "command with {model} and {inputs} placeholders; a non-zero exit is the failure")
+    parser.add_argument("--fail-code", type=int, metavar="N", help="with --check: only exit code N is the failure")
+    parser.add_argument("--strict-band", action="store_true", help="also require the error's order of magnitude "
+                        "to stay within one decade of the original's")
+    parser.add_argument("--cut-as-initializers", action="store_true",
+                        help="feed every cut tensor as an initializer instead of a graph input")
+    parser.add_argument("--no-layerwise", action="store_true", help="do not use layerwise evidence to seed the search")
+    parser.add_argument("--timeout", type=float, help="seconds one backend invocation may take (default 600)")
+    parser.add_argument("--keep-work", action="store_true", help="keep DIR.work (activations, journal) afterwards")
+
+
+def _options(args: argparse.Namespace) -> ReduceOptions:
+    from graphbisect.workflows.reduce import ReduceOptions
+
+    return ReduceOptions(
+        oracle=args.oracle, target=args.target, tolerance=tolerance_from_args(args), fail_regex=args.fail_regex,
+        strict_band=args.strict_band, max_invocations=args.max_invocations, deadline_seconds=args.deadline,
+        jobs=args.jobs, cut_as_initializers=args.cut_as_initializers, layerwise=not args.no_layerwise,
+        timeout=args.timeout, keep_work=args.keep_work, check=args.check, fail_code=args.fail_code,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphbisect.workflows.reduce import reduce_model
+
+    progress = ProgressLine()
+    if args.resume is not None:
+        return _resume(args, progress)
+    if args.output is None:
+        raise InputError("reduce needs an output folder", hint="add -o DIR (e.g. -o bug-report)")
+    model = load_model_arg(args)
+    result = reduce_model(model, args.output, inputs=load_feeds(args, model), options=_options(args),
+                          zip_bundle=args.zip, on_progress=progress, on_stage=progress.stage)
+    progress.close()
+    return _report(result, args)
+
+
+def _resume(args: argparse.Namespace, progress: ProgressLine) -> int:
+    from graphbisect.model import load_model
+    from graphbisect.workflows.reduce import ReduceOptions, reduce_model, work_dir_for
+
+    state_path = work_dir_for(args.resume) / "run.json"
+    if not state_path.exists():
+        raise InputError(f"nothing to resume: {state_path} does not exist",
+                         hint="pass the -o folder of an interrupted `graphbisect reduce` run")
+    state = json.loads(state_path.read_text())
+    if state.get("model") is None:
+        raise InputError(f"{state_path} does not record the model file", hint="rerun the reduction from the start")
+    model = load_model(Path(state["model"]))
+    result = reduce_model(model, args.resume, options=ReduceOptions.from_json(state["options"]), resume=True,
+                          zip_bundle=args.zip, on_progress=progress, on_stage=progress.stage)
+    progress.close()
+    return _report(result, args)
+
+
+def _report(result: ReduceResult, args: argparse.Namespace) -> int:
+    from graphbisect.artifacts.files import atomic_write_text
+
+    if args.json is not None:
+        atomic_write_text(args.json, json.dumps(result.to_json(), indent=2, allow_nan=False) + "\n")
+    if not result.failed:
+        print(f"the original model does not fail ({result.signature.describe()}): nothing to reduce; "
+              f"report: {result.bundle}")
+        return 0
+    print(f"failure: {result.signature.describe()}")
+    print(f"reduced {result.original_nodes} → {result.final_nodes} nodes: {', '.join(result.kept_nodes[:12])}"
+          + (" …" if len(result.kept_nodes) > 12 else ""))
+    print("invocations: " + ", ".join(f"{k} {v}" for k, v in result.invocations.items())
+          + f"; {result.seconds:.1f} s")
+    if result.one_minimal:
+        print("1-minimal: yes (no single node can be removed), re-verified in fresh workers")
+    else:
+        why = result.stop_reason or "re-verification failed"
+        print(f"1-minimal: NOT PROVEN ({why}); this is the best result so far. "
+              f"Resume: graphbisect reduce --resume {args.output or args.resume}")
+    for note in result.notes:
+        print(f"note: {note}")
+    print(f"bundle: {result.bundle}  (reproduce: python {result.bundle}/repro.py)")
+    return 1

@@ -1,0 +1,152 @@
+"""`graphbisect verify DIR`: does the bundle's failure still reproduce (here, or on another version)?
+
+Re-runs the target (the bundle's spec, or ``--target``: e.g. a newer ONNX Runtime through ``python=``) on
+``model.onnx`` + ``inputs.npz`` in a fresh isolated worker, compares with ``oracle_outputs.npz`` under the
+bundle's tolerance, and compares the resulting failure signature with the recorded one.
+
+Exit codes: 1 = the recorded failure reproduces (or a *different* failure appeared, which is printed loudly),
+0 = fixed (the target agrees with the oracle), 2 = the bundle or the spec is unusable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from graphbisect.artifacts.bundle import LoadedBundle, load_bundle
+from graphbisect.artifacts.files import atomic_write_text
+from graphbisect.artifacts.repro import crash_key
+from graphbisect.backends import BackendProcess, BackendSpec, RunResult
+from graphbisect.compare import Comparison, compare_outputs
+from graphbisect.oracle.signature import FailureKind, Signature, signature_of
+
+__all__ = ["Verification", "add_arguments", "run", "verify_bundle"]
+
+REPRODUCES, FIXED, DIFFERENT = "reproduces", "fixed", "different"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bundle", type=Path, help="bundle folder or .zip written by `graphbisect reduce`")
+    parser.add_argument("--target", metavar="SPEC",
+                        help="run this target instead of the recorded one, e.g. "
+                        "'onnxruntime:opt_level=all,python=/opt/ort-nightly/bin/python' to check another version")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the verdict as JSON")
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The outcome of re-running a bundle's target."""
+
+    outcome: str  # reproduces | fixed | different
+    recorded: Signature
+    observed: Signature
+    target: BackendSpec
+    run: RunResult
+    comparison: Comparison | None
+    note: str | None = None
+    recorded_message: str | None = None  # the raw crash message in the bundle
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "recorded": self.recorded.to_json(),
+            "observed": self.observed.to_json(),
+            "target": str(self.target),
+            "run": self.run.describe(),
+            "message": self.run.message,
+            "library": {k: self.run.info[k] for k in ("library", "library_version") if k in self.run.info},
+            "outputs": [s.to_json() for s in self.comparison.outputs] if self.comparison is not None else [],
+            "note": self.note,
+        }
+
+
+def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None) -> Verification:
+    """Re-run ``target`` (default: the recorded one) on the bundle and classify the result."""
+    spec = BackendSpec.parse(target) if isinstance(target, str) else (target or bundle.target)
+    recorded = bundle.signature
+    regex = re.compile(recorded.detail) if recorded.kind is FailureKind.REGEX else None
+    with tempfile.TemporaryDirectory(prefix="graphbisect-verify-") as workdir, \
+            BackendProcess(spec, workdir=Path(workdir)) as backend:
+        result = backend.run(bundle.model_path, bundle.inputs_path, list(bundle.oracle_outputs))
+        comparison = compare_outputs(bundle.oracle_outputs, result.outputs, bundle.tolerance) if result.ok else None
+        observed = signature_of(result, comparison, fail_regex=regex)
+        # Copy what we need before the outputs' memory maps lose their folder.
+        outputs = {name: value.copy() for name, value in result.outputs.items()}
+    result = dataclasses.replace(result, outputs=outputs)
+    return _classify(bundle, backend.spec, result, comparison, observed)
+
+
+def _classify(bundle: LoadedBundle, spec: BackendSpec, result: RunResult, comparison: Comparison | None,
+              observed: Signature) -> Verification:
+    recorded = bundle.signature
+
+    def verdict(outcome: str, note: str | None = None) -> Verification:
+        return Verification(outcome, recorded, observed, spec, result, comparison, note, bundle.target_message)
+
+    if recorded.matches(observed):
+        return verdict(REPRODUCES)
+    if _same_crash(bundle, recorded, observed, result):
+        return verdict(REPRODUCES, "the crash message differs from the recorded one only in volatile details "
+                       "(paths, line numbers)")
+    if not observed.failed:
+        return verdict(FIXED)
+    return verdict(DIFFERENT, "the recorded failure is gone but the target fails differently: the bug may be "
+                   "fixed while another one shows")
+
+
+def _same_crash(bundle: LoadedBundle, recorded: Signature, observed: Signature, result: RunResult) -> bool:
+    """Same crash kind, and the recorded message's stable part is in the new one (see repro.crash_key)."""
+    if recorded.kind is not observed.kind or recorded.kind not in (FailureKind.CRASH_LOAD, FailureKind.CRASH_RUN):
+        return False
+    expected = crash_key(bundle.target_message or recorded.detail)
+    actual = crash_key(f"{result.error_type}: {result.message}")
+    return bool(expected) and expected in actual
+
+
+def run(args: argparse.Namespace) -> int:
+    with load_bundle(args.bundle) as bundle:
+        print(f"bundle    {args.bundle}")
+        print(f"oracle    {bundle.oracle}   (recorded outputs)")
+        print(f"target    {args.target or bundle.target}")
+        verification = verify_bundle(bundle, args.target)
+    _print(verification)
+    if args.json is not None:
+        atomic_write_text(args.json, json.dumps(verification.to_json(), indent=1) + "\n")
+        print(f"wrote {args.json}")
+    return 0 if verification.outcome == FIXED else 1
+
+
+def _signature_line(signature: Signature, message: str | None) -> str:
+    """``crash-load: Fail: <first line of the raw message>``, or the signature's own description."""
+    lines = [line.strip() for line in (message or "").splitlines() if line.strip()]
+    if signature.kind in (FailureKind.CRASH_LOAD, FailureKind.CRASH_RUN) and lines:
+        return f"{signature.kind.value}: {lines[0]}"
+    return signature.describe()
+
+
+def _print(v: Verification) -> None:
+    library = " ".join(str(v.run.info[k]) for k in ("library", "library_version") if k in v.run.info)
+    if library:
+        print(f"library   {library}")
+    print(f"recorded  {_signature_line(v.recorded, v.recorded_message)}")
+    observed_message = None if v.run.ok else f"{v.run.error_type or 'error'}: {v.run.message or ''}"
+    print(f"observed  {_signature_line(v.observed, observed_message)}")
+    if v.comparison is not None:
+        for s in v.comparison.outputs:
+            print(f"  {s.kind.value:<9} {json.dumps(s.name)}: {s.mismatches}/{s.numel} mismatched, "
+                  f"max abs {s.max_abs:.4g}, {s.score:.3g}× tolerance")
+    if v.outcome == REPRODUCES:
+        print(f"\nREPRODUCES: the recorded failure still happens on {v.target}.")
+    elif v.outcome == FIXED:
+        print(f"\nFIXED: {v.target} now agrees with the oracle.")
+    else:
+        print(f"\n*** DIFFERENT FAILURE on {v.target}: recorded {v.recorded.describe()}, "
+              f"now {v.observed.describe()} ***")
+    if v.note:
+        print(f"note: {v.note}")

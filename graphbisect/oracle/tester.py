@@ -1,0 +1,137 @@
+"""The verdict on one candidate: materialize → save → run the target in an isolated worker → compare → judge.
+
+This is the test function the engine is given. Its contract with the engine:
+
+* ``FAIL``: the candidate fails with a signature that *matches* the baseline's (the same bug);
+* ``PASS``: the target agrees with the oracle on the candidate;
+* ``UNRESOLVED``: a different failure (never accepted: no drift to another bug), or a candidate that could
+  not be made valid — the latter costs no backend invocation (``invoked=False``).
+
+Expected values come from the oracle's activation store, so judging a candidate costs one target run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import queue
+import re
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from graphbisect.backends import BackendProcess, BackendSpec, RunResult
+from graphbisect.compare import Comparison, Tolerance, compare_outputs
+from graphbisect.engine import Outcome, TestResult
+from graphbisect.model.io import save_proto
+from graphbisect.oracle.signature import Signature, signature_of
+from graphbisect.strategies.subgraph import SubgraphSpace
+
+__all__ = ["CandidateTester", "Judgement", "WorkerPool", "judge"]
+
+log = logging.getLogger(__name__)
+
+
+class WorkerPool:
+    """``size`` isolated target workers shared by parallel candidate evaluations (one run per worker at a time)."""
+
+    def __init__(self, spec: BackendSpec | str, size: int, workdir: Path, *, timeout: float | None = None) -> None:
+        self.procs = [BackendProcess(spec, workdir=workdir / f"worker-{i}", timeout=timeout) for i in range(size)]
+        self._free: queue.Queue[BackendProcess] = queue.Queue()
+        for proc in self.procs:
+            self._free.put(proc)
+
+    @contextlib.contextmanager
+    def acquire(self) -> Iterator[BackendProcess]:
+        proc = self._free.get()
+        try:
+            yield proc
+        finally:
+            self._free.put(proc)
+
+    @property
+    def invocations(self) -> int:
+        return sum(proc.invocations for proc in self.procs)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.close()
+
+
+class Judgement:
+    """A run of the target judged against expected values."""
+
+    def __init__(self, run: RunResult, comparison: Comparison | None, signature: Signature) -> None:
+        self.run, self.comparison, self.signature = run, comparison, signature
+
+    @property
+    def failing_tensors(self) -> list[str]:
+        return [s.name for s in self.comparison.failing] if self.comparison is not None else []
+
+
+def judge(run: RunResult, expected: Callable[[str], np.ndarray], outputs: Sequence[str], tol: Tolerance,
+          fail_regex: re.Pattern[str] | None = None) -> Judgement:
+    """Compare a target run with the oracle's values of ``outputs`` and compute its failure signature."""
+    comparison = None
+    if run.ok:
+        comparison = compare_outputs({name: expected(name) for name in outputs}, run.outputs, tol, outputs)
+    return Judgement(run, comparison, signature_of(run, comparison, fail_regex=fail_regex))
+
+
+class CandidateTester:
+    """The engine's test function for subgraph candidates (see the module docstring)."""
+
+    def __init__(self, space: SubgraphSpace, pool: WorkerPool, baseline: Signature, tol: Tolerance, *,
+                 fail_regex: re.Pattern[str] | None = None, strict_band: bool = False, compare: bool = True) -> None:
+        """``compare=False``: the target's exit status is the verdict (an external check), no output is compared."""
+        self.space, self.pool, self.baseline, self.tol = space, pool, baseline, tol
+        self.fail_regex, self.strict_band, self.compare = fail_regex, strict_band, compare
+
+    def __call__(self, keep: frozenset[int]) -> TestResult:
+        try:
+            candidate = self.space.materialize(keep)
+        except KeyError as exc:
+            return TestResult(Outcome.UNRESOLVED, invoked=False, detail=f"no oracle value for cut tensor {exc}")
+        if not candidate.outputs:
+            return TestResult(Outcome.UNRESOLVED, invoked=False, detail="candidate has no comparable output")
+        path = self.space.workdir / f"candidate-{_digest(keep)}.onnx"
+        save_proto(candidate.proto, path)
+        try:
+            invalid = _check(path)
+            if invalid:
+                log.warning("skipping an invalid candidate of %d nodes: %s", len(keep), invalid)
+                return TestResult(Outcome.UNRESOLVED, invoked=False, detail=f"invalid model: {invalid}")
+            with self.pool.acquire() as proc:
+                run = proc.run(path, dict(candidate.feeds))
+        finally:
+            path.unlink(missing_ok=True)
+        outputs = candidate.outputs if self.compare else ()
+        verdict = judge(run, self.space.values, outputs, self.tol, self.fail_regex)
+        if self.baseline.matches(verdict.signature, strict_band=self.strict_band):
+            outcome = Outcome.FAIL
+        elif verdict.signature.failed:
+            outcome = Outcome.UNRESOLVED
+            log.debug("candidate of %d nodes fails differently: %s", len(keep), verdict.signature.describe())
+        else:
+            outcome = Outcome.PASS
+        detail = {"signature": verdict.signature.to_json(), "failing": verdict.failing_tensors}
+        return TestResult(outcome, invoked=True, detail=detail)
+
+
+def _check(path: Path) -> str | None:
+    """The canonicalizer's last gate: a candidate the ONNX checker rejects is skipped, not run.
+
+    Checked from its file, so external weights resolve against the candidate's folder.
+    """
+    try:
+        onnx.checker.check_model(str(path))
+    except onnx.checker.ValidationError as exc:
+        return str(exc).splitlines()[0]
+    return None
+
+
+def _digest(keep: frozenset[int]) -> str:
+    return hashlib.sha1(",".join(map(str, sorted(keep))).encode()).hexdigest()[:16]

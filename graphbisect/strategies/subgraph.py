@@ -1,0 +1,206 @@
+"""The subgraph strategy: which nodes remain. Units are node indices in topological order.
+
+Any subset of nodes is a valid candidate, because every tensor a kept node reads but no kept node
+produces is **fed with the oracle's captured value** (DESIGN: "oracle values at cut points"): as a graph
+input carried in the candidate's inputs, or — for small integer tensors such as shapes and indices, which
+runtimes need as constants to fold shapes and match fusion patterns — as an initializer. The candidate's
+outputs are the tensors it produces that no kept node reads (its frontier) plus any original output it
+produces; their expected values are the oracle's, straight from the activation store, so testing a
+candidate costs one *target* invocation and no oracle run.
+
+Weights are never copied per candidate: every initializer above 1 KiB lives once in ``weights.bin`` beside
+the candidates, which reference it by offset (:func:`graphbisect.model.io.write_weights_file`).
+
+The search plan (:func:`plan`) uses cheap structure before brute force:
+1. hints from layerwise evidence (the first divergence and top root causes, each alone);
+2. prefix bisection: the shortest topological prefix that still fails ends at the culprit's last node;
+3. suffix bisection inside it: the shortest slice that still fails starts at the culprit's first node;
+4. the cone: the slice's nodes that the failing tensors depend on (drops interleaved parallel branches);
+5. probabilistic delta debugging down to a 1-minimal set, with a final one-by-one sweep.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from graphbisect.engine import (
+    BudgetExhausted,
+    Evaluator,
+    Outcome,
+    SearchAborted,
+    SearchResult,
+    bisect_prefix,
+    probdd,
+)
+from graphbisect.model import Model
+from graphbisect.model.io import ExternalRef, copy_model, strip_to_external, write_weights_file
+from graphbisect.model.normalize import node_dependencies
+
+__all__ = ["Candidate", "SubgraphSpace", "plan"]
+
+log = logging.getLogger(__name__)
+
+#: Cut tensors of these dtypes and at most this many elements become initializers, not graph inputs.
+_CONST_KINDS = "biu"
+_CONST_MAX_ELEMENTS = 4096
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One materialized node subset: a valid model plus what to feed it and what to expect."""
+
+    keep: frozenset[int]
+    proto: onnx.ModelProto
+    feeds: Mapping[str, np.ndarray] = field(repr=False)  # graph inputs (original inputs and cut tensors)
+    outputs: tuple[str, ...] = ()
+
+    @property
+    def nodes(self) -> int:
+        return len(self.keep)
+
+
+class SubgraphSpace:
+    """Materializes node subsets of ``model`` as standalone models fed from oracle values.
+
+    ``values(name)`` returns the oracle's value of any tensor: a graph input or an intermediate (the
+    activation store). ``workdir`` receives ``weights.bin`` once; candidates must be saved in ``workdir``
+    too, since external-data locations may not leave a model's folder.
+    """
+
+    def __init__(self, model: Model, values: Callable[[str], np.ndarray], workdir: Path, *,
+                 cut_as_initializers: bool = False) -> None:
+        self.model = model
+        self.values = values
+        self.workdir = Path(workdir)
+        self.cut_as_initializers = cut_as_initializers
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.refs: dict[str, ExternalRef] = write_weights_file(model, self.workdir / "weights.bin")
+        shared = strip_to_external(model.proto, self.refs)
+        self._stubs = {t.name: t for t in shared.graph.initializer}  # small ones inline, large ones by offset
+        self._inline = {t.name: t for t in model.proto.graph.initializer}
+        self._deps = [node_dependencies(node) for node in model.nodes]
+        self._outputs = set(model.output_names)
+        self._shell = copy_model(model.proto, initializers=False)
+        del self._shell.graph.node[:]
+        del self._shell.graph.input[:]
+        del self._shell.graph.output[:]
+        del self._shell.graph.value_info[:]
+
+    @property
+    def size(self) -> int:
+        return len(self.model.nodes)
+
+    def boundary(self, keep: Iterable[int]) -> tuple[list[str], list[str], list[str]]:
+        """(cut tensors to feed, initializers used, output tensors) of a node subset, in graph order."""
+        order = sorted(keep)
+        produced: set[str] = set()
+        read: dict[str, None] = {}
+        for index in order:
+            read.update(dict.fromkeys(self._deps[index]))
+            produced.update(name for name in self.model.nodes[index].output if name)
+        cut = [name for name in read if name not in produced and name not in self._inline]
+        inits = [name for name in read if name in self._inline and name not in produced]
+        outputs = [name for index in order for name in self.model.nodes[index].output
+                   if name and (name not in read or name in self._outputs)]
+        return cut, inits, outputs
+
+    def materialize(self, keep: Iterable[int], *, inline_weights: bool = False) -> Candidate:
+        """Build the candidate model for ``keep``. Raises KeyError when a cut value is unknown."""
+        keep = frozenset(keep)
+        cut, inits, outputs = self.boundary(keep)
+        proto = onnx.ModelProto()
+        proto.CopyFrom(self._shell)
+        graph = proto.graph
+        graph.node.extend(self.model.nodes[i] for i in sorted(keep))
+        source = self._inline if inline_weights else self._stubs
+        graph.initializer.extend(source[name] for name in inits)
+        feeds: dict[str, np.ndarray] = {}
+        for name in cut:
+            value = np.asarray(self.values(name))
+            if self._as_constant(value):
+                graph.initializer.append(onnx.numpy_helper.from_array(np.ascontiguousarray(value), name))
+            else:
+                graph.input.append(_value_info(name, value))
+                feeds[name] = value
+        graph.output.extend(_value_info(name, self.values(name)) for name in outputs)
+        return Candidate(keep, proto, feeds, tuple(outputs))
+
+    def _as_constant(self, value: np.ndarray) -> bool:
+        if self.cut_as_initializers:
+            return True
+        return value.dtype.kind in _CONST_KINDS and value.size <= _CONST_MAX_ELEMENTS
+
+    def cone(self, keep: Iterable[int], tensors: Iterable[str]) -> frozenset[int]:
+        """The nodes of ``keep`` that the given tensors depend on (within ``keep``)."""
+        keep = frozenset(keep)
+        pending = [self.model.producer[t] for t in tensors if t in self.model.producer]
+        cone: set[int] = set()
+        while pending:
+            index = pending.pop()
+            if index in cone or index not in keep:
+                continue
+            cone.add(index)
+            pending.extend(self.model.producer[t] for t in self._deps[index] if t in self.model.producer)
+        return frozenset(cone)
+
+
+def _value_info(name: str, value: np.ndarray) -> onnx.ValueInfoProto:
+    value = np.asarray(value)
+    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype), list(value.shape))
+
+
+def plan(evaluator: Evaluator, space: SubgraphSpace, *, hints: Sequence[frozenset[int]] = (),
+         priors: Mapping[int, float] | None = None) -> SearchResult:
+    """Run the subgraph search plan (module docstring) and return the engine's final result.
+
+    The whole model as a candidate must fail; when its outputs differ from the original model's (a dangling
+    intermediate becomes an output) that is checked with one invocation rather than assumed.
+    """
+    best = [frozenset(range(space.size))]
+    try:
+        extra_outputs = space.boundary(best[0])[2] != list(space.model.output_names)
+        if extra_outputs and evaluator.evaluate(best[0], phase="confirm").outcome is not Outcome.FAIL:
+            raise SearchAborted("the whole model as a candidate does not fail like the original",
+                                result=SearchResult(best[0], False, None, evaluator.stats(), ()),
+                                hint="report this as a graphbisect bug, with the model")
+        for hint in hints:  # evidence first: a one-node culprit needs one candidate
+            if evaluator.evaluate(hint, phase="hints").outcome is Outcome.FAIL:
+                log.info("layerwise hint reproduces the failure with %d node(s)", len(hint))
+                best.append(hint)
+                break
+        else:
+            best.append(_slice(evaluator, best[-1]))
+            best.append(_cone(evaluator, space, best[-1]))
+    except BudgetExhausted as exc:
+        return SearchResult(best[-1], False, exc.reason, evaluator.stats(), ())
+    return probdd(evaluator, best[-1], prior=dict(priors) if priors else None, phase="probdd")
+
+
+def _slice(evaluator: Evaluator, keep: frozenset[int]) -> frozenset[int]:
+    """The shortest topological slice that still fails: prefix bisection, then suffix bisection inside it."""
+    order = sorted(keep)
+    prefix = bisect_prefix(evaluator, order, phase="prefix")
+    if prefix.found is None or prefix.stop_reason is not None:
+        return keep
+    head = order[: prefix.found]
+    suffix = bisect_prefix(evaluator, list(reversed(head)), phase="suffix")
+    if suffix.found is None or suffix.stop_reason is not None:
+        return frozenset(head)
+    return frozenset(head[len(head) - suffix.found:])
+
+
+def _cone(evaluator: Evaluator, space: SubgraphSpace, keep: frozenset[int]) -> frozenset[int]:
+    """Drop the slice's nodes that the failing tensors do not depend on (interleaved parallel branches)."""
+    detail = evaluator.evaluate(keep, phase="cone").detail  # cached: the slice was just tested
+    tensors = detail.get("failing", []) if isinstance(detail, dict) else []
+    cone = space.cone(keep, tensors) if tensors else keep
+    if cone and cone != keep and evaluator.evaluate(cone, phase="cone").outcome is Outcome.FAIL:
+        return cone
+    return keep

@@ -1,0 +1,1 @@
+"""Workflows: the end-to-end jobs behind each CLI command (compare, reduce), usable as a library."""

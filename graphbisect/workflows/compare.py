@@ -1,0 +1,223 @@
+"""`compare`: run oracle and target on a model, give a verdict, then localize the divergence layer by layer.
+
+Backend invocations are the cost, so the workflow runs each backend at most twice: once on the plain model
+(the verdict that matters, since exposing intermediates changes what a backend fuses) and once on a probe
+model exposing every intermediate tensor (skipped with ``layerwise=False`` or when a backend cannot).
+The oracle's probed run writes straight into an :class:`~graphbisect.data.ActivationStore`, which the
+reduce engine reuses to feed cut points.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from graphbisect.backends import BackendInfo, BackendProcess, BackendSpec, Capability, RunResult, resolve
+from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
+from graphbisect.compare import Comparison, Tolerance, compare_outputs
+from graphbisect.data import ActivationStore, random_inputs, save_inputs, validate_inputs
+from graphbisect.errors import BackendError
+from graphbisect.localize.layerwise import LayerwiseReport, analyze_layers
+from graphbisect.model import Model
+
+__all__ = ["DEFAULT_ORACLE", "DEFAULT_TARGET", "CompareResult", "compare_models", "model_for_backend"]
+
+log = logging.getLogger(__name__)
+
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    """Everything `graphbisect compare` found; ``to_json`` is the documented ``--json`` schema."""
+
+    model: Model
+    oracle: BackendSpec
+    target: BackendSpec
+    versions: Mapping[str, str | None]
+    inputs_path: Path
+    oracle_run: RunResult
+    target_run: RunResult
+    comparison: Comparison | None  # None when the target crashed
+    layerwise: LayerwiseReport | None
+    layerwise_note: str | None  # why layerwise data are missing or partial
+    probe_masking: bool
+    probed_comparison: Comparison | None
+    invocations: Mapping[str, int]
+    seconds: float
+    store_dir: Path | None = None
+    extra: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.target_run.ok and self.comparison is not None and self.comparison.passed
+
+    def to_json(self) -> dict[str, object]:
+        layers = self.layerwise
+        first = layers.first_divergence if layers else None
+        return {
+            "verdict": "pass" if self.passed else "fail",
+            "model": {"path": str(self.model.path) if self.model.path else None,
+                      "fingerprint": self.model.fingerprint, "nodes": len(self.model.nodes)},
+            "oracle": str(self.oracle),
+            "target": str(self.target),
+            "versions": dict(self.versions),
+            "inputs": str(self.inputs_path),
+            "target_status": self.target_run.describe(),
+            "outputs": [s.to_json() for s in self.comparison.outputs] if self.comparison else [],
+            "first_divergence": None if first is None else {
+                "node": first.node, "op_type": first.op_type, "tensor": first.tensor,
+                "index": first.index, "score": first.stats.to_json()["score"]},
+            "root_causes": [rc.to_json() for rc in layers.root_causes] if layers else [],
+            "layers": [row.to_json() for row in layers.rows] if layers else [],
+            "layerwise_note": self.layerwise_note,
+            "probe_masking": self.probe_masking,
+            "invocations": dict(self.invocations),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def model_for_backend(model: Model, spec: BackendSpec, onnx_path: Path) -> Path:
+    """The file a backend runs: the ONNX model, or the original Paddle model for Paddle Inference."""
+    _, info = resolve(spec, require_available=False)
+    if info.has(Capability.ONNX_INPUT):
+        return onnx_path
+    if model.paddle_source is None:
+        raise BackendError(
+            f"backend {spec.name!r} runs only its own model format, and {model.path} is not a Paddle model",
+            hint="give a Paddle inference model (folder or prefix with .json/.pdmodel + .pdiparams), "
+            "or choose an ONNX backend such as onnxruntime",
+        )
+    return model.paddle_source
+
+
+def compare_models(
+    model: Model,
+    *,
+    oracle: BackendSpec | str = DEFAULT_ORACLE,
+    target: BackendSpec | str = DEFAULT_TARGET,
+    inputs: Mapping[str, np.ndarray] | None = None,
+    tolerance: Tolerance | None = None,
+    workdir: Path | None = None,
+    layerwise: bool = True,
+    seed: int = 0,
+    on_stage: Callable[[str], None] | None = None,
+) -> CompareResult:
+    """Compare ``target`` against ``oracle`` on ``model`` and localize the first divergence.
+
+    ``workdir`` receives the normalized model, the inputs and the oracle's activation store; a temporary
+    folder is used when it is None (and the store is then not kept).
+    """
+    started = time.monotonic()
+    tol = tolerance or Tolerance()
+    oracle_spec, oracle_info = resolve(oracle)
+    target_spec, target_info = resolve(target)
+    stage = on_stage or (lambda _msg: None)
+    holder = None
+    if workdir is None:
+        holder = tempfile.TemporaryDirectory(prefix="graphbisect-compare-")
+        workdir = Path(holder.name)
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        feeds = validate_inputs(model, inputs) if inputs is not None else random_inputs(model, seed=seed)
+        inputs_path = workdir / "inputs.npz"
+        save_inputs(inputs_path, feeds)
+        onnx_path = workdir / "model.onnx"
+        model.save(onnx_path)
+        with BackendProcess(oracle_spec, workdir=workdir / "oracle") as oracle_proc, \
+                BackendProcess(target_spec, workdir=workdir / "target") as target_proc:
+            stage(f"running oracle {oracle_spec} and target {target_spec}")
+            oracle_run = oracle_proc.run(model_for_backend(model, oracle_spec, onnx_path), inputs_path)
+            _require_oracle_ok(oracle_run, oracle_spec)
+            target_run = target_proc.run(model_for_backend(model, target_spec, onnx_path), inputs_path)
+            comparison = (compare_outputs(oracle_run.outputs, target_run.outputs, tol, model.output_names)
+                          if target_run.ok else None)
+            probed = _probe(model, workdir, inputs_path, (oracle_proc, target_proc), (oracle_info, target_info),
+                            enabled=layerwise, stage=stage)
+            layer_report = probed_comparison = None
+            note = probed.note
+            if probed.oracle is not None and probed.target is not None:
+                stage("comparing layer by layer")
+                probed_comparison = compare_outputs(probed.oracle, probed.target, tol, model.output_names)
+                layer_report = analyze_layers(model.nodes, probed.oracle, probed.target, tol)
+            plain_failed = comparison is None or not comparison.passed
+            masking = probed_comparison is not None and (not probed_comparison.passed) != plain_failed
+            if masking:
+                note = _masking_note(plain_failed)
+            invocations = {"oracle": oracle_proc.invocations, "target": target_proc.invocations}
+        versions = {"oracle": oracle_info.availability().version, "target": target_info.availability().version}
+        return CompareResult(
+            model=model, oracle=oracle_spec, target=target_spec, versions=versions, inputs_path=inputs_path,
+            oracle_run=oracle_run, target_run=target_run, comparison=comparison, layerwise=layer_report,
+            layerwise_note=note, probe_masking=masking, probed_comparison=probed_comparison,
+            invocations=invocations, seconds=time.monotonic() - started,
+            store_dir=None if holder else workdir / "activations",
+        )
+    finally:
+        if holder is not None:
+            holder.cleanup()
+
+
+@dataclass(frozen=True)
+class _Probed:
+    oracle: Mapping[str, np.ndarray] | None = None
+    target: Mapping[str, np.ndarray] | None = None
+    note: str | None = None
+
+
+def _probe(model: Model, workdir: Path, inputs_path: Path, procs: tuple[BackendProcess, BackendProcess],
+           infos: tuple[BackendInfo, BackendInfo], *, enabled: bool, stage: Callable[[str], None]) -> _Probed:
+    """Run oracle then target on the probe model exposing every intermediate (``procs``/``infos``: oracle, target)."""
+    (oracle_proc, target_proc), (oracle_info, target_info) = procs, infos
+    if not enabled:
+        return _Probed(note="layerwise comparison was not requested")
+    for role, info in (("oracle", oracle_info), ("target", target_info)):
+        if not (info.has(Capability.INTERMEDIATES) and info.has(Capability.ONNX_INPUT)):
+            return _Probed(note=f"the {role} backend {info.name!r} cannot expose intermediate tensors; "
+                           "only final outputs were compared")
+    names = [n for n in model.intermediate_names() if n not in set(model.output_names)]
+    probe_path = workdir / "probe.onnx"
+    _save_proto(model.with_outputs(names), probe_path)
+    stage(f"capturing {len(names)} intermediate tensors from the oracle")
+    store_dir = workdir / "activations"
+    oracle_run = oracle_proc.run(probe_path, inputs_path, output_dir=store_dir)
+    if not oracle_run.ok:
+        return _Probed(note=f"the oracle failed on the probe model ({oracle_run.describe()}); "
+                       "only final outputs were compared")
+    ActivationStore.adopt(store_dir)  # index the worker's files as the activation store, no copy
+    stage("running the target with every intermediate exposed")
+    target_run = target_proc.run(probe_path, inputs_path, output_dir=workdir / "target-activations")
+    if not target_run.ok:
+        return _Probed(note=f"the target failed on the probe model ({target_run.describe()}) although the "
+                       "plain model ran: exposing intermediates changes the target's behaviour; "
+                       "use `graphbisect reduce` to localize without probing")
+    return _Probed(oracle=oracle_run.outputs, target=target_run.outputs)
+
+
+def _masking_note(plain_failed: bool) -> str:
+    if plain_failed:
+        return ("PROBE MASKING: the model fails as built, but passes once every intermediate is exposed — "
+                "exposing tensors prevented the fusion or optimization that causes the bug, so the layerwise "
+                "table cannot show it. Run `graphbisect reduce` to find the failing subgraph structurally.")
+    return ("PROBE MASKING: the model passes as built but fails once intermediates are exposed; the "
+            "layerwise table describes the probed build, not the one users run.")
+
+
+def _require_oracle_ok(run: RunResult, spec: BackendSpec) -> None:
+    if not run.ok:
+        raise BackendError(
+            f"the oracle {spec} failed on this model: {run.describe()}",
+            hint="the oracle must run the model correctly; choose another oracle, e.g. "
+            "--oracle reference or --oracle onnxruntime:opt_level=disable",
+        )
+
+
+def _save_proto(proto: object, path: Path) -> None:
+    from graphbisect.model.io import save_proto
+
+    save_proto(proto, path)  # type: ignore[arg-type]

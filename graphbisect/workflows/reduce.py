@@ -1,0 +1,411 @@
+"""`reduce`: shrink a failing model to a 1-minimal subgraph that fails the same way, and bundle it.
+
+Oracle discipline, in order:
+1. one oracle run on the probe model captures every tensor into the activation store (expected values of
+   every candidate, and the values fed at cut points);
+2. the target runs the **original** model: if it does not fail, stop (nothing to reduce); else its
+   signature is the baseline. A second run checks flakiness;
+3. where the target can expose intermediates, one probed target run gives layerwise evidence (hints and
+   priors for the search) — unless probing masks the failure, which is reported and ignored;
+4. the search (:func:`graphbisect.strategies.subgraph.plan`) accepts only candidates whose signature
+   matches the baseline;
+5. the result is re-verified in a *fresh* target worker, and the oracle re-runs the final model to confirm
+   its stored values (a non-deterministic oracle would make the artifact worthless).
+
+All state lives in a work folder (``<bundle>.work``): inputs, activation store, shared weights, journal and
+baseline, so a run killed at any point resumes without repeating finished backend invocations.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphbisect.artifacts.bundle import BundleContent, write_bundle
+from graphbisect.artifacts.charts import size_journey_svg
+from graphbisect.artifacts.files import atomic_write_text
+from graphbisect.backends import BackendProcess, BackendSpec, Capability, resolve
+from graphbisect.compare import Tolerance
+from graphbisect.data import ActivationStore, save_inputs, validate_inputs
+from graphbisect.engine import Budget, Evaluator, Journal, ProgressEvent, SearchAborted, SearchResult
+from graphbisect.errors import BackendError, GraphBisectError
+from graphbisect.localize.layerwise import analyze_layers
+from graphbisect.model import Model
+from graphbisect.model.io import save_proto
+from graphbisect.oracle.signature import FailureKind, Signature
+from graphbisect.oracle.tester import CandidateTester, WorkerPool, judge
+from graphbisect.strategies.subgraph import SubgraphSpace, plan
+from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
+
+__all__ = ["ReduceOptions", "ReduceResult", "reduce_model", "work_dir_for"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReduceOptions:
+    oracle: str = DEFAULT_ORACLE
+    target: str = DEFAULT_TARGET
+    tolerance: Tolerance = field(default_factory=Tolerance)
+    fail_regex: str | None = None
+    strict_band: bool = False
+    max_invocations: int | None = None
+    deadline_seconds: float | None = None
+    jobs: int = 1
+    cut_as_initializers: bool = False
+    layerwise: bool = True
+    timeout: float | None = None
+    keep_work: bool = False
+    check: str | None = None  # external check command (Polygraphy-style): its exit status is the verdict
+    fail_code: int | None = None  # with check: only this exit code is the failure
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["tolerance"] = {"atol": self.tolerance.atol, "rtol": self.tolerance.rtol,
+                             "min_cosine": self.tolerance.min_cosine,
+                             "per_output": {k: list(v) for k, v in self.tolerance.per_output.items()}}
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ReduceOptions:
+        tol = data["tolerance"]
+        tolerance = Tolerance(atol=tol["atol"], rtol=tol["rtol"], min_cosine=tol["min_cosine"],
+                              per_output={k: (v[0], v[1]) for k, v in tol["per_output"].items()})
+        return cls(**{**data, "tolerance": tolerance})
+
+
+@dataclass(frozen=True)
+class ReduceResult:
+    """What `graphbisect reduce` produced; ``to_json`` is the documented ``--json`` schema."""
+
+    failed: bool  # False: the original model does not fail, nothing was reduced
+    original_nodes: int
+    final_nodes: int
+    kept_nodes: tuple[str, ...]
+    signature: Signature
+    invocations: Mapping[str, int]
+    one_minimal: bool
+    stop_reason: str | None
+    verified: bool
+    flaky: bool
+    bundle: Path | None
+    work_dir: Path
+    seconds: float
+    journey: tuple[tuple[int, int], ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "failed": self.failed, "original_nodes": self.original_nodes, "final_nodes": self.final_nodes,
+            "kept_nodes": list(self.kept_nodes), "signature": self.signature.to_json(),
+            "invocations": dict(self.invocations), "one_minimal": self.one_minimal,
+            "stop_reason": self.stop_reason, "verified": self.verified, "flaky": self.flaky,
+            "bundle": str(self.bundle) if self.bundle else None, "work_dir": str(self.work_dir),
+            "seconds": round(self.seconds, 3), "journey": [list(p) for p in self.journey], "notes": list(self.notes),
+        }
+
+
+def work_dir_for(bundle_dir: Path) -> Path:
+    """Where a reduction writing ``bundle_dir`` keeps its resumable state."""
+    bundle_dir = Path(bundle_dir)
+    return bundle_dir.with_name(bundle_dir.name + ".work")
+
+
+class _Run:
+    """The state of one reduction; methods are the workflow's steps in order."""
+
+    def __init__(self, model: Model, options: ReduceOptions, bundle_dir: Path,
+                 on_progress: Callable[[ProgressEvent], None] | None, on_stage: Callable[[str], None]) -> None:
+        self.model, self.options, self.bundle_dir = model, options, Path(bundle_dir)
+        self.work = work_dir_for(self.bundle_dir)
+        self.on_progress, self.stage = on_progress, on_stage
+        self.oracle_spec, self.oracle_info = resolve(options.oracle)
+        target = BackendSpec("command", {"cmd": options.check, "shell": "1"}) if options.check else options.target
+        self.target_spec, self.target_info = resolve(target)
+        for role, info in (("oracle", self.oracle_info), ("target", self.target_info)):
+            if not info.has(Capability.ONNX_INPUT):
+                raise GraphBisectError(
+                    f"the {role} backend {info.name!r} cannot run ONNX subgraphs, so it cannot drive a reduction",
+                    hint="compare first (`graphbisect compare --target paddle ...`), then reduce the converted ONNX "
+                    "model with an ONNX backend that shows the same failure",
+                )
+        self.tol = options.tolerance
+        self.regex = re.compile(options.fail_regex) if options.fail_regex else None
+        self.invocations = {"oracle": 0, "target": 0}
+        self.notes: list[str] = []
+        self.started = time.monotonic()
+
+    # --- state on disk -------------------------------------------------------------------------------
+    def prepare(self, feeds: Mapping[str, np.ndarray] | None, *, resume: bool) -> None:
+        self.work.mkdir(parents=True, exist_ok=True)
+        state = self.work / "run.json"
+        fingerprint = self.run_fingerprint()
+        if resume and state.exists():
+            recorded = json.loads(state.read_text())
+            if recorded["fingerprint"] != fingerprint:
+                raise GraphBisectError(
+                    f"{self.work} belongs to a different reduction (model or options changed)",
+                    hint="resume with the same model and options, or remove the folder to start afresh",
+                )
+            self.invocations = recorded.get("invocations", self.invocations)
+        elif not resume:
+            for stale in ("journal.jsonl", "baseline.json", "activations"):
+                path = self.work / stale
+                shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        if feeds is not None and not (resume and (self.work / "inputs.npz").exists()):
+            save_inputs(self.work / "inputs.npz", validate_inputs(self.model, feeds))
+        self.save_state()
+
+    def run_fingerprint(self) -> str:
+        return json.dumps({"model": self.model.fingerprint, "oracle": str(self.oracle_spec),
+                           "target": str(self.target_spec), "options": self.options.to_json()}, sort_keys=True)
+
+    def save_state(self) -> None:
+        atomic_write_text(self.work / "run.json", json.dumps({
+            "fingerprint": self.run_fingerprint(), "model": str(self.model.path) if self.model.path else None,
+            "bundle": str(self.bundle_dir), "options": self.options.to_json(), "invocations": self.invocations,
+        }, indent=2))
+
+    # --- steps -----------------------------------------------------------------------------------------
+    def capture(self) -> ActivationStore:
+        """One oracle run on the probe model → the activation store (skipped when resuming)."""
+        store_dir = self.work / "activations"
+        if (store_dir / "manifest.json").exists():
+            return ActivationStore.adopt(store_dir)
+        names = [n for n in self.model.intermediate_names()]
+        probe = self.work / "probe.onnx"
+        save_proto(self.model.with_outputs(names), probe)
+        self.stage(f"capturing {len(names)} tensors with the oracle {self.oracle_spec}")
+        with BackendProcess(self.oracle_spec, workdir=self.work / "oracle", timeout=self.options.timeout) as proc:
+            run = proc.run(probe, self.work / "inputs.npz", output_dir=store_dir)
+        self.count("oracle")
+        probe.unlink(missing_ok=True)
+        if not run.ok:
+            raise BackendError(f"the oracle {self.oracle_spec} failed on the model: {run.describe()}",
+                               hint="the oracle must run the model; choose another, e.g. --oracle reference")
+        return ActivationStore.adopt(store_dir)
+
+    def compared(self, outputs: Sequence[str]) -> Sequence[str]:
+        """The target outputs to compare: none for an external check, whose exit status is the verdict."""
+        return () if self.options.check else outputs
+
+    def count(self, role: str, n: int = 1) -> None:
+        self.invocations[role] += n
+        self.save_state()
+
+    def values(self, store: ActivationStore) -> Callable[[str], np.ndarray]:
+        with np.load(self.work / "inputs.npz") as data:
+            feeds = {k: data[k] for k in data.files}
+
+        def value(name: str) -> np.ndarray:
+            return feeds[name] if name in feeds else store.get(name)
+
+        return value
+
+    def baseline(self, values: Callable[[str], np.ndarray]) -> tuple[Signature, bool]:
+        """The target on the original model, twice: the baseline signature and whether it is flaky."""
+        path = self.work / "baseline.json"
+        if path.exists():
+            data = json.loads(path.read_text())
+            return Signature.from_json(data["signature"]), bool(data["flaky"])
+        model_path = self.work / "model.onnx"
+        self.model.save(model_path)
+        signatures = []
+        with BackendProcess(self.target_spec, workdir=self.work / "baseline", timeout=self.options.timeout) as proc:
+            for attempt in range(2):
+                self.stage("running the target on the original model" + (" again (flakiness)" if attempt else ""))
+                run = proc.run(model_path, self.work / "inputs.npz")
+                self.count("target")
+                outputs = self.compared(self.model.output_names)
+                signatures.append(judge(run, values, outputs, self.tol, self.regex).signature)
+                if not signatures[0].failed:
+                    break
+        if self.options.fail_code is not None and signatures[0].failed and \
+                f"exited with code {self.options.fail_code}" not in signatures[0].detail:
+            self.notes.append(f"the check failed ({signatures[0].describe()}) but not with exit code "
+                              f"{self.options.fail_code}; that is not the failure asked for")
+            signatures = [Signature(FailureKind.NONE)]
+        flaky = len(signatures) == 2 and not signatures[0].matches(signatures[1])
+        atomic_write_text(path, json.dumps({"signature": signatures[0].to_json(), "flaky": flaky}))
+        return signatures[0], flaky
+
+    def evidence(self, store: ActivationStore, baseline: Signature) -> tuple[list[frozenset[int]], dict[int, float]]:
+        """Layerwise hints and priors from one probed target run, unless probing masks the failure."""
+        if not (self.options.layerwise and self.target_info.has(Capability.INTERMEDIATES)) or \
+                baseline.kind.value not in ("mismatch", "nan"):
+            return [], {}
+        probe = self.work / "probe-target.onnx"
+        names = [n for n in self.model.intermediate_names() if n in store]
+        save_proto(self.model.with_outputs(names), probe)
+        self.stage("collecting layerwise evidence from the target")
+        with BackendProcess(self.target_spec, workdir=self.work / "evidence", timeout=self.options.timeout) as proc:
+            run = proc.run(probe, self.work / "inputs.npz")
+        self.count("target")
+        probe.unlink(missing_ok=True)
+        if not run.ok:
+            self.notes.append(f"the target failed on the probed model ({run.describe()}); no layerwise hints")
+            return [], {}
+        report = analyze_layers(self.model.nodes, store, run.outputs, self.tol)
+        if report.first_divergence is None:
+            self.notes.append("probe masking: with every intermediate exposed the target agrees with the oracle; "
+                              "the search is structural")
+            return [], {}
+        index = self.model.node_index
+        hints = [frozenset({index(rc.node)}) for rc in report.root_causes[:3]]
+        first = frozenset({report.first_divergence.index})
+        hints += [] if first in hints else [first]
+        priors = {index(rc.node): min(0.5, 0.1 * (3 - i)) for i, rc in enumerate(report.root_causes[:3])}
+        return hints, priors
+
+    def search(self, space: SubgraphSpace, baseline: Signature, hints: list[frozenset[int]],
+               priors: dict[int, float]) -> tuple[SearchResult, Evaluator, WorkerPool]:
+        pool = WorkerPool(self.target_spec, max(1, self.options.jobs), self.work / "target",
+                          timeout=self.options.timeout)
+        tester = CandidateTester(space, pool, baseline, self.tol, fail_regex=self.regex,
+                                 strict_band=self.options.strict_band, compare=not self.options.check)
+        journal = Journal.open(self.work / "journal.jsonl", fingerprint=self.model.fingerprint)
+        spent = self.invocations["target"]
+        budget = Budget(max_invocations=None if self.options.max_invocations is None else
+                        max(self.options.max_invocations - spent, 0), deadline_seconds=self.options.deadline_seconds)
+        evaluator = Evaluator(tester, space.size, journal=journal, budget=budget, jobs=self.options.jobs,
+                              on_progress=self.on_progress)
+        self.stage(f"reducing {space.size} nodes")
+        try:
+            result = plan(evaluator, space, hints=hints, priors=priors)
+        except SearchAborted as exc:
+            pool.close()
+            raise GraphBisectError(f"the reduction stopped: {exc.message}", hint=exc.hint) from exc
+        return result, evaluator, pool
+
+
+def reduce_model(
+    model: Model,
+    bundle_dir: Path,
+    *,
+    inputs: Mapping[str, np.ndarray] | None = None,
+    options: ReduceOptions | None = None,
+    resume: bool = False,
+    zip_bundle: bool = False,
+    on_progress: Callable[[ProgressEvent], None] | None = None,
+    on_stage: Callable[[str], None] | None = None,
+) -> ReduceResult:
+    """Reduce ``model`` to a minimal subgraph that fails the same way and write the bundle to ``bundle_dir``.
+
+    ``inputs`` may be None only when resuming (the first run saved them). See the module docstring.
+    """
+    options = options or ReduceOptions()
+    r = _Run(model, options, bundle_dir, on_progress, on_stage or (lambda _msg: None))
+    r.prepare(inputs, resume=resume)
+    store = r.capture()
+    values = r.values(store)
+    baseline, flaky = r.baseline(values)
+    if flaky:
+        r.notes.append("the target's result on the original model changed between two runs (flaky); "
+                       "the first run's signature is the baseline")
+    if not baseline.failed:
+        return _no_failure(r, baseline, flaky)
+    hints, priors = r.evidence(store, baseline)
+    space = SubgraphSpace(model, values, r.work / "candidates", cut_as_initializers=options.cut_as_initializers)
+    result, evaluator, pool = r.search(space, baseline, hints, priors)
+    r.count("target", pool.invocations)
+    pool.close()
+    verification = _verify(r, space, result.keep, baseline, values)
+    stats = evaluator.stats()
+    return _finish(r, space, result, {"tests": stats.tests, "cache_hits": stats.cache_hits}, baseline=baseline,
+                   flaky=flaky, verification=verification, zip_bundle=zip_bundle)
+
+
+@dataclass(frozen=True)
+class _Verification:
+    ok: bool  # the target fails the same way in a fresh worker and the oracle reproduces its values
+    target_outputs: dict[str, np.ndarray]
+    message: str | None  # the target's crash message, if it crashed
+
+
+def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], baseline: Signature,
+            values: Callable[[str], np.ndarray]) -> _Verification:
+    """Re-run the final model in fresh workers: the target must fail the same way, the oracle must agree."""
+    candidate = space.materialize(keep)
+    path = space.workdir / "final.onnx"
+    save_proto(candidate.proto, path)
+    r.stage("re-verifying the result in fresh workers")
+    with BackendProcess(r.target_spec, workdir=r.work / "verify-target", timeout=r.options.timeout) as proc:
+        run = proc.run(path, dict(candidate.feeds))
+    r.count("target")
+    verdict = judge(run, values, r.compared(candidate.outputs), r.tol, r.regex)
+    target_ok = baseline.matches(verdict.signature, strict_band=r.options.strict_band)
+    if not target_ok:
+        r.notes.append(f"re-verification in a fresh worker gave {verdict.signature.describe()} "
+                       f"instead of {baseline.describe()}: the failure may be flaky")
+    with BackendProcess(r.oracle_spec, workdir=r.work / "verify-oracle", timeout=r.options.timeout) as proc:
+        oracle_run = proc.run(path, dict(candidate.feeds))
+    r.count("oracle")
+    oracle_ok = not judge(oracle_run, values, candidate.outputs, r.tol).signature.failed
+    if not oracle_ok:
+        r.notes.append("the oracle does not reproduce its own captured values on the final model "
+                       f"({oracle_run.describe()}); the oracle may be non-deterministic")
+    outputs = {k: np.asarray(v) for k, v in run.outputs.items()} if run.ok else {}
+    message = None if run.ok else f"{run.error_type or ''}: {run.message or ''}".strip(": ")
+    return _Verification(target_ok and oracle_ok, outputs, message)
+
+
+def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: Mapping[str, int], *,
+            baseline: Signature, flaky: bool, verification: _Verification, zip_bundle: bool) -> ReduceResult:
+    candidate = space.materialize(result.keep, inline_weights=True)
+    names = tuple(r.model.node_names[i] for i in sorted(result.keep))
+    stop = result.stop_reason.value if result.stop_reason is not None else None
+    verified = verification.ok
+    one_minimal = result.minimal and verified
+    journey = ((0, len(r.model.nodes)), *((int(a), int(b)) for a, b in result.history))
+    report = {
+        "original_model": {"path": str(r.model.path) if r.model.path else None,
+                           "fingerprint": r.model.fingerprint, "nodes": len(r.model.nodes)},
+        "original_nodes": len(r.model.nodes), "final_nodes": len(result.keep),
+        "kept_nodes": [{"name": n, "op_type": r.model.nodes[i].op_type} for n, i in zip(names, sorted(result.keep))],
+        "invocations": dict(r.invocations), "seconds": round(time.monotonic() - r.started, 3),
+        "journey": [list(p) for p in journey], "one_minimal": one_minimal, "stop_reason": stop,
+        "verified": verified, "flaky": flaky, "notes": list(r.notes),
+        "search": dict(search_stats),
+        "versions": {"oracle": r.oracle_info.availability().version, "target": r.target_info.availability().version},
+    }
+    content = BundleContent(
+        model=candidate.proto, inputs=dict(candidate.feeds),
+        oracle_outputs={name: np.asarray(space.values(name)) for name in candidate.outputs},
+        target_outputs=verification.target_outputs, oracle=r.oracle_spec, target=r.target_spec, tolerance=r.tol,
+        signature=baseline, target_message=verification.message, report=report,
+        charts={"journey": size_journey_svg(journey)},
+    )
+    bundle = write_bundle(content, r.bundle_dir, zip=zip_bundle)
+    if one_minimal and not r.options.keep_work:
+        shutil.rmtree(r.work, ignore_errors=True)
+    return ReduceResult(
+        failed=True, original_nodes=len(r.model.nodes), final_nodes=len(result.keep), kept_nodes=names,
+        signature=baseline, invocations=dict(r.invocations), one_minimal=one_minimal, stop_reason=stop,
+        verified=verified, flaky=flaky, bundle=bundle, work_dir=r.work, seconds=time.monotonic() - r.started,
+        journey=journey, notes=tuple(r.notes),
+    )
+
+
+def _no_failure(r: _Run, baseline: Signature, flaky: bool) -> ReduceResult:
+    """The original model does not fail: write only the report, exit 0."""
+    report = {"format": "graphbisect-report", "failed": False, "original_nodes": len(r.model.nodes),
+              "invocations": dict(r.invocations), "oracle": str(r.oracle_spec), "target": str(r.target_spec),
+              "flaky": flaky,
+              "message": "the target agrees with the oracle on the original model: nothing to reduce"}
+    atomic_write_text(r.bundle_dir / "report.json", json.dumps(report, indent=2, allow_nan=False))
+    shutil.rmtree(r.work, ignore_errors=True)
+    return ReduceResult(
+        failed=False, original_nodes=len(r.model.nodes), final_nodes=len(r.model.nodes), kept_nodes=(),
+        signature=baseline, invocations=dict(r.invocations), one_minimal=False, stop_reason=None, verified=False,
+        flaky=flaky, bundle=r.bundle_dir / "report.json", work_dir=r.work, seconds=time.monotonic() - r.started,
+        notes=tuple(r.notes),
+    )

@@ -1,0 +1,60 @@
+"""report.md / report.json helpers and environment.json: escaping, strict JSON, environment facts."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from graphbisect.artifacts import collect_environment
+from graphbisect.artifacts.environment import environment_summary, package_versions
+from graphbisect.artifacts.report import jsonable, md_cell, md_code
+
+
+def test_md_cell_neutralizes_markdown_and_html() -> None:
+    cell = md_cell("a|b\n<script>*x*_y_ [l](u) `c` #h & &amp;")
+    assert "|" not in cell.replace("&#124;", "") and "\n" not in cell
+    assert "<" not in cell and ">" not in cell
+    assert "\\*x\\*" in cell and "\\[l\\]" in cell and "\\`c\\`" in cell
+    assert "& " in cell and "&amp;amp;" in cell
+
+
+def test_md_code_is_verbatim() -> None:
+    assert md_code("/blk10/norm/Mul_output_0") == "`/blk10/norm/Mul_output_0`"
+    assert md_code("``x") == "``` ``x ```"
+    assert md_code("a|b\nc", in_table=True) == "`a\\|b↵c`"
+    assert md_code("a|b") == "`a|b`"
+
+
+def test_jsonable_is_strict_json() -> None:
+    data = jsonable({"inf": math.inf, "nan": float("nan"), "np": np.int64(3), "arr": np.arange(3),
+                     "big": np.zeros(1000), "path": Path("a/b"), "set": {2, 1}, 3: (1, 2)})
+    text = json.dumps(data, allow_nan=False)
+    assert json.loads(text) == {"inf": "inf", "nan": "nan", "np": 3, "arr": [0, 1, 2],
+                                "big": "<array float64 [1000]>", "path": "a/b", "set": [1, 2], "3": [1, 2]}
+
+
+def test_environment_facts() -> None:
+    env = collect_environment(["onnxruntime:python=/opt/other/bin/python"])
+    json.dumps(env, allow_nan=False)
+    assert env["python"]["version"] and env["platform"]["machine"]
+    assert env["packages"]["numpy"] == np.__version__
+    assert "note" in env  # a backend ran under another interpreter
+    assert isinstance(env["gpus"], list) and env["cpu"]["logical_cores"]
+    labels = [label for label, _ in environment_summary(env)]
+    assert labels[:3] == ["Python", "OS", "CPU"] and "numpy" in labels
+    assert "not-a-distribution" not in package_versions(("numpy", "not-a-distribution"))
+
+
+def test_public_api_is_pinned() -> None:
+    from graphbisect import artifacts
+
+    assert sorted(artifacts.__all__) == [
+        "BUNDLE_FORMAT", "BundleContent", "BundleError", "ErrorPoint", "LoadedBundle", "collect_environment",
+        "crash_key", "error_chart_svg", "is_bundle", "load_bundle", "render_repro", "repro_config",
+        "size_journey_svg", "write_bundle",
+    ]
+    for name in artifacts.__all__:
+        assert getattr(artifacts, name) is not None

@@ -1,0 +1,236 @@
+"""repro.py: reproduces real ORT bugs (exit 1), says fixed (exit 0), cannot run (exit 2), and never executes names."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+from artifacts_builders import FIXED_TARGET, HOSTILE, ORACLE, build_content, relu_clip_model, run_repro
+
+from graphbisect.artifacts import BundleContent, crash_key, render_repro, write_bundle
+from graphbisect.artifacts.report import md_code
+from graphbisect.artifacts.repro import expected_failure, repro_config
+from graphbisect.backends import BackendSpec
+from graphbisect.oracle.signature import FailureKind, Signature
+
+FIXED = BackendSpec.parse(FIXED_TARGET)
+
+pytest.importorskip("onnxruntime")  # every bundle here comes from real ONNX Runtime runs
+
+
+def _fixed(content: BundleContent) -> BundleContent:
+    """The same bundle, but recorded against a target that does not have the bug."""
+    return dataclasses.replace(content, target=FIXED)
+
+
+def test_mismatch_reproduces_then_fixed(mismatch_content: BundleContent, tmp_path: Path) -> None:
+    proc = run_repro(write_bundle(mismatch_content, tmp_path / "bug"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "REPRODUCED" in proc.stdout
+    assert 'MISMATCH  "y"' in proc.stdout and "elements beyond tolerance" in proc.stdout
+    fixed = run_repro(write_bundle(_fixed(mismatch_content), tmp_path / "fixed"))
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "FIXED" in fixed.stdout and 'ok        "y"' in fixed.stdout
+
+
+def test_crash_reproduces_then_fixed(crash_content: BundleContent, tmp_path: Path) -> None:
+    bug = write_bundle(crash_content, tmp_path / "bug")
+    proc = run_repro(bug)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "REPRODUCED" in proc.stdout and "Unexpected data type for Clip 'min' input of 11" in proc.stdout
+    in_process = run_repro(bug, "--in-process")
+    assert in_process.returncode == 1 and "REPRODUCED" in in_process.stdout
+    fixed = run_repro(write_bundle(_fixed(crash_content), tmp_path / "fixed"))
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "FIXED" in fixed.stdout
+
+
+def test_same_options_as_the_spec(mismatch_content: BundleContent) -> None:
+    """The script gets what graphbisect's ORT runtime derives from the spec."""
+    spec = BackendSpec.parse("ort:opt_level=extended,threads=2,disabled=LayerNormFusionL1,"
+                             "config=session.disable_prepacking=1,providers=CPUExecutionProvider,timeout=30")
+    config = repro_config(dataclasses.replace(mismatch_content, target=spec))
+    assert config["options"] == {
+        "providers": ["CPUExecutionProvider"], "graph_optimization_level": "ORT_ENABLE_EXTENDED",
+        "disabled_optimizers": ["LayerNormFusionL1"], "intra_op_num_threads": 2,
+        "session_config": [["session.disable_prepacking", "1"]],
+    }
+    assert config["timeout_seconds"] == 30.0 and config["target_spec"] == str(spec)
+
+
+def test_a_different_failure_is_loud(crash_content: BundleContent, tmp_path: Path) -> None:
+    """Recorded: a crash. Now: wrong values (the expected outputs are tampered with) → exit 1, DIFFERENT."""
+    tampered = dataclasses.replace(_fixed(crash_content), signature=crash_content.signature,
+                                   oracle_outputs={"y": np.full(4, 7.0)})
+    proc = run_repro(write_bundle(tampered, tmp_path / "b"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "A DIFFERENT FAILURE" in proc.stdout and "now mismatch" in proc.stdout
+
+
+def test_cannot_run_exits_2(mismatch_content: BundleContent, tmp_path: Path) -> None:
+    out = write_bundle(mismatch_content, tmp_path / "b")
+    (out / "model.onnx").unlink()
+    proc = run_repro(out)
+    assert proc.returncode == 2 and "model.onnx is missing" in proc.stderr
+    config = json.loads((out / "repro_config.json").read_text())
+    (out / "repro_config.json").write_text("{broken")
+    assert run_repro(out).returncode == 2
+    assert config["backend"] == "onnxruntime"
+
+
+def test_hostile_names_are_data_never_code(hostile_content: BundleContent, mismatch_content: BundleContent,
+                                           tmp_path: Path) -> None:
+    out = write_bundle(hostile_content, tmp_path / "bundle")
+    script = (out / "repro.py").read_text()
+    assert script == render_repro(mismatch_content)  # constant per backend: no name is in the text
+    for name in HOSTILE.values():
+        assert name not in script
+    proc = run_repro(out, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert json.dumps(HOSTILE["y"]) in proc.stdout  # names are printed escaped
+    pwned = [p for p in tmp_path.rglob("PWNED*")] + [p for p in Path.cwd().glob("PWNED*")]
+    assert pwned == []
+    report = (out / "report.md").read_text()
+    # Names are code spans (verbatim, never HTML or markdown); table cells escape '|' and newlines.
+    assert f"| {md_code(HOSTILE['sq'], in_table=True)} |" in report
+    assert "\n" not in md_code(HOSTILE["x"], in_table=True) and HOSTILE["var"] not in report
+    assert all("<script>" in md_code(HOSTILE["sq"], in_table=True) for line in report.splitlines()
+               if "<script>" in line)
+    config = json.loads((out / "repro_config.json").read_text())
+    assert config["inputs"] == [HOSTILE["x"]] and config["outputs"] == [HOSTILE["y"]]
+
+
+def _script_module(content: BundleContent, tmp_path: Path) -> ModuleType:
+    path = tmp_path / "repro_module.py"
+    path.write_text(render_repro(content))
+    spec = importlib.util.spec_from_file_location("repro_module", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("message", [
+    "Fail: [ONNXRuntimeError] : 1 : FAIL : /onnxruntime_src/core/optimizer/relu_clip_fusion.cc:83 bad 0x7ffe12",
+    "RuntimeError: cannot open /tmp/tmpab12cd34/candidate_17.onnx (pid 123456)\nsecond line",
+    "  \n\tCommandFailed: command exited with code 3\n boom",
+    "",
+])
+def test_script_crash_key_equals_the_library_one(mismatch_content: BundleContent, tmp_path: Path,
+                                                 message: str) -> None:
+    assert _script_module(mismatch_content, tmp_path).crash_key(message) == crash_key(message)
+
+
+def test_crash_key_ignores_volatile_details() -> None:
+    a = crash_key("Fail: /a/b/relu_clip_fusion.cc:83 Unexpected type in /tmp/w/candidate_3.onnx at 0xdeadbeef")
+    b = crash_key("Fail: /c/relu_clip_fusion.cc:91 Unexpected type in /x/model.onnx at 0x1234")
+    assert a == b == "Fail: relu_clip_fusion.cc Unexpected type in model.onnx at 0x?"
+
+
+def test_expected_failure_of_a_worker_death() -> None:
+    died = Signature(FailureKind.CRASH_RUN, "SIGSEGV: the worker process was killed by signal SIGSEGV (11) during run")
+    assert expected_failure(died)["exit_code"] == -11
+    exited = Signature(FailureKind.CRASH_LOAD, "WorkerExit: the worker process exited with code 3 during load")
+    assert expected_failure(exited)["exit_code"] == 3
+    assert expected_failure(Signature(FailureKind.CRASH_RUN, "exit 7"))["exit_code"] == 7
+    raised = expected_failure(Signature(FailureKind.CRASH_LOAD, "Fail: x.cc:3 bad"), "Fail: /s/x.cc:3 bad\nmore")
+    assert raised["exit_code"] is None and raised["message_key"] == "Fail: x.cc bad"
+
+
+def _patched_bundle(content: BundleContent, folder: Path, load_target: str, expect: dict[str, object],
+                    timeout: float = 600.0) -> Path:
+    """A bundle whose repro.py has its load_target replaced (to die or hang like a broken backend would)."""
+    out = write_bundle(content, folder)
+    script = (out / "repro.py").read_text()
+    script = script.replace('\nif __name__ == "__main__":', f"\n{load_target}\n\nif __name__ == \"__main__\":")
+    (out / "repro.py").write_text(script)
+    config = json.loads((out / "repro_config.json").read_text())
+    config["expect"] = expect
+    config["timeout_seconds"] = timeout
+    (out / "repro_config.json").write_text(json.dumps(config))
+    return out
+
+
+def test_a_segfault_in_the_backend_is_observed(crash_content: BundleContent, tmp_path: Path) -> None:
+    die = "def load_target(model_path, options):\n    os.kill(os.getpid(), signal.SIGSEGV)"
+    expect = {"kind": "crash-load", "detail": "SIGSEGV: ...", "exit_code": -11}
+    proc = run_repro(_patched_bundle(crash_content, tmp_path / "segv", die, expect))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "REPRODUCED" in proc.stdout and "SIGSEGV" in proc.stdout
+    other = run_repro(_patched_bundle(crash_content, tmp_path / "abrt", die.replace("SIGSEGV", "SIGABRT"), expect))
+    assert other.returncode == 1 and "A DIFFERENT FAILURE" in other.stdout  # same kind, other exit status
+    assert "REPRODUCED" not in other.stdout
+
+
+def test_a_hang_is_a_timeout(crash_content: BundleContent, tmp_path: Path) -> None:
+    hang = "def load_target(model_path, options):\n    import time\n    time.sleep(60)"
+    out = _patched_bundle(crash_content, tmp_path / "hang", hang, {"kind": "timeout", "detail": ""}, timeout=1.0)
+    proc = run_repro(out)
+    assert proc.returncode == 1 and "REPRODUCED" in proc.stdout, proc.stdout + proc.stderr
+
+
+def _command_content(tmp_path: Path, tool: str) -> BundleContent:
+    script = tmp_path / f"{tool}.py"
+    body = {
+        "broken": "sys.stderr.write('boom: Clip with double bounds is not supported\\n'); sys.exit(3)",
+        "good": "np.savez(sys.argv[3], y=np.clip(np.maximum(x, 0), 0, 6))",
+    }[tool]
+    script.write_text("import sys\nimport numpy as np\nx = np.load(sys.argv[2])['x']\n" + body + "\n")
+    target = f"command:cmd={sys.executable} {script} {{model}} {{inputs}} {{outputs}}"
+    return build_content(relu_clip_model(), {"x": np.array([-1.0, 0.5, 3.0, 9.0])}, tmp_path / tool,
+                         oracle=ORACLE, target=target)
+
+
+def test_command_target(tmp_path: Path) -> None:
+    broken = _command_content(tmp_path, "broken")
+    assert broken.signature.detail == "CommandFailed: command exited with code 3"
+    proc = run_repro(write_bundle(broken, tmp_path / "bug"))
+    assert proc.returncode == 1 and "REPRODUCED" in proc.stdout, proc.stdout + proc.stderr
+    good = _command_content(tmp_path, "good")
+    assert not good.signature.failed
+    fixed = dataclasses.replace(good, signature=broken.signature, target_message=broken.target_message)
+    proc = run_repro(write_bundle(fixed, tmp_path / "fixed"))
+    assert proc.returncode == 0 and "FIXED" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_repro_needs_no_graphbisect(mismatch_content: BundleContent, tmp_path: Path) -> None:
+    """The script imports only the standard library, numpy and the backend library."""
+    script = render_repro(mismatch_content)
+    assert "graphbisect" not in "".join(line for line in script.splitlines() if "import" in line)
+    compile(script, "repro.py", "exec")
+    for backend in ("reference", "openvino", "tensorrt", "command:cmd=run {model} {inputs} {outputs}"):
+        other = render_repro(dataclasses.replace(mismatch_content, target=BackendSpec.parse(backend)))
+        compile(other, f"repro-{backend}.py", "exec")
+    assert subprocess.run([sys.executable, "-c", "import ast,sys; ast.parse(sys.stdin.read())"], input=script,
+                          text=True, check=False).returncode == 0
+
+
+@pytest.mark.openvino
+def test_openvino_and_reference_scripts(tmp_path: Path) -> None:
+    """OpenVINO 2026.4 mis-fuses the same keepdims=0 LayerNorm; the reference evaluator gets it right."""
+    pytest.importorskip("openvino")
+    from artifacts_builders import LN_INPUT, layernorm_model
+
+    content = build_content(layernorm_model(), {"x": LN_INPUT}, tmp_path / "ov", target="openvino:precision=f32")
+    if not content.signature.failed:
+        pytest.skip("this OpenVINO does not have the keepdims=0 LayerNorm bug")
+    proc = run_repro(write_bundle(content, tmp_path / "ov-bundle"))
+    assert proc.returncode == 1 and "REPRODUCED" in proc.stdout, proc.stdout + proc.stderr
+    reference = dataclasses.replace(content, target=BackendSpec.parse("reference"))
+    proc = run_repro(write_bundle(reference, tmp_path / "ref-bundle"))
+    assert proc.returncode == 0 and "FIXED" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_broken_library_is_cannot_run(crash_content: BundleContent, tmp_path: Path) -> None:
+    """A library that fails to import with something other than ImportError is not the bug: exit 2."""
+    broken = "def import_library(options):\n    raise OSError('libonnxruntime.so: cannot open shared object file')"
+    out = _patched_bundle(crash_content, tmp_path / "b", broken, {"kind": "crash-load", "detail": "x"})
+    proc = run_repro(out)
+    assert proc.returncode == 2 and "before the backend ran" in proc.stderr, proc.stdout + proc.stderr

@@ -1,0 +1,229 @@
+"""Worker isolation: reuse, crashes, signals, timeouts, logs, output files and foreign interpreters."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphbisect.backends import BackendProcess, Phase, RunStatus
+from graphbisect.backends.worker import save_npz
+from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
+
+
+def test_one_worker_serves_many_invocations(ort: BackendProcess, models: dict[str, Path], x23: np.ndarray) -> None:
+    first = ort.run(models["relu_add"], {"x": x23})
+    pid = ort.pid
+    second = ort.run(models["relu_add"], {"x": -x23})
+    assert first.ok and second.ok
+    assert ort.pid == pid
+    assert ort.invocations >= 2
+    np.testing.assert_array_equal(first.outputs["y"], np.maximum(x23, 0) + 1)
+    np.testing.assert_array_equal(second.outputs["y"], np.maximum(-x23, 0) + 1)
+
+
+def test_outputs_are_index_named_files_with_a_manifest(ort: BackendProcess, models: dict[str, Path],
+                                                       x23: np.ndarray, tmp_path: Path, odd_name: str) -> None:
+    out = tmp_path / "store"
+    result = ort.run(models["relu_add_probe"], {"x": x23}, [odd_name, "y"], output_dir=out)
+    assert result.ok, result.describe()
+    assert list(result.outputs) == [odd_name, "y"]
+    assert isinstance(result.outputs[odd_name], np.memmap)
+    np.testing.assert_array_equal(result.outputs[odd_name], np.maximum(x23, 0))
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [(t["name"], t["file"]) for t in manifest["tensors"]] == [(odd_name, "0.npy"), ("y", "1.npy")]
+    assert sorted(p.name for p in out.iterdir()) == ["0.npy", "1.npy", "manifest.json"]
+    assert not (tmp_path / "block").exists()  # the '../block/relu:0' name never became a path
+
+
+def test_rewriting_an_output_dir_keeps_earlier_maps_valid(ort: BackendProcess, models: dict[str, Path],
+                                                          x23: np.ndarray, tmp_path: Path) -> None:
+    first = ort.run(models["relu_add"], {"x": x23}, output_dir=tmp_path)
+    ort.run(models["relu_add"], {"x": -x23}, output_dir=tmp_path)
+    np.testing.assert_array_equal(first.outputs["y"], np.maximum(x23, 0) + 1)
+
+
+def test_inputs_may_be_an_npz_file(ort: BackendProcess, models: dict[str, Path], x23: np.ndarray,
+                                   tmp_path: Path) -> None:
+    path = save_npz(tmp_path / "in.npz", {"x": x23})
+    result = ort.run(models["relu_add"], path)
+    np.testing.assert_array_equal(result.outputs["y"], np.maximum(x23, 0) + 1)
+
+
+def test_missing_files_are_user_errors(ort: BackendProcess, models: dict[str, Path], x23: np.ndarray,
+                                       tmp_path: Path) -> None:
+    with pytest.raises(ModelError):
+        ort.run(tmp_path / "nope.onnx", {"x": x23})
+    with pytest.raises(InputError):
+        ort.run(models["relu_add"], tmp_path / "nope.npz")
+
+
+def test_worker_killed_between_calls_is_replaced(models: dict[str, Path], x23: np.ndarray, tmp_path: Path) -> None:
+    with BackendProcess("onnxruntime", workdir=tmp_path) as process:
+        assert process.run(models["relu_add"], {"x": x23}).ok
+        old = process.pid
+        assert old is not None
+        os.kill(old, signal.SIGKILL)
+        result = process.run(models["relu_add"], {"x": x23})
+        assert result.ok, result.describe()
+        assert process.pid not in (None, old)
+
+
+def test_worker_death_mid_run_is_a_crash_with_the_signal(command_spec: str, mode_file: Callable[[str], Path],
+                                                         x23: np.ndarray, tmp_path: Path) -> None:
+    with BackendProcess(command_spec, workdir=tmp_path) as process:
+        started = time.monotonic()
+        crash = process.run(mode_file("kill-worker"), {"x": x23})
+        assert time.monotonic() - started < 15  # not held up by the orphaned child still sleeping
+        assert (crash.status, crash.phase, crash.exit_code) == (RunStatus.CRASH, Phase.RUN, -signal.SIGSEGV)
+        assert crash.error_type == "SIGSEGV"
+        assert "SIGSEGV" in (crash.message or "")
+        assert "stdout says kill-worker" in crash.log
+        # the next call transparently gets a fresh worker
+        after = process.run(mode_file("double"), {"x": x23})
+        np.testing.assert_array_equal(after.outputs["y"], x23 * 2)
+
+
+def test_hang_becomes_a_timeout_and_the_group_is_killed(command_spec: str, mode_file: Callable[[str], Path],
+                                                        x23: np.ndarray, tmp_path: Path) -> None:
+    with BackendProcess(command_spec + ",timeout=1", workdir=tmp_path) as process:
+        assert process.timeout == 1.0
+        process.validate()
+        pid = process.pid
+        assert pid is not None
+        started = time.monotonic()
+        result = process.run(mode_file("sleep"), {"x": x23})
+        assert time.monotonic() - started < 10
+        assert (result.status, result.phase) == (RunStatus.TIMEOUT, Phase.RUN)
+        assert "1 s" in (result.message or "")
+        assert _group_gone(pid)  # the sleeping child died with its worker
+        assert process.run(mode_file("double"), {"x": x23}).ok
+
+
+def _group_gone(pgid: int, seconds: float = 5.0) -> bool:
+    """Whether process group ``pgid`` disappears (killed members linger until their parent reaps them)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_each_result_carries_its_own_log_slice(command_spec: str, mode_file: Callable[[str], Path],
+                                               x23: np.ndarray, tmp_path: Path) -> None:
+    with BackendProcess(command_spec, workdir=tmp_path) as process:
+        first = process.run(mode_file("alpha"), {"x": x23})
+        second = process.run(mode_file("beta"), {"x": x23})
+    assert "stdout says alpha" in first.log and "stderr says alpha" in first.log
+    assert "beta" in second.log and "alpha" not in second.log
+
+
+def test_constructor_timeout_applies_without_spec_option(command_spec: str) -> None:
+    with BackendProcess(command_spec, timeout=7) as process:
+        assert process.timeout == 7.0
+        workdir = process.workdir
+        assert workdir.is_dir()
+    assert not workdir.exists()  # the temporary workdir is removed on close
+
+
+def test_closed_process_refuses_work(command_spec: str, mode_file: Callable[[str], Path], x23: np.ndarray) -> None:
+    process = BackendProcess(command_spec)
+    process.run(mode_file("double"), {"x": x23})
+    pid = process.pid
+    process.close()
+    assert pid is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    with pytest.raises(BackendError, match="closed"):
+        process.run(mode_file("double"), {"x": x23})
+
+
+def test_host_options_do_not_reach_the_runtime(models: dict[str, Path], x23: np.ndarray) -> None:
+    # OnnxRuntime rejects unknown options, so this fails unless python= and timeout= are stripped.
+    with BackendProcess(f"onnxruntime:python={sys.executable},timeout=60") as process:
+        assert process.run(models["relu_add"], {"x": x23}).ok
+        assert process.worker_info["python"] == sys.executable
+
+
+def test_missing_interpreter_is_a_spec_error(tmp_path: Path) -> None:
+    with BackendProcess(f"onnxruntime:python={tmp_path}/no-python") as process, \
+            pytest.raises(SpecError, match="python="):
+        process.validate()
+
+
+def _foreign_python(tmp_path: Path, packages: list[str]) -> Path:
+    """A fresh venv that sees only ``packages`` of this environment (and not graphbisect)."""
+    import venv
+
+    venv.create(tmp_path / "venv", with_pip=False)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    site = Path(np.__file__).parents[1]
+    for name in packages:
+        for entry in site.glob(f"{name}*"):
+            if entry.name in (name, f"{name}.libs"):
+                (shared / entry.name).symlink_to(entry)
+    (site_packages,) = (tmp_path / "venv" / "lib").glob("python*/site-packages")
+    (site_packages / "shared.pth").write_text(str(shared) + "\n")
+    return tmp_path / "venv" / "bin" / "python"
+
+
+def test_foreign_interpreter_imports_graphbisect_from_the_workdir(models: dict[str, Path], x23: np.ndarray,
+                                                                  tmp_path: Path) -> None:
+    python = _foreign_python(tmp_path, ["numpy", "onnxruntime"])
+    with BackendProcess(f"onnxruntime:python={python}", workdir=tmp_path / "work") as process:
+        result = process.run(models["relu_add"], {"x": x23})
+        assert result.ok, result.describe()
+        assert process.worker_info["python"] == str(python)
+        assert process.worker_info["package"].startswith(str(tmp_path / "work"))
+
+
+def test_foreign_interpreter_without_the_library_is_unavailable(models: dict[str, Path], x23: np.ndarray,
+                                                                tmp_path: Path) -> None:
+    python = _foreign_python(tmp_path, ["numpy"])
+    with BackendProcess(f"onnxruntime:python={python}") as process, \
+            pytest.raises(BackendUnavailableError, match="onnxruntime"):
+        process.run(models["relu_add"], {"x": x23})
+
+
+def test_a_model_rewritten_in_place_is_reloaded(ort: BackendProcess, models: dict[str, Path], x23: np.ndarray,
+                                                tmp_path: Path) -> None:
+    """The worker reuses a loaded session only for the very same file content."""
+    import onnx
+    from onnx import numpy_helper
+
+    proto = onnx.load(models["relu_add"])
+    path = tmp_path / "model.onnx"
+    results = []
+    for bias in (1.0, 2.0):  # same size, same inode, possibly the same mtime
+        proto.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.full((2, 3), bias, np.float32), "one"))
+        with open(path, "wb") as fh:
+            fh.write(proto.SerializeToString())
+        results.append(ort.run(path, {"x": x23}).outputs["y"])
+    np.testing.assert_array_equal(results[1] - results[0], np.ones((2, 3), np.float32))
+
+
+def test_user_errors_are_not_counted_as_invocations(ort: BackendProcess, x23: np.ndarray, tmp_path: Path) -> None:
+    before = ort.invocations
+    with pytest.raises(ModelError):
+        ort.run(tmp_path / "missing.onnx", {"x": x23})
+    assert ort.invocations == before
+
+
+def test_interpreter_without_numpy_fails_with_its_log(models: dict[str, Path], x23: np.ndarray,
+                                                      tmp_path: Path) -> None:
+    python = _foreign_python(tmp_path, [])
+    with BackendProcess(f"onnxruntime:python={python}") as process, \
+            pytest.raises(BackendError, match="No module named 'numpy'") as err:
+        process.run(models["relu_add"], {"x": x23})
+    assert "numpy" in (err.value.hint or "")
