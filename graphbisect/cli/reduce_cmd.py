@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,7 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="resume the interrupted reduction that was writing DIR (skips finished invocations)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the result as JSON")
     parser.add_argument("--zip", action="store_true", help="also write DIR.zip")
-    parser.add_argument("--max-invocations", type=int, metavar="N", help="stop after N target invocations")
+    parser.add_argument("--max-invocations", type=int, metavar="N",
+                        help="stop the search after N candidate runs of the target (in this session; a resumed run "
+                        "gets N more) and keep the best result so far")
     parser.add_argument("--deadline", type=float, metavar="SECONDS", help="stop searching after this many seconds")
     parser.add_argument("-j", "--jobs", type=int, default=1, help="evaluate candidates in N target workers "
                         "(same result as -j 1)")
@@ -78,10 +81,12 @@ def _resume(args: argparse.Namespace, progress: ProgressLine) -> int:
         raise InputError(f"nothing to resume: {state_path} does not exist",
                          hint="pass the -o folder of an interrupted `graphbisect reduce` run")
     state = json.loads(state_path.read_text())
-    if state.get("model") is None:
-        raise InputError(f"{state_path} does not record the model file", hint="rerun the reduction from the start")
+    recorded = ReduceOptions.from_json(state["options"])
+    # What the run computes comes from the recorded run; how it proceeds (budget, jobs, ...) from this command line.
+    options = dataclasses.replace(recorded, max_invocations=args.max_invocations, deadline_seconds=args.deadline,
+                                  jobs=args.jobs, timeout=args.timeout, keep_work=args.keep_work)
     model = load_model(Path(state["model"]))
-    result = reduce_model(model, args.resume, options=ReduceOptions.from_json(state["options"]), resume=True,
+    result = reduce_model(model, args.resume, options=options, resume=True,
                           zip_bundle=args.zip, on_progress=progress, on_stage=progress.stage)
     progress.close()
     return _report(result, args)

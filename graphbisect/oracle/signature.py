@@ -5,7 +5,11 @@ shrink a wrong-result bug into an unrelated crash. A candidate is accepted only 
 *matches* the baseline's:
 
 * ``mismatch`` (values beyond tolerance), ``nan`` (target NaN/Inf where the oracle is finite), ``shape`` /
-  ``dtype`` / ``missing`` (structural) are distinct kinds. A mismatch also records its **band**
+  ``dtype`` / ``missing`` (structural) are distinct kinds. A mismatch has a **value class**: ``float`` values
+  beyond tolerance, or ``exact`` integer/boolean values that differ (a flipped argmax, a wrong index). The
+  classes do not match each other: a wrong classification must not shrink into "some float is slightly off".
+  When both fail, the class is ``float`` (the numeric error is the root symptom, the flip its consequence).
+  A mismatch also records its **band**
   (``floor(log10(score))``, the error's order of magnitude in tolerances) for the report; bands are not
   compared unless asked (``strict_band``), because the error legitimately grows or shrinks when the
   comparison point moves from a final output to the culprit's own output.
@@ -86,8 +90,9 @@ class Signature:
         """Whether ``other`` (a candidate's signature) is the same failure as this (the baseline's)."""
         if self.kind is not other.kind or not self.failed:
             return False
-        if self.kind in (FailureKind.CRASH_LOAD, FailureKind.CRASH_RUN):
-            return self.detail == other.detail
+        detailed = self.kind in (FailureKind.CRASH_LOAD, FailureKind.CRASH_RUN, FailureKind.MISMATCH)
+        if detailed and self.detail != other.detail:
+            return False
         if strict_band and self.band is not None and other.band is not None:
             return abs(self.band - other.band) <= 1
         return True
@@ -134,5 +139,17 @@ def signature_of(
         return Signature(FailureKind.NAN, "target NaN/Inf where the oracle is finite")
     if worst.kind in _STRUCTURAL:
         return Signature(FailureKind.STRUCTURE, worst.kind.value)
+    floats = [s for s in comparison.failing if not _exact(s.oracle_dtype)]
+    if not floats:
+        return Signature(FailureKind.MISMATCH, EXACT_VALUES)
+    worst = max(floats, key=lambda s: s.score)
     band = math.floor(math.log10(worst.score)) if math.isfinite(worst.score) and worst.score > 0 else None
-    return Signature(FailureKind.MISMATCH, "values beyond tolerance", band)
+    return Signature(FailureKind.MISMATCH, FLOAT_VALUES, band)
+
+
+FLOAT_VALUES = "values beyond tolerance"
+EXACT_VALUES = "integer/boolean values differ"
+
+
+def _exact(dtype: str | None) -> bool:
+    return dtype is not None and (dtype == "bool" or dtype.startswith(("int", "uint")))

@@ -83,6 +83,10 @@ class ReduceOptions:
         return cls(**{**data, "tolerance": tolerance})
 
 
+#: Options that control how a run proceeds, not what it computes: a resumed run may change them.
+_RUN_CONTROLS = frozenset({"max_invocations", "deadline_seconds", "jobs", "timeout", "keep_work"})
+
+
 @dataclass(frozen=True)
 class ReduceResult:
     """What `graphbisect reduce` produced; ``to_json`` is the documented ``--json`` schema."""
@@ -149,7 +153,9 @@ class _Run:
         self.work.mkdir(parents=True, exist_ok=True)
         state = self.work / "run.json"
         fingerprint = self.run_fingerprint()
-        if resume and state.exists():
+        if resume and not state.exists():
+            raise GraphBisectError(f"nothing to resume in {self.work}", hint="start the reduction without --resume")
+        if resume:
             recorded = json.loads(state.read_text())
             if recorded["fingerprint"] != fingerprint:
                 raise GraphBisectError(
@@ -158,20 +164,25 @@ class _Run:
                 )
             self.invocations = recorded.get("invocations", self.invocations)
         elif not resume:
-            for stale in ("journal.jsonl", "baseline.json", "activations"):
+            for stale in ("journal.jsonl", "baseline.json", "evidence.json", "activations"):
                 path = self.work / stale
                 shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
         if feeds is not None and not (resume and (self.work / "inputs.npz").exists()):
             save_inputs(self.work / "inputs.npz", validate_inputs(self.model, feeds))
+        if not (self.work / "model.onnx").exists():
+            self.model.save(self.work / "model.onnx")  # resume loads this copy: the user's file may move
         self.save_state()
 
     def run_fingerprint(self) -> str:
+        """What makes two runs the same reduction (budget, parallelism and clean-up do not change the result)."""
+        options = {k: v for k, v in self.options.to_json().items() if k not in _RUN_CONTROLS}
         return json.dumps({"model": self.model.fingerprint, "oracle": str(self.oracle_spec),
-                           "target": str(self.target_spec), "options": self.options.to_json()}, sort_keys=True)
+                           "target": str(self.target_spec), "options": options}, sort_keys=True)
 
     def save_state(self) -> None:
         atomic_write_text(self.work / "run.json", json.dumps({
-            "fingerprint": self.run_fingerprint(), "model": str(self.model.path) if self.model.path else None,
+            "fingerprint": self.run_fingerprint(), "model": str(self.work / "model.onnx"),
+            "source": str(self.model.path) if self.model.path else None,
             "bundle": str(self.bundle_dir), "options": self.options.to_json(), "invocations": self.invocations,
         }, indent=2))
 
@@ -218,7 +229,6 @@ class _Run:
             data = json.loads(path.read_text())
             return Signature.from_json(data["signature"]), bool(data["flaky"])
         model_path = self.work / "model.onnx"
-        self.model.save(model_path)
         signatures = []
         with BackendProcess(self.target_spec, workdir=self.work / "baseline", timeout=self.options.timeout) as proc:
             for attempt in range(2):
@@ -239,10 +249,25 @@ class _Run:
         return signatures[0], flaky
 
     def evidence(self, store: ActivationStore, baseline: Signature) -> tuple[list[frozenset[int]], dict[int, float]]:
-        """Layerwise hints and priors from one probed target run, unless probing masks the failure."""
+        """Layerwise hints and priors from one probed target run, unless probing masks the failure.
+
+        Saved in the work folder, so a resumed run does not pay for it again.
+        """
+        path = self.work / "evidence.json"
+        if path.exists():
+            data = json.loads(path.read_text())
+            self.notes.extend(data["notes"])
+            return [frozenset(h) for h in data["hints"]], {int(k): v for k, v in data["priors"].items()}
+        hints, priors, notes = self._collect_evidence(store, baseline)
+        self.notes.extend(notes)
+        atomic_write_text(path, json.dumps({"hints": [sorted(h) for h in hints], "priors": priors, "notes": notes}))
+        return hints, priors
+
+    def _collect_evidence(self, store: ActivationStore, baseline: Signature
+                          ) -> tuple[list[frozenset[int]], dict[int, float], list[str]]:
         if not (self.options.layerwise and self.target_info.has(Capability.INTERMEDIATES)) or \
-                baseline.kind.value not in ("mismatch", "nan"):
-            return [], {}
+                baseline.kind not in (FailureKind.MISMATCH, FailureKind.NAN):
+            return [], {}, []
         probe = self.work / "probe-target.onnx"
         names = [n for n in self.model.intermediate_names() if n in store]
         save_proto(self.model.with_outputs(names), probe)
@@ -252,19 +277,17 @@ class _Run:
         self.count("target")
         probe.unlink(missing_ok=True)
         if not run.ok:
-            self.notes.append(f"the target failed on the probed model ({run.describe()}); no layerwise hints")
-            return [], {}
+            return [], {}, [f"the target failed on the probed model ({run.describe()}); no layerwise hints"]
         report = analyze_layers(self.model.nodes, store, run.outputs, self.tol)
         if report.first_divergence is None:
-            self.notes.append("probe masking: with every intermediate exposed the target agrees with the oracle; "
-                              "the search is structural")
-            return [], {}
+            return [], {}, ["probe masking: with every intermediate exposed the target agrees with the oracle; "
+                            "the search is structural"]
         index = self.model.node_index
         hints = [frozenset({index(rc.node)}) for rc in report.root_causes[:3]]
         first = frozenset({report.first_divergence.index})
         hints += [] if first in hints else [first]
         priors = {index(rc.node): min(0.5, 0.1 * (3 - i)) for i, rc in enumerate(report.root_causes[:3])}
-        return hints, priors
+        return hints, priors, []
 
     def search(self, space: SubgraphSpace, baseline: Signature, hints: list[frozenset[int]],
                priors: dict[int, float]) -> tuple[SearchResult, Evaluator, WorkerPool]:
@@ -273,9 +296,8 @@ class _Run:
         tester = CandidateTester(space, pool, baseline, self.tol, fail_regex=self.regex,
                                  strict_band=self.options.strict_band, compare=not self.options.check)
         journal = Journal.open(self.work / "journal.jsonl", fingerprint=self.model.fingerprint)
-        spent = self.invocations["target"]
-        budget = Budget(max_invocations=None if self.options.max_invocations is None else
-                        max(self.options.max_invocations - spent, 0), deadline_seconds=self.options.deadline_seconds)
+        # The budget is this session's: resuming with --max-invocations N buys N more candidate runs.
+        budget = Budget(max_invocations=self.options.max_invocations, deadline_seconds=self.options.deadline_seconds)
         evaluator = Evaluator(tester, space.size, journal=journal, budget=budget, jobs=self.options.jobs,
                               on_progress=self.on_progress)
         self.stage(f"reducing {space.size} nodes")

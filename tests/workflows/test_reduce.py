@@ -1,0 +1,213 @@
+"""`reduce` end to end on real ONNX Runtime bugs embedded in host networks (ground truth from the builder)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from graphbisect.cli.main import main
+from graphbisect.compare import Tolerance
+from graphbisect.data import ActivationStore
+from graphbisect.engine import Outcome
+from graphbisect.examples import host_network
+from graphbisect.model import load_model
+from graphbisect.oracle.tester import CandidateTester, WorkerPool
+from graphbisect.strategies.subgraph import SubgraphSpace
+from graphbisect.workflows.reduce import ReduceOptions, ReduceResult, reduce_model, work_dir_for
+
+
+def _reduce(host, out: Path, **options) -> ReduceResult:  # type: ignore[no-untyped-def]
+    return reduce_model(load_model(host.model), out, inputs=host.inputs, options=ReduceOptions(**options))
+
+
+def _assert_matches_ground_truth(result: ReduceResult, host) -> None:  # type: ignore[no-untyped-def]
+    kept = set(result.kept_nodes)
+    assert set(host.core_nodes) <= kept, f"missing culprit nodes: {set(host.core_nodes) - kept}"
+    assert kept <= set(host.culprit_nodes) | set(host.support_nodes), f"kept host nodes: {kept - set(host.culprit_nodes)}"
+
+
+def _repro(bundle: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(bundle / "repro.py")], capture_output=True, text=True, timeout=120,
+                          cwd=bundle.parent, check=False)
+
+
+@pytest.mark.parametrize("position", ["main", "branch", "masked"])
+def test_layernorm_fusion_bug_reduces_to_its_core(position: str, tmp_path: Path) -> None:
+    host = host_network(160, bug="layernorm_keepdims0", position=position, seed=1)
+    result = _reduce(host, tmp_path / "bug")
+    assert result.failed and result.signature.kind.value == "mismatch"
+    assert result.one_minimal and result.verified and result.stop_reason is None
+    _assert_matches_ground_truth(result, host)
+    assert result.invocations["target"] < 60 and result.invocations["oracle"] == 2
+    proc = _repro(tmp_path / "bug")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "REPRODUCED" in proc.stdout
+    report = json.loads((tmp_path / "bug" / "report.json").read_text())
+    assert report["final_nodes"] == len(result.kept_nodes) and report["original_nodes"] == 160
+    assert not work_dir_for(tmp_path / "bug").exists(), "a finished, verified run cleans up its work folder"
+
+
+def test_two_distant_sites_are_both_kept(tmp_path: Path) -> None:
+    host = host_network(300, bug="layernorm_keepdims0", position="two-distant", seed=2)
+    result = _reduce(host, tmp_path / "bug")
+    assert result.one_minimal
+    _assert_matches_ground_truth(result, host)
+    sites = {name.split("/")[1] for name in host.core_nodes}
+    assert len(sites) >= 2 and sites <= {name.split("/")[1] for name in result.kept_nodes}
+
+
+def test_crash_bug_reduces_to_relu_and_clip(tmp_path: Path) -> None:
+    host = host_network(150, bug="relu_clip_f64", position="branch", seed=3)
+    result = _reduce(host, tmp_path / "bug")
+    assert result.signature.kind.value == "crash-load"
+    assert "Unexpected data type for Clip" in result.signature.detail
+    assert result.one_minimal
+    _assert_matches_ground_truth(result, host)
+    assert sorted(load_model(tmp_path / "bug" / "model.onnx").proto.graph.node[i].op_type
+                  for i in range(len(result.kept_nodes))) == sorted(
+        n.op_type for n in load_model(host.model).nodes if n.name in result.kept_nodes)
+    assert _repro(tmp_path / "bug").returncode == 1
+
+
+def test_result_is_one_minimal_checked_independently(tmp_path: Path) -> None:
+    """Remove each kept node in turn and run the target afresh: every removal must make the failure go away."""
+    host = host_network(150, bug="layernorm_keepdims0", position="branch", seed=4)
+    model = load_model(host.model)
+    result = _reduce(host, tmp_path / "bug", keep_work=True)
+    work = work_dir_for(tmp_path / "bug")
+    store = ActivationStore.open(work / "activations")
+    feeds = dict(np.load(work / "inputs.npz"))
+    space = SubgraphSpace(model, lambda n: feeds[n] if n in feeds else store.get(n), tmp_path / "check")
+    pool = WorkerPool("onnxruntime:opt_level=all", 1, tmp_path / "check")
+    tester = CandidateTester(space, pool, result.signature, Tolerance())
+    keep = frozenset(model.node_index(n) for n in result.kept_nodes)
+    try:
+        assert tester(keep).outcome is Outcome.FAIL
+        for index in keep:
+            assert tester(keep - {index}).outcome is not Outcome.FAIL, model.node_names[index]
+    finally:
+        pool.close()
+
+
+def test_no_failure_exits_0_and_writes_only_the_report(tmp_path: Path) -> None:
+    host = host_network(120, bug=None, seed=5)
+    path = tmp_path / "ok.onnx"
+    onnx.save(host.model, path)
+    np.savez(tmp_path / "in.npz", **host.inputs)
+    out = tmp_path / "out"
+    assert main(["reduce", str(path), "--inputs", str(tmp_path / "in.npz"), "-o", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["report.json"]
+    assert json.loads((out / "report.json").read_text())["failed"] is False
+    assert not work_dir_for(out).exists()
+
+
+def test_budget_stop_keeps_best_so_far_and_resume_finishes(tmp_path: Path) -> None:
+    host = host_network(160, bug="layernorm_keepdims0", position="branch", seed=6)
+    full = _reduce(host, tmp_path / "full")
+    partial = _reduce(host, tmp_path / "bug", max_invocations=10)
+    assert not partial.one_minimal and partial.stop_reason is not None
+    assert partial.final_nodes >= full.final_nodes and (tmp_path / "bug" / "model.onnx").exists()
+    assert main(["reduce", "--resume", str(tmp_path / "bug"), "--json", str(tmp_path / "r.json")]) == 1
+    resumed = json.loads((tmp_path / "r.json").read_text())
+    assert resumed["one_minimal"] and resumed["kept_nodes"] == list(full.kept_nodes)
+    # Finished invocations are not repeated: only the interim result's verification is extra.
+    assert resumed["invocations"]["target"] <= full.invocations["target"] + 1
+
+
+def test_kill_9_mid_run_then_resume_gives_the_same_result(tmp_path: Path) -> None:
+    host = host_network(160, bug="layernorm_keepdims0", position="main", seed=7)
+    path = tmp_path / "m.onnx"
+    onnx.save(host.model, path)
+    np.savez(tmp_path / "in.npz", **host.inputs)
+    expected = _reduce(host, tmp_path / "expected")
+    out = tmp_path / "bug"
+    journal = work_dir_for(out) / "journal.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "graphbisect", "reduce", str(path), "--inputs",
+                             str(tmp_path / "in.npz"), "-o", str(out)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if journal.exists() and len(journal.read_text().splitlines()) >= 12:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert main(["reduce", "--resume", str(out), "--json", str(tmp_path / "r.json")]) == 1
+    resumed = json.loads((tmp_path / "r.json").read_text())
+    assert resumed["kept_nodes"] == list(expected.kept_nodes) and resumed["one_minimal"]
+
+
+def test_parallel_jobs_give_the_same_result(tmp_path: Path) -> None:
+    host = host_network(160, bug="layernorm_keepdims0", position="masked", seed=8)
+    serial = _reduce(host, tmp_path / "j1")
+    parallel = _reduce(host, tmp_path / "j2", jobs=2)
+    assert parallel.kept_nodes == serial.kept_nodes and parallel.one_minimal
+
+
+def test_external_check_command(tmp_path: Path) -> None:
+    """Polygraphy-style --check: a script's exit code is the verdict (here: does ORT fail to build a session?)."""
+    host = host_network(120, bug="relu_clip_f64", position="main", seed=9)
+    path = tmp_path / "m.onnx"
+    onnx.save(host.model, path)
+    np.savez(tmp_path / "in.npz", **host.inputs)
+    check = tmp_path / "check.py"
+    check.write_text(
+        "import sys, onnxruntime as ort\n"
+        "try:\n    ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])\n"
+        "except Exception:\n    sys.exit(3)\n")
+    out = tmp_path / "bug"
+    code = main(["reduce", str(path), "--inputs", str(tmp_path / "in.npz"), "-o", str(out), "--json",
+                 str(tmp_path / "r.json"), "--check", f"{sys.executable} {check} {{model}} {{inputs}}",
+                 "--fail-code", "3"])
+    assert code == 1
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["signature"]["kind"] == "crash-run" and "code 3" in data["signature"]["detail"]
+    assert set(host.core_nodes) <= set(data["kept_nodes"]) and data["one_minimal"]
+
+
+def test_if_node_is_one_unit_and_outer_scope_inputs_are_fed(tmp_path: Path) -> None:
+    """An If node whose branches read an outer tensor: removing the producer feeds that tensor as an input."""
+    rng = np.random.default_rng(0)
+    then_graph = helper.make_graph([helper.make_node("Mul", ["a", "a"], ["t"], name="then/Mul")], "then", [],
+                                   [helper.make_tensor_value_info("t", TensorProto.FLOAT, [4, 4])])
+    else_graph = helper.make_graph([helper.make_node("Neg", ["a"], ["e"], name="else/Neg")], "else", [],
+                                   [helper.make_tensor_value_info("e", TensorProto.FLOAT, [4, 4])])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="Relu"),
+        helper.make_node("ReduceSum", ["x"], ["s"], name="ReduceSum", keepdims=0),
+        helper.make_node("Greater", ["s", "zero"], ["cond"], name="Greater"),
+        helper.make_node("If", ["cond"], ["branch"], name="If", then_branch=then_graph, else_branch=else_graph),
+        helper.make_node("Relu", ["branch"], ["r2"], name="Relu2"),
+        helper.make_node("Cast", ["r2"], ["d"], name="ToDouble", to=TensorProto.DOUBLE),
+        helper.make_node("Relu", ["d"], ["dr"], name="ReluF64"),
+        helper.make_node("Clip", ["dr", "lo", "hi"], ["dc"], name="ClipF64"),
+        helper.make_node("Cast", ["dc"], ["y"], name="ToFloat", to=TensorProto.FLOAT),
+    ]
+    inits = [numpy_helper.from_array(np.float32(0.0), "zero"), numpy_helper.from_array(np.float64(0.0), "lo"),
+             numpy_helper.from_array(np.float64(6.0), "hi")]
+    graph = helper.make_graph(nodes, "if_host", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])], inits)
+    model = load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+    feeds = {"x": rng.standard_normal((4, 4)).astype(np.float32)}
+    result = reduce_model(model, tmp_path / "bug", inputs=feeds)
+    assert set(result.kept_nodes) == {"ReluF64", "ClipF64"} and result.one_minimal
+    # A candidate holding the If node alone is valid: its outer-scope input `a` becomes a graph input.
+    a = np.maximum(feeds["x"], 0)
+    cond = np.array(feeds["x"].sum() > 0)
+    values = {"x": feeds["x"], "a": a, "cond": cond, "branch": a * a if cond else -a}
+    space = SubgraphSpace(model, values.__getitem__, tmp_path / "space")
+    candidate = space.materialize({model.node_index("If")})
+    assert [i.name for i in candidate.proto.graph.input] == ["a"]
+    assert "cond" in {t.name for t in candidate.proto.graph.initializer}  # a small bool cut tensor: a constant
+    onnx.checker.check_model(candidate.proto, full_check=True)
