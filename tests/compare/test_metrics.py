@@ -95,3 +95,15 @@ def test_worst_prefers_structural_failures_and_json_is_strict() -> None:
     assert result.worst is not None and result.worst.kind is MismatchKind.MISSING
     text = json.dumps([s.to_json() for s in result.outputs], allow_nan=False)
     assert '"inf"' in text
+
+
+def test_identical_fast_path_equals_the_general_path() -> None:
+    rng = np.random.default_rng(3)
+    oracle = rng.standard_normal(5000).astype(np.float32)
+    oracle[[3, 70]] = [np.nan, np.inf]
+    fast = compare_tensors("t", oracle, oracle.copy())
+    acc = metrics._Accumulator(1e-4, 1e-3)
+    acc.add(oracle.reshape(-1), oracle.copy().reshape(-1))
+    assert fast.passed and fast.mismatches == acc.mismatches == 0
+    assert fast.oracle_range == fast.target_range == (acc.o_min, acc.o_max)
+    assert fast.cosine == pytest.approx(acc.cosine()) and fast.snr_db == acc.snr_db() == math.inf
