@@ -30,8 +30,8 @@ def write_csv(result: CompareResult, path: Path) -> None:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, extrasaction="ignore")
     writer.writeheader()
-    for row in result.to_json()["layers"]:  # type: ignore[union-attr]
-        writer.writerow({k: _cell(v) for k, v in row.items()})  # type: ignore[union-attr]
+    for row in result.layerwise.rows if result.layerwise else ():
+        writer.writerow({k: _cell(v) for k, v in row.to_json().items()})
     atomic_write_text(path, buf.getvalue())
 
 

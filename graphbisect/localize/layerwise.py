@@ -16,15 +16,24 @@ ranked by amplification, roots (inputs within tolerance) first.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import onnx
 
 from graphbisect.compare import MismatchKind, TensorStats, Tolerance, compare_tensors
 
-__all__ = ["LayerRow", "LayerwiseReport", "RootCause", "analyze_layers"]
+__all__ = ["LayerRow", "LayerwiseReport", "RootCause", "TensorSource", "analyze_layers"]
+
+
+class TensorSource(Protocol):
+    """Tensors by name: a dict of arrays, or an :class:`~graphbisect.data.ActivationStore` (memory-mapped)."""
+
+    def __contains__(self, name: object, /) -> bool: ...
+
+    def __getitem__(self, name: str, /) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -85,8 +94,8 @@ def _finite(value: float) -> float | str:
 
 def analyze_layers(
     nodes: Sequence[onnx.NodeProto],
-    oracle: Mapping[str, np.ndarray],
-    target: Mapping[str, np.ndarray],
+    oracle: TensorSource,
+    target: TensorSource,
     tol: Tolerance | None = None,
     *,
     max_root_causes: int = 10,
@@ -115,7 +124,7 @@ def analyze_layers(
         for tensor in node.output:
             if not tensor or tensor not in oracle:
                 continue
-            stats = compare_tensors(tensor, oracle[tensor], target.get(tensor), tol)
+            stats = compare_tensors(tensor, oracle[tensor], target[tensor] if tensor in target else None, tol)
             if stats.kind is not MismatchKind.MISSING:
                 scores[tensor] = stats.score
             amplification = stats.score / max(input_score, 1.0) if stats.kind is not MismatchKind.MISSING else 0.0
