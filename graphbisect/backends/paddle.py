@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from graphbisect.backends.worker import option_flag, option_int
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
 
 __all__ = ["PaddleInference", "PassLog", "normalize_pass_name", "onnx_output_names", "parse_pass_log"]
@@ -63,8 +64,6 @@ _PARAMS_SUFFIX = ".pdiparams"
 _RUNNING = re.compile(r"--- Running (PIR|IR) pass \[([^\]]+)\]")
 _DETECTED = re.compile(r"---\s+detected \[?\s*(\d+)")
 _FUSED = re.compile(r"---\s+fused (\d+)")
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
 
 
 def normalize_pass_name(name: str) -> str:
@@ -198,31 +197,6 @@ def _resolve_model(model: str) -> tuple[Path, Path]:
     )
 
 
-def _flag(options: Mapping[str, str], key: str) -> bool | None:
-    value = options.get(key)
-    if value is None:
-        return None
-    if value.lower() in _TRUE:
-        return True
-    if value.lower() in _FALSE:
-        return False
-    raise SpecError(f"paddle option {key}={value!r} is not a boolean", hint=f"write {key}=1 or {key}=0")
-
-
-def _int(options: Mapping[str, str], key: str, low: int, high: int | None = None) -> int | None:
-    value = options.get(key)
-    if value is None:
-        return None
-    try:
-        number = int(value)
-    except ValueError as exc:
-        raise SpecError(f"paddle option {key}={value!r} is not an integer") from exc
-    if number < low or (high is not None and number > high):
-        bound = f"{low}..{high}" if high is not None else f">= {low}"
-        raise SpecError(f"paddle option {key}={number} is out of range", hint=f"use a value in {bound}")
-    return number
-
-
 def onnx_output_names(model_file: Path, paddle_names: Sequence[str]) -> list[str]:
     """The names paddle2onnx gives the outputs of ``model_file``, in Paddle's output order.
 
@@ -286,10 +260,10 @@ class PaddleInference:
             raise SpecError(f"paddle option device={device!r} is not cpu, gpu or gpu:N", hint="e.g. device=gpu:0")
         self._device = kind
         self._device_id = int(index or 0)
-        self._opt_level = _int(self._options, "opt_level", 0, 3)
-        self._ir_optim = _flag(self._options, "ir_optim")
-        self._mkldnn = _flag(self._options, "mkldnn")
-        self._threads = _int(self._options, "threads", 1)
+        self._opt_level = option_int(self._options, "opt_level", 0, 3)
+        self._ir_optim = option_flag(self._options, "ir_optim", None)
+        self._mkldnn = option_flag(self._options, "mkldnn", None)
+        self._threads = option_int(self._options, "threads", 1)
         raw_deleted = [p for p in self._options.get("delete_pass", "").split(";") if p.strip()]
         self._deleted = list(dict.fromkeys(normalize_pass_name(p) for p in raw_deleted))
         self._predictor: Any = None

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from graphbisect.backends.worker import option_flag, option_int
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
 
 __all__ = ["TensorRT", "TensorRTBuildError"]
@@ -46,8 +47,6 @@ logger = logging.getLogger(__name__)
 
 MIN_VERSION = (10, 8)
 _OPTIONS = ("fp16", "bf16", "tf32", "opt_level", "workspace", "shapes", "device", "report_layers")
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
 
 
 class TensorRTBuildError(RuntimeError):
@@ -56,31 +55,6 @@ class TensorRTBuildError(RuntimeError):
     Raised at load (or at the first run of a dynamic-shape model); the worker records it as a crash, whose
     message (first line: what failed; then TensorRT's own error lines) is the failure signature.
     """
-
-
-def _flag(options: Mapping[str, str], key: str) -> bool | None:
-    value = options.get(key)
-    if value is None:
-        return None
-    if value.strip().lower() in _TRUE:
-        return True
-    if value.strip().lower() in _FALSE:
-        return False
-    raise SpecError(f"tensorrt option {key}={value!r} is not a boolean", hint=f"write {key}=1 or {key}=0")
-
-
-def _int(options: Mapping[str, str], key: str, low: int, high: int | None = None) -> int | None:
-    value = options.get(key)
-    if value is None:
-        return None
-    try:
-        number = int(value)
-    except ValueError as exc:
-        raise SpecError(f"tensorrt option {key}={value!r} is not an integer") from exc
-    if number < low or (high is not None and number > high):
-        bound = f"{low}..{high}" if high is not None else f">= {low}"
-        raise SpecError(f"tensorrt option {key}={number} is out of range", hint=f"use a value in {bound}")
-    return number
 
 
 def parse_shapes(text: str) -> dict[str, tuple[int, ...]]:
@@ -230,14 +204,14 @@ class TensorRT:
                 f"tensorrt backend has no option(s) {', '.join(unknown)}", hint=f"valid: {', '.join(_OPTIONS)}"
             )
         self._workdir = Path(workdir)
-        self._fp16 = bool(_flag(options, "fp16"))
-        self._bf16 = bool(_flag(options, "bf16"))
-        self._tf32 = _flag(options, "tf32")
-        self._opt_level = _int(options, "opt_level", 0, 5)
-        self._workspace_mib = _int(options, "workspace", 1)
+        self._fp16 = option_flag(options, "fp16")
+        self._bf16 = option_flag(options, "bf16")
+        self._tf32 = option_flag(options, "tf32", None)
+        self._opt_level = option_int(options, "opt_level", 0, 5)
+        self._workspace_mib = option_int(options, "workspace", 1)
         self._shapes = parse_shapes(options.get("shapes", ""))
-        self._device = _int(options, "device", 0) or 0
-        self._report_layers = bool(_flag(options, "report_layers"))
+        self._device = option_int(options, "device", 0) or 0
+        self._report_layers = option_flag(options, "report_layers")
         self._trt: Any = None
         self._log: Any = None
         self._cuda: _CudaMemory | None = None

@@ -44,7 +44,7 @@ import traceback
 import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, overload
 
 import numpy as np
 
@@ -129,12 +129,22 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
-def option_flag(options: Mapping[str, str], key: str, default: bool = False) -> bool:
-    """A boolean spec option (``1/0``, ``true/false``, ``yes/no``, ``on/off``).
+@overload
+def option_flag(options: Mapping[str, str], key: str, default: bool = False) -> bool: ...
+
+
+@overload
+def option_flag(options: Mapping[str, str], key: str, default: None) -> bool | None: ...
+
+
+def option_flag(options: Mapping[str, str], key: str, default: bool | None = False) -> bool | None:
+    """A boolean spec option (``1/0``, ``true/false``, ``yes/no``, ``on/off``); ``default`` when absent.
+
+    Pass ``default=None`` to tell "not given" (keep the library's own default) from "off".
 
     Example:
-        >>> option_flag({"shell": "1"}, "shell"), option_flag({}, "shell")
-        (True, False)
+        >>> option_flag({"shell": "1"}, "shell"), option_flag({}, "shell"), option_flag({}, "fp16", None)
+        (True, False, None)
     """
     text = options.get(key)
     if text is None:
@@ -142,6 +152,26 @@ def option_flag(options: Mapping[str, str], key: str, default: bool = False) -> 
     if text.strip().lower() in _TRUE | _FALSE:
         return text.strip().lower() in _TRUE
     raise SpecError(f"option {key}={text!r} is not a boolean", hint=f"write {key}=1 or {key}=0")
+
+
+def option_int(options: Mapping[str, str], key: str, low: int, high: int | None = None) -> int | None:
+    """An integer spec option within ``[low, high]`` (None when absent).
+
+    Example:
+        >>> option_int({"threads": "4"}, "threads", 1), option_int({}, "threads", 1)
+        (4, None)
+    """
+    value = options.get(key)
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError as exc:
+        raise SpecError(f"option {key}={value!r} is not an integer", hint=f"write e.g. {key}={low}") from exc
+    if number < low or (high is not None and number > high):
+        bound = f"{low}..{high}" if high is not None else f">= {low}"
+        raise SpecError(f"option {key}={number} is out of range", hint=f"use a value in {bound}")
+    return number
 
 
 # ------------------------------------------------------------------------------------------ messages

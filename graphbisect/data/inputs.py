@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 import onnx
 
+from graphbisect.atomic import atomic_path
 from graphbisect.errors import InputError
 from graphbisect.model.graph import Model, TensorType
-from graphbisect.model.io import atomic_path
 
 __all__ = [
     "SUPPORTED_FORMATS",

@@ -24,8 +24,6 @@ import difflib
 import json
 import logging
 import math
-import os
-import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from graphbisect.atomic import atomic_path
 from graphbisect.errors import GraphBisectError
 
 __all__ = ["MANIFEST_NAME", "ActivationStore", "StoredTensor"]
@@ -61,14 +60,8 @@ class StoredTensor:
 
 def _atomic_write(path: Path, write: Any) -> None:
     """Call ``write(handle)`` on a temporary file next to ``path``, then move it over ``path``."""
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-        os.replace(tmp_name, path)
-    finally:
-        if os.path.exists(tmp_name):
-            os.unlink(tmp_name)
+    with atomic_path(path) as tmp, tmp.open("wb") as handle:
+        write(handle)
 
 
 def _storable(name: str, array: Any) -> np.ndarray:

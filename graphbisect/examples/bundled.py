@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import io
 import logging
-import os
-import tempfile
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
+from graphbisect.atomic import atomic_write_bytes
 from graphbisect.examples.hosts import HostNetwork, host_network
 
 logger = logging.getLogger(__name__)
@@ -72,8 +71,8 @@ def write_example(directory: Path | None = None) -> tuple[Path, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     host = build_example()
     model_path, inputs_path = folder / EXAMPLE_MODEL_FILE, folder / EXAMPLE_INPUTS_FILE
-    _atomic_write(model_path, host.model.SerializeToString())
-    _atomic_write(inputs_path, npz_bytes(host.inputs))
+    atomic_write_bytes(model_path, host.model.SerializeToString())
+    atomic_write_bytes(inputs_path, npz_bytes(host.inputs))
     return model_path, inputs_path
 
 
@@ -92,13 +91,3 @@ def npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
     return buffer.getvalue()
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; package data must be readable by everyone
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -15,11 +15,8 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +25,7 @@ import numpy as np
 import onnx
 from google.protobuf.message import Message
 
+from graphbisect.atomic import atomic_path
 from graphbisect.errors import ModelError
 
 if TYPE_CHECKING:
@@ -37,7 +35,6 @@ __all__ = [
     "INLINE_MAX_BYTES",
     "PROTOBUF_LIMIT",
     "ExternalRef",
-    "atomic_path",
     "copy_model",
     "save_proto",
     "strip_to_external",
@@ -93,29 +90,6 @@ class ExternalRef:
     location: str
     offset: int
     length: int
-
-
-@contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path next to ``path``; on success move it over ``path`` with ``os.replace``.
-
-    Readers never see a half-written file, and a crash leaves the old file (if any) intact.
-
-    Example:
-        >>> with atomic_path(out / "model.onnx") as tmp:   # doctest: +SKIP
-        ...     tmp.write_bytes(data)
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def tensor_raw_bytes(tensor: onnx.TensorProto) -> bytes | None:

@@ -10,7 +10,6 @@ def test_model_public_api_is_pinned() -> None:
         "ExternalRef",
         "Model",
         "TensorType",
-        "atomic_path",
         "copy_model",
         "fingerprint",
         "load_model",
