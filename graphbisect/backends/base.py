@@ -64,11 +64,11 @@ class BackendSpec:
     Values may not contain ``,``; lists inside a value use ``;`` (``disabled=A;B``).
 
     Example:
-        >>> spec = BackendSpec.parse("onnxruntime:opt_level=all,disabled=LayerNormFusion;GeluFusion")
+        >>> spec = BackendSpec.parse("onnxruntime:opt_level=all,disabled=LayerNormFusionL1;GeluFusionL1")
         >>> spec.name, spec.options["opt_level"], spec.option_list("disabled")
-        ('onnxruntime', 'all', ['LayerNormFusion', 'GeluFusion'])
+        ('onnxruntime', 'all', ['LayerNormFusionL1', 'GeluFusionL1'])
         >>> str(spec)
-        'onnxruntime:disabled=LayerNormFusion;GeluFusion,opt_level=all'
+        'onnxruntime:disabled=LayerNormFusionL1;GeluFusionL1,opt_level=all'
     """
 
     name: str
