@@ -20,6 +20,14 @@ ONNX Runtime for every exposed tensor).
 with their ``layerType``, ``primitiveType`` (kernel, e.g. ``jit_avx512_f32``), ``runtimePrecision`` and
 ``originalLayersNames`` (the model nodes fused into it).
 
+**Tactics.** ``report_tactics=1`` puts the build's kernel choices, mapped to ONNX node names, in
+``info()["tactic_record"]`` (a :class:`graphbisect.tactics.record.TacticRecord` as JSON). ``tactics=PATH``
+replays a record file: the choices that differ from the unpinned build are written as
+``primitives_priority`` into the IR XML of the model, which is read back and compiled; the build is then
+re-recorded and ``info()["tactics_not_applied"]`` lists the choices the plugin silently replaced. Nodes
+of the record that the model does not have are ignored, so a record of the full model pins the kernels of
+every reduced candidate (see :mod:`graphbisect.tactics.openvino`).
+
 Example (inside a worker):
     >>> rt = OpenVino({"precision": "f32"}, "/tmp/w")  # doctest: +SKIP
     >>> rt.load("probe.onnx", ["conv_out", "logits"])  # doctest: +SKIP
@@ -42,7 +50,7 @@ __all__ = ["OpenVino"]
 
 logger = logging.getLogger(__name__)
 
-_OPTIONS = ("device", "precision", "threads", "report_exec")
+_OPTIONS = ("device", "precision", "threads", "report_exec", "report_tactics", "tactics")
 _PRECISIONS = {"f32": "f32", "fp32": "f32", "f16": "f16", "fp16": "f16", "bf16": "bf16"}
 _SINK_SUFFIX = "/sink_port_0"  # the ONNX frontend names a graph output's Result node "<name>/sink_port_0"
 
@@ -100,6 +108,11 @@ class OpenVino:
             if self._threads < 1:
                 raise SpecError(f"openvino option threads={self._threads} must be >= 1")
         self._report_exec = options.get("report_exec", "0").strip().lower() in ("1", "true", "yes", "on")
+        self._report_tactics = options.get("report_tactics", "0").strip().lower() in ("1", "true", "yes", "on")
+        self._tactics_path = Path(options["tactics"]) if options.get("tactics") else None
+        if self._tactics_path is not None and not self._tactics_path.is_file():
+            raise SpecError(f"openvino option tactics={self._tactics_path}: no such file",
+                            hint="give a record written by `graphbisect tactics record` (an absolute path)")
         self._compiled: Any = None
         self._request: Any = None
         self._inputs: list[tuple[Any, set[str]]] = []  # (input port, its names)
@@ -160,10 +173,10 @@ class OpenVino:
                     "expose the nearest surviving tensor instead, or compare it on onnxruntime",
                 )
 
-        config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": self._precision}
-        if self._threads is not None:
-            config["INFERENCE_NUM_THREADS"] = self._threads
-        compiled = core.compile_model(ov_model, self._device, config)
+        compiled = self._compile(core, ov_model)
+        tactics: dict[str, Any] = {}
+        if self._report_tactics or self._tactics_path is not None:
+            compiled, tactics = self._tactics(core, ov_model, compiled, model)
         if len(compiled.outputs) != len(ov_model.outputs):
             raise BackendError(
                 f"OpenVINO compiled {len(compiled.outputs)} outputs for a model with {len(ov_model.outputs)}",
@@ -186,8 +199,69 @@ class OpenVino:
             "threads": self._threads,
             "outputs": {name: sorted(compiled.outputs[i].get_names()) for name, i in selected.items()},
         }
+        self._info.update(tactics)
         if self._report_exec:
             self._info["exec_graph"] = _exec_graph(compiled)
+
+    def _compile(self, core: Any, ov_model: Any) -> Any:
+        config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": self._precision}
+        if self._threads is not None:
+            config["INFERENCE_NUM_THREADS"] = self._threads
+        return core.compile_model(ov_model, self._device, config)
+
+    def _record(self, compiled: Any, names: Any) -> Any:
+        import openvino as ov
+
+        from graphbisect.tactics.openvino import record_from_exec_graph
+
+        try:
+            device = f"{self._device}: {compiled.get_property('FULL_DEVICE_NAME')}"
+        except Exception:  # not every device reports it
+            device = self._device
+        return record_from_exec_graph(_exec_graph(compiled), names, version=ov.get_version(), device=device)
+
+    def _tactics(self, core: Any, ov_model: Any, compiled: Any, model: str) -> tuple[Any, dict[str, Any]]:
+        """Record the build's kernels; with ``tactics=``, rebuild with the record's differing choices pinned."""
+        from graphbisect.tactics.diff import unapplied
+        from graphbisect.tactics.openvino import onnx_names, pins_for
+        from graphbisect.tactics.record import load_record
+
+        names = onnx_names(model)
+        actual = self._record(compiled, names)
+        facts: dict[str, Any] = {}
+        if self._tactics_path is not None:
+            wanted = load_record(self._tactics_path)
+            pins = pins_for(wanted, actual)
+            if pins:
+                compiled = self._compile(core, self._pinned_model(core, ov_model, pins))
+                actual = self._record(compiled, names)
+            facts["tactics_pinned"] = dict(pins)
+            facts["tactics_not_applied"] = [c.to_json() for c in unapplied(wanted, actual)]
+            if facts["tactics_not_applied"]:
+                logger.warning("OpenVINO did not apply %d requested kernel choice(s): %s",
+                               len(facts["tactics_not_applied"]), facts["tactics_not_applied"][:5])
+        facts["tactic_record"] = actual.to_json()
+        return compiled, facts
+
+    def _pinned_model(self, core: Any, ov_model: Any, pins: dict[str, str]) -> Any:
+        """The model with ``primitives_priority`` written into its IR XML (the only way the plugin honours it)."""
+        import openvino as ov
+
+        from graphbisect.tactics.openvino import pin_ir_xml
+
+        folder = self._workdir / "tactics-ir"
+        folder.mkdir(parents=True, exist_ok=True)
+        plain, pinned = folder / "model.xml", folder / "pinned.xml"
+        ov.save_model(ov_model, str(plain), compress_to_fp16=False)
+        missing = pin_ir_xml(plain, pinned, pins)
+        if missing:
+            raise BackendError(f"OpenVINO's IR has no layer named {', '.join(missing[:5])}",
+                               hint="the execution graph named a layer the saved IR does not have; report it")
+        pinned_model = core.read_model(str(pinned), str(folder / "model.bin"))
+        if len(pinned_model.outputs) != len(ov_model.outputs):
+            raise BackendError("the pinned IR has a different number of outputs than the model",
+                               hint="report it with the model; replay without tactics= meanwhile")
+        return pinned_model
 
     @staticmethod
     def _output_name(result: Any, port: Any) -> str:

@@ -1,0 +1,198 @@
+"""OpenVINO CPU plugin tactics: record from the execution graph, replay through ``primitives_priority``.
+
+**Record.** The compiled model's execution graph (``compiled.get_runtime_model()``) has one node per
+kernel with rt_info ``primitiveType`` (``brgconv_avx512_f32``, ``jit_avx512_dw_f32``, ``brgemm_avx512_f32``,
+``gemm_mlas_f32``, ``ref_any_f32``...), ``layerType``, ``runtimePrecision`` and ``originalLayersNames``.
+The choice recorded is the primitive type without its precision suffix (``brgconv_avx512``), which is
+the spelling the CPU plugin accepts back. Execution nodes are mapped to ONNX node names: the ONNX
+frontend names each OpenVINO op after its ONNX node, adds suffixes for decompositions
+(``conv0/WithoutBiases`` for a Conv with bias, whose bias ``Add`` keeps the name ``conv0``), and names
+the producer of a graph output after the *output tensor* (a Softmax ``softmax`` writing graph output
+``y`` becomes op ``y``); :func:`onnx_node_of` undoes all three with the ONNX file's names.
+
+**Replay.** The CPU plugin honours the ``primitives_priority`` rt_info attribute only when it is an
+``ov::PrimitivesPriority`` object, which the IR reader creates from
+``<rt_info><attribute name="primitives_priority" version="0" value="cpu:<impl>"/></rt_info>`` in a
+``<layer>`` of the IR XML; a plain string set from Python is neither honoured nor serialized (verified on
+OpenVINO 2026.4.1). So :func:`pin_ir_xml` edits the XML of the model saved with ``openvino.save_model``.
+
+Verified on this machine's CPU (AVX-512 with BF16, no AMX), OpenVINO 2026.4.1, f32 inference precision:
+Convolution honours ``ref_any``, ``jit_avx512``, ``jit_avx512_dw``, ``jit_avx512_1x1``, ``jit_avx2`` (1x1)
+and silently falls back for ``brgconv_avx512*`` (it builds ``jit_avx512*``) and ``jit_avx2`` on 3x3;
+FullyConnected (MatMul with constant weights) builds ``jit_gemm`` for any priority except its own default
+``brgemm_avx512``; ``gemm_mlas`` FullyConnected and ``Reduce`` keep their kernel whatever is asked; Softmax
+honours ``ref_any``; an unknown name fails compilation ("Unsupported CPU implementation"). Because some
+default kernels cannot be requested back, :func:`pins_for` pins only the choices that differ from the
+unpinned build (which the plugin builds deterministically), and every replay is verified by re-recording.
+
+Imports only the standard library at module level (it runs inside the OpenVINO worker); ``onnx`` is
+imported lazily to read node names.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from graphbisect.tactics.record import TacticChoice, TacticRecord
+
+__all__ = [
+    "NodeNames",
+    "impl_of",
+    "onnx_names",
+    "onnx_node_of",
+    "pin_ir_xml",
+    "pins_for",
+    "priority_value",
+    "record_from_exec_graph",
+]
+
+logger = logging.getLogger(__name__)
+
+_PRECISION_SUFFIX = re.compile(r"_(?:f32|f16|bf16|i8|u8|i32|i64|fp32|fp16|undef|dynamic)$")
+_NOT_KERNELS = {"Input", "Output", "Const", "Parameter", "Result"}
+_SINK = "/sink_port_0"
+_ATTRIBUTE = "primitives_priority"
+
+
+@dataclass(frozen=True)
+class NodeNames:
+    """The ONNX model's node names and, for each tensor, the node producing it."""
+
+    nodes: frozenset[str] = frozenset()
+    producers: Mapping[str, str] = field(default_factory=dict)
+
+
+def onnx_names(model_path: str | Path) -> NodeNames:
+    """Node names of an ONNX file (weights not loaded). Empty when ``onnx`` is not importable here."""
+    try:
+        import onnx
+    except ImportError:
+        logger.warning("onnx is not importable in this interpreter: tactic records use OpenVINO layer names")
+        return NodeNames()
+    proto = onnx.load(str(model_path), load_external_data=False)
+    producers = {out: node.name for node in proto.graph.node for out in node.output if out}
+    return NodeNames(frozenset(node.name for node in proto.graph.node), producers)
+
+
+def onnx_node_of(name: str, names: NodeNames) -> str | None:
+    """The ONNX node an OpenVINO op or execution node name stands for (None: an inserted op).
+
+    Tries the name, then shorter ``/``-prefixes (ONNX names may contain ``/``, OpenVINO appends
+    ``/WithoutBiases`` and the like), each as a node name and then as an output tensor name.
+
+    Example:
+        >>> names = NodeNames(frozenset({"conv0", "softmax"}), {"y": "softmax"})
+        >>> onnx_node_of("conv0/WithoutBiases", names), onnx_node_of("y", names), onnx_node_of("Reorder_3", names)
+        ('conv0', 'softmax', None)
+    """
+    if not names.nodes:
+        return name
+    if name.endswith(_SINK):
+        name = name[: -len(_SINK)]
+    parts = name.split("/")
+    for end in range(len(parts), 0, -1):
+        prefix = "/".join(parts[:end])
+        if prefix in names.nodes:
+            return prefix
+        if prefix in names.producers:
+            return names.producers[prefix]
+    return None
+
+
+def impl_of(primitive_type: str) -> str:
+    """The implementation name the CPU plugin accepts back: the primitive type without its precision.
+
+    Example:
+        >>> impl_of("brgconv_avx512_1x1_f32"), impl_of("ref_any_f32"), impl_of("jit_gemm")
+        ('brgconv_avx512_1x1', 'ref_any', 'jit_gemm')
+    """
+    return _PRECISION_SUFFIX.sub("", primitive_type)
+
+
+def priority_value(choice: str) -> str:
+    """The ``primitives_priority`` attribute value that asks the CPU plugin for ``choice``."""
+    return choice if choice.startswith("cpu:") else f"cpu:{choice}"
+
+
+def record_from_exec_graph(
+    exec_graph: Iterable[Mapping[str, Any]], names: NodeNames, *, version: str | None, device: str | None
+) -> TacticRecord:
+    """A tactic record from :func:`graphbisect.backends.openvino._exec_graph`'s node list.
+
+    Only real kernels are recorded (not inputs, outputs, constants, or ``unknown_*`` no-op kernels such
+    as Reshape), and only those that map to an ONNX node (inserted Reorders do not).
+    """
+    choices: list[TacticChoice] = []
+    seen: set[str] = set()
+    for node in exec_graph:
+        primitive = str(node.get("primitive_type") or "")
+        if node.get("layer_type") in _NOT_KERNELS or not primitive or primitive.startswith("unknown"):
+            continue
+        onnx_node = _onnx_node_for(node, names)
+        if onnx_node is None or onnx_node in seen:
+            logger.debug("not recorded: execution node %s (%s)", node.get("name"), primitive)
+            continue
+        seen.add(onnx_node)
+        fused = tuple(dict.fromkeys(n for o in node.get("original_layers", ()) if (n := onnx_node_of(o, names))))
+        choices.append(TacticChoice(
+            node=onnx_node, choice=impl_of(primitive), layer=str(node.get("name")),
+            layer_type=_opt(node.get("layer_type")), precision=_opt(node.get("runtime_precision")),
+            fused=tuple(n for n in fused if n != onnx_node),
+        ))
+    return TacticRecord("openvino", version, device, tuple(choices))
+
+
+def _onnx_node_for(node: Mapping[str, Any], names: NodeNames) -> str | None:
+    own = onnx_node_of(str(node.get("name", "")), names)
+    if own is not None:
+        return own
+    return next((n for o in node.get("original_layers", ()) if (n := onnx_node_of(o, names))), None)
+
+
+def _opt(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def pins_for(wanted: TacticRecord, unpinned: TacticRecord) -> dict[str, str]:
+    """``IR layer name -> choice`` for the nodes where ``wanted`` differs from the unpinned build.
+
+    The layer is the one the unpinned build executed for that node (its execution node name is the
+    OpenVINO op's friendly name, e.g. ``conv0/WithoutBiases``). Nodes the model does not have are skipped:
+    a record of the full model applies to a reduced one.
+    """
+    current = unpinned.as_dict()
+    pins: dict[str, str] = {}
+    for choice in wanted.choices:
+        have = current.get(choice.node)
+        if have is None or have.choice == choice.choice or have.layer is None:
+            continue
+        pins[have.layer] = choice.choice
+    return pins
+
+
+def pin_ir_xml(xml_in: str | Path, xml_out: str | Path, pins: Mapping[str, str]) -> list[str]:
+    """Copy an IR XML, adding ``primitives_priority`` to the layers named in ``pins``; returns missing names."""
+    tree = ET.parse(str(xml_in))
+    found: set[str] = set()
+    for layer in tree.getroot().iter("layer"):
+        name = layer.get("name") or ""
+        if name not in pins:
+            continue
+        found.add(name)
+        rt_info = layer.find("rt_info")
+        if rt_info is None:
+            rt_info = ET.SubElement(layer, "rt_info")
+        for old in [a for a in rt_info.findall("attribute") if a.get("name") == _ATTRIBUTE]:
+            rt_info.remove(old)
+        ET.SubElement(rt_info, "attribute", {"name": _ATTRIBUTE, "version": "0", "value": priority_value(pins[name])})
+    tree.write(str(xml_out), encoding="utf-8", xml_declaration=True)
+    missing = sorted(set(pins) - found)
+    if missing:
+        logger.warning("no IR layer named %s: their tactics were not pinned", ", ".join(missing))
+    return missing

@@ -1,0 +1,370 @@
+"""`tactics`: record, replay and isolate per-node kernel choices of a target backend.
+
+* :func:`record_tactics` — one target build with ``report_tactics=1``: its :class:`TacticRecord`.
+* :func:`replay_tactics` — a build with a record forced (spec option ``tactics=PATH``), re-recorded: the
+  choices the backend silently replaced are reported, and the outputs are returned for comparison.
+* :func:`isolate_tactics` — given a good and a bad record (or ``builds`` target builds sorted into good
+  and bad by the verdict), the fewest (node, choice) pairs whose bad choices make the good build bad,
+  found by delta debugging over replays and confirmed by replay
+  (:func:`graphbisect.strategies.tactics.isolate`).
+
+The verdict of a build: with an ``oracle`` spec, the usual comparison of outputs against the oracle's
+(default tolerances); without one, the good build's own outputs are the reference and the comparison is
+bit-exact unless a tolerance is given, which is what "this kernel changes the numbers" means.
+
+The target's backend must have the TACTICS capability; the candidate record travels as a file that the
+target's worker re-reads at each build, so one worker serves the whole search.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
+from graphbisect.compare import Tolerance
+from graphbisect.data import random_inputs, save_inputs, validate_inputs
+from graphbisect.engine import Budget, Evaluator, Outcome, TestResult
+from graphbisect.errors import BackendError, SpecError
+from graphbisect.model import Model
+from graphbisect.model.io import save_proto, strip_to_external, write_weights_file
+from graphbisect.oracle.signature import Signature
+from graphbisect.oracle.tester import judge
+from graphbisect.strategies.tactics import Isolation, TacticSpace, isolate
+from graphbisect.tactics.diff import NotApplied
+from graphbisect.tactics.record import TacticRecord, save_record
+
+__all__ = [
+    "EXACT",
+    "IsolateResult",
+    "RecordResult",
+    "ReplayResult",
+    "isolate_tactics",
+    "record_tactics",
+    "replay_tactics",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Bit-exact comparison: any difference is a mismatch.
+EXACT = Tolerance(atol=0.0, rtol=0.0)
+
+
+@dataclass(frozen=True)
+class RecordResult:
+    record: TacticRecord
+    run: RunResult
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """A build with a record forced: what it really used, which choices it did not honour, its outputs."""
+
+    requested: TacticRecord
+    actual: TacticRecord
+    not_applied: tuple[NotApplied, ...]
+    run: RunResult
+
+    def to_json(self) -> dict[str, object]:
+        return {"applied": not self.not_applied, "not_applied": [n.to_json() for n in self.not_applied],
+                "run": self.run.describe(), "record": self.actual.to_json()}
+
+
+@dataclass(frozen=True)
+class IsolateResult:
+    """The culprit choices, the builds that were classified, and the cost."""
+
+    isolation: Isolation
+    builds: tuple[dict[str, Any], ...]
+    differing: int
+    not_applied: Mapping[str, tuple[NotApplied, ...]]  # per culprit group index, from its replay
+    invocations: Mapping[str, int]
+    seconds: float
+    good: TacticRecord
+    bad: TacticRecord
+    bad_signature: Signature = field(default_factory=lambda: Signature.from_json({"kind": "none"}))
+
+    @property
+    def found(self) -> bool:
+        return bool(self.isolation.culprits)
+
+    def to_json(self) -> dict[str, object]:
+        unapplied = {n.node for group in self.not_applied.values() for n in group}
+        return {
+            "culprits": [{**c.to_json(), "applied": c.node not in unapplied} for c in self.isolation.culprits],
+            "groups": [[c.node for c in g] for g in self.isolation.groups],
+            "confirmed": self.isolation.confirmed, "minimal": self.isolation.minimal,
+            "verdict": self.isolation.verdict, "differing_choices": self.differing,
+            "bad_signature": self.bad_signature.to_json(), "builds": list(self.builds),
+            "invocations": dict(self.invocations), "seconds": round(self.seconds, 3),
+        }
+
+
+def _tactics_spec(target: BackendSpec | str) -> BackendSpec:
+    spec, info = resolve(target)
+    if not info.has(Capability.TACTICS):
+        with_tactics = ", ".join(b.name for b in _backends_with_tactics())
+        raise SpecError(f"backend {info.name!r} cannot record or replay kernel choices",
+                        hint=f"use a backend with the tactics capability: {with_tactics}")
+    return spec
+
+
+def _backends_with_tactics() -> list[Any]:
+    from graphbisect.backends.registry import BACKENDS
+
+    return [b for b in BACKENDS if b.has(Capability.TACTICS)]
+
+
+@contextmanager
+def _workdir(workdir: Path | None) -> Iterator[Path]:
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        yield workdir
+        return
+    with tempfile.TemporaryDirectory(prefix="graphbisect-tactics-") as tmp:
+        yield Path(tmp)
+
+
+def _prepare(model: Model, inputs: Mapping[str, np.ndarray] | None, workdir: Path, seed: int) -> tuple[Path, Path]:
+    feeds = validate_inputs(model, inputs) if inputs is not None else random_inputs(model, seed=seed)
+    inputs_path = save_inputs(workdir / "inputs.npz", feeds)
+    refs = write_weights_file(model, workdir / "weights.bin")
+    onnx_path = save_proto(strip_to_external(model.proto, refs), workdir / "model.onnx")
+    return onnx_path, inputs_path
+
+
+def _record_of(run: RunResult, what: str) -> TacticRecord:
+    if not run.ok:
+        raise BackendError(f"the target failed to build or run {what}: {run.describe()}",
+                           hint="a crashing build has no tactic record; reduce the crash with `graphbisect reduce`")
+    data = run.info.get("tactic_record")
+    if not isinstance(data, dict):
+        raise BackendError(f"the target reported no tactic record for {what}",
+                           hint="its runtime must fill info['tactic_record'] when report_tactics=1")
+    return TacticRecord.from_json(data)
+
+
+def record_tactics(model: Model, target: BackendSpec | str, *, inputs: Mapping[str, np.ndarray] | None = None,
+                   workdir: Path | None = None, seed: int = 0) -> RecordResult:
+    """Build and run ``model`` once on ``target`` and return the build's tactic record."""
+    spec = _tactics_spec(target).with_options(report_tactics="1")
+    with _workdir(workdir) as work:
+        onnx_path, inputs_path = _prepare(model, inputs, work, seed)
+        with BackendProcess(spec, workdir=work / "target") as proc:
+            run = proc.run(onnx_path, inputs_path, output_dir=work / "outputs")
+        return RecordResult(_record_of(run, "the model"), run)
+
+
+class _Builder:
+    """One target worker that builds the model with whatever record is in its candidate file."""
+
+    def __init__(self, target: BackendSpec, work: Path, onnx_path: Path, inputs_path: Path) -> None:
+        self.candidate = (work / "candidate-tactics.json").absolute()
+        self.onnx_path, self.inputs_path = onnx_path, inputs_path
+        self.spec = target.with_options(tactics=str(self.candidate), report_tactics="1")
+        self.proc = BackendProcess(self.spec, workdir=work / "target")
+
+    def build(self, record: TacticRecord) -> ReplayResult:
+        """Build and run with ``record`` forced.
+
+        The worker reuses a session while the model *file* is the same, so each distinct record gets its
+        own copy of the (weightless: weights are external) model file: same record, same session.
+        """
+        save_record(record, self.candidate)
+        digest = hashlib.sha256(json.dumps(record.to_json(), sort_keys=True).encode()).hexdigest()[:16]
+        model_path = self.onnx_path.with_name(f"model-{digest}.onnx")
+        if not model_path.exists():
+            shutil.copyfile(self.onnx_path, model_path)
+        run = self.proc.run(model_path, self.inputs_path)
+        actual = _record_of(run, "the replay") if run.ok else record
+        not_applied = tuple(NotApplied(str(d["node"]), str(d["requested"]), str(d["used"]))
+                            for d in run.info.get("tactics_not_applied", ()))
+        return ReplayResult(record, actual, not_applied, run)
+
+    def close(self) -> None:
+        self.proc.close()
+
+
+def replay_tactics(model: Model, target: BackendSpec | str, record: TacticRecord, *,
+                   inputs: Mapping[str, np.ndarray] | None = None, workdir: Path | None = None,
+                   seed: int = 0) -> ReplayResult:
+    """Build ``model`` on ``target`` with ``record`` forced; report what took effect (outputs are kept)."""
+    spec = _tactics_spec(target)
+    with _workdir(workdir) as work:
+        onnx_path, inputs_path = _prepare(model, inputs, work, seed)
+        builder = _Builder(spec, work, onnx_path, inputs_path)
+        try:
+            result = builder.build(record)
+            outputs = {k: np.array(v) for k, v in result.run.outputs.items()}
+        finally:
+            builder.close()
+    run = RunResult(result.run.status, outputs, result.run.phase, result.run.error_type, result.run.message,
+                    result.run.exit_code, result.run.log, result.run.info, result.run.seconds)
+    return ReplayResult(result.requested, result.actual, result.not_applied, run)
+
+
+@dataclass
+class _Judge:
+    """The verdict of a build: reference outputs, tolerance and the model's outputs."""
+
+    reference: Mapping[str, np.ndarray]
+    tolerance: Tolerance
+    outputs: Sequence[str]
+
+    def signature(self, run: RunResult) -> Signature:
+        return judge(run, self.reference.__getitem__, self.outputs, self.tolerance).signature
+
+
+def isolate_tactics(
+    model: Model,
+    target: BackendSpec | str,
+    *,
+    good: TacticRecord | None = None,
+    bad: TacticRecord | None = None,
+    builds: int = 0,
+    perturb: Sequence[str] = (),
+    oracle: BackendSpec | str | None = None,
+    tolerance: Tolerance | None = None,
+    inputs: Mapping[str, np.ndarray] | None = None,
+    workdir: Path | None = None,
+    seed: int = 0,
+    max_invocations: int | None = None,
+) -> IsolateResult:
+    """The minimal (node, choice) pairs that make a good build bad, confirmed by replay.
+
+    Give ``good`` and ``bad`` records, or ``builds`` (>= 2): that many target builds are recorded and
+    sorted by their verdict (with ``perturb`` implementation names, every build after the first asks
+    for them on a random half of the nodes: a way to find a bad kernel on a deterministic backend).
+    """
+    started = time.monotonic()
+    spec = _tactics_spec(target)
+    with _workdir(workdir) as work:
+        onnx_path, inputs_path = _prepare(model, inputs, work, seed)
+        builder = _Builder(spec, work, onnx_path, inputs_path)
+        invocations = {"oracle": 0}
+        try:
+            verdict = _reference(model, oracle, tolerance, builder, good=good, inputs_path=inputs_path,
+                                 onnx_path=onnx_path, work=work, invocations=invocations)
+            pair, build_rows = _pick_pair(builder, verdict, good, bad, builds=builds, perturb=perturb, seed=seed)
+            result = _isolate(builder, verdict, pair, max_invocations)
+        finally:
+            builder.close()
+        invocations["target"] = builder.proc.invocations
+    isolation, not_applied, bad_signature = result
+    return IsolateResult(isolation, tuple(build_rows), TacticSpace.between(*pair).size, not_applied,
+                         invocations, time.monotonic() - started, pair[0], pair[1], bad_signature)
+
+
+def _reference(model: Model, oracle: BackendSpec | str | None, tolerance: Tolerance | None, builder: _Builder, *,
+               good: TacticRecord | None, inputs_path: Path, onnx_path: Path, work: Path,
+               invocations: dict[str, int]) -> _Judge:
+    """The reference outputs: the oracle's, or (no oracle) the good build's with a bit-exact comparison."""
+    if oracle is not None:
+        with BackendProcess(oracle, workdir=work / "oracle") as proc:
+            run = proc.run(onnx_path, inputs_path, output_dir=work / "oracle-outputs")
+            invocations["oracle"] = proc.invocations
+        if not run.ok:
+            raise BackendError(f"the oracle {oracle} failed: {run.describe()}", hint="choose an oracle that runs")
+        return _Judge(run.outputs, tolerance or Tolerance(), model.output_names)
+    if good is None:
+        raise SpecError("isolating tactics among builds needs an oracle",
+                        hint="pass --oracle SPEC, or give the good and the bad record")
+    replay = builder.build(good)
+    if not replay.run.ok:
+        raise BackendError(f"the good build, replayed, fails: {replay.run.describe()}",
+                           hint="swap the records, or give an --oracle")
+    reference = {k: np.array(v) for k, v in replay.run.outputs.items()}
+    return _Judge(reference, tolerance or EXACT, model.output_names)
+
+
+def _pick_pair(builder: _Builder, verdict: _Judge, good: TacticRecord | None, bad: TacticRecord | None, *,
+               builds: int, perturb: Sequence[str], seed: int) -> tuple[tuple[TacticRecord, TacticRecord], list[dict]]:
+    if good is not None and bad is not None:
+        return (good, bad), [{"index": 0, "role": "good", "given": True}, {"index": 1, "role": "bad", "given": True}]
+    if builds < 2:
+        raise SpecError("isolate needs a good and a bad record, or --builds N (N >= 2)",
+                        hint="e.g. graphbisect tactics isolate model.onnx --good a.json --bad b.json")
+    return _classify_builds(builder, verdict, builds, perturb, seed)
+
+
+def _classify_builds(builder: _Builder, verdict: _Judge, builds: int, perturb: Sequence[str],
+                     seed: int) -> tuple[tuple[TacticRecord, TacticRecord], list[dict]]:
+    """Record ``builds`` builds (perturbed after the first when asked) and take the first good and bad."""
+    rng = random.Random(seed)
+    rows: list[dict] = []
+    good = bad = None
+    base: TacticRecord | None = None
+    for index in range(builds):
+        empty = TacticRecord("", None, None)  # the first build: nothing pinned
+        wish = _perturbed(base, perturb, rng) if base is not None and perturb else (base or empty)
+        replay = builder.build(wish)
+        signature = verdict.signature(replay.run)
+        record = replay.actual if replay.run.ok else wish
+        base = base or record
+        rows.append({"index": index, "role": "bad" if signature.failed else "good", "signature": signature.to_json(),
+                     "differs_from_first": sum(1 for _ in _changed(base, record))})
+        if signature.failed and bad is None:
+            bad = record
+        if not signature.failed and good is None:
+            good = record
+    if good is None or bad is None:
+        raise BackendError(f"all {builds} builds were {'bad' if good is None else 'good'}: nothing to bisect",
+                           hint="build more often (--builds), perturb the kernels (--perturb ref_any), or give records")
+    return (good, bad), rows
+
+
+def _changed(a: TacticRecord, b: TacticRecord) -> Iterator[str]:
+    have = a.as_dict()
+    return (c.node for c in b.choices if c.node in have and have[c.node].choice != c.choice)
+
+
+def _perturbed(base: TacticRecord, perturb: Sequence[str], rng: random.Random) -> TacticRecord:
+    return base.with_choices({c.node: rng.choice(list(perturb)) for c in base.choices if rng.random() < 0.5})
+
+
+def _isolate(builder: _Builder, verdict: _Judge, pair: tuple[TacticRecord, TacticRecord],
+             max_invocations: int | None) -> tuple[Isolation, dict[str, tuple[NotApplied, ...]], Signature]:
+    space = TacticSpace.between(*pair)
+    bad_replay = builder.build(space.record_for(range(space.size)))
+    bad_signature = verdict.signature(bad_replay.run)
+    test = _tester(builder, verdict, space, bad_signature)
+    evaluator = Evaluator(test, space.size, allow_empty=True, budget=Budget(max_invocations=max_invocations))
+    evaluator.record(evaluator.universe, TestResult(
+        Outcome.FAIL if bad_signature.failed else Outcome.PASS, detail={"not_applied": bad_replay.not_applied}))
+    isolation = isolate(space, evaluator)
+    not_applied = {}
+    for index, group in enumerate(isolation.groups):
+        keep = frozenset(space.changes.index(c) for c in group)
+        cached = evaluator.cache.get(keep)
+        detail = cached.detail if cached is not None and isinstance(cached.detail, dict) else {}
+        not_applied[str(index)] = tuple(n for n in detail.get("not_applied", ()) if n.node in {c.node for c in group})
+    logger.info("tactic isolation: %s after %d invocations", isolation.verdict, evaluator.invocations)
+    return isolation, not_applied, bad_signature
+
+
+def _tester(builder: _Builder, verdict: _Judge, space: TacticSpace,
+            bad_signature: Signature) -> Callable[[frozenset[int]], TestResult]:
+    def test(keep: frozenset[int]) -> TestResult:
+        replay = builder.build(space.record_for(keep))
+        signature = verdict.signature(replay.run)
+        if bad_signature.matches(signature):
+            outcome = Outcome.FAIL
+        elif not signature.failed:
+            outcome = Outcome.PASS
+        else:
+            outcome = Outcome.UNRESOLVED
+        return TestResult(outcome, detail={"signature": signature.describe(), "not_applied": replay.not_applied})
+
+    return test

@@ -1,0 +1,62 @@
+"""`graphbisect tactics` end to end on real OpenVINO: isolate names exactly the kernel swaps that matter."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("openvino")
+
+from tactics_builders import save_cnn
+
+from graphbisect.cli.main import main
+from graphbisect.model import load_model
+from graphbisect.tactics import load_record, save_record
+from graphbisect.workflows.tactics import isolate_tactics, record_tactics, replay_tactics
+
+pytestmark = pytest.mark.openvino
+
+# Candidate swaps; which of them change the numbers on this CPU is measured, not assumed.
+SWAPS = {"conv0": "jit_avx512", "conv1": "ref_any", "conv2": "ref_any", "matmul1": "jit_gemm", "softmax": "ref_any"}
+
+
+def test_isolate_names_exactly_the_swaps_that_change_outputs(tmp_path: Path) -> None:
+    model = load_model(save_cnn(tmp_path))
+    a = record_tactics(model, "openvino").record
+    base = replay_tactics(model, "openvino", a)
+    assert not base.not_applied
+    swaps = {n: c for n, c in SWAPS.items() if a.choice_of(n) not in (None, c)}
+    changing, applied = set(), {}
+    for node, choice in swaps.items():
+        single = replay_tactics(model, "openvino", a.with_choices({node: choice}))
+        if single.not_applied:
+            continue  # a silent fallback is another kernel than the one asked for: keep the test exact
+        applied[node] = choice
+        if not np.array_equal(single.run.outputs["y"], base.run.outputs["y"]):
+            changing.add(node)
+    if len(changing) < 2 or len(changing) == len(applied):
+        pytest.skip(f"this CPU needs other swaps: changing={changing} of {sorted(swaps)}")
+    result = isolate_tactics(model, "openvino", good=a, bad=a.with_choices(applied))
+    assert {c.node for c in result.isolation.culprits} == changing
+    assert result.isolation.confirmed and result.isolation.minimal
+    assert result.invocations["target"] <= 4 * len(applied) + 2
+
+
+def test_cli_record_diff_isolate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = save_cnn(tmp_path)
+    a, b, out = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "iso.json"
+    assert main(["tactics", "record", str(model), "-o", str(a)]) == 0
+    rec = load_record(a)
+    if rec.choice_of("conv2") == "ref_any":
+        pytest.skip("conv2 already runs the reference kernel here")
+    save_record(rec.with_choices({"conv2": "ref_any"}), b)
+    assert main(["tactics", "diff", str(a), str(b)]) == 1
+    assert main(["tactics", "isolate", str(model), "--good", str(a), "--bad", str(b), "--json", str(out)]) == 1
+    data = json.loads(out.read_text())
+    assert [c["node"] for c in data["culprits"]] == ["conv2"]
+    assert data["culprits"][0] == {"node": "conv2", "good_choice": rec.choice_of("conv2"), "bad_choice": "ref_any",
+                                   "applied": True}
+    assert data["builds"] and data["invocations"]["target"] >= 2
