@@ -1,0 +1,85 @@
+"""`graphbisect precision`: the fewest nodes that must stay FP32 under fp16/bf16/int8, with sensitivity ranking."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from graphbisect.cli.common import add_model_arguments, load_feeds, load_model_arg, tolerance_from_args
+
+if TYPE_CHECKING:
+    from graphbisect.workflows.precision import PrecisionResult
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    parser.set_defaults(atol=1e-2, rtol=1e-2)  # reduced precision is judged at a few-percent tolerance
+    parser.add_argument("--mode", default="fp16", choices=["fp16", "bf16", "int8"],
+                        help="precision the other nodes run in (default fp16)")
+    parser.add_argument("--sensitivity", action="store_true",
+                        help="also measure every node alone (2 runs per node): ranked table, chart, priors")
+    parser.add_argument("--calibration", default="minmax", choices=["minmax", "percentile"],
+                        help="int8 activation ranges from the oracle's tensors (default minmax)")
+    parser.add_argument("--no-prefix", action="store_true",
+                        help="skip Polygraphy's prefix answer (about log2(n) runs)")
+    parser.add_argument("--max-invocations", type=int, default=None, metavar="N", help="target run budget")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the result as JSON")
+    parser.add_argument("-o", "--output", type=Path, metavar="DIR",
+                        help="write the mixed-precision model(s), overrides and the sensitivity chart here")
+    parser.add_argument("--workdir", type=Path, help="keep intermediate files here (default: a temporary folder)")
+    parser.add_argument("--rows", type=int, default=20, help="sensitivity rows to print (default 20)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit 0 when the verified answer meets the tolerance, 1 when it does not."""
+    from graphbisect.workflows.precision import find_precision
+
+    model = load_model_arg(args)
+    feeds = load_feeds(args, model)
+    result = find_precision(
+        model, mode=args.mode, oracle=args.oracle, target=args.target, inputs=feeds,
+        tolerance=tolerance_from_args(args), workdir=args.workdir, out_dir=args.output,
+        with_sensitivity=args.sensitivity, with_prefix=not args.no_prefix, calibration=args.calibration,
+        max_invocations=args.max_invocations, seed=args.seed,
+        on_stage=lambda msg: print(f"… {msg}", file=sys.stderr),
+    )
+    print_result(result, rows=args.rows)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        print(f"wrote {args.json}")
+    for path in result.files:
+        print(f"wrote {path}")
+    return 0 if result.meets_tolerance else 1
+
+
+def _num(value: float) -> str:
+    return f"{value:.3g}" if math.isfinite(value) else str(value)
+
+
+def print_result(result: PrecisionResult, *, rows: int) -> None:
+    print(f"mode    {result.mode.value}: {result.lowering}")
+    print(f"units   {len(result.units)} lowerable nodes")
+    if result.sensitivity:
+        print(f"\n{'node':<44} {'op':<12} {'score':>9} {'cosine':>9} {'snr dB':>8}  kept-alone score")
+        for row in result.sensitivity[: rows or None]:
+            mark = "x " if row.breaks_alone else "  "
+            print(f"{mark}{row.node[:42]:<42} {row.op_type[:12]:<12} {_num(row.score):>9} "
+                  f"{_num(row.lowered['cosine']):>9} {_num(row.lowered['snr_db']):>8}  {_num(row.kept['score'])}")
+    if result.all_lowered_meets:
+        print("\nthe fully lowered model meets the tolerance: no node needs FP32")
+    print(f"\nkeep in FP32 ({len(result.keep_fp32)}{', 1-minimal' if result.minimal else ', NOT proven minimal'}):")
+    for name in result.keep_fp32:
+        print(f"  {name}{'   (breaks the tolerance alone)' if name in result.alone else ''}")
+    if result.prefix_keep_fp32 is not None:
+        print(f"Polygraphy-style prefix answer: the first {len(result.prefix_keep_fp32)} nodes in FP32")
+    verdict = "meets the tolerance" if result.meets_tolerance else "DOES NOT meet the tolerance"
+    runs = ", ".join(f"{k} {v}" for k, v in result.invocations.items())
+    print(f"\nverified: the model with these overrides {verdict} (score {_num(result.final_metrics['score'])}, "
+          f"cosine {_num(result.final_metrics['cosine'])}); runs: {runs}; {result.seconds:.1f} s")

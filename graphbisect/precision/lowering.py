@@ -1,0 +1,62 @@
+"""One façade over the lowerings: which nodes are units, and the model with a given set kept in FP32.
+
+Example:
+    >>> low = Lowering(model, PrecisionMode.FP16)                                # doctest: +SKIP
+    >>> proto = low.lower(keep_fp32={low.units[3]})                              # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Sequence
+
+import onnx
+
+from graphbisect.errors import InputError
+from graphbisect.model import Model
+from graphbisect.precision.calibration import Calibration
+from graphbisect.precision.casts import is_typed, lower_casts
+from graphbisect.precision.modes import PrecisionMode, lowerable_nodes
+from graphbisect.precision.qdq import lower_qdq
+
+__all__ = ["Lowering"]
+
+logger = logging.getLogger(__name__)
+
+
+class Lowering:
+    """Lowers ``model`` to ``mode`` except for the nodes kept in FP32.
+
+    ``typed``: FP16 nodes are retyped (the deployable mixed model) instead of emulated by rounding (what
+    the search measures on CPU; see :mod:`graphbisect.precision.casts`).
+
+    Attributes:
+        units: indices (topological order) of the lowerable nodes; a search's unit ``i`` is ``units[i]``.
+    """
+
+    def __init__(self, model: Model, mode: PrecisionMode, calibration: Calibration | None = None, *,
+                 typed: bool = False) -> None:
+        if mode is PrecisionMode.INT8 and calibration is None:
+            raise InputError("int8 lowering needs a calibration (activation ranges)",
+                             hint="build one with Calibration.from_tensors(oracle activations)")
+        self.model, self.mode, self.calibration, self.typed = model, mode, calibration, typed
+        self.units: tuple[int, ...] = tuple(lowerable_nodes(model, mode))
+
+    def names(self, units: Collection[int]) -> list[str]:
+        """Node names of search units ``units`` (in topological order)."""
+        return [self.model.node_names[self.units[u]] for u in sorted(units)]
+
+    def lower(self, keep_fp32: Collection[int], expose: Sequence[str] = ()) -> onnx.ModelProto:
+        """The model with every unit lowered except ``keep_fp32`` (unit numbers, not node indices)."""
+        lowered = {node for u, node in enumerate(self.units) if u not in set(keep_fp32)}
+        if self.mode is PrecisionMode.INT8:
+            assert self.calibration is not None
+            return lower_qdq(self.model, lowered, self.calibration, expose)
+        return lower_casts(self.model, lowered, self.mode, expose, typed=self.typed)
+
+    def how(self, unit: int) -> str:
+        """How unit ``unit`` is lowered: ``qdq`` (int8), ``typed`` (FP16 node) or ``emulated`` (rounding)."""
+        if self.mode is PrecisionMode.INT8:
+            return "qdq"
+        op_type = self.model.nodes[self.units[unit]].op_type
+        return "typed" if is_typed(op_type, self.mode, typed=self.typed) else "emulated"

@@ -1,0 +1,92 @@
+"""Lowering on real runtimes: FP16/BF16 rounding, typed islands, INT8 QDQ that ONNX Runtime runs as int8."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from graphbisect.backends import BackendProcess
+from graphbisect.data import random_inputs
+from graphbisect.examples.precision_models import cnn_inputs, residual_cnn
+from graphbisect.model import load_model
+from graphbisect.model.io import save_proto
+from graphbisect.precision import Calibration, Lowering, PrecisionMode, lowerable_nodes, round_to, weight_scales
+
+
+@pytest.fixture(scope="module")
+def cnn() -> object:
+    return load_model(residual_cnn())
+
+
+def _run(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], tmp: Path, spec: str) -> tuple[np.ndarray, dict]:
+    path = save_proto(proto, tmp / "m.onnx")
+    with BackendProcess(spec, workdir=tmp / "w") as proc:
+        run = proc.run(path, feeds)
+        assert run.ok, run.describe()
+        return np.asarray(run.outputs["logits"]), dict(run.info)
+
+
+def test_round_to_matches_numpy_fp16_and_truncates_bf16_mantissa() -> None:
+    x = np.array([70000.0, 1.0001, 3.14159, -2.5e-8], np.float32)
+    assert np.isinf(round_to(x, PrecisionMode.FP16)[0])
+    bf = round_to(x, PrecisionMode.BF16)
+    assert bf[0] == 70144.0 and bf[1] == 1.0 and bf[2] == 3.140625
+    assert weight_scales(np.array([[1.0, -2.0]], np.float32), axis=None) == pytest.approx(2 / 127)
+
+
+def test_units_skip_data_movement_and_int8_skips_unquantizable_ops(cnn: object) -> None:
+    fp16 = lowerable_nodes(cnn, PrecisionMode.FP16)  # type: ignore[arg-type]
+    int8 = lowerable_nodes(cnn, PrecisionMode.INT8)  # type: ignore[arg-type]
+    ops = {cnn.nodes[i].op_type for i in fp16}  # type: ignore[attr-defined]
+    assert "Flatten" not in ops and {"Conv", "Relu", "Add", "Gemm"} <= ops
+    assert set(int8) <= set(fp16)
+
+
+@pytest.mark.parametrize("mode", [PrecisionMode.FP16, PrecisionMode.BF16])
+def test_cast_lowering_keeps_fp32_exact_and_lowered_rounds(cnn: object, mode: PrecisionMode, tmp_path: Path) -> None:
+    feeds = cnn_inputs()
+    low = Lowering(cnn, mode)  # type: ignore[arg-type]
+    everything = set(range(len(low.units)))
+    reference, _ = _run(cnn.proto, feeds, tmp_path / "ref", "onnxruntime:opt_level=disable")  # type: ignore[attr-defined]
+    kept, _ = _run(low.lower(everything), feeds, tmp_path / "kept", "onnxruntime:opt_level=all")
+    np.testing.assert_allclose(kept, reference, rtol=1e-5, atol=1e-5)
+    lowered, _ = _run(low.lower(set()), feeds, tmp_path / "low", "onnxruntime:opt_level=all")
+    if mode is PrecisionMode.FP16:
+        assert not np.isfinite(lowered).all()  # the outlier channel overflows fp16
+    else:
+        assert 0 < np.abs(lowered - reference).max() < 1.0  # bf16 has fp32's range: rounding only
+
+
+def test_typed_fp16_model_is_valid_and_uses_float16_tensors(cnn: object, tmp_path: Path) -> None:
+    low = Lowering(cnn, PrecisionMode.FP16, typed=True)  # type: ignore[arg-type]
+    proto = low.lower({0, 1})
+    onnx.checker.check_model(proto)
+    casts = [n for n in proto.graph.node if n.op_type == "Cast"]
+    assert casts and any(a.i == onnx.TensorProto.FLOAT16 for n in casts for a in n.attribute)
+    _run(proto, cnn_inputs(), tmp_path, "onnxruntime:opt_level=disable")
+
+
+def test_int8_qdq_runs_on_real_int8_kernels(cnn: object, tmp_path: Path) -> None:
+    """ORT fuses the QDQ groups into QLinearConv/QLinearAdd at opt_level=extended and above."""
+    feeds = cnn_inputs()
+    probe = cnn.with_outputs(cnn.intermediate_names())  # type: ignore[attr-defined]
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    tensors = dict(zip(names, session.run(None, feeds))) | feeds
+    low = Lowering(cnn, PrecisionMode.INT8, Calibration.from_tensors(tensors))  # type: ignore[arg-type]
+    keep = {u for u in range(len(low.units)) if low.names([u])[0].startswith("block3/")}
+    out, info = _run(low.lower(keep), feeds, tmp_path, "onnxruntime:opt_level=all,save_optimized=1")
+    ops = Counter(n.op_type for n in onnx.load(info["optimized_model"]).graph.node)
+    assert ops["QLinearConv"] >= 5 and ops["QLinearAdd"] >= 1, ops
+    reference = tensors["logits"]
+    assert np.abs(out - reference).max() < 0.5 * np.abs(reference).max()
+
+
+def test_random_inputs_feed_the_cnn(cnn: object) -> None:
+    assert random_inputs(cnn, seed=0)["input"].shape == (1, 3, 16, 16)  # type: ignore[arg-type]
