@@ -77,6 +77,10 @@ class BundleContent:
     ``final_nodes``, ``kept_nodes``, ``invocations`` (per backend), ``seconds``, ``journey``
     (``[[invocations, size], ...]``), ``one_minimal``, ``stop_reason``, ``strategies``, ``versions``...;
     unknown keys are kept in report.json. ``charts`` maps chart names to SVG text.
+
+    ``control`` is a spec of the same backend that must *not* fail on this model (e.g. the culprit passes
+    disabled): ``repro.py`` runs it too and reports it. ``sections`` maps titles to extra markdown sections
+    appended to ``report.md`` by the workflow that knows them (e.g. the passes before/after view).
     """
 
     model: onnx.ModelProto
@@ -90,6 +94,8 @@ class BundleContent:
     target_message: str | None
     report: Mapping[str, Any]
     charts: Mapping[str, str] = field(default_factory=dict)
+    control: BackendSpec | None = None
+    sections: Mapping[str, str] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------------------------- write

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from graphbisect.artifacts.charts import ErrorPoint, error_chart_svg
-from graphbisect.artifacts.files import atomic_write_text
+from graphbisect.atomic import atomic_write_text
 
 if TYPE_CHECKING:
     from graphbisect.workflows.compare import CompareResult

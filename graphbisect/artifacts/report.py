@@ -194,6 +194,7 @@ def render_markdown(content: BundleContent, *, comparison: Comparison | None, en
         _reproduce(content),
         _backends(content),
         _journey(content, charts),
+        *(f"## {title}\n\n{text.strip()}" for title, text in content.sections.items()),
         _environment(environment),
     ]
     return "\n\n".join(s for s in sections if s) + "\n"

@@ -209,6 +209,9 @@ def repro_config(content: BundleContent) -> dict[str, Any]:
             "check_dtype": tol.check_dtype,
         },
         "expect": expect,
+        **({"control": {"target_spec": str(content.control), "options": repro_options(content.control),
+                        "purpose": "the same backend that must not fail here (e.g. the culprit passes disabled)"}}
+           if content.control is not None else {}),
     }
 
 
@@ -723,12 +726,13 @@ def attempt(config, status_file=None):
     return note(kind=failure_kind(results), outputs=results)
 
 
-def attempt_in_child(config):
+def attempt_in_child(config, control=False):
     """Run attempt() in a child process, so a segfault, an abort or a hang of the backend is observed (and
     compared with the recorded failure) instead of taking this script down."""
     with tempfile.TemporaryDirectory(prefix="repro-") as tmp:
         status_file = Path(tmp) / "status.json"
         command = [sys.executable, str(Path(__file__).resolve()), "--child", str(status_file)]
+        command += ["--control"] if control else []
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, start_new_session=True)
         try:
@@ -863,18 +867,47 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description="Reproduce the failure recorded next to this script.")
     parser.add_argument("--in-process", action="store_true", help="run the backend in this process")
     parser.add_argument("--child", metavar="STATUS_JSON", help=argparse.SUPPRESS)
+    parser.add_argument("--control", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
         config = read_config()
         if args.child:
-            return run_as_child(config, Path(args.child))
+            return run_as_child(control_config(config) if args.control else config, Path(args.child))
         outcome = attempt(config) if args.in_process else attempt_in_child(config)
     except CannotRun as exc:
         print(f"repro.py cannot run: {exc}", file=sys.stderr)
         return CANNOT_RUN
     if not args.in_process and outcome.get("log", "").strip():
         print("--- backend output ---\n" + outcome["log"].rstrip() + "\n----------------------")
-    return verdict(config, outcome)
+    code = verdict(config, outcome)
+    if config.get("control"):
+        report_control(config, args.in_process)
+    return code
+
+
+# -------------------------------------------------------------------------------------- control
+def control_config(config):
+    """The same case run with the control spec: the culprit optimization passes disabled too."""
+    control = config["control"]
+    return dict(config, target_spec=control["target_spec"], options=control["options"])
+
+
+def report_control(config, in_process):
+    """Run the control (culprit passes disabled) and say whether it passes; the exit status is unchanged."""
+    control = control_config(config)
+    print(f"\ncontrol   {control['target_spec']}")
+    print(f"          ({config['control'].get('purpose', 'the culprit passes disabled')})")
+    try:
+        outcome = attempt(control) if in_process else attempt_in_child(control, control=True)
+    except CannotRun as exc:
+        print(f"CONTROL cannot run: {exc}")
+        return
+    for result in outcome.get("outputs", []):
+        print(describe(result))
+    if outcome["kind"] == "none":
+        print("CONTROL PASSES: with the culprit passes disabled the outputs match the oracle.")
+    else:
+        print(f"CONTROL FAILS ({outcome['kind']}): disabling the culprit passes does not remove the failure here.")
 
 
 def run_as_child(config, status_file):

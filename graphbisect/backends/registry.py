@@ -136,6 +136,23 @@ BACKENDS: tuple[BackendInfo, ...] = (
         },
     ),
     BackendInfo(
+        name="onnxoptimizer",
+        aliases=("onnx-optimizer",),
+        summary="onnxoptimizer's graph passes, then ONNX Runtime with its own optimizations off (CPU)",
+        runtime="graphbisect.backends.onnxoptimizer:OnnxOptimizer",
+        import_name="onnxoptimizer",
+        distributions=("onnxoptimizer",),
+        extra="optimizer",
+        capabilities=frozenset({C.PASSES, C.ONNX_INPUT, C.INTERMEDIATES, C.FOREIGN_PYTHON}),
+        options={
+            "passes": "passes to apply in order, ';'-separated (default: onnxoptimizer's fuse-and-elimination list); "
+            "names are validated against onnxoptimizer.get_available_passes()",
+            "disabled": "passes to leave out of that list, ';'-separated (validated)",
+            "threads": "intra-op thread count of the ONNX Runtime session that runs the optimized model",
+            "save_optimized": "1 to report the optimized model's path in the run info",
+        },
+    ),
+    BackendInfo(
         name="openvino",
         aliases=("ov",),
         summary="OpenVINO Runtime on the ONNX model (CPU plugin here)",
@@ -143,13 +160,17 @@ BACKENDS: tuple[BackendInfo, ...] = (
         import_name="openvino",
         distributions=("openvino",),
         extra="openvino",
-        capabilities=frozenset({C.INTERMEDIATES, C.PRECISION, C.FOREIGN_PYTHON, C.ONNX_INPUT}),
+        capabilities=frozenset({C.INTERMEDIATES, C.PRECISION, C.TACTICS, C.FOREIGN_PYTHON, C.ONNX_INPUT}),
         options={
             "device": "OpenVINO device name (default CPU)",
             "precision": "inference precision hint: f32|f16|bf16 (default f32, so comparisons are exact)",
             "threads": "inference threads (INFERENCE_NUM_THREADS)",
             "report_exec": "1 to report the compiled execution graph (kernel, runtime precision, fused nodes) "
             "in the run info",
+            "report_tactics": "1 to report the build's per-node kernel choices as a tactic record (run info "
+            "tactic_record)",
+            "tactics": "a tactic record file (absolute path) to replay: its kernel choices are pinned through "
+            "primitives_priority and verified (run info tactics_not_applied); nodes the model lacks are ignored",
         },
     ),
     BackendInfo(

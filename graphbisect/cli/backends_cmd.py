@@ -42,5 +42,6 @@ def run(args: argparse.Namespace) -> int:
         print("options every backend accepts:")
         for key, text in HOST_OPTIONS.items():
             print(f"  {key}: {text}")
-    print("\nspec syntax: NAME[:key=value,...]  e.g. onnxruntime:opt_level=all,disabled=LayerNormFusionL1;SimplifiedLayerNormFusion")
+    print("\nspec syntax: NAME[:key=value,...]  lists inside a value use ';', e.g.\n"
+          "  onnxruntime:opt_level=all,disabled=LayerNormFusionL1;SimplifiedLayerNormFusion")
     return 0

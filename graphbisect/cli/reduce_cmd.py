@@ -44,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-layerwise", action="store_true", help="do not use layerwise evidence to seed the search")
     parser.add_argument("--timeout", type=float, help="seconds one backend invocation may take (default 600)")
     parser.add_argument("--keep-work", action="store_true", help="keep DIR.work (activations, journal) afterwards")
+    parser.add_argument("--passes", action="store_true", help="first find the culprit optimization passes of the "
+                        "target (`graphbisect passes`), then reduce with only them enabled; repro.py also runs a "
+                        "control with them disabled")
 
 
 def _options(args: argparse.Namespace) -> ReduceOptions:
@@ -65,9 +68,28 @@ def run(args: argparse.Namespace) -> int:
         return _resume(args, progress)
     if args.output is None:
         raise InputError("reduce needs an output folder", hint="add -o DIR (e.g. -o bug-report)")
+    if args.passes:
+        return _with_passes(args, progress)
     model = load_model_arg(args)
     result = reduce_model(model, args.output, inputs=load_feeds(args, model), options=_options(args),
                           zip_bundle=args.zip, on_progress=progress, on_stage=progress.stage)
+    progress.close()
+    return _report(result, args)
+
+
+def _with_passes(args: argparse.Namespace, progress: ProgressLine) -> int:
+    from graphbisect.cli.passes_cmd import print_passes, run_passes
+    from graphbisect.workflows.passes import reduce_under_culprits
+
+    args.workdir = None
+    model, feeds, found = run_passes(args, progress)
+    progress.close()
+    print_passes(found)
+    if not found.culprits:
+        print("no culprit passes: nothing to reduce under them (run `graphbisect reduce` without --passes)")
+        return 1 if found.failed else 0
+    result = reduce_under_culprits(model, args.output, found, inputs=feeds, reduce_options=_options(args),
+                                   on_stage=progress.stage, on_progress=progress)
     progress.close()
     return _report(result, args)
 
@@ -93,7 +115,7 @@ def _resume(args: argparse.Namespace, progress: ProgressLine) -> int:
 
 
 def _report(result: ReduceResult, args: argparse.Namespace) -> int:
-    from graphbisect.artifacts.files import atomic_write_text
+    from graphbisect.atomic import atomic_write_text
 
     if args.json is not None:
         atomic_write_text(args.json, json.dumps(result.to_json(), indent=2, allow_nan=False) + "\n")

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from graphbisect.artifacts.bundle import LoadedBundle, load_bundle
-from graphbisect.artifacts.files import atomic_write_text
 from graphbisect.artifacts.repro import crash_key
+from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import BackendProcess, BackendSpec, RunResult
 from graphbisect.compare import Comparison, compare_outputs
 from graphbisect.oracle.signature import FailureKind, Signature, signature_of

@@ -33,6 +33,22 @@ STRATEGIES: tuple[Strategy, ...] = (
         requires=frozenset({Capability.ONNX_INPUT}),
         command="reduce",
     ),
+    Strategy(
+        name="passes",
+        units="optimization passes",
+        summary="the fewest fired passes whose disabling removes the failure, and the fewest that must stay enabled",
+        module="graphbisect.strategies.passes",
+        requires=frozenset({Capability.PASSES}),
+        command="passes",
+    ),
+    Strategy(
+        name="tactics",
+        units="(node, kernel choice) pairs",
+        summary="the fewest kernel choices of a bad build that make a good build bad, confirmed by replay",
+        module="graphbisect.strategies.tactics",
+        requires=frozenset({Capability.TACTICS}),
+        command="tactics",
+    ),
 )
 
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from graphbisect.artifacts.bundle import BundleContent, write_bundle
 from graphbisect.artifacts.charts import size_journey_svg
-from graphbisect.artifacts.files import atomic_write_text
+from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, resolve
 from graphbisect.compare import Tolerance
 from graphbisect.data import ActivationStore, save_inputs, validate_inputs
@@ -319,10 +319,13 @@ def reduce_model(
     zip_bundle: bool = False,
     on_progress: Callable[[ProgressEvent], None] | None = None,
     on_stage: Callable[[str], None] | None = None,
+    amend: Callable[[BundleContent], BundleContent] | None = None,
 ) -> ReduceResult:
     """Reduce ``model`` to a minimal subgraph that fails the same way and write the bundle to ``bundle_dir``.
 
-    ``inputs`` may be None only when resuming (the first run saved them). See the module docstring.
+    ``inputs`` may be None only when resuming (the first run saved them). ``amend`` lets a calling workflow add
+    what it knows to the bundle (a control spec, report facts, sections) before it is written atomically.
+    See the module docstring.
     """
     options = options or ReduceOptions()
     r = _Run(model, options, bundle_dir, on_progress, on_stage or (lambda _msg: None))
@@ -343,7 +346,7 @@ def reduce_model(
     verification = _verify(r, space, result.keep, baseline, values)
     stats = evaluator.stats()
     return _finish(r, space, result, {"tests": stats.tests, "cache_hits": stats.cache_hits}, baseline=baseline,
-                   flaky=flaky, verification=verification, zip_bundle=zip_bundle)
+                   flaky=flaky, verification=verification, zip_bundle=zip_bundle, amend=amend)
 
 
 @dataclass(frozen=True)
@@ -381,7 +384,8 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], baseline: Signa
 
 
 def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: Mapping[str, int], *,
-            baseline: Signature, flaky: bool, verification: _Verification, zip_bundle: bool) -> ReduceResult:
+            baseline: Signature, flaky: bool, verification: _Verification, zip_bundle: bool,
+            amend: Callable[[BundleContent], BundleContent] | None) -> ReduceResult:
     candidate = space.materialize(result.keep, inline_weights=True)
     names = tuple(r.model.node_names[i] for i in sorted(result.keep))
     stop = result.stop_reason.value if result.stop_reason is not None else None
@@ -406,6 +410,8 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
         signature=baseline, target_message=verification.message, report=report,
         charts={"journey": size_journey_svg(journey)},
     )
+    if amend is not None:
+        content = amend(content)
     bundle = write_bundle(content, r.bundle_dir, zip=zip_bundle)
     if one_minimal and not r.options.keep_work:
         shutil.rmtree(r.work, ignore_errors=True)

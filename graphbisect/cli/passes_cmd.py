@@ -1,0 +1,99 @@
+"""`graphbisect passes`: which optimization passes cause the failure (and, with -o, the model reduced under them)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from graphbisect.cli.common import add_model_arguments, load_feeds, load_model_arg, tolerance_from_args
+from graphbisect.cli.progress import ProgressLine
+
+if TYPE_CHECKING:
+    from graphbisect.workflows.passes import PassesOptions, PassesResult
+
+__all__ = ["add_arguments", "print_passes", "run", "run_passes"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser, optional=True)
+    parser.add_argument("-o", "--output", type=Path, metavar="DIR",
+                        help="also reduce the model with only the culprit passes enabled and write the bundle to DIR "
+                        "(its repro.py also runs a control with the culprits disabled)")
+    parser.add_argument("--json", type=Path, metavar="PATH",
+                        help="write fired, culprits (minimal disable-set), required (minimal enable-set), invocations")
+    parser.add_argument("--max-invocations", type=int, metavar="N", help="stop each search after N target runs")
+    parser.add_argument("--strict-band", action="store_true",
+                        help="the failure must keep the error's order of magnitude within one decade")
+    parser.add_argument("--timeout", type=float, help="seconds one backend invocation may take (default 600)")
+    parser.add_argument("--workdir", type=Path, metavar="DIR",
+                        help="keep the pass search's files (model, inputs, journal, worker logs) in DIR")
+
+
+def passes_options(args: argparse.Namespace) -> PassesOptions:
+    """The pass-search options of a `passes` or `reduce --passes` command line."""
+    from graphbisect.workflows.passes import PassesOptions
+
+    return PassesOptions(oracle=args.oracle, target=args.target, tolerance=tolerance_from_args(args),
+                         strict_band=args.strict_band, timeout=args.timeout,
+                         max_invocations=getattr(args, "max_invocations", None))
+
+
+def run_passes(args: argparse.Namespace, progress: ProgressLine) -> tuple[Any, dict[str, Any], PassesResult]:
+    """Load the model and inputs of ``args`` and run the pass search; returns (model, feeds, result)."""
+    from graphbisect.workflows.passes import find_culprit_passes
+
+    model = load_model_arg(args)
+    feeds = load_feeds(args, model)
+    result = find_culprit_passes(model, inputs=feeds, options=passes_options(args),
+                                 workdir=getattr(args, "workdir", None), on_stage=progress.stage,
+                                 on_progress=progress)
+    return model, feeds, result
+
+
+def print_passes(result: PassesResult) -> None:
+    """The pass findings, for people."""
+    print(f"failure: {result.signature.describe()}  (target {result.target})")
+    print(f"fired passes ({len(result.fired)}, {result.source}): " + ", ".join(result.fired[:20])
+          + (" …" if len(result.fired) > 20 else ""))
+    for name, why in result.excluded.items():
+        print(f"  never disabled: {name} ({why})")
+    if result.culprits:
+        print(f"culprits (minimal set to disable): {', '.join(result.culprits)}")
+        print(f"required (minimal set to enable):  {', '.join(result.required)}")
+        alone = ", ".join(result.each_alone) or "none"
+        print(f"reproduce the failure on their own: {alone}")
+        if len(result.culprits) > 1:
+            print("  interaction: these passes mask each other; disabling only some of them leaves the failure")
+        print(f"workaround: --target '{result.fixed_target}'")
+        print("minimal: " + ("yes (1-minimal, both sets)" if result.minimal else "NOT PROVEN (see notes)"))
+    print("invocations: " + ", ".join(f"{k} {v}" for k, v in result.invocations.items())
+          + f"; {result.seconds:.1f} s")
+    for note in result.notes:
+        print(f"note: {note}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphbisect.atomic import atomic_write_text
+
+    progress = ProgressLine(label="passes")
+    model, feeds, result = run_passes(args, progress)
+    progress.close()
+    print_passes(result)
+    data: dict[str, Any] = result.to_json()
+    if args.output is not None and result.culprits:
+        from graphbisect.workflows.passes import reduce_under_culprits
+        from graphbisect.workflows.reduce import ReduceOptions
+
+        options = ReduceOptions(oracle=args.oracle, tolerance=tolerance_from_args(args), timeout=args.timeout,
+                                strict_band=args.strict_band)
+        reduced = reduce_under_culprits(model, args.output, result, inputs=feeds, reduce_options=options,
+                                        on_stage=progress.stage, on_progress=progress)
+        progress.close()
+        data["reduce"] = reduced.to_json()
+        print(f"reduced {reduced.original_nodes} → {reduced.final_nodes} nodes under the culprit passes; "
+              f"bundle: {reduced.bundle}  (python {reduced.bundle}/repro.py also runs the control)")
+    if args.json is not None:
+        atomic_write_text(args.json, json.dumps(data, indent=2, allow_nan=False) + "\n")
+    return 1 if result.failed else 0

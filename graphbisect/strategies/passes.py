@@ -1,0 +1,183 @@
+"""The passes strategy: which optimization passes stay enabled. Units are the passes that fired.
+
+A candidate is a *backend spec*, not a model: the same model runs with some fired passes disabled. Two
+questions, two unit spaces over the same list of fired, disable-able passes, both answered by the generic
+engine (:func:`~graphbisect.engine.probdd`, which ends with a one-by-one sweep, so answers are 1-minimal):
+
+* **minimal disable-set** (:data:`DISABLE`): ``keep`` = the passes disabled; a candidate is *interesting*
+  when the failure disappears (the target agrees with the oracle). A *different* failure is UNRESOLVED.
+  When two passes can each cause the failure (ORT's LayerNormFusionL1 and SimplifiedLayerNormFusion both
+  mis-fuse a keepdims=0 LayerNorm), disabling one leaves the other, so the answer has both names.
+* **minimal enable-set** (:data:`ENABLE`): ``keep`` = the passes left enabled, every other fired pass
+  disabled; interesting when the failure reproduces with the baseline's signature. Here one of the two
+  LayerNorm fusions suffices.
+
+Both ends are known before the search: all fired passes disabled passes (checked first), none disabled is
+the baseline failure; they are seeded into the evaluators, so one culprit among ``n`` fired passes costs
+O(log n) target runs.
+
+**Backend knowledge** lives in :data:`PASS_CONTROLS`, one row per backend with the PASSES capability: the
+option listing disabled passes, the options that make the runtime report fired passes, and the fired
+passes that cannot be disabled. ONNX Runtime reports those itself (``fired_required``, e.g.
+``InsertCastTransformer``); its ``disabled=`` names are validated by the runtime (ORT silently ignores
+unknown ones). Paddle Inference needs a list: deleting its bookkeeping passes breaks the predictor instead
+of switching an optimization off (verified on Paddle 3.3.1, conv/bn/linear net: deleting
+``dead_code_elimination_pass`` → "Cannot find constant_folding@... in scope" at load, deleting
+``replace_fetch_with_shadow_output_pass`` → "The variable named fetch_name_0 is not found" at run).
+
+Example:
+    >>> from graphbisect.backends import BackendSpec
+    >>> space = PassSpace(BackendSpec.parse("ort:opt_level=all"), ["A", "B", "C"])
+    >>> str(space.spec_disabling(frozenset({0, 2})))
+    'onnxruntime:disabled=A;C,opt_level=all'
+    >>> str(space.spec_enabling(frozenset({1})))
+    'onnxruntime:disabled=A;C,opt_level=all'
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from graphbisect.backends import BackendProcess, BackendSpec, RunResult, get, resolve
+from graphbisect.compare import Tolerance
+from graphbisect.engine import Evaluator, Outcome, SearchResult, TestResult, probdd
+from graphbisect.errors import SpecError
+from graphbisect.oracle.signature import Signature
+from graphbisect.oracle.tester import judge
+
+__all__ = ["DISABLE", "ENABLE", "PASS_CONTROLS", "PassControl", "PassSpace", "PassTester", "control_for",
+           "minimal_set", "run_spec"]
+
+log = logging.getLogger(__name__)
+
+DISABLE = "disable"  # keep = the passes disabled; interesting = the failure disappears
+ENABLE = "enable"  # keep = the passes enabled; interesting = the failure reproduces
+
+
+@dataclass(frozen=True)
+class PassControl:
+    """How one backend lists fired passes and disables them."""
+
+    disable_option: str  # the spec option holding the ';'-separated disabled passes
+    report_options: Mapping[str, str] = field(default_factory=dict)  # set to get info()["fired_passes"]
+    not_disableable: Mapping[str, str] = field(default_factory=dict)  # pass -> why it is never disabled
+
+
+PASS_CONTROLS: Mapping[str, PassControl] = {
+    "onnxruntime": PassControl("disabled", {"report_passes": "1"}),
+    "onnxoptimizer": PassControl("disabled"),
+    "paddle": PassControl("delete_pass", not_disableable={
+        "dead_code_elimination_pass": "bookkeeping: deleting it breaks predictor creation "
+        "(Cannot find constant_folding@... in scope)",
+        "replace_fetch_with_shadow_output_pass": "bookkeeping: deleting it loses the outputs "
+        "(fetch_name_0 is not found in the scope)",
+        "remove_shadow_feed_pass": "bookkeeping: feeds and fetches",
+        "add_shadow_output_after_dead_parameter_pass": "bookkeeping: feeds and fetches",
+        "inplace_pass": "memory reuse, not a graph rewrite",
+    }),
+}
+
+
+def control_for(spec: BackendSpec) -> PassControl:
+    """The :class:`PassControl` of ``spec``'s backend; a :class:`SpecError` when it cannot ablate passes."""
+    info = get(spec.name)
+    control = PASS_CONTROLS.get(info.name)
+    if control is None:
+        able = ", ".join(sorted(PASS_CONTROLS))
+        raise SpecError(f"backend {info.name!r} cannot list or disable its optimization passes",
+                        hint=f"pass ablation works with {able}, e.g. --target onnxruntime:opt_level=all")
+    return control
+
+
+class PassSpace:
+    """Units = ``passes`` (fired, disable-able); candidates = specs of ``base`` with some of them disabled.
+
+    Passes that ``base`` already disables stay disabled in every candidate.
+    """
+
+    def __init__(self, base: BackendSpec, passes: Sequence[str]) -> None:
+        self.base = resolve(base, require_available=False)[0]  # aliases resolved: ort -> onnxruntime
+        self.control = control_for(self.base)
+        self.passes = list(dict.fromkeys(passes))
+        self.always = base.option_list(self.control.disable_option)
+
+    @property
+    def size(self) -> int:
+        return len(self.passes)
+
+    def names(self, keep: frozenset[int]) -> list[str]:
+        """The pass names of ``keep``, in fired order."""
+        return [self.passes[i] for i in sorted(keep)]
+
+    def spec_with_disabled(self, names: Sequence[str]) -> BackendSpec:
+        """``base`` with ``names`` disabled too (no report options: candidates run plain)."""
+        disabled = list(dict.fromkeys([*self.always, *names]))
+        return self.base.with_options(**{self.control.disable_option: ";".join(disabled) or None})
+
+    def spec_disabling(self, keep: frozenset[int]) -> BackendSpec:
+        """The candidate of the disable-set search: the passes in ``keep`` disabled."""
+        return self.spec_with_disabled(self.names(keep))
+
+    def spec_enabling(self, keep: frozenset[int]) -> BackendSpec:
+        """The candidate of the enable-set search: every unit except ``keep`` disabled."""
+        return self.spec_disabling(frozenset(range(self.size)) - keep)
+
+
+class PassTester:
+    """The engine's test function for one of the two searches (``mode`` :data:`DISABLE` or :data:`ENABLE`).
+
+    One target run per candidate, in a fresh worker per spec (a spec is a session configuration), judged
+    against the oracle's outputs with the reduce workflow's :func:`~graphbisect.oracle.tester.judge`.
+    """
+
+    def __init__(self, space: PassSpace, mode: str, run: Callable[[BackendSpec], RunResult], *,
+                 expected: Callable[[str], np.ndarray], outputs: Sequence[str], baseline: Signature,
+                 tol: Tolerance, strict_band: bool = False) -> None:
+        if mode not in (DISABLE, ENABLE):
+            raise ValueError(f"mode must be {DISABLE!r} or {ENABLE!r}, got {mode!r}")
+        self.space, self.mode, self.run = space, mode, run
+        self.expected, self.outputs, self.baseline, self.tol = expected, outputs, baseline, tol
+        self.strict_band = strict_band
+
+    def spec(self, keep: frozenset[int]) -> BackendSpec:
+        return self.space.spec_disabling(keep) if self.mode == DISABLE else self.space.spec_enabling(keep)
+
+    def __call__(self, keep: frozenset[int]) -> TestResult:
+        result = self.run(self.spec(keep))
+        signature = judge(result, self.expected, self.outputs, self.tol).signature
+        outcome = self.outcome_of(signature)
+        log.debug("%s %s -> %s (%s)", self.mode, self.space.names(keep), outcome.value, signature.describe())
+        return TestResult(outcome, invoked=True, detail={"signature": signature.to_json()})
+
+    def outcome_of(self, signature: Signature) -> Outcome:
+        """What a run with ``signature`` means for this search (to seed a known end without running it)."""
+        same = self.baseline.matches(signature, strict_band=self.strict_band)
+        if self.mode == DISABLE:
+            return Outcome.FAIL if not signature.failed else Outcome.PASS if same else Outcome.UNRESOLVED
+        return Outcome.FAIL if same else Outcome.UNRESOLVED if signature.failed else Outcome.PASS
+
+
+def minimal_set(evaluator: Evaluator, *, phase: str) -> SearchResult:
+    """A 1-minimal interesting keep-set, starting from all units (which must be interesting).
+
+    ProbDD with the engine's default prior ``1/n``: a single culprit among ``n`` costs O(log n) tests.
+    """
+    return probdd(evaluator, phase=phase)
+
+
+def workdir_spec_name(spec: BackendSpec) -> str:
+    """A short, file-name-safe label of a spec (for worker folders)."""
+    import hashlib
+
+    return hashlib.sha1(str(spec).encode()).hexdigest()[:12]
+
+
+def run_spec(spec: BackendSpec, model: Path, inputs: Path, workdir: Path, timeout: float | None) -> RunResult:
+    """Run ``spec`` once on ``model`` in a fresh worker (closed afterwards)."""
+    with BackendProcess(spec, workdir=workdir / workdir_spec_name(spec), timeout=timeout) as proc:
+        return proc.run(model, inputs)

@@ -1,0 +1,393 @@
+"""`passes`: name the optimization passes responsible for a failure, then (optionally) reduce under them.
+
+Steps, each a few target runs on the *whole* model (one run per candidate spec, in a fresh worker):
+1. one oracle run: the expected outputs of every candidate;
+2. the target as given, asked to report which passes fired (ORT ``report_passes=1``; Paddle and
+   onnxoptimizer always report): the baseline signature and the fired list. A target that crashes before
+   reporting (ORT's FuseReluClip on float64 fails session creation) is searched over every optimizer the
+   installed ORT registers instead (its catalogue);
+3. the two ends: every fired, disable-able pass disabled must make the failure disappear (else it is not a
+   pass bug, or a pass fired only once others were disabled: those are added and the end re-checked);
+4. the minimal **disable-set** and the minimal **enable-set** (:mod:`graphbisect.strategies.passes`),
+   and which culprits reproduce the failure alone (interactions: passes masking each other);
+5. with a bundle folder: :func:`reduce_under_culprits` reduces the model with only the enable-set enabled,
+   then records in the bundle a *control* spec (the culprits disabled too) that ``repro.py`` also runs, the
+   optimized reduced model's nodes next to the reduced original (ORT/onnxoptimizer ``save_optimized=1``),
+   and the pass findings in ``report.json``/``report.md``.
+
+The searches keep a crash-safe journal in the work folder (scopes ``disable`` and ``enable``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import re
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphbisect.artifacts.bundle import BundleContent
+from graphbisect.backends import BackendSpec, Capability, RunResult, resolve
+from graphbisect.backends.registry import HOST_OPTIONS
+from graphbisect.compare import Tolerance
+from graphbisect.data import save_inputs, validate_inputs
+from graphbisect.engine import Budget, Evaluator, Journal, Outcome, ProgressEvent, SearchAborted, SearchResult
+from graphbisect.errors import BackendError, GraphBisectError
+from graphbisect.model import Model
+from graphbisect.model.io import save_proto
+from graphbisect.oracle.signature import Signature
+from graphbisect.oracle.tester import judge
+from graphbisect.strategies.passes import DISABLE, ENABLE, PassSpace, PassTester, control_for, minimal_set, run_spec
+from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET, model_for_backend
+
+__all__ = ["PassesOptions", "PassesResult", "find_culprit_passes", "reduce_under_culprits"]
+
+log = logging.getLogger(__name__)
+
+_RULE_SET = re.compile(r"Level\d+_RuleBasedTransformer")
+
+#: How often newly fired passes are added when disabling every fired pass does not remove the failure.
+MAX_FIRED_ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class PassesOptions:
+    """What `graphbisect passes` compares and how."""
+
+    oracle: str = DEFAULT_ORACLE
+    target: str = DEFAULT_TARGET
+    tolerance: Tolerance = field(default_factory=Tolerance)
+    strict_band: bool = False
+    timeout: float | None = None
+    max_invocations: int | None = None
+
+
+@dataclass(frozen=True)
+class PassesResult:
+    """What `graphbisect passes` found; ``to_json`` is the documented ``--json`` schema."""
+
+    failed: bool
+    signature: Signature
+    target: str
+    fired: tuple[str, ...] = ()  # as the target reported them (or its catalogue, see ``source``)
+    searched: tuple[str, ...] = ()  # the units: fired and disable-able
+    excluded: Mapping[str, str] = field(default_factory=dict)  # fired but never disabled, and why
+    source: str = "reported"  # "reported" or "catalogue" (the target crashed before reporting)
+    culprits: tuple[str, ...] = ()  # minimal disable-set
+    required: tuple[str, ...] = ()  # minimal enable-set
+    each_alone: tuple[str, ...] = ()  # culprits that reproduce the failure as the only enabled unit
+    minimal: bool = False  # both sets proven 1-minimal
+    culprit_target: str | None = None  # the target with only ``required`` enabled (of the units)
+    fixed_target: str | None = None  # the target with ``culprits`` disabled: the workaround
+    control_target: str | None = None  # ``culprit_target`` with the culprits disabled as well
+    invocations: Mapping[str, int] = field(default_factory=dict)
+    search: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["signature"] = self.signature.to_json()
+        data["seconds"] = round(self.seconds, 3)
+        data["excluded"] = dict(self.excluded)
+        return data
+
+
+class _Session:
+    """The state of one pass search: specs, files, expected values, run counts."""
+
+    def __init__(self, model: Model, options: PassesOptions, workdir: Path,
+                 on_stage: Callable[[str], None]) -> None:
+        self.model, self.options, self.work, self.stage = model, options, workdir, on_stage
+        self.oracle_spec, _ = resolve(options.oracle)
+        self.target_spec, info = resolve(options.target)
+        if not info.has(Capability.PASSES):
+            control_for(self.target_spec)  # raises with the list of backends that can ablate passes
+        self.control = control_for(self.target_spec)
+        self.invocations = {"oracle": 0, "target": 0}
+        self.notes: list[str] = []
+        self.expected: dict[str, np.ndarray] = {}
+        self.onnx_path = workdir / "model.onnx"
+        self.inputs_path = workdir / "inputs.npz"
+
+    def prepare(self, inputs: Mapping[str, np.ndarray]) -> None:
+        self.work.mkdir(parents=True, exist_ok=True)
+        save_inputs(self.inputs_path, validate_inputs(self.model, inputs))
+        self.model.save(self.onnx_path)
+
+    def run(self, spec: BackendSpec, role: str = "target") -> RunResult:
+        """One run of ``spec`` on the whole model (the Paddle model for Paddle Inference)."""
+        self.invocations[role] += 1
+        path = model_for_backend(self.model, spec, self.onnx_path)
+        return run_spec(spec, path, self.inputs_path, self.work / role, self.options.timeout)
+
+    def capture(self) -> None:
+        self.stage(f"running the oracle {self.oracle_spec}")
+        run = self.run(self.oracle_spec, "oracle")
+        if not run.ok:
+            raise BackendError(f"the oracle {self.oracle_spec} failed on the model: {run.describe()}",
+                               hint="the oracle must run the model; choose another, e.g. --oracle reference")
+        self.expected = {name: np.array(run.outputs[name]) for name in self.model.output_names}
+
+    def signature(self, run: RunResult) -> Signature:
+        return judge(run, self.expected.__getitem__, self.model.output_names, self.options.tolerance).signature
+
+    def reporting(self, spec: BackendSpec) -> BackendSpec:
+        return spec.with_options(**dict(self.control.report_options))
+
+
+def find_culprit_passes(
+    model: Model,
+    *,
+    inputs: Mapping[str, np.ndarray],
+    options: PassesOptions | None = None,
+    workdir: Path | None = None,
+    on_stage: Callable[[str], None] | None = None,
+    on_progress: Callable[[ProgressEvent], None] | None = None,
+) -> PassesResult:
+    """Find the minimal sets of the target's fired passes to disable (and to enable) for the failure.
+
+    Example:
+        >>> r = find_culprit_passes(load_model("ln.onnx"), inputs=feeds)          # doctest: +SKIP
+        >>> r.culprits, r.required                                                 # doctest: +SKIP
+        (('LayerNormFusionL1', 'SimplifiedLayerNormFusion'), ('LayerNormFusionL1',))
+    """
+    options = options or PassesOptions()
+    started = time.monotonic()
+    holder = None
+    if workdir is None:
+        holder = tempfile.TemporaryDirectory(prefix="graphbisect-passes-")
+        workdir = Path(holder.name)
+    try:
+        s = _Session(model, options, Path(workdir), on_stage or (lambda _msg: None))
+        s.prepare(inputs)
+        s.capture()
+        result = _search(s, on_progress)
+        return dataclasses.replace(result, invocations=dict(s.invocations), notes=tuple(s.notes),
+                                   seconds=time.monotonic() - started)
+    finally:
+        if holder is not None:
+            holder.cleanup()
+
+
+def _search(s: _Session, on_progress: Callable[[ProgressEvent], None] | None) -> PassesResult:
+    s.stage(f"running the target {s.target_spec} and listing the passes that fired")
+    baseline_run = s.run(s.reporting(s.target_spec))
+    baseline = s.signature(baseline_run)
+    if not baseline.failed:
+        return PassesResult(False, baseline, str(s.target_spec))
+    fired, excluded, source = _fired(s, baseline_run)
+    units = [name for name in fired if name not in excluded]
+    units, end = _confirm_ends(s, baseline, units, excluded)
+    common = {"failed": True, "signature": baseline, "target": str(s.target_spec), "fired": tuple(fired),
+              "excluded": excluded, "source": source}
+    if end is None:
+        return PassesResult(**common, searched=tuple(units))  # type: ignore[arg-type]
+    space = PassSpace(s.target_spec, units)
+    culprits, required, alone, stats = _minimal_sets(s, space, baseline, end, on_progress)
+    every = frozenset(range(space.size))
+    return PassesResult(
+        **common, searched=tuple(units),  # type: ignore[arg-type]
+        culprits=tuple(space.names(culprits.keep)), required=tuple(space.names(required.keep)),
+        each_alone=tuple(alone), minimal=culprits.minimal and required.minimal,
+        culprit_target=str(space.spec_enabling(required.keep)),
+        fixed_target=str(space.spec_disabling(culprits.keep)),
+        control_target=str(space.spec_disabling(every)), search=stats,
+    )
+
+
+def _fired(s: _Session, run: RunResult) -> tuple[list[str], dict[str, str], str]:
+    """Fired passes, those never disabled (with the reason), and where the list came from."""
+    excluded = {name: f"the backend runs it whatever the options say ({s.target_spec.name} fired_required)"
+                for name in run.info.get("fired_required", [])}
+    if "fired_passes" in run.info:
+        fired = [str(name) for name in run.info["fired_passes"]]
+        source = "reported"
+    else:
+        fired = _catalogue(s, run)
+        source = "catalogue"
+    excluded.update({name: why for name, why in s.control.not_disableable.items() if name in fired})
+    if source == "catalogue":  # a rule set stands for all its rules, which are units of their own
+        excluded.update({name: "a set of rewrite rules, searched rule by rule" for name in fired
+                         if _RULE_SET.fullmatch(name)})
+    if excluded:
+        s.notes.append("fired passes never disabled: " + "; ".join(f"{k} ({v})" for k, v in excluded.items()))
+    already = set(s.target_spec.option_list(s.control.disable_option))
+    return [name for name in fired if name not in already], excluded, source
+
+
+def _catalogue(s: _Session, run: RunResult) -> list[str]:
+    """Every pass the target could run, for a target that failed before it could report what fired."""
+    name = s.target_spec.name
+    options = {k: v for k, v in s.target_spec.options.items() if k not in HOST_OPTIONS}
+    if name == "onnxruntime" and "python" not in s.target_spec.options:
+        from graphbisect.backends.onnxruntime import OrtOptions, optimizer_catalog
+
+        names = optimizer_catalog(OrtOptions.parse(options)).names()
+    elif name == "onnxoptimizer" and "python" not in s.target_spec.options:
+        import onnxoptimizer
+
+        names = s.target_spec.option_list("passes") or list(onnxoptimizer.get_fuse_and_elimination_passes())
+    else:
+        raise GraphBisectError(
+            f"the target {s.target_spec} failed ({run.describe()}) before it could report which passes fired",
+            hint="run it once where it does not crash, or name the passes to search with a backend that reports "
+            "them (onnxruntime, onnxoptimizer in this interpreter)")
+    s.notes.append(f"the target failed ({run.describe()}) before reporting its fired passes: the search space is "
+                   f"every pass it registers ({len(names)})")
+    return names
+
+
+def _confirm_ends(s: _Session, baseline: Signature, units: list[str],
+                  excluded: Mapping[str, str]) -> tuple[list[str], Signature | None]:
+    """Disable every unit: the failure must go away. Returns the (maybe extended) units and that end's signature.
+
+    A pass that fires only once others are disabled is added and the end re-checked (up to
+    :data:`MAX_FIRED_ROUNDS` times). ``None``: disabling every fired pass does not remove the failure.
+    """
+    for _ in range(MAX_FIRED_ROUNDS):
+        space = PassSpace(s.target_spec, units)
+        s.stage(f"disabling all {len(units)} fired passes (the failure must disappear)")
+        run = s.run(s.reporting(space.spec_disabling(frozenset(range(space.size)))))
+        end = s.signature(run)
+        if not end.failed:
+            return units, end
+        new = [str(n) for n in run.info.get("fired_passes", []) if n not in units and n not in excluded]
+        if not new or not baseline.matches(end):
+            break
+        s.notes.append(f"with the fired passes disabled, {', '.join(new)} fired too: added to the search")
+        units = units + new
+    why = ("the failure stays" if baseline.matches(end) else f"the target fails differently ({end.describe()})")
+    s.notes.append(f"with every fired, disable-able pass disabled {why}: no set of passes explains the failure "
+                   "(a kernel bug, or a pass that cannot be disabled); reduce the model instead")
+    return units, None
+
+
+def _minimal_sets(s: _Session, space: PassSpace, baseline: Signature, end: Signature,
+                  on_progress: Callable[[ProgressEvent], None] | None
+                  ) -> tuple[SearchResult, SearchResult, list[str], dict[str, dict[str, int]]]:
+    every = frozenset(range(space.size))
+    fingerprint = _fingerprint(s, space)
+    digest = hashlib.sha256(fingerprint.encode()).hexdigest()[:12]
+    journal = Journal.open(s.work / f"journal-{digest}.jsonl", fingerprint=fingerprint, fsync=False)
+    budget = Budget(max_invocations=s.options.max_invocations)
+    testers = {mode: PassTester(space, mode, s.run, expected=s.expected.__getitem__,
+                                outputs=s.model.output_names, baseline=baseline, tol=s.options.tolerance,
+                                strict_band=s.options.strict_band) for mode in (DISABLE, ENABLE)}
+    evs = {mode: Evaluator(t, space.size, journal=journal, scope=mode, budget=budget, on_progress=on_progress)
+           for mode, t in testers.items()}
+    evs[DISABLE].record(every, testers[DISABLE].outcome_of(end))  # the confirmed end
+    evs[ENABLE].record(every, testers[ENABLE].outcome_of(baseline))  # the baseline
+    try:
+        s.stage(f"searching the minimal set of passes to disable among {space.size}")
+        culprits = minimal_set(evs[DISABLE], phase="disable-set")
+        s.stage(f"searching the minimal set of passes to enable among {space.size}")
+        required = minimal_set(evs[ENABLE], phase="enable-set")
+        alone = [space.passes[i] for i in sorted(culprits.keep)
+                 if evs[ENABLE].evaluate({i}, phase="alone").outcome is Outcome.FAIL]
+    except SearchAborted as exc:
+        raise GraphBisectError(f"the pass search stopped: {exc.message}", hint=exc.hint) from exc
+    finally:
+        journal.close()
+    stats = {mode: {"tests": ev.stats().tests, "invocations": ev.stats().invocations,
+                    "cache_hits": ev.stats().cache_hits} for mode, ev in evs.items()}
+    for result, what in ((culprits, "disable-set"), (required, "enable-set")):
+        if not result.minimal:
+            s.notes.append(f"the {what} is not proven minimal ({result.stop_reason})")
+    return culprits, required, alone, stats
+
+
+def _fingerprint(s: _Session, space: PassSpace) -> str:
+    return json.dumps({"model": s.model.fingerprint, "oracle": str(s.oracle_spec), "target": str(s.target_spec),
+                       "units": space.passes, "tolerance": repr(s.options.tolerance)}, sort_keys=True)
+
+
+# ------------------------------------------------------------------------------------ combined with reduce
+def reduce_under_culprits(model: Model, bundle_dir: Path, passes: PassesResult, *,
+                          inputs: Mapping[str, np.ndarray], reduce_options: Any = None,
+                          on_stage: Callable[[str], None] | None = None,
+                          on_progress: Callable[[ProgressEvent], None] | None = None) -> Any:
+    """Reduce ``model`` with only the culprit passes enabled and add the control run to the bundle.
+
+    ``reduce_options`` is a :class:`~graphbisect.workflows.reduce.ReduceOptions` (its target is replaced by
+    ``passes.culprit_target``). Returns the :class:`~graphbisect.workflows.reduce.ReduceResult`.
+    """
+    from graphbisect.workflows.reduce import ReduceOptions, reduce_model
+
+    if passes.culprit_target is None or passes.control_target is None:
+        raise GraphBisectError("no culprit passes to reduce under", hint="see the notes of the pass search")
+    _, info = resolve(passes.culprit_target)
+    if not info.has(Capability.ONNX_INPUT):
+        raise GraphBisectError(f"the target {info.name!r} runs only its own model format, so the model cannot "
+                               "be reduced under its culprit passes",
+                               hint="the pass findings stand; reduce the converted ONNX model with an ONNX backend")
+    base = reduce_options or ReduceOptions()
+    options = dataclasses.replace(base, target=passes.culprit_target)
+    stage = on_stage or (lambda _msg: None)
+    return reduce_model(model, bundle_dir, inputs=inputs, options=options, on_stage=stage, on_progress=on_progress,
+                        amend=lambda content: _with_control(content, passes, options.timeout, stage))
+
+
+def _with_control(content: BundleContent, passes: PassesResult, timeout: float | None,
+                  stage: Callable[[str], None]) -> BundleContent:
+    """The bundle content plus the control run (culprit passes disabled) and the before/after-the-pass view."""
+    control = BackendSpec.parse(str(passes.control_target))
+    stage("running the control (culprit passes disabled) on the reduced model")
+    with tempfile.TemporaryDirectory(prefix="graphbisect-control-") as tmp:
+        model_path, inputs_path = Path(tmp) / "model.onnx", Path(tmp) / "inputs.npz"
+        save_proto(content.model, model_path)
+        save_inputs(inputs_path, content.inputs)
+        run = run_spec(control, model_path, inputs_path, Path(tmp), timeout)
+        control_sig = judge(run, content.oracle_outputs.__getitem__, list(content.oracle_outputs),
+                            content.tolerance).signature
+        optimized = _optimized_nodes(BackendSpec.parse(str(passes.culprit_target)), model_path, inputs_path,
+                                     Path(tmp), timeout)
+    facts = {**passes.to_json(), "control_verdict": control_sig.describe(), "control_passes": not control_sig.failed,
+             "reduced_nodes": [f"{n.op_type} {n.name}" for n in content.model.graph.node],
+             "optimized_nodes": optimized}
+    return dataclasses.replace(content, control=control, report={**content.report, "passes": facts},
+                               sections={**content.sections, "Optimization passes": passes_markdown(facts)})
+
+
+def _optimized_nodes(spec: BackendSpec, model: Path, inputs: Path, workdir: Path,
+                     timeout: float | None) -> list[str] | None:
+    """The nodes of the model as the target optimized it (``save_optimized=1``), or None when unsupported."""
+    from graphbisect.backends import registry
+
+    if "save_optimized" not in registry.get(spec.name).options:
+        return None
+    run = run_spec(spec.with_options(save_optimized="1"), model, inputs, workdir, timeout)
+    path = run.info.get("optimized_model")
+    if not path or not Path(path).exists():
+        return None
+    return [f"{n.op_type} {n.name}" for n in _load_nodes(Path(path))]
+
+
+def _load_nodes(path: Path) -> Sequence[Any]:
+    import onnx
+
+    return list(onnx.load(str(path), load_external_data=False).graph.node)
+
+
+def passes_markdown(facts: Mapping[str, Any]) -> str:
+    """The report.md section on the culprit passes, the control run and the region before/after the pass."""
+    lines = [f"- fired ({len(facts['fired'])}): {', '.join(f'`{n}`' for n in facts['fired'])}",
+             f"- **disable-set** (disabling these makes the failure disappear): "
+             f"{', '.join(f'`{n}`' for n in facts['culprits'])}",
+             f"- **enable-set** (enabled alone, they reproduce it): {', '.join(f'`{n}`' for n in facts['required'])}",
+             f"- reproduce alone: {', '.join(f'`{n}`' for n in facts['each_alone']) or 'none'}",
+             f"- control `{facts['control_target']}`: {facts['control_verdict']}"]
+    for name, why in facts.get("excluded", {}).items():
+        lines.append(f"- never disabled: `{name}` ({why})")
+    lines += ["", "Reduced model (before the pass):", "", "```text", *facts["reduced_nodes"], "```"]
+    if facts.get("optimized_nodes") is not None:
+        lines += ["", "As the target optimized it (after the pass):", "", "```text", *facts["optimized_nodes"], "```"]
+    return "\n".join(lines) + "\n"
