@@ -8,6 +8,7 @@ Layout::
     target_outputs.npz      what the target produced (empty when it crashed)
     repro.py                standalone reproduction: numpy + the target's library (see :mod:`.repro`)
     repro_config.json       the data repro.py reads (names and options are data, never code)
+    tactics.json            the target's tactic record (``openvino:tactics=``), restricted to model.onnx's nodes
     report.md, report.json  the same facts for people and for programs (see :mod:`.report`)
     environment.json        Python, OS, CPU, GPU, library versions (see :mod:`.environment`)
     *.svg                   charts referenced from report.md
@@ -27,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -47,12 +49,13 @@ import onnx
 from graphbisect.artifacts.charts import size_journey_svg
 from graphbisect.artifacts.environment import collect_environment
 from graphbisect.artifacts.report import jsonable, render_markdown, report_data
-from graphbisect.artifacts.repro import render_repro, repro_config
+from graphbisect.artifacts.repro import TACTICS_FILE, render_repro, repro_config, tactic_files
 from graphbisect.backends import BackendSpec
 from graphbisect.backends.worker import load_npz, save_npz
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.errors import GraphBisectError, ModelError
 from graphbisect.oracle.signature import Signature
+from graphbisect.tactics.record import load_record, save_record
 
 __all__ = ["BUNDLE_FORMAT", "BundleContent", "BundleError", "LoadedBundle", "is_bundle", "load_bundle", "write_bundle"]
 
@@ -103,8 +106,10 @@ def write_bundle(content: BundleContent, out_dir: Path, *, zip: bool = False) ->
     """Write the bundle folder ``out_dir`` atomically (and ``<out_dir>.zip`` beside it with ``zip``).
 
     Returns ``out_dir``. Raises :class:`BundleError` when ``out_dir`` is a non-empty folder that is not a
-    bundle (or a file), :class:`~graphbisect.errors.SpecError` for a target no standalone repro can run
-    (Paddle), and :class:`~graphbisect.errors.ModelError` for a model whose weights are not inline.
+    bundle (or a file), :class:`~graphbisect.errors.SpecError` for a Paddle target (a bundle holds an ONNX
+    model), and :class:`~graphbisect.errors.ModelError` for a model whose weights are not inline. A target
+    backend without a ``repro.py`` section still gets its bundle, with a ``repro.py`` that points to
+    ``graphbisect verify``.
     """
     out_dir = Path(out_dir).absolute()
     _check_destination(out_dir)
@@ -179,6 +184,7 @@ def _fill(folder: Path, content: BundleContent, script: str) -> None:
     save_npz(folder / "target_outputs.npz", content.target_outputs)
     (folder / "repro.py").write_text(script, encoding="utf-8")
     _write_json(folder / "repro_config.json", repro_config(content))
+    _write_tactics(folder, content)
     environment = collect_environment([content.oracle, content.target])
     _write_json(folder / "environment.json", environment)
     charts = _write_charts(folder, content)
@@ -190,6 +196,13 @@ def _fill(folder: Path, content: BundleContent, script: str) -> None:
                        model_fingerprint=hashlib.sha256(model_bytes).hexdigest(), charts=list(charts.values()))
     _write_json(folder / "report.json", data)
     _share(folder)
+
+
+def _write_tactics(folder: Path, content: BundleContent) -> None:
+    """Copy the tactic records of ``tactics=`` specs, restricted to the nodes the bundle model has."""
+    nodes = [node.name for node in content.model.graph.node]
+    for name, source in tactic_files(content).items():
+        save_record(load_record(source).restricted(nodes), folder / name)
 
 
 def _share(folder: Path) -> None:
@@ -365,7 +378,8 @@ def _read(folder: Path, source: Path, cleanup: Any) -> LoadedBundle:
     try:
         return LoadedBundle(
             path=folder, source=source, report=report,
-            oracle=BackendSpec.parse(report["oracle"]), target=BackendSpec.parse(report["target"]),
+            oracle=BackendSpec.parse(report["oracle"]),
+            target=_own_tactics(BackendSpec.parse(report["target"]), folder),
             tolerance=_tolerance(report.get("tolerance") or {}),
             signature=Signature.from_json(report["signature"]),
             target_message=report.get("target_message"),
@@ -378,6 +392,14 @@ def _read(folder: Path, source: Path, cleanup: Any) -> LoadedBundle:
     except (KeyError, TypeError, ValueError, OSError) as exc:
         raise BundleError(f"bundle {source} is damaged: {type(exc).__name__}: {exc}",
                           hint="re-create it with `graphbisect reduce`") from exc
+
+
+def _own_tactics(target: BackendSpec, folder: Path) -> BackendSpec:
+    """The target spec with ``tactics=`` pointing at the bundle's own record (the recorded path may be gone)."""
+    record = folder / TACTICS_FILE
+    if not target.options.get("tactics") or not record.is_file():
+        return target
+    return dataclasses.replace(target, options={**target.options, "tactics": str(record)})
 
 
 def _tolerance(data: Mapping[str, Any]) -> Tolerance:

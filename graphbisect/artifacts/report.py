@@ -26,6 +26,7 @@ import numpy as np
 
 from graphbisect._version import __version__
 from graphbisect.artifacts.environment import environment_summary
+from graphbisect.artifacts.repro import has_standalone_repro, tactic_files
 from graphbisect.compare import Comparison, TensorStats, compare_outputs
 
 if TYPE_CHECKING:
@@ -348,11 +349,16 @@ def _worst_text(stats: TensorStats) -> str:
 def _reproduce(content: BundleContent) -> str:
     python = content.target.options.get("python")
     interpreter = python if python else "python"
+    how = (f"Needs only numpy and the target's library. `repro.py` runs {md_code(content.target)} with the same "
+           "options on `model.onnx` and `inputs.npz` and compares with `oracle_outputs.npz`"
+           + (" (with the kernel choices of `tactics.json`)" if tactic_files(content) else "") + ":"
+           if has_standalone_repro(content.target) else
+           f"There is no standalone script for {md_code(content.target.name)}: `repro.py` only says so (exit 2); "
+           "`graphbisect verify .` replays the bundle:")
     lines = [
         "## Reproduce",
         "",
-        f"Needs only numpy and the target's library. `repro.py` runs {md_code(content.target)} with the same options "
-        "on `model.onnx` and `inputs.npz` and compares with `oracle_outputs.npz`:",
+        how,
         "",
         _fenced(f"{interpreter} repro.py          # exit 1 while the bug reproduces, 0 once fixed, 2 cannot run\n"
                 "graphbisect verify .        # the same check through graphbisect's isolated backends\n"

@@ -18,6 +18,12 @@ design:
   workers do. ``--in-process`` skips that, for a debugger.
 * **Exit status:** 1 while the recorded failure reproduces (a different failure also exits 1, with a loud
   note), 0 once fixed, 2 when the script itself cannot run (missing library or file).
+* **Kernel pins travel with the bundle.** An ``openvino:tactics=REC.json`` target's record, restricted to
+  the bundle model's nodes, is written as ``tactics.json`` (:func:`tactic_files`) and the script's OpenVINO
+  section replays it the way :mod:`graphbisect.backends.openvino` does (record the unpinned build, pin the
+  choices that differ as ``primitives_priority`` in the IR XML, compile the pinned IR).
+* **A backend without a section** (a future one) still gets a bundle: its ``repro.py`` explains that it
+  cannot replay that backend standalone and points to ``graphbisect verify DIR`` (exit 2).
 
 Crash messages are matched on their stable part, :func:`crash_key`: the first line without addresses,
 paths, long numbers, temporary names and source line numbers, so a rebuilt library that moved the
@@ -38,6 +44,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from graphbisect.backends import BackendSpec, get
+from graphbisect.backends.onnxoptimizer import OptimizerOptions
 from graphbisect.backends.onnxruntime import OPT_LEVELS, OrtOptions
 from graphbisect.backends.registry import HOST_OPTIONS
 from graphbisect.backends.tensorrt import parse_shapes
@@ -50,12 +57,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONFIG_FORMAT",
+    "CONTROL_TACTICS_FILE",
     "REPRO_BACKENDS",
+    "TACTICS_FILE",
     "crash_key",
     "expected_failure",
+    "has_standalone_repro",
     "render_repro",
     "repro_config",
     "repro_options",
+    "tactic_files",
 ]
 
 logger = logging.getLogger(__name__)
@@ -63,6 +74,10 @@ logger = logging.getLogger(__name__)
 CONFIG_FORMAT = "graphbisect-repro"
 CONFIG_VERSION = 1
 DEFAULT_TIMEOUT_SECONDS = 600.0
+#: The bundle files holding the target's (and the control's) tactic record, restricted to the bundle model.
+TACTICS_FILE = "tactics.json"
+CONTROL_TACTICS_FILE = "control_tactics.json"
+_TACTICS_BACKENDS = frozenset({"openvino"})  # backends whose repro section replays ``tactics=``
 
 #: The stable part of a crash message (one definition, in the signature module).
 crash_key = normalize_message
@@ -97,7 +112,19 @@ def _openvino_options(options: Mapping[str, str]) -> dict[str, Any]:
         "device": options.get("device", "CPU").strip() or "CPU",
         "precision": _OV_PRECISIONS[precision],
         "threads": int(threads) if threads is not None else None,
+        "tactics": TACTICS_FILE if options.get("tactics") else None,  # the bundle's copy (see tactic_files)
     }
+
+
+def _onnxoptimizer_options(options: Mapping[str, str]) -> dict[str, Any]:
+    """The passes graphbisect's onnxoptimizer backend applies, and the ORT session it runs the result in.
+
+    ``passes`` is None for the installed onnxoptimizer's default list, resolved where the script runs (as the
+    runtime resolves it in its worker).
+    """
+    parsed = OptimizerOptions.parse(options)
+    return {"passes": list(parsed.passes) or None, "disabled": list(parsed.disabled),
+            "onnxruntime": _ort_options(parsed.ort_options())}
 
 
 def _tri_state(options: Mapping[str, str], key: str) -> bool | None:
@@ -127,6 +154,10 @@ def _no_options(options: Mapping[str, str]) -> dict[str, Any]:
     return {}
 
 
+def _raw_options(options: Mapping[str, str]) -> dict[str, Any]:
+    return dict(options)
+
+
 def repro_options(spec: BackendSpec) -> dict[str, Any]:
     """The backend settings ``repro.py`` applies for ``spec`` (what graphbisect's runtime derives from it).
 
@@ -136,6 +167,28 @@ def repro_options(spec: BackendSpec) -> dict[str, Any]:
     """
     backend = _backend(spec)
     return backend.options(_runtime_options(spec))
+
+
+def has_standalone_repro(spec: BackendSpec) -> bool:
+    """Whether ``repro.py`` can replay ``spec`` on its own (False: it points to ``graphbisect verify``).
+
+    Example:
+        >>> has_standalone_repro(BackendSpec.parse("onnxoptimizer:passes=fuse_pad_into_pool"))
+        True
+    """
+    return _backend(spec).code is not None
+
+
+def tactic_files(content: BundleContent) -> dict[str, str]:
+    """Bundle file name -> the tactic record file (``tactics=``) of the target or the control that uses one.
+
+    The bundle writes each record restricted to the nodes of its model; ``repro_config.json`` names the file.
+    """
+    files: dict[str, str] = {}
+    for name, spec in ((TACTICS_FILE, content.target), (CONTROL_TACTICS_FILE, content.control)):
+        if spec is not None and spec.options.get("tactics") and get(spec.name).name in _TACTICS_BACKENDS:
+            files[name] = spec.options["tactics"]
+    return files
 
 
 def expected_failure(signature: Signature, target_message: str | None = None) -> dict[str, Any]:
@@ -209,10 +262,17 @@ def repro_config(content: BundleContent) -> dict[str, Any]:
             "check_dtype": tol.check_dtype,
         },
         "expect": expect,
-        **({"control": {"target_spec": str(content.control), "options": repro_options(content.control),
-                        "purpose": "the same backend that must not fail here (e.g. the culprit passes disabled)"}}
-           if content.control is not None else {}),
+        "standalone": backend.code is not None,
+        **({"control": _control_config(content.control)} if content.control is not None else {}),
     }
+
+
+def _control_config(control: BackendSpec) -> dict[str, Any]:
+    options = repro_options(control)
+    if options.get("tactics"):
+        options["tactics"] = CONTROL_TACTICS_FILE
+    return {"target_spec": str(control), "options": options,
+            "purpose": "the same backend that must not fail here (e.g. the culprit passes disabled)"}
 
 
 def _recorded_version(report: Mapping[str, Any], library: str | None) -> str | None:
@@ -231,9 +291,12 @@ def _recorded_version(report: Mapping[str, Any], library: str | None) -> str | N
 def render_repro(content: BundleContent) -> str:
     """The text of ``repro.py`` for the bundle's target backend (the same text for every bundle of it).
 
-    Raises :class:`~graphbisect.errors.SpecError` for a target no standalone script can run (Paddle).
+    A backend without a section gets a script that says so and points to ``graphbisect verify`` (exit 2).
+    Raises :class:`~graphbisect.errors.SpecError` for a target no bundle can hold (Paddle).
     """
     backend = _backend(content.target)
+    if backend.code is None:
+        return _NO_STANDALONE
     return "".join((_HEADER.replace("@LIBRARY@", backend.label), _COMMON_IMPORTS, backend.code, _COMMON))
 
 
@@ -246,7 +309,7 @@ class _ReproBackend:
     label: str  # the libraries the script needs, for its docstring
     library: str | None  # the importable library whose version is reported
     options: Any  # (runtime options) -> JSON-able settings for the script
-    code: str  # load_target / run_target / import_library for this backend
+    code: str | None  # load_target / run_target / import_library for this backend; None: no standalone script
 
 
 def _backend(spec: BackendSpec) -> _ReproBackend:
@@ -259,9 +322,10 @@ def _backend(spec: BackendSpec) -> _ReproBackend:
             "compare the converted ONNX model on one of them to reduce a Paddle conversion bug",
         )
     backend = REPRO_BACKENDS.get(info.name)
-    if backend is None:
-        raise SpecError(f"no repro.py template for backend {info.name!r}",
-                        hint=f"templates exist for {', '.join(sorted(REPRO_BACKENDS))}")
+    if backend is None:  # still a bundle: repro.py says to replay it with `graphbisect verify`
+        logger.warning("repro.py has no section for backend %r: the bundle's repro.py points to "
+                       "`graphbisect verify` (sections exist for %s)", info.name, ", ".join(sorted(REPRO_BACKENDS)))
+        return _ReproBackend(info.name, "graphbisect", info.import_name, _raw_options, None)
     return backend
 
 
@@ -374,6 +438,56 @@ def run_target(evaluator, inputs, output_names):
 
 '''
 
+_ONNXOPTIMIZER_CODE = r'''
+# ------------------------------------------- the target: onnxoptimizer's passes, then ONNX Runtime without its own
+def import_library(options):
+    """Import onnx, onnxoptimizer and onnxruntime; check the pass names; returns onnxoptimizer's version."""
+    try:
+        import onnx  # the passes need it too
+        import onnxoptimizer
+        import onnxruntime
+    except ImportError as exc:
+        raise CannotRun(f"{exc}; pip install onnx onnxoptimizer onnxruntime") from exc
+    available = set(onnxoptimizer.get_available_passes())
+    unknown = [name for name in (options["passes"] or []) + options["disabled"] if name not in available]
+    if unknown:
+        raise CannotRun(f"onnxoptimizer {onnxoptimizer.__version__} has no pass(es) {unknown}")
+    missing = [p for p in options["onnxruntime"]["providers"] if p not in onnxruntime.get_available_providers()]
+    if missing:
+        raise CannotRun(f"execution provider(s) {missing} are not available in onnxruntime {onnxruntime.__version__}")
+    return onnxoptimizer.__version__
+
+
+def load_target(model_path, options):
+    """Apply the passes as graphbisect did (one at a time, in order; the default list when none are named,
+    minus the disabled ones), then create an ONNX Runtime session on the result with its optimizations off."""
+    import onnx
+    import onnxoptimizer
+    import onnxruntime as ort
+
+    model = onnx.load(str(model_path))
+    passes = options["passes"] or list(onnxoptimizer.get_fuse_and_elimination_passes())
+    for name in (p for p in passes if p not in set(options["disabled"])):
+        model = onnxoptimizer.optimize(model, [name])
+    session = options["onnxruntime"]
+    so = ort.SessionOptions()
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, session["graph_optimization_level"])
+    if session["intra_op_num_threads"] is not None:
+        so.intra_op_num_threads = session["intra_op_num_threads"]
+    for key, value in session["session_config"]:
+        so.add_session_config_entry(key, value)
+    return ort.InferenceSession(model.SerializeToString(), so, providers=session["providers"],
+                                disabled_optimizers=session["disabled_optimizers"])
+
+
+def run_target(session, inputs, output_names):
+    """Run once; feed only what the session accepts (cut tensors may be initializers it overrides)."""
+    accepted = {i.name for i in session.get_inputs()} | {i.name for i in session.get_overridable_initializers()}
+    values = session.run(output_names, {name: value for name, value in inputs.items() if name in accepted})
+    return dict(zip(output_names, values))
+
+'''
+
 _OPENVINO_CODE = r'''
 # -------------------------------------------------------------------------------- the target: OpenVINO
 SINK_SUFFIX = "/sink_port_0"  # the ONNX frontend names a graph output's Result "<name>/sink_port_0"
@@ -393,7 +507,8 @@ def import_library(options):
 
 
 def load_target(model_path, options):
-    """Read and compile the ONNX model as graphbisect did (device, inference precision, threads)."""
+    """Read and compile the ONNX model as graphbisect did (device, inference precision, threads, and the
+    kernel choices of the tactic record next to this script, when repro_config.json names one)."""
     import openvino as ov
 
     core = ov.Core()
@@ -405,11 +520,125 @@ def load_target(model_path, options):
             names.setdefault(friendly[: -len(SINK_SUFFIX)], index)
         for name in port.get_names():
             names.setdefault(name, index)
+    compiled = compile_ov(core, model, options)
+    if options.get("tactics"):
+        compiled = pin_tactics(core, model, compiled, options, model_path)
+    return compiled, names
+
+
+def compile_ov(core, model, options):
     config = {"INFERENCE_PRECISION_HINT": options["precision"]}
     if options["threads"] is not None:
         config["INFERENCE_NUM_THREADS"] = options["threads"]
-    compiled = core.compile_model(model, options["device"], config)
-    return compiled, names
+    return core.compile_model(model, options["device"], config)
+
+
+# Kernel pins, as graphbisect.backends.openvino replays tactics=: record which kernel the unpinned build gave
+# each ONNX node, pin the record's choices that differ (default kernels cannot always be asked for back),
+# by writing primitives_priority into the IR XML (the only form the CPU plugin honours), and compile that.
+PRECISION_SUFFIX = r"_(?:f32|f16|bf16|i8|u8|i32|i64|fp32|fp16|undef|dynamic)$"
+NOT_KERNELS = {"Input", "Output", "Const", "Parameter", "Result"}
+
+
+def pin_tactics(core, model, compiled, options, model_path):
+    """The model compiled with the record's differing kernel choices pinned (unchanged when none differ)."""
+    import openvino as ov
+
+    try:
+        wanted = json.loads((HERE / options["tactics"]).read_text(encoding="utf-8"))["choices"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise CannotRun(f"cannot read the tactic record {options['tactics']}: {exc}") from exc
+    nodes, producers = onnx_names(model_path)
+    pins = pins_for(wanted, build_choices(compiled, nodes, producers))
+    if not pins:
+        return compiled
+    with tempfile.TemporaryDirectory(prefix="repro-tactics-") as tmp:
+        plain, pinned = Path(tmp) / "model.xml", Path(tmp) / "pinned.xml"
+        ov.save_model(model, str(plain), compress_to_fp16=False)
+        missing = pin_ir_xml(plain, pinned, pins)
+        if missing:
+            raise RuntimeError(f"OpenVINO's IR has no layer named {', '.join(missing[:5])}")
+        compiled = compile_ov(core, core.read_model(str(pinned), str(Path(tmp) / "model.bin")), options)
+    now = build_choices(compiled, nodes, producers)
+    lost = [c for c in wanted if c["node"] in now and now[c["node"]][1] != c["choice"]]
+    if lost:
+        print(f"note: OpenVINO did not apply {len(lost)} pinned kernel choice(s): {lost[:5]}", file=sys.stderr)
+    return compiled
+
+
+def onnx_names(model_path):
+    """The ONNX node names and each tensor's producer (empty without onnx: OpenVINO's names are used)."""
+    try:
+        import onnx
+    except ImportError:
+        return set(), {}
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    return {n.name for n in graph.node}, {out: n.name for n in graph.node for out in n.output if out}
+
+
+def onnx_node_of(name, nodes, producers):
+    """The ONNX node an OpenVINO op name stands for: the name or a /-prefix of it, as a node or tensor name."""
+    if not nodes:
+        return name
+    if name.endswith(SINK_SUFFIX):
+        name = name[: -len(SINK_SUFFIX)]
+    parts = name.split("/")
+    for end in range(len(parts), 0, -1):
+        prefix = "/".join(parts[:end])
+        if prefix in nodes:
+            return prefix
+        if prefix in producers:
+            return producers[prefix]
+    return None
+
+
+def build_choices(compiled, nodes, producers):
+    """ONNX node -> (execution layer, kernel without its precision suffix) of a compiled model."""
+    choices = {}
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        facts = {key: info[key].astype(str) for key in info.keys()}
+        primitive = facts.get("primitiveType") or ""
+        if facts.get("layerType") in NOT_KERNELS or not primitive or primitive.startswith("unknown"):
+            continue
+        candidates = [op.get_friendly_name(), *(n for n in facts.get("originalLayersNames", "").split(",") if n)]
+        node = next((n for n in (onnx_node_of(c, nodes, producers) for c in candidates) if n is not None), None)
+        if node is not None and node not in choices:
+            choices[node] = (op.get_friendly_name(), re.sub(PRECISION_SUFFIX, "", primitive))
+    return choices
+
+
+def pins_for(wanted, current):
+    """IR layer -> kernel for the record's choices that differ from the unpinned build."""
+    pins = {}
+    for choice in wanted:
+        layer, have = current.get(choice["node"], (None, None))
+        if layer is not None and have != choice["choice"]:
+            pins[layer] = choice["choice"]
+    return pins
+
+
+def pin_ir_xml(xml_in, xml_out, pins):
+    """Copy an IR XML with <rt_info><attribute name="primitives_priority" value="cpu:KERNEL"/> in the pinned
+    layers; returns the names of pinned layers it does not have."""
+    import xml.etree.ElementTree as ET
+
+    tree = ET.parse(str(xml_in))
+    found = set()
+    for layer in tree.getroot().iter("layer"):
+        name = layer.get("name") or ""
+        if name not in pins:
+            continue
+        found.add(name)
+        rt_info = layer.find("rt_info")
+        if rt_info is None:
+            rt_info = ET.SubElement(layer, "rt_info")
+        for old in [a for a in rt_info.findall("attribute") if a.get("name") == "primitives_priority"]:
+            rt_info.remove(old)
+        value = pins[name] if pins[name].startswith("cpu:") else f"cpu:{pins[name]}"
+        ET.SubElement(rt_info, "attribute", {"name": "primitives_priority", "version": "0", "value": value})
+    tree.write(str(xml_out), encoding="utf-8", xml_declaration=True)
+    return sorted(set(pins) - found)
 
 
 def run_target(target, inputs, output_names):
@@ -923,11 +1152,47 @@ if __name__ == "__main__":
     sys.exit(main())
 '''
 
+_NO_STANDALONE = r'''#!/usr/bin/env python3
+"""This bundle's target backend has no standalone reproduction script: replay it with graphbisect.
+
+    graphbisect verify DIR     # exit 1: the failure reproduces, 0: fixed, 2: cannot run
+
+DIR is the folder of this script. model.onnx, inputs.npz, oracle_outputs.npz and repro_config.json beside it
+hold the case; this script only says so and exits 2 (nothing was tested).
+"""
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CANNOT_RUN = 2
+
+
+def main():
+    try:
+        config = json.loads((HERE / "repro_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    print(f"repro.py cannot replay {config.get('target_spec', 'this target')} standalone: there is no standalone "
+          f"script for the {config.get('backend', 'target')!r} backend. Replay the bundle through graphbisect's "
+          f"isolated backends:\n\n    graphbisect verify {shlex.quote(str(HERE))}\n", file=sys.stderr)
+    return CANNOT_RUN
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+
 
 REPRO_BACKENDS: Mapping[str, _ReproBackend] = {
     "onnxruntime": _ReproBackend("onnxruntime", "onnxruntime", "onnxruntime", _ort_options, _ORT_CODE),
     "reference": _ReproBackend("reference", "onnx (onnx.reference)", "onnx", _no_options, _REFERENCE_CODE),
-    "openvino": _ReproBackend("openvino", "openvino", "openvino", _openvino_options, _OPENVINO_CODE),
+    "openvino": _ReproBackend("openvino", "openvino (and onnx, for tactics.json)", "openvino", _openvino_options,
+                              _OPENVINO_CODE),
+    "onnxoptimizer": _ReproBackend("onnxoptimizer", "onnx, onnxoptimizer and onnxruntime", "onnxoptimizer",
+                                   _onnxoptimizer_options, _ONNXOPTIMIZER_CODE),
     "tensorrt": _ReproBackend("tensorrt", "tensorrt and cuda-python (or torch) on an NVIDIA GPU", "tensorrt",
                               _tensorrt_options, _TENSORRT_CODE),
     "command": _ReproBackend("command", "the command of the spec (no Python library)", None, _command_options,

@@ -29,6 +29,7 @@ import difflib
 import importlib
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ from graphbisect.backends.onnxruntime import OnnxRuntime
 from graphbisect.backends.worker import option_flag
 from graphbisect.errors import SpecError
 
-__all__ = ["OnnxOptimizer", "check_pass_names"]
+__all__ = ["OnnxOptimizer", "OptimizerOptions", "check_pass_names"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,37 @@ _OPTIONS = ("passes", "disabled", "threads", "save_optimized")
 
 def _split(text: str) -> list[str]:
     return list(dict.fromkeys(part.strip() for part in text.split(";") if part.strip()))
+
+
+@dataclass(frozen=True)
+class OptimizerOptions:
+    """The spec's options, parsed once for the runtime and for ``repro.py``'s configuration.
+
+    ``passes`` is empty when the spec names none: the installed onnxoptimizer's fuse-and-elimination list
+    applies (resolved where the passes run, since it depends on the onnxoptimizer version there).
+
+    Example:
+        >>> OptimizerOptions.parse({"passes": "fuse_pad_into_pool;nop;nop", "threads": "1"}).passes
+        ('fuse_pad_into_pool', 'nop')
+    """
+
+    passes: tuple[str, ...] = ()
+    disabled: tuple[str, ...] = ()
+    threads: str | None = None
+    save_optimized: bool = False
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> OptimizerOptions:
+        """Parse a spec's options (pass names are checked later, against the installed onnxoptimizer)."""
+        unknown = sorted(set(options) - set(_OPTIONS))
+        if unknown:
+            raise SpecError(f"onnxoptimizer has no option {', '.join(unknown)}", hint=f"valid: {', '.join(_OPTIONS)}")
+        return cls(passes=tuple(_split(options.get("passes", ""))), disabled=tuple(_split(options.get("disabled", ""))),
+                   threads=options.get("threads"), save_optimized=option_flag(options, "save_optimized"))
+
+    def ort_options(self) -> dict[str, str]:
+        """The options of the ONNX Runtime that runs the optimized model: its own optimizations off."""
+        return {"opt_level": "disable", **({"threads": self.threads} if self.threads is not None else {})}
 
 
 def check_pass_names(names: Sequence[str], available: Sequence[str], option: str) -> None:
@@ -79,19 +111,14 @@ class OnnxOptimizer:
     """
 
     def __init__(self, options: Mapping[str, str], workdir: str) -> None:
-        unknown = sorted(set(options) - set(_OPTIONS))
-        if unknown:
-            raise SpecError(f"onnxoptimizer has no option {', '.join(unknown)}", hint=f"valid: {', '.join(_OPTIONS)}")
+        parsed = OptimizerOptions.parse(options)
         self._onnx: Any = importlib.import_module("onnx")
         self._optimizer: Any = importlib.import_module("onnxoptimizer")
         self.workdir = Path(workdir)
-        self.passes = _split(options.get("passes", "")) or list(self._optimizer.get_fuse_and_elimination_passes())
-        self.disabled = _split(options.get("disabled", ""))
-        self.save_optimized = option_flag(options, "save_optimized")
-        ort_options = {"opt_level": "disable"}
-        if "threads" in options:
-            ort_options["threads"] = options["threads"]
-        self._ort = OnnxRuntime(ort_options, workdir)
+        self.passes = list(parsed.passes) or list(self._optimizer.get_fuse_and_elimination_passes())
+        self.disabled = list(parsed.disabled)
+        self.save_optimized = parsed.save_optimized
+        self._ort = OnnxRuntime(parsed.ort_options(), workdir)
         self._info: dict[str, Any] = {}
 
     @property

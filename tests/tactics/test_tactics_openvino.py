@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("openvino")
 
-from tactics_builders import save_cnn
+from tests.tactics.tactics_builders import save_cnn
 
 from graphbisect.backends.openvino import OpenVino
 from graphbisect.tactics import TacticRecord, save_record

@@ -113,10 +113,8 @@ def test_paddle_pass_ablation_is_honest_about_non_monotone_rounding(tmp_path: Pa
     instead of naming a pass. The bookkeeping passes are never deleted, so that end runs at all."""
     pytest.importorskip("paddle")
     pytest.importorskip("paddle2onnx")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from paddle_models import export_mobilenet_v2
-
     from graphbisect.backends import BackendProcess
+    from tests.paddle_models import export_mobilenet_v2
 
     prefix = export_mobilenet_v2(tmp_path / "mnv2")
     feeds = {"x": np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)}

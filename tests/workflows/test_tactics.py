@@ -10,12 +10,11 @@ import pytest
 
 pytest.importorskip("openvino")
 
-from tactics_builders import save_cnn
-
 from graphbisect.cli.main import main
 from graphbisect.model import load_model
 from graphbisect.tactics import load_record, save_record
 from graphbisect.workflows.tactics import isolate_tactics, record_tactics, replay_tactics
+from tests.tactics.tactics_builders import save_cnn
 
 pytestmark = pytest.mark.openvino
 
