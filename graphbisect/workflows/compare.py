@@ -10,7 +10,6 @@ reduce engine reuses to feed cut points.
 from __future__ import annotations
 
 import logging
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from graphbisect.data import ActivationStore, random_inputs, save_inputs, valida
 from graphbisect.errors import BackendError
 from graphbisect.localize.layerwise import LayerwiseReport, analyze_layers
 from graphbisect.model import Model
+from graphbisect.workflows.scratch import work_folder
 
 __all__ = ["DEFAULT_ORACLE", "DEFAULT_TARGET", "CompareResult", "compare_models", "model_for_backend"]
 
@@ -118,26 +118,21 @@ def compare_models(
     oracle_spec, oracle_info = resolve(oracle)
     target_spec, target_info = resolve(target)
     stage = on_stage or (lambda _msg: None)
-    holder = None
-    if workdir is None:
-        holder = tempfile.TemporaryDirectory(prefix="graphbisect-compare-")
-        workdir = Path(holder.name)
-    workdir.mkdir(parents=True, exist_ok=True)
-    try:
+    with work_folder(workdir, "compare") as (folder, kept):
         feeds = validate_inputs(model, inputs) if inputs is not None else random_inputs(model, seed=seed)
-        inputs_path = workdir / "inputs.npz"
+        inputs_path = folder / "inputs.npz"
         save_inputs(inputs_path, feeds)
-        onnx_path = workdir / "model.onnx"
+        onnx_path = folder / "model.onnx"
         model.save(onnx_path)
-        with BackendProcess(oracle_spec, workdir=workdir / "oracle") as oracle_proc, \
-                BackendProcess(target_spec, workdir=workdir / "target") as target_proc:
+        with BackendProcess(oracle_spec, workdir=folder / "oracle") as oracle_proc, \
+                BackendProcess(target_spec, workdir=folder / "target") as target_proc:
             stage(f"running oracle {oracle_spec} and target {target_spec}")
             oracle_run = oracle_proc.run(model_for_backend(model, oracle_spec, onnx_path), inputs_path)
             _require_oracle_ok(oracle_run, oracle_spec)
             target_run = target_proc.run(model_for_backend(model, target_spec, onnx_path), inputs_path)
             comparison = (compare_outputs(oracle_run.outputs, target_run.outputs, tol, model.output_names)
                           if target_run.ok else None)
-            probed = _probe(model, workdir, inputs_path, (oracle_proc, target_proc), (oracle_info, target_info),
+            probed = _probe(model, folder, inputs_path, (oracle_proc, target_proc), (oracle_info, target_info),
                             enabled=layerwise, stage=stage)
             layer_report = probed_comparison = None
             note = probed.note
@@ -156,11 +151,8 @@ def compare_models(
             oracle_run=oracle_run, target_run=target_run, comparison=comparison, layerwise=layer_report,
             layerwise_note=note, probe_masking=masking, probed_comparison=probed_comparison,
             invocations=invocations, seconds=time.monotonic() - started,
-            store_dir=None if holder else workdir / "activations",
+            store_dir=folder / "activations" if kept else None,
         )
-    finally:
-        if holder is not None:
-            holder.cleanup()
 
 
 @dataclass(frozen=True)

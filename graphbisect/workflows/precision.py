@@ -18,7 +18,6 @@ Steps and their backend runs:
 from __future__ import annotations
 
 import logging
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from graphbisect.strategies.precision import (
     sensitivity,
     sensitivity_priors,
 )
+from graphbisect.workflows.scratch import work_folder
 
 __all__ = ["PrecisionResult", "find_precision"]
 
@@ -149,15 +149,10 @@ def find_precision(
     mode = mode if isinstance(mode, PrecisionMode) else PrecisionMode.parse(mode)
     method = calibration if isinstance(calibration, CalibrationMethod) else CalibrationMethod.parse(calibration)
     stage = on_stage or (lambda _msg: None)
-    holder = None
-    if workdir is None:
-        holder = tempfile.TemporaryDirectory(prefix="graphbisect-precision-")
-        workdir = Path(holder.name)
-    workdir.mkdir(parents=True, exist_ok=True)
-    try:
+    with work_folder(workdir, "precision") as (folder, _kept):
         feeds = validate_inputs(model, inputs) if inputs is not None else random_inputs(model, seed=seed)
         stage(f"capturing the FP32 oracle's activations ({oracle})")
-        session, oracle_runs = _capture(model, oracle, feeds, workdir)
+        session, oracle_runs = _capture(model, oracle, feeds, folder)
         lowering = _lowering(session, mode, method)
         if not lowering.units:
             raise InputError(f"the model has no node that {mode.value} can lower",
@@ -166,9 +161,6 @@ def find_precision(
         return _search(session, lowering, target, tol, started=started, oracle_runs=oracle_runs,
                        out_dir=out_dir, with_sensitivity=with_sensitivity, with_prefix=with_prefix,
                        max_invocations=max_invocations, stage=stage)
-    finally:
-        if holder is not None:
-            holder.cleanup()
 
 
 def _search(session: _Session, lowering: Lowering, target: str, tol: Tolerance, *, started: float,
