@@ -42,6 +42,8 @@ COMMANDS: tuple[Command, ...] = (
             "(exit 0)?", "graphbisect.cli.verify_cmd"),
     Command("tactics", "record, replay and diff per-node kernel choices; isolate the choices that make a build "
             "fail, confirmed by replay", "graphbisect.cli.tactics_cmd"),
+    Command("triage", "compare, reduce, ablate passes and bundle every model of a folder, then group the failures "
+            "into distinct bugs (local worker processes or a Ray cluster)", "graphbisect.cli.triage_cmd"),
 )
 
 

@@ -215,7 +215,13 @@ def strip_to_external(
 
 
 def _inline_size(proto: onnx.ModelProto) -> int:
-    return proto.ByteSize()
+    """The serialized size; at least the protobuf limit when protobuf refuses to size it (protobuf ≥ 5's upb
+    raises ``EncodeError`` from ``ByteSize()`` beyond 2 GiB instead of returning the size)."""
+    try:
+        return proto.ByteSize()
+    except Exception as exc:  # google.protobuf.message.EncodeError; protobuf is not imported here
+        logger.debug("ByteSize() failed (%s): treating the model as larger than 2 GiB", exc)
+        return PROTOBUF_LIMIT
 
 
 def save_proto(proto: onnx.ModelProto, path: str | Path) -> Path:

@@ -312,13 +312,14 @@ def _fingerprint(s: _Session, space: PassSpace) -> str:
 
 # ------------------------------------------------------------------------------------ combined with reduce
 def reduce_under_culprits(model: Model, bundle_dir: Path, passes: PassesResult, *,
-                          inputs: Mapping[str, np.ndarray], reduce_options: Any = None,
+                          inputs: Mapping[str, np.ndarray], reduce_options: Any = None, resume: bool = False,
                           on_stage: Callable[[str], None] | None = None,
                           on_progress: Callable[[ProgressEvent], None] | None = None) -> Any:
     """Reduce ``model`` with only the culprit passes enabled and add the control run to the bundle.
 
     ``reduce_options`` is a :class:`~graphbisect.workflows.reduce.ReduceOptions` (its target is replaced by
-    ``passes.culprit_target``). Returns the :class:`~graphbisect.workflows.reduce.ReduceResult`.
+    ``passes.culprit_target``); ``resume`` continues an interrupted run (see ``reduce_model``). Returns the
+    :class:`~graphbisect.workflows.reduce.ReduceResult`.
     """
     from graphbisect.workflows.reduce import ReduceOptions, reduce_model
 
@@ -332,7 +333,8 @@ def reduce_under_culprits(model: Model, bundle_dir: Path, passes: PassesResult, 
     base = reduce_options or ReduceOptions()
     options = dataclasses.replace(base, target=passes.culprit_target)
     stage = on_stage or (lambda _msg: None)
-    return reduce_model(model, bundle_dir, inputs=inputs, options=options, on_stage=stage, on_progress=on_progress,
+    return reduce_model(model, bundle_dir, inputs=inputs, options=options, resume=resume, on_stage=stage,
+                        on_progress=on_progress,
                         amend=lambda content: _with_control(content, passes, options.timeout, stage))
 
 

@@ -1,0 +1,116 @@
+"""The triage summary: one row per distinct bug, the passed models and the errors, as JSON, Markdown and HTML.
+
+``summary.json`` (``"format": "graphbisect-triage"``) holds ``bugs`` (each :meth:`BugGroup.to_json`:
+key, count, signature, culprits, pattern, op_types, models, smallest, smallest_bundle, smallest_nodes),
+``passed`` (names), ``errors`` (name, message, hint), ``models`` (every outcome) and the run's ``meta``.
+``summary.md`` and ``summary.html`` show the same tables. All three are written atomically.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from graphbisect.atomic import atomic_write_text
+from graphbisect.triage.dedup import BugGroup
+from graphbisect.triage.outcome import ERROR, FAILED, PASSED, ModelOutcome
+
+__all__ = ["summary_json", "write_triage_summary"]
+
+log = logging.getLogger(__name__)
+
+
+def summary_json(outcomes: Sequence[ModelOutcome], bugs: Sequence[BugGroup], meta: Mapping[str, Any]
+                 ) -> dict[str, Any]:
+    """The ``summary.json`` document (see the module docstring)."""
+    return {
+        "format": "graphbisect-triage", "meta": dict(meta),
+        "counts": {"models": len(outcomes), "failed": sum(o.status == FAILED for o in outcomes),
+                   "passed": sum(o.status == PASSED for o in outcomes),
+                   "errors": sum(o.status == ERROR for o in outcomes), "distinct_bugs": len(bugs)},
+        "bugs": [b.to_json() for b in bugs],
+        "passed": [o.name for o in outcomes if o.status == PASSED],
+        "errors": [{"model": o.name, "message": o.message, "hint": o.hint} for o in outcomes if o.status == ERROR],
+        "models": [o.to_json() for o in outcomes],
+    }
+
+
+def write_triage_summary(out_dir: Path, outcomes: Sequence[ModelOutcome], bugs: Sequence[BugGroup],
+                         meta: Mapping[str, Any]) -> dict[str, Path]:
+    """Write ``summary.json``, ``summary.md`` and ``summary.html`` into ``out_dir``; returns their paths."""
+    data = summary_json(outcomes, bugs, meta)
+    paths = {"json": out_dir / "summary.json", "md": out_dir / "summary.md", "html": out_dir / "summary.html"}
+    atomic_write_text(paths["json"], json.dumps(data, indent=2, allow_nan=False) + "\n")
+    atomic_write_text(paths["md"], _markdown(data, out_dir))
+    atomic_write_text(paths["html"], _html(data, out_dir))
+    log.info("triage summary: %s", paths["md"])
+    return paths
+
+
+def _signature(sig: Mapping[str, Any]) -> str:
+    detail = str(sig.get("detail") or "")
+    return f"{sig.get('kind', '?')}" + (f" ({detail[:120]})" if detail else "")
+
+
+def _relative(path: str | None, out_dir: Path) -> str:
+    if not path:
+        return "—"
+    try:
+        return str(Path(path).relative_to(out_dir))
+    except ValueError:
+        return path
+
+
+def _bug_rows(data: Mapping[str, Any], out_dir: Path) -> list[list[str]]:
+    return [[bug["key"], str(bug["count"]), _signature(bug["signature"]), ", ".join(bug["culprits"]) or "—",
+             " → ".join(bug["op_types"]) or "—", _relative(bug["smallest_bundle"], out_dir)
+             + (f" ({bug['smallest_nodes']} nodes)" if bug["smallest_nodes"] is not None else ""),
+             ", ".join(bug["models"])] for bug in data["bugs"]]
+
+
+_BUG_HEADER = ["bug", "models", "signature", "culprit passes", "minimal pattern", "smallest bundle", "affects"]
+
+
+def _markdown(data: Mapping[str, Any], out_dir: Path) -> str:
+    c, meta = data["counts"], data["meta"]
+
+    def row(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(cell.replace("|", "\\|").replace("\n", " ") for cell in cells) + " |"
+
+    lines = ["# graphbisect triage", "",
+             f"{c['models']} models: **{c['distinct_bugs']} distinct bugs** in {c['failed']} failing models, "
+             f"{c['passed']} passed, {c['errors']} errors. Target `{meta.get('target')}` vs oracle "
+             f"`{meta.get('oracle')}`, executor `{meta.get('executor')}`.", "", "## Bugs", "",
+             row(_BUG_HEADER), row(["---"] * len(_BUG_HEADER))]
+    lines += [row(cells) for cells in _bug_rows(data, out_dir)]
+    lines += ["", "## Passed", "", ", ".join(data["passed"]) or "none", "", "## Errors", ""]
+    lines += [f"- `{e['model']}`: {e['message']}" + (f" (hint: {e['hint']})" if e["hint"] else "")
+              for e in data["errors"]] or ["none"]
+    return "\n".join(lines) + "\n"
+
+
+def _html(data: Mapping[str, Any], out_dir: Path) -> str:
+    c = data["counts"]
+
+    def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in r) + "</tr>" for r in rows)
+        return f"<table><tr>{head}</tr>{body}</table>"
+
+    errors = [[e["model"], str(e["message"]), str(e["hint"] or "")] for e in data["errors"]]
+    return "\n".join([
+        "<!doctype html><html><head><meta charset='utf-8'><title>graphbisect triage</title><style>"
+        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
+        "padding:4px 8px;text-align:left;vertical-align:top}</style></head><body>",
+        "<h1>graphbisect triage</h1>",
+        f"<p>{c['models']} models: <b>{c['distinct_bugs']} distinct bugs</b> in {c['failed']} failing models, "
+        f"{c['passed']} passed, {c['errors']} errors.</p>",
+        "<h2>Bugs</h2>", table(_BUG_HEADER, _bug_rows(data, out_dir)),
+        "<h2>Passed</h2>", f"<p>{html.escape(', '.join(data['passed']) or 'none')}</p>",
+        "<h2>Errors</h2>", table(["model", "message", "hint"], errors) if errors else "<p>none</p>",
+        "</body></html>",
+    ]) + "\n"

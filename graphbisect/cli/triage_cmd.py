@@ -1,0 +1,88 @@
+"""`graphbisect triage`: compare, reduce, ablate passes and bundle every model of a folder; one row per bug."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
+
+if TYPE_CHECKING:
+    from graphbisect.triage.outcome import ModelOutcome
+    from graphbisect.workflows.triage import TriageResult
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("input_dir", type=Path, metavar="INPUT_DIR",
+                        help="folder of .onnx files and Paddle model folders (NAME.npz next to a model: its inputs)")
+    parser.add_argument("-o", "--output", type=Path, required=True, metavar="OUT_DIR",
+                        help="where bundles/<name>/, results/ and summary.{md,json,html} go; re-running on the "
+                        "same folder skips finished models and resumes interrupted ones")
+    parser.add_argument("--oracle", default=DEFAULT_ORACLE, metavar="SPEC",
+                        help=f"backend trusted to be right (default {DEFAULT_ORACLE})")
+    parser.add_argument("--target", default=DEFAULT_TARGET, metavar="SPEC",
+                        help=f"backend under test (default {DEFAULT_TARGET})")
+    parser.add_argument("--executor", default="local", metavar="local|ray[:ADDRESS]",
+                        help="where models are triaged: local worker processes (default), a local Ray instance "
+                        "(ray) or a Ray cluster (ray:ADDRESS, e.g. ray:auto); a lost worker's model is retried")
+    parser.add_argument("-j", "--jobs", type=int, default=None,
+                        help="models triaged at once (default: one per CPU; on a Ray cluster, its CPUs)")
+    parser.add_argument("--candidate-jobs", type=int, default=1,
+                        help="target workers evaluating one reduction's candidates (same result as 1)")
+    parser.add_argument("--no-passes", action="store_true", help="do not search culprit optimization passes")
+    parser.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+    parser.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (default 1e-4)")
+    parser.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
+    parser.add_argument("--max-invocations", type=int, metavar="N", help="per model: stop each reduction's search "
+                        "after N candidate runs (best result so far; a re-run resumes it)")
+    parser.add_argument("--timeout", type=float, help="seconds one backend invocation may take (default 600)")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write summary.json here")
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphbisect.compare import Tolerance
+    from graphbisect.executors import ExecutorSpec
+    from graphbisect.workflows.triage import TriageOptions, triage
+
+    ExecutorSpec.parse(args.executor)  # a usage error before any work
+    options = TriageOptions(oracle=args.oracle, target=args.target, tolerance=Tolerance(atol=args.atol,
+                            rtol=args.rtol), passes=not args.no_passes, seed=args.seed,
+                            candidate_jobs=args.candidate_jobs, max_invocations=args.max_invocations,
+                            timeout=args.timeout)
+    result = triage(args.input_dir, args.output, options=options, executor=args.executor, jobs=args.jobs,
+                    on_model=_print_outcome)
+    if args.json is not None:
+        from graphbisect.atomic import atomic_write_text
+
+        atomic_write_text(args.json, json.dumps(json.loads(result.summary["json"].read_text()), indent=2) + "\n")
+    return _report(result)
+
+
+def _print_outcome(outcome: ModelOutcome) -> None:
+    if outcome.status == "failed":
+        where = f"{outcome.final_nodes} nodes in {outcome.bundle}" if outcome.bundle else "no bundle"
+        culprits = f", culprits {', '.join(outcome.culprits)}" if outcome.culprits else ""
+        print(f"{outcome.name}: FAILED ({outcome.signature.get('kind') if outcome.signature else '?'}{culprits}) "
+              f"→ {where}", flush=True)
+    elif outcome.status == "passed":
+        print(f"{outcome.name}: passed", flush=True)
+    else:
+        print(f"{outcome.name}: ERROR {outcome.message}" + (f" (hint: {outcome.hint})" if outcome.hint else ""),
+              flush=True)
+
+
+def _report(result: TriageResult) -> int:
+    failed = result.by_status("failed")
+    print(f"\n{len(result.outcomes)} models ({len(result.skipped)} finished earlier) on {result.executor} in "
+          f"{result.seconds:.1f} s: {len(result.bugs)} distinct bugs in {len(failed)} failing models, "
+          f"{len(result.by_status('passed'))} passed, {len(result.by_status('error'))} errors")
+    for bug in result.bugs:
+        print(f"  bug {bug.key} ×{bug.count}: {bug.signature.get('kind')}"
+              f"{' [' + ', '.join(bug.culprits) + ']' if bug.culprits else ''} "
+              f"{' → '.join(bug.op_types)}; smallest: {bug.smallest_bundle}")
+    print(f"summary: {result.summary['md']}")
+    return 1 if failed else 0

@@ -1,0 +1,112 @@
+"""The Ray executor: tasks run as Ray tasks on a cluster (``ray:ADDRESS``) or a local Ray instance (``ray``).
+
+Ray does the scheduling, placement and fault tolerance; graphbisect adds no scheduler of its own:
+
+* each task asks for one CPU, and ``gpus_per_task`` GPUs when the target backend needs a GPU
+  (:attr:`~graphbisect.backends.base.Capability.NEEDS_GPU`), so Ray places it on a node that has one;
+* a task whose worker process or node dies is re-run by Ray (``max_retries``); an exception raised by
+  the task itself is its result and is not retried (``retry_exceptions=False``);
+* tasks read their model from, and write their bundle to, the paths they are given: on a multi-node
+  cluster INPUT_DIR and OUT_DIR must be on a filesystem every node mounts at the same path, and every node
+  needs the same graphbisect and backends installed.
+
+``ray`` is imported only here, so graphbisect works without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from concurrent.futures import Future
+from types import TracebackType
+from typing import Any
+
+from graphbisect.errors import BackendUnavailableError
+from graphbisect.executors.base import DEFAULT_RETRIES, WorkerLostError
+
+__all__ = ["RayExecutor"]
+
+log = logging.getLogger(__name__)
+
+#: Ray exceptions that mean "the worker/node running the task went away", not "the task failed".
+_LOST = ("WorkerCrashedError", "NodeDiedError", "OwnerDiedError", "ObjectLostError", "ActorDiedError",
+         "LocalRayletDiedError", "TaskUnschedulableError")
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise BackendUnavailableError("the ray executor needs Ray, which is not installed",
+                                      hint="pip install 'graphbisect[ray]' (or use --executor local)") from exc
+    return ray
+
+
+class RayExecutor:
+    """Runs tasks on Ray (see the module docstring). Joins a running Ray session if there is one."""
+
+    def __init__(self, address: str | None = None, *, jobs: int | None = None, gpus_per_task: float = 0.0,
+                 max_retries: int = DEFAULT_RETRIES) -> None:
+        ray = _ray()
+        self._owned = not ray.is_initialized()
+        if self._owned:
+            kwargs: dict[str, Any] = {"address": address, "log_to_driver": False, "include_dashboard": False}
+            if address is None:  # a local instance sized by -j; a cluster has its own size
+                kwargs["num_cpus"] = jobs or os.cpu_count() or 1
+            log.info("connecting to Ray at %s", address or "a new local instance")
+            ray.init(**kwargs)
+        self.address = address or "local"
+        self.gpus_per_task = gpus_per_task
+        self.max_retries = max_retries
+        self._workers = jobs or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self._remotes: dict[Callable[..., Any], Any] = {}
+
+    @property
+    def workers(self) -> int:
+        return self._workers
+
+    @property
+    def name(self) -> str:
+        return f"ray:{self.address}"
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        """Run ``fn(*args, **kwargs)`` as a Ray task; the returned future raises WorkerLostError if lost."""
+        ref = self._remote(fn).remote(*args, **kwargs)
+        outer: Future[Any] = Future()
+        ref.future().add_done_callback(lambda done: _settle(outer, done, fn))
+        return outer
+
+    def _remote(self, fn: Callable[..., Any]) -> Any:
+        if fn not in self._remotes:
+            options: dict[str, Any] = {"num_cpus": 1, "max_retries": self.max_retries, "retry_exceptions": False}
+            if self.gpus_per_task:
+                options["num_gpus"] = self.gpus_per_task
+            self._remotes[fn] = _ray().remote(**options)(fn)
+        return self._remotes[fn]
+
+    def close(self) -> None:
+        """Disconnect from (and, for a local instance this executor started, stop) Ray."""
+        if self._owned:
+            _ray().shutdown()
+
+    def __enter__(self) -> RayExecutor:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def _settle(outer: Future[Any], done: Future[Any], fn: Callable[..., Any]) -> None:
+    exc = done.exception()
+    if exc is None:
+        outer.set_result(done.result())
+    elif type(exc).__name__ in _LOST:
+        lost = WorkerLostError(f"Ray lost the worker running {getattr(fn, '__name__', fn)} on every attempt",
+                               hint="a node or worker died (out of memory?); see `ray status` and the Ray logs")
+        lost.__cause__ = exc
+        outer.set_exception(lost)
+    else:
+        cause = getattr(exc, "cause", None)  # RayTaskError wraps the task's own exception
+        outer.set_exception(cause if isinstance(cause, BaseException) else exc)

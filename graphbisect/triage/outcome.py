@@ -1,0 +1,54 @@
+"""What triage found for one model: failed (with its bundle and bug key), passed, or error (with the message).
+
+A :class:`ModelOutcome` is the value a triage task returns across process and Ray boundaries and the record
+written to ``OUT_DIR/results/<name>.json`` (what a re-run reads to skip a finished model), so it holds only
+plain data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ERROR", "FAILED", "PASSED", "ModelOutcome"]
+
+FAILED, PASSED, ERROR = "failed", "passed", "error"
+
+
+@dataclass(frozen=True)
+class ModelOutcome:
+    """One model's triage result. ``identity`` ties it to the model file and the options that produced it."""
+
+    name: str
+    source: str
+    status: str  # FAILED, PASSED or ERROR
+    identity: str = ""
+    signature: Mapping[str, Any] | None = None  # Signature.to_json() of the original model's failure
+    culprits: tuple[str, ...] = ()  # minimal set of passes to disable (empty: none found or not searched)
+    required: tuple[str, ...] = ()
+    pattern: str | None = None  # pattern_hash of the reduced model
+    op_types: tuple[str, ...] = ()  # the reduced model's nodes, in order
+    original_nodes: int | None = None
+    final_nodes: int | None = None
+    one_minimal: bool = False
+    bundle: str | None = None
+    invocations: Mapping[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    message: str | None = None  # error: what went wrong; otherwise notes
+    hint: str | None = None
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["seconds"] = round(self.seconds, 3)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ModelOutcome:
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in names}
+        for key in ("culprits", "required", "op_types", "notes"):
+            values[key] = tuple(values.get(key) or ())
+        return cls(**values)

@@ -1,0 +1,405 @@
+"""`triage`: compare, reduce, ablate passes and bundle every model of a folder, then group them into distinct bugs.
+
+Per model (one task, :func:`triage_one`, run by an :mod:`~graphbisect.executors` executor):
+
+1. load (an unloadable model becomes an ``error`` row with the message and its hint);
+2. compare target with oracle on the plain model (no layerwise probing: the verdict only). No failure:
+   ``passed``;
+3. where the target can ablate passes (:attr:`Capability.PASSES`), find the culprit passes
+   (:func:`~graphbisect.workflows.passes.find_culprit_passes`);
+4. where the target runs ONNX, reduce to a 1-minimal failing model and write the bundle to
+   ``OUT_DIR/bundles/<name>/`` (under only the culprit passes when there are some);
+5. record the outcome in ``OUT_DIR/results/<name>.json`` (atomically: a model is finished when its record
+   exists).
+
+Then :func:`~graphbisect.triage.dedup.group_bugs` groups the failures into distinct bugs and
+:mod:`~graphbisect.artifacts.triage_report` writes ``summary.{json,md,html}``.
+
+Re-running on the same OUT_DIR skips every model whose record matches its file and the options
+(:func:`model_identity`), and resumes from its ``<bundle>.work`` folder every reduction that was interrupted
+(no record) or stopped by ``max_invocations`` before it was proven 1-minimal. Each task
+is a pure function of its model, inputs and options, so the outcomes — and the summary — do not depend on
+the executor or on the order tasks finish in.
+
+Inputs: ``<name>.npz`` (or ``<name>.inputs.npz``) next to a model holds its inputs; otherwise seeded random
+inputs are used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphbisect.atomic import atomic_write_text
+from graphbisect.backends import Capability, resolve
+from graphbisect.compare import Tolerance
+from graphbisect.errors import GraphBisectError, InputError
+from graphbisect.executors import Executor, WorkerLostError, make_executor
+from graphbisect.model import Model
+from graphbisect.triage.dedup import BugGroup, group_bugs, pattern_hash
+from graphbisect.triage.outcome import ERROR, FAILED, PASSED, ModelOutcome
+from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
+
+__all__ = ["ModelTask", "TriageOptions", "TriageResult", "discover_models", "model_identity", "triage",
+           "triage_one"]
+
+log = logging.getLogger(__name__)
+
+_PADDLE_FILES = ("*.pdmodel", "*.pdiparams", "*.json")
+
+
+@dataclass(frozen=True)
+class TriageOptions:
+    """What every model of a triage is checked with (the same for all of them)."""
+
+    oracle: str = DEFAULT_ORACLE
+    target: str = DEFAULT_TARGET
+    tolerance: Tolerance = field(default_factory=Tolerance)
+    passes: bool = True  # ablate passes where the target can
+    seed: int = 0  # random inputs, for models without an inputs file
+    candidate_jobs: int = 1  # target workers evaluating one reduction's candidates (ReduceOptions.jobs)
+    max_invocations: int | None = None  # per model, per session (ReduceOptions.max_invocations)
+    timeout: float | None = None  # per backend invocation
+
+    def identity(self) -> dict[str, Any]:
+        """What changes the results (not parallelism, budget or timeouts)."""
+        tol = self.tolerance
+        return {"oracle": self.oracle, "target": self.target, "passes": self.passes, "seed": self.seed,
+                "tolerance": [tol.atol, tol.rtol, tol.min_cosine, sorted(tol.per_output.items())]}
+
+
+@dataclass(frozen=True)
+class ModelTask:
+    """One model to triage: plain, picklable data (it crosses process and Ray boundaries)."""
+
+    name: str
+    source: str
+    out_dir: str
+    options: TriageOptions
+    inputs: str | None = None
+
+    @property
+    def bundle_dir(self) -> Path:
+        return Path(self.out_dir) / "bundles" / self.name
+
+    @property
+    def work_dir(self) -> Path:
+        return Path(self.out_dir) / "work" / self.name
+
+    @property
+    def record(self) -> Path:
+        return Path(self.out_dir) / "results" / f"{self.name}.json"
+
+
+@dataclass(frozen=True)
+class TriageResult:
+    """Every model's outcome (sorted by name), the distinct bugs, and where the summary went."""
+
+    outcomes: tuple[ModelOutcome, ...]
+    bugs: tuple[BugGroup, ...]
+    summary: Mapping[str, Path]
+    executor: str
+    skipped: tuple[str, ...]  # finished in an earlier run, not run again
+    seconds: float
+
+    def by_status(self, status: str) -> list[ModelOutcome]:
+        return [o for o in self.outcomes if o.status == status]
+
+
+# ------------------------------------------------------------------------------------------------ discovery
+def discover_models(input_dir: Path) -> list[tuple[str, Path, Path | None]]:
+    """``(name, model path, inputs path or None)`` for every ONNX file and Paddle model folder in ``input_dir``.
+
+    Sorted by name. Files that are neither (``.npz`` inputs, notes) are ignored; a ``.onnx`` file that does not
+    load is still listed, so it gets an error row.
+    """
+    input_dir = Path(input_dir)
+    if not input_dir.is_dir():
+        raise InputError(f"{input_dir} is not a folder", hint="pass a folder of .onnx files or Paddle model folders")
+    found = []
+    for path in sorted(input_dir.iterdir()):
+        if path.is_file() and path.suffix == ".onnx":
+            found.append((path.stem, path, _inputs_for(path)))
+        elif path.is_dir() and any(any(path.glob(p)) for p in _PADDLE_FILES[:2]):
+            found.append((path.name, path, _inputs_for(path)))
+    if not found:
+        raise InputError(f"no model in {input_dir}",
+                         hint="triage reads every *.onnx file and every Paddle model folder (with .pdmodel/.json "
+                         "and .pdiparams) directly inside INPUT_DIR")
+    return found
+
+
+def _inputs_for(path: Path) -> Path | None:
+    stem = path.with_suffix("") if path.is_file() else path
+    for candidate in (Path(f"{stem}.npz"), Path(f"{stem}.inputs.npz")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def model_identity(source: Path, inputs: Path | None, options: TriageOptions) -> str:
+    """What a finished record must match to be reused: the model's files (name, size, mtime) and the options.
+
+    Size and modification time, not content: hashing a model with gigabytes of external weights on every
+    re-run would cost more than the skip saves.
+    """
+    files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
+    if source.is_file():
+        files += sorted(p for p in source.parent.iterdir() if p.is_file() and p.suffix in (".data", ".bin"))
+    if inputs is not None:
+        files.append(inputs)
+    stats = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    text = json.dumps({"files": stats, "options": options.identity()}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+# ------------------------------------------------------------------------------------------------ one model
+def triage_one(task: ModelTask) -> ModelOutcome:
+    """Triage one model (steps in the module docstring) and record the outcome. Never raises for the model's
+    own problems: they become an ``error`` outcome."""
+    started = time.monotonic()
+    identity = model_identity(Path(task.source), Path(task.inputs) if task.inputs else None, task.options)
+    _forget_stale_work(task, identity)
+    base = ModelOutcome(name=task.name, source=task.source, status=ERROR, identity=identity)
+    try:
+        outcome = _triage_model(task, base)
+    except GraphBisectError as exc:
+        log.info("%s: %s", task.name, exc.message)
+        outcome = dataclasses.replace(base, message=exc.message, hint=exc.hint)
+    except Exception as exc:  # a graphbisect bug must not end the whole batch; it is reported per model
+        log.exception("triage of %s failed unexpectedly", task.name)
+        outcome = dataclasses.replace(base, message=f"{type(exc).__name__}: {exc}",
+                                      hint="this is a graphbisect bug: please report it with the model")
+    outcome = dataclasses.replace(outcome, seconds=time.monotonic() - started)
+    shutil.rmtree(task.work_dir, ignore_errors=True)  # an interrupted task never gets here: its journals stay
+    task.record.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(task.record, json.dumps(outcome.to_json(), indent=2, allow_nan=False) + "\n")
+    return outcome
+
+
+def _forget_stale_work(task: ModelTask, identity: str) -> None:
+    """Remove the work of an earlier run on another version of the model or other options."""
+    from graphbisect.workflows.reduce import work_dir_for
+
+    marker = task.work_dir / "identity.txt"
+    if marker.exists() and marker.read_text().strip() != identity:
+        log.info("%s changed since the last run: starting it afresh", task.name)
+        shutil.rmtree(task.work_dir, ignore_errors=True)
+        shutil.rmtree(work_dir_for(task.bundle_dir), ignore_errors=True)
+    task.work_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(marker, identity + "\n")
+
+
+def _triage_model(task: ModelTask, base: ModelOutcome) -> ModelOutcome:
+    from graphbisect.model import load_model
+
+    model = load_model(Path(task.source))
+    feeds = _feeds(task, model)
+    base = dataclasses.replace(base, original_nodes=len(model.nodes))
+    verdict = _compare(task, model, feeds)
+    if verdict is None:
+        shutil.rmtree(task.work_dir, ignore_errors=True)
+        return dataclasses.replace(base, status=PASSED)
+    found = _passes(task, model, feeds)
+    outcome = dataclasses.replace(base, status=FAILED, signature=verdict, notes=found.notes if found else ())
+    if found is not None and found.failed:
+        outcome = dataclasses.replace(outcome, culprits=found.culprits, required=found.required)
+    return _reduce(task, model, feeds, found, outcome)
+
+
+def _feeds(task: ModelTask, model: Model) -> dict[str, np.ndarray]:
+    from graphbisect.data import load_inputs, random_inputs
+
+    if task.inputs is not None:
+        return load_inputs(Path(task.inputs), model)
+    return random_inputs(model, seed=task.options.seed)
+
+
+def _compare(task: ModelTask, model: Model, feeds: Mapping[str, np.ndarray]) -> dict[str, Any] | None:
+    """The verdict on the plain model: the failure's signature, or None when the target agrees with the oracle."""
+    from graphbisect.oracle.signature import signature_of
+    from graphbisect.workflows.compare import compare_models
+
+    o = task.options
+    result = compare_models(model, oracle=o.oracle, target=o.target, inputs=feeds, tolerance=o.tolerance,
+                            workdir=task.work_dir / "compare", layerwise=False)
+    shutil.rmtree(task.work_dir / "compare", ignore_errors=True)
+    if result.passed:
+        return None
+    return signature_of(result.target_run, result.comparison).to_json()
+
+
+def _passes(task: ModelTask, model: Model, feeds: Mapping[str, np.ndarray]) -> Any:
+    """The culprit-pass search (a ``PassesResult``), or None where the target cannot ablate passes."""
+    from graphbisect.workflows.passes import PassesOptions, find_culprit_passes
+
+    o = task.options
+    _, info = resolve(o.target)
+    if not (o.passes and info.has(Capability.PASSES)):
+        return None
+    options = PassesOptions(oracle=o.oracle, target=o.target, tolerance=o.tolerance, timeout=o.timeout)
+    try:
+        return find_culprit_passes(model, inputs=feeds, options=options, workdir=task.work_dir / "passes")
+    except GraphBisectError as exc:  # e.g. a crash before the target could report: reduce without passes
+        log.info("%s: no pass ablation: %s", task.name, exc.message)
+        return None
+
+
+def _reduce(task: ModelTask, model: Model, feeds: Mapping[str, np.ndarray], found: Any,
+            outcome: ModelOutcome) -> ModelOutcome:
+    """Reduce and bundle (where the target runs ONNX); fills the pattern, sizes and bundle of ``outcome``."""
+    from graphbisect.workflows.passes import reduce_under_culprits
+    from graphbisect.workflows.reduce import ReduceOptions, reduce_model, work_dir_for
+
+    o = task.options
+    _, info = resolve(o.target)
+    if not info.has(Capability.ONNX_INPUT):
+        return dataclasses.replace(outcome, notes=(*outcome.notes, f"the target {o.target} runs only its own "
+                                                   "model format: no reduction, no bundle"))
+    options = ReduceOptions(oracle=o.oracle, target=o.target, tolerance=o.tolerance, jobs=o.candidate_jobs,
+                            max_invocations=o.max_invocations, timeout=o.timeout)
+    resume = (work_dir_for(task.bundle_dir) / "run.json").exists()
+    if found is not None and found.culprits:
+        result = reduce_under_culprits(model, task.bundle_dir, found, inputs=feeds, reduce_options=options,
+                                       resume=resume)
+    else:
+        result = reduce_model(model, task.bundle_dir, inputs=feeds, options=options, resume=resume)
+    shutil.rmtree(task.work_dir, ignore_errors=True)
+    if not result.failed:
+        return dataclasses.replace(outcome, status=PASSED, notes=(*outcome.notes, "the failure did not reproduce "
+                                   "when the reduction re-ran the target (flaky?)"))
+    pattern, op_types = _pattern(Path(result.bundle) / "model.onnx")
+    return dataclasses.replace(outcome, pattern=pattern, op_types=op_types, final_nodes=result.final_nodes,
+                               one_minimal=result.one_minimal, bundle=str(result.bundle),
+                               invocations=dict(result.invocations), notes=(*outcome.notes, *result.notes))
+
+
+def _pattern(path: Path) -> tuple[str, tuple[str, ...]]:
+    import onnx
+
+    proto = onnx.load(str(path), load_external_data=False)
+    return pattern_hash(proto), tuple(node.op_type for node in proto.graph.node)
+
+
+# ------------------------------------------------------------------------------------------------ the batch
+def triage(
+    input_dir: Path,
+    out_dir: Path,
+    *,
+    options: TriageOptions | None = None,
+    executor: Executor | str = "local",
+    jobs: int | None = None,
+    on_model: Callable[[ModelOutcome], None] | None = None,
+) -> TriageResult:
+    """Triage every model in ``input_dir`` into ``out_dir`` and write the deduplicated summary.
+
+    ``executor`` is an :class:`~graphbisect.executors.Executor` (kept open) or a spec (``local``, ``ray``,
+    ``ray:ADDRESS``: made with ``jobs`` workers and closed afterwards). ``on_model`` is called with each
+    outcome as it arrives (finished models from an earlier run first).
+
+    Example:
+        >>> r = triage(Path("failing/"), Path("triage-out"), executor="local", jobs=4)   # doctest: +SKIP
+        >>> [(b.count, b.culprits) for b in r.bugs]                                       # doctest: +SKIP
+        [(2, ('LayerNormFusionL1', 'SimplifiedLayerNormFusion')), (1, ('FuseReluClip',))]
+    """
+    from graphbisect.artifacts.triage_report import write_triage_summary
+
+    started = time.monotonic()
+    options = options or TriageOptions()
+    out_dir = Path(out_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tasks = [ModelTask(name, str(path), str(out_dir), options, str(inp) if inp else None)
+             for name, path, inp in discover_models(Path(input_dir))]
+    finished, todo = _split_finished(tasks)
+    report = on_model or (lambda _o: None)
+    for outcome in finished:
+        report(outcome)
+    owned = isinstance(executor, str)
+    ex = make_executor(executor, jobs=jobs, gpus_per_task=_gpus(options)) if isinstance(executor, str) else executor
+    try:
+        fresh = _run_all(ex, todo, report)
+    finally:
+        if owned:
+            ex.close()
+    _remove_if_empty(out_dir / "work")
+    outcomes = tuple(sorted([*finished, *fresh], key=lambda o: o.name))
+    bugs = tuple(group_bugs(outcomes))
+    seconds = time.monotonic() - started
+    meta = {"input_dir": str(input_dir), "oracle": options.oracle, "target": options.target,
+            "executor": ex.name, "workers": ex.workers, "skipped": [o.name for o in finished],
+            "seconds": round(seconds, 3)}
+    summary = write_triage_summary(out_dir, outcomes, bugs, meta)
+    return TriageResult(outcomes, bugs, summary, ex.name, tuple(o.name for o in finished), seconds)
+
+
+def _remove_if_empty(folder: Path) -> None:
+    if folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+
+
+def _gpus(options: TriageOptions) -> float:
+    _, info = resolve(options.target, require_available=False)
+    return 1.0 if info.has(Capability.NEEDS_GPU) else 0.0
+
+
+def _split_finished(tasks: Sequence[ModelTask]) -> tuple[list[ModelOutcome], list[ModelTask]]:
+    """Outcomes recorded by an earlier run for the same model file and options, and the tasks still to run."""
+    finished, todo = [], []
+    for task in tasks:
+        record = _read_record(task)
+        inputs = Path(task.inputs) if task.inputs else None
+        same = record is not None and record.identity == model_identity(Path(task.source), inputs, task.options)
+        if same and record is not None and not _unfinished(record, task):
+            log.info("%s: finished in an earlier run, skipped", task.name)
+            finished.append(record)
+        else:
+            todo.append(task)
+    return finished, todo
+
+
+def _unfinished(record: ModelOutcome, task: ModelTask) -> bool:
+    """A reduction stopped before it was proven 1-minimal (budget, deadline) whose work folder is still there."""
+    from graphbisect.workflows.reduce import work_dir_for
+
+    return record.status == FAILED and not record.one_minimal and work_dir_for(task.bundle_dir).exists()
+
+
+def _read_record(task: ModelTask) -> ModelOutcome | None:
+    if not task.record.exists():
+        return None
+    try:
+        return ModelOutcome.from_json(json.loads(task.record.read_text()))
+    except (ValueError, TypeError, KeyError) as exc:
+        log.warning("ignoring the unreadable record %s: %s", task.record, exc)
+        return None
+
+
+def _run_all(ex: Executor, tasks: Sequence[ModelTask], report: Callable[[ModelOutcome], None]
+             ) -> list[ModelOutcome]:
+    futures: dict[Future[ModelOutcome], ModelTask] = {ex.submit(triage_one, task): task for task in tasks}
+    outcomes = []
+    for future in as_completed(futures):
+        outcome = _collect(future, futures[future])
+        report(outcome)
+        outcomes.append(outcome)
+    return outcomes
+
+
+def _collect(future: Future[ModelOutcome], task: ModelTask) -> ModelOutcome:
+    """A task's outcome; a worker lost on every attempt gives an error row that is *not* recorded (re-run it)."""
+    try:
+        return future.result()
+    except WorkerLostError as exc:
+        log.warning("%s: %s", task.name, exc.message)
+        return ModelOutcome(name=task.name, source=task.source, status=ERROR, message=exc.message, hint=exc.hint)

@@ -1,0 +1,40 @@
+"""Session-wide fixtures shared by test packages (expensive runs done once)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.triage_models import write_models
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Keep caches (ORT optimizer catalogue, paddle2onnx conversions) out of the user's ~/.cache.
+
+    Worker processes inherit the environment, so they use the same folder.
+    """
+    old = os.environ.get("GRAPHBISECT_CACHE")
+    os.environ["GRAPHBISECT_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+    if old is None:
+        os.environ.pop("GRAPHBISECT_CACHE", None)
+    else:
+        os.environ["GRAPHBISECT_CACHE"] = old
+
+
+@pytest.fixture(scope="session")
+def triage_input(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of 4 host networks (2 LayerNorm bugs, 1 FuseReluClip crash, 1 healthy) and a broken file."""
+    return write_models(tmp_path_factory.mktemp("triage-in"))
+
+
+@pytest.fixture(scope="session")
+def local_triage(triage_input: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """The triage of :func:`triage_input` with the local executor (2 worker processes)."""
+    from graphbisect.workflows.triage import triage
+
+    return triage(triage_input, tmp_path_factory.mktemp("triage-out"), executor="local", jobs=2)

@@ -1,0 +1,107 @@
+"""`graphbisect triage` on a folder of real failing models, with the local executor (Ray: tests/executors)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import onnx
+
+from graphbisect.cli.main import main
+from graphbisect.workflows.triage import TriageOptions, TriageResult, discover_models, triage
+from tests.triage_models import write_models
+
+LN_CULPRITS = ("LayerNormFusionL1", "SimplifiedLayerNormFusion")
+
+
+def dedup_view(result: TriageResult) -> dict[str, object]:
+    """What must not depend on the executor: bugs (key, models, culprits, pattern), passed, errors."""
+    return {
+        "bugs": [(b.key, b.models, b.culprits, b.pattern, b.smallest, b.smallest_nodes) for b in result.bugs],
+        "passed": [o.name for o in result.by_status("passed")],
+        "errors": [o.name for o in result.by_status("error")],
+    }
+
+
+def test_discover_lists_models_with_their_inputs(triage_input: Path) -> None:
+    found = {name: inputs for name, _path, inputs in discover_models(triage_input)}
+    assert sorted(found) == ["broken", "healthy", "ln_branch", "ln_main", "relu_clip"]
+    assert found["ln_main"] == triage_input / "ln_main.npz" and found["broken"] is None
+
+
+def test_local_triage_deduplicates_real_bugs(local_triage: TriageResult) -> None:
+    result = local_triage
+    assert len(result.bugs) == 2
+    layernorm, crash = result.bugs  # most frequent first
+    assert layernorm.models == ("ln_branch", "ln_main") and layernorm.count == 2
+    assert layernorm.culprits == LN_CULPRITS and layernorm.signature["kind"] == "mismatch"
+    assert layernorm.smallest_nodes is not None and layernorm.smallest_nodes <= 9
+    assert crash.models == ("relu_clip",) and crash.culprits == ("FuseReluClip",)
+    assert crash.signature["kind"] == "crash-load" and crash.op_types == ("Relu", "Clip")
+    assert [o.name for o in result.by_status("passed")] == ["healthy"]
+    (error,) = result.by_status("error")
+    assert error.name == "broken" and "not a readable ONNX model" in str(error.message) and error.hint
+    for outcome in result.by_status("failed"):
+        assert outcome.one_minimal and (Path(str(outcome.bundle)) / "repro.py").exists()
+
+
+def test_summary_files(local_triage: TriageResult) -> None:
+    data = json.loads(local_triage.summary["json"].read_text())
+    assert data["format"] == "graphbisect-triage"
+    assert data["counts"] == {"models": 5, "failed": 3, "passed": 1, "errors": 1, "distinct_bugs": 2}
+    assert data["bugs"][0]["models"] == ["ln_branch", "ln_main"]
+    assert data["errors"][0]["model"] == "broken" and data["errors"][0]["hint"]
+    markdown = local_triage.summary["md"].read_text()
+    assert "2 distinct bugs" in markdown and "| ln_branch, ln_main |" in markdown
+    assert "<table>" in local_triage.summary["html"].read_text()
+
+
+def test_rerun_skips_finished_models(local_triage: TriageResult) -> None:
+    out = local_triage.summary["json"].parent
+    started = time.monotonic()
+    again = triage(Path(json.loads(local_triage.summary["json"].read_text())["meta"]["input_dir"]), out, jobs=1)
+    assert time.monotonic() - started < 15
+    assert sorted(again.skipped) == ["broken", "healthy", "ln_branch", "ln_main", "relu_clip"]
+    assert dedup_view(again) == dedup_view(local_triage)
+
+
+def test_rerun_resumes_a_reduction_stopped_by_its_budget(tmp_path: Path) -> None:
+    folder = write_models(tmp_path / "in")
+    for path in folder.iterdir():
+        if not path.name.startswith("relu_clip"):
+            path.unlink()
+    out = tmp_path / "out"
+    first = triage(folder, out, options=TriageOptions(max_invocations=1), jobs=1)
+    (stopped,) = first.outcomes
+    assert stopped.status == "failed" and not stopped.one_minimal
+    assert (out / "bundles" / "relu_clip.work" / "journal.jsonl").exists()
+    second = triage(folder, out, jobs=1)
+    (done,) = second.outcomes
+    assert second.skipped == () and done.one_minimal and done.op_types == ("Relu", "Clip")
+    assert done.invocations["target"] > stopped.invocations["target"]  # counted over both sessions
+
+
+def test_changed_model_is_triaged_again(tmp_path: Path, triage_input: Path) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    shutil.copy(triage_input / "healthy.onnx", folder / "model.onnx")
+    out = tmp_path / "out"
+    assert [o.status for o in triage(folder, out, jobs=1).outcomes] == ["passed"]
+    shutil.copy(triage_input / "broken.onnx", folder / "model.onnx")
+    again = triage(folder, out, jobs=1)
+    assert again.skipped == () and [o.status for o in again.outcomes] == ["error"]
+
+
+def test_cli_triage(tmp_path: Path, triage_input: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for name in ("healthy.onnx", "healthy.npz", "broken.onnx"):
+        shutil.copy(triage_input / name, folder / name)
+    code = main(["triage", str(folder), "-o", str(tmp_path / "out"), "-j", "1", "--json", str(tmp_path / "s.json")])
+    out = capsys.readouterr().out
+    assert code == 0 and "healthy: passed" in out and "broken: ERROR" in out
+    assert json.loads((tmp_path / "s.json").read_text())["counts"]["errors"] == 1
+    assert main(["triage", str(folder), "-o", str(tmp_path / "out"), "--executor", "slurm"]) == 2
+    onnx.checker.check_model(str(folder / "healthy.onnx"))
