@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -30,16 +29,6 @@ def tensor(name: str, elem: int = TensorProto.FLOAT, shape: list[int] | None = N
     return helper.make_tensor_value_info(name, elem, [2, 3] if shape is None else shape)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Keep the ORT optimizer catalogue out of the user's ~/.cache (workers inherit the environment)."""
-    old = os.environ.get("GRAPHBISECT_CACHE")
-    os.environ["GRAPHBISECT_CACHE"] = str(tmp_path_factory.mktemp("cache"))
-    yield
-    if old is None:
-        os.environ.pop("GRAPHBISECT_CACHE", None)
-    else:
-        os.environ["GRAPHBISECT_CACHE"] = old
 
 
 @pytest.fixture(scope="session")

@@ -9,11 +9,10 @@ import pytest
 
 pytest.importorskip("openvino")
 
-from tests.tactics.tactics_builders import save_cnn
-
 from graphbisect.backends.openvino import OpenVino
 from graphbisect.tactics import TacticRecord, save_record
 from graphbisect.tactics.openvino import NodeNames, onnx_node_of
+from tests.tactics.tactics_builders import save_cnn
 
 pytestmark = pytest.mark.openvino
 

@@ -8,7 +8,6 @@ and either one alone reproduces; FuseReluClip on float64 fails session creation.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,15 +26,6 @@ from graphbisect.workflows.passes import PassesOptions, find_culprit_passes
 LN = ("LayerNormFusionL1", "SimplifiedLayerNormFusion")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    old = os.environ.get("GRAPHBISECT_CACHE")
-    os.environ["GRAPHBISECT_CACHE"] = str(tmp_path_factory.mktemp("cache"))
-    yield
-    if old is None:
-        os.environ.pop("GRAPHBISECT_CACHE", None)
-    else:
-        os.environ["GRAPHBISECT_CACHE"] = old
 
 
 def _save_host(directory: Path, bug: str) -> tuple[Path, Path]:
