@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -375,7 +375,8 @@ class BackendProcess:
             reply = self._exchange(request, deadline)
             if not reply.get("ok", True):
                 raise self._error(reply.get("error", {}), "run")
-            return self._result(reply, Path(request["output_dir"]), offset, time.monotonic() - started)
+            return self._result(reply, Path(request["output_dir"]), offset, time.monotonic() - started,
+                                keep_outputs=keep_outputs)
         except (_WorkerDied, _WorkerTimeout) as exc:
             return self._lost_worker(exc, offset, time.monotonic() - started)
         except BaseException:
@@ -431,14 +432,20 @@ class BackendProcess:
         return RunResult(RunStatus.CRASH, phase=phase, error_type=error_type, exit_code=status, log=log,
                          seconds=seconds, message=f"the worker process {_exit_text(status)} during {phase.value}")
 
-    def _result(self, reply: Mapping[str, Any], output_dir: Path, offset: int, seconds: float) -> RunResult:
+    def _result(self, reply: Mapping[str, Any], output_dir: Path, offset: int, seconds: float, *,
+                keep_outputs: bool) -> RunResult:
         log = self._log_since(offset)
         info = dict(reply.get("info") or {})
         if reply.get("status") != "ok":
             return RunResult(RunStatus.CRASH, phase=Phase(reply.get("phase", "run")), log=log, info=info,
                              error_type=reply.get("error_type"), message=reply.get("message"),
                              exit_code=reply.get("exit_code"), seconds=seconds)
-        outputs = {entry["name"]: _map(output_dir / entry["file"]) for entry in reply["outputs"]}
+        files = {entry["name"]: output_dir / entry["file"] for entry in reply["outputs"]}
+        # Kept outputs stay on disk until read; a scratch folder goes away, so its outputs are read now
+        # (only large ones stay mapped).
+        outputs: Mapping[str, np.ndarray] = (
+            OutputFiles(files) if keep_outputs else {name: _read(path) for name, path in files.items()}
+        )
         return RunResult(RunStatus.OK, outputs=outputs, log=log, info=info, seconds=seconds)
 
     # ------------------------------------------------------------------------------------------- log
@@ -467,6 +474,55 @@ def _exit_text(status: int) -> str:
     if status < 0 and -status in _SIGNALS:
         return f"was killed by signal {signal.Signals(-status).name} ({-status})"
     return f"exited with code {status}"
+
+
+class OutputFiles(Mapping[str, np.ndarray]):
+    """Outputs kept on disk, memory-mapped when read and not before.
+
+    A probe run of a 50,000-node model returns 50,000 tensors; each open map holds a file descriptor (CPython's
+    mmap duplicates it), so mapping them all up front exhausts the process's descriptor limit. Readers such as
+    the layerwise comparison touch each tensor once and drop it.
+    """
+
+    def __init__(self, files: Mapping[str, Path]) -> None:
+        self._files = dict(files)
+        # The worker replaces files atomically (a new inode per run): remember which file this run wrote, so a
+        # later run into the same folder cannot silently change what this result reads.
+        self._identity = {name: _identity(path) for name, path in self._files.items()}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        path = self._files[name]
+        if _identity(path) != self._identity[name]:
+            raise BackendError(
+                f"output {name!r} of an earlier run was overwritten by a later run into {path.parent}",
+                hint="give each run its own output_dir, or read the outputs before running again",
+            )
+        return _map(path)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._files)
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def path(self, name: str) -> Path:
+        return self._files[name]
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return (-1, -1)
+    return (stat.st_ino, stat.st_mtime_ns)
+
+
+#: Outputs of runs without an output folder above this size stay memory-mapped (their file is unlinked).
+_MAP_ABOVE_BYTES = 64 << 20
+
+
+def _read(path: Path) -> np.ndarray:
+    return _map(path) if path.stat().st_size > _MAP_ABOVE_BYTES else np.load(path, allow_pickle=False)
 
 
 def _map(path: Path) -> np.ndarray:

@@ -152,6 +152,11 @@ class Model:
         self.output_names: tuple[str, ...] = tuple(value.name for value in graph.output)
         self._graph_inputs = frozenset(value.name for value in graph.input)
         self._types = _type_index(graph)
+        # Sequence / optional / map values keep their declared type when exposed (rare: indexed once).
+        self._non_tensor_types = {
+            value.name: value for value in graph.value_info
+            if value.type.ByteSize() > 0 and not value.type.HasField("tensor_type")
+        }
 
     def _consumer_index(self) -> dict[str, tuple[int, ...]]:
         consumers: dict[str, list[int]] = {}
@@ -234,9 +239,9 @@ class Model:
         return probe
 
     def _output_value_info(self, name: str) -> onnx.ValueInfoProto:
-        for value in self.proto.graph.value_info:
-            if value.name == name and value.type.ByteSize() > 0 and not value.type.HasField("tensor_type"):
-                return value  # sequence / optional / map types: copy the declared type
+        declared = self._non_tensor_types.get(name)
+        if declared is not None:
+            return declared
         found = self._types.get(name)
         if found is None or not found.elem_type:
             logger.debug("tensor %r has no inferred type; exposing it untyped", name)

@@ -11,7 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from graphbisect.backends import BackendProcess, Phase, RunStatus
 from graphbisect.backends.worker import save_npz
@@ -43,11 +45,34 @@ def test_outputs_are_index_named_files_with_a_manifest(ort: BackendProcess, mode
     assert not (tmp_path / "block").exists()  # the '../block/relu:0' name never became a path
 
 
-def test_rewriting_an_output_dir_keeps_earlier_maps_valid(ort: BackendProcess, models: dict[str, Path],
-                                                          x23: np.ndarray, tmp_path: Path) -> None:
+def test_rewriting_an_output_dir_never_changes_earlier_results_silently(
+        ort: BackendProcess, models: dict[str, Path], x23: np.ndarray, tmp_path: Path) -> None:
+    """Kept outputs are read lazily (no file descriptor per tensor); an overwritten one is refused, not misread."""
     first = ort.run(models["relu_add"], {"x": x23}, output_dir=tmp_path)
-    ort.run(models["relu_add"], {"x": -x23}, output_dir=tmp_path)
-    np.testing.assert_array_equal(first.outputs["y"], np.maximum(x23, 0) + 1)
+    held = first.outputs["y"]  # read before the next run: stays valid (its inode lives on)
+    second = ort.run(models["relu_add"], {"x": -x23}, output_dir=tmp_path)
+    np.testing.assert_array_equal(held, np.maximum(x23, 0) + 1)
+    np.testing.assert_array_equal(second.outputs["y"], np.maximum(-x23, 0) + 1)
+    with pytest.raises(BackendError, match="overwritten by a later run"):
+        first.outputs["y"]
+
+
+def test_probe_outputs_do_not_hold_a_file_descriptor_each(ort: BackendProcess, tmp_path: Path) -> None:
+    """A probe run returns one tensor per node; 3,000 of them must fit under a 1,024-descriptor limit."""
+    import resource
+
+    nodes = [helper.make_node("Relu", ["x" if i == 0 else f"t{i - 1}"], [f"t{i}"], name=f"r{i}") for i in range(3000)]
+    outs = [helper.make_tensor_value_info(f"t{i}", TensorProto.FLOAT, [2, 3]) for i in range(3000)]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])], outs)
+    path = tmp_path / "chain.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
+    try:
+        result = ort.run(path, {"x": np.ones((2, 3), np.float32)}, output_dir=tmp_path / "out")
+        assert len(result.outputs) == 3000 and float(result.outputs["t2999"][0, 0]) == 1.0
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_inputs_may_be_an_npz_file(ort: BackendProcess, models: dict[str, Path], x23: np.ndarray,
