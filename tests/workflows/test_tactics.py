@@ -59,3 +59,18 @@ def test_cli_record_diff_isolate(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert data["culprits"][0] == {"node": "conv2", "good_choice": rec.choice_of("conv2"), "bad_choice": "ref_any",
                                    "applied": True}
     assert data["builds"] and data["invocations"]["target"] >= 2
+
+
+def test_isolate_among_perturbed_builds_sorts_them_by_the_oracle(tmp_path: Path) -> None:
+    """`--builds N --perturb IMPL`: several builds, sorted good/bad by the oracle, then isolated by replay."""
+    model = save_cnn(tmp_path)
+    out = tmp_path / "isolate.json"
+    code = main(["tactics", "isolate", str(model), "--builds", "4", "--perturb", "ref_any", "--oracle", "openvino",
+                 "--atol", "0", "--rtol", "0", "--json", str(out)])
+    data = json.loads(out.read_text())
+    roles = {build["role"] for build in data["builds"]}
+    if roles != {"good", "bad"}:
+        pytest.skip(f"on this CPU every perturbed build was {roles}: nothing to isolate")
+    assert code == 1 and data["culprits"]
+    assert all(c["bad_choice"] == "ref_any" and c["applied"] for c in data["culprits"])
+    assert data["invocations"]["target"] >= 2
