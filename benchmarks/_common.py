@@ -1,0 +1,207 @@
+"""Helpers shared by the benchmarks: sizes, aligned tables, JSON reports, the machine, memory and disk use.
+
+The benchmarks print; graphbisect itself never does. Every benchmark takes ``--quick`` (a CI-size run of
+under a minute), ``--full`` (bigger sizes) and ``--json PATH``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "BENCH_DIR",
+    "DirSize",
+    "MemorySampler",
+    "add_size_args",
+    "describe_machine",
+    "dir_size",
+    "environment",
+    "format_table",
+    "median",
+    "mib",
+    "print_table",
+    "write_json",
+]
+
+BENCH_DIR = Path(__file__).resolve().parent
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def add_size_args(parser: argparse.ArgumentParser) -> None:
+    """``--quick``, ``--full`` (mutually exclusive) and ``--json PATH``."""
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="CI-size run (under a minute)")
+    size.add_argument("--full", action="store_true", help="bigger sizes (much longer)")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
+
+
+def format_table(header: Sequence[str], rows: Iterable[Sequence[object]], *, left: int = 1,
+                 left_last: bool = False) -> str:
+    """An aligned plain-text table; the first ``left`` columns (and the last with ``left_last``) are
+    left-aligned, the others right-aligned.
+
+    >>> print(format_table(["a", "n"], [["x", 1], ["yy", 22]]))
+    a    n
+    --  --
+    x    1
+    yy  22
+    """
+    text = [[str(cell) for cell in row] for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in text) for i in range(len(header))]
+
+    lefts = {*range(left), *([len(header) - 1] if left_last else [])}
+
+    def line(row: Sequence[str]) -> str:
+        cells = [c.ljust(w) if i in lefts else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        return "  ".join(cells).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(text[0]), rule, *(line(row) for row in text[1:])])
+
+
+def print_table(title: str, header: Sequence[str], rows: Iterable[Sequence[object]], *, left: int = 1,
+                left_last: bool = False, notes: Sequence[str] = ()) -> None:
+    """Print ``title``, the table and its footnotes."""
+    print(f"\n{title}\n")
+    print(format_table(header, rows, left=left, left_last=left_last))
+    for note in notes:
+        print(f"  {note}")
+
+
+def environment() -> dict[str, Any]:
+    """The machine and library versions a result was measured with."""
+    versions = {}
+    for package in ("onnx", "onnxruntime", "polygraphy", "onnx_graphsurgeon", "numpy", "graphbisect"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
+            "processor": platform.processor() or platform.machine(), "load_average": load, "versions": versions}
+
+
+def describe_machine() -> str:
+    """One line: cores, versions, and the load average (other work on the machine skews wall times)."""
+    env = environment()
+    v = env["versions"]
+    load = "" if env["load_average"] is None else f", load average {env['load_average'][0]:.1f} at the end"
+    return (f"{env['cpus']} cores, CPU only, Python {env['python']}, onnx {v['onnx']}, onnxruntime {v['onnxruntime']}, "
+            f"polygraphy {v['polygraphy']}{load}")
+
+
+def write_json(path: Path | None, data: dict[str, Any]) -> None:
+    """Write ``data`` plus the environment to ``path`` (nothing when it is None)."""
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"environment": environment(), **data}, indent=2, default=str) + "\n")
+    print(f"\nwrote {path}", file=sys.stderr)
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values)) if values else float("nan")
+
+
+def mib(n_bytes: float) -> float:
+    return n_bytes / 2**20
+
+
+@dataclass(frozen=True)
+class DirSize:
+    """Files in a folder tree: count, sum of their sizes, and the disk blocks they occupy."""
+
+    files: int
+    apparent_bytes: int
+    disk_bytes: int
+
+    def to_json(self) -> dict[str, int]:
+        return {"files": self.files, "apparent_bytes": self.apparent_bytes, "disk_bytes": self.disk_bytes}
+
+
+def dir_size(path: Path) -> DirSize:
+    """Size of every regular file under ``path`` (zero when it does not exist)."""
+    files = apparent = disk = 0
+    for root, _, names in os.walk(path):
+        for name in names:
+            stat = os.lstat(os.path.join(root, name))
+            files += 1
+            apparent += stat.st_size
+            disk += stat.st_blocks * 512
+    return DirSize(files, apparent, disk)
+
+
+def _ppid_and_rss(pid: int) -> tuple[int, int] | None:
+    """(parent pid, resident bytes) of a live process, or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[1]), int(fields[21]) * _PAGE  # fields[0] is the state; see proc(5)
+
+
+class MemorySampler:
+    """Samples the resident memory of this process *plus all its descendants* every ``interval`` seconds.
+
+    ``peak_bytes`` is the largest sum seen: the memory the whole process tree held at once (main process
+    and backend worker processes). It is a sample, so a spike shorter than ``interval`` can be missed;
+    ``resource.getrusage`` gives the exact peak of each process on its own. Linux only (reads /proc);
+    elsewhere the peak stays 0.
+    """
+
+    def __init__(self, interval: float = 0.01) -> None:
+        self.interval = interval
+        self.peak_bytes = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        if not os.path.isdir("/proc"):
+            return
+        root = os.getpid()
+        while not self._stop.is_set():
+            self.peak_bytes = max(self.peak_bytes, _tree_rss(root))
+            self.samples += 1
+            self._stop.wait(self.interval)
+
+
+def _tree_rss(root: int) -> int:
+    """Resident bytes of ``root`` and every descendant, from one pass over /proc."""
+    parents: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            found = _ppid_and_rss(int(entry))
+            if found is not None:
+                parents[int(entry)], rss[int(entry)] = found
+    tree, frontier = {root}, [root]
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    while frontier:
+        for child in children.get(frontier.pop(), []):
+            if child not in tree:
+                tree.add(child)
+                frontier.append(child)
+    return sum(rss.get(pid, 0) for pid in tree)

@@ -1,0 +1,103 @@
+"""An independent 1-minimality check of any tool's reduced model, with graphbisect's own candidate tester.
+
+A reduction is **1-minimal** when removing any single node of it loses the failure. To judge every tool the
+same way, a result is mapped back (by node name) to a node subset of the original model, and the subset and
+each subset with one node removed are tested with :class:`graphbisect.oracle.tester.CandidateTester`:
+tensors the subset reads but does not produce are fed with the oracle's captured values, and a candidate
+"still fails" only with the *same signature* as the original model (same failure kind; for a crash, the same
+normalized message). Polygraphy's reduced models cut the graph the same way (graph inputs fed with
+layerwise oracle values, or branches frozen to oracle constants), so the question asked is the same for all.
+
+The sweep stops at the first removable node: one is enough to say "not 1-minimal".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from graphbisect.compare import Tolerance
+from graphbisect.data import ActivationStore
+from graphbisect.engine import Outcome
+from graphbisect.model import Model
+from graphbisect.oracle.signature import Signature
+from graphbisect.oracle.tester import CandidateTester, WorkerPool
+from graphbisect.strategies.subgraph import SubgraphSpace
+from graphbisect.workflows.compare import DEFAULT_TARGET
+
+__all__ = ["Minimality", "MinimalityChecker"]
+
+
+@dataclass(frozen=True)
+class Minimality:
+    """The verdict on one reduced node set."""
+
+    fails: bool | None  # the set itself fails the same way (None: could not be mapped to the model)
+    minimal: bool | None  # None when it does not fail or could not be checked
+    removable: str | None = None  # a node whose removal keeps the failure
+    runs: int = 0  # target runs the check took
+    reason: str | None = None
+
+    def cell(self) -> str:
+        """What the table shows."""
+        if self.minimal is True:
+            return "yes"
+        if self.minimal is False:
+            return "no"
+        return "n/a"
+
+    def to_json(self) -> dict[str, object]:
+        return {"fails": self.fails, "minimal": self.minimal, "removable": self.removable, "runs": self.runs,
+                "reason": self.reason}
+
+
+class MinimalityChecker:
+    """Single-node-removal sweeps over node subsets of ``model`` (see the module docstring).
+
+    ``store_dir`` is an oracle activation store of ``model`` (e.g. a reduction's ``<bundle>.work/activations``)
+    and ``baseline`` the original model's failure signature.
+    """
+
+    def __init__(self, model: Model, inputs: Mapping[str, np.ndarray], store_dir: Path, baseline: Signature,
+                 workdir: Path, *, tolerance: Tolerance | None = None) -> None:
+        store = ActivationStore.open(store_dir)
+        feeds = dict(inputs)
+
+        def value(name: str) -> np.ndarray:
+            return feeds[name] if name in feeds else store.get(name)
+
+        self.model = model
+        self.space = SubgraphSpace(model, value, workdir / "candidates")
+        self.pool = WorkerPool(DEFAULT_TARGET, 1, workdir / "target")
+        self.tester = CandidateTester(self.space, self.pool, baseline, tolerance or Tolerance())
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def check(self, names: Sequence[str]) -> Minimality:
+        """Is the node set called ``names`` failing, and 1-minimal?"""
+        index = dict(zip(self.model.node_names, range(len(self.model.nodes)), strict=True))
+        unknown = [name for name in names if name not in index]
+        if unknown:
+            return Minimality(None, None, reason=f"{len(unknown)} node(s) not in the original model, "
+                              f"e.g. {unknown[0]!r}")
+        keep = frozenset(index[name] for name in names)
+        start = self.pool.invocations
+        result = self.tester(keep)
+        if result.outcome is not Outcome.FAIL:
+            return Minimality(False, None, runs=self.pool.invocations - start,
+                              reason=f"does not fail like the original: {_describe(result.detail)}")
+        for node in sorted(keep):
+            if len(keep) > 1 and self.tester(keep - {node}).outcome is Outcome.FAIL:
+                return Minimality(True, False, self.model.node_names[node], self.pool.invocations - start)
+        return Minimality(True, True, runs=self.pool.invocations - start)
+
+
+def _describe(detail: object) -> str:
+    """The candidate's own signature, from a tester result's detail."""
+    if isinstance(detail, dict) and "signature" in detail:
+        return Signature.from_json(detail["signature"]).describe()
+    return str(detail)

@@ -1,0 +1,215 @@
+"""What `graphbisect compare` costs on a ~5,000-node model, against two plain runs of the same backends.
+
+Three ways to run the default backends (target ``onnxruntime:opt_level=all``, oracle
+``onnxruntime:opt_level=disable``) on the same model and inputs, each in a **fresh process** so that peak
+memory is that run's alone:
+
+* ``compare+layerwise``: :func:`graphbisect.workflows.compare.compare_models` with ``layerwise=True`` (plain
+  runs of both backends, then both again on the probe model exposing every intermediate tensor);
+* ``compare``: the same with ``layerwise=False`` (one run per backend);
+* ``baseline``: two plain ``onnxruntime.InferenceSession`` runs (optimizations disabled, then all) in one
+  process: the least any comparison of these two backends can cost.
+
+Wall time starts before importing graphbisect (or onnxruntime for the baseline) and includes loading the
+model, so worker start-up is charged to graphbisect. graphbisect runs each backend in a worker process, so
+memory is reported three ways: the main process's peak (``getrusage(RUSAGE_SELF)``, exact), the largest
+worker's peak (``RUSAGE_CHILDREN``: the largest single child, exact), and the peak of main + workers
+resident *at the same time* (``MemorySampler``: /proc sampled every 10 ms). Ratios are against the baseline.
+For the layerwise run the table below gives the activation stores on disk: the oracle's (kept for
+``reduce``) and the target's dump, file count, bytes, and bytes on disk (4 KiB blocks per file).
+
+Run: ``python benchmarks/compare_bench.py [--quick | --full] [--repeats N] [--json PATH]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from _common import (
+    MemorySampler,
+    add_size_args,
+    describe_machine,
+    dir_size,
+    median,
+    mib,
+    print_table,
+    write_json,
+)
+
+from graphbisect.examples import HostNetwork, host_network, wide_model
+
+MODES = ("compare+layerwise", "compare", "baseline")
+BUILDERS: dict[str, Callable[[int], HostNetwork]] = {
+    "host": lambda n: host_network(n, bug=None),
+    "wide": wide_model,
+}
+
+
+@dataclass(frozen=True)
+class ModelCase:
+    """A benchmark model saved to disk with its inputs."""
+
+    name: str
+    nodes: int
+    path: Path
+    inputs: Path
+
+
+def build_case(name: str, nodes: int, root: Path) -> ModelCase:
+    """Build ``BUILDERS[name](nodes)`` and save the model and its inputs under ``root``."""
+    host = BUILDERS[name](nodes)
+    folder = root / f"{name}-{nodes}"
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save(host.model, folder / "model.onnx")
+    np.savez(folder / "inputs.npz", **host.inputs)
+    return ModelCase(name, nodes, folder / "model.onnx", folder / "inputs.npz")
+
+
+# ------------------------------------------------------------------------------------------ child process
+
+
+def _run_compare(model_path: Path, inputs: dict[str, np.ndarray], workdir: Path, layerwise: bool) -> dict[str, Any]:
+    from graphbisect.model import load_model
+    from graphbisect.workflows.compare import compare_models
+
+    result = compare_models(load_model(model_path), inputs=inputs, layerwise=layerwise, workdir=workdir)
+    return {"passed": result.passed, "invocations": dict(result.invocations), "note": result.layerwise_note}
+
+
+def _run_baseline(model_path: Path, inputs: dict[str, np.ndarray]) -> dict[str, Any]:
+    import onnxruntime as ort
+
+    outputs = []
+    for level in (ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
+        options = ort.SessionOptions()
+        options.graph_optimization_level = level
+        session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+        outputs.append(session.run(None, inputs))
+    passed = all(np.allclose(t, o, rtol=1e-3, atol=1e-4) for o, t in zip(*outputs, strict=True))
+    return {"passed": passed, "invocations": {"oracle": 1, "target": 1}, "note": None}
+
+
+def measure_here(mode: str, model_path: Path, inputs_path: Path, workdir: Path) -> dict[str, Any]:
+    """Run ``mode`` in this (fresh) process and return its wall time, peaks and disk use."""
+    with np.load(inputs_path) as data:
+        inputs = {name: data[name] for name in data.files}
+    with MemorySampler() as sampler:
+        started = time.perf_counter()
+        if mode == "baseline":
+            info = _run_baseline(model_path, inputs)
+        else:
+            info = _run_compare(model_path, inputs, workdir, layerwise=mode == "compare+layerwise")
+        wall = time.perf_counter() - started
+    kib = 1024  # ru_maxrss is in KiB on Linux
+    return {
+        **info, "mode": mode, "wall_s": wall, "tree_peak_bytes": sampler.peak_bytes, "samples": sampler.samples,
+        "main_peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * kib,
+        "worker_peak_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * kib if mode != "baseline" else 0,
+        "oracle_store": dir_size(workdir / "activations").to_json(),
+        "target_dump": dir_size(workdir / "target-activations").to_json(),
+        "workdir": dir_size(workdir).to_json(),
+    }
+
+
+# ----------------------------------------------------------------------------------------- parent process
+
+
+def measure(case: ModelCase, mode: str) -> dict[str, Any]:
+    """One measurement of ``mode`` on ``case`` in a fresh Python process (so peaks are its own)."""
+    with tempfile.TemporaryDirectory(prefix="compare-bench-") as work:
+        command = [sys.executable, __file__, "--child", mode, str(case.path), str(case.inputs), work]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"{mode} on {case.name}-{case.nodes} failed:\n{done.stderr[-3000:]}")
+        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Median wall time and the largest peaks over repeated runs of one mode."""
+    first = runs[0]
+    return {
+        "mode": first["mode"], "repeats": len(runs), "passed": first["passed"], "invocations": first["invocations"],
+        "wall_s": median([r["wall_s"] for r in runs]), "wall_all_s": [round(r["wall_s"], 3) for r in runs],
+        **{key: max(r[key] for r in runs) for key in ("main_peak_bytes", "worker_peak_bytes", "tree_peak_bytes")},
+        "oracle_store": first["oracle_store"], "target_dump": first["target_dump"], "workdir": first["workdir"],
+    }
+
+
+def time_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
+    rows = []
+    for entry in results:
+        base = next(s for s in entry["modes"] if s["mode"] == "baseline")
+        for s in entry["modes"]:
+            worker = f"{mib(s['worker_peak_bytes']):.0f}" if s["worker_peak_bytes"] else "-"
+            rows.append([entry["model"], str(entry["nodes"]), s["mode"], f"{s['wall_s']:.2f}",
+                         f"{s['wall_s'] / base['wall_s']:.1f}x", f"{mib(s['main_peak_bytes']):.0f}", worker,
+                         f"{mib(s['tree_peak_bytes']):.0f}", f"{s['tree_peak_bytes'] / base['tree_peak_bytes']:.1f}x",
+                         "/".join(str(v) for v in s["invocations"].values()), "pass" if s["passed"] else "FAIL"])
+    return rows
+
+
+def disk_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
+    rows = []
+    for entry in results:
+        s = next(s for s in entry["modes"] if s["mode"] == "compare+layerwise")
+        for label in ("oracle_store", "target_dump", "workdir"):
+            size = s[label]
+            rows.append([entry["model"], str(entry["nodes"]), label.replace("_", " "), str(size["files"]),
+                         f"{mib(size['apparent_bytes']):.1f}", f"{mib(size['disk_bytes']):.1f}"])
+    return rows
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_size_args(parser)
+    parser.add_argument("--repeats", type=int, help="runs per mode; the median wall time is reported "
+                        "(default 3, 1 with --quick)")
+    parser.add_argument("--models", nargs="+", choices=sorted(BUILDERS), help="default: host wide")
+    parser.add_argument("--child", nargs=4, metavar=("MODE", "MODEL", "INPUTS", "WORKDIR"), help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        mode, model, inputs, work = args.child
+        print(json.dumps(measure_here(mode, Path(model), Path(inputs), Path(work))))
+        return 0
+    sizes = (1000,) if args.quick else (5000, 10000, 20000) if args.full else (5000,)
+    names = args.models or (["host"] if args.quick else ["host", "wide"])
+    repeats = args.repeats or (1 if args.quick else 3)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="compare-bench-models-") as root:
+        for nodes in sizes:
+            for name in names:
+                case = build_case(name, nodes, Path(root))
+                modes = [summarize([measure(case, mode) for _ in range(repeats)]) for mode in MODES]
+                results.append({"model": name, "nodes": nodes, "modes": modes})
+                print(f"measured {name}-{nodes}", file=sys.stderr, flush=True)
+    print(f"compare vs two plain ONNX Runtime runs ({describe_machine()}); median of {repeats} run(s)")
+    print_table("Wall time and peak resident memory (MiB)",
+                ["model", "nodes", "run", "wall s", "x base", "main", "worker", "main+workers", "x base",
+                 "runs o/t", "verdict"], time_rows(results), left=3,
+                notes=["main: peak RSS of the main process; worker: peak RSS of the largest worker process;",
+                       "main+workers: peak of their sum at one time (sampled every 10 ms); runs o/t: oracle/target "
+                       "backend runs"])
+    print_table("Activation stores on disk after compare+layerwise", ["model", "nodes", "what", "files", "MiB",
+                "MiB on disk"], disk_rows(results), left=3)
+    write_json(args.json, {"benchmark": "compare", "repeats": repeats, "results": results})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

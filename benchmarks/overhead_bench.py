@@ -1,0 +1,280 @@
+"""graphbisect's own cost per reduce candidate (materialize + serialize + check, backend excluded), 2,000–50,000 nodes.
+
+For each model, one oracle run fills the activation store, then random node subsets of several sizes (10
+nodes, 1 %, 50 % and 100 % of the model) and contiguous topological slices of the same sizes (what prefix and
+suffix bisection try) are turned into candidates exactly as :class:`graphbisect.oracle.tester.CandidateTester`
+does before it hands one to a backend:
+
+* ``materialize``: :meth:`graphbisect.strategies.subgraph.SubgraphSpace.materialize` (cut tensors fed from the
+  store, outputs at the frontier, initializers referenced into the shared ``weights.bin``);
+* ``save``: :func:`graphbisect.model.io.save_proto` (atomic write of the candidate file);
+* ``check``: ``onnx.checker.check_model(path)``, the tester's last gate before a run.
+
+Reported: mean and p95 milliseconds per candidate, microseconds per kept node (flat across model sizes when
+the cost is proportional to the candidate, not to the model), the candidate file's size, the bytes of
+weights it *references* in ``weights.bin`` and the weight bytes it *copies* (must be 0: weights are never
+copied per candidate). A third model, a 72 MiB transformer (hidden 256), makes that last point visible: the
+hosts' weights are tiny (a shared pool of 16).
+
+The activation store comes from ``compare_models(..., layerwise=True, workdir=...)``. The setup table also
+times ``Model.with_outputs`` (the probe ``compare`` and ``reduce`` build), which was quadratic before commit
+bd8b8b3 (928 s at 50,000 nodes).
+
+Run: ``python benchmarks/overhead_bench.py [--quick | --full] [--profile] [--json PATH]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from _common import add_size_args, describe_machine, dir_size, print_table, write_json
+
+from graphbisect.data import ActivationStore
+from graphbisect.examples import host_network, transformer, transformer_inputs
+from graphbisect.model import Model, load_model, save_proto
+from graphbisect.strategies.subgraph import Candidate, SubgraphSpace
+from graphbisect.workflows.compare import compare_models
+
+KINDS = ("random", "slice")
+
+
+@dataclass(frozen=True)
+class Subject:
+    """A model under test with its inputs and how long it took to build, load and capture."""
+
+    name: str
+    model: Model
+    inputs: dict[str, np.ndarray]
+    build_s: float
+
+
+def build_subject(name: str) -> Subject:
+    """``host-N`` (``host_network(N)``) or ``transformer-h256`` (24 layers, hidden 256, 72 MiB of weights)."""
+    started = time.perf_counter()
+    if name.startswith("host-"):
+        host = host_network(int(name.split("-")[1]))
+        proto, inputs = host.model, dict(host.inputs)
+    else:
+        proto, inputs = transformer(hidden=256, heads=4), transformer_inputs()
+    return Subject(name, load_model(proto), inputs, time.perf_counter() - started)
+
+
+# ------------------------------------------------------------------------------------------- the store
+
+
+def capture(subject: Subject, folder: Path) -> tuple[Path, float]:
+    """The oracle activation store of ``subject`` from ``compare_models(layerwise=True)``: (folder, seconds)."""
+    started = time.perf_counter()
+    compare_models(subject.model, inputs=subject.inputs, layerwise=True, workdir=folder)
+    return folder / "activations", time.perf_counter() - started
+
+
+def probe_seconds(model: Model) -> float:
+    """Seconds to build the probe exposing every tensor (``compare`` and ``reduce`` build it; once O(n²))."""
+    started = time.perf_counter()
+    model.with_outputs(model.intermediate_names())
+    return time.perf_counter() - started
+
+
+def make_space(subject: Subject, store_dir: Path, folder: Path) -> tuple[SubgraphSpace, float]:
+    store = ActivationStore.open(store_dir)
+
+    def value(name: str) -> np.ndarray:
+        return subject.inputs[name] if name in subject.inputs else store.get(name)
+
+    started = time.perf_counter()
+    space = SubgraphSpace(subject.model, value, folder / "candidates")
+    return space, time.perf_counter() - started
+
+
+# ------------------------------------------------------------------------------------------ candidates
+
+
+def subset(kind: str, size: int, total: int, rng: random.Random) -> frozenset[int]:
+    """``size`` random node indices, or a contiguous slice of ``size`` nodes at a random offset."""
+    if kind == "random":
+        return frozenset(rng.sample(range(total), size))
+    start = rng.randrange(total - size + 1)
+    return frozenset(range(start, start + size))
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The cost of one candidate, in seconds, and what it contains."""
+
+    materialize: float
+    save: float
+    check: float
+    file_bytes: int
+    referenced_bytes: int  # weights the candidate points to in weights.bin
+    copied_bytes: int  # weights of weights.bin copied into the candidate (must be 0)
+    feeds: int
+
+
+def weight_bytes(space: SubgraphSpace, candidate: Candidate) -> tuple[int, int]:
+    """(bytes referenced in weights.bin, bytes of those weights copied inline) for one candidate."""
+    referenced = copied = 0
+    for tensor in candidate.proto.graph.initializer:
+        ref = space.refs.get(tensor.name)
+        if ref is None:
+            continue
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            referenced += ref.length
+        else:
+            copied += ref.length
+    return referenced, copied
+
+
+def one_candidate(space: SubgraphSpace, keep: frozenset[int], path: Path) -> Sample:
+    """Materialize, save and check one candidate as the tester does; time each step."""
+    t0 = time.perf_counter()
+    candidate = space.materialize(keep)
+    t1 = time.perf_counter()
+    save_proto(candidate.proto, path)
+    t2 = time.perf_counter()
+    onnx.checker.check_model(str(path))
+    t3 = time.perf_counter()
+    referenced, copied = weight_bytes(space, candidate)
+    size = path.stat().st_size
+    path.unlink()
+    return Sample(t1 - t0, t2 - t1, t3 - t2, size, referenced, copied, len(candidate.feeds))
+
+
+def sizes_for(total: int) -> list[int]:
+    return sorted({min(10, total), max(1, total // 100), total // 2, total})
+
+
+def repeats_for(size: int, quick: bool) -> int:
+    if size <= 1000:
+        return 10 if quick else 30
+    return 3 if size > 20000 or quick else 5
+
+
+def p95(values: Sequence[float]) -> float:
+    return float(np.percentile(values, 95))
+
+
+def measure(space: SubgraphSpace, kind: str, size: int, repeats: int, seed: int) -> dict[str, Any]:
+    """Mean/p95 of each step over ``repeats`` fresh subsets of ``size`` nodes."""
+    rng = random.Random(f"{seed}-{kind}-{size}")
+    samples = [one_candidate(space, subset(kind, size, space.size, rng), space.workdir / "candidate.onnx")
+               for _ in range(repeats)]
+    out: dict[str, Any] = {"kind": kind, "nodes": size, "repeats": repeats}
+    for step in ("materialize", "save", "check"):
+        values = [getattr(s, step) * 1e3 for s in samples]
+        out[f"{step}_ms"] = {"mean": statistics.fmean(values), "p95": p95(values)}
+    totals = [(s.materialize + s.save + s.check) * 1e3 for s in samples]
+    out["total_ms"] = {"mean": statistics.fmean(totals), "p95": p95(totals)}
+    out["us_per_node"] = 1e3 * out["total_ms"]["mean"] / size
+    for key in ("file_bytes", "referenced_bytes", "copied_bytes", "feeds"):
+        out[key] = max(getattr(s, key) for s in samples)
+    return out
+
+
+def profile(space: SubgraphSpace, kind: str, size: int, repeats: int = 20, top: int = 14) -> str:
+    """cProfile's top entries (cumulative time) over ``repeats`` candidates of ``size`` nodes."""
+    rng = random.Random(f"profile-{kind}-{size}")
+    keeps = [subset(kind, size, space.size, rng) for _ in range(repeats)]
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for keep in keeps:
+        one_candidate(space, keep, space.workdir / "candidate.onnx")
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(top)
+    return text.getvalue()
+
+
+# ------------------------------------------------------------------------------------------------ main
+
+
+def run_subject(name: str, args: argparse.Namespace, root: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    subject = build_subject(name)
+    folder = root / name
+    folder.mkdir(parents=True)
+    probe_s = probe_seconds(subject.model)
+    store_dir, capture_s = capture(subject, folder)
+    space, space_s = make_space(subject, store_dir, folder)
+    log(f"{name}: built {subject.build_s:.1f} s, compare {capture_s:.1f} s, space {space_s:.2f} s")
+    rows = [measure(space, kind, size, repeats_for(size, args.quick), args.seed)
+            for size in sizes_for(space.size) for kind in KINDS]
+    weights = (space.workdir / "weights.bin").stat().st_size
+    result = {"model": name, "nodes": space.size, "build_s": subject.build_s, "with_outputs_s": probe_s,
+              "capture_s": capture_s, "space_init_s": space_s, "weights_bin_bytes": weights,
+              "store": dir_size(store_dir).to_json(), "rows": rows}
+    if args.profile:
+        result["profile"] = {f"{kind}-{size}": profile(space, kind, size) for kind in KINDS
+                             for size in (min(10, space.size), max(1, space.size // 100))}
+    return result
+
+
+def table_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
+    rows = []
+    for entry in results:
+        for r in entry["rows"]:
+            rows.append([entry["model"], str(entry["nodes"]), r["kind"], str(r["nodes"]), str(r["repeats"]),
+                         *(f"{r[f'{s}_ms']['mean']:.2f}/{r[f'{s}_ms']['p95']:.2f}"
+                           for s in ("materialize", "save", "check", "total")),
+                         f"{r['us_per_node']:.1f}", f"{r['file_bytes'] / 1024:.1f}",
+                         f"{r['referenced_bytes'] / 1024:.1f}", str(r["copied_bytes"]),
+                         f"{entry['weights_bin_bytes'] / 1024:.0f}"])
+    return rows
+
+
+def setup_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
+    return [[e["model"], str(e["nodes"]), f"{e['build_s']:.1f}", f"{e['with_outputs_s']:.2f}", f"{e['capture_s']:.1f}",
+             f"{e['space_init_s']:.2f}", f"{e['store']['files']}", f"{e['store']['apparent_bytes'] / 2**20:.1f}",
+             f"{e['store']['disk_bytes'] / 2**20:.0f}"] for e in results]
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_size_args(parser)
+    parser.add_argument("--models", nargs="+", help="host-N and/or transformer-h256 "
+                        "(default host-2000 host-50000 transformer-h256; --quick: host-2000; --full adds host-100000)")
+    parser.add_argument("--profile", action="store_true", help="print cProfile's top entries per model")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    names = args.models or (["host-2000"] if args.quick else
+                            ["host-2000", "host-50000", "host-100000", "transformer-h256"] if args.full else
+                            ["host-2000", "host-50000", "transformer-h256"])
+    with tempfile.TemporaryDirectory(prefix="overhead-bench-") as root:
+        results = [run_subject(name, args, Path(root), lambda m: print(m, file=sys.stderr, flush=True))
+                   for name in names]
+    print(f"Per-candidate overhead, backend excluded ({describe_machine()})")
+    print_table("Setup (once per model)", ["model", "nodes", "build+load s", "probe s", "compare s",
+                "SubgraphSpace s", "store files", "store MiB", "on disk MiB"], setup_rows(results), left=1,
+                notes=["probe: Model.with_outputs(every tensor), the probe compare and reduce build; compare: "
+                       "compare_models(layerwise=True), which fills the store."])
+    print_table("Per candidate: mean/p95 ms", ["model", "nodes", "subset", "kept", "reps", "materialize", "save",
+                "check", "total", "us/node", "file KiB", "refs KiB", "copied B", "weights.bin KiB"],
+                table_rows(results), left=3,
+                notes=["refs KiB: weights the candidate references in weights.bin; copied B: weight bytes copied into "
+                       "the candidate (0 = never copied)."])
+    for entry in results:
+        for label, text in entry.get("profile", {}).items():
+            print(f"\ncProfile, {entry['model']}, {label}-node candidates (20 of them):\n{text}")
+    write_json(args.json, {"benchmark": "overhead", "results": results})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
