@@ -69,7 +69,7 @@ class MinimalityChecker:
         def value(name: str) -> np.ndarray:
             return feeds[name] if name in feeds else store.get(name)
 
-        self.model = model
+        self.model, self.baseline = model, baseline
         self.space = SubgraphSpace(model, value, workdir / "candidates")
         self.pool = WorkerPool(DEFAULT_TARGET, 1, workdir / "target")
         self.tester = CandidateTester(self.space, self.pool, baseline, tolerance or Tolerance())
@@ -89,7 +89,8 @@ class MinimalityChecker:
         result = self.tester(keep)
         if result.outcome is not Outcome.FAIL:
             return Minimality(False, None, runs=self.pool.invocations - start,
-                              reason=f"does not fail like the original: {_describe(result.detail)}")
+                              reason=f"fails differently: {_describe(result.detail)} (original: "
+                              f"{_describe(self.baseline)})")
         for node in sorted(keep):
             if len(keep) > 1 and self.tester(keep - {node}).outcome is Outcome.FAIL:
                 return Minimality(True, False, self.model.node_names[node], self.pool.invocations - start)
@@ -97,7 +98,9 @@ class MinimalityChecker:
 
 
 def _describe(detail: object) -> str:
-    """The candidate's own signature, from a tester result's detail."""
+    """A signature (or a tester result's detail holding one) in a few words: its detail, else its kind."""
     if isinstance(detail, dict) and "signature" in detail:
-        return Signature.from_json(detail["signature"]).describe()
+        detail = Signature.from_json(detail["signature"])
+    if isinstance(detail, Signature):
+        return detail.detail or detail.kind.value if detail.failed else "passes"
     return str(detail)

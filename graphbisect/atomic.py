@@ -16,10 +16,12 @@ __all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text"]
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
+def atomic_path(path: str | Path, *, durable: bool = True) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; when the block succeeds, fsync it and rename it over ``path``.
 
     The file is made readable by everyone (``mkstemp`` creates it private), as bundles are shared.
+    ``durable=False`` skips the fsync (still atomic): for scratch files deleted right after use, such as
+    reduction candidates, where the fsync was most of the write's cost.
 
     Example:
         >>> import tempfile, pathlib
@@ -36,8 +38,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp = Path(name)
     try:
         yield tmp
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
+        if durable:
+            with open(tmp, "rb+") as handle:
+                os.fsync(handle.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     finally:

@@ -505,6 +505,9 @@ class OutputFiles(Mapping[str, np.ndarray]):
     def __len__(self) -> int:
         return len(self._files)
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._files  # Mapping's default would map the file just to answer `in`
+
     def path(self, name: str) -> Path:
         return self._files[name]
 

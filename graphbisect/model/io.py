@@ -224,11 +224,12 @@ def _inline_size(proto: onnx.ModelProto) -> int:
         return PROTOBUF_LIMIT
 
 
-def save_proto(proto: onnx.ModelProto, path: str | Path) -> Path:
+def save_proto(proto: onnx.ModelProto, path: str | Path, *, durable: bool = True) -> Path:
     """Save ``proto`` to ``path`` atomically; returns ``path``.
 
     A model too large for one protobuf (≥ 2 GiB) is saved with its initializers in ``<name>.data``
     next to it (also written atomically, before the model that references it). ``proto`` is not modified.
+    ``durable=False`` skips the fsync (see :func:`graphbisect.atomic.atomic_path`), for scratch models.
     """
     path = Path(path)
     if _inline_size(proto) >= PROTOBUF_LIMIT:
@@ -237,7 +238,7 @@ def save_proto(proto: onnx.ModelProto, path: str | Path) -> Path:
         data = proto.SerializeToString()
     except Exception as exc:
         raise ModelError(f"cannot serialize the model for {path}: {exc}", hint="report this as a bug") from exc
-    with atomic_path(path) as tmp:
+    with atomic_path(path, durable=durable) as tmp:
         tmp.write_bytes(data)
     return path
 

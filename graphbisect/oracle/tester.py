@@ -98,7 +98,7 @@ class CandidateTester:
         if not candidate.outputs:
             return TestResult(Outcome.UNRESOLVED, invoked=False, detail="candidate has no comparable output")
         path = self.space.workdir / f"candidate-{_digest(keep)}.onnx"
-        save_proto(candidate.proto, path)
+        save_proto(candidate.proto, path, durable=False)  # deleted after its run: no fsync
         try:
             invalid = _check(path)
             if invalid:

@@ -47,6 +47,10 @@ __all__ = ["Candidate", "SubgraphSpace", "plan"]
 
 log = logging.getLogger(__name__)
 
+#: Boundary values up to this size are cached in memory per space (the rest stay memory-mapped in the store).
+_CACHE_MAX_BYTES = 64 << 10
+_CACHE_TOTAL_BYTES = 256 << 20
+
 #: Cut tensors of these dtypes and at most this many elements become initializers, not graph inputs.
 _CONST_KINDS = "biu"
 _CONST_MAX_ELEMENTS = 4096
@@ -77,7 +81,9 @@ class SubgraphSpace:
     def __init__(self, model: Model, values: Callable[[str], np.ndarray], workdir: Path, *,
                  cut_as_initializers: bool = False) -> None:
         self.model = model
-        self.values = values
+        self._values = values
+        self._small: dict[str, np.ndarray] = {}
+        self._small_bytes = 0
         self.workdir = Path(workdir)
         self.cut_as_initializers = cut_as_initializers
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -96,6 +102,19 @@ class SubgraphSpace:
     @property
     def size(self) -> int:
         return len(self.model.nodes)
+
+    def values(self, name: str) -> np.ndarray:
+        """The oracle's value of ``name``. Small values are kept: candidates reuse the same boundary tensors,
+        and re-mapping a stored ``.npy`` (open, parse the header, map) was most of a candidate's build time."""
+        cached = self._small.get(name)
+        if cached is not None:
+            return cached
+        value = np.asarray(self._values(name))
+        if value.nbytes <= _CACHE_MAX_BYTES and self._small_bytes + value.nbytes <= _CACHE_TOTAL_BYTES:
+            value = np.array(value)  # a private in-memory copy: no file stays mapped
+            self._small[name] = value
+            self._small_bytes += value.nbytes
+        return value
 
     def boundary(self, keep: Iterable[int]) -> tuple[list[str], list[str], list[str]]:
         """(cut tensors to feed, initializers used, output tensors) of a node subset, in graph order."""
