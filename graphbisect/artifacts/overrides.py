@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graphbisect.artifacts.charts import ErrorPoint, error_chart_svg
+from graphbisect.atomic import atomic_write_text
 
 __all__ = ["OPENVINO_NOTE", "PrecisionOverrides", "sensitivity_chart_svg", "write_overrides"]
 
@@ -103,9 +104,9 @@ def write_overrides(overrides: PrecisionOverrides, folder: Path) -> list[Path]:
     """Write ``overrides.json``, ``trtexec.txt`` and ``snippets.py`` into ``folder``; return the paths."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / "overrides.json", folder / "trtexec.txt", folder / "snippets.py"]
-    paths[0].write_text(json.dumps(overrides.to_json(), indent=2) + "\n")
-    paths[1].write_text(overrides.trtexec() + "\n")
-    paths[2].write_text("\n\n".join(f"# --- {k}\n{v}" for k, v in overrides.snippets().items()) + "\n")
+    atomic_write_text(paths[0], json.dumps(overrides.to_json(), indent=2) + "\n")
+    atomic_write_text(paths[1], overrides.trtexec() + "\n")
+    atomic_write_text(paths[2], "\n\n".join(f"# --- {k}\n{v}" for k, v in overrides.snippets().items()) + "\n")
     return paths
 
 

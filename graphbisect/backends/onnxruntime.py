@@ -50,8 +50,8 @@ from typing import Any
 
 import numpy as np
 
-from graphbisect.backends.worker import option_flag
-from graphbisect.errors import InputError, ModelError, SpecError
+from graphbisect.backends.worker import option_flag, select_feeds
+from graphbisect.errors import ModelError, SpecError
 
 __all__ = ["OnnxRuntime", "OptimizerCatalog", "OrtOptions", "capture_fd2", "optimizer_catalog"]
 
@@ -398,11 +398,7 @@ class OnnxRuntime:
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run the session; feeds the model does not declare are ignored, missing ones are an InputError."""
-        missing = [name for name in self._required if name not in inputs]
-        if missing:
-            raise InputError(f"no value for model input {', '.join(map(repr, missing))}",
-                             hint=f"the model needs inputs {', '.join(self._required)}")
-        feed = {name: value for name, value in inputs.items() if name in self._feedable}
+        feed = select_feeds(inputs, self._required, self._feedable)
         values = self._session.run(self._outputs, feed)
         return dict(zip(self._outputs, values, strict=True))
 

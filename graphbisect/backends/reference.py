@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from graphbisect.errors import InputError, ModelError, SpecError
+from graphbisect.backends.worker import select_feeds
+from graphbisect.errors import ModelError, SpecError
 
 __all__ = ["Reference"]
 
@@ -57,11 +58,7 @@ class Reference:
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Evaluate; feeds the model does not declare are ignored, missing ones are an InputError."""
-        missing = [name for name in self._required if name not in inputs]
-        if missing:
-            raise InputError(f"no value for model input {', '.join(map(repr, missing))}",
-                             hint=f"the model needs inputs {', '.join(self._required)}")
-        feed = {name: value for name, value in inputs.items() if name in self._inputs}
+        feed = select_feeds(inputs, self._required, self._inputs)
         values = self._evaluator.run(self._outputs, feed)
         return {name: np.asarray(value) for name, value in zip(self._outputs, values, strict=True)}
 

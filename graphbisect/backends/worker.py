@@ -42,13 +42,13 @@ import tempfile
 import time
 import traceback
 import zipfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, overload
 
 import numpy as np
 
-from graphbisect.errors import GraphBisectError, SpecError
+from graphbisect.errors import GraphBisectError, InputError, SpecError
 
 __all__ = ["MANIFEST", "PROTOCOL_VERSION", "load_npz", "main", "option_flag", "save_npz", "write_outputs"]
 
@@ -172,6 +172,21 @@ def option_int(options: Mapping[str, str], key: str, low: int, high: int | None 
         bound = f"{low}..{high}" if high is not None else f">= {low}"
         raise SpecError(f"option {key}={number} is out of range", hint=f"use a value in {bound}")
     return number
+
+
+def select_feeds(inputs: Mapping[str, np.ndarray], required: Sequence[str],
+                 accepted: Collection[str]) -> dict[str, np.ndarray]:
+    """The feeds a model declares (others are ignored); a missing required one is an :class:`InputError`.
+
+    Example:
+        >>> sorted(select_feeds({"x": np.zeros(1), "extra": np.zeros(1)}, ["x"], {"x"}))
+        ['x']
+    """
+    missing = [name for name in required if name not in inputs]
+    if missing:
+        raise InputError(f"no value for model input {', '.join(map(repr, missing))}",
+                         hint=f"the model needs inputs {', '.join(required)}")
+    return {name: value for name, value in inputs.items() if name in accepted}
 
 
 # ------------------------------------------------------------------------------------------ messages

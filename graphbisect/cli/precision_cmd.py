@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from graphbisect.atomic import atomic_write_text
 from graphbisect.cli.common import add_model_arguments, load_feeds, load_model_arg, tolerance_from_args
 
 if TYPE_CHECKING:
@@ -51,8 +52,7 @@ def run(args: argparse.Namespace) -> int:
     )
     print_result(result, rows=args.rows)
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        atomic_write_text(args.json, json.dumps(result.to_json(), indent=2) + "\n")
         print(f"wrote {args.json}")
     for path in result.files:
         print(f"wrote {path}")

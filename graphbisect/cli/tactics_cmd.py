@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from graphbisect.atomic import atomic_write_text
+
 __all__ = ["add_arguments", "run"]
 
 _DEFAULT_TARGET = "openvino"
@@ -87,7 +89,7 @@ def _tolerance(args: argparse.Namespace, oracle: str | None) -> Any:
 def _write_json(path: Path | None, data: object) -> None:
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        atomic_write_text(path, json.dumps(data, indent=1) + "\n")
 
 
 def _record(args: argparse.Namespace) -> int:

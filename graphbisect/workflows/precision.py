@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from graphbisect.artifacts.overrides import PrecisionOverrides, sensitivity_chart_svg, write_overrides
+from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import BackendProcess, Capability, resolve
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
 from graphbisect.compare import Tolerance
@@ -243,8 +244,8 @@ def _write_artifacts(out_dir: Path, lowering: Lowering, keep: frozenset[int], ro
     if rows:
         chart = out_dir / "sensitivity.svg"
         by_unit = sorted(rows, key=lambda r: r.unit)
-        chart.write_text(sensitivity_chart_svg([(r.unit, r.node, r.score, r.breaks_alone) for r in by_unit],
-                                               lowering.mode.value))
+        atomic_write_text(chart, sensitivity_chart_svg([(r.unit, r.node, r.score, r.breaks_alone) for r in by_unit],
+                                                       lowering.mode.value))
         files.append(chart)
     return files
 
