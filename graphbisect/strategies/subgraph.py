@@ -16,7 +16,8 @@ The search plan (:func:`plan`) uses cheap structure before brute force:
 2. prefix bisection: the shortest topological prefix that still fails ends at the culprit's last node;
 3. suffix bisection inside it: the shortest slice that still fails starts at the culprit's first node;
 4. the cone: the slice's nodes that the failing tensors depend on (drops interleaved parallel branches);
-5. probabilistic delta debugging down to a 1-minimal set, with a final one-by-one sweep.
+5. probabilistic delta debugging down to a 1-minimal set, with a final one-by-one sweep (a slice of at
+   most 8 nodes goes straight to the sweep: it is usually minimal already, and the sweep is the proof).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from graphbisect.engine import (
     SearchResult,
     bisect_prefix,
     probdd,
+    sweep,
 )
 from graphbisect.model import Model
 from graphbisect.model.io import ExternalRef, copy_model, strip_to_external, write_weights_file
@@ -46,6 +48,9 @@ from graphbisect.model.normalize import node_dependencies
 __all__ = ["Candidate", "SubgraphSpace", "plan"]
 
 log = logging.getLogger(__name__)
+
+#: Start sets at most this large skip ProbDD and go straight to the one-by-one sweep.
+_SWEEP_ONLY_MAX = 8
 
 #: Boundary values up to this size are cached in memory per space (the rest stay memory-mapped in the store).
 _CACHE_MAX_BYTES = 64 << 10
@@ -199,6 +204,10 @@ def plan(evaluator: Evaluator, space: SubgraphSpace, *, hints: Sequence[frozense
             best.append(_cone(evaluator, space, best[-1]))
     except BudgetExhausted as exc:
         return SearchResult(best[-1], False, exc.reason, evaluator.stats(), ())
+    if len(best[-1]) <= _SWEEP_ONLY_MAX:
+        # A slice this small is usually minimal already: the proof (one run per node) is all that is left,
+        # and ProbDD's group removals before its own closing sweep only add runs.
+        return sweep(evaluator, best[-1], phase="sweep")
     return probdd(evaluator, best[-1], prior=dict(priors) if priors else None, phase="probdd")
 
 
