@@ -372,6 +372,16 @@ class CannotRun(Exception):
 
 '''
 
+#: The one ONNX Runtime run used by every section that runs on ORT (onnxruntime, onnxoptimizer).
+_ORT_RUN_TARGET = r'''
+
+def run_target(session, inputs, output_names):
+    """Run once; feed only what the session accepts (cut tensors may be initializers it overrides)."""
+    accepted = {i.name for i in session.get_inputs()} | {i.name for i in session.get_overridable_initializers()}
+    values = session.run(output_names, {name: value for name, value in inputs.items() if name in accepted})
+    return dict(zip(output_names, values))
+'''
+
 _ORT_CODE = r'''
 # ------------------------------------------------------------------------------ the target: ONNX Runtime
 def import_library(options):
@@ -404,13 +414,7 @@ def load_target(model_path, options):
                                 disabled_optimizers=options["disabled_optimizers"])
 
 
-def run_target(session, inputs, output_names):
-    """Run once; feed only what the session accepts (cut tensors may be initializers it overrides)."""
-    accepted = {i.name for i in session.get_inputs()} | {i.name for i in session.get_overridable_initializers()}
-    values = session.run(output_names, {name: value for name, value in inputs.items() if name in accepted})
-    return dict(zip(output_names, values))
-
-'''
+''' + _ORT_RUN_TARGET
 
 _REFERENCE_CODE = r'''
 # ------------------------------------------------------------------- the target: onnx.reference (numpy)
@@ -480,13 +484,7 @@ def load_target(model_path, options):
                                 disabled_optimizers=session["disabled_optimizers"])
 
 
-def run_target(session, inputs, output_names):
-    """Run once; feed only what the session accepts (cut tensors may be initializers it overrides)."""
-    accepted = {i.name for i in session.get_inputs()} | {i.name for i in session.get_overridable_initializers()}
-    values = session.run(output_names, {name: value for name, value in inputs.items() if name in accepted})
-    return dict(zip(output_names, values))
-
-'''
+''' + _ORT_RUN_TARGET
 
 _OPENVINO_CODE = r'''
 # -------------------------------------------------------------------------------- the target: OpenVINO
