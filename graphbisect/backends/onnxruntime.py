@@ -383,6 +383,11 @@ class OnnxRuntime:
         so = _session_options(self._ort, self.options, self.options.opt_level)
         if self.options.save_optimized:
             so.optimized_model_filepath = str(self.workdir / "optimized.onnx")
+            # Weights go to a side file: a model over 2 GB cannot be serialized inline, and the graph is
+            # what callers read (load_external_data=False).
+            so.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                        "optimized.weights")
+            so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
         fired: dict[str, list[str]] = {}
         if self.options.report_passes:
             so.log_severity_level = 0

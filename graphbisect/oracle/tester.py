@@ -27,8 +27,8 @@ from graphbisect.backends import BackendProcess, BackendSpec, RunResult
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.engine import Outcome, TestResult
 from graphbisect.model.io import save_proto
-from graphbisect.oracle.signature import Signature, signature_of
-from graphbisect.strategies.subgraph import SubgraphSpace
+from graphbisect.oracle.signature import EXACT_VALUES, FailureKind, Signature, signature_of
+from graphbisect.strategies.subgraph import Candidate, SubgraphSpace
 
 __all__ = ["CandidateTester", "Judgement", "WorkerPool", "judge"]
 
@@ -97,6 +97,9 @@ class CandidateTester:
             return TestResult(Outcome.UNRESOLVED, invoked=False, detail=f"no oracle value for cut tensor {exc}")
         if not candidate.outputs:
             return TestResult(Outcome.UNRESOLVED, invoked=False, detail="candidate has no comparable output")
+        impossible = self._cannot_match(candidate)
+        if impossible:
+            return TestResult(Outcome.UNRESOLVED, invoked=False, detail=impossible)
         path = self.space.workdir / f"candidate-{_digest(keep)}.onnx"
         save_proto(candidate.proto, path, durable=False)  # deleted after its run: no fsync
         try:
@@ -119,6 +122,31 @@ class CandidateTester:
             outcome = Outcome.PASS
         detail = {"signature": verdict.signature.to_json(), "failing": verdict.failing_tensors}
         return TestResult(outcome, invoked=True, detail=detail)
+
+    def _cannot_match(self, candidate: Candidate) -> str | None:
+        """Why the candidate cannot fail like the baseline whatever the target does, judged from the types
+        of its outputs alone (None when it can): an integer/boolean flip needs an integer or boolean output,
+        a float error or a NaN a float one. Such candidates would cost a run and end UNRESOLVED or PASS,
+        which the search treats alike, so they are not run."""
+        if not self.compare or self.baseline.kind not in (FailureKind.MISMATCH, FailureKind.NAN):
+            return None
+        kinds = {_value_class(value.type.tensor_type.elem_type) for value in candidate.proto.graph.output}
+        if self.baseline.detail == EXACT_VALUES:
+            return None if kinds - {"float"} else "no integer/boolean output, and the failure is an integer flip"
+        return None if kinds - {"exact"} else "no float output, and the failure is a float error"
+
+
+def _value_class(elem_type: int) -> str:
+    """"exact" (integer, boolean), "float", or "unknown" (no type: could be either)."""
+    if not elem_type:
+        return "unknown"
+    if elem_type == onnx.TensorProto.BOOL:
+        return "exact"
+    try:
+        kind = onnx.helper.tensor_dtype_to_np_dtype(elem_type).kind
+    except (KeyError, ValueError):  # string and other non-numeric types
+        return "unknown"
+    return "exact" if kind in "iu" else "float"
 
 
 def _check(path: Path) -> str | None:

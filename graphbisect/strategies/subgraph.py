@@ -12,12 +12,14 @@ Weights are never copied per candidate: every initializer above 1 KiB lives once
 the candidates, which reference it by offset (:func:`graphbisect.model.io.write_weights_file`).
 
 The search plan (:func:`plan`) uses cheap structure before brute force:
-1. hints from layerwise evidence (the first divergence and top root causes, each alone);
+1. hints from layerwise evidence (the first divergence and top root causes, each alone or, inside a fusion,
+   with the original nodes the fused node replaced: :mod:`graphbisect.localize.fusion`);
 2. prefix bisection: the shortest topological prefix that still fails ends at the culprit's last node;
 3. suffix bisection inside it: the shortest slice that still fails starts at the culprit's first node;
 4. the cone: the slice's nodes that the failing tensors depend on (drops interleaved parallel branches);
-5. probabilistic delta debugging down to a 1-minimal set, with a final one-by-one sweep (a slice of at
-   most 8 nodes goes straight to the sweep: it is usually minimal already, and the sweep is the proof).
+5. probabilistic delta debugging down to a 1-minimal set, with a final one-by-one sweep (a slice or hint of
+   at most 12 nodes goes straight to the sweep, ends first: it is mostly needed already, and the sweep is
+   the proof).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ __all__ = ["Candidate", "SubgraphSpace", "plan"]
 log = logging.getLogger(__name__)
 
 #: Start sets at most this large skip ProbDD and go straight to the one-by-one sweep.
-_SWEEP_ONLY_MAX = 8
+_SWEEP_ONLY_MAX = 12
 
 #: Boundary values up to this size are cached in memory per space (the rest stay memory-mapped in the store).
 _CACHE_MAX_BYTES = 64 << 10
@@ -207,8 +209,21 @@ def plan(evaluator: Evaluator, space: SubgraphSpace, *, hints: Sequence[frozense
     if len(best[-1]) <= _SWEEP_ONLY_MAX:
         # A slice this small is usually minimal already: the proof (one run per node) is all that is left,
         # and ProbDD's group removals before its own closing sweep only add runs.
-        return sweep(evaluator, best[-1], phase="sweep")
+        return sweep(evaluator, best[-1], atoms=_outside_in(best[-1]), phase="sweep")
     return probdd(evaluator, best[-1], prior=dict(priors) if priors else None, phase="probdd")
+
+
+def _outside_in(keep: frozenset[int]) -> list[frozenset[int]]:
+    """Single nodes, last, first, second-to-last, second, ...: a region's removable nodes sit at its ends
+    (a fused pattern's optional head and tail), and the sweep costs the tests up to its last removal plus
+    one pass over the result, so trying the ends first makes it cheapest."""
+    order = sorted(keep)
+    result = []
+    while order:
+        result.append(frozenset({order.pop()}))
+        if order:
+            result.append(frozenset({order.pop(0)}))
+    return result
 
 
 def _slice(evaluator: Evaluator, keep: frozenset[int]) -> frozenset[int]:

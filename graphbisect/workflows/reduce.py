@@ -3,10 +3,13 @@
 Oracle discipline, in order:
 1. one oracle run on the probe model captures every tensor into the activation store (expected values of
    every candidate, and the values fed at cut points);
-2. the target runs the **original** model: if it does not fail, stop (nothing to reduce); else its
-   signature is the baseline. A second run checks flakiness;
+2. the target runs the **original** model (saving the graph it compiled, where it can): if it does not
+   fail, stop (nothing to reduce); else its signature is the baseline;
 3. where the target can expose intermediates, one probed target run gives layerwise evidence (hints and
-   priors for the search) — unless probing masks the failure, which is reported and ignored;
+   priors for the search). With the compiled graph known, the probe exposes only the tensors that survived
+   optimization, so it compiles the same way and a fusion bug stays visible; its original outputs are then
+   the flakiness re-run. When the probe masks the failure (or cannot be had), a plain second run checks
+   flakiness;
 4. the search (:func:`graphbisect.strategies.subgraph.plan`) accepts only candidates whose signature
    matches the baseline;
 5. the result is re-verified in a *fresh* target worker, and the oracle re-runs the final model to confirm
@@ -38,6 +41,7 @@ from graphbisect.compare import Tolerance
 from graphbisect.data import ActivationStore, save_inputs, validate_inputs
 from graphbisect.engine import Budget, Evaluator, Journal, ProgressEvent, SearchAborted, SearchResult
 from graphbisect.errors import BackendError, GraphBisectError
+from graphbisect.localize.fusion import fused_region, surviving_tensors, vanished_tensors
 from graphbisect.localize.layerwise import analyze_layers
 from graphbisect.model import Model
 from graphbisect.model.io import save_proto
@@ -164,7 +168,7 @@ class _Run:
                 )
             self.invocations = recorded.get("invocations", self.invocations)
         elif not resume:
-            for stale in ("journal.jsonl", "baseline.json", "evidence.json", "activations"):
+            for stale in ("journal.jsonl", "baseline.json", "activations"):
                 path = self.work / stale
                 shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
         if feeds is not None and not (resume and (self.work / "inputs.npz").exists()):
@@ -222,72 +226,110 @@ class _Run:
 
         return value
 
-    def baseline(self, values: Callable[[str], np.ndarray]) -> tuple[Signature, bool]:
-        """The target on the original model, twice: the baseline signature and whether it is flaky."""
+    def baseline(self, store: ActivationStore, values: Callable[[str], np.ndarray]) -> _Baseline:
+        """The target on the original model: its signature, whether it is flaky, and layerwise evidence.
+
+        Run 1 is the original model (saving the target's optimized graph where the backend can). Run 2 is
+        the layerwise probe when evidence can be had, else the original again; the probe's own outputs
+        are the original outputs, so when they fail exactly like run 1 the probe *is* the flakiness
+        re-run. Only when they do not (flakiness, or probing masked the failure) does a plain re-run
+        decide. Saved in the work folder, so a resumed run does not pay for any of it again.
+        """
         path = self.work / "baseline.json"
         if path.exists():
             data = json.loads(path.read_text())
-            return Signature.from_json(data["signature"]), bool(data["flaky"])
-        model_path = self.work / "model.onnx"
-        signatures = []
-        with BackendProcess(self.target_spec, workdir=self.work / "baseline", timeout=self.options.timeout) as proc:
-            for attempt in range(2):
-                self.stage("running the target on the original model" + (" again (flakiness)" if attempt else ""))
-                run = proc.run(model_path, self.work / "inputs.npz")
-                self.count("target")
-                outputs = self.compared(self.model.output_names)
-                signatures.append(judge(run, values, outputs, self.tol, self.regex).signature)
-                if not signatures[0].failed:
-                    break
-        if self.options.fail_code is not None and signatures[0].failed and \
-                f"exited with code {self.options.fail_code}" not in signatures[0].detail:
-            self.notes.append(f"the check failed ({signatures[0].describe()}) but not with exit code "
-                              f"{self.options.fail_code}; that is not the failure asked for")
-            signatures = [Signature(FailureKind.NONE)]
-        flaky = len(signatures) == 2 and not signatures[0].matches(signatures[1])
-        atomic_write_text(path, json.dumps({"signature": signatures[0].to_json(), "flaky": flaky}))
-        return signatures[0], flaky
-
-    def evidence(self, store: ActivationStore, baseline: Signature) -> tuple[list[frozenset[int]], dict[int, float]]:
-        """Layerwise hints and priors from one probed target run, unless probing masks the failure.
-
-        Saved in the work folder, so a resumed run does not pay for it again.
-        """
-        path = self.work / "evidence.json"
-        if path.exists():
-            data = json.loads(path.read_text())
             self.notes.extend(data["notes"])
-            return [frozenset(h) for h in data["hints"]], {int(k): v for k, v in data["priors"].items()}
-        hints, priors, notes = self._collect_evidence(store, baseline)
+            return _Baseline(Signature.from_json(data["signature"]), bool(data["flaky"]),
+                             [frozenset(h) for h in data["hints"]], {int(k): v for k, v in data["priors"].items()})
+        saving = self._saving_spec()
+        first, survivors, ran = self._run_original(values, saving, "running the target on the original model")
+        notes: list[str] = []
+        again: Signature | None = None
+        if saving is not None and not ran:
+            # The crash must not come from saving the optimized graph: a plain run decides, and when it
+            # crashes the same way the saving run was its flakiness re-run.
+            plain, _, _ = self._run_original(values, None, "running the target on the original model again")
+            again, first, survivors = (first if plain.matches(first) else None), plain, None
+        hints: list[frozenset[int]] = []
+        priors: dict[int, float] = {}
+        if first.failed and self._evidence_possible(first):
+            probe_sig, hints, priors, notes = self._collect_evidence(store, values, survivors)
+            if probe_sig is not None and first.matches(probe_sig):
+                again = probe_sig
+        if first.failed and again is None:
+            again = self._run_original(values, None, "running the target on the original model again (flakiness)")[0]
+        if self.options.fail_code is not None and first.failed and \
+                f"exited with code {self.options.fail_code}" not in first.detail:
+            notes.append(f"the check failed ({first.describe()}) but not with exit code "
+                         f"{self.options.fail_code}; that is not the failure asked for")
+            first = Signature(FailureKind.NONE)
+        flaky = again is not None and not first.matches(again)
         self.notes.extend(notes)
-        atomic_write_text(path, json.dumps({"hints": [sorted(h) for h in hints], "priors": priors, "notes": notes}))
-        return hints, priors
+        atomic_write_text(path, json.dumps({"signature": first.to_json(), "flaky": flaky, "notes": notes,
+                                            "hints": [sorted(h) for h in hints], "priors": priors}))
+        return _Baseline(first, flaky, hints, priors)
 
-    def _collect_evidence(self, store: ActivationStore, baseline: Signature
-                          ) -> tuple[list[frozenset[int]], dict[int, float], list[str]]:
-        if not (self.options.layerwise and self.target_info.has(Capability.INTERMEDIATES)) or \
-                baseline.kind not in (FailureKind.MISMATCH, FailureKind.NAN):
-            return [], {}, []
+    def _saving_spec(self) -> BackendSpec | None:
+        """The target asked to save its optimized graph, when it can and the evidence would be used."""
+        if self.options.check or not self.options.layerwise or "save_optimized" not in self.target_info.options:
+            return None
+        return self.target_spec.with_options(save_optimized="1")
+
+    def _run_original(self, values: Callable[[str], np.ndarray], spec: BackendSpec | None,
+                      stage: str) -> tuple[Signature, frozenset[str] | None, bool]:
+        """One target run on the original model: its signature, the optimized graph's tensors if saved, and
+        whether the run completed (a crash or timeout does not)."""
+        self.stage(stage)
+        workdir = self.work / ("baseline-saving" if spec is not None else "baseline")
+        with BackendProcess(spec or self.target_spec, workdir=workdir, timeout=self.options.timeout) as proc:
+            run = proc.run(self.work / "model.onnx", self.work / "inputs.npz")
+        self.count("target")
+        signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex).signature
+        saved = run.info.get("optimized_model") if run.ok else None
+        survivors = surviving_tensors(saved) if saved and Path(saved).exists() else None
+        return signature, survivors, run.ok
+
+    def _evidence_possible(self, baseline: Signature) -> bool:
+        return self.options.layerwise and self.target_info.has(Capability.INTERMEDIATES) and \
+            baseline.kind in (FailureKind.MISMATCH, FailureKind.NAN)
+
+    def _collect_evidence(self, store: ActivationStore, values: Callable[[str], np.ndarray],
+                          survivors: frozenset[str] | None
+                          ) -> tuple[Signature | None, list[frozenset[int]], dict[int, float], list[str]]:
+        """One probed target run: (its signature on the original outputs, hints, priors, notes).
+
+        With the optimized graph known, the probe exposes only the tensors that survived optimization, so
+        it compiles to the same graph and a bug inside a fusion stays visible; each hint is then the
+        original region a fused node replaced (:mod:`graphbisect.localize.fusion`).
+        """
+        intermediates = [n for n in self.model.intermediate_names() if n in store]
+        vanished = vanished_tensors(intermediates, survivors) if survivors is not None else frozenset()
         probe = self.work / "probe-target.onnx"
-        names = [n for n in self.model.intermediate_names() if n in store]
-        save_proto(self.model.with_outputs(names), probe)
-        self.stage("collecting layerwise evidence from the target")
+        save_proto(self.model.with_outputs([n for n in intermediates if n not in vanished]), probe)
+        self.stage("collecting layerwise evidence from the target"
+                   + (f" ({len(vanished)} tensors fused away)" if survivors is not None else ""))
         with BackendProcess(self.target_spec, workdir=self.work / "evidence", timeout=self.options.timeout) as proc:
             run = proc.run(probe, self.work / "inputs.npz")
         self.count("target")
         probe.unlink(missing_ok=True)
         if not run.ok:
-            return [], {}, [f"the target failed on the probed model ({run.describe()}); no layerwise hints"]
+            return None, [], {}, [f"the target failed on the probed model ({run.describe()}); no layerwise hints"]
+        signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex).signature
         report = analyze_layers(self.model.nodes, store, run.outputs, self.tol)
         if report.first_divergence is None:
-            return [], {}, ["probe masking: with every intermediate exposed the target agrees with the oracle; "
-                            "the search is structural"]
+            return signature, [], {}, ["probe masking: with the intermediates exposed the target agrees with "
+                                       "the oracle; the search is structural"]
         index = self.model.node_index
-        hints = [frozenset({index(rc.node)}) for rc in report.root_causes[:3]]
-        first = frozenset({report.first_divergence.index})
-        hints += [] if first in hints else [first]
-        priors = {index(rc.node): min(0.5, 0.1 * (3 - i)) for i, rc in enumerate(report.root_causes[:3])}
-        return hints, priors, []
+
+        def region(node: int) -> frozenset[int]:
+            return fused_region(self.model.nodes, self.model.producer, node, vanished=vanished)
+
+        causes = [region(index(rc.node)) for rc in report.root_causes[:3]]
+        hints = list(dict.fromkeys([*causes, region(report.first_divergence.index)]))
+        priors: dict[int, float] = {}
+        for rank, nodes in enumerate(causes):
+            priors.update({node: max(priors.get(node, 0.0), 0.1 * (3 - rank)) for node in nodes})
+        return signature, hints, priors, []
 
     def search(self, space: SubgraphSpace, baseline: Signature, hints: list[frozenset[int]],
                priors: dict[int, float]) -> tuple[SearchResult, Evaluator, WorkerPool]:
@@ -332,21 +374,29 @@ def reduce_model(
     r.prepare(inputs, resume=resume)
     store = r.capture()
     values = r.values(store)
-    baseline, flaky = r.baseline(values)
+    base = r.baseline(store, values)
+    baseline, flaky = base.signature, base.flaky
     if flaky:
         r.notes.append("the target's result on the original model changed between two runs (flaky); "
                        "the first run's signature is the baseline")
     if not baseline.failed:
         return _no_failure(r, baseline, flaky)
-    hints, priors = r.evidence(store, baseline)
     space = SubgraphSpace(model, values, r.work / "candidates", cut_as_initializers=options.cut_as_initializers)
-    result, evaluator, pool = r.search(space, baseline, hints, priors)
+    result, evaluator, pool = r.search(space, baseline, base.hints, base.priors)
     r.count("target", pool.invocations)
     pool.close()
     verification = _verify(r, space, result.keep, baseline, values)
     stats = evaluator.stats()
     return _finish(r, space, result, {"tests": stats.tests, "cache_hits": stats.cache_hits}, baseline=baseline,
                    flaky=flaky, verification=verification, zip_bundle=zip_bundle, amend=amend)
+
+
+@dataclass(frozen=True)
+class _Baseline:
+    signature: Signature
+    flaky: bool
+    hints: list[frozenset[int]]  # node sets to try first (layerwise evidence)
+    priors: dict[int, float]  # node → prior probability of being needed (ProbDD)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -21,6 +22,7 @@ from graphbisect.data import ActivationStore
 from graphbisect.engine import Outcome
 from graphbisect.examples import host_network
 from graphbisect.model import load_model
+from graphbisect.oracle.signature import EXACT_VALUES, FLOAT_VALUES, FailureKind, Signature
 from graphbisect.oracle.tester import CandidateTester, WorkerPool
 from graphbisect.strategies.subgraph import SubgraphSpace
 from graphbisect.workflows.reduce import ReduceOptions, ReduceResult, reduce_model, work_dir_for
@@ -35,6 +37,11 @@ def _assert_matches_ground_truth(result: ReduceResult, host) -> None:  # type: i
     assert set(host.core_nodes) <= kept, f"missing culprit nodes: {set(host.core_nodes) - kept}"
     allowed = set(host.culprit_nodes) | set(host.support_nodes)
     assert kept <= allowed, f"kept host nodes that are not needed: {kept - allowed}"
+
+
+def _search_runs(bundle: Path) -> int:
+    search = json.loads((bundle / "report.json").read_text())["search"]
+    return int(search["tests"] - search["cache_hits"])
 
 
 def _repro(bundle: Path) -> subprocess.CompletedProcess[str]:
@@ -58,6 +65,47 @@ def test_layernorm_fusion_bug_reduces_to_its_core(position: str, tmp_path: Path)
     assert not work_dir_for(tmp_path / "bug").exists(), "a finished, verified run cleans up its work folder"
 
 
+def test_fusion_bug_is_found_from_the_compiled_graph_in_few_runs(tmp_path: Path) -> None:
+    """ORT's saved optimized graph shows which tensors the LayerNorm fusion swallowed: the probe exposes only
+    the survivors (so the fusion, and its bug, stay), and the first hint is the whole fused pattern."""
+    host = host_network(400, bug="layernorm_keepdims0", position="branch", seed=8)
+    model = load_model(host.model)
+    result = _reduce(host, tmp_path / "bug", keep_work=True)
+    assert result.one_minimal
+    _assert_matches_ground_truth(result, host)
+    baseline = json.loads((work_dir_for(tmp_path / "bug") / "baseline.json").read_text())
+    assert baseline["flaky"] is False and baseline["notes"] == [], "no probe masking"
+    hints = [{model.node_names[i] for i in hint} for hint in baseline["hints"]]
+    assert hints[0] == set(host.culprit_nodes)
+    # Two runs before the search: the probe's own outputs were the flakiness re-run.
+    assert result.invocations["target"] == 2 + _search_runs(tmp_path / "bug") + 1
+    # Polygraphy's bisect needs about 2·log2(n) checks (and is not 1-minimal on a branch).
+    assert result.invocations["target"] <= 2 * math.ceil(math.log2(400))
+
+
+def test_candidate_that_cannot_show_the_failure_is_not_run(tmp_path: Path) -> None:
+    """An integer flip cannot appear on float outputs (nor a float error on integer ones): no run is spent."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+         helper.make_node("ArgMax", ["a"], ["label"], name="argmax", axis=1, keepdims=0)],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, [4])])
+    model = load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    x = np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32)
+    values = {"x": x, "a": np.maximum(x, 0), "label": np.maximum(x, 0).argmax(axis=1)}
+    space = SubgraphSpace(model, values.__getitem__, tmp_path / "space")
+    pool = WorkerPool("onnxruntime", 1, tmp_path / "pool")
+    try:
+        flip = CandidateTester(space, pool, Signature(FailureKind.MISMATCH, EXACT_VALUES), Tolerance())
+        skipped = flip(frozenset({0}))
+        assert skipped.outcome is Outcome.UNRESOLVED and not skipped.invoked and pool.invocations == 0
+        assert flip(frozenset({0, 1})).invoked and pool.invocations == 1
+        drift = CandidateTester(space, pool, Signature(FailureKind.MISMATCH, FLOAT_VALUES), Tolerance())
+        assert not drift(frozenset({1})).invoked and drift(frozenset({0})).invoked and pool.invocations == 2
+    finally:
+        pool.close()
+
+
 def test_two_distant_sites_are_both_kept(tmp_path: Path) -> None:
     host = host_network(300, bug="layernorm_keepdims0", position="two-distant", seed=2)
     result = _reduce(host, tmp_path / "bug")
@@ -74,6 +122,9 @@ def test_crash_bug_reduces_to_relu_and_clip(tmp_path: Path) -> None:
     assert "Unexpected data type for Clip" in result.signature.detail
     assert result.one_minimal
     _assert_matches_ground_truth(result, host)
+    # The first run saved ORT's optimized graph and crashed; the plain second run crashing the same way
+    # both rules out the saving and is the flakiness re-run: two baseline runs, as without it.
+    assert result.invocations["target"] == 2 + _search_runs(tmp_path / "bug") + 1 and not result.flaky
     assert sorted(load_model(tmp_path / "bug" / "model.onnx").proto.graph.node[i].op_type
                   for i in range(len(result.kept_nodes))) == sorted(
         n.op_type for n in load_model(host.model).nodes if n.name in result.kept_nodes)
