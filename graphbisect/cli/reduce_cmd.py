@@ -32,6 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--deadline", type=float, metavar="SECONDS", help="stop searching after this many seconds")
     parser.add_argument("-j", "--jobs", type=int, default=1, help="evaluate candidates in N target workers "
                         "(same result as -j 1)")
+    parser.add_argument("--executor", metavar="local|ray[:ADDRESS]",
+                        help="run the -j concurrent candidates as executor tasks: Ray on a cluster (ray:ADDRESS, e.g. "
+                        "ray:auto; the -o folder must be on a filesystem every node mounts) or a local Ray instance "
+                        "(ray); default: this machine's target workers. Same result either way")
     parser.add_argument("--fail-regex", metavar="REGEX", help="the failure is any run whose error message or log "
                         "matches REGEX (instead of comparing outputs)")
     parser.add_argument("--check", metavar="CMD", help="external check instead of --target (Polygraphy-style): a shell "
@@ -57,6 +61,7 @@ def _options(args: argparse.Namespace) -> ReduceOptions:
         strict_band=args.strict_band, max_invocations=args.max_invocations, deadline_seconds=args.deadline,
         jobs=args.jobs, cut_as_initializers=args.cut_as_initializers, layerwise=not args.no_layerwise,
         timeout=args.timeout, keep_work=args.keep_work, check=args.check, fail_code=args.fail_code,
+        executor=args.executor,
     )
 
 
@@ -106,7 +111,8 @@ def _resume(args: argparse.Namespace, progress: ProgressLine) -> int:
     recorded = ReduceOptions.from_json(state["options"])
     # What the run computes comes from the recorded run; how it proceeds (budget, jobs, ...) from this command line.
     options = dataclasses.replace(recorded, max_invocations=args.max_invocations, deadline_seconds=args.deadline,
-                                  jobs=args.jobs, timeout=args.timeout, keep_work=args.keep_work)
+                                  jobs=args.jobs, timeout=args.timeout, keep_work=args.keep_work,
+                                  executor=args.executor)
     model = load_model(Path(state["model"]))
     result = reduce_model(model, args.resume, options=options, resume=True,
                           zip_bundle=args.zip, on_progress=progress, on_stage=progress.stage)

@@ -17,8 +17,9 @@ import hashlib
 import logging
 import queue
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import onnx
@@ -30,9 +31,26 @@ from graphbisect.model.io import save_proto
 from graphbisect.oracle.signature import EXACT_VALUES, FailureKind, Signature, signature_of
 from graphbisect.strategies.subgraph import Candidate, SubgraphSpace
 
-__all__ = ["CandidateTester", "Judgement", "WorkerPool", "judge"]
+__all__ = ["CandidateTester", "Judgement", "TargetPool", "WorkerPool", "judge"]
 
 log = logging.getLogger(__name__)
+
+
+class TargetRunner(Protocol):
+    def run(self, model: str | Path, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None,
+            ) -> RunResult: ...
+
+
+class TargetPool(Protocol):
+    """Where candidate runs go: :class:`WorkerPool` (this machine's target workers) or an
+    :class:`~graphbisect.executors.candidates.ExecutorPool` (tasks on Ray or local processes)."""
+
+    def acquire(self) -> contextlib.AbstractContextManager[TargetRunner]: ...
+
+    @property
+    def invocations(self) -> int: ...
+
+    def close(self) -> None: ...
 
 
 class WorkerPool:
@@ -84,7 +102,7 @@ def judge(run: RunResult, expected: Callable[[str], np.ndarray], outputs: Sequen
 class CandidateTester:
     """The engine's test function for subgraph candidates (see the module docstring)."""
 
-    def __init__(self, space: SubgraphSpace, pool: WorkerPool, baseline: Signature, tol: Tolerance, *,
+    def __init__(self, space: SubgraphSpace, pool: TargetPool, baseline: Signature, tol: Tolerance, *,
                  fail_regex: re.Pattern[str] | None = None, strict_band: bool = False, compare: bool = True) -> None:
         """``compare=False``: the target's exit status is the verdict (an external check), no output is compared."""
         self.space, self.pool, self.baseline, self.tol = space, pool, baseline, tol

@@ -41,12 +41,13 @@ from graphbisect.compare import Tolerance
 from graphbisect.data import ActivationStore, save_inputs, validate_inputs
 from graphbisect.engine import Budget, Evaluator, Journal, ProgressEvent, SearchAborted, SearchResult
 from graphbisect.errors import BackendError, GraphBisectError
+from graphbisect.executors.candidates import ExecutorPool
 from graphbisect.localize.fusion import fused_region, surviving_tensors, vanished_tensors
 from graphbisect.localize.layerwise import analyze_layers
 from graphbisect.model import Model
 from graphbisect.model.io import save_proto
 from graphbisect.oracle.signature import FailureKind, Signature
-from graphbisect.oracle.tester import CandidateTester, WorkerPool, judge
+from graphbisect.oracle.tester import CandidateTester, TargetPool, WorkerPool, judge
 from graphbisect.strategies.subgraph import SubgraphSpace, plan
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
 
@@ -71,6 +72,7 @@ class ReduceOptions:
     keep_work: bool = False
     check: str | None = None  # external check command (Polygraphy-style): its exit status is the verdict
     fail_code: int | None = None  # with check: only this exit code is the failure
+    executor: str | None = None  # candidate runs as tasks of this executor (local, ray[:ADDRESS]); None: own workers
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -88,7 +90,7 @@ class ReduceOptions:
 
 
 #: Options that control how a run proceeds, not what it computes: a resumed run may change them.
-_RUN_CONTROLS = frozenset({"max_invocations", "deadline_seconds", "jobs", "timeout", "keep_work"})
+_RUN_CONTROLS = frozenset({"max_invocations", "deadline_seconds", "jobs", "timeout", "keep_work", "executor"})
 
 
 @dataclass(frozen=True)
@@ -332,9 +334,12 @@ class _Run:
         return signature, hints, priors, []
 
     def search(self, space: SubgraphSpace, baseline: Signature, hints: list[frozenset[int]],
-               priors: dict[int, float]) -> tuple[SearchResult, Evaluator, WorkerPool]:
-        pool = WorkerPool(self.target_spec, max(1, self.options.jobs), self.work / "target",
-                          timeout=self.options.timeout)
+               priors: dict[int, float]) -> tuple[SearchResult, Evaluator, TargetPool]:
+        jobs = max(1, self.options.jobs)
+        pool: TargetPool = (
+            ExecutorPool.open(self.options.executor, self.target_spec, jobs=jobs, timeout=self.options.timeout)
+            if self.options.executor else
+            WorkerPool(self.target_spec, jobs, self.work / "target", timeout=self.options.timeout))
         tester = CandidateTester(space, pool, baseline, self.tol, fail_regex=self.regex,
                                  strict_band=self.options.strict_band, compare=not self.options.check)
         journal = Journal.open(self.work / "journal.jsonl", fingerprint=self.model.fingerprint)

@@ -14,6 +14,7 @@ import pytest
 
 from graphbisect.executors import WorkerLostError, make_executor
 from graphbisect.workflows.triage import TriageResult, triage
+from tests.executors.test_candidate_fanout import reduce_host
 from tests.workflows.test_triage import dedup_view
 
 ray = pytest.importorskip("ray")
@@ -73,6 +74,14 @@ def test_tasks_and_lost_worker_on_ray(cluster: str, tmp_path: Path) -> None:
         assert ex.submit(die_once, marker).result(timeout=120) == "second attempt"
         with pytest.raises(WorkerLostError):
             ex.submit(die_always).result(timeout=120)
+
+
+def test_candidates_fan_out_over_ray(cluster: str, tmp_path: Path) -> None:
+    """One reduction whose candidate runs are Ray tasks on the two-node cluster: the same result and runs."""
+    own = reduce_host(tmp_path / "own")
+    fanned = reduce_host(tmp_path / "ray", executor=f"ray:{cluster}")
+    assert fanned.one_minimal and fanned.kept_nodes == own.kept_nodes
+    assert fanned.invocations == own.invocations
 
 
 def test_triage_on_ray_matches_local(cluster: str, triage_input: Path, local_triage: TriageResult,

@@ -1,0 +1,111 @@
+"""Candidate runs on an executor: one reduction's target invocations fanned out over Ray (or processes).
+
+The reduction itself stays in its process: engine, journal, activation store and the materialized
+candidates. Only the **target invocation** travels. A task gets the path of a saved candidate (in the
+work folder, next to the shared ``weights.bin``), its feeds and the target spec; it runs the candidate in
+a :class:`~graphbisect.backends.BackendProcess` that its worker process keeps between tasks (so a
+backend is loaded once per worker, not once per candidate) and returns the
+:class:`~graphbisect.backends.RunResult` with its outputs in memory.
+
+:class:`ExecutorPool` has the interface of :class:`~graphbisect.oracle.tester.WorkerPool`, so the
+candidate tester, the journal and the engine's parallel mode are unchanged: with ``jobs=N`` the engine
+tests N candidates at once and each test waits for its task. Hence results do not depend on the executor.
+A task whose worker is lost is run again by the executor (``max_retries``); lost every time, the
+reduction stops with its best result so far and resumes with ``--resume``, and the candidate is not
+counted as a pass or a failure. On a multi-node Ray cluster the work folder must be on a filesystem every
+node mounts at the same path (as triage's OUT_DIR), since a task reads the candidate by path.
+
+Example:
+    >>> pool = ExecutorPool.open("ray:auto", "onnxruntime:opt_level=all", jobs=4)   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
+from graphbisect.executors.base import Executor, make_executor
+
+__all__ = ["ExecutorPool", "run_candidate"]
+
+#: Backend workers of this process, by (spec, timeout): kept between tasks, closed at exit.
+_WORKERS: dict[tuple[str, float | None], BackendProcess] = {}
+_LOCK = threading.Lock()
+
+
+def run_candidate(spec: str, model: str, feeds: Mapping[str, np.ndarray], timeout: float | None) -> RunResult:
+    """The task: run ``model`` on ``feeds`` with the target ``spec`` in this process's backend worker."""
+    key = (spec, timeout)
+    with _LOCK:
+        proc = _WORKERS.get(key)
+        if proc is None:
+            workdir = Path(tempfile.mkdtemp(prefix="graphbisect-candidates-"))
+            proc = _WORKERS[key] = BackendProcess(spec, workdir=workdir, timeout=timeout)
+        run = proc.run(model, dict(feeds))
+        # The worker's output files are overwritten by its next run: the result carries copies.
+        return dataclasses.replace(run, outputs={name: np.array(value) for name, value in run.outputs.items()})
+
+
+@atexit.register
+def _close_workers() -> None:
+    for proc in _WORKERS.values():
+        proc.close()
+    _WORKERS.clear()
+
+
+class _Runner:
+    """What :meth:`ExecutorPool.acquire` yields: ``run`` like a BackendProcess, executed as a task."""
+
+    def __init__(self, pool: ExecutorPool) -> None:
+        self._pool = pool
+
+    def run(self, model: str | Path, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
+            ) -> RunResult:
+        if outputs is not None:
+            raise ValueError("candidate runs return the model's own outputs; pass outputs=None")
+        pool = self._pool
+        future = pool.executor.submit(run_candidate, str(pool.spec), str(model), dict(inputs), pool.timeout)
+        result: RunResult = future.result()  # WorkerLostError when the worker was lost every time
+        with pool.lock:
+            pool.runs += 1
+        return result
+
+
+class ExecutorPool:
+    """Target runs as executor tasks, with :class:`~graphbisect.oracle.tester.WorkerPool`'s interface."""
+
+    def __init__(self, spec: BackendSpec | str, executor: Executor, *, timeout: float | None = None,
+                 owned: bool = False) -> None:
+        self.spec = spec if isinstance(spec, BackendSpec) else BackendSpec.parse(spec)
+        self.executor, self.timeout, self._owned = executor, timeout, owned
+        self.lock = threading.Lock()
+        self.runs = 0
+
+    @classmethod
+    def open(cls, executor: str, spec: BackendSpec | str, *, jobs: int, timeout: float | None = None
+             ) -> ExecutorPool:
+        """A pool on a new executor (``local``, ``ray``, ``ray:ADDRESS``) with ``jobs`` tasks at once; a target
+        that needs a GPU asks Ray for one per task."""
+        parsed, info = resolve(spec)
+        gpus = 1.0 if info.has(Capability.NEEDS_GPU) else 0.0
+        return cls(parsed, make_executor(executor, jobs=jobs, gpus_per_task=gpus), timeout=timeout, owned=True)
+
+    @contextlib.contextmanager
+    def acquire(self) -> Iterator[_Runner]:
+        yield _Runner(self)
+
+    @property
+    def invocations(self) -> int:
+        return self.runs
+
+    def close(self) -> None:
+        if self._owned:
+            self.executor.close()

@@ -1,0 +1,23 @@
+"""One reduction's candidate runs as executor tasks: the same result and the same runs as its own workers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from graphbisect.examples import host_network
+from graphbisect.model import load_model
+from graphbisect.workflows.reduce import ReduceOptions, ReduceResult, reduce_model
+
+
+def reduce_host(out: Path, **options: object) -> ReduceResult:
+    host = host_network(160, bug="layernorm_keepdims0", position="branch", seed=11)
+    return reduce_model(load_model(host.model), out, inputs=host.inputs,
+                        options=ReduceOptions(jobs=2, **options))  # type: ignore[arg-type]
+
+
+def test_local_executor_gives_the_same_reduction(tmp_path: Path) -> None:
+    own = reduce_host(tmp_path / "own")
+    fanned = reduce_host(tmp_path / "local", executor="local")
+    assert fanned.one_minimal and fanned.kept_nodes == own.kept_nodes
+    assert fanned.invocations == own.invocations
+    assert (tmp_path / "local" / "repro.py").exists()
