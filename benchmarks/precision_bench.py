@@ -1,60 +1,116 @@
 """Precision search cost: target runs used vs units n and needed nodes k, against naive one-run-per-node
 sensitivity and against Polygraphy-style prefix bisection (``polygraphy debug precision``).
 
-Cases: the residual CNN (fp16, int8) and the sensitive transformer (fp16) with 1, 2 and 4 layers; k grows
-with the number of layers given large residual activations in every layer's final LayerNorm.
+Cases (each one ``find_precision``, verified in a fresh worker):
 
-    python benchmarks/precision_bench.py            # quick
-    python benchmarks/precision_bench.py --json r.json
+* the residual CNN in fp16 (emulated on ONNX Runtime) and in int8 (real int8 kernels on ONNX Runtime) with
+  each calibration: minmax, percentile, entropy;
+* the sensitive transformer in fp16 with 1, 2 and 4 layers (k grows with the layers: large residual
+  activations in every layer's final LayerNorm);
+* OpenVINO's own bf16 with per-node FP32 pins (``openvino:precision=bf16``, needs a CPU with BF16): a
+  cancelling conv net, and PP-OCRv4 rec from the rapidocr-onnxruntime wheel at 5e-3 abs / 1e-2 rel (about
+  a minute; left out by ``--quick``).
+
+    python benchmarks/precision_bench.py [--quick | --full] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import importlib.util
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
+import onnx
+from _common import add_size_args, describe_machine, print_table, write_json
 
 from graphbisect.compare import Tolerance
 from graphbisect.examples import transformer_inputs
-from graphbisect.examples.precision_models import cnn_inputs, residual_cnn, sensitive_transformer
+from graphbisect.examples.precision_models import cancelling_net, cnn_inputs, residual_cnn, sensitive_transformer
 from graphbisect.model import load_model
 from graphbisect.workflows.precision import find_precision
 
 TOL = Tolerance(atol=0.05, rtol=0.05)
+OV_BF16 = "openvino:precision=bf16"
 
 
-def _cases(full: bool) -> list[tuple[str, object, dict, str]]:
-    layers = (1, 2, 4, 8) if full else (1, 2, 4)
-    cases = [("cnn", residual_cnn(), cnn_inputs(), "fp16"), ("cnn", residual_cnn(), cnn_inputs(), "int8")]
-    for n in layers:
-        cases.append((f"transformer-{n}L", sensitive_transformer(n), transformer_inputs(), "fp16"))
+@dataclass(frozen=True)
+class Case:
+    name: str
+    build: Callable[[], onnx.ModelProto]
+    inputs: Callable[[], dict[str, np.ndarray]]
+    mode: str
+    calibration: str = "minmax"
+    target: str = "onnxruntime:opt_level=all"
+    tol: Tolerance = TOL
+
+
+def _ocr_rec() -> onnx.ModelProto | None:
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    if spec is None or spec.origin is None:
+        return None
+    return onnx.load(str(Path(spec.origin).parent / "models" / "ch_PP-OCRv4_rec_infer.onnx"))
+
+
+def _has_bf16() -> bool:
+    if importlib.util.find_spec("openvino") is None:
+        return False
+    import openvino as ov
+
+    return "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+
+
+def _cases(quick: bool, full: bool) -> list[Case]:
+    cases = [Case("cnn", residual_cnn, cnn_inputs, "fp16")]
+    cases += [Case("cnn", residual_cnn, cnn_inputs, "int8", cal) for cal in ("minmax", "percentile", "entropy")]
+    layers = (1, 2) if quick else (1, 2, 4, 8) if full else (1, 2, 4)
+    cases += [Case(f"transformer-{n}L", lambda n=n: sensitive_transformer(n), transformer_inputs, "fp16")
+              for n in layers]
+    if _has_bf16():
+        cases.append(Case("cancelling-conv", cancelling_net,
+                          lambda: {"x": np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)},
+                          "bf16", target=OV_BF16))
+        ocr = None if quick else _ocr_rec()
+        if ocr is not None:
+            cases.append(Case("PP-OCRv4-rec", lambda: ocr,
+                              lambda: {"x": np.random.default_rng(0).uniform(-1, 1, (1, 3, 48, 64)).astype(np.float32)},
+                              "bf16", target=OV_BF16, tol=Tolerance(atol=5e-3, rtol=1e-2)))
+    else:
+        print("no OpenVINO or no BF16 on this CPU: the openvino bf16 cases are left out", file=sys.stderr)
     return cases
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--full", action="store_true", help="more sizes")
-    parser.add_argument("--json", type=Path, help="write the rows as JSON")
+    add_size_args(parser)
     args = parser.parse_args()
     rows = []
-    for name, proto, feeds, mode in _cases(args.full):
-        result = find_precision(load_model(proto), mode=mode, inputs=feeds, tolerance=TOL)
+    for case in _cases(args.quick, args.full):
+        result = find_precision(load_model(case.build()), mode=case.mode, inputs=case.inputs(), tolerance=case.tol,
+                                calibration=case.calibration, target=case.target)
         n, k = len(result.units), len(result.keep_fp32)
         prefix = len(result.prefix_keep_fp32) if result.prefix_keep_fp32 is not None else 0
-        rows.append({"case": name, "mode": mode, "n": n, "k": k, "search_tests": result.invocations["search_tests"],
-                     "target_runs": result.invocations["target"], "naive_sensitivity_runs": n,
-                     "prefix_size": prefix, "verified": result.meets_tolerance, "minimal": result.minimal})
-    header = ("case", "mode", "n", "k", "search_tests", "target_runs", "naive_sensitivity_runs", "prefix_size",
-              "verified", "minimal")
-    print("  ".join(f"{h:>22}" if i == 0 else f"{h:>12}" for i, h in enumerate(header)))
-    for row in rows:
-        print("  ".join(f"{row[h]!s:>22}" if i == 0 else f"{row[h]!s:>12}" for i, h in enumerate(header)))
-    print("\nsearch_tests: candidates the search evaluated (incl. baseline, all-lowered, prefix bisection and the "
-          "single-node checks); target_runs adds the layerwise evidence run.\nnaive sensitivity = n runs "
-          "(one per node, lowered alone) and finds only nodes that break the tolerance alone; prefix_size = "
-          "nodes Polygraphy's prefix bisection keeps in FP32.")
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+        how = f"{case.mode}/{case.calibration}" if case.mode == "int8" else case.mode
+        rows.append({"case": case.name, "mode": how, "target": case.target.split(":")[0],
+                     "tol": f"{case.tol.atol:g}/{case.tol.rtol:g}", "n": n, "k": k,
+                     "search_tests": result.invocations["search_tests"], "target_runs": result.invocations["target"],
+                     "naive_sensitivity_runs": n, "prefix_size": prefix, "verified": result.meets_tolerance,
+                     "minimal": result.minimal, "seconds": round(result.seconds, 1),
+                     "by_phase": result.extra.get("tests_by_phase", {}), "keep_fp32": list(result.keep_fp32)})
+    header = ("case", "mode", "target", "tol", "n", "k", "search_tests", "target_runs", "naive_sensitivity_runs",
+              "prefix_size", "verified", "minimal", "seconds")
+    print_table(f"precision search ({describe_machine()})", header, [[row[h] for h in header] for row in rows],
+                left=4, notes=[
+                    "search_tests: candidates the search evaluated (baseline, all-lowered, ProbDD and its one-by-one "
+                    "sweep, the single-node checks, prefix bisection), cached repeats included; target_runs: runs "
+                    "of the search's target worker (no repeats; plus the layerwise evidence run on onnxruntime).",
+                    "naive sensitivity = n runs (one per node, lowered alone); it finds only nodes that break the "
+                    "tolerance alone. prefix_size = nodes Polygraphy's prefix bisection keeps in FP32.",
+                    "openvino rows: bf16 by OpenVINO itself, FP32 nodes pinned with keep_fp32 (no emulation)."])
+    write_json(args.json, {"rows": rows})
 
 
 if __name__ == "__main__":

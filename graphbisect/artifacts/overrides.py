@@ -8,9 +8,12 @@
 * ONNX Runtime quantization ``quantize_static(..., nodes_to_exclude=[...])``;
 * Paddle Inference ``config.exp_disable_mixed_precision_ops({...})``: Paddle disables mixed precision per
   *op type*, not per node, so this is coarser (every node of those types stays FP32);
-* OpenVINO: no per-node FP32 pin works from outside the CPU plugin (see ``OPENVINO_NOTE``); the emitted
-  snippet marks nodes with the ``disable_fp16_compression`` runtime attribute, which OpenVINO's
-  *compression to FP16* (``compress_to_fp16`` when saving IR, GPU) honours.
+* OpenVINO (fp16/bf16): the nodes' ops marked with OpenVINO's ``DisablePrecisionConversion`` runtime
+  attribute, which the CPU plugin honours per node under ``INFERENCE_PRECISION_HINT=bf16|f16``; the
+  snippet does what ``openvino:keep_fp32=`` does (fuse with the common transformations, mark the fused
+  ops in the IR XML, read it back; see :mod:`graphbisect.backends.openvino` and ``OPENVINO_NOTE``) and
+  is run by the tests. Equivalently: ``--target openvino:precision=bf16,keep_fp32=@keep_fp32.txt``.
+  INT8 (OpenVINO quantizes with NNCF): an ``nncf.IgnoredScope`` of the nodes, not run here.
 
 Example:
     >>> o = PrecisionOverrides("fp16", keep_fp32=("ln/Pow",), keep_op_types=("Pow",), lowered=("mm",))
@@ -34,11 +37,67 @@ __all__ = ["OPENVINO_NOTE", "PrecisionOverrides", "sensitivity_chart_svg", "writ
 logger = logging.getLogger(__name__)
 
 OPENVINO_NOTE = (
-    "OpenVINO CPU: INFERENCE_PRECISION_HINT=f16/bf16 applies to the whole model; the CPU plugin offers no "
-    "documented per-node FP32 pin. The rt_info attribute 'disable_fp16_compression' is honoured by "
-    "OpenVINO's FP16 compression (compress_to_fp16 when saving IR, GPU plugin), not verified here on CPU. "
-    "To pin nodes on any OpenVINO device, run the typed mixed-precision ONNX model with precision=f32."
+    "OpenVINO CPU: the snippet marks the ops of these nodes with DisablePrecisionConversion, which the CPU plugin "
+    "honours per node under INFERENCE_PRECISION_HINT=bf16|f16 (verified on OpenVINO 2026.4 against the execution "
+    "graph's runtime precision). The mark is not copied by the plugin's own rewrites: a MatMul with a bias Add "
+    "(FullyConnected) or an attention block (ScaledDotProductAttention) runs in reduced precision anyway; "
+    "graphbisect's openvino backend reports such nodes as keep_fp32.not_applied."
 )
+
+_OPENVINO_PINS = """\
+# The ONNX nodes to keep in FP32; everything else runs at INFERENCE_PRECISION_HINT={hint} on the CPU.
+# Needs onnx_path (the model graphbisect searched); writes ir_path (+ .bin) with the pins, compiles it.
+import xml.etree.ElementTree as ET
+
+import onnx
+import openvino as ov
+from openvino._offline_transformations import apply_moc_transformations
+
+keep_fp32 = set({names})
+ir_path = "keep_fp32.xml"
+graph = onnx.load(onnx_path, load_external_data=False).graph
+nodes = {{node.name for node in graph.node}}
+producer = {{out: node.name for node in graph.node for out in node.output}}
+
+
+def onnx_node(op_name):
+    # OpenVINO ops are named after their ONNX node, with /suffixes, or after a graph output tensor.
+    parts = op_name.removesuffix("/sink_port_0").split("/")
+    for end in range(len(parts), 0, -1):
+        prefix = "/".join(parts[:end])
+        if prefix in nodes or prefix in producer:
+            return prefix if prefix in nodes else producer[prefix]
+    return None
+
+
+core = ov.Core()
+model = core.read_model(onnx_path)
+apply_moc_transformations(model, cf=False)  # fuse first: an op made by a fusion does not inherit the mark
+pinned = set()
+for op in model.get_ops():
+    if op.get_type_name() in ("Parameter", "Result", "Constant"):
+        continue
+    rt_info = op.get_rt_info()
+    fused = rt_info["fused_names_0"].astype(str).split(",") if "fused_names_0" in rt_info else []
+    if any(onnx_node(name) in keep_fp32 for name in [op.get_friendly_name(), *fused]):
+        pinned.add(op.get_friendly_name())
+ov.save_model(model, ir_path, compress_to_fp16=False)
+tree = ET.parse(ir_path)  # the mark is a typed attribute only the IR reader creates, so edit the XML
+for layer in tree.getroot().iter("layer"):
+    if layer.get("name") in pinned:
+        rt = layer.find("rt_info")
+        rt = ET.SubElement(layer, "rt_info") if rt is None else rt
+        ET.SubElement(rt, "attribute", {{"name": "DisablePrecisionConversion", "version": "0",
+                                         "value": "dynamic:dynamic"}})
+tree.write(ir_path)
+compiled = core.compile_model(ir_path, "CPU", {{"INFERENCE_PRECISION_HINT": "{hint}"}})
+"""
+
+_OPENVINO_INT8 = """\
+# OpenVINO quantizes with NNCF (not run by graphbisect): leave these nodes in FP32.
+import nncf
+quantized = nncf.quantize(ov_model, calibration_dataset, ignored_scope=nncf.IgnoredScope(names={names}))
+"""
 
 _PADDLE_OPS = {
     "Conv": "conv2d", "ConvTranspose": "conv2d_transpose", "MatMul": "matmul_v2", "Gemm": "matmul_v2",
@@ -70,6 +129,17 @@ class PrecisionOverrides:
         pins = ",".join(f"{name}:fp32" for name in self.keep_fp32)
         return f"{flag} --precisionConstraints=obey --layerPrecisions={pins} --layerOutputTypes={pins}"
 
+    def openvino_target(self, pin_file: Path | str = "/abs/path/keep_fp32.txt") -> str | None:
+        """The graphbisect target spec that runs these pins from ``pin_file`` (None for int8).
+
+        Example:
+            >>> PrecisionOverrides("bf16", ("ln/Pow",), ("Pow",), ()).openvino_target("/o/keep_fp32.txt")
+            'openvino:precision=bf16,keep_fp32=@/o/keep_fp32.txt'
+        """
+        if self.mode == "int8":
+            return None
+        return f"openvino:precision={'f16' if self.mode == 'fp16' else 'bf16'},keep_fp32=@{pin_file}"
+
     def paddle_ops(self) -> list[str]:
         """Paddle op types for ``exp_disable_mixed_precision_ops`` (coarser than per node)."""
         return sorted({_PADDLE_OPS.get(op, op.lower()) for op in self.keep_op_types})
@@ -84,29 +154,36 @@ class PrecisionOverrides:
             f"quantize_static(fp32_path, int8_path, reader, quant_format=QuantFormat.QDQ, nodes_to_exclude={names})",
             "paddle": f"config.enable_use_gpu(256, 0, PrecisionType.Half)\n"
             f"config.exp_disable_mixed_precision_ops(set({json.dumps(self.paddle_ops())}))",
-            "openvino": "import openvino as ov\nmodel = ov.Core().read_model(onnx_path)\n"
-            f"pins = set({names})\nfor op in model.get_ops():\n"
-            "    if op.get_friendly_name() in pins:\n"
-            "        op.get_rt_info()['disable_fp16_compression_0'] = ''\n"
-            "# honoured by FP16 compression (ov.save_model(..., compress_to_fp16=True), GPU); see note",
+            "openvino": self.openvino(),
         }
 
-    def to_json(self) -> dict[str, object]:
+    def openvino(self) -> str:
+        """The OpenVINO snippet: per-node FP32 pins for fp16/bf16 (defines ``compiled``), NNCF's for int8."""
+        names = json.dumps(list(self.keep_fp32))
+        if self.mode == "int8":
+            return _OPENVINO_INT8.format(names=names)
+        return _OPENVINO_PINS.format(names=names, hint="f16" if self.mode == "fp16" else "bf16")
+
+    def to_json(self, pin_file: Path | None = None) -> dict[str, object]:
+        """Everything in one JSON object; ``pin_file``: where ``keep_fp32.txt`` was written."""
         return {"mode": self.mode, "keep_fp32": list(self.keep_fp32), "lowered": list(self.lowered),
                 "trtexec": self.trtexec(), "onnxconverter_common_node_block_list": list(self.keep_fp32),
                 "onnxruntime_nodes_to_exclude": list(self.keep_fp32),
                 "paddle_exp_disable_mixed_precision_ops": self.paddle_ops(),
-                "openvino": {"note": OPENVINO_NOTE, "rt_info_pins": list(self.keep_fp32)},
+                "openvino": {"note": OPENVINO_NOTE, "keep_fp32": list(self.keep_fp32),
+                             "target": self.openvino_target(pin_file) if pin_file else self.openvino_target()},
                 "snippets": self.snippets()}
 
 
 def write_overrides(overrides: PrecisionOverrides, folder: Path) -> list[Path]:
-    """Write ``overrides.json``, ``trtexec.txt`` and ``snippets.py`` into ``folder``; return the paths."""
+    """Write ``overrides.json``, ``trtexec.txt``, ``snippets.py`` and ``keep_fp32.txt`` (one node name per
+    line, what ``openvino:keep_fp32=@FILE`` reads) into ``folder``; return the paths."""
     folder.mkdir(parents=True, exist_ok=True)
-    paths = [folder / "overrides.json", folder / "trtexec.txt", folder / "snippets.py"]
-    atomic_write_text(paths[0], json.dumps(overrides.to_json(), indent=2) + "\n")
+    paths = [folder / "overrides.json", folder / "trtexec.txt", folder / "snippets.py", folder / "keep_fp32.txt"]
+    atomic_write_text(paths[0], json.dumps(overrides.to_json(paths[3].resolve()), indent=2) + "\n")
     atomic_write_text(paths[1], overrides.trtexec() + "\n")
     atomic_write_text(paths[2], "\n\n".join(f"# --- {k}\n{v}" for k, v in overrides.snippets().items()) + "\n")
+    atomic_write_text(paths[3], "".join(f"{name}\n" for name in overrides.keep_fp32))
     return paths
 
 

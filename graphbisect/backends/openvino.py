@@ -20,6 +20,31 @@ ONNX Runtime for every exposed tensor).
 with their ``layerType``, ``primitiveType`` (kernel, e.g. ``jit_avx512_f32``), ``runtimePrecision`` and
 ``originalLayersNames`` (the model nodes fused into it).
 
+**FP32 pins.** ``keep_fp32=A;B`` (ONNX node names) or ``keep_fp32=@FILE`` (an absolute path; one name per
+line, or a JSON list; read again at every model load, so a driver such as ``graphbisect precision`` can
+change it between models) keeps those nodes in FP32 while the rest runs at ``precision=bf16|f16``. The
+mechanism is OpenVINO's own: the ``DisablePrecisionConversion`` runtime attribute, which the CPU plugin
+honours per node (its nodes built from an op so marked keep their original precision). Two facts shape
+how it is applied (verified on OpenVINO 2026.4.1, CPU with AVX512-BF16):
+
+* the attribute is a typed object that Python cannot create, and ``rt_info`` strings set from Python are
+  ignored; the IR reader creates it from ``<attribute name="DisablePrecisionConversion" version="0"
+  value="dynamic:dynamic"/>`` in a layer's ``<rt_info>``, so the model is saved as IR, edited, read back;
+* it is *not copyable*: an op that a transformation replaces loses it (a Conv fused with its
+  BatchNormalization becomes a new ``Multiply_NNN`` Convolution). So the common transformations
+  (``apply_moc_transformations``: Conv+BN, Conv+Multiply, ... fusions) run first, then every resulting op
+  whose fused names include a pinned ONNX node is marked, then the plugin compiles the marked IR. The
+  plugin's own later rewrites still drop marks: MatMul + bias Add becomes a new FullyConnected, an
+  attention block a ScaledDotProductAttention, and those run in bf16 whatever was asked.
+
+So every build with ``keep_fp32`` is checked against the execution graph: ``info()["keep_fp32"]`` gives
+the requested nodes the model lacks (``missing``, ignored like the tactic records' missing nodes), the
+IR layers marked, and the pinned nodes whose kernels still compute and write in bf16/f16
+(``not_applied``), that still compute in bf16/f16 somewhere but keep an f32 result (``partly_applied``:
+a node fused as a post-op into an unpinned neighbour's kernel, a MatMul + bias rewritten into one bf16
+FullyConnected), or that left no trace in the execution graph (``unverified``: folded, or merged into an
+op the plugin renamed, like the MatMul of that FullyConnected, named after its bias Add).
+
 **Tactics.** ``report_tactics=1`` puts the build's kernel choices, mapped to ONNX node names, in
 ``info()["tactic_record"]`` (a :class:`graphbisect.tactics.record.TacticRecord` as JSON). ``tactics=PATH``
 replays a record file: the choices that differ from the unpinned build are written as
@@ -37,8 +62,11 @@ Example (inside a worker):
 
 from __future__ import annotations
 
+import json
 import logging
+import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,13 +74,22 @@ import numpy as np
 
 from graphbisect.errors import BackendError, InputError, ModelError, SpecError
 
-__all__ = ["OpenVino"]
+__all__ = ["OpenVino", "ov_layer_nodes", "pin_fp32_ir_xml"]
 
 logger = logging.getLogger(__name__)
 
-_OPTIONS = ("device", "precision", "threads", "report_exec", "report_tactics", "tactics")
+_OPTIONS = ("device", "precision", "threads", "report_exec", "report_tactics", "tactics", "keep_fp32")
 _PRECISIONS = {"f32": "f32", "fp32": "f32", "f16": "f16", "fp16": "f16", "bf16": "bf16"}
 _SINK_SUFFIX = "/sink_port_0"  # the ONNX frontend names a graph output's Result node "<name>/sink_port_0"
+_PIN_ATTRIBUTE = "DisablePrecisionConversion"
+_PIN_VALUE = "dynamic:dynamic"  # from any element type to any: covers bf16 and f16
+_NOT_COMPUTE = frozenset({"Parameter", "Result", "Constant"})
+_LOW = frozenset({"bf16", "f16"})
+_STORAGE_ONLY = frozenset({
+    "Input", "Output", "Const", "Reorder", "Reshape", "Transpose", "Split", "Concatenation", "Gather",
+    "StridedSlice", "Broadcast", "Tile", "ShapeOf",
+})
+"""Execution node types whose precision is storage, not arithmetic: left out of the pin check."""
 
 
 def _exec_graph(compiled: Any) -> list[dict[str, Any]]:
@@ -113,6 +150,13 @@ class OpenVino:
         if self._tactics_path is not None and not self._tactics_path.is_file():
             raise SpecError(f"openvino option tactics={self._tactics_path}: no such file",
                             hint="give a record written by `graphbisect tactics record` (an absolute path)")
+        self._keep_fp32 = options.get("keep_fp32")
+        if self._keep_fp32 is not None and self._keep_fp32.startswith("@"):
+            pin_file = Path(self._keep_fp32[1:])
+            if not pin_file.is_absolute() or not pin_file.is_file():
+                raise SpecError(f"openvino option keep_fp32={self._keep_fp32}: no such file (or not an absolute path)",
+                                hint="write keep_fp32=@/abs/path.txt (one ONNX node name per line) or "
+                                "keep_fp32=NODE;NODE")
         self._compiled: Any = None
         self._request: Any = None
         self._inputs: list[tuple[Any, set[str]]] = []  # (input port, its names)
@@ -139,6 +183,50 @@ class OpenVino:
 
         core = ov.Core()
         ov_model = core.read_model(model)
+        selected = self._select_outputs(ov_model, outputs, model)
+        pins: _Pins | None = None
+        if self._keep_fp32 is not None:
+            ov_model, pins = self._pinned_fp32(core, ov_model, model)
+        compiled = self._compile(core, ov_model)
+        if pins is not None:
+            pins.check(_exec_graph(compiled))
+            dropped = pins.not_applied + pins.partly_applied
+            if dropped:
+                logger.info("OpenVINO computes %d pinned node(s) in %s anyway (all or partly): %s", len(dropped),
+                            self._precision, dropped[:5])
+        tactics: dict[str, Any] = {}
+        if self._report_tactics or self._tactics_path is not None:
+            compiled, tactics = self._tactics(core, ov_model, compiled, model)
+        if len(compiled.outputs) != len(ov_model.outputs):
+            raise BackendError(
+                f"OpenVINO compiled {len(compiled.outputs)} outputs for a model with {len(ov_model.outputs)}",
+                hint="this breaks the index mapping of outputs; please report it with the model",
+            )
+        self._compiled = compiled
+        self._request = compiled.create_infer_request()
+        self._inputs = [(port, set(port.get_names())) for port in compiled.inputs]
+        self._outputs = selected
+        try:
+            hint = compiled.get_property("INFERENCE_PRECISION_HINT")
+            actual_precision: str | None = hint.get_type_name() if hasattr(hint, "get_type_name") else str(hint)
+        except Exception:  # devices without the property
+            actual_precision = None
+        self._info = {
+            "openvino_version": ov.get_version(),
+            "device": self._device,
+            "precision": self._precision,
+            "inference_precision": actual_precision,
+            "threads": self._threads,
+            "outputs": {name: sorted(compiled.outputs[i].get_names()) for name, i in selected.items()},
+        }
+        self._info.update(tactics)
+        if pins is not None:
+            self._info["keep_fp32"] = pins.facts()
+        if self._report_exec:
+            self._info["exec_graph"] = _exec_graph(compiled)
+
+    def _select_outputs(self, ov_model: Any, outputs: Sequence[str] | None, model: str) -> dict[str, int]:
+        """``name -> output index`` for ``outputs`` (None: the model's own outputs), adding outputs as needed."""
         index: dict[str, int] = {}
         for i, port in enumerate(ov_model.outputs):
             for name in port.get_names():
@@ -172,42 +260,63 @@ class OpenVino:
                     hint="OpenVINO's ONNX frontend may have folded it away (constants, Identity chains); "
                     "expose the nearest surviving tensor instead, or compare it on onnxruntime",
                 )
-
-        compiled = self._compile(core, ov_model)
-        tactics: dict[str, Any] = {}
-        if self._report_tactics or self._tactics_path is not None:
-            compiled, tactics = self._tactics(core, ov_model, compiled, model)
-        if len(compiled.outputs) != len(ov_model.outputs):
-            raise BackendError(
-                f"OpenVINO compiled {len(compiled.outputs)} outputs for a model with {len(ov_model.outputs)}",
-                hint="this breaks the index mapping of outputs; please report it with the model",
-            )
-        self._compiled = compiled
-        self._request = compiled.create_infer_request()
-        self._inputs = [(port, set(port.get_names())) for port in compiled.inputs]
-        self._outputs = selected
-        try:
-            hint = compiled.get_property("INFERENCE_PRECISION_HINT")
-            actual_precision: str | None = hint.get_type_name() if hasattr(hint, "get_type_name") else str(hint)
-        except Exception:  # devices without the property
-            actual_precision = None
-        self._info = {
-            "openvino_version": ov.get_version(),
-            "device": self._device,
-            "precision": self._precision,
-            "inference_precision": actual_precision,
-            "threads": self._threads,
-            "outputs": {name: sorted(compiled.outputs[i].get_names()) for name, i in selected.items()},
-        }
-        self._info.update(tactics)
-        if self._report_exec:
-            self._info["exec_graph"] = _exec_graph(compiled)
+        return selected
 
     def _compile(self, core: Any, ov_model: Any) -> Any:
         config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": self._precision}
         if self._threads is not None:
             config["INFERENCE_NUM_THREADS"] = self._threads
         return core.compile_model(ov_model, self._device, config)
+
+    def keep_fp32_names(self) -> list[str]:
+        """The ONNX node names of option ``keep_fp32`` (the file is read now, see the module docstring)."""
+        value = self._keep_fp32 or ""
+        if not value.startswith("@"):
+            return [name.strip() for name in value.split(";") if name.strip()]
+        path = Path(value[1:])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SpecError(f"openvino option keep_fp32: cannot read {path}: {exc}") from exc
+        if text.lstrip().startswith("["):
+            try:
+                names = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise SpecError(f"openvino option keep_fp32: {path} is not a JSON list of node names: {exc}",
+                                hint="write one node name per line, or a JSON list of strings") from exc
+            return [str(name) for name in names]
+        return [line.strip() for line in text.splitlines() if line.strip()]
+
+    def _pinned_fp32(self, core: Any, ov_model: Any, model: str) -> tuple[Any, _Pins]:
+        """``ov_model`` fused by the common transformations, with the ``keep_fp32`` nodes' ops marked FP32."""
+        from openvino._offline_transformations import apply_moc_transformations
+
+        from graphbisect.tactics.openvino import onnx_names
+
+        names = onnx_names(model)
+        wanted = set(self.keep_fp32_names())
+        missing = sorted(wanted - names.nodes) if names.nodes else []
+        if missing:
+            logger.info("keep_fp32: %d node(s) are not in %s: %s", len(missing), Path(model).name, missing[:5])
+        apply_moc_transformations(ov_model, cf=False)
+        pins = _Pins(names, ov_layer_nodes(ov_model, names), frozenset(wanted - set(missing)), missing)
+        return self._read_pinned_ir(core, ov_model, pins.layers()), pins
+
+    def _read_pinned_ir(self, core: Any, ov_model: Any, layers: set[str]) -> Any:
+        """Save ``ov_model`` as IR, mark ``layers`` in the XML, read it back (weights copied into memory)."""
+        import openvino as ov
+
+        self._workdir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=self._workdir, prefix="keep-fp32-") as folder:
+            xml_path, weights = Path(folder) / "model.xml", Path(folder) / "model.bin"
+            ov.save_model(ov_model, str(xml_path), compress_to_fp16=False)
+            text = pin_fp32_ir_xml(xml_path.read_text(encoding="utf-8"), layers)
+            data = np.fromfile(weights, dtype=np.uint8) if weights.is_file() else np.zeros(0, np.uint8)
+        pinned = core.read_model(text, ov.Tensor(data))
+        if len(pinned.outputs) != len(ov_model.outputs):
+            raise BackendError("the FP32-pinned IR has a different number of outputs than the model",
+                               hint="report it with the model; run without keep_fp32= meanwhile")
+        return pinned
 
     def _record(self, compiled: Any, names: Any) -> Any:
         import openvino as ov
@@ -304,3 +413,107 @@ class OpenVino:
     def info(self) -> dict[str, Any]:
         """Facts about the last load: version, device, requested and actual precision, output names, exec graph."""
         return dict(self._info)
+
+
+def ov_layer_nodes(ov_model: Any, names: Any) -> dict[str, set[str]]:
+    """For each computing op of ``ov_model``: the ONNX nodes it stands for (from its fused names).
+
+    ``names`` is a :class:`graphbisect.tactics.openvino.NodeNames` of the ONNX file; an op's fused names
+    (``rt_info["fused_names_0"]``, comma-separated, kept by OpenVINO through fusions) and its own friendly
+    name are mapped with :func:`graphbisect.tactics.openvino.onnx_node_of`.
+    """
+    from graphbisect.tactics.openvino import onnx_node_of
+
+    layers: dict[str, set[str]] = {}
+    for op in ov_model.get_ops():
+        if op.get_type_name() in _NOT_COMPUTE:
+            continue
+        originals = {op.get_friendly_name()}
+        rt_info = op.get_rt_info()
+        if "fused_names_0" in rt_info:
+            originals.update(n for n in rt_info["fused_names_0"].astype(str).split(",") if n)
+        nodes = {node for name in originals if (node := onnx_node_of(name, names)) is not None}
+        layers.setdefault(op.get_friendly_name(), set()).update(nodes)
+    return layers
+
+
+def pin_fp32_ir_xml(text: str, layers: set[str]) -> str:
+    """IR XML ``text`` with ``DisablePrecisionConversion`` (any type to any) added to the named layers."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(text)
+    for layer in root.iter("layer"):
+        if layer.get("name") not in layers:
+            continue
+        rt_info = layer.find("rt_info")
+        if rt_info is None:
+            rt_info = ET.SubElement(layer, "rt_info")
+        for old in [a for a in rt_info.findall("attribute") if a.get("name") == _PIN_ATTRIBUTE]:
+            rt_info.remove(old)
+        ET.SubElement(rt_info, "attribute", {"name": _PIN_ATTRIBUTE, "version": "0", "value": _PIN_VALUE})
+    return ET.tostring(root, encoding="unicode")
+
+
+@dataclass
+class _Pins:
+    """One build's FP32 pins: which IR layers carry them, and afterwards which did not take effect."""
+
+    names: Any  # graphbisect.tactics.openvino.NodeNames of the ONNX file
+    layer_nodes: Mapping[str, set[str]]
+    wanted: frozenset[str]
+    missing: list[str]
+    not_applied: list[str] = field(default_factory=list)
+    partly_applied: list[str] = field(default_factory=list)
+    unverified: list[str] = field(default_factory=list)
+
+    def layers(self) -> set[str]:
+        """The IR layers to mark: those standing for at least one pinned ONNX node."""
+        return {layer for layer, nodes in self.layer_nodes.items() if nodes & self.wanted}
+
+    def check(self, exec_graph: list[dict[str, Any]]) -> None:
+        """Fill ``not_applied``, ``partly_applied`` and ``unverified`` from the compiled model's execution graph.
+
+        For each pinned node, the arithmetic kernels that compute it (by name or among their original
+        layers), each with the precision it computes in and the one it writes its output in:
+        ``not_applied`` when every such kernel computes and writes in bf16/f16 (nothing changed);
+        ``partly_applied`` when none computes in f32 but one writes f32, or some do and some do not (a node
+        fused as a post-op into an unpinned neighbour's kernel: the pin keeps its result f32, the kernel
+        still computes in bf16; a MatMul + bias Add rewritten into one bf16 FullyConnected);
+        ``unverified`` when no kernel names it (folded away, or merged into an op that kept neither the
+        mark nor its name, like the MatMul of that FullyConnected, which is named after the Add).
+        """
+        from graphbisect.tactics.openvino import onnx_node_of
+
+        low_compute: set[str] = set()
+        f32_output: set[str] = set()
+        f32_compute: set[str] = set()
+        seen: set[str] = set()
+        for node in exec_graph:
+            originals = {node["name"], *node["original_layers"]}
+            seen.update(originals)
+            if node["layer_type"] in _STORAGE_ONLY:
+                continue
+            computed: set[str] = set()
+            for original in originals:
+                nodes = self.layer_nodes.get(original)
+                if nodes is None:  # an op the plugin made: map its name like the tactic records do
+                    found = onnx_node_of(original, self.names)
+                    nodes = {found} if found is not None else set()
+                computed.update(nodes & self.wanted)
+            if node["runtime_precision"] not in _LOW:
+                f32_compute.update(computed)
+                continue
+            low_compute.update(computed)
+            if not set(str(node.get("output_precisions") or "").split(",")) & _LOW:
+                f32_output.update(computed)
+        self.not_applied = sorted(low_compute - f32_compute - f32_output)
+        self.partly_applied = sorted(low_compute - set(self.not_applied))
+        shown = {n for layer, nodes in self.layer_nodes.items() if layer in seen for n in nodes}
+        self.unverified = sorted(self.wanted - shown - low_compute - f32_compute)
+
+    def facts(self) -> dict[str, Any]:
+        """``info()["keep_fp32"]``: ``requested``, ``missing``, ``pinned_layers``, ``not_applied``,
+        ``partly_applied``, ``unverified`` (see :meth:`check`)."""
+        return {"requested": len(self.wanted) + len(self.missing), "missing": list(self.missing),
+                "pinned_layers": len(self.layers()), "not_applied": list(self.not_applied),
+                "partly_applied": list(self.partly_applied), "unverified": list(self.unverified)}

@@ -171,6 +171,9 @@ BACKENDS: tuple[BackendInfo, ...] = (
             "tactic_record)",
             "tactics": "a tactic record file (absolute path) to replay: its kernel choices are pinned through "
             "primitives_priority and verified (run info tactics_not_applied); nodes the model lacks are ignored",
+            "keep_fp32": "ONNX nodes to keep in FP32 under precision=bf16|f16, ';'-separated, or @FILE (absolute path, "
+            "one name per line; read at every load): OpenVINO's DisablePrecisionConversion on their ops, checked "
+            "against the execution graph (run info keep_fp32.not_applied); nodes the model lacks are ignored",
         },
     ),
     BackendInfo(

@@ -37,7 +37,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("passes", "name the optimization passes that cause the failure (minimal sets to disable and to enable), "
             "then optionally reduce the model under them", "graphbisect.cli.passes_cmd"),
     Command("precision", "the fewest nodes that must stay FP32 when the rest runs in fp16, bf16 or int8, with "
-            "sensitivity ranking and overrides for TensorRT, ORT, Paddle", "graphbisect.cli.precision_cmd"),
+            "sensitivity ranking and overrides for TensorRT, ORT, Paddle, OpenVINO", "graphbisect.cli.precision_cmd"),
     Command("verify", "re-run a bundle's target: does its recorded failure still reproduce (exit 1) or is it fixed "
             "(exit 0)?", "graphbisect.cli.verify_cmd"),
     Command("tactics", "record, replay and diff per-node kernel choices; isolate the choices that make a build "

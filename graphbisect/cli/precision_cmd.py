@@ -22,11 +22,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     parser.set_defaults(atol=1e-2, rtol=1e-2)  # reduced precision is judged at a few-percent tolerance
     parser.add_argument("--mode", default="fp16", choices=["fp16", "bf16", "int8"],
-                        help="precision the other nodes run in (default fp16)")
+                        help="precision the other nodes run in (default fp16): int8 by QDQ (real int8 kernels on "
+                        "ONNX Runtime), fp16/bf16 emulated by Cast islands, or, with a target that computes in it "
+                        "itself (--target openvino:precision=bf16), by the target with per-node FP32 pins")
     parser.add_argument("--sensitivity", action="store_true",
                         help="also measure every node alone (2 runs per node): ranked table, chart, priors")
-    parser.add_argument("--calibration", default="minmax", choices=["minmax", "percentile"],
-                        help="int8 activation ranges from the oracle's tensors (default minmax)")
+    parser.add_argument("--calibration", default="minmax", choices=["minmax", "percentile", "entropy"],
+                        help="int8 activation ranges from the oracle's tensors: minmax (default), percentile "
+                        "(99.99th) or entropy (the KL-divergence-optimal clipping threshold, as TensorRT)")
     parser.add_argument("--no-prefix", action="store_true",
                         help="skip Polygraphy's prefix answer (about log2(n) runs)")
     parser.add_argument("--max-invocations", type=int, default=None, metavar="N", help="target run budget")
@@ -79,6 +82,13 @@ def print_result(result: PrecisionResult, *, rows: int) -> None:
         print(f"  {name}{'   (breaks the tolerance alone)' if name in result.alone else ''}")
     if result.prefix_keep_fp32 is not None:
         print(f"Polygraphy-style prefix answer: the first {len(result.prefix_keep_fp32)} nodes in FP32")
+    for key, what in (("runtime_pins_not_applied", f"ran in {result.mode.value} anyway"),
+                      ("runtime_pins_partly_applied", f"ran partly in {result.mode.value} (fused into a neighbour)"),
+                      ("runtime_pins_unverified", "left no trace in the execution graph")):
+        names = result.extra.get(key)
+        if isinstance(names, list) and names:
+            more = " ..." if len(names) > 5 else ""
+            print(f"{len(names)} pinned node(s) {what}: {', '.join(map(str, names[:5]))}{more}")
     verdict = "meets the tolerance" if result.meets_tolerance else "DOES NOT meet the tolerance"
     runs = ", ".join(f"{k} {v}" for k, v in result.invocations.items())
     print(f"\nverified: the model with these overrides {verdict} (score {_num(result.final_metrics['score'])}, "

@@ -36,7 +36,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphbisect.examples.zoo import transformer
 
-__all__ = ["cnn_inputs", "residual_cnn", "sensitive_transformer"]
+__all__ = ["cancelling_net", "cnn_inputs", "residual_cnn", "sensitive_transformer"]
 
 logger = logging.getLogger(__name__)
 
@@ -129,3 +129,36 @@ def residual_cnn(blocks: int = 4, *, channels: int = 8, size: int = 16, classes:
 def cnn_inputs(size: int = 16, *, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded standard-normal images for :func:`residual_cnn`."""
     return {"input": np.random.default_rng(seed).standard_normal((1, 3, size, size)).astype(np.float32)}
+
+
+def cancelling_net() -> onnx.ModelProto:
+    """A 7-node CNN whose answer under bf16 is known: stem conv → mix (1x1: channel pairs 1000·a + b and
+    1000·a) → diff (1x1: their difference, b) → head.
+
+    Stored in bf16 (8-bit mantissa), 1000·a loses far more than b: only mix and diff in FP32 keep b.
+    """
+    rng = np.random.default_rng(0)
+    c = 8
+    mix = np.zeros((2 * c, c, 1, 1), np.float32)
+    diff = np.zeros((c, 2 * c, 1, 1), np.float32)
+    for i in range(c):
+        mix[2 * i, i], mix[2 * i, (i + 1) % c], mix[2 * i + 1, i] = 1000.0, 1.0, 1000.0
+        diff[i, 2 * i], diff[i, 2 * i + 1] = 1.0, -1.0
+    weights = {"w_in": rng.standard_normal((c, 3, 3, 3)).astype(np.float32) * 0.3, "w_mix": mix, "w_diff": diff,
+               "w_out": rng.standard_normal((c, c, 3, 3)).astype(np.float32) * 0.3}
+    nodes = [
+        onnx.helper.make_node("Conv", ["x", "w_in"], ["a"], name="stem/conv", pads=[1, 1, 1, 1]),
+        onnx.helper.make_node("Relu", ["a"], ["a_relu"], name="stem/relu"),
+        onnx.helper.make_node("Conv", ["a_relu", "w_mix"], ["m"], name="mix/conv"),
+        onnx.helper.make_node("Conv", ["m", "w_diff"], ["d"], name="diff/conv"),
+        onnx.helper.make_node("Conv", ["d", "w_out"], ["o"], name="head/conv", pads=[1, 1, 1, 1]),
+        onnx.helper.make_node("Relu", ["o"], ["o_relu"], name="head/relu"),
+        onnx.helper.make_node("GlobalAveragePool", ["o_relu"], ["y"], name="head/pool"),
+    ]
+    graph = onnx.helper.make_graph(
+        nodes, "cancelling", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 16, 16])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, c, 1, 1])],
+        [onnx.numpy_helper.from_array(value, name) for name, value in weights.items()])
+    proto = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    proto.ir_version = 8
+    return proto

@@ -11,7 +11,7 @@ Example:
 
 from __future__ import annotations
 
-from graphbisect.precision.calibration import Calibration, CalibrationMethod, weight_scales
+from graphbisect.precision.calibration import Calibration, CalibrationMethod, entropy_threshold, weight_scales
 from graphbisect.precision.casts import is_typed, lower_casts, round_to
 from graphbisect.precision.lowering import Lowering
 from graphbisect.precision.modes import DATA_MOVEMENT, FP16_TYPED_OPS, INT8_OPS, PrecisionMode, lowerable_nodes
@@ -25,6 +25,7 @@ __all__ = [
     "CalibrationMethod",
     "Lowering",
     "PrecisionMode",
+    "entropy_threshold",
     "is_typed",
     "lower_casts",
     "lower_qdq",

@@ -1,5 +1,11 @@
 """One façade over the lowerings: which nodes are units, and the model with a given set kept in FP32.
 
+Three mechanisms: INT8 by QDQ (:mod:`.qdq`), FP16/BF16 by Cast islands (:mod:`.casts`), and
+**runtime pins** (``runtime_pins=True``): the target itself runs in reduced precision (e.g.
+``openvino:precision=bf16``) and keeps the named nodes in FP32 with its own mechanism; the model is then
+the FP32 model unchanged, and what changes per keep-set is the list of node names the runtime is given
+(:meth:`Lowering.pinned`).
+
 Example:
     >>> low = Lowering(model, PrecisionMode.FP16)                                # doctest: +SKIP
     >>> proto = low.lower(keep_fp32={low.units[3]})                              # doctest: +SKIP
@@ -28,18 +34,20 @@ class Lowering:
     """Lowers ``model`` to ``mode`` except for the nodes kept in FP32.
 
     ``typed``: FP16 nodes are retyped (the deployable mixed model) instead of emulated by rounding (what
-    the search measures on CPU; see :mod:`graphbisect.precision.casts`).
+    the search measures on CPU; see :mod:`graphbisect.precision.casts`). ``runtime_pins``: the model is
+    not rewritten; the target lowers it and pins :meth:`pinned` (see the module docstring).
 
     Attributes:
         units: indices (topological order) of the lowerable nodes; a search's unit ``i`` is ``units[i]``.
     """
 
     def __init__(self, model: Model, mode: PrecisionMode, calibration: Calibration | None = None, *,
-                 typed: bool = False) -> None:
-        if mode is PrecisionMode.INT8 and calibration is None:
+                 typed: bool = False, runtime_pins: bool = False) -> None:
+        if mode is PrecisionMode.INT8 and calibration is None and not runtime_pins:
             raise InputError("int8 lowering needs a calibration (activation ranges)",
                              hint="build one with Calibration.from_tensors(oracle activations)")
         self.model, self.mode, self.calibration, self.typed = model, mode, calibration, typed
+        self.runtime_pins = runtime_pins
         self.units: tuple[int, ...] = tuple(lowerable_nodes(model, mode))
 
     def names(self, units: Collection[int]) -> list[str]:
@@ -48,14 +56,23 @@ class Lowering:
 
     def lower(self, keep_fp32: Collection[int], expose: Sequence[str] = ()) -> onnx.ModelProto:
         """The model with every unit lowered except ``keep_fp32`` (unit numbers, not node indices)."""
+        if self.runtime_pins:
+            return self.model.with_outputs(list(expose))  # the target lowers; see pinned()
         lowered = {node for u, node in enumerate(self.units) if u not in set(keep_fp32)}
         if self.mode is PrecisionMode.INT8:
             assert self.calibration is not None
             return lower_qdq(self.model, lowered, self.calibration, expose)
         return lower_casts(self.model, lowered, self.mode, expose, typed=self.typed)
 
+    def pinned(self, keep_fp32: Collection[int]) -> list[str]:
+        """With ``runtime_pins``: the node names the target must keep in FP32 (those of ``keep_fp32``)."""
+        return self.names(keep_fp32)
+
     def how(self, unit: int) -> str:
-        """How unit ``unit`` is lowered: ``qdq`` (int8), ``typed`` (FP16 node) or ``emulated`` (rounding)."""
+        """How unit ``unit`` is lowered: ``qdq`` (int8), ``typed`` (FP16 node), ``emulated`` (rounding) or
+        ``runtime`` (by the target, pinned by name)."""
+        if self.runtime_pins:
+            return "runtime"
         if self.mode is PrecisionMode.INT8:
             return "qdq"
         op_type = self.model.nodes[self.units[unit]].op_type

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import BackendProcess, RunResult
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.engine import Evaluator, Outcome, SearchResult, TestResult, bisect_prefix, probdd
@@ -77,18 +78,27 @@ class Measurement:
 
 
 class PrecisionTester:
-    """The engine's test: lower all units but ``keep``, run the target, compare final outputs."""
+    """The engine's test: lower all units but ``keep``, run the target, compare final outputs.
+
+    With a runtime-pins lowering (``lowering.runtime_pins``), ``pin_file`` is the file the target's spec
+    names (``openvino:keep_fp32=@FILE``): each measurement writes the keep-set's node names there before
+    the run, and the candidate model's path (one per keep-set) makes the worker load it afresh.
+    """
 
     def __init__(self, lowering: Lowering, proc: BackendProcess, workdir: Path, inputs: Path, *,
-                 expected: Mapping[str, np.ndarray], tol: Tolerance) -> None:
+                 expected: Mapping[str, np.ndarray], tol: Tolerance, pin_file: Path | None = None) -> None:
+        if lowering.runtime_pins and pin_file is None:
+            raise ValueError("a runtime-pins lowering needs the pin_file its target reads")
         self.lowering, self.proc, self.workdir, self.inputs = lowering, proc, workdir, inputs
-        self.expected, self.tol = expected, tol
+        self.expected, self.tol, self.pin_file = expected, tol, pin_file
         workdir.mkdir(parents=True, exist_ok=True)
 
     def measure(self, keep: frozenset[int], expose: Sequence[str] = ()) -> Measurement:
         """Run the model with ``keep`` in FP32 (``expose``: also return these float32 intermediates)."""
         digest = hashlib.sha1(",".join(map(str, sorted(keep))).encode()).hexdigest()[:16]
-        path = self.workdir / f"lowered-{digest}.onnx"
+        path = self.workdir / f"lowered-{digest}{'-probe' if expose else ''}.onnx"
+        if self.pin_file is not None:
+            atomic_write_text(self.pin_file, "".join(f"{name}\n" for name in self.lowering.pinned(keep)))
         save_proto(self.lowering.lower(keep, expose), path)
         try:
             run = self.proc.run(path, self.inputs)

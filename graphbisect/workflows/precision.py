@@ -13,6 +13,18 @@ Steps and their backend runs:
 5. **verification** in a fresh target worker: the model with the answer applied meets the tolerance;
 6. **artifacts** (``out_dir``): the verified mixed-precision model, for FP16 also the typed one, overrides
    in every supported format, the sensitivity chart.
+
+**Runtime pins.** When the target itself computes in reduced precision and its backend row documents a
+``keep_fp32`` option — ``openvino:precision=bf16`` (or ``f16``) — nothing is emulated: every candidate is
+the FP32 model, the target lowers it, and the keep-set is handed to it as ``keep_fp32=@FILE`` (rewritten
+before each run), so OpenVINO's own per-node FP32 mechanism is what the search and the verification
+measure. The mode must match the target's precision. The verification reports the pins the target did
+not apply, or only to some of their kernels, and those its execution graph cannot confirm
+(``runtime_pins_not_applied``, ``runtime_pins_partly_applied``, ``runtime_pins_unverified``). There is no
+layerwise evidence run: exposing every intermediate changes what OpenVINO builds (fusions, output
+conversions), so its errors say little about the builds searched (PP-OCRv4 rec at 5e-3/1e-2: 139 search
+tests with its priors, 62 with uniform ones). Artifacts are the overrides, among them ``keep_fp32.txt`` for
+``openvino:keep_fp32=@FILE`` (no Cast-island model: it would not be what was verified).
 """
 
 from __future__ import annotations
@@ -22,12 +34,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from graphbisect.artifacts.overrides import PrecisionOverrides, sensitivity_chart_svg, write_overrides
 from graphbisect.atomic import atomic_write_text
-from graphbisect.backends import BackendProcess, Capability, resolve
+from graphbisect.backends import BackendProcess, BackendSpec, Capability, resolve
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
 from graphbisect.compare import Tolerance
 from graphbisect.data import ActivationStore, random_inputs, save_inputs, validate_inputs
@@ -49,7 +62,7 @@ from graphbisect.strategies.precision import (
 )
 from graphbisect.workflows.scratch import work_folder
 
-__all__ = ["PrecisionResult", "find_precision"]
+__all__ = ["PrecisionResult", "find_precision", "runtime_pins_mode"]
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +109,44 @@ class _Session:
     inputs_path: Path
     expected: dict[str, np.ndarray]
     store: ActivationStore | None
+    pin_file: Path | None = None  # runtime pins: the keep_fp32=@FILE the target reads
+
+
+_PIN_OPTION = "keep_fp32"
+
+
+def runtime_pins_mode(target: str) -> PrecisionMode | None:
+    """The reduced precision ``target`` computes in *and can pin nodes out of*, else None (see module docs).
+
+    That is a backend whose table row documents a ``keep_fp32`` option, with a ``precision=`` other than
+    f32 in the spec.
+
+    Example:
+        >>> runtime_pins_mode("openvino:precision=bf16"), runtime_pins_mode("openvino"), runtime_pins_mode("ort")
+        (<PrecisionMode.BF16: 'bf16'>, None, None)
+    """
+    spec, info = resolve(target, require_available=False)
+    precision = spec.options.get("precision", "").strip().lower()
+    if _PIN_OPTION not in info.options or precision in ("", "f32", "fp32", "float32"):
+        return None
+    return PrecisionMode.parse(precision)
+
+
+def _pinned_target(target: str, mode: PrecisionMode, pin_file: Path) -> str:
+    spec = BackendSpec.parse(target)
+    if _PIN_OPTION in spec.options:
+        raise InputError(f"the target {target} already sets {_PIN_OPTION}=",
+                         hint="`graphbisect precision` chooses the FP32 nodes itself: leave keep_fp32 out of --target")
+    runtime_mode = runtime_pins_mode(target)
+    if runtime_mode is not mode:
+        raise InputError(f"--mode {mode.value} does not match the target's own precision "
+                         f"({runtime_mode.value if runtime_mode else 'f32'}) in {target}",
+                         hint=f"use --mode {runtime_mode.value} with this target, or a target without precision="
+                         if runtime_mode else "use a target that computes in full precision")
+    if "," in str(pin_file):
+        raise InputError(f"the work folder {pin_file.parent} contains ',', which a backend spec cannot hold",
+                         hint="choose another --workdir")
+    return str(spec.with_options(**{_PIN_OPTION: f"@{pin_file}"}))
 
 
 def _capture(model: Model, oracle: str, feeds: Mapping[str, np.ndarray], workdir: Path) -> tuple[_Session, int]:
@@ -154,7 +205,13 @@ def find_precision(
         feeds = validate_inputs(model, inputs) if inputs is not None else random_inputs(model, seed=seed)
         stage(f"capturing the FP32 oracle's activations ({oracle})")
         session, oracle_runs = _capture(model, oracle, feeds, folder)
-        lowering = _lowering(session, mode, method)
+        if runtime_pins_mode(target) is not None:
+            session.pin_file = folder / "keep_fp32.txt"
+            target = _pinned_target(target, mode, session.pin_file)
+            session.pin_file.write_text("", encoding="utf-8")  # the spec is checked before the first run
+            lowering = Lowering(session.model, mode, runtime_pins=True)
+        else:
+            lowering = _lowering(session, mode, method)
         if not lowering.units:
             raise InputError(f"the model has no node that {mode.value} can lower",
                              hint="only float32 arithmetic nodes are lowered; data movement stays as is")
@@ -170,14 +227,11 @@ def _search(session: _Session, lowering: Lowering, target: str, tol: Tolerance, 
     n = len(lowering.units)
     with BackendProcess(target, workdir=session.workdir / "target") as proc:
         tester = PrecisionTester(lowering, proc, session.workdir / "candidates", session.inputs_path,
-                                 expected=session.expected, tol=tol)
+                                 expected=session.expected, tol=tol, pin_file=session.pin_file)
         ev = Evaluator(tester, n, allow_empty=True, budget=Budget(max_invocations=max_invocations))
         stage(f"checking the FP32 baseline and the fully lowered model ({n} lowerable nodes)")
         if ev.evaluate(ev.universe, phase="baseline").outcome is not Outcome.FAIL:
-            raise BackendError(
-                f"the target {target} does not meet the tolerance even with every node in FP32",
-                hint="the target disagrees with the oracle without any lowering: run `graphbisect compare` / "
-                "`graphbisect reduce` first, or loosen --atol/--rtol")
+            raise _baseline_error(target, lowering, tester, ev.universe)
         all_lowered = ev.evaluate(frozenset(), phase="all-lowered").outcome is Outcome.FAIL
         rows: list[SensitivityRow] = []
         prior: dict[int, float] | None = None
@@ -185,7 +239,7 @@ def _search(session: _Session, lowering: Lowering, target: str, tol: Tolerance, 
             stage(f"sensitivity: 2 runs per node for {n} nodes")
             rows = sensitivity(tester, n)
             prior = sensitivity_priors(rows, n)
-        elif not all_lowered:
+        elif not all_lowered and not lowering.runtime_pins:
             prior = _evidence_priors(session, lowering, tester, tol)
         stage("searching the fewest nodes to keep in FP32")
         result = search_keep_fp32(ev, prior)
@@ -193,8 +247,14 @@ def _search(session: _Session, lowering: Lowering, target: str, tol: Tolerance, 
         prefix = prefix_answer(ev) if with_prefix and not all_lowered else None
         search_runs = proc.invocations
     stage("verifying the answer in a fresh target worker")
-    verified, metrics, verify_runs = _verify(session, lowering, target, tol, result.keep)
+    verified, metrics, verify_runs, verify_info = _verify(session, lowering, target, tol, result.keep)
     files = _write_artifacts(out_dir, lowering, result.keep, rows) if out_dir is not None else ()
+    extra: dict[str, object] = {"tests_by_phase": {name: c.tests for name, c in ev.stats().phases}}
+    if lowering.runtime_pins:
+        pins = verify_info.get(_PIN_OPTION) or {}
+        extra.update(target=target, runtime_pins_not_applied=list(pins.get("not_applied", [])),
+                     runtime_pins_partly_applied=list(pins.get("partly_applied", [])),
+                     runtime_pins_unverified=list(pins.get("unverified", [])))
     return PrecisionResult(
         mode=lowering.mode, units=tuple(lowering.names(range(n))), keep_fp32=tuple(lowering.names(result.keep)),
         minimal=result.minimal, alone=tuple(lowering.names(alone)),
@@ -202,8 +262,25 @@ def _search(session: _Session, lowering: Lowering, target: str, tol: Tolerance, 
         sensitivity=tuple(rows), meets_tolerance=verified, final_metrics=metrics, all_lowered_meets=all_lowered,
         invocations={"oracle": oracle_runs, "target": search_runs, "verification": verify_runs,
                      "search_tests": ev.stats().tests},
-        lowering=_describe_lowering(lowering), seconds=time.monotonic() - started, files=tuple(files),
+        lowering=_describe_lowering(lowering), seconds=time.monotonic() - started, files=tuple(files), extra=extra,
     )
+
+
+def _baseline_error(target: str, lowering: Lowering, tester: PrecisionTester, universe: frozenset[int]) -> BackendError:
+    """Why the all-FP32 baseline fails; with runtime pins, the pins the target did not apply are the usual cause."""
+    message = f"the target {target} does not meet the tolerance even with every node in FP32"
+    hint = ("the target disagrees with the oracle without any lowering: run `graphbisect compare` / "
+            "`graphbisect reduce` first, or loosen --atol/--rtol")
+    if lowering.runtime_pins:
+        pins = tester.measure(universe).run.info.get(_PIN_OPTION) or {}
+        dropped = sorted({*pins.get("not_applied", []), *pins.get("partly_applied", [])})
+        if dropped:
+            message += (f": it computed {len(dropped)} pinned node(s) in {lowering.mode.value} anyway, all or partly "
+                        f"({', '.join(dropped[:5])}{' ...' if len(dropped) > 5 else ''})")
+            hint = ("OpenVINO drops the pin of ops its CPU plugin rewrites itself (MatMul + bias Add -> "
+                    "FullyConnected, attention -> ScaledDotProductAttention), so these nodes cannot be kept in FP32 "
+                    "there: loosen --atol/--rtol, or search by emulation on an f32 target (--target openvino)")
+    return BackendError(message, hint=hint)
 
 
 def _evidence_priors(session: _Session, lowering: Lowering, tester: PrecisionTester,
@@ -221,11 +298,11 @@ def _evidence_priors(session: _Session, lowering: Lowering, tester: PrecisionTes
 
 
 def _verify(session: _Session, lowering: Lowering, target: str, tol: Tolerance,
-            keep: frozenset[int]) -> tuple[bool, dict[str, float], int]:
+            keep: frozenset[int]) -> tuple[bool, dict[str, float], int, dict[str, Any]]:
     with BackendProcess(target, workdir=session.workdir / "verify") as proc:
         measured = PrecisionTester(lowering, proc, session.workdir / "verify-candidates", session.inputs_path,
-                                   expected=session.expected, tol=tol).measure(keep)
-        return measured.meets, measured.metrics(), proc.invocations
+                                   expected=session.expected, tol=tol, pin_file=session.pin_file).measure(keep)
+        return measured.meets, measured.metrics(), proc.invocations, dict(measured.run.info)
 
 
 def _write_artifacts(out_dir: Path, lowering: Lowering, keep: frozenset[int], rows: list[SensitivityRow]) -> list[Path]:
@@ -237,8 +314,9 @@ def _write_artifacts(out_dir: Path, lowering: Lowering, keep: frozenset[int], ro
         tuple(sorted({model.nodes[lowering.units[u]].op_type for u in keep})),
         tuple(lowering.names(set(range(len(lowering.units))) - keep)))
     files = write_overrides(overrides, out_dir)
-    files.append(save_proto(lowering.lower(keep), out_dir / "mixed_precision.onnx"))
-    if lowering.mode is PrecisionMode.FP16:
+    if not lowering.runtime_pins:
+        files.append(save_proto(lowering.lower(keep), out_dir / "mixed_precision.onnx"))
+    if lowering.mode is PrecisionMode.FP16 and not lowering.runtime_pins:
         typed = Lowering(model, lowering.mode, typed=True)
         files.append(save_proto(typed.lower(keep), out_dir / "mixed_precision_typed.onnx"))
     if rows:
@@ -251,6 +329,9 @@ def _write_artifacts(out_dir: Path, lowering: Lowering, keep: frozenset[int], ro
 
 
 def _describe_lowering(lowering: Lowering) -> str:
+    if lowering.runtime_pins:
+        return (f"{lowering.mode.value} on the target itself; FP32 nodes pinned by the target "
+                "(OpenVINO: DisablePrecisionConversion, checked against its execution graph)")
     if lowering.mode is PrecisionMode.INT8:
         method = lowering.calibration.method.value if lowering.calibration else "?"
         return f"int8 QDQ (uint8 per-tensor activations, int8 per-channel weights, {method} calibration)"

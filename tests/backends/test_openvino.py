@@ -170,3 +170,88 @@ def test_inputs_are_checked(paths: dict[str, Path], feed: dict[str, np.ndarray])
 def test_bad_options(options: dict[str, str], match: str) -> None:
     with pytest.raises(SpecError, match=match):
         OpenVino(options, "/tmp")
+
+
+# --- keep_fp32: per-node FP32 pins under bf16 -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bf16_cpu() -> None:
+    capabilities = ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    if "BF16" not in capabilities:
+        pytest.skip(f"this CPU has no BF16 (OpenVINO CPU capabilities: {', '.join(capabilities)}): "
+                    "precision=bf16 would run f32 and there is nothing to pin")
+
+
+def _precisions(runtime: OpenVino) -> dict[str, str]:
+    """Runtime precision of each arithmetic kernel of the last build, by execution node name."""
+    arithmetic = {"Convolution", "Reduce", "FullyConnected", "Eltwise", "Pooling", "MVN", "Subgraph"}
+    return {n["name"]: n["runtime_precision"] for n in runtime.info()["exec_graph"] if n["layer_type"] in arithmetic}
+
+
+def test_keep_fp32_pins_one_node_to_f32_in_the_execution_graph(
+    paths: dict[str, Path], feed: dict[str, np.ndarray], bf16_cpu: None
+) -> None:
+    plain = OpenVino({"precision": "bf16", "report_exec": "1"}, str(paths["workdir"]))
+    plain.load(str(paths["plain"]), None)
+    pinned = OpenVino({"precision": "bf16", "report_exec": "1", "keep_fp32": "conv"}, str(paths["workdir"]))
+    pinned.load(str(paths["plain"]), None)
+    # The Conv kernel (Conv, bias Add and Relu fused) switches to f32; the rest stays bf16.
+    assert _precisions(plain) == {"conv": "bf16", "pool": "bf16", "y": "bf16"}
+    assert _precisions(pinned) == {"conv": "f32", "pool": "bf16", "y": "bf16"}
+    assert pinned.info()["keep_fp32"] == {"requested": 1, "missing": [], "pinned_layers": 1, "not_applied": [],
+                                          "partly_applied": [], "unverified": []}
+    assert not np.array_equal(plain.run(feed)["y"], pinned.run(feed)["y"])
+
+
+def test_keep_fp32_reports_the_pins_the_plugin_drops(paths: dict[str, Path], bf16_cpu: None) -> None:
+    """MatMul + bias Add become one FullyConnected (named after the Add) that does not inherit the mark: it
+    computes in bf16 (its output is f32 only because it is the graph output). Reported, not hidden."""
+    everything = "conv;bias;relu;pool;flatten;fc;fc_bias"
+    runtime = OpenVino({"precision": "bf16", "report_exec": "1", "keep_fp32": everything}, str(paths["workdir"]))
+    runtime.load(str(paths["plain"]), None)
+    assert _precisions(runtime) == {"conv": "f32", "pool": "f32", "y": "bf16"}
+    facts = runtime.info()["keep_fp32"]
+    assert (facts["not_applied"], facts["partly_applied"], facts["unverified"]) == ([], ["fc_bias"], ["fc"])
+
+
+def test_keep_fp32_file_is_read_at_every_load(paths: dict[str, Path], tmp_path: Path, bf16_cpu: None) -> None:
+    pin_file = tmp_path / "keep.txt"
+    pin_file.write_text("conv\nno_such_node\n")
+    runtime = OpenVino({"precision": "bf16", "report_exec": "1", "keep_fp32": f"@{pin_file}"}, str(tmp_path))
+    runtime.load(str(paths["plain"]), None)
+    assert _precisions(runtime)["conv"] == "f32" and _precisions(runtime)["pool"] == "bf16"
+    assert runtime.info()["keep_fp32"]["missing"] == ["no_such_node"]
+    pin_file.write_text('["pool"]')  # a JSON list works too
+    runtime.load(str(paths["plain"]), None)
+    assert _precisions(runtime)["conv"] == "bf16" and _precisions(runtime)["pool"] == "f32"
+
+
+@pytest.mark.parametrize("value", ["@relative/keep.txt", "@/no/such/keep.txt"])
+def test_keep_fp32_file_must_exist_by_absolute_path(value: str) -> None:
+    with pytest.raises(SpecError, match="keep_fp32"):
+        OpenVino({"keep_fp32": value}, "/tmp")
+
+
+def test_the_openvino_override_snippet_builds_what_the_backend_builds(
+    paths: dict[str, Path], feed: dict[str, np.ndarray], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    bf16_cpu: None,
+) -> None:
+    """The snippet `graphbisect precision -o` writes for OpenVINO is run as a user would: same kernels, same values."""
+    from graphbisect.artifacts.overrides import PrecisionOverrides
+
+    snippet = PrecisionOverrides("bf16", ("conv",), ("Conv",), ("pool", "fc")).snippets()["openvino"]
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"onnx_path": str(paths["plain"])}
+    exec(compile(snippet, "snippets.py", "exec"), namespace)
+    compiled = namespace["compiled"]
+    kernels = {op.get_friendly_name(): op.get_rt_info()["runtimePrecision"].astype(str)
+               for op in compiled.get_runtime_model().get_ordered_ops()  # type: ignore[attr-defined]
+               if op.get_rt_info()["layerType"].astype(str) in ("Convolution", "Reduce", "FullyConnected")}
+    assert kernels == {"conv": "f32", "pool": "bf16", "y": "bf16"}
+    assert (tmp_path / "keep_fp32.xml").is_file()
+
+    backend = OpenVino({"precision": "bf16", "keep_fp32": "conv"}, str(tmp_path))
+    backend.load(str(paths["plain"]), None)
+    from_snippet = compiled(feed)[0]  # type: ignore[operator]
+    np.testing.assert_array_equal(from_snippet, backend.run(feed)["y"])
