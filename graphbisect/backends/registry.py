@@ -197,6 +197,8 @@ BACKENDS: tuple[BackendInfo, ...] = (
             "(default: the first run's shapes; the engine is then built at that run)",
             "device": "GPU index (default 0)",
             "report_layers": "1 to report the engine's layers (fused nodes, tactics, precisions) in the run info",
+            "typed": "1 for a strongly typed network (NetworkDefinitionCreationFlag.STRONGLY_TYPED): precisions come "
+            "from the ONNX types (Cast islands), the way TensorRT 11 does mixed precision; excludes fp16=/bf16=",
         },
     ),
     BackendInfo(

@@ -46,7 +46,7 @@ __all__ = ["TensorRT", "TensorRTBuildError"]
 logger = logging.getLogger(__name__)
 
 MIN_VERSION = (10, 8)
-_OPTIONS = ("fp16", "bf16", "tf32", "opt_level", "workspace", "shapes", "device", "report_layers")
+_OPTIONS = ("fp16", "bf16", "tf32", "opt_level", "workspace", "shapes", "device", "report_layers", "typed")
 
 
 class TensorRTBuildError(RuntimeError):
@@ -194,7 +194,8 @@ class TensorRT:
     Options: ``fp16``/``bf16`` (1: allow those kernels), ``tf32`` (0: forbid TF32, which TensorRT allows
     by default for FP32 math on Ampere and newer), ``opt_level`` (builder optimization level 0-5),
     ``workspace`` (MiB), ``shapes`` (``x:1x3x224x224;...`` for inputs with dynamic dims), ``device``
-    (GPU index, default 0), ``report_layers`` (1: engine inspector JSON in ``info()["layers"]``).
+    (GPU index, default 0), ``report_layers`` (1: engine inspector JSON in ``info()["layers"]``),
+    ``typed`` (1: a strongly typed network; precisions come from the model's types, e.g. Cast islands).
     """
 
     def __init__(self, options: Mapping[str, str], workdir: str) -> None:
@@ -212,6 +213,12 @@ class TensorRT:
         self._shapes = parse_shapes(options.get("shapes", ""))
         self._device = option_int(options, "device", 0) or 0
         self._report_layers = option_flag(options, "report_layers")
+        self._typed = option_flag(options, "typed")
+        if self._typed and (self._fp16 or self._bf16):
+            raise SpecError("tensorrt: typed=1 (a strongly typed network) takes its precisions from the ONNX "
+                            "types; fp16/bf16 builder flags do not apply",
+                            hint="drop fp16=/bf16=, and put Cast nodes in the model (graphbisect precision "
+                            "writes mixed_precision_typed.onnx)")
         self._trt: Any = None
         self._log: Any = None
         self._cuda: _CudaMemory | None = None
@@ -254,6 +261,7 @@ class TensorRT:
             "bf16": self._bf16,
             "tf32": self._tf32,
             "opt_level": self._opt_level,
+            "typed": self._typed,
         }
         # Parse once now so parser errors are load crashes even when the build must wait for shapes.
         network, dynamic = self._parse()
@@ -268,7 +276,10 @@ class TensorRT:
         trt = self._trt
         self._log.clear()
         builder = trt.Builder(self._log)
-        network = builder.create_network(0)  # explicit batch is the only mode in TensorRT 10
+        # Explicit batch is the only mode since TensorRT 10; strongly typed: every tensor keeps its ONNX type
+        # (TensorRT 11 removed per-layer precision flags, so Cast nodes in the model decide precision).
+        flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED) if self._typed else 0
+        network = builder.create_network(flags)
         parser = trt.OnnxParser(network, self._log)
         if not parser.parse_from_file(str(self._model)):
             errors = []

@@ -168,9 +168,19 @@ def _capture(model: Model, oracle: str, feeds: Mapping[str, np.ndarray], workdir
         return _Session(model, workdir, Path(inputs_path), expected, store), proc.invocations
 
 
-def _lowering(session: _Session, mode: PrecisionMode, method: CalibrationMethod) -> Lowering:
+def _typed_target(target: str) -> bool:
+    """A target that runs the model's own FP16 types (``tensorrt:typed=1``): candidates are the typed mixed
+    model, not the CPU emulation.
+
+    >>> _typed_target("tensorrt:typed=1"), _typed_target("onnxruntime")
+    (True, False)
+    """
+    return BackendSpec.parse(target).options.get("typed", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _lowering(session: _Session, mode: PrecisionMode, method: CalibrationMethod, *, typed: bool = False) -> Lowering:
     if mode is not PrecisionMode.INT8:
-        return Lowering(session.model, mode)
+        return Lowering(session.model, mode, typed=typed)
     feeds = dict(np.load(session.inputs_path))
     if session.store is None:
         raise InputError("int8 calibration needs the oracle's intermediate tensors",
@@ -211,7 +221,7 @@ def find_precision(
             session.pin_file.write_text("", encoding="utf-8")  # the spec is checked before the first run
             lowering = Lowering(session.model, mode, runtime_pins=True)
         else:
-            lowering = _lowering(session, mode, method)
+            lowering = _lowering(session, mode, method, typed=_typed_target(target))
         if not lowering.units:
             raise InputError(f"the model has no node that {mode.value} can lower",
                              hint="only float32 arithmetic nodes are lowered; data movement stays as is")
@@ -335,5 +345,7 @@ def _describe_lowering(lowering: Lowering) -> str:
     if lowering.mode is PrecisionMode.INT8:
         method = lowering.calibration.method.value if lowering.calibration else "?"
         return f"int8 QDQ (uint8 per-tensor activations, int8 per-channel weights, {method} calibration)"
+    if lowering.typed and lowering.mode is PrecisionMode.FP16:
+        return "fp16 typed: lowered nodes compute in float16 between Cast nodes (the target runs the types as given)"
     return (f"{lowering.mode.value} emulated: inputs and outputs of lowered nodes rounded through "
             f"{lowering.mode.value} (Cast pairs), float32 arithmetic inside the node")

@@ -126,6 +126,29 @@ def test_unknown_tensor_fails_at_load(trt: object, folder: Path) -> None:
         runtime.load(str(folder / "static.onnx"), ["y", "nope"])
 
 
+@pytest.mark.gpu
+def test_strongly_typed_network_runs_the_typed_fp16_model(trt: object, folder: Path, tmp_path: Path,
+                                                          feed: dict[str, np.ndarray]) -> None:
+    """TensorRT 11's mixed precision: Cast islands in the ONNX model, a strongly typed network (typed=1)."""
+    from graphbisect.model import load_model
+    from graphbisect.precision import Lowering, PrecisionMode
+
+    model = load_model(folder / "static.onnx")
+    lowering = Lowering(model, PrecisionMode.FP16, typed=True)
+    typed = tmp_path / "typed.onnx"
+    onnx.save(lowering.lower(keep_fp32=()), str(typed))
+    proto = onnx.load(str(typed))
+    assert [n.op_type for n in proto.graph.node] == ["Cast", "Conv", "Relu", "ReduceMean", "Cast"]
+    assert {t.data_type for t in proto.graph.initializer} == {TensorProto.FLOAT16}
+    runtime = TensorRT({"typed": "1", "report_layers": "1"}, str(tmp_path))
+    runtime.load(str(typed), None)
+    got = runtime.run(feed)["y"]
+    want = _ort(folder / "static.onnx", feed, ["y"])["y"]
+    np.testing.assert_allclose(got, want, atol=5e-2, rtol=5e-2)
+    assert not np.array_equal(got, want), "an FP16 engine does not reproduce FP32 bit for bit"
+    assert runtime.info()["typed"] is True
+
+
 def test_option_parsing() -> None:
     assert parse_shapes("x:1x3x8x8;m:4") == {"x": (1, 3, 8, 8), "m": (4,)}
     with pytest.raises(SpecError, match="NAME:DxDxD"):
@@ -134,6 +157,8 @@ def test_option_parsing() -> None:
         TensorRT({"opt_level": "9"}, "/tmp")
     with pytest.raises(SpecError, match="no option"):
         TensorRT({"int8": "1"}, "/tmp")
+    with pytest.raises(SpecError, match="strongly typed"):
+        TensorRT({"typed": "1", "fp16": "1"}, "/tmp")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("tensorrt") is not None, reason="tensorrt is installed here")
