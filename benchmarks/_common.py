@@ -153,18 +153,29 @@ def _ppid_and_rss(pid: int) -> tuple[int, int] | None:
 
 
 class MemorySampler:
-    """Samples the resident memory of this process *plus all its descendants* every ``interval`` seconds.
+    """Samples the resident memory of a process (``root``, default this one) *plus all its descendants* every
+    ``interval`` seconds.
 
     ``peak_bytes`` is the largest sum seen: the memory the whole process tree held at once (main process
     and backend worker processes). It is a sample, so a spike shorter than ``interval`` can be missed;
-    ``resource.getrusage`` gives the exact peak of each process on its own. Linux only (reads /proc);
-    elsewhere the peak stays 0.
+    ``resource.getrusage`` gives the exact peak of each process on its own. Sampling from *another* process
+    (``root`` = a child's pid) is more faithful: a sampling thread inside the measured process waits for the
+    GIL, so it misses spikes inside long C calls (a protobuf copy of gigabytes of weights).
+
+    ``worker_peak_bytes`` is the largest high-water mark (``VmHWM``) of a descendant of ``root``, as last
+    read while it lived (exact up to its last ``interval``; the *last* reading, because between fork and exec
+    a child still reports its parent's memory). Why not ``getrusage(RUSAGE_CHILDREN)`` for workers: a child
+    started by fork or vfork and exec inherits the parent's high-water mark into its ``ru_maxrss``, so a
+    worker of a 3 GiB main process reports at least 3 GiB. Linux only (reads /proc); elsewhere the peaks
+    stay 0.
     """
 
-    def __init__(self, interval: float = 0.01) -> None:
+    def __init__(self, interval: float = 0.01, *, root: int | None = None) -> None:
         self.interval = interval
+        self.root = root
         self.peak_bytes = 0
         self.samples = 0
+        self._high_water: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -179,15 +190,36 @@ class MemorySampler:
     def _loop(self) -> None:
         if not os.path.isdir("/proc"):
             return
-        root = os.getpid()
+        root = self.root if self.root is not None else os.getpid()
         while not self._stop.is_set():
-            self.peak_bytes = max(self.peak_bytes, _tree_rss(root))
+            rss = _tree_rss(root)
+            self.peak_bytes = max(self.peak_bytes, sum(rss.values()))
+            for pid in rss:
+                if pid != root:
+                    self._high_water[pid] = _high_water(pid) or self._high_water.get(pid, 0)
             self.samples += 1
             self._stop.wait(self.interval)
 
+    @property
+    def worker_peak_bytes(self) -> int:
+        """The largest last-read ``VmHWM`` of any descendant of ``root`` (0 when none was seen)."""
+        return max(self._high_water.values(), default=0)
 
-def _tree_rss(root: int) -> int:
-    """Resident bytes of ``root`` and every descendant, from one pass over /proc."""
+
+def _high_water(pid: int) -> int:
+    """``VmHWM`` (peak resident bytes of the process's current image) of a live process; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _tree_rss(root: int) -> dict[int, int]:
+    """Resident bytes of ``root`` and of every descendant (pid → bytes), from one pass over /proc."""
     parents: dict[int, int] = {}
     rss: dict[int, int] = {}
     for entry in os.listdir("/proc"):
@@ -204,4 +236,4 @@ def _tree_rss(root: int) -> int:
             if child not in tree:
                 tree.add(child)
                 frontier.append(child)
-    return sum(rss.get(pid, 0) for pid in tree)
+    return {pid: rss.get(pid, 0) for pid in tree}

@@ -5,20 +5,24 @@
    models per hour and distinct bugs found (must not change with the workers);
 2. **candidate throughput**: one reduction with 1, 2 and N target workers (``ReduceOptions.jobs``): target
    runs per second, with the same result (final nodes) for every N;
-3. **large models**: a host network of ``--large-nodes`` nodes (default 50,000): compare (plain + layerwise)
-   and a reduction capped at ``--large-budget`` candidate runs, with wall time, seconds per candidate and the
-   peak resident memory of the whole process tree; and a model whose external weights exceed 2 GB
-   (``--weights-gb``; a Gather from a huge embedding table into a float64 ReLU→Clip island that ORT's
-   FuseReluClip crashes on): load, compare, reduce, per-candidate seconds and peak memory.
+3. **a large model, triaged**: a host network of ``--large-nodes`` nodes (default 50,000) with one
+   LayerNorm keepdims=0 bug, triaged by ``triage_one`` (compare, culprit passes, reduce under them, bundle)
+   in a fresh process, as a triage executor worker does: wall time per step, backend runs, CPU seconds of
+   the triaging process (graphbisect's own overhead) and of its backend workers, and peak memory of both
+   (``--profile PATH`` writes a cProfile of it). Models with weights beyond 2 GB: ``large_model_bench.py``.
 
-Run: ``python benchmarks/triage_bench.py [--quick | --full] [--json PATH]``
+Run: ``python benchmarks/triage_bench.py [--quick | --full] [--large-nodes N] [--skip ...] [--profile P] [--json P]``
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import json
 import os
+import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,14 +31,12 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import MemorySampler, add_size_args, describe_machine, mib, print_table, write_json
 
 from graphbisect.examples import host_network
 from graphbisect.model import load_model
-from graphbisect.workflows.compare import compare_models
 from graphbisect.workflows.reduce import ReduceOptions, reduce_model
 from graphbisect.workflows.triage import triage
 
@@ -86,87 +88,100 @@ def bench_candidates(tmp: Path, nodes: int) -> list[dict[str, Any]]:
     return rows
 
 
-def _measured(fn: Any) -> tuple[Any, float, float]:
-    with MemorySampler(0.05) as mem:
+def _save_host(folder: Path, nodes: int) -> tuple[str, Path, Path]:
+    host = host_network(nodes, bug="layernorm_keepdims0", position="main")
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"host{nodes}"
+    onnx.save(host.model, str(folder / f"{name}.onnx"))
+    np.savez(folder / f"{name}.npz", **host.inputs)
+    return name, folder / f"{name}.onnx", folder / f"{name}.npz"
+
+
+def large_here(source: Path, inputs: Path, out: Path, profile: Path | None) -> dict[str, Any]:
+    """Triage one model in this (fresh) process exactly as a triage executor worker does (``triage_one``)."""
+    from graphbisect.workflows import reduce as reduce_workflow
+    from graphbisect.workflows.triage import ModelTask, TriageOptions, triage_one
+
+    bundle_seconds = []
+    write_bundle = reduce_workflow.write_bundle
+
+    def timed_write_bundle(*args: Any, **kwargs: Any) -> Any:
         started = time.monotonic()
-        value = fn()
-    return value, time.monotonic() - started, mib(mem.peak_bytes)
+        try:
+            return write_bundle(*args, **kwargs)
+        finally:
+            bundle_seconds.append(time.monotonic() - started)
+
+    reduce_workflow.write_bundle = timed_write_bundle  # type: ignore[assignment]
+    task = ModelTask(source.stem, str(source), str(out), TriageOptions(), str(inputs))
+    profiler = cProfile.Profile() if profile else None
+    started = time.monotonic()
+    if profiler is not None:
+        profiler.enable()
+    outcome = triage_one(task)
+    if profiler is not None:
+        profiler.disable()
+    wall = time.monotonic() - started
+    if profiler is not None and profile is not None:
+        profiler.dump_stats(str(profile))
+    self_usage, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    phases = dict(outcome.phases)
+    if bundle_seconds and "reduce" in phases:
+        phases["bundle"] = sum(bundle_seconds)
+        phases["reduce"] -= phases["bundle"]
+    return {"status": outcome.status, "message": outcome.message, "nodes": outcome.original_nodes,
+            "final_nodes": outcome.final_nodes, "one_minimal": outcome.one_minimal, "culprits": outcome.culprits,
+            "invocations": dict(outcome.invocations), "wall_s": wall, "phases": phases,
+            "step_invocations": {step: dict(runs) for step, runs in outcome.step_invocations.items()},
+            "main_cpu_s": self_usage.ru_utime + self_usage.ru_stime,
+            "workers_cpu_s": children.ru_utime + children.ru_stime,
+            "main_peak_bytes": self_usage.ru_maxrss * 1024}
 
 
-def bench_large_host(tmp: Path, nodes: int, budget: int) -> dict[str, Any]:
-    host, build_s, _ = _measured(lambda: host_network(nodes, bug="layernorm_keepdims0", position="main"))
-    model, load_s, _ = _measured(lambda: load_model(host.model))
-    compared, compare_s, compare_mib = _measured(lambda: compare_models(model, inputs=host.inputs,
-                                                                        workdir=tmp / "large-compare"))
-    shutil.rmtree(tmp / "large-compare", ignore_errors=True)
-    options = ReduceOptions(max_invocations=budget, layerwise=False, keep_work=True)
-    result, reduce_s, reduce_mib = _measured(lambda: reduce_model(model, tmp / "large-reduce", inputs=host.inputs,
-                                                                  options=options))
-    store = tmp / "large-reduce.work" / "activations"
-    store_mib = mib(sum(p.stat().st_size for p in store.glob("*.npy"))) if store.exists() else 0.0
-    return {"nodes": nodes, "build_s": round(build_s, 1), "load_s": round(load_s, 1),
-            "compare_s": round(compare_s, 1), "compare_verdict": "pass" if compared.passed else "fail",
-            "compare_peak_mib": round(compare_mib), "reduce_s": round(reduce_s, 1),
-            "reduce_target_runs": result.invocations["target"], "final_nodes": result.final_nodes,
-            "s_per_target_run": round(reduce_s / max(1, result.invocations["target"]), 2),
-            "reduce_peak_mib": round(reduce_mib), "activation_store_mib": round(store_mib, 1)}
+def bench_large_triage(tmp: Path, nodes: int, profile: Path | None) -> dict[str, Any]:
+    """Triage a ``nodes``-node host with one LayerNorm keepdims=0 bug in a fresh process (so peaks are its own)."""
+    started = time.monotonic()
+    _, source, inputs = _save_host(tmp / "large-in", nodes)
+    build_s = time.monotonic() - started
+    command = [sys.executable, __file__, "--child-large", str(source), str(inputs), str(tmp / "large-out")]
+    if profile is not None:
+        command += ["--profile", str(profile)]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child, \
+            MemorySampler(root=child.pid) as sampler:  # sampled from outside: no GIL in the way
+        stdout, stderr = child.communicate()
+    if child.returncode != 0:
+        raise RuntimeError(f"triage of the {nodes}-node host failed:\n{stderr[-3000:]}")
+    result = dict(json.loads(stdout.strip().splitlines()[-1]))
+    shutil.rmtree(tmp / "large-out", ignore_errors=True)
+    return {"build_s": build_s, **result, "worker_peak_bytes": sampler.worker_peak_bytes,
+            "tree_peak_bytes": sampler.peak_bytes}
 
 
-def huge_weights_model(folder: Path, gigabytes: float) -> tuple[Path, dict[str, np.ndarray]]:
-    """Gather from a ``gigabytes`` float32 table → Cast(double) → ReLU → Clip(0, 6): FuseReluClip crashes ORT."""
-    width = 1024
-    rows = int(gigabytes * 2**30 / (4 * width))
-    # Written straight to the external-data file: a ModelProto holding > 2 GB cannot even be serialized.
-    table = np.memmap(folder / "huge.data", mode="w+", dtype=np.float32, shape=(rows, width))
-    for start in range(0, rows, 65536):
-        table[start:start + 65536] = np.float32(start % 7 - 3)
-    table.flush()
-    del table
-    init = onnx.TensorProto(name="table", data_type=TensorProto.FLOAT, dims=[rows, width],
-                            data_location=TensorProto.EXTERNAL)
-    for key, value in (("location", "huge.data"), ("offset", "0"), ("length", str(rows * width * 4))):
-        init.external_data.add(key=key, value=value)
-    nodes = [helper.make_node("Gather", ["table", "idx"], ["g"], name="gather"),
-             helper.make_node("Cast", ["g"], ["g64"], to=TensorProto.DOUBLE, name="cast"),
-             helper.make_node("Relu", ["g64"], ["r"], name="relu"),
-             helper.make_node("Clip", ["r", "lo", "hi"], ["y"], name="clip")]
-    graph = helper.make_graph(nodes, "huge", [helper.make_tensor_value_info("idx", TensorProto.INT64, [4])],
-                              [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [4, width])],
-                              [init, numpy_helper.from_array(np.array(0.0), "lo"),
-                               numpy_helper.from_array(np.array(6.0), "hi")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    path = folder / "huge.onnx"
-    onnx.save(model, str(path))
-    return path, {"idx": np.array([0, 1, rows // 2, rows - 1], dtype=np.int64)}
-
-
-def bench_huge_weights(tmp: Path, gigabytes: float) -> dict[str, Any]:
-    folder = tmp / "huge"
-    folder.mkdir()
-    (path, feeds), make_s, _ = _measured(lambda: huge_weights_model(folder, gigabytes))
-    model, load_s, load_mib = _measured(lambda: load_model(path))
-    _, compare_s, compare_mib = _measured(lambda: compare_models(model, inputs=feeds, workdir=tmp / "huge-compare"))
-    shutil.rmtree(tmp / "huge-compare", ignore_errors=True)
-    result, reduce_s, reduce_mib = _measured(lambda: reduce_model(model, tmp / "huge-bundle", inputs=feeds))
-    return {"weights_gb": round((folder / "huge.data").stat().st_size / 2**30, 2), "make_s": round(make_s, 1),
-            "load_s": round(load_s, 1), "load_peak_mib": round(load_mib), "compare_s": round(compare_s, 1),
-            "compare_peak_mib": round(compare_mib), "reduce_s": round(reduce_s, 1),
-            "reduce_target_runs": result.invocations["target"], "final": list(result.kept_nodes),
-            "s_per_target_run": round(reduce_s / max(1, result.invocations["target"]), 2),
-            "reduce_peak_mib": round(reduce_mib)}
+def large_rows(r: dict[str, Any]) -> list[list[object]]:
+    phases = r["phases"]
+    steps = [f"{phases.get(k, 0):.0f}" for k in ("load", "compare", "passes", "reduce", "bundle")]
+    runs = [f"{v.get('oracle', 0)}/{v.get('target', 0)}" if (v := r["step_invocations"].get(step)) else "-"
+            for step in ("compare", "passes", "reduce")]
+    result = f"{r['final_nodes']} nodes" + (", 1-minimal" if r["one_minimal"] else "")
+    return [[r["nodes"], f"{r['wall_s']:.0f}", *steps, *runs, f"{r['main_cpu_s']:.0f}", f"{r['workers_cpu_s']:.0f}",
+             f"{mib(r['main_peak_bytes']):.0f}", f"{mib(r['worker_peak_bytes']):.0f}",
+             f"{mib(r['tree_peak_bytes']):.0f}", result]]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_size_args(parser)
     parser.add_argument("--large-nodes", type=int, default=None, help="nodes of the large host (default 50,000)")
-    parser.add_argument("--large-budget", type=int, default=12, help="candidate runs of the large reduction")
-    parser.add_argument("--weights-gb", type=float, default=None, help="external weights of the huge model (2.2)")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["triage", "candidates", "large", "huge"])
+    parser.add_argument("--profile", type=Path, help="write a cProfile of the large triage (pstats) here")
+    parser.add_argument("--skip", nargs="*", default=[], choices=["triage", "candidates", "large"])
+    parser.add_argument("--child-large", nargs=3, metavar=("MODEL", "INPUTS", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child_large:
+        source, inputs, out = (Path(a) for a in args.child_large)
+        print(json.dumps(large_here(source, inputs, out, args.profile), default=str))
+        return
     count, nodes = (4, 150) if args.quick else (20, 400) if args.full else (10, 300)
     large = args.large_nodes or (3000 if args.quick else 50000)
-    gigabytes = args.weights_gb or (0.25 if args.quick else 2.2)
     print(describe_machine())
     data: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="triage-bench-") as tmp_name:
@@ -182,11 +197,18 @@ def main() -> None:
                         "runs/s", "final"], [[r["workers"], r["nodes"], r["target_runs"], r["seconds"],
                                               r["runs_per_s"], r["final_nodes"]] for r in data["candidates"]])
         if "large" not in args.skip:
-            data["large"] = bench_large_host(tmp, large, args.large_budget)
-            print_table("large host network", list(data["large"]), [list(data["large"].values())])
-        if "huge" not in args.skip:
-            data["huge"] = bench_huge_weights(tmp, gigabytes)
-            print_table("external weights beyond 2 GB", list(data["huge"]), [list(data["huge"].values())])
+            data["large"] = bench_large_triage(tmp, large, args.profile)
+            print_table("triage of one large host network (one LayerNorm keepdims=0 bug): seconds, runs, MiB",
+                        ["nodes", "wall", "load", "compare", "passes", "reduce", "bundle", "compare o/t",
+                         "passes o/t", "reduce o/t", "main CPU",
+                         "workers CPU", "main MiB", "worker MiB", "main+workers MiB", "result"],
+                        large_rows(data["large"]), left=0,
+                        notes=["one triage_one() in a fresh process, as in a triage executor worker; seconds per "
+                               "step (reduce excludes the bundle: write_bundle); o/t: oracle/target backend runs",
+                               "main CPU / workers CPU: CPU seconds of the triaging process (graphbisect's own "
+                               "work) and of its backend workers",
+                               "main/worker MiB: peak RSS of the triaging process / of the largest backend worker "
+                               "(VmHWM); main+workers: their peak sum at one time (sampled every 10 ms)"])
     write_json(args.json, data)
 
 

@@ -482,6 +482,8 @@ def _min_trailing_size(model: Model, tensor: str, batch_dims: int) -> int | None
 def _constant_int(model: Model, tensor: str) -> int | None:
     for initializer in model.proto.graph.initializer:
         if initializer.name == tensor:
+            if initializer.data_location == onnx.TensorProto.EXTERNAL:
+                return None  # kept on disk (graphbisect.model.external): large, so not a size
             values = onnx.numpy_helper.to_array(initializer).reshape(-1)
             return int(values[0]) if values.size == 1 and values[0] > 0 else None
     return None

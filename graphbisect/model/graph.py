@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 
 from graphbisect.errors import ModelError
+from graphbisect.model.external import inline_tensor, source_of
 from graphbisect.model.io import ExternalRef, copy_model, save_proto, strip_to_external
 from graphbisect.model.normalize import default_opset, fingerprint, node_dependencies, normalize_model
 
@@ -115,6 +116,8 @@ class Model:
         producer: tensor name → index of the node producing it (graph inputs/initializers are absent).
         consumers: tensor name → indices of the nodes reading it, including nodes whose subgraphs
             (If/Loop/Scan bodies) read it from the outer scope.
+        external_bytes: bytes of the weights kept on disk (large external-data initializers of a loaded
+            file, see :mod:`graphbisect.model.external`): ``proto`` holds only references to them.
 
     Example:
         >>> model = load_model("resnet50.onnx")                          # doctest: +SKIP
@@ -150,6 +153,7 @@ class Model:
             value.name for value in graph.input if value.name not in self.initializer_names
         )
         self.output_names: tuple[str, ...] = tuple(value.name for value in graph.output)
+        self.external_bytes: int = sum(ref.length for t in graph.initializer if (ref := source_of(t)) is not None)
         self._graph_inputs = frozenset(value.name for value in graph.input)
         self._types = _type_index(graph)
         # Sequence / optional / map values keep their declared type when exposed (rare: indexed once).
@@ -208,6 +212,16 @@ class Model:
         only the hidden ones are wanted.
         """
         return [name for node in self.nodes for name in node.output if name]
+
+    @property
+    def inline_initializers(self) -> Mapping[str, onnx.TensorProto]:
+        """Initializer name → the initializer *with its data*: one kept on disk is read when looked up
+        (each time: nothing is cached), so only the weights actually used are ever in memory.
+
+        Example:
+            >>> bundle_weights = [model.inline_initializers[name] for name in used]   # doctest: +SKIP
+        """
+        return _InlineInitializers(self.proto.graph)
 
     # --- derived models --------------------------------------------------------------------------------
 
@@ -270,8 +284,28 @@ class Model:
         return graph
 
     def save(self, path: str | Path) -> Path:
-        """Save the normalized model atomically (with ``<name>.data`` external data when over 2 GiB)."""
+        """Save the normalized model atomically (with ``<name>.data`` external data when over 2 GiB; weights
+        kept on disk are hard-linked or copied beside it, see :func:`~graphbisect.model.io.save_proto`)."""
         return save_proto(self.proto, path)
+
+
+class _InlineInitializers(Mapping[str, onnx.TensorProto]):
+    """The initializers of a graph by name, read from disk on lookup when kept there."""
+
+    def __init__(self, graph: onnx.GraphProto) -> None:
+        self._tensors = {tensor.name: tensor for tensor in graph.initializer}
+
+    def __getitem__(self, name: str) -> onnx.TensorProto:
+        return inline_tensor(self._tensors[name])
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tensors
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
 
 
 def _close_hint(name: str, choices: Sequence[str]) -> str:

@@ -7,6 +7,10 @@ whose initializers point into that file by offset. A candidate saved next to the
 its graph bytes, and every backend (ONNX Runtime, OpenVINO, TensorRT's parser) reads it as ordinary ONNX
 external data.
 
+Weights a model keeps on disk (source references, see :mod:`graphbisect.model.external`) are never read
+into memory here: the user's data file is hard-linked beside the weights file, or its referenced ranges are
+copied by the kernel.
+
 Example:
     >>> refs = write_weights_file(model, workdir / "weights.bin")      # doctest: +SKIP
     >>> small = strip_to_external(candidate_proto, refs)                # doctest: +SKIP
@@ -15,7 +19,9 @@ Example:
 
 from __future__ import annotations
 
+import glob
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +33,7 @@ from google.protobuf.message import Message
 
 from graphbisect.atomic import atomic_path
 from graphbisect.errors import ModelError
+from graphbisect.model.external import SourceRef, copy_source, has_sources, link_file, source_of
 
 if TYPE_CHECKING:
     from graphbisect.model.graph import Model
@@ -36,6 +43,7 @@ __all__ = [
     "PROTOBUF_LIMIT",
     "ExternalRef",
     "copy_model",
+    "remove_model",
     "save_proto",
     "strip_to_external",
     "tensor_raw_bytes",
@@ -115,7 +123,8 @@ def _aligned(offset: int, size: int) -> int:
 
 
 def write_weights_file(
-    model: Model | onnx.ModelProto, path: str | Path, *, min_bytes: int = INLINE_MAX_BYTES
+    model: Model | onnx.ModelProto, path: str | Path, *, min_bytes: int = INLINE_MAX_BYTES, inline: bool = True,
+    link: bool = True,
 ) -> dict[str, ExternalRef]:
     """Write every initializer of ``model`` (a :class:`Model` or ``ModelProto``) once into ``path``; return
     where each one went.
@@ -124,7 +133,13 @@ def write_weights_file(
     them). Left out of the file and of the result, so they stay inline in the models that
     :func:`strip_to_external` produces: initializers under ``min_bytes`` (default 1 KiB: runtimes need
     small constants such as a Reshape's shape inside the model) and those that cannot be stored raw
-    (strings, packed types kept in typed fields). The file is written atomically.
+    (strings, packed types kept in typed fields); with ``inline=False``, every initializer held in memory.
+    The file is written atomically (with ``inline=False``, only when something must be copied into it).
+
+    Initializers the model keeps on disk (:mod:`graphbisect.model.external`) are never read into memory:
+    with ``link`` each data file they come from is hard-linked beside ``path`` as ``<path name>.<k>`` and
+    referenced at its own offsets (nothing copied); where a link is impossible (another file system) their
+    byte ranges are copied into ``path`` by the kernel.
 
     Example:
         >>> refs = write_weights_file(model, tmp_path / "weights.bin")    # doctest: +SKIP
@@ -133,11 +148,27 @@ def write_weights_file(
     """
     path = Path(path)
     proto = model if isinstance(model, onnx.ModelProto) else model.proto
-    refs: dict[str, ExternalRef] = {}
+    initializers = proto.graph.initializer
+    sources = {t.name: ref for t in initializers if (ref := source_of(t)) is not None}
+    linked = _link_sources(list(sources.values()), path) if link else {}
+    refs = {name: ExternalRef(linked[ref.file], ref.offset, ref.length)
+            for name, ref in sources.items() if ref.file in linked}
+    if not inline and len(refs) == len(sources):
+        return refs
     offset = 0
     with atomic_path(path) as tmp, tmp.open("wb") as out:
-        for tensor in proto.graph.initializer:
-            data = tensor_raw_bytes(tensor)
+        for tensor in initializers:
+            ref = sources.get(tensor.name)
+            if ref is not None:
+                if tensor.name not in refs:
+                    start = _aligned(offset, ref.length)
+                    out.write(b"\0" * (start - offset))
+                    out.flush()
+                    copy_source(ref, out.fileno())  # by the kernel, at the descriptor's position
+                    offset = out.seek(start + ref.length)  # re-synchronize the buffered writer
+                    refs[tensor.name] = ExternalRef(path.name, start, ref.length)
+                continue
+            data = tensor_raw_bytes(tensor) if inline else None
             if data is None or len(data) < min_bytes:
                 logger.debug("initializer %r stays inline", tensor.name)
                 continue
@@ -146,8 +177,42 @@ def write_weights_file(
             out.write(data)
             refs[tensor.name] = ExternalRef(path.name, start, len(data))
             offset = start + len(data)
-    logger.info("wrote %d initializers (%d bytes) to %s", len(refs), offset, path)
+    in_links = sum(1 for ref in refs.values() if ref.location != path.name)
+    logger.info("wrote %d initializers (%d bytes) to %s; %d more referenced in %d hard-linked data file(s)",
+                len(refs) - in_links, offset, path, in_links, len(linked))
     return refs
+
+
+def _link_sources(sources: list[SourceRef], path: Path) -> dict[Path, str]:
+    """Hard-link each data file that ``sources`` read beside ``path``; file → the link's name (in
+    ``path``'s folder). Files that cannot be linked are left out. A name that is already some *other*
+    source file is skipped, so a user's file is never replaced."""
+    files = list(dict.fromkeys(ref.file for ref in sources))
+    if not files:
+        return {}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    taken = {os.path.normcase(os.path.abspath(f)) for f in files}
+    linked: dict[Path, str] = {}
+    index = 0
+    for file in files:
+        while True:
+            name = f"{path.name}.{index}"
+            index += 1
+            dest = path.parent / name
+            if os.path.normcase(os.path.abspath(dest)) not in taken or _same_file(dest, file):
+                break
+        if link_file(file, dest):
+            linked[file] = name
+        else:
+            break  # another file system: the other files will not link either
+    return linked
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _copy_fields(source: Message, target: Message, skip: frozenset[str]) -> None:
@@ -228,12 +293,16 @@ def save_proto(proto: onnx.ModelProto, path: str | Path, *, durable: bool = True
     """Save ``proto`` to ``path`` atomically; returns ``path``.
 
     A model too large for one protobuf (≥ 2 GiB) is saved with its initializers in ``<name>.data``
-    next to it (also written atomically, before the model that references it). ``proto`` is not modified.
+    next to it (also written atomically, before the model that references it). Initializers kept on disk
+    (:mod:`graphbisect.model.external`: a loaded model's large external weights) are referenced from files
+    beside ``path``, hard links to the user's data files where possible (``<name>.data.<k>``), else copied
+    into ``<name>.data`` by the kernel; never read into memory. ``proto`` is not modified.
     ``durable=False`` skips the fsync (see :func:`graphbisect.atomic.atomic_path`), for scratch models.
     """
     path = Path(path)
-    if _inline_size(proto) >= PROTOBUF_LIMIT:
-        return _save_with_external_data(proto, path)
+    too_large = _inline_size(proto) >= PROTOBUF_LIMIT
+    if too_large or has_sources(proto):
+        return _save_with_external_data(proto, path, inline=too_large)
     try:
         data = proto.SerializeToString()
     except Exception as exc:
@@ -243,11 +312,21 @@ def save_proto(proto: onnx.ModelProto, path: str | Path, *, durable: bool = True
     return path
 
 
-def _save_with_external_data(proto: onnx.ModelProto, path: Path) -> Path:
+def remove_model(path: str | Path) -> None:
+    """Delete a model written by :func:`save_proto` and the data files it put beside it
+    (``<name>.data``, ``<name>.data.<k>``); missing files are fine."""
+    path = Path(path)
+    path.unlink(missing_ok=True)
+    for side in path.parent.glob(f"{glob.escape(path.name)}.data*"):
+        side.unlink(missing_ok=True)
+
+
+def _save_with_external_data(proto: onnx.ModelProto, path: Path, *, inline: bool = True) -> Path:
     data_path = path.with_name(path.name + ".data")
-    logger.info("model is larger than 2 GiB: saving its initializers to %s", data_path)
-    refs = write_weights_file(proto, data_path)
-    stripped = strip_to_external(proto, refs, data_path.name)
+    if inline:
+        logger.info("model is larger than 2 GiB: saving its initializers to %s", data_path)
+    refs = write_weights_file(proto, data_path, inline=inline)
+    stripped = strip_to_external(proto, refs)
     with atomic_path(path) as tmp:
         tmp.write_bytes(stripped.SerializeToString())
     return path

@@ -2,7 +2,10 @@
 
 The user's files are only ever read. External data is checked before a byte of it is read: every
 ``location`` must stay inside the model's folder (no ``../``, no absolute paths), the file must exist and
-be large enough for the tensor; each failure names the tensor, the location and the fix.
+be large enough for the tensor; each failure names the tensor, the location and the fix. Then large
+external initializers stay on disk as source references (:mod:`graphbisect.model.external`): a model
+with 10 GB of weights costs the main process its graph, not its weights. Smaller external tensors are
+read into the model.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from types import ModuleType
 import onnx
 
 from graphbisect.errors import ModelError
+from graphbisect.model.external import LAZY_MIN_BYTES, make_source_stub, source_of
 from graphbisect.model.graph import Model
 from graphbisect.model.normalize import normalize_model, subgraphs
 
@@ -202,17 +206,31 @@ def _model_tensors(proto: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
 
 
 def _load_external_data(proto: onnx.ModelProto, path: Path) -> None:
-    """Check every external-data reference of ``proto`` (relative to ``path``'s folder), then load it."""
+    """Check every external-data reference of ``proto`` (relative to ``path``'s folder); keep the large
+    top-level initializers on disk as source references and load the rest."""
     tensors = [t for t in _model_tensors(proto) if _uses_external_data(t)]
-    plans = [(tensor, *_plan_read(tensor, path)) for tensor in tensors]  # check all before reading any
-    for tensor, file, offset, length in plans:
-        with file.open("rb") as handle:
-            handle.seek(offset)
-            tensor.raw_data = handle.read() if length is None else handle.read(length)
-        tensor.data_location = onnx.TensorProto.DEFAULT
-        del tensor.external_data[:]
-    if plans:
-        logger.info("loaded external data of %d tensors for %s", len(plans), path)
+    for tensor in tensors:  # check all before reading any
+        _plan_read(tensor, path)
+    kept = 0
+    for tensor in proto.graph.initializer:
+        if _uses_external_data(tensor):
+            file, offset, length = _plan_read(tensor, path)
+            if length is not None and length >= LAZY_MIN_BYTES:
+                make_source_stub(tensor, file, offset, length)
+                kept += length
+    loaded = 0
+    for tensor in _model_tensors(proto):
+        if _uses_external_data(tensor) and source_of(tensor) is None:
+            file, offset, length = _plan_read(tensor, path)
+            with file.open("rb") as handle:
+                handle.seek(offset)
+                tensor.raw_data = handle.read() if length is None else handle.read(length)
+            tensor.data_location = onnx.TensorProto.DEFAULT
+            del tensor.external_data[:]
+            loaded += 1
+    if tensors:
+        logger.info("%s: %d external tensors loaded, %d bytes of external weights kept on disk", path, loaded,
+                    kept)
 
 
 def _expected_nbytes(tensor: onnx.TensorProto) -> int | None:

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator
 import onnx
 
 from graphbisect.errors import ModelError
+from graphbisect.model.external import hash_source, source_of
 from graphbisect.model.io import copy_model, tensor_raw_bytes
 
 __all__ = [
@@ -369,6 +370,8 @@ def lower_ir_version(proto: onnx.ModelProto) -> bool:
 
 
 def _tensor_nbytes(tensor: onnx.TensorProto) -> int:
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        return _SKELETON_MAX_BYTES + 1  # no data here: never copied into the skeleton, never read
     if tensor.HasField("raw_data"):
         return len(tensor.raw_data)
     return tensor.ByteSize()
@@ -430,7 +433,8 @@ def infer_types(proto: onnx.ModelProto) -> bool:
 def fingerprint(proto: onnx.ModelProto) -> str:
     """sha256 (hex) of ``proto``: its deterministic serialization without initializers, then each
     initializer's name, type, dims and raw bytes (so models over the 2 GiB protobuf limit hash too, and an
-    initializer hashes the same whether stored in ``raw_data``, typed fields or loaded external data).
+    initializer hashes the same whether stored in ``raw_data``, typed fields or external data; weights kept
+    on disk are read in 16 MiB chunks, never whole).
 
     Example:
         >>> len(fingerprint(onnx.ModelProto()))
@@ -439,6 +443,12 @@ def fingerprint(proto: onnx.ModelProto) -> str:
     digest = hashlib.sha256()
     digest.update(copy_model(proto, initializers=False).SerializeToString(deterministic=True))
     for tensor in proto.graph.initializer:
+        source = source_of(tensor)
+        if source is not None:
+            header = f"{tensor.name}\0{tensor.data_type}\0{list(tensor.dims)}\0{source.length}\0"
+            digest.update(header.encode("utf-8"))
+            hash_source(digest, source)
+            continue
         raw = tensor_raw_bytes(tensor)
         data = raw if raw is not None else tensor.SerializeToString(deterministic=True)
         header = f"{tensor.name}\0{tensor.data_type}\0{list(tensor.dims)}\0{len(data)}\0"

@@ -27,7 +27,7 @@ import onnx
 from graphbisect.backends import BackendProcess, BackendSpec, RunResult
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.engine import Outcome, TestResult
-from graphbisect.model.io import save_proto
+from graphbisect.model.io import remove_model, save_proto
 from graphbisect.oracle.signature import EXACT_VALUES, FailureKind, Signature, signature_of
 from graphbisect.strategies.subgraph import Candidate, SubgraphSpace
 
@@ -128,7 +128,7 @@ class CandidateTester:
             with self.pool.acquire() as proc:
                 run = proc.run(path, dict(candidate.feeds))
         finally:
-            path.unlink(missing_ok=True)
+            remove_model(path)
         outputs = candidate.outputs if self.compare else ()
         verdict = judge(run, self.space.values, outputs, self.tol, self.fail_regex)
         if self.baseline.matches(verdict.signature, strict_band=self.strict_band):

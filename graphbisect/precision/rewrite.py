@@ -44,7 +44,7 @@ class GraphRewriter:
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: dict[str, onnx.TensorProto] = {}
         self.made: set[str] = set()
-        self._weights = {t.name: t for t in model.proto.graph.initializer}
+        self._weights = model.inline_initializers  # weights kept on disk are read when a lowered node needs one
         self._wanted_fp32 = set(model.output_names) | set(self.expose)
 
     # -- facts ---------------------------------------------------------------------------------------
@@ -56,8 +56,7 @@ class GraphRewriter:
 
     def weight(self, name: str) -> np.ndarray | None:
         """The value of initializer ``name``, or None for a computed tensor or a graph input."""
-        tensor = self._weights.get(name)
-        return None if tensor is None else numpy_helper.to_array(tensor)
+        return numpy_helper.to_array(self._weights[name]) if name in self._weights else None
 
     def produced_by_lowered(self, name: str) -> bool:
         return self.model.producer.get(name, -1) in self.lowered

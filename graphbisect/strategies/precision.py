@@ -37,7 +37,7 @@ from graphbisect.backends import BackendProcess, RunResult
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.engine import Evaluator, Outcome, SearchResult, TestResult, bisect_prefix, probdd
 from graphbisect.localize.layerwise import LayerwiseReport
-from graphbisect.model.io import save_proto
+from graphbisect.model.io import remove_model, save_proto
 from graphbisect.precision import Lowering
 
 __all__ = [
@@ -103,7 +103,7 @@ class PrecisionTester:
         try:
             run = self.proc.run(path, self.inputs)
         finally:
-            path.unlink(missing_ok=True)
+            remove_model(path)
         names = list(self.expected)
         comparison = compare_outputs(self.expected, run.outputs, self.tol, names) if run.ok else None
         return Measurement(run, comparison)

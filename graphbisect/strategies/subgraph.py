@@ -97,7 +97,7 @@ class SubgraphSpace:
         self.refs: dict[str, ExternalRef] = write_weights_file(model, self.workdir / "weights.bin")
         shared = strip_to_external(model.proto, self.refs)
         self._stubs = {t.name: t for t in shared.graph.initializer}  # small ones inline, large ones by offset
-        self._inline = {t.name: t for t in model.proto.graph.initializer}
+        self._inline = model.inline_initializers  # weights kept on disk are read only for inline_weights=True
         self._deps = [node_dependencies(node) for node in model.nodes]
         self._outputs = set(model.output_names)
         self._shell = copy_model(model.proto, initializers=False)

@@ -34,8 +34,10 @@ class ModelOutcome:
     final_nodes: int | None = None
     one_minimal: bool = False
     bundle: str | None = None
-    invocations: Mapping[str, int] = field(default_factory=dict)
+    invocations: Mapping[str, int] = field(default_factory=dict)  # the reduction's (over resumed sessions too)
     seconds: float = 0.0
+    phases: Mapping[str, float] = field(default_factory=dict)  # step → seconds: load, compare, passes, reduce
+    step_invocations: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # step → backend runs (this run)
     message: str | None = None  # error: what went wrong; otherwise notes
     hint: str | None = None
     notes: tuple[str, ...] = ()
@@ -43,6 +45,7 @@ class ModelOutcome:
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["seconds"] = round(self.seconds, 3)
+        data["phases"] = {step: round(seconds, 3) for step, seconds in self.phases.items()}
         return data
 
     @classmethod

@@ -45,7 +45,7 @@ from graphbisect.executors.candidates import ExecutorPool
 from graphbisect.localize.fusion import fused_region, surviving_tensors, vanished_tensors
 from graphbisect.localize.layerwise import analyze_layers
 from graphbisect.model import Model
-from graphbisect.model.io import save_proto
+from graphbisect.model.io import remove_model, save_proto
 from graphbisect.oracle.signature import FailureKind, Signature
 from graphbisect.oracle.tester import CandidateTester, TargetPool, WorkerPool, judge
 from graphbisect.strategies.subgraph import SubgraphSpace, plan
@@ -205,7 +205,7 @@ class _Run:
         with BackendProcess(self.oracle_spec, workdir=self.work / "oracle", timeout=self.options.timeout) as proc:
             run = proc.run(probe, self.work / "inputs.npz", output_dir=store_dir)
         self.count("oracle")
-        probe.unlink(missing_ok=True)
+        remove_model(probe)
         if not run.ok:
             raise BackendError(f"the oracle {self.oracle_spec} failed on the model: {run.describe()}",
                                hint="the oracle must run the model; choose another, e.g. --oracle reference")
@@ -289,6 +289,8 @@ class _Run:
         signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex).signature
         saved = run.info.get("optimized_model") if run.ok else None
         survivors = surviving_tensors(saved) if saved and Path(saved).exists() else None
+        if spec is not None:  # ORT wrote a copy of every weight beside the optimized graph: read, then gone
+            shutil.rmtree(workdir, ignore_errors=True)
         return signature, survivors, run.ok
 
     def _evidence_possible(self, baseline: Signature) -> bool:
@@ -313,7 +315,7 @@ class _Run:
         with BackendProcess(self.target_spec, workdir=self.work / "evidence", timeout=self.options.timeout) as proc:
             run = proc.run(probe, self.work / "inputs.npz")
         self.count("target")
-        probe.unlink(missing_ok=True)
+        remove_model(probe)
         if not run.ok:
             return None, [], {}, [f"the target failed on the probed model ({run.describe()}); no layerwise hints"]
         signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex).signature

@@ -27,13 +27,14 @@ inputs are used.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,18 +205,39 @@ def _forget_stale_work(task: ModelTask, identity: str) -> None:
 def _triage_model(task: ModelTask, base: ModelOutcome) -> ModelOutcome:
     from graphbisect.model import load_model
 
-    model = load_model(Path(task.source))
-    feeds = _feeds(task, model)
+    phases: dict[str, float] = {}
+    with _timed(phases, "load"):
+        model = load_model(Path(task.source))
+        feeds = _feeds(task, model)
     base = dataclasses.replace(base, original_nodes=len(model.nodes))
-    verdict = _compare(task, model, feeds)
+    runs: dict[str, Mapping[str, int]] = {}
+    with _timed(phases, "compare"):
+        verdict, runs["compare"] = _compare(task, model, feeds)
     if verdict is None:
         shutil.rmtree(task.work_dir, ignore_errors=True)
-        return dataclasses.replace(base, status=PASSED)
-    found = _passes(task, model, feeds)
+        return dataclasses.replace(base, status=PASSED, phases=phases, step_invocations=runs)
+    with _timed(phases, "passes"):
+        found = _passes(task, model, feeds)
+    if found is not None:
+        runs["passes"] = dict(found.invocations)
     outcome = dataclasses.replace(base, status=FAILED, signature=verdict, notes=found.notes if found else ())
     if found is not None and found.failed:
         outcome = dataclasses.replace(outcome, culprits=found.culprits, required=found.required)
-    return _reduce(task, model, feeds, found, outcome)
+    with _timed(phases, "reduce"):
+        outcome = _reduce(task, model, feeds, found, outcome)
+    if outcome.invocations:
+        runs["reduce"] = dict(outcome.invocations)
+    return dataclasses.replace(outcome, phases=phases, step_invocations=runs)
+
+
+@contextlib.contextmanager
+def _timed(phases: dict[str, float], step: str) -> Iterator[None]:
+    """Record the seconds the block took as ``phases[step]`` (also when it raises)."""
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        phases[step] = time.monotonic() - started
 
 
 def _feeds(task: ModelTask, model: Model) -> dict[str, np.ndarray]:
@@ -226,8 +248,10 @@ def _feeds(task: ModelTask, model: Model) -> dict[str, np.ndarray]:
     return random_inputs(model, seed=task.options.seed)
 
 
-def _compare(task: ModelTask, model: Model, feeds: Mapping[str, np.ndarray]) -> dict[str, Any] | None:
-    """The verdict on the plain model: the failure's signature, or None when the target agrees with the oracle."""
+def _compare(task: ModelTask, model: Model, feeds: Mapping[str, np.ndarray]
+             ) -> tuple[dict[str, Any] | None, dict[str, int]]:
+    """The verdict on the plain model: the failure's signature, or None when the target agrees with the oracle;
+    and the backend runs it took."""
     from graphbisect.oracle.signature import signature_of
     from graphbisect.workflows.compare import compare_models
 
@@ -235,9 +259,10 @@ def _compare(task: ModelTask, model: Model, feeds: Mapping[str, np.ndarray]) -> 
     result = compare_models(model, oracle=o.oracle, target=o.target, inputs=feeds, tolerance=o.tolerance,
                             workdir=task.work_dir / "compare", layerwise=False)
     shutil.rmtree(task.work_dir / "compare", ignore_errors=True)
+    runs = dict(result.invocations)
     if result.passed:
-        return None
-    return signature_of(result.target_run, result.comparison).to_json()
+        return None, runs
+    return signature_of(result.target_run, result.comparison).to_json(), runs
 
 
 def _passes(task: ModelTask, model: Model, feeds: Mapping[str, np.ndarray]) -> Any:

@@ -12,16 +12,26 @@ from graphbisect.data import ActivationStore
 from graphbisect.errors import GraphBisectError
 
 
-def test_put_get_returns_read_only_memmaps(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shape", [(2, 3, 4), (64, 1024)])  # read (96 bytes), memory-mapped (256 KiB)
+def test_put_get_returns_read_only_arrays(tmp_path: Path, shape: tuple[int, ...]) -> None:
     store = ActivationStore(tmp_path / "acts")
-    value = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    value = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
     store.put("conv1/out:0", value)
     got = store.get("conv1/out:0")
-    assert isinstance(got, np.memmap)
+    assert isinstance(got, np.memmap) == (value.nbytes > 64 << 10)
     assert not got.flags.writeable
     np.testing.assert_array_equal(got, value)
     with pytest.raises(ValueError):
-        got[0, 0, 0] = 1
+        got[0, 0] = 1
+
+
+@pytest.mark.parametrize("array", [np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+                                   np.array([(1, 2.0)], dtype=[("a", "<i4"), ("b", "<f8")])])
+def test_files_numpy_wrote_differently_are_read_by_numpy(tmp_path: Path, array: np.ndarray) -> None:
+    """Fortran order or a structured dtype in the header: the fast path steps aside for np.load."""
+    np.save(tmp_path / "0.npy", array)
+    store = ActivationStore.adopt(tmp_path, {"x": "0.npy"})
+    np.testing.assert_array_equal(store.get("x"), array)
 
 
 def test_files_are_not_named_after_tensors(tmp_path: Path) -> None:

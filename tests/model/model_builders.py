@@ -93,3 +93,38 @@ def run(model: onnx.ModelProto | Path | str, feeds: dict[str, np.ndarray]) -> di
     sess = session(model)
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, sess.run(names, feeds), strict=True))
+
+
+def external_chain_model(folder: Path, width: int = 512) -> tuple[Path, onnx.ModelProto, dict[str, np.ndarray]]:
+    """A model saved with external data (``model.onnx`` + ``model.onnx.data``, a few MB) that ONNX Runtime
+    miscompiles: ``x[8, width]`` → MatMul + Add → a tap (MatMul to ``[8, 8]``, the LayerNorm with
+    ``ReduceMean(keepdims=0)`` that LayerNormFusion gets wrong, MatMul back) added to the stream → Gemm → ``y``.
+
+    The two ``width × width`` weights (1 MiB each at 512) stay on disk after loading; the tap's weights and
+    the biases (2–16 KiB) are read at load time. Returns the path, the same model with inline weights, and
+    inputs.
+    """
+    from graphbisect.examples import GraphBuilder
+    from graphbisect.examples.patterns import layernorm_keepdims0
+
+    rng = np.random.default_rng(0)
+    b = GraphBuilder(seed=0)
+
+    def weight(shape: tuple[int, int], hint: str) -> str:
+        return b.const((rng.standard_normal(shape) * shape[0] ** -0.5).astype(np.float32), hint)
+
+    h = b.op("Add", [b.op("MatMul", ["x", weight((width, width), "w0")]), b.const(
+        (0.01 * rng.standard_normal(width)).astype(np.float32), "b0")])
+    down = b.op("MatMul", [h, weight((width, 8), "down")])
+    up = b.op("MatMul", [layernorm_keepdims0(b, down, width=8), weight((8, width), "up")])
+    h = b.op("Add", [h, up])
+    b.op("Gemm", [h, weight((width, width), "w1"), b.const(np.zeros(width, np.float32), "b1")], transB=1,
+         output="y")
+    proto = b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, width])],
+                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, width])], graph_name="external_chain")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "model.onnx"
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)  # onnx.save_model converts its argument to external data in place
+    onnx.save_model(copy, str(path), save_as_external_data=True, location="model.onnx.data", size_threshold=1024)
+    return path, proto, {"x": rng.standard_normal((8, width)).astype(np.float32)}
