@@ -203,8 +203,8 @@ def run_case(case: str, nodes: int, tools: Sequence[str], root: Path, args: argp
 
 HEADER = ["case", "nodes", "tool", "start", "target runs", "wall s", "final", "1-min", "core", "extra", "note"]
 NOTES = (
-    "target runs: graphbisect counts every target run (2 baseline + 1 layerwise evidence + search + 1 "
-    "re-verification); Polygraphy counts its --check runs.",
+    "target runs: graphbisect counts every target run (2 on the original model, the second being the layerwise "
+    "probe when it reproduces the failure, else a 3rd; search; 1 re-verification); Polygraphy counts its --check runs.",
     "start: nodes the tool reduced (Polygraphy reduces the model after `surgeon sanitize --fold-constants`).",
     "1-min: checked for every tool with graphbisect's CandidateTester: the result fails with the original "
     "signature and no single node can be removed (oracle values fed at cuts); n/a: not applicable (see note).",
