@@ -240,9 +240,10 @@ class _Run:
         path = self.work / "baseline.json"
         if path.exists():
             data = json.loads(path.read_text())
-            self.notes.extend(data["notes"])
+            self.notes.extend(data.get("notes", []))  # a work folder of an older version has no evidence here
             return _Baseline(Signature.from_json(data["signature"]), bool(data["flaky"]),
-                             [frozenset(h) for h in data["hints"]], {int(k): v for k, v in data["priors"].items()})
+                             [frozenset(h) for h in data.get("hints", [])],
+                             {int(k): v for k, v in data.get("priors", {}).items()})
         saving = self._saving_spec()
         first, survivors, ran = self._run_original(values, saving, "running the target on the original model")
         notes: list[str] = []
