@@ -43,6 +43,7 @@ from graphbisect.backends.base import BackendSpec, Capability, Phase, RunResult,
 from graphbisect.backends.registry import HOST_OPTIONS, BackendInfo, resolve
 from graphbisect.backends.worker import save_npz
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
+from graphbisect.npyfile import read_npy
 
 __all__ = ["DEFAULT_TIMEOUT", "LOG_TAIL_BYTES", "BackendProcess"]
 
@@ -441,10 +442,12 @@ class BackendProcess:
                              error_type=reply.get("error_type"), message=reply.get("message"),
                              exit_code=reply.get("exit_code"), seconds=seconds)
         files = {entry["name"]: output_dir / entry["file"] for entry in reply["outputs"]}
+        known = {entry["name"]: (str(entry["dtype"]), tuple(entry["shape"]))
+                 for entry in reply["outputs"] if "dtype" in entry and "shape" in entry}
         # Kept outputs stay on disk until read; a scratch folder goes away, so its outputs are read now
         # (only large ones stay mapped).
         outputs: Mapping[str, np.ndarray] = (
-            OutputFiles(files) if keep_outputs else {name: _read(path) for name, path in files.items()}
+            OutputFiles(files, known) if keep_outputs else {name: _read(path) for name, path in files.items()}
         )
         return RunResult(RunStatus.OK, outputs=outputs, log=log, info=info, seconds=seconds)
 
@@ -484,8 +487,12 @@ class OutputFiles(Mapping[str, np.ndarray]):
     the layerwise comparison touch each tensor once and drop it.
     """
 
-    def __init__(self, files: Mapping[str, Path]) -> None:
+    def __init__(self, files: Mapping[str, Path], entries: Mapping[str, tuple[str, tuple[int, ...]]] | None = None
+                 ) -> None:
+        """``entries``: the worker's dtype and shape of each file, which lets small tensors be read without
+        ``np.load`` (its per-file cost dominated reading 50,000 probe outputs); the header is still checked."""
         self._files = dict(files)
+        self._entries = dict(entries or {})
         # The worker replaces files atomically (a new inode per run): remember which file this run wrote, so a
         # later run into the same folder cannot silently change what this result reads.
         self._identity = {name: _identity(path) for name, path in self._files.items()}
@@ -497,7 +504,8 @@ class OutputFiles(Mapping[str, np.ndarray]):
                 f"output {name!r} of an earlier run was overwritten by a later run into {path.parent}",
                 hint="give each run its own output_dir, or read the outputs before running again",
             )
-        return _map(path)
+        entry = self._entries.get(name)
+        return read_npy(path, *entry) if entry is not None else _map(path)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._files)

@@ -35,6 +35,7 @@ import numpy as np
 
 from graphbisect.atomic import atomic_path
 from graphbisect.errors import GraphBisectError
+from graphbisect.npyfile import load_memmap, read_npy
 
 __all__ = ["MANIFEST_NAME", "ActivationStore", "StoredTensor"]
 
@@ -77,57 +78,6 @@ def _storable(name: str, array: Any) -> np.ndarray:
                 f"tensor {name!r} holds Python objects that cannot be stored", hint="store numeric or string arrays"
             ) from exc
     return array
-
-
-def _load_memmap(file: str | Path) -> np.ndarray:
-    try:
-        return np.load(file, mmap_mode="r", allow_pickle=False)
-    except ValueError:  # numpy cannot memory-map an empty array; it is tiny anyway
-        array = np.load(file, allow_pickle=False)
-        array.setflags(write=False)
-        return array
-
-
-#: Tensors up to this size are read into memory; larger ones are memory-mapped.
-_READ_MAX_BYTES = 64 << 10
-_NPY_MAGIC = b"\x93NUMPY"
-
-
-def _load_known(file: str, entry: StoredTensor) -> np.ndarray:
-    """``file`` read back using the manifest's dtype and shape, as a read-only array.
-
-    Why not ``np.load``: at 50,000 tensors its per-file cost (two opens, the header parsed with
-    ``ast.literal_eval``, a memory map even for 64 bytes) was most of the time spent reading a store. The
-    header is still checked against the manifest (dtype, C order, shape); anything unexpected goes through
-    ``np.load``.
-    """
-    with open(file, "rb") as handle:
-        head = handle.read(4096)
-        if not head.startswith(_NPY_MAGIC) or len(head) < 10:
-            return _load_memmap(file)
-        major = head[6]
-        start = 12 if major >= 2 else 10
-        length = int.from_bytes(head[8:start], "little")
-        header = head[start:start + length]
-        offset = start + length
-        if len(header) != length or not _header_matches(header, entry):
-            return _load_memmap(file)
-        nbytes = entry.nbytes
-        if nbytes > _READ_MAX_BYTES:
-            return np.memmap(file, dtype=entry.dtype, mode="r", offset=offset, shape=entry.shape)
-        data = head[offset:offset + nbytes]
-        if len(data) < nbytes:
-            handle.seek(offset)
-            data = handle.read(nbytes)
-    if len(data) != nbytes:
-        return _load_memmap(file)  # truncated: let numpy say so
-    return np.frombuffer(data, dtype=entry.dtype).reshape(entry.shape)  # read-only: backed by bytes
-
-
-def _header_matches(header: bytes, entry: StoredTensor) -> bool:
-    text = header.decode("latin1")
-    return (f"'descr': '{entry.dtype}'" in text and "'fortran_order': False" in text
-            and f"'shape': {entry.shape!r}" in text)
 
 
 class ActivationStore:
@@ -194,7 +144,7 @@ class ActivationStore:
             raise GraphBisectError(
                 f"cannot adopt tensor {name!r}: {full} does not exist", hint="check the worker output"
             )
-        array = _load_memmap(full)
+        array = load_memmap(full)
         self._entries[name] = StoredTensor(relative.as_posix(), array.dtype.str, tuple(array.shape))
 
     # --- writing ------------------------------------------------------------------------------------------
@@ -233,7 +183,7 @@ class ActivationStore:
     def get(self, name: str) -> np.ndarray:
         """The tensor stored under ``name``, read-only: a memory map, or an in-memory array up to 64 KiB."""
         entry = self.info(name)
-        return _load_known(os.path.join(self._folder, entry.file), entry)
+        return read_npy(os.path.join(self._folder, entry.file), entry.dtype, entry.shape)
 
     def path(self, name: str) -> Path:
         """The ``.npy`` file holding ``name`` (e.g. to hand to a worker process without reading it)."""
