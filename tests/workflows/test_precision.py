@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -131,15 +132,20 @@ def test_transformer_fp16_finds_the_layernorm_variance_branch(tmp_path: Path) ->
     assert result.invocations["search_tests"] < n / 2  # O(k log n), not one run per node
 
 
-def test_cli_with_sensitivity_writes_json_chart_and_overrides(tmp_path: Path) -> None:
+def _precision_cli_on_cnn(tmp_path: Path, *options: str) -> tuple[int, dict[str, Any], Path]:
+    """`graphbisect precision` on the residual CNN at 0.05/0.05: (exit code, --json data, -o folder)."""
     model_path, inputs_path = tmp_path / "cnn.onnx", tmp_path / "inputs.npz"
     onnx.save(residual_cnn(), model_path)
     np.savez(inputs_path, **cnn_inputs())
     out, report = tmp_path / "out", tmp_path / "r.json"
-    code = main(["precision", str(model_path), "--inputs", str(inputs_path), "--mode", "fp16", "--sensitivity",
+    code = main(["precision", str(model_path), "--inputs", str(inputs_path), *options,
                  "--atol", "0.05", "--rtol", "0.05", "--json", str(report), "-o", str(out)])
+    return code, json.loads(report.read_text()), out
+
+
+def test_cli_with_sensitivity_writes_json_chart_and_overrides(tmp_path: Path) -> None:
+    code, data, out = _precision_cli_on_cnn(tmp_path, "--mode", "fp16", "--sensitivity")
     assert code == 0
-    data = json.loads(report.read_text())
     assert data["mode"] == "fp16" and data["meets_tolerance"] is True
     assert data["keep_fp32"] == ["block3/conv1", "block3/relu1", "block3/conv2"]
     top = data["sensitivity"][:3]
@@ -217,13 +223,7 @@ def test_openvino_target_precision_must_match_the_mode() -> None:
 
 def test_cli_int8_with_entropy_calibration_runs_real_int8_kernels_and_meets_tolerance(tmp_path: Path) -> None:
     """Entropy clips the CNN's outlier channel, which carries signal: more FP32 nodes than minmax, still verified."""
-    model_path, inputs_path = tmp_path / "cnn.onnx", tmp_path / "inputs.npz"
-    onnx.save(residual_cnn(), model_path)
-    np.savez(inputs_path, **cnn_inputs())
-    out, report = tmp_path / "out", tmp_path / "r.json"
-    code = main(["precision", str(model_path), "--inputs", str(inputs_path), "--mode", "int8", "--calibration",
-                 "entropy", "--atol", "0.05", "--rtol", "0.05", "--json", str(report), "-o", str(out)])
-    data = json.loads(report.read_text())
+    code, data, out = _precision_cli_on_cnn(tmp_path, "--mode", "int8", "--calibration", "entropy")
     assert code == 0 and data["meets_tolerance"] is True and data["minimal"] is True
     assert "entropy calibration" in data["lowering"] and data["keep_fp32"]
 
