@@ -40,7 +40,7 @@ import numpy as np
 
 from graphbisect import errors
 from graphbisect.backends.base import BackendSpec, Capability, Phase, RunResult, RunStatus
-from graphbisect.backends.registry import HOST_OPTIONS, BackendInfo, resolve
+from graphbisect.backends.registry import HOST_OPTIONS, BackendInfo, resolve, spec_timeout
 from graphbisect.backends.worker import save_npz
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
 from graphbisect.npyfile import read_npy
@@ -189,7 +189,7 @@ class BackendProcess:
 
     def __init__(self, spec: BackendSpec | str, *, workdir: Path | None = None, timeout: float | None = None) -> None:
         self.spec, self.backend = resolve(spec)
-        self.timeout = _timeout(self.spec, timeout)
+        self.timeout = spec_timeout(self.spec, timeout, fallback=DEFAULT_TIMEOUT)
         self.python = self.spec.options.get("python") or sys.executable
         _check_foreign_python(self.spec, self.backend)
         self.runtime_options = {k: v for k, v in self.spec.options.items() if k not in HOST_OPTIONS}
@@ -542,20 +542,6 @@ def _map(path: Path) -> np.ndarray:
         return np.load(path, mmap_mode="r", allow_pickle=False)
     except ValueError:  # e.g. zero-size arrays on older numpy
         return np.load(path, allow_pickle=False)
-
-
-def _timeout(spec: BackendSpec, default: float | None) -> float:
-    text = spec.options.get("timeout")
-    if text is None:
-        return float(default) if default is not None else DEFAULT_TIMEOUT
-    try:
-        value = float(text)
-    except ValueError as exc:
-        raise SpecError(f"backend spec {spec}: timeout={text!r} is not a number",
-                        hint="give seconds, e.g. timeout=120") from exc
-    if value <= 0:
-        raise SpecError(f"backend spec {spec}: timeout must be positive", hint="give seconds, e.g. timeout=120")
-    return value
 
 
 def _check_foreign_python(spec: BackendSpec, backend: BackendInfo) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -24,6 +25,7 @@ __all__ = [
     "BackendInfo",
     "get",
     "resolve",
+    "spec_timeout",
 ]
 
 C = Capability
@@ -249,8 +251,29 @@ def resolve(spec: BackendSpec | str, *, require_available: bool = True) -> tuple
         if key not in allowed:
             valid = ", ".join(sorted(allowed))
             raise SpecError(f"backend {info.name!r} has no option {key!r}", hint=f"valid options: {valid}")
+    spec_timeout(spec, None)  # a bad timeout= is refused before anything runs
     if require_available and "python" not in spec.options:
         avail = info.availability()
         if not avail.available:
             raise BackendUnavailableError(f"backend {info.name!r} is not available: {avail.reason}")
     return spec, info
+
+
+def spec_timeout(spec: BackendSpec, default: float | None, *, fallback: float = 600.0) -> float:
+    """Seconds one invocation of ``spec`` may take: its ``timeout=`` option, else ``default``, else ``fallback``.
+
+    Raises :class:`SpecError` unless the option is a finite number > 0 (``inf`` or ``nan`` would let a hung
+    backend block the run forever).
+    """
+    text = spec.options.get("timeout")
+    if text is None:
+        return float(default) if default is not None else fallback
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise SpecError(f"backend spec {spec}: timeout={text!r} is not a number",
+                        hint="give seconds, e.g. timeout=120") from exc
+    if not math.isfinite(value) or value <= 0:
+        raise SpecError(f"backend spec {spec}: timeout={text!r} is not a finite number of seconds > 0",
+                        hint="give seconds, e.g. timeout=120")
+    return value

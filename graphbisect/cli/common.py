@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import re
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
 from graphbisect.compare import Tolerance
+from graphbisect.compare.metrics import check_tolerance_value
 from graphbisect.errors import InputError
 
 if TYPE_CHECKING:
@@ -16,7 +22,129 @@ if TYPE_CHECKING:
     from graphbisect.model import Model
 
 
-__all__ = ["add_model_arguments", "load_feeds", "load_model_arg", "tolerance_from_args"]
+__all__ = [
+    "add_model_arguments",
+    "backend_spec",
+    "cosine",
+    "count",
+    "load_feeds",
+    "load_model_arg",
+    "output_path",
+    "regex",
+    "seconds",
+    "tolerance",
+    "tolerance_from_args",
+    "tolerance_override",
+]
+
+
+# --- argument types: every value is checked when the command line is parsed, with a hint ----------------
+# argparse turns an ArgumentTypeError into "graphbisect CMD: error: argument --atol: MESSAGE" and exit 2.
+
+
+def _finite(text: str, what: str, example: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number ({what}; e.g. {example})") from exc
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number ({what}; e.g. {example})")
+    return value
+
+
+def tolerance(text: str) -> float:
+    """An atol/rtol: a finite number >= 0 (NaN or inf would make every comparison pass)."""
+    value = _finite(text, "a tolerance is a finite number >= 0", "1e-4")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative (a tolerance is a finite number >= 0; e.g. 1e-4)")
+    return value
+
+
+def cosine(text: str) -> float:
+    """A cosine similarity threshold in [-1, 1]."""
+    value = _finite(text, "a cosine similarity is between -1 and 1", "0.999")
+    if not -1.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not between -1 and 1 (a cosine similarity; e.g. 0.999)")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A duration: a finite number of seconds > 0."""
+    value = _finite(text, "seconds > 0", "600")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds (e.g. 600)")
+    return value
+
+
+def count(minimum: int) -> Callable[[str], int]:
+    """An integer >= ``minimum`` (e.g. ``-j`` needs 1 worker at least)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (>= {minimum})") from exc
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r} is less than {minimum}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+def regex(text: str) -> str:
+    """A Python regular expression that compiles."""
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a valid regular expression ({exc}); escape special "
+                                         "characters with \\ or re.escape") from exc
+    return text
+
+
+def tolerance_override(text: str) -> str:
+    """``NAME:ATOL[:RTOL]`` with valid numbers (the name is checked against the model once it is loaded)."""
+    try:
+        _parse_tol(text, 0.0)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(f"{exc.message} ({exc.hint})") from exc
+    return text
+
+
+def backend_spec(text: str) -> str:
+    """A backend spec whose name and option keys are known (availability is checked when it runs)."""
+    from graphbisect.backends.registry import resolve
+    from graphbisect.errors import GraphBisectError
+
+    try:
+        resolve(text, require_available=False)
+    except GraphBisectError as exc:
+        raise argparse.ArgumentTypeError(exc.message + (f" (hint: {exc.hint})" if exc.hint else "")) from exc
+    return text
+
+
+def output_path(text: str) -> Path:
+    """A file or folder graphbisect will write: its folder must exist or be creatable, and be writable.
+
+    Checked by creating (and removing) a probe file in the nearest existing folder, because permission
+    bits do not tell: root may write anywhere except pseudo file systems such as /proc.
+    """
+    path = Path(text)
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path")
+    ancestor = path.absolute().parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot write {text}: {ancestor} is not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".graphbisect-probe-", dir=ancestor)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot write {text}: {ancestor} is not writable "
+                                          f"({exc.strerror or exc}); choose a writable place") from exc
+    return path
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, *, optional: bool = False) -> None:
@@ -24,9 +152,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, optional: bool = Fal
                         help="ONNX file, or Paddle inference model (folder or path prefix)")
     parser.add_argument("--example", action="store_true",
                         help="use the bundled example model (a real ONNX Runtime bug) and its inputs")
-    parser.add_argument("--oracle", default=DEFAULT_ORACLE, metavar="SPEC",
+    parser.add_argument("--oracle", default=DEFAULT_ORACLE, metavar="SPEC", type=backend_spec,
                         help=f"backend trusted to be right (default {DEFAULT_ORACLE}); see `graphbisect backends`")
-    parser.add_argument("--target", default=DEFAULT_TARGET, metavar="SPEC",
+    parser.add_argument("--target", default=DEFAULT_TARGET, metavar="SPEC", type=backend_spec,
                         help=f"backend under test (default {DEFAULT_TARGET})")
     parser.add_argument("--inputs", type=Path, metavar="FILE",
                         help="model inputs: .npz, .npy (single input), TensorProto .pb (file or folder), or "
@@ -34,11 +162,11 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, optional: bool = Fal
     parser.add_argument("--shape", action="append", default=[], metavar="NAME:DIMS",
                         help="shape for an input with dynamic dims, e.g. --shape images:1x3x224x224 (repeatable)")
     parser.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
-    parser.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (default 1e-4)")
-    parser.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
-    parser.add_argument("--min-cosine", type=float, default=None,
+    parser.add_argument("--atol", type=tolerance, default=1e-4, help="absolute tolerance (default 1e-4)")
+    parser.add_argument("--rtol", type=tolerance, default=1e-3, help="relative tolerance (default 1e-3)")
+    parser.add_argument("--min-cosine", type=cosine, default=None,
                         help="also fail a tensor whose cosine similarity is below this")
-    parser.add_argument("--tol", action="append", default=[], metavar="NAME:ATOL[:RTOL]",
+    parser.add_argument("--tol", action="append", type=tolerance_override, default=[], metavar="NAME:ATOL[:RTOL]",
                         help="per-output tolerance override (repeatable)")
 
 
@@ -51,7 +179,10 @@ def _parse_tol(item: str, default_rtol: float) -> tuple[str, tuple[float, float]
                 numbers = [float(p) for p in parts[1:]]
             except ValueError:
                 continue
-            return parts[0], (numbers[0], numbers[1] if count == 2 else default_rtol)
+            pair = (numbers[0], numbers[1] if count == 2 else default_rtol)
+            for what, value in zip(("atol", "rtol"), pair, strict=True):
+                check_tolerance_value(f"--tol {item!r}: {what}", value)
+            return parts[0], pair
     raise InputError(f"--tol {item!r} is not NAME:ATOL[:RTOL]", hint="e.g. --tol logits:1e-2:1e-3")
 
 
@@ -67,10 +198,22 @@ def load_model_arg(args: argparse.Namespace) -> Model:
         from graphbisect.examples.bundled import example_inputs_path, example_model_path
 
         args.inputs = args.inputs or example_inputs_path()
-        return load_model(example_model_path())
-    if args.model is None:
+        model = load_model(example_model_path())
+    elif args.model is None:
         raise InputError("no model given", hint="pass a model file, or --example for the bundled example")
-    return load_model(Path(args.model))
+    else:
+        model = load_model(Path(args.model))
+    check_tolerance_names(args, model)
+    return model
+
+
+def check_tolerance_names(args: argparse.Namespace, model: Model) -> None:
+    """Every ``--tol NAME:...`` must name a tensor of the model (a typo would silently change nothing)."""
+    for item in getattr(args, "tol", None) or []:
+        name, _ = _parse_tol(item, 0.0)
+        if not model.has_tensor(name):
+            raise InputError(f"--tol {item!r}: the model has no tensor {name!r}",
+                             hint=f"outputs are: {', '.join(model.output_names)}")
 
 
 def load_feeds(args: argparse.Namespace, model: Model) -> dict[str, np.ndarray]:

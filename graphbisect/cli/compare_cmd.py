@@ -5,10 +5,16 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from graphbisect.cli.common import add_model_arguments, load_feeds, load_model_arg, tolerance_from_args
+from graphbisect.cli.common import (
+    add_model_arguments,
+    count,
+    load_feeds,
+    load_model_arg,
+    output_path,
+    tolerance_from_args,
+)
 
 if TYPE_CHECKING:
     from graphbisect.workflows.compare import CompareResult
@@ -18,13 +24,16 @@ __all__ = ["add_arguments", "run"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    parser.add_argument("--json", type=Path, metavar="PATH", help="write the full result as JSON")
-    parser.add_argument("--html", type=Path, metavar="PATH", help="write an HTML report with a per-node error chart")
-    parser.add_argument("--csv", type=Path, metavar="PATH", help="write the layerwise table as CSV")
+    parser.add_argument("--json", type=output_path, metavar="PATH", help="write the full result as JSON")
+    parser.add_argument("--html", type=output_path, metavar="PATH",
+                        help="write an HTML report with a per-node error chart")
+    parser.add_argument("--csv", type=output_path, metavar="PATH", help="write the layerwise table as CSV")
     parser.add_argument("--no-layerwise", action="store_true", help="compare final outputs only (2 runs, not 4)")
-    parser.add_argument("--workdir", type=Path, help="keep the normalized model, inputs and the oracle's "
+    parser.add_argument("--workdir", type=output_path,
+                        help="keep the normalized model, inputs and the oracle's "
                         "activation store here (default: a temporary folder)")
-    parser.add_argument("--rows", type=int, default=30, help="layer rows to print around the divergence (default 30; "
+    parser.add_argument("--rows", type=count(0), default=30,
+                        help="layer rows to print around the divergence (default 30; "
                         "0 = all)")
 
 

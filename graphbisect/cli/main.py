@@ -1,7 +1,8 @@
 """The `graphbisect` command. One table of subcommands drives the parser, the help and the docs.
 
 The CLI is the only layer that prints. Exit codes: 0 = no failure found, 1 = a failure was found (a
-mismatch, a crash, a failing artifact), 2 = usage or input error (with a hint how to fix it).
+mismatch, a crash, a failing artifact), 2 = usage or input error (with a hint how to fix it), 3 = an
+unexpected internal error (a graphbisect bug: never 1, which a script would read as "failure found").
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -17,7 +19,7 @@ from graphbisect.errors import GraphBisectError
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
-EXIT_OK, EXIT_FAILURE_FOUND, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILURE_FOUND, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="graphbisect",
         description="Turn 'my model gives wrong results (or crashes) on backend X' into a minimal failing "
-        "model artifact. Exit codes: 0 no failure, 1 failure found, 2 usage/input error.",
+        "model artifact. Exit codes: 0 no failure, 1 failure found, 2 usage/input error, 3 internal error.",
     )
     parser.add_argument("--version", action="version", version=f"graphbisect {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
@@ -90,6 +92,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("graphbisect: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        if args.verbose:
+            traceback.print_exc()
+        print(f"graphbisect {args.command}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print("  this is a graphbisect bug: please report it with the command line and the output of -v "
+              "(which shows the traceback)", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphbisect.cli.common import add_model_arguments, load_feeds, load_model_arg, tolerance_from_args
+from graphbisect.cli.common import (
+    add_model_arguments,
+    count,
+    load_feeds,
+    load_model_arg,
+    output_path,
+    seconds,
+    tolerance_from_args,
+)
 from graphbisect.cli.progress import ProgressLine
 
 if TYPE_CHECKING:
@@ -18,16 +25,16 @@ __all__ = ["add_arguments", "print_passes", "run", "run_passes"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser, optional=True)
-    parser.add_argument("-o", "--output", type=Path, metavar="DIR",
+    parser.add_argument("-o", "--output", type=output_path, metavar="DIR",
                         help="also reduce the model with only the culprit passes enabled and write the bundle to DIR "
                         "(its repro.py also runs a control with the culprits disabled)")
-    parser.add_argument("--json", type=Path, metavar="PATH",
+    parser.add_argument("--json", type=output_path, metavar="PATH",
                         help="write fired, culprits (minimal disable-set), required (minimal enable-set), invocations")
-    parser.add_argument("--max-invocations", type=int, metavar="N", help="stop each search after N target runs")
+    parser.add_argument("--max-invocations", type=count(0), metavar="N", help="stop each search after N target runs")
     parser.add_argument("--strict-band", action="store_true",
                         help="the failure must keep the error's order of magnitude within one decade")
-    parser.add_argument("--timeout", type=float, help="seconds one backend invocation may take (default 600)")
-    parser.add_argument("--workdir", type=Path, metavar="DIR",
+    parser.add_argument("--timeout", type=seconds, help="seconds one backend invocation may take (default 600)")
+    parser.add_argument("--workdir", type=output_path, metavar="DIR",
                         help="keep the pass search's files (model, inputs, journal, worker logs) in DIR")
 
 

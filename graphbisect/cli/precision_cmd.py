@@ -6,11 +6,17 @@ import argparse
 import json
 import math
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from graphbisect.atomic import atomic_write_text
-from graphbisect.cli.common import add_model_arguments, load_feeds, load_model_arg, tolerance_from_args
+from graphbisect.cli.common import (
+    add_model_arguments,
+    count,
+    load_feeds,
+    load_model_arg,
+    output_path,
+    tolerance_from_args,
+)
 
 if TYPE_CHECKING:
     from graphbisect.workflows.precision import PrecisionResult
@@ -32,12 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(99.99th) or entropy (the KL-divergence-optimal clipping threshold, as TensorRT)")
     parser.add_argument("--no-prefix", action="store_true",
                         help="skip Polygraphy's prefix answer (about log2(n) runs)")
-    parser.add_argument("--max-invocations", type=int, default=None, metavar="N", help="target run budget")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="write the result as JSON")
-    parser.add_argument("-o", "--output", type=Path, metavar="DIR",
+    parser.add_argument("--max-invocations", type=count(0), default=None, metavar="N", help="target run budget")
+    parser.add_argument("--json", type=output_path, metavar="PATH", help="write the result as JSON")
+    parser.add_argument("-o", "--output", type=output_path, metavar="DIR",
                         help="write the mixed-precision model(s), overrides and the sensitivity chart here")
-    parser.add_argument("--workdir", type=Path, help="keep intermediate files here (default: a temporary folder)")
-    parser.add_argument("--rows", type=int, default=20, help="sensitivity rows to print (default 20)")
+    parser.add_argument("--workdir", type=output_path,
+                        help="keep intermediate files here (default: a temporary folder)")
+    parser.add_argument("--rows", type=count(0), default=20, help="sensitivity rows to print (default 20)")
 
 
 def run(args: argparse.Namespace) -> int:

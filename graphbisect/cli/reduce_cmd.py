@@ -8,7 +8,16 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from graphbisect.cli.common import add_model_arguments, load_feeds, load_model_arg, tolerance_from_args
+from graphbisect.cli.common import (
+    add_model_arguments,
+    count,
+    load_feeds,
+    load_model_arg,
+    output_path,
+    regex,
+    seconds,
+    tolerance_from_args,
+)
 from graphbisect.cli.progress import ProgressLine
 from graphbisect.errors import InputError
 
@@ -20,33 +29,34 @@ __all__ = ["add_arguments", "run"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser, optional=True)
-    parser.add_argument("-o", "--output", type=Path, metavar="DIR",
+    parser.add_argument("-o", "--output", type=output_path, metavar="DIR",
                         help="bundle folder to write (model.onnx, inputs, expected/actual outputs, repro.py, report)")
     parser.add_argument("--resume", type=Path, metavar="DIR",
                         help="resume the interrupted reduction that was writing DIR (skips finished invocations)")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="write the result as JSON")
+    parser.add_argument("--json", type=output_path, metavar="PATH", help="write the result as JSON")
     parser.add_argument("--zip", action="store_true", help="also write DIR.zip")
-    parser.add_argument("--max-invocations", type=int, metavar="N",
+    parser.add_argument("--max-invocations", type=count(0), metavar="N",
                         help="stop the search after N candidate runs of the target (in this session; a resumed run "
                         "gets N more) and keep the best result so far")
-    parser.add_argument("--deadline", type=float, metavar="SECONDS", help="stop searching after this many seconds")
-    parser.add_argument("-j", "--jobs", type=int, default=1, help="evaluate candidates in N target workers "
+    parser.add_argument("--deadline", type=seconds, metavar="SECONDS", help="stop searching after this many seconds")
+    parser.add_argument("-j", "--jobs", type=count(1), default=1, help="evaluate candidates in N target workers "
                         "(same result as -j 1)")
     parser.add_argument("--executor", metavar="local|ray[:ADDRESS]",
                         help="run the -j concurrent candidates as executor tasks: Ray on a cluster (ray:ADDRESS, e.g. "
                         "ray:auto; the -o folder must be on a filesystem every node mounts) or a local Ray instance "
                         "(ray); default: this machine's target workers. Same result either way")
-    parser.add_argument("--fail-regex", metavar="REGEX", help="the failure is any run whose error message or log "
+    parser.add_argument("--fail-regex", type=regex, metavar="REGEX",
+                        help="the failure is any run whose error message or log "
                         "matches REGEX (instead of comparing outputs)")
     parser.add_argument("--check", metavar="CMD", help="external check instead of --target (Polygraphy-style): a shell "
                         "command with {model} and {inputs} placeholders; a non-zero exit is the failure")
-    parser.add_argument("--fail-code", type=int, metavar="N", help="with --check: only exit code N is the failure")
+    parser.add_argument("--fail-code", type=count(1), metavar="N", help="with --check: only exit code N is the failure")
     parser.add_argument("--strict-band", action="store_true", help="also require the error's order of magnitude "
                         "to stay within one decade of the original's")
     parser.add_argument("--cut-as-initializers", action="store_true",
                         help="feed every cut tensor as an initializer instead of a graph input")
     parser.add_argument("--no-layerwise", action="store_true", help="do not use layerwise evidence to seed the search")
-    parser.add_argument("--timeout", type=float, help="seconds one backend invocation may take (default 600)")
+    parser.add_argument("--timeout", type=seconds, help="seconds one backend invocation may take (default 600)")
     parser.add_argument("--keep-work", action="store_true", help="keep DIR.work (activations, journal) afterwards")
     parser.add_argument("--passes", action="store_true", help="first find the culprit optimization passes of the "
                         "target (`graphbisect passes`), then reduce with only them enabled; repro.py also runs a "

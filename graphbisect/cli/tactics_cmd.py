@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from graphbisect.atomic import atomic_write_text
+from graphbisect.cli.common import backend_spec, count, output_path, tolerance
 
 __all__ = ["add_arguments", "run"]
 
@@ -23,43 +24,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="tactics_command", metavar="ACTION", required=True)
     record = sub.add_parser("record", help="build the model once and write its tactic record")
     _model_args(record)
-    record.add_argument("-o", "--output", type=Path, required=True, help="record file to write (JSON)")
+    record.add_argument("-o", "--output", type=output_path, required=True, help="record file to write (JSON)")
     replay = sub.add_parser("replay", help="build with a record forced and check every choice took effect")
     _model_args(replay)
     replay.add_argument("record", type=Path, help="tactic record to force")
     diff = sub.add_parser("diff", help="nodes whose kernel choice differs between two records")
     diff.add_argument("a", type=Path, help="first (good) record")
     diff.add_argument("b", type=Path, help="second (bad) record")
-    diff.add_argument("--json", type=Path, metavar="PATH", help="write the diff as JSON")
+    diff.add_argument("--json", type=output_path, metavar="PATH", help="write the diff as JSON")
     isolate = sub.add_parser("isolate", help="the fewest (node, choice) pairs that make a good build bad, "
                              "confirmed by replay")
     _model_args(isolate)
     isolate.add_argument("--good", type=Path, help="record of a good build")
     isolate.add_argument("--bad", type=Path, help="record of a bad build")
-    isolate.add_argument("--builds", type=int, default=0,
+    isolate.add_argument("--builds", type=count(0), default=0,
                          help="instead of records: build N times and sort the builds by the oracle's verdict")
     isolate.add_argument("--perturb", default="", metavar="IMPL;IMPL",
                          help="with --builds: ask for these implementations on a random half of the nodes "
                          "in every build after the first (e.g. ref_any)")
-    isolate.add_argument("--oracle", default=None, metavar="SPEC",
+    isolate.add_argument("--oracle", default=None, type=backend_spec, metavar="SPEC",
                          help="judge builds against this backend; default: the good build's own outputs")
-    isolate.add_argument("--max-invocations", type=int, default=None, help="backend invocation budget")
+    isolate.add_argument("--max-invocations", type=count(0), default=None, help="backend invocation budget")
 
 
 def _model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="ONNX model")
-    parser.add_argument("--target", default=_DEFAULT_TARGET, metavar="SPEC",
+    parser.add_argument("--target", default=_DEFAULT_TARGET, type=backend_spec, metavar="SPEC",
                         help=f"backend with the tactics capability (default {_DEFAULT_TARGET})")
     parser.add_argument("--inputs", type=Path, metavar="FILE", help="model inputs (default: seeded random)")
     parser.add_argument("--shape", action="append", default=[], metavar="NAME:DIMS",
                         help="shape for an input with dynamic dims (repeatable)")
     parser.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
-    parser.add_argument("--atol", type=float, default=None,
+    parser.add_argument("--atol", type=tolerance, default=None,
                         help="absolute tolerance (default: 1e-4 with --oracle, else 0: bit-exact)")
-    parser.add_argument("--rtol", type=float, default=None,
+    parser.add_argument("--rtol", type=tolerance, default=None,
                         help="relative tolerance (default: 1e-3 with --oracle, else 0: bit-exact)")
-    parser.add_argument("--workdir", type=Path, default=None, help="keep the builds' files here")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="write the result as JSON")
+    parser.add_argument("--workdir", type=output_path, default=None, help="keep the builds' files here")
+    parser.add_argument("--json", type=output_path, metavar="PATH", help="write the result as JSON")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
+from graphbisect.cli.common import backend_spec, count, output_path, seconds, tolerance
 
 if TYPE_CHECKING:
     from graphbisect.triage.outcome import ModelOutcome
@@ -19,28 +20,28 @@ __all__ = ["add_arguments", "run"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("input_dir", type=Path, metavar="INPUT_DIR",
                         help="folder of .onnx files and Paddle model folders (NAME.npz next to a model: its inputs)")
-    parser.add_argument("-o", "--output", type=Path, required=True, metavar="OUT_DIR",
+    parser.add_argument("-o", "--output", type=output_path, required=True, metavar="OUT_DIR",
                         help="where bundles/<name>/, results/ and summary.{md,json,html} go; re-running on the "
                         "same folder skips finished models and resumes interrupted ones")
-    parser.add_argument("--oracle", default=DEFAULT_ORACLE, metavar="SPEC",
+    parser.add_argument("--oracle", default=DEFAULT_ORACLE, type=backend_spec, metavar="SPEC",
                         help=f"backend trusted to be right (default {DEFAULT_ORACLE})")
-    parser.add_argument("--target", default=DEFAULT_TARGET, metavar="SPEC",
+    parser.add_argument("--target", default=DEFAULT_TARGET, type=backend_spec, metavar="SPEC",
                         help=f"backend under test (default {DEFAULT_TARGET})")
     parser.add_argument("--executor", default="local", metavar="local|ray[:ADDRESS]",
                         help="where models are triaged: local worker processes (default), a local Ray instance "
                         "(ray) or a Ray cluster (ray:ADDRESS, e.g. ray:auto); a lost worker's model is retried")
-    parser.add_argument("-j", "--jobs", type=int, default=None,
+    parser.add_argument("-j", "--jobs", type=count(1), default=None,
                         help="models triaged at once (default: one per CPU; on a Ray cluster, its CPUs)")
-    parser.add_argument("--candidate-jobs", type=int, default=1,
+    parser.add_argument("--candidate-jobs", type=count(1), default=1,
                         help="target workers evaluating one reduction's candidates (same result as 1)")
     parser.add_argument("--no-passes", action="store_true", help="do not search culprit optimization passes")
     parser.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
-    parser.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (default 1e-4)")
-    parser.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
-    parser.add_argument("--max-invocations", type=int, metavar="N", help="per model: stop each reduction's search "
+    parser.add_argument("--atol", type=tolerance, default=1e-4, help="absolute tolerance (default 1e-4)")
+    parser.add_argument("--rtol", type=tolerance, default=1e-3, help="relative tolerance (default 1e-3)")
+    parser.add_argument("--max-invocations", type=count(0), metavar="N", help="per model: stop each reduction's search "
                         "after N candidate runs (best result so far; a re-run resumes it)")
-    parser.add_argument("--timeout", type=float, help="seconds one backend invocation may take (default 600)")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="also write summary.json here")
+    parser.add_argument("--timeout", type=seconds, help="seconds one backend invocation may take (default 600)")
+    parser.add_argument("--json", type=output_path, metavar="PATH", help="also write summary.json here")
 
 
 def run(args: argparse.Namespace) -> int:

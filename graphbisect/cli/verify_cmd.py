@@ -23,6 +23,7 @@ from graphbisect.artifacts.bundle import LoadedBundle, load_bundle
 from graphbisect.artifacts.repro import crash_key
 from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import BackendProcess, BackendSpec, RunResult
+from graphbisect.cli.common import backend_spec, output_path
 from graphbisect.compare import Comparison, compare_outputs
 from graphbisect.oracle.signature import FailureKind, Signature, signature_of
 
@@ -33,10 +34,10 @@ REPRODUCES, FIXED, DIFFERENT = "reproduces", "fixed", "different"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bundle", type=Path, help="bundle folder or .zip written by `graphbisect reduce`")
-    parser.add_argument("--target", metavar="SPEC",
+    parser.add_argument("--target", type=backend_spec, metavar="SPEC",
                         help="run this target instead of the recorded one, e.g. "
                         "'onnxruntime:opt_level=all,python=/opt/ort-nightly/bin/python' to check another version")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="write the verdict as JSON")
+    parser.add_argument("--json", type=output_path, metavar="PATH", help="write the verdict as JSON")
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from graphbisect.errors import InputError
+
 __all__ = [
     "Comparison",
     "MismatchKind",
     "TensorStats",
     "Tolerance",
+    "check_tolerance_value",
     "compare_outputs",
     "compare_tensors",
 ]
@@ -56,8 +59,31 @@ class Tolerance:
     per_output: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     check_dtype: bool = True
 
+    def __post_init__(self) -> None:
+        # A NaN tolerance makes every comparison pass (NaN comparisons are False) and an infinite one
+        # accepts any value: either would certify a failing model as passing.
+        check_tolerance_value("atol", self.atol)
+        check_tolerance_value("rtol", self.rtol)
+        for name, (atol, rtol) in self.per_output.items():
+            check_tolerance_value(f"atol of {name!r}", atol)
+            check_tolerance_value(f"rtol of {name!r}", rtol)
+        if self.min_cosine is not None and not -1.0 <= self.min_cosine <= 1.0:
+            raise InputError(f"min_cosine {self.min_cosine!r} is not a cosine similarity",
+                             hint="give a number between -1 and 1, e.g. --min-cosine 0.999")
+
     def for_tensor(self, name: str) -> tuple[float, float]:
         return self.per_output.get(name, (self.atol, self.rtol))
+
+
+def check_tolerance_value(what: str, value: float) -> None:
+    """Raise :class:`InputError` unless ``value`` is a finite number ≥ 0 (a usable atol or rtol)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if isinstance(value, bool) or not math.isfinite(number) or number < 0:
+        raise InputError(f"{what} {value!r} is not a tolerance: it must be a finite number >= 0",
+                         hint="e.g. --atol 1e-4 --rtol 1e-3 (NaN or inf would make every comparison pass)")
 
 
 @dataclass(frozen=True)
