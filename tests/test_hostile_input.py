@@ -6,15 +6,24 @@ One test (or a parametrized family) per numbered item of the issue; each failed 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
+from onnx import helper, numpy_helper
 
 from graphbisect.cli.main import main
 from graphbisect.compare import Tolerance
-from graphbisect.errors import InputError
+from graphbisect.data import load_inputs
+from graphbisect.errors import InputError, ModelError
+from graphbisect.model import load_model
 from graphbisect.examples.bundled import example_inputs_path, example_model_path
 
+_ROOT = str(Path(__file__).resolve().parents[1])
 EXAMPLE = [str(example_model_path()), "--inputs", str(example_inputs_path())]
 
 
@@ -67,3 +76,85 @@ def test_item7_internal_error_exits_3_not_1(monkeypatch: pytest.MonkeyPatch, cap
     assert main(["compare", *EXAMPLE]) == 3
     err = capsys.readouterr().err
     assert "internal error" in err and "report" in err
+
+
+# --- item 1: symbolic links cannot leak local files into a model, its outputs or a bundle ------------------
+def _external_add_model(folder: Path, location: str) -> Path:
+    """``y = x + w`` with ``w`` (4 floats) stored as external data at ``location``."""
+    w = numpy_helper.from_array(np.zeros(4, np.float32), "w")
+    w.ClearField("raw_data")
+    w.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", "0"), ("length", "16")):
+        entry = w.external_data.add()
+        entry.key, entry.value = key, value
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4])], [w])
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "model.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    return path
+
+
+def _secret(tmp_path: Path) -> Path:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.bin").write_bytes(np.arange(1, 5, dtype=np.float32).tobytes())  # "private" bytes
+    return outside
+
+
+@pytest.mark.parametrize("how", ["file", "folder"])
+def test_item1_symlinked_external_data_outside_the_folder_is_refused(how: str, tmp_path: Path) -> None:
+    outside = _secret(tmp_path)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    if how == "file":
+        (folder / "leak.bin").symlink_to(outside / "secret.bin")
+        location = "leak.bin"
+    else:
+        (folder / "data").symlink_to(outside, target_is_directory=True)
+        location = "data/secret.bin"
+    path = _external_add_model(folder, location)
+    with pytest.raises(ModelError, match="symbolic link"):
+        load_model(path)
+
+
+def test_item1_symlink_inside_the_folder_still_loads(tmp_path: Path) -> None:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "real.bin").write_bytes(np.arange(1, 5, dtype=np.float32).tobytes())
+    (folder / "alias.bin").symlink_to("real.bin")
+    model = load_model(_external_add_model(folder, "alias.bin"))
+    assert [i.name for i in model.proto.graph.initializer] == ["w"]
+
+
+def test_item1_pb_input_external_data_resolves_beside_the_file_and_not_through_links(tmp_path: Path) -> None:
+    outside = _secret(tmp_path)
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    tensor = numpy_helper.from_array(np.zeros(4, np.float32), "x")
+    tensor.ClearField("raw_data")
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    entry = tensor.external_data.add()
+    entry.key, entry.value = "location", "x.bin"
+    (inputs / "input_0.pb").write_bytes(tensor.SerializeToString())
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "w.bin").write_bytes(np.zeros(4, np.float32).tobytes())
+    target = load_model(_external_add_model(tmp_path / "m", "w.bin"))
+    # The data lies beside the .pb file: found there whatever the working folder is.
+    (inputs / "x.bin").write_bytes(np.full(4, 7, np.float32).tobytes())
+    assert load_inputs(inputs / "input_0.pb", target)["x"].tolist() == [7, 7, 7, 7]
+    # A link leaving the folder is refused.
+    (inputs / "x.bin").unlink()
+    (inputs / "x.bin").symlink_to(outside / "secret.bin")
+    with pytest.raises(InputError, match="symbolic link"):
+        load_inputs(inputs / "input_0.pb", target)
+
+
+# --- item 9 (smaller ones) ----------------------------------------------------------------------------------
+def test_item9_named_pipe_as_model_is_refused_not_read_forever(tmp_path: Path) -> None:
+    fifo = tmp_path / "model.onnx"
+    os.mkfifo(fifo)
+    proc = subprocess.run([sys.executable, "-m", "graphbisect", "compare", str(fifo)], capture_output=True,
+                          text=True, timeout=60, check=False, env={**os.environ, "PYTHONPATH": _ROOT})
+    assert proc.returncode == 2 and "not a regular file" in proc.stderr

@@ -35,6 +35,7 @@ import onnx
 from graphbisect.atomic import atomic_path
 from graphbisect.errors import InputError
 from graphbisect.model.graph import Model, TensorType
+from graphbisect.model.load import external_data_file
 
 __all__ = [
     "SUPPORTED_FORMATS",
@@ -135,6 +136,15 @@ def _parse_tensor(path: Path) -> onnx.TensorProto:
             f"{path} is not an ONNX TensorProto file ({type(exc).__name__}: {exc})",
             hint="write it with onnx.numpy_helper.from_array(array, name).SerializeToString()",
         ) from exc
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        # Resolved beside the .pb file (not the working folder), never through a link leaving it.
+        file = external_data_file(tensor, path, error=InputError)
+        if not file.is_file():
+            raise InputError(f"{path}: external data of tensor {tensor.name!r} is missing: expected {file}",
+                             hint="keep the data file next to the .pb file")
+        onnx.external_data_helper.load_external_data_for_tensor(tensor, str(path.parent))
+        tensor.data_location = onnx.TensorProto.DEFAULT
+        del tensor.external_data[:]
     return tensor
 
 

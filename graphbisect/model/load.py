@@ -21,12 +21,12 @@ from types import ModuleType
 
 import onnx
 
-from graphbisect.errors import ModelError
+from graphbisect.errors import GraphBisectError, ModelError
 from graphbisect.model.external import LAZY_MIN_BYTES, make_source_stub, source_of
 from graphbisect.model.graph import Model
 from graphbisect.model.normalize import normalize_model, subgraphs
 
-__all__ = ["load_model"]
+__all__ = ["external_data_file", "load_model", "outside_folder"]
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +123,9 @@ def _check_is_file(path: Path) -> None:
         onnx_files = sorted(p.name for p in path.glob("*.onnx"))
         found = f" (it holds {', '.join(onnx_files[:3])})" if onnx_files else ""
         raise ModelError(f"{path} is a folder{found}", hint=f"pass a model file; expected {_EXPECTED}")
+    if not path.is_file():  # a named pipe would block the read forever, a device would never end
+        raise ModelError(f"{path} is not a regular file (a named pipe, socket or device)",
+                         hint=f"save the model to a file first; expected {_EXPECTED}")
 
 
 def _describe_content(path: Path) -> str:
@@ -240,9 +243,24 @@ def _expected_nbytes(tensor: onnx.TensorProto) -> int | None:
     return math.ceil(math.prod(tensor.dims) * item_size)
 
 
-def _check_location(tensor: onnx.TensorProto, location: str, path: Path) -> None:
+def external_data_file(tensor: onnx.TensorProto, path: Path, *,
+                       error: type[GraphBisectError] = ModelError) -> Path:
+    """The file holding the external data of ``tensor``, stored in the file ``path`` (a model or a ``.pb``).
+
+    Its ``location`` must be relative and stay inside ``path``'s folder, also after following symbolic
+    links; raises ``error`` naming the tensor and the location otherwise. Existence is not checked.
+    """
+    location = {entry.key: entry.value for entry in tensor.external_data}.get("location", "")
+    _check_location(tensor, location, path, error)
+    file = path.parent / location
+    _check_real_location(tensor, location, file, path, error)
+    return file
+
+
+def _check_location(tensor: onnx.TensorProto, location: str, path: Path,
+                    error: type[GraphBisectError] = ModelError) -> None:
     if not location:
-        raise ModelError(
+        raise error(
             f"{path}: tensor {tensor.name!r} is stored as external data but names no file (empty location)",
             hint="the model is corrupt; re-export it",
         )
@@ -254,7 +272,7 @@ def _check_location(tensor: onnx.TensorProto, location: str, path: Path) -> None
         or normalized == ".."
         or normalized.startswith("../")
     ):
-        raise ModelError(
+        raise error(
             f"{path}: tensor {tensor.name!r} stores its external data outside the model's folder "
             f"(location {location!r}); graphbisect refuses to read it",
             hint="keep external data files in the model's folder (or below) and store relative locations, "
@@ -262,12 +280,42 @@ def _check_location(tensor: onnx.TensorProto, location: str, path: Path) -> None
         )
 
 
+def _check_real_location(tensor: onnx.TensorProto, location: str, file: Path, path: Path,
+                         error: type[GraphBisectError] = ModelError) -> None:
+    """The data file, after following symbolic links, must lie inside the model's folder (as onnx requires).
+
+    A text check alone lets ``leak.bin -> /etc/passwd`` (or a linked folder) beside a model put any local
+    file's bytes into a bundle's model and outputs. When the model file itself is a link (a Hugging Face
+    cache snapshot links every file to a blob folder), its data may also lie in the folder it links to.
+    """
+    outside = outside_folder(file, path.parent)
+    if outside is not None and path.is_symlink():
+        outside = outside_folder(file, Path(os.path.realpath(path)).parent)
+    if outside is not None:
+        raise error(
+            f"{path}: external data of tensor {tensor.name!r} (location {location!r}) is a symbolic link to "
+            f"{outside}, outside the folder of {path.name}; graphbisect refuses to read it",
+            hint=f"copy the data file into {path.parent} instead of linking it",
+        )
+
+
+def outside_folder(file: Path, folder: Path) -> Path | None:
+    """Where ``file`` really is (symbolic links followed) when that is outside ``folder``'s real path, else None.
+
+    Example:
+        >>> outside_folder(Path("/tmp/m/w.bin"), Path("/tmp/m")) is None   # doctest: +SKIP
+        True
+    """
+    real = Path(os.path.realpath(file))
+    root = Path(os.path.realpath(folder))
+    return None if real == root or root in real.parents else real
+
+
 def _plan_read(tensor: onnx.TensorProto, path: Path) -> tuple[Path, int, int | None]:
     """Validate one external-data reference; returns (file, offset, length or None for 'to the end')."""
     info = {entry.key: entry.value for entry in tensor.external_data}
     location = info.get("location", "")
-    _check_location(tensor, location, path)
-    file = path.parent / location
+    file = external_data_file(tensor, path)
     if not file.is_file():
         raise ModelError(
             f"{path}: external data of tensor {tensor.name!r} is missing: expected the file {file}",
