@@ -20,8 +20,8 @@ from graphbisect.cli.main import main
 from graphbisect.compare import Tolerance
 from graphbisect.data import load_inputs
 from graphbisect.errors import InputError, ModelError
-from graphbisect.model import load_model
 from graphbisect.examples.bundled import example_inputs_path, example_model_path
+from graphbisect.model import load_model
 
 _ROOT = str(Path(__file__).resolve().parents[1])
 EXAMPLE = [str(example_model_path()), "--inputs", str(example_inputs_path())]
