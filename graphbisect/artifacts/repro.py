@@ -647,7 +647,7 @@ def run_target(target, inputs, output_names):
     for port in compiled.inputs:
         name = next((n for n in sorted(port.get_names()) if n in inputs), None)
         if name is not None:
-            feed[port] = np.ascontiguousarray(inputs[name])
+            feed[port] = np.asarray(inputs[name], order="C")  # keeps 0-d (ascontiguousarray makes it [1])
     request.infer(feed)
     return {name: np.array(request.get_output_tensor(names[name]).data, copy=True)
             for name in output_names if name in names}

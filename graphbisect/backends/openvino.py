@@ -398,7 +398,7 @@ class OpenVino:
                 missing.append(port.get_any_name())
                 continue
             used.add(name)
-            feed[port] = np.ascontiguousarray(inputs[name])
+            feed[port] = np.asarray(inputs[name], order="C")  # keeps 0-d; np.ascontiguousarray makes it [1]
         extra = sorted(set(inputs) - used)
         if missing or extra:
             raise InputError(

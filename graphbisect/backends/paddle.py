@@ -387,7 +387,7 @@ class PaddleInference:
                 hint="feed exactly the model's inputs (the converted ONNX model has the same input names)",
             )
         for name in self._input_names:
-            array = np.ascontiguousarray(inputs[name])
+            array = np.asarray(inputs[name], order="C")  # keeps 0-d (np.ascontiguousarray makes it [1])
             handle = self._predictor.get_input_handle(name)
             handle.reshape(list(array.shape))
             handle.copy_from_cpu(array)

@@ -432,7 +432,7 @@ class TensorRT:
         try:
             for name in input_names:
                 dtype = np.dtype(trt.nptype(self._engine.get_tensor_dtype(name)))
-                array = np.ascontiguousarray(inputs[name])
+                array = np.asarray(inputs[name], order="C")  # keeps 0-d (np.ascontiguousarray makes it [1])
                 if array.dtype != dtype:
                     logger.debug("casting input %s from %s to the engine's %s", name, array.dtype, dtype)
                     array = np.ascontiguousarray(array.astype(dtype))

@@ -97,7 +97,7 @@ def _as_saveable(name: str, value: Any) -> np.ndarray:
             array = array.astype(str)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"output {name!r} is not a tensor (got {type(value).__name__})") from exc
-    return np.ascontiguousarray(array)
+    return np.asarray(array, order="C")  # keeps 0-d outputs 0-d (np.ascontiguousarray makes them [1])
 
 
 def _save_npy_atomic(path: Path, array: np.ndarray) -> None:
