@@ -25,7 +25,8 @@ design:
 * **A backend without a section** (a future one) still gets a bundle: its ``repro.py`` explains that it
   cannot replay that backend standalone and points to ``graphbisect verify DIR`` (exit 2).
 
-Crash messages are matched on their stable part, :func:`crash_key`: the first line without addresses,
+Crash messages are matched on their stable part, :func:`crash_key`: the cause (first paragraph, name
+lists collapsed, model dumps cut) without addresses,
 paths, long numbers, temporary names and source line numbers, so a rebuilt library that moved the
 ``throw`` by three lines still counts as the same bug. The script carries an identical copy of that
 function (a test pins the two together).
@@ -1014,10 +1015,26 @@ VOLATILE = [  # the stable part of a crash message; the same list as graphbisect
 ]
 
 
+MODEL_DUMP = r"^[ \t]*(?:ir_version|opset_import|producer_name|graph)[ \t]*[:{]"  # a ModelProto in the text
+QUOTED = r"(?:'[^'\n]*'|\"[^\"\n]*\")"
+NAME_LIST = rf"[\[{{(]\s*{QUOTED}(?:\s*[,:]\s*{QUOTED})*\s*,?\s*[\]}})]"  # lists of tensor names
+
+
+def message_cause(message, limit=4000):
+    """What failed: the first paragraph, model dumps cut, name lists collapsed (graphbisect's message_cause)."""
+    text = (message or "").strip()
+    dump = re.search(MODEL_DUMP, text, re.MULTILINE)
+    if dump is not None:
+        text = text[: dump.start()]
+    text = re.sub(NAME_LIST, "[...]", text)
+    paragraph = re.split(r"\n[ \t]*\n", text.strip(), maxsplit=1)[0]
+    joined = "\n".join(line.rstrip() for line in paragraph.splitlines() if line.strip())
+    return joined if len(joined) <= limit else joined[:limit].rstrip() + " ..."
+
+
 def crash_key(message):
-    """The stable part of a crash message: its first line without addresses, paths, line numbers..."""
-    lines = [line for line in (message or "").strip().splitlines() if line.strip()]
-    text = lines[0] if lines else ""
+    """The stable part of a crash message: its cause without addresses, paths, line numbers..."""
+    text = message_cause(message)
     for pattern, replacement in VOLATILE:
         text = re.sub(pattern, replacement, text)
     return text.strip()

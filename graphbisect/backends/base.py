@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -29,7 +30,38 @@ __all__ = [
     "RunResult",
     "RunStatus",
     "Runtime",
+    "message_cause",
 ]
+
+# What makes a backend's error message unstable or unreadable, cut before anything else looks at it.
+_MODEL_DUMP = re.compile(r"^[ \t]*(?:ir_version|opset_import|producer_name|graph)[ \t]*[:{]", re.MULTILINE)
+_QUOTED = r"(?:'[^'\n]*'|\"[^\"\n]*\")"
+_NAME_LIST = re.compile(rf"[\[{{(]\s*{_QUOTED}(?:\s*[,:]\s*{_QUOTED})*\s*,?\s*[\]}})]")
+_LOCATION_ONLY = re.compile(r"^(?:Exception from )?\S+:\d+:?$")  # OpenVINO's "Exception from src/x.cpp:84:"
+
+
+def message_cause(message: str | None, *, limit: int = 4000) -> str:
+    """The part of a backend's error message that says what failed, without what varies with model size.
+
+    Its first paragraph (OpenVINO separates the failures of several ops by blank lines; the first one is the
+    cause), with model dumps cut (onnx.reference appends the whole ``ModelProto``) and lists of quoted names
+    collapsed to ``[...]`` (onnx.reference lists every known tensor name, so removing any node would change
+    the message), at most ``limit`` characters. Lines are kept: OpenVINO's first line is only a source
+    location, its cause is below.
+
+    Example:
+        >>> message_cause("Unable to find input 'x' in known results ['', 'a', 'b'], proto is\\nir_version: 8")
+        "Unable to find input 'x' in known results [...], proto is"
+    """
+    text = (message or "").strip()
+    dump = _MODEL_DUMP.search(text)
+    if dump is not None:
+        text = text[: dump.start()]
+    text = _NAME_LIST.sub("[...]", text)
+    paragraph = re.split(r"\n[ \t]*\n", text.strip(), maxsplit=1)[0]
+    lines = [line.rstrip() for line in paragraph.splitlines() if line.strip()]
+    joined = "\n".join(lines)
+    return joined if len(joined) <= limit else joined[:limit].rstrip() + " ..."
 
 
 class Capability(str, enum.Enum):
@@ -137,13 +169,21 @@ class RunResult:
     def ok(self) -> bool:
         return self.status is RunStatus.OK
 
-    def describe(self) -> str:
-        """One line for humans: ``ok`` or ``crash at load: Fail: ...``."""
+    def describe(self, limit: int = 600) -> str:
+        """One line for humans: ``ok`` or ``crash at load: Fail: ...`` with the message's cause.
+
+        The cause is :func:`message_cause` on one line, without OpenVINO's location-only first line
+        (``Exception from src/inference/src/cpp/core.cpp:84:`` says nothing about what failed).
+        """
         if self.ok:
             return "ok"
         where = f" at {self.phase.value}" if self.phase else ""
-        lines = (self.message or "").strip().splitlines()
-        what = ": ".join(x for x in (self.error_type, lines[0] if lines else None) if x)
+        lines = message_cause(self.message).splitlines()
+        shown = [line.strip() for line in lines if not _LOCATION_ONLY.match(line.strip())] or lines
+        cause = " ".join(shown)
+        if len(cause) > limit:
+            cause = cause[:limit].rstrip() + " ..."
+        what = ": ".join(x for x in (self.error_type, cause or None) if x)
         return f"{self.status.value}{where}" + (f": {what}" if what else "")
 
 

@@ -151,6 +151,8 @@ def _status_text(returncode: int) -> str:
 
 
 def _tail(stderr: str) -> str:
+    """The end of what the program wrote, as a second paragraph: the first one (the exit status) is the cause
+    a failure signature keys on (``message_cause``); a program's log lines vary from run to run."""
     lines = stderr.strip().splitlines()[-STDERR_TAIL_LINES:]
     text = "\n".join(lines)[-STDERR_TAIL_CHARS:]
-    return f"\n{text}" if text else ""
+    return f"\n\n{text}" if text else ""

@@ -26,7 +26,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from graphbisect.backends.base import Phase, RunResult, RunStatus
+from graphbisect.backends.base import Phase, RunResult, RunStatus, message_cause
 from graphbisect.compare import Comparison, MismatchKind
 
 __all__ = ["FailureKind", "Signature", "normalize_message", "signature_of"]
@@ -58,17 +58,23 @@ _NORMALIZERS: tuple[tuple[re.Pattern[str], str], ...] = (
 
 
 def normalize_message(message: str | None) -> str:
-    """The stable part of an error message: first line, without addresses, paths and volatile numbers.
+    """The stable part of an error message: its cause (:func:`~graphbisect.backends.base.message_cause`:
+    first paragraph, name lists collapsed, model dumps cut) without addresses, paths and volatile numbers.
+
+    The whole paragraph counts, not its first line: OpenVINO's first line is only a source location
+    (``Exception from src/inference/src/cpp/core.cpp:84:``) for every load error, so a first-line signature
+    made a Conv conversion failure and an LSTM one "the same failure".
 
     Example:
-        >>> normalize_message("/src/ort/relu_clip_fusion.cc:83 Unexpected data type for Clip 'min' input of 11\\nx")
+        >>> normalize_message("/src/ort/relu_clip_fusion.cc:83 Unexpected data type for Clip 'min' input of 11")
         "relu_clip_fusion.cc Unexpected data type for Clip 'min' input of 11"
         >>> normalize_message("Load model from /tmp/w/candidate-3f2a.onnx failed")
         'Load model from model.onnx failed'
+        >>> normalize_message("Exception from src/core.cpp:84:\\nCheck failed at src/conv.cpp:38:\\nrank unknown")
+        'Exception from core.cpp: Check failed at conv.cpp: rank unknown'
 
     """
-    lines = [line for line in (message or "").strip().splitlines() if line.strip()]
-    text = lines[0] if lines else ""
+    text = message_cause(message)
     for pattern, replacement in _NORMALIZERS:
         text = pattern.sub(replacement, text)
     return text.strip()
