@@ -6,6 +6,7 @@ One test (or a parametrized family) per numbered item of the issue; each failed 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -16,12 +17,16 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
+from graphbisect.artifacts.bundle import is_bundle
 from graphbisect.cli.main import main
 from graphbisect.compare import Tolerance
-from graphbisect.data import load_inputs
+from graphbisect.data import load_inputs, save_inputs
 from graphbisect.errors import InputError, ModelError
+from graphbisect.examples import host_network
 from graphbisect.examples.bundled import example_inputs_path, example_model_path
+from graphbisect.lockfile import folder_lock
 from graphbisect.model import load_model
+from graphbisect.workflows.reduce import work_dir_for
 
 _ROOT = str(Path(__file__).resolve().parents[1])
 EXAMPLE = [str(example_model_path()), "--inputs", str(example_inputs_path())]
@@ -158,3 +163,58 @@ def test_item9_named_pipe_as_model_is_refused_not_read_forever(tmp_path: Path) -
     proc = subprocess.run([sys.executable, "-m", "graphbisect", "compare", str(fifo)], capture_output=True,
                           text=True, timeout=60, check=False, env={**os.environ, "PYTHONPATH": _ROOT})
     assert proc.returncode == 2 and "not a regular file" in proc.stderr
+
+
+# --- items 2 and 3: -o never loses the user's files, is checked before any run, and is locked ---------------
+def _reduce_example(out: Path, *extra: str) -> int:
+    return main(["reduce", *EXAMPLE, "-o", str(out), *extra])
+
+
+def test_item2_rerun_keeps_the_users_files_in_the_bundle_folder(tmp_path: Path) -> None:
+    out = tmp_path / "bug"
+    assert _reduce_example(out) == 1
+    (out / "notes.txt").write_text("my notes")
+    (out / "logs").mkdir()
+    (out / "logs" / "run1.txt").write_text("log")
+    (out / "stale_chart.svg").write_text("<svg/>")  # not listed by the bundle: the user's, kept too
+    assert _reduce_example(out) == 1
+    assert (out / "notes.txt").read_text() == "my notes"
+    assert (out / "logs" / "run1.txt").read_text() == "log"
+    assert (out / "stale_chart.svg").exists()
+    assert is_bundle(out) and (out / "model.onnx").is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging folder left behind
+
+
+def test_item2_bundle_of_another_model_is_refused_before_any_run_unless_forced(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "bug"
+    assert _reduce_example(out) == 1
+    first = (out / "report.json").read_text()
+    other = tmp_path / "other.onnx"
+    host = host_network(100, bug="layernorm_keepdims0", seed=3)
+    onnx.save(host.model, other)
+    save_inputs(tmp_path / "other.npz", host.inputs)
+    args = ["reduce", str(other), "--inputs", str(tmp_path / "other.npz"), "-o", str(out)]
+    assert main(args) == 2
+    assert "another model" in capsys.readouterr().err
+    assert (out / "report.json").read_text() == first and not work_dir_for(out).exists()
+    assert main([*args, "--force"]) == 1
+    assert json.loads((out / "report.json").read_text())["original_model"]["path"] == str(other)
+
+
+def test_item3_non_bundle_folder_is_refused_before_any_backend_run(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "thesis.tex").write_text("years of work")
+    assert _reduce_example(out) == 2
+    assert "not a graphbisect bundle" in capsys.readouterr().err
+    assert not work_dir_for(out).exists()  # refused up front: no oracle capture, no target run
+    assert [p.name for p in out.iterdir()] == ["thesis.tex"]
+
+
+def test_item3_second_run_on_the_same_output_stops_at_once(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "bug"
+    with folder_lock(work_dir_for(out), what="a reduction"):  # another run holds -o
+        assert _reduce_example(out) == 2
+    assert "in use by another process" in capsys.readouterr().err
+    assert not out.exists()
+    assert sorted(p.name for p in work_dir_for(out).iterdir()) == ["lock"]  # nothing ran

@@ -13,10 +13,13 @@ Layout::
     environment.json        Python, OS, CPU, GPU, library versions (see :mod:`.environment`)
     *.svg                   charts referenced from report.md
 
-**Atomic.** The bundle is built in a hidden temporary sibling folder and renamed into place, so a reader
-(or a crash half-way) never sees a half-written bundle. A previous bundle at the destination is replaced;
-an empty folder is used; any other existing folder is refused, because replacing it would delete the
-user's files.
+**Atomic, and the user's files are never touched.** The bundle is built in a hidden temporary sibling
+folder; a new destination is that folder renamed into place, so a reader (or a crash half-way) never sees
+a half-written bundle. Into an existing folder — empty, or holding an earlier bundle of the same model
+plus whatever the user added (notes, subfolders) — only the bundle's own files are moved, each atomically,
+``report.json`` last; files the earlier bundle listed and this one lacks (an old chart) are removed;
+nothing else is deleted. A folder holding other files but no bundle is refused, and so is a bundle of
+*another* model unless ``force=True`` (``reduce --force``).
 
 Example:
     >>> path = write_bundle(content, Path("graphbisect-out/bundle"), zip=True)   # doctest: +SKIP
@@ -36,7 +39,6 @@ import os
 import re
 import shutil
 import tempfile
-import uuid
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -57,7 +59,10 @@ from graphbisect.errors import GraphBisectError, ModelError
 from graphbisect.oracle.signature import Signature
 from graphbisect.tactics.record import load_record, save_record
 
-__all__ = ["BUNDLE_FORMAT", "BundleContent", "BundleError", "LoadedBundle", "is_bundle", "load_bundle", "write_bundle"]
+__all__ = [
+    "BUNDLE_FORMAT", "BundleContent", "BundleError", "LoadedBundle", "check_destination", "is_bundle", "load_bundle",
+    "write_bundle",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -102,17 +107,17 @@ class BundleContent:
 
 
 # ----------------------------------------------------------------------------------------------- write
-def write_bundle(content: BundleContent, out_dir: Path, *, zip: bool = False) -> Path:
+def write_bundle(content: BundleContent, out_dir: Path, *, zip: bool = False, force: bool = False) -> Path:
     """Write the bundle folder ``out_dir`` atomically (and ``<out_dir>.zip`` beside it with ``zip``).
 
     Returns ``out_dir``. Raises :class:`BundleError` when ``out_dir`` is a non-empty folder that is not a
-    bundle (or a file), :class:`~graphbisect.errors.SpecError` for a Paddle target (a bundle holds an ONNX
-    model), and :class:`~graphbisect.errors.ModelError` for a model whose weights are not inline. A target
-    backend without a ``repro.py`` section still gets its bundle, with a ``repro.py`` that points to
-    ``graphbisect verify``.
+    bundle (or a file) or, without ``force``, a bundle of another model,
+    :class:`~graphbisect.errors.SpecError` for a Paddle target (a bundle holds an ONNX model), and
+    :class:`~graphbisect.errors.ModelError` for a model whose weights are not inline. A target backend
+    without a ``repro.py`` section still gets its bundle, with a ``repro.py`` that points to ``graphbisect verify``.
     """
     out_dir = Path(out_dir).absolute()
-    _check_destination(out_dir)
+    check_destination(out_dir, fingerprint=_original_fingerprint(content.report), force=force)
     _check_model(content.model)
     script = render_repro(content)  # before any file is written: a Paddle target fails here
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -138,30 +143,63 @@ def is_bundle(path: Path) -> bool:
     return isinstance(data, dict) and data.get("format") == BUNDLE_FORMAT
 
 
-def _check_destination(out_dir: Path) -> None:
-    if not out_dir.exists() and not out_dir.is_symlink():
-        return
-    if not out_dir.is_dir() or out_dir.is_symlink():
-        raise BundleError(f"cannot write a bundle to {out_dir}: it exists and is not a folder",
-                          hint="choose another output path, or remove that file")
-    if any(out_dir.iterdir()) and not _replaceable(out_dir):
-        raise BundleError(
-            f"cannot write a bundle to {out_dir}: the folder exists, is not empty and is not a graphbisect bundle",
-            hint="choose a new or empty folder (a previous bundle there would be replaced; other files never are)",
-        )
+def check_destination(out_dir: Path, *, fingerprint: str | None = None, force: bool = False) -> None:
+    """Raise :class:`BundleError` unless a bundle of the model ``fingerprint`` may be written to ``out_dir``.
+
+    Called before a reduction runs anything (so a bad ``-o`` costs nothing) and again when the bundle is
+    written. ``out_dir`` may be missing, an empty folder, or a folder holding a previous graphbisect
+    result — then only the bundle's files are replaced, and a bundle of another model (another
+    ``fingerprint``) only with ``force``. Its parent folder must be writable (checked by a probe file).
+    """
+    out_dir = Path(out_dir).absolute()
+    if out_dir.exists() or out_dir.is_symlink():
+        if not out_dir.is_dir() or out_dir.is_symlink():
+            raise BundleError(f"cannot write a bundle to {out_dir}: it exists and is not a folder",
+                              hint="choose another output path, or remove that file")
+        if any(out_dir.iterdir()) and _previous_result(out_dir) is None:
+            raise BundleError(
+                f"cannot write a bundle to {out_dir}: the folder exists, is not empty and is not a graphbisect "
+                "bundle",
+                hint="choose a new or empty folder (a previous bundle there would be replaced; other files never are)",
+            )
+        previous = (_previous_result(out_dir) or {}).get("original_fingerprint")
+        if fingerprint and previous and previous != fingerprint and not force:
+            raise BundleError(
+                f"{out_dir} holds the bundle of another model (fingerprint {str(previous)[:12]}…, this model's "
+                f"is {fingerprint[:12]}…); writing would replace it",
+                hint="choose another -o folder, or pass --force to replace that bundle",
+            )
+    _check_writable(out_dir.parent)
 
 
-def _replaceable(folder: Path) -> bool:
-    """A previous bundle, or the lone report.json that ``reduce`` writes when the model did not fail."""
-    if is_bundle(folder):
-        return True
-    if [p.name for p in folder.iterdir()] != ["report.json"]:
-        return False
+def _check_writable(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".graphbisect-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise BundleError(f"cannot write a bundle into {folder}: {exc.strerror or exc}",
+                          hint="choose a folder you can write to") from exc
+
+
+def _previous_result(folder: Path) -> dict[str, Any] | None:
+    """The report.json of a previous bundle, or of ``reduce``'s no-failure report, in ``folder``; else None."""
     try:
         data = json.loads((folder / "report.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and (data.get("format") == "graphbisect-report" or data.get("failed") is False)
+        return None
+    if not isinstance(data, dict):
+        return None
+    if data.get("format") in (BUNDLE_FORMAT, "graphbisect-report") or data.get("failed") is False:
+        return data
+    return None
+
+
+def _original_fingerprint(report: Mapping[str, Any]) -> str | None:
+    original = report.get("original_model")
+    value = original.get("fingerprint") if isinstance(original, Mapping) else None
+    return str(value) if value else None
 
 
 def _check_model(model: onnx.ModelProto) -> None:
@@ -251,18 +289,26 @@ def _file_list(folder: Path) -> list[dict[str, Any]]:
 
 
 def _install(staging: Path, out_dir: Path) -> None:
-    """Rename the finished staging folder to ``out_dir``, replacing a previous bundle or an empty folder."""
+    """Move the finished staging folder's files to ``out_dir`` (see the module docstring).
+
+    A new ``out_dir`` is the staging folder renamed. Into an existing one, each file is renamed over its
+    namesake (atomic per file), ``report.json`` last, so the folder is a complete bundle again only when
+    every file is in place; files of the previous bundle that this one lacks are removed. Anything the
+    previous ``report.json`` does not list (the user's notes and folders) is left alone.
+    """
     if not out_dir.exists():
         os.rename(staging, out_dir)
         return
-    old = out_dir.with_name(f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}")
-    os.rename(out_dir, old)
-    try:
-        os.rename(staging, out_dir)
-    except BaseException:
-        os.rename(old, out_dir)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
+    previous = {str(f.get("name")) for f in (_previous_result(out_dir) or {}).get("files") or []
+                if isinstance(f, dict)}
+    new = sorted((p.name for p in staging.iterdir()), key=lambda name: name == "report.json")
+    for name in new:
+        os.replace(staging / name, out_dir / name)
+    for name in previous - set(new):
+        stale = out_dir / name
+        if Path(name).name == name and stale.is_file() and not stale.is_symlink():
+            stale.unlink()
+    shutil.rmtree(staging, ignore_errors=True)
 
 
 def _write_zip(out_dir: Path) -> Path:

@@ -35,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="resume the interrupted reduction that was writing DIR (skips finished invocations)")
     parser.add_argument("--json", type=output_path, metavar="PATH", help="write the result as JSON")
     parser.add_argument("--zip", action="store_true", help="also write DIR.zip")
+    parser.add_argument("--force", action="store_true", help="replace a bundle of another model in DIR (a "
+                        "bundle of the same model is replaced anyway; files that are not the bundle's never are)")
     parser.add_argument("--max-invocations", type=count(0), metavar="N",
                         help="stop the search after N candidate runs of the target (in this session; a resumed run "
                         "gets N more) and keep the best result so far")
@@ -76,6 +78,7 @@ def _options(args: argparse.Namespace) -> ReduceOptions:
 
 
 def run(args: argparse.Namespace) -> int:
+    from graphbisect.artifacts.bundle import check_destination
     from graphbisect.workflows.reduce import reduce_model
 
     progress = ProgressLine()
@@ -83,11 +86,12 @@ def run(args: argparse.Namespace) -> int:
         return _resume(args, progress)
     if args.output is None:
         raise InputError("reduce needs an output folder", hint="add -o DIR (e.g. -o bug-report)")
+    check_destination(args.output, force=args.force)  # before the pass search runs anything
     if args.passes:
         return _with_passes(args, progress)
     model = load_model_arg(args)
     result = reduce_model(model, args.output, inputs=load_feeds(args, model), options=_options(args),
-                          zip_bundle=args.zip, on_progress=progress, on_stage=progress.stage)
+                          zip_bundle=args.zip, on_progress=progress, on_stage=progress.stage, force=args.force)
     progress.close()
     return _report(result, args)
 

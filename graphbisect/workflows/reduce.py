@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from graphbisect.artifacts.bundle import BundleContent, write_bundle
+from graphbisect.artifacts.bundle import BundleContent, check_destination, write_bundle
 from graphbisect.artifacts.charts import size_journey_svg
 from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, resolve
@@ -44,6 +44,7 @@ from graphbisect.errors import BackendError, GraphBisectError
 from graphbisect.executors.candidates import ExecutorPool
 from graphbisect.localize.fusion import fused_region, surviving_tensors, vanished_tensors
 from graphbisect.localize.layerwise import analyze_layers
+from graphbisect.lockfile import folder_lock
 from graphbisect.model import Model
 from graphbisect.model.io import remove_model, save_proto
 from graphbisect.oracle.signature import FailureKind, Signature
@@ -153,6 +154,7 @@ class _Run:
         self.invocations = {"oracle": 0, "target": 0}
         self.notes: list[str] = []
         self.started = time.monotonic()
+        self.force = False  # replace a bundle of another model
 
     # --- state on disk -------------------------------------------------------------------------------
     def prepare(self, feeds: Mapping[str, np.ndarray] | None, *, resume: bool) -> None:
@@ -370,15 +372,28 @@ def reduce_model(
     on_progress: Callable[[ProgressEvent], None] | None = None,
     on_stage: Callable[[str], None] | None = None,
     amend: Callable[[BundleContent], BundleContent] | None = None,
+    force: bool = False,
 ) -> ReduceResult:
     """Reduce ``model`` to a minimal subgraph that fails the same way and write the bundle to ``bundle_dir``.
 
     ``inputs`` may be None only when resuming (the first run saved them). ``amend`` lets a calling workflow add
     what it knows to the bundle (a control spec, report facts, sections) before it is written atomically.
-    See the module docstring.
+    ``force`` replaces a bundle of another model in ``bundle_dir``. Before any backend runs, ``bundle_dir`` is
+    checked (writable; new, empty or a previous bundle) and its work folder locked: a second reduction
+    writing the same place stops at once. See the module docstring.
     """
     options = options or ReduceOptions()
     r = _Run(model, options, bundle_dir, on_progress, on_stage or (lambda _msg: None))
+    r.force = force
+    check_destination(r.bundle_dir, fingerprint=model.fingerprint, force=force)
+    with folder_lock(r.work, what=f"a reduction writing {r.bundle_dir}"):
+        return _reduce(r, inputs, resume=resume, zip_bundle=zip_bundle, amend=amend)
+
+
+def _reduce(r: _Run, inputs: Mapping[str, np.ndarray] | None, *, resume: bool, zip_bundle: bool,
+            amend: Callable[[BundleContent], BundleContent] | None) -> ReduceResult:
+    """The steps of :func:`reduce_model`, under its lock."""
+    model, options = r.model, r.options
     r.prepare(inputs, resume=resume)
     store = r.capture()
     values = r.values(store)
@@ -470,7 +485,7 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
     )
     if amend is not None:
         content = amend(content)
-    bundle = write_bundle(content, r.bundle_dir, zip=zip_bundle)
+    bundle = write_bundle(content, r.bundle_dir, zip=zip_bundle, force=r.force)
     if one_minimal and not r.options.keep_work:
         shutil.rmtree(r.work, ignore_errors=True)
     return ReduceResult(

@@ -74,10 +74,17 @@ def test_report_md_reads_like_a_bug_report(mismatch_content: BundleContent, cras
 def test_previous_bundle_is_replaced(mismatch_content: BundleContent, crash_content: BundleContent,
                                      tmp_path: Path) -> None:
     out = write_bundle(mismatch_content, tmp_path / "bundle")
-    (out / "stale.txt").write_text("from the previous run")
+    (out / "notes.txt").write_text("the user's, not the bundle's")  # issue 16: never deleted
+    (out / "old_chart.svg").write_text("<svg/>")
+    report = json.loads((out / "report.json").read_text())
+    report["files"].append({"name": "old_chart.svg"})  # a file the previous bundle wrote and the next lacks
+    (out / "report.json").write_text(json.dumps(report))
     write_bundle(crash_content, out)
-    assert not (out / "stale.txt").exists()
-    assert json.loads((out / "report.json").read_text())["signature"]["kind"] == "crash-load"
+    assert (out / "notes.txt").read_text() == "the user's, not the bundle's"
+    assert not (out / "old_chart.svg").exists()
+    data = json.loads((out / "report.json").read_text())
+    assert data["signature"]["kind"] == "crash-load"
+    assert sorted(p.name for p in out.iterdir()) == sorted([f["name"] for f in data["files"]] + ["notes.txt"])
     assert _siblings(out) == ["bundle"]
 
 
