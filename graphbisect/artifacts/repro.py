@@ -529,7 +529,15 @@ def compile_ov(core, model, options):
     config = {"INFERENCE_PRECISION_HINT": options["precision"]}
     if options["threads"] is not None:
         config["INFERENCE_NUM_THREADS"] = options["threads"]
-    return core.compile_model(model, options["device"], config)
+    compiled = core.compile_model(model, options["device"], config)
+    try:  # a device without the requested precision compiles in another one, silently
+        actual = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+    except Exception:
+        actual = None
+    if actual is not None and actual != options["precision"]:
+        raise CannotRun(f"precision={options['precision']} was recorded, but {options['device']} here computes "
+                        f"{actual} (INFERENCE_PRECISION_HINT): this machine cannot replay the recorded run")
+    return compiled
 
 
 # Kernel pins, as graphbisect.backends.openvino replays tactics=: record which kernel the unpinned build gave

@@ -6,7 +6,11 @@ lazily in :meth:`OpenVino.load`.
 **Precision.** OpenVINO's CPU plugin computes in bf16 by default on CPUs that have it (AVX512-BF16/AMX:
 ``Core().get_property("CPU", "INFERENCE_PRECISION_HINT")`` says ``bfloat16`` there), which would make
 every comparison against an f32 oracle "fail". The runtime therefore asks for ``f32`` unless the spec
-says ``precision=f16|bf16``, and reports the precision the compiled model actually uses.
+says ``precision=f16|bf16``, and reports the precision the compiled model actually uses. A precision the
+device does not compute in is refused by :meth:`OpenVino.validate`, before any run: this CPU plugin
+compiles ``precision=f16`` requests in bf16 on an AVX512-BF16 CPU without FP16 support, and
+``precision=bf16`` in f32 on a CPU without BF16, silently (``INFERENCE_PRECISION_HINT`` of the compiled
+model tells), which made ``graphbisect precision`` answer "no node needs FP32" about what never ran.
 
 **Intermediates.** ``load(model, outputs)`` accepts any tensor names: names that are already outputs of
 the model (e.g. a probe ONNX model whose graph outputs the host extended) are taken as they are, other
@@ -92,6 +96,38 @@ _STORAGE_ONLY = frozenset({
 """Execution node types whose precision is storage, not arithmetic: left out of the pin check."""
 
 
+def _precision_probe() -> Any:
+    """A one-op OpenVINO model (Relu on f32): what a device computes it in is its inference precision."""
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    x = ops.parameter([1, 8], ov.Type.f32, name="x")
+    return ov.Model([ops.relu(x)], [x], "precision_probe")
+
+
+def _inference_precision(compiled: Any) -> str | None:
+    """``f32``/``bf16``/``f16``: the compiled model's ``INFERENCE_PRECISION_HINT`` (None: not reported)."""
+    try:
+        hint = compiled.get_property("INFERENCE_PRECISION_HINT")
+    except Exception:  # devices without the property
+        return None
+    return str(hint.get_type_name()) if hasattr(hint, "get_type_name") else str(hint)
+
+
+def _device_name(core: Any, device: str) -> str:
+    try:
+        return str(core.get_property(device, "FULL_DEVICE_NAME"))
+    except Exception:  # not every device reports it
+        return device
+
+
+def _capabilities(core: Any, device: str) -> str:
+    try:
+        return ", ".join(core.get_property(device, "OPTIMIZATION_CAPABILITIES"))
+    except Exception:
+        return "unknown"
+
+
 def _exec_graph(compiled: Any) -> list[dict[str, Any]]:
     """The compiled model's nodes with OpenVINO's runtime facts (kernel, precision, fused originals)."""
     nodes: list[dict[str, Any]] = []
@@ -164,10 +200,12 @@ class OpenVino:
         self._info: dict[str, Any] = {}
 
     def validate(self) -> None:
-        """Check that the device exists here (called by the host before the first run)."""
+        """Check that the device exists here and computes in the requested precision (called by the host
+        before the first run, so every command refuses a precision this machine would not run)."""
         import openvino as ov
 
-        available = ov.Core().available_devices
+        core = ov.Core()
+        available = core.available_devices
         base = self._device.split(".")[0].split(":")[0]
         if base.upper() not in ("AUTO", "HETERO", "MULTI", "BATCH") and not any(
             d == self._device or d.split(".")[0] == base for d in available
@@ -175,6 +213,15 @@ class OpenVino:
             raise SpecError(
                 f"openvino device {self._device!r} is not available here",
                 hint=f"available devices: {', '.join(available) or 'none'}",
+            )
+        actual = _inference_precision(self._compile(core, _precision_probe()))
+        if actual is not None and actual != self._precision:
+            raise SpecError(
+                f"precision={self._precision} is not what {self._device} computes here: its compiled "
+                f"models report INFERENCE_PRECISION_HINT={actual} ({_device_name(core, self._device)}), so "
+                f"results would measure {actual}, not {self._precision}",
+                hint=f"ask for precision={actual} (what this device runs), or use a device with native "
+                f"{self._precision} (OpenVINO CPU capabilities here: {_capabilities(core, self._device)})",
             )
 
     def load(self, model: str, outputs: Sequence[str] | None) -> None:
@@ -206,16 +253,16 @@ class OpenVino:
         self._request = compiled.create_infer_request()
         self._inputs = [(port, set(port.get_names())) for port in compiled.inputs]
         self._outputs = selected
-        try:
-            hint = compiled.get_property("INFERENCE_PRECISION_HINT")
-            actual_precision: str | None = hint.get_type_name() if hasattr(hint, "get_type_name") else str(hint)
-        except Exception:  # devices without the property
-            actual_precision = None
+        actual_precision = _inference_precision(compiled)
+        if actual_precision is not None and actual_precision != self._precision:
+            logger.warning("OpenVINO compiled %s in %s although precision=%s was asked", Path(model).name,
+                           actual_precision, self._precision)
         self._info = {
             "openvino_version": ov.get_version(),
             "device": self._device,
             "precision": self._precision,
-            "inference_precision": actual_precision,
+            "inference_precision": actual_precision,  # what the compiled model computes in (validate refuses
+            "precision_as_requested": actual_precision in (None, self._precision),  # a mismatch up front)
             "threads": self._threads,
             "outputs": {name: sorted(compiled.outputs[i].get_names()) for name, i in selected.items()},
         }
