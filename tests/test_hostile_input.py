@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -218,3 +219,51 @@ def test_item3_second_run_on_the_same_output_stops_at_once(tmp_path: Path, capsy
     assert "in use by another process" in capsys.readouterr().err
     assert not out.exists()
     assert sorted(p.name for p in work_dir_for(out).iterdir()) == ["lock"]  # nothing ran
+
+
+# --- item 6: a downloaded bundle does not run code it names, and damage is called damage ------------------
+@pytest.fixture(scope="module")
+def example_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("bundle") / "bug"
+    assert _reduce_example(out) == 1
+    return out
+
+
+def _copy(bundle: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "downloaded"
+    shutil.copytree(bundle, copy)
+    return copy
+
+
+@pytest.mark.parametrize("spec", ["command:cmd=touch {marker},shell=1", "onnxruntime:python={python}"])
+def test_item6_verify_does_not_run_a_program_the_bundle_names_without_trust(
+        spec: str, example_bundle: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    bundle = _copy(example_bundle, tmp_path)
+    marker = tmp_path / "pwned"
+    fake_python = tmp_path / "python"  # an "interpreter" shipped by the bundle's author
+    fake_python.write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+    fake_python.chmod(0o755)
+    report = json.loads((bundle / "report.json").read_text())
+    report["target"] = spec.format(marker=marker, python=fake_python)
+    (bundle / "report.json").write_text(json.dumps(report))
+    assert main(["verify", str(bundle)]) == 2
+    err = capsys.readouterr().err
+    assert "--trust" in err and not marker.exists()
+    main(["verify", str(bundle), "--trust"])  # the user read it and trusts it: it runs
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("damage", ["truncate model", "edit outputs", "remove target outputs"])
+def test_item6_damaged_bundle_is_damaged_not_a_different_failure(damage: str, example_bundle: Path, tmp_path: Path,
+                                                                 capsys) -> None:  # type: ignore[no-untyped-def]
+    bundle = _copy(example_bundle, tmp_path)
+    if damage == "truncate model":
+        data = (bundle / "model.onnx").read_bytes()
+        (bundle / "model.onnx").write_bytes(data[: len(data) // 2])
+    elif damage == "edit outputs":
+        outputs = dict(np.load(bundle / "oracle_outputs.npz"))
+        np.savez(bundle / "oracle_outputs.npz", **{k: v + 1 for k, v in outputs.items()})
+    else:
+        (bundle / "target_outputs.npz").unlink()
+    assert main(["verify", str(bundle)]) == 2
+    assert "is damaged" in capsys.readouterr().err

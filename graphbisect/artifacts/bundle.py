@@ -421,6 +421,7 @@ def _read(folder: Path, source: Path, cleanup: Any) -> LoadedBundle:
     missing = [name for name in ("model.onnx", "inputs.npz", "oracle_outputs.npz") if not (folder / name).is_file()]
     if missing:
         raise BundleError(f"bundle {source} lacks {', '.join(missing)}", hint="the bundle is incomplete: re-create it")
+    _check_integrity(folder, source, report)
     try:
         return LoadedBundle(
             path=folder, source=source, report=report,
@@ -438,6 +439,27 @@ def _read(folder: Path, source: Path, cleanup: Any) -> LoadedBundle:
     except (KeyError, TypeError, ValueError, OSError) as exc:
         raise BundleError(f"bundle {source} is damaged: {type(exc).__name__}: {exc}",
                           hint="re-create it with `graphbisect reduce`") from exc
+
+
+def _check_integrity(folder: Path, source: Path, report: Mapping[str, Any]) -> None:
+    """Every file report.json lists with a sha256 must be there with those bytes; else the bundle is damaged.
+
+    A damaged bundle (truncated download, edited outputs) must not be re-run and reported as "a different
+    failure, the bug may be fixed": its verdict would be about other data than the reporter's.
+    """
+    damaged: list[str] = []
+    for entry in report.get("files") or []:
+        if not isinstance(entry, Mapping) or "sha256" not in entry:
+            continue  # report.json itself, or a bundle of a version that recorded no hashes
+        name = str(entry.get("name"))
+        path = folder / name
+        if Path(name).name != name or not path.is_file() or path.is_symlink():
+            damaged.append(f"{name} is missing")
+        elif hashlib.sha256(path.read_bytes()).hexdigest() != entry["sha256"]:
+            damaged.append(f"{name} differs from the recorded sha256")
+    if damaged:
+        raise BundleError(f"bundle {source} is damaged: {'; '.join(damaged)}",
+                          hint="download or copy the bundle again, or re-create it with `graphbisect reduce`")
 
 
 def _own_tactics(target: BackendSpec, folder: Path) -> BackendSpec:

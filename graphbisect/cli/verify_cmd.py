@@ -5,7 +5,9 @@ Re-runs the target (the bundle's spec, or ``--target``: e.g. a newer ONNX Runtim
 bundle's tolerance, and compares the resulting failure signature with the recorded one.
 
 Exit codes: 1 = the recorded failure reproduces (or a *different* failure appeared, which is printed loudly),
-0 = fixed (the target agrees with the oracle), 2 = the bundle or the spec is unusable.
+0 = fixed (the target agrees with the oracle), 2 = the bundle or the spec is unusable — a bundle whose files
+do not match the sha256 its report.json records is *damaged*, and one whose recorded target names a program
+(``command:``) or an interpreter (``python=``) is run only with ``--trust`` (see docs/security.md).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from graphbisect.artifacts.bundle import LoadedBundle, load_bundle
+from graphbisect.artifacts.bundle import BundleError, LoadedBundle, load_bundle
 from graphbisect.artifacts.repro import crash_key
 from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import BackendProcess, BackendSpec, RunResult
@@ -27,7 +29,7 @@ from graphbisect.cli.common import backend_spec, output_path
 from graphbisect.compare import Comparison, compare_outputs
 from graphbisect.oracle.signature import FailureKind, Signature, signature_of
 
-__all__ = ["Verification", "add_arguments", "run", "verify_bundle"]
+__all__ = ["Verification", "add_arguments", "run", "runs_code", "verify_bundle"]
 
 REPRODUCES, FIXED, DIFFERENT = "reproduces", "fixed", "different"
 
@@ -38,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run this target instead of the recorded one, e.g. "
                         "'onnxruntime:opt_level=all,python=/opt/ort-nightly/bin/python' to check another version")
     parser.add_argument("--json", type=output_path, metavar="PATH", help="write the verdict as JSON")
+    parser.add_argument("--trust", action="store_true",
+                        help="run the recorded target even when it names a program (command:) or an interpreter "
+                        "(python=): a bundle is a download, read its report.json first")
 
 
 @dataclass(frozen=True)
@@ -67,9 +72,21 @@ class Verification:
         }
 
 
-def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None) -> Verification:
-    """Re-run ``target`` (default: the recorded one) on the bundle and classify the result."""
+def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None, *,
+                  trust: bool = False) -> Verification:
+    """Re-run ``target`` (default: the recorded one) on the bundle and classify the result.
+
+    The recorded target runs only with ``trust`` when it names a program or an interpreter: the bundle's
+    author chose it (raises :class:`BundleError`). A ``target`` given here is the caller's own choice.
+    """
     spec = BackendSpec.parse(target) if isinstance(target, str) else (target or bundle.target)
+    code = runs_code(spec)
+    if target is None and code is not None and not trust:
+        raise BundleError(
+            f"the bundle's recorded target {spec} would run {code}, chosen by whoever wrote the bundle",
+            hint="read the bundle's report.json; to run it anyway pass --trust, or name the target yourself "
+            "with --target SPEC",
+        )
     recorded = bundle.signature
     regex = re.compile(recorded.detail) if recorded.kind is FailureKind.REGEX else None
     with tempfile.TemporaryDirectory(prefix="graphbisect-verify-") as workdir, \
@@ -81,6 +98,15 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None)
         outputs = {name: value.copy() for name, value in result.outputs.items()}
     result = dataclasses.replace(result, outputs=outputs)
     return _classify(bundle, backend.spec, result, comparison, observed)
+
+
+def runs_code(spec: BackendSpec) -> str | None:
+    """What a spec runs beyond loading a model in a known library: a program or an interpreter, or None."""
+    if spec.name == "command":
+        return f"the program {spec.options.get('cmd', '')!r}"
+    if "python" in spec.options:
+        return f"the interpreter {spec.options['python']!r}"
+    return None
 
 
 def _classify(bundle: LoadedBundle, spec: BackendSpec, result: RunResult, comparison: Comparison | None,
@@ -115,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"bundle    {args.bundle}")
         print(f"oracle    {bundle.oracle}   (recorded outputs)")
         print(f"target    {args.target or bundle.target}")
-        verification = verify_bundle(bundle, args.target)
+        verification = verify_bundle(bundle, args.target, trust=args.trust)
     _print(verification)
     if args.json is not None:
         atomic_write_text(args.json, json.dumps(verification.to_json(), indent=1) + "\n")
