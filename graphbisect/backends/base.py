@@ -73,6 +73,7 @@ class Capability(str, enum.Enum):
     TACTICS = "tactics"  # can record and replay per-node kernel choices
     FOREIGN_PYTHON = "foreign-python"  # can run under another interpreter (spec option python=...)
     ONNX_INPUT = "onnx-input"  # runs ONNX models (candidates); Paddle runs only its own format
+    COMPILED_GRAPH = "compiled-graph"  # describes what it compiled (registry row's compiled_option asks for it)
     NEEDS_GPU = "needs-gpu"
 
 

@@ -61,6 +61,9 @@ class BackendInfo:
     capabilities: frozenset[Capability]
     options: Mapping[str, str] = field(default_factory=dict)
     aliases: tuple[str, ...] = ()
+    #: The option (name, value) that makes a run describe what it compiled (Capability.COMPILED_GRAPH);
+    #: graphbisect.localize.compiled reads the description from the run info.
+    compiled_option: tuple[str, str] | None = None
 
     def has(self, capability: Capability) -> bool:
         return capability in self.capabilities
@@ -93,7 +96,8 @@ BACKENDS: tuple[BackendInfo, ...] = (
         import_name="onnxruntime",
         distributions=("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino"),
         extra=None,
-        capabilities=frozenset({C.INTERMEDIATES, C.PASSES, C.FOREIGN_PYTHON, C.ONNX_INPUT}),
+        capabilities=frozenset({C.INTERMEDIATES, C.PASSES, C.FOREIGN_PYTHON, C.ONNX_INPUT, C.COMPILED_GRAPH}),
+        compiled_option=("save_optimized", "1"),
         options={
             "providers": "execution providers in priority order, ';'-separated (default CPUExecutionProvider)",
             "opt_level": "graph optimization level: disable|basic|extended|layout|all (default all)",
@@ -145,7 +149,8 @@ BACKENDS: tuple[BackendInfo, ...] = (
         import_name="onnxoptimizer",
         distributions=("onnxoptimizer",),
         extra="optimizer",
-        capabilities=frozenset({C.PASSES, C.ONNX_INPUT, C.INTERMEDIATES, C.FOREIGN_PYTHON}),
+        capabilities=frozenset({C.PASSES, C.ONNX_INPUT, C.INTERMEDIATES, C.FOREIGN_PYTHON, C.COMPILED_GRAPH}),
+        compiled_option=("save_optimized", "1"),
         options={
             "passes": "passes to apply in order, ';'-separated (default: onnxoptimizer's fuse-and-elimination list); "
             "names are validated against onnxoptimizer.get_available_passes()",
@@ -162,7 +167,9 @@ BACKENDS: tuple[BackendInfo, ...] = (
         import_name="openvino",
         distributions=("openvino",),
         extra="openvino",
-        capabilities=frozenset({C.INTERMEDIATES, C.PRECISION, C.TACTICS, C.FOREIGN_PYTHON, C.ONNX_INPUT}),
+        capabilities=frozenset({C.INTERMEDIATES, C.PRECISION, C.TACTICS, C.FOREIGN_PYTHON, C.ONNX_INPUT,
+                                C.COMPILED_GRAPH}),
+        compiled_option=("report_exec", "1"),
         options={
             "device": "OpenVINO device name (default CPU)",
             "precision": "inference precision hint: f32|f16|bf16 (default f32, so comparisons are exact)",
@@ -187,8 +194,9 @@ BACKENDS: tuple[BackendInfo, ...] = (
         distributions=("tensorrt", "tensorrt-cu12", "tensorrt-cu13"),
         extra="tensorrt",
         capabilities=frozenset(
-            {C.INTERMEDIATES, C.PRECISION, C.TACTICS, C.FOREIGN_PYTHON, C.ONNX_INPUT, C.NEEDS_GPU}
+            {C.INTERMEDIATES, C.PRECISION, C.TACTICS, C.FOREIGN_PYTHON, C.ONNX_INPUT, C.NEEDS_GPU, C.COMPILED_GRAPH}
         ),
+        compiled_option=("report_layers", "1"),
         options={
             "fp16": "1 to allow FP16 kernels",
             "bf16": "1 to allow BF16 kernels",

@@ -17,18 +17,22 @@ from graphbisect.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from graphbisect.localize.compiled import CompiledNode
     from graphbisect.workflows.compare import CompareResult
 
 __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_model_arguments(parser)
+    add_model_arguments(parser, optional=True)
     parser.add_argument("--json", type=output_path, metavar="PATH", help="write the full result as JSON")
     parser.add_argument("--html", type=output_path, metavar="PATH",
                         help="write an HTML report with a per-node error chart")
     parser.add_argument("--csv", type=output_path, metavar="PATH", help="write the layerwise table as CSV")
     parser.add_argument("--no-layerwise", action="store_true", help="compare final outputs only (2 runs, not 4)")
+    parser.add_argument("--all-tensors", action="store_true",
+                        help="probe every intermediate tensor of the target, even when it can describe what it "
+                        "compiled (default: only the tensors that survive its fusions, so fused nodes stay fused)")
     parser.add_argument("--workdir", type=output_path,
                         help="keep the normalized model, inputs and the oracle's "
                         "activation store here (default: a temporary folder)")
@@ -45,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     feeds = load_feeds(args, model)
     result = compare_models(
         model, oracle=args.oracle, target=args.target, inputs=feeds, tolerance=tolerance_from_args(args),
-        workdir=args.workdir, layerwise=not args.no_layerwise, seed=args.seed,
+        workdir=args.workdir, layerwise=not args.no_layerwise, all_tensors=args.all_tensors, seed=args.seed,
         on_stage=lambda msg: print(f"… {msg}", file=sys.stderr),
     )
     print_result(result, rows=args.rows)
@@ -90,8 +94,11 @@ def _print_layers(result: CompareResult, rows: int) -> None:
         start = max(0, min(at - rows // 3, len(table) - rows))
         table = table[start:start + rows]
     print(f"\nlayerwise ({layers.compared} tensors compared{', showing ' + str(len(table)) if rows else ''}):")
+    if result.compiled is not None:
+        print(f"target probed where its compiled graph keeps tensors: {result.compiled.summary()}")
+    compiled = result.compiled is not None
     print(f"{'#':>5} {'op':<14} {'node':<28} {'shape':<14} {'mismatched':>13} {'max abs':>9} {'max rel':>9} "
-          f"{'cosine':>8}  target [min, max] (oracle)")
+          f"{'cosine':>8}  " + ("compiled as".ljust(30) + " " if compiled else "") + "target [min, max] (oracle)")
     for r in table:
         s = r.stats
         mark = ">>" if r is first else ("x " if not s.passed else "  ")
@@ -102,13 +109,29 @@ def _print_layers(result: CompareResult, rows: int) -> None:
         orng = f"[{_num(s.oracle_range[0])}, {_num(s.oracle_range[1])}]" if s.oracle_range else "-"
         print(f"{mark}{r.index:>3} {r.op_type[:14]:<14} {r.node[:28]:<28} {shape[:14]:<14} "
               f"{f'{s.mismatches}/{s.numel}':>13} {_num(s.max_abs):>9} {_num(s.max_rel):>9} {_num(s.cosine):>8}  "
-              f"{rng} ({orng})")
+              + (f"{_compiled_as(r.compiled_as)[:30]:<30} " if compiled else "") + f"{rng} ({orng})")
     if first is None:
         print("\nno intermediate tensor diverges")
         return
-    print(f"\nfirst divergence: {first.node} ({first.op_type}) → tensor {first.tensor}, "
-          f"{_num(first.stats.score)}× tolerance")
+    fused = first.compiled_as if first.compiled_as is not None and first.compiled_as.fused else None
+    if fused is not None:
+        print(f"\nfirst divergence: compiled node {fused.kind} {fused.name!r} → tensor {first.tensor}, "
+              f"{_num(first.stats.score)}× tolerance")
+        print(f"  it replaced {len(fused.originals)} original nodes: {', '.join(fused.originals[:12])}"
+              + (", ..." if len(fused.originals) > 12 else ""))
+    else:
+        print(f"\nfirst divergence: {first.node} ({first.op_type}) → tensor {first.tensor}, "
+              f"{_num(first.stats.score)}× tolerance")
     print("root causes (error amplification, in tolerances):")
     for rc in layers.root_causes[:5]:
         tag = "root" if rc.is_root else "amplifies"
-        print(f"  {rc.node} ({rc.op_type}): {_num(rc.score)}  [{tag}]")
+        where = f"  compiled as {rc.compiled_as.describe()}" if rc.compiled_as is not None and rc.compiled_as.fused \
+            else ""
+        print(f"  {rc.node} ({rc.op_type}): {_num(rc.score)}  [{tag}]{where}")
+
+
+def _compiled_as(node: CompiledNode | None) -> str:
+    """The table's "compiled as" cell: the compiled node, and how many original nodes it covers."""
+    if node is None:
+        return "- (not in compiled graph)"
+    return f"{node.kind} ×{len(node.originals)}" if node.fused else node.kind

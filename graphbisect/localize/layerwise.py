@@ -11,6 +11,11 @@ and the target's values of every intermediate tensor, each node gets
 
 The first divergence is the first failing tensor in topological order; root causes are failing nodes
 ranked by amplification, roots (inputs within tolerance) first.
+
+With the target's :class:`~graphbisect.localize.compiled.CompiledGraph`, each row also says what the target
+compiled its node as, a node's inputs are those of the compiled node it belongs to (a fused node reads
+the tensors its group reads, not the vanished ones inside it), and root causes are ranked per compiled
+node: the fused node, reported with the original nodes it replaced.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import numpy as np
 import onnx
 
 from graphbisect.compare import MismatchKind, TensorStats, Tolerance, compare_tensors
+from graphbisect.localize.compiled import CompiledGraph, CompiledNode
 
 __all__ = ["LayerRow", "LayerwiseReport", "RootCause", "TensorSource", "analyze_layers"]
 
@@ -47,6 +53,7 @@ class LayerRow:
     stats: TensorStats
     input_score: float
     amplification: float
+    compiled_as: CompiledNode | None = None  # the target's compiled node covering this node, when known
 
     @property
     def compared(self) -> bool:
@@ -58,7 +65,7 @@ class LayerRow:
         stats.pop("name")
         return {"index": self.index, "node": self.node, "op_type": self.op_type, "tensor": self.tensor,
                 "input_score": _finite(self.input_score), "amplification": _finite(self.amplification),
-                **stats}
+                "compiled_as": None if self.compiled_as is None else self.compiled_as.to_json(), **stats}
 
 
 @dataclass(frozen=True)
@@ -70,11 +77,13 @@ class RootCause:
     output_score: float
     input_score: float
     is_root: bool  # inputs within tolerance: the error starts here
+    compiled_as: CompiledNode | None = None  # the compiled node (and the original nodes it replaced)
 
     def to_json(self) -> dict[str, object]:
         return {"node": self.node, "op_type": self.op_type, "tensor": self.tensor, "score": _finite(self.score),
                 "output_score": _finite(self.output_score), "input_score": _finite(self.input_score),
-                "is_root": self.is_root}
+                "is_root": self.is_root,
+                "compiled_as": None if self.compiled_as is None else self.compiled_as.to_json()}
 
 
 @dataclass(frozen=True)
@@ -100,12 +109,14 @@ def analyze_layers(
     *,
     max_root_causes: int = 10,
     on_row: Callable[[LayerRow], None] | None = None,
+    compiled: CompiledGraph | None = None,
 ) -> LayerwiseReport:
     """Compare every node output the oracle captured, in the given (topological) order.
 
     Tensors the oracle does not have (optional outputs, non-tensor values) are skipped; tensors the target
     lacks appear as rows of kind ``missing`` and never count as a divergence. ``on_row`` lets a caller
-    stream rows (progress, a live table) while the comparison runs.
+    stream rows (progress, a live table) while the comparison runs. ``compiled`` is the target's compiled
+    graph (see the module docstring).
 
     Example:
         >>> from onnx import helper
@@ -119,8 +130,12 @@ def analyze_layers(
     tol = tol or Tolerance()
     scores: dict[str, float] = {}  # tensor → its score; absent = graph input / initializer / not compared
     rows: list[LayerRow] = []
+    groups = compiled.by_original() if compiled is not None else {}
+    reads = _group_inputs(nodes, groups)
     for index, node in enumerate(nodes):
-        input_score = max((scores.get(name, 0.0) for name in node.input if name), default=0.0)
+        group = groups.get(node.name)
+        inputs = reads[group.name] if group is not None else node.input
+        input_score = max((scores.get(name, 0.0) for name in inputs if name), default=0.0)
         for tensor in node.output:
             if not tensor or tensor not in oracle:
                 continue
@@ -128,7 +143,7 @@ def analyze_layers(
             if stats.kind is not MismatchKind.MISSING:
                 scores[tensor] = stats.score
             amplification = stats.score / max(input_score, 1.0) if stats.kind is not MismatchKind.MISSING else 0.0
-            row = LayerRow(index, node.name, node.op_type, tensor, stats, input_score, amplification)
+            row = LayerRow(index, node.name, node.op_type, tensor, stats, input_score, amplification, group)
             rows.append(row)
             if on_row is not None:
                 on_row(row)
@@ -136,19 +151,34 @@ def analyze_layers(
     return LayerwiseReport(tuple(rows), first, _rank_root_causes(rows, max_root_causes))
 
 
+def _group_inputs(nodes: Sequence[onnx.NodeProto], groups: dict[str, CompiledNode]) -> dict[str, list[str]]:
+    """Compiled node name → the tensors its original nodes read that none of them produces."""
+    members: dict[str, list[onnx.NodeProto]] = {}
+    for node in nodes:
+        if node.name in groups:
+            members.setdefault(groups[node.name].name, []).append(node)
+    reads: dict[str, list[str]] = {}
+    for name, group in members.items():
+        produced = {out for node in group for out in node.output}
+        reads[name] = list(dict.fromkeys(i for node in group for i in node.input if i and i not in produced))
+    return reads
+
+
 def _rank_root_causes(rows: Sequence[LayerRow], limit: int) -> tuple[RootCause, ...]:
-    best: dict[str, LayerRow] = {}  # one entry per node: its worst output
+    best: dict[str, LayerRow] = {}  # one entry per node (per compiled node, when known): its worst output
     for row in rows:
         failing = row.compared and not row.stats.passed
-        if failing and (row.node not in best or row.amplification > best[row.node].amplification):
-            best[row.node] = row
+        key = row.compiled_as.name if row.compiled_as is not None else row.node
+        if failing and (key not in best or row.amplification > best[key].amplification):
+            best[key] = row
     ranked = sorted(
         best.values(),
         # Roots first; among equals, higher amplification, then earlier in the graph.
         key=lambda r: (r.input_score > 1.0, -_sortable(r.amplification), r.index),
     )
     return tuple(
-        RootCause(r.node, r.op_type, r.tensor, r.amplification, r.stats.score, r.input_score, r.input_score <= 1.0)
+        RootCause(r.node, r.op_type, r.tensor, r.amplification, r.stats.score, r.input_score, r.input_score <= 1.0,
+                  r.compiled_as)
         for r in ranked[:limit]
     )
 

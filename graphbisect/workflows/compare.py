@@ -2,7 +2,11 @@
 
 Backend invocations are the cost, so the workflow runs each backend at most twice: once on the plain model
 (the verdict that matters, since exposing intermediates changes what a backend fuses) and once on a probe
-model exposing every intermediate tensor (skipped with ``layerwise=False`` or when a backend cannot).
+model (skipped with ``layerwise=False`` or when a backend cannot). The oracle's probe exposes every
+intermediate tensor; the target's exposes only the tensors that survive in the graph it compiled when it
+can describe that graph (:mod:`graphbisect.workflows.probe`, the probe `reduce` uses too), so a fusion bug
+stays visible and each compiled node maps back to the original nodes it replaced; ``all_tensors=True``
+probes every tensor of the target as well.
 The oracle's probed run writes straight into an :class:`~graphbisect.data.ActivationStore`, which the
 reduce engine reuses to feed cut points.
 """
@@ -22,8 +26,10 @@ from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.data import ActivationStore, random_inputs, save_inputs, validate_inputs
 from graphbisect.errors import BackendError
+from graphbisect.localize.compiled import CompiledGraph
 from graphbisect.localize.layerwise import LayerwiseReport, analyze_layers
 from graphbisect.model import Model
+from graphbisect.workflows.probe import ProbePlan, compiled_of, describing_spec, plan_probe
 from graphbisect.workflows.scratch import work_folder
 
 __all__ = ["DEFAULT_ORACLE", "DEFAULT_TARGET", "CompareResult", "compare_models", "model_for_backend"]
@@ -52,6 +58,7 @@ class CompareResult:
     seconds: float
     store_dir: Path | None = None
     extra: Mapping[str, object] = field(default_factory=dict)
+    compiled: CompiledGraph | None = None  # what the target compiled, when it described it (the probe's basis)
 
     @property
     def passed(self) -> bool:
@@ -72,11 +79,16 @@ class CompareResult:
             "outputs": [s.to_json() for s in self.comparison.outputs] if self.comparison else [],
             "first_divergence": None if first is None else {
                 "node": first.node, "op_type": first.op_type, "tensor": first.tensor,
-                "index": first.index, "score": first.stats.to_json()["score"]},
+                "index": first.index, "score": first.stats.to_json()["score"],
+                "compiled_as": None if first.compiled_as is None else first.compiled_as.to_json()},
             "root_causes": [rc.to_json() for rc in layers.root_causes] if layers else [],
             "layers": [row.to_json() for row in layers.rows] if layers else [],
             "layerwise_note": self.layerwise_note,
             "probe_masking": self.probe_masking,
+            "compiled_graph": None if self.compiled is None else {
+                "source": self.compiled.source, "nodes": len(self.compiled.nodes),
+                "fused": sum(n.fused for n in self.compiled.nodes), "surviving": len(self.compiled.surviving),
+                "unmapped": len(self.compiled.unmapped)},
             "invocations": dict(self.invocations),
             "seconds": round(self.seconds, 3),
         }
@@ -105,13 +117,15 @@ def compare_models(
     tolerance: Tolerance | None = None,
     workdir: Path | None = None,
     layerwise: bool = True,
+    all_tensors: bool = False,
     seed: int = 0,
     on_stage: Callable[[str], None] | None = None,
 ) -> CompareResult:
     """Compare ``target`` against ``oracle`` on ``model`` and localize the first divergence.
 
     ``workdir`` receives the normalized model, the inputs and the oracle's activation store; a temporary
-    folder is used when it is None (and the store is then not kept).
+    folder is used when it is None (and the store is then not kept). ``all_tensors`` probes every
+    intermediate of the target even when it can describe what it compiled.
     """
     started = time.monotonic()
     tol = tolerance or Tolerance()
@@ -124,26 +138,30 @@ def compare_models(
         save_inputs(inputs_path, feeds)
         onnx_path = folder / "model.onnx"
         model.save(onnx_path)
+        # The target describes what it compiled on both its runs (the probe's description is not used).
+        described = describing_spec(target_spec) if layerwise and not all_tensors else None
         with BackendProcess(oracle_spec, workdir=folder / "oracle") as oracle_proc, \
-                BackendProcess(target_spec, workdir=folder / "target") as target_proc:
+                BackendProcess(described or target_spec, workdir=folder / "target") as target_proc:
             stage(f"running oracle {oracle_spec} and target {target_spec}")
             oracle_run = oracle_proc.run(model_for_backend(model, oracle_spec, onnx_path), inputs_path)
             _require_oracle_ok(oracle_run, oracle_spec)
             target_run = target_proc.run(model_for_backend(model, target_spec, onnx_path), inputs_path)
             comparison = (compare_outputs(oracle_run.outputs, target_run.outputs, tol, model.output_names)
                           if target_run.ok else None)
+            plan = plan_probe(model, compiled_of(model, target_run.info)
+                              if described is not None and target_run.ok else None)
             probed = _probe(model, folder, inputs_path, (oracle_proc, target_proc), (oracle_info, target_info),
-                            enabled=layerwise, stage=stage)
+                            plan=plan, enabled=layerwise, stage=stage)
             layer_report = probed_comparison = None
             note = probed.note
             if probed.oracle is not None and probed.target is not None:
                 stage("comparing layer by layer")
                 probed_comparison = compare_outputs(probed.oracle, probed.target, tol, model.output_names)
-                layer_report = analyze_layers(model.nodes, probed.oracle, probed.target, tol)
+                layer_report = analyze_layers(model.nodes, probed.oracle, probed.target, tol, compiled=plan.compiled)
             plain_failed = comparison is None or not comparison.passed
             masking = probed_comparison is not None and (not probed_comparison.passed) != plain_failed
             if masking:
-                note = _masking_note(plain_failed)
+                note = _masking_note(plain_failed, plan)
             invocations = {"oracle": oracle_proc.invocations, "target": target_proc.invocations}
         versions = {"oracle": oracle_info.availability().version, "target": target_info.availability().version}
         return CompareResult(
@@ -151,7 +169,7 @@ def compare_models(
             oracle_run=oracle_run, target_run=target_run, comparison=comparison, layerwise=layer_report,
             layerwise_note=note, probe_masking=masking, probed_comparison=probed_comparison,
             invocations=invocations, seconds=time.monotonic() - started,
-            store_dir=folder / "activations" if kept else None,
+            store_dir=folder / "activations" if kept else None, compiled=plan.compiled,
         )
 
 
@@ -163,8 +181,12 @@ class _Probed:
 
 
 def _probe(model: Model, workdir: Path, inputs_path: Path, procs: tuple[BackendProcess, BackendProcess],
-           infos: tuple[BackendInfo, BackendInfo], *, enabled: bool, stage: Callable[[str], None]) -> _Probed:
-    """Run oracle then target on the probe model exposing every intermediate (``procs``/``infos``: oracle, target)."""
+           infos: tuple[BackendInfo, BackendInfo], *, plan: ProbePlan, enabled: bool,
+           stage: Callable[[str], None]) -> _Probed:
+    """Run the oracle on a probe exposing every intermediate, then the target on one exposing ``plan.names``.
+
+    ``procs``/``infos``: oracle, target. The oracle's values become the activation store.
+    """
     (oracle_proc, target_proc), (oracle_info, target_info) = procs, infos
     if not enabled:
         return _Probed(note="layerwise comparison was not requested")
@@ -182,8 +204,12 @@ def _probe(model: Model, workdir: Path, inputs_path: Path, procs: tuple[BackendP
         return _Probed(note=f"the oracle failed on the probe model ({oracle_run.describe()}); "
                        "only final outputs were compared")
     ActivationStore.adopt(store_dir)  # index the worker's files as the activation store, no copy
-    stage("running the target with every intermediate exposed")
-    target_run = target_proc.run(probe_path, inputs_path, output_dir=workdir / "target-activations")
+    target_probe = probe_path
+    if plan.compiled is not None:
+        target_probe = workdir / "probe-target.onnx"
+        _save_proto(model.with_outputs(list(plan.names)), target_probe)
+    stage(f"running the target with {plan.describe()} exposed")
+    target_run = target_proc.run(target_probe, inputs_path, output_dir=workdir / "target-activations")
     if not target_run.ok:
         return _Probed(note=f"the target failed on the probe model ({target_run.describe()}) although the "
                        "plain model ran: exposing intermediates changes the target's behaviour; "
@@ -191,7 +217,12 @@ def _probe(model: Model, workdir: Path, inputs_path: Path, procs: tuple[BackendP
     return _Probed(oracle=oracle_run.outputs, target=target_run.outputs)
 
 
-def _masking_note(plain_failed: bool) -> str:
+def _masking_note(plain_failed: bool, plan: ProbePlan) -> str:
+    if plan.compiled is not None:
+        return (f"PROBE MASKING: the model {'fails' if plain_failed else 'passes'} as built but "
+                f"{'passes' if plain_failed else 'fails'} even when only {plan.describe()} are exposed: the "
+                "target compiles the probe differently from the model, so the layerwise table describes "
+                "another build. Run `graphbisect reduce` to find the failing subgraph structurally.")
     if plain_failed:
         return ("PROBE MASKING: the model fails as built, but passes once every intermediate is exposed — "
                 "exposing tensors prevented the fusion or optimization that causes the bug, so the layerwise "

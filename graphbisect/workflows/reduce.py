@@ -42,7 +42,7 @@ from graphbisect.data import ActivationStore, save_inputs, validate_inputs
 from graphbisect.engine import Budget, Evaluator, Journal, ProgressEvent, SearchAborted, SearchResult
 from graphbisect.errors import BackendError, GraphBisectError
 from graphbisect.executors.candidates import ExecutorPool
-from graphbisect.localize.fusion import fused_region, surviving_tensors, vanished_tensors
+from graphbisect.localize.compiled import CompiledGraph
 from graphbisect.localize.layerwise import analyze_layers
 from graphbisect.lockfile import folder_lock
 from graphbisect.model import Model
@@ -51,6 +51,7 @@ from graphbisect.oracle.signature import FailureKind, Signature
 from graphbisect.oracle.tester import CandidateTester, TargetPool, WorkerPool, judge
 from graphbisect.strategies.subgraph import SubgraphSpace, plan
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
+from graphbisect.workflows.probe import compiled_of, describing_spec, plan_probe
 
 __all__ = ["ReduceOptions", "ReduceResult", "reduce_model", "work_dir_for"]
 
@@ -247,18 +248,18 @@ class _Run:
                              [frozenset(h) for h in data.get("hints", [])],
                              {int(k): v for k, v in data.get("priors", {}).items()})
         saving = self._saving_spec()
-        first, survivors, ran = self._run_original(values, saving, "running the target on the original model")
+        first, compiled, ran = self._run_original(values, saving, "running the target on the original model")
         notes: list[str] = []
         again: Signature | None = None
         if saving is not None and not ran:
             # The crash must not come from saving the optimized graph: a plain run decides, and when it
             # crashes the same way the saving run was its flakiness re-run.
             plain, _, _ = self._run_original(values, None, "running the target on the original model again")
-            again, first, survivors = (first if plain.matches(first) else None), plain, None
+            again, first, compiled = (first if plain.matches(first) else None), plain, None
         hints: list[frozenset[int]] = []
         priors: dict[int, float] = {}
         if first.failed and self._evidence_possible(first):
-            probe_sig, hints, priors, notes = self._collect_evidence(store, values, survivors)
+            probe_sig, hints, priors, notes = self._collect_evidence(store, values, compiled)
             if probe_sig is not None and first.matches(probe_sig):
                 again = probe_sig
         if first.failed and again is None:
@@ -275,14 +276,14 @@ class _Run:
         return _Baseline(first, flaky, hints, priors)
 
     def _saving_spec(self) -> BackendSpec | None:
-        """The target asked to save its optimized graph, when it can and the evidence would be used."""
-        if self.options.check or not self.options.layerwise or "save_optimized" not in self.target_info.options:
+        """The target asked to describe what it compiled, when it can and the evidence would be used."""
+        if self.options.check or not self.options.layerwise:
             return None
-        return self.target_spec.with_options(save_optimized="1")
+        return describing_spec(self.target_spec)
 
     def _run_original(self, values: Callable[[str], np.ndarray], spec: BackendSpec | None,
-                      stage: str) -> tuple[Signature, frozenset[str] | None, bool]:
-        """One target run on the original model: its signature, the optimized graph's tensors if saved, and
+                      stage: str) -> tuple[Signature, CompiledGraph | None, bool]:
+        """One target run on the original model: its signature, the graph it compiled if described, and
         whether the run completed (a crash or timeout does not)."""
         self.stage(stage)
         workdir = self.work / ("baseline-saving" if spec is not None else "baseline")
@@ -290,31 +291,28 @@ class _Run:
             run = proc.run(self.work / "model.onnx", self.work / "inputs.npz")
         self.count("target")
         signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex).signature
-        saved = run.info.get("optimized_model") if run.ok else None
-        survivors = surviving_tensors(saved) if saved and Path(saved).exists() else None
+        compiled = compiled_of(self.model, run.info) if run.ok and spec is not None else None
         if spec is not None:  # ORT wrote a copy of every weight beside the optimized graph: read, then gone
             shutil.rmtree(workdir, ignore_errors=True)
-        return signature, survivors, run.ok
+        return signature, compiled, run.ok
 
     def _evidence_possible(self, baseline: Signature) -> bool:
         return self.options.layerwise and self.target_info.has(Capability.INTERMEDIATES) and \
             baseline.kind in (FailureKind.MISMATCH, FailureKind.NAN)
 
     def _collect_evidence(self, store: ActivationStore, values: Callable[[str], np.ndarray],
-                          survivors: frozenset[str] | None
+                          compiled: CompiledGraph | None
                           ) -> tuple[Signature | None, list[frozenset[int]], dict[int, float], list[str]]:
         """One probed target run: (its signature on the original outputs, hints, priors, notes).
 
-        With the optimized graph known, the probe exposes only the tensors that survived optimization, so
-        it compiles to the same graph and a bug inside a fusion stays visible; each hint is then the
-        original region a fused node replaced (:mod:`graphbisect.localize.fusion`).
+        With the compiled graph known, the probe exposes only the tensors that survive in it, so it compiles
+        to the same graph and a bug inside a fusion stays visible; each hint is then the original region a
+        compiled node replaced (:mod:`graphbisect.workflows.probe`, the probe `compare` uses).
         """
-        intermediates = [n for n in self.model.intermediate_names() if n in store]
-        vanished = vanished_tensors(intermediates, survivors) if survivors is not None else frozenset()
+        plan = plan_probe(self.model, compiled, among=store)
         probe = self.work / "probe-target.onnx"
-        save_proto(self.model.with_outputs([n for n in intermediates if n not in vanished]), probe)
-        self.stage("collecting layerwise evidence from the target"
-                   + (f" ({len(vanished)} tensors fused away)" if survivors is not None else ""))
+        save_proto(self.model.with_outputs(list(plan.names)), probe)
+        self.stage(f"collecting layerwise evidence from the target: {plan.describe()}")
         with BackendProcess(self.target_spec, workdir=self.work / "evidence", timeout=self.options.timeout) as proc:
             run = proc.run(probe, self.work / "inputs.npz")
         self.count("target")
@@ -322,14 +320,14 @@ class _Run:
         if not run.ok:
             return None, [], {}, [f"the target failed on the probed model ({run.describe()}); no layerwise hints"]
         signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex).signature
-        report = analyze_layers(self.model.nodes, store, run.outputs, self.tol)
+        report = analyze_layers(self.model.nodes, store, run.outputs, self.tol, compiled=compiled)
         if report.first_divergence is None:
             return signature, [], {}, ["probe masking: with the intermediates exposed the target agrees with "
                                        "the oracle; the search is structural"]
         index = self.model.node_index
 
         def region(node: int) -> frozenset[int]:
-            return fused_region(self.model.nodes, self.model.producer, node, vanished=vanished)
+            return compiled.region(self.model.nodes, node) if compiled is not None else frozenset({node})
 
         causes = [region(index(rc.node)) for rc in report.root_causes[:3]]
         hints = list(dict.fromkeys([*causes, region(report.first_divergence.index)]))

@@ -86,13 +86,41 @@ def test_identical_backends_pass(tmp_path: Path) -> None:
     assert result.layerwise is not None and result.layerwise.first_divergence is None
 
 
-def test_probe_masking_is_reported_for_a_fusion_bug() -> None:
-    """Exposing every intermediate stops LayerNormFusion, so the layerwise table cannot show the bug."""
+def test_fusion_bug_is_localized_on_the_compiled_graph() -> None:
+    """Probing only the tensors that survive ONNX Runtime's fusions keeps LayerNormFusion, so the table shows it."""
     result = compare_models(load_model(_layernorm_keepdims0()))  # defaults: ORT all vs ORT disable
     assert not result.passed, "ONNX Runtime's LayerNormFusion keepdims=0 bug no longer reproduces"
-    assert result.probe_masking
+    assert not result.probe_masking and result.layerwise_note is None
+    assert result.compiled is not None and result.layerwise is not None
+    first = result.layerwise.first_divergence
+    assert first is not None and first.compiled_as is not None
+    assert first.compiled_as.kind == "LayerNormalization"
+    assert first.compiled_as.originals == tuple(n.name for n in _layernorm_keepdims0().graph.node)
+    causes = result.layerwise.root_causes
+    assert causes and causes[0].compiled_as == first.compiled_as and causes[0].is_root
+    data = result.to_json()
+    assert data["probe_masking"] is False and data["first_divergence"]["compiled_as"]["kind"] == "LayerNormalization"
+    assert data["compiled_graph"]["fused"] == 1
+
+
+def test_probe_masking_is_reported_when_every_tensor_is_probed() -> None:
+    """``all_tensors``: exposing every intermediate stops LayerNormFusion, and compare says so."""
+    result = compare_models(load_model(_layernorm_keepdims0()), all_tensors=True)
+    assert not result.passed and result.probe_masking and result.compiled is None
     assert result.layerwise_note is not None and "graphbisect reduce" in result.layerwise_note
     assert result.to_json()["probe_masking"] is True
+
+
+def test_cli_example_prints_the_fused_node_as_first_divergence(capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's example: the first divergence is the fused LayerNormalization, with its original nodes."""
+    assert main(["compare", "--example"]) == 1
+    out = capsys.readouterr().out
+    assert "PROBE MASKING" not in out
+    assert "compiled as" in out
+    assert "first divergence: compiled node LayerNormalization" in out
+    assert "it replaced 9 original nodes: /blk10/norm/ReduceMean," in out
+    causes = out.split("root causes")[1]
+    assert "[root]  compiled as LayerNormalization" in causes
 
 
 def test_cli_writes_json_html_csv_and_exit_codes(tmp_path: Path) -> None:

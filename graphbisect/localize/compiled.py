@@ -1,0 +1,288 @@
+"""What the target compiled: its nodes, the original ONNX nodes each one replaced, and the tensors that survive.
+
+Exposing every intermediate tensor as an output changes what a target compiles: a fused intermediate may
+not be a graph output, so the fusion is skipped and a bug inside it vanishes (*probe masking*). A target
+that can describe the graph it actually runs tells graphbisect which original tensors still exist; probing
+only those leaves the compiled graph as it is, and a diverging compiled node maps back to the original
+nodes it stands for. One description, three sources, chosen by what the run reported (the option that
+asks for it is the registry's ``compiled_option``, behind :attr:`Capability.COMPILED_GRAPH`):
+
+* ONNX Runtime / onnxoptimizer (``save_optimized=1``, run info ``optimized_model``): the optimized ONNX
+  model. A compiled node's outputs that keep an original name survive; the original nodes it replaced are
+  found by walking back from their producers through the vanished tensors (:func:`fused_region`).
+* OpenVINO (``report_exec=1``, run info ``exec_graph``): one execution node per kernel with
+  ``originalLayersNames``, mapped to ONNX node names as the tactic recorder does
+  (:func:`graphbisect.tactics.openvino.onnx_node_of`).
+* TensorRT (``report_layers=1``, run info ``layers``): the engine inspector's layers; with detailed
+  profiling verbosity each layer's ``Metadata`` names the ONNX nodes it covers (``[ONNX Layer: NAME]``),
+  and layer names join fused nodes with ``" + "``.
+
+Execution graphs do not name tensors, so for OpenVINO and TensorRT the surviving tensors are the group's
+*boundary*: outputs of its original nodes read by a node outside the group, or graph outputs. Execution
+nodes that cover the same ONNX node (a node decomposed into several kernels) are merged into one group.
+
+Example:
+    >>> from onnx import helper
+    >>> nodes = [helper.make_node("Relu", ["x"], ["a"], name="r"), helper.make_node("Neg", ["a"], ["b"], name="n"),
+    ...          helper.make_node("Abs", ["b"], ["y"], name="abs")]
+    >>> graph = from_groups(nodes, ["y"], [("fused", "Fused", ["r", "n"]), ("abs", "Abs", ["abs"])], "example")
+    >>> [(c.name, c.originals, c.outputs) for c in graph.nodes]
+    [('fused', ('r', 'n'), ('b',)), ('abs', ('abs',), ('y',))]
+    >>> sorted(graph.surviving)
+    ['b', 'y']
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from graphbisect.localize.fusion import fused_region, surviving_tensors, vanished_tensors
+
+__all__ = [
+    "CompiledGraph",
+    "CompiledNode",
+    "compiled_graph",
+    "from_engine_layers",
+    "from_exec_graph",
+    "from_groups",
+    "from_optimized_model",
+]
+
+log = logging.getLogger(__name__)
+
+_OV_NOT_KERNELS = frozenset({"Input", "Output", "Const", "Parameter", "Result"})
+_ORT_NCHWC = "_nchwc"
+_TRT_ONNX_LAYER = re.compile(r"\[ONNX Layer: ([^\]]+)\]")
+
+
+@dataclass(frozen=True)
+class CompiledNode:
+    """One node of the compiled graph and the original ONNX nodes it stands for."""
+
+    name: str  # the backend's name: optimized node, execution node(s), engine layer
+    kind: str  # its op type / layer type
+    originals: tuple[str, ...]  # ONNX node names it covers, in topological order
+    outputs: tuple[str, ...]  # original tensor names it produces (what the probe exposes)
+
+    @property
+    def fused(self) -> bool:
+        """True when it replaced more than one original node."""
+        return len(self.originals) > 1
+
+    def describe(self, limit: int = 4) -> str:
+        """``Kind 'name'`` and, when fused, the original nodes it covers (the first ``limit``)."""
+        text = f"{self.kind} {self.name!r}"
+        if not self.fused:
+            return text
+        shown = ", ".join(self.originals[:limit]) + (", ..." if len(self.originals) > limit else "")
+        return f"{text} ← {len(self.originals)} nodes: {shown}"
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "kind": self.kind, "originals": list(self.originals),
+                "outputs": list(self.outputs)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CompiledNode:
+        return cls(str(data["name"]), str(data["kind"]), tuple(data["originals"]), tuple(data["outputs"]))
+
+
+@dataclass(frozen=True)
+class CompiledGraph:
+    """The target's own description of what it compiled, mapped onto the original model."""
+
+    source: str  # where the description came from, for reports ("onnxruntime optimized model", ...)
+    nodes: tuple[CompiledNode, ...]
+    unmapped: tuple[str, ...] = ()  # compiled nodes that stand for no original node (reorders, inserted casts)
+
+    @property
+    def surviving(self) -> frozenset[str]:
+        """The original tensors that still exist in the compiled graph: the only ones worth probing."""
+        return frozenset(name for node in self.nodes for name in node.outputs)
+
+    def by_original(self) -> dict[str, CompiledNode]:
+        """Original node name → the compiled node that covers it."""
+        return {original: node for node in self.nodes for original in node.originals}
+
+    def region(self, nodes: Sequence[onnx.NodeProto], index: int) -> frozenset[int]:
+        """Indices of the original nodes compiled together with node ``index`` (itself alone when unknown)."""
+        node = self.by_original().get(nodes[index].name)
+        if node is None:
+            return frozenset({index})
+        wanted = set(node.originals)
+        return frozenset(i for i, n in enumerate(nodes) if n.name in wanted) | {index}
+
+    def summary(self) -> str:
+        fused = [n for n in self.nodes if n.fused]
+        covered = sum(len(n.originals) for n in fused)
+        return (f"{self.source}: {len(self.nodes)} compiled nodes, {len(fused)} of them fused "
+                f"(covering {covered} original nodes), {len(self.surviving)} surviving tensors")
+
+    def to_json(self) -> dict[str, object]:
+        return {"source": self.source, "nodes": [n.to_json() for n in self.nodes], "unmapped": list(self.unmapped)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CompiledGraph:
+        return cls(str(data["source"]), tuple(CompiledNode.from_json(n) for n in data["nodes"]),
+                   tuple(data.get("unmapped", ())))
+
+
+def compiled_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[str],
+                   info: Mapping[str, Any]) -> CompiledGraph | None:
+    """The compiled graph a run reported in its ``info`` (see the module docstring), or None when it reported none.
+
+    ``nodes`` are the original model's nodes in topological order and ``graph_outputs`` its output names.
+    """
+    optimized = info.get("optimized_model")
+    if isinstance(optimized, str) and Path(optimized).exists():
+        return from_optimized_model(nodes, optimized)
+    exec_graph = info.get("exec_graph")
+    if isinstance(exec_graph, list):
+        return from_exec_graph(nodes, graph_outputs, exec_graph)
+    layers = info.get("layers")
+    if isinstance(layers, list):
+        return from_engine_layers(nodes, graph_outputs, layers)
+    return None
+
+
+def from_optimized_model(nodes: Sequence[onnx.NodeProto], optimized: str | Path | onnx.ModelProto) -> CompiledGraph:
+    """The compiled graph of a saved optimized ONNX model (ONNX Runtime, onnxoptimizer).
+
+    An optimized node that keeps an original output name covers the nodes behind it up to the surviving
+    tensors (:func:`fused_region`). ONNX Runtime's NCHWc transformer renames the outputs of the nodes it
+    re-lays out (``reorder_token_7``) but names each node after the original tensor it computes
+    (``r2_nchwc`` for a Conv + BatchNormalization + Relu whose Relu wrote ``r2``): exposing ``r2`` only adds
+    a reorder behind the same kernel, so ``r2`` counts as surviving.
+    """
+    proto = optimized if isinstance(optimized, onnx.ModelProto) else \
+        onnx.load(str(optimized), load_external_data=False)
+    producer = {name: i for i, node in enumerate(nodes) for name in node.output if name}
+
+    def outputs_of(node: onnx.NodeProto) -> list[str]:
+        named = [name for name in node.output if name in producer]
+        base = node.name.removesuffix(_ORT_NCHWC)
+        return named or ([base] if base != node.name and base in producer else [])
+
+    survivors = surviving_tensors(proto) | {name for node in proto.graph.node for name in outputs_of(node)}
+    vanished = vanished_tensors(producer, survivors)
+    groups: list[tuple[str, str, set[int], list[str] | None]] = []
+    unmapped: list[str] = []
+    for node in proto.graph.node:
+        outputs = outputs_of(node)
+        if not outputs:
+            unmapped.append(node.name or node.op_type)
+            continue
+        region: set[int] = set()
+        for name in outputs:
+            region |= fused_region(nodes, producer, producer[name], vanished=vanished)
+        groups.append((node.name or node.op_type, node.op_type, region, outputs))
+    return _assemble(nodes, "optimized model", groups, unmapped, boundary=())
+
+
+def from_exec_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[str],
+                    exec_graph: Iterable[Mapping[str, Any]]) -> CompiledGraph:
+    """The compiled graph of an OpenVINO execution graph (``openvino:report_exec=1``)."""
+    from graphbisect.tactics.openvino import NodeNames, onnx_node_of
+
+    names = NodeNames(frozenset(n.name for n in nodes),
+                      {out: n.name for n in nodes for out in n.output if out})
+    index = {n.name: i for i, n in enumerate(nodes)}
+    groups: list[tuple[str, str, set[int], list[str] | None]] = []
+    unmapped: list[str] = []
+    for layer in exec_graph:
+        if layer.get("layer_type") in _OV_NOT_KERNELS:
+            continue
+        own = str(layer.get("name", ""))
+        mapped = {onnx_node_of(o, names) for o in [own, *layer.get("original_layers", ())]}
+        region = {index[m] for m in mapped if m is not None}
+        if not region:
+            unmapped.append(own)
+            continue
+        groups.append((own, str(layer.get("layer_type") or "?"), region, None))
+    return _assemble(nodes, "execution graph", groups, unmapped, boundary=graph_outputs)
+
+
+def from_engine_layers(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[str],
+                       layers: Iterable[Mapping[str, Any] | str]) -> CompiledGraph:
+    """The compiled graph of a TensorRT engine inspector's layer list (``tensorrt:report_layers=1``).
+
+    Each layer's ONNX nodes come from its ``Metadata`` (``[ONNX Layer: NAME]``, detailed verbosity), or,
+    without metadata, from its name (fused layers join node names with ``" + "``).
+    """
+    index = {n.name: i for i, n in enumerate(nodes)}
+    groups: list[tuple[str, str, set[int], list[str] | None]] = []
+    unmapped: list[str] = []
+    for layer in layers:
+        entry = {"Name": layer} if isinstance(layer, str) else layer
+        name = str(entry.get("Name", ""))
+        found = _TRT_ONNX_LAYER.findall(str(entry.get("Metadata", "")))
+        if not found:
+            found = [part.strip() for part in re.split(r" \+ |[(),]", name) if part.strip()]
+        region = {index[f] for f in found if f in index}
+        if not region:
+            unmapped.append(name)
+            continue
+        groups.append((name, str(entry.get("LayerType", "layer")), region, None))
+    return _assemble(nodes, "engine layers", groups, unmapped, boundary=graph_outputs)
+
+
+def from_groups(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[str],
+                groups: Iterable[tuple[str, str, Iterable[str]]], source: str) -> CompiledGraph:
+    """A compiled graph from ``(name, kind, original node names)`` groups; outputs are the groups' boundaries."""
+    index = {n.name: i for i, n in enumerate(nodes)}
+    return _assemble(nodes, source, [(name, kind, {index[o] for o in originals if o in index}, None)
+                                     for name, kind, originals in groups], [], boundary=graph_outputs)
+
+
+def _assemble(nodes: Sequence[onnx.NodeProto], source: str,
+              groups: list[tuple[str, str, set[int], list[str] | None]], unmapped: list[str], *,
+              boundary: Collection[str]) -> CompiledGraph:
+    """Merge groups that share an original node, then name each group's outputs.
+
+    A group's outputs are those the backend named, or (None) its boundary: the tensors its nodes produce
+    that a node outside it reads or that are graph outputs (``boundary``).
+    """
+    parent = list(range(len(groups)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict[int, int] = {}
+    for g, (_, _, region, _) in enumerate(groups):
+        for node in region:
+            if node in owner:
+                parent[find(g)] = find(owner[node])
+            else:
+                owner[node] = g
+    merged: dict[int, list[int]] = {}
+    for g in range(len(groups)):
+        merged.setdefault(find(g), []).append(g)
+    readers: dict[str, set[int]] = {}
+    for i, node in enumerate(nodes):
+        for name in node.input:
+            readers.setdefault(name, set()).add(i)
+    result: list[tuple[int, CompiledNode]] = []
+    for members in merged.values():
+        region = set().union(*(groups[g][2] for g in members))
+        named = [groups[g][3] for g in members]
+        if all(n is not None for n in named):
+            outputs = list(dict.fromkeys(o for n in named for o in n or ()))
+        else:
+            outputs = [o for i in sorted(region) for o in nodes[i].output
+                       if o and (o in boundary or readers.get(o, set()) - region)]
+        names = list(dict.fromkeys(groups[g][0] for g in members))
+        kinds = list(dict.fromkeys(groups[g][1] for g in members))
+        name = names[0] if len(names) == 1 else f"{names[0]} (+{len(names) - 1} more)"
+        result.append((max(region), CompiledNode(name, "+".join(kinds), tuple(nodes[i].name for i in sorted(region)),
+                                                 tuple(outputs))))
+    result.sort(key=lambda item: item[0])
+    return CompiledGraph(source, tuple(node for _, node in result), tuple(unmapped))
