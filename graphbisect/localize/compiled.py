@@ -20,6 +20,10 @@ asks for it is the registry's ``compiled_option``, behind :attr:`Capability.COMP
 Execution graphs do not name tensors, so for OpenVINO and TensorRT the surviving tensors are the group's
 *boundary*: outputs of its original nodes read by a node outside the group, or graph outputs. Execution
 nodes that cover the same ONNX node (a node decomposed into several kernels) are merged into one group.
+Execution graphs also forget nodes: OpenVINO 2026.4's MVN fusion lists only the final ``Div`` of the
+LayerNorm pattern it replaced in ``originalLayersNames``. An original node that no compiled node names and
+whose outputs are all read by one group was computed inside it (fused or folded into it): it joins that
+group and is listed in :attr:`CompiledGraph.inferred`, so reports say what was inferred.
 
 Example:
     >>> from onnx import helper
@@ -97,9 +101,10 @@ class CompiledNode:
 class CompiledGraph:
     """The target's own description of what it compiled, mapped onto the original model."""
 
-    source: str  # where the description came from, for reports ("onnxruntime optimized model", ...)
+    source: str  # where the description came from, for reports ("optimized model", "execution graph", ...)
     nodes: tuple[CompiledNode, ...]
     unmapped: tuple[str, ...] = ()  # compiled nodes that stand for no original node (reorders, inserted casts)
+    inferred: tuple[str, ...] = ()  # original nodes the description did not name, attributed to their consumer
 
     @property
     def surviving(self) -> frozenset[str]:
@@ -125,12 +130,13 @@ class CompiledGraph:
                 f"(covering {covered} original nodes), {len(self.surviving)} surviving tensors")
 
     def to_json(self) -> dict[str, object]:
-        return {"source": self.source, "nodes": [n.to_json() for n in self.nodes], "unmapped": list(self.unmapped)}
+        return {"source": self.source, "nodes": [n.to_json() for n in self.nodes], "unmapped": list(self.unmapped),
+                "inferred": list(self.inferred)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CompiledGraph:
         return cls(str(data["source"]), tuple(CompiledNode.from_json(n) for n in data["nodes"]),
-                   tuple(data.get("unmapped", ())))
+                   tuple(data.get("unmapped", ())), tuple(data.get("inferred", ())))
 
 
 def compiled_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[str],
@@ -248,6 +254,7 @@ def _assemble(nodes: Sequence[onnx.NodeProto], source: str,
     A group's outputs are those the backend named, or (None) its boundary: the tensors its nodes produce
     that a node outside it reads or that are graph outputs (``boundary``).
     """
+    inferred = _attribute_unclaimed(nodes, groups) if any(g[3] is None for g in groups) else []
     parent = list(range(len(groups)))
 
     def find(i: int) -> int:
@@ -285,4 +292,27 @@ def _assemble(nodes: Sequence[onnx.NodeProto], source: str,
         result.append((max(region), CompiledNode(name, "+".join(kinds), tuple(nodes[i].name for i in sorted(region)),
                                                  tuple(outputs))))
     result.sort(key=lambda item: item[0])
-    return CompiledGraph(source, tuple(node for _, node in result), tuple(unmapped))
+    return CompiledGraph(source, tuple(node for _, node in result), tuple(unmapped),
+                         tuple(nodes[i].name for i in sorted(inferred)))
+
+
+def _attribute_unclaimed(nodes: Sequence[onnx.NodeProto],
+                         groups: list[tuple[str, str, set[int], list[str] | None]]) -> list[int]:
+    """Add each original node no group names to the one group that reads all its outputs (in reverse
+    topological order, so chains join too); returns the nodes added."""
+    owner = {i: g for g, group in enumerate(groups) for i in group[2]}
+    readers: dict[str, set[int]] = {}
+    for i, node in enumerate(nodes):
+        for name in node.input:
+            readers.setdefault(name, set()).add(i)
+    added: list[int] = []
+    for i in range(len(nodes) - 1, -1, -1):
+        if i in owner:
+            continue
+        consumers = {r for out in nodes[i].output if out for r in readers.get(out, ())}
+        owners = {owner.get(r) for r in consumers}
+        if len(owners) == 1 and (g := next(iter(owners))) is not None:
+            groups[g][2].add(i)
+            owner[i] = g
+            added.append(i)
+    return added

@@ -10,7 +10,7 @@ description (or with ``all_tensors``) the probe exposes every intermediate, as b
 Example:
     >>> from graphbisect.backends import BackendSpec
     >>> str(describing_spec(BackendSpec.parse("ort:opt_level=all")))
-    'onnxruntime:opt_level=all,save_optimized=1'
+    'ort:opt_level=all,save_optimized=1'
     >>> describing_spec(BackendSpec.parse("reference")) is None
     True
 """

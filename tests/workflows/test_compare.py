@@ -155,3 +155,40 @@ def test_cli_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["compare", str(model_path), "--target", "ort:bogus=1"]) == 2
     err = capsys.readouterr().err
     assert "nosuchbackend" in err and "bogus" in err
+
+
+@pytest.mark.openvino
+def test_openvino_mvn_fusion_divergence_is_localized_on_its_execution_graph() -> None:
+    """OpenVINO's CPU plugin fuses the bundled example's keepdims=0 LayerNorm into an MVN that normalizes
+    the wrong axis (the same pattern ONNX Runtime mis-fuses); compare finds the MVN from the execution graph."""
+    pytest.importorskip("openvino")
+    from graphbisect.examples.bundled import example_inputs_path, example_model_path
+
+    feeds = dict(np.load(example_inputs_path()))
+    result = compare_models(load_model(example_model_path()), target="openvino", inputs=feeds)
+    assert not result.passed and not result.probe_masking
+    assert result.compiled is not None and result.compiled.source == "execution graph"
+    assert result.layerwise is not None
+    first = result.layerwise.first_divergence
+    assert first is not None and first.compiled_as is not None and first.compiled_as.kind == "MVN"
+    assert first.compiled_as.originals[0] == "/blk10/norm/ReduceMean" and len(first.compiled_as.originals) == 7
+    cause = result.layerwise.root_causes[0]
+    assert cause.is_root and cause.compiled_as == first.compiled_as
+
+
+@pytest.mark.gpu
+def test_tensorrt_target_is_probed_where_its_engine_keeps_tensors() -> None:
+    """TensorRT describes its engine (inspector layers with ONNX node names); only their outputs are probed."""
+    pytest.importorskip("tensorrt")
+    from graphbisect.examples.bundled import example_inputs_path, example_model_path
+    from tests.backends.test_tensorrt import _gpu_count
+
+    if _gpu_count() == 0:
+        pytest.skip("needs an NVIDIA GPU and cuda-python or torch")
+    feeds = dict(np.load(example_inputs_path()))
+    model = load_model(example_model_path())
+    result = compare_models(model, target="tensorrt", inputs=feeds)
+    assert result.compiled is not None and result.compiled.source == "engine layers"
+    assert any(node.fused for node in result.compiled.nodes)
+    assert result.layerwise is not None and 0 < result.layerwise.compared < len(model.nodes)
+    assert not result.probe_masking

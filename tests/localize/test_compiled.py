@@ -1,0 +1,89 @@
+"""The compiled-graph description: ONNX Runtime's optimized model, OpenVINO's execution graph, TensorRT's layers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from graphbisect.examples.bundled import example_model_path
+from graphbisect.localize.compiled import CompiledGraph, compiled_graph, from_engine_layers, from_exec_graph
+from graphbisect.model import load_model
+
+
+def _conv_bn_relu() -> onnx.ModelProto:
+    """conv → batch norm → relu → conv → relu: the CPU plugins fold BN into the conv and fuse the relus."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w0"),
+             numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), "w1")]
+    for name in ("scale", "bias", "mean"):
+        inits.append(numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), name))
+    inits.append(numpy_helper.from_array(rng.random(4).astype(np.float32) + 0.5, "var"))
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["c0"], name="conv0", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c0", "scale", "bias", "mean", "var"], ["bn"], name="bn"),
+        helper.make_node("Relu", ["bn"], ["r0"], name="relu0"),
+        helper.make_node("Conv", ["r0", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["y"], name="relu1"),
+    ]
+    graph = helper.make_graph(nodes, "cbr", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_onnxruntime_optimized_model_maps_fusions_back(tmp_path: Path) -> None:
+    """ORT (all, NCHWc on this CPU or not) compiles conv+bn+relu into one node: r0 survives, c0 and bn do not."""
+    ort = pytest.importorskip("onnxruntime")
+    model = load_model(_conv_bn_relu())
+    model.save(tmp_path / "m.onnx")
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    ort.InferenceSession(str(tmp_path / "m.onnx"), options, providers=["CPUExecutionProvider"])
+    graph = compiled_graph(model.nodes, model.output_names, {"optimized_model": str(tmp_path / "opt.onnx")})
+    assert graph is not None
+    first = graph.by_original()["conv0"]
+    assert first.originals == ("conv0", "bn", "relu0") and first.outputs == ("r0",)
+    assert graph.surviving == {"r0", "y"} and graph.region(model.nodes, 1) == {0, 1, 2}
+    assert CompiledGraph.from_json(graph.to_json()) == graph
+
+
+def test_openvino_execution_graph_is_mapped_to_onnx_nodes() -> None:
+    """The CPU plugin's execution graph of the bundled example: fused layers and the nodes it forgets.
+
+    OpenVINO fuses the keepdims=0 LayerNorm of block 10 into an MVN whose ``originalLayersNames`` names
+    only the final Div; the nodes before it are attributed to the MVN (they feed nothing else).
+    """
+    ov = pytest.importorskip("openvino")
+    from graphbisect.backends.openvino import _exec_graph
+
+    model = load_model(example_model_path())
+    compiled = ov.Core().compile_model(str(example_model_path()), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    layers = _exec_graph(compiled)
+    mvn = next(layer for layer in layers if layer["name"] == "/blk10/norm/Div")
+    assert mvn["layer_type"] == "MVN" and mvn["original_layers"] == ["/blk10/norm/Div"]
+    graph = from_exec_graph(model.nodes, model.output_names, layers)
+    node = graph.by_original()["/blk10/norm/Div"]
+    assert node.kind == "MVN" and node.outputs == ("/blk10/norm/Div_output_0",)
+    assert node.originals == tuple(f"/blk10/norm/{n}" for n in
+                                   ("ReduceMean", "Sub", "Pow", "ReduceMean_1", "Add", "Sqrt", "Div"))
+    assert "/blk10/norm/ReduceMean" in graph.inferred and "/blk10/norm/Div" not in graph.inferred
+    assert "/blk10/norm/Sub_output_0" not in graph.surviving
+
+
+def test_tensorrt_layers_from_inspector_metadata_or_names() -> None:
+    """Engine inspector layers (detailed verbosity: ONNX names in Metadata; otherwise in the layer name)."""
+    model = load_model(_conv_bn_relu())
+    layers = [
+        {"Name": "conv0 + bn + relu0", "LayerType": "CaskConvolution",
+         "Metadata": "[ONNX Layer: conv0]\x1e[ONNX Layer: bn]\x1e[ONNX Layer: relu0]"},
+        {"Name": "Reformatting CopyNode for Input Tensor 0 to conv1", "LayerType": "Reformat"},
+        "conv1 + relu1",  # layer information at LayerInformationFormat.ONELINE / default verbosity
+    ]
+    graph = from_engine_layers(model.nodes, model.output_names, layers)
+    assert [(n.originals, n.outputs) for n in graph.nodes] == [
+        (("conv0", "bn", "relu0"), ("r0",)), (("conv1", "relu1"), ("y",))]
+    assert graph.unmapped == ("Reformatting CopyNode for Input Tensor 0 to conv1",)
+    assert compiled_graph(model.nodes, model.output_names, {"layers": layers}) == graph
