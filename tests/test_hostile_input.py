@@ -8,9 +8,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -267,3 +270,31 @@ def test_item6_damaged_bundle_is_damaged_not_a_different_failure(damage: str, ex
         (bundle / "target_outputs.npz").unlink()
     assert main(["verify", str(bundle)]) == 2
     assert "is damaged" in capsys.readouterr().err
+
+
+# --- item 5: the first Ctrl-C stops the whole run, keeps the best result and says how to resume ------------
+def test_item5_ctrl_c_stops_the_run_and_prints_the_resume_line(tmp_path: Path) -> None:
+    host = host_network(400, bug="layernorm_keepdims0", position="branch", seed=2)
+    onnx.save(host.model, tmp_path / "m.onnx")
+    save_inputs(tmp_path / "in.npz", host.inputs)
+    out = tmp_path / "out dir"  # a space: the printed command must be shell-quoted (item 9)
+    cmd = [sys.executable, "-m", "graphbisect", "reduce", str(tmp_path / "m.onnx"), "--inputs",
+           str(tmp_path / "in.npz"), "--no-layerwise", "-o", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": _ROOT})
+    assert proc.stderr is not None
+    for line in proc.stderr:  # wait until the search runs (no layerwise hints: bisection, then ProbDD)
+        if "reducing 400 nodes" in line:
+            break
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    stdout, _ = proc.communicate(timeout=120)
+    stopped_after = time.monotonic() - sent
+    assert proc.returncode == 1, stdout  # a failure was found: the best result so far
+    assert "NOT PROVEN (interrupted)" in stdout
+    assert f"Resume: graphbisect reduce --resume {shlex.quote(str(out))}" in stdout
+    assert stopped_after < 10, f"the run went on for {stopped_after:.1f} s after Ctrl-C"
+    resumed = subprocess.run([*cmd[:4], "--resume", str(out)], capture_output=True, text=True, timeout=300,
+                             check=False, env={**os.environ, "PYTHONPATH": _ROOT})
+    assert resumed.returncode == 1 and "1-minimal: yes" in resumed.stdout, resumed.stdout + resumed.stderr

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import shlex
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -90,10 +94,22 @@ def run(args: argparse.Namespace) -> int:
     if args.passes:
         return _with_passes(args, progress)
     model = load_model_arg(args)
-    result = reduce_model(model, args.output, inputs=load_feeds(args, model), options=_options(args),
-                          zip_bundle=args.zip, on_progress=progress, on_stage=progress.stage, force=args.force)
+    with _resume_line_on_interrupt(args.output, progress):
+        result = reduce_model(model, args.output, inputs=load_feeds(args, model), options=_options(args),
+                              zip_bundle=args.zip, on_progress=progress, on_stage=progress.stage, force=args.force)
     progress.close()
     return _report(result, args)
+
+
+@contextlib.contextmanager
+def _resume_line_on_interrupt(output: Path, progress: ProgressLine) -> Iterator[None]:
+    """Ctrl-C outside the search (capture, baseline, bundle): say how to continue, then stop (exit 130)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        progress.close()
+        print(f"interrupted; resume: graphbisect reduce --resume {shlex.quote(str(output))}", file=sys.stderr)
+        raise
 
 
 def _with_passes(args: argparse.Namespace, progress: ProgressLine) -> int:
@@ -128,8 +144,9 @@ def _resume(args: argparse.Namespace, progress: ProgressLine) -> int:
                                   jobs=args.jobs, timeout=args.timeout, keep_work=args.keep_work,
                                   executor=args.executor)
     model = load_model(Path(state["model"]))
-    result = reduce_model(model, args.resume, options=options, resume=True,
-                          zip_bundle=args.zip, on_progress=progress, on_stage=progress.stage)
+    with _resume_line_on_interrupt(args.resume, progress):
+        result = reduce_model(model, args.resume, options=options, resume=True,
+                              zip_bundle=args.zip, on_progress=progress, on_stage=progress.stage)
     progress.close()
     return _report(result, args)
 
@@ -153,8 +170,8 @@ def _report(result: ReduceResult, args: argparse.Namespace) -> int:
     else:
         why = result.stop_reason or "re-verification failed"
         print(f"1-minimal: NOT PROVEN ({why}); this is the best result so far. "
-              f"Resume: graphbisect reduce --resume {args.output or args.resume}")
+              f"Resume: graphbisect reduce --resume {shlex.quote(str(args.output or args.resume))}")
     for note in result.notes:
         print(f"note: {note}")
-    print(f"bundle: {result.bundle}  (reproduce: python {result.bundle}/repro.py)")
+    print(f"bundle: {result.bundle}  (reproduce: python {shlex.quote(str(result.bundle / 'repro.py'))})")
     return 1

@@ -105,6 +105,7 @@ def _guarded(run: SearchRun, search: Callable[[], None]) -> StopReason | None:
     except BudgetExhausted as exc:
         return exc.reason
     except KeyboardInterrupt:
+        run.ev.meter.interrupt()  # later phases stop too
         logger.warning("%s interrupted", run.phase)
         return StopReason.INTERRUPTED
     except Exception as exc:

@@ -62,6 +62,7 @@ class BudgetMeter:
         self._clock = clock
         self._start = clock()
         self.spent = 0
+        self.interrupted = False
 
     def elapsed(self) -> float:
         """Seconds since the meter started."""
@@ -79,8 +80,18 @@ class BudgetMeter:
             return wanted
         return min(wanted, self.budget.max_invocations - self.spent)
 
+    def interrupt(self) -> None:
+        """Ctrl-C: no further invocation may start, in this search or any later one of the same run.
+
+        A search that catches ``KeyboardInterrupt`` returns its best-so-far; without this the next search
+        phase (or strategy pass) would simply start, and the user's Ctrl-C would stop only one phase.
+        """
+        self.interrupted = True
+
     def reason(self) -> StopReason | None:
         """Why no further invocation may start, or ``None`` while the budget lasts."""
+        if self.interrupted:
+            return StopReason.INTERRUPTED
         limit = self.budget.max_invocations
         if limit is not None and self.spent >= limit:
             return StopReason.MAX_INVOCATIONS

@@ -166,6 +166,7 @@ def run_search(
         logger.info("%s stopped (%s) at %d units", phase, exc.reason.value, len(run.keep))
         return run.result(exc.reason, minimal=False)
     except KeyboardInterrupt:
+        evaluator.meter.interrupt()  # later phases stop too
         logger.warning("%s interrupted; returning the best failing set so far (%d units)", phase, len(run.keep))
         return run.result(StopReason.INTERRUPTED, minimal=False)
     except Exception as exc:

@@ -39,6 +39,7 @@ from graphbisect.engine import (
     Outcome,
     SearchAborted,
     SearchResult,
+    StopReason,
     bisect_prefix,
     probdd,
     sweep,
@@ -207,6 +208,9 @@ def plan(evaluator: Evaluator, space: SubgraphSpace, *, hints: Sequence[frozense
             best.append(_cone(evaluator, space, best[-1]))
     except BudgetExhausted as exc:
         return SearchResult(best[-1], False, exc.reason, evaluator.stats(), ())
+    except KeyboardInterrupt:  # Ctrl-C between the engine's searches: the run stops with its best-so-far
+        evaluator.meter.interrupt()
+        return SearchResult(best[-1], False, StopReason.INTERRUPTED, evaluator.stats(), ())
     if len(best[-1]) <= _SWEEP_ONLY_MAX:
         # A slice this small is usually minimal already: the proof (one run per node) is all that is left,
         # and ProbDD's group removals before its own closing sweep only add runs.

@@ -39,7 +39,15 @@ from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, resolve
 from graphbisect.compare import Tolerance
 from graphbisect.data import ActivationStore, save_inputs, validate_inputs
-from graphbisect.engine import Budget, Evaluator, Journal, ProgressEvent, SearchAborted, SearchResult
+from graphbisect.engine import (
+    Budget,
+    Evaluator,
+    Journal,
+    ProgressEvent,
+    SearchAborted,
+    SearchResult,
+    StopReason,
+)
 from graphbisect.errors import BackendError, GraphBisectError
 from graphbisect.executors.candidates import ExecutorPool
 from graphbisect.localize.compiled import CompiledGraph
@@ -406,7 +414,11 @@ def _reduce(r: _Run, inputs: Mapping[str, np.ndarray] | None, *, resume: bool, z
     result, evaluator, pool = r.search(space, baseline, base.hints, base.priors)
     r.count("target", pool.invocations)
     pool.close()
-    verification = _verify(r, space, result.keep, baseline, values)
+    if result.stop_reason is StopReason.INTERRUPTED:  # Ctrl-C: stop now, keep the best result, no more runs
+        r.notes.append("interrupted (Ctrl-C): the best result so far, not re-verified; --resume continues")
+        verification = _Verification(False, {}, None)
+    else:
+        verification = _verify(r, space, result.keep, baseline, values)
     stats = evaluator.stats()
     return _finish(r, space, result, {"tests": stats.tests, "cache_hits": stats.cache_hits}, baseline=baseline,
                    flaky=flaky, verification=verification, zip_bundle=zip_bundle, amend=amend)
