@@ -173,5 +173,5 @@ def _report(result: ReduceResult, args: argparse.Namespace) -> int:
               f"Resume: graphbisect reduce --resume {shlex.quote(str(args.output or args.resume))}")
     for note in result.notes:
         print(f"note: {note}")
-    print(f"bundle: {result.bundle}  (reproduce: python {shlex.quote(str(result.bundle / 'repro.py'))})")
+    print(f"bundle: {result.bundle}  (reproduce: python {shlex.quote(str(Path(str(result.bundle)) / 'repro.py'))})")
     return 1
