@@ -298,3 +298,27 @@ def test_item5_ctrl_c_stops_the_run_and_prints_the_resume_line(tmp_path: Path) -
     resumed = subprocess.run([*cmd[:4], "--resume", str(out)], capture_output=True, text=True, timeout=300,
                              check=False, env={**os.environ, "PYTHONPATH": _ROOT})
     assert resumed.returncode == 1 and "1-minimal: yes" in resumed.stdout, resumed.stdout + resumed.stderr
+
+
+# --- item 8: NaN inputs that make both sides NaN are a warning, not a silent PASS with cosine 1 -----------
+def _nan_model(tmp_path: Path, size: int) -> tuple[Path, Path]:
+    graph = helper.make_graph([helper.make_node("Exp", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [size])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [size])])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    inputs = tmp_path / "x.npz"
+    np.savez(inputs, x=np.full(size, np.nan, np.float32))
+    return model, inputs
+
+
+@pytest.mark.parametrize("command", ["compare", "reduce"])
+def test_item8_nan_inputs_and_all_nan_outputs_are_warned_about(command: str, tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    model, inputs = _nan_model(tmp_path, size=5 if command == "compare" else 6)  # distinct warnings
+    extra = ["--no-layerwise"] if command == "compare" else ["-o", str(tmp_path / "out")]
+    with caplog.at_level("WARNING"):
+        assert main([command, str(model), "--inputs", str(inputs), *extra]) == 0  # the backends agree...
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("input 'x' holds" in w and "NaN" in w for w in warnings), warnings
+    assert any("output 'y' is NaN/Inf in all" in w for w in warnings), warnings  # ...on nothing

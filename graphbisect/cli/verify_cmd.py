@@ -27,6 +27,7 @@ from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import BackendProcess, BackendSpec, RunResult
 from graphbisect.cli.common import backend_spec, output_path
 from graphbisect.compare import Comparison, compare_outputs
+from graphbisect.compare.nonfinite import warn_nonfinite_inputs
 from graphbisect.oracle.signature import FailureKind, Signature, signature_of
 
 __all__ = ["Verification", "add_arguments", "run", "runs_code", "verify_bundle"]
@@ -88,6 +89,7 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None,
             "with --target SPEC",
         )
     recorded = bundle.signature
+    warn_nonfinite_inputs(bundle.inputs)
     regex = re.compile(recorded.detail) if recorded.kind is FailureKind.REGEX else None
     with tempfile.TemporaryDirectory(prefix="graphbisect-verify-") as workdir, \
             BackendProcess(spec, workdir=Path(workdir)) as backend:

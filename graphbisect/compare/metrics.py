@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from graphbisect.compare.nonfinite import warn_masked_outputs
 from graphbisect.errors import InputError
 
 __all__ = [
@@ -102,6 +103,7 @@ class TensorStats:
     snr_db: float = math.inf
     score: float = 0.0
     target_nonfinite: int = 0
+    both_nonfinite: int = 0  # elements NaN/Inf on both sides (they match, so they say nothing)
     oracle_shape: tuple[int, ...] | None = None
     target_shape: tuple[int, ...] | None = None
     oracle_dtype: str | None = None
@@ -113,11 +115,16 @@ class TensorStats:
     def passed(self) -> bool:
         return self.kind is MismatchKind.OK
 
+    @property
+    def masked(self) -> bool:
+        """Every element is NaN/Inf on both sides: a pass that compared nothing."""
+        return self.numel > 0 and self.both_nonfinite >= self.numel
+
     def to_json(self) -> dict[str, object]:
         """JSON-ready dict (infinities as strings, so the output is strict JSON)."""
         out: dict[str, object] = {"name": self.name, "passed": self.passed, "kind": self.kind.value}
         for key in ("numel", "mismatches", "max_abs", "max_rel", "mean_abs", "rel_l2", "cosine", "snr_db",
-                    "score", "target_nonfinite", "oracle_shape", "target_shape", "oracle_dtype",
+                    "score", "target_nonfinite", "both_nonfinite", "oracle_shape", "target_shape", "oracle_dtype",
                     "target_dtype", "oracle_range", "target_range"):
             out[key] = _json_number(getattr(self, key))
         return out
@@ -164,7 +171,7 @@ class _Accumulator:
 
     def __init__(self, atol: float, rtol: float) -> None:
         self.atol, self.rtol = atol, rtol
-        self.mismatches = self.nonfinite = self.numel = 0
+        self.mismatches = self.nonfinite = self.numel = self.both_nonfinite = 0
         self.max_abs = self.max_rel = self.score = 0.0
         self.sum_abs = self.err_sq = self.dot = self.o_sq = self.t_sq = 0.0
         self.o_min = self.t_min = math.inf
@@ -195,7 +202,9 @@ class _Accumulator:
             return
         o = o.astype(np.float64, copy=False)
         if not math.isfinite(float(o.sum())):
-            o = o[np.isfinite(o)]
+            finite = np.isfinite(o)
+            self.both_nonfinite += int(o.size - np.count_nonzero(finite))
+            o = o[finite]
         norm = float(np.dot(o.ravel(), o.ravel()))
         self.o_sq += norm
         self.t_sq += norm
@@ -220,6 +229,7 @@ class _Accumulator:
         self.nonfinite += int((~t_fin & o_fin).sum())
         both = o_fin & t_fin
         same_nonfinite = ~o_fin & ~t_fin & ((o == t) | (np.isnan(o) & np.isnan(t)))
+        self.both_nonfinite += int(np.count_nonzero(same_nonfinite))
         unmatched = ~both & ~same_nonfinite
         ob, tb = np.where(both, o, 0.0), np.where(both, t, 0.0)
         diff = np.abs(tb - ob)
@@ -329,7 +339,7 @@ def compare_tensors(name: str, oracle: np.ndarray | None, target: np.ndarray | N
     return TensorStats(
         name, kind, numel=acc.numel, mismatches=acc.mismatches, max_abs=acc.max_abs, max_rel=acc.max_rel,
         mean_abs=acc.sum_abs / acc.numel if acc.numel else 0.0, rel_l2=acc.rel_l2(), cosine=cosine,
-        snr_db=acc.snr_db(), score=acc.score, target_nonfinite=acc.nonfinite,
+        snr_db=acc.snr_db(), score=acc.score, target_nonfinite=acc.nonfinite, both_nonfinite=acc.both_nonfinite,
         oracle_range=_range(acc.o_min, acc.o_max), target_range=_range(acc.t_min, acc.t_max),
         **shapes,  # type: ignore[arg-type]
     )
@@ -345,4 +355,6 @@ def compare_outputs(oracle: Mapping[str, np.ndarray], target: Mapping[str, np.nd
         'nan'
     """
     keys = list(oracle) if names is None else list(names)
-    return Comparison(tuple(compare_tensors(k, oracle.get(k), target.get(k), tol) for k in keys))
+    comparison = Comparison(tuple(compare_tensors(k, oracle.get(k), target.get(k), tol) for k in keys))
+    warn_masked_outputs(comparison.outputs)
+    return comparison

@@ -33,6 +33,7 @@ import numpy as np
 import onnx
 
 from graphbisect.atomic import atomic_path
+from graphbisect.compare.nonfinite import warn_nonfinite_inputs
 from graphbisect.errors import InputError
 from graphbisect.model.graph import Model, TensorType
 from graphbisect.model.load import external_data_file
@@ -532,6 +533,7 @@ def validate_inputs(model: Model, inputs: Mapping[str, Any]) -> dict[str, np.nda
         if ttype is not None and ttype.elem_type:
             _check_dtype(name, arrays[name], ttype)
             _check_shape(name, arrays[name].shape, ttype, "the given array")
+    warn_nonfinite_inputs(arrays)  # legal, but a NaN input can make both backends "agree" on NaN
     return {name: arrays[name] for name in model.input_names}
 
 
