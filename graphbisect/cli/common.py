@@ -147,7 +147,10 @@ def output_path(text: str) -> Path:
     return path
 
 
-def add_model_arguments(parser: argparse.ArgumentParser, *, optional: bool = False) -> None:
+def add_model_arguments(parser: argparse.ArgumentParser, *, optional: bool = False, atol: float = 1e-4,
+                        rtol: float = 1e-3) -> None:
+    """The model, backends, inputs and tolerance arguments; ``atol``/``rtol`` are the command's defaults
+    (the help states the ones the command uses)."""
     parser.add_argument("model", nargs="?" if optional else None,
                         help="ONNX file, or Paddle inference model (folder or path prefix)")
     parser.add_argument("--example", action="store_true",
@@ -162,8 +165,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, optional: bool = Fal
     parser.add_argument("--shape", action="append", default=[], metavar="NAME:DIMS",
                         help="shape for an input with dynamic dims, e.g. --shape images:1x3x224x224 (repeatable)")
     parser.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
-    parser.add_argument("--atol", type=tolerance, default=1e-4, help="absolute tolerance (default 1e-4)")
-    parser.add_argument("--rtol", type=tolerance, default=1e-3, help="relative tolerance (default 1e-3)")
+    parser.add_argument("--atol", type=tolerance, default=atol, help=f"absolute tolerance (default {atol:g})")
+    parser.add_argument("--rtol", type=tolerance, default=rtol, help=f"relative tolerance (default {rtol:g})")
     parser.add_argument("--min-cosine", type=cosine, default=None,
                         help="also fail a tensor whose cosine similarity is below this")
     parser.add_argument("--tol", action="append", type=tolerance_override, default=[], metavar="NAME:ATOL[:RTOL]",

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from graphbisect._version import __version__
 from graphbisect.errors import GraphBisectError
@@ -71,7 +73,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _unwind_on_termination() -> dict[int, Any]:
+    """``SIGTERM``/``SIGHUP`` raise ``SystemExit(128 + signal)`` so ``with`` blocks run: temporary work
+    folders (an activation store can be hundreds of MB) and backend workers are cleaned up as on Ctrl-C.
+    Returns the previous handlers."""
+
+    def terminate(signum: int, _frame: object) -> None:
+        signal.signal(signum, signal.SIG_DFL)  # a second signal ends the process at once
+        raise SystemExit(128 + signum)
+
+    previous: dict[int, Any] = {}
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            previous[signum] = signal.signal(signum, terminate)
+        except ValueError:  # not the main thread (main() called from a library user's thread)
+            break
+    return previous
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    previous = _unwind_on_termination()
+    try:
+        return _main(argv)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from typing import TYPE_CHECKING
 
 from graphbisect.atomic import atomic_write_text
@@ -17,6 +16,7 @@ from graphbisect.cli.common import (
     output_path,
     tolerance_from_args,
 )
+from graphbisect.cli.progress import ProgressLine
 
 if TYPE_CHECKING:
     from graphbisect.workflows.precision import PrecisionResult
@@ -25,8 +25,7 @@ __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_model_arguments(parser)
-    parser.set_defaults(atol=1e-2, rtol=1e-2)  # reduced precision is judged at a few-percent tolerance
+    add_model_arguments(parser, atol=1e-2, rtol=1e-2)  # reduced precision is judged at a few-percent tolerance
     parser.add_argument("--mode", default="fp16", choices=["fp16", "bf16", "int8"],
                         help="precision the other nodes run in (default fp16): int8 by QDQ (real int8 kernels on "
                         "ONNX Runtime), fp16/bf16 emulated by Cast islands, or, with a target that computes in it "
@@ -53,13 +52,16 @@ def run(args: argparse.Namespace) -> int:
 
     model = load_model_arg(args)
     feeds = load_feeds(args, model)
-    result = find_precision(
-        model, mode=args.mode, oracle=args.oracle, target=args.target, inputs=feeds,
-        tolerance=tolerance_from_args(args), workdir=args.workdir, out_dir=args.output,
-        with_sensitivity=args.sensitivity, with_prefix=not args.no_prefix, calibration=args.calibration,
-        max_invocations=args.max_invocations, seed=args.seed,
-        on_stage=lambda msg: print(f"… {msg}", file=sys.stderr),
-    )
+    progress = ProgressLine(label="precision", unit="nodes in FP32")
+    try:
+        result = find_precision(
+            model, mode=args.mode, oracle=args.oracle, target=args.target, inputs=feeds,
+            tolerance=tolerance_from_args(args), workdir=args.workdir, out_dir=args.output,
+            with_sensitivity=args.sensitivity, with_prefix=not args.no_prefix, calibration=args.calibration,
+            max_invocations=args.max_invocations, seed=args.seed, on_stage=progress.stage, on_progress=progress,
+        )
+    finally:
+        progress.close()
     print_result(result, rows=args.rows)
     if args.json is not None:
         atomic_write_text(args.json, json.dumps(result.to_json(), indent=2) + "\n")
@@ -84,7 +86,10 @@ def print_result(result: PrecisionResult, *, rows: int) -> None:
                   f"{_num(row.lowered['cosine']):>9} {_num(row.lowered['snr_db']):>8}  {_num(row.kept['score'])}")
     if result.all_lowered_meets:
         print("\nthe fully lowered model meets the tolerance: no node needs FP32")
-    print(f"\nkeep in FP32 ({len(result.keep_fp32)}{', 1-minimal' if result.minimal else ', NOT proven minimal'}):")
+    stopped = f": the search stopped early ({result.stop_reason})" if result.stop_reason else ""
+    print(f"tolerance atol {result.tolerance.atol:g}, rtol {result.tolerance.rtol:g}")
+    print(f"\nkeep in FP32 ({len(result.keep_fp32)}{', 1-minimal' if result.minimal else ', NOT proven minimal'}"
+          f"{stopped}):")
     for name in result.keep_fp32:
         print(f"  {name}{'   (breaks the tolerance alone)' if name in result.alone else ''}")
     if result.prefix_keep_fp32 is not None:

@@ -14,9 +14,10 @@ __all__ = ["ProgressLine"]
 class ProgressLine:
     """Redraws one status line (carriage return) on a terminal; prints a line at most every 5 s otherwise."""
 
-    def __init__(self, stream: TextIO | None = None, *, label: str = "reduce") -> None:
+    def __init__(self, stream: TextIO | None = None, *, label: str = "reduce", unit: str = "nodes") -> None:
         self.stream = stream or sys.stderr
         self.label = label
+        self.unit = unit  # what the best size counts: "nodes" (reduce), "nodes in FP32" (precision)
         self.tty = self.stream.isatty()
         self._last = 0.0
         self._width = 0
@@ -30,10 +31,11 @@ class ProgressLine:
         if not self.tty and now - self._last < 5.0:
             return
         self._last = now
-        size = f"{event.best_size}/{event.start_size}" if event.start_size else str(event.best_size)
+        best = "-" if event.best_size is None else str(event.best_size)  # none found yet
+        size = f"{best}/{event.start_size}" if event.start_size else best
         budget = f"/{event.max_invocations}" if event.max_invocations else ""
         bar = _bar(event.best_size, event.start_size)
-        text = (f"[{self.label}] {bar} best {size} nodes | candidates {event.tests} | "
+        text = (f"[{self.label}] {bar} best {size} {self.unit} | candidates {event.tests} | "
                 f"invocations {event.invocations}{budget} | {event.phase} | {event.elapsed_seconds:.1f}s")
         if self.tty:
             pad = max(self._width - len(text), 0)

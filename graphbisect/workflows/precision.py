@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -44,7 +44,7 @@ from graphbisect.backends import BackendProcess, BackendSpec, Capability, resolv
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
 from graphbisect.compare import Tolerance
 from graphbisect.data import ActivationStore, random_inputs, save_inputs, validate_inputs
-from graphbisect.engine import Budget, Evaluator, Outcome
+from graphbisect.engine import Budget, BudgetExhausted, Evaluator, Outcome, ProgressEvent
 from graphbisect.errors import BackendError, InputError
 from graphbisect.localize.layerwise import analyze_layers
 from graphbisect.model import Model
@@ -65,6 +65,7 @@ from graphbisect.workflows.scratch import work_folder
 __all__ = ["PrecisionResult", "find_precision", "runtime_pins_mode"]
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -86,11 +87,17 @@ class PrecisionResult:
     seconds: float
     files: tuple[Path, ...] = ()
     extra: Mapping[str, object] = field(default_factory=dict)
+    tolerance: Tolerance = field(default_factory=lambda: Tolerance(atol=1e-2, rtol=1e-2))
+    stop_reason: str | None = None  # why the search stopped before proving minimality (budget, deadline)
 
     def to_json(self) -> dict[str, object]:
+        tol = self.tolerance
         return {
             "mode": self.mode.value, "lowering": self.lowering, "units": len(self.units),
-            "keep_fp32": list(self.keep_fp32), "minimal": self.minimal, "breaks_alone": list(self.alone),
+            "tolerance": {"atol": tol.atol, "rtol": tol.rtol, "min_cosine": tol.min_cosine,
+                          "per_output": {name: list(pair) for name, pair in tol.per_output.items()}},
+            "keep_fp32": list(self.keep_fp32), "minimal": self.minimal, "stop_reason": self.stop_reason,
+            "breaks_alone": list(self.alone),
             "prefix_keep_fp32": None if self.prefix_keep_fp32 is None else len(self.prefix_keep_fp32),
             "prefix_last_node": self.prefix_keep_fp32[-1] if self.prefix_keep_fp32 else None,
             "all_lowered_meets_tolerance": self.all_lowered_meets,
@@ -205,6 +212,7 @@ def find_precision(
     max_invocations: int | None = None,
     seed: int = 0,
     on_stage: Callable[[str], None] | None = None,
+    on_progress: Callable[[ProgressEvent], None] | None = None,
 ) -> PrecisionResult:
     """Find a 1-minimal set of nodes to keep in FP32 with the rest in ``mode`` (see the module docstring)."""
     started = time.monotonic()
@@ -228,21 +236,28 @@ def find_precision(
         tol = tolerance or Tolerance(atol=1e-2, rtol=1e-2)
         return _search(session, lowering, target, tol, started=started, oracle_runs=oracle_runs,
                        out_dir=out_dir, with_sensitivity=with_sensitivity, with_prefix=with_prefix,
-                       max_invocations=max_invocations, stage=stage)
+                       max_invocations=max_invocations, stage=stage, on_progress=on_progress)
 
 
 def _search(session: _Session, lowering: Lowering, target: str, tol: Tolerance, *, started: float,
             oracle_runs: int, out_dir: Path | None, with_sensitivity: bool, with_prefix: bool,
-            max_invocations: int | None, stage: Callable[[str], None]) -> PrecisionResult:
+            max_invocations: int | None, stage: Callable[[str], None],
+            on_progress: Callable[[ProgressEvent], None] | None = None) -> PrecisionResult:
     n = len(lowering.units)
     with BackendProcess(target, workdir=session.workdir / "target") as proc:
         tester = PrecisionTester(lowering, proc, session.workdir / "candidates", session.inputs_path,
                                  expected=session.expected, tol=tol, pin_file=session.pin_file)
-        ev = Evaluator(tester, n, allow_empty=True, budget=Budget(max_invocations=max_invocations))
+        ev = Evaluator(tester, n, allow_empty=True, budget=Budget(max_invocations=max_invocations),
+                       on_progress=on_progress)
         stage(f"checking the FP32 baseline and the fully lowered model ({n} lowerable nodes)")
-        if ev.evaluate(ev.universe, phase="baseline").outcome is not Outcome.FAIL:
-            raise _baseline_error(target, lowering, tester, ev.universe)
-        all_lowered = ev.evaluate(frozenset(), phase="all-lowered").outcome is Outcome.FAIL
+        try:
+            if ev.evaluate(ev.universe, phase="baseline").outcome is not Outcome.FAIL:
+                raise _baseline_error(target, lowering, tester, ev.universe)
+            all_lowered = ev.evaluate(frozenset(), phase="all-lowered").outcome is Outcome.FAIL
+        except BudgetExhausted as exc:
+            raise InputError(f"--max-invocations {max_invocations} ends before the search starts: the FP32 "
+                             "baseline and the fully lowered model take 2 target runs",
+                             hint="give at least 3 (each search step is one more run)") from exc
         rows: list[SensitivityRow] = []
         prior: dict[int, float] | None = None
         if with_sensitivity:
@@ -253,8 +268,11 @@ def _search(session: _Session, lowering: Lowering, target: str, tol: Tolerance, 
             prior = _evidence_priors(session, lowering, tester, tol)
         stage("searching the fewest nodes to keep in FP32")
         result = search_keep_fp32(ev, prior)
-        alone = [r.unit for r in rows if r.breaks_alone] if rows else alone_breakers(ev, result.keep)
-        prefix = prefix_answer(ev) if with_prefix and not all_lowered else None
+        # After the search, what the budget leaves: the answer is kept whatever the extras could not finish.
+        alone = ([r.unit for r in rows if r.breaks_alone] if rows
+                 else _within_budget(lambda: alone_breakers(ev, result.keep), stage, "which kept nodes break alone"))
+        prefix = (_within_budget(lambda: prefix_answer(ev), stage, "Polygraphy's prefix answer")
+                  if with_prefix and not all_lowered else None)
         search_runs = proc.invocations
     stage("verifying the answer in a fresh target worker")
     verified, metrics, verify_runs, verify_info = _verify(session, lowering, target, tol, result.keep)
@@ -267,13 +285,23 @@ def _search(session: _Session, lowering: Lowering, target: str, tol: Tolerance, 
                      runtime_pins_unverified=list(pins.get("unverified", [])))
     return PrecisionResult(
         mode=lowering.mode, units=tuple(lowering.names(range(n))), keep_fp32=tuple(lowering.names(result.keep)),
-        minimal=result.minimal, alone=tuple(lowering.names(alone)),
+        minimal=result.minimal, alone=tuple(lowering.names(alone or ())),
         prefix_keep_fp32=None if prefix is None or prefix.found is None else tuple(lowering.names(range(prefix.found))),
         sensitivity=tuple(rows), meets_tolerance=verified, final_metrics=metrics, all_lowered_meets=all_lowered,
         invocations={"oracle": oracle_runs, "target": search_runs, "verification": verify_runs,
                      "search_tests": ev.stats().tests},
         lowering=_describe_lowering(lowering), seconds=time.monotonic() - started, files=tuple(files), extra=extra,
+        tolerance=tol, stop_reason=None if result.stop_reason is None else result.stop_reason.value,
     )
+
+
+def _within_budget(step: Callable[[], _T], stage: Callable[[str], None], what: str) -> _T | None:
+    """``step()``, or None when the search budget ran out during it (said on the stage line)."""
+    try:
+        return step()
+    except BudgetExhausted as exc:
+        stage(f"budget exhausted ({exc.reason.value}): skipped {what}")
+        return None
 
 
 def _baseline_error(target: str, lowering: Lowering, tester: PrecisionTester, universe: frozenset[int]) -> BackendError:

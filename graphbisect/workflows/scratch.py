@@ -1,13 +1,28 @@
-"""The work folder of a workflow: the caller's (kept afterwards), or a temporary one removed on exit."""
+"""The work folder of a workflow: the caller's (kept afterwards), or a temporary one removed on exit.
+
+A temporary folder holds the oracle's activation store (hundreds of MB on an OCR model). It is removed when
+the workflow returns or raises, and when the CLI is terminated (``SIGTERM``/``SIGHUP`` unwind like an
+exception, see :mod:`graphbisect.cli.main`). A process killed outright (``SIGKILL``, the OOM killer) cannot
+clean up, so each temporary folder names its owner process in ``.graphbisect-owner``, and the next work
+folder made on this machine removes the folders whose owner is gone.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["work_folder"]
+__all__ = ["reclaim_abandoned", "work_folder"]
+
+logger = logging.getLogger(__name__)
+
+OWNER_FILE = ".graphbisect-owner"
+_PREFIX = "graphbisect-"
 
 
 @contextlib.contextmanager
@@ -24,5 +39,40 @@ def work_folder(workdir: Path | None, prefix: str) -> Iterator[tuple[Path, bool]
         workdir.mkdir(parents=True, exist_ok=True)
         yield workdir, True
         return
-    with tempfile.TemporaryDirectory(prefix=f"graphbisect-{prefix}-") as tmp:
+    reclaim_abandoned()
+    with tempfile.TemporaryDirectory(prefix=f"{_PREFIX}{prefix}-") as tmp:
+        (Path(tmp) / OWNER_FILE).write_text(f"{os.getpid()}\n", encoding="utf-8")
         yield Path(tmp), False
+
+
+def reclaim_abandoned(root: Path | None = None) -> list[Path]:
+    """Remove this user's temporary work folders (under ``root``, default the temp folder) whose owner
+    process no longer exists; return them. Folders without an owner file are never touched."""
+    removed: list[Path] = []
+    base = Path(root or tempfile.gettempdir())
+    with contextlib.suppress(OSError):
+        for folder in base.glob(f"{_PREFIX}*"):
+            try:
+                if folder.is_symlink() or not folder.is_dir() or folder.stat().st_uid != os.getuid():
+                    continue
+                pid = int((folder / OWNER_FILE).read_text(encoding="utf-8").strip())
+            except (OSError, ValueError):
+                continue
+            if _alive(pid):
+                continue
+            shutil.rmtree(folder, ignore_errors=True)
+            logger.info("removed %s, left by process %d, which no longer exists", folder, pid)
+            removed.append(folder)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return True  # not ours to judge
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists under another user
+        return True
+    return True
