@@ -286,7 +286,8 @@ class BackendProcess:
             raise SpecError(f"cannot start a worker for {self.spec} with {self.python}: {exc}",
                             hint="python= must name an executable Python interpreter") from exc
         self._state.worker = worker
-        init = {"op": "init", "runtime": self.backend.runtime, "options": self.runtime_options}
+        init = {"op": "init", "runtime": self.backend.runtime, "options": self.runtime_options,
+                "path": list(self.backend.path)}
         self.worker_info = self._call_checked(init, max(self.timeout, MIN_START_SECONDS))
         logger.debug("started worker %d for %s: %s", worker.pid, self.spec, self.worker_info)
 

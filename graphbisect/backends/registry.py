@@ -2,6 +2,14 @@
 
 Adding a backend = one runtime module implementing :class:`~graphbisect.backends.base.Runtime` plus one
 row here. Nothing else dispatches on backend names.
+
+Backends outside graphbisect (a compiler team's own runtime) join the table without editing it: a Python
+entry point in the group ``graphbisect.backends`` (its name is the backend name, its object a Runtime
+class or a :class:`BackendInfo`), or :func:`register_backend` at run time. Their rows get everything the
+built-in ones get: isolated workers, specs, every command. A worker imports the runtime by module path,
+so the row records where the module lives (:attr:`BackendInfo.path`); a class defined in a script is
+imported from the script's file, which must keep its own work under ``if __name__ == "__main__":`` (the
+rule ``multiprocessing`` has for the same reason).
 """
 
 from __future__ import annotations
@@ -9,9 +17,13 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import logging
 import math
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
 
 from graphbisect.backends.base import BackendSpec, Capability
 from graphbisect.errors import BackendUnavailableError, SpecError
@@ -20,13 +32,23 @@ __all__ = [
     "BACKENDS",
     "DEFAULT_ORACLE",
     "DEFAULT_TARGET",
+    "ENTRY_POINT_GROUP",
     "HOST_OPTIONS",
     "Availability",
     "BackendInfo",
+    "all_backends",
     "get",
+    "import_runtime",
+    "register_backend",
     "resolve",
     "spec_timeout",
+    "unregister_backend",
 ]
+
+log = logging.getLogger(__name__)
+
+#: The entry point group of backends installed by other distributions.
+ENTRY_POINT_GROUP = "graphbisect.backends"
 
 C = Capability
 
@@ -64,6 +86,7 @@ class BackendInfo:
     #: The option (name, value) that makes a run describe what it compiled (Capability.COMPILED_GRAPH);
     #: graphbisect.localize.compiled reads the description from the run info.
     compiled_option: tuple[str, str] | None = None
+    path: tuple[str, ...] = ()  # folders a worker appends to sys.path to import ``runtime`` (custom backends)
 
     def has(self, capability: Capability) -> bool:
         return capability in self.capabilities
@@ -83,8 +106,7 @@ class BackendInfo:
         return Availability(True, None)
 
     def load_runtime_class(self) -> type:
-        module_name, _, class_name = self.runtime.partition(":")
-        return getattr(importlib.import_module(module_name), class_name)
+        return import_runtime(self.runtime, self.path)
 
 
 BACKENDS: tuple[BackendInfo, ...] = (
@@ -231,7 +253,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
 
 
 def get(name: str) -> BackendInfo:
-    """The table row for a backend name or alias.
+    """The table row for a backend name or alias (built-in, registered, or from an entry point).
 
     Example:
         >>> get("ort").name
@@ -241,8 +263,160 @@ def get(name: str) -> BackendInfo:
     for info in BACKENDS:
         if key == info.name or key in info.aliases:
             return info
-    known = ", ".join(info.name for info in BACKENDS)
-    raise SpecError(f"unknown backend {name!r}", hint=f"choose one of: {known} (see `graphbisect backends`)")
+    for info in (*_REGISTERED.values(), *_entry_point_backends()):
+        if key == info.name or key in info.aliases:
+            return info
+    known = ", ".join(info.name for info in all_backends())
+    raise SpecError(f"unknown backend {name!r}", hint=f"choose one of: {known} (see `graphbisect backends`; a "
+                    f"custom backend is registered with graphbisect.register_backend or an entry point in the "
+                    f"{ENTRY_POINT_GROUP!r} group)")
+
+
+# ---------------------------------------------------------------------------------------- custom backends
+_REGISTERED: dict[str, BackendInfo] = {}
+
+
+def all_backends() -> tuple[BackendInfo, ...]:
+    """Every backend: the built-in table, then entry points, then those registered in this process."""
+    rows = {info.name: info for info in (*_entry_point_backends(), *_REGISTERED.values())}
+    builtin = {info.name for info in BACKENDS}
+    return (*BACKENDS, *(info for name, info in rows.items() if name not in builtin))
+
+
+def register_backend(
+    runtime: type | str,
+    *,
+    name: str | None = None,
+    summary: str | None = None,
+    capabilities: Iterable[Capability | str] | None = None,
+    options: Mapping[str, str] | None = None,
+    aliases: Iterable[str] = (),
+    import_name: str | None = None,
+    distributions: Iterable[str] = (),
+    replace: bool = False,
+) -> BackendInfo:
+    """Add a backend to the table of this process: a class implementing
+    :class:`~graphbisect.backends.base.Runtime`, or its ``"module:Class"`` path.
+
+    Defaults come from the class: ``name`` (its ``name`` attribute, else the class name in lower case),
+    ``summary`` (the first docstring line), ``capabilities`` (its ``capabilities`` attribute, else
+    ``{onnx-input}``: it runs ONNX models) and ``options`` (its ``options`` attribute: documented spec
+    options; others are refused). The worker process imports the class by its module path, found through
+    the folder the module was loaded from; a class defined in a script is imported from the script's file.
+
+    Example:
+        >>> class Doubling:
+        ...     \"\"\"ONNX Runtime, with every output doubled (a deliberately wrong backend).\"\"\"
+        >>> info = register_backend(Doubling, name="doubling")        # doctest: +SKIP
+        >>> resolve("doubling")[1].runtime                              # doctest: +SKIP
+        '/path/to/script.py:Doubling'
+    """
+    info = _row(runtime, name=name, summary=summary, capabilities=capabilities, options=options, aliases=aliases,
+                import_name=import_name, distributions=distributions)
+    if any(info.name == row.name or info.name in row.aliases for row in BACKENDS):
+        raise SpecError(f"backend name {info.name!r} is taken by a built-in backend", hint="choose another name")
+    if info.name in _REGISTERED and not replace and _REGISTERED[info.name] != info:
+        raise SpecError(f"backend {info.name!r} is already registered ({_REGISTERED[info.name].runtime})",
+                        hint="pass replace=True to register another runtime under this name")
+    _REGISTERED[info.name] = info
+    return info
+
+
+def unregister_backend(name: str) -> None:
+    """Remove a backend registered with :func:`register_backend` (entry points stay)."""
+    _REGISTERED.pop(name.strip().lower(), None)
+
+
+def import_runtime(runtime: str, path: Iterable[str] = ()) -> type:
+    """Import a runtime class from ``"module:Class"`` or ``"/path/to/script.py:Class"`` (what workers do).
+
+    ``path`` folders are appended to ``sys.path`` first (appended: they must not shadow installed libraries).
+    """
+    for folder in path:
+        if folder not in sys.path:
+            sys.path.append(folder)
+    module_name, _, class_name = runtime.rpartition(":")
+    is_script = module_name.endswith(".py")
+    module = _import_script(Path(module_name)) if is_script else importlib.import_module(module_name)
+    target: object = module
+    for part in class_name.split("."):
+        target = getattr(target, part)
+    if not isinstance(target, type):
+        raise SpecError(f"runtime {runtime!r} is not a class", hint="register a class implementing Runtime")
+    return target
+
+
+#: The module name a script's runtime is imported under in a worker (not ``__main__``: the worker is that).
+_SCRIPT_MODULE = "__graphbisect_script__"
+
+
+def _import_script(path: Path) -> ModuleType:
+    if _SCRIPT_MODULE in sys.modules and getattr(sys.modules[_SCRIPT_MODULE], "__file__", None) == str(path):
+        return sys.modules[_SCRIPT_MODULE]
+    spec = importlib.util.spec_from_file_location(_SCRIPT_MODULE, path)
+    if spec is None or spec.loader is None:
+        raise SpecError(f"cannot import the runtime's script {path}", hint="register a class from a module or script")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_SCRIPT_MODULE] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _runtime_path(cls: type) -> tuple[str, tuple[str, ...]]:
+    """``("module:Class", folders)`` or ``("/abs/script.py:Class", ())`` for a class defined in a script."""
+    module = sys.modules.get(cls.__module__)
+    file = getattr(module, "__file__", None)
+    if cls.__module__ in ("__main__", _SCRIPT_MODULE):
+        if not file:
+            raise SpecError(f"runtime class {cls.__qualname__} is defined interactively: a worker process cannot "
+                            "import it", hint="define it in a module or a script file")
+        return f"{Path(file).resolve()}:{cls.__qualname__}", ()
+    if "<locals>" in cls.__qualname__:
+        raise SpecError(f"runtime class {cls.__qualname__} is defined inside a function: a worker process cannot "
+                        "import it", hint="define it at the top level of a module")
+    folders: tuple[str, ...] = ()
+    if file:
+        root = Path(file).resolve().parent
+        for _ in range(cls.__module__.count(".") + (Path(file).name == "__init__.py")):
+            root = root.parent
+        folders = (str(root),)
+    return f"{cls.__module__}:{cls.__qualname__}", folders
+
+
+def _row(runtime: type | str, *, name: str | None, summary: str | None,
+         capabilities: Iterable[Capability | str] | None, options: Mapping[str, str] | None, aliases: Iterable[str],
+         import_name: str | None, distributions: Iterable[str]) -> BackendInfo:
+    cls = import_runtime(runtime) if isinstance(runtime, str) else runtime
+    path, folders = (runtime, ()) if isinstance(runtime, str) else _runtime_path(cls)
+    name = (name or getattr(cls, "name", None) or cls.__name__).strip().lower()
+    if not name or ":" in name or "," in name:
+        raise SpecError(f"backend name {name!r} cannot be used in a spec", hint="use letters, digits, '-' and '_'")
+    doc = (cls.__doc__ or "").strip().splitlines()
+    caps = capabilities if capabilities is not None else getattr(cls, "capabilities", (Capability.ONNX_INPUT,))
+    return BackendInfo(
+        name=name, summary=summary or (doc[0] if doc else f"custom backend {path}"), runtime=path,
+        import_name=import_name, distributions=tuple(distributions), extra=None,
+        capabilities=frozenset(Capability(c) for c in caps),
+        options=dict(options if options is not None else getattr(cls, "options", {})),
+        aliases=tuple(a.lower() for a in aliases), path=folders,
+    )
+
+
+def _entry_point_backends() -> list[BackendInfo]:
+    """Rows of the backends other distributions declare in the ``graphbisect.backends`` entry point group."""
+    rows = []
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+            if isinstance(obj, BackendInfo):
+                rows.append(obj)
+            else:
+                rows.append(_row(obj, name=ep.name, summary=None, capabilities=None, options=None, aliases=(),
+                                 import_name=None, distributions=(ep.dist.name,) if ep.dist else ()))
+        except Exception as exc:  # a broken plug-in must not break graphbisect
+            log.warning("ignoring the %s entry point %r (%s): %s: %s", ENTRY_POINT_GROUP, ep.name, ep.value,
+                        type(exc).__name__, exc)
+    return rows
 
 
 def resolve(spec: BackendSpec | str, *, require_available: bool = True) -> tuple[BackendSpec, BackendInfo]:

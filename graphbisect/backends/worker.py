@@ -32,7 +32,6 @@ import argparse
 import contextlib
 import faulthandler
 import hashlib
-import importlib
 import json
 import logging
 import os
@@ -281,8 +280,9 @@ class _Server:
         return 0
 
     def init(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        module_name, _, class_name = request["runtime"].partition(":")
-        runtime_class = getattr(importlib.import_module(module_name), class_name)
+        from graphbisect.backends.registry import import_runtime
+
+        runtime_class = import_runtime(request["runtime"], request.get("path", ()))
         self.runtime = runtime_class(dict(request.get("options", {})), str(self.workdir))
         return {
             "ok": True,

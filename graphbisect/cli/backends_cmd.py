@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from graphbisect.backends.registry import BACKENDS, HOST_OPTIONS
+from graphbisect.backends.registry import HOST_OPTIONS, all_backends
 
 __all__ = ["add_arguments", "run"]
 
@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
-    for info in BACKENDS:
+    for info in all_backends():
         avail = info.availability()
         rows.append({
             "name": info.name, "aliases": list(info.aliases), "available": avail.available,

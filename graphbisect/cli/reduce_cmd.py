@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import shlex
 import sys
@@ -124,29 +123,21 @@ def _with_passes(args: argparse.Namespace, progress: ProgressLine) -> int:
         print("no culprit passes: nothing to reduce under them (run `graphbisect reduce` without --passes)")
         return 1 if found.failed else 0
     result = reduce_under_culprits(model, args.output, found, inputs=feeds, reduce_options=_options(args),
-                                   on_stage=progress.stage, on_progress=progress)
+                                   zip_bundle=args.zip, force=args.force, on_stage=progress.stage,
+                                   on_progress=progress)
     progress.close()
     return _report(result, args)
 
 
 def _resume(args: argparse.Namespace, progress: ProgressLine) -> int:
-    from graphbisect.model import load_model
-    from graphbisect.workflows.reduce import ReduceOptions, reduce_model, work_dir_for
+    from graphbisect.workflows.reduce import resume_reduction
 
-    state_path = work_dir_for(args.resume) / "run.json"
-    if not state_path.exists():
-        raise InputError(f"nothing to resume: {state_path} does not exist",
-                         hint="pass the -o folder of an interrupted `graphbisect reduce` run")
-    state = json.loads(state_path.read_text())
-    recorded = ReduceOptions.from_json(state["options"])
     # What the run computes comes from the recorded run; how it proceeds (budget, jobs, ...) from this command line.
-    options = dataclasses.replace(recorded, max_invocations=args.max_invocations, deadline_seconds=args.deadline,
-                                  jobs=args.jobs, timeout=args.timeout, keep_work=args.keep_work,
-                                  executor=args.executor)
-    model = load_model(Path(state["model"]))
     with _resume_line_on_interrupt(args.resume, progress):
-        result = reduce_model(model, args.resume, options=options, resume=True,
-                              zip_bundle=args.zip, on_progress=progress, on_stage=progress.stage)
+        result = resume_reduction(args.resume, max_invocations=args.max_invocations, deadline_seconds=args.deadline,
+                                  jobs=args.jobs, timeout=args.timeout, keep_work=args.keep_work,
+                                  executor=args.executor, zip_bundle=args.zip, on_progress=progress,
+                                  on_stage=progress.stage)
     progress.close()
     return _report(result, args)
 

@@ -13,26 +13,16 @@ do not match the sha256 its report.json records is *damaged*, and one whose reco
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import re
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from graphbisect.artifacts.bundle import BundleError, LoadedBundle, load_bundle
-from graphbisect.artifacts.repro import crash_key
+from graphbisect.artifacts.bundle import load_bundle
 from graphbisect.atomic import atomic_write_text
-from graphbisect.backends import BackendProcess, BackendSpec, RunResult
 from graphbisect.cli.common import backend_spec, output_path
-from graphbisect.compare import Comparison, compare_outputs
-from graphbisect.compare.nonfinite import warn_nonfinite_inputs
-from graphbisect.oracle.signature import FailureKind, Signature, signature_of
+from graphbisect.oracle.signature import FailureKind, Signature
+from graphbisect.workflows.verify import FIXED, REPRODUCES, Verification, runs_code, verify_bundle
 
 __all__ = ["Verification", "add_arguments", "run", "runs_code", "verify_bundle"]
-
-REPRODUCES, FIXED, DIFFERENT = "reproduces", "fixed", "different"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,98 +34,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trust", action="store_true",
                         help="run the recorded target even when it names a program (command:) or an interpreter "
                         "(python=): a bundle is a download, read its report.json first")
-
-
-@dataclass(frozen=True)
-class Verification:
-    """The outcome of re-running a bundle's target."""
-
-    outcome: str  # reproduces | fixed | different
-    recorded: Signature
-    observed: Signature
-    target: BackendSpec
-    run: RunResult
-    comparison: Comparison | None
-    note: str | None = None
-    recorded_message: str | None = None  # the raw crash message in the bundle
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "outcome": self.outcome,
-            "recorded": self.recorded.to_json(),
-            "observed": self.observed.to_json(),
-            "target": str(self.target),
-            "run": self.run.describe(),
-            "message": self.run.message,
-            "library": {k: self.run.info[k] for k in ("library", "library_version") if k in self.run.info},
-            "outputs": [s.to_json() for s in self.comparison.outputs] if self.comparison is not None else [],
-            "note": self.note,
-        }
-
-
-def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None, *,
-                  trust: bool = False) -> Verification:
-    """Re-run ``target`` (default: the recorded one) on the bundle and classify the result.
-
-    The recorded target runs only with ``trust`` when it names a program or an interpreter: the bundle's
-    author chose it (raises :class:`BundleError`). A ``target`` given here is the caller's own choice.
-    """
-    spec = BackendSpec.parse(target) if isinstance(target, str) else (target or bundle.target)
-    code = runs_code(spec)
-    if target is None and code is not None and not trust:
-        raise BundleError(
-            f"the bundle's recorded target {spec} would run {code}, chosen by whoever wrote the bundle",
-            hint="read the bundle's report.json; to run it anyway pass --trust, or name the target yourself "
-            "with --target SPEC",
-        )
-    recorded = bundle.signature
-    warn_nonfinite_inputs(bundle.inputs)
-    regex = re.compile(recorded.detail) if recorded.kind is FailureKind.REGEX else None
-    with tempfile.TemporaryDirectory(prefix="graphbisect-verify-") as workdir, \
-            BackendProcess(spec, workdir=Path(workdir)) as backend:
-        result = backend.run(bundle.model_path, bundle.inputs_path, list(bundle.oracle_outputs))
-        comparison = compare_outputs(bundle.oracle_outputs, result.outputs, bundle.tolerance) if result.ok else None
-        observed = signature_of(result, comparison, fail_regex=regex)
-        # Copy what we need before the outputs' memory maps lose their folder.
-        outputs = {name: value.copy() for name, value in result.outputs.items()}
-    result = dataclasses.replace(result, outputs=outputs)
-    return _classify(bundle, backend.spec, result, comparison, observed)
-
-
-def runs_code(spec: BackendSpec) -> str | None:
-    """What a spec runs beyond loading a model in a known library: a program or an interpreter, or None."""
-    if spec.name == "command":
-        return f"the program {spec.options.get('cmd', '')!r}"
-    if "python" in spec.options:
-        return f"the interpreter {spec.options['python']!r}"
-    return None
-
-
-def _classify(bundle: LoadedBundle, spec: BackendSpec, result: RunResult, comparison: Comparison | None,
-              observed: Signature) -> Verification:
-    recorded = bundle.signature
-
-    def verdict(outcome: str, note: str | None = None) -> Verification:
-        return Verification(outcome, recorded, observed, spec, result, comparison, note, bundle.target_message)
-
-    if recorded.matches(observed):
-        return verdict(REPRODUCES)
-    if _same_crash(bundle, recorded, observed, result):
-        return verdict(REPRODUCES, "the crash message differs from the recorded one only in volatile details "
-                       "(paths, line numbers)")
-    if not observed.failed:
-        return verdict(FIXED)
-    return verdict(DIFFERENT, "the recorded failure is gone but the target fails differently: the bug may be "
-                   "fixed while another one shows")
-
-
-def _same_crash(bundle: LoadedBundle, recorded: Signature, observed: Signature, result: RunResult) -> bool:
-    """Same crash kind, and the recorded message's stable part is in the new one (see repro.crash_key)."""
-    if recorded.kind is not observed.kind or recorded.kind not in (FailureKind.CRASH_LOAD, FailureKind.CRASH_RUN):
-        return False
-    expected = crash_key(bundle.target_message or recorded.detail)
-    actual = crash_key(f"{result.error_type}: {result.message}")
-    return bool(expected) and expected in actual
 
 
 def run(args: argparse.Namespace) -> int:

@@ -155,6 +155,7 @@ def signature_of(
 
 FLOAT_VALUES = "values beyond tolerance"
 EXACT_VALUES = "integer/boolean values differ"
+CHECK_REJECTED = "the Python check rejected the outputs"
 
 
 def _exact(dtype: str | None) -> bool:

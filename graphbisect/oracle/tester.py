@@ -27,11 +27,15 @@ import onnx
 from graphbisect.backends import BackendProcess, BackendSpec, RunResult
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.engine import Outcome, TestResult
+from graphbisect.errors import InputError
 from graphbisect.model.io import remove_model, save_proto
-from graphbisect.oracle.signature import EXACT_VALUES, FailureKind, Signature, signature_of
+from graphbisect.oracle.signature import CHECK_REJECTED, EXACT_VALUES, FailureKind, Signature, signature_of
 from graphbisect.strategies.subgraph import Candidate, SubgraphSpace
 
-__all__ = ["CandidateTester", "Judgement", "TargetPool", "WorkerPool", "judge"]
+__all__ = ["CandidateTester", "Judgement", "OutputCheck", "TargetPool", "WorkerPool", "judge"]
+
+#: A Python check: ``check(outputs, expected) -> bool``, True when the target's outputs are acceptable.
+OutputCheck = Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray]], bool]
 
 log = logging.getLogger(__name__)
 
@@ -91,22 +95,47 @@ class Judgement:
 
 
 def judge(run: RunResult, expected: Callable[[str], np.ndarray], outputs: Sequence[str], tol: Tolerance,
-          fail_regex: re.Pattern[str] | None = None) -> Judgement:
-    """Compare a target run with the oracle's values of ``outputs`` and compute its failure signature."""
+          fail_regex: re.Pattern[str] | None = None, *, check: OutputCheck | None = None) -> Judgement:
+    """Compare a target run with the oracle's values of ``outputs`` and compute its failure signature.
+
+    ``check`` (a Python callable) replaces the tolerance as the verdict on a run that completed: it gets the
+    target's values of ``outputs`` and the oracle's, and returns True when they are acceptable. The
+    comparison is still computed, for the report.
+    """
     comparison = None
     if run.ok:
         comparison = compare_outputs({name: expected(name) for name in outputs}, run.outputs, tol, outputs)
-    return Judgement(run, comparison, signature_of(run, comparison, fail_regex=fail_regex))
+    signature = signature_of(run, comparison, fail_regex=fail_regex)
+    if check is not None and run.ok and fail_regex is None:
+        signature = Signature(FailureKind.NONE) if _accepted(check, run, expected, outputs) else \
+            Signature(FailureKind.MISMATCH, CHECK_REJECTED)
+    return Judgement(run, comparison, signature)
+
+
+def _accepted(check: OutputCheck, run: RunResult, expected: Callable[[str], np.ndarray],
+              outputs: Sequence[str]) -> bool:
+    produced = {name: run.outputs[name] for name in outputs if name in run.outputs}
+    try:
+        return bool(check(produced, {name: expected(name) for name in outputs}))
+    except Exception as exc:
+        name = getattr(check, "__qualname__", repr(check))
+        raise InputError(f"the Python check {name} raised {type(exc).__name__}: {exc} "
+                         f"(outputs {', '.join(produced)})",
+                         hint="the check gets every candidate's outputs (the tensors it computes, not only the "
+                         "model's outputs) as dicts of arrays by name; make it return True or False for any "
+                         "of them") from exc
 
 
 class CandidateTester:
     """The engine's test function for subgraph candidates (see the module docstring)."""
 
     def __init__(self, space: SubgraphSpace, pool: TargetPool, baseline: Signature, tol: Tolerance, *,
-                 fail_regex: re.Pattern[str] | None = None, strict_band: bool = False, compare: bool = True) -> None:
-        """``compare=False``: the target's exit status is the verdict (an external check), no output is compared."""
+                 fail_regex: re.Pattern[str] | None = None, strict_band: bool = False, compare: bool = True,
+                 check: OutputCheck | None = None) -> None:
+        """``compare=False``: the target's exit status is the verdict (an external check), no output is compared.
+        ``check``: a Python callable judges the outputs instead of the tolerance (see :func:`judge`)."""
         self.space, self.pool, self.baseline, self.tol = space, pool, baseline, tol
-        self.fail_regex, self.strict_band, self.compare = fail_regex, strict_band, compare
+        self.fail_regex, self.strict_band, self.compare, self.check = fail_regex, strict_band, compare, check
 
     def __call__(self, keep: frozenset[int]) -> TestResult:
         try:
@@ -130,7 +159,7 @@ class CandidateTester:
         finally:
             remove_model(path)
         outputs = candidate.outputs if self.compare else ()
-        verdict = judge(run, self.space.values, outputs, self.tol, self.fail_regex)
+        verdict = judge(run, self.space.values, outputs, self.tol, self.fail_regex, check=self.check)
         if self.baseline.matches(verdict.signature, strict_band=self.strict_band):
             outcome = Outcome.FAIL
         elif verdict.signature.failed:
@@ -146,7 +175,8 @@ class CandidateTester:
         of its outputs alone (None when it can): an integer/boolean flip needs an integer or boolean output,
         a float error or a NaN a float one. Such candidates would cost a run and end UNRESOLVED or PASS,
         which the search treats alike, so they are not run."""
-        if not self.compare or self.baseline.kind not in (FailureKind.MISMATCH, FailureKind.NAN):
+        if not self.compare or self.baseline.kind not in (FailureKind.MISMATCH, FailureKind.NAN) or \
+                self.baseline.detail == CHECK_REJECTED:
             return None
         kinds = {_value_class(value.type.tensor_type.elem_type) for value in candidate.proto.graph.output}
         if self.baseline.detail == EXACT_VALUES:

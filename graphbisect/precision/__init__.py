@@ -2,35 +2,16 @@
 
 Each module is one concept: :mod:`.modes` (modes and lowerable nodes), :mod:`.rewrite` (the shared graph
 rewriter), :mod:`.casts` (FP16/BF16), :mod:`.calibration` and :mod:`.qdq` (INT8), :mod:`.lowering` (the
-façade the precision search uses).
+façade the precision search uses). Import from those modules: this package imports nothing, so that
+``import graphbisect`` (which every backend worker does, maybe under an interpreter without onnx) stays
+light, and ``graphbisect.precision`` the *function* of the public API is not shadowed by this package.
 
 Example:
-    >>> from graphbisect.precision import Lowering, PrecisionMode
+    >>> from graphbisect.precision.lowering import Lowering
+    >>> from graphbisect.precision.modes import PrecisionMode
     >>> lowered = Lowering(model, PrecisionMode.FP16).lower(keep_fp32=set())     # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-from graphbisect.precision.calibration import Calibration, CalibrationMethod, entropy_threshold, weight_scales
-from graphbisect.precision.casts import is_typed, lower_casts, round_to
-from graphbisect.precision.lowering import Lowering
-from graphbisect.precision.modes import DATA_MOVEMENT, FP16_TYPED_OPS, INT8_OPS, PrecisionMode, lowerable_nodes
-from graphbisect.precision.qdq import lower_qdq, weight_axis
-
-__all__ = [
-    "DATA_MOVEMENT",
-    "FP16_TYPED_OPS",
-    "INT8_OPS",
-    "Calibration",
-    "CalibrationMethod",
-    "Lowering",
-    "PrecisionMode",
-    "entropy_threshold",
-    "is_typed",
-    "lower_casts",
-    "lower_qdq",
-    "lowerable_nodes",
-    "round_to",
-    "weight_axis",
-    "weight_scales",
-]
+__all__: list[str] = []

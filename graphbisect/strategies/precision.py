@@ -38,7 +38,7 @@ from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.engine import Evaluator, Outcome, SearchResult, TestResult, bisect_prefix, probdd
 from graphbisect.localize.layerwise import LayerwiseReport
 from graphbisect.model.io import remove_model, save_proto
-from graphbisect.precision import Lowering
+from graphbisect.precision.lowering import Lowering
 
 __all__ = [
     "Measurement",

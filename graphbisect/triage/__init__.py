@@ -1,8 +1,9 @@
-"""Batch triage: one outcome per model (:mod:`.outcome`) and grouping outcomes into distinct bugs (:mod:`.dedup`)."""
+"""Batch triage: one outcome per model (:mod:`.outcome`) and grouping outcomes into distinct bugs (:mod:`.dedup`).
+
+Import from those modules: this package imports nothing, so that ``import graphbisect`` stays light and
+``graphbisect.triage`` the *function* of the public API is not shadowed by this package.
+"""
 
 from __future__ import annotations
 
-from graphbisect.triage.dedup import BugGroup, bug_key, group_bugs, pattern_hash
-from graphbisect.triage.outcome import ModelOutcome
-
-__all__ = ["BugGroup", "ModelOutcome", "bug_key", "group_bugs", "pattern_hash"]
+__all__: list[str] = []

@@ -313,12 +313,13 @@ def _fingerprint(s: _Session, space: PassSpace) -> str:
 # ------------------------------------------------------------------------------------ combined with reduce
 def reduce_under_culprits(model: Model, bundle_dir: Path, passes: PassesResult, *,
                           inputs: Mapping[str, np.ndarray], reduce_options: Any = None, resume: bool = False,
-                          on_stage: Callable[[str], None] | None = None,
+                          zip_bundle: bool = False, force: bool = False, on_stage: Callable[[str], None] | None = None,
                           on_progress: Callable[[ProgressEvent], None] | None = None) -> Any:
     """Reduce ``model`` with only the culprit passes enabled and add the control run to the bundle.
 
     ``reduce_options`` is a :class:`~graphbisect.workflows.reduce.ReduceOptions` (its target is replaced by
-    ``passes.culprit_target``); ``resume`` continues an interrupted run (see ``reduce_model``). Returns the
+    ``passes.culprit_target``); ``resume`` continues an interrupted run (see ``reduce_model``); ``zip_bundle``
+    also writes ``DIR.zip``; ``force`` replaces a bundle of another model. Returns the
     :class:`~graphbisect.workflows.reduce.ReduceResult`.
     """
     from graphbisect.workflows.reduce import ReduceOptions, reduce_model
@@ -334,7 +335,7 @@ def reduce_under_culprits(model: Model, bundle_dir: Path, passes: PassesResult, 
     options = dataclasses.replace(base, target=passes.culprit_target)
     stage = on_stage or (lambda _msg: None)
     return reduce_model(model, bundle_dir, inputs=inputs, options=options, resume=resume, on_stage=stage,
-                        on_progress=on_progress,
+                        on_progress=on_progress, zip_bundle=zip_bundle, force=force,
                         amend=lambda content: _with_control(content, passes, options.timeout, stage))
 
 

@@ -49,7 +49,9 @@ from graphbisect.errors import BackendError, InputError
 from graphbisect.localize.layerwise import analyze_layers
 from graphbisect.model import Model
 from graphbisect.model.io import save_proto
-from graphbisect.precision import Calibration, CalibrationMethod, Lowering, PrecisionMode
+from graphbisect.precision.calibration import Calibration, CalibrationMethod
+from graphbisect.precision.lowering import Lowering
+from graphbisect.precision.modes import PrecisionMode
 from graphbisect.strategies.precision import (
     PrecisionTester,
     SensitivityRow,

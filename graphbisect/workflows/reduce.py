@@ -27,7 +27,7 @@ import re
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ from graphbisect.engine import (
     SearchResult,
     StopReason,
 )
-from graphbisect.errors import BackendError, GraphBisectError
+from graphbisect.errors import BackendError, GraphBisectError, InputError
 from graphbisect.executors.candidates import ExecutorPool
 from graphbisect.localize.compiled import CompiledGraph
 from graphbisect.localize.layerwise import analyze_layers
@@ -56,12 +56,12 @@ from graphbisect.lockfile import folder_lock
 from graphbisect.model import Model
 from graphbisect.model.io import remove_model, save_proto
 from graphbisect.oracle.signature import FailureKind, Signature
-from graphbisect.oracle.tester import CandidateTester, TargetPool, WorkerPool, judge
+from graphbisect.oracle.tester import CandidateTester, OutputCheck, TargetPool, WorkerPool, judge
 from graphbisect.strategies.subgraph import SubgraphSpace, plan
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
 from graphbisect.workflows.probe import compiled_of, describing_spec, plan_probe
 
-__all__ = ["ReduceOptions", "ReduceResult", "reduce_model", "work_dir_for"]
+__all__ = ["ReduceOptions", "ReduceResult", "reduce_model", "resume_reduction", "work_dir_for"]
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +83,14 @@ class ReduceOptions:
     check: str | None = None  # external check command (Polygraphy-style): its exit status is the verdict
     fail_code: int | None = None  # with check: only this exit code is the failure
     executor: str | None = None  # candidate runs as tasks of this executor (local, ray[:ADDRESS]); None: own workers
+    # A Python check(outputs, expected) -> bool (True: acceptable) judging outputs instead of the tolerance;
+    # recorded by name only, so a resumed run must be given it again.
+    output_check: OutputCheck | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        check = self.output_check
+        data["output_check"] = None if check is None else getattr(check, "__qualname__", repr(check))
         data["tolerance"] = {"atol": self.tolerance.atol, "rtol": self.tolerance.rtol,
                              "min_cosine": self.tolerance.min_cosine,
                              "per_output": {k: list(v) for k, v in self.tolerance.per_output.items()}}
@@ -96,7 +101,7 @@ class ReduceOptions:
         tol = data["tolerance"]
         tolerance = Tolerance(atol=tol["atol"], rtol=tol["rtol"], min_cosine=tol["min_cosine"],
                               per_output={k: (v[0], v[1]) for k, v in tol["per_output"].items()})
-        return cls(**{**data, "tolerance": tolerance})
+        return cls(**{**data, "tolerance": tolerance, "output_check": None})
 
 
 #: Options that control how a run proceeds, not what it computes: a resumed run may change them.
@@ -298,7 +303,8 @@ class _Run:
         with BackendProcess(spec or self.target_spec, workdir=workdir, timeout=self.options.timeout) as proc:
             run = proc.run(self.work / "model.onnx", self.work / "inputs.npz")
         self.count("target")
-        signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex).signature
+        signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex,
+                          check=self.options.output_check).signature
         compiled = compiled_of(self.model, run.info) if run.ok and spec is not None else None
         if spec is not None:  # ORT wrote a copy of every weight beside the optimized graph: read, then gone
             shutil.rmtree(workdir, ignore_errors=True)
@@ -327,7 +333,8 @@ class _Run:
         remove_model(probe)
         if not run.ok:
             return None, [], {}, [f"the target failed on the probed model ({run.describe()}); no layerwise hints"]
-        signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex).signature
+        signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex,
+                          check=self.options.output_check).signature
         report = analyze_layers(self.model.nodes, store, run.outputs, self.tol, compiled=compiled)
         if report.first_divergence is None:
             return signature, [], {}, ["probe masking: with the intermediates exposed the target agrees with "
@@ -352,7 +359,8 @@ class _Run:
             if self.options.executor else
             WorkerPool(self.target_spec, jobs, self.work / "target", timeout=self.options.timeout))
         tester = CandidateTester(space, pool, baseline, self.tol, fail_regex=self.regex,
-                                 strict_band=self.options.strict_band, compare=not self.options.check)
+                                 strict_band=self.options.strict_band, compare=not self.options.check,
+                                 check=self.options.output_check)
         journal = Journal.open(self.work / "journal.jsonl", fingerprint=self.model.fingerprint)
         # The budget is this session's: resuming with --max-invocations N buys N more candidate runs.
         budget = Budget(max_invocations=self.options.max_invocations, deadline_seconds=self.options.deadline_seconds)
@@ -368,7 +376,7 @@ class _Run:
 
 
 def reduce_model(
-    model: Model,
+    model: Model | str | Path,
     bundle_dir: Path,
     *,
     inputs: Mapping[str, np.ndarray] | None = None,
@@ -382,24 +390,40 @@ def reduce_model(
 ) -> ReduceResult:
     """Reduce ``model`` to a minimal subgraph that fails the same way and write the bundle to ``bundle_dir``.
 
-    ``inputs`` may be None only when resuming (the first run saved them). ``amend`` lets a calling workflow add
+    ``model`` is a loaded :class:`Model` or a path (loaded here); ``inputs`` may be None only when resuming
+    (the first run saved them). ``amend`` lets a calling workflow add
     what it knows to the bundle (a control spec, report facts, sections) before it is written atomically.
     ``force`` replaces a bundle of another model in ``bundle_dir``. Before any backend runs, ``bundle_dir`` is
     checked (writable; new, empty or a previous bundle) and its work folder locked: a second reduction
     writing the same place stops at once. See the module docstring.
     """
     options = options or ReduceOptions()
+    if not isinstance(model, Model):
+        from graphbisect.model import load_model
+
+        model = load_model(model)
+    if inputs is None and not resume:
+        raise InputError("reduce_model needs the model's inputs (only a resumed run has them saved)",
+                         hint="pass inputs=, e.g. graphbisect.data.random_inputs(model), or use graphbisect.reduce, "
+                         "which draws seeded random inputs when none are given")
     r = _Run(model, options, bundle_dir, on_progress, on_stage or (lambda _msg: None))
     r.force = force
     check_destination(r.bundle_dir, fingerprint=model.fingerprint, force=force)
-    with folder_lock(r.work, what=f"a reduction writing {r.bundle_dir}"):
-        return _reduce(r, inputs, resume=resume, zip_bundle=zip_bundle, amend=amend)
+    fresh = not r.work.exists()
+    try:
+        with folder_lock(r.work, what=f"a reduction writing {r.bundle_dir}"):
+            return _reduce(r, inputs, resume=resume, zip_bundle=zip_bundle, amend=amend)
+    except GraphBisectError:
+        # Nothing to resume from (no candidate was tried): leave no work folder behind.
+        if fresh and not resume and not (r.work / "journal.jsonl").exists():
+            shutil.rmtree(r.work, ignore_errors=True)
+        raise
 
 
 def _reduce(r: _Run, inputs: Mapping[str, np.ndarray] | None, *, resume: bool, zip_bundle: bool,
             amend: Callable[[BundleContent], BundleContent] | None) -> ReduceResult:
     """The steps of :func:`reduce_model`, under its lock."""
-    model, options = r.model, r.options
+    options = r.options
     r.prepare(inputs, resume=resume)
     store = r.capture()
     values = r.values(store)
@@ -410,7 +434,7 @@ def _reduce(r: _Run, inputs: Mapping[str, np.ndarray] | None, *, resume: bool, z
                        "the first run's signature is the baseline")
     if not baseline.failed:
         return _no_failure(r, baseline, flaky)
-    space = SubgraphSpace(model, values, r.work / "candidates", cut_as_initializers=options.cut_as_initializers)
+    space = SubgraphSpace(r.model, values, r.work / "candidates", cut_as_initializers=options.cut_as_initializers)
     result, evaluator, pool = r.search(space, baseline, base.hints, base.priors)
     r.count("target", pool.invocations)
     pool.close()
@@ -422,6 +446,40 @@ def _reduce(r: _Run, inputs: Mapping[str, np.ndarray] | None, *, resume: bool, z
     stats = evaluator.stats()
     return _finish(r, space, result, {"tests": stats.tests, "cache_hits": stats.cache_hits}, baseline=baseline,
                    flaky=flaky, verification=verification, zip_bundle=zip_bundle, amend=amend)
+
+
+def resume_reduction(
+    bundle_dir: Path,
+    *,
+    max_invocations: int | None = None,
+    deadline_seconds: float | None = None,
+    jobs: int = 1,
+    timeout: float | None = None,
+    keep_work: bool = False,
+    executor: str | None = None,
+    output_check: OutputCheck | None = None,
+    zip_bundle: bool = False,
+    on_progress: Callable[[ProgressEvent], None] | None = None,
+    on_stage: Callable[[str], None] | None = None,
+) -> ReduceResult:
+    """Continue the interrupted reduction that was writing ``bundle_dir`` (``graphbisect reduce --resume``).
+
+    What it computes (model, inputs, oracle, target, tolerance) is the recorded run's; how it proceeds (budget,
+    jobs, timeout, clean-up) is given here. A run judged by a Python ``output_check`` needs it again.
+    """
+    from graphbisect.model import load_model
+
+    state_path = work_dir_for(bundle_dir) / "run.json"
+    if not state_path.exists():
+        raise InputError(f"nothing to resume: {state_path} does not exist",
+                         hint="pass the -o folder of an interrupted `graphbisect reduce` run")
+    state = json.loads(state_path.read_text())
+    recorded = ReduceOptions.from_json(state["options"])
+    options = replace(recorded, max_invocations=max_invocations, deadline_seconds=deadline_seconds, jobs=jobs,
+                      timeout=timeout, keep_work=keep_work, executor=executor, output_check=output_check)
+    model = load_model(Path(state["model"]))
+    return reduce_model(model, bundle_dir, options=options, resume=True, zip_bundle=zip_bundle,
+                        on_progress=on_progress, on_stage=on_stage)
 
 
 @dataclass(frozen=True)
@@ -449,7 +507,7 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], baseline: Signa
     with BackendProcess(r.target_spec, workdir=r.work / "verify-target", timeout=r.options.timeout) as proc:
         run = proc.run(path, dict(candidate.feeds))
     r.count("target")
-    verdict = judge(run, values, r.compared(candidate.outputs), r.tol, r.regex)
+    verdict = judge(run, values, r.compared(candidate.outputs), r.tol, r.regex, check=r.options.output_check)
     target_ok = baseline.matches(verdict.signature, strict_band=r.options.strict_band)
     if not target_ok:
         r.notes.append(f"re-verification in a fresh worker gave {verdict.signature.describe()} "

@@ -64,8 +64,13 @@ EXACT = Tolerance(atol=0.0, rtol=0.0)
 
 @dataclass(frozen=True)
 class RecordResult:
+    """One build's tactic record and the run that produced it."""
+
     record: TacticRecord
     run: RunResult
+
+    def to_json(self) -> dict[str, object]:
+        return {"run": self.run.describe(), "record": self.record.to_json()}
 
 
 @dataclass(frozen=True)
@@ -122,9 +127,9 @@ def _tactics_spec(target: BackendSpec | str) -> BackendSpec:
 
 
 def _backends_with_tactics() -> list[Any]:
-    from graphbisect.backends.registry import BACKENDS
+    from graphbisect.backends.registry import all_backends
 
-    return [b for b in BACKENDS if b.has(Capability.TACTICS)]
+    return [b for b in all_backends() if b.has(Capability.TACTICS)]
 
 
 @contextmanager

@@ -114,6 +114,12 @@ class TriageResult:
     skipped: tuple[str, ...]  # finished in an earlier run, not run again
     seconds: float
 
+    def to_json(self) -> dict[str, Any]:
+        """The models' outcomes, the distinct bugs, and the run (summary.json holds the same facts)."""
+        return {"outcomes": [o.to_json() for o in self.outcomes], "bugs": [b.to_json() for b in self.bugs],
+                "summary": {k: str(v) for k, v in self.summary.items()}, "executor": self.executor,
+                "skipped": list(self.skipped), "seconds": round(self.seconds, 3)}
+
     def by_status(self, status: str) -> list[ModelOutcome]:
         return [o for o in self.outcomes if o.status == status]
 

@@ -131,7 +131,8 @@ def test_strongly_typed_network_runs_the_typed_fp16_model(trt: object, folder: P
                                                           feed: dict[str, np.ndarray]) -> None:
     """TensorRT 11's mixed precision: Cast islands in the ONNX model, a strongly typed network (typed=1)."""
     from graphbisect.model import load_model
-    from graphbisect.precision import Lowering, PrecisionMode
+    from graphbisect.precision.lowering import Lowering
+    from graphbisect.precision.modes import PrecisionMode
 
     model = load_model(folder / "static.onnx")
     lowering = Lowering(model, PrecisionMode.FP16, typed=True)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from graphbisect.errors import InputError
-from graphbisect.precision import Calibration, CalibrationMethod, entropy_threshold
+from graphbisect.precision.calibration import Calibration, CalibrationMethod, entropy_threshold
 
 
 def _kl_threshold_directly(magnitudes: np.ndarray, levels: int, bins: int) -> float:

@@ -14,7 +14,10 @@ from graphbisect.data import random_inputs
 from graphbisect.examples.precision_models import cnn_inputs, residual_cnn
 from graphbisect.model import load_model
 from graphbisect.model.io import save_proto
-from graphbisect.precision import Calibration, Lowering, PrecisionMode, lowerable_nodes, round_to, weight_scales
+from graphbisect.precision.calibration import Calibration, weight_scales
+from graphbisect.precision.casts import round_to
+from graphbisect.precision.lowering import Lowering
+from graphbisect.precision.modes import PrecisionMode, lowerable_nodes
 
 
 @pytest.fixture(scope="module")

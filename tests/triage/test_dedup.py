@@ -6,7 +6,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from graphbisect.triage import ModelOutcome, bug_key, group_bugs, pattern_hash
+from graphbisect.triage.dedup import bug_key, group_bugs, pattern_hash
+from graphbisect.triage.outcome import ModelOutcome
 
 
 def norm(prefix: str, *, keepdims: int = 0, eps: float = 1e-5, gamma: float = 1.0, swap: bool = False

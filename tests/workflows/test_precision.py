@@ -25,7 +25,9 @@ from graphbisect.errors import InputError
 from graphbisect.examples import transformer_inputs
 from graphbisect.examples.precision_models import cancelling_net, cnn_inputs, residual_cnn, sensitive_transformer
 from graphbisect.model import Model, load_model
-from graphbisect.precision import Calibration, CalibrationMethod, Lowering, PrecisionMode
+from graphbisect.precision.calibration import Calibration, CalibrationMethod
+from graphbisect.precision.lowering import Lowering
+from graphbisect.precision.modes import PrecisionMode
 from graphbisect.strategies.precision import PrecisionTester
 from graphbisect.workflows.precision import PrecisionResult, find_precision
 

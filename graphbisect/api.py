@@ -1,0 +1,398 @@
+"""The public Python API: every CLI job in a few lines, with the CLI's defaults.
+
+Each function takes what a user has — a model as a path, an ``onnx.ModelProto``, a Paddle inference model
+folder or an already loaded :class:`~graphbisect.model.Model`; inputs as a dict of arrays, a file (``.npz``,
+``.npy``, ``.pb``, Polygraphy JSON) or nothing (seeded random inputs) — and returns a result dataclass whose
+attributes are the fields of the command's ``--json`` output (``result.to_json()`` is that JSON). Errors are
+:class:`~graphbisect.errors.GraphBisectError` subclasses with a ``hint``: :class:`~graphbisect.errors.ModelError`
+(the model), :class:`~graphbisect.errors.InputError` (inputs, options), :class:`~graphbisect.errors.SpecError`
+(a backend spec), :class:`~graphbisect.errors.BackendUnavailableError` (library not installed) and
+:class:`~graphbisect.errors.BackendError` (a backend could not be driven at all). A backend that crashes or
+computes wrong values is a *result*, not an error.
+
+Example:
+    >>> import graphbisect as gb
+    >>> found = gb.compare("model.onnx", target="openvino")                 # doctest: +SKIP
+    >>> found.passed, found.to_json()["first_divergence"]                     # doctest: +SKIP
+    >>> bug = gb.reduce("model.onnx", "bug-report", target="ort:opt_level=all")  # doctest: +SKIP
+    >>> bug.final_nodes, bug.bundle                                           # doctest: +SKIP
+
+This module imports only the standard library at import time: every workflow is imported when called,
+so ``import graphbisect`` stays cheap (backend workers import the package too).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Union
+
+from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+
+    from graphbisect.compare import Tolerance
+    from graphbisect.model import Model
+    from graphbisect.tactics import TacticRecord
+    from graphbisect.workflows.compare import CompareResult
+    from graphbisect.workflows.passes import PassesResult
+    from graphbisect.workflows.precision import PrecisionResult
+    from graphbisect.workflows.reduce import ReduceResult
+    from graphbisect.workflows.tactics import IsolateResult, RecordResult, ReplayResult
+    from graphbisect.workflows.triage import TriageResult
+    from graphbisect.workflows.verify import Verification
+
+__all__ = [
+    "DEFAULT_ORACLE",
+    "DEFAULT_TARGET",
+    "InputsSource",
+    "ModelSource",
+    "OutputCheck",
+    "Tactics",
+    "compare",
+    "load_model",
+    "passes",
+    "precision",
+    "reduce",
+    "tactics",
+    "triage",
+    "verify",
+]
+
+#: A model: an ONNX file or Paddle inference model (folder or path prefix), a ``ModelProto``, or a loaded Model.
+ModelSource = Union[str, "os.PathLike[str]", "onnx.ModelProto", "Model"]
+#: Inputs: a dict of arrays by input name, a file (.npz, .npy, .pb file or folder, JSON), or None (seeded random).
+InputsSource = Union[Mapping[str, "np.ndarray"], str, "os.PathLike[str]", None]
+#: A Python check: ``check(outputs, expected) -> bool``, True when the target's ``outputs`` are acceptable.
+OutputCheck = Callable[[Mapping[str, "np.ndarray"], Mapping[str, "np.ndarray"]], bool]
+
+
+def load_model(source: ModelSource) -> Model:
+    """Load and normalize a model: an ONNX path, a ``ModelProto`` (copied, never modified), a Paddle inference
+    model (folder or prefix; converted with paddle2onnx and cached), or a :class:`Model` (returned as is).
+
+    Raises :class:`~graphbisect.errors.ModelError` naming the file and what is wrong with it.
+
+    Example:
+        >>> model = load_model("resnet50.onnx")          # doctest: +SKIP
+        >>> len(model.nodes), model.input_names          # doctest: +SKIP
+    """
+    from graphbisect.model import Model
+    from graphbisect.model import load_model as _load
+
+    if isinstance(source, Model):
+        return source
+    return _load(source if not isinstance(source, os.PathLike) else Path(source))
+
+
+def compare(
+    model: ModelSource,
+    *,
+    oracle: str = DEFAULT_ORACLE,
+    target: str = DEFAULT_TARGET,
+    inputs: InputsSource = None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    seed: int = 0,
+    atol: float = 1e-4,
+    rtol: float = 1e-3,
+    tolerance: Tolerance | None = None,
+    layerwise: bool = True,
+    workdir: str | os.PathLike[str] | None = None,
+) -> CompareResult:
+    """Run ``target`` and ``oracle`` on the model (``graphbisect compare``): the verdict on the outputs, and
+    with ``layerwise`` the per-tensor table, first divergence and root causes.
+
+    ``tolerance`` (a :class:`~graphbisect.compare.Tolerance`, with per-output overrides) replaces
+    ``atol``/``rtol``. ``workdir`` keeps the normalized model, inputs and the oracle's activations.
+
+    Example:
+        >>> r = compare("model.onnx", target="openvino", atol=1e-3)    # doctest: +SKIP
+        >>> r.passed, r.layerwise.first_divergence.node                  # doctest: +SKIP
+    """
+    from graphbisect.workflows.compare import compare_models
+
+    loaded = load_model(model)
+    return compare_models(loaded, oracle=oracle, target=target, inputs=_feeds(loaded, inputs, shapes, seed),
+                          tolerance=_tolerance(tolerance, atol, rtol), workdir=_path(workdir),
+                          layerwise=layerwise, seed=seed)
+
+
+def reduce(
+    model: ModelSource,
+    output: str | os.PathLike[str],
+    *,
+    oracle: str = DEFAULT_ORACLE,
+    target: str = DEFAULT_TARGET,
+    inputs: InputsSource = None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    seed: int = 0,
+    atol: float = 1e-4,
+    rtol: float = 1e-3,
+    tolerance: Tolerance | None = None,
+    check: str | OutputCheck | None = None,
+    fail_code: int | None = None,
+    fail_regex: str | None = None,
+    passes: bool = False,
+    strict_band: bool = False,
+    max_invocations: int | None = None,
+    deadline: float | None = None,
+    jobs: int = 1,
+    executor: str | None = None,
+    timeout: float | None = None,
+    layerwise: bool = True,
+    keep_work: bool = False,
+    zip: bool = False,
+    resume: bool = False,
+    force: bool = False,
+) -> ReduceResult:
+    """Shrink a failing model to a 1-minimal subgraph that fails the same way and write the bug-report bundle
+    to ``output`` (``graphbisect reduce``).
+
+    ``check`` replaces the output comparison: a shell command with ``{model}`` and ``{inputs}`` whose non-zero
+    exit is the failure (``--check``; ``fail_code`` narrows it to one exit code), or a Python callable
+    ``check(outputs, expected) -> bool`` that gets the target's outputs and the oracle's values of the same
+    tensors (a candidate's outputs are the tensors it computes, not always the model's outputs) and returns
+    True when they are acceptable. ``passes=True`` first finds the culprit optimization passes and reduces
+    under them (``--passes``). ``resume=True`` continues the interrupted reduction that was writing
+    ``output`` (its model, inputs and options are the recorded ones). The work folder ``OUTPUT.work`` is
+    removed when the result is 1-minimal (or the reduction failed before its search), and kept for
+    ``resume`` otherwise or with ``keep_work``. ``output`` must be new, empty or a bundle of the same model;
+    ``force=True`` replaces a bundle of another model.
+
+    Example:
+        >>> r = reduce("model.onnx", "bug-report", target="openvino", zip=True)   # doctest: +SKIP
+        >>> r.final_nodes, r.kept_nodes, r.bundle                                  # doctest: +SKIP
+    """
+    from graphbisect.workflows.reduce import ReduceOptions, reduce_model, resume_reduction
+
+    bundle = Path(output)
+    if resume:
+        return resume_reduction(bundle, max_invocations=max_invocations, deadline_seconds=deadline, jobs=jobs,
+                                timeout=timeout, keep_work=keep_work, executor=executor, zip_bundle=zip)
+    command, output_check = (check, None) if isinstance(check, str) or check is None else (None, check)
+    options = ReduceOptions(
+        oracle=oracle, target=target, tolerance=_tolerance(tolerance, atol, rtol), fail_regex=fail_regex,
+        strict_band=strict_band, max_invocations=max_invocations, deadline_seconds=deadline, jobs=jobs,
+        layerwise=layerwise, timeout=timeout, keep_work=keep_work, check=command, fail_code=fail_code,
+        executor=executor, output_check=output_check)
+    loaded = load_model(model)
+    feeds = _feeds(loaded, inputs, shapes, seed)
+    if not passes:
+        return reduce_model(loaded, bundle, inputs=feeds, options=options, zip_bundle=zip, force=force)
+    from graphbisect.artifacts.bundle import check_destination
+    from graphbisect.errors import InputError
+    from graphbisect.workflows.passes import PassesOptions, find_culprit_passes, reduce_under_culprits
+
+    check_destination(bundle, force=force)  # before the pass search runs anything
+    found = find_culprit_passes(loaded, inputs=feeds, options=PassesOptions(
+        oracle=oracle, target=target, tolerance=options.tolerance, strict_band=strict_band, timeout=timeout))
+    if not found.culprits:
+        raise InputError(f"no culprit optimization passes on {target} ({found.signature.describe()}): nothing to "
+                         "reduce under them", hint="reduce without passes=True")
+    return reduce_under_culprits(loaded, bundle, found, inputs=feeds, reduce_options=options, zip_bundle=zip,
+                                 force=force)
+
+
+def passes(
+    model: ModelSource,
+    *,
+    oracle: str = DEFAULT_ORACLE,
+    target: str = DEFAULT_TARGET,
+    inputs: InputsSource = None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    seed: int = 0,
+    atol: float = 1e-4,
+    rtol: float = 1e-3,
+    tolerance: Tolerance | None = None,
+    strict_band: bool = False,
+    max_invocations: int | None = None,
+    timeout: float | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+) -> PassesResult:
+    """The target's optimization passes responsible for the failure (``graphbisect passes``): ``culprits``
+    (a 1-minimal set to disable), ``required`` (a 1-minimal set that reproduces it alone), ``fixed_target``
+    (the workaround spec). To also reduce the model under them, use ``reduce(..., passes=True)``.
+
+    Example:
+        >>> p = passes("model.onnx")                     # doctest: +SKIP
+        >>> p.culprits, p.fixed_target                   # doctest: +SKIP
+    """
+    from graphbisect.workflows.passes import PassesOptions, find_culprit_passes
+
+    loaded = load_model(model)
+    options = PassesOptions(oracle=oracle, target=target, tolerance=_tolerance(tolerance, atol, rtol),
+                            strict_band=strict_band, timeout=timeout, max_invocations=max_invocations)
+    return find_culprit_passes(loaded, inputs=_feeds(loaded, inputs, shapes, seed), options=options,
+                               workdir=_path(workdir))
+
+
+def precision(
+    model: ModelSource,
+    *,
+    mode: str = "fp16",
+    oracle: str = DEFAULT_ORACLE,
+    target: str = DEFAULT_TARGET,
+    inputs: InputsSource = None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    seed: int = 0,
+    atol: float = 1e-2,
+    rtol: float = 1e-2,
+    tolerance: Tolerance | None = None,
+    sensitivity: bool = False,
+    prefix: bool = True,
+    calibration: str = "minmax",
+    max_invocations: int | None = None,
+    output: str | os.PathLike[str] | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+) -> PrecisionResult:
+    """The fewest nodes that must stay FP32 when the rest runs in ``mode`` (fp16, bf16 or int8), judged at
+    ``atol``/``rtol`` (default 1e-2 each, as ``graphbisect precision``). ``output`` receives the
+    mixed-precision model and the override configs for TensorRT, ORT, Paddle and OpenVINO.
+
+    Example:
+        >>> p = precision("model.onnx", mode="int8")     # doctest: +SKIP
+        >>> p.keep_fp32, p.meets_tolerance               # doctest: +SKIP
+    """
+    from graphbisect.workflows.precision import find_precision
+
+    loaded = load_model(model)
+    return find_precision(loaded, mode=mode, oracle=oracle, target=target,
+                          inputs=_feeds(loaded, inputs, shapes, seed), tolerance=_tolerance(tolerance, atol, rtol),
+                          workdir=_path(workdir), out_dir=_path(output), with_sensitivity=sensitivity,
+                          with_prefix=prefix, calibration=calibration, max_invocations=max_invocations, seed=seed)
+
+
+def verify(bundle: str | os.PathLike[str], *, target: str | None = None, trust: bool = False) -> Verification:
+    """Re-run a bundle (folder or .zip) on its recorded target or on ``target`` (``graphbisect verify``):
+    ``outcome`` is ``"reproduces"``, ``"fixed"`` or ``"different"``. A recorded target that runs a program
+    (``command:``) or an interpreter (``python=``) runs only with ``trust=True`` (a bundle is a download).
+
+    Example:
+        >>> verify("bug-report", target="ort:opt_level=all,python=/opt/ort-next/bin/python").outcome  # doctest: +SKIP
+        'fixed'
+    """
+    from graphbisect.artifacts.bundle import load_bundle
+    from graphbisect.workflows.verify import verify_bundle
+
+    with load_bundle(Path(bundle)) as loaded:
+        return verify_bundle(loaded, target, trust=trust)
+
+
+def triage(
+    input_dir: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    oracle: str = DEFAULT_ORACLE,
+    target: str = DEFAULT_TARGET,
+    atol: float = 1e-4,
+    rtol: float = 1e-3,
+    tolerance: Tolerance | None = None,
+    passes: bool = True,
+    seed: int = 0,
+    executor: str = "local",
+    jobs: int | None = None,
+    candidate_jobs: int = 1,
+    max_invocations: int | None = None,
+    timeout: float | None = None,
+) -> TriageResult:
+    """Compare, ablate passes, reduce and bundle every model of ``input_dir`` into ``output``, then group the
+    failures into distinct bugs (``graphbisect triage``); re-running on the same ``output`` skips finished
+    models.
+
+    Example:
+        >>> t = triage("failing-models/", "triage-out", jobs=2)     # doctest: +SKIP
+        >>> [(bug.count, bug.culprits) for bug in t.bugs]             # doctest: +SKIP
+    """
+    from graphbisect.workflows.triage import TriageOptions
+    from graphbisect.workflows.triage import triage as _triage
+
+    options = TriageOptions(oracle=oracle, target=target, tolerance=_tolerance(tolerance, atol, rtol),
+                            passes=passes, seed=seed, candidate_jobs=candidate_jobs,
+                            max_invocations=max_invocations, timeout=timeout)
+    return _triage(Path(input_dir), Path(output), options=options, executor=executor, jobs=jobs)
+
+
+@dataclass(frozen=True)
+class Tactics:
+    """``graphbisect.tactics``: record, replay and isolate per-node kernel choices (``graphbisect tactics``).
+
+    Example:
+        >>> good = tactics.record("model.onnx").record                                     # doctest: +SKIP
+        >>> tactics.isolate("model.onnx", good=good, bad=bad, oracle="reference").to_json()  # doctest: +SKIP
+    """
+
+    default_target: str = "openvino"
+
+    def record(self, model: ModelSource, *, target: str | None = None, inputs: InputsSource = None,
+               shapes: Mapping[str, Sequence[int]] | None = None, seed: int = 0) -> RecordResult:
+        """Build and run the model once; ``.record`` is the build's kernel choice per ONNX node."""
+        from graphbisect.workflows.tactics import record_tactics
+
+        loaded = load_model(model)
+        return record_tactics(loaded, target or self.default_target, inputs=_feeds(loaded, inputs, shapes, seed))
+
+    def replay(self, model: ModelSource, record: TacticRecord | str | os.PathLike[str], *, target: str | None = None,
+               inputs: InputsSource = None, shapes: Mapping[str, Sequence[int]] | None = None,
+               seed: int = 0) -> ReplayResult:
+        """Build with ``record`` (a record or its JSON file) forced; ``.not_applied`` lists what did not take."""
+        from graphbisect.workflows.tactics import replay_tactics
+
+        loaded = load_model(model)
+        return replay_tactics(loaded, target or self.default_target, _record(record),
+                              inputs=_feeds(loaded, inputs, shapes, seed))
+
+    def isolate(self, model: ModelSource, *, good: TacticRecord | str | os.PathLike[str] | None = None,
+                bad: TacticRecord | str | os.PathLike[str] | None = None, builds: int = 0,
+                perturb: Sequence[str] = (), target: str | None = None, oracle: str | None = None,
+                atol: float | None = None, rtol: float | None = None, inputs: InputsSource = None,
+                shapes: Mapping[str, Sequence[int]] | None = None, seed: int = 0,
+                max_invocations: int | None = None) -> IsolateResult:
+        """The fewest (node, choice) pairs that turn the good build bad, confirmed by replay. Without
+        ``oracle`` the good build's outputs are the reference, compared bit-exactly (atol = rtol = 0)."""
+        from graphbisect.compare import Tolerance
+        from graphbisect.workflows.tactics import isolate_tactics
+
+        loaded = load_model(model)
+        default = (1e-4, 1e-3) if oracle else (0.0, 0.0)
+        tol = Tolerance(atol=default[0] if atol is None else atol, rtol=default[1] if rtol is None else rtol)
+        return isolate_tactics(loaded, target or self.default_target, good=_record(good) if good else None,
+                               bad=_record(bad) if bad else None, builds=builds, perturb=perturb, oracle=oracle,
+                               tolerance=tol, inputs=_feeds(loaded, inputs, shapes, seed), seed=seed,
+                               max_invocations=max_invocations)
+
+
+#: ``graphbisect.tactics.record(...)``, ``.replay(...)``, ``.isolate(...)``.
+tactics = Tactics()
+
+
+# ------------------------------------------------------------------------------------------------- helpers
+def _path(value: str | os.PathLike[str] | None) -> Path | None:
+    return None if value is None else Path(value)
+
+
+def _tolerance(tolerance: Tolerance | None, atol: float, rtol: float) -> Tolerance:
+    from graphbisect.compare import Tolerance
+
+    return tolerance if tolerance is not None else Tolerance(atol=atol, rtol=rtol)
+
+
+def _feeds(model: Model, inputs: InputsSource, shapes: Mapping[str, Sequence[int]] | None,
+           seed: int) -> dict[str, Any]:
+    """The model's inputs from what the user gave: arrays (validated), a file, or seeded random values."""
+    from graphbisect.data import load_inputs, random_inputs, validate_inputs
+
+    if inputs is None:
+        return random_inputs(model, shapes=shapes, seed=seed)
+    if isinstance(inputs, (str, os.PathLike)):
+        return load_inputs(Path(inputs), model)
+    return validate_inputs(model, inputs)
+
+
+def _record(record: TacticRecord | str | os.PathLike[str]) -> TacticRecord:
+    from graphbisect.tactics import load_record
+
+    return load_record(Path(record)) if isinstance(record, (str, os.PathLike)) else record

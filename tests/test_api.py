@@ -1,0 +1,129 @@
+"""The public Python API: names and signatures pinned, docs/api.md in sync, and the façade used for real."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import graphbisect
+from graphbisect.api_doc import render
+from graphbisect.errors import InputError, ModelError
+from graphbisect.examples.patterns import pattern_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: The public surface. Changing it is an API change: update this table, docs/api.md and the README.
+PINNED = {
+    "compare": "(model, *, oracle='onnxruntime:opt_level=disable', target='onnxruntime:opt_level=all', inputs=None, "
+               "shapes=None, seed=0, atol=0.0001, rtol=0.001, tolerance=None, layerwise=True, workdir=None)",
+    "load_model": "(source)",
+    "passes": "(model, *, oracle='onnxruntime:opt_level=disable', target='onnxruntime:opt_level=all', inputs=None, "
+              "shapes=None, seed=0, atol=0.0001, rtol=0.001, tolerance=None, strict_band=False, max_invocations=None, "
+              "timeout=None, workdir=None)",
+    "precision": "(model, *, mode='fp16', oracle='onnxruntime:opt_level=disable', target='onnxruntime:opt_level=all', "
+                 "inputs=None, shapes=None, seed=0, atol=0.01, rtol=0.01, tolerance=None, sensitivity=False, "
+                 "prefix=True, calibration='minmax', max_invocations=None, output=None, workdir=None)",
+    "reduce": "(model, output, *, oracle='onnxruntime:opt_level=disable', target='onnxruntime:opt_level=all', "
+              "inputs=None, shapes=None, seed=0, atol=0.0001, rtol=0.001, tolerance=None, check=None, fail_code=None, "
+              "fail_regex=None, passes=False, strict_band=False, max_invocations=None, deadline=None, jobs=1, "
+              "executor=None, timeout=None, layerwise=True, keep_work=False, zip=False, resume=False, "
+              "force=False)",
+    "register_backend": "(runtime, *, name=None, summary=None, capabilities=None, options=None, aliases=(), "
+                        "import_name=None, distributions=(), replace=False)",
+    "triage": "(input_dir, output, *, oracle='onnxruntime:opt_level=disable', target='onnxruntime:opt_level=all', "
+              "atol=0.0001, rtol=0.001, tolerance=None, passes=True, seed=0, executor='local', jobs=None, "
+              "candidate_jobs=1, max_invocations=None, timeout=None)",
+    "unregister_backend": "(name)",
+    "verify": "(bundle, *, target=None, trust=False)",
+    "tactics.record": "(model, *, target=None, inputs=None, shapes=None, seed=0)",
+    "tactics.replay": "(model, record, *, target=None, inputs=None, shapes=None, seed=0)",
+    "tactics.isolate": "(model, *, good=None, bad=None, builds=0, perturb=(), target=None, oracle=None, atol=None, "
+                       "rtol=None, inputs=None, shapes=None, seed=0, max_invocations=None)",
+}
+ERRORS = ["BackendError", "BackendUnavailableError", "GraphBisectError", "InputError", "ModelError", "SpecError"]
+
+
+def _plain(obj: object) -> str:
+    """A signature without annotations: what a caller relies on (names, kinds, defaults)."""
+    sig = inspect.signature(obj)  # type: ignore[arg-type]
+    return str(sig.replace(parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()],
+                           return_annotation=sig.empty))
+
+
+def test_public_names_are_pinned() -> None:
+    assert sorted(graphbisect.__all__) == sorted(
+        [*ERRORS, "Runtime", "__version__", *{name.split(".")[0] for name in PINNED}])
+
+
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_public_signatures_are_pinned(name: str) -> None:
+    obj: object = graphbisect
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    assert _plain(obj) == PINNED[name]
+    assert inspect.getdoc(obj), f"graphbisect.{name} has no docstring"
+
+
+def test_errors_are_one_hierarchy() -> None:
+    for name in ERRORS:
+        assert issubclass(getattr(graphbisect, name), graphbisect.GraphBisectError)
+
+
+def test_names_survive_importing_the_subpackages_they_share() -> None:
+    """``graphbisect.compare`` stays the function after graphbisect.compare.* modules are imported."""
+    import graphbisect.compare.metrics
+    import graphbisect.precision.lowering
+    import graphbisect.tactics.openvino
+    import graphbisect.triage.dedup
+
+    assert callable(graphbisect.compare) and callable(graphbisect.precision) and callable(graphbisect.triage)
+    assert callable(graphbisect.tactics.record)
+
+
+def test_api_page_is_in_sync_with_the_docstrings() -> None:
+    page = ROOT / "docs" / "api.md"
+    assert page.read_text(encoding="utf-8") == render(), "regenerate it: python -m graphbisect.api_doc"
+
+
+def test_reduce_takes_a_model_proto_and_no_inputs_and_leaves_no_work_folder(tmp_path: Path) -> None:
+    """The façade loads what it is given and draws the CLI's seeded inputs; a 1-minimal result cleans up."""
+    proto = pattern_model("layernorm_keepdims0")
+    result = graphbisect.reduce(proto, tmp_path / "bug")
+    assert result.failed and result.one_minimal
+    assert result.final_nodes < result.original_nodes
+    assert (tmp_path / "bug" / "repro.py").exists()
+    assert result.to_json()["kept_nodes"] == list(result.kept_nodes)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bug"]
+
+
+def test_reduce_with_a_python_check(tmp_path: Path) -> None:
+    """A callable judges the outputs: here, 'the target's values are within 1e-3 of the oracle's'."""
+    calls: list[tuple[str, ...]] = []
+
+    def close_enough(outputs: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> bool:
+        calls.append(tuple(sorted(outputs)))
+        return all(np.allclose(outputs[k], expected[k], atol=1e-3) for k in expected)
+
+    result = graphbisect.reduce(pattern_model("layernorm_keepdims0"), tmp_path / "bug", check=close_enough)
+    assert result.failed and result.one_minimal
+    assert result.signature.detail == "the Python check rejected the outputs"
+    assert len(calls) >= result.invocations["target"] - 1  # every target run that completed was judged by it
+    assert result.final_nodes < result.original_nodes
+
+
+def test_a_check_that_raises_names_itself(tmp_path: Path) -> None:
+    def broken(outputs: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> bool:
+        return bool(outputs["logits"].argmax())  # the model has no output 'logits'
+
+    with pytest.raises(InputError, match="broken raised KeyError") as info:
+        graphbisect.reduce(pattern_model("layernorm_keepdims0"), tmp_path / "bug", check=broken)
+    assert isinstance(info.value.__cause__, KeyError)
+    assert not (tmp_path / "bug.work").exists()  # nothing to resume: no work folder left behind
+
+
+def test_reduce_of_a_missing_file_is_a_model_error(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match=r"nope\.onnx"):
+        graphbisect.reduce(tmp_path / "nope.onnx", tmp_path / "bug")
