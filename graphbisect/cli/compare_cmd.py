@@ -101,7 +101,7 @@ def _print_layers(result: CompareResult, rows: int) -> None:
           f"{'cosine':>8}  " + ("compiled as".ljust(30) + " " if compiled else "") + "target [min, max] (oracle)")
     for r in table:
         s = r.stats
-        mark = ">>" if r is first else ("x " if not s.passed else "  ")
+        mark = ">>" if r is first else ("c " if r.constant and not s.passed else "x " if not s.passed else "  ")
         shape = "x".join(map(str, s.oracle_shape or ())) or "scalar"
         if s.oracle_shape != s.target_shape:
             shape += "!"
@@ -110,6 +110,11 @@ def _print_layers(result: CompareResult, rows: int) -> None:
         print(f"{mark}{r.index:>3} {r.op_type[:14]:<14} {r.node[:28]:<28} {shape[:14]:<14} "
               f"{f'{s.mismatches}/{s.numel}':>13} {_num(s.max_abs):>9} {_num(s.max_rel):>9} {_num(s.cosine):>8}  "
               + (f"{_compiled_as(r.compiled_as)[:30]:<30} " if compiled else "") + f"{rng} ({orng})")
+    constants = layers.differing_constants
+    if constants:
+        print(f"\nc: {len(constants)} constant tensor(s) (computed from no input, folded by the target) differ as "
+              "the target exposes them, e.g. an int64 INT64_MIN stored as INT32_MIN or an empty tensor as [1]; "
+              "not ranked as causes (a wrongly folded constant shows at its consumer)")
     if first is None:
         print("\nno intermediate tensor diverges")
         return

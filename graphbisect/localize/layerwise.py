@@ -12,6 +12,14 @@ and the target's values of every intermediate tensor, each node gets
 The first divergence is the first failing tensor in topological order; root causes are failing nodes
 ranked by amplification, roots (inputs within tolerance) first.
 
+**Constants are never causes.** A tensor computed from no graph input (a ``Constant``, or a node reading
+only such tensors) is folded by the target at build time; exposing it shows how the target *stores* it,
+not a computation: OpenVINO returns an int64 Slice end of INT64_MIN as INT32_MIN (its CPU plugin keeps
+i64 constants as i32, the same "slice from the start" meaning) and an empty float constant as ``[1]``,
+which scored "inf×" and topped the root causes of models that pass (Silero VAD). Their rows are kept and
+flagged ``constant``, but they are never the first divergence or a root cause, and their score does not
+count as an input error of their consumers: if a wrongly folded constant matters, its consumer diverges.
+
 With the target's :class:`~graphbisect.localize.compiled.CompiledGraph`, each row also says what the target
 compiled its node as, a node's inputs are those of the compiled node it belongs to (a fused node reads
 the tensors its group reads, not the vanished ones inside it), and root causes are ranked per compiled
@@ -31,7 +39,7 @@ import onnx
 from graphbisect.compare import MismatchKind, TensorStats, Tolerance, compare_tensors
 from graphbisect.localize.compiled import CompiledGraph, CompiledNode
 
-__all__ = ["LayerRow", "LayerwiseReport", "RootCause", "TensorSource", "analyze_layers"]
+__all__ = ["LayerRow", "LayerwiseReport", "RootCause", "TensorSource", "analyze_layers", "constant_tensors"]
 
 
 class TensorSource(Protocol):
@@ -54,6 +62,7 @@ class LayerRow:
     input_score: float
     amplification: float
     compiled_as: CompiledNode | None = None  # the target's compiled node covering this node, when known
+    constant: bool = False  # computed from no graph input: folded at build time, never a cause (see above)
 
     @property
     def compared(self) -> bool:
@@ -65,7 +74,8 @@ class LayerRow:
         stats.pop("name")
         return {"index": self.index, "node": self.node, "op_type": self.op_type, "tensor": self.tensor,
                 "input_score": _finite(self.input_score), "amplification": _finite(self.amplification),
-                "compiled_as": None if self.compiled_as is None else self.compiled_as.to_json(), **stats}
+                "compiled_as": None if self.compiled_as is None else self.compiled_as.to_json(),
+                "constant": self.constant, **stats}
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,11 @@ class LayerwiseReport:
     @property
     def compared(self) -> int:
         return sum(row.compared for row in self.rows)
+
+    @property
+    def differing_constants(self) -> tuple[LayerRow, ...]:
+        """Constant tensors whose exposed values differ (shown, never ranked: see the module docstring)."""
+        return tuple(row for row in self.rows if row.constant and row.compared and not row.stats.passed)
 
 
 def _finite(value: float) -> float | str:
@@ -132,6 +147,7 @@ def analyze_layers(
     rows: list[LayerRow] = []
     groups = compiled.by_original() if compiled is not None else {}
     reads = _group_inputs(nodes, groups)
+    constants = constant_tensors(nodes)
     for index, node in enumerate(nodes):
         group = groups.get(node.name)
         inputs = reads[group.name] if group is not None else node.input
@@ -140,15 +156,47 @@ def analyze_layers(
             if not tensor or tensor not in oracle:
                 continue
             stats = compare_tensors(tensor, oracle[tensor], target[tensor] if tensor in target else None, tol)
-            if stats.kind is not MismatchKind.MISSING:
+            constant = tensor in constants
+            if stats.kind is not MismatchKind.MISSING and not constant:
                 scores[tensor] = stats.score
             amplification = stats.score / max(input_score, 1.0) if stats.kind is not MismatchKind.MISSING else 0.0
-            row = LayerRow(index, node.name, node.op_type, tensor, stats, input_score, amplification, group)
+            row = LayerRow(index, node.name, node.op_type, tensor, stats, input_score, amplification, group,
+                           constant)
             rows.append(row)
             if on_row is not None:
                 on_row(row)
-    first = next((row for row in rows if row.compared and not row.stats.passed), None)
+    first = next((row for row in rows if _diverges(row)), None)
     return LayerwiseReport(tuple(rows), first, _rank_root_causes(rows, max_root_causes))
+
+
+_NOT_CONSTANT = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+                           "Bernoulli"})
+
+
+def constant_tensors(nodes: Sequence[onnx.NodeProto]) -> set[str]:
+    """The outputs of nodes that read no graph input: nodes without inputs (``Constant``) and, transitively,
+    nodes that read only such outputs (a ``Cast`` or ``Concat`` of constants). Tensors no node produces
+    (graph inputs, and initializers too: this sees only nodes) are not constant here; random ops never are.
+
+    Example:
+        >>> from onnx import helper
+        >>> nodes = [helper.make_node("Constant", [], ["c"]), helper.make_node("Neg", ["c"], ["n"]),
+        ...          helper.make_node("Add", ["x", "n"], ["y"])]
+        >>> sorted(constant_tensors(nodes))
+        ['c', 'n']
+    """
+    constant: set[str] = set()
+    for node in nodes:  # topological order
+        if node.op_type in _NOT_CONSTANT or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                                                for a in node.attribute):
+            continue
+        if all(name in constant for name in node.input if name):
+            constant.update(name for name in node.output if name)
+    return constant
+
+
+def _diverges(row: LayerRow) -> bool:
+    return row.compared and not row.stats.passed and not row.constant
 
 
 def _group_inputs(nodes: Sequence[onnx.NodeProto], groups: dict[str, CompiledNode]) -> dict[str, list[str]]:
@@ -167,7 +215,7 @@ def _group_inputs(nodes: Sequence[onnx.NodeProto], groups: dict[str, CompiledNod
 def _rank_root_causes(rows: Sequence[LayerRow], limit: int) -> tuple[RootCause, ...]:
     best: dict[str, LayerRow] = {}  # one entry per node (per compiled node, when known): its worst output
     for row in rows:
-        failing = row.compared and not row.stats.passed
+        failing = _diverges(row)
         key = row.compiled_as.name if row.compiled_as is not None else row.node
         if failing and (key not in best or row.amplification > best[key].amplification):
             best[key] = row
