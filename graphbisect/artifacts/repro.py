@@ -556,7 +556,18 @@ def pin_tactics(core, model, compiled, options, model_path):
     except (OSError, ValueError, KeyError) as exc:
         raise CannotRun(f"cannot read the tactic record {options['tactics']}: {exc}") from exc
     nodes, producers = onnx_names(model_path)
-    pins = pins_for(wanted, build_choices(compiled, nodes, producers))
+    current = build_choices(compiled, nodes, producers)
+    pins, unmapped = ir_pins(wanted, current, ir_layers(model, nodes, producers))
+    if unmapped:  # a kernel of fused nodes (Conv + BatchNormalization) exists only after OpenVINO's fusions
+        from openvino._offline_transformations import apply_moc_transformations
+
+        fused = model.clone()
+        apply_moc_transformations(fused, cf=False)
+        fused_pins, fused_unmapped = ir_pins(wanted, current, ir_layers(fused, nodes, producers))
+        if len(fused_unmapped) < len(unmapped):
+            model, pins, unmapped = fused, fused_pins, fused_unmapped
+    if unmapped:
+        print(f"note: no OpenVINO layer stands for {unmapped[:5]}: their kernels are not pinned", file=sys.stderr)
     if not pins:
         return compiled
     with tempfile.TemporaryDirectory(prefix="repro-tactics-") as tmp:
@@ -611,18 +622,55 @@ def build_choices(compiled, nodes, producers):
         candidates = [op.get_friendly_name(), *(n for n in facts.get("originalLayersNames", "").split(",") if n)]
         node = next((n for n in (onnx_node_of(c, nodes, producers) for c in candidates) if n is not None), None)
         if node is not None and node not in choices:
-            choices[node] = (op.get_friendly_name(), re.sub(PRECISION_SUFFIX, "", primitive))
+            choices[node] = (op.get_friendly_name(), re.sub(PRECISION_SUFFIX, "", primitive), facts.get("layerType"))
     return choices
 
 
-def pins_for(wanted, current):
-    """IR layer -> kernel for the record's choices that differ from the unpinned build."""
-    pins = {}
+def ir_layers(model, nodes, producers):
+    """IR layer -> (op type, the ONNX nodes it stands for: its own name and its fused names)."""
+    layers = {}
+    for op in model.get_ops():
+        if op.get_type_name() in ("Parameter", "Result", "Constant"):
+            continue
+        info = op.get_rt_info()
+        originals = {op.get_friendly_name()}
+        if "fused_names_0" in info:
+            originals.update(n for n in info["fused_names_0"].astype(str).split(",") if n)
+        found = {n for n in (onnx_node_of(o, nodes, producers) for o in originals) if n is not None}
+        old_type, old_nodes = layers.get(op.get_friendly_name(), (op.get_type_name(), frozenset()))
+        layers[op.get_friendly_name()] = (old_type, frozenset(old_nodes | found))
+    return layers
+
+
+TYPE_ALIASES = {"fullyconnected": ("matmul",), "pooling": ("maxpool", "avgpool"), "softmax": ("softmax",)}
+
+
+def same_kind(exec_type, ir_type):
+    """Whether an execution layer type (Convolution) can be the IR op type (Convolution, GroupConvolution)."""
+    if not exec_type:
+        return False
+    want, have = exec_type.lower(), ir_type.lower()
+    return want in have or any(alias in have for alias in TYPE_ALIASES.get(want, ()))
+
+
+def ir_pins(wanted, current, layers):
+    """IR layer -> kernel for the record's choices that differ from the unpinned build, and the nodes no IR
+    layer stands for (graphbisect's tactics.openvino.ir_pins)."""
+    pins, unmapped = {}, []
     for choice in wanted:
-        layer, have = current.get(choice["node"], (None, None))
-        if layer is not None and have != choice["choice"]:
+        layer, have, layer_type = current.get(choice["node"], (None, None, None))
+        if layer is None or have == choice["choice"]:
+            continue
+        if layer in layers:
             pins[layer] = choice["choice"]
-    return pins
+            continue
+        found = [name for name, (op_type, nodes) in layers.items()
+                 if choice["node"] in nodes and same_kind(layer_type, op_type)]
+        if not found:
+            unmapped.append(choice["node"])
+        for name in found:
+            pins[name] = choice["choice"]
+    return pins, unmapped
 
 
 def pin_ir_xml(xml_in, xml_out, pins):

@@ -78,7 +78,7 @@ import numpy as np
 
 from graphbisect.errors import BackendError, InputError, ModelError, SpecError
 
-__all__ = ["OpenVino", "ov_layer_nodes", "pin_fp32_ir_xml"]
+__all__ = ["OpenVino", "ir_layers", "ov_layer_nodes", "pin_fp32_ir_xml"]
 
 logger = logging.getLogger(__name__)
 
@@ -379,7 +379,7 @@ class OpenVino:
     def _tactics(self, core: Any, ov_model: Any, compiled: Any, model: str) -> tuple[Any, dict[str, Any]]:
         """Record the build's kernels; with ``tactics=``, rebuild with the record's differing choices pinned."""
         from graphbisect.tactics.diff import unapplied
-        from graphbisect.tactics.openvino import onnx_names, pins_for
+        from graphbisect.tactics.openvino import onnx_names
         from graphbisect.tactics.record import load_record
 
         names = onnx_names(model)
@@ -387,11 +387,12 @@ class OpenVino:
         facts: dict[str, Any] = {}
         if self._tactics_path is not None:
             wanted = load_record(self._tactics_path)
-            pins = pins_for(wanted, actual)
+            pinned_model, pins, unmapped = self._pinned_model(core, ov_model, wanted, actual, names)
             if pins:
-                compiled = self._compile(core, self._pinned_model(core, ov_model, pins))
+                compiled = self._compile(core, pinned_model)
                 actual = self._record(compiled, names)
             facts["tactics_pinned"] = dict(pins)
+            facts["tactics_unmapped"] = unmapped  # nodes no IR layer stands for: not pinned
             facts["tactics_not_applied"] = [c.to_json() for c in unapplied(wanted, actual)]
             if facts["tactics_not_applied"]:
                 logger.warning("OpenVINO did not apply %d requested kernel choice(s): %s",
@@ -399,25 +400,46 @@ class OpenVino:
         facts["tactic_record"] = actual.to_json()
         return compiled, facts
 
-    def _pinned_model(self, core: Any, ov_model: Any, pins: dict[str, str]) -> Any:
-        """The model with ``primitives_priority`` written into its IR XML (the only way the plugin honours it)."""
+    def _pinned_model(self, core: Any, ov_model: Any, wanted: Any, actual: Any,
+                      names: Any) -> tuple[Any, dict[str, str], list[str]]:
+        """``(model, pins, unmapped)``: the model with ``primitives_priority`` written into its IR XML (the only
+        way the plugin honours it) for the choices of ``wanted`` that differ from ``actual``.
+
+        Layers are looked up in the model as read; a kernel for a node the plugin fused (Conv +
+        BatchNormalization runs as a plugin-made ``Multiply_NNN`` Convolution) exists only after OpenVINO's
+        common fusions, so when some choice has no layer the pins go into a fused copy of the model
+        (``apply_moc_transformations``, as ``keep_fp32=`` does).
+        """
         import openvino as ov
+        from openvino._offline_transformations import apply_moc_transformations
 
-        from graphbisect.tactics.openvino import pin_ir_xml
+        from graphbisect.tactics.openvino import ir_pins, pin_ir_xml
 
+        chosen = ov_model
+        pins, unmapped = ir_pins(wanted, actual, ir_layers(ov_model, names))
+        if unmapped:
+            fused = ov_model.clone()
+            apply_moc_transformations(fused, cf=False)
+            fused_pins, fused_unmapped = ir_pins(wanted, actual, ir_layers(fused, names))
+            if len(fused_unmapped) < len(unmapped):
+                chosen, pins, unmapped = fused, fused_pins, fused_unmapped
+        if unmapped:
+            logger.warning("no IR layer stands for %s: their kernel choices are not pinned", unmapped[:5])
+        if not pins:
+            return ov_model, pins, unmapped
         folder = self._workdir / "tactics-ir"
         folder.mkdir(parents=True, exist_ok=True)
         plain, pinned = folder / "model.xml", folder / "pinned.xml"
-        ov.save_model(ov_model, str(plain), compress_to_fp16=False)
+        ov.save_model(chosen, str(plain), compress_to_fp16=False)
         missing = pin_ir_xml(plain, pinned, pins)
         if missing:
-            raise BackendError(f"OpenVINO's IR has no layer named {', '.join(missing[:5])}",
-                               hint="the execution graph named a layer the saved IR does not have; report it")
+            raise BackendError(f"OpenVINO's saved IR has no layer named {', '.join(missing[:5])}",
+                               hint="the model's own op names were lost on saving; report it with the model")
         pinned_model = core.read_model(str(pinned), str(folder / "model.bin"))
         if len(pinned_model.outputs) != len(ov_model.outputs):
             raise BackendError("the pinned IR has a different number of outputs than the model",
                                hint="report it with the model; replay without tactics= meanwhile")
-        return pinned_model
+        return pinned_model, pins, unmapped
 
     @staticmethod
     def _output_name(result: Any, port: Any) -> str:
@@ -482,6 +504,13 @@ def ov_layer_nodes(ov_model: Any, names: Any) -> dict[str, set[str]]:
         nodes = {node for name in originals if (node := onnx_node_of(name, names)) is not None}
         layers.setdefault(op.get_friendly_name(), set()).update(nodes)
     return layers
+
+
+def ir_layers(ov_model: Any, names: Any) -> dict[str, tuple[str, frozenset[str]]]:
+    """For each computing op of ``ov_model``: its op type and the ONNX nodes it stands for
+    (:func:`ov_layer_nodes`), what :func:`graphbisect.tactics.openvino.ir_pins` looks layers up in."""
+    types = {op.get_friendly_name(): op.get_type_name() for op in ov_model.get_ops()}
+    return {name: (types.get(name, ""), frozenset(nodes)) for name, nodes in ov_layer_nodes(ov_model, names).items()}
 
 
 def pin_fp32_ir_xml(text: str, layers: set[str]) -> str:

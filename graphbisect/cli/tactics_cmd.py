@@ -114,11 +114,16 @@ def _replay(args: argparse.Namespace) -> int:
 
     model, feeds = _load(args)
     result = replay_tactics(model, args.target, load_record(args.record), inputs=feeds, workdir=args.workdir)
-    print(f"replayed {len(result.requested.choices)} choices: {result.run.describe()}")
+    count = len(result.requested.choices)
+    if not result.run.ok:
+        print(f"replaying {count} choices: the build {result.run.describe()}")
+    elif result.not_applied:
+        print(f"replayed {count} choices: the build ran, but {len(result.not_applied)} choice(s) were NOT APPLIED "
+              "(the backend silently used another kernel):")
+    else:
+        print(f"replayed {count} choices: every choice took effect")
     for item in result.not_applied:
         print(f"  NOT APPLIED {item.node}: asked for {item.requested}, the backend used {item.used}")
-    if not result.not_applied:
-        print("  every choice took effect")
     _write_json(args.json, {**result.to_json(), "invocations": 1})
     return 1 if result.not_applied else 0
 

@@ -44,6 +44,7 @@ from graphbisect.tactics.record import TacticChoice, TacticRecord
 __all__ = [
     "NodeNames",
     "impl_of",
+    "ir_pins",
     "onnx_names",
     "onnx_node_of",
     "pin_ir_xml",
@@ -174,6 +175,58 @@ def pins_for(wanted: TacticRecord, unpinned: TacticRecord) -> dict[str, str]:
             continue
         pins[have.layer] = choice.choice
     return pins
+
+
+_TYPE_ALIASES = {"fullyconnected": ("matmul",), "pooling": ("maxpool", "avgpool"), "softmax": ("softmax",)}
+
+
+def _same_kind(exec_type: str | None, ir_type: str) -> bool:
+    """Whether an execution node's layer type (``Convolution``, ``FullyConnected``) can be the IR op
+    ``ir_type`` (``Convolution``/``GroupConvolution``, ``MatMul``)."""
+    if not exec_type:
+        return False
+    want, have = exec_type.lower(), ir_type.lower()
+    return want in have or any(alias in have for alias in _TYPE_ALIASES.get(want, ()))
+
+
+def ir_pins(wanted: TacticRecord, unpinned: TacticRecord,
+            ir_layers: Mapping[str, tuple[str, frozenset[str]]]) -> tuple[dict[str, str], list[str]]:
+    """``IR layer -> choice`` for the nodes where ``wanted`` differs from the unpinned build, and the nodes
+    no IR layer stands for.
+
+    ``ir_layers`` maps each IR layer to its op type and the ONNX nodes it stands for (its own and its
+    fused names). The layer is the one the unpinned build executed for the node when the IR has it by
+    name; else the IR layer of a kind the kernel can be (``Convolution`` for a convolution kernel) that
+    stands for the node: a Conv fused with its BatchNormalization runs as a layer the plugin created
+    (``Multiply_14087``), recorded under the BatchNormalization node, and exists in the IR only once
+    OpenVINO's common fusions have run (as a Convolution whose fused names hold both nodes).
+
+    Example:
+        >>> from graphbisect.tactics.record import TacticChoice, TacticRecord
+        >>> bad = TacticRecord("openvino", None, None, (TacticChoice("bn", "jit_avx512", "Multiply_9"),))
+        >>> good = TacticRecord("openvino", None, None, (TacticChoice("bn", "brgconv_avx512", "Multiply_7",
+        ...                                                            "Convolution"),))
+        >>> ir_pins(bad, good, {"Multiply_3": ("Convolution", frozenset({"conv", "bn"})),
+        ...                     "bn": ("Add", frozenset({"bn"}))})
+        ({'Multiply_3': 'jit_avx512'}, [])
+    """
+    current = unpinned.as_dict()
+    pins: dict[str, str] = {}
+    unmapped: list[str] = []
+    for choice in wanted.choices:
+        have = current.get(choice.node)
+        if have is None or have.choice == choice.choice or have.layer is None:
+            continue
+        if have.layer in ir_layers:
+            pins[have.layer] = choice.choice
+            continue
+        layers = [name for name, (op_type, nodes) in ir_layers.items()
+                  if choice.node in nodes and _same_kind(have.layer_type, op_type)]
+        if not layers:
+            unmapped.append(choice.node)
+        for name in layers:
+            pins[name] = choice.choice
+    return pins, unmapped
 
 
 def pin_ir_xml(xml_in: str | Path, xml_out: str | Path, pins: Mapping[str, str]) -> list[str]:

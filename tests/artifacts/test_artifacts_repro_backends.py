@@ -90,11 +90,15 @@ def _cnn(folder: Path) -> Path:
 
 
 @pytest.mark.openvino
-def test_script_pins_like_graphbisect(mismatch_content: BundleContent, tmp_path: Path) -> None:
-    """The script's copy of the replay pins the same IR layers with the same attributes as graphbisect's."""
+@pytest.mark.parametrize("fused", [False, True], ids=["as-read", "after-fusions"])
+def test_script_pins_like_graphbisect(mismatch_content: BundleContent, tmp_path: Path, fused: bool) -> None:
+    """The script's copy of the replay pins the same IR layers with the same attributes as graphbisect's,
+    in the model as read and in the fused model (where a Conv + BatchNormalization kernel has its layer)."""
     ov = pytest.importorskip("openvino")
-    from graphbisect.backends.openvino import _exec_graph
-    from graphbisect.tactics.openvino import onnx_names, pin_ir_xml, pins_for, record_from_exec_graph
+    from openvino._offline_transformations import apply_moc_transformations
+
+    from graphbisect.backends.openvino import _exec_graph, ir_layers
+    from graphbisect.tactics.openvino import ir_pins, onnx_names, pin_ir_xml, record_from_exec_graph
 
     path = _cnn(tmp_path)
     core = ov.Core()
@@ -102,13 +106,16 @@ def test_script_pins_like_graphbisect(mismatch_content: BundleContent, tmp_path:
     compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     actual = record_from_exec_graph(_exec_graph(compiled), onnx_names(path), version=None, device=None)
     wanted = actual.with_choices({"conv1": "ref_any", "conv2": "ref_any", "softmax": "ref_any", "ghost": "x"})
+    if fused:
+        apply_moc_transformations(model, cf=False)
     ov.save_model(model, str(tmp_path / "plain.xml"), compress_to_fp16=False)
-    pins = pins_for(wanted, actual)
+    pins, unmapped = ir_pins(wanted, actual, ir_layers(model, onnx_names(path)))
     assert pins and pin_ir_xml(tmp_path / "plain.xml", tmp_path / "lib.xml", pins) == []
 
     script = _script(dataclasses.replace(mismatch_content, target=BackendSpec.parse("openvino")), tmp_path)
     current = script.build_choices(compiled, *script.onnx_names(path))
-    assert script.pins_for(wanted.to_json()["choices"], current) == pins
+    layers = script.ir_layers(model, *script.onnx_names(path))
+    assert script.ir_pins(wanted.to_json()["choices"], current, layers) == (pins, unmapped)
     assert script.pin_ir_xml(tmp_path / "plain.xml", tmp_path / "script.xml", pins) == []
     assert (tmp_path / "script.xml").read_bytes() == (tmp_path / "lib.xml").read_bytes()
 
