@@ -13,6 +13,7 @@ session's ``GRAPHBISECT_CACHE`` is a fresh temporary folder).
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import os
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["WHEELS", "silero_vad", "wheel_model"]
+__all__ = ["WHEELS", "rapidocr_model", "silero_vad", "wheel_model"]
 
 WHEELS: dict[str, str] = {
     # distribution name -> pinned version (sizes: silero-vad 11 MB, magika 16 MB)
@@ -75,3 +76,11 @@ def wheel_model(dist: str, member: str) -> Path:
 def silero_vad(name: str = "silero_vad_op18_ifless.onnx") -> Path:
     """A Silero VAD model (inputs ``input`` [batch, samples], ``state`` [2, batch, 128], scalar int64 ``sr``)."""
     return wheel_model("silero-vad", f"silero_vad/data/{name}")
+
+
+def rapidocr_model(name: str = "ch_ppocr_mobile_v2.0_cls_infer.onnx") -> Path:
+    """A PP-OCR model of rapidocr-onnxruntime (a dev dependency; the package is not imported: it needs opencv)."""
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    if spec is None or spec.origin is None:
+        pytest.skip("rapidocr-onnxruntime is not installed (pip install --no-deps rapidocr-onnxruntime==1.4.4)")
+    return Path(spec.origin).parent / "models" / name

@@ -4,7 +4,6 @@ record names by the BatchNormalization node)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -14,21 +13,15 @@ from graphbisect.cli.main import main
 from graphbisect.model import load_model
 from graphbisect.tactics import TacticRecord, save_record
 from graphbisect.workflows.tactics import record_tactics, replay_tactics
+from tests.real_models import rapidocr_model
 
 pytest.importorskip("openvino")
 pytestmark = pytest.mark.openvino
 
 
-def _cls_model() -> Path:
-    spec = importlib.util.find_spec("rapidocr_onnxruntime")  # not imported: it needs opencv
-    if spec is None or spec.origin is None:
-        pytest.skip("rapidocr-onnxruntime is not installed (pip install --no-deps rapidocr-onnxruntime==1.4.4)")
-    return Path(spec.origin).parent / "models" / "ch_ppocr_mobile_v2.0_cls_infer.onnx"
-
-
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, np.ndarray], TacticRecord]:
-    path = _cls_model()
+    path = rapidocr_model()
     feeds = {"x": np.random.default_rng(0).standard_normal((1, 3, 48, 192)).astype(np.float32)}
     result = record_tactics(load_model(path), "openvino", inputs=feeds, workdir=tmp_path_factory.mktemp("rec"))
     return path, feeds, result.record

@@ -4,7 +4,6 @@ JSON state the tolerance that was used."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -15,19 +14,13 @@ from pathlib import Path
 import pytest
 
 from graphbisect.workflows.scratch import OWNER_FILE, reclaim_abandoned
+from tests.real_models import rapidocr_model
 
 pytestmark = pytest.mark.slow
 
 
-def _cls_model() -> Path:
-    spec = importlib.util.find_spec("rapidocr_onnxruntime")  # not imported: it needs opencv
-    if spec is None or spec.origin is None:
-        pytest.skip("rapidocr-onnxruntime is not installed (pip install --no-deps rapidocr-onnxruntime==1.4.4)")
-    return Path(spec.origin).parent / "models" / "ch_ppocr_mobile_v2.0_cls_infer.onnx"
-
-
 def _command(*extra: str) -> list[str]:
-    return [sys.executable, "-m", "graphbisect", "precision", str(_cls_model()), "--shape", "x:1x3x48x192",
+    return [sys.executable, "-m", "graphbisect", "precision", str(rapidocr_model()), "--shape", "x:1x3x48x192",
             "--atol", "1e-4", "--rtol", "1e-3", *extra]
 
 
