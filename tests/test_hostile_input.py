@@ -43,9 +43,7 @@ EXAMPLE = [str(example_model_path()), "--inputs", str(example_inputs_path())]
 ])
 def test_item7_compare_refuses_values_that_would_pass_a_failing_model(bad: list[str], capsys) -> None:  # type: ignore[no-untyped-def]
     # The bundled example fails on ONNX Runtime; a NaN or infinite tolerance used to make it PASS (exit 0).
-    with pytest.raises(SystemExit) as exit_info:
-        main(["compare", *EXAMPLE, "--no-layerwise", *bad])
-    assert exit_info.value.code == 2
+    assert main(["compare", *EXAMPLE, "--no-layerwise", *bad]) == 2
     err = capsys.readouterr().err
     assert "error: argument" in err and bad[0] in err
 
@@ -56,9 +54,7 @@ def test_item7_compare_refuses_values_that_would_pass_a_failing_model(bad: list[
 ])
 def test_item7_reduce_refuses_bad_arguments_before_any_run(bad: list[str], tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     args = ["reduce", "--example", *bad] + ([] if bad[0] == "-o" else ["-o", str(tmp_path / "b")])
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-    assert exit_info.value.code == 2
+    assert main(args) == 2
     assert "error: argument" in capsys.readouterr().err
     assert not (tmp_path / "b.work").exists()  # nothing ran
 
@@ -322,3 +318,39 @@ def test_item8_nan_inputs_and_all_nan_outputs_are_warned_about(command: str, tmp
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any("input 'x' holds" in w and "NaN" in w for w in warnings), warnings
     assert any("output 'y' is NaN/Inf in all" in w for w in warnings), warnings  # ...on nothing
+
+
+@pytest.mark.parametrize("changed", [["--atol", "0.5"], ["--target", "onnxruntime:opt_level=basic"], ["other model"]])
+def test_item9_resume_refuses_a_different_model_or_options(changed: list[str], tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "bug"
+    assert _reduce_example(out, "--max-invocations", "1") == 1  # stopped early: resumable
+    if changed == ["other model"]:
+        other = _external_add_model(tmp_path / "m", "w.bin")
+        (tmp_path / "m" / "w.bin").write_bytes(np.zeros(4, np.float32).tobytes())
+        changed = [str(other)]
+    assert main(["reduce", "--resume", str(out), *changed]) == 2
+    assert "continues the recorded reduction" in capsys.readouterr().err
+    assert main(["reduce", "--resume", str(out), "--atol", "1e-4"]) == 1  # the recorded value: fine
+
+
+def test_item9_zero_node_model_gets_a_clear_error_not_a_bug_report(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    graph = helper.make_graph([], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "zero.onnx")
+    assert main(["reduce", str(tmp_path / "zero.onnx"), "-o", str(tmp_path / "out"), "--check", "false"]) == 2
+    err = capsys.readouterr().err
+    assert "has no nodes" in err and "graphbisect bug" not in err
+
+
+@pytest.mark.parametrize("command", ["compare", "precision"])
+def test_item9_workdir_in_the_models_folder_never_overwrites_the_model(command: str, tmp_path: Path,
+                                                                      capsys) -> None:  # type: ignore[no-untyped-def]
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    model = folder / "model.onnx"
+    shutil.copy(example_model_path(), model)
+    before = model.read_bytes()
+    args = [command, str(model), "--inputs", str(example_inputs_path()), "--workdir", str(folder)]
+    assert main(args) == 2
+    assert "could overwrite yours" in capsys.readouterr().err
+    assert model.read_bytes() == before and sorted(p.name for p in folder.iterdir()) == ["model.onnx"]

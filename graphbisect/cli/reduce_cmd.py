@@ -9,7 +9,7 @@ import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from graphbisect.cli.common import (
     add_model_arguments,
@@ -130,8 +130,12 @@ def _with_passes(args: argparse.Namespace, progress: ProgressLine) -> int:
 
 
 def _resume(args: argparse.Namespace, progress: ProgressLine) -> int:
-    from graphbisect.workflows.reduce import resume_reduction
+    from graphbisect.workflows.reduce import ReduceOptions, resume_reduction, work_dir_for
 
+    state_path = work_dir_for(args.resume) / "run.json"
+    if state_path.exists():  # else resume_reduction says there is nothing to resume
+        state = json.loads(state_path.read_text())
+        _check_resume_arguments(args, state, ReduceOptions.from_json(state["options"]))
     # What the run computes comes from the recorded run; how it proceeds (budget, jobs, ...) from this command line.
     with _resume_line_on_interrupt(args.resume, progress):
         result = resume_reduction(args.resume, max_invocations=args.max_invocations, deadline_seconds=args.deadline,
@@ -140,6 +144,44 @@ def _resume(args: argparse.Namespace, progress: ProgressLine) -> int:
                                   on_stage=progress.stage)
     progress.close()
     return _report(result, args)
+
+
+#: Command-line arguments that define what a reduction computes → the ReduceOptions field they set.
+_DEFINING = {"oracle": "oracle", "target": "target", "check": "target", "atol": "tolerance", "rtol": "tolerance",
+             "min_cosine": "tolerance", "tol": "tolerance", "fail_regex": "fail_regex", "strict_band": "strict_band",
+             "cut_as_initializers": "cut_as_initializers", "no_layerwise": "layerwise", "fail_code": "fail_code"}
+
+
+def _check_resume_arguments(args: argparse.Namespace, state: dict[str, Any], recorded: ReduceOptions) -> None:
+    """``--resume`` continues the recorded reduction: a model or option given that differs from it is refused
+    (it used to be ignored silently, so the user believed a different run was resumed)."""
+    from graphbisect.backends.registry import resolve
+
+    defaults = argparse.ArgumentParser()
+    add_arguments(defaults)
+    default = vars(defaults.parse_args([]))
+    given = [k for k in _DEFINING if getattr(args, k, None) != default.get(k)]
+    cli = _options(args)
+
+    def canonical(field: str, options: ReduceOptions) -> Any:
+        value = getattr(options, field)
+        if field in ("oracle", "target") and options.check is None:
+            return str(resolve(value, require_available=False)[0])
+        return (value, options.check) if field == "target" else value
+
+    differ = [f"--{k.replace('_', '-')}" for k in given
+              if canonical(_DEFINING[k], cli) != canonical(_DEFINING[k], recorded)]
+    if args.model is not None or args.example:
+        from graphbisect.cli.common import load_model_arg
+
+        fingerprint = json.loads(state["fingerprint"])["model"]
+        if load_model_arg(args).fingerprint != fingerprint:
+            differ.insert(0, f"the model {args.model or '--example'}")
+    if differ:
+        raise InputError(
+            f"--resume {args.resume} continues the recorded reduction, but {', '.join(differ)} differ from it",
+            hint="drop them to resume as recorded, or start a new reduction with another -o folder",
+        )
 
 
 def _report(result: ReduceResult, args: argparse.Namespace) -> int:

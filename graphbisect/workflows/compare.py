@@ -132,7 +132,7 @@ def compare_models(
     oracle_spec, oracle_info = resolve(oracle)
     target_spec, target_info = resolve(target)
     stage = on_stage or (lambda _msg: None)
-    with work_folder(workdir, "compare") as (folder, kept):
+    with work_folder(workdir, "compare", protect=(model.path, model.paddle_source)) as (folder, kept):
         feeds = validate_inputs(model, inputs) if inputs is not None else random_inputs(model, seed=seed)
         inputs_path = folder / "inputs.npz"
         save_inputs(inputs_path, feeds)

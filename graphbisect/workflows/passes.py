@@ -47,6 +47,7 @@ from graphbisect.oracle.signature import Signature
 from graphbisect.oracle.tester import judge
 from graphbisect.strategies.passes import DISABLE, ENABLE, PassSpace, PassTester, control_for, minimal_set, run_spec
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET, model_for_backend
+from graphbisect.workflows.scratch import check_work_folder
 
 __all__ = ["PassesOptions", "PassesResult", "find_culprit_passes", "reduce_under_culprits"]
 
@@ -166,6 +167,8 @@ def find_culprit_passes(
     if workdir is None:
         holder = tempfile.TemporaryDirectory(prefix="graphbisect-passes-")
         workdir = Path(holder.name)
+    else:
+        check_work_folder(Path(workdir), (model.path, model.paddle_source))
     try:
         s = _Session(model, options, Path(workdir), on_stage or (lambda _msg: None))
         s.prepare(inputs)

@@ -221,7 +221,7 @@ def find_precision(
     mode = mode if isinstance(mode, PrecisionMode) else PrecisionMode.parse(mode)
     method = calibration if isinstance(calibration, CalibrationMethod) else CalibrationMethod.parse(calibration)
     stage = on_stage or (lambda _msg: None)
-    with work_folder(workdir, "precision") as (folder, _kept):
+    with work_folder(workdir, "precision", protect=(model.path, model.paddle_source)) as (folder, _kept):
         feeds = validate_inputs(model, inputs) if inputs is not None else random_inputs(model, seed=seed)
         stage(f"capturing the FP32 oracle's activations ({oracle})")
         session, oracle_runs = _capture(model, oracle, feeds, folder)

@@ -48,7 +48,7 @@ from graphbisect.engine import (
     SearchResult,
     StopReason,
 )
-from graphbisect.errors import BackendError, GraphBisectError, InputError
+from graphbisect.errors import BackendError, GraphBisectError, InputError, ModelError
 from graphbisect.executors.candidates import ExecutorPool
 from graphbisect.localize.compiled import CompiledGraph
 from graphbisect.localize.layerwise import analyze_layers
@@ -406,6 +406,10 @@ def reduce_model(
         raise InputError("reduce_model needs the model's inputs (only a resumed run has them saved)",
                          hint="pass inputs=, e.g. graphbisect.data.random_inputs(model), or use graphbisect.reduce, "
                          "which draws seeded random inputs when none are given")
+    if not model.nodes:
+        raise ModelError(f"{model.path or 'the model'} has no nodes: there is nothing to reduce",
+                         hint="a graph whose outputs are its inputs is already minimal: report it as it is "
+                         "(`graphbisect compare` shows the verdict)")
     r = _Run(model, options, bundle_dir, on_progress, on_stage or (lambda _msg: None))
     r.force = force
     check_destination(r.bundle_dir, fingerprint=model.fingerprint, force=force)

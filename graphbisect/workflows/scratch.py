@@ -14,10 +14,12 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-__all__ = ["reclaim_abandoned", "work_folder"]
+from graphbisect.errors import InputError
+
+__all__ = ["check_work_folder", "reclaim_abandoned", "work_folder"]
 
 logger = logging.getLogger(__name__)
 
@@ -26,8 +28,12 @@ _PREFIX = "graphbisect-"
 
 
 @contextlib.contextmanager
-def work_folder(workdir: Path | None, prefix: str) -> Iterator[tuple[Path, bool]]:
+def work_folder(workdir: Path | None, prefix: str, *,
+                protect: Iterable[Path | None] = ()) -> Iterator[tuple[Path, bool]]:
     """Yield ``(folder, kept)``: ``workdir`` (created if needed, ``kept=True``) or a fresh temporary folder.
+
+    ``protect`` names the user's files (the model): a ``workdir`` that is the folder holding one of them is
+    refused with :class:`InputError`, since the workflow writes ``model.onnx``, ``inputs.npz``... there.
 
     Example:
         >>> with work_folder(None, "demo") as (folder, kept):
@@ -36,6 +42,7 @@ def work_folder(workdir: Path | None, prefix: str) -> Iterator[tuple[Path, bool]
     """
     if workdir is not None:
         workdir = Path(workdir)
+        check_work_folder(workdir, protect)
         workdir.mkdir(parents=True, exist_ok=True)
         yield workdir, True
         return
@@ -76,3 +83,12 @@ def _alive(pid: int) -> bool:
     except OSError:  # EPERM: it exists under another user
         return True
     return True
+
+
+def check_work_folder(workdir: Path, protect: Iterable[Path | None]) -> None:
+    """Raise :class:`InputError` when ``workdir`` is the folder holding one of the user's files ``protect``."""
+    for path in protect:
+        if path is not None and workdir.exists() and Path(path).parent.resolve() == workdir.resolve():
+            raise InputError(f"the work folder {workdir} is the folder of {path}: files written there "
+                             "(model.onnx, inputs.npz, ...) could overwrite yours",
+                             hint="choose an empty or new folder for --workdir, e.g. a subfolder")

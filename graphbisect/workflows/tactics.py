@@ -23,10 +23,8 @@ import json
 import logging
 import random
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +43,7 @@ from graphbisect.oracle.tester import judge
 from graphbisect.strategies.tactics import Isolation, TacticSpace, isolate
 from graphbisect.tactics.diff import NotApplied
 from graphbisect.tactics.record import TacticRecord, save_record
+from graphbisect.workflows.scratch import work_folder
 
 __all__ = [
     "EXACT",
@@ -132,16 +131,6 @@ def _backends_with_tactics() -> list[Any]:
     return [b for b in all_backends() if b.has(Capability.TACTICS)]
 
 
-@contextmanager
-def _workdir(workdir: Path | None) -> Iterator[Path]:
-    if workdir is not None:
-        workdir.mkdir(parents=True, exist_ok=True)
-        yield workdir
-        return
-    with tempfile.TemporaryDirectory(prefix="graphbisect-tactics-") as tmp:
-        yield Path(tmp)
-
-
 def _prepare(model: Model, inputs: Mapping[str, np.ndarray] | None, workdir: Path, seed: int) -> tuple[Path, Path]:
     feeds = validate_inputs(model, inputs) if inputs is not None else random_inputs(model, seed=seed)
     inputs_path = save_inputs(workdir / "inputs.npz", feeds)
@@ -165,7 +154,7 @@ def record_tactics(model: Model, target: BackendSpec | str, *, inputs: Mapping[s
                    workdir: Path | None = None, seed: int = 0) -> RecordResult:
     """Build and run ``model`` once on ``target`` and return the build's tactic record."""
     spec = _tactics_spec(target).with_options(report_tactics="1")
-    with _workdir(workdir) as work:
+    with work_folder(workdir, "tactics", protect=(model.path,)) as (work, _kept):
         onnx_path, inputs_path = _prepare(model, inputs, work, seed)
         with BackendProcess(spec, workdir=work / "target") as proc:
             run = proc.run(onnx_path, inputs_path, output_dir=work / "outputs")
@@ -207,7 +196,7 @@ def replay_tactics(model: Model, target: BackendSpec | str, record: TacticRecord
                    seed: int = 0) -> ReplayResult:
     """Build ``model`` on ``target`` with ``record`` forced; report what took effect (outputs are kept)."""
     spec = _tactics_spec(target)
-    with _workdir(workdir) as work:
+    with work_folder(workdir, "tactics", protect=(model.path,)) as (work, _kept):
         onnx_path, inputs_path = _prepare(model, inputs, work, seed)
         builder = _Builder(spec, work, onnx_path, inputs_path)
         try:
@@ -255,7 +244,7 @@ def isolate_tactics(
     """
     started = time.monotonic()
     spec = _tactics_spec(target)
-    with _workdir(workdir) as work:
+    with work_folder(workdir, "tactics", protect=(model.path,)) as (work, _kept):
         onnx_path, inputs_path = _prepare(model, inputs, work, seed)
         builder = _Builder(spec, work, onnx_path, inputs_path)
         invocations = {"oracle": 0}
