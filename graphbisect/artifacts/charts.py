@@ -61,19 +61,69 @@ def error_chart_svg(points: Sequence[ErrorPoint], title: str = "error per node (
                  'stroke-dasharray="4 3"/><text x="' f'{_W - _PAD_R}" y="{y1 - 4:.1f}" text-anchor="end" '
                  'fill="#c00">tolerance</text>')
     bar_w = max(plot_w / count - 1, 1)
+    labels = _LabelRows()
     for p in points:
         value = _log_score(p.score, top)
         y = y_of(value)
-        color = {"first": "#d62728", "root": "#ff7f0e"}.get(p.highlight or "", "#1f77b4" if p.score <= 1 else "#9467bd")
+        color = _color(p)
         parts.append(f'<rect x="{x_of(p.index) - bar_w / 2:.1f}" y="{y:.1f}" width="{bar_w:.1f}" '
                      f'height="{max(y_of(bottom) - y, 0.5):.1f}" fill="{color}">'
                      f'<title>{html.escape(p.label)}: {p.score:.3g}</title></rect>')
         if p.highlight:
-            parts.append(f'<text x="{x_of(p.index):.1f}" y="{max(y - 4, _PAD_T + 10):.1f}" text-anchor="middle" '
-                         f'fill="{color}">{html.escape(p.label[:28])}</text>')
-    parts.append(f'<text x="{_PAD_L + plot_w / 2:.1f}" y="{_H - 12}" text-anchor="middle">'
-                 'tensors in topological order</text></svg>')
+            text = p.label[:28]
+            row = labels.place(x_of(p.index), len(text) * _CHAR_W)
+            if row is not None:  # else the bar's tooltip names it: a label over another is unreadable
+                parts.append(f'<text x="{x_of(p.index):.1f}" y="{_PAD_T + 10 + row * 12:.1f}" '
+                             f'text-anchor="middle" fill="{color}">{html.escape(text)}</text>')
+    parts.append(f'<text x="{_PAD_L + plot_w / 2:.1f}" y="{_H - 26}" text-anchor="middle">'
+                 'tensors in topological order</text>')
+    parts.extend(_legend(_H - 8))
+    parts.append("</svg>")
     return "\n".join(parts)
+
+
+#: Bar colours and what they mean (the legend under the chart).
+LEGEND: tuple[tuple[str, str], ...] = (
+    ("#1f77b4", "within tolerance"),
+    ("#9467bd", "beyond tolerance"),
+    ("#d62728", "first divergence"),
+    ("#ff7f0e", "top root cause"),
+)
+_CHAR_W = 6.2  # average glyph width of the 11px sans-serif labels
+
+
+def _color(p: ErrorPoint) -> str:
+    if p.highlight == "first":
+        return LEGEND[2][0]
+    if p.highlight == "root":
+        return LEGEND[3][0]
+    return LEGEND[0][0] if p.score <= 1 else LEGEND[1][0]
+
+
+def _legend(y: float) -> list[str]:
+    parts, x = [], float(_PAD_L)
+    for color, text in LEGEND:
+        parts.append(f'<rect x="{x:.1f}" y="{y - 9:.1f}" width="10" height="10" fill="{color}"/>'
+                     f'<text x="{x + 14:.1f}" y="{y:.1f}">{html.escape(text)}</text>')
+        x += 24 + len(text) * _CHAR_W
+    return parts
+
+
+class _LabelRows:
+    """Rows of labels at the top of the plot: each label takes the first row where it overlaps none."""
+
+    ROWS = 3
+
+    def __init__(self) -> None:
+        self.rows: list[list[tuple[float, float]]] = [[] for _ in range(self.ROWS)]
+
+    def place(self, center: float, width: float) -> int | None:
+        span = (center - width / 2 - 4, center + width / 2 + 4)
+        for index, row in enumerate(self.rows):
+            if all(span[1] <= a or span[0] >= b for a, b in row):
+                row.append(span)
+                return index
+        return None
 
 
 def size_journey_svg(journey: Sequence[tuple[int, int]], title: str = "best size per backend invocation") -> str:

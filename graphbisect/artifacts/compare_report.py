@@ -31,11 +31,14 @@ def write_csv(result: CompareResult, path: Path) -> None:
     writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, extrasaction="ignore")
     writer.writeheader()
     for row in result.layerwise.rows if result.layerwise else ():
-        writer.writerow({k: _cell(v) for k, v in row.to_json().items()})
+        writer.writerow({k: _cell(k, v) for k, v in row.to_json().items()})
     atomic_write_text(path, buf.getvalue())
 
 
-def _cell(value: object) -> object:
+def _cell(column: str, value: object) -> object:
+    """A CSV cell: shapes as ``1x3x224x224``, value ranges as ``[-2.5, 1.9]`` (not ``-2.5x1.9``: a shape)."""
+    if isinstance(value, list) and column.endswith("_range"):
+        return "[" + ", ".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in value) + "]"
     if isinstance(value, list):
         return "x".join(str(v) for v in value)
     return value
@@ -64,9 +67,11 @@ def write_html(result: CompareResult, path: Path) -> None:
         "tr.fail{background:#fde}tr.first{background:#fbb}.warn{background:#ffd;padding:1em;border:1px solid #cc0}"
         "</style>",
         f"<h1>graphbisect compare: {html.escape(verdict)}</h1>",
-        f"<p>model <code>{html.escape(str(data['model']))}</code><br>oracle <code>{html.escape(str(result.oracle))}"
-        f"</code> vs target <code>{html.escape(str(result.target))}</code>; target status: "
-        f"{html.escape(str(data['target_status']))}; invocations {html.escape(str(data['invocations']))}</p>",
+        f"<p>model <code>{html.escape(str(result.model.path or 'ModelProto'))}</code> "
+        f"({len(result.model.nodes)} nodes, fingerprint <code>{html.escape(result.model.fingerprint[:12])}</code>)"
+        f"<br>oracle <code>{html.escape(str(result.oracle))}</code> vs target <code>{html.escape(str(result.target))}"
+        f"</code><br>target status: {html.escape(result.target_run.describe())}; backend runs: "
+        f"{html.escape(', '.join(f'{role} {n}' for role, n in result.invocations.items()))}</p>",
     ]
     if result.layerwise_note:
         parts.append(f"<p class='warn'>{html.escape(result.layerwise_note)}</p>")

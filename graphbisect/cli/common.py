@@ -147,14 +147,43 @@ def output_path(text: str) -> Path:
     return path
 
 
-def add_model_arguments(parser: argparse.ArgumentParser, *, optional: bool = False, atol: float = 1e-4,
-                        rtol: float = 1e-3) -> None:
+class PerOutputTolerance(argparse.Action):
+    """``--atol out:1e-3`` as Polygraphy writes it: a bare number is the default, ``NAME:VALUE`` one output's
+    (names may contain ':', the number is taken from the right). Stores the default under ``dest`` and the
+    overrides under ``<dest>_per_output``."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        per_output = dict(getattr(namespace, f"{self.dest}_per_output", None) or {})
+        for item in values if isinstance(values, list) else [values]:
+            name, sep, number = str(item).rpartition(":")
+            try:
+                value = tolerance(number if sep else str(item))
+            except argparse.ArgumentTypeError as exc:
+                raise argparse.ArgumentError(self, f"{exc} (or NAME:VALUE for one output, e.g. out:1e-3)") from exc
+            if sep and name:
+                per_output[name] = value
+            else:
+                setattr(namespace, self.dest, value)
+        setattr(namespace, f"{self.dest}_per_output", per_output)
+
+
+#: What ``--example`` loads, per kind: a short description for the help.
+EXAMPLES = {
+    "bug": "the bundled example model (a 200-node network with a real ONNX Runtime LayerNorm bug) and its inputs",
+    "precision": "the bundled precision example (a residual CNN whose block3 overflows in fp16) and its inputs",
+}
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, *, atol: float = 1e-4, rtol: float = 1e-3,
+                        example: str = "bug") -> None:
     """The model, backends, inputs and tolerance arguments; ``atol``/``rtol`` are the command's defaults
-    (the help states the ones the command uses)."""
-    parser.add_argument("model", nargs="?" if optional else None,
-                        help="ONNX file, or Paddle inference model (folder or path prefix)")
-    parser.add_argument("--example", action="store_true",
-                        help="use the bundled example model (a real ONNX Runtime bug) and its inputs")
+    (the help states the ones the command uses). The model is optional on the command line because
+    ``--example`` replaces it; :func:`load_model_arg` asks for one of the two."""
+    parser.add_argument("model", nargs="?",
+                        help="ONNX file, or Paddle inference model (folder or path prefix); or --example")
+    parser.add_argument("--example", action="store_const", const=example, default=None,
+                        help=f"use {EXAMPLES[example]} instead of MODEL")
     parser.add_argument("--oracle", default=DEFAULT_ORACLE, metavar="SPEC", type=backend_spec,
                         help=f"backend trusted to be right (default {DEFAULT_ORACLE}); see `graphbisect backends`")
     parser.add_argument("--target", default=DEFAULT_TARGET, metavar="SPEC", type=backend_spec,
@@ -165,8 +194,11 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, optional: bool = Fal
     parser.add_argument("--shape", action="append", default=[], metavar="NAME:DIMS",
                         help="shape for an input with dynamic dims, e.g. --shape images:1x3x224x224 (repeatable)")
     parser.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
-    parser.add_argument("--atol", type=tolerance, default=atol, help=f"absolute tolerance (default {atol:g})")
-    parser.add_argument("--rtol", type=tolerance, default=rtol, help=f"relative tolerance (default {rtol:g})")
+    parser.add_argument("--atol", action=PerOutputTolerance, default=atol, metavar="[NAME:]ATOL",
+                        help=f"absolute tolerance (default {atol:g}); NAME:ATOL sets one output's, as Polygraphy "
+                        "does (repeatable): --atol 1e-4 --atol logits:1e-2")
+    parser.add_argument("--rtol", action=PerOutputTolerance, default=rtol, metavar="[NAME:]RTOL",
+                        help=f"relative tolerance (default {rtol:g}); NAME:RTOL sets one output's (repeatable)")
     parser.add_argument("--min-cosine", type=cosine, default=None,
                         help="also fail a tensor whose cosine similarity is below this")
     parser.add_argument("--tol", action="append", type=tolerance_override, default=[], metavar="NAME:ATOL[:RTOL]",
@@ -190,14 +222,26 @@ def _parse_tol(item: str, default_rtol: float) -> tuple[str, tuple[float, float]
 
 
 def tolerance_from_args(args: argparse.Namespace) -> Tolerance:
-    per_output = dict(_parse_tol(item, args.rtol) for item in args.tol)
+    """The tolerance of a command line: ``--atol``/``--rtol`` (with their ``NAME:VALUE`` items) and ``--tol``."""
+    atols: dict[str, float] = getattr(args, "atol_per_output", None) or {}
+    rtols: dict[str, float] = getattr(args, "rtol_per_output", None) or {}
+    per_output = {name: (atols.get(name, args.atol), rtols.get(name, args.rtol)) for name in {*atols, *rtols}}
+    per_output.update(_parse_tol(item, args.rtol) for item in args.tol)
     return Tolerance(atol=args.atol, rtol=args.rtol, min_cosine=args.min_cosine, per_output=per_output)
 
 
 def load_model_arg(args: argparse.Namespace) -> Model:
     from graphbisect.model import load_model
 
-    if args.example:
+    if args.example and args.model is not None:
+        raise InputError(f"both a model ({args.model}) and --example given",
+                         hint="drop --example to use your model, or the model to use the bundled example")
+    if args.example == "precision":
+        from graphbisect.examples.precision_models import cnn_inputs, residual_cnn
+
+        args.example_inputs = None if args.inputs else cnn_inputs()
+        model = load_model(residual_cnn())
+    elif args.example:
         from graphbisect.examples.bundled import example_inputs_path, example_model_path
 
         args.inputs = args.inputs or example_inputs_path()
@@ -211,11 +255,14 @@ def load_model_arg(args: argparse.Namespace) -> Model:
 
 
 def check_tolerance_names(args: argparse.Namespace, model: Model) -> None:
-    """Every ``--tol NAME:...`` must name a tensor of the model (a typo would silently change nothing)."""
-    for item in getattr(args, "tol", None) or []:
-        name, _ = _parse_tol(item, 0.0)
+    """Every ``--tol NAME:...`` and ``--atol/--rtol NAME:...`` must name a tensor of the model (a typo would
+    silently change nothing)."""
+    named = [(f"--tol {item!r}", _parse_tol(item, 0.0)[0]) for item in getattr(args, "tol", None) or []]
+    for option in ("atol", "rtol"):
+        named += [(f"--{option} {name}:...", name) for name in getattr(args, f"{option}_per_output", None) or {}]
+    for what, name in named:
         if not model.has_tensor(name):
-            raise InputError(f"--tol {item!r}: the model has no tensor {name!r}",
+            raise InputError(f"{what}: the model has no tensor {name!r}",
                              hint=f"outputs are: {', '.join(model.output_names)}")
 
 
@@ -223,6 +270,8 @@ def load_feeds(args: argparse.Namespace, model: Model) -> dict[str, np.ndarray]:
     from graphbisect.data import load_inputs, parse_shapes, random_inputs
 
     shapes = parse_shapes(args.shape)
+    if getattr(args, "example_inputs", None) is not None:
+        return dict(args.example_inputs)
     if args.inputs is not None:
         return load_inputs(args.inputs, model)
     return random_inputs(model, shapes=shapes, seed=args.seed)

@@ -24,7 +24,7 @@ __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_model_arguments(parser, optional=True)
+    add_model_arguments(parser)
     parser.add_argument("--json", type=output_path, metavar="PATH", help="write the full result as JSON")
     parser.add_argument("--html", type=output_path, metavar="PATH",
                         help="write an HTML report with a per-node error chart")

@@ -24,7 +24,7 @@ __all__ = ["add_arguments", "print_passes", "run", "run_passes"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_model_arguments(parser, optional=True)
+    add_model_arguments(parser)
     parser.add_argument("-o", "--output", type=output_path, metavar="DIR",
                         help="also reduce the model with only the culprit passes enabled and write the bundle to DIR "
                         "(its repro.py also runs a control with the culprits disabled)")

@@ -25,7 +25,8 @@ __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_model_arguments(parser, atol=1e-2, rtol=1e-2)  # reduced precision is judged at a few-percent tolerance
+    # reduced precision is judged at a few-percent tolerance
+    add_model_arguments(parser, atol=1e-2, rtol=1e-2, example="precision")
     parser.add_argument("--mode", default="fp16", choices=["fp16", "bf16", "int8"],
                         help="precision the other nodes run in (default fp16): int8 by QDQ (real int8 kernels on "
                         "ONNX Runtime), fp16/bf16 emulated by Cast islands, or, with a target that computes in it "

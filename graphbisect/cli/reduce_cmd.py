@@ -31,7 +31,7 @@ __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_model_arguments(parser, optional=True)
+    add_model_arguments(parser)
     parser.add_argument("-o", "--output", type=output_path, metavar="DIR",
                         help="bundle folder to write (model.onnx, inputs, expected/actual outputs, repro.py, report)")
     parser.add_argument("--resume", type=Path, metavar="DIR",
