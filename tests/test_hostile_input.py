@@ -22,6 +22,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from graphbisect.artifacts.bundle import is_bundle
+from graphbisect.artifacts.overrides import PrecisionOverrides
 from graphbisect.cli.main import main
 from graphbisect.compare import Tolerance
 from graphbisect.data import load_inputs, save_inputs
@@ -354,3 +355,46 @@ def test_item9_workdir_in_the_models_folder_never_overwrites_the_model(command: 
     assert main(args) == 2
     assert "could overwrite yours" in capsys.readouterr().err
     assert model.read_bytes() == before and sorted(p.name for p in folder.iterdir()) == ["model.onnx"]
+
+
+def test_item9_trtexec_flags_are_shell_quoted(tmp_path: Path) -> None:
+    hostile = "a b;touch $HOME/x 'q'"
+    line = PrecisionOverrides("fp16", keep_fp32=(hostile, "ln/Pow"), keep_op_types=(), lowered=()).trtexec()
+    words = shlex.split(line)  # what a shell passes to trtexec
+    assert f"--layerPrecisions={hostile}:fp32,ln/Pow:fp32" in words
+    assert f"--layerOutputTypes={hostile}:fp32,ln/Pow:fp32" in words
+
+
+def _renamed_host(tmp_path: Path, node_suffix: str, tensor_suffix: str = "") -> tuple[Path, Path]:
+    host = host_network(100, bug="layernorm_keepdims0", seed=1)
+    model = host.model
+    outputs = {o.name for o in model.graph.output}
+    for i, node in enumerate(model.graph.node):
+        node.name = f"n{i}{node_suffix}"
+        for slots in (node.input, node.output):
+            for j, name in enumerate(slots):
+                if name and tensor_suffix and name not in outputs and name not in host.inputs and \
+                        name not in {init.name for init in model.graph.initializer}:
+                    slots[j] = name + tensor_suffix
+    onnx.save(model, tmp_path / "m.onnx")
+    save_inputs(tmp_path / "in.npz", host.inputs)
+    return tmp_path / "m.onnx", tmp_path / "in.npz"
+
+
+def test_item9_control_characters_in_names_are_escaped_on_the_terminal_and_exact_in_files(
+        tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    hostile = "\x1b]0;pwned\x07\x1b[2J\u202e"
+    model, inputs = _renamed_host(tmp_path, hostile)
+    assert main(["reduce", str(model), "--inputs", str(inputs), "-o", str(tmp_path / "out")]) == 1
+    captured = capsys.readouterr()
+    for stream in (captured.out, captured.err):
+        assert "\x1b" not in stream and "\x07" not in stream and "\u202e" not in stream
+    assert "\\x1b]0;pwned\\x07" in captured.out  # shown, escaped
+    kept = json.loads((tmp_path / "out" / "report.json").read_text())["kept_nodes"]
+    assert kept and all(k["name"].endswith(hostile) for k in kept)  # exact in files
+
+
+def test_item9_nul_in_tensor_names_is_a_clear_error_not_an_abort_mid_run(tmp_path: Path) -> None:
+    model, _ = _renamed_host(tmp_path, "", tensor_suffix="\x00x")
+    with pytest.raises(ModelError, match="NUL character"):
+        load_model(model)

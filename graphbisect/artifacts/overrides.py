@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,11 +123,11 @@ class PrecisionOverrides:
     lowered: tuple[str, ...]
 
     def trtexec(self) -> str:
-        """trtexec flags pinning the nodes to FP32."""
+        """trtexec flags pinning the nodes to FP32, shell-quoted (node names may hold spaces, quotes, ``$``)."""
         flag = _TRT_TYPES[self.mode]
         if not self.keep_fp32:
             return flag
-        pins = ",".join(f"{name}:fp32" for name in self.keep_fp32)
+        pins = shlex.quote(",".join(f"{name}:fp32" for name in self.keep_fp32))
         return f"{flag} --precisionConstraints=obey --layerPrecisions={pins} --layerOutputTypes={pins}"
 
     def openvino_target(self, pin_file: Path | str = "/abs/path/keep_fp32.txt") -> str | None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphbisect._version import __version__
+from graphbisect.cli.terminal import safe_terminal
 from graphbisect.errors import GraphBisectError
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
@@ -94,7 +95,8 @@ def _unwind_on_termination() -> dict[int, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     previous = _unwind_on_termination()
     try:
-        return _main(argv)
+        with safe_terminal():  # names from a model never reach the terminal as control sequences
+            return _main(argv)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -170,10 +170,24 @@ def _read_onnx(path: Path) -> onnx.ModelProto:
 
 
 def _normalize(proto: onnx.ModelProto, path: Path) -> onnx.ModelProto:
+    _check_tensor_names(proto.graph, path)
     try:
         return normalize_model(proto, copy=False)
     except ModelError as exc:
         raise ModelError(f"{path}: {exc.message}", hint=exc.hint) from exc
+
+
+def _check_tensor_names(graph: onnx.GraphProto, path: Path) -> None:
+    """Refuse tensor names holding NUL up front: values cross process boundaries in ``.npz`` files, whose
+    zip member names end at a NUL, so such a run would otherwise abort half-way ("no value for input")."""
+    names = [*(v.name for v in graph.input), *(v.name for v in graph.output), *(i.name for i in graph.initializer),
+             *(o for node in graph.node for o in node.output)]
+    bad = [name for name in names if "\0" in name]
+    if bad:
+        raise ModelError(f"{path}: tensor {bad[0]!r} has a NUL character in its name"
+                         + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""),
+                         hint="tensor values are exchanged as .npz files, which cannot hold NUL in a name: rename "
+                         "them (e.g. name.replace('\\0', '_') on every node input/output and graph value)")
 
 
 # --- external data -------------------------------------------------------------------------------------

@@ -1,0 +1,55 @@
+"""What reaches the terminal: names from a model are data, never control sequences.
+
+Tensor and node names come from files anyone may have written. Printed raw, ``\\x1b]0;...\\x07`` retitles
+the terminal, ``\\x1b[2J`` clears it, and U+202E reorders what the user reads. The CLI's stdout and
+stderr go through :class:`SafeStream`, which shows every such character escaped (``\\x1b``) and keeps
+newlines, tabs and carriage returns (the progress line). Files graphbisect writes keep the exact names.
+
+Example:
+    >>> escape_controls("a\\x1b[31mb\\x00c\\n")
+    'a\\\\x1b[31mb\\\\x00c\\n'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+from collections.abc import Iterator
+from typing import TextIO
+
+__all__ = ["SafeStream", "escape_controls", "safe_terminal"]
+
+# C0 controls but \t \n \r, DEL, C1 controls, and the bidirectional overrides/isolates.
+_CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with terminal control characters written as ``\\xNN`` / ``\\uNNNN`` escapes."""
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else
+                         f"\\u{ord(m.group()):04x}", text)
+
+
+class SafeStream:
+    """A text stream that escapes control characters before writing to the wrapped one."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(escape_controls(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> object:  # flush, isatty, fileno, encoding, ...
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def safe_terminal() -> Iterator[None]:
+    """Route ``sys.stdout``/``sys.stderr`` through :class:`SafeStream` for the block."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = SafeStream(out), SafeStream(err)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err
