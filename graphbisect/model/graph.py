@@ -22,7 +22,7 @@ import onnx
 from graphbisect.errors import ModelError
 from graphbisect.model.external import inline_tensor, source_of
 from graphbisect.model.io import ExternalRef, copy_model, save_proto, strip_to_external
-from graphbisect.model.normalize import default_opset, fingerprint, node_dependencies, normalize_model
+from graphbisect.model.normalize import default_opset, fingerprint, infer_types, node_dependencies, normalize_model
 
 __all__ = ["Model", "TensorType"]
 
@@ -94,11 +94,17 @@ def _type_from_value_info(value: onnx.ValueInfoProto) -> TensorType | None:
     return TensorType(tensor_type.elem_type, tuple(dims))
 
 
-def _type_index(graph: onnx.GraphProto) -> dict[str, TensorType]:
+def _type_index(graph: onnx.GraphProto, inferred: Mapping[str, onnx.ValueInfoProto]) -> dict[str, TensorType]:
+    """Every known tensor type: inferred ones, replaced by a declaration that says at least as much."""
     types: dict[str, TensorType] = {}
+    for value in inferred.values():
+        found = _type_from_value_info(value)
+        if found is not None:
+            types[value.name] = found
     for value in (*graph.value_info, *graph.input, *graph.output):
         found = _type_from_value_info(value)
-        if found is not None and (found.elem_type or value.name not in types):
+        known = types.get(value.name)
+        if found is not None and found.elem_type and (known is None or found.shape is not None or known.shape is None):
             types[value.name] = found
     for tensor in graph.initializer:  # an initializer's own dims are authoritative
         types[tensor.name] = TensorType(tensor.data_type, tuple(tensor.dims))
@@ -156,11 +162,18 @@ class Model:
         self.output_names: tuple[str, ...] = tuple(value.name for value in graph.output)
         self.external_bytes: int = sum(ref.length for t in graph.initializer if (ref := source_of(t)) is not None)
         self._graph_inputs = frozenset(value.name for value in graph.input)
-        self._types = _type_index(graph)
-        # Sequence / optional / map values keep their declared type when exposed (rare: indexed once).
+        # What the user's model declares (value_info, graph inputs and outputs), exactly: candidates and
+        # bundles carry these and nothing graphbisect inferred (see graphbisect.model.normalize).
+        self._declared: dict[str, onnx.ValueInfoProto] = {
+            value.name: value for value in (*graph.value_info, *graph.input, *graph.output)
+            if value.type.ByteSize() > 0
+        }
+        self._inferred = infer_types(self.proto)
+        self._types = _type_index(graph, self._inferred)
+        # Sequence / optional / map values keep their type when exposed (rare: indexed once).
         self._non_tensor_types = {
-            value.name: value for value in graph.value_info
-            if value.type.ByteSize() > 0 and not value.type.HasField("tensor_type")
+            name: value for name, value in {**self._inferred, **self._declared}.items()
+            if not value.type.HasField("tensor_type")
         }
 
     def _consumer_index(self) -> dict[str, tuple[int, ...]]:
@@ -201,6 +214,19 @@ class Model:
     def tensor_type(self, name: str) -> TensorType | None:
         """Element type and shape of tensor ``name``; ``None`` when unknown or not a plain tensor."""
         return self._types.get(name)
+
+    def declared(self, name: str) -> onnx.ValueInfoProto | None:
+        """The user's own declaration of tensor ``name`` (its ``value_info``, graph input or graph output
+        entry, exactly as written), or None when the model declares nothing for it. Never an inferred type.
+        """
+        return self._declared.get(name)
+
+    def boundary_type(self, name: str) -> onnx.ValueInfoProto | None:
+        """The type to declare ``name`` with where a derived model makes it a new graph input or output:
+        the user's declaration when there is one, else what shape inference found on the whole model
+        (symbolic dimensions stay symbolic: as much as a runtime knows about the tensor inside the
+        original model, never the concrete shape of one run), else None."""
+        return self._declared.get(name) or self._inferred.get(name)
 
     def has_tensor(self, name: str) -> bool:
         """Whether ``name`` is a graph input, an initializer or a node output."""

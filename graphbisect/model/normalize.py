@@ -7,9 +7,16 @@
 3. :func:`check_single_assignment` — every tensor name is produced once (SSA);
 4. :func:`topological_sort` — stable Kahn sort, counting tensors that subgraphs (If/Loop/Scan bodies)
    read from the outer scope as dependencies of the node that owns the subgraph;
-5. :func:`lower_ir_version` — never above what the opsets (and data types) need, so older runtimes load it;
-6. :func:`infer_types` — ``onnx.shape_inference`` (non-strict, on a weight-free skeleton so it works for
-   models over 2 GiB), falling back to the declared types when it fails.
+5. :func:`lower_ir_version` — never above what the opsets (and data types) need, so older runtimes load it.
+
+**Declarations stay exactly as the user wrote them.** The normalized proto's ``value_info``, graph input and
+output types are the original's: shape information is something optimizers act on (ONNX Runtime's
+LayerNormFusion fires on a positive ``axes`` only when the input's rank is known), so a model that gained
+inferred shapes may fail where the user's does not, or the other way round. :func:`infer_types`
+(``onnx.shape_inference``, non-strict, on a weight-free skeleton so it works for models over 2 GiB) is
+therefore kept *beside* the proto: :class:`graphbisect.model.Model` holds its result as the types it
+knows, and only derived models that need a type the user did not declare (a probe output, a cut point
+fed as a graph input) use it.
 
 :func:`fingerprint` hashes the result. Subgraphs are never modified (their nodes keep their names).
 """
@@ -86,7 +93,6 @@ def normalize_model(proto: onnx.ModelProto, *, copy: bool = True) -> onnx.ModelP
     check_single_assignment(graph)
     topological_sort(graph)
     lower_ir_version(proto)
-    infer_types(proto)
     return proto
 
 
@@ -402,29 +408,19 @@ def _run_shape_inference(skeleton: onnx.ModelProto) -> onnx.ModelProto | None:
     return None
 
 
-def _has_full_type(value: onnx.ValueInfoProto) -> bool:
-    if not value.type.HasField("tensor_type"):
-        return value.type.ByteSize() > 0
-    tensor_type = value.type.tensor_type
-    return tensor_type.elem_type != 0 and tensor_type.HasField("shape")
+def infer_types(proto: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
+    """The types ``onnx.shape_inference`` finds for ``proto``'s tensors (value_info and graph outputs), by
+    name; ``proto`` itself is not modified (its declarations stay the user's, see the module docstring).
 
-
-def infer_types(proto: onnx.ModelProto) -> bool:
-    """Fill ``proto.graph.value_info`` (and untyped graph outputs) with inferred types, in place.
-
-    Non-strict: a node whose inference fails just leaves its outputs untyped. When the whole inference
-    raises, the declared types are kept and the reason is logged. Returns whether inference ran.
+    Non-strict: a node whose inference fails just leaves its outputs out. When the whole inference raises,
+    the result is empty and the reason is logged.
     """
     inferred = _run_shape_inference(_skeleton(proto))
     if inferred is None:
-        return False
-    graph = proto.graph
-    graph.ClearField("value_info")
-    graph.value_info.extend(inferred.graph.value_info)
-    for declared, found in zip(graph.output, inferred.graph.output, strict=False):
-        if not _has_full_type(declared) and found.type.ByteSize() > 0:
-            declared.type.CopyFrom(found.type)
-    return True
+        return {}
+    found = {value.name: value for value in inferred.graph.value_info if value.type.ByteSize() > 0}
+    found.update((value.name, value) for value in inferred.graph.output if value.type.ByteSize() > 0)
+    return found
 
 
 # --- fingerprint ---------------------------------------------------------------------------------------

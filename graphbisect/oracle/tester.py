@@ -136,6 +136,7 @@ class CandidateTester:
         ``check``: a Python callable judges the outputs instead of the tolerance (see :func:`judge`)."""
         self.space, self.pool, self.baseline, self.tol = space, pool, baseline, tol
         self.fail_regex, self.strict_band, self.compare, self.check = fail_regex, strict_band, compare, check
+        self._gate: bool | None = None  # whether onnx.checker may veto candidates (decided on first use)
 
     def __call__(self, keep: frozenset[int]) -> TestResult:
         try:
@@ -150,7 +151,7 @@ class CandidateTester:
         path = self.space.workdir / f"candidate-{_digest(keep)}.onnx"
         save_proto(candidate.proto, path, durable=False)  # deleted after its run: no fsync
         try:
-            invalid = _check(path)
+            invalid = _check(path) if self._checker_gates() else None
             if invalid:
                 log.warning("skipping an invalid candidate of %d nodes: %s", len(keep), invalid)
                 return TestResult(Outcome.UNRESOLVED, invoked=False, detail=f"invalid model: {invalid}")
@@ -169,6 +170,22 @@ class CandidateTester:
             outcome = Outcome.PASS
         detail = {"signature": verdict.signature.to_json(), "failing": verdict.failing_tensors}
         return TestResult(outcome, invoked=True, detail=detail)
+
+    def _checker_gates(self) -> bool:
+        """Whether ``onnx.checker`` may veto candidates: only when the model itself passes it. Runtimes load
+        models the checker refuses (an input of unknown rank, as converters write them); vetoing those
+        would skip every candidate without a run and call the untouched model minimal."""
+        if self._gate is None:
+            path = self.space.workdir / "whole-model-check.onnx"
+            save_proto(self.space.materialize(range(self.space.size)).proto, path, durable=False)
+            try:
+                invalid = _check(path)
+            finally:
+                remove_model(path)
+            self._gate = invalid is None
+            if invalid:
+                log.warning("the model itself fails onnx.checker (%s); candidates are not vetoed by it", invalid)
+        return self._gate
 
     def _cannot_match(self, candidate: Candidate) -> str | None:
         """Why the candidate cannot fail like the baseline whatever the target does, judged from the types

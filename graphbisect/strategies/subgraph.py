@@ -3,10 +3,22 @@
 Any subset of nodes is a valid candidate, because every tensor a kept node reads but no kept node
 produces is **fed with the oracle's captured value** (DESIGN: "oracle values at cut points"): as a graph
 input carried in the candidate's inputs, or — for small integer tensors such as shapes and indices, which
-runtimes need as constants to fold shapes and match fusion patterns — as an initializer. The candidate's
-outputs are the tensors it produces that no kept node reads (its frontier) plus any original output it
-produces; their expected values are the oracle's, straight from the activation store, so testing a
-candidate costs one *target* invocation and no oracle run.
+runtimes need as constants to fold shapes and match fusion patterns — as an initializer. The original's
+own graph inputs stay graph inputs. The candidate's outputs are the tensors it produces that no kept node
+reads (its frontier) plus any original output it produces; their expected values are the oracle's,
+straight from the activation store, so testing a candidate costs one *target* invocation and no oracle run.
+
+**Declarations survive.** Optimizers act on declared shapes (ONNX Runtime's LayerNormFusion with a positive
+``axes`` fires only when the input's rank is known; an OpenVINO conversion may fail only on dynamic
+dimensions), so a candidate carries what the user's model declares, exactly: its opset and domain imports,
+functions, IR version, the declarations of its original graph inputs (dynamic dimensions stay dynamic; the
+values fed are concrete) and outputs, and the ``value_info`` of every kept tensor. Nothing graphbisect
+inferred is added to a tensor the model already has; only a cut point, which the original has no
+declaration for as a graph input, is declared with the user's ``value_info`` when there is one, else with
+the type inference found in the whole model (symbolic dimensions stay symbolic: what a runtime knows about
+that tensor inside the original), never the concrete shape of one run. The whole node set therefore
+materializes to the original model itself, and every candidate, declarations included, is exactly what
+the target ran before it was accepted.
 
 Weights are never copied per candidate: every initializer above 1 KiB lives once in ``weights.bin`` beside
 the candidates, which reference it by offset (:func:`graphbisect.model.io.write_weights_file`).
@@ -101,6 +113,10 @@ class SubgraphSpace:
         self._inline = model.inline_initializers  # weights kept on disk are read only for inline_weights=True
         self._deps = [node_dependencies(node) for node in model.nodes]
         self._outputs = set(model.output_names)
+        self._inputs = frozenset(model.input_names)
+        graph = model.proto.graph
+        self._value_info = {value.name: value for value in graph.value_info}  # the user's, never inferred
+        self._init_inputs = {value.name: value for value in graph.input if value.name in model.initializer_names}
         self._shell = copy_model(model.proto, initializers=False)
         del self._shell.graph.node[:]
         del self._shell.graph.input[:]
@@ -151,18 +167,40 @@ class SubgraphSpace:
         feeds: dict[str, np.ndarray] = {}
         for name in cut:
             value = np.asarray(self.values(name))
-            if self._as_constant(value):
+            if self._as_constant(name, value):
                 graph.initializer.append(onnx.numpy_helper.from_array(np.ascontiguousarray(value), name))
             else:
-                graph.input.append(_value_info(name, value))
+                graph.input.append(self._input_type(name, value))
                 feeds[name] = value
-        graph.output.extend(_value_info(name, self.values(name)) for name in outputs)
+        # An initializer the original also lists as a graph input can be overridden: runtimes do not fold it.
+        graph.input.extend(self._init_inputs[name] for name in inits if name in self._init_inputs)
+        graph.output.extend(self._output_type(name) for name in outputs)
+        produced = {name for index in keep for name in self.model.nodes[index].output}
+        graph.value_info.extend(value for name, value in self._value_info.items()
+                                if name in produced and name not in outputs)
         return Candidate(keep, proto, feeds, tuple(outputs))
 
-    def _as_constant(self, value: np.ndarray) -> bool:
+    def _as_constant(self, name: str, value: np.ndarray) -> bool:
         if self.cut_as_initializers:
             return True
+        if name in self._inputs:  # the original feeds it at run time: a constant would fold what it does not
+            return False
         return value.dtype.kind in _CONST_KINDS and value.size <= _CONST_MAX_ELEMENTS
+
+    def _input_type(self, name: str, value: np.ndarray) -> onnx.ValueInfoProto:
+        """How a fed tensor is declared: the model's own type (module docstring) when the value fits it."""
+        known = self.model.boundary_type(name)
+        if known is not None and _fits(known, value):
+            return known
+        log.debug("no usable type for cut tensor %r; declaring only its element type", name)
+        return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype), None)
+
+    def _output_type(self, name: str) -> onnx.ValueInfoProto:
+        known = self.model.boundary_type(name)
+        if known is not None and (not known.type.HasField("tensor_type") or known.type.tensor_type.elem_type):
+            return known
+        dtype = np.asarray(self.values(name)).dtype
+        return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(dtype), None)
 
     def cone(self, keep: Iterable[int], tensors: Iterable[str]) -> frozenset[int]:
         """The nodes of ``keep`` that the given tensors depend on (within ``keep``)."""
@@ -178,9 +216,22 @@ class SubgraphSpace:
         return frozenset(cone)
 
 
-def _value_info(name: str, value: np.ndarray) -> onnx.ValueInfoProto:
-    value = np.asarray(value)
-    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype), list(value.shape))
+def _fits(info: onnx.ValueInfoProto, value: np.ndarray) -> bool:
+    """Whether a tensor declaration admits ``value``: same element type, and rank and static dimensions
+    equal where it declares a shape (a wrong inferred type must not make a runtime refuse the feed)."""
+    if not info.type.HasField("tensor_type"):
+        return False
+    tensor_type = info.type.tensor_type
+    try:
+        if helper.tensor_dtype_to_np_dtype(tensor_type.elem_type) != value.dtype:
+            return False
+    except (KeyError, TypeError, ValueError):
+        return False
+    if not tensor_type.HasField("shape"):
+        return True
+    dims = tensor_type.shape.dim
+    return len(dims) == value.ndim and all(
+        not dim.HasField("dim_value") or dim.dim_value == size for dim, size in zip(dims, value.shape, strict=True))
 
 
 def plan(evaluator: Evaluator, space: SubgraphSpace, *, hints: Sequence[frozenset[int]] = (),
