@@ -11,12 +11,21 @@ lines in a script.
 **Check mode** (Polygraphy's ``--check``): a template without ``{outputs}`` is a pass/fail check. Exit 0 means
 the model is fine and the run has no outputs to compare; a non-zero exit is the failure, and its code is part
 of the crash signature, so a reduction never drifts to a different exit code.
+
+**Where it runs.** The program runs in the directory graphbisect was started from (the host passes it to its
+workers as ``GRAPHBISECT_CALLER_CWD``), so ``python check.py {model}`` finds ``check.py`` there; ``{model}``,
+``{inputs}`` and ``{outputs}`` are absolute paths. **A program that cannot run is not a failure**: exit 126
+or 127 (not executable, not found), a command that cannot be started, an interpreter that cannot open its
+script, or a usage error (exit 2 with ``usage:``) raise :class:`~graphbisect.errors.SpecError` — a usage
+error with a hint, never a failure signature a reduction would shrink a model to.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import re
 import shlex
 import signal
 import string
@@ -31,7 +40,7 @@ import numpy as np
 from graphbisect.backends.worker import load_npz, option_flag, save_npz
 from graphbisect.errors import SpecError
 
-__all__ = ["Command", "CommandFailed"]
+__all__ = ["CALLER_CWD_ENV", "Command", "CommandFailed", "cannot_run"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +49,12 @@ _OPTIONS = ("cmd", "shell")
 #: How much of the program's stderr goes into a crash message.
 STDERR_TAIL_LINES = 20
 STDERR_TAIL_CHARS = 4000
+#: The environment variable that carries the directory graphbisect was started from into its workers.
+CALLER_CWD_ENV = "GRAPHBISECT_CALLER_CWD"
+#: Exit statuses of a shell that could not run the command: not executable, not found.
+_CANNOT_RUN_CODES = {126: "is not executable", 127: "was not found"}
+_CANNOT_OPEN = re.compile(r"can't open file|No such file or directory|command not found|not found$", re.MULTILINE)
+_USAGE = re.compile(r"^usage: ", re.MULTILINE | re.IGNORECASE)
 
 
 class CommandFailed(RuntimeError):
@@ -86,11 +101,21 @@ class Command:
         self._last = command if isinstance(command, str) else shlex.join(command)
         logger.debug("running %s", self._last)
         sys.stdout.flush()
-        proc = subprocess.run(command, shell=self.shell, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              cwd=self.workdir, check=False)
+        cwd = os.environ.get(CALLER_CWD_ENV) or str(self.workdir)
+        try:
+            proc = subprocess.run(command, shell=self.shell, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  cwd=cwd, check=False)
+        except OSError as exc:
+            raise SpecError(f"the command cannot be started in {cwd}: {exc}",
+                            hint=f"check the program name and its permissions: {self._last}") from exc
         stderr = proc.stderr.decode("utf-8", errors="replace")
         sys.stderr.write(stderr)  # keep it in the worker log as well
         sys.stderr.flush()
+        why = cannot_run(proc.returncode, stderr)
+        if why is not None:
+            raise SpecError(f"the command cannot run ({why}; it runs in {cwd}): {self._last}{_tail(stderr)}",
+                            hint="fix the command line: a command that cannot run is never taken as the failure; "
+                            "relative paths are relative to the directory graphbisect is started from")
         if proc.returncode != 0:
             raise CommandFailed(f"command {_status_text(proc.returncode)}{_tail(stderr)}", proc.returncode)
         if self.check_mode:
@@ -141,6 +166,32 @@ def _check_template(template: str) -> None:
                         hint="placeholders are {model}, {inputs} and {outputs}; write literal braces as {{ and }}")
     if not parts:
         raise SpecError("cmd= is empty", hint="e.g. command:cmd=python run.py {model} {inputs} {outputs}")
+
+
+def cannot_run(returncode: int, stderr: str) -> str | None:
+    """Why an exit status and stderr mean the program could not run at all (None: it ran).
+
+    Example:
+        >>> cannot_run(127, "sh: 1: chek: not found")
+        'exit 127: the command was not found'
+        >>> cannot_run(2, "python: can't open file '/w/check.py': [Errno 2] No such file or directory")
+        "exit 2: python: can't open file '/w/check.py': [Errno 2] No such file or directory"
+        >>> cannot_run(1, "AssertionError: outputs differ") is None
+        True
+    """
+    if returncode in _CANNOT_RUN_CODES:
+        return f"exit {returncode}: the command {_CANNOT_RUN_CODES[returncode]}"
+    last = _last_line(stderr)
+    if returncode == 2 and _USAGE.search(stderr):
+        return f"exit 2, a usage error: {last}"
+    if returncode == 2 and _CANNOT_OPEN.search(last):
+        return f"exit 2: {last}"
+    return None
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
 
 
 def _status_text(returncode: int) -> str:

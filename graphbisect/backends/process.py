@@ -297,6 +297,7 @@ class BackendProcess:
         path = _package_path(self.workdir)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(path), env.get("PYTHONPATH")) if p)
         env["PYTHONUNBUFFERED"] = "1"
+        env.setdefault("GRAPHBISECT_CALLER_CWD", os.getcwd())  # where a `command` backend runs its program
         return env
 
     def _call_checked(self, message: Mapping[str, Any], seconds: float) -> dict[str, Any]:

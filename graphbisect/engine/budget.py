@@ -38,12 +38,20 @@ class Budget:
 
     max_invocations: int | None = None
     deadline_seconds: float | None = None
+    #: Stop after this many invocations in a row without a FAIL, or ``stall_per_unit`` times the current
+    #: best set's size if that is more (a 1-minimality sweep needs one passing run per unit). A search in
+    #: which every candidate passes makes no progress: it stops and reports what it has instead of
+    #: spending hundreds of runs. None: no such limit.
+    max_stall: int | None = None
+    stall_per_unit: float = 2.0
 
     def __post_init__(self) -> None:
         if self.max_invocations is not None and self.max_invocations < 0:
             raise ValueError(f"Budget.max_invocations must be >= 0, got {self.max_invocations}")
         if self.deadline_seconds is not None and self.deadline_seconds < 0:
             raise ValueError(f"Budget.deadline_seconds must be >= 0, got {self.deadline_seconds}")
+        if self.max_stall is not None and self.max_stall < 1:
+            raise ValueError(f"Budget.max_stall must be >= 1, got {self.max_stall}")
 
     @property
     def unlimited(self) -> bool:
@@ -63,14 +71,23 @@ class BudgetMeter:
         self._start = clock()
         self.spent = 0
         self.interrupted = False
+        self.since_fail = 0  # invocations since the last FAIL (the stall)
+        self.best: int | None = None  # size of the current best failing set, for the stall limit
 
     def elapsed(self) -> float:
         """Seconds since the meter started."""
         return self._clock() - self._start
 
-    def charge(self, invocations: int = 1) -> None:
-        """Record backend invocations that happened."""
+    def charge(self, invocations: int = 1, *, failed: bool = False) -> None:
+        """Record backend invocations that happened; ``failed``: the run found the failure (progress)."""
         self.spent += invocations
+        self.since_fail = 0 if failed else self.since_fail + invocations
+
+    def stall_limit(self) -> int | None:
+        """Invocations without a FAIL after which the search stops (None: unlimited)."""
+        if self.budget.max_stall is None:
+            return None
+        return max(self.budget.max_stall, int(self.budget.stall_per_unit * (self.best or 0)))
 
     def slots(self, wanted: int) -> int:
         """How many new tests may start now (at most ``wanted``); 0 when the budget is exhausted."""
@@ -98,4 +115,7 @@ class BudgetMeter:
         deadline = self.budget.deadline_seconds
         if deadline is not None and self.elapsed() >= deadline:
             return StopReason.DEADLINE
+        stall = self.stall_limit()
+        if stall is not None and self.since_fail >= stall:
+            return StopReason.NO_PROGRESS
         return None

@@ -224,6 +224,7 @@ class Evaluator:
         if start and self.start_size is None:
             self.start_size = size
         self.best_size = size
+        self.meter.best = size
         self._emit(phase)
 
     def stats(self) -> SearchStats:
@@ -384,7 +385,7 @@ class Evaluator:
             raise
         self.cache.put(key, result)
         self._tally(phase).count_run(result)
-        self.meter.charge(int(result.invoked))
+        self.meter.charge(int(result.invoked), failed=result.outcome is Outcome.FAIL)
         if self.journal is not None:
             self.journal.finish(key, result, scope=self.scope)
         logger.debug("%s: {%s} -> %s", phase, key, result.outcome.value)

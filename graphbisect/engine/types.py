@@ -88,6 +88,7 @@ class StopReason(str, enum.Enum):
     MAX_ROUNDS = "max_rounds"  # Reducer stopped after its round limit while still making progress
     ASSUMPTION = "assumption_violated"  # a bisection helper's precondition did not hold
     ERROR = "error"  # the test function raised (see SearchAborted)
+    NO_PROGRESS = "no_progress"  # Budget.max_stall invocations in a row without a failing candidate
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,9 @@ This is the test function the engine is given. Its contract with the engine:
 * ``UNRESOLVED``: a different failure (never accepted: no drift to another bug), or a candidate that could
   not be made valid — the latter costs no backend invocation (``invoked=False``).
 
+With ``repeats=n`` (a target seen to be flaky) a candidate is accepted only when ``n`` more runs of it fail
+the same way too: a failure that does not repeat is UNRESOLVED, never the step a result rests on.
+
 Expected values come from the oracle's activation store, so judging a candidate costs one target run.
 """
 
@@ -32,7 +35,7 @@ from graphbisect.model.io import remove_model, save_proto
 from graphbisect.oracle.signature import CHECK_REJECTED, EXACT_VALUES, FailureKind, Signature, signature_of
 from graphbisect.strategies.subgraph import Candidate, SubgraphSpace
 
-__all__ = ["CandidateTester", "Judgement", "OutputCheck", "TargetPool", "WorkerPool", "judge"]
+__all__ = ["CandidateTester", "Judgement", "OutputCheck", "TargetPool", "WorkerPool", "judge", "model_digest"]
 
 #: A Python check: ``check(outputs, expected) -> bool``, True when the target's outputs are acceptable.
 OutputCheck = Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray]], bool]
@@ -131,11 +134,16 @@ class CandidateTester:
 
     def __init__(self, space: SubgraphSpace, pool: TargetPool, baseline: Signature, tol: Tolerance, *,
                  fail_regex: re.Pattern[str] | None = None, strict_band: bool = False, compare: bool = True,
-                 check: OutputCheck | None = None) -> None:
+                 check: OutputCheck | None = None, repeats: int = 0) -> None:
         """``compare=False``: the target's exit status is the verdict (an external check), no output is compared.
-        ``check``: a Python callable judges the outputs instead of the tolerance (see :func:`judge`)."""
+        ``check``: a Python callable judges the outputs instead of the tolerance (see :func:`judge`).
+        ``repeats``: extra runs a failing candidate must fail the same way in before it is accepted."""
         self.space, self.pool, self.baseline, self.tol = space, pool, baseline, tol
         self.fail_regex, self.strict_band, self.compare, self.check = fail_regex, strict_band, compare, check
+        self.repeats = repeats
+        self.unrepeated = 0  # candidates that failed like the baseline once, then did not
+        #: keep-set → digest of the exact model the target ran (what a later re-verification is compared with)
+        self.tested: dict[frozenset[int], str] = {}
         self._gate: bool | None = None  # whether onnx.checker may veto candidates (decided on first use)
 
     def __call__(self, keep: frozenset[int]) -> TestResult:
@@ -155,21 +163,33 @@ class CandidateTester:
             if invalid:
                 log.warning("skipping an invalid candidate of %d nodes: %s", len(keep), invalid)
                 return TestResult(Outcome.UNRESOLVED, invoked=False, detail=f"invalid model: {invalid}")
+            self.tested[keep] = model_digest(candidate.proto)
+            outputs = candidate.outputs if self.compare else ()
             with self.pool.acquire() as proc:
-                run = proc.run(path, dict(candidate.feeds))
+                verdict = judge(proc.run(path, dict(candidate.feeds)), self.space.values, outputs, self.tol,
+                                self.fail_regex, check=self.check)
+                outcome = self._outcome(verdict, len(keep))
+                for _ in range(self.repeats if outcome is Outcome.FAIL else 0):
+                    again = judge(proc.run(path, dict(candidate.feeds)), self.space.values, outputs, self.tol,
+                                  self.fail_regex, check=self.check)
+                    if self._outcome(again, len(keep)) is not Outcome.FAIL:
+                        self.unrepeated += 1
+                        log.info("candidate of %d nodes failed like the baseline once, then gave %s: not accepted",
+                                 len(keep), again.signature.describe())
+                        outcome, verdict = Outcome.UNRESOLVED, again
+                        break
         finally:
             remove_model(path)
-        outputs = candidate.outputs if self.compare else ()
-        verdict = judge(run, self.space.values, outputs, self.tol, self.fail_regex, check=self.check)
-        if self.baseline.matches(verdict.signature, strict_band=self.strict_band):
-            outcome = Outcome.FAIL
-        elif verdict.signature.failed:
-            outcome = Outcome.UNRESOLVED
-            log.debug("candidate of %d nodes fails differently: %s", len(keep), verdict.signature.describe())
-        else:
-            outcome = Outcome.PASS
         detail = {"signature": verdict.signature.to_json(), "failing": verdict.failing_tensors}
         return TestResult(outcome, invoked=True, detail=detail)
+
+    def _outcome(self, verdict: Judgement, nodes: int) -> Outcome:
+        if self.baseline.matches(verdict.signature, strict_band=self.strict_band):
+            return Outcome.FAIL
+        if verdict.signature.failed:
+            log.debug("candidate of %d nodes fails differently: %s", nodes, verdict.signature.describe())
+            return Outcome.UNRESOLVED
+        return Outcome.PASS
 
     def _checker_gates(self) -> bool:
         """Whether ``onnx.checker`` may veto candidates: only when the model itself passes it. Runtimes load
@@ -224,6 +244,11 @@ def _check(path: Path) -> str | None:
     except onnx.checker.ValidationError as exc:
         return str(exc).splitlines()[0]
     return None
+
+
+def model_digest(proto: onnx.ModelProto) -> str:
+    """sha256 of a model's deterministic serialization: two candidates are the same model when equal."""
+    return hashlib.sha256(proto.SerializeToString(deterministic=True)).hexdigest()
 
 
 def _digest(keep: frozenset[int]) -> str:

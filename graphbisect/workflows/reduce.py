@@ -15,6 +15,16 @@ Oracle discipline, in order:
 5. the result is re-verified in a *fresh* target worker, and the oracle re-runs the final model to confirm
    its stored values (a non-deterministic oracle would make the artifact worthless).
 
+**What backs a claim.** A target is called *flaky* only when the same model gave two different outcomes.
+When the runs of the original disagree, it is re-run to a majority (at most :data:`BASELINE_MAX_RUNS` runs;
+the majority's signature is the baseline) and every candidate must then fail that way in two runs in a row
+before it is accepted. A result is *verified* (and can be certified 1-minimal) only when the final model
+fails like the baseline in every one of :data:`VERIFY_RUNS` fresh runs, on top of the run that accepted it.
+When it does not, the report says why: the same model gave another outcome (flaky), or the re-verified
+model differs from the one that failed (listed by :func:`graphbisect.model.diff.model_differences`).
+A search that runs ``max_stall`` candidates (or twice its current size, if more) without one failing
+stops and reports what it has (``stop_reason: no_progress``).
+
 All state lives in a work folder (``<bundle>.work``): inputs, activation store, shared weights, journal and
 baseline, so a run killed at any point resumes without repeating finished backend invocations.
 """
@@ -54,16 +64,23 @@ from graphbisect.localize.compiled import CompiledGraph
 from graphbisect.localize.layerwise import analyze_layers
 from graphbisect.lockfile import folder_lock
 from graphbisect.model import Model
+from graphbisect.model.diff import model_differences
 from graphbisect.model.io import remove_model, save_proto
 from graphbisect.oracle.signature import FailureKind, Signature
-from graphbisect.oracle.tester import CandidateTester, OutputCheck, TargetPool, WorkerPool, judge
+from graphbisect.oracle.tester import CandidateTester, OutputCheck, TargetPool, WorkerPool, judge, model_digest
 from graphbisect.strategies.subgraph import SubgraphSpace, plan
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
 from graphbisect.workflows.probe import compiled_of, describing_spec, plan_probe
 
-__all__ = ["ReduceOptions", "ReduceResult", "reduce_model", "resume_reduction", "work_dir_for"]
+__all__ = ["BASELINE_MAX_RUNS", "VERIFY_RUNS", "ReduceOptions", "ReduceResult",
+           "reduce_model", "resume_reduction", "work_dir_for"]
 
 log = logging.getLogger(__name__)
+
+#: Fresh runs of the final model that must all fail like the baseline before a result is verified.
+VERIFY_RUNS = 3
+#: Runs of the original model, at most, to reach a majority when they disagree.
+BASELINE_MAX_RUNS = 5
 
 
 @dataclass(frozen=True)
@@ -86,6 +103,7 @@ class ReduceOptions:
     # A Python check(outputs, expected) -> bool (True: acceptable) judging outputs instead of the tolerance;
     # recorded by name only, so a resumed run must be given it again.
     output_check: OutputCheck | None = field(default=None, compare=False)
+    max_stall: int | None = 48  # stop after this many candidate runs in a row without a failure (see Budget)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -105,7 +123,8 @@ class ReduceOptions:
 
 
 #: Options that control how a run proceeds, not what it computes: a resumed run may change them.
-_RUN_CONTROLS = frozenset({"max_invocations", "deadline_seconds", "jobs", "timeout", "keep_work", "executor"})
+_RUN_CONTROLS = frozenset({"max_invocations", "deadline_seconds", "jobs", "timeout", "keep_work", "executor",
+                           "max_stall"})
 
 
 @dataclass(frozen=True)
@@ -277,16 +296,38 @@ class _Run:
                 again = probe_sig
         if first.failed and again is None:
             again = self._run_original(values, None, "running the target on the original model again (flakiness)")[0]
+        flaky = again is not None and not first.matches(again)
+        if flaky:
+            assert again is not None
+            first, note = self._majority([first, again], values)
+            notes.append(note)
         if self.options.fail_code is not None and first.failed and \
                 f"exited with code {self.options.fail_code}" not in first.detail:
             notes.append(f"the check failed ({first.describe()}) but not with exit code "
                          f"{self.options.fail_code}; that is not the failure asked for")
             first = Signature(FailureKind.NONE)
-        flaky = again is not None and not first.matches(again)
         self.notes.extend(notes)
         atomic_write_text(path, json.dumps({"signature": first.to_json(), "flaky": flaky, "notes": notes,
                                             "hints": [sorted(h) for h in hints], "priors": priors}))
         return _Baseline(first, flaky, hints, priors)
+
+    def _majority(self, runs: list[Signature], values: Callable[[str], np.ndarray]) -> tuple[Signature, str]:
+        """Runs of the original disagree: run it again until one outcome has a majority (at most
+        BASELINE_MAX_RUNS runs); returns that outcome (the most frequent failure if none has one) and a note."""
+        def count(signature: Signature) -> int:
+            return sum(1 for other in runs if _same(signature, other))
+
+        while len(runs) < BASELINE_MAX_RUNS and max(count(s) for s in runs) * 2 <= len(runs):
+            runs.append(self._run_original(values, None, f"running the target on the original model again "
+                                                         f"(flaky: run {len(runs) + 1} for a majority)")[0])
+        ranked = sorted(runs, key=lambda s: (-count(s), not s.failed))
+        chosen = ranked[0]
+        outcomes = dict.fromkeys(s.describe() for s in runs)
+        tally = "; ".join(f"{d}: {sum(1 for s in runs if s.describe() == d)}" for d in outcomes)
+        majority = "the majority" if count(chosen) * 2 > len(runs) else "the most frequent (no majority)"
+        return chosen, (f"flaky target: {len(runs)} runs of the same original model gave {len(outcomes)} different "
+                        f"results ({tally}); {majority}, {chosen.describe()}, is the baseline, and a candidate "
+                        "is accepted only when it fails that way in two runs in a row")
 
     def _saving_spec(self) -> BackendSpec | None:
         """The target asked to describe what it compiled, when it can and the evidence would be used."""
@@ -352,7 +393,7 @@ class _Run:
         return signature, hints, priors, []
 
     def search(self, space: SubgraphSpace, baseline: Signature, hints: list[frozenset[int]],
-               priors: dict[int, float]) -> tuple[SearchResult, Evaluator, TargetPool]:
+               priors: dict[int, float], *, flaky: bool) -> tuple[SearchResult, Evaluator, CandidateTester]:
         jobs = max(1, self.options.jobs)
         pool: TargetPool = (
             ExecutorPool.open(self.options.executor, self.target_spec, jobs=jobs, timeout=self.options.timeout)
@@ -360,10 +401,11 @@ class _Run:
             WorkerPool(self.target_spec, jobs, self.work / "target", timeout=self.options.timeout))
         tester = CandidateTester(space, pool, baseline, self.tol, fail_regex=self.regex,
                                  strict_band=self.options.strict_band, compare=not self.options.check,
-                                 check=self.options.output_check)
+                                 check=self.options.output_check, repeats=1 if flaky else 0)
         journal = Journal.open(self.work / "journal.jsonl", fingerprint=self.model.fingerprint)
         # The budget is this session's: resuming with --max-invocations N buys N more candidate runs.
-        budget = Budget(max_invocations=self.options.max_invocations, deadline_seconds=self.options.deadline_seconds)
+        budget = Budget(max_invocations=self.options.max_invocations, deadline_seconds=self.options.deadline_seconds,
+                        max_stall=self.options.max_stall)
         evaluator = Evaluator(tester, space.size, journal=journal, budget=budget, jobs=self.options.jobs,
                               on_progress=self.on_progress)
         self.stage(f"reducing {space.size} nodes")
@@ -372,7 +414,7 @@ class _Run:
         except SearchAborted as exc:
             pool.close()
             raise GraphBisectError(f"the reduction stopped: {exc.message}", hint=exc.hint) from exc
-        return result, evaluator, pool
+        return result, evaluator, tester
 
 
 def reduce_model(
@@ -433,23 +475,30 @@ def _reduce(r: _Run, inputs: Mapping[str, np.ndarray] | None, *, resume: bool, z
     values = r.values(store)
     base = r.baseline(store, values)
     baseline, flaky = base.signature, base.flaky
-    if flaky:
-        r.notes.append("the target's result on the original model changed between two runs (flaky); "
-                       "the first run's signature is the baseline")
     if not baseline.failed:
         return _no_failure(r, baseline, flaky)
     space = SubgraphSpace(r.model, values, r.work / "candidates", cut_as_initializers=options.cut_as_initializers)
-    result, evaluator, pool = r.search(space, baseline, base.hints, base.priors)
-    r.count("target", pool.invocations)
-    pool.close()
+    result, evaluator, tester = r.search(space, baseline, base.hints, base.priors, flaky=flaky)
+    r.count("target", tester.pool.invocations)
+    tester.pool.close()
+    if tester.unrepeated:
+        r.notes.append(f"{tester.unrepeated} candidate(s) failed like the baseline once and not when re-run: "
+                       "not accepted")
+    if result.stop_reason is StopReason.NO_PROGRESS:
+        stall = evaluator.meter.stall_limit()
+        r.notes.append(f"no progress: no candidate failed in the last {stall} target runs, so the search stopped "
+                       f"at {len(result.keep)} of {space.size} nodes"
+                       + (" (no candidate smaller than the whole model ever failed: the failure may need the "
+                          "whole model, or depend on something candidates do not carry)"
+                          if len(result.keep) == space.size else ""))
     if result.stop_reason is StopReason.INTERRUPTED:  # Ctrl-C: stop now, keep the best result, no more runs
         r.notes.append("interrupted (Ctrl-C): the best result so far, not re-verified; --resume continues")
         verification = _Verification(False, {}, None)
     else:
-        verification = _verify(r, space, result.keep, baseline, values)
+        verification = _verify(r, space, result.keep, baseline, values=values, tester=tester)
     stats = evaluator.stats()
     return _finish(r, space, result, {"tests": stats.tests, "cache_hits": stats.cache_hits}, baseline=baseline,
-                   flaky=flaky, verification=verification, zip_bundle=zip_bundle, amend=amend)
+                   flaky=flaky or verification.flaky, verification=verification, zip_bundle=zip_bundle, amend=amend)
 
 
 def resume_reduction(
@@ -496,26 +545,36 @@ class _Baseline:
 
 @dataclass(frozen=True)
 class _Verification:
-    ok: bool  # the target fails the same way in a fresh worker and the oracle reproduces its values
+    ok: bool  # the target fails the same way in every fresh run and the oracle reproduces its values
     target_outputs: dict[str, np.ndarray]
     message: str | None  # the target's crash message, if it crashed
+    flaky: bool = False  # the same model gave two different outcomes
 
 
-def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], baseline: Signature,
-            values: Callable[[str], np.ndarray]) -> _Verification:
-    """Re-run the final model in fresh workers: the target must fail the same way, the oracle must agree."""
+def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], baseline: Signature, *,
+            values: Callable[[str], np.ndarray], tester: CandidateTester) -> _Verification:
+    """Re-run the final model in fresh workers, VERIFY_RUNS times: the target must fail the same way every
+    time, the oracle must agree with its stored values. When the target does not, say why."""
     candidate = space.materialize(keep)
     path = space.workdir / "final.onnx"
     save_proto(candidate.proto, path)
-    r.stage("re-verifying the result in fresh workers")
+    r.stage(f"re-verifying the result in fresh workers ({VERIFY_RUNS} runs)")
+    runs = []
     with BackendProcess(r.target_spec, workdir=r.work / "verify-target", timeout=r.options.timeout) as proc:
-        run = proc.run(path, dict(candidate.feeds))
-    r.count("target")
-    verdict = judge(run, values, r.compared(candidate.outputs), r.tol, r.regex, check=r.options.output_check)
-    target_ok = baseline.matches(verdict.signature, strict_band=r.options.strict_band)
+        for _ in range(VERIFY_RUNS):
+            run = proc.run(path, dict(candidate.feeds))
+            r.count("target")
+            runs.append((run, judge(run, values, r.compared(candidate.outputs), r.tol, r.regex,
+                                     check=r.options.output_check).signature))
+    matching = [baseline.matches(sig, strict_band=r.options.strict_band) for _, sig in runs]
+    target_ok = all(matching)
+    flaky = False
     if not target_ok:
-        r.notes.append(f"re-verification in a fresh worker gave {verdict.signature.describe()} "
-                       f"instead of {baseline.describe()}: the failure may be flaky")
+        flaky, why = _why_not_verified(r, space, keep, candidate.proto, tester=tester, baseline=baseline, runs=runs)
+        r.notes.append(why)
+    elif _values_vary([run for run, _ in runs]):
+        r.notes.append(f"the target's output values differ between runs of the same model (non-deterministic), "
+                       f"although all {VERIFY_RUNS} re-verification runs failed like the baseline")
     with BackendProcess(r.oracle_spec, workdir=r.work / "verify-oracle", timeout=r.options.timeout) as proc:
         oracle_run = proc.run(path, dict(candidate.feeds))
     r.count("oracle")
@@ -523,9 +582,51 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], baseline: Signa
     if not oracle_ok:
         r.notes.append("the oracle does not reproduce its own captured values on the final model "
                        f"({oracle_run.describe()}); the oracle may be non-deterministic")
+    run = next((run for (run, _), ok in zip(runs, matching, strict=True) if ok), runs[0][0])
     outputs = {k: np.asarray(v) for k, v in run.outputs.items()} if run.ok else {}
     message = None if run.ok else f"{run.error_type or ''}: {run.message or ''}".strip(": ")
-    return _Verification(target_ok and oracle_ok, outputs, message)
+    said = [line.strip() for line in (message or "").splitlines()[1:] if line.strip()]
+    if r.options.check and said:  # the exit status is the verdict; what the check printed says what it saw
+        r.notes.append(f"the check's last stderr line: {said[-1]}")
+    return _Verification(target_ok and oracle_ok, outputs, message, flaky)
+
+
+def _why_not_verified(r: _Run, space: SubgraphSpace, keep: frozenset[int], verified: Any, *,
+                      tester: CandidateTester, baseline: Signature, runs: list[tuple[Any, Signature]],
+                      ) -> tuple[bool, str]:
+    """(flaky, the reason) for a final model that did not fail like the baseline in every fresh run: the
+    model that failed (the accepted candidate, or the original itself) is compared with the one re-run."""
+    outcomes = "; ".join(sig.describe() for _, sig in runs)
+    gave = f"{len(runs)} fresh runs of the final model gave: {outcomes}"
+    if keep == frozenset(range(space.size)) and keep not in tester.tested:
+        tested, what = r.model.proto, "the original model, which failed at baseline"
+        differences = model_differences(tested, verified)
+    else:
+        what = "the candidate accepted by the search"
+        same = tester.tested.get(keep) in (None, model_digest(verified))  # None: accepted in an earlier session
+        differences = [] if same else ["the serialized models differ"]
+    if differences:
+        return False, (f"NOT re-verified: {gave}, instead of {baseline.describe()}. The re-verified model is not "
+                       f"{what}: {'; '.join(differences)}. Report this as a graphbisect bug")
+    return True, (f"NOT re-verified, flaky target: the same model as {what} failed with {baseline.describe()} "
+                  f"before, and {gave}")
+
+
+def _values_vary(runs: list[Any]) -> bool:
+    """Whether completed runs of one model returned different values (bit for bit)."""
+    done = [run.outputs for run in runs if run.ok]
+    return any(set(a) != set(done[0]) or any(not np.array_equal(np.asarray(a[k]), np.asarray(done[0][k]),
+                                                                  equal_nan=_floating(a[k])) for k in a)
+               for a in done[1:])
+
+
+def _floating(value: Any) -> bool:
+    return np.asarray(value).dtype.kind in "fc"
+
+
+def _same(a: Signature, b: Signature) -> bool:
+    """One outcome, for counting votes: the same failure, or both no failure."""
+    return a.matches(b) or (not a.failed and not b.failed)
 
 
 def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: Mapping[str, int], *,
