@@ -25,7 +25,7 @@ from graphbisect.model import load_model
 from graphbisect.oracle.signature import EXACT_VALUES, FLOAT_VALUES, FailureKind, Signature
 from graphbisect.oracle.tester import CandidateTester, WorkerPool
 from graphbisect.strategies.subgraph import SubgraphSpace
-from graphbisect.workflows.reduce import ReduceOptions, ReduceResult, reduce_model, work_dir_for
+from graphbisect.workflows.reduce import VERIFY_RUNS, ReduceOptions, ReduceResult, reduce_model, work_dir_for
 
 
 def _reduce(host, out: Path, **options) -> ReduceResult:  # type: ignore[no-untyped-def]
@@ -78,7 +78,7 @@ def test_fusion_bug_is_found_from_the_compiled_graph_in_few_runs(tmp_path: Path)
     hints = [{model.node_names[i] for i in hint} for hint in baseline["hints"]]
     assert hints[0] == set(host.culprit_nodes)
     # Two runs before the search: the probe's own outputs were the flakiness re-run.
-    assert result.invocations["target"] == 2 + _search_runs(tmp_path / "bug") + 1
+    assert result.invocations["target"] == 2 + _search_runs(tmp_path / "bug") + VERIFY_RUNS
     # Polygraphy's bisect needs about 2·log2(n) checks (and is not 1-minimal on a branch).
     assert result.invocations["target"] <= 2 * math.ceil(math.log2(400))
 
@@ -124,7 +124,7 @@ def test_crash_bug_reduces_to_relu_and_clip(tmp_path: Path) -> None:
     _assert_matches_ground_truth(result, host)
     # The first run saved ORT's optimized graph and crashed; the plain second run crashing the same way
     # both rules out the saving and is the flakiness re-run: two baseline runs, as without it.
-    assert result.invocations["target"] == 2 + _search_runs(tmp_path / "bug") + 1 and not result.flaky
+    assert result.invocations["target"] == 2 + _search_runs(tmp_path / "bug") + VERIFY_RUNS and not result.flaky
     assert sorted(load_model(tmp_path / "bug" / "model.onnx").proto.graph.node[i].op_type
                   for i in range(len(result.kept_nodes))) == sorted(
         n.op_type for n in load_model(host.model).nodes if n.name in result.kept_nodes)

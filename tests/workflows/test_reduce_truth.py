@@ -1,0 +1,226 @@
+"""`reduce` fails for the same reason as the user's model and never certifies something untrue.
+
+Real fixtures:
+
+* ONNX Runtime's LayerNormFusion fires on a ReduceMean with a *positive* ``axes`` only when the input's rank
+  is known (``CheckAxesOnReduceMean``); with an input of unknown rank (as converters write them) only the
+  model's ``value_info`` gives it, so the keepdims=0 mis-fusion fails only with that declaration;
+* OpenVINO's ONNX frontend refuses ``GlobalLpPool`` on an input whose first dimension is dynamic
+  ("First dimension of input data must be static"), which static candidate inputs hide;
+* a ``--check`` script run by path relative to the caller's directory;
+* ONNX Runtime behind ``graphbisect/examples/flaky_target.py``, which crashes or perturbs at random.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from graphbisect.backends import BackendProcess
+from graphbisect.compare import Tolerance
+from graphbisect.engine import Budget, Evaluator, Outcome, StopReason, probdd
+from graphbisect.errors import SpecError
+from graphbisect.examples import host_network
+from graphbisect.examples.flaky_target import script_path
+from graphbisect.examples.patterns import pattern_model
+from graphbisect.model import load_model
+from graphbisect.model.diff import describe_type
+from graphbisect.oracle.signature import FailureKind
+from graphbisect.oracle.tester import judge
+from graphbisect.strategies.subgraph import SubgraphSpace
+from graphbisect.workflows.reduce import ReduceOptions, reduce_model
+
+WIDTH = 8
+
+
+def _declared_rank_layernorm(value_info: bool = True) -> onnx.ModelProto:
+    """x: FLOAT of unknown rank → Add → keepdims=0 LayerNorm with axes=[1]; ``h`` declared [n, 8]."""
+    nodes = [helper.make_node("Add", ["x", "zero"], ["h"], name="add"),
+             helper.make_node("ReduceMean", ["h"], ["m"], axes=[1], keepdims=0, name="mean"),
+             helper.make_node("Sub", ["h", "m"], ["c"], name="sub"),
+             helper.make_node("Pow", ["c", "two"], ["sq"], name="pow"),
+             helper.make_node("ReduceMean", ["sq"], ["v"], axes=[1], keepdims=0, name="var"),
+             helper.make_node("Add", ["v", "eps"], ["ve"], name="add_eps"),
+             helper.make_node("Sqrt", ["ve"], ["s"], name="sqrt"),
+             helper.make_node("Div", ["c", "s"], ["n"], name="div"),
+             helper.make_node("Mul", ["n", "g"], ["ng"], name="mul"),
+             helper.make_node("Add", ["ng", "b"], ["y"], name="add_b")]
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.float32(0), "zero"), numpy_helper.from_array(np.float32(2), "two"),
+             numpy_helper.from_array(np.float32(1e-5), "eps"),
+             numpy_helper.from_array((1 + 0.1 * rng.standard_normal(WIDTH)).astype(np.float32), "g"),
+             numpy_helper.from_array((0.1 * rng.standard_normal(WIDTH)).astype(np.float32), "b")]
+    declared = [helper.make_tensor_value_info("h", TensorProto.FLOAT, ["n", WIDTH])] if value_info else []
+    graph = helper.make_graph(nodes, "declared_rank", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
+                              value_info=declared)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _x() -> dict[str, np.ndarray]:
+    return {"x": np.random.default_rng(1).standard_normal((WIDTH, WIDTH)).astype(np.float32)}
+
+
+def _repro(bundle: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(bundle / "repro.py")], capture_output=True, text=True, timeout=180,
+                          cwd=bundle.parent, check=False)
+
+
+# --- class 1: declarations survive -------------------------------------------------------------------------
+
+
+def test_normalized_model_keeps_the_users_declarations_and_knows_inferred_types() -> None:
+    proto = _declared_rank_layernorm()
+    model = load_model(proto)
+    assert [describe_type(v) for v in model.proto.graph.value_info] == ["FLOAT[n,8]"]  # nothing inferred added
+    assert describe_type(model.proto.graph.output[0]) == "FLOAT[rank unknown]"
+    assert model.tensor_type("c") is not None and model.tensor_type("c").rank == 2  # inferred, kept beside
+    assert model.declared("c") is None and model.declared("h") is not None
+
+
+def test_whole_node_set_materializes_to_the_original_declarations(tmp_path: Path) -> None:
+    model = load_model(_declared_rank_layernorm())
+    space = SubgraphSpace(model, {**_x()}.__getitem__, tmp_path)
+    whole = space.materialize(range(len(model.nodes))).proto
+    for field in ("input", "output", "value_info"):
+        assert [(v.name, describe_type(v)) for v in getattr(whole.graph, field)] == \
+            [(v.name, describe_type(v)) for v in getattr(model.proto.graph, field)], field
+
+
+def test_reduce_keeps_a_declaration_a_fusion_depends_on(tmp_path: Path) -> None:
+    """The failure needs h's declared rank: the bundle fails on ONNX Runtime and declares no concrete shape
+    that the user's model did not have (the cut point is [n, 8] as the original's inference knows it)."""
+    plain = load_model(_declared_rank_layernorm(value_info=False))
+    assert not reduce_model(plain, tmp_path / "none", inputs=_x()).failed  # without the declaration: no bug
+    result = reduce_model(load_model(_declared_rank_layernorm()), tmp_path / "bug", inputs=_x())
+    assert result.failed and result.verified and result.one_minimal and not result.flaky
+    bundle = onnx.load(str(tmp_path / "bug" / "model.onnx"))
+    declared = {v.name: describe_type(v) for v in (*bundle.graph.input, *bundle.graph.value_info)}
+    assert all("n" in text.split("[")[1] for text in declared.values() if text != "FLOAT[rank unknown]"), declared
+    assert "FLOAT[8,8]" not in declared.values()
+    assert _repro(tmp_path / "bug").returncode == 1
+
+
+def test_dynamic_dims_survive_into_candidates_openvino(tmp_path: Path) -> None:
+    """OpenVINO refuses GlobalLpPool on a dynamic batch: candidates must keep the declared dynamic dims."""
+    pytest.importorskip("openvino")
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("GlobalLpPool", ["r"], ["p"], p=2, name="pool"),
+             helper.make_node("Flatten", ["p"], ["f"], name="flat"),
+             helper.make_node("MatMul", ["f", "m"], ["y"], name="fc")]
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal((4, 5)).astype(np.float32), "m")]
+    graph = helper.make_graph(nodes, "dyn", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                           ["batch", 3, "height", "width"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 5])], inits)
+    model = load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+    feeds = {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    result = reduce_model(model, tmp_path / "bug", inputs=feeds, options=ReduceOptions(target="openvino"))
+    assert result.signature.kind is FailureKind.CRASH_LOAD
+    assert result.kept_nodes == ("pool",) and result.verified and result.one_minimal
+    first_dim = onnx.load(str(tmp_path / "bug" / "model.onnx")).graph.input[0].type.tensor_type.shape.dim[0]
+    assert first_dim.dim_param and not first_dim.HasField("dim_value")
+    assert _repro(tmp_path / "bug").returncode == 1
+
+
+def test_a_search_without_progress_stops() -> None:
+    """Every candidate passes (only the whole set fails): the search stops after the stall limit."""
+    n = 60
+    evaluator = Evaluator(lambda keep: Outcome.FAIL if len(keep) == n else Outcome.PASS, n,
+                          budget=Budget(max_stall=20, stall_per_unit=0.5))
+    result = probdd(evaluator, frozenset(range(n)))
+    assert result.stop_reason is StopReason.NO_PROGRESS and not result.minimal
+    assert evaluator.invocations <= 31  # max(20, 0.5 * 60) runs without a failure
+
+
+# --- class 4: a check runs in the caller's directory and cannot-run is a usage error ------------------------
+
+_CHECK = """
+import sys, numpy as np, onnx, onnxruntime as ort
+from onnx.reference import ReferenceEvaluator
+feeds = dict(np.load(sys.argv[2]))
+want = ReferenceEvaluator(onnx.load(sys.argv[1])).run(None, feeds)
+got = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"]).run(None, feeds)
+if any(not np.allclose(w, g, 1e-3, 1e-3) for w, g in zip(want, got)):
+    sys.exit("outputs differ from onnx.reference")
+"""
+
+
+def test_check_runs_in_the_callers_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "check.py").write_text(_CHECK)
+    monkeypatch.chdir(tmp_path)
+    model = load_model(pattern_model("layernorm_keepdims0"))
+    feeds = {"x": np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32)}
+    result = reduce_model(model, tmp_path / "bug", inputs=feeds,
+                          options=ReduceOptions(check="python check.py {model} {inputs}"))
+    assert result.verified and result.final_nodes >= 6  # the LayerNorm core, not "whatever makes python exit 2"
+    assert "the check's last stderr line: outputs differ from onnx.reference" in result.notes
+    report = (tmp_path / "bug" / "report.md").read_text()
+    assert "outputs differ from onnx.reference" in report
+
+
+@pytest.mark.parametrize("check", ["python missing_check.py {model} {inputs}", "no-such-program {model}"])
+def test_a_check_that_cannot_run_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  check: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    model = load_model(pattern_model("layernorm_keepdims0"))
+    feeds = {"x": np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32)}
+    with pytest.raises(SpecError, match="cannot run") as raised:
+        reduce_model(model, tmp_path / "bug", inputs=feeds, options=ReduceOptions(check=check))
+    assert raised.value.hint and "relative" in raised.value.hint
+    assert not (tmp_path / "bug" / "model.onnx").exists()
+
+
+# --- issue 16 item 4: flaky targets are never certified ------------------------------------------------------
+
+FLAKY = f"command:cmd=python {script_path()} {{model}} {{inputs}} {{outputs}}"
+
+
+def _fails_every_time(bundle: Path, runs: int = 5) -> bool:
+    """The ground truth: the bundle's model fails on fault-free ONNX Runtime in every run."""
+    with np.load(bundle / "inputs.npz") as data:
+        feeds = {k: data[k] for k in data.files}
+    with np.load(bundle / "oracle_outputs.npz") as data:
+        expected = {k: data[k] for k in data.files}
+    with BackendProcess("onnxruntime:opt_level=all", workdir=bundle.parent / "truth") as proc:
+        return all(judge(proc.run(bundle / "model.onnx", feeds), expected.__getitem__, list(expected),
+                         Tolerance()).signature.failed for _ in range(runs))
+
+
+def _flaky_reduce(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, seed: int):  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("FLAKY_MODE", mode)
+    monkeypatch.setenv("FLAKY_RATE", "0.3")
+    monkeypatch.setenv("FLAKY_SEED", str(seed))
+    monkeypatch.setenv("FLAKY_COUNTER", str(tmp_path / "counter"))
+    host = host_network(100, bug="layernorm_keepdims0", position="main", seed=0)
+    return reduce_model(load_model(host.model), tmp_path / "bug", inputs=host.inputs,
+                        options=ReduceOptions(oracle="onnxruntime:opt_level=disable", target=FLAKY))
+
+
+def test_randomly_perturbed_results_are_never_certified(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 0: three faults in a row land on the re-verification of a drifted 3-node result, which one
+    fresh run used to certify. A certified result must fail every time on the fault-free target."""
+    result = _flaky_reduce(tmp_path, monkeypatch, "perturb", seed=0)
+    certified = result.verified and result.one_minimal
+    assert not certified or _fails_every_time(tmp_path / "bug")
+    if not certified:
+        assert any("flaky" in note or "NOT re-verified" in note for note in result.notes)
+
+
+def test_a_random_crash_at_baseline_is_outvoted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 5: the first run of the original crashes at random, the next two show the real bug."""
+    result = _flaky_reduce(tmp_path, monkeypatch, "crash", seed=5)
+    assert result.signature.kind is FailureKind.MISMATCH and result.flaky
+    assert any("the majority" in note and "3 runs" in note for note in result.notes)
+    report = json.loads((tmp_path / "bug" / "report.json").read_text())
+    assert report["flaky"] is True
+    assert not (result.verified and result.one_minimal) or _fails_every_time(tmp_path / "bug")
