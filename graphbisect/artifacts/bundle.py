@@ -373,12 +373,13 @@ def load_bundle(path: Path) -> LoadedBundle:
     Raises :class:`BundleError` when ``path`` is not a readable graphbisect bundle.
     """
     source = Path(path)
-    zipped = source.with_name(source.name + ".zip")
     if source.is_dir():
         return _read(source, source, None)
     if source.is_file() and zipfile.is_zipfile(source):
         return _load_zip(source)
-    if not source.exists() and zipped.is_file():
+    named = source.absolute()  # `.` and `..` have no name of their own
+    zipped = named.with_name(named.name + ".zip") if named.name else None
+    if not source.exists() and zipped is not None and zipped.is_file():
         return _load_zip(zipped)
     raise BundleError(f"{source} is not a bundle folder or zip",
                       hint="pass the folder (or .zip) that `graphbisect reduce` wrote")

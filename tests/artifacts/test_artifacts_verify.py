@@ -62,3 +62,13 @@ def test_verify_unusable_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["verify", str(tmp_path / "plain")]) == 2
     err = capsys.readouterr().err
     assert "not a graphbisect bundle" in err and "hint:" in err
+
+
+def test_verify_dot_inside_the_bundle(mismatch_content: BundleContent, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`graphbisect verify .` from inside the bundle used to crash: PosixPath('.') has an empty name."""
+    monkeypatch.chdir(write_bundle(mismatch_content, tmp_path / "bundle"))
+    assert main(["verify", "."]) == 1
+    assert "REPRODUCES" in capsys.readouterr().out
+    monkeypatch.chdir(tmp_path / "bundle" / "..")
+    assert main(["verify", "nothing-here"]) == 2
