@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["WHEELS", "rapidocr_model", "silero_vad", "wheel_model"]
+__all__ = ["WHEELS", "magika", "rapidocr_model", "silero_vad", "wheel_model"]
 
 WHEELS: dict[str, str] = {
     # distribution name -> pinned version (sizes: silero-vad 11 MB, magika 16 MB)
@@ -76,6 +76,11 @@ def wheel_model(dist: str, member: str) -> Path:
 def silero_vad(name: str = "silero_vad_op18_ifless.onnx") -> Path:
     """A Silero VAD model (inputs ``input`` [batch, samples], ``state`` [2, batch, 128], scalar int64 ``sr``)."""
     return wheel_model("silero-vad", f"silero_vad/data/{name}")
+
+
+def magika() -> Path:
+    """Magika's file-type model (input ``bytes`` int32 [batch, 2048], one-hot encoded against 0..256)."""
+    return wheel_model("magika", "magika/models/standard_v3_3/model.onnx")
 
 
 def rapidocr_model(name: str = "ch_ppocr_mobile_v2.0_cls_infer.onnx") -> Path:

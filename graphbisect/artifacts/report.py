@@ -180,7 +180,7 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
 
 def _num(value: object) -> str:
     if isinstance(value, float):
-        return f"{value:.4g}" if math.isfinite(value) else str(value)
+        return f"{value:.4g}" if math.isfinite(value) else "-" if math.isnan(value) else str(value)
     return str(value)
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from graphbisect.cli.common import (
@@ -47,11 +49,23 @@ def run(args: argparse.Namespace) -> int:
 
     model = load_model_arg(args)
     feeds = load_feeds(args, model)
+    extra: dict[str, object] = {}
+    if args.inputs is None:
+        from graphbisect.data import random_input_notes
+
+        notes = random_input_notes(model)
+        print(f"… random inputs (seed {args.seed}; pass real ones with --inputs):", file=sys.stderr)
+        for name, how in notes.items():
+            print(f"    {name}: {how}", file=sys.stderr)
+        extra.update(random_inputs=notes, seed=args.seed)
+    else:
+        extra["inputs"] = str(Path(args.inputs).absolute())
     result = compare_models(
         model, oracle=args.oracle, target=args.target, inputs=feeds, tolerance=tolerance_from_args(args),
         workdir=args.workdir, layerwise=not args.no_layerwise, all_tensors=args.all_tensors, seed=args.seed,
         on_stage=lambda msg: print(f"… {msg}", file=sys.stderr),
     )
+    result = dataclasses.replace(result, extra={**result.extra, **extra})
     print_result(result, rows=args.rows)
     for path, writer in ((args.json, write_json), (args.html, write_html), (args.csv, write_csv)):
         if path is not None:
@@ -61,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _num(value: float) -> str:
-    return f"{value:.3g}" if math.isfinite(value) else str(value)
+    """A statistic for the table; NaN (a relative error with no meaningful element) prints as ``-``."""
+    return f"{value:.3g}" if math.isfinite(value) else "-" if math.isnan(value) else str(value)
 
 
 def print_result(result: CompareResult, *, rows: int) -> None:

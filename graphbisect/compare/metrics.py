@@ -8,11 +8,16 @@ The **score** is the worst element's error measured in tolerances: ``max |t - o|
 tolerance". Because the rtol term follows each element's magnitude, a score keeps its meaning when the
 comparison point moves from a final output to an intermediate tensor of another scale. ``rel_l2``
 (‖t-o‖ / ‖o‖) is the scale-free error used to measure error amplification across nodes.
+
+``max_rel`` is ``max |t - o| / |o|`` over the elements where it means something: ``|o| > atol`` (below
+that the absolute tolerance governs, and dividing by an oracle 0 gave "max rel 1e+300"). It is NaN
+(shown ``-``) when the values differ only where the oracle is that small.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -30,7 +35,10 @@ __all__ = [
     "check_tolerance_value",
     "compare_outputs",
     "compare_tensors",
+    "warn_vacuous_outputs",
 ]
+
+logger = logging.getLogger(__name__)
 
 _CHUNK = 1 << 20  # elements per chunk: bounds the temporaries to a few MB whatever the tensor size
 
@@ -173,6 +181,7 @@ class _Accumulator:
         self.atol, self.rtol = atol, rtol
         self.mismatches = self.nonfinite = self.numel = self.both_nonfinite = 0
         self.max_abs = self.max_rel = self.score = 0.0
+        self.rel_undefined = False  # some error lies only where |oracle| <= atol (no meaningful relative error)
         self.sum_abs = self.err_sq = self.dot = self.o_sq = self.t_sq = 0.0
         self.o_min = self.t_min = math.inf
         self.o_max = self.t_max = -math.inf
@@ -253,9 +262,11 @@ class _Accumulator:
         self.err_sq += float(np.dot(diff.ravel(), diff.ravel()))
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             # Where diff is 0 both ratios are 0 (0/positive), so no mask is needed except for allowed == 0.
-            np.maximum(magnitude, np.finfo(np.float64).tiny, out=magnitude)
-            np.divide(diff, magnitude, out=magnitude)
-            self.max_rel = max(self.max_rel, float(magnitude.max()))
+            meaningful = magnitude > max(self.atol, np.finfo(np.float64).tiny)
+            if meaningful.any():
+                self.max_rel = max(self.max_rel, float((diff[meaningful] / magnitude[meaningful]).max()))
+            if not meaningful.all() and float(diff[~meaningful].max()) > 0.0:
+                self.rel_undefined = True
             if self.atol > 0:
                 np.divide(diff, allowed, out=allowed)
                 ratio = allowed
@@ -336,8 +347,9 @@ def compare_tensors(name: str, oracle: np.ndarray | None, target: np.ndarray | N
         kind = MismatchKind.MISMATCH
     else:
         kind = MismatchKind.OK
+    max_rel = math.nan if acc.rel_undefined and acc.max_rel == 0.0 else acc.max_rel
     return TensorStats(
-        name, kind, numel=acc.numel, mismatches=acc.mismatches, max_abs=acc.max_abs, max_rel=acc.max_rel,
+        name, kind, numel=acc.numel, mismatches=acc.mismatches, max_abs=acc.max_abs, max_rel=max_rel,
         mean_abs=acc.sum_abs / acc.numel if acc.numel else 0.0, rel_l2=acc.rel_l2(), cosine=cosine,
         snr_db=acc.snr_db(), score=acc.score, target_nonfinite=acc.nonfinite, both_nonfinite=acc.both_nonfinite,
         oracle_range=_range(acc.o_min, acc.o_max), target_range=_range(acc.t_min, acc.t_max),
@@ -357,4 +369,32 @@ def compare_outputs(oracle: Mapping[str, np.ndarray], target: Mapping[str, np.nd
     keys = list(oracle) if names is None else list(names)
     comparison = Comparison(tuple(compare_tensors(k, oracle.get(k), target.get(k), tol) for k in keys))
     warn_masked_outputs(comparison.outputs)
+    warn_vacuous_outputs(comparison.outputs, tol or Tolerance())
     return comparison
+
+
+_vacuous_warned: set[str] = set()
+
+
+def warn_vacuous_outputs(stats: Iterable[TensorStats], tol: Tolerance) -> list[str]:
+    """Warn (once per process and message) about float outputs whose every oracle value lies within the
+    absolute tolerance of 0: the check then only asks the target for values near 0, so almost anything
+    passes (a random-weight model with outputs around 1e-7 passes at atol 1e-4 whatever it computes).
+    Returns the warnings."""
+    messages: list[str] = []
+    for s in stats:
+        atol, _rtol = tol.for_tensor(s.name)
+        exact = s.oracle_dtype is not None and (s.oracle_dtype == "bool" or s.oracle_dtype.startswith(("int", "uint")))
+        if atol <= 0 or exact or s.oracle_range is None or not s.numel:
+            continue
+        largest = max(abs(s.oracle_range[0]), abs(s.oracle_range[1]))
+        if largest <= atol:
+            messages.append(
+                f"output {s.name!r}: every oracle value is within atol of 0 (largest |value| {largest:.3g} <= atol "
+                f"{atol:g}), so the check passes almost whatever the target computes there; lower --atol "
+                f"(or --tol {s.name}:ATOL) below the output's scale, or use real inputs and weights")
+    for message in messages:
+        if message not in _vacuous_warned:
+            _vacuous_warned.add(message)
+            logger.warning(message)
+    return messages

@@ -34,6 +34,7 @@ import onnx
 
 from graphbisect.atomic import atomic_path
 from graphbisect.compare.nonfinite import warn_nonfinite_inputs
+from graphbisect.data.ranges import compared_values
 from graphbisect.errors import InputError
 from graphbisect.model.graph import Model, TensorType
 from graphbisect.model.load import external_data_file
@@ -43,6 +44,7 @@ __all__ = [
     "index_bounds",
     "load_inputs",
     "parse_shapes",
+    "random_input_notes",
     "random_inputs",
     "save_inputs",
     "validate_inputs",
@@ -297,9 +299,12 @@ def random_inputs(
 ) -> dict[str, np.ndarray]:
     """Seeded random inputs for ``model``, in its input order.
 
-    Values: floats uniform in [-1, 1); bools 0/1; integers used as indices (Gather, GatherElements,
+    Values: floats uniform in [-1, 1); bools 0/1; integers the model compares with constants (``Equal``,
+    also after Reshape/Gather/Expand...: a sample rate, a one-hot code, see :mod:`graphbisect.data.ranges`)
+    drawn from those constants' values; integers used as indices (Gather, GatherElements,
     GatherND, Scatter*, OneHot, EmbedLayerNormalization, also through Cast/Reshape/Unsqueeze...) in
     [0, size of the indexed axis); uint8 in [0, 256); int8 in [-128, 128); other integers in [0, 10).
+    :func:`random_input_notes` says which rule each input followed.
     Shapes: ``shapes[name]`` when given; otherwise static dims, then symbolic dims bound by another
     input's given shape, then 1 for dim 0 and batch-like symbols (``batch``, ``N``, ``bs``). Any other
     dynamic dim raises :class:`InputError` asking for ``--shape``.
@@ -311,13 +316,56 @@ def random_inputs(
     _check_shape_names(model, given)
     bindings = _bind_symbols(model, given)
     bounds = index_bounds(model)
+    compared = compared_values(model)
     result: dict[str, np.ndarray] = {}
     for name in model.input_names:
         ttype = _input_type(model, name)
         shape = given[name] if name in given else _resolve_shape(name, ttype, bindings)
         rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-        result[name] = _random_array(rng, name, ttype.numpy_dtype, shape, bounds.get(name))
+        dtype = np.dtype(ttype.numpy_dtype)
+        values = _fitting(compared.get(name), dtype)
+        if values is not None:
+            result[name] = rng.choice(values, size=shape).astype(dtype)
+        else:
+            result[name] = _random_array(rng, name, dtype, shape, bounds.get(name))
     return result
+
+
+def random_input_notes(model: Model) -> dict[str, str]:
+    """How :func:`random_inputs` draws each input, for the user (which inputs are random, and from what).
+
+    Example:
+        >>> random_input_notes(model)       # doctest: +SKIP
+        {'input': 'float32 uniform in [-1, 1)', 'sr': 'int64, one of the values it is compared with: 16000'}
+    """
+    bounds = index_bounds(model)
+    compared = compared_values(model)
+    notes: dict[str, str] = {}
+    for name in model.input_names:
+        dtype = np.dtype(_input_type(model, name).numpy_dtype)
+        values = _fitting(compared.get(name), dtype)
+        if values is not None:
+            shown = ", ".join(map(str, values[:8])) + (f", ... ({values.size} values)" if values.size > 8 else "")
+            notes[name] = f"{dtype}, one of the values it is compared with: {shown}"
+        elif dtype == np.bool_:
+            notes[name] = "bool 0/1"
+        elif dtype.kind in "iu":
+            low, high = _int_range(dtype, bounds.get(name))
+            why = ("an index" if name in bounds else "its dtype's range" if dtype in (np.uint8, np.int8)
+                   else "no range visible in the model")
+            notes[name] = f"{dtype} in [{low}, {high}): {why}"
+        else:
+            notes[name] = f"{dtype} uniform in [-1, 1)"
+    return notes
+
+
+def _fitting(values: np.ndarray | None, dtype: np.dtype) -> np.ndarray | None:
+    """``values`` that ``dtype`` can hold (None when none, or for non-integer inputs)."""
+    if values is None or dtype.kind not in "iu":
+        return None
+    info = np.iinfo(dtype)
+    kept = values[(values >= info.min) & (values <= info.max)]
+    return kept if kept.size else None
 
 
 def _check_shape_names(model: Model, given: Mapping[str, tuple[int, ...]]) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 from graphbisect.backends import BackendInfo, BackendProcess, BackendSpec, Capability, RunResult, resolve
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
@@ -74,7 +75,8 @@ class CompareResult:
             "oracle": str(self.oracle),
             "target": str(self.target),
             "versions": dict(self.versions),
-            "inputs": str(self.inputs_path),
+            # the file used, when it outlives the run (a temporary work folder is gone by now)
+            "inputs": str(self.inputs_path) if self.inputs_path.is_file() else None,
             "target_status": self.target_run.describe(),
             "outputs": [s.to_json() for s in self.comparison.outputs] if self.comparison else [],
             "first_divergence": None if first is None else {
@@ -91,6 +93,7 @@ class CompareResult:
                 "unmapped": len(self.compiled.unmapped)},
             "invocations": dict(self.invocations),
             "seconds": round(self.seconds, 3),
+            **self.extra,  # e.g. the CLI's random_inputs notes and seed, or the user's --inputs file
         }
 
 
@@ -158,6 +161,8 @@ def compare_models(
                 stage("comparing layer by layer")
                 probed_comparison = compare_outputs(probed.oracle, probed.target, tol, model.output_names)
                 layer_report = analyze_layers(model.nodes, probed.oracle, probed.target, tol, compiled=plan.compiled)
+                bodies = _unprobed_bodies(model)
+                note = f"{note}; {bodies}" if note and bodies else note or bodies
             plain_failed = comparison is None or not comparison.passed
             masking = probed_comparison is not None and (not probed_comparison.passed) != plain_failed
             if masking:
@@ -171,6 +176,33 @@ def compare_models(
             invocations=invocations, seconds=time.monotonic() - started,
             store_dir=folder / "activations" if kept else None, compiled=plan.compiled,
         )
+
+
+def _unprobed_bodies(model: Model) -> str | None:
+    """What the layerwise table cannot show: the nodes inside If/Loop/Scan bodies (only the control-flow
+    node's own outputs are probed: a body's tensors are not graph tensors a backend can expose)."""
+    holders: list[str] = []
+    inside = 0
+    for node in model.nodes:
+        bodies = [g for a in node.attribute for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)]
+        if bodies:
+            holders.append(f"{node.op_type} {node.name}")
+            inside += sum(_body_nodes(g) for g in bodies)
+    if not holders:
+        return None
+    return (f"the bodies of {len(holders)} control-flow node(s) ({', '.join(holders[:3])}"
+            f"{', ...' if len(holders) > 3 else ''}; {inside} nodes inside) are not probed: the table shows "
+            "only their outputs, so a divergence inside a body shows at the If/Loop/Scan node")
+
+
+def _body_nodes(graph: onnx.GraphProto) -> int:
+    count = 0
+    for node in graph.node:
+        count += 1
+        for a in node.attribute:
+            for g in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+                count += _body_nodes(g)
+    return count
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ def test_data_public_api_is_pinned() -> None:
         "index_bounds",
         "load_inputs",
         "parse_shapes",
+        "random_input_notes",
         "random_inputs",
         "save_inputs",
         "validate_inputs",
