@@ -171,9 +171,21 @@ def _reduce_example(out: Path, *extra: str) -> int:
     return main(["reduce", *EXAMPLE, "-o", str(out), *extra])
 
 
-def test_item2_rerun_keeps_the_users_files_in_the_bundle_folder(tmp_path: Path) -> None:
-    out = tmp_path / "bug"
+@pytest.fixture(scope="module")
+def example_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("bundle") / "bug"
     assert _reduce_example(out) == 1
+    return out
+
+
+def _copy(bundle: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "downloaded"
+    shutil.copytree(bundle, copy)
+    return copy
+
+
+def test_item2_rerun_keeps_the_users_files_in_the_bundle_folder(example_bundle: Path, tmp_path: Path) -> None:
+    out = _copy(example_bundle, tmp_path)  # an earlier bundle of this model
     (out / "notes.txt").write_text("my notes")
     (out / "logs").mkdir()
     (out / "logs" / "run1.txt").write_text("log")
@@ -186,9 +198,9 @@ def test_item2_rerun_keeps_the_users_files_in_the_bundle_folder(tmp_path: Path) 
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging folder left behind
 
 
-def test_item2_bundle_of_another_model_is_refused_before_any_run_unless_forced(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    out = tmp_path / "bug"
-    assert _reduce_example(out) == 1
+def test_item2_bundle_of_another_model_is_refused_before_any_run_unless_forced(
+        example_bundle: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    out = _copy(example_bundle, tmp_path)
     first = (out / "report.json").read_text()
     other = tmp_path / "other.onnx"
     host = host_network(100, bug="layernorm_keepdims0", seed=3)
@@ -222,19 +234,6 @@ def test_item3_second_run_on_the_same_output_stops_at_once(tmp_path: Path, capsy
 
 
 # --- item 6: a downloaded bundle does not run code it names, and damage is called damage ------------------
-@pytest.fixture(scope="module")
-def example_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("bundle") / "bug"
-    assert _reduce_example(out) == 1
-    return out
-
-
-def _copy(bundle: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / "downloaded"
-    shutil.copytree(bundle, copy)
-    return copy
-
-
 @pytest.mark.parametrize("spec", ["command:cmd=touch {marker},shell=1", "onnxruntime:python={python}"])
 def test_item6_verify_does_not_run_a_program_the_bundle_names_without_trust(
         spec: str, example_bundle: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -321,17 +320,32 @@ def test_item8_nan_inputs_and_all_nan_outputs_are_warned_about(command: str, tmp
     assert any("output 'y' is NaN/Inf in all" in w for w in warnings), warnings  # ...on nothing
 
 
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The -o folder of a reduction stopped early (resumable): its DIR.work is kept."""
+    out = tmp_path_factory.mktemp("interrupted") / "bug"
+    assert _reduce_example(out, "--max-invocations", "1") == 1
+    return out
+
+
 @pytest.mark.parametrize("changed", [["--atol", "0.5"], ["--target", "onnxruntime:opt_level=basic"], ["other model"]])
-def test_item9_resume_refuses_a_different_model_or_options(changed: list[str], tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    out = tmp_path / "bug"
-    assert _reduce_example(out, "--max-invocations", "1") == 1  # stopped early: resumable
+def test_item9_resume_refuses_a_different_model_or_options(changed: list[str], interrupted: Path, tmp_path: Path,
+                                                           capsys) -> None:  # type: ignore[no-untyped-def]
     if changed == ["other model"]:
         other = _external_add_model(tmp_path / "m", "w.bin")
         (tmp_path / "m" / "w.bin").write_bytes(np.zeros(4, np.float32).tobytes())
         changed = [str(other)]
-    assert main(["reduce", "--resume", str(out), *changed]) == 2
+    journal = (work_dir_for(interrupted) / "journal.jsonl").read_bytes()
+    assert main(["reduce", "--resume", str(interrupted), *changed]) == 2
     assert "continues the recorded reduction" in capsys.readouterr().err
-    assert main(["reduce", "--resume", str(out), "--atol", "1e-4"]) == 1  # the recorded value: fine
+    assert (work_dir_for(interrupted) / "journal.jsonl").read_bytes() == journal  # nothing ran
+
+
+def test_item9_resume_with_the_recorded_values_given_again_continues(interrupted: Path, tmp_path: Path) -> None:
+    out = tmp_path / "bug"
+    shutil.copytree(interrupted, out)
+    shutil.copytree(work_dir_for(interrupted), work_dir_for(out))
+    assert main(["reduce", "--resume", str(out), "--atol", "1e-4", "--target", "ort:opt_level=all"]) == 1
 
 
 def test_item9_zero_node_model_gets_a_clear_error_not_a_bug_report(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
