@@ -30,6 +30,7 @@ __all__ = [
     "RunResult",
     "RunStatus",
     "Runtime",
+    "cause_line",
     "message_cause",
 ]
 
@@ -62,6 +63,15 @@ def message_cause(message: str | None, *, limit: int = 4000) -> str:
     lines = [line.rstrip() for line in paragraph.splitlines() if line.strip()]
     joined = "\n".join(lines)
     return joined if len(joined) <= limit else joined[:limit].rstrip() + " ..."
+
+
+def cause_line(message: str | None, limit: int = 600) -> str:
+    """:func:`message_cause` on one line for humans, without location-only lines such as OpenVINO's
+    ``Exception from src/inference/src/cpp/core.cpp:84:``, cut at ``limit`` characters."""
+    lines = message_cause(message).splitlines()
+    shown = [line.strip() for line in lines if not _LOCATION_ONLY.match(line.strip())] or lines
+    cause = " ".join(shown)
+    return cause if len(cause) <= limit else cause[:limit].rstrip() + " ..."
 
 
 class Capability(str, enum.Enum):
@@ -179,12 +189,7 @@ class RunResult:
         if self.ok:
             return "ok"
         where = f" at {self.phase.value}" if self.phase else ""
-        lines = message_cause(self.message).splitlines()
-        shown = [line.strip() for line in lines if not _LOCATION_ONLY.match(line.strip())] or lines
-        cause = " ".join(shown)
-        if len(cause) > limit:
-            cause = cause[:limit].rstrip() + " ..."
-        what = ": ".join(x for x in (self.error_type, cause or None) if x)
+        what = ": ".join(x for x in (self.error_type, cause_line(self.message, limit) or None) if x)
         return f"{self.status.value}{where}" + (f": {what}" if what else "")
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from graphbisect.artifacts.bundle import load_bundle
 from graphbisect.atomic import atomic_write_text
+from graphbisect.backends.base import cause_line
 from graphbisect.cli.common import backend_spec, output_path
 from graphbisect.oracle.signature import FailureKind, Signature
 from graphbisect.workflows.verify import FIXED, REPRODUCES, Verification, runs_code, verify_bundle
@@ -50,10 +51,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _signature_line(signature: Signature, message: str | None) -> str:
-    """``crash-load: Fail: <first line of the raw message>``, or the signature's own description."""
-    lines = [line.strip() for line in (message or "").splitlines() if line.strip()]
-    if signature.kind in (FailureKind.CRASH_LOAD, FailureKind.CRASH_RUN) and lines:
-        return f"{signature.kind.value}: {lines[0]}"
+    """``crash-load: Fail: <the raw message's cause>``, or the signature's own description."""
+    cause = cause_line(message)
+    if signature.kind in (FailureKind.CRASH_LOAD, FailureKind.CRASH_RUN) and cause:
+        return f"{signature.kind.value}: {cause}"
     return signature.describe()
 
 
