@@ -5,7 +5,10 @@ Three ways to run the default backends (target ``onnxruntime:opt_level=all``, or
 memory is that run's alone:
 
 * ``compare+layerwise``: :func:`graphbisect.workflows.compare.compare_models` with ``layerwise=True`` (plain
-  runs of both backends, then both again on the probe model exposing every intermediate tensor);
+  runs of both backends, then both again on probe models: the oracle's exposing every intermediate tensor,
+  the target's only the tensors that survive in the graph ONNX Runtime compiled, ``save_optimized=1``);
+* ``compare+all-tensors``: the same with ``all_tensors=True``: the target's probe exposes every tensor too
+  (the probe before the compiled-graph probe);
 * ``compare``: the same with ``layerwise=False`` (one run per backend);
 * ``baseline``: two plain ``onnxruntime.InferenceSession`` runs (optimizations disabled, then all) in one
   process: the least any comparison of these two backends can cost.
@@ -50,9 +53,11 @@ from _common import (
 
 from graphbisect.examples import HostNetwork, host_network, wide_model
 
-MODES = ("compare+layerwise", "compare", "baseline")
+MODES = ("compare+layerwise", "compare+all-tensors", "compare", "baseline")
 BUILDERS: dict[str, Callable[[int], HostNetwork]] = {
     "host": lambda n: host_network(n, bug=None),
+    # The keepdims=0 LayerNorm bug on the main path: probing every tensor masks it.
+    "host-bug": lambda n: host_network(n, bug="layernorm_keepdims0", position="main"),
     "wide": wide_model,
 }
 
@@ -80,12 +85,18 @@ def build_case(name: str, nodes: int, root: Path) -> ModelCase:
 # ------------------------------------------------------------------------------------------ child process
 
 
-def _run_compare(model_path: Path, inputs: dict[str, np.ndarray], workdir: Path, layerwise: bool) -> dict[str, Any]:
+def _run_compare(model_path: Path, inputs: dict[str, np.ndarray], workdir: Path, mode: str) -> dict[str, Any]:
     from graphbisect.model import load_model
     from graphbisect.workflows.compare import compare_models
 
-    result = compare_models(load_model(model_path), inputs=inputs, layerwise=layerwise, workdir=workdir)
-    return {"passed": result.passed, "invocations": dict(result.invocations), "note": result.layerwise_note}
+    result = compare_models(load_model(model_path), inputs=inputs, layerwise=mode != "compare", workdir=workdir,
+                            all_tensors=mode == "compare+all-tensors")
+    layers = result.layerwise
+    first = layers.first_divergence if layers is not None else None
+    return {"passed": result.passed, "invocations": dict(result.invocations), "note": result.layerwise_note,
+            "compared": layers.compared if layers is not None else 0, "probe_masking": result.probe_masking,
+            "first_divergence": None if first is None else
+            (first.compiled_as.describe(limit=1) if first.compiled_as is not None else first.node)}
 
 
 def _run_baseline(model_path: Path, inputs: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -98,7 +109,8 @@ def _run_baseline(model_path: Path, inputs: dict[str, np.ndarray]) -> dict[str, 
         session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
         outputs.append(session.run(None, inputs))
     passed = all(np.allclose(t, o, rtol=1e-3, atol=1e-4) for o, t in zip(*outputs, strict=True))
-    return {"passed": passed, "invocations": {"oracle": 1, "target": 1}, "note": None}
+    return {"passed": passed, "invocations": {"oracle": 1, "target": 1}, "note": None, "compared": 0,
+            "probe_masking": False, "first_divergence": None}
 
 
 def measure_here(mode: str, model_path: Path, inputs_path: Path, workdir: Path) -> dict[str, Any]:
@@ -110,7 +122,7 @@ def measure_here(mode: str, model_path: Path, inputs_path: Path, workdir: Path) 
         if mode == "baseline":
             info = _run_baseline(model_path, inputs)
         else:
-            info = _run_compare(model_path, inputs, workdir, layerwise=mode == "compare+layerwise")
+            info = _run_compare(model_path, inputs, workdir, mode)
         wall = time.perf_counter() - started
     kib = 1024  # ru_maxrss is in KiB on Linux
     return {
@@ -141,6 +153,8 @@ def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     first = runs[0]
     return {
         "mode": first["mode"], "repeats": len(runs), "passed": first["passed"], "invocations": first["invocations"],
+        "compared": first["compared"], "probe_masking": first["probe_masking"],
+        "first_divergence": first["first_divergence"],
         "wall_s": median([r["wall_s"] for r in runs]), "wall_all_s": [round(r["wall_s"], 3) for r in runs],
         **{key: max(r[key] for r in runs) for key in ("main_peak_bytes", "worker_peak_bytes", "tree_peak_bytes")},
         "oracle_store": first["oracle_store"], "target_dump": first["target_dump"], "workdir": first["workdir"],
@@ -156,18 +170,27 @@ def time_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
             rows.append([entry["model"], str(entry["nodes"]), s["mode"], f"{s['wall_s']:.2f}",
                          f"{s['wall_s'] / base['wall_s']:.1f}x", f"{mib(s['main_peak_bytes']):.0f}", worker,
                          f"{mib(s['tree_peak_bytes']):.0f}", f"{s['tree_peak_bytes'] / base['tree_peak_bytes']:.1f}x",
-                         "/".join(str(v) for v in s["invocations"].values()), "pass" if s["passed"] else "FAIL"])
+                         "/".join(str(v) for v in s["invocations"].values()), "pass" if s["passed"] else "FAIL",
+                         str(s["compared"] or "-"), "yes" if s["probe_masking"] else "-"])
     return rows
+
+
+def divergence_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
+    return [[entry["model"], str(entry["nodes"]), s["mode"], str(s["first_divergence"])]
+            for entry in results for s in entry["modes"] if s["mode"].startswith("compare+")]
 
 
 def disk_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
     rows = []
     for entry in results:
-        s = next(s for s in entry["modes"] if s["mode"] == "compare+layerwise")
-        for label in ("oracle_store", "target_dump", "workdir"):
-            size = s[label]
-            rows.append([entry["model"], str(entry["nodes"]), label.replace("_", " "), str(size["files"]),
-                         f"{mib(size['apparent_bytes']):.1f}", f"{mib(size['disk_bytes']):.1f}"])
+        for s in entry["modes"]:
+            if not s["mode"].startswith("compare+"):
+                continue
+            for label in ("oracle_store", "target_dump", "workdir"):
+                size = s[label]
+                rows.append([entry["model"], str(entry["nodes"]), s["mode"], label.replace("_", " "),
+                             str(size["files"]), f"{mib(size['apparent_bytes']):.1f}",
+                             f"{mib(size['disk_bytes']):.1f}"])
     return rows
 
 
@@ -176,7 +199,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add_size_args(parser)
     parser.add_argument("--repeats", type=int, help="runs per mode; the median wall time is reported "
                         "(default 3, 1 with --quick)")
-    parser.add_argument("--models", nargs="+", choices=sorted(BUILDERS), help="default: host wide")
+    parser.add_argument("--models", nargs="+", choices=sorted(BUILDERS), help="default: host host-bug wide")
     parser.add_argument("--child", nargs=4, metavar=("MODE", "MODEL", "INPUTS", "WORKDIR"), help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -188,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(measure_here(mode, Path(model), Path(inputs), Path(work))))
         return 0
     sizes = (1000,) if args.quick else (5000, 10000, 20000) if args.full else (5000,)
-    names = args.models or (["host"] if args.quick else ["host", "wide"])
+    names = args.models or (["host"] if args.quick else ["host", "host-bug", "wide"])
     repeats = args.repeats or (1 if args.quick else 3)
     results = []
     with tempfile.TemporaryDirectory(prefix="compare-bench-models-") as root:
@@ -201,12 +224,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"compare vs two plain ONNX Runtime runs ({describe_machine()}); median of {repeats} run(s)")
     print_table("Wall time and peak resident memory (MiB)",
                 ["model", "nodes", "run", "wall s", "x base", "main", "worker", "main+workers", "x base",
-                 "runs o/t", "verdict"], time_rows(results), left=3,
+                 "runs o/t", "verdict", "compared", "masking"], time_rows(results), left=3,
                 notes=["main: peak RSS of the main process; worker: peak RSS of the largest worker process;",
                        "main+workers: peak of their sum at one time (sampled every 10 ms); runs o/t: oracle/target "
-                       "backend runs"])
-    print_table("Activation stores on disk after compare+layerwise", ["model", "nodes", "what", "files", "MiB",
-                "MiB on disk"], disk_rows(results), left=3)
+                       "backend runs; compared: tensors in the layerwise table; masking: probe masking reported"])
+    print_table("First divergence", ["model", "nodes", "run", "first divergence"], divergence_rows(results), left=3)
+    print_table("Activation stores on disk after the layerwise runs", ["model", "nodes", "run", "what", "files",
+                "MiB", "MiB on disk"], disk_rows(results), left=4)
     write_json(args.json, {"benchmark": "compare", "repeats": repeats, "results": results})
     return 0
 

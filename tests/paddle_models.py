@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CONV_NET_INPUT", "export_conv_net", "export_mobilenet_v2", "ort_run"]
+__all__ = ["CONV_NET_INPUT", "export_conv_net", "export_mobilenet_v2", "export_transformer_block", "ort_run"]
 
 #: Input name and shape of :func:`export_conv_net` models (batch is dynamic in the exported program).
 CONV_NET_INPUT = ("x", (2, 3, 16, 16))
@@ -88,6 +88,28 @@ def export_mobilenet_v2(directory: Path, *, size: int = 64, seed: int = 0) -> Pa
     prefix = Path(directory) / "inference"
     spec = [paddle.static.InputSpec([None, 3, size, size], "float32", "x")]
     paddle.jit.save(net, str(prefix), input_spec=spec)
+    return prefix
+
+
+def export_transformer_block(directory: Path, *, seq: int = 8, d_model: int = 32, seed: int = 0) -> Path:
+    """Export one ``paddle.nn.TransformerEncoderLayer`` (4 heads, GELU, random weights) over an embedding
+    projection; input ``x`` of shape ``[batch, seq, d_model]``. Returns the prefix."""
+    import paddle
+
+    class Block(paddle.nn.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = paddle.nn.Linear(d_model, d_model)
+            self.layer = paddle.nn.TransformerEncoderLayer(d_model, 4, 2 * d_model, dropout=0.0, activation="gelu")
+
+        def forward(self, x: Any) -> Any:
+            return self.layer(self.proj(x))
+
+    paddle.seed(seed)
+    net = Block()
+    net.eval()
+    prefix = Path(directory) / "inference"
+    paddle.jit.save(net, str(prefix), input_spec=[paddle.static.InputSpec([None, seq, d_model], "float32", "x")])
     return prefix
 
 

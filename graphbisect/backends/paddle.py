@@ -28,6 +28,16 @@ For legacy programs Paddle reports the fetched variables (``linear_0.tmp_1``) wh
 renames by position and reports the mapping as ``info()["output_names"]`` (ONNX name → Paddle name).
 Both spellings are accepted in ``outputs``.
 
+**What the optimized program computed.** With ``hooks=1`` the predictor's output hook
+(``Predictor.register_output_hook``) sees every op output of the *optimized* program as it runs — fused
+ops only, the program Paddle actually executes — under its op label (``onednn_op.fused_conv2d:0``: op
+name and position) and a variable name of no use outside Paddle (``..._inner_var_8``). Each run returns
+them too, keyed ``paddle-hook/<op label>`` (bf16 values as float32), and ``info()["hooked"]`` lists them
+in execution order (``key``, ``op``, ``shape``, ``dtype``); the host maps them to the converted ONNX
+model's tensors (:mod:`graphbisect.localize.paddle_hooks`). Hooks observe; they do not change the
+program, so this probe cannot mask anything. ``bf16=1`` runs oneDNN bf16 kernels
+(``enable_mkldnn_bfloat16``), refused on CPUs without bf16 (AVX512-BF16/AMX).
+
 Example (inside a worker; the host normally does this through ``BackendProcess``):
     >>> rt = PaddleInference({"delete_pass": "conv2d_bias_bn_onednn_fuse_pass"}, "/tmp/w")  # doctest: +SKIP
     >>> rt.load("models/det/inference", None)  # doctest: +SKIP
@@ -53,11 +63,12 @@ import numpy as np
 from graphbisect.backends.worker import option_flag, option_int
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
 
-__all__ = ["PaddleInference", "PassLog", "normalize_pass_name", "onnx_output_names", "parse_pass_log"]
+__all__ = ["HOOK_PREFIX", "PaddleInference", "PassLog", "normalize_pass_name", "onnx_output_names", "parse_pass_log"]
 
 logger = logging.getLogger(__name__)
 
-_OPTIONS = ("device", "opt_level", "ir_optim", "delete_pass", "threads", "mkldnn")
+_OPTIONS = ("device", "opt_level", "ir_optim", "delete_pass", "threads", "mkldnn", "hooks", "bf16")
+HOOK_PREFIX = "paddle-hook/"
 _MODEL_SUFFIXES = (".json", ".pdmodel")
 _PARAMS_SUFFIX = ".pdiparams"
 
@@ -264,6 +275,9 @@ class PaddleInference:
         self._ir_optim = option_flag(self._options, "ir_optim", None)
         self._mkldnn = option_flag(self._options, "mkldnn", None)
         self._threads = option_int(self._options, "threads", 1)
+        self._hooks = bool(option_flag(self._options, "hooks", False))
+        self._bf16 = bool(option_flag(self._options, "bf16", False))
+        self._hooked: list[tuple[str, str, np.ndarray]] = []
         raw_deleted = [p for p in self._options.get("delete_pass", "").split(";") if p.strip()]
         self._deleted = list(dict.fromkeys(normalize_pass_name(p) for p in raw_deleted))
         self._predictor: Any = None
@@ -284,6 +298,12 @@ class PaddleInference:
             raise BackendUnavailableError(
                 f"paddle device=gpu asked, but this Paddle ({paddle.__version__}) is a CPU build",
                 hint="install paddlepaddle-gpu in the backend's interpreter (python=...), or use device=cpu",
+            )
+        if self._bf16 and (self._device != "cpu" or not paddle.base.core.supports_bfloat16()):
+            raise BackendUnavailableError(
+                f"paddle bf16=1 asked, but {'this is not a CPU run' if self._device != 'cpu' else 'this CPU'} "
+                "has no oneDNN bf16 support (it needs AVX512-BF16 or AMX)",
+                hint="drop bf16=1, or run on a CPU whose /proc/cpuinfo lists avx512_bf16 or amx_bf16",
             )
         if self._opt_level is not None and not hasattr(paddle_infer.Config, "set_optimization_level"):
             raise SpecError(
@@ -310,6 +330,8 @@ class PaddleInference:
         with _capture_fd2(self._workdir) as captured:
             predictor = paddle_infer.create_predictor(config)
         pass_log = parse_pass_log(captured[0] if captured else "")
+        if self._hooks:
+            predictor.register_output_hook(self._hook)
 
         paddle_outputs = list(predictor.get_output_names())
         onnx_names = onnx_output_names(model_file, paddle_outputs)
@@ -330,6 +352,7 @@ class PaddleInference:
             "ir": "pir" if model_file.suffix == ".json" else "legacy",
             "device": self._device if self._device == "cpu" else f"gpu:{self._device_id}",
             "mkldnn": bool(config.mkldnn_enabled()),
+            "bf16": self._bf16,
             "ir_optim": bool(config.ir_optim()),
             "opt_level": self._opt_level,
             "deleted_passes": list(self._deleted),
@@ -362,6 +385,9 @@ class PaddleInference:
             config.set_optimization_level(self._opt_level)
         if self._ir_optim is not None:
             config.switch_ir_optim(self._ir_optim)
+        if self._bf16:
+            config.enable_mkldnn()
+            config.enable_mkldnn_bfloat16()
         if self._mkldnn is True:
             config.enable_mkldnn()
         elif self._mkldnn is False:
@@ -391,11 +417,35 @@ class PaddleInference:
             handle = self._predictor.get_input_handle(name)
             handle.reshape(list(array.shape))
             handle.copy_from_cpu(array)
+        self._hooked = []
         self._predictor.run()
-        return {
+        outputs = {
             name: np.asarray(self._predictor.get_output_handle(paddle_name).copy_to_cpu())
             for name, paddle_name in self._outputs.items()
         }
+        if self._hooks:
+            outputs.update({HOOK_PREFIX + label: array for label, _, array in self._hooked})
+            self._info["hooked"] = [{"key": HOOK_PREFIX + label, "op": label.rpartition(":")[0],
+                                     "shape": list(array.shape), "dtype": dtype}
+                                    for label, dtype, array in self._hooked]
+        return outputs
+
+    def _hook(self, op_label: str, _var: str, tensor: Any) -> None:
+        """Output hook: keep a copy of one op output of the optimized program (bf16 read as float32).
+
+        A oneDNN op's output is in oneDNN's memory layout (e.g. blocked ``nChw8c``): ``numpy()`` returns
+        those bytes under the logical shape, while ``clone()`` reorders to the plain layout (verified on
+        Paddle 3.3.1: ``numpy()`` of a fused_conv2d output differed from ONNX Runtime by 2.7, the clone
+        by 1e-6).
+        """
+        dtype = str(tensor.dtype).removeprefix("paddle.")
+        try:
+            plain = tensor.clone() if str(getattr(tensor, "layout", "")).upper() == "ONEDNN" else tensor
+            value = plain.astype("float32").numpy() if dtype == "bfloat16" else plain.numpy()
+        except Exception as exc:  # a tensor Paddle cannot copy out is skipped, not fatal
+            logger.debug("output hook: cannot read %s (%s): %s", op_label, dtype, exc)
+            return
+        self._hooked.append((op_label, dtype, np.array(value, copy=True)))
 
     def info(self) -> dict[str, Any]:
         """Facts about the last load: versions, effective config, passes run/fired, output name mapping."""

@@ -150,9 +150,13 @@ BACKENDS: tuple[BackendInfo, ...] = (
         import_name="paddle",
         distributions=("paddlepaddle", "paddlepaddle-gpu"),
         extra="paddle",
-        capabilities=frozenset({C.PASSES, C.FOREIGN_PYTHON}),
+        capabilities=frozenset({C.PASSES, C.FOREIGN_PYTHON, C.COMPILED_GRAPH}),
+        compiled_option=("hooks", "1"),
         options={
             "device": "cpu (default), gpu or gpu:N",
+            "hooks": "1 to return every op output of the optimized program too (output hooks; run info hooked), "
+            "which compare maps to the converted ONNX model's tensors",
+            "bf16": "1 for oneDNN bf16 kernels (enable_mkldnn_bfloat16; CPUs with AVX512-BF16 or AMX)",
             "opt_level": "Paddle's optimization level 0-3 (Config.set_optimization_level; 2 is Paddle's default, "
             "0 keeps only bookkeeping passes); switch_ir_optim(False) alone does not stop PIR fusion passes",
             "ir_optim": "0 to call switch_ir_optim(False) (default: Paddle's, on)",

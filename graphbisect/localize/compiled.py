@@ -16,6 +16,9 @@ asks for it is the registry's ``compiled_option``, behind :attr:`Capability.COMP
 * TensorRT (``report_layers=1``, run info ``layers``): the engine inspector's layers; with detailed
   profiling verbosity each layer's ``Metadata`` names the ONNX nodes it covers (``[ONNX Layer: NAME]``),
   and layer names join fused nodes with ``" + "``.
+* Paddle Inference (``hooks=1``, run info ``hooked`` + ``model_file``): the optimized program's ops seen
+  by the output hooks, aligned with the original program (:mod:`graphbisect.localize.paddle_hooks`); the
+  run already returned their values (:attr:`CompiledGraph.values`).
 
 Execution graphs do not name tensors, so for OpenVINO and TensorRT the surviving tensors are the group's
 *boundary*: outputs of its original nodes read by a node outside the group, or graph outputs. Execution
@@ -41,7 +44,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +59,7 @@ __all__ = [
     "from_engine_layers",
     "from_exec_graph",
     "from_groups",
+    "from_named_outputs",
     "from_optimized_model",
 ]
 
@@ -105,6 +109,9 @@ class CompiledGraph:
     nodes: tuple[CompiledNode, ...]
     unmapped: tuple[str, ...] = ()  # compiled nodes that stand for no original node (reorders, inserted casts)
     inferred: tuple[str, ...] = ()  # original nodes the description did not name, attributed to their consumer
+    #: Original tensor → output key of the describing run that already holds its value (Paddle's output
+    #: hooks): such a target needs no probe run.
+    values: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def surviving(self) -> frozenset[str]:
@@ -131,12 +138,12 @@ class CompiledGraph:
 
     def to_json(self) -> dict[str, object]:
         return {"source": self.source, "nodes": [n.to_json() for n in self.nodes], "unmapped": list(self.unmapped),
-                "inferred": list(self.inferred)}
+                "inferred": list(self.inferred), "values": dict(self.values)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CompiledGraph:
         return cls(str(data["source"]), tuple(CompiledNode.from_json(n) for n in data["nodes"]),
-                   tuple(data.get("unmapped", ())), tuple(data.get("inferred", ())))
+                   tuple(data.get("unmapped", ())), tuple(data.get("inferred", ())), dict(data.get("values", {})))
 
 
 def compiled_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[str],
@@ -154,6 +161,16 @@ def compiled_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[st
     layers = info.get("layers")
     if isinstance(layers, list):
         return from_engine_layers(nodes, graph_outputs, layers)
+    hooked, program = info.get("hooked"), info.get("model_file")
+    if isinstance(hooked, list) and isinstance(program, str):
+        from graphbisect.localize.paddle_hooks import compiled_from_hooks
+        from graphbisect.model.paddle import program_ops
+
+        ops = program_ops(program, {name for node in nodes for name in node.output if name})
+        if ops is None:
+            log.warning("%s is not a PIR program: its hooked tensors cannot be mapped to ONNX names", program)
+            return None
+        return compiled_from_hooks(nodes, ops, hooked)[0]
     return None
 
 
@@ -168,27 +185,45 @@ def from_optimized_model(nodes: Sequence[onnx.NodeProto], optimized: str | Path 
     """
     proto = optimized if isinstance(optimized, onnx.ModelProto) else \
         onnx.load(str(optimized), load_external_data=False)
-    producer = {name: i for i, node in enumerate(nodes) for name in node.output if name}
+    producer = {name for node in nodes for name in node.output if name}
 
     def outputs_of(node: onnx.NodeProto) -> list[str]:
         named = [name for name in node.output if name in producer]
         base = node.name.removesuffix(_ORT_NCHWC)
         return named or ([base] if base != node.name and base in producer else [])
 
-    survivors = surviving_tensors(proto) | {name for node in proto.graph.node for name in outputs_of(node)}
+    named = [(node.name or node.op_type, node.op_type, outputs_of(node)) for node in proto.graph.node]
+    survivors = surviving_tensors(proto) | {name for _, _, outputs in named for name in outputs}
+    return from_named_outputs(nodes, named, "optimized model", survivors=survivors)
+
+
+def from_named_outputs(nodes: Sequence[onnx.NodeProto], named: Iterable[tuple[str, str, Sequence[str]]],
+                       source: str, *, survivors: Collection[str] | None = None) -> CompiledGraph:
+    """A compiled graph from ``(name, kind, original output tensors)`` per compiled node.
+
+    Each compiled node covers the original nodes behind its outputs up to the surviving tensors (``survivors``:
+    by default the named outputs; graph inputs and initializers always survive). A node with no outputs is
+    listed as unmapped.
+    """
+    producer = {name: i for i, node in enumerate(nodes) for name in node.output if name}
+    named = list(named)
+    if survivors is None:
+        survivors = {name for _, _, outputs in named for name in outputs}
     vanished = vanished_tensors(producer, survivors)
     groups: list[tuple[str, str, set[int], list[str] | None]] = []
     unmapped: list[str] = []
-    for node in proto.graph.node:
-        outputs = outputs_of(node)
-        if not outputs:
-            unmapped.append(node.name or node.op_type)
+    for name, kind, outputs in named:
+        known = [o for o in outputs if o in producer]
+        if not known:
+            unmapped.append(name)
             continue
         region: set[int] = set()
-        for name in outputs:
-            region |= fused_region(nodes, producer, producer[name], vanished=vanished)
-        groups.append((node.name or node.op_type, node.op_type, region, outputs))
-    return _assemble(nodes, "optimized model", groups, unmapped, boundary=())
+        for tensor in known:
+            region |= fused_region(nodes, producer, producer[tensor], vanished=vanished)
+        # Input-less nodes (Constant weights of a converted model) were folded, not computed by this node.
+        region = {i for i in region if nodes[i].input or nodes[i].op_type != "Constant"} or region
+        groups.append((name, kind, region, known))
+    return _assemble(nodes, source, groups, unmapped, boundary=())
 
 
 def from_exec_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[str],
@@ -278,6 +313,7 @@ def _assemble(nodes: Sequence[onnx.NodeProto], source: str,
         for name in node.input:
             readers.setdefault(name, set()).add(i)
     result: list[tuple[int, CompiledNode]] = []
+    taken: set[str] = set()
     for members in merged.values():
         region = set().union(*(groups[g][2] for g in members))
         named = [groups[g][3] for g in members]
@@ -289,6 +325,9 @@ def _assemble(nodes: Sequence[onnx.NodeProto], source: str,
         names = list(dict.fromkeys(groups[g][0] for g in members))
         kinds = list(dict.fromkeys(groups[g][1] for g in members))
         name = names[0] if len(names) == 1 else f"{names[0]} (+{len(names) - 1} more)"
+        while name in taken:
+            name += "'"
+        taken.add(name)
         result.append((max(region), CompiledNode(name, "+".join(kinds), tuple(nodes[i].name for i in sorted(region)),
                                                  tuple(outputs))))
     result.sort(key=lambda item: item[0])

@@ -36,15 +36,20 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from graphbisect.errors import ModelError
 
 __all__ = [
     "DEFAULT_OPSET",
+    "PaddleOp",
     "cache_root",
     "convert_paddle_model",
     "is_paddle_model",
+    "program_ops",
     "resolve_paddle_model",
 ]
 
@@ -311,3 +316,79 @@ def convert_paddle_model(
         tmp_path.unlink(missing_ok=True)
     logger.info("converted %s in %.1f s -> %s", model_file, time.monotonic() - started, onnx_path)
     return onnx_path, model_file
+
+
+@dataclass(frozen=True)
+class PaddleOp:
+    """One computing op of a PIR program, with the ONNX tensor names paddle2onnx gave its outputs."""
+
+    index: int  # position in the program (parameters and feeds included)
+    op: str  # op name without its dialect: "conv2d", "batch_norm_", "matmul"
+    inputs: tuple[int, ...]  # value ids read
+    outputs: tuple[int, ...]  # value ids written
+    onnx_names: tuple[str | None, ...]  # per output: the converted model's tensor, None when it has none
+    shapes: tuple[tuple[int, ...] | None, ...]  # per output, -1 for dynamic dims
+    weights: frozenset[int] = frozenset()  # the inputs that are parameters (weights), not activations
+
+
+def program_ops(program_file: str | os.PathLike[str], onnx_tensors: Collection[str]) -> list[PaddleOp] | None:
+    """The computing ops of a PIR program (``.json``) and the ONNX tensors paddle2onnx made of their outputs.
+
+    paddle2onnx names the tensor of output ``i`` of the ``k``-th op called ``op`` in program order
+    ``p2o.pd_op.<op>.<k>.<i>``, and a fetched value by its fetch name (``fetch_name_0``); a name the
+    converted model does not have (the converter folded or renamed it) maps to None. Legacy ``.pdmodel``
+    programs return None: they are protobuf, and paddle2onnx renames them through a PIR translation.
+
+    Example:
+        >>> program_ops("model/inference.pdmodel", set()) is None
+        True
+    """
+    path = Path(program_file)
+    if path.suffix != ".json":
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    raw = data["program"]["regions"][0]["blocks"][0]["ops"]
+    fetched: dict[int, str] = {}
+    for op in raw:
+        if op.get("#", "").endswith(".fetch"):
+            name = _attr(op, "name")
+            if isinstance(name, str) and op.get("I"):
+                fetched[int(op["I"][0]["%"])] = name
+    params = {int(op["O"]["%"]) for op in raw
+              if op.get("#") == "p" and isinstance(op.get("O"), dict) and "%" in op["O"]}
+    counters: dict[str, int] = {}
+    ops: list[PaddleOp] = []
+    for index, op in enumerate(raw):
+        kind = str(op.get("#", ""))
+        dialect, _, name = kind.partition(".")
+        if kind == "p" or not name or dialect == "0" or name in ("data", "fetch"):
+            continue
+        k = counters.get(name, 0)
+        counters[name] = k + 1
+        outs = op.get("O") or []
+        outs = outs if isinstance(outs, list) else [outs]
+        ids = tuple(int(o.get("%", -1)) if isinstance(o, dict) else -1 for o in outs)
+        names: list[str | None] = []
+        for i, vid in enumerate(ids):
+            guess = f"p2o.pd_op.{name}.{k}.{i}"
+            names.append(fetched.get(vid) if vid in fetched and fetched[vid] in onnx_tensors
+                         else guess if guess in onnx_tensors else None)
+        ins = tuple(int(i["%"]) for i in op.get("I", []) if isinstance(i, dict) and "%" in i)
+        ops.append(PaddleOp(index, name, ins, ids, tuple(names), tuple(_shape(o) for o in outs),
+                            frozenset(i for i in ins if i in params)))
+    return ops
+
+
+def _attr(op: dict[str, Any], key: str) -> object:
+    for entry in op.get("A", []):
+        if isinstance(entry, dict) and entry.get("N") == key:
+            return entry.get("AT", {}).get("D")
+    return None
+
+
+def _shape(out: object) -> tuple[int, ...] | None:
+    try:
+        dims = out["TT"]["D"][1]  # type: ignore[index]
+        return tuple(int(d) for d in dims)
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None

@@ -141,9 +141,13 @@ def compare_models(
         save_inputs(inputs_path, feeds)
         onnx_path = folder / "model.onnx"
         model.save(onnx_path)
-        # The target describes what it compiled on both its runs (the probe's description is not used).
-        described = describing_spec(target_spec) if layerwise and not all_tensors else None
-        with BackendProcess(oracle_spec, workdir=folder / "oracle") as oracle_proc, \
+        # The target describes what it compiled on both its runs (the probe's description is not used); a
+        # backend that cannot run a probe model (Paddle) returns its compiled graph's tensors from the plain run.
+        described = describing_spec(target_spec) \
+            if layerwise and (not all_tensors or not target_info.has(Capability.ONNX_INPUT)) else None
+        oracle_described = describing_spec(oracle_spec) \
+            if layerwise and not oracle_info.has(Capability.ONNX_INPUT) else None
+        with BackendProcess(oracle_described or oracle_spec, workdir=folder / "oracle") as oracle_proc, \
                 BackendProcess(described or target_spec, workdir=folder / "target") as target_proc:
             stage(f"running oracle {oracle_spec} and target {target_spec}")
             oracle_run = oracle_proc.run(model_for_backend(model, oracle_spec, onnx_path), inputs_path)
@@ -153,7 +157,10 @@ def compare_models(
                           if target_run.ok else None)
             plan = plan_probe(model, compiled_of(model, target_run.info)
                               if described is not None and target_run.ok else None)
-            probed = _probe(model, folder, inputs_path, (oracle_proc, target_proc), (oracle_info, target_info),
+            oracle_side = _Side(oracle_proc, oracle_info, oracle_run,
+                                compiled_of(model, oracle_run.info) if oracle_described is not None else None)
+            probed = _probe(model, folder, inputs_path, oracle_side,
+                            _Side(target_proc, target_info, target_run, plan.compiled),
                             plan=plan, enabled=layerwise, stage=stage)
             layer_report = probed_comparison = None
             note = probed.note
@@ -174,7 +181,8 @@ def compare_models(
             oracle_run=oracle_run, target_run=target_run, comparison=comparison, layerwise=layer_report,
             layerwise_note=note, probe_masking=masking, probed_comparison=probed_comparison,
             invocations=invocations, seconds=time.monotonic() - started,
-            store_dir=folder / "activations" if kept else None, compiled=plan.compiled,
+            store_dir=folder / "activations" if kept and (folder / "activations").is_dir() else None,
+            compiled=plan.compiled,
         )
 
 
@@ -212,41 +220,73 @@ class _Probed:
     note: str | None = None
 
 
-def _probe(model: Model, workdir: Path, inputs_path: Path, procs: tuple[BackendProcess, BackendProcess],
-           infos: tuple[BackendInfo, BackendInfo], *, plan: ProbePlan, enabled: bool,
-           stage: Callable[[str], None]) -> _Probed:
-    """Run the oracle on a probe exposing every intermediate, then the target on one exposing ``plan.names``.
+@dataclass(frozen=True)
+class _Side:
+    """One backend of the comparison: its worker, table row, plain run and its compiled graph if described."""
 
-    ``procs``/``infos``: oracle, target. The oracle's values become the activation store.
+    proc: BackendProcess
+    info: BackendInfo
+    run: RunResult
+    compiled: CompiledGraph | None
+
+
+def _hooked_values(model: Model, side: _Side) -> dict[str, np.ndarray] | None:
+    """The values a backend's plain run already returned for its compiled graph's tensors (Paddle's hooks)."""
+    if side.compiled is None or not side.compiled.values or not side.run.ok:
+        return None
+    outputs = side.run.outputs
+    values = {tensor: outputs[key] for tensor, key in side.compiled.values.items() if key in outputs}
+    values.update({name: outputs[name] for name in model.output_names if name in outputs})
+    return values
+
+
+def _probe(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, target: _Side, *, plan: ProbePlan,
+           enabled: bool, stage: Callable[[str], None]) -> _Probed:
+    """The oracle's and the target's intermediate values.
+
+    A backend whose plain run returned its compiled graph's tensors (Paddle's output hooks) is not run
+    again. Otherwise the oracle runs a probe exposing every intermediate (its values become the activation
+    store) and the target one exposing ``plan.names`` (among the tensors the oracle has).
     """
-    (oracle_proc, target_proc), (oracle_info, target_info) = procs, infos
     if not enabled:
         return _Probed(note="layerwise comparison was not requested")
-    for role, info in (("oracle", oracle_info), ("target", target_info)):
-        if not (info.has(Capability.INTERMEDIATES) and info.has(Capability.ONNX_INPUT)):
-            return _Probed(note=f"the {role} backend {info.name!r} cannot expose intermediate tensors; "
+    oracle_values: Mapping[str, np.ndarray] | None = _hooked_values(model, oracle)
+    target_values: Mapping[str, np.ndarray] | None = _hooked_values(model, target)
+    for role, side, values in (("oracle", oracle, oracle_values), ("target", target, target_values)):
+        probeable = side.info.has(Capability.INTERMEDIATES) and side.info.has(Capability.ONNX_INPUT)
+        if values is None and not probeable:
+            return _Probed(note=f"the {role} backend {side.info.name!r} cannot expose intermediate tensors; "
                            "only final outputs were compared")
-    names = [n for n in model.intermediate_names() if n not in set(model.output_names)]
+    outputs = set(model.output_names)
+    every = [n for n in model.intermediate_names() if n not in outputs]
     probe_path = workdir / "probe.onnx"
-    _save_proto(model.with_outputs(names), probe_path)
-    stage(f"capturing {len(names)} intermediate tensors from the oracle")
-    store_dir = workdir / "activations"
-    oracle_run = oracle_proc.run(probe_path, inputs_path, output_dir=store_dir)
-    if not oracle_run.ok:
-        return _Probed(note=f"the oracle failed on the probe model ({oracle_run.describe()}); "
-                       "only final outputs were compared")
-    ActivationStore.adopt(store_dir)  # index the worker's files as the activation store, no copy
-    target_probe = probe_path
-    if plan.compiled is not None:
+    if oracle_values is None:
+        names = every
+        _save_proto(model.with_outputs(names), probe_path)
+        stage(f"capturing {len(names)} intermediate tensors from the oracle")
+        store_dir = workdir / "activations"
+        oracle_run = oracle.proc.run(probe_path, inputs_path, output_dir=store_dir)
+        if not oracle_run.ok:
+            return _Probed(note=f"the oracle failed on the probe model ({oracle_run.describe()}); "
+                           "only final outputs were compared")
+        ActivationStore.adopt(store_dir)  # index the worker's files as the activation store, no copy
+        oracle_values = oracle_run.outputs
+    if target_values is None:
+        names = [n for n in plan.names if n in oracle_values]
         target_probe = workdir / "probe-target.onnx"
-        _save_proto(model.with_outputs(list(plan.names)), target_probe)
-    stage(f"running the target with {plan.describe()} exposed")
-    target_run = target_proc.run(target_probe, inputs_path, output_dir=workdir / "target-activations")
-    if not target_run.ok:
-        return _Probed(note=f"the target failed on the probe model ({target_run.describe()}) although the "
-                       "plain model ran: exposing intermediates changes the target's behaviour; "
-                       "use `graphbisect reduce` to localize without probing")
-    return _Probed(oracle=oracle_run.outputs, target=target_run.outputs)
+        if names == every and probe_path.exists():
+            target_probe = probe_path  # the oracle's probe model: every intermediate
+        else:
+            _save_proto(model.with_outputs(names), target_probe)
+        stage(f"running the target with {plan.describe()} exposed" if len(names) == len(plan.names)
+              else f"running the target with {len(names)} tensors exposed")
+        target_run = target.proc.run(target_probe, inputs_path, output_dir=workdir / "target-activations")
+        if not target_run.ok:
+            return _Probed(note=f"the target failed on the probe model ({target_run.describe()}) although the "
+                           "plain model ran: exposing intermediates changes the target's behaviour; "
+                           "use `graphbisect reduce` to localize without probing")
+        target_values = target_run.outputs
+    return _Probed(oracle=oracle_values, target=target_values)
 
 
 def _masking_note(plain_failed: bool, plan: ProbePlan) -> str:

@@ -1,0 +1,189 @@
+"""Paddle Inference's hooked tensors, mapped to the tensors of the ONNX model paddle2onnx made.
+
+Paddle's output hooks (``paddle:hooks=1``) see the ops of the *optimized* program as they run, under op
+labels (``onednn_op.fused_conv2d:0``) and variable names that exist nowhere else. The converted ONNX
+model was made from the *original* program, whose ops :func:`graphbisect.model.paddle.program_ops` lists
+with the ONNX tensor of each output. Neither Paddle nor paddle2onnx records which original ops an
+optimized op replaced, so this module **aligns** the two op sequences, both in program order:
+
+* each executed op has an *anchor* type: its own name without the dialect and a ``fused_`` prefix
+  (``fused_conv2d`` → ``conv2d``; ``fc`` → ``matmul``; a conv also anchors on ``depthwise_conv2d``), looked
+  for among the original ops near the last match that no hooked tensor claimed yet (ops in between were
+  folded or never ran: shape ops, bias reshapes; Paddle may also run independent ops in another order);
+* an ``fc`` anchors only on a matmul by a weight, a ``matmul``/``fused_matmul`` only on one of two
+  activations (attention has many same-shaped tensors);
+* a fused op covers the chain of original ops that are each the only reader of the previous one's output
+  (conv → bias add → batch norm → relu; matmul → transpose → reshape), up to an op that one of the next
+  few executed ops stands for;
+* the mapped tensor is the output of the last op of that chain whose static shape (``-1`` dynamic) agrees
+  with the hooked tensor's shape; an anchor whose chain never agrees is skipped, and a hooked tensor with
+  no agreeing anchor stays unmapped.
+
+Ops Paddle inserts (``quantize``, layout transforms) anchor nowhere and are reported as unmapped, never
+guessed. The result is a :class:`~graphbisect.localize.compiled.CompiledGraph` (one compiled node per
+mapped hooked op, covering the ONNX nodes between its inputs and its mapped tensor) and the hooked key of
+each ONNX tensor.
+
+Example:
+    >>> from graphbisect.model.paddle import PaddleOp
+    >>> ops = [PaddleOp(1, "conv2d", (1,), (2,), ("c",), ((-1, 8),)),
+    ...        PaddleOp(2, "relu", (2,), (3,), ("r",), ((-1, 8),)),
+    ...        PaddleOp(3, "mean", (3,), (4,), ("m",), ((-1,),))]
+    >>> hooked = [{"key": "h/0", "op": "onednn_op.fused_conv2d", "shape": [2, 8]},
+    ...           {"key": "h/1", "op": "onednn_op.mean", "shape": [2]}]
+    >>> [(a.key, a.tensor, a.covers) for a in align(ops, hooked)]
+    [('h/0', 'r', (1, 2)), ('h/1', 'm', (3,))]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import onnx
+
+from graphbisect.localize.compiled import CompiledGraph, from_named_outputs
+from graphbisect.model.paddle import PaddleOp
+
+__all__ = ["Alignment", "align", "compiled_from_hooks"]
+
+log = logging.getLogger(__name__)
+
+#: Executed op name (dialect and ``fused_`` stripped) → original op names it may stand for.
+_ANCHORS: Mapping[str, frozenset[str]] = {
+    "conv2d": frozenset({"conv2d", "depthwise_conv2d"}),
+    "depthwise_conv2d": frozenset({"depthwise_conv2d", "conv2d"}),
+    "fc": frozenset({"matmul"}),
+    "elementwise_add": frozenset({"add"}),
+    "elementwise_mul": frozenset({"multiply"}),
+    "elementwise_sub": frozenset({"subtract"}),
+    "elementwise_div": frozenset({"divide"}),
+    "softmax_mask": frozenset({"softmax"}),
+}
+#: How far ahead of the last mapped op an anchor may be (ops between were folded or did not run).
+_WINDOW = 16
+#: Original ops that a fused op absorbs whenever their other operand is a weight (bias, scale, batch norm).
+_FOLDABLE = frozenset({"add", "subtract", "multiply", "divide", "scale", "batch_norm", "batch_norm_"})
+#: How many of the next executed ops end a fused op's chain.
+_HORIZON = 4
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """One hooked tensor mapped to an ONNX tensor."""
+
+    key: str  # the run's output key (``paddle-hook/<op label>``)
+    op: str  # the executed op (``onednn_op.fused_conv2d``)
+    tensor: str  # the ONNX tensor it equals
+    covers: tuple[int, ...]  # program indices of the original ops it computed
+
+
+def _names(op_label: str) -> frozenset[str]:
+    name = op_label.rpartition(":")[0] if ":" in op_label.rpartition(".")[2] else op_label
+    name = name.rpartition(".")[2].removeprefix("fused_")
+    return _ANCHORS.get(name, frozenset({name, name.rstrip("_")}))
+
+
+def _fused(op_label: str) -> bool:
+    name = op_label.rpartition(".")[2]
+    return name.startswith("fused_") or name == "fc"
+
+
+def _shape_ok(static: tuple[int, ...] | None, actual: Sequence[int]) -> bool:
+    if static is None:
+        return False
+    return len(static) == len(actual) and all(s in (-1, a) for s, a in zip(static, actual, strict=True))
+
+
+def align(ops: Sequence[PaddleOp], hooked: Sequence[Mapping[str, Any]]) -> list[Alignment]:
+    """Map hooked tensors (``info()["hooked"]``, execution order) onto ``ops`` (see the module docstring)."""
+    readers: dict[int, list[int]] = {}
+    for j, op in enumerate(ops):
+        for vid in op.inputs:
+            readers.setdefault(vid, []).append(j)
+    constant = _constant_values(ops)
+    claimed: set[int] = set()
+    result: list[Alignment] = []
+    pos = 0
+    for h, entry in enumerate(hooked):
+        label, shape = str(entry["op"]), entry["shape"]
+        wanted = _names(label)
+        # Ops the next executed ops stand for end a fused op's chain (they ran on their own).
+        following = frozenset().union(*(_names(str(e["op"])) for e in hooked[h + 1 : h + 1 + _HORIZON]))
+        # Paddle may run independent ops in another order (attention's V projection after Q·Kᵀ): look a
+        # little behind the last match too, among the ops no hooked tensor claimed yet.
+        window = range(max(0, pos - _WINDOW), min(len(ops), pos + _WINDOW))
+        for anchor in (j for j in window if j not in claimed and ops[j].op in wanted and _operands_fit(label, ops[j])):
+            chain = _chain(ops, readers, anchor, following, constant=constant) if _fused(label) else [anchor]
+            fits = [k for k, j in enumerate(chain) if ops[j].onnx_names[:1] != (None,) and ops[j].shapes
+                    and _shape_ok(ops[j].shapes[0], shape)]
+            if not fits:
+                continue
+            chain = chain[: fits[-1] + 1]
+            tensor = ops[chain[-1]].onnx_names[0]
+            assert tensor is not None
+            result.append(Alignment(str(entry["key"]), label, tensor, tuple(ops[j].index for j in chain)))
+            claimed.update(chain)
+            pos = max(pos, chain[-1] + 1)
+            break
+        else:
+            log.debug("hooked %s %s not mapped to the converted model", label, shape)
+    return result
+
+
+def _operands_fit(op_label: str, op: PaddleOp) -> bool:
+    """An ``fc`` multiplies by a weight; a (fused) ``matmul`` of the CPU program multiplies two activations
+    (Paddle turns weight matmuls into ``fc``): shapes alone confuse them in attention, where
+    ``seq × head_dim`` tensors are everywhere."""
+    name = op_label.rpartition(".")[2]
+    if name == "fc":
+        return bool(op.weights)
+    if name in ("matmul", "fused_matmul") and op.op == "matmul":
+        return not op.weights
+    return True
+
+
+def _constant_values(ops: Sequence[PaddleOp]) -> frozenset[int]:
+    """Values computed from weights and constants only (a reshaped bias, a ``full`` scale)."""
+    constant: set[int] = set()
+    for op in ops:
+        if all(i in op.weights or i in constant for i in op.inputs):
+            constant.update(op.outputs)
+    return frozenset(constant)
+
+
+def _chain(ops: Sequence[PaddleOp], readers: Mapping[int, list[int]], anchor: int, following: frozenset[str], *,
+           constant: frozenset[int], limit: int = 6) -> list[int]:
+    """``anchor`` and the ops after it that are the only reader of the previous one's first output, up to
+    ``limit`` ops; an op that one of the next executed ops stands for ends it, unless it is an elementwise
+    op or batch norm with a weight or constant operand (a bias add: always folded into the fused op)."""
+    chain = [anchor]
+    while len(chain) < limit and ops[chain[-1]].outputs:
+        nexts = readers.get(ops[chain[-1]].outputs[0], [])
+        if len(nexts) != 1:
+            break
+        step = ops[nexts[0]]
+        with_constant = step.op in _FOLDABLE and any(i in step.weights or i in constant for i in step.inputs)
+        if step.op in following and not with_constant:
+            break
+        chain.append(nexts[0])
+    return chain
+
+
+def compiled_from_hooks(nodes: Sequence[onnx.NodeProto], ops: Sequence[PaddleOp],
+                        hooked: Sequence[Mapping[str, Any]]) -> tuple[CompiledGraph, dict[str, str]]:
+    """The optimized program as a compiled graph of the ONNX model, and ONNX tensor → hooked key."""
+    aligned = align(ops, hooked)
+    mapped = {a.key for a in aligned}
+
+    def label(key: str) -> str:
+        return key.rpartition("/")[2]  # "onednn_op.fused_conv2d:0"
+
+    named = [(label(a.key), a.op.rpartition(".")[2], [a.tensor]) for a in aligned]
+    named += [(label(str(e["key"])), str(e["op"]).rpartition(".")[2], []) for e in hooked if e["key"] not in mapped]
+    graph = from_named_outputs(nodes, named, "optimized program (output hooks)")
+    values = {a.tensor: a.key for a in aligned}
+    return dataclasses.replace(graph, values=values), values

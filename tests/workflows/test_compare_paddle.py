@@ -1,0 +1,75 @@
+"""`compare --target paddle`: Paddle Inference's optimized program, seen by its output hooks, on ONNX names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from graphbisect.cli.main import main
+from graphbisect.model import load_model
+from graphbisect.workflows.compare import compare_models
+
+pytestmark = pytest.mark.paddle
+ORACLE = "onnxruntime:opt_level=disable"
+
+
+def _bf16_cpu() -> bool:
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+needs_bf16 = pytest.mark.skipif(not _bf16_cpu(), reason="oneDNN bf16 needs a CPU with AVX512-BF16 or AMX")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    pytest.importorskip("paddle")
+    pytest.importorskip("paddle2onnx")
+    from tests.paddle_models import export_mobilenet_v2, export_transformer_block
+
+    root = tmp_path_factory.mktemp("paddle-hooks")
+    return {"mobilenet": export_mobilenet_v2(root / "mobilenet"),
+            "transformer": export_transformer_block(root / "transformer")}
+
+
+def test_optimized_program_maps_onto_onnx_tensors_without_false_divergence(models: dict[str, Path]) -> None:
+    """FP32 Paddle agrees with ONNX Runtime: every hooked tensor that maps lands on the right ONNX tensor
+    (a wrong mapping would show as a divergence), in a CNN and in attention, where shapes repeat."""
+    for name, least in (("mobilenet", 50), ("transformer", 12)):
+        model = load_model(models[name])
+        result = compare_models(model, oracle=ORACLE, target="paddle")
+        assert result.passed and result.layerwise is not None, name
+        assert result.layerwise.first_divergence is None, (name, result.layerwise.first_divergence)
+        assert result.layerwise.compared >= least, (name, result.layerwise.compared)
+        assert result.compiled is not None and result.compiled.source == "optimized program (output hooks)"
+        tensors = {out for node in model.nodes for out in node.output}
+        assert set(result.compiled.values) <= tensors
+
+
+@needs_bf16
+def test_onednn_bf16_first_divergence_is_the_first_fused_conv(models: dict[str, Path]) -> None:
+    """oneDNN bf16 (a real Paddle option) changes values from the first conv on: the first divergence is
+    Paddle's fused conv, mapped to the ONNX nodes it covers (conv, batch norm, relu6)."""
+    result = compare_models(load_model(models["mobilenet"]), oracle=ORACLE, target="paddle:bf16=1")
+    assert not result.passed and result.layerwise is not None
+    first = result.layerwise.first_divergence
+    assert first is not None and first.compiled_as is not None
+    assert first.compiled_as.name == "onednn_op.fused_conv2d:0" and first.tensor == "p2o.pd_op.relu6.0.0"
+    assert {"Conv.0", "BatchNormalization.0", "Clip.0"} <= set(first.compiled_as.originals)
+    assert result.layerwise.root_causes and result.layerwise.root_causes[0].compiled_as == first.compiled_as
+
+
+@needs_bf16
+def test_paddle_as_oracle_and_the_cli_table(models: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """Both directions: Paddle bf16 as the oracle against ONNX Runtime, and the CLI's table with ONNX names."""
+    result = compare_models(load_model(models["transformer"]), oracle="paddle:bf16=1", target="onnxruntime")
+    assert not result.passed and result.layerwise is not None
+    first = result.layerwise.first_divergence
+    # bf16 changes every tensor from the first fc on: the first tensor both sides have already diverges.
+    assert first is not None and first is next(row for row in result.layerwise.rows if row.compared)
+    assert first.tensor.startswith("p2o.pd_op.")
+    assert main(["compare", str(models["transformer"]), "--target", "paddle", "--oracle", "onnxruntime",
+                 "--rows", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "compiled as" in out and "fused_matmul" in out and "Softmax.0" in out and "layer_norm" in out
