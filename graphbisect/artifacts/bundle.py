@@ -5,7 +5,7 @@ Layout::
     model.onnx              the reduced failing model, weights inline
     inputs.npz              a value for every graph input (original inputs and cut tensors from the oracle)
     oracle_outputs.npz      the expected outputs
-    target_outputs.npz      what the target produced (empty when it crashed)
+    target_outputs.npz      what the target produced (not written when it crashed: there is nothing)
     repro.py                standalone reproduction: numpy + the target's library (see :mod:`.repro`)
     repro_config.json       the data repro.py reads (names and options are data, never code)
     tactics.json            the target's tactic record (``openvino:tactics=``), restricted to model.onnx's nodes
@@ -88,7 +88,8 @@ class BundleContent:
 
     ``control`` is a spec of the same backend that must *not* fail on this model (e.g. the culprit passes
     disabled): ``repro.py`` runs it too and reports it. ``sections`` maps titles to extra markdown sections
-    appended to ``report.md`` by the workflow that knows them (e.g. the passes before/after view).
+    appended to ``report.md`` by the workflow that knows them (e.g. the passes before/after view). ``files``
+    maps extra file names to their text (e.g. ``repro_min.py``).
     """
 
     model: onnx.ModelProto
@@ -104,6 +105,7 @@ class BundleContent:
     charts: Mapping[str, str] = field(default_factory=dict)
     control: BackendSpec | None = None
     sections: Mapping[str, str] = field(default_factory=dict)
+    files: Mapping[str, str] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------------------------- write
@@ -219,8 +221,13 @@ def _fill(folder: Path, content: BundleContent, script: str) -> None:
     (folder / "model.onnx").write_bytes(model_bytes)
     save_npz(folder / "inputs.npz", content.inputs)
     save_npz(folder / "oracle_outputs.npz", content.oracle_outputs)
-    save_npz(folder / "target_outputs.npz", content.target_outputs)
+    if content.target_outputs:  # a crash produced nothing: no empty file that reads like "no outputs"
+        save_npz(folder / "target_outputs.npz", content.target_outputs)
     (folder / "repro.py").write_text(script, encoding="utf-8")
+    for name, text in content.files.items():
+        if Path(name).name != name or name in BUNDLE_FILES:
+            raise BundleError(f"extra bundle file {name!r} is not a plain new file name", hint="use a bare file name")
+        (folder / name).write_text(text, encoding="utf-8")
     _write_json(folder / "repro_config.json", repro_config(content))
     _write_tactics(folder, content)
     environment = collect_environment([content.oracle, content.target])

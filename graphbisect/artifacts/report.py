@@ -203,7 +203,9 @@ def render_markdown(content: BundleContent, *, comparison: Comparison | None, en
 
 def _title(content: BundleContent) -> str:
     lines = [f"# {md_cell(content.target)}: {md_cell(headline(content))}", ""]
-    lines.append(f"The target {md_code(content.target)} disagrees with the oracle {md_code(content.oracle)} on "
+    what = {"crash-load": "crashes on", "crash-run": "crashes on", "timeout": "times out on"}.get(
+        content.signature.kind.value, f"disagrees with the oracle {md_code(content.oracle)} on")
+    lines.append(f"The target {md_code(content.target)} {what} "
                  f"`model.onnx`, a model of {len(content.model.graph.node)} nodes reduced by graphbisect "
                  f"{__version__}.")
     return "\n".join(lines)
@@ -366,7 +368,11 @@ def _reproduce(content: BundleContent) -> str:
                 "sh"),
         "",
         "Files: `model.onnx` (the reduced model, weights inline), `inputs.npz` (every graph input), "
-        "`oracle_outputs.npz` (expected), `target_outputs.npz` (what the target produced), `repro.py` + "
+        "`oracle_outputs.npz` (expected), "
+        + ("`target_outputs.npz` (what the target produced), " if content.target_outputs else "")
+        + ("`repro_min.py` (the model built inline, oracle and target, one assertion), " if "repro_min.py" in
+           content.files else "")
+        + "`repro.py` + "
         "`repro_config.json`, `report.json` (these facts as JSON), `environment.json`.",
     ]
     return "\n".join(lines)

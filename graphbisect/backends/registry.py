@@ -87,6 +87,8 @@ class BackendInfo:
     #: graphbisect.localize.compiled reads the description from the run info.
     compiled_option: tuple[str, str] | None = None
     path: tuple[str, ...] = ()  # folders a worker appends to sys.path to import ``runtime`` (custom backends)
+    #: Values of the ``opt_level`` option from none to all (a bundle reports the lowest that fails).
+    opt_levels: tuple[str, ...] = ()
 
     def has(self, capability: Capability) -> bool:
         return capability in self.capabilities
@@ -118,6 +120,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         import_name="onnxruntime",
         distributions=("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino"),
         extra=None,
+        opt_levels=("disable", "basic", "extended", "all"),
         capabilities=frozenset({C.INTERMEDIATES, C.PASSES, C.FOREIGN_PYTHON, C.ONNX_INPUT, C.COMPILED_GRAPH}),
         compiled_option=("save_optimized", "1"),
         options={

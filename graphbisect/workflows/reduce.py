@@ -70,6 +70,7 @@ from graphbisect.oracle.signature import FailureKind, Signature
 from graphbisect.oracle.tester import CandidateTester, OutputCheck, TargetPool, WorkerPool, judge, model_digest
 from graphbisect.strategies.subgraph import SubgraphSpace, plan
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
+from graphbisect.workflows.maintainer import maintainer_facts
 from graphbisect.workflows.probe import compiled_of, describing_spec, plan_probe
 
 __all__ = ["BASELINE_MAX_RUNS", "VERIFY_RUNS", "VERIFY_RUNS_NONDETERMINISTIC", "ReduceOptions", "ReduceResult",
@@ -660,12 +661,17 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
         "search": dict(search_stats),
         "versions": {"oracle": r.oracle_info.availability().version, "target": r.target_info.availability().version},
     }
+    oracle_outputs = {name: np.asarray(space.values(name)) for name in candidate.outputs}
+    facts = maintainer_facts(
+        model=candidate.proto, run_model=space.workdir / "final.onnx", feeds=candidate.feeds, expected=oracle_outputs,
+        target_outputs=verification.target_outputs, oracle=r.oracle_spec, target=r.target_spec, tolerance=r.tol,
+        signature=baseline, workdir=r.work / "facts", timeout=r.options.timeout, stage=r.stage)
+    report.update(facts.facts, report_runs=facts.runs)
     content = BundleContent(
-        model=candidate.proto, inputs=dict(candidate.feeds),
-        oracle_outputs={name: np.asarray(space.values(name)) for name in candidate.outputs},
+        model=candidate.proto, inputs=dict(candidate.feeds), oracle_outputs=oracle_outputs,
         target_outputs=verification.target_outputs, oracle=r.oracle_spec, target=r.target_spec, tolerance=r.tol,
         signature=baseline, target_message=verification.message, report=report,
-        charts={"journey": size_journey_svg(journey)},
+        charts={"journey": size_journey_svg(journey)}, sections=facts.sections, files=facts.files,
     )
     if amend is not None:
         content = amend(content)

@@ -1,0 +1,222 @@
+"""What a maintainer wants beside the reduced model, measured on it (cheap at this size).
+
+* **the spec's word**: ``onnx.reference`` (the ONNX specification in numpy) runs the reduced model, and its
+  outputs are compared with the oracle's and the target's under the bundle's tolerance;
+* **the lowest failing optimization level** of a target whose table row lists its levels, and the passes
+  that fired there (a fact, not a verdict on which one is wrong: ``graphbisect passes`` searches that);
+* **the model as ONNX text** (:mod:`graphbisect.artifacts.model_text`), the target's compiled version of it
+  where the target saves one, and ``repro_min.py`` (:mod:`graphbisect.artifacts.repro_min`);
+* **the command line** of the process that wrote the bundle.
+
+:func:`maintainer_facts` gathers them as report facts, report sections and extra files; every backend run
+goes through an isolated worker and is counted in ``runs``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shlex
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from graphbisect.artifacts.model_text import onnx_text
+from graphbisect.artifacts.repro_min import render_repro_min
+from graphbisect.backends import BackendProcess, BackendSpec, RunResult, resolve
+from graphbisect.compare import Tolerance, compare_outputs
+from graphbisect.oracle.signature import FailureKind, Signature, signature_of
+
+__all__ = ["MaintainerFacts", "command_line", "maintainer_facts"]
+
+log = logging.getLogger(__name__)
+
+#: Spec-check runs stop after this many seconds: onnx.reference is slow on large convolutions.
+SPEC_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class _Runs:
+    """How the facts' backend runs are made: the reduced model, its feeds, where, how long; counted in ``out``."""
+
+    model: Path
+    feeds: Mapping[str, np.ndarray]
+    workdir: Path
+    timeout: float | None
+    out: MaintainerFacts
+
+    def run(self, spec: BackendSpec, role: str, folder: str, outputs: Sequence[str] | None = None) -> RunResult:
+        timeout = SPEC_TIMEOUT if role == "reference" else self.timeout
+        with BackendProcess(spec, workdir=self.workdir / folder, timeout=timeout) as proc:
+            run = proc.run(self.model, dict(self.feeds), outputs)
+            values = {k: np.array(v) for k, v in run.outputs.items()}  # before the worker's files go
+        self.out.runs[role] = self.out.runs.get(role, 0) + 1
+        return dataclasses.replace(run, outputs=values)
+
+
+@dataclass(frozen=True)
+class MaintainerFacts:
+    """Report facts (JSON), report sections (markdown by title), extra files, and backend runs spent."""
+
+    facts: dict[str, Any] = field(default_factory=dict)
+    sections: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    runs: dict[str, int] = field(default_factory=dict)
+
+
+def command_line() -> str:
+    """The command line of this process, as a shell would take it (``graphbisect reduce ...`` for the CLI)."""
+    argv = list(sys.argv)
+    if argv and Path(argv[0]).name in ("graphbisect", "__main__.py") and \
+            (Path(argv[0]).name == "graphbisect" or Path(argv[0]).parent.name == "graphbisect"):
+        return shlex.join(["graphbisect", *argv[1:]])
+    return shlex.join([Path(sys.executable).name, *argv]) if argv and argv[0] else "(a Python session)"
+
+
+def maintainer_facts(
+    *,
+    model: onnx.ModelProto,
+    run_model: Path,
+    feeds: Mapping[str, np.ndarray],
+    expected: Mapping[str, np.ndarray],
+    target_outputs: Mapping[str, np.ndarray],
+    oracle: BackendSpec,
+    target: BackendSpec,
+    tolerance: Tolerance,
+    signature: Signature,
+    workdir: Path,
+    timeout: float | None = None,
+    stage: Callable[[str], None] = lambda _msg: None,
+) -> MaintainerFacts:
+    """Everything of the module docstring for the reduced ``model`` (``run_model``: a runnable copy of it)."""
+    out = MaintainerFacts()
+    runs = _Runs(run_model, feeds, workdir, timeout, out)
+    out.facts["command_line"] = command_line()
+    out.sections["Command line"] = f"```sh\n{out.facts['command_line']}\n```"
+    text = onnx_text(model)
+    if text is not None:
+        out.sections["The reduced model (ONNX text)"] = f"```\n{text}\n```"
+    crash = signature.kind in (FailureKind.CRASH_LOAD, FailureKind.CRASH_RUN, FailureKind.TIMEOUT)
+    stage("cross-checking the oracle with onnx.reference (the ONNX specification)")
+    spec = _spec_check(runs, expected, target_outputs, oracle, tolerance, crash=crash)
+    out.facts["spec_check"] = spec
+    out.sections["The specification's word"] = spec["text"]
+    compiled = _compiled_text(runs, target)
+    if compiled is not None:
+        out.sections["The target's compiled model"] = (
+            f"What {target} compiled the reduced model into (its saved optimized graph):\n\n```\n{compiled}\n```")
+    stage("finding the lowest optimization level that fails")
+    levels = _levels(runs, expected, target, tolerance, signature)
+    if levels is not None:
+        out.facts["optimization_levels"] = levels
+        out.sections["Optimization levels"] = levels["text"]
+    if signature.kind in (FailureKind.MISMATCH, FailureKind.NAN, *(k for k in (FailureKind.CRASH_LOAD,
+                                                                                FailureKind.CRASH_RUN))):
+        title = f"{target} {'crashes on' if crash else 'disagrees with'} {oracle}: {signature.describe()}"
+        script, why = render_repro_min(model, feeds, oracle=oracle, target=target, tolerance=tolerance,
+                                       crash=crash, title=title.replace('"""', "'''"))
+    else:
+        script, why = None, f"a {signature.kind.value} failure is judged by graphbisect, not by an assertion"
+    out.facts["repro_min"] = {"written": script is not None, "why_not": why or None}
+    if script is not None:
+        out.files["repro_min.py"] = script
+    return out
+
+
+def _spec_check(runs: _Runs, expected: Mapping[str, np.ndarray], target_outputs: Mapping[str, np.ndarray],
+                oracle: BackendSpec, tol: Tolerance, *, crash: bool) -> dict[str, Any]:
+    if oracle.name == "reference":
+        return {"verdict": "oracle-is-reference", "text": "The oracle is `onnx.reference` itself, the ONNX "
+                "specification's reference implementation: the expected values are the specification's."}
+    run = runs.run(BackendSpec("reference"), "reference", "spec-check", list(expected))
+    spec_values = dict(run.outputs)
+    if not run.ok:
+        return {"verdict": "unavailable", "reference_run": run.describe(),
+                "text": f"`onnx.reference` could not run the reduced model ({run.describe()}), so the "
+                "specification's word is not known here."}
+    with_oracle = _agrees(spec_values, expected, tol)
+    with_target = None if crash or not target_outputs else _agrees(spec_values, target_outputs, tol)
+    if crash:
+        verdict = "spec-runs-it" if with_oracle else "spec-runs-it-differently"
+        text = ("`onnx.reference` runs the reduced model without error"
+                + (" and agrees with the oracle" if with_oracle else ", but its values differ from the oracle's")
+                + ": by the specification the model is valid and the target's crash is the target's.")
+    elif with_oracle and not with_target:
+        verdict, text = "oracle", ("`onnx.reference` agrees with the oracle and not with the target: by the "
+                                   "specification the target is wrong.")
+    elif with_target and not with_oracle:
+        verdict, text = "target", ("`onnx.reference` agrees with the *target* and not with the oracle: by the "
+                                   "specification the oracle is wrong here, not the target.")
+    elif with_oracle and with_target:
+        verdict, text = "both", ("`onnx.reference` is within tolerance of both the oracle and the target "
+                                 "(the spec's reference sits between them): the tolerance may be too tight.")
+    else:
+        verdict, text = "neither", ("`onnx.reference` agrees with neither the oracle nor the target under this "
+                                    "tolerance.")
+    return {"verdict": verdict, "agrees_with_oracle": with_oracle, "agrees_with_target": with_target,
+            "text": text + " (Compared under the bundle's tolerance on the reduced model's outputs.)"}
+
+
+def _agrees(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], tol: Tolerance) -> bool:
+    names = [n for n in b if n in a]
+    return bool(names) and compare_outputs({n: b[n] for n in names}, a, tol, names).passed
+
+
+def _levels(runs: _Runs, expected: Mapping[str, np.ndarray], target: BackendSpec, tol: Tolerance,
+            signature: Signature) -> dict[str, Any] | None:
+    """The target at each optimization level below its own (its row's ``opt_levels``), lowest first."""
+    _, info = resolve(target, require_available=False)
+    levels: Sequence[str] = info.opt_levels
+    current = target.options.get("opt_level", levels[-1] if levels else "")
+    if current not in levels:
+        return None
+    tried: dict[str, str] = {}
+    lowest = None
+    for level in levels[: levels.index(current) + 1]:
+        run = runs.run(target.with_options(opt_level=level), "target", f"level-{level}")
+        observed = signature_of(run, compare_outputs(expected, run.outputs, tol, list(expected)) if run.ok else None)
+        same = signature.matches(observed)
+        tried[level] = "fails the same way" if same else ("passes" if not observed.failed else observed.describe())
+        if same:
+            lowest = level
+            break
+    rows = "\n".join(f"| `opt_level={level}` | {what} |" for level, what in tried.items())
+    text = "| Level | On the reduced model |\n|---|---|\n" + rows
+    fired = _fired(runs, target.with_options(opt_level=lowest)) if lowest else None
+    if lowest is not None:
+        text += f"\n\nLowest failing level: `opt_level={lowest}`."
+    if fired:
+        text += (f" Passes that fired there on the reduced model: {', '.join(f'`{p}`' for p in fired)} "
+                 "(`graphbisect passes` names the culprit).")
+    return {"levels": tried, "lowest_failing": lowest, "fired_at_lowest": fired, "text": text}
+
+
+def _compiled_text(runs: _Runs, target: BackendSpec) -> str | None:
+    """The target's optimized graph of the reduced model as ONNX text, where the target saves one."""
+    _, info = resolve(target, require_available=False)
+    if "save_optimized" not in info.options:
+        return None
+    run = runs.run(target.with_options(save_optimized="1"), "target", "compiled")
+    saved = run.info.get("optimized_model")
+    if not run.ok or not saved or not Path(saved).is_file():
+        return None
+    try:
+        return onnx_text(onnx.load(str(saved), load_external_data=False))
+    except Exception as exc:  # the report goes on without it
+        log.warning("cannot read the target's optimized model %s: %s", saved, exc)
+        return None
+
+
+def _fired(runs: _Runs, spec: BackendSpec) -> list[str] | None:
+    _, info = resolve(spec, require_available=False)
+    if "report_passes" not in info.options:
+        return None
+    run = runs.run(spec.with_options(report_passes="1"), "target", "fired")
+    fired = run.info.get("fired_passes")
+    return [str(p) for p in fired] if isinstance(fired, list) else None
+
