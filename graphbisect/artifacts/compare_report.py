@@ -19,7 +19,7 @@ __all__ = ["CSV_COLUMNS", "write_csv", "write_html", "write_json"]
 
 CSV_COLUMNS = ("index", "op_type", "node", "tensor", "kind", "oracle_shape", "target_shape", "mismatches", "numel",
                "max_abs", "max_rel", "cosine", "snr_db", "score", "input_score", "amplification",
-               "oracle_range", "target_range")
+               "oracle_range", "target_range", "compiled_as")
 
 
 def write_json(result: CompareResult, path: Path) -> None:
@@ -37,6 +37,8 @@ def write_csv(result: CompareResult, path: Path) -> None:
 
 def _cell(column: str, value: object) -> object:
     """A CSV cell: shapes as ``1x3x224x224``, value ranges as ``[-2.5, 1.9]`` (not ``-2.5x1.9``: a shape)."""
+    if isinstance(value, dict) and column == "compiled_as":  # the compiled node: kind, name, originals
+        return f"{value['kind']} {value['name']} ({len(value['originals'])} nodes)"
     if isinstance(value, list) and column.endswith("_range"):
         return "[" + ", ".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in value) + "]"
     if isinstance(value, list):

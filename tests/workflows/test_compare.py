@@ -10,6 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from graphbisect.artifacts.compare_report import write_csv
 from graphbisect.cli.main import main
 from graphbisect.model import load_model
 from graphbisect.workflows.compare import compare_models
@@ -86,7 +87,7 @@ def test_identical_backends_pass(tmp_path: Path) -> None:
     assert result.layerwise is not None and result.layerwise.first_divergence is None
 
 
-def test_fusion_bug_is_localized_on_the_compiled_graph() -> None:
+def test_fusion_bug_is_localized_on_the_compiled_graph(tmp_path: Path) -> None:
     """Probing only the tensors that survive ONNX Runtime's fusions keeps LayerNormFusion, so the table shows it."""
     result = compare_models(load_model(_layernorm_keepdims0()))  # defaults: ORT all vs ORT disable
     assert not result.passed, "ONNX Runtime's LayerNormFusion keepdims=0 bug no longer reproduces"
@@ -100,6 +101,9 @@ def test_fusion_bug_is_localized_on_the_compiled_graph() -> None:
     assert causes and causes[0].compiled_as == first.compiled_as and causes[0].is_root
     data = result.to_json()
     assert data["probe_masking"] is False and data["first_divergence"]["compiled_as"]["kind"] == "LayerNormalization"
+    csv_path = tmp_path / "r.csv"
+    write_csv(result, csv_path)
+    assert "LayerNormalization" in csv_path.read_text().splitlines()[-1].rsplit(",", 1)[-1]
     assert data["compiled_graph"]["fused"] == 1
 
 

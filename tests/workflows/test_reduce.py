@@ -263,3 +263,20 @@ def test_if_node_is_one_unit_and_outer_scope_inputs_are_fed(tmp_path: Path) -> N
     assert [i.name for i in candidate.proto.graph.input] == ["a"]
     assert "cond" in {t.name for t in candidate.proto.graph.initializer}  # a small bool cut tensor: a constant
     onnx.checker.check_model(candidate.proto, full_check=True)
+
+
+@pytest.mark.openvino
+def test_openvino_execution_graph_hints_the_mis_fused_mvn(tmp_path: Path) -> None:
+    """The target describes its compiled graph to reduce too: OpenVINO's execution graph names the MVN it
+    made of the bundled example's keepdims=0 LayerNorm, whose region is the first hint. Without the
+    description (probe of every tensor, hints of single nodes) the same result took 25 target runs."""
+    pytest.importorskip("openvino")
+    from graphbisect.examples.bundled import example_inputs_path, example_model_path
+
+    feeds = dict(np.load(example_inputs_path()))
+    result = reduce_model(load_model(example_model_path()), tmp_path / "bug", inputs=feeds,
+                          options=ReduceOptions(target="openvino"))
+    assert result.failed and result.verified
+    assert result.kept_nodes == ("/blk10/norm/Pow", "/blk10/norm/ReduceMean_1", "/blk10/norm/Add",
+                                 "/blk10/norm/Sqrt", "/blk10/norm/Div")
+    assert result.invocations["target"] <= 16
