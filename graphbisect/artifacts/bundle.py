@@ -49,7 +49,7 @@ import numpy as np
 import onnx
 
 from graphbisect.artifacts.charts import size_journey_svg
-from graphbisect.artifacts.environment import collect_environment
+from graphbisect.artifacts.environment import backend_facts, collect_environment
 from graphbisect.artifacts.report import jsonable, render_markdown, report_data
 from graphbisect.artifacts.repro import TACTICS_FILE, render_repro, repro_config, tactic_files
 from graphbisect.backends import BackendSpec
@@ -215,6 +215,16 @@ def _check_model(model: onnx.ModelProto) -> None:
         )
 
 
+def _ran_with(content: BundleContent) -> dict[str, dict[str, Any]]:
+    """Each role's spec and what its worker measured (the report's ``versions``), for environment.json."""
+    versions = content.report.get("versions")
+    versions = versions if isinstance(versions, Mapping) else {}
+    specs = {"oracle": content.oracle, "target": content.target,
+             **({"control": content.control} if content.control is not None else {})}
+    return {role: backend_facts(spec, versions[role] if isinstance(versions.get(role), Mapping) else None)
+            for role, spec in specs.items()}
+
+
 def _fill(folder: Path, content: BundleContent, script: str) -> None:
     """Write every file of the bundle into ``folder`` (the staging folder)."""
     model_bytes = content.model.SerializeToString()
@@ -230,7 +240,7 @@ def _fill(folder: Path, content: BundleContent, script: str) -> None:
         (folder / name).write_text(text, encoding="utf-8")
     _write_json(folder / "repro_config.json", repro_config(content))
     _write_tactics(folder, content)
-    environment = collect_environment([content.oracle, content.target])
+    environment = collect_environment(_ran_with(content))
     _write_json(folder / "environment.json", environment)
     charts = _write_charts(folder, content)
     comparison = _comparison(content)

@@ -5,6 +5,11 @@ module answers without importing any heavy library: versions come from ``importl
 distributions), the CPU from ``/proc/cpuinfo`` where it exists, and the GPU from ``nvidia-smi`` (with a
 timeout, because a wedged driver can make it hang).
 
+The backends' own versions are not this process's: a backend runs in a worker, maybe under another
+interpreter (``python=``), which measures its library's version itself
+(:attr:`~graphbisect.backends.RunResult.ran_with`). Those facts, one per role (oracle, target, control),
+are recorded under ``backends``; ``packages`` are only the interpreter running graphbisect.
+
 Example:
     >>> env = collect_environment()
     >>> {"python", "platform", "cpu", "gpus", "packages"} <= set(env)
@@ -28,7 +33,7 @@ from typing import Any
 
 from graphbisect._version import __version__
 
-__all__ = ["DISTRIBUTIONS", "collect_environment", "environment_summary"]
+__all__ = ["DISTRIBUTIONS", "backend_facts", "collect_environment", "describe_ran_with", "environment_summary"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,11 +62,12 @@ _CPU_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "av
 NVIDIA_SMI_TIMEOUT = 10.0
 
 
-def collect_environment(specs: Sequence[object] = ()) -> dict[str, Any]:
+def collect_environment(backends: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Python, platform, CPU, GPU and library versions of this machine, as a JSON-ready dict.
 
-    ``specs`` (backend specs, shown as strings) are recorded as well, with a note for those that ran
-    under another interpreter (``python=``): their library versions are that interpreter's, not these.
+    ``backends`` maps a role (``oracle``, ``target``, ``control``...) to what ran it: ``spec`` and the
+    worker's measured facts (``library``, ``library_version``, ``python``, ... — :func:`backend_facts`).
+    They are recorded as given under ``backends``; ``packages`` holds this interpreter's versions only.
     """
     env: dict[str, Any] = {
         "graphbisect": __version__,
@@ -79,13 +85,50 @@ def collect_environment(specs: Sequence[object] = ()) -> dict[str, Any]:
         "cpu": cpu_info(),
         "gpus": gpu_info(),
         "packages": package_versions(),
+        "backends": {role: dict(facts) for role, facts in (backends or {}).items()},
     }
-    foreign = [str(spec) for spec in specs if "python=" in str(spec)]
-    env["backends"] = [str(spec) for spec in specs]
-    if foreign:
-        env["note"] = ("backends with python= ran under another interpreter; their library versions are in "
-                       "report.json (run info), not in packages")
+    if any(_elsewhere(facts) for facts in env["backends"].values()):
+        env["note"] = ("packages are the versions of graphbisect's own interpreter; a backend that ran under "
+                       "another one (python=) has the versions its worker measured under backends")
     return env
+
+
+def backend_facts(spec: object, ran_with: Mapping[str, Any] | None) -> dict[str, Any]:
+    """One role's entry of ``backends``: the spec and what its worker measured (``measured`` False when
+    nothing was: then no version is claimed).
+
+    Example:
+        >>> backend_facts("onnxruntime", {"library": "onnxruntime", "library_version": "1.20.1"})["measured"]
+        True
+    """
+    facts = {key: value for key, value in (ran_with or {}).items() if value is not None}
+    return {"spec": str(spec), **facts, "measured": bool(facts)}
+
+
+def describe_ran_with(facts: Mapping[str, Any] | None) -> str:
+    """One line for a report: ``onnxruntime 1.20.1 (Python 3.11.7 /venv/bin/python, numpy 1.26.4)``.
+
+    Example:
+        >>> describe_ran_with({"library": "onnx", "library_version": "1.17.0", "python_version": "3.11.7",
+        ...                    "python": "/usr/bin/python3", "numpy": "2.1.0"})
+        'onnx 1.17.0 (Python 3.11.7 /usr/bin/python3, numpy 2.1.0)'
+        >>> describe_ran_with({})
+        'not measured (no run)'
+    """
+    facts = facts or {}
+    if not any(facts.get(key) for key in ("library", "library_version", "python")):
+        return "not measured (no run)"
+    library = " ".join(str(facts[key]) for key in ("library", "library_version") if facts.get(key))
+    interpreter = " ".join(str(facts[key]) for key in ("python_version", "python") if facts.get(key))
+    where = ", ".join(part for part in (f"Python {interpreter}" if interpreter else "",
+                                         f"numpy {facts['numpy']}" if facts.get("numpy") else "") if part)
+    return f"{library} ({where})" if library and where else library or where
+
+
+def _elsewhere(facts: Mapping[str, Any]) -> bool:
+    """Whether a backend ran under an interpreter other than this one."""
+    python = facts.get("python")
+    return bool(python) and os.path.abspath(str(python)) != os.path.abspath(sys.executable)  # venvs link one binary
 
 
 def package_versions(names: Sequence[str] = DISTRIBUTIONS) -> dict[str, str]:
@@ -169,5 +212,11 @@ def environment_summary(env: Mapping[str, Any]) -> list[tuple[str, str]]:
         rows.append(("CPU", f"{cpu.get('model') or '?'} ({cpu.get('logical_cores') or '?'} logical cores; {flags})"))
     for gpu in env.get("gpus") or []:
         rows.append(("GPU", ", ".join(f"{k} {v}" for k, v in gpu.items())))
-    rows.extend((name, str(version)) for name, version in (env.get("packages") or {}).items())
+    backends = env.get("backends") or {}
+    backends = backends if isinstance(backends, Mapping) else {}
+    rows.extend((f"{role} ran", describe_ran_with(facts)) for role, facts in backends.items()
+                if isinstance(facts, Mapping))
+    here = " (graphbisect's interpreter)" if any(_elsewhere(f) for f in backends.values()
+                                                 if isinstance(f, Mapping)) else ""
+    rows.extend((f"{name}{here}", str(version)) for name, version in (env.get("packages") or {}).items())
     return rows

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from graphbisect._version import __version__
-from graphbisect.artifacts.environment import environment_summary
+from graphbisect.artifacts.environment import describe_ran_with, environment_summary
 from graphbisect.artifacts.repro import has_standalone_repro, tactic_files
 from graphbisect.compare import Comparison, TensorStats, compare_outputs
 
@@ -124,7 +124,7 @@ def _model_facts(content: BundleContent, fingerprint: str | None) -> dict[str, A
 
 def _environment_brief(env: Mapping[str, Any]) -> dict[str, Any]:
     return {"python": (env.get("python") or {}).get("version"), "packages": env.get("packages") or {},
-            "gpus": env.get("gpus") or []}
+            "gpus": env.get("gpus") or [], "backends": env.get("backends") or {}}
 
 
 # -------------------------------------------------------------------------------------------- markdown
@@ -379,12 +379,19 @@ def _reproduce(content: BundleContent) -> str:
 
 
 def _backends(content: BundleContent) -> str:
+    """Each role's spec and what ran it, as its worker measured it (another interpreter's under python=)."""
     versions = content.report.get("versions")
     versions = versions if isinstance(versions, Mapping) else {}
-    rows = [("Oracle", _cell_code(content.oracle), md_cell(_flat(versions.get("oracle", "-")))),
-            ("Target", _cell_code(content.target), md_cell(_flat(versions.get("target", "-"))))]
-    rows += [(md_cell(k), "", md_cell(_flat(v))) for k, v in versions.items() if k not in ("oracle", "target")]
-    return "## Backends and versions\n\n" + _table(["Role", "Spec", "Library version"], rows)
+    specs = {"oracle": content.oracle, "target": content.target,
+             **({"control": content.control} if content.control is not None else {})}
+    rows = [(md_cell(role.capitalize()), _cell_code(spec), md_cell(_ran(versions.get(role))))
+            for role, spec in specs.items()]
+    rows += [(md_cell(k), "", md_cell(_ran(v))) for k, v in versions.items() if k not in specs]
+    return "## Backends and versions\n\n" + _table(["Role", "Spec", "Ran with (measured in its worker)"], rows)
+
+
+def _ran(value: object) -> str:
+    return describe_ran_with(value) if isinstance(value, Mapping) else _flat(value if value is not None else "-")
 
 
 def _flat(value: object) -> str:

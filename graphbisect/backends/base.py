@@ -24,6 +24,7 @@ import numpy as np
 from graphbisect.errors import SpecError
 
 __all__ = [
+    "RAN_WITH",
     "BackendSpec",
     "Capability",
     "Phase",
@@ -164,6 +165,9 @@ class RunResult:
     ``outputs`` maps tensor names to arrays (memory-mapped from the worker's output files when large).
     ``info`` holds backend-specific facts about the run, e.g. ``{"fired_passes": [...]}`` or the path of
     the optimized model; ``log`` is the tail of what the backend printed during this invocation.
+    ``ran_with`` says what ran it, measured in the worker that did (keys :data:`RAN_WITH`): the backend
+    library's version and location, the interpreter and its numpy — under ``python=`` those of the other
+    interpreter, never this process's. Set for crashes and timeouts too (the worker that died).
     """
 
     status: RunStatus
@@ -175,6 +179,7 @@ class RunResult:
     log: str = ""
     info: Mapping[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    ran_with: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -193,6 +198,10 @@ class RunResult:
         return f"{self.status.value}{where}" + (f": {what}" if what else "")
 
 
+#: The facts of :attr:`RunResult.ran_with`, as the worker measures them at start.
+RAN_WITH: tuple[str, ...] = ("library", "library_version", "library_path", "python", "python_version", "numpy")
+
+
 class Runtime(Protocol):
     """The runtime half of a backend, instantiated inside an isolated worker process.
 
@@ -202,6 +211,10 @@ class Runtime(Protocol):
     reported as a crash in :attr:`Phase.LOAD`. ``run`` executes it; exceptions become crashes in
     :attr:`Phase.RUN`. ``info`` returns JSON-serializable facts about the last load/run (fired passes,
     tactic choices, optimized model path...).
+
+    Optional methods: ``validate()`` checks option values before the first load; ``registered_passes()``
+    lists every optimization pass the runtime could run under its options (for a pass search on a target
+    that crashes before it reports which passes fired).
     """
 
     def __init__(self, options: Mapping[str, str], workdir: str) -> None: ...

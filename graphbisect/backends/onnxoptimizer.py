@@ -132,6 +132,10 @@ class OnnxOptimizer:
         check_pass_names(self.passes, available, "passes")
         check_pass_names(self.disabled, available, "disabled")
 
+    def registered_passes(self) -> list[str]:
+        """The passes this spec would apply (``passes=``, else this onnxoptimizer's fuse-and-elimination list)."""
+        return list(self.passes)
+
     def load(self, model: str, outputs: Sequence[str] | None) -> None:
         """Optimize ``model`` pass by pass, save it, and create the ORT session on the result."""
         self.validate()

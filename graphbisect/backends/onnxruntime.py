@@ -10,9 +10,12 @@ conclusions. The names also differ from the C++ class names and change between v
 ``MatMul_BatchNormalization_Fusion``, ``ClipQuantRewrite``). :func:`optimizer_catalog` therefore asks the
 installed ORT itself:
 
-* graph transformers: a session on a one-node probe model at ``ORT_ENABLE_ALL`` with verbose logging lists
-  every registered transformer (``Applying graph transformer <name> on step 1``), for the same providers and
-  session config as the spec (both change which transformers exist);
+* graph transformers: a session on a one-node probe model at ``ORT_ENABLE_ALL`` with verbose logging logs
+  every transformer that ran (``GraphTransformer <name> modified: 0``, the one line every ORT release
+  writes: 1.17-1.22 have no ``Applying graph transformer`` lines), for the same providers and session config
+  as the spec (both change which transformers exist). A second session with all of them disabled tells the
+  ones ``disabled_optimizers`` switches off (their count of lines drops) from those that run whatever the
+  options say (``MemcpyTransformer``, the first of the two ``EnsureUniqueDQForNodeUnit`` runs);
 * rewrite rules are not logged individually, but a ``LevelN_RuleBasedTransformer`` is dropped when all its
   rules are disabled. So with ``covered(S)`` = "the rule transformer vanishes when S is disabled", the rules
   are found by adaptive group testing over the identifier-like strings of ORT's binary (~6,000; ~300 probe
@@ -43,6 +46,7 @@ import os
 import re
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from graphbisect.backends.worker import option_flag, select_feeds
-from graphbisect.errors import ModelError, SpecError
+from graphbisect.errors import BackendError, ModelError, SpecError
 
 __all__ = ["OnnxRuntime", "OptimizerCatalog", "OrtOptions", "capture_fd2", "optimizer_catalog"]
 
@@ -72,7 +76,7 @@ _PROBE_MODEL = (
     b"\x08\x07\x12\x0bgraphbisect:7\n\x0c\n\x01x\x12\x01y\"\x04Relu\x12\x05probeZ\x0f\n\x01x\x12\n\n\x08\x08"
     b"\x01\x12\x04\n\x02\x08\x01b\x0f\n\x01y\x12\n\n\x08\x08\x01\x12\x04\n\x02\x08\x01B\x04\n\x00\x10\r"
 )
-_APPLYING = re.compile(r"Applying graph transformer (\S+) on step")
+_RAN = re.compile(r"GraphTransformer (\S+) modified:")
 _MODIFIED = re.compile(r"GraphTransformer (\S+) modified: (?:1|true)\b")
 _RULE_SET = re.compile(r"Level(\d+)_RuleBasedTransformer")
 _VERBOSE_LINE = re.compile(r"\[[VI]:onnxruntime:")
@@ -255,7 +259,7 @@ def optimizer_catalog(options: OrtOptions) -> OptimizerCatalog:
     binary = Path(importlib.import_module("onnxruntime.capi.onnxruntime_pybind11_state").__file__ or "")
     st = binary.stat()
     key_data = {"version": ort.__version__, "binary": [str(binary), st.st_size, st.st_mtime_ns],
-                "providers": list(options.providers), "config": [list(e) for e in options.config], "format": 1}
+                "providers": list(options.providers), "config": [list(e) for e in options.config], "format": 2}
     key = hashlib.sha256(json.dumps(key_data, sort_keys=True).encode()).hexdigest()[:16]
     if key in _CATALOGS:
         return _CATALOGS[key]
@@ -295,21 +299,37 @@ def _write_catalog(path: Path, catalog: OptimizerCatalog) -> None:
 def _discover(ort: Any, binary: Path, options: OrtOptions) -> OptimizerCatalog:
     logger.info("discovering the optimizer names of onnxruntime %s (once per version)", ort.__version__)
     probe = dataclasses.replace(options, threads=1)
-    transformers = _unique(_APPLYING.findall(_session_log(ort, _PROBE_MODEL, probe, "all", ())))
+    transformers = _disableable_transformers(ort, probe)
     candidates = _binary_identifiers(binary)
     rules: dict[str, tuple[str, ...]] = {}
     unverified = []
     for rule_set in (t for t in transformers if _RULE_SET.fullmatch(t)):
 
         def covered(disabled: Sequence[str], rule_set: str = rule_set) -> bool:
-            log = _session_log(ort, _PROBE_MODEL, probe, "all", disabled)
-            return f"Applying graph transformer {rule_set} " not in log
+            return rule_set not in _RAN.findall(_session_log(ort, _PROBE_MODEL, probe, "all", disabled))
 
         if covered(candidates):
             rules[rule_set] = tuple(_group_search(candidates, covered))
         else:
             unverified.append(rule_set)
     return OptimizerCatalog(ort.__version__, tuple(transformers), rules, tuple(unverified))
+
+
+def _disableable_transformers(ort: Any, probe: OrtOptions) -> list[str]:
+    """The graph transformers that ``disabled_optimizers`` switches off, in the order they ran.
+
+    Rule-based transformers stay while any of their rules is enabled; they are kept here (their rules are
+    enumerated by the caller). Raises :class:`BackendError` when the verbose log names no transformer at all:
+    an empty catalogue would make every fired pass look impossible to disable.
+    """
+    ran = Counter(_RAN.findall(_session_log(ort, _PROBE_MODEL, probe, "all", ())))
+    if not ran:
+        raise BackendError(
+            f"cannot list the graph transformers of onnxruntime {ort.__version__}: its verbose session log has "
+            "no 'GraphTransformer <name> modified:' lines",
+            hint="report this with the onnxruntime version; pass searches and disabled= checks need that log")
+    still = Counter(_RAN.findall(_session_log(ort, _PROBE_MODEL, probe, "all", list(ran))))
+    return [name for name in ran if still[name] < ran[name] or _RULE_SET.fullmatch(name)]
 
 
 def _binary_identifiers(binary: Path) -> list[str]:
@@ -375,6 +395,10 @@ class OnnxRuntime:
         """Check ``disabled=`` names against this ORT's optimizers (see the module docstring)."""
         if self.options.disabled:
             optimizer_catalog(self.options).check(self.options.disabled)
+
+    def registered_passes(self) -> list[str]:
+        """Every optimizer name this ORT accepts in ``disabled=`` for these providers and config (its catalogue)."""
+        return optimizer_catalog(self.options).names()
 
     def load(self, model: str, outputs: Sequence[str] | None) -> None:
         """Create the session; ``outputs`` must be graph outputs of ``model`` (a probe model for intermediates)."""

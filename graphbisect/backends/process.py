@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from graphbisect import errors
-from graphbisect.backends.base import BackendSpec, Capability, Phase, RunResult, RunStatus
+from graphbisect.backends.base import RAN_WITH, BackendSpec, Capability, Phase, RunResult, RunStatus
 from graphbisect.backends.registry import HOST_OPTIONS, BackendInfo, resolve, spec_timeout
 from graphbisect.backends.worker import save_npz
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
@@ -184,7 +184,8 @@ class BackendProcess:
         spec: the canonical spec (aliases resolved).
         backend: the registry row.
         invocations: how many times :meth:`run` was called.
-        worker_info: what the worker reported at start (python, python_version, numpy, pid).
+        worker_info: what the worker reported at start (python, python_version, numpy, pid, library,
+            library_version, library_path), measured in the worker's interpreter.
     """
 
     def __init__(self, spec: BackendSpec | str, *, workdir: Path | None = None, timeout: float | None = None) -> None:
@@ -243,6 +244,24 @@ class BackendProcess:
         with self._lock:
             self._ensure_ready()
 
+    def registered_passes(self) -> list[str] | None:
+        """Every optimization pass the backend could run under this spec, as its worker's library lists them.
+
+        For a target that crashes before it can report which passes fired; ``None`` when the runtime cannot
+        list its passes. Asked of the worker, so ``python=`` gets the other interpreter's library's names.
+        """
+        with self._lock:
+            self._ensure_ready()
+            reply = self._call_checked({"op": "passes"}, self.timeout + MIN_START_SECONDS)
+        passes = reply.get("passes")
+        return [str(name) for name in passes] if passes is not None else None
+
+    @property
+    def ran_with(self) -> dict[str, Any]:
+        """What runs this spec, measured in the current worker (empty before the first call): the backend
+        library's version and location, the interpreter and its numpy. See :attr:`RunResult.ran_with`."""
+        return {key: self.worker_info[key] for key in RAN_WITH if key in self.worker_info}
+
     @property
     def pid(self) -> int | None:
         """The current worker's process id (None before the first call and after a crash)."""
@@ -287,7 +306,8 @@ class BackendProcess:
                             hint="python= must name an executable Python interpreter") from exc
         self._state.worker = worker
         init = {"op": "init", "runtime": self.backend.runtime, "options": self.runtime_options,
-                "path": list(self.backend.path)}
+                "path": list(self.backend.path),
+                "library": self.backend.import_name, "distributions": list(self.backend.distributions)}
         self.worker_info = self._call_checked(init, max(self.timeout, MIN_START_SECONDS))
         logger.debug("started worker %d for %s: %s", worker.pid, self.spec, self.worker_info)
 
@@ -421,6 +441,7 @@ class BackendProcess:
     def _lost_worker(self, exc: Exception, offset: int, seconds: float) -> RunResult:
         worker = self._state.worker
         assert worker is not None
+        ran_with = self.ran_with  # the worker that died: its versions are what ran
         self._state.worker = None
         phase = worker.phase
         status = worker.kill()
@@ -428,12 +449,13 @@ class BackendProcess:
         if isinstance(exc, _WorkerTimeout):
             logger.warning("%s timed out after %.3g s during %s; worker killed", self.spec, self.timeout,
                            phase.value)
-            return RunResult(RunStatus.TIMEOUT, phase=phase, log=log, seconds=seconds,
+            return RunResult(RunStatus.TIMEOUT, phase=phase, log=log, seconds=seconds, ran_with=ran_with,
                              message=f"no result within {self.timeout:g} s (during {phase.value}); "
                              "the worker process group was killed")
         error_type = signal.Signals(-status).name if status < 0 and -status in _SIGNALS else "WorkerExit"
         return RunResult(RunStatus.CRASH, phase=phase, error_type=error_type, exit_code=status, log=log,
-                         seconds=seconds, message=f"the worker process {_exit_text(status)} during {phase.value}")
+                         seconds=seconds, ran_with=ran_with,
+                         message=f"the worker process {_exit_text(status)} during {phase.value}")
 
     def _result(self, reply: Mapping[str, Any], output_dir: Path, offset: int, seconds: float, *,
                 keep_outputs: bool) -> RunResult:
@@ -442,7 +464,7 @@ class BackendProcess:
         if reply.get("status") != "ok":
             return RunResult(RunStatus.CRASH, phase=Phase(reply.get("phase", "run")), log=log, info=info,
                              error_type=reply.get("error_type"), message=reply.get("message"),
-                             exit_code=reply.get("exit_code"), seconds=seconds)
+                             exit_code=reply.get("exit_code"), seconds=seconds, ran_with=self.ran_with)
         files = {entry["name"]: output_dir / entry["file"] for entry in reply["outputs"]}
         known = {entry["name"]: (str(entry["dtype"]), tuple(entry["shape"]))
                  for entry in reply["outputs"] if "dtype" in entry and "shape" in entry}
@@ -451,7 +473,7 @@ class BackendProcess:
         outputs: Mapping[str, np.ndarray] = (
             OutputFiles(files, known) if keep_outputs else {name: _read(path) for name, path in files.items()}
         )
-        return RunResult(RunStatus.OK, outputs=outputs, log=log, info=info, seconds=seconds)
+        return RunResult(RunStatus.OK, outputs=outputs, log=log, info=info, seconds=seconds, ran_with=self.ran_with)
 
     # ------------------------------------------------------------------------------------------- log
     def _log_size(self) -> int:

@@ -7,7 +7,12 @@ so this module needs only the standard library and numpy.
 Protocol (one JSON object per line, on two dedicated pipes whose descriptors are passed with
 ``--requests`` and ``--replies``; fd 1 and fd 2 belong to the backend and go to the log file):
 
-* ``{"op": "init", "runtime": "module:Class", "options": {...}}`` → ``{"ok": true, "python": ..., ...}``
+* ``{"op": "init", "runtime": "module:Class", "options": {...}, "library": "onnxruntime",
+  "distributions": [...]}`` → ``{"ok": true, "python": ..., "numpy": ..., "library_version": ..., ...}``:
+  the versions are measured here, in the interpreter that runs the backend (``python=`` may name another);
+* ``{"op": "passes"}`` → ``{"ok": true, "passes": [...] | null}``: every optimization pass the runtime could
+  run under its options (``registered_passes()``; null when the runtime cannot list them), for a target that
+  crashes before it can report which passes fired;
 * ``{"op": "validate"}`` → ``{"ok": true}``: asks the runtime to check its options before any run
   (runtimes may define ``validate()``, e.g. ONNX Runtime checks optimizer names).
 * ``{"op": "run", "model": path, "inputs": npz, "outputs": [names] | null, "output_dir": dir}`` →
@@ -32,6 +37,8 @@ import argparse
 import contextlib
 import faulthandler
 import hashlib
+import importlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -49,7 +56,8 @@ import numpy as np
 
 from graphbisect.errors import GraphBisectError, InputError, SpecError
 
-__all__ = ["MANIFEST", "PROTOCOL_VERSION", "load_npz", "main", "option_flag", "save_npz", "write_outputs"]
+__all__ = ["MANIFEST", "PROTOCOL_VERSION", "library_version", "load_npz", "main", "option_flag", "save_npz",
+           "write_outputs"]
 
 logger = logging.getLogger(__name__)
 
@@ -267,7 +275,8 @@ class _Server:
             if op == "exit":
                 self.channel.send({"ok": True})
                 return 0
-            handler = {"init": self.init, "validate": self.validate, "run": self.run}.get(op)
+            handler = {"init": self.init, "validate": self.validate, "run": self.run,
+                       "passes": self.passes}.get(op)
             try:
                 if handler is None:
                     raise ValueError(f"unknown request {op!r}")
@@ -292,6 +301,7 @@ class _Server:
             "python_version": platform.python_version(),
             "numpy": np.__version__,
             "package": str(Path(__file__).absolute().parents[1]),
+            **library_version(request.get("library"), request.get("distributions") or ()),
         }
 
     def validate(self, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -299,6 +309,10 @@ class _Server:
         if check is not None:
             check()
         return {"ok": True}
+
+    def passes(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        registered = getattr(self.runtime, "registered_passes", None)
+        return {"ok": True, "passes": list(registered()) if registered is not None else None}
 
     def run(self, request: Mapping[str, Any]) -> dict[str, Any]:
         self.channel.send({"event": "start"})
@@ -345,6 +359,30 @@ class _Server:
             self.loaded = None  # rebuild the session next time: a failed run may have left it broken
             return _crash("run", exc)
         return {"event": "done", "status": "ok", "outputs": entries, "info": _jsonable(self.runtime.info())}
+
+
+def library_version(name: str | None, distributions: Sequence[str]) -> dict[str, Any]:
+    """The backend library's version and location *as this interpreter imports it*.
+
+    The imported module's ``__version__`` is what ran; the installed distribution's metadata is the fallback
+    for modules without one. Empty when the backend needs no library (``command``).
+
+    Example:
+        >>> library_version("numpy", ["numpy"])["library_version"] == np.__version__
+        True
+    """
+    if not name:
+        return {}
+    module = sys.modules.get(name) or importlib.import_module(name)  # the runtime imports it anyway
+    version = getattr(module, "__version__", None)
+    for dist in distributions:
+        if isinstance(version, str):
+            break
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            version = importlib.metadata.version(dist)
+    location = getattr(module, "__file__", None)
+    return {"library": name, "library_version": version if isinstance(version, str) else None,
+            "library_path": str(Path(location).parent) if location else None}
 
 
 def _crash(phase: str, exc: BaseException) -> dict[str, Any]:

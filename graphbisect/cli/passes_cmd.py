@@ -61,7 +61,11 @@ def run_passes(args: argparse.Namespace, progress: ProgressLine) -> tuple[Any, d
 
 def print_passes(result: PassesResult) -> None:
     """The pass findings, for people."""
+    from graphbisect.artifacts.environment import describe_ran_with
+
     print(f"failure: {result.signature.describe()}  (target {result.target})")
+    for role, facts in result.versions.items():
+        print(f"{role} ran with {describe_ran_with(facts)}")
     print(f"fired passes ({len(result.fired)}, {result.source}): " + ", ".join(result.fired[:20])
           + (" …" if len(result.fired) > 20 else ""))
     for name, why in result.excluded.items():

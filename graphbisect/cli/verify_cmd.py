@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 from graphbisect.artifacts.bundle import load_bundle
+from graphbisect.artifacts.environment import describe_ran_with
 from graphbisect.atomic import atomic_write_text
 from graphbisect.backends.base import cause_line
 from graphbisect.cli.common import backend_spec, output_path
@@ -59,9 +60,8 @@ def _signature_line(signature: Signature, message: str | None) -> str:
 
 
 def _print(v: Verification) -> None:
-    library = " ".join(str(v.run.info[k]) for k in ("library", "library_version") if k in v.run.info)
-    if library:
-        print(f"library   {library}")
+    if v.run.ran_with:  # measured in the worker, also when the run crashed
+        print(f"ran with  {describe_ran_with(v.run.ran_with)}")
     print(f"recorded  {_signature_line(v.recorded, v.recorded_message)}")
     observed_message = None if v.run.ok else f"{v.run.error_type or 'error'}: {v.run.message or ''}"
     print(f"observed  {_signature_line(v.observed, observed_message)}")

@@ -46,7 +46,7 @@ class CompareResult:
     model: Model
     oracle: BackendSpec
     target: BackendSpec
-    versions: Mapping[str, str | None]
+    versions: Mapping[str, Mapping[str, object]]  # role -> RunResult.ran_with (library, version, interpreter)
     inputs_path: Path
     oracle_run: RunResult
     target_run: RunResult
@@ -74,7 +74,7 @@ class CompareResult:
                       "fingerprint": self.model.fingerprint, "nodes": len(self.model.nodes)},
             "oracle": str(self.oracle),
             "target": str(self.target),
-            "versions": dict(self.versions),
+            "versions": {role: dict(facts) for role, facts in self.versions.items()},
             # the file used, when it outlives the run (a temporary work folder is gone by now)
             "inputs": str(self.inputs_path) if self.inputs_path.is_file() else None,
             "target_status": self.target_run.describe(),
@@ -175,7 +175,7 @@ def compare_models(
             if masking:
                 note = _masking_note(plain_failed, plan)
             invocations = {"oracle": oracle_proc.invocations, "target": target_proc.invocations}
-        versions = {"oracle": oracle_info.availability().version, "target": target_info.availability().version}
+        versions = {"oracle": dict(oracle_run.ran_with), "target": dict(target_run.ran_with)}  # measured in the workers
         return CompareResult(
             model=model, oracle=oracle_spec, target=target_spec, versions=versions, inputs_path=inputs_path,
             oracle_run=oracle_run, target_run=target_run, comparison=comparison, layerwise=layer_report,

@@ -35,8 +35,7 @@ from typing import Any
 import numpy as np
 
 from graphbisect.artifacts.bundle import BundleContent
-from graphbisect.backends import BackendSpec, Capability, RunResult, resolve
-from graphbisect.backends.registry import HOST_OPTIONS
+from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
 from graphbisect.compare import Tolerance
 from graphbisect.data import save_inputs, validate_inputs
 from graphbisect.engine import Budget, Evaluator, Journal, Outcome, ProgressEvent, SearchAborted, SearchResult
@@ -90,6 +89,7 @@ class PassesResult:
     fixed_target: str | None = None  # the target with ``culprits`` disabled: the workaround
     control_target: str | None = None  # ``culprit_target`` with the culprits disabled as well
     invocations: Mapping[str, int] = field(default_factory=dict)
+    versions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # role -> RunResult.ran_with
     search: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     seconds: float = 0.0
@@ -99,6 +99,7 @@ class PassesResult:
         data["signature"] = self.signature.to_json()
         data["seconds"] = round(self.seconds, 3)
         data["excluded"] = dict(self.excluded)
+        data["versions"] = {role: dict(facts) for role, facts in self.versions.items()}
         return data
 
 
@@ -114,6 +115,7 @@ class _Session:
             control_for(self.target_spec)  # raises with the list of backends that can ablate passes
         self.control = control_for(self.target_spec)
         self.invocations = {"oracle": 0, "target": 0}
+        self.ran_with: dict[str, dict[str, Any]] = {}  # role -> what its last worker measured
         self.notes: list[str] = []
         self.expected: dict[str, np.ndarray] = {}
         self.onnx_path = workdir / "model.onnx"
@@ -128,7 +130,10 @@ class _Session:
         """One run of ``spec`` on the whole model (the Paddle model for Paddle Inference)."""
         self.invocations[role] += 1
         path = model_for_backend(self.model, spec, self.onnx_path)
-        return run_spec(spec, path, self.inputs_path, self.work / role, self.options.timeout)
+        run = run_spec(spec, path, self.inputs_path, self.work / role, self.options.timeout)
+        if run.ran_with:
+            self.ran_with[role] = dict(run.ran_with)
+        return run
 
     def capture(self) -> None:
         self.stage(f"running the oracle {self.oracle_spec}")
@@ -175,7 +180,7 @@ def find_culprit_passes(
         s.capture()
         result = _search(s, on_progress)
         return dataclasses.replace(result, invocations=dict(s.invocations), notes=tuple(s.notes),
-                                   seconds=time.monotonic() - started)
+                                   versions=dict(s.ran_with), seconds=time.monotonic() - started)
     finally:
         if holder is not None:
             holder.cleanup()
@@ -228,22 +233,18 @@ def _fired(s: _Session, run: RunResult) -> tuple[list[str], dict[str, str], str]
 
 
 def _catalogue(s: _Session, run: RunResult) -> list[str]:
-    """Every pass the target could run, for a target that failed before it could report what fired."""
-    name = s.target_spec.name
-    options = {k: v for k, v in s.target_spec.options.items() if k not in HOST_OPTIONS}
-    if name == "onnxruntime" and "python" not in s.target_spec.options:
-        from graphbisect.backends.onnxruntime import OrtOptions, optimizer_catalog
+    """Every pass the target could run, for a target that failed before it could report what fired.
 
-        names = optimizer_catalog(OrtOptions.parse(options)).names()
-    elif name == "onnxoptimizer" and "python" not in s.target_spec.options:
-        import onnxoptimizer
-
-        names = s.target_spec.option_list("passes") or list(onnxoptimizer.get_fuse_and_elimination_passes())
-    else:
+    Asked of a target worker, so a ``python=`` target lists the passes of *its* library version.
+    """
+    with BackendProcess(s.target_spec, workdir=s.work / "catalogue", timeout=s.options.timeout) as proc:
+        names = proc.registered_passes()
+    if names is None:
         raise GraphBisectError(
-            f"the target {s.target_spec} failed ({run.describe()}) before it could report which passes fired",
-            hint="run it once where it does not crash, or name the passes to search with a backend that reports "
-            "them (onnxruntime, onnxoptimizer in this interpreter)")
+            f"the target {s.target_spec} failed ({run.describe()}) before it could report which passes fired, "
+            "and it cannot list the passes it registers",
+            hint="run it once where it does not crash, or search with a backend that lists its passes "
+            "(onnxruntime, onnxoptimizer)")
     s.notes.append(f"the target failed ({run.describe()}) before reporting its fired passes: the search space is "
                    f"every pass it registers ({len(names)})")
     return names
@@ -359,7 +360,10 @@ def _with_control(content: BundleContent, passes: PassesResult, timeout: float |
     facts = {**passes.to_json(), "control_verdict": control_sig.describe(), "control_passes": not control_sig.failed,
              "reduced_nodes": [f"{n.op_type} {n.name}" for n in content.model.graph.node],
              "optimized_nodes": optimized}
-    return dataclasses.replace(content, control=control, report={**content.report, "passes": facts},
+    versions = content.report.get("versions")
+    versions = {**(versions if isinstance(versions, Mapping) else {}), "control": dict(run.ran_with) or None}
+    return dataclasses.replace(content, control=control,
+                               report={**content.report, "versions": versions, "passes": facts},
                                sections={**content.sections, "Optimization passes": passes_markdown(facts)})
 
 

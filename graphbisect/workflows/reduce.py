@@ -46,7 +46,7 @@ import numpy as np
 from graphbisect.artifacts.bundle import BundleContent, check_destination, write_bundle
 from graphbisect.artifacts.charts import size_journey_svg
 from graphbisect.atomic import atomic_write_text
-from graphbisect.backends import BackendProcess, BackendSpec, Capability, resolve
+from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
 from graphbisect.compare import Tolerance
 from graphbisect.data import ActivationStore, save_inputs, validate_inputs
 from graphbisect.engine import (
@@ -188,6 +188,7 @@ class _Run:
         self.tol = options.tolerance
         self.regex = re.compile(options.fail_regex) if options.fail_regex else None
         self.invocations = {"oracle": 0, "target": 0}
+        self.ran_with: dict[str, dict[str, Any]] = {}  # role -> what its last worker measured (RunResult.ran_with)
         self.notes: list[str] = []
         self.started = time.monotonic()
         self.force = False  # replace a bundle of another model
@@ -242,7 +243,7 @@ class _Run:
         self.stage(f"capturing {len(names)} tensors with the oracle {self.oracle_spec}")
         with BackendProcess(self.oracle_spec, workdir=self.work / "oracle", timeout=self.options.timeout) as proc:
             run = proc.run(probe, self.work / "inputs.npz", output_dir=store_dir)
-        self.count("oracle")
+        self.count("oracle", run=run)
         remove_model(probe)
         if not run.ok:
             raise BackendError(f"the oracle {self.oracle_spec} failed on the model: {run.describe()}",
@@ -253,9 +254,16 @@ class _Run:
         """The target outputs to compare: none for an external check, whose exit status is the verdict."""
         return () if self.options.check else outputs
 
-    def count(self, role: str, n: int = 1) -> None:
+    def count(self, role: str, n: int = 1, run: RunResult | None = None) -> None:
+        """Count ``n`` invocations of ``role`` (and remember what ran ``run``, for the report's versions)."""
         self.invocations[role] += n
+        if run is not None and run.ran_with:
+            self.ran_with[role] = dict(run.ran_with)
         self.save_state()
+
+    def versions(self) -> dict[str, dict[str, Any] | None]:
+        """What ran each role, as measured in its workers (None: no run of it in this session)."""
+        return {role: self.ran_with.get(role) for role in ("oracle", "target")}
 
     def values(self, store: ActivationStore) -> Callable[[str], np.ndarray]:
         with np.load(self.work / "inputs.npz") as data:
@@ -346,7 +354,7 @@ class _Run:
         workdir = self.work / ("baseline-saving" if spec is not None else "baseline")
         with BackendProcess(spec or self.target_spec, workdir=workdir, timeout=self.options.timeout) as proc:
             run = proc.run(self.work / "model.onnx", self.work / "inputs.npz")
-        self.count("target")
+        self.count("target", run=run)
         signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex,
                           check=self.options.output_check).signature
         compiled = compiled_of(self.model, run.info) if run.ok and spec is not None else None
@@ -566,7 +574,7 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], baseline: Signa
     with BackendProcess(r.target_spec, workdir=r.work / "verify-target", timeout=r.options.timeout) as proc:
         for _ in range(VERIFY_RUNS):
             run = proc.run(path, dict(candidate.feeds))
-            r.count("target")
+            r.count("target", run=run)
             runs.append((run, judge(run, values, r.compared(candidate.outputs), r.tol, r.regex,
                                      check=r.options.output_check).signature))
         matching = [baseline.matches(sig, strict_band=r.options.strict_band) for _, sig in runs]
@@ -575,7 +583,7 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], baseline: Signa
         # VERIFY_RUNS_NONDETERMINISTIC agreeing runs (a fault at rate p passes them all with p**7).
         while varying and len(runs) < VERIFY_RUNS_NONDETERMINISTIC and all(matching):
             run = proc.run(path, dict(candidate.feeds))
-            r.count("target")
+            r.count("target", run=run)
             runs.append((run, judge(run, values, r.compared(candidate.outputs), r.tol, r.regex,
                                      check=r.options.output_check).signature))
             matching.append(baseline.matches(runs[-1][1], strict_band=r.options.strict_band))
@@ -589,7 +597,7 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], baseline: Signa
                        f"all {len(runs)} re-verification runs failed like the baseline")
     with BackendProcess(r.oracle_spec, workdir=r.work / "verify-oracle", timeout=r.options.timeout) as proc:
         oracle_run = proc.run(path, dict(candidate.feeds))
-    r.count("oracle")
+    r.count("oracle", run=oracle_run)
     oracle_ok = not judge(oracle_run, values, candidate.outputs, r.tol).signature.failed
     if not oracle_ok:
         r.notes.append("the oracle does not reproduce its own captured values on the final model "
@@ -659,7 +667,7 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
         "journey": [list(p) for p in journey], "one_minimal": one_minimal, "stop_reason": stop,
         "verified": verified, "flaky": flaky, "notes": list(r.notes),
         "search": dict(search_stats),
-        "versions": {"oracle": r.oracle_info.availability().version, "target": r.target_info.availability().version},
+        "versions": r.versions(),
     }
     oracle_outputs = {name: np.asarray(space.values(name)) for name in candidate.outputs}
     facts = maintainer_facts(
@@ -690,7 +698,7 @@ def _no_failure(r: _Run, baseline: Signature, flaky: bool) -> ReduceResult:
     """The original model does not fail: write only the report, exit 0."""
     report = {"format": "graphbisect-report", "failed": False, "original_nodes": len(r.model.nodes),
               "invocations": dict(r.invocations), "oracle": str(r.oracle_spec), "target": str(r.target_spec),
-              "flaky": flaky,
+              "versions": r.versions(), "flaky": flaky,
               "message": "the target agrees with the oracle on the original model: nothing to reduce"}
     atomic_write_text(r.bundle_dir / "report.json", json.dumps(report, indent=2, allow_nan=False))
     shutil.rmtree(r.work, ignore_errors=True)

@@ -47,7 +47,9 @@ class Verification:
             "target": str(self.target),
             "run": self.run.describe(),
             "message": self.run.message,
-            "library": {k: self.run.info[k] for k in ("library", "library_version") if k in self.run.info},
+            "library": {k: v for k, v in {**self.run.info, **self.run.ran_with}.items()
+                        if k in ("library", "library_version")},
+            "ran_with": dict(self.run.ran_with),  # measured in the worker (another interpreter's under python=)
             "outputs": [s.to_json() for s in self.comparison.outputs] if self.comparison is not None else [],
             "note": self.note,
         }

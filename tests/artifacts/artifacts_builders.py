@@ -100,7 +100,7 @@ def build_content(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray], fold
         "journey": [[0, 40], [6, 12], [17, len(model.graph.node)]],
         "one_minimal": True,
         "stop_reason": None,
-        "versions": {"oracle": "1.31.1", "target": "1.31.1"},
+        "versions": {"oracle": dict(oracle_run.ran_with), "target": dict(target_run.ran_with)},
         "search": {"tests": 17, "cache_hits": 4},
     }
     return BundleContent(

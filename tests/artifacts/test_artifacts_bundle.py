@@ -55,6 +55,12 @@ def test_report_json_holds_the_facts(mismatch_content: BundleContent, tmp_path: 
     assert model_entry["sha256"] == hashlib.sha256((out / "model.onnx").read_bytes()).hexdigest()
     environment = json.loads((out / "environment.json").read_text())
     assert environment["packages"]["onnxruntime"] and environment["python"]["version"]
+    import onnxruntime
+
+    for role in ("oracle", "target"):  # what the workers measured, per role
+        assert report["versions"][role]["library_version"] == onnxruntime.__version__
+        assert environment["backends"][role]["library_version"] == onnxruntime.__version__
+    assert environment["backends"]["target"]["spec"] == "onnxruntime:opt_level=all"
 
 
 def test_report_md_reads_like_a_bug_report(mismatch_content: BundleContent, crash_content: BundleContent,

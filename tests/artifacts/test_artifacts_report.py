@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from graphbisect.artifacts import collect_environment
-from graphbisect.artifacts.environment import environment_summary, package_versions
+from graphbisect.artifacts.environment import backend_facts, environment_summary, package_versions
 from graphbisect.artifacts.report import jsonable, md_cell, md_code
 
 
@@ -37,14 +37,21 @@ def test_jsonable_is_strict_json() -> None:
 
 
 def test_environment_facts() -> None:
-    env = collect_environment(["onnxruntime:python=/opt/other/bin/python"])
+    target = backend_facts("onnxruntime:python=/opt/other/bin/python",
+                           {"library": "onnxruntime", "library_version": "1.20.1", "python": "/opt/other/bin/python"})
+    env = collect_environment({"target": target})
     json.dumps(env, allow_nan=False)
     assert env["python"]["version"] and env["platform"]["machine"]
     assert env["packages"]["numpy"] == np.__version__
-    assert "note" in env  # a backend ran under another interpreter
+    assert env["backends"]["target"]["library_version"] == "1.20.1" and env["backends"]["target"]["measured"]
+    assert "note" in env  # a backend ran under another interpreter: packages are not its versions
     assert isinstance(env["gpus"], list) and env["cpu"]["logical_cores"]
-    labels = [label for label, _ in environment_summary(env)]
-    assert labels[:3] == ["Python", "OS", "CPU"] and "numpy" in labels
+    rows = dict(environment_summary(env))
+    assert list(rows)[:3] == ["Python", "OS", "CPU"] and "numpy (graphbisect's interpreter)" in rows
+    assert rows["target ran"] == "onnxruntime 1.20.1 (Python /opt/other/bin/python)"
+    here = dict(environment_summary(collect_environment()))
+    assert "numpy" in here  # no backend ran elsewhere: plain labels
+    assert not backend_facts("ort", None)["measured"]
     assert "not-a-distribution" not in package_versions(("numpy", "not-a-distribution"))
 
 
