@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,3 +39,14 @@ def local_triage(triage_input: Path, tmp_path_factory: pytest.TempPathFactory): 
     from graphbisect.workflows.triage import triage
 
     return triage(triage_input, tmp_path_factory.mktemp("triage-out"), executor="local", jobs=2)
+
+
+@pytest.fixture(scope="session")
+def ort_release_pythons() -> dict[str, Path]:
+    """Interpreters of other ONNX Runtime releases (see tests/ort_releases.py), made once and cached."""
+    from tests.ort_releases import release_pythons
+
+    try:
+        return release_pythons()
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+        pytest.skip(f"cannot make the ONNX Runtime release environments: {exc}")
