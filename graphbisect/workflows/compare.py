@@ -255,7 +255,10 @@ def _probe(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, target
     for role, side, values in (("oracle", oracle, oracle_values), ("target", target, target_values)):
         probeable = side.info.has(Capability.INTERMEDIATES) and side.info.has(Capability.ONNX_INPUT)
         if values is None and not probeable:
-            return _Probed(note=f"the {role} backend {side.info.name!r} cannot expose intermediate tensors; "
+            why = ("it described what it compiled, but graphbisect could not map that to the ONNX model "
+                   "(the log says why)"
+                   if side.info.has(Capability.COMPILED_GRAPH) and side.run.ok else "it cannot expose them")
+            return _Probed(note=f"the {role} backend {side.info.name!r} gave no intermediate tensors: {why}; "
                            "only final outputs were compared")
     outputs = set(model.output_names)
     every = [n for n in model.intermediate_names() if n not in outputs]
