@@ -30,7 +30,7 @@ from graphbisect.errors import BackendError
 from graphbisect.localize.compiled import CompiledGraph
 from graphbisect.localize.layerwise import LayerwiseReport, analyze_layers
 from graphbisect.model import Model
-from graphbisect.workflows.probe import ProbePlan, compiled_of, describing_spec, plan_probe
+from graphbisect.workflows.probe import ProbePlan, compiled_of, describing_spec, discard_description, plan_probe
 from graphbisect.workflows.scratch import work_folder
 
 __all__ = ["DEFAULT_ORACLE", "DEFAULT_TARGET", "CompareResult", "compare_models", "model_for_backend"]
@@ -157,6 +157,7 @@ def compare_models(
                           if target_run.ok else None)
             plan = plan_probe(model, compiled_of(model, target_run.info)
                               if described is not None and target_run.ok else None)
+            discard_description(target_run.info)
             oracle_side = _Side(oracle_proc, oracle_info, oracle_run,
                                 compiled_of(model, oracle_run.info) if oracle_described is not None else None)
             probed = _probe(model, folder, inputs_path, oracle_side,
@@ -284,6 +285,7 @@ def _probe(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, target
         stage(f"running the target with {plan.describe()} exposed" if len(names) == len(plan.names)
               else f"running the target with {len(names)} tensors exposed")
         target_run = target.proc.run(target_probe, inputs_path, output_dir=workdir / "target-activations")
+        discard_description(target_run.info)
         if not target_run.ok:
             return _Probed(note=f"the target failed on the probe model ({target_run.describe()}) although the "
                            "plain model ran: exposing intermediates changes the target's behaviour; "

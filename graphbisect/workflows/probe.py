@@ -17,16 +17,20 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import onnx
 
 from graphbisect.backends import BackendSpec, Capability, resolve
 from graphbisect.localize.compiled import CompiledGraph, compiled_graph
 from graphbisect.model import Model
 
-__all__ = ["ProbePlan", "compiled_of", "describing_spec", "plan_probe"]
+__all__ = ["ProbePlan", "compiled_of", "describing_spec", "discard_description", "plan_probe"]
 
 log = logging.getLogger(__name__)
 
@@ -75,3 +79,25 @@ def plan_probe(model: Model, compiled: CompiledGraph | None, *, among: Collectio
     surviving = compiled.surviving
     return ProbePlan(tuple(n for n in names if n in surviving), compiled,
                      frozenset(n for n in names if n not in surviving))
+
+
+def discard_description(info: Mapping[str, Any]) -> None:
+    """Delete a saved optimized model and the external-data files it references, once read.
+
+    ONNX Runtime writes every weight beside the optimized graph (``save_optimized=1``): on a large model
+    that is a second copy of its weights, which nothing needs after :func:`compiled_of`.
+    """
+    saved = info.get("optimized_model")
+    if not isinstance(saved, str) or not Path(saved).is_file():
+        return
+    path = Path(saved)
+    locations: set[str] = set()
+    with contextlib.suppress(Exception):  # an unreadable file is still removed below
+        proto = onnx.load(str(path), load_external_data=False)
+        for tensor in proto.graph.initializer:
+            locations.update(e.value for e in tensor.external_data if e.key == "location")
+    for location in locations:
+        target = (path.parent / location).resolve()
+        if target.parent == path.parent.resolve():  # only files ORT wrote beside the model
+            target.unlink(missing_ok=True)
+    path.unlink(missing_ok=True)
