@@ -36,8 +36,10 @@ if TYPE_CHECKING:
     import onnx
 
     from graphbisect.compare import Tolerance
+    from graphbisect.engine import ProgressEvent
     from graphbisect.model import Model
     from graphbisect.tactics import TacticRecord
+    from graphbisect.triage.outcome import ModelOutcome
     from graphbisect.workflows.compare import CompareResult
     from graphbisect.workflows.passes import PassesResult
     from graphbisect.workflows.precision import PrecisionResult
@@ -101,13 +103,17 @@ def compare(
     rtol: float = 1e-3,
     tolerance: Tolerance | None = None,
     layerwise: bool = True,
+    all_tensors: bool = False,
     workdir: str | os.PathLike[str] | None = None,
+    on_stage: Callable[[str], None] | None = None,
 ) -> CompareResult:
     """Run ``target`` and ``oracle`` on the model (``graphbisect compare``): the verdict on the outputs, and
     with ``layerwise`` the per-tensor table, first divergence and root causes.
 
     ``tolerance`` (a :class:`~graphbisect.compare.Tolerance`, with per-output overrides) replaces
-    ``atol``/``rtol``. ``workdir`` keeps the normalized model, inputs and the oracle's activations.
+    ``atol``/``rtol``. ``all_tensors`` probes every intermediate tensor instead of those that survive in the
+    target's compiled graph. ``workdir`` keeps the normalized model, inputs and the oracle's activations.
+    ``on_stage`` gets a line per step (what the CLI prints).
 
     Example:
         >>> r = compare("model.onnx", target="openvino", atol=1e-3)    # doctest: +SKIP
@@ -118,7 +124,7 @@ def compare(
     loaded = load_model(model)
     return compare_models(loaded, oracle=oracle, target=target, inputs=_feeds(loaded, inputs, shapes, seed),
                           tolerance=_tolerance(tolerance, atol, rtol), workdir=_path(workdir),
-                          layerwise=layerwise, seed=seed)
+                          layerwise=layerwise, all_tensors=all_tensors, seed=seed, on_stage=on_stage)
 
 
 def reduce(
@@ -148,6 +154,8 @@ def reduce(
     zip: bool = False,
     resume: bool = False,
     force: bool = False,
+    on_stage: Callable[[str], None] | None = None,
+    on_progress: Callable[[ProgressEvent], None] | None = None,
 ) -> ReduceResult:
     """Shrink a failing model to a 1-minimal subgraph that fails the same way and write the bug-report bundle
     to ``output`` (``graphbisect reduce``).
@@ -161,7 +169,8 @@ def reduce(
     ``output`` (its model, inputs and options are the recorded ones). The work folder ``OUTPUT.work`` is
     removed when the result is 1-minimal (or the reduction failed before its search), and kept for
     ``resume`` otherwise or with ``keep_work``. ``output`` must be new, empty or a bundle of the same model;
-    ``force=True`` replaces a bundle of another model.
+    ``force=True`` replaces a bundle of another model. ``on_stage`` gets a line per step, ``on_progress`` the
+    search's progress events (best size, tests, runs).
 
     Example:
         >>> r = reduce("model.onnx", "bug-report", target="openvino", zip=True)   # doctest: +SKIP
@@ -172,7 +181,9 @@ def reduce(
     bundle = Path(output)
     if resume:
         return resume_reduction(bundle, max_invocations=max_invocations, deadline_seconds=deadline, jobs=jobs,
-                                timeout=timeout, keep_work=keep_work, executor=executor, zip_bundle=zip)
+                                timeout=timeout, keep_work=keep_work, executor=executor, zip_bundle=zip,
+                                output_check=None if isinstance(check, str) else check, on_stage=on_stage,
+                                on_progress=on_progress)
     command, output_check = (check, None) if isinstance(check, str) or check is None else (None, check)
     options = ReduceOptions(
         oracle=oracle, target=target, tolerance=_tolerance(tolerance, atol, rtol), fail_regex=fail_regex,
@@ -182,19 +193,21 @@ def reduce(
     loaded = load_model(model)
     feeds = _feeds(loaded, inputs, shapes, seed)
     if not passes:
-        return reduce_model(loaded, bundle, inputs=feeds, options=options, zip_bundle=zip, force=force)
+        return reduce_model(loaded, bundle, inputs=feeds, options=options, zip_bundle=zip, force=force,
+                            on_stage=on_stage, on_progress=on_progress)
     from graphbisect.artifacts.bundle import check_destination
     from graphbisect.errors import InputError
     from graphbisect.workflows.passes import PassesOptions, find_culprit_passes, reduce_under_culprits
 
     check_destination(bundle, force=force)  # before the pass search runs anything
     found = find_culprit_passes(loaded, inputs=feeds, options=PassesOptions(
-        oracle=oracle, target=target, tolerance=options.tolerance, strict_band=strict_band, timeout=timeout))
+        oracle=oracle, target=target, tolerance=options.tolerance, strict_band=strict_band, timeout=timeout),
+        on_stage=on_stage, on_progress=on_progress)
     if not found.culprits:
         raise InputError(f"no culprit optimization passes on {target} ({found.signature.describe()}): nothing to "
                          "reduce under them", hint="reduce without passes=True")
     return reduce_under_culprits(loaded, bundle, found, inputs=feeds, reduce_options=options, zip_bundle=zip,
-                                 force=force)
+                                 force=force, on_stage=on_stage, on_progress=on_progress)
 
 
 def passes(
@@ -212,6 +225,8 @@ def passes(
     max_invocations: int | None = None,
     timeout: float | None = None,
     workdir: str | os.PathLike[str] | None = None,
+    on_stage: Callable[[str], None] | None = None,
+    on_progress: Callable[[ProgressEvent], None] | None = None,
 ) -> PassesResult:
     """The target's optimization passes responsible for the failure (``graphbisect passes``): ``culprits``
     (a 1-minimal set to disable), ``required`` (a 1-minimal set that reproduces it alone), ``fixed_target``
@@ -227,7 +242,7 @@ def passes(
     options = PassesOptions(oracle=oracle, target=target, tolerance=_tolerance(tolerance, atol, rtol),
                             strict_band=strict_band, timeout=timeout, max_invocations=max_invocations)
     return find_culprit_passes(loaded, inputs=_feeds(loaded, inputs, shapes, seed), options=options,
-                               workdir=_path(workdir))
+                               workdir=_path(workdir), on_stage=on_stage, on_progress=on_progress)
 
 
 def precision(
@@ -248,6 +263,8 @@ def precision(
     max_invocations: int | None = None,
     output: str | os.PathLike[str] | None = None,
     workdir: str | os.PathLike[str] | None = None,
+    on_stage: Callable[[str], None] | None = None,
+    on_progress: Callable[[ProgressEvent], None] | None = None,
 ) -> PrecisionResult:
     """The fewest nodes that must stay FP32 when the rest runs in ``mode`` (fp16, bf16 or int8), judged at
     ``atol``/``rtol`` (default 1e-2 each, as ``graphbisect precision``). ``output`` receives the
@@ -263,7 +280,8 @@ def precision(
     return find_precision(loaded, mode=mode, oracle=oracle, target=target,
                           inputs=_feeds(loaded, inputs, shapes, seed), tolerance=_tolerance(tolerance, atol, rtol),
                           workdir=_path(workdir), out_dir=_path(output), with_sensitivity=sensitivity,
-                          with_prefix=prefix, calibration=calibration, max_invocations=max_invocations, seed=seed)
+                          with_prefix=prefix, calibration=calibration, max_invocations=max_invocations, seed=seed,
+                          on_stage=on_stage, on_progress=on_progress)
 
 
 def verify(bundle: str | os.PathLike[str], *, target: str | None = None, trust: bool = False) -> Verification:
@@ -298,10 +316,11 @@ def triage(
     candidate_jobs: int = 1,
     max_invocations: int | None = None,
     timeout: float | None = None,
+    on_model: Callable[[ModelOutcome], None] | None = None,
 ) -> TriageResult:
     """Compare, ablate passes, reduce and bundle every model of ``input_dir`` into ``output``, then group the
     failures into distinct bugs (``graphbisect triage``); re-running on the same ``output`` skips finished
-    models.
+    models. ``on_model`` gets each model's outcome as it arrives.
 
     Example:
         >>> t = triage("failing-models/", "triage-out", jobs=2)     # doctest: +SKIP
@@ -313,7 +332,7 @@ def triage(
     options = TriageOptions(oracle=oracle, target=target, tolerance=_tolerance(tolerance, atol, rtol),
                             passes=passes, seed=seed, candidate_jobs=candidate_jobs,
                             max_invocations=max_invocations, timeout=timeout)
-    return _triage(Path(input_dir), Path(output), options=options, executor=executor, jobs=jobs)
+    return _triage(Path(input_dir), Path(output), options=options, executor=executor, jobs=jobs, on_model=on_model)
 
 
 @dataclass(frozen=True)

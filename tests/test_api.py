@@ -18,24 +18,26 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The public surface. Changing it is an API change: update this table, docs/api.md and the README.
 PINNED = {
     "compare": "(model, *, oracle='onnxruntime:opt_level=disable', target='onnxruntime:opt_level=all', inputs=None, "
-               "shapes=None, seed=0, atol=0.0001, rtol=0.001, tolerance=None, layerwise=True, workdir=None)",
+               "shapes=None, seed=0, atol=0.0001, rtol=0.001, tolerance=None, layerwise=True, all_tensors=False, "
+               "workdir=None, on_stage=None)",
     "load_model": "(source)",
     "passes": "(model, *, oracle='onnxruntime:opt_level=disable', target='onnxruntime:opt_level=all', inputs=None, "
               "shapes=None, seed=0, atol=0.0001, rtol=0.001, tolerance=None, strict_band=False, max_invocations=None, "
-              "timeout=None, workdir=None)",
+              "timeout=None, workdir=None, on_stage=None, on_progress=None)",
     "precision": "(model, *, mode='fp16', oracle='onnxruntime:opt_level=disable', target='onnxruntime:opt_level=all', "
                  "inputs=None, shapes=None, seed=0, atol=0.01, rtol=0.01, tolerance=None, sensitivity=False, "
-                 "prefix=True, calibration='minmax', max_invocations=None, output=None, workdir=None)",
+                 "prefix=True, calibration='minmax', max_invocations=None, output=None, workdir=None, on_stage=None, "
+                 "on_progress=None)",
     "reduce": "(model, output, *, oracle='onnxruntime:opt_level=disable', target='onnxruntime:opt_level=all', "
               "inputs=None, shapes=None, seed=0, atol=0.0001, rtol=0.001, tolerance=None, check=None, fail_code=None, "
               "fail_regex=None, passes=False, strict_band=False, max_invocations=None, deadline=None, jobs=1, "
               "executor=None, timeout=None, layerwise=True, keep_work=False, zip=False, resume=False, "
-              "force=False)",
+              "force=False, on_stage=None, on_progress=None)",
     "register_backend": "(runtime, *, name=None, summary=None, capabilities=None, options=None, aliases=(), "
                         "import_name=None, distributions=(), replace=False)",
     "triage": "(input_dir, output, *, oracle='onnxruntime:opt_level=disable', target='onnxruntime:opt_level=all', "
               "atol=0.0001, rtol=0.001, tolerance=None, passes=True, seed=0, executor='local', jobs=None, "
-              "candidate_jobs=1, max_invocations=None, timeout=None)",
+              "candidate_jobs=1, max_invocations=None, timeout=None, on_model=None)",
     "unregister_backend": "(name)",
     "verify": "(bundle, *, target=None, trust=False)",
     "tactics.record": "(model, *, target=None, inputs=None, shapes=None, seed=0)",

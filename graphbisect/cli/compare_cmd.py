@@ -44,8 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from graphbisect import api
     from graphbisect.artifacts.compare_report import write_csv, write_html, write_json
-    from graphbisect.workflows.compare import compare_models
 
     model = load_model_arg(args)
     feeds = load_feeds(args, model)
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         extra.update(random_inputs=notes, seed=args.seed)
     else:
         extra["inputs"] = str(Path(args.inputs).absolute())
-    result = compare_models(
+    result = api.compare(
         model, oracle=args.oracle, target=args.target, inputs=feeds, tolerance=tolerance_from_args(args),
         workdir=args.workdir, layerwise=not args.no_layerwise, all_tensors=args.all_tensors, seed=args.seed,
         on_stage=lambda msg: print(f"… {msg}", file=sys.stderr),

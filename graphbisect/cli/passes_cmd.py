@@ -49,13 +49,15 @@ def passes_options(args: argparse.Namespace) -> PassesOptions:
 
 def run_passes(args: argparse.Namespace, progress: ProgressLine) -> tuple[Any, dict[str, Any], PassesResult]:
     """Load the model and inputs of ``args`` and run the pass search; returns (model, feeds, result)."""
-    from graphbisect.workflows.passes import find_culprit_passes
+    from graphbisect import api
 
     model = load_model_arg(args)
     feeds = load_feeds(args, model)
-    result = find_culprit_passes(model, inputs=feeds, options=passes_options(args),
-                                 workdir=getattr(args, "workdir", None), on_stage=progress.stage,
-                                 on_progress=progress)
+    options = passes_options(args)
+    result = api.passes(model, oracle=options.oracle, target=options.target, inputs=feeds,
+                        tolerance=options.tolerance, strict_band=options.strict_band,
+                        max_invocations=options.max_invocations, timeout=options.timeout,
+                        workdir=getattr(args, "workdir", None), on_stage=progress.stage, on_progress=progress)
     return model, feeds, result
 
 

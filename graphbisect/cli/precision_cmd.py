@@ -49,16 +49,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Exit 0 when the verified answer meets the tolerance, 1 when it does not."""
-    from graphbisect.workflows.precision import find_precision
+    from graphbisect import api
 
     model = load_model_arg(args)
     feeds = load_feeds(args, model)
     progress = ProgressLine(label="precision", unit="nodes in FP32")
     try:
-        result = find_precision(
+        result = api.precision(
             model, mode=args.mode, oracle=args.oracle, target=args.target, inputs=feeds,
-            tolerance=tolerance_from_args(args), workdir=args.workdir, out_dir=args.output,
-            with_sensitivity=args.sensitivity, with_prefix=not args.no_prefix, calibration=args.calibration,
+            tolerance=tolerance_from_args(args), workdir=args.workdir, output=args.output,
+            sensitivity=args.sensitivity, prefix=not args.no_prefix, calibration=args.calibration,
             max_invocations=args.max_invocations, seed=args.seed, on_stage=progress.stage, on_progress=progress,
         )
     finally:
