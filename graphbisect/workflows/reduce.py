@@ -17,11 +17,12 @@ Oracle discipline, in order:
 
 **What backs a claim.** A target is called *flaky* only when the same model gave two different outcomes.
 When the runs of the original disagree, it is re-run to a majority (at most :data:`BASELINE_MAX_RUNS` runs;
-the majority's signature is the baseline) and every candidate must then fail that way in two runs in a row
-before it is accepted. A result is *verified* (and can be certified 1-minimal) only when the final model
-fails like the baseline in every one of :data:`VERIFY_RUNS` fresh runs, on top of the run that accepted it.
-When it does not, the report says why: the same model gave another outcome (flaky), or the re-verified
-model differs from the one that failed (listed by :func:`graphbisect.model.diff.model_differences`).
+the majority's signature is the baseline) and every candidate must then fail that way in
+``FLAKY_REPEATS + 1`` = 3 runs in a row before it is accepted; a target found flaky only when the result is
+re-verified gets its search repeated that way. A result is *verified* (and can be certified 1-minimal) only
+when the final model fails like the baseline in every one of :data:`VERIFY_RUNS` fresh runs, on top of the
+run that accepted it. When it does not, the report says why: the same model gave another outcome (flaky), or
+the re-verified model differs from the one that failed (listed by :func:`graphbisect.model.diff.model_differences`).
 A search that runs ``max_stall`` candidates (or twice its current size, if more) without one failing
 stops and reports what it has (``stop_reason: no_progress``).
 
@@ -73,8 +74,8 @@ from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
 from graphbisect.workflows.maintainer import maintainer_facts
 from graphbisect.workflows.probe import compiled_of, describing_spec, plan_probe
 
-__all__ = ["BASELINE_MAX_RUNS", "VERIFY_RUNS", "VERIFY_RUNS_NONDETERMINISTIC", "ReduceOptions", "ReduceResult",
-           "reduce_model", "resume_reduction", "work_dir_for"]
+__all__ = ["BASELINE_MAX_RUNS", "FLAKY_REPEATS", "VERIFY_RUNS", "VERIFY_RUNS_NONDETERMINISTIC", "ReduceOptions",
+           "ReduceResult", "reduce_model", "resume_reduction", "work_dir_for"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,8 @@ log = logging.getLogger(__name__)
 VERIFY_RUNS = 3
 #: Fresh runs that must all fail like the baseline when the target's values vary between runs of one model.
 VERIFY_RUNS_NONDETERMINISTIC = 7
+#: Extra runs in which a candidate must fail like the baseline before it is accepted, on a flaky target.
+FLAKY_REPEATS = 2
 #: Runs of the original model, at most, to reach a majority when they disagree.
 BASELINE_MAX_RUNS = 5
 
@@ -338,7 +341,7 @@ class _Run:
         majority = "the majority" if count(chosen) * 2 > len(runs) else "the most frequent (no majority)"
         return chosen, (f"flaky target: {len(runs)} runs of the same original model gave {len(outcomes)} different "
                         f"results ({tally}); {majority}, {chosen.describe()}, is the baseline, and a candidate "
-                        "is accepted only when it fails that way in two runs in a row")
+                        f"is accepted only when it fails that way in {FLAKY_REPEATS + 1} runs in a row")
 
     def _saving_spec(self) -> BackendSpec | None:
         """The target asked to describe what it compiled, when it can and the evidence would be used."""
@@ -404,7 +407,10 @@ class _Run:
         return signature, hints, priors, []
 
     def search(self, space: SubgraphSpace, baseline: Signature, hints: list[frozenset[int]],
-               priors: dict[int, float], *, flaky: bool) -> tuple[SearchResult, Evaluator, CandidateTester]:
+               priors: dict[int, float], *, flaky: bool, scope: str = "",
+               ) -> tuple[SearchResult, Evaluator, CandidateTester]:
+        """The subgraph search; with ``flaky`` a candidate is accepted only after FLAKY_REPEATS more runs fail
+        the same way. ``scope`` keeps its journal entries apart from another search's."""
         jobs = max(1, self.options.jobs)
         pool: TargetPool = (
             ExecutorPool.open(self.options.executor, self.target_spec, jobs=jobs, timeout=self.options.timeout)
@@ -412,19 +418,22 @@ class _Run:
             WorkerPool(self.target_spec, jobs, self.work / "target", timeout=self.options.timeout))
         tester = CandidateTester(space, pool, baseline, self.tol, fail_regex=self.regex,
                                  strict_band=self.options.strict_band, compare=not self.options.check,
-                                 check=self.options.output_check, repeats=1 if flaky else 0)
+                                 check=self.options.output_check, repeats=FLAKY_REPEATS if flaky else 0)
         journal = Journal.open(self.work / "journal.jsonl", fingerprint=self.model.fingerprint)
         # The budget is this session's: resuming with --max-invocations N buys N more candidate runs.
         budget = Budget(max_invocations=self.options.max_invocations, deadline_seconds=self.options.deadline_seconds,
                         max_stall=self.options.max_stall)
-        evaluator = Evaluator(tester, space.size, journal=journal, budget=budget, jobs=self.options.jobs,
+        evaluator = Evaluator(tester, space.size, journal=journal, scope=scope, budget=budget, jobs=self.options.jobs,
                               on_progress=self.on_progress)
-        self.stage(f"reducing {space.size} nodes")
+        self.stage(f"reducing {space.size} nodes" + (" (flaky target: a candidate must fail "
+                                                     f"{FLAKY_REPEATS + 1} times in a row)" if flaky else ""))
         try:
             result = plan(evaluator, space, hints=hints, priors=priors)
         except SearchAborted as exc:
             pool.close()
             raise GraphBisectError(f"the reduction stopped: {exc.message}", hint=exc.hint) from exc
+        finally:
+            journal.close()  # a repeated search opens it again
         return result, evaluator, tester
 
 
@@ -489,7 +498,24 @@ def _reduce(r: _Run, inputs: Mapping[str, np.ndarray] | None, *, resume: bool, z
     if not baseline.failed:
         return _no_failure(r, baseline, flaky)
     space = SubgraphSpace(r.model, values, r.work / "candidates", cut_as_initializers=options.cut_as_initializers)
-    result, evaluator, tester = r.search(space, baseline, base.hints, base.priors, flaky=flaky)
+    result, evaluator, _, verification = _search_and_verify(r, space, base, values, flaky=flaky)
+    if verification.flaky and not flaky and result.stop_reason is None:
+        # The search accepted candidates on single runs of a target that turned out flaky: the steps the
+        # result rests on may be random failures. Search again, each step re-checked.
+        r.notes.append(f"the search is repeated accepting only candidates that fail {FLAKY_REPEATS + 1} times in "
+                       "a row, since the target turned out flaky")
+        flaky = True
+        result, evaluator, _, verification = _search_and_verify(r, space, base, values, flaky=True, scope="flaky")
+    stats = evaluator.stats()
+    return _finish(r, space, result, {"tests": stats.tests, "cache_hits": stats.cache_hits}, baseline=baseline,
+                   flaky=flaky or verification.flaky, verification=verification, zip_bundle=zip_bundle, amend=amend)
+
+
+def _search_and_verify(r: _Run, space: SubgraphSpace, base: _Baseline, values: Callable[[str], np.ndarray], *,
+                       flaky: bool, scope: str = "") -> tuple[SearchResult, Evaluator, CandidateTester, _Verification]:
+    """One search (:meth:`_Run.search`) and the re-verification of its result."""
+    baseline = base.signature
+    result, evaluator, tester = r.search(space, baseline, base.hints, base.priors, flaky=flaky, scope=scope)
     r.count("target", tester.pool.invocations)
     tester.pool.close()
     if tester.unrepeated:
@@ -507,9 +533,7 @@ def _reduce(r: _Run, inputs: Mapping[str, np.ndarray] | None, *, resume: bool, z
         verification = _Verification(False, {}, None)
     else:
         verification = _verify(r, space, result.keep, baseline, values=values, tester=tester)
-    stats = evaluator.stats()
-    return _finish(r, space, result, {"tests": stats.tests, "cache_hits": stats.cache_hits}, baseline=baseline,
-                   flaky=flaky or verification.flaky, verification=verification, zip_bundle=zip_bundle, amend=amend)
+    return result, evaluator, tester, verification
 
 
 def resume_reduction(
