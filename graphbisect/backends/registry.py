@@ -241,6 +241,30 @@ BACKENDS: tuple[BackendInfo, ...] = (
         },
     ),
     BackendInfo(
+        name="iree",
+        aliases=("iree-cpu",),
+        summary="IREE, an ML compiler: ONNX import -> iree-compile for llvm-cpu -> iree.runtime (CPU); import and "
+        "compile failures are crashes at load with the compiler's stable diagnostic",
+        runtime="graphbisect.backends.iree:Iree",
+        import_name="iree.compiler",
+        distributions=("iree-base-compiler",),
+        extra="iree",
+        capabilities=frozenset({C.INTERMEDIATES, C.PASSES, C.FOREIGN_PYTHON, C.ONNX_INPUT}),
+        options={
+            "cpu": "target CPU for --iree-llvmcpu-target-cpu (default host; generic for a portable module)",
+            "flags": "extra iree-compile flags, ';'-separated "
+            "(e.g. flags=--iree-opt-level=O0;--iree-opt-data-tiling=false)",
+            "opset": "upgrade the model to this ONNX opset before import (iree-import-onnx --opset-version)",
+            "device": "runtime device: local-task (multi-threaded, default) or local-sync",
+            "disabled": "compiler features to switch off, ';'-separated: const-eval, data-tiling, aggressive-fusion, "
+            "demote-f64-to-f32, ukernels, ... (each one stands for its iree-compile flag; see `passes`)",
+            "report_passes": "1 to report the features whose flag changes this compiled module (run info fired_passes; "
+            "one extra compile per feature)",
+            "report_dispatches": "1 to dump the executable sources and report which ONNX nodes each dispatch holds "
+            "(run info dispatches)",
+        },
+    ),
+    BackendInfo(
         name="command",
         aliases=("cmd",),
         summary="an external program: cmd='python run.py {model} {inputs} {outputs}' reads the model and an "

@@ -71,6 +71,7 @@ class PassControl:
 PASS_CONTROLS: Mapping[str, PassControl] = {
     "onnxruntime": PassControl("disabled", {"report_passes": "1"}),
     "onnxoptimizer": PassControl("disabled"),
+    "iree": PassControl("disabled", {"report_passes": "1"}),  # compiler features, each one iree-compile flag
     "paddle": PassControl("delete_pass", not_disableable={
         "dead_code_elimination_pass": "bookkeeping: deleting it breaks predictor creation "
         "(Cannot find constant_folding@... in scope)",

@@ -1,0 +1,406 @@
+"""IREE as a backend: an ML *compiler* (ONNX import → ``iree-compile`` for ``llvm-cpu`` → ``iree.runtime``).
+
+Runs inside a worker process; imports only the standard library and numpy at module level, and
+``onnx``, ``iree.compiler`` and ``iree.runtime`` lazily.
+
+**Pipeline.** :func:`import_onnx` does what ``python -m iree.compiler.tools.import_onnx`` does (load with
+external data, optional opset upgrade, ONNX shape inference with data propagation, the torch-onnx importer)
+but keeps the MLIR's debug locations, which carry the ONNX node names; :func:`compile_command` builds the
+``iree-compile`` line (``--iree-hal-target-backends=llvm-cpu``, the target CPU, the ablated features, the
+user's flags) that :func:`compile_vmfb` runs as a child process; :func:`load_module` and
+:func:`run_module` run the entry function, which the importer names after the ONNX graph.
+
+**Failures are results with a stable signature.** An import failure raises :class:`IreeImportError`, a
+compile failure :class:`IreeCompileError`; both become *crash at load* results. The message's first line is
+:func:`compile_diagnostic`'s stable part of the compiler's output: the first ``error:`` with its location
+prefix, ``loc(...)`` attributes, SSA names and operand lists removed but the failing op, its ONNX op name
+(``<{name = "onnx.DFT"}>``) and types kept; for a compiler that crashed (``Stack dump:``), the signal, the
+assertion when there is one, and the innermost compiler frames. So ``reduce`` shrinks a model that makes
+the compiler fail without drifting to another diagnostic. The full compiler output follows on later lines.
+
+**Intermediates** are added on the ONNX side (graph outputs, typed by shape inference), as for ONNX
+Runtime. **Dispatches** (``report_dispatches=1``): the compile also dumps the executable sources
+(``--iree-hal-dump-executable-sources-to``) and ``info()["dispatches"]`` maps each dispatch to the ONNX nodes
+whose locations it contains (see :func:`dispatch_nodes`), so a wrong dispatch maps back to original nodes.
+
+**Features** (:data:`FEATURES`) are the compiler's optimizations that ``passes`` ablates: each name stands for
+the flag that switches it off (``const-eval`` → ``--iree-opt-const-eval=false``). ``disabled=A;B`` adds
+those flags; ``report_passes=1`` compiles once more per feature that is still enabled and reports in
+``fired_passes`` the features whose flag changes the compiled module (the ``.vmfb`` bytes): the ones that
+changed *this* program.
+
+The functions marked *repro* below are self-contained (stdlib, numpy, the IREE packages, onnx): the bundle's
+``repro.py`` embeds their source, so the standalone script runs exactly this pipeline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import logging
+import re
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphbisect.backends.worker import option_flag, option_int, select_feeds
+from graphbisect.errors import SpecError
+
+__all__ = ["FEATURES", "Iree", "IreeCompileError", "IreeImportError", "IreeOptions", "compile_command",
+           "compile_diagnostic", "dispatch_nodes", "import_onnx", "load_module", "run_module"]
+
+logger = logging.getLogger(__name__)
+
+_OPTIONS = ("cpu", "flags", "opset", "device", "disabled", "report_passes", "report_dispatches")
+
+#: Compiler features ``passes`` can ablate: name -> the flag that switches it off (from IREE 3.13's
+#: ``iree-compile --help-hidden``). A flag whose feature is already off changes nothing, so it never fires.
+FEATURES: Mapping[str, str] = {
+    "const-eval": "--iree-opt-const-eval=false",
+    "const-expr-hoisting": "--iree-opt-const-expr-hoisting=false",
+    "data-tiling": "--iree-opt-data-tiling=false",
+    "aggressive-fusion": "--iree-dispatch-creation-enable-aggressive-fusion=false",
+    "fuse-multi-use": "--iree-dispatch-creation-fuse-multi-use=false",
+    "propagate-transposes": "--iree-global-opt-propagate-transposes=false",
+    "pad-handling": "--iree-flow-enable-pad-handling=false",
+    "demote-f64-to-f32": "--iree-input-demote-f64-to-f32=false",
+    "ukernels": "--iree-llvmcpu-enable-ukernels=none",
+    "loop-vectorization": "--iree-llvmcpu-loop-vectorization=false",
+    "slp-vectorization": "--iree-llvmcpu-slp-vectorization=false",
+    "vector-peeling": "--iree-llvmcpu-disable-vector-peeling=true",
+    "reassociate-fp-reductions": "--iree-llvmcpu-reassociate-fp-reductions=false",
+    "fast-min-max": "--iree-llvmcpu-use-fast-min-max-ops=false",
+}
+
+
+def _split(text: str) -> list[str]:
+    return list(dict.fromkeys(part.strip() for part in text.split(";") if part.strip()))
+
+
+@dataclass(frozen=True)
+class IreeOptions:
+    """The runtime options of an ``iree`` spec, parsed and checked without importing IREE.
+
+    Example:
+        >>> o = IreeOptions.parse({"cpu": "generic", "flags": "--iree-opt-level=O0", "disabled": "const-eval"})
+        >>> o.compile_flags()
+        ['--iree-opt-const-eval=false', '--iree-opt-level=O0']
+    """
+
+    cpu: str = "host"
+    flags: tuple[str, ...] = ()
+    opset: int | None = None
+    device: str = "local-task"
+    disabled: tuple[str, ...] = ()
+    report_passes: bool = False
+    report_dispatches: bool = False
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> IreeOptions:
+        unknown = sorted(set(options) - set(_OPTIONS))
+        if unknown:
+            raise SpecError(f"iree backend has no option {', '.join(unknown)}", hint=f"valid: {', '.join(_OPTIONS)}")
+        flags = _split(options.get("flags", ""))
+        bad = [flag for flag in flags if not flag.startswith("-")]
+        if bad:
+            raise SpecError(f"iree option flags= holds {bad[0]!r}, which is not a compiler flag",
+                            hint="write flags=--iree-opt-level=O0;--iree-opt-const-eval=false (';'-separated)")
+        disabled = _split(options.get("disabled", ""))
+        unknown_features = [name for name in disabled if name not in FEATURES]
+        if unknown_features:
+            raise SpecError(f"iree has no feature {', '.join(map(repr, unknown_features))} to disable",
+                            hint=f"valid: {', '.join(FEATURES)}")
+        device = options.get("device", "local-task").strip() or "local-task"
+        if device not in ("local-task", "local-sync"):
+            raise SpecError(f"iree option device={device!r} is not a CPU device",
+                            hint="device=local-task (multi-threaded, default) or device=local-sync")
+        return cls(cpu=options.get("cpu", "host").strip() or "host", flags=tuple(flags),
+                   opset=option_int(options, "opset", 1), device=device, disabled=tuple(disabled),
+                   report_passes=option_flag(options, "report_passes"),
+                   report_dispatches=option_flag(options, "report_dispatches"))
+
+    def compile_flags(self, extra_disabled: Sequence[str] = ()) -> list[str]:
+        """The feature flags of ``disabled`` (plus ``extra_disabled``), then the user's own flags."""
+        names = list(dict.fromkeys([*self.disabled, *extra_disabled]))
+        return [FEATURES[name] for name in names] + list(self.flags)
+
+    def to_json(self) -> dict[str, Any]:
+        """The settings ``repro.py`` applies (the feature names already turned into flags)."""
+        return {"cpu": self.cpu, "flags": self.compile_flags(), "opset": self.opset, "device": self.device}
+
+
+# --------------------------------------------------------------------------- the pipeline (repro)
+class IreeImportError(Exception):
+    """The ONNX model could not be imported into MLIR (first line: the stable part of the importer's error)."""
+
+
+class IreeCompileError(Exception):
+    """``iree-compile`` failed (first line: the stable part of its diagnostic; then the full output)."""
+
+
+def import_onnx(model_path: Path | str, mlir_path: Path | str, outputs: list | None = None,
+                opset: int | None = None) -> tuple[str, list, list]:
+    """Import an ONNX file into torch-dialect MLIR (with ONNX node names as locations), like
+    ``iree-import-onnx``; returns the entry function name and the (name, ONNX dtype) of its inputs and outputs.
+    ``outputs`` (tensor names) replace the graph's outputs, typed from shape inference."""
+    import onnx
+
+    try:
+        from iree.compiler import ir
+        from iree.compiler.extras import onnx_importer
+    except ImportError as exc:
+        raise ImportError(f"{exc}; pip install iree-base-compiler onnx") from exc
+    try:
+        model = onnx.load(str(model_path))  # external data resolves against the model's folder
+        current = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+        if opset and current is not None and opset > current:
+            model = onnx.version_converter.convert_version(model, int(opset))
+        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        if outputs is not None:
+            graph = model.graph
+            typed = {v.name: v for v in [*graph.value_info, *graph.input, *graph.output]}
+            for init in graph.initializer:
+                typed.setdefault(init.name, onnx.helper.make_tensor_value_info(
+                    init.name, init.data_type, list(init.dims)))
+            chosen = [typed.get(name) or onnx.helper.make_empty_tensor_value_info(name) for name in outputs]
+            del graph.output[:]
+            graph.output.extend(chosen)
+        info = onnx_importer.ModelInfo(model)
+        context = ir.Context()
+        module = info.create_module(context=context).operation
+        onnx_importer.NodeImporter.define_function(info.main_graph, module).import_all()
+        module.verify()
+        text = module.get_asm(enable_debug_info=True)
+    except Exception as exc:
+        lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+        first = re.sub(r"%[\w.$#-]+", "%", lines[0] if lines else "")
+        raise IreeImportError("\n".join([f"{type(exc).__name__}: {first}", *lines[1:]])) from exc
+    Path(mlir_path).write_text(text, encoding="utf-8")
+    initializers = {init.name for init in model.graph.initializer}
+
+    def typed_names(values: list) -> list:
+        return [(v.name, v.type.tensor_type.elem_type) for v in values if v.name not in initializers]
+
+    return model.graph.name, typed_names(model.graph.input), typed_names(model.graph.output)
+
+
+def compile_command(mlir_path: Path | str, vmfb_path: Path | str, cpu: str = "host", flags: list | tuple = (),
+                    dump_dir: Path | str | None = None) -> list:
+    """The ``iree-compile`` command line for the llvm-cpu target (the binaries of iree-base-compiler)."""
+    from iree.compiler.tools.binaries import find_tool
+
+    command = [find_tool("iree-compile"), str(mlir_path), "--iree-input-type=auto",
+               "--iree-hal-target-backends=llvm-cpu", f"--iree-llvmcpu-embedded-linker-path={find_tool('iree-lld')}",
+               f"--iree-llvmcpu-target-cpu={cpu}", "--mlir-print-op-on-diagnostic=false", "-o", str(vmfb_path)]
+    if dump_dir is not None:
+        command += [f"--iree-hal-dump-executable-sources-to={dump_dir}", "--mlir-print-debuginfo"]
+    return command + list(flags)
+
+
+def compile_diagnostic(output: str, returncode: int) -> str:
+    """The stable part of a failed ``iree-compile``: the first error with its location, SSA names and operands
+    removed (the failing op, its ONNX name and types kept), or for a crash the signal, the assertion and the
+    innermost compiler frames."""
+    lines = output.splitlines()
+    for line in lines:
+        found = re.search(r"\berror: (.*)", line)
+        if found:
+            text = found.group(1)
+            text = re.sub(r'\bloc\((?:[^()"]|"[^"]*"|\([^()]*\))*\):?\s*', "", text)  # loc("n"), loc(fused[...])
+            text = re.sub(r"#loc\d*", "", text)
+            text = re.sub(r"%[\w.$#-]+ = ", "", text)  # results
+            text = re.sub(r'("[\w.]+")\((?:%[\w.$#-]+(?:, )?)*\)', r"\1", text)  # operand lists
+            text = re.sub(r"%[\w.$#-]+", "%", text)
+            return re.sub(r"\s+", " ", text).strip(" :")
+    crashed = returncode < 0 or any("Stack dump:" in line for line in lines)
+    if crashed:
+        what = [f"iree-compile crashed (signal {-returncode})" if returncode < 0 else "iree-compile crashed"]
+        for line in lines:
+            assertion = re.search(r"(Assertion `.*' failed)", line)
+            if assertion:
+                what.append(assertion.group(1))
+                break
+        frames = []
+        for line in lines:
+            frame = re.match(r"\s*#\d+ 0x[0-9a-fA-F]+ (.+?)(?: \S+\.(?:cpp|cc|h|inc):\d+(?::\d+)?| \(.*\))?$", line)
+            if not frame:
+                continue
+            symbol = re.sub(r"\s+\S+\.(?:cpp|cc|h|inc)(?::\d+)*$", "", frame.group(1)).strip()
+            if re.search(r"PrintStackTrace|RunSignalHandlers|SignalHandler|^\(/|libc\.so|__restore_rt|raise|abort"
+                         r"|__assert", symbol):
+                continue
+            frames.append(symbol)
+            if len(frames) == 2:
+                break
+        if frames:
+            what.append("in " + " <- ".join(frames))
+        return "; ".join(what)
+    tail = [line.strip() for line in lines if line.strip()]
+    return f"iree-compile exited with code {returncode}" + (f": {tail[-1]}" if tail else "")
+
+
+def compile_vmfb(command: list, timeout: float | None = None) -> str:
+    """Run ``iree-compile``; raise :class:`IreeCompileError` with the stable diagnostic first when it fails."""
+    done = subprocess.run(command, check=False, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+    output = (done.stderr + done.stdout).decode("utf-8", errors="replace")
+    if done.returncode != 0:
+        raise IreeCompileError(f"{compile_diagnostic(output, done.returncode)}\n{output}")
+    return output
+
+
+def load_module(vmfb_path: Path | str, entry: str, device: str = "local-task") -> tuple:
+    """Load a compiled module; returns (context, function) for the entry function (the ONNX graph's name)."""
+    import iree.runtime as rt
+
+    context = rt.SystemContext(config=rt.Config(device))
+    with open(vmfb_path, "rb") as fh:
+        context.add_vm_module(rt.VmModule.copy_buffer(context.instance, fh.read()))
+    module = context.modules.module
+    names = [n for n in module.vm_module.function_names if not n.endswith("$async") and not n.startswith("__")]
+    if entry not in names:
+        if len(names) != 1:
+            raise KeyError(f"the compiled module has no function {entry!r} (it has {names})")
+        entry = names[0]
+    return context, module[entry]
+
+
+ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
+               10: "float16", 11: "float64", 12: "uint32", 13: "uint64"}
+
+
+def run_module(function: Callable, inputs: dict, input_names: list, outputs: list) -> dict:
+    """Call the entry function with ``inputs`` in graph-input order; returns {output name: array}. IREE's
+    integers are signless (a uint8 result comes back as int8), so a result whose element size matches the
+    ONNX output type is reinterpreted as that type, never converted."""
+    args = [np.ascontiguousarray(inputs[name]) for name in input_names]
+    results = function(*args)
+    if not isinstance(results, (list, tuple)):
+        results = [results]
+    produced = {}
+    for (name, onnx_type), value in zip(outputs, results):
+        array = np.asarray(value.to_host() if hasattr(value, "to_host") else value)
+        declared = np.dtype(ONNX_DTYPES[onnx_type]) if onnx_type in ONNX_DTYPES else None
+        if declared is not None and array.dtype != declared and array.dtype.itemsize == declared.itemsize \
+                and array.dtype.kind in "biu" and declared.kind in "biu":
+            array = array.view(declared)
+        produced[name] = array
+    return produced
+
+
+# ---------------------------------------------------------------------------------- dispatch view
+def dispatch_nodes(source: str, node_names: set[str]) -> list[str]:
+    """The ONNX node names whose locations appear in one dumped dispatch source, in first-seen order.
+
+    Example:
+        >>> dispatch_nodes('%0 = arith.addf %a, %b loc("add_1")\\n%1 = math.exp %0 loc(#loc3)\\n'
+        ...                '#loc3 = loc(fused["exp_2", "x"])', {"add_1", "exp_2"})
+        ['add_1', 'exp_2']
+    """
+    found = re.findall(r'"([^"]*)"', " ".join(re.findall(r"\bloc\((.*?)\)(?:\s|$)", source, re.MULTILINE)))
+    return [name for name in dict.fromkeys(found) if name in node_names]
+
+
+# --------------------------------------------------------------------------------------- runtime
+class Iree:
+    """IREE compiler + runtime on CPU (a :class:`~graphbisect.backends.base.Runtime`; see the module docstring).
+
+    ``info()``: library versions, ``entry``, ``cpu``, ``compile_flags``, ``import_seconds``,
+    ``compile_seconds``, with ``report_passes=1`` ``fired_passes``/``fired_required``/``feature_flags``, with
+    ``report_dispatches=1`` ``dispatches`` ({dispatch: [ONNX nodes]}).
+    """
+
+    def __init__(self, options: Mapping[str, str], workdir: str) -> None:
+        self.options = IreeOptions.parse(options)
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._context: Any = None
+        self._function: Any = None
+        self._inputs: list[tuple[str, int]] = []
+        self._outputs: list[tuple[str, int]] = []
+        self._info: dict[str, Any] = {}
+
+    def load(self, model: str, outputs: Sequence[str] | None) -> None:
+        """Import, compile (a failure of either is a crash at load) and load the module."""
+        self._context = self._function = None
+        mlir, vmfb = self.workdir / "model.mlir", self.workdir / "model.vmfb"
+        started = time.perf_counter()
+        entry, self._inputs, self._outputs = import_onnx(model, mlir, list(outputs) if outputs is not None else None,
+                                                            self.options.opset)
+        imported = time.perf_counter()
+        dump = self.workdir / "dispatches" if self.options.report_dispatches else None
+        if dump is not None:
+            _clear(dump)
+        flags = self.options.compile_flags()
+        self._info = {"entry": entry, "cpu": self.options.cpu, "compile_flags": flags,
+                      "import_seconds": imported - started}
+        compile_vmfb(compile_command(mlir, vmfb, self.options.cpu, flags, dump))
+        self._info["compile_seconds"] = time.perf_counter() - imported
+        if self.options.report_passes:
+            self._info.update(self._fired(mlir, vmfb))
+        if dump is not None:
+            self._info["dispatches"] = _dispatches(dump, mlir)
+        self._context, self._function = load_module(vmfb, entry, self.options.device)
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run the entry function (feeds the model does not declare are ignored)."""
+        if self._function is None:
+            raise RuntimeError("no model loaded")
+        names = [name for name, _ in self._inputs]
+        feeds = select_feeds(inputs, names, set(names))
+        return run_module(self._function, feeds, names, self._outputs)
+
+    def info(self) -> dict[str, Any]:
+        return {"library": "iree-base-compiler", "library_version": _version("iree-base-compiler"),
+                "runtime_version": _version("iree-base-runtime"), **self._info}
+
+    def _fired(self, mlir: Path, vmfb: Path) -> dict[str, Any]:
+        """The enabled features whose disabling flag changes the compiled module: one compile per feature."""
+        baseline = _digest(vmfb)
+        fired: list[str] = []
+        unchanged: list[str] = []
+        for name in FEATURES:
+            if name in self.options.disabled:
+                continue
+            other = self.workdir / "feature.vmfb"
+            try:
+                compile_vmfb(compile_command(mlir, other, self.options.cpu, self.options.compile_flags([name])))
+            except IreeCompileError as exc:  # disabling it changes the program: it fails to compile without it
+                logger.debug("iree: compiling without %s fails: %s", name, str(exc).splitlines()[0])
+                fired.append(name)
+                continue
+            (fired if _digest(other) != baseline else unchanged).append(name)
+        return {"fired_passes": fired, "fired_required": [], "unchanged_passes": unchanged,
+                "feature_flags": {name: FEATURES[name] for name in fired}}
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _clear(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for item in folder.iterdir():
+        if item.is_file():
+            item.unlink()
+
+
+def _dispatches(dump: Path, mlir: Path) -> dict[str, list[str]]:
+    """{dispatch source file stem: ONNX node names located in it} from the dumped executable sources."""
+    names = set(re.findall(r'^#loc\d+ = loc\("([^"]*)"\)', mlir.read_text(encoding="utf-8"), re.MULTILINE))
+    names |= set(re.findall(r'\bloc\("([^"]*)"\)', mlir.read_text(encoding="utf-8")))
+    view = {}
+    for source in sorted(dump.glob("*.mlir")):
+        view[source.stem.removeprefix("module_")] = dispatch_nodes(source.read_text(encoding="utf-8"), names)
+    return view
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
