@@ -35,13 +35,14 @@ The functions marked *repro* below are self-contained (stdlib, numpy, the IREE p
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import logging
+import os
 import re
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -354,32 +355,62 @@ class Iree:
         feeds = select_feeds(inputs, names, set(names))
         return run_module(self._function, feeds, names, self._outputs)
 
+    def registered_passes(self) -> list[str]:
+        """Every compiler feature this spec can still switch off (the search space when no compile succeeded)."""
+        return [name for name in FEATURES if name not in self.options.disabled]
+
     def info(self) -> dict[str, Any]:
         return {"library": "iree-base-compiler", "library_version": _version("iree-base-compiler"),
                 "runtime_version": _version("iree-base-runtime"), **self._info}
 
     def _fired(self, mlir: Path, vmfb: Path) -> dict[str, Any]:
-        """The enabled features whose disabling flag changes the compiled module: one compile per feature."""
-        baseline = _digest(vmfb)
-        fired: list[str] = []
-        unchanged: list[str] = []
-        for name in FEATURES:
-            if name in self.options.disabled:
-                continue
-            other = self.workdir / "feature.vmfb"
+        """The enabled features whose disabling flag changes the compiled module: one compile per feature.
+
+        Two compiles of the same input differ in a few bytes (IREE 3.13 writes a per-process value into a
+        table of the embedded ELF, and the zip CRCs follow), so the baseline is compiled twice and the bytes
+        the two disagree on are ignored: a feature *changed the program* when its module differs in length
+        or anywhere else.
+        """
+        baseline = vmfb.read_bytes()
+        names = [name for name in FEATURES if name not in self.options.disabled]
+
+        def compiled(tag: str, extra: Sequence[str]) -> bytes | None:
+            other = self.workdir / f"without-{tag}.vmfb"
             try:
-                compile_vmfb(compile_command(mlir, other, self.options.cpu, self.options.compile_flags([name])))
+                compile_vmfb(compile_command(mlir, other, self.options.cpu, self.options.compile_flags(extra)))
+                return other.read_bytes()
             except IreeCompileError as exc:  # disabling it changes the program: it fails to compile without it
-                logger.debug("iree: compiling without %s fails: %s", name, str(exc).splitlines()[0])
-                fired.append(name)
-                continue
-            (fired if _digest(other) != baseline else unchanged).append(name)
-        return {"fired_passes": fired, "fired_required": [], "unchanged_passes": unchanged,
+                logger.debug("iree: compiling without %s fails: %s", tag, str(exc).splitlines()[0])
+                return None
+            finally:
+                other.unlink(missing_ok=True)
+
+        # Each compile is a child process: run them side by side on the cores there are.
+        with ThreadPoolExecutor(max_workers=max(1, min(len(names) + 1, os.cpu_count() or 1))) as pool:
+            modules = list(pool.map(lambda name: compiled(name, [name] if name else []), ["", *names]))
+        again = modules[0]
+        noise = _noise(baseline, again) if again is not None else None
+        changed = {name: module is None or _differs(baseline, module, noise)
+                   for name, module in zip(names, modules[1:])}
+        fired = [name for name in names if changed[name]]
+        return {"fired_passes": fired, "fired_required": [],
+                "unchanged_passes": [name for name in names if not changed[name]],
+                "noise_bytes": None if noise is None else int(noise.sum()),
                 "feature_flags": {name: FEATURES[name] for name in fired}}
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _noise(first: bytes, second: bytes) -> np.ndarray | None:
+    """Byte positions where two compiles of the same input differ (None: they differ in length)."""
+    if len(first) != len(second):
+        return None
+    return np.frombuffer(first, np.uint8) != np.frombuffer(second, np.uint8)
+
+
+def _differs(baseline: bytes, module: bytes, noise: np.ndarray | None) -> bool:
+    if len(module) != len(baseline) or noise is None:
+        return True
+    diff = np.frombuffer(module, np.uint8) != np.frombuffer(baseline, np.uint8)
+    return bool((diff & ~noise).any())
 
 
 def _clear(folder: Path) -> None:

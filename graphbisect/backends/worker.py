@@ -357,7 +357,10 @@ class _Server:
             raise
         except Exception as exc:
             self.loaded = None  # rebuild the session next time: a failed run may have left it broken
-            return _crash("run", exc)
+            crash = _crash("run", exc)
+            with contextlib.suppress(Exception):  # what the load learned (fired passes) survives a run crash
+                crash["info"] = _jsonable(self.runtime.info())
+            return crash
         return {"event": "done", "status": "ok", "outputs": entries, "info": _jsonable(self.runtime.info())}
 
 
