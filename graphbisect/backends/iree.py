@@ -295,14 +295,33 @@ def run_module(function: Callable, inputs: dict, input_names: list, outputs: lis
 
 # ---------------------------------------------------------------------------------- dispatch view
 def dispatch_nodes(source: str, node_names: set[str]) -> list[str]:
-    """The ONNX node names whose locations appear in one dumped dispatch source, in first-seen order.
+    """The ONNX nodes whose computations one dumped dispatch source holds, in first-seen order.
+
+    Only the locations of computing ops count: ``linalg``/``iree_linalg_ext`` ops and the region closers of
+    ``linalg.generic``; the helpers the compiler shares between dispatches (``tensor.empty``,
+    ``linalg.fill``, constants keep the location of whichever node created them first) do not.
+    ``#locN`` aliases are resolved; fused locations give every name they hold.
 
     Example:
-        >>> dispatch_nodes('%0 = arith.addf %a, %b loc("add_1")\\n%1 = math.exp %0 loc(#loc3)\\n'
-        ...                '#loc3 = loc(fused["exp_2", "x"])', {"add_1", "exp_2"})
-        ['add_1', 'exp_2']
+        >>> dispatch_nodes('%0 = tensor.empty() : tensor<4xf32> loc("stem")\\n'
+        ...                '%1 = linalg.generic {...} ins(%a) outs(%0) {\\n'
+        ...                '} -> tensor<4xf32> loc(#loc3)\\n'
+        ...                '#loc3 = loc(fused["conv", "relu"])', {"stem", "conv", "relu"})
+        ['conv', 'relu']
     """
-    found = re.findall(r'"([^"]*)"', " ".join(re.findall(r"\bloc\((.*?)\)(?:\s|$)", source, re.MULTILINE)))
+    aliases = dict(re.findall(r"^(#loc\d*) = loc\((.*)\)\s*$", source, re.MULTILINE))
+    found: list[str] = []
+    for line in source.splitlines():
+        text = line.strip()
+        computes = re.match(r"(?:%[\w:#]+(?:, %[\w:#]+)* = )?(?:linalg|iree_linalg_ext)\.(\w+)", text)
+        if not (computes and computes.group(1) != "fill") and not re.match(r"\} -> ", text):
+            continue
+        located = re.search(r"\bloc\((.*)\)\s*$", text)
+        if not located:
+            continue
+        where = located.group(1)
+        where = aliases.get(where, where)
+        found += re.findall(r'"([^"]*)"', where)
     return [name for name in dict.fromkeys(found) if name in node_names]
 
 

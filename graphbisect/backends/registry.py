@@ -249,7 +249,8 @@ BACKENDS: tuple[BackendInfo, ...] = (
         import_name="iree.compiler",
         distributions=("iree-base-compiler",),
         extra="iree",
-        capabilities=frozenset({C.INTERMEDIATES, C.PASSES, C.FOREIGN_PYTHON, C.ONNX_INPUT}),
+        capabilities=frozenset({C.INTERMEDIATES, C.PASSES, C.FOREIGN_PYTHON, C.ONNX_INPUT, C.COMPILED_GRAPH}),
+        compiled_option=("report_dispatches", "1"),
         options={
             "cpu": "target CPU for --iree-llvmcpu-target-cpu (default host; generic for a portable module)",
             "flags": "extra iree-compile flags, ';'-separated "

@@ -19,9 +19,12 @@ asks for it is the registry's ``compiled_option``, behind :attr:`Capability.COMP
 * Paddle Inference (``hooks=1``, run info ``hooked`` + ``model_file``): the optimized program's ops seen
   by the output hooks, aligned with the original program (:mod:`graphbisect.localize.paddle_hooks`); the
   run already returned their values (:attr:`CompiledGraph.values`).
+* IREE (``report_dispatches=1``, run info ``dispatches``): the dumped executable sources, one per
+  dispatch, with the ONNX node names their computing ops carry as locations
+  (:func:`graphbisect.backends.iree.dispatch_nodes`).
 
-Execution graphs do not name tensors, so for OpenVINO and TensorRT the surviving tensors are the group's
-*boundary*: outputs of its original nodes read by a node outside the group, or graph outputs. Execution
+Execution graphs do not name tensors, so for OpenVINO, TensorRT and IREE the surviving tensors are the
+group's *boundary*: outputs of its original nodes read by a node outside the group, or graph outputs. Execution
 nodes that cover the same ONNX node (a node decomposed into several kernels) are merged into one group.
 Execution graphs also forget nodes: OpenVINO 2026.4's MVN fusion lists only the final ``Div`` of the
 LayerNorm pattern it replaced in ``originalLayersNames``. An original node that no compiled node names and
@@ -171,6 +174,11 @@ def compiled_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[st
             log.warning("%s is not a PIR program: its hooked tensors cannot be mapped to ONNX names", program)
             return None
         return compiled_from_hooks(nodes, ops, hooked)[0]
+    dispatches = info.get("dispatches")
+    if isinstance(dispatches, Mapping):
+        return from_groups(nodes, graph_outputs, [(name, "dispatch", originals)  # copies/fills name no node
+                                                  for name, originals in dispatches.items() if originals],
+                           "IREE dispatches")
     return None
 
 
