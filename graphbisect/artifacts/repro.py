@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from graphbisect.backends import BackendSpec, get
+from graphbisect.backends.iree import IreeOptions, repro_section
 from graphbisect.backends.onnxoptimizer import OptimizerOptions
 from graphbisect.backends.onnxruntime import OPT_LEVELS, OrtOptions
 from graphbisect.backends.registry import HOST_OPTIONS
@@ -126,6 +127,11 @@ def _onnxoptimizer_options(options: Mapping[str, str]) -> dict[str, Any]:
     parsed = OptimizerOptions.parse(options)
     return {"passes": list(parsed.passes) or None, "disabled": list(parsed.disabled),
             "onnxruntime": _ort_options(parsed.ort_options())}
+
+
+def _iree_options(options: Mapping[str, str]) -> dict[str, Any]:
+    """The target CPU, iree-compile flags (features already turned into flags), opset and runtime device."""
+    return IreeOptions.parse(options).to_json()
 
 
 def _tri_state(options: Mapping[str, str], key: str) -> bool | None:
@@ -1268,4 +1274,7 @@ REPRO_BACKENDS: Mapping[str, _ReproBackend] = {
                               _tensorrt_options, _TENSORRT_CODE),
     "command": _ReproBackend("command", "the command of the spec (no Python library)", None, _command_options,
                              _COMMAND_CODE),
+    # The section is graphbisect's own pipeline (backends/iree.py), embedded verbatim.
+    "iree": _ReproBackend("iree", "iree-base-compiler, iree-base-runtime and onnx (the ONNX importer needs it)",
+                          "iree-base-compiler", _iree_options, repro_section()),
 }

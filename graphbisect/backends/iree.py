@@ -320,7 +320,7 @@ def dispatch_nodes(source: str, node_names: set[str]) -> list[str]:
         if not located:
             continue
         where = located.group(1)
-        where = aliases.get(where, where)
+        where = str(aliases.get(where, where))
         found += re.findall(r'"([^"]*)"', where)
     return [name for name in dict.fromkeys(found) if name in node_names]
 
@@ -454,3 +454,50 @@ def _version(dist: str) -> str | None:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+# ------------------------------------------------------------------------------------ repro.py section
+_REPRO_HOOKS = r'''
+
+def import_library(options):
+    """Import onnx and the two IREE packages; returns the compiler's version."""
+    try:
+        import iree.compiler  # noqa: F401
+        import iree.runtime  # noqa: F401
+        import onnx  # noqa: F401  (the ONNX importer needs it)
+    except ImportError as exc:
+        raise CannotRun(f"{exc}; pip install iree-base-compiler iree-base-runtime onnx") from exc
+    from importlib.metadata import version
+
+    return version("iree-base-compiler")
+
+
+def load_target(model_path, options):
+    """Import and compile exactly as graphbisect did (same target CPU and iree-compile flags); a failure of
+    either raises IreeImportError / IreeCompileError whose first line is the compiler's stable diagnostic."""
+    work = Path(tempfile.mkdtemp(prefix="repro-iree-"))
+    entry, inputs, outputs = import_onnx(model_path, work / "model.mlir", None, options["opset"])
+    compile_vmfb(compile_command(work / "model.mlir", work / "model.vmfb", options["cpu"], options["flags"]))
+    context, function = load_module(work / "model.vmfb", entry, options["device"])
+    return {"context": context, "function": function, "inputs": [name for name, _ in inputs], "outputs": outputs}
+
+
+def run_target(target, inputs, output_names):
+    """Call the entry function once with the bundle's inputs."""
+    produced = run_module(target["function"], inputs, target["inputs"], target["outputs"])
+    return {name: produced[name] for name in output_names if name in produced}
+'''
+
+
+def repro_section() -> str:
+    """The ``iree`` section of the bundle's ``repro.py``: this module's pipeline functions, verbatim, and the
+    ``import_library``/``load_target``/``run_target`` hooks the script calls (one implementation for both)."""
+    import inspect
+
+    parts: list[Any] = [IreeImportError, IreeCompileError, import_onnx, compile_command, compile_diagnostic,
+                        compile_vmfb, load_module]
+    code = "\n\n".join(inspect.getsource(part) for part in parts)
+    dtypes = f"ONNX_DTYPES = {ONNX_DTYPES!r}\n"
+    return ("\n# --------------------------------------- the target: IREE (ONNX import -> iree-compile -> runtime)\n"
+            "from collections.abc import Callable\n\n\n" + code + "\n\n" + dtypes + "\n\n"
+            + inspect.getsource(run_module) + _REPRO_HOOKS)
