@@ -11,12 +11,13 @@ user's flags) that :func:`compile_vmfb` runs as a child process; :func:`load_mod
 :func:`run_module` run the entry function, which the importer names after the ONNX graph.
 
 **Failures are results with a stable signature.** An import failure raises :class:`IreeImportError`, a
-compile failure :class:`IreeCompileError`; both become *crash at load* results. The message's first line is
-:func:`compile_diagnostic`'s stable part of the compiler's output: the first ``error:`` with its location
-prefix, ``loc(...)`` attributes, SSA names and operand lists removed but the failing op, its ONNX op name
-(``<{name = "onnx.DFT"}>``) and types kept; for a compiler that crashed (``Stack dump:``), the signal, the
-assertion when there is one, and the innermost compiler frames. So ``reduce`` shrinks a model that makes
-the compiler fail without drifting to another diagnostic. The full compiler output follows on later lines.
+compile failure :class:`IreeCompileError`; both become *crash at load* results. The message's first
+paragraph (what signatures key on) is :func:`compile_diagnostic`'s stable part of the compiler's output:
+the first ``error:`` with its location prefix, ``loc(...)`` attributes, SSA names and operand lists removed
+but the failing op, its ONNX op name (``<{name = "onnx.DFT"}>``) and types kept; for a compiler that
+crashed (``Stack dump:``), the signal, the assertion when there is one, and the innermost compiler frames.
+So ``reduce`` shrinks a model that makes the compiler fail without drifting to another diagnostic. The full
+compiler output follows after a blank line.
 
 **Intermediates** are added on the ONNX side (graph outputs, typed by shape inference), as for ONNX
 Runtime. **Dispatches** (``report_dispatches=1``): the compile also dumps the executable sources
@@ -137,11 +138,11 @@ class IreeOptions:
 
 # --------------------------------------------------------------------------- the pipeline (repro)
 class IreeImportError(Exception):
-    """The ONNX model could not be imported into MLIR (first line: the stable part of the importer's error)."""
+    """The ONNX model could not be imported into MLIR (first paragraph: the importer's error, stable part)."""
 
 
 class IreeCompileError(Exception):
-    """``iree-compile`` failed (first line: the stable part of its diagnostic; then the full output)."""
+    """``iree-compile`` failed (first paragraph: the stable part of its diagnostic; then the full output)."""
 
 
 def import_onnx(model_path: Path | str, mlir_path: Path | str, outputs: list | None = None,
@@ -180,7 +181,7 @@ def import_onnx(model_path: Path | str, mlir_path: Path | str, outputs: list | N
     except Exception as exc:
         lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
         first = re.sub(r"%[\w.$#-]+", "%", lines[0] if lines else "")
-        raise IreeImportError("\n".join([f"{type(exc).__name__}: {first}", *lines[1:]])) from exc
+        raise IreeImportError("\n\n".join([f"{type(exc).__name__}: {first}", "\n".join(lines[1:])]).strip()) from exc
     Path(mlir_path).write_text(text, encoding="utf-8")
     initializers = {init.name for init in model.graph.initializer}
 
@@ -250,7 +251,7 @@ def compile_vmfb(command: list, timeout: float | None = None) -> str:
     done = subprocess.run(command, check=False, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
     output = (done.stderr + done.stdout).decode("utf-8", errors="replace")
     if done.returncode != 0:
-        raise IreeCompileError(f"{compile_diagnostic(output, done.returncode)}\n{output}")
+        raise IreeCompileError(f"{compile_diagnostic(output, done.returncode)}\n\n{output}")
     return output
 
 
@@ -474,7 +475,7 @@ def import_library(options):
 
 def load_target(model_path, options):
     """Import and compile exactly as graphbisect did (same target CPU and iree-compile flags); a failure of
-    either raises IreeImportError / IreeCompileError whose first line is the compiler's stable diagnostic."""
+    either raises IreeImportError / IreeCompileError whose first paragraph is the compiler's stable diagnostic."""
     work = Path(tempfile.mkdtemp(prefix="repro-iree-"))
     entry, inputs, outputs = import_onnx(model_path, work / "model.mlir", None, options["opset"])
     compile_vmfb(compile_command(work / "model.mlir", work / "model.vmfb", options["cpu"], options["flags"]))

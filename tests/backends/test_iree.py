@@ -1,0 +1,182 @@
+"""The iree backend (ONNX import → iree-compile for llvm-cpu → iree.runtime) on real IREE bugs.
+
+Each model is a residual CNN with one public IREE bug embedded (graphbisect/examples/iree_bugs.py, verified on
+iree-base-compiler 3.13.0rc20261016): ``reduce`` must return the small failing model the upstream report
+needed, ``passes`` must name the compiler feature to switch off, and the bundle must replay through
+``repro.py`` (IREE packages only) and ``graphbisect verify``. The diagnostics in the unit tests are real
+``iree-compile`` output captured here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+
+from graphbisect.backends import BackendSpec, resolve
+from graphbisect.backends.iree import FEATURES, IreeOptions, compile_diagnostic, dispatch_nodes
+from graphbisect.cli.main import main
+from graphbisect.errors import SpecError
+from graphbisect.examples.iree_bugs import iree_bug_model
+from graphbisect.model import load_model
+from graphbisect.workflows.passes import PassesOptions, find_culprit_passes
+
+iree_installed = pytest.mark.skipif(not resolve("iree", require_available=False)[1].availability().available,
+                                    reason="iree-base-compiler is not installed (pip install 'graphbisect[iree]')")
+
+# Real iree-compile 3.13 output (paths and the long stack shortened).
+UNPOOL_ERROR = (
+    '<unknown>:0: error: loc("site/unpool"): failed to legalize operation \'torch.aten.max_unpool2d\' that was '
+    'explicitly marked illegal: %460 = "torch.aten.max_unpool2d"(%458, %385#1, %459) : (!torch.vtensor<[1,4,4,4],'
+    'f32>, !torch.vtensor<[1,4,4,4],si64>, !torch.list<int>) -> !torch.vtensor<[1,4,8,8],f32> loc("site/unpool")\n')
+DFT_ERROR = (
+    '<unknown>:0: error: loc(""): failed to legalize operation \'torch.operator\' that was explicitly marked '
+    'illegal: %1 = "torch.operator"(%arg0) <{name = "onnx.DFT"}> : (!torch.vtensor<[1,8,1],f32>) -> '
+    '!torch.vtensor<[1,8,2],f32> loc("")\n')
+SEGFAULT = """Please report issues to https://github.com/iree-org/iree/issues and include the crash backtrace.
+Stack dump:
+0.\tProgram arguments: /tmp/venv/lib/python3.11/site-packages/iree/compiler/_mlir_libs/iree-compile /tmp/w1/model.mlir
+ #0 0x00007f4f7175a0ab llvm::sys::PrintStackTrace(llvm::raw_ostream&, int) Signals.cpp:0:0
+ #1 0x00007f4f717571fe llvm::sys::RunSignalHandlers() Signals.cpp:0:0
+ #2 0x00007f4f7175ac10 SignalHandler(int, siginfo_t*, void*) Signals.cpp:0:0
+ #3 0x00007f4f6b85a050 (/lib/x86_64-linux-gnu/libc.so.6+0x3c050)
+ #4 0x00007f4f7186e996 mlir::Type::getContext() const Types.cpp:0:0
+ #5 0x00007f4f71872362 (anonymous namespace)::OperationVerifier::verifyOpAndDominance(mlir::Operation&) Verifier.cpp:0:0
+ #6 0x00007f4f71871572 mlir::verify(mlir::Operation*, bool) Verifier.cpp:0:0
+"""
+
+
+# ------------------------------------------------------------------------------------ no compiler needed
+def test_compile_diagnostic_keeps_op_and_onnx_name_but_not_locations_or_ssa_names() -> None:
+    unpool = compile_diagnostic(UNPOOL_ERROR, 1)
+    assert unpool.startswith("failed to legalize operation 'torch.aten.max_unpool2d'")
+    assert "loc(" not in unpool and "%" not in unpool and "site/unpool" not in unpool
+    assert "!torch.vtensor<[1,4,4,4],f32>" in unpool  # the failing op's types stay
+    renumbered = UNPOOL_ERROR.replace("%460", "%12").replace("%458", "%3").replace("%385#1", "%0#1")
+    assert compile_diagnostic(renumbered.replace("site/unpool", "unpool_7"), 1) == unpool
+    dft = compile_diagnostic(DFT_ERROR, 1)
+    assert '<{name = "onnx.DFT"}>' in dft and dft != unpool  # another unsupported op is another failure
+
+
+def test_compile_crash_signature_is_signal_and_innermost_frames_without_addresses_or_paths() -> None:
+    key = compile_diagnostic(SEGFAULT, -11)
+    assert key == ("iree-compile crashed (signal 11); in mlir::Type::getContext() const <- "
+                   "(anonymous namespace)::OperationVerifier::verifyOpAndDominance(mlir::Operation&)")
+    moved = SEGFAULT.replace("0x00007f4f", "0x00007f11").replace("/tmp/w1/", "/tmp/w2/")
+    assert compile_diagnostic(moved, -11) == key
+
+
+def test_options_are_checked_before_any_compile() -> None:
+    assert IreeOptions.parse({"disabled": "const-eval;ukernels", "flags": "--iree-opt-level=O0"}).compile_flags() \
+        == [FEATURES["const-eval"], FEATURES["ukernels"], "--iree-opt-level=O0"]
+    with pytest.raises(SpecError, match="no feature 'const_eval'"):
+        IreeOptions.parse({"disabled": "const_eval"})
+    with pytest.raises(SpecError, match="not a compiler flag"):
+        IreeOptions.parse({"flags": "iree-opt-level=O0"})
+    with pytest.raises(SpecError, match="not a CPU device"):
+        IreeOptions.parse({"device": "cuda"})
+
+
+def test_dispatch_view_ignores_helpers_that_carry_another_nodes_location() -> None:
+    source = ('%5 = tensor.empty() : tensor<4x8x8xf32> loc("stem/conv")\n'
+              '%6 = linalg.fill ins(%cst : f32) outs(%5 : tensor<4x8x8xf32>) -> tensor<4x8x8xf32> loc("stem/conv")\n'
+              '%7 = linalg.generic {indexing_maps = [#map]} ins(%3 : tensor<4x8x8xf32>) outs(%6) {\n'
+              '^bb0(%in: f32 loc("block0/conv1"), %out: f32 loc("stem/conv")):\n'
+              '} -> tensor<4x8x8xf32> loc(#loc4)\n'
+              '#loc4 = loc(fused["block0/conv2", "block0/add"])\n')
+    assert dispatch_nodes(source, {"stem/conv", "block0/conv1", "block0/conv2", "block0/add"}) == \
+        ["block0/conv2", "block0/add"]
+
+
+# ------------------------------------------------------------------------------------- real IREE runs
+def _save(directory: Path, bug: str, **kwargs: Any) -> tuple[Path, Path]:
+    model, inputs, _ = iree_bug_model(bug, **kwargs)
+    path, feeds = directory / f"{bug}.onnx", directory / f"{bug}.npz"
+    onnx.save(model, path)
+    np.savez(feeds, **inputs)
+    return path, feeds
+
+
+def _reduce(tmp_path: Path, bug: str) -> tuple[dict[str, Any], Path]:
+    """`reduce --target iree` on the host with ``bug``: its report (``kept`` = the kept node names) and bundle."""
+    model, inputs = _save(tmp_path, bug)
+    bundle = tmp_path / "bundle"
+    assert main(["reduce", str(model), "--inputs", str(inputs), "--target", "iree", "-o", str(bundle)]) == 1
+    report = json.loads((bundle / "report.json").read_text())
+    report["kept"] = [node["name"] for node in report["kept_nodes"]]
+    return report, bundle
+
+
+@iree_installed
+def test_backends_lists_iree_with_its_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.metadata
+
+    assert main(["backends"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("iree "))
+    assert line.split()[1:3] == ["yes", importlib.metadata.version("iree-base-compiler")]
+
+
+@iree_installed
+def test_maxunpool_compile_failure_reduces_to_the_unpool_and_replays(tmp_path: Path) -> None:
+    """nod-ai/AMD-SHARK-ModelDev#718: torch.aten.max_unpool2d has no lowering; the SegNet pool/unpool pair in
+    a 22-node CNN reduces to the MaxUnpool alone (its indices fed as a constant), same diagnostic."""
+    report, bundle = _reduce(tmp_path, "maxunpool")
+    assert report["signature"]["kind"] == "crash-load"
+    assert "IreeCompileError: failed to legalize operation 'torch.aten.max_unpool2d'" in report["signature"]["detail"]
+    assert report["original_nodes"] == 22 and report["kept"] == ["site/unpool"]
+    assert report["one_minimal"] and report["invocations"]["target"] <= 20
+    done = subprocess.run([sys.executable, str(bundle / "repro.py")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "REPRODUCED" in done.stdout
+
+
+@iree_installed
+def test_gridsample_wrong_result_reduces_to_the_grid_sample_and_verifies(tmp_path: Path) -> None:
+    """iree-org/iree#24378 (gridsample nearest): x.5 rounded away from zero; 20 nodes → the GridSample."""
+    report, bundle = _reduce(tmp_path, "gridsample")
+    assert report["signature"]["kind"] == "mismatch"
+    assert report["kept"] == ["site/grid_sample"] and report["one_minimal"]
+    assert report["invocations"]["target"] <= 8  # layerwise evidence points at the dispatch that holds it
+    assert main(["verify", str(bundle)]) == 1
+
+
+@iree_installed
+def test_compare_maps_the_diverging_dispatch_back_to_onnx_nodes(tmp_path: Path) -> None:
+    model, inputs = _save(tmp_path, "gridsample")
+    assert main(["compare", str(model), "--inputs", str(inputs), "--target", "iree",
+                 "--json", str(tmp_path / "c.json")]) == 1
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert data["compiled_graph"]["source"] == "IREE dispatches"
+    dispatch = data["first_divergence"]["compiled_as"]  # the first diverging tensor's dispatch
+    assert dispatch["kind"] == "dispatch" and "site/grid_sample" in dispatch["originals"]
+    assert "stem/conv" not in dispatch["originals"]  # shared helpers do not smear the view
+
+
+@iree_installed
+def test_unique_compiler_segfault_reduces_to_the_unique(tmp_path: Path) -> None:
+    """iree-org/iree#24230: Unique crashes iree-compile (SIGSEGV); 25 nodes → the Unique."""
+    report, _ = _reduce(tmp_path, "unique")
+    assert report["signature"]["kind"] == "crash-load"
+    assert report["signature"]["detail"].startswith("IreeCompileError: iree-compile crashed (signal 11)")
+    assert report["kept"] == ["site/unique"] and report["one_minimal"]
+
+
+@iree_installed
+def test_f64_demotion_is_named_as_the_culprit_feature(tmp_path: Path) -> None:
+    """iree-org/iree#24180: IREE demotes f64 to f32 by default but exports an f64 result buffer, so the call
+    fails at run time; `passes` names demote-f64-to-f32 and its flag is the workaround."""
+    model, inputs, _ = iree_bug_model("f64-output", blocks=1)
+    result = find_culprit_passes(load_model(model), inputs=inputs, workdir=tmp_path,
+                                 options=PassesOptions(target="iree"))
+    assert result.signature.kind.value == "crash-run"
+    assert "buffer view byte length" in result.signature.detail
+    assert "demote-f64-to-f32" in result.fired and len(result.fired) < len(FEATURES)  # measured, not assumed
+    assert result.culprits == ("demote-f64-to-f32",) and result.required == ("demote-f64-to-f32",)
+    fixed = BackendSpec.parse(str(result.fixed_target))
+    assert IreeOptions.parse(fixed.options).compile_flags() == ["--iree-input-demote-f64-to-f32=false"]
