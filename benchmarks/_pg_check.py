@@ -16,6 +16,10 @@ Any other outcome exits 0 ("good"), so Polygraphy, like graphbisect, never accep
 (a mismatch case whose subgraph crashes is not the same bug). Inputs missing from the layerwise inputs file
 are an error (exit 2), which Polygraphy also counts as "bad", as ``polygraphy run`` would.
 
+``--target iree`` runs IREE instead (graphbisect's own import/compile/run functions), and ``--expect-message``
+makes a crash count only with the same diagnostic, so Polygraphy does not drift from one compiler error to
+another either.
+
 Run: ``python benchmarks/_pg_check.py MODEL --inputs L.json --golden G.json --counter C --expect mismatch``
 """
 
@@ -37,6 +41,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--golden", type=Path, required=True, help="Polygraphy RunResults JSON (layerwise)")
     parser.add_argument("--counter", type=Path, required=True, help="a line is appended per invocation")
     parser.add_argument("--expect", choices=("mismatch", "crash"), required=True)
+    parser.add_argument("--target", choices=("onnxruntime", "iree"), default="onnxruntime",
+                        help="onnxruntime (ORT_ENABLE_ALL) or iree (graphbisect's IREE pipeline, llvm-cpu, host CPU)")
+    parser.add_argument("--expect-message", default=None,
+                        help="a crash counts only when its message contains this text (the same diagnostic)")
     parser.add_argument("--atol", type=float, default=1e-4)
     parser.add_argument("--rtol", type=float, default=1e-3)
     return parser.parse_args(argv)
@@ -73,6 +81,27 @@ def run_target(model: Path, feeds: Mapping[str, np.ndarray]) -> tuple[dict[str, 
     return dict(zip(output_names, values)), None
 
 
+def run_iree(model: Path, feeds: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray] | None, str | None]:
+    """IREE: ONNX import, iree-compile for llvm-cpu, iree.runtime; (outputs, None) or (None, error)."""
+    import tempfile
+
+    from graphbisect.backends.iree import compile_command, compile_vmfb, import_onnx, load_module, run_module
+
+    with tempfile.TemporaryDirectory(prefix="pg-iree-") as tmp:
+        try:
+            entry, inputs, outputs = import_onnx(model, Path(tmp) / "m.mlir")
+            compile_vmfb(compile_command(Path(tmp) / "m.mlir", Path(tmp) / "m.vmfb"))
+            missing = [name for name, _ in inputs if name not in feeds]
+            if missing:
+                print(f"no layerwise value for graph input {missing[0]!r}", file=sys.stderr)
+                raise SystemExit(2)
+            _context, function = load_module(Path(tmp) / "m.vmfb", entry)
+            names = [name for name, _ in inputs]
+            return run_module(function, {n: np.asarray(feeds[n]) for n in names}, names, outputs), None
+        except Exception as exc:  # import, compile or run failure: the target crashed
+            return None, f"{type(exc).__name__}: {exc}"
+
+
 def mismatching(outputs: Mapping[str, np.ndarray], golden: Mapping[str, np.ndarray], atol: float,
                 rtol: float) -> list[str]:
     """Names of the outputs (among those with a golden value) that differ beyond tolerance."""
@@ -96,10 +125,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     with args.counter.open("a") as handle:
         handle.write(f"{args.model}\n")
     feeds, golden = load_polygraphy_data(args.inputs, args.golden)
-    outputs, error = run_target(args.model, feeds)
+    outputs, error = (run_iree if args.target == "iree" else run_target)(args.model, feeds)
     if error is not None:
-        print(f"target crashed: {error}")
-        return 1 if args.expect == "crash" else 0
+        print(f"target crashed: {error.splitlines()[0] if error else error}")
+        same = args.expect_message is None or args.expect_message in error
+        return 1 if args.expect == "crash" and same else 0
     assert outputs is not None
     bad = mismatching(outputs, golden, args.atol, args.rtol)
     print(f"mismatching outputs: {bad}" if bad else "outputs match")

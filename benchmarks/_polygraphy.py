@@ -54,6 +54,7 @@ class PolygraphyPrep:
     seconds: float
     reproduces: bool  # the check fails on folded.onnx
     precheck_output: str = ""
+    check_args: tuple[str, ...] = ()  # extra options of the check (e.g. --target iree)
 
 
 @dataclass(frozen=True)
@@ -100,14 +101,15 @@ def _golden(folder: Path, inputs: Mapping[str, np.ndarray]) -> None:
     save_json([dict(inputs)], str(folder / "inputs.json"), description="inputs")
 
 
-def check_command(kind: str, model: str, counter: str) -> list[str]:
+def check_command(kind: str, model: str, counter: str, extra: Sequence[str] = ()) -> list[str]:
     """The ``--check`` command line that looks for a ``kind`` failure of ``model`` (relative to the folder)."""
     return [sys.executable, str(CHECK_SCRIPT), model, "--inputs", "layerwise_inputs.json", "--golden",
-            "layerwise_golden.json", "--counter", counter, "--expect", kind]
+            "layerwise_golden.json", "--counter", counter, "--expect", kind, *extra]
 
 
-def prepare(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray], kind: str, folder: Path) -> PolygraphyPrep:
-    """Steps 1–3 in ``folder``, then the (uncounted) check on the folded model."""
+def prepare(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray], kind: str, folder: Path,
+            check_args: Sequence[str] = ()) -> PolygraphyPrep:
+    """Steps 1–3 in ``folder``, then the (uncounted) check on the folded model (``check_args``: its options)."""
     folder.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     onnx.save(model, folder / "model.onnx")
@@ -116,9 +118,10 @@ def prepare(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray], kind: str,
     _polygraphy(["data", "merge", "inputs.json", "layerwise_golden.json", "-o", "layerwise_inputs.json"], folder)
     seconds = time.perf_counter() - started
     folded = len(onnx.load(folder / "folded.onnx").graph.node)
-    done = subprocess.run(check_command(kind, "folded.onnx", "precheck.count"), cwd=folder, capture_output=True,
-                          text=True, check=False)
-    return PolygraphyPrep(folder, kind, folded, seconds, done.returncode != 0, done.stdout.strip()[-300:])
+    done = subprocess.run(check_command(kind, "folded.onnx", "precheck.count", check_args), cwd=folder,
+                          capture_output=True, text=True, check=False)
+    return PolygraphyPrep(folder, kind, folded, seconds, done.returncode != 0, done.stdout.strip()[-300:],
+                          tuple(check_args))
 
 
 def _count(path: Path) -> int:
@@ -131,7 +134,8 @@ def debug_reduce(prep: PolygraphyPrep, source: str, mode: str, *, timeout: float
     counter, output, log = prep.folder / f"{stem}.count", prep.folder / f"{stem}.onnx", prep.folder / f"{stem}.log"
     counter.unlink(missing_ok=True)
     command = [POLYGRAPHY, "debug", "reduce", source, "-o", output.name, f"--mode={mode}", "--load-inputs",
-               "layerwise_inputs.json", "--check", *check_command(prep.kind, "polygraphy_debug.onnx", counter.name)]
+               "layerwise_inputs.json", "--check",
+               *check_command(prep.kind, "polygraphy_debug.onnx", counter.name, prep.check_args)]
     started = time.perf_counter()
     with log.open("w") as handle:
         proc = subprocess.Popen(command, cwd=prep.folder, stdout=handle, stderr=subprocess.STDOUT,

@@ -387,9 +387,10 @@ class Iree:
         """The enabled features whose disabling flag changes the compiled module: one compile per feature.
 
         Two compiles of the same input differ in a few bytes (IREE 3.13 writes a per-process value into a
-        table of the embedded ELF, and the zip CRCs follow), so the baseline is compiled twice and the bytes
-        the two disagree on are ignored: a feature *changed the program* when its module differs in length
-        or anywhere else.
+        table of the embedded ELF, and the zip CRCs follow), so the baseline is compiled twice more and the
+        aligned 8-byte words where any two of the three disagree are ignored (a word, not a byte: two values
+        may share some bytes by chance): a feature *changed the program* when its module differs in length
+        or in any other word.
         """
         baseline = vmfb.read_bytes()
         names = [name for name in FEATURES if name not in self.options.disabled]
@@ -406,31 +407,40 @@ class Iree:
                 other.unlink(missing_ok=True)
 
         # Each compile is a child process: run them side by side on the cores there are.
-        with ThreadPoolExecutor(max_workers=max(1, min(len(names) + 1, os.cpu_count() or 1))) as pool:
-            modules = list(pool.map(lambda name: compiled(name, [name] if name else []), ["", *names]))
-        again = modules[0]
-        noise = _noise(baseline, again) if again is not None else None
+        with ThreadPoolExecutor(max_workers=max(1, min(len(names) + 2, os.cpu_count() or 1))) as pool:
+            modules = list(pool.map(lambda tag: compiled(tag, [tag] if tag in FEATURES else []),
+                                    ["same-1", "same-2", *names]))
+        noise = _noise(baseline, modules[0], modules[1])
         changed = {name: module is None or _differs(baseline, module, noise)
-                   for name, module in zip(names, modules[1:])}
+                   for name, module in zip(names, modules[2:])}
         fired = [name for name in names if changed[name]]
         return {"fired_passes": fired, "fired_required": [],
                 "unchanged_passes": [name for name in names if not changed[name]],
-                "noise_bytes": None if noise is None else int(noise.sum()),
+                "noise_bytes": None if noise is None else _WORD * int(noise.sum()),
                 "feature_flags": {name: FEATURES[name] for name in fired}}
 
 
-def _noise(first: bytes, second: bytes) -> np.ndarray | None:
-    """Byte positions where two compiles of the same input differ (None: they differ in length)."""
-    if len(first) != len(second):
+_WORD = 8
+
+
+def _words(data: bytes) -> np.ndarray:
+    """``data`` as aligned 8-byte words (zero-padded), for word-wise comparison."""
+    padded = data + b"\0" * (-len(data) % _WORD)
+    return np.frombuffer(padded, np.uint64)
+
+
+def _noise(baseline: bytes, *again: bytes | None) -> np.ndarray | None:
+    """Words where compiles of the same input disagree (None: a length differs or a compile failed)."""
+    if any(other is None or len(other) != len(baseline) for other in again):
         return None
-    return np.frombuffer(first, np.uint8) != np.frombuffer(second, np.uint8)
+    words = _words(baseline)
+    return np.logical_or.reduce([_words(other) != words for other in again if other is not None])
 
 
 def _differs(baseline: bytes, module: bytes, noise: np.ndarray | None) -> bool:
     if len(module) != len(baseline) or noise is None:
         return True
-    diff = np.frombuffer(module, np.uint8) != np.frombuffer(baseline, np.uint8)
-    return bool((diff & ~noise).any())
+    return bool(((_words(module) != _words(baseline)) & ~noise).any())
 
 
 def _clear(folder: Path) -> None:
