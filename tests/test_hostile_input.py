@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -412,3 +413,13 @@ def test_item9_nul_in_tensor_names_is_a_clear_error_not_an_abort_mid_run(tmp_pat
     model, _ = _renamed_host(tmp_path, "", tensor_suffix="\x00x")
     with pytest.raises(ModelError, match="NUL character"):
         load_model(model)
+
+
+def test_item2_zip_holds_the_bundle_not_the_users_files(example_bundle: Path, tmp_path: Path) -> None:
+    out = _copy(example_bundle, tmp_path)
+    (out / "private-notes.txt").write_text("not for the bug tracker")
+    assert _reduce_example(out, "--zip") == 1
+    with zipfile.ZipFile(out.with_name(out.name + ".zip")) as zf:
+        members = {Path(n).name for n in zf.namelist()}
+    assert "private-notes.txt" not in members and {"model.onnx", "report.json", "repro.py"} <= members
+    assert (out / "private-notes.txt").exists()

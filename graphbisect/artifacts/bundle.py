@@ -329,14 +329,21 @@ def _install(staging: Path, out_dir: Path) -> None:
 
 
 def _write_zip(out_dir: Path) -> Path:
-    """``<out_dir>.zip`` beside the folder, written atomically; members are ``<name>/<file>``."""
+    """``<out_dir>.zip`` beside the folder, written atomically; members are ``<name>/<file>``.
+
+    Only the bundle's own files (those report.json lists, and report.json): the zip is what people share,
+    and the user's notes kept in the folder are not theirs to share.
+    """
     target = out_dir.with_name(out_dir.name + ".zip")
+    names = sorted({str(f.get("name")) for f in (_previous_result(out_dir) or {}).get("files") or []
+                    if isinstance(f, dict)} | {"report.json"})
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=out_dir.parent)
     try:
         with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as zf:
-            for path in sorted(out_dir.rglob("*")):
-                if path.is_file():
-                    zf.write(path, f"{out_dir.name}/{path.relative_to(out_dir).as_posix()}")
+            for name in names:
+                path = out_dir / name
+                if Path(name).name == name and path.is_file() and not path.is_symlink():
+                    zf.write(path, f"{out_dir.name}/{name}")
         Path(tmp).chmod(0o644)
         os.replace(tmp, target)
     except BaseException:
