@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from graphbisect.artifacts.bundle import load_bundle
@@ -43,6 +44,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"bundle    {args.bundle}")
         print(f"oracle    {bundle.oracle}   (recorded outputs)")
         print(f"target    {args.target or bundle.target}")
+        code = None if args.target else runs_code(bundle.target)
+        if code is not None and args.trust:
+            print(f"warning: --trust: running {code}, named by the bundle", file=sys.stderr)
         verification = verify_bundle(bundle, args.target, trust=args.trust)
     _print(verification)
     if args.json is not None:
