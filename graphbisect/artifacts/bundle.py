@@ -49,6 +49,7 @@ import numpy as np
 import onnx
 
 from graphbisect.artifacts.charts import size_journey_svg
+from graphbisect.artifacts.content import BundleContent
 from graphbisect.artifacts.environment import backend_facts, collect_environment
 from graphbisect.artifacts.report import jsonable, render_markdown, report_data
 from graphbisect.artifacts.repro import TACTICS_FILE, render_repro, repro_config, tactic_files
@@ -75,37 +76,6 @@ BUNDLE_FILES = ("model.onnx", "inputs.npz", "oracle_outputs.npz", "target_output
 
 class BundleError(GraphBisectError):
     """A bundle cannot be written where asked, or a folder/zip is not a readable bundle."""
-
-
-@dataclass(frozen=True)
-class BundleContent:
-    """Everything a bundle holds, built by the reduce workflow (see the module docstring for the files).
-
-    ``report`` holds JSON-able facts of the run: ``original_model`` (path, fingerprint, nodes),
-    ``final_nodes``, ``kept_nodes``, ``invocations`` (per backend), ``seconds``, ``journey``
-    (``[[invocations, size], ...]``), ``one_minimal``, ``stop_reason``, ``strategies``, ``versions``...;
-    unknown keys are kept in report.json. ``charts`` maps chart names to SVG text.
-
-    ``control`` is a spec of the same backend that must *not* fail on this model (e.g. the culprit passes
-    disabled): ``repro.py`` runs it too and reports it. ``sections`` maps titles to extra markdown sections
-    appended to ``report.md`` by the workflow that knows them (e.g. the passes before/after view). ``files``
-    maps extra file names to their text (e.g. ``repro_min.py``).
-    """
-
-    model: onnx.ModelProto
-    inputs: Mapping[str, np.ndarray]
-    oracle_outputs: Mapping[str, np.ndarray]
-    target_outputs: Mapping[str, np.ndarray]
-    oracle: BackendSpec
-    target: BackendSpec
-    tolerance: Tolerance
-    signature: Signature
-    target_message: str | None
-    report: Mapping[str, Any]
-    charts: Mapping[str, str] = field(default_factory=dict)
-    control: BackendSpec | None = None
-    sections: Mapping[str, str] = field(default_factory=dict)
-    files: Mapping[str, str] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------------------------- write

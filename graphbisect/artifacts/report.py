@@ -30,7 +30,7 @@ from graphbisect.artifacts.repro import has_standalone_repro, tactic_files
 from graphbisect.compare import Comparison, TensorStats, compare_outputs
 
 if TYPE_CHECKING:
-    from graphbisect.artifacts.bundle import BundleContent
+    from graphbisect.artifacts.content import BundleContent
 
 __all__ = ["headline", "jsonable", "md_cell", "md_code", "render_markdown", "report_data", "tolerance_json"]
 

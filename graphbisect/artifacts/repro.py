@@ -55,7 +55,7 @@ from graphbisect.errors import SpecError
 from graphbisect.oracle.signature import FailureKind, Signature, normalize_message
 
 if TYPE_CHECKING:
-    from graphbisect.artifacts.bundle import BundleContent
+    from graphbisect.artifacts.content import BundleContent
 
 __all__ = [
     "CONFIG_FORMAT",

@@ -29,7 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from graphbisect.errors import GraphBisectError, SpecError
 
-__all__ = ["DEFAULT_RETRIES", "Executor", "ExecutorSpec", "WorkerLostError", "make_executor"]
+__all__ = ["DEFAULT_RETRIES", "Executor", "ExecutorSpec", "WorkerLostError"]
 
 log = logging.getLogger(__name__)
 
@@ -85,20 +85,3 @@ class ExecutorSpec:
                             hint="use local (worker processes on this machine), ray (a local Ray instance) or "
                             "ray:ADDRESS (an existing cluster, e.g. ray:auto or ray:10.0.0.5:6379)")
         return cls(kind, address or None)
-
-
-def make_executor(spec: str | ExecutorSpec, *, jobs: int | None = None, gpus_per_task: float = 0.0,
-                  max_retries: int = DEFAULT_RETRIES) -> Executor:
-    """The executor named by ``spec``, running up to ``jobs`` tasks at once (default: one per CPU).
-
-    ``gpus_per_task`` is requested from Ray for each task (a backend with ``Capability.NEEDS_GPU``);
-    the local executor runs on this machine's GPU and ignores it.
-    """
-    parsed = spec if isinstance(spec, ExecutorSpec) else ExecutorSpec.parse(spec)
-    if parsed.kind == "ray":
-        from graphbisect.executors.ray import RayExecutor
-
-        return RayExecutor(parsed.address, jobs=jobs, gpus_per_task=gpus_per_task, max_retries=max_retries)
-    from graphbisect.executors.local import LocalExecutor
-
-    return LocalExecutor(jobs=jobs, max_retries=max_retries)

@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
-from graphbisect.executors.base import Executor, make_executor
+from graphbisect.executors.base import Executor
+from graphbisect.executors.factory import make_executor
 
 __all__ = ["ExecutorPool", "run_candidate"]
 

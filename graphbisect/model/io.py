@@ -25,7 +25,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import onnx
@@ -35,8 +35,12 @@ from graphbisect.atomic import atomic_path
 from graphbisect.errors import ModelError
 from graphbisect.model.external import SourceRef, copy_source, has_sources, link_file, source_of
 
-if TYPE_CHECKING:
-    from graphbisect.model.graph import Model
+
+class HasProto(Protocol):
+    """A loaded :class:`~graphbisect.model.graph.Model` as this module sees it (io sits below graph.py)."""
+
+    @property
+    def proto(self) -> onnx.ModelProto: ...
 
 __all__ = [
     "INLINE_MAX_BYTES",
@@ -123,7 +127,7 @@ def _aligned(offset: int, size: int) -> int:
 
 
 def write_weights_file(
-    model: Model | onnx.ModelProto, path: str | Path, *, min_bytes: int = INLINE_MAX_BYTES, inline: bool = True,
+    model: HasProto | onnx.ModelProto, path: str | Path, *, min_bytes: int = INLINE_MAX_BYTES, inline: bool = True,
     link: bool = True,
 ) -> dict[str, ExternalRef]:
     """Write every initializer of ``model`` (a :class:`Model` or ``ModelProto``) once into ``path``; return

@@ -1,0 +1,54 @@
+"""Module layering: each area imports in one direction (a façade on top, leaves below), no circles.
+
+Counts every ``graphbisect`` import, also those under ``TYPE_CHECKING``: a circle there is still a circle
+for the reader and for a type checker.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "graphbisect"
+
+AREAS = {
+    "artifacts": ["bundle", "content", "report", "repro", "charts", "environment", "model_text", "repro_min"],
+    "model": ["graph", "io", "normalize", "external", "load"],
+    "executors": ["base", "local", "ray", "factory", "candidates"],
+}
+
+
+def _imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("graphbisect."):
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("graphbisect.")}
+    return found
+
+
+@pytest.mark.parametrize("area", sorted(AREAS))
+def test_area_has_no_import_cycle(area: str) -> None:
+    names = [n for n in AREAS[area] if (PACKAGE / area / f"{n}.py").exists()]
+    edges = {n: {m.rsplit(".", 1)[1] for m in _imports(PACKAGE / area / f"{n}.py")
+                 if m.startswith(f"graphbisect.{area}.") and m.rsplit(".", 1)[1] in names} for n in names}
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(edges[node]):
+            assert state.get(nxt) != 1, f"import cycle in graphbisect/{area}: {' -> '.join([*path, node, nxt])}"
+            if nxt not in state:
+                visit(nxt, [*path, node])
+        state[node] = 2
+
+    for name in names:
+        if name not in state:
+            visit(name, [])
+
+
+def test_executor_interface_does_not_know_its_implementations() -> None:
+    assert not {m for m in _imports(PACKAGE / "executors" / "base.py") if m.startswith("graphbisect.executors.")}
