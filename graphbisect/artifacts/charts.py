@@ -126,8 +126,10 @@ class _LabelRows:
         return None
 
 
-def size_journey_svg(journey: Sequence[tuple[int, int]], title: str = "best size per backend invocation") -> str:
-    """A step chart of the best candidate's size (nodes) against backend invocations spent."""
+def size_journey_svg(journey: Sequence[tuple[int, int]],
+                     title: str = "best failing size (nodes) against the search's target runs") -> str:
+    """A step chart of the best candidate's size (nodes) against the target runs the *search* spent (the
+    report's "tests"; the runs on the original model and the re-verification come on top of them)."""
     if not journey:
         journey = [(0, 0)]
     max_x = max(*(x for x, _ in journey), 1)
@@ -147,6 +149,6 @@ def size_journey_svg(journey: Sequence[tuple[int, int]], title: str = "best size
         f'<polyline points="{" ".join(steps)}" fill="none" stroke="#1f77b4" stroke-width="2"/>',
         f'<text x="{_PAD_L - 6}" y="{_PAD_T + 4}" text-anchor="end">{max_y}</text>',
         f'<text x="{_PAD_L - 6}" y="{_PAD_T + plot_h}" text-anchor="end">0</text>',
-        f'<text x="{_W - _PAD_R}" y="{_H - 28}" text-anchor="end">{max_x} invocations</text>',
+        f'<text x="{_W - _PAD_R}" y="{_H - 28}" text-anchor="end">{max_x} search runs of the target</text>',
         "</svg>",
     ])

@@ -255,7 +255,9 @@ def _summary(content: BundleContent) -> str:
     rows: list[tuple[str, str]] = []
     if original:
         fingerprint = str(original.get("fingerprint") or "")[:16]
-        rows.append(("Original model", f"{_cell_code(original.get('path', '?'))}, {original.get('nodes', '?')} nodes"
+        path = original.get("path")
+        where = _cell_code(path) if path else "an in-memory ModelProto"
+        rows.append(("Original model", f"{where}, {original.get('nodes', '?')} nodes"
                      + (f", fingerprint {_cell_code(fingerprint)}" if fingerprint else "")))
     final = report.get("final_nodes", len(content.model.graph.node))
     rows.append(("Reduced model", f"`model.onnx`, {final} nodes"))
