@@ -36,6 +36,7 @@ that rule's level); a rule that only fires after another one fired is attributed
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import difflib
 import hashlib
@@ -55,7 +56,17 @@ from typing import Any
 import numpy as np
 
 from graphbisect.backends.worker import option_flag, select_feeds
-from graphbisect.errors import BackendError, ModelError, SpecError
+from graphbisect.errors import BackendError, InputError, ModelError, SpecError
+from graphbisect.values import (
+    EXTENSION_TYPES,
+    decode_tensor,
+    elem_type_of,
+    encode_tensor,
+    pack,
+    sub_byte_bits,
+    to_memory,
+    unpack,
+)
 
 __all__ = ["OnnxRuntime", "OptimizerCatalog", "OrtOptions", "capture_fd2", "optimizer_catalog"]
 
@@ -364,6 +375,46 @@ def _unique(names: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+# ------------------------------------------------------------------------------- types numpy lacks
+#: ORT's type strings of the element types numpy lacks (``NodeArg.type``), e.g. ``tensor(float8e4m3fn)``.
+_EXTENSION_TYPE_NAMES = frozenset(f"tensor({t.onnx_name.lower()})" for t in EXTENSION_TYPES.values()) | {
+    "tensor(float4e2m1)", "tensor(float8e8m0)"}
+
+
+def _extension_code(value: Any) -> int:
+    """The ONNX element type of ``value`` when it is a tensor of a type numpy lacks, else 0."""
+    if not isinstance(value, np.ndarray):
+        return 0
+    code = elem_type_of(value)
+    return code if code in EXTENSION_TYPES else 0
+
+
+def _ort_buffer(array: np.ndarray, code: int) -> np.ndarray:
+    """The array ``OrtValue.ortvalue_from_numpy_with_onnx_type`` reads: one of ``array``'s shape whose buffer
+    starts with the tensor's bytes (ORT takes the shape from it and reads 4-bit types packed)."""
+    if not sub_byte_bits(EXTENSION_TYPES[code]):
+        return np.ascontiguousarray(encode_tensor(array)[0])
+    buffer = np.zeros(array.shape, np.uint8)
+    packed = pack(array)
+    buffer.reshape(-1)[:packed.size] = packed
+    return buffer
+
+
+def _from_ortvalue(value: Any) -> Any:
+    """An output ``OrtValue`` as graphbisect's in-memory value."""
+    if not value.is_tensor():
+        return to_memory(value.numpy())
+    code = value.element_type()
+    ext = EXTENSION_TYPES.get(code)
+    if ext is None:
+        return to_memory(value.numpy())
+    shape = tuple(value.shape())
+    data = np.frombuffer(ctypes.string_at(value.data_ptr(), value.tensor_size_in_bytes()), np.uint8)
+    if sub_byte_bits(ext):
+        return unpack(data, code, shape)
+    return decode_tensor(data.view(np.dtype(ext.storage)).reshape(shape), code)
+
+
 # ---------------------------------------------------------------------------------------------- runtime
 class OnnxRuntime:
     """An ``onnxruntime.InferenceSession`` behind the :class:`~graphbisect.backends.base.Runtime` protocol.
@@ -389,6 +440,7 @@ class OnnxRuntime:
         self._outputs: list[str] = []
         self._required: list[str] = []
         self._feedable: set[str] = set()
+        self._typed_outputs = False
         self._info: dict[str, Any] = {}
 
     def validate(self) -> None:
@@ -425,11 +477,34 @@ class OnnxRuntime:
         if self.options.save_optimized:
             self._info["optimized_model"] = so.optimized_model_filepath
 
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run the session; feeds the model does not declare are ignored, missing ones are an InputError."""
+    def run(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """Run the session; feeds the model does not declare are ignored, missing ones are an InputError.
+
+        Tensors of the types numpy lacks (bfloat16, float8, int4...) travel as ``OrtValue``s holding their
+        raw bits with the ONNX element type: ``InferenceSession.run`` refuses them, or returns float8 as
+        untyped ``uint8``.
+        """
         feed = select_feeds(inputs, self._required, self._feedable)
+        if self._typed_outputs or any(_extension_code(value) for value in feed.values()):
+            return self._run_typed(feed)
         values = self._session.run(self._outputs, feed)
-        return dict(zip(self._outputs, values, strict=True))
+        return {name: to_memory(value) for name, value in zip(self._outputs, values, strict=True)}
+
+    def _run_typed(self, feed: Mapping[str, Any]) -> dict[str, Any]:
+        ort_value = self._ort.OrtValue
+        values = {}
+        for name, value in feed.items():
+            code = _extension_code(value)
+            if code:
+                values[name] = ort_value.ortvalue_from_numpy_with_onnx_type(_ort_buffer(value, code), code)
+            elif isinstance(value, np.ndarray):
+                values[name] = ort_value.ortvalue_from_numpy(value)
+            else:
+                raise InputError(f"input {name!r} is a sequence or optional, which graphbisect cannot feed to "
+                                 "ONNX Runtime together with bfloat16/float8/int4 tensors",
+                                 hint="feed such models' inputs separately")
+        results = self._session.run_with_ort_values(self._outputs, values)
+        return {name: _from_ortvalue(result) for name, result in zip(self._outputs, results, strict=True)}
 
     def info(self) -> dict[str, Any]:
         """Version, options, providers used; ``fired_passes``/``fired_required`` and ``optimized_model`` on request."""
@@ -451,6 +526,8 @@ class OnnxRuntime:
                              hint="ONNX Runtime returns only graph outputs: run a probe model that exposes the "
                              "intermediate tensors (Model.with_outputs)")
         self._session, self._outputs = session, requested
+        declared = {o.name: o.type for o in session.get_outputs()}
+        self._typed_outputs = any(declared.get(name) in _EXTENSION_TYPE_NAMES for name in requested)
         self._required = [i.name for i in session.get_inputs()]
         self._feedable = set(self._required) | {i.name for i in session.get_overridable_initializers()}
 

@@ -44,6 +44,7 @@ from graphbisect.backends.registry import HOST_OPTIONS, BackendInfo, resolve, sp
 from graphbisect.backends.worker import save_npz
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
 from graphbisect.npyfile import read_npy
+from graphbisect.values import entry_files, read_value
 
 __all__ = ["DEFAULT_TIMEOUT", "LOG_TAIL_BYTES", "BackendProcess"]
 
@@ -465,14 +466,11 @@ class BackendProcess:
             return RunResult(RunStatus.CRASH, phase=Phase(reply.get("phase", "run")), log=log, info=info,
                              error_type=reply.get("error_type"), message=reply.get("message"),
                              exit_code=reply.get("exit_code"), seconds=seconds, ran_with=self.ran_with)
-        files = {entry["name"]: output_dir / entry["file"] for entry in reply["outputs"]}
-        known = {entry["name"]: (str(entry["dtype"]), tuple(entry["shape"]))
-                 for entry in reply["outputs"] if "dtype" in entry and "shape" in entry}
+        entries = {entry["name"]: entry for entry in reply["outputs"]}
         # Kept outputs stay on disk until read; a scratch folder goes away, so its outputs are read now
         # (only large ones stay mapped).
-        outputs: Mapping[str, np.ndarray] = (
-            OutputFiles(files, known) if keep_outputs else {name: _read(path) for name, path in files.items()}
-        )
+        files = OutputFiles(output_dir, entries)
+        outputs: Mapping[str, Any] = files if keep_outputs else {name: files.read_now(name) for name in files}
         return RunResult(RunStatus.OK, outputs=outputs, log=log, info=info, seconds=seconds, ran_with=self.ran_with)
 
     # ------------------------------------------------------------------------------------------- log
@@ -503,45 +501,61 @@ def _exit_text(status: int) -> str:
     return f"exited with code {status}"
 
 
-class OutputFiles(Mapping[str, np.ndarray]):
+class OutputFiles(Mapping[str, Any]):
     """Outputs kept on disk, memory-mapped when read and not before.
 
     A probe run of a 50,000-node model returns 50,000 tensors; each open map holds a file descriptor (CPython's
     mmap duplicates it), so mapping them all up front exhausts the process's descriptor limit. Readers such as
-    the layerwise comparison touch each tensor once and drop it.
+    the layerwise comparison touch each tensor once and drop it. Values are read as
+    :mod:`graphbisect.values` describes: sequences are lists, types numpy lacks are ``ml_dtypes`` arrays.
     """
 
-    def __init__(self, files: Mapping[str, Path], entries: Mapping[str, tuple[str, tuple[int, ...]]] | None = None
-                 ) -> None:
-        """``entries``: the worker's dtype and shape of each file, which lets small tensors be read without
-        ``np.load`` (its per-file cost dominated reading 50,000 probe outputs); the header is still checked."""
-        self._files = dict(files)
-        self._entries = dict(entries or {})
+    def __init__(self, folder: Path, entries: Mapping[str, Mapping[str, Any]]) -> None:
+        """``entries``: the worker's manifest entries (file, dtype and shape of each tensor), which let small
+        tensors be read without ``np.load`` (its per-file cost dominated reading 50,000 probe outputs); the
+        header is still checked."""
+        self._folder = Path(folder)
+        self._entries = dict(entries)
         # The worker replaces files atomically (a new inode per run): remember which file this run wrote, so a
         # later run into the same folder cannot silently change what this result reads.
-        self._identity = {name: _identity(path) for name, path in self._files.items()}
+        self._identity = {file: _identity(self._folder / file)
+                          for entry in self._entries.values() for file in entry_files(entry)}
 
-    def __getitem__(self, name: str) -> np.ndarray:
-        path = self._files[name]
-        if _identity(path) != self._identity[name]:
+    def __getitem__(self, name: str) -> Any:
+        return read_value(self._entries[name], lambda entry: self._read_file(name, entry, mapped=True))
+
+    def read_now(self, name: str) -> Any:
+        """The value of ``name`` read into memory (memory-mapped only above 64 MiB): its file may go away."""
+        return read_value(self._entries[name], lambda entry: self._read_file(name, entry, mapped=False))
+
+    def _read_file(self, name: str, entry: Mapping[str, Any], *, mapped: bool) -> np.ndarray:
+        path = self._folder / str(entry["file"])
+        if _identity(path) != self._identity[str(entry["file"])]:
             raise BackendError(
                 f"output {name!r} of an earlier run was overwritten by a later run into {path.parent}",
                 hint="give each run its own output_dir, or read the outputs before running again",
             )
-        entry = self._entries.get(name)
-        return read_npy(path, *entry) if entry is not None else _map(path)
+        if not mapped:
+            return _read(path)
+        if "dtype" in entry and "shape" in entry:
+            return read_npy(path, str(entry["dtype"]), tuple(entry["shape"]))
+        return _map(path)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._files)
+        return iter(self._entries)
 
     def __len__(self) -> int:
-        return len(self._files)
+        return len(self._entries)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._files  # Mapping's default would map the file just to answer `in`
+        return name in self._entries  # Mapping's default would map the file just to answer `in`
 
     def path(self, name: str) -> Path:
-        return self._files[name]
+        """The file holding tensor ``name`` (a sequence's first item for a sequence)."""
+        files = entry_files(self._entries[name])
+        if not files:
+            raise KeyError(f"output {name!r} is an empty optional: no file holds it")
+        return self._folder / files[0]
 
 
 def _identity(path: Path) -> tuple[int, int]:

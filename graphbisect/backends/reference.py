@@ -15,6 +15,7 @@ import numpy as np
 
 from graphbisect.backends.worker import select_feeds
 from graphbisect.errors import ModelError, SpecError
+from graphbisect.values import to_memory
 
 __all__ = ["Reference"]
 
@@ -60,7 +61,8 @@ class Reference:
         """Evaluate; feeds the model does not declare are ignored, missing ones are an InputError."""
         feed = select_feeds(inputs, self._required, self._inputs)
         values = self._evaluator.run(self._outputs, feed)
-        return {name: np.asarray(value) for name, value in zip(self._outputs, values, strict=True)}
+        # to_memory: sequences stay lists, onnx < 1.18's structured bfloat16/float8/int4 become ml_dtypes arrays
+        return {name: to_memory(value) for name, value in zip(self._outputs, values, strict=True)}
 
     def info(self) -> dict[str, Any]:
         """The onnx version that evaluated the model."""

@@ -47,7 +47,6 @@ import sys
 import tempfile
 import time
 import traceback
-import zipfile
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, overload
@@ -55,6 +54,7 @@ from typing import IO, Any, overload
 import numpy as np
 
 from graphbisect.errors import GraphBisectError, InputError, SpecError
+from graphbisect.values import load_values_npz, manifest_text, save_values_npz, write_value
 
 __all__ = ["MANIFEST", "PROTOCOL_VERSION", "library_version", "load_npz", "main", "option_flag", "save_npz",
            "write_outputs"]
@@ -66,8 +66,9 @@ MANIFEST = "manifest.json"
 
 
 # --------------------------------------------------------------------------------------------- arrays
-def save_npz(path: str | Path, arrays: Mapping[str, np.ndarray]) -> Path:
-    """Write ``arrays`` to an ``.npz`` atomically, for any tensor names (``np.savez`` rejects ``file``).
+def save_npz(path: str | Path, arrays: Mapping[str, Any]) -> Path:
+    """Write ``arrays`` (any ONNX values: see :mod:`graphbisect.values`) to an ``.npz`` atomically, for any
+    tensor names (``np.savez`` rejects ``file``).
 
     Example:
         >>> import tempfile, pathlib
@@ -77,11 +78,9 @@ def save_npz(path: str | Path, arrays: Mapping[str, np.ndarray]) -> Path:
     """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
-            for name, value in arrays.items():
-                with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
-                    np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
+        save_values_npz(tmp, arrays)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -90,21 +89,9 @@ def save_npz(path: str | Path, arrays: Mapping[str, np.ndarray]) -> Path:
     return path
 
 
-def load_npz(path: str | Path) -> dict[str, np.ndarray]:
-    """Read every array of an ``.npz`` (no pickles) into a dict, in file order."""
-    with np.load(path, allow_pickle=False) as data:
-        return {name: data[name] for name in data.files}
-
-
-def _as_saveable(name: str, value: Any) -> np.ndarray:
-    """A numpy array ``np.save`` can write without pickling (string tensors become unicode arrays)."""
-    array = np.asarray(value)
-    if array.dtype == object:
-        try:
-            array = array.astype(str)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"output {name!r} is not a tensor (got {type(value).__name__})") from exc
-    return np.asarray(array, order="C")  # keeps 0-d outputs 0-d (np.ascontiguousarray makes them [1])
+def load_npz(path: str | Path) -> dict[str, Any]:
+    """Read every value of an ``.npz`` (no pickles) into a dict: arrays, sequences (lists), empty optionals."""
+    return load_values_npz(path)
 
 
 def _save_npy_atomic(path: Path, array: np.ndarray) -> None:
@@ -116,17 +103,21 @@ def _save_npy_atomic(path: Path, array: np.ndarray) -> None:
 
 
 def write_outputs(outputs: Mapping[str, Any], names: Sequence[str], output_dir: Path) -> list[dict[str, Any]]:
-    """Write ``names`` from ``outputs`` as ``<index>.npy`` files plus ``manifest.json``; return the entries."""
+    """Write ``names`` from ``outputs`` as ``<index>.npy`` files plus ``manifest.json``; return the entries.
+
+    Sequence items go to ``<index>.<i>.npy``; types numpy lacks are stored raw with their ONNX element type
+    (:mod:`graphbisect.values`).
+    """
     output_dir.mkdir(parents=True, exist_ok=True)
     entries = []
     for index, name in enumerate(names):
-        array = _as_saveable(name, outputs[name])
-        file = f"{index}.npy"
-        _save_npy_atomic(output_dir / file, array)
-        entries.append({"name": name, "file": file, "dtype": array.dtype.str, "shape": list(array.shape)})
-    manifest = {"version": 1, "tensors": entries}
+        try:
+            entry = write_value(outputs[name], str(index), lambda file, raw: _save_npy_atomic(output_dir / file, raw))
+        except GraphBisectError as exc:
+            raise TypeError(f"output {name!r}: {exc.message}") from exc
+        entries.append({"name": name, **entry})
     tmp = output_dir / f".{MANIFEST}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    tmp.write_text(manifest_text(entries), encoding="utf-8")
     os.replace(tmp, output_dir / MANIFEST)
     return entries
 

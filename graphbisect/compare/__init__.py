@@ -9,6 +9,8 @@ from graphbisect.compare.metrics import (
     Tolerance,
     compare_outputs,
     compare_tensors,
+    compare_values,
 )
 
-__all__ = ["Comparison", "MismatchKind", "TensorStats", "Tolerance", "compare_outputs", "compare_tensors"]
+__all__ = ["Comparison", "MismatchKind", "TensorStats", "Tolerance", "compare_outputs", "compare_tensors",
+           "compare_values"]

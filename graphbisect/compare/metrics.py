@@ -21,11 +21,13 @@ import logging
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from graphbisect.compare.nonfinite import warn_masked_outputs
 from graphbisect.errors import InputError
+from graphbisect.values import comparable, is_exact
 
 __all__ = [
     "Comparison",
@@ -35,6 +37,7 @@ __all__ = [
     "check_tolerance_value",
     "compare_outputs",
     "compare_tensors",
+    "compare_values",
     "warn_vacuous_outputs",
 ]
 
@@ -303,7 +306,7 @@ def _range(lo: float, hi: float) -> tuple[float, float] | None:
     return None if lo > hi else (lo, hi)
 
 
-def compare_tensors(name: str, oracle: np.ndarray | None, target: np.ndarray | None,
+def compare_tensors(name: str, oracle: Any, target: Any,
                     tol: Tolerance | None = None) -> TensorStats:
     """Compare one target tensor with the oracle's.
 
@@ -317,8 +320,7 @@ def compare_tensors(name: str, oracle: np.ndarray | None, target: np.ndarray | N
     """
     tol = tol or Tolerance()
     if target is None or oracle is None:
-        return TensorStats(name, MismatchKind.MISSING, score=math.inf,
-                           oracle_shape=None if oracle is None else tuple(oracle.shape))
+        return TensorStats(name, MismatchKind.MISSING, score=math.inf, oracle_shape=_length(oracle))
     o, t = np.asarray(oracle), np.asarray(target)
     shapes = {"oracle_shape": tuple(o.shape), "target_shape": tuple(t.shape),
               "oracle_dtype": str(o.dtype), "target_dtype": str(t.dtype)}
@@ -328,15 +330,20 @@ def compare_tensors(name: str, oracle: np.ndarray | None, target: np.ndarray | N
     if tol.check_dtype and o.dtype != t.dtype:
         return TensorStats(name, MismatchKind.DTYPE, numel=int(o.size), score=math.inf,
                            **shapes)  # type: ignore[arg-type]
+    if o.dtype.kind in "OUS" or t.dtype.kind in "OUS":
+        return _compare_strings(name, o, t, shapes)
     atol, rtol = tol.for_tensor(name)
-    if o.dtype.kind in "biu" and t.dtype.kind in "biu":
-        atol, rtol = 0.0, 0.0  # integers and booleans are exact
+    if is_exact(o) and is_exact(t):
+        atol, rtol = 0.0, 0.0  # integers of every width (int4 too) and booleans are exact
+    # bfloat16/float8 (ml_dtypes) compare as float32, complex as (real, imag) pairs
+    same_dtype = o.dtype == t.dtype
+    o, t = comparable(o), comparable(t)
     acc = _Accumulator(atol, rtol)
     flat_o, flat_t = o.reshape(-1), t.reshape(-1)
     for start in range(0, max(flat_o.size, 1), _CHUNK):
         chunk_o, chunk_t = flat_o[start:start + _CHUNK], flat_t[start:start + _CHUNK]
         # Bit-identical chunks are the norm when comparing two builds of one runtime: one cheap pass.
-        if o.dtype == t.dtype and chunk_o.tobytes() == chunk_t.tobytes():
+        if same_dtype and chunk_o.tobytes() == chunk_t.tobytes():
             acc.add_identical(chunk_o)
         else:
             acc.add(chunk_o, chunk_t)
@@ -357,9 +364,68 @@ def compare_tensors(name: str, oracle: np.ndarray | None, target: np.ndarray | N
     )
 
 
-def compare_outputs(oracle: Mapping[str, np.ndarray], target: Mapping[str, np.ndarray],
+def _compare_strings(name: str, o: np.ndarray, t: np.ndarray, shapes: Mapping[str, object]) -> TensorStats:
+    """String tensors compare exactly, element by element."""
+    differ = int(np.count_nonzero(o.astype(object) != t.astype(object)))
+    return TensorStats(name, MismatchKind.MISMATCH if differ else MismatchKind.OK, numel=int(o.size),
+                       mismatches=differ, score=math.inf if differ else 0.0, **shapes)  # type: ignore[arg-type]
+
+
+def compare_values(name: str, oracle: Any, target: Any, tol: Tolerance | None = None) -> TensorStats:
+    """Compare any ONNX values (:mod:`graphbisect.values`): tensors, sequences (lists, item by item, folded
+    into one row) and optionals (``None`` is an empty optional: it equals only another empty one).
+
+    Example:
+        >>> compare_values("s", [np.zeros(2), np.ones(1)], [np.zeros(2), np.ones(1)]).passed
+        True
+        >>> compare_values("s", [np.zeros(2)], [np.zeros(2), np.ones(1)]).kind.value
+        'shape'
+    """
+    if isinstance(oracle, (list, tuple)) or isinstance(target, (list, tuple)):
+        if not (isinstance(oracle, (list, tuple)) and isinstance(target, (list, tuple))) \
+                or len(oracle) != len(target):
+            return TensorStats(name, MismatchKind.SHAPE, score=math.inf, oracle_shape=_length(oracle),
+                               target_shape=_length(target))
+        items = [compare_values(f"{name}[{i}]", o, t, tol) for i, (o, t) in enumerate(zip(oracle, target,
+                                                                                            strict=True))]
+        return _fold(name, items, len(oracle))
+    if oracle is None or target is None:
+        if oracle is None and target is None:
+            return TensorStats(name, MismatchKind.OK)
+        return TensorStats(name, MismatchKind.SHAPE, score=math.inf,
+                           oracle_shape=None if oracle is None else tuple(np.shape(oracle)),
+                           target_shape=None if target is None else tuple(np.shape(target)))
+    return compare_tensors(name, oracle, target, tol)
+
+
+def _length(value: Any) -> tuple[int, ...] | None:
+    return (len(value),) if isinstance(value, (list, tuple)) else None if value is None else tuple(np.shape(value))
+
+
+def _fold(name: str, items: list[TensorStats], length: int) -> TensorStats:
+    """One row for a sequence: its worst item's kind and score, counts summed, errors maximized."""
+    if not items:
+        return TensorStats(name, MismatchKind.OK, oracle_shape=(0,), target_shape=(0,))
+    worst = max(items, key=_severity)
+    return TensorStats(
+        name, worst.kind, numel=sum(s.numel for s in items), mismatches=sum(s.mismatches for s in items),
+        max_abs=max(s.max_abs for s in items), max_rel=max(s.max_rel for s in items),
+        mean_abs=worst.mean_abs, rel_l2=max(s.rel_l2 for s in items), cosine=min(s.cosine for s in items),
+        snr_db=min(s.snr_db for s in items), score=worst.score,
+        target_nonfinite=sum(s.target_nonfinite for s in items), oracle_shape=(length,), target_shape=(length,),
+        oracle_dtype=f"sequence({worst.oracle_dtype})", target_dtype=f"sequence({worst.target_dtype})",
+        oracle_range=_span(s.oracle_range for s in items), target_range=_span(s.target_range for s in items))
+
+
+def _span(ranges: Iterable[tuple[float, float] | None]) -> tuple[float, float] | None:
+    known = [r for r in ranges if r is not None]
+    return (min(r[0] for r in known), max(r[1] for r in known)) if known else None
+
+
+def compare_outputs(oracle: Mapping[str, Any], target: Mapping[str, Any],
                     tol: Tolerance | None = None, names: Iterable[str] | None = None) -> Comparison:
-    """Compare the named tensors (default: every oracle tensor) of two runs.
+    """Compare the named values (default: every oracle value) of two runs; a name absent from a run is
+    ``missing`` (a value of ``None`` is an empty optional).
 
     Example:
         >>> a = {"y": np.zeros(3, np.float32)}
@@ -367,7 +433,9 @@ def compare_outputs(oracle: Mapping[str, np.ndarray], target: Mapping[str, np.nd
         'nan'
     """
     keys = list(oracle) if names is None else list(names)
-    comparison = Comparison(tuple(compare_tensors(k, oracle.get(k), target.get(k), tol) for k in keys))
+    comparison = Comparison(tuple(
+        compare_values(k, oracle[k], target[k], tol) if k in oracle and k in target
+        else compare_tensors(k, oracle.get(k) if k in oracle else None, None, tol) for k in keys))
     warn_masked_outputs(comparison.outputs)
     warn_vacuous_outputs(comparison.outputs, tol or Tolerance())
     return comparison

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,8 +30,12 @@ _CHUNK = 1 << 20
 _warned: set[str] = set()  # one warning per message and process: inputs are validated more than once
 
 
-def nonfinite_counts(array: np.ndarray) -> tuple[int, int]:
-    """(NaN count, ±Inf count) of a float or complex array, in 1M-element chunks; (0, 0) for other dtypes."""
+def nonfinite_counts(array: Any) -> tuple[int, int]:
+    """(NaN count, ±Inf count) of a float or complex array, in 1M-element chunks; (0, 0) for other dtypes.
+    A sequence (list) counts its items; an empty optional (None) has none."""
+    if array is None or isinstance(array, (list, tuple)):
+        counts = [nonfinite_counts(item) for item in array or ()]
+        return sum(c[0] for c in counts), sum(c[1] for c in counts)
     flat = np.asarray(array).reshape(-1)
     if flat.dtype.kind not in "fc":
         return 0, 0
@@ -45,13 +49,14 @@ def nonfinite_counts(array: np.ndarray) -> tuple[int, int]:
     return nan, inf
 
 
-def warn_nonfinite_inputs(inputs: Mapping[str, np.ndarray]) -> list[str]:
+def warn_nonfinite_inputs(inputs: Mapping[str, Any]) -> list[str]:
     """Warn about every input holding NaN or Inf; returns the warnings."""
     messages = []
     for name, value in inputs.items():
         nan, inf = nonfinite_counts(value)
         if nan or inf:
-            messages.append(f"input {name!r} holds {nan} NaN and {inf} Inf of {np.asarray(value).size} values: "
+            size = sum(np.size(v) for v in value) if isinstance(value, (list, tuple)) else np.size(value)
+            messages.append(f"input {name!r} holds {nan} NaN and {inf} Inf of {size} values: "
                             "outputs computed from them may be NaN on both backends and compare as equal")
     for message in messages:
         _warn_once(message)

@@ -23,7 +23,6 @@ import io
 import json
 import logging
 import re
-import zipfile
 import zlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -34,10 +33,12 @@ import onnx
 
 from graphbisect.atomic import atomic_path
 from graphbisect.compare.nonfinite import warn_nonfinite_inputs
+from graphbisect.data.protos import parse_value
 from graphbisect.data.ranges import compared_values
 from graphbisect.errors import InputError
 from graphbisect.model.graph import Model, TensorType
 from graphbisect.model.load import external_data_file
+from graphbisect.values import EXTENSION_TYPES, elem_type_of, load_values_npz, save_values_npz, to_memory
 
 __all__ = [
     "SUPPORTED_FORMATS",
@@ -101,9 +102,8 @@ def _reader_for(path: Path) -> Any:
     return reader
 
 
-def _read_npz(path: Path, model: Model) -> dict[str, np.ndarray]:
-    with np.load(path, allow_pickle=False) as archive:
-        arrays = {key: archive[key] for key in archive.files}
+def _read_npz(path: Path, model: Model) -> dict[str, Any]:
+    arrays = load_values_npz(path)  # plain np.savez files, and graphbisect's own (sequences, bfloat16, ...)
     positional = [f"arr_{i}" for i in range(len(arrays))]
     if sorted(arrays) == sorted(positional) and not set(arrays) & set(model.input_names):
         return _positional(path, [arrays[key] for key in positional], model)
@@ -130,15 +130,32 @@ def _positional(path: Path, arrays: list[np.ndarray], model: Model) -> dict[str,
     return dict(zip(model.input_names, arrays, strict=False))
 
 
-def _parse_tensor(path: Path) -> onnx.TensorProto:
-    tensor = onnx.TensorProto()
+def _input_type_proto(model: Model, name: str | None) -> onnx.TypeProto | None:
+    for value in model.proto.graph.input:
+        if value.name == name:
+            return value.type
+    return None
+
+
+def _parse_proto(path: Path, model: Model, name: str | None) -> tuple[str, Any]:
+    """Parse ``path`` as the proto the model input ``name`` declares: TensorProto, SequenceProto or OptionalProto."""
+    declared = _input_type_proto(model, name)
     try:
-        tensor.ParseFromString(path.read_bytes())
+        return parse_value(path.read_bytes(), declared, prepare=lambda tensor: _inline_external(tensor, path))
+    except InputError:
+        raise
     except Exception as exc:
+        kind = declared.WhichOneof("value") if declared is not None else "tensor_type"
+        proto = {"sequence_type": "SequenceProto", "optional_type": "OptionalProto"}.get(kind or "", "TensorProto")
         raise InputError(
-            f"{path} is not an ONNX TensorProto file ({type(exc).__name__}: {exc})",
-            hint="write it with onnx.numpy_helper.from_array(array, name).SerializeToString()",
+            f"{path} is not an ONNX {proto} file for input {name!r} ({type(exc).__name__}: {exc})",
+            hint="write it with onnx.numpy_helper.from_array(array, name).SerializeToString() (tensors), "
+            "onnx.numpy_helper.from_list / from_optional (sequences, optionals)",
         ) from exc
+
+
+def _inline_external(tensor: onnx.TensorProto, path: Path) -> None:
+    """Read the external data of a tensor stored in ``path`` into it."""
     if tensor.data_location == onnx.TensorProto.EXTERNAL:
         # Resolved beside the .pb file (not the working folder), never through a link leaving it.
         file = external_data_file(tensor, path, error=InputError)
@@ -148,15 +165,14 @@ def _parse_tensor(path: Path) -> onnx.TensorProto:
         onnx.external_data_helper.load_external_data_for_tensor(tensor, str(path.parent))
         tensor.data_location = onnx.TensorProto.DEFAULT
         del tensor.external_data[:]
-    return tensor
 
 
-def _read_pb_file(path: Path, model: Model) -> dict[str, np.ndarray]:
-    tensor = _parse_tensor(path)
-    array = onnx.numpy_helper.to_array(tensor)
-    if tensor.name in model.input_names or len(model.input_names) != 1:
-        return {tensor.name or "<unnamed tensor>": array}
-    return {model.input_names[0]: array}
+def _read_pb_file(path: Path, model: Model) -> dict[str, Any]:
+    only = model.input_names[0] if len(model.input_names) == 1 else None
+    name, value = _parse_proto(path, model, only)
+    if name in model.input_names or only is None:
+        return {name or "<unnamed tensor>": value}
+    return {only: value}
 
 
 def _read_pb_folder(path: Path, model: Model) -> dict[str, np.ndarray]:
@@ -166,20 +182,23 @@ def _read_pb_folder(path: Path, model: Model) -> dict[str, np.ndarray]:
             f"{path} is a folder without input_0.pb, input_1.pb, ... files",
             hint=f"pass a folder in ONNX test-data layout or a file; supported formats: {SUPPORTED_FORMATS}",
         )
-    arrays: dict[str, np.ndarray] = {}
+    arrays: dict[str, Any] = {}
     for number, file in numbered:
-        tensor = _parse_tensor(file)
-        if tensor.name in model.input_names:
-            name = tensor.name
-        elif number < len(model.input_names):
-            name = model.input_names[number]
+        positional = model.input_names[number] if number < len(model.input_names) else None
+        stored_name, value = _parse_proto(file, model, positional)
+        if stored_name in model.input_names and stored_name != positional:
+            stored_name, value = _parse_proto(file, model, stored_name)  # named after another input: its type
+        if stored_name in model.input_names:
+            name = stored_name
+        elif positional is not None:
+            name = positional
         else:
             raise InputError(
-                f"{file}: tensor {tensor.name!r} matches no input and the model has only "
+                f"{file}: tensor {stored_name!r} matches no input and the model has only "
                 f"{len(model.input_names)} inputs: {', '.join(model.input_names)}",
                 hint="name the tensors after the model's inputs or remove the extra files",
             )
-        arrays[name] = onnx.numpy_helper.to_array(tensor)
+        arrays[name] = value
     return arrays
 
 
@@ -558,39 +577,73 @@ def _name_hint(name: str, model: Model) -> str:
     return f"the model's inputs are: {', '.join(model.input_names) or '(none)'}"
 
 
-def validate_inputs(model: Model, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Check names, dtypes (exact), ranks and static dims; return the arrays in the model's input order.
+def validate_inputs(model: Model, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """Check names, dtypes (exact), ranks and static dims; return the values in the model's input order.
+
+    Values are arrays (``ml_dtypes`` arrays for bfloat16, float8, int4..., ``object`` arrays of ``str``
+    for strings), lists for sequence inputs and ``None`` for an empty optional (:mod:`graphbisect.values`).
+    An array holding the raw elements of a type numpy lacks (``np.save`` writes ``ml_dtypes`` arrays as
+    ``V2``/``V1``) or a unicode/bytes array for a string input is read as the model's type.
 
     Example:
         >>> validate_inputs(model, {"x": np.zeros((1, 3), np.float64)})   # doctest: +SKIP
         InputError: input 'x' has dtype float64, but the model expects float32 (FLOAT[1x3])
           hint: convert it: array.astype(np.float32)
     """
-    arrays = {name: np.asarray(value) for name, value in inputs.items()}
-    for name in arrays:
+    for name in inputs:
         if name not in model.input_names:
             raise InputError(f"{name!r} is not an input of the model", hint=_name_hint(name, model))
+    arrays: dict[str, Any] = {}
     for name in model.input_names:
-        if name not in arrays:
-            given = ", ".join(arrays) or "none"
+        if name not in inputs:
+            given = ", ".join(inputs) or "none"
             raise InputError(
                 f"missing input {name!r} ({model.tensor_type(name) or 'untyped'}); given: {given}",
                 hint="add it to the inputs file, or omit --inputs to generate random inputs",
             )
         ttype = model.tensor_type(name)
+        value = inputs[name]
+        if ttype is None and (value is None or isinstance(value, (list, tuple))):
+            arrays[name] = to_memory(value)  # a sequence or an optional input
+            continue
+        arrays[name] = np.asarray(value)
         if ttype is not None and ttype.elem_type:
+            arrays[name] = _as_declared_type(arrays[name], ttype)
             _check_dtype(name, arrays[name], ttype)
             _check_shape(name, arrays[name].shape, ttype, "the given array")
     warn_nonfinite_inputs(arrays)  # legal, but a NaN input can make both backends "agree" on NaN
-    return {name: arrays[name] for name in model.input_names}
+    return arrays
+
+
+def _as_declared_type(array: np.ndarray, ttype: TensorType) -> np.ndarray:
+    """``array`` read as the declared type where its storage says it is one (see :func:`validate_inputs`)."""
+    expected = _dtype_or_none(ttype)
+    if expected is None or array.dtype == expected:
+        return array
+    if expected.kind == "O" and array.dtype.kind in "US":
+        return array.astype(object)
+    if array.dtype.names:  # onnx < 1.18's structured bfloat16/float8/int4
+        return np.asarray(to_memory(array))
+    if array.dtype.kind == "V" and array.dtype.itemsize == expected.itemsize:
+        return array.view(expected)
+    code = elem_type_of(np.empty(0, expected))
+    ext = EXTENSION_TYPES.get(code) if code is not None else None
+    if ext is not None and ext.bits and array.dtype == np.dtype(ext.storage):
+        # onnx <= 1.17 holds bfloat16 as its uint16 bits (numpy_helper.to_array), and its node tests store
+        # bfloat16 inputs as UINT16 tensors: the bits of the declared type.
+        logger.info("reading %s array as the raw bits of %s", array.dtype, expected)
+        return array.view(expected)
+    return array
 
 
 def _check_dtype(name: str, array: np.ndarray, ttype: TensorType) -> None:
     expected = _dtype_or_none(ttype)
     if expected is not None and array.dtype != expected:
+        cast = f"array.astype(np.{expected.name})" if hasattr(np, expected.name) else \
+            f"array.astype(ml_dtypes.{expected.name})"
         raise InputError(
             f"input {name!r} has dtype {array.dtype}, but the model expects {expected} ({ttype})",
-            hint=f"convert it: array.astype(np.{expected.name})",
+            hint=f"convert it: {cast}",
         )
 
 
@@ -612,14 +665,14 @@ def _check_shape(name: str, shape: tuple[int, ...], ttype: TensorType, what: str
             )
 
 
-def save_inputs(path: str | Path, inputs: Mapping[str, np.ndarray]) -> Path:
+def save_inputs(path: str | Path, inputs: Mapping[str, Any]) -> Path:
     """Save ``inputs`` as an ``.npz`` file, atomically; returns ``path``.
 
-    Written entry by entry (any input name works, including ``file``), readable with ``np.load``.
+    Written entry by entry (any input name works, including ``file``), readable with ``np.load``; values a
+    plain ``.npy`` cannot hold (strings, bfloat16, float8, int4, sequences, optionals) are stored raw and
+    described in the archive's ``__values__.json`` (:mod:`graphbisect.values`).
     """
     path = Path(path)
-    with atomic_path(path) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
-        for name, value in inputs.items():
-            with archive.open(f"{name}.npy", "w", force_zip64=True) as entry:
-                np.lib.format.write_array(entry, np.asanyarray(value), allow_pickle=False)
+    with atomic_path(path) as tmp:
+        save_values_npz(tmp, inputs)
     return path

@@ -24,7 +24,6 @@ from __future__ import annotations
 import difflib
 import json
 import logging
-import math
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ import numpy as np
 from graphbisect.atomic import atomic_path
 from graphbisect.errors import GraphBisectError
 from graphbisect.npyfile import load_memmap, read_npy
+from graphbisect.values import elem_type_name, entry_files, entry_nbytes, read_value, write_value
 
 __all__ = ["MANIFEST_NAME", "ActivationStore", "StoredTensor"]
 
@@ -47,37 +47,52 @@ _VERSION = 1
 
 @dataclass(frozen=True)
 class StoredTensor:
-    """One manifest entry: the file (relative to the store's folder), dtype and shape of a tensor."""
+    """One manifest entry: the file (relative to the store's folder), dtype and shape of a tensor.
+
+    ``elem_type`` is the ONNX element type of a tensor numpy lacks (stored raw, :mod:`graphbisect.values`);
+    ``layout`` is the whole entry of a sequence or an empty optional (``file`` is then its first file, or
+    empty).
+    """
 
     file: str
     dtype: str
     shape: tuple[int, ...]
+    elem_type: int | None = None
+    layout: Mapping[str, Any] | None = None
+
+    @classmethod
+    def from_entry(cls, entry: Mapping[str, Any]) -> StoredTensor:
+        """The manifest entry ``entry`` (with or without its ``name``)."""
+        if "file" not in entry:
+            layout = {k: v for k, v in entry.items() if k != "name"}
+            files = entry_files(layout)
+            return cls(files[0] if files else "", "", (), None, layout)
+        return cls(str(entry["file"]), str(entry["dtype"]), tuple(int(d) for d in entry["shape"]),
+                   int(entry["elem_type"]) if entry.get("elem_type") is not None else None)
+
+    @property
+    def files(self) -> list[str]:
+        """Every file holding this value."""
+        return entry_files(self.to_json())
 
     @property
     def nbytes(self) -> int:
-        return np.dtype(self.dtype).itemsize * math.prod(self.shape)
+        return entry_nbytes(self.to_json())
 
     def to_json(self) -> dict[str, Any]:
-        return {"file": self.file, "dtype": self.dtype, "shape": list(self.shape)}
+        if self.layout is not None:
+            return dict(self.layout)
+        entry: dict[str, Any] = {"file": self.file, "dtype": self.dtype, "shape": list(self.shape)}
+        if self.elem_type is not None:
+            entry["elem_type"] = self.elem_type
+            entry["onnx_type"] = elem_type_name(self.elem_type)
+        return entry
 
 
 def _atomic_write(path: Path, write: Any) -> None:
     """Call ``write(handle)`` on a temporary file next to ``path``, then move it over ``path``."""
     with atomic_path(path) as tmp, tmp.open("wb") as handle:
         write(handle)
-
-
-def _storable(name: str, array: Any) -> np.ndarray:
-    """``array`` as an array ``.npy`` can hold without pickling (object arrays of strings become str)."""
-    array = np.asanyarray(array)
-    if array.dtype == object:
-        try:
-            return array.astype(np.str_)
-        except (TypeError, ValueError) as exc:
-            raise GraphBisectError(
-                f"tensor {name!r} holds Python objects that cannot be stored", hint="store numeric or string arrays"
-            ) from exc
-    return array
 
 
 class ActivationStore:
@@ -150,24 +165,25 @@ class ActivationStore:
     # --- writing ------------------------------------------------------------------------------------------
 
     def put(self, name: str, array: Any) -> None:
-        """Store ``array`` under ``name`` (replacing any previous value), atomically."""
-        array = _storable(name, array)
+        """Store ``array`` (any ONNX value, :mod:`graphbisect.values`) under ``name``, atomically."""
         previous = self._entries.get(name)
-        file = previous.file if previous else self._new_file_name()
-        _atomic_write(
-            self.directory / file, lambda handle: np.lib.format.write_array(handle, array, allow_pickle=False)
-        )
-        self._entries[name] = StoredTensor(file, array.dtype.str, tuple(array.shape))
+        stem = previous.file.partition(".")[0] if previous and previous.file else self._new_stem()
+        try:
+            entry = write_value(array, stem, lambda file, raw: _atomic_write(
+                self.directory / file, lambda handle: np.lib.format.write_array(handle, raw, allow_pickle=False)))
+        except GraphBisectError as exc:
+            raise GraphBisectError(f"tensor {name!r} cannot be stored: {exc.message}", hint=exc.hint) from exc
+        self._entries[name] = StoredTensor.from_entry(entry)
         if self.autoflush:
             self.flush()
 
-    def _new_file_name(self) -> str:
-        taken = {entry.file for entry in self._entries.values()}
+    def _new_stem(self) -> str:
+        taken = {file.partition(".")[0] for entry in self._entries.values() for file in entry.files}
         while True:
-            file = f"t{self._counter:06d}.npy"
+            stem = f"t{self._counter:06d}"
             self._counter += 1
-            if file not in taken and not (self.directory / file).exists():
-                return file
+            if stem not in taken and not (self.directory / f"{stem}.npy").exists():
+                return stem
 
     def flush(self) -> None:
         """Write ``manifest.json`` atomically."""
@@ -180,10 +196,17 @@ class ActivationStore:
 
     # --- reading ------------------------------------------------------------------------------------------
 
-    def get(self, name: str) -> np.ndarray:
-        """The tensor stored under ``name``, read-only: a memory map, or an in-memory array up to 64 KiB."""
+    def get(self, name: str) -> Any:
+        """The tensor stored under ``name``, read-only: a memory map, or an in-memory array up to 64 KiB.
+
+        Sequences are lists, empty optionals ``None``, types numpy lacks ``ml_dtypes`` arrays
+        (:mod:`graphbisect.values`).
+        """
         entry = self.info(name)
-        return read_npy(os.path.join(self._folder, entry.file), entry.dtype, entry.shape)
+        if entry.layout is None and entry.elem_type is None:
+            return read_npy(os.path.join(self._folder, entry.file), entry.dtype, entry.shape)
+        return read_value(entry.to_json(), lambda item: read_npy(
+            os.path.join(self._folder, str(item["file"])), str(item["dtype"]), tuple(item["shape"])))
 
     def path(self, name: str) -> Path:
         """The ``.npy`` file holding ``name`` (e.g. to hand to a worker process without reading it)."""
@@ -207,7 +230,7 @@ class ActivationStore:
         """Total size of the stored tensors' data."""
         return sum(entry.nbytes for entry in self._entries.values())
 
-    def __getitem__(self, name: str) -> np.ndarray:
+    def __getitem__(self, name: str) -> Any:
         return self.get(name)
 
     def __contains__(self, name: object) -> bool:
@@ -226,17 +249,14 @@ class ActivationStore:
 def _read_manifest(path: Path) -> dict[str, StoredTensor]:
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
-        entries = {
-            entry["name"]: StoredTensor(entry["file"], entry["dtype"], tuple(int(d) for d in entry["shape"]))
-            for entry in document["tensors"]
-        }
+        entries = {entry["name"]: StoredTensor.from_entry(entry) for entry in document["tensors"]}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise GraphBisectError(
             f"cannot read the activation store manifest {path}: {type(exc).__name__}: {exc}",
             hint="the store is corrupt; delete the folder and let graphbisect recompute it",
         ) from exc
     for name, entry in entries.items():
-        if Path(entry.file).is_absolute() or ".." in Path(entry.file).parts:
+        if any(Path(file).is_absolute() or ".." in Path(file).parts for file in entry.files):
             raise GraphBisectError(
                 f"activation store manifest {path}: tensor {name!r} points outside the store ({entry.file!r})",
                 hint="the store is corrupt; delete the folder and let graphbisect recompute it",

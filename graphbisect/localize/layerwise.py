@@ -36,7 +36,7 @@ from typing import Protocol
 import numpy as np
 import onnx
 
-from graphbisect.compare import MismatchKind, TensorStats, Tolerance, compare_tensors
+from graphbisect.compare import MismatchKind, TensorStats, Tolerance, compare_tensors, compare_values
 from graphbisect.localize.compiled import CompiledGraph, CompiledNode
 
 __all__ = ["LayerRow", "LayerwiseReport", "RootCause", "TensorSource", "analyze_layers", "constant_tensors"]
@@ -155,7 +155,8 @@ def analyze_layers(
         for tensor in node.output:
             if not tensor or tensor not in oracle:
                 continue
-            stats = compare_tensors(tensor, oracle[tensor], target[tensor] if tensor in target else None, tol)
+            stats = (compare_values(tensor, oracle[tensor], target[tensor], tol) if tensor in target
+                     else compare_tensors(tensor, oracle[tensor], None, tol))
             constant = tensor in constants
             if stats.kind is not MismatchKind.MISSING and not constant:
                 scores[tensor] = stats.score

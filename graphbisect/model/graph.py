@@ -19,10 +19,11 @@ import networkx as nx
 import numpy as np
 import onnx
 
-from graphbisect.errors import ModelError
+from graphbisect.errors import GraphBisectError, ModelError
 from graphbisect.model.external import inline_tensor, source_of
 from graphbisect.model.io import ExternalRef, copy_model, save_proto, strip_to_external
 from graphbisect.model.normalize import default_opset, fingerprint, infer_types, node_dependencies, normalize_model
+from graphbisect.values import numpy_dtype
 
 __all__ = ["Model", "TensorType"]
 
@@ -49,10 +50,11 @@ class TensorType:
 
     @property
     def numpy_dtype(self) -> np.dtype:
-        """The numpy dtype of this element type (raises :class:`ModelError` for types numpy lacks)."""
+        """The in-memory dtype of this element type: ``ml_dtypes`` for bfloat16, float8, int4...,
+        ``object`` for strings (:func:`graphbisect.values.numpy_dtype`); :class:`ModelError` when unknown."""
         try:
-            return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(self.elem_type))
-        except (KeyError, TypeError, ValueError) as exc:
+            return numpy_dtype(self.elem_type)
+        except (KeyError, TypeError, ValueError, GraphBisectError) as exc:
             raise ModelError(
                 f"ONNX element type {self.elem_type} has no numpy equivalent",
                 hint="feed or compare this tensor through a Cast to a standard type",

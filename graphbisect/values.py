@@ -1,0 +1,416 @@
+"""ONNX values in memory and on disk: every tensor element type, sequences and optionals.
+
+In memory a value is what ONNX Runtime and ``onnx.reference`` take and give:
+
+* a tensor is a numpy array; the element types numpy lacks (bfloat16, the float8 types, int4/uint4,
+  int2/uint2, float4) are `ml_dtypes <https://github.com/jax-ml/ml_dtypes>`_ arrays, as in ``onnx`` itself,
+  and strings are ``object`` arrays of ``str``;
+* a sequence is a Python ``list`` of values; an empty optional is ``None`` (a present one is its value).
+
+On disk (the worker's output folders, the activation store, ``inputs.npz`` in work folders and bundles)
+every tensor is a plain ``.npy`` file that numpy reads without pickles and without ``ml_dtypes``: the types
+numpy lacks are stored as their raw bits (``uint16`` for bfloat16, one ``uint8`` per float8 or float4
+element) or their integer values (one ``int8``/``uint8`` per int4/int2 element), strings as a unicode
+array, and the manifest entry names the ONNX element type. Manifest entries (``manifest.json`` of a
+folder, ``__values__.json`` inside an ``.npz``)::
+
+    {"file": "0.npy", "dtype": "<u2", "shape": [3, 4], "elem_type": 16, "onnx_type": "BFLOAT16"}
+    {"sequence": [{"file": "1.0.npy", "dtype": "<f4", "shape": [2]}, ...]}
+    {"optional": null}                                  # an empty optional
+
+A plain tensor's entry is what it always was (``file``, ``dtype``, ``shape``), so older stores read as
+before, and a script that has only numpy (``repro.py``) decodes the rest from ``elem_type``.
+
+This module imports only the standard library and numpy (``ml_dtypes`` lazily, to decode), so backend
+workers under another interpreter can use it.
+
+Example:
+    >>> entry = storage_entry(np.array(["a", "bc"], dtype=object))
+    >>> entry["onnx_type"], entry["dtype"]
+    ('STRING', '<U2')
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphbisect.errors import GraphBisectError
+
+__all__ = [
+    "EXTENSION_TYPES",
+    "ElemType",
+    "comparable",
+    "decode_tensor",
+    "elem_type_name",
+    "elem_type_of",
+    "encode_tensor",
+    "entry_files",
+    "entry_nbytes",
+    "is_exact",
+    "load_values_npz",
+    "numpy_dtype",
+    "pack",
+    "read_value",
+    "save_values_npz",
+    "storage_entry",
+    "to_memory",
+    "unpack",
+    "write_value",
+]
+
+#: The member of an ``.npz`` that describes values a plain ``.npy`` cannot (absent when every value is plain).
+NPZ_MANIFEST = "__values__.json"
+
+STRING = 8
+
+
+@dataclass(frozen=True)
+class ElemType:
+    """An ONNX element type that numpy lacks: its ``ml_dtypes`` name and how it is stored in a ``.npy``.
+
+    ``bits``: the raw bits are stored (floats: every value, NaN payloads included, survives);
+    otherwise the integer *values* are stored one per byte (int4/int2 have no portable bit layout in numpy).
+    """
+
+    code: int
+    onnx_name: str
+    ml_name: str
+    storage: str
+    bits: bool
+
+
+#: ONNX element type code → how it is held (the types numpy has natively are not listed).
+EXTENSION_TYPES: dict[int, ElemType] = {t.code: t for t in (
+    ElemType(16, "BFLOAT16", "bfloat16", "<u2", True),
+    ElemType(17, "FLOAT8E4M3FN", "float8_e4m3fn", "|u1", True),
+    ElemType(18, "FLOAT8E4M3FNUZ", "float8_e4m3fnuz", "|u1", True),
+    ElemType(19, "FLOAT8E5M2", "float8_e5m2", "|u1", True),
+    ElemType(20, "FLOAT8E5M2FNUZ", "float8_e5m2fnuz", "|u1", True),
+    ElemType(21, "UINT4", "uint4", "|u1", False),
+    ElemType(22, "INT4", "int4", "|i1", False),
+    ElemType(23, "FLOAT4E2M1", "float4_e2m1fn", "|u1", True),
+    ElemType(24, "FLOAT8E8M0", "float8_e8m0fnu", "|u1", True),
+    ElemType(25, "UINT2", "uint2", "|u1", False),
+    ElemType(26, "INT2", "int2", "|i1", False),
+)}
+_BY_ML_NAME = {t.ml_name: t for t in EXTENSION_TYPES.values()}
+# onnx < 1.18 represents these types as structured dtypes with one named field (onnx._custom_element_types).
+_BY_ONNX_FIELD = {"bfloat16": 16, "e4m3fn": 17, "e4m3fnuz": 18, "e5m2": 19, "e5m2fnuz": 20, "uint4": 21,
+                  "int4": 22, "float4e2m1": 23, "int2": 26, "uint2": 25}
+_NATIVE = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 8: "object",
+           9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 14: "complex64", 15: "complex128"}
+
+
+def _ml_dtypes() -> Any:
+    try:
+        import ml_dtypes
+    except ImportError as exc:
+        raise GraphBisectError(
+            "tensors of type bfloat16, float8, float4, int4 or int2 need the ml_dtypes package, which is not "
+            "installed in this Python environment",
+            hint="pip install ml_dtypes (onnx itself uses it)",
+        ) from exc
+    return ml_dtypes
+
+
+def numpy_dtype(elem_type: int) -> np.dtype:
+    """The in-memory dtype of ONNX element type ``elem_type`` (``ml_dtypes`` for the types numpy lacks).
+
+    Example:
+        >>> numpy_dtype(1), numpy_dtype(16).name, numpy_dtype(8)
+        (dtype('float32'), 'bfloat16', dtype('O'))
+    """
+    if elem_type in _NATIVE:
+        return np.dtype(_NATIVE[elem_type])
+    ext = EXTENSION_TYPES.get(elem_type)
+    if ext is None:
+        raise KeyError(f"ONNX element type {elem_type} is not known to graphbisect")
+    ml_dtypes = _ml_dtypes()
+    if not hasattr(ml_dtypes, ext.ml_name):
+        raise GraphBisectError(
+            f"ONNX element type {ext.onnx_name} needs ml_dtypes.{ext.ml_name}, which ml_dtypes "
+            f"{getattr(ml_dtypes, '__version__', '?')} lacks", hint="upgrade ml_dtypes")
+    return np.dtype(getattr(ml_dtypes, ext.ml_name))
+
+
+def elem_type_of(array: np.ndarray) -> int | None:
+    """The ONNX element type an in-memory array holds (None for dtypes ONNX has no type for).
+
+    Example:
+        >>> elem_type_of(np.zeros(2, np.float32)), elem_type_of(np.array(["a"], dtype=object))
+        (1, 8)
+    """
+    dtype = array.dtype
+    ext = _BY_ML_NAME.get(dtype.name) if dtype.kind == "V" and dtype.names is None else None
+    if ext is not None:
+        return ext.code
+    if dtype.names and len(dtype.names) == 1 and dtype.names[0] in _BY_ONNX_FIELD:
+        return _BY_ONNX_FIELD[dtype.names[0]]
+    if dtype.kind in "OUS":
+        return STRING
+    for code, name in _NATIVE.items():
+        if code != STRING and dtype == np.dtype(name):
+            return code
+    return None
+
+
+def encode_tensor(array: np.ndarray) -> tuple[np.ndarray, int | None]:
+    """``array`` as something ``np.save`` writes without pickles, plus the ONNX element type to record
+    (None when the stored array *is* the value: every type numpy has natively, strings excepted).
+
+    Example:
+        >>> raw, code = encode_tensor(np.zeros(2, numpy_dtype(17)))
+        >>> raw.dtype, code
+        (dtype('uint8'), 17)
+    """
+    array = np.asarray(array)
+    code = elem_type_of(array)
+    if code == STRING:
+        if array.dtype.kind == "S":
+            return array.astype(np.str_), STRING
+        try:
+            return array.astype(np.str_), STRING
+        except (TypeError, ValueError) as exc:
+            raise GraphBisectError("a string tensor holds values that are not strings",
+                                   hint="give str (or bytes) elements") from exc
+    ext = EXTENSION_TYPES.get(code) if code is not None else None
+    if ext is None:
+        if array.dtype.kind == "O":
+            raise GraphBisectError(f"cannot store an object array of {type(array.flat[0]).__name__}"
+                                   if array.size else "cannot store an empty object array without a type",
+                                   hint="give numeric, boolean or string tensors")
+        return array, None
+    if array.dtype.names:  # onnx < 1.18's structured form: the field holds the bits or the values
+        return np.ascontiguousarray(array).view(np.dtype(ext.storage)), code
+    if ext.bits:
+        return np.ascontiguousarray(array).view(np.dtype(ext.storage)), code
+    return array.astype(np.dtype(ext.storage)), code
+
+
+def decode_tensor(raw: np.ndarray, elem_type: int | None) -> np.ndarray:
+    """The in-memory tensor that ``raw`` (as stored by :func:`encode_tensor`) holds."""
+    if elem_type is None:
+        return raw
+    if elem_type == STRING:
+        return raw.astype(object)
+    ext = EXTENSION_TYPES.get(elem_type)
+    if ext is None:
+        return raw
+    dtype = numpy_dtype(elem_type)
+    if ext.bits:
+        return raw.view(dtype)
+    return raw.astype(dtype)
+
+
+def sub_byte_bits(ext: ElemType) -> int:
+    """Bits per element of a packed type (4 for int4/uint4/float4, 2 for int2/uint2), 0 when not packed."""
+    return 4 if ext.code in (21, 22, 23) else 2 if ext.code in (25, 26) else 0
+
+
+def pack(array: np.ndarray) -> np.ndarray:
+    """The packed bytes (``uint8``, first element in the lowest bits) of a 4- or 2-bit tensor, as ONNX
+    and ONNX Runtime hold them.
+
+    Example:
+        >>> pack(decode_tensor(np.array([1, -2, 3], np.int8), 22)).tolist()
+        [225, 3]
+    """
+    code = elem_type_of(array)
+    ext = EXTENSION_TYPES[code] if code is not None else None
+    width = sub_byte_bits(ext) if ext is not None else 0
+    if not width:
+        raise ValueError(f"{array.dtype} is not a packed type")
+    raw, _ = encode_tensor(array)
+    per_byte = 8 // width
+    bits = raw.reshape(-1).view(np.uint8) & ((1 << width) - 1)
+    padded = np.zeros(-(-bits.size // per_byte) * per_byte, np.uint8)
+    padded[:bits.size] = bits
+    lanes = padded.reshape(-1, per_byte)
+    packed = np.zeros(lanes.shape[0], np.uint8)
+    for lane in range(per_byte):
+        packed |= lanes[:, lane] << np.uint8(lane * width)
+    return packed
+
+
+def unpack(packed: np.ndarray, elem_type: int, shape: tuple[int, ...]) -> np.ndarray:
+    """The tensor of ONNX type ``elem_type`` and ``shape`` whose packed bytes are ``packed`` (see :func:`pack`)."""
+    ext = EXTENSION_TYPES[elem_type]
+    width = sub_byte_bits(ext)
+    count = int(np.prod(shape, dtype=np.int64))
+    data = np.asarray(packed, dtype=np.uint8).reshape(-1)
+    lanes = [(data >> np.uint8(lane * width)) & np.uint8((1 << width) - 1) for lane in range(8 // width)]
+    bits = np.stack(lanes, axis=-1).reshape(-1)[:count]
+    if ext.bits:
+        return bits.view(numpy_dtype(elem_type)).reshape(shape)
+    values = bits.astype(np.int8)
+    if np.dtype(ext.storage).kind == "i":  # sign-extend
+        values = (values ^ (1 << (width - 1))) - (1 << (width - 1))
+    return values.astype(numpy_dtype(elem_type)).reshape(shape)
+
+
+def to_memory(value: Any) -> Any:
+    """``value`` in graphbisect's in-memory form: onnx < 1.18's structured dtypes become ``ml_dtypes``.
+
+    Backends call this on what their library returns; lists (sequences) and ``None`` (empty optionals)
+    are kept.
+    """
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return [to_memory(item) for item in value]
+    array = np.asarray(value)
+    if array.dtype.names:
+        raw, code = encode_tensor(array)
+        return decode_tensor(raw, code)
+    return array
+
+
+def is_exact(array: np.ndarray) -> bool:
+    """Whether values of this dtype compare exactly (integers of any width, bool, strings)."""
+    dtype = array.dtype
+    if dtype.kind in "biuOUS":
+        return True
+    ext = _BY_ML_NAME.get(dtype.name) if dtype.kind == "V" else None
+    return ext is not None and not ext.bits
+
+
+def comparable(array: np.ndarray) -> np.ndarray:
+    """A numpy-native view of ``array`` for arithmetic comparison: extension floats → float32, int4 → int8,
+    complex → (real, imag) pairs on a new last axis. Strings are returned as they are."""
+    dtype = array.dtype
+    if dtype.kind == "c":
+        return np.stack([array.real, array.imag], axis=-1)
+    ext = _BY_ML_NAME.get(dtype.name) if dtype.kind == "V" else None
+    if ext is not None:
+        return array.astype(np.float32 if ext.bits else np.int16)
+    return array
+
+
+# ------------------------------------------------------------------------------------------ entries
+ArrayWriter = Callable[[str, np.ndarray], None]
+ArrayReader = Callable[[Mapping[str, Any]], np.ndarray]
+
+
+def elem_type_name(code: int) -> str:
+    """The ONNX name of a stored element type: ``STRING`` or one of :data:`EXTENSION_TYPES`."""
+    return "STRING" if code == STRING else EXTENSION_TYPES[code].onnx_name
+
+
+def storage_entry(array: np.ndarray, file: str = "") -> dict[str, Any]:
+    """The manifest entry describing ``array`` stored in ``file`` (see the module docstring)."""
+    return write_value(array, file.removesuffix(".npy"), lambda _file, _raw: None)
+
+
+def write_value(value: Any, stem: str, write: ArrayWriter) -> dict[str, Any]:
+    """Write ``value`` (tensor, list, None) through ``write(file, raw_array)``; return its manifest entry.
+
+    Files are named ``<stem>.npy``, sequence items ``<stem>.<i>.npy`` (recursively).
+    """
+    if value is None:
+        return {"optional": None}
+    if isinstance(value, (list, tuple)):
+        return {"sequence": [write_value(item, f"{stem}.{i}", write) for i, item in enumerate(value)]}
+    raw, code = encode_tensor(np.asarray(value))
+    file = f"{stem}.npy"
+    write(file, np.ascontiguousarray(raw))
+    entry: dict[str, Any] = {"file": file, "dtype": raw.dtype.str, "shape": list(raw.shape)}
+    if code is not None:
+        entry["elem_type"] = code
+        entry["onnx_type"] = elem_type_name(code)
+    return entry
+
+
+def read_value(entry: Mapping[str, Any], read: ArrayReader) -> Any:
+    """The value a manifest entry describes; ``read(tensor_entry)`` returns the stored raw array."""
+    if "sequence" in entry:
+        return [read_value(item, read) for item in entry["sequence"]]
+    if "optional" in entry:
+        inner = entry["optional"]
+        return None if inner is None else read_value(inner, read)
+    raw = read(entry)
+    return decode_tensor(raw, entry.get("elem_type"))
+
+
+def entry_files(entry: Mapping[str, Any]) -> list[str]:
+    """Every file a manifest entry's value is stored in."""
+    if "sequence" in entry:
+        return [file for item in entry["sequence"] for file in entry_files(item)]
+    if "optional" in entry:
+        return [] if entry["optional"] is None else entry_files(entry["optional"])
+    return [str(entry["file"])]
+
+
+def entry_nbytes(entry: Mapping[str, Any]) -> int:
+    """Bytes of data a manifest entry's value holds on disk."""
+    if "sequence" in entry:
+        return sum(entry_nbytes(item) for item in entry["sequence"])
+    if "optional" in entry:
+        return 0 if entry["optional"] is None else entry_nbytes(entry["optional"])
+    return int(np.dtype(entry["dtype"]).itemsize * int(np.prod(entry["shape"], dtype=np.int64)))
+
+
+def is_plain(value: Any) -> bool:
+    """Whether ``value`` is a tensor numpy stores as is (no manifest entry needed to read it back)."""
+    return isinstance(value, np.ndarray) and encode_tensor(value)[1] is None
+
+
+# ---------------------------------------------------------------------------------------------- npz
+def save_values_npz(path: str | Path, values: Mapping[str, Any]) -> Path:
+    """Write ``values`` to an ``.npz`` (not atomically: callers write to a temporary path).
+
+    Plain tensors are members ``<name>.npy`` exactly as ``np.savez`` writes them; the rest are stored raw
+    and described in the member ``__values__.json`` (see the module docstring), written only when needed.
+    """
+    path = Path(path)
+    entries: dict[str, Any] = {}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        def write(file: str, array: np.ndarray) -> None:
+            with archive.open(file, "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, array, allow_pickle=False)
+
+        for index, (name, value) in enumerate(values.items()):
+            if isinstance(value, (list, tuple)) or value is None:
+                entries[name] = write_value(value, f"__value_{index}", write)
+            else:
+                array = np.asarray(value)
+                entry = write_value(array, name, write)
+                if "elem_type" in entry:
+                    entries[name] = entry
+        if entries:
+            archive.writestr(NPZ_MANIFEST, json.dumps({"version": 1, "values": entries}, indent=1))
+    return path
+
+
+def load_values_npz(path: str | Path) -> dict[str, Any]:
+    """Read every value of an ``.npz`` written by :func:`save_values_npz` (or ``np.savez``), no pickles."""
+    with np.load(path, allow_pickle=False) as data:
+        described: dict[str, Any] = {}
+        if NPZ_MANIFEST in data.files:
+            described = json.loads(data[NPZ_MANIFEST])["values"]
+        members = {f"{key}.npy": key for key in data.files}
+        hidden = {file for entry in described.values() for file in entry_files(entry)}
+
+        def read(entry: Mapping[str, Any]) -> np.ndarray:
+            return np.asarray(data[members[str(entry["file"])]])
+
+        result: dict[str, Any] = {}
+        for key in data.files:
+            if key == NPZ_MANIFEST or (f"{key}.npy" in hidden and key not in described):
+                continue
+            result[key] = read_value(described[key], read) if key in described else data[key]
+        for name, entry in described.items():
+            if name not in result:
+                result[name] = read_value(entry, read)
+        return result
+
+
+def manifest_text(entries: list[dict[str, Any]]) -> str:
+    """The ``manifest.json`` text of a folder of values (format version 1)."""
+    return json.dumps({"version": 1, "tensors": entries}, indent=1)
