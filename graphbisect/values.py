@@ -188,9 +188,9 @@ def encode_tensor(array: np.ndarray) -> tuple[np.ndarray, int | None]:
                                    hint="give numeric, boolean or string tensors")
         return array, None
     if array.dtype.names:  # onnx < 1.18's structured form: the field holds the bits or the values
-        return np.ascontiguousarray(array).view(np.dtype(ext.storage)), code
+        return np.asarray(array, order="C").view(np.dtype(ext.storage)), code
     if ext.bits:
-        return np.ascontiguousarray(array).view(np.dtype(ext.storage)), code
+        return np.asarray(array, order="C").view(np.dtype(ext.storage)), code
     return array.astype(np.dtype(ext.storage)), code
 
 
@@ -319,7 +319,7 @@ def write_value(value: Any, stem: str, write: ArrayWriter) -> dict[str, Any]:
         return {"sequence": [write_value(item, f"{stem}.{i}", write) for i, item in enumerate(value)]}
     raw, code = encode_tensor(np.asarray(value))
     file = f"{stem}.npy"
-    write(file, np.ascontiguousarray(raw))
+    write(file, np.asarray(raw, order="C"))
     entry: dict[str, Any] = {"file": file, "dtype": raw.dtype.str, "shape": list(raw.shape)}
     if code is not None:
         entry["elem_type"] = code

@@ -383,10 +383,44 @@ class CannotRun(Exception):
 _ORT_RUN_TARGET = r'''
 
 def run_target(session, inputs, output_names):
-    """Run once; feed only what the session accepts (cut tensors may be initializers it overrides)."""
+    """Run once; feed only what the session accepts (cut tensors may be initializers it overrides).
+    Tensors of types numpy lacks (bfloat16, float8, int4...) travel as OrtValues of raw bits, which
+    InferenceSession.run cannot take or give."""
     accepted = {i.name for i in session.get_inputs()} | {i.name for i in session.get_overridable_initializers()}
-    values = session.run(output_names, {name: value for name, value in inputs.items() if name in accepted})
-    return dict(zip(output_names, values))
+    feed = {name: value for name, value in inputs.items() if name in accepted}
+    declared = {o.name: o.type for o in session.get_outputs()}
+    typed_out = any(declared.get(name, "").replace("tensor(", "").rstrip(")").upper() in ORT_NAMES
+                    for name in output_names)
+    if not typed_out and not any(extension_code(value) for value in feed.values()):
+        return dict(zip(output_names, session.run(output_names, feed)))
+    import onnxruntime as ort
+
+    values = {}
+    for name, value in feed.items():
+        code = extension_code(value)
+        if code:
+            raw = np.asarray(encode(value), order="C")
+            if code in PACKED_BITS:  # ORT takes the shape from the array and reads the bytes packed
+                packed, raw = pack(raw, code), np.zeros(value.shape, np.uint8)
+                raw.reshape(-1)[:packed.size] = packed
+            values[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(raw, code)
+        else:
+            values[name] = ort.OrtValue.ortvalue_from_numpy(value)
+    results = session.run_with_ort_values(output_names, values)
+    return {name: from_ortvalue(result) for name, result in zip(output_names, results)}
+
+
+def from_ortvalue(value):
+    import ctypes
+
+    code = value.element_type() if value.is_tensor() else None
+    if code not in ELEM_TYPES:
+        return value.numpy()
+    shape = tuple(value.shape())
+    data = np.frombuffer(ctypes.string_at(value.data_ptr(), value.tensor_size_in_bytes()), np.uint8)
+    if code in PACKED_BITS:
+        return typed(unpack(data, code, shape), code)
+    return typed(data.view(STORAGE[code]).reshape(shape), code)
 '''
 
 _ORT_CODE = r'''
@@ -445,7 +479,7 @@ def run_target(evaluator, inputs, output_names):
     """Run once, feeding the evaluator's inputs."""
     accepted = set(evaluator.input_names)
     values = evaluator.run(output_names, {name: value for name, value in inputs.items() if name in accepted})
-    return dict(zip(output_names, (np.asarray(v) for v in values)))
+    return dict(zip(output_names, (as_value(v) for v in values)))
 
 '''
 
@@ -917,16 +951,131 @@ def read_config():
 
 
 def load_arrays(path, names=None):
-    """The arrays of an .npz by tensor name (optionally checking that ``names`` are all there)."""
+    """The values of an .npz by name (optionally checking that ``names`` are all there). Values a plain .npy
+    cannot hold are described in its member __values__.json: raw bits or values plus the ONNX element type
+    (bfloat16, float8, int4..., read with ml_dtypes), strings, sequences (lists), empty optionals (None)."""
     try:
         with np.load(path, allow_pickle=False) as data:
-            arrays = {name: data[name] for name in data.files}
-    except (OSError, ValueError) as exc:
+            described = json.loads(data["__values__.json"])["values"] if "__values__.json" in data.files else {}
+            hidden = set()
+            for entry in described.values():
+                hidden.update(entry_files(entry))
+            arrays = {name: data[name] for name in data.files
+                      if name != "__values__.json" and (name in described or f"{name}.npy" not in hidden)}
+            for name, entry in described.items():
+                arrays[name] = decode_value(entry, lambda file: data[file[:-4]])
+    except (OSError, ValueError, KeyError) as exc:
         raise CannotRun(f"cannot read {path}: {exc}") from exc
     missing = [name for name in names or () if name not in arrays]
     if missing:
         raise CannotRun(f"{Path(path).name} has no array for {', '.join(map(json.dumps, missing))}")
     return arrays
+
+
+# ONNX element types numpy lacks: (ml_dtypes name, stored as raw bits (else as integer values), storage dtype)
+ELEM_TYPES = {16: ("bfloat16", True, "<u2"), 17: ("float8_e4m3fn", True, "u1"), 18: ("float8_e4m3fnuz", True, "u1"),
+              19: ("float8_e5m2", True, "u1"), 20: ("float8_e5m2fnuz", True, "u1"), 21: ("uint4", False, "u1"),
+              22: ("int4", False, "i1"), 23: ("float4_e2m1fn", True, "u1"), 24: ("float8_e8m0fnu", True, "u1"),
+              25: ("uint2", False, "u1"), 26: ("int2", False, "i1")}
+STORAGE = {code: np.dtype(storage) for code, (_, _, storage) in ELEM_TYPES.items()}
+ML_NAMES = {name: code for code, (name, _, _) in ELEM_TYPES.items()}
+ORT_NAMES = {"BFLOAT16", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4", "INT4",
+             "FLOAT4E2M1", "FLOAT8E8M0", "UINT2", "INT2"}
+PACKED_BITS = {21: 4, 22: 4, 23: 4, 25: 2, 26: 2}
+ONNX_FIELDS = {"bfloat16": 16, "e4m3fn": 17, "e4m3fnuz": 18, "e5m2": 19, "e5m2fnuz": 20, "uint4": 21, "int4": 22}
+
+
+def ml_dtype(code):
+    try:
+        import ml_dtypes
+    except ImportError as exc:
+        raise CannotRun(f"this bundle holds {ELEM_TYPES[code][0]} tensors, which need ml_dtypes "
+                        f"({exc}); pip install ml_dtypes") from exc
+    return np.dtype(getattr(ml_dtypes, ELEM_TYPES[code][0]))
+
+
+def typed(raw, code):
+    """The tensor whose stored form (raw bits, or integer values for int4/int2) is ``raw``."""
+    if code == 8:
+        return raw.astype(object)
+    return raw.view(ml_dtype(code)) if ELEM_TYPES[code][1] else raw.astype(ml_dtype(code))
+
+
+def encode(array):
+    """The stored form of an ml_dtypes tensor (inverse of typed)."""
+    code = extension_code(array)
+    return array.view(STORAGE[code]) if ELEM_TYPES[code][1] else array.astype(STORAGE[code])
+
+
+def extension_code(value):
+    """The ONNX element type of an ml_dtypes tensor, else 0."""
+    return ML_NAMES.get(value.dtype.name, 0) if isinstance(value, np.ndarray) and value.dtype.kind == "V" else 0
+
+
+def pack(stored, code):
+    """4-bit (2-bit) elements packed two (four) to a byte, first element in the low bits, as ONNX holds them."""
+    width = PACKED_BITS[code]
+    bits = stored.reshape(-1).view(np.uint8) & ((1 << width) - 1)
+    per_byte = 8 // width
+    lanes = np.zeros(-(-bits.size // per_byte) * per_byte, np.uint8)
+    lanes[:bits.size] = bits
+    lanes = lanes.reshape(-1, per_byte)
+    packed = np.zeros(lanes.shape[0], np.uint8)
+    for lane in range(per_byte):
+        packed |= lanes[:, lane] << np.uint8(lane * width)
+    return packed
+
+
+def unpack(packed, code, shape):
+    """The stored form (one element per byte) of packed 4-bit (2-bit) elements."""
+    width = PACKED_BITS[code]
+    count = int(np.prod(shape, dtype=np.int64))
+    lanes = [(packed >> np.uint8(lane * width)) & np.uint8((1 << width) - 1) for lane in range(8 // width)]
+    bits = np.stack(lanes, axis=-1).reshape(-1)[:count].reshape(shape)
+    if ELEM_TYPES[code][1] or STORAGE[code].kind == "u":
+        return bits
+    half = 1 << (width - 1)
+    return ((bits.astype(np.int8) ^ half) - half).astype(np.int8)
+
+
+def entry_files(entry):
+    if "sequence" in entry:
+        return [file for item in entry["sequence"] for file in entry_files(item)]
+    if "optional" in entry:
+        return [] if entry["optional"] is None else entry_files(entry["optional"])
+    return [entry["file"]]
+
+
+def decode_value(entry, read):
+    if "sequence" in entry:
+        return [decode_value(item, read) for item in entry["sequence"]]
+    if "optional" in entry:
+        return None if entry["optional"] is None else decode_value(entry["optional"], read)
+    raw = read(entry["file"])
+    return raw if entry.get("elem_type") is None else typed(raw, entry["elem_type"])
+
+
+def as_value(value):
+    """A backend's output as compared here: lists stay lists; onnx < 1.18's structured float8/int4 become
+    ml_dtypes arrays."""
+    if value is None or isinstance(value, list):
+        return value if value is None else [as_value(v) for v in value]
+    value = np.asarray(value)
+    if value.dtype.names and value.dtype.names[0] in ONNX_FIELDS:
+        code = ONNX_FIELDS[value.dtype.names[0]]
+        return typed(value.view(STORAGE[code]), code)
+    return value
+
+
+def numeric(array):
+    """A numpy-native form for arithmetic comparison: ml_dtypes floats as float32, int4/int2 as int16,
+    complex as (real, imag) pairs."""
+    code = extension_code(array)
+    if code:
+        return array.astype(np.float32 if ELEM_TYPES[code][1] else np.int16)
+    if array.dtype.kind == "c":
+        return np.stack([array.real, array.imag], axis=-1)
+    return array
 
 
 # ----------------------------------------------------------------------------------- comparison
@@ -938,19 +1087,24 @@ FAILURE_OF = {"ok": "none", "mismatch": "mismatch", "nan": "nan", "dtype": "stru
 def compare(name, expected, actual, tolerance):
     """Compare one output with the oracle's like graphbisect: |actual - expected| <= atol + rtol * |expected|
     per element (numpy.allclose); NaN/Inf where the oracle is finite is its own kind, "nan"."""
+    if isinstance(expected, list) or isinstance(actual, list) or expected is None or actual is None:
+        return compare_containers(name, expected, actual, tolerance)
     result = {"name": name, "kind": "ok", "numel": int(np.size(expected))}
-    if actual is None:
+    if actual is MISSING:
         return dict(result, kind="missing")
     actual = np.asarray(actual)
     if actual.shape != expected.shape:
         return dict(result, kind="shape", expected_shape=list(expected.shape), actual_shape=list(actual.shape))
     if tolerance["check_dtype"] and actual.dtype != expected.dtype:
         return dict(result, kind="dtype", expected_dtype=str(expected.dtype), actual_dtype=str(actual.dtype))
+    exact = expected.dtype.kind in "biu" and actual.dtype.kind in "biu"
+    expected, actual = numeric(expected), numeric(actual)  # bfloat16/float8 as float32, int4 as int16
+    exact = exact or (expected.dtype.kind in "biu" and actual.dtype.kind in "biu")
     if expected.dtype.kind not in "biuf" or actual.dtype.kind not in "biuf":
         return dict(result, kind="ok" if np.array_equal(expected, actual) else "mismatch")
     atol, rtol = tolerance["per_output"].get(name, (tolerance["atol"], tolerance["rtol"]))
-    if expected.dtype.kind in "biu" and actual.dtype.kind in "biu":
-        atol, rtol = 0.0, 0.0  # integers and booleans are exact
+    if exact:
+        atol, rtol = 0.0, 0.0  # integers (of every width) and booleans are exact
     e, a = expected.astype(np.float64), actual.astype(np.float64)
     e_finite, a_finite = np.isfinite(e), np.isfinite(a)
     both = e_finite & a_finite
@@ -968,6 +1122,24 @@ def compare(name, expected, actual, tolerance):
     elif bad.any() or cosine_too_low(e[both], a[both], tolerance["min_cosine"]):
         result["kind"] = "mismatch"
     return result
+
+
+MISSING = object()
+
+
+def compare_containers(name, expected, actual, tolerance):
+    """Sequences item by item (the worst item speaks for the sequence); None is an empty optional."""
+    if actual is MISSING:
+        return {"name": name, "kind": "missing", "numel": 0}
+    if isinstance(expected, list) and isinstance(actual, list) and len(expected) == len(actual):
+        results = [compare(f"{name}[{i}]", e, a, tolerance) for i, (e, a) in enumerate(zip(expected, actual))]
+        worst = max(results, key=lambda r: KIND_RANK[r["kind"]], default={"kind": "ok"})
+        return dict(worst, name=name if worst["kind"] == "ok" else worst["name"], numel=sum(r.get("numel", 0) for r in results))
+    if expected is None and actual is None:
+        return {"name": name, "kind": "ok", "numel": 0}
+    def shape(v):
+        return "empty optional" if v is None else f"sequence of {len(v)}" if isinstance(v, list) else list(np.shape(v))
+    return {"name": name, "kind": "shape", "numel": 0, "expected_shape": shape(expected), "actual_shape": shape(actual)}
 
 
 def cosine_too_low(e, a, min_cosine):
@@ -1012,7 +1184,8 @@ def attempt(config, status_file=None):
         actual = run_target(target, inputs, config["outputs"])
     except Exception as exc:
         return note(kind="crash-run", error_type=type(exc).__name__, message=str(exc))
-    results = [compare(name, expected[name], actual.get(name), config["tolerance"]) for name in config["outputs"]]
+    results = [compare(name, expected[name], actual.get(name, MISSING), config["tolerance"])
+               for name in config["outputs"]]
     return note(kind=failure_kind(results), outputs=results)
 
 

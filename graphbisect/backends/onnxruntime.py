@@ -393,7 +393,7 @@ def _ort_buffer(array: np.ndarray, code: int) -> np.ndarray:
     """The array ``OrtValue.ortvalue_from_numpy_with_onnx_type`` reads: one of ``array``'s shape whose buffer
     starts with the tensor's bytes (ORT takes the shape from it and reads 4-bit types packed)."""
     if not sub_byte_bits(EXTENSION_TYPES[code]):
-        return np.ascontiguousarray(encode_tensor(array)[0])
+        return np.asarray(encode_tensor(array)[0], order="C")
     buffer = np.zeros(array.shape, np.uint8)
     packed = pack(array)
     buffer.reshape(-1)[:packed.size] = packed

@@ -49,7 +49,7 @@ def array_from_tensor(tensor: onnx.TensorProto) -> np.ndarray:
                                                                         np.dtype(ext.storage).newbyteorder("="))
     if sub_byte_bits(ext):
         return unpack(stored, ext.code, shape)
-    return decode_tensor(np.ascontiguousarray(stored.astype(np.dtype(ext.storage).newbyteorder("="))), ext.code
+    return decode_tensor(np.asarray(stored.astype(np.dtype(ext.storage).newbyteorder("=")), order="C"), ext.code
                          ).reshape(shape)
 
 

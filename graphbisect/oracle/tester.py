@@ -30,10 +30,11 @@ import onnx
 from graphbisect.backends import BackendProcess, BackendSpec, RunResult
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.engine import Outcome, TestResult
-from graphbisect.errors import InputError
+from graphbisect.errors import GraphBisectError, InputError
 from graphbisect.model.io import remove_model, save_proto
 from graphbisect.oracle.signature import CHECK_REJECTED, EXACT_VALUES, FailureKind, Signature, signature_of
 from graphbisect.strategies.subgraph import Candidate, SubgraphSpace
+from graphbisect.values import is_exact, numpy_dtype
 
 __all__ = ["CandidateTester", "Judgement", "OutputCheck", "TargetPool", "WorkerPool", "judge", "model_digest"]
 
@@ -225,13 +226,10 @@ def _value_class(elem_type: int) -> str:
     """"exact" (integer, boolean), "float", or "unknown" (no type: could be either)."""
     if not elem_type:
         return "unknown"
-    if elem_type == onnx.TensorProto.BOOL:
-        return "exact"
     try:
-        kind = onnx.helper.tensor_dtype_to_np_dtype(elem_type).kind
-    except (KeyError, ValueError):  # string and other non-numeric types
+        return "exact" if is_exact(np.empty(0, numpy_dtype(elem_type))) else "float"
+    except (KeyError, ValueError, GraphBisectError):  # types graphbisect cannot hold
         return "unknown"
-    return "exact" if kind in "iu" else "float"
 
 
 def _check(path: Path) -> str | None:

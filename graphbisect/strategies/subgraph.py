@@ -40,11 +40,13 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper
 
+from graphbisect.data.protos import tensor_from_array
 from graphbisect.engine import (
     BudgetExhausted,
     Evaluator,
@@ -59,6 +61,7 @@ from graphbisect.engine import (
 from graphbisect.model import Model
 from graphbisect.model.io import ExternalRef, copy_model, strip_to_external, write_weights_file
 from graphbisect.model.normalize import node_dependencies
+from graphbisect.values import elem_type_of
 
 __all__ = ["Candidate", "SubgraphSpace", "plan"]
 
@@ -82,7 +85,7 @@ class Candidate:
 
     keep: frozenset[int]
     proto: onnx.ModelProto
-    feeds: Mapping[str, np.ndarray] = field(repr=False)  # graph inputs (original inputs and cut tensors)
+    feeds: Mapping[str, Any] = field(repr=False)  # graph inputs (original inputs and cut tensors)
     outputs: tuple[str, ...] = ()
 
     @property
@@ -98,7 +101,7 @@ class SubgraphSpace:
     too, since external-data locations may not leave a model's folder.
     """
 
-    def __init__(self, model: Model, values: Callable[[str], np.ndarray], workdir: Path, *,
+    def __init__(self, model: Model, values: Callable[[str], Any], workdir: Path, *,
                  cut_as_initializers: bool = False) -> None:
         self.model = model
         self._values = values
@@ -127,13 +130,18 @@ class SubgraphSpace:
     def size(self) -> int:
         return len(self.model.nodes)
 
-    def values(self, name: str) -> np.ndarray:
+    def values(self, name: str) -> Any:
         """The oracle's value of ``name``. Small values are kept: candidates reuse the same boundary tensors,
-        and re-mapping a stored ``.npy`` (open, parse the header, map) was most of a candidate's build time."""
+        and re-mapping a stored ``.npy`` (open, parse the header, map) was most of a candidate's build time.
+
+        A value is any ONNX value (:mod:`graphbisect.values`): an array, a list (sequence) or None (an
+        empty optional)."""
         cached = self._small.get(name)
         if cached is not None:
             return cached
-        value = np.asarray(self._values(name))
+        value = self._values(name)
+        if not isinstance(value, np.ndarray):
+            return value  # a sequence or an empty optional: small, read from the store each time
         if value.nbytes <= _CACHE_MAX_BYTES and self._small_bytes + value.nbytes <= _CACHE_TOTAL_BYTES:
             value = np.array(value)  # a private in-memory copy: no file stays mapped
             self._small[name] = value
@@ -164,11 +172,11 @@ class SubgraphSpace:
         graph.node.extend(self.model.nodes[i] for i in sorted(keep))
         source = self._inline if inline_weights else self._stubs
         graph.initializer.extend(source[name] for name in inits)
-        feeds: dict[str, np.ndarray] = {}
+        feeds: dict[str, Any] = {}
         for name in cut:
-            value = np.asarray(self.values(name))
+            value = self.values(name)
             if self._as_constant(name, value):
-                graph.initializer.append(onnx.numpy_helper.from_array(np.ascontiguousarray(value), name))
+                graph.initializer.append(tensor_from_array(value, name))
             else:
                 graph.input.append(self._input_type(name, value))
                 feeds[name] = value
@@ -180,27 +188,30 @@ class SubgraphSpace:
                                 if name in produced and name not in outputs)
         return Candidate(keep, proto, feeds, tuple(outputs))
 
-    def _as_constant(self, name: str, value: np.ndarray) -> bool:
+    def _as_constant(self, name: str, value: Any) -> bool:
+        if not isinstance(value, np.ndarray):
+            return False  # sequences and optionals can only be graph inputs
         if self.cut_as_initializers:
             return True
         if name in self._inputs:  # the original feeds it at run time: a constant would fold what it does not
             return False
         return value.dtype.kind in _CONST_KINDS and value.size <= _CONST_MAX_ELEMENTS
 
-    def _input_type(self, name: str, value: np.ndarray) -> onnx.ValueInfoProto:
-        """How a fed tensor is declared: the model's own type (module docstring) when the value fits it."""
+    def _input_type(self, name: str, value: Any) -> onnx.ValueInfoProto:
+        """How a fed value is declared: the model's own type (module docstring) when the value fits it; a
+        sequence or optional always as the model declares it (an empty one holds no element to type it by)."""
         known = self.model.boundary_type(name)
-        if known is not None and _fits(known, value):
+        if known is not None and (_fits(known, value) if isinstance(value, np.ndarray) else
+                                  not known.type.HasField("tensor_type")):
             return known
         log.debug("no usable type for cut tensor %r; declaring only its element type", name)
-        return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype), None)
+        return helper.make_tensor_value_info(name, _elem_type(name, value), None)
 
     def _output_type(self, name: str) -> onnx.ValueInfoProto:
         known = self.model.boundary_type(name)
         if known is not None and (not known.type.HasField("tensor_type") or known.type.tensor_type.elem_type):
             return known
-        dtype = np.asarray(self.values(name)).dtype
-        return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(dtype), None)
+        return helper.make_tensor_value_info(name, _elem_type(name, self.values(name)), None)
 
     def cone(self, keep: Iterable[int], tensors: Iterable[str]) -> frozenset[int]:
         """The nodes of ``keep`` that the given tensors depend on (within ``keep``)."""
@@ -216,16 +227,21 @@ class SubgraphSpace:
         return frozenset(cone)
 
 
+def _elem_type(name: str, value: Any) -> int:
+    """The ONNX element type of a tensor value (every type: ``ml_dtypes`` arrays, strings); KeyError otherwise."""
+    code = elem_type_of(value) if isinstance(value, np.ndarray) else None
+    if code is None:
+        raise KeyError(f"the model declares no type for {name!r}, and its value ({type(value).__name__}) gives none")
+    return code
+
+
 def _fits(info: onnx.ValueInfoProto, value: np.ndarray) -> bool:
     """Whether a tensor declaration admits ``value``: same element type, and rank and static dimensions
     equal where it declares a shape (a wrong inferred type must not make a runtime refuse the feed)."""
     if not info.type.HasField("tensor_type"):
         return False
     tensor_type = info.type.tensor_type
-    try:
-        if helper.tensor_dtype_to_np_dtype(tensor_type.elem_type) != value.dtype:
-            return False
-    except (KeyError, TypeError, ValueError):
+    if elem_type_of(value) != tensor_type.elem_type:
         return False
     if not tensor_type.HasField("shape"):
         return True

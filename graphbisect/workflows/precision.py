@@ -62,6 +62,7 @@ from graphbisect.strategies.precision import (
     sensitivity,
     sensitivity_priors,
 )
+from graphbisect.values import load_values_npz
 from graphbisect.workflows.scratch import work_folder
 
 __all__ = ["PrecisionResult", "find_precision", "runtime_pins_mode"]
@@ -190,7 +191,7 @@ def _typed_target(target: str) -> bool:
 def _lowering(session: _Session, mode: PrecisionMode, method: CalibrationMethod, *, typed: bool = False) -> Lowering:
     if mode is not PrecisionMode.INT8:
         return Lowering(session.model, mode, typed=typed)
-    feeds = dict(np.load(session.inputs_path))
+    feeds = load_values_npz(session.inputs_path)
     if session.store is None:
         raise InputError("int8 calibration needs the oracle's intermediate tensors",
                          hint="use an oracle that exposes intermediates (onnxruntime, reference)")

@@ -70,6 +70,7 @@ from graphbisect.model.io import remove_model, save_proto
 from graphbisect.oracle.signature import FailureKind, Signature
 from graphbisect.oracle.tester import CandidateTester, OutputCheck, TargetPool, WorkerPool, judge, model_digest
 from graphbisect.strategies.subgraph import SubgraphSpace, plan
+from graphbisect.values import load_values_npz
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
 from graphbisect.workflows.maintainer import maintainer_facts
 from graphbisect.workflows.probe import compiled_of, describing_spec, plan_probe
@@ -269,8 +270,7 @@ class _Run:
         return {role: self.ran_with.get(role) for role in ("oracle", "target")}
 
     def values(self, store: ActivationStore) -> Callable[[str], np.ndarray]:
-        with np.load(self.work / "inputs.npz") as data:
-            feeds = {k: data[k] for k in data.files}
+        feeds = load_values_npz(self.work / "inputs.npz")
 
         def value(name: str) -> np.ndarray:
             return feeds[name] if name in feeds else store.get(name)
