@@ -46,6 +46,7 @@ from graphbisect.errors import GraphBisectError
 __all__ = [
     "EXTENSION_TYPES",
     "ElemType",
+    "as_elem_type",
     "comparable",
     "decode_tensor",
     "elem_type_name",
@@ -140,6 +141,11 @@ def numpy_dtype(elem_type: int) -> np.dtype:
     return np.dtype(getattr(ml_dtypes, ext.ml_name))
 
 
+def _extension(dtype: np.dtype) -> ElemType | None:
+    """The extension type an ``ml_dtypes`` dtype is (by name: float8_e5m2's kind is "f", the others' "V")."""
+    return _BY_ML_NAME.get(dtype.name) if dtype.names is None and dtype.kind in "Vf" else None
+
+
 def elem_type_of(array: np.ndarray) -> int | None:
     """The ONNX element type an in-memory array holds (None for dtypes ONNX has no type for).
 
@@ -148,7 +154,7 @@ def elem_type_of(array: np.ndarray) -> int | None:
         (1, 8)
     """
     dtype = array.dtype
-    ext = _BY_ML_NAME.get(dtype.name) if dtype.kind == "V" and dtype.names is None else None
+    ext = _extension(dtype)
     if ext is not None:
         return ext.code
     if dtype.names and len(dtype.names) == 1 and dtype.names[0] in _BY_ONNX_FIELD:
@@ -272,12 +278,44 @@ def to_memory(value: Any) -> Any:
     return array
 
 
+def as_elem_type(array: np.ndarray, elem_type: int) -> np.ndarray:
+    """``array`` read as ONNX type ``elem_type`` where its storage shows it holds that type; else unchanged
+    (a caller's dtype check then names the mismatch).
+
+    Read as the type: onnx < 1.18's structured dtypes; unicode/bytes arrays for strings; ``np.save``'s
+    ``V1``/``V2`` form of an ``ml_dtypes`` array; the storage integer of bfloat16/float8 (raw bits: onnx
+    1.17 holds bfloat16 as ``uint16`` and its node tests store bfloat16 inputs as UINT16 tensors); integer
+    values for int4/int2 (onnx 1.17's reference returns QuantizeLinear's int4 output as ``int8``).
+
+    Example:
+        >>> as_elem_type(np.array([16256], np.uint16), 16).tolist()
+        [1.0]
+    """
+    if elem_type_of(array) == elem_type:
+        return array
+    if array.dtype.names:
+        return np.asarray(to_memory(array))
+    if elem_type == STRING:
+        return array.astype(object) if array.dtype.kind in "US" else array
+    ext = EXTENSION_TYPES.get(elem_type)
+    if ext is None:
+        return array
+    storage = np.dtype(ext.storage)
+    if array.dtype.kind == "V" and array.dtype.itemsize == storage.itemsize:
+        return array.view(numpy_dtype(elem_type))
+    if ext.bits and array.dtype == storage:
+        return decode_tensor(array, elem_type)
+    if not ext.bits and array.dtype.kind in "iu":
+        return decode_tensor(array.astype(storage), elem_type)
+    return array
+
+
 def is_exact(array: np.ndarray) -> bool:
     """Whether values of this dtype compare exactly (integers of any width, bool, strings)."""
     dtype = array.dtype
     if dtype.kind in "biuOUS":
         return True
-    ext = _BY_ML_NAME.get(dtype.name) if dtype.kind == "V" else None
+    ext = _extension(dtype)
     return ext is not None and not ext.bits
 
 
@@ -287,7 +325,7 @@ def comparable(array: np.ndarray) -> np.ndarray:
     dtype = array.dtype
     if dtype.kind == "c":
         return np.stack([array.real, array.imag], axis=-1)
-    ext = _BY_ML_NAME.get(dtype.name) if dtype.kind == "V" else None
+    ext = _extension(dtype)
     if ext is not None:
         return array.astype(np.float32 if ext.bits else np.int16)
     return array

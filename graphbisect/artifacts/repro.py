@@ -1009,7 +1009,7 @@ def encode(array):
 
 def extension_code(value):
     """The ONNX element type of an ml_dtypes tensor, else 0."""
-    return ML_NAMES.get(value.dtype.name, 0) if isinstance(value, np.ndarray) and value.dtype.kind == "V" else 0
+    return ML_NAMES.get(value.dtype.name, 0) if isinstance(value, np.ndarray) and value.dtype.names is None else 0
 
 
 def pack(stored, code):
@@ -1134,7 +1134,8 @@ def compare_containers(name, expected, actual, tolerance):
     if isinstance(expected, list) and isinstance(actual, list) and len(expected) == len(actual):
         results = [compare(f"{name}[{i}]", e, a, tolerance) for i, (e, a) in enumerate(zip(expected, actual))]
         worst = max(results, key=lambda r: KIND_RANK[r["kind"]], default={"kind": "ok"})
-        return dict(worst, name=name if worst["kind"] == "ok" else worst["name"], numel=sum(r.get("numel", 0) for r in results))
+        return dict(worst, name=name if worst["kind"] == "ok" else worst["name"],
+                    numel=sum(r.get("numel", 0) for r in results))
     if expected is None and actual is None:
         return {"name": name, "kind": "ok", "numel": 0}
     def shape(v):

@@ -15,7 +15,7 @@ import numpy as np
 
 from graphbisect.backends.worker import select_feeds
 from graphbisect.errors import ModelError, SpecError
-from graphbisect.values import to_memory
+from graphbisect.values import EXTENSION_TYPES, as_elem_type, elem_type_of, encode_tensor, to_memory
 
 __all__ = ["Reference"]
 
@@ -42,6 +42,7 @@ class Reference:
         self._outputs: list[str] = []
         self._required: list[str] = []
         self._inputs: set[str] = set()
+        self._declared: dict[str, int] = {}
 
     def load(self, model: str, outputs: Sequence[str] | None) -> None:
         """Build the evaluator; ``outputs`` may name any tensor of the main graph."""
@@ -56,17 +57,54 @@ class Reference:
         self._inputs = set(evaluator.input_names)
         self._required = [name for name in evaluator.input_names if name not in initializers]
         self._evaluator, self._outputs = evaluator, requested
+        graph = proto.graph
+        self._declared = {info.name: info.type.tensor_type.elem_type for info in (*graph.output, *graph.value_info)
+                          if info.type.HasField("tensor_type")}
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Evaluate; feeds the model does not declare are ignored, missing ones are an InputError."""
-        feed = select_feeds(inputs, self._required, self._inputs)
+        feed = {name: self._native(value) for name, value in select_feeds(inputs, self._required, self._inputs).items()}
         values = self._evaluator.run(self._outputs, feed)
-        # to_memory: sequences stay lists, onnx < 1.18's structured bfloat16/float8/int4 become ml_dtypes arrays
-        return {name: to_memory(value) for name, value in zip(self._outputs, values, strict=True)}
+        # to_memory: sequences stay lists, onnx < 1.18's structured bfloat16/float8/int4 become ml_dtypes arrays;
+        # as_elem_type: onnx 1.17 returns some int4 outputs as int8, bfloat16 as uint16 (the declared type says)
+        return {name: self._typed(name, to_memory(value)) for name, value in zip(self._outputs, values, strict=True)}
+
+    def _typed(self, name: str, value: Any) -> Any:
+        code = self._declared.get(name)
+        return as_elem_type(value, code) if code and isinstance(value, np.ndarray) else value
+
+    def _native(self, value: Any) -> Any:
+        """``value`` as this onnx release represents it: onnx < 1.18 has its own structured dtypes for
+        bfloat16, float8 and int4 (``onnx._custom_element_types``) and rejects ``ml_dtypes`` arrays."""
+        if isinstance(value, list):
+            return [self._native(item) for item in value]
+        code = elem_type_of(value) if isinstance(value, np.ndarray) else None
+        if code not in EXTENSION_TYPES:
+            return value
+        custom = _custom_dtypes(self._onnx).get(code)
+        return value if custom is None else encode_tensor(value)[0].view(custom)
 
     def info(self) -> dict[str, Any]:
         """The onnx version that evaluated the model."""
         return {"library": "onnx", "library_version": self._onnx.__version__}
+
+
+def _custom_dtypes(onnx: Any) -> dict[int, np.dtype]:
+    """ONNX element type → onnx's own structured dtype, where this onnx has them and no ml_dtypes support."""
+    try:
+        import ml_dtypes
+
+        onnx.helper.np_dtype_to_tensor_dtype(np.dtype(ml_dtypes.float8_e4m3fn))
+        return {}  # onnx >= 1.18 takes ml_dtypes arrays
+    except (ImportError, ValueError, KeyError, TypeError):
+        pass
+    try:
+        from onnx import _custom_element_types as custom
+    except ImportError:
+        return {}
+    names = {16: "bfloat16", 17: "float8e4m3fn", 18: "float8e4m3fnuz", 19: "float8e5m2", 20: "float8e5m2fnuz",
+             21: "uint4", 22: "int4"}
+    return {code: np.dtype(getattr(custom, name)) for code, name in names.items() if hasattr(custom, name)}
 
 
 def _check_produced(model: str, graph: Any, names: Sequence[str]) -> None:

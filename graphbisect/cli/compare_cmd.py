@@ -96,7 +96,7 @@ def print_result(result: CompareResult, *, rows: int) -> None:
         print(f"\nNOTE: {result.layerwise_note}")
     if result.layerwise is not None:
         _print_layers(result, rows)
-    verdict = "PASS: outputs match" if result.passed else "FAIL"
+    verdict = "PASS: outputs match" if result.passed else f"FAIL: {result.outcome}"
     print(f"\n{verdict}  (invocations: {', '.join(f'{k} {v}' for k, v in result.invocations.items())}; "
           f"{result.seconds:.1f} s)")
 

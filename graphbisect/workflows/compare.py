@@ -13,6 +13,7 @@ reduce engine reuses to feed cut points.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -30,10 +31,12 @@ from graphbisect.errors import BackendError
 from graphbisect.localize.compiled import CompiledGraph
 from graphbisect.localize.layerwise import LayerwiseReport, analyze_layers
 from graphbisect.model import Model
+from graphbisect.oracle.outcome import Outcome, classify_comparison, classify_failed_run
 from graphbisect.workflows.probe import ProbePlan, compiled_of, describing_spec, discard_description, plan_probe
 from graphbisect.workflows.scratch import work_folder
 
-__all__ = ["DEFAULT_ORACLE", "DEFAULT_TARGET", "CompareResult", "compare_models", "model_for_backend"]
+__all__ = ["DEFAULT_ORACLE", "DEFAULT_TARGET", "CompareResult", "OracleFailed", "compare_models",
+           "model_for_backend"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +60,7 @@ class CompareResult:
     probed_comparison: Comparison | None
     invocations: Mapping[str, int]
     seconds: float
+    outcome: Outcome  # what the result means: pass, divergence, random-op, target-unsupported... (oracle/outcome.py)
     store_dir: Path | None = None
     extra: Mapping[str, object] = field(default_factory=dict)
     compiled: CompiledGraph | None = None  # what the target compiled, when it described it (the probe's basis)
@@ -78,6 +82,7 @@ class CompareResult:
             # the file used, when it outlives the run (a temporary work folder is gone by now)
             "inputs": str(self.inputs_path) if self.inputs_path.is_file() else None,
             "target_status": self.target_run.describe(),
+            "outcome": self.outcome.to_json(),
             "outputs": [s.to_json() for s in self.comparison.outputs] if self.comparison else [],
             "first_divergence": None if first is None else {
                 "node": first.node, "op_type": first.op_type, "tensor": first.tensor,
@@ -123,12 +128,16 @@ def compare_models(
     all_tensors: bool = False,
     seed: int = 0,
     on_stage: Callable[[str], None] | None = None,
+    workers: tuple[BackendProcess, BackendProcess] | None = None,
 ) -> CompareResult:
     """Compare ``target`` against ``oracle`` on ``model`` and localize the first divergence.
 
     ``workdir`` receives the normalized model, the inputs and the oracle's activation store; a temporary
     folder is used when it is None (and the store is then not kept). ``all_tensors`` probes every
     intermediate of the target even when it can describe what it compiled.
+    ``workers``: running (oracle, target) workers to use, left open (comparing many models without starting
+    workers per model); a target worker of :func:`describing_spec` gives the compiled-graph probe.
+    Raises :class:`OracleFailed` (with its :class:`Outcome`) when the oracle cannot run the model.
     """
     started = time.monotonic()
     tol = tolerance or Tolerance()
@@ -147,8 +156,14 @@ def compare_models(
             if layerwise and (not all_tensors or not target_info.has(Capability.ONNX_INPUT)) else None
         oracle_described = describing_spec(oracle_spec) \
             if layerwise and not oracle_info.has(Capability.ONNX_INPUT) else None
-        with BackendProcess(oracle_described or oracle_spec, workdir=folder / "oracle") as oracle_proc, \
-                BackendProcess(described or target_spec, workdir=folder / "target") as target_proc:
+        if workers is not None:  # the caller's workers decide what they describe
+            oracle_described = workers[0].spec if workers[0].spec != oracle_spec else None
+            described = workers[1].spec if workers[1].spec != target_spec else None
+        with contextlib.ExitStack() as stack:
+            oracle_proc, target_proc = workers or (
+                stack.enter_context(BackendProcess(oracle_described or oracle_spec, workdir=folder / "oracle")),
+                stack.enter_context(BackendProcess(described or target_spec, workdir=folder / "target")))
+            invocations_before = (oracle_proc.invocations, target_proc.invocations)
             stage(f"running oracle {oracle_spec} and target {target_spec}")
             oracle_run = oracle_proc.run(model_for_backend(model, oracle_spec, onnx_path), inputs_path)
             _require_oracle_ok(oracle_run, oracle_spec)
@@ -175,7 +190,8 @@ def compare_models(
             masking = probed_comparison is not None and (not probed_comparison.passed) != plain_failed
             if masking:
                 note = _masking_note(plain_failed, plan)
-            invocations = {"oracle": oracle_proc.invocations, "target": target_proc.invocations}
+            invocations = {"oracle": oracle_proc.invocations - invocations_before[0],
+                           "target": target_proc.invocations - invocations_before[1]}
         versions = {"oracle": dict(oracle_run.ran_with), "target": dict(target_run.ran_with)}  # measured in the workers
         return CompareResult(
             model=model, oracle=oracle_spec, target=target_spec, versions=versions, inputs_path=inputs_path,
@@ -184,6 +200,7 @@ def compare_models(
             invocations=invocations, seconds=time.monotonic() - started,
             store_dir=folder / "activations" if kept and (folder / "activations").is_dir() else None,
             compiled=plan.compiled,
+            outcome=classify_comparison(target_run, comparison, model.nodes),
         )
 
 
@@ -286,6 +303,9 @@ def _probe(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, target
               else f"running the target with {len(names)} tensors exposed")
         target_run = target.proc.run(target_probe, inputs_path, output_dir=workdir / "target-activations")
         discard_description(target_run.info)
+        if not target_run.ok and not target.run.ok:
+            return _Probed(note=f"the target failed on the probe model too ({target_run.describe()}); "
+                           "only the oracle's intermediates were captured")
         if not target_run.ok:
             return _Probed(note=f"the target failed on the probe model ({target_run.describe()}) although the "
                            "plain model ran: exposing intermediates changes the target's behaviour; "
@@ -308,10 +328,21 @@ def _masking_note(plain_failed: bool, plan: ProbePlan) -> str:
             "layerwise table describes the probed build, not the one users run.")
 
 
+class OracleFailed(BackendError):
+    """The oracle could not run the model, so nothing was compared; ``outcome`` says how it failed
+    (``oracle-unsupported``, ``oracle-crash``, ``oracle-timeout``)."""
+
+    def __init__(self, message: str, *, hint: str | None = None, outcome: Outcome) -> None:
+        super().__init__(message, hint=hint)
+        self.outcome = outcome
+
+
 def _require_oracle_ok(run: RunResult, spec: BackendSpec) -> None:
     if not run.ok:
-        raise BackendError(
-            f"the oracle {spec} failed on this model: {run.describe()}",
+        outcome = classify_failed_run(run, "oracle")
+        raise OracleFailed(
+            f"the oracle {spec} failed on this model ({outcome.cls.value}): {run.describe()}",
+            outcome=outcome,
             hint="the oracle must run the model correctly; choose another oracle, e.g. "
             "--oracle reference or --oracle onnxruntime:opt_level=disable",
         )

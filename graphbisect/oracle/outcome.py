@@ -1,0 +1,129 @@
+"""What a comparison of target and oracle *means*: every result of ``compare`` falls into one class.
+
+A failing comparison is not always a bug of the target. On ONNX's own node tests, most non-passing models
+are ops one backend does not implement, or ops that draw random numbers; a user reading ``FAIL`` must be
+told which. The classes (:class:`OutcomeClass`), decided from what actually ran:
+
+* ``pass`` — the target's outputs match the oracle's;
+* ``divergence`` — the target ran and its values differ (or its outputs' shapes/types): a real
+  disagreement, what ``reduce`` is for;
+* ``random-op`` — the values differ, but the model has an op that draws random numbers (``RandomNormal``,
+  ``Bernoulli``, ``Dropout`` in training mode...): two backends cannot be expected to agree;
+* ``target-unsupported`` / ``oracle-unsupported`` — the backend refused the model for lack of an op, a
+  type or an opset (its message says so: "NOT_IMPLEMENTED", "Could not find an implementation", ...);
+* ``target-crash`` / ``oracle-crash`` — any other failure at load or run;
+* ``target-timeout`` / ``oracle-timeout``.
+
+Example:
+    >>> classify_failed_run(RunResult(RunStatus.CRASH, phase=Phase.LOAD, error_type="NotImplemented",
+    ...     message="[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an implementation for Foo"),
+    ...     "target").cls.value
+    'target-unsupported'
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import onnx
+
+from graphbisect.backends.base import Phase, RunResult, RunStatus
+from graphbisect.compare import Comparison, MismatchKind, TensorStats
+
+__all__ = ["RANDOM_OPS", "Outcome", "OutcomeClass", "classify_comparison", "classify_failed_run", "random_ops"]
+
+
+class OutcomeClass(str, enum.Enum):
+    PASS = "pass"
+    DIVERGENCE = "divergence"
+    RANDOM_OP = "random-op"
+    TARGET_UNSUPPORTED = "target-unsupported"
+    TARGET_CRASH = "target-crash"
+    TARGET_TIMEOUT = "target-timeout"
+    ORACLE_UNSUPPORTED = "oracle-unsupported"
+    ORACLE_CRASH = "oracle-crash"
+    ORACLE_TIMEOUT = "oracle-timeout"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A class and one line saying why (the op, the message, the outputs)."""
+
+    cls: OutcomeClass
+    detail: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"class": self.cls.value, "detail": self.detail}
+
+    def __str__(self) -> str:
+        return f"{self.cls.value}: {self.detail}" if self.detail else self.cls.value
+
+
+#: Ops whose outputs are random draws (ai.onnx), so two backends need not agree.
+RANDOM_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
+                        "Bernoulli"})
+
+# Messages of backends refusing an op, a type or an opset they do not implement (ONNX Runtime, onnx.reference,
+# OpenVINO, Paddle). Matched on the first line of the message.
+_UNSUPPORTED = re.compile(
+    r"NOT_IMPLEMENTED|Could not find an implementation|No Op registered|is not a registered function/op"
+    r"|not (?:yet )?(?:implemented|supported)|unsupported|no (?:kernel|implementation) (?:for|is)"
+    r"|Unable to find (?:a )?(?:implementation|kernel)|Opset \d+ is under development"
+    r"|ONNX Runtime only \*guarantees\* support|is under development and support for this is limited"
+    r"|NotImplementedError|has no (?:kernel|implementation)|No registered implementation"
+    r"|must be installed to use",
+    re.IGNORECASE,
+)
+
+
+def random_ops(nodes: Iterable[onnx.NodeProto]) -> list[str]:
+    """The ops among ``nodes`` that draw random numbers: :data:`RANDOM_OPS`, and ``Dropout`` given a
+    ``training_mode`` input (a constant ``False`` is not looked up: graphbisect then says "may")."""
+    found = []
+    for node in nodes:
+        if node.op_type in RANDOM_OPS or (node.op_type == "Dropout" and len(node.input) >= 3 and node.input[2]):
+            found.append(f"{node.op_type} {node.name}".strip())
+    return found
+
+
+def classify_failed_run(run: RunResult, role: str) -> Outcome:
+    """The class of a failed run of the ``role`` ("target" or "oracle") backend."""
+    if run.status is RunStatus.TIMEOUT:
+        return Outcome(OutcomeClass(f"{role}-timeout"), run.describe())
+    text = f"{run.error_type or ''}: {run.message or ''}"
+    if _UNSUPPORTED.search(text):
+        return Outcome(OutcomeClass(f"{role}-unsupported"), run.describe())
+    phase = "while loading the model" if run.phase is Phase.LOAD else "while running it"
+    return Outcome(OutcomeClass(f"{role}-crash"), f"{phase}: {run.describe()}")
+
+
+def classify_comparison(target_run: RunResult, comparison: Comparison | None,
+                        nodes: Iterable[onnx.NodeProto]) -> Outcome:
+    """The class of a comparison whose oracle ran: pass, divergence, random-op or a target failure."""
+    if not target_run.ok or comparison is None:
+        return classify_failed_run(target_run, "target")
+    if comparison.passed:
+        return Outcome(OutcomeClass.PASS, "")
+    failing = comparison.failing
+    worst = comparison.worst
+    assert worst is not None
+    what = _describe_failing(failing)
+    randoms = random_ops(nodes)
+    if randoms and worst.kind not in (MismatchKind.SHAPE, MismatchKind.DTYPE, MismatchKind.MISSING):
+        return Outcome(OutcomeClass.RANDOM_OP, f"{what}; the model draws random numbers ({', '.join(randoms[:3])})")
+    return Outcome(OutcomeClass.DIVERGENCE, what)
+
+
+def _describe_failing(failing: Sequence[TensorStats]) -> str:
+    parts = []
+    for stats in failing[:3]:
+        if stats.kind in (MismatchKind.MISMATCH, MismatchKind.NAN):
+            parts.append(f"{stats.name} ({stats.kind.value}, {stats.mismatches}/{stats.numel} elements)")
+        else:
+            parts.append(f"{stats.name} ({stats.kind.value}: oracle {stats.oracle_shape} {stats.oracle_dtype or ''}, "
+                         f"target {stats.target_shape} {stats.target_dtype or ''})")
+    more = f" and {len(failing) - 3} more" if len(failing) > 3 else ""
+    return "outputs differ: " + ", ".join(parts) + more
