@@ -291,12 +291,12 @@ def as_elem_type(array: np.ndarray, elem_type: int) -> np.ndarray:
         >>> as_elem_type(np.array([16256], np.uint16), 16).tolist()
         [1.0]
     """
+    if elem_type == STRING:
+        return array.astype(object) if array.dtype.kind in "US" else array
     if elem_type_of(array) == elem_type:
         return array
     if array.dtype.names:
         return np.asarray(to_memory(array))
-    if elem_type == STRING:
-        return array.astype(object) if array.dtype.kind in "US" else array
     ext = EXTENSION_TYPES.get(elem_type)
     if ext is None:
         return array

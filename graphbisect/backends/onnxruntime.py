@@ -485,24 +485,30 @@ class OnnxRuntime:
         untyped ``uint8``.
         """
         feed = select_feeds(inputs, self._required, self._feedable)
-        if self._typed_outputs or any(_extension_code(value) for value in feed.values()):
+        if self._typed_outputs:
             return self._run_typed(feed)
+        # run() takes OrtValues among numpy arrays, strings and lists (sequences), but returns only numpy
+        feed = {name: self._ort_value(value) if _extension_code(value) else value for name, value in feed.items()}
         values = self._session.run(self._outputs, feed)
         return {name: to_memory(value) for name, value in zip(self._outputs, values, strict=True)}
 
+    def _ort_value(self, value: np.ndarray) -> Any:
+        code = _extension_code(value)
+        return self._ort.OrtValue.ortvalue_from_numpy_with_onnx_type(_ort_buffer(value, code), code)
+
     def _run_typed(self, feed: Mapping[str, Any]) -> dict[str, Any]:
-        ort_value = self._ort.OrtValue
+        """Outputs of types numpy lacks come back only as OrtValues, through ``run_with_ort_values``, whose
+        inputs must all be OrtValues: numeric tensors (not strings, sequences or optionals)."""
         values = {}
         for name, value in feed.items():
-            code = _extension_code(value)
-            if code:
-                values[name] = ort_value.ortvalue_from_numpy_with_onnx_type(_ort_buffer(value, code), code)
-            elif isinstance(value, np.ndarray):
-                values[name] = ort_value.ortvalue_from_numpy(value)
+            if _extension_code(value):
+                values[name] = self._ort_value(value)
+            elif isinstance(value, np.ndarray) and value.dtype.kind not in "OUS":
+                values[name] = self._ort.OrtValue.ortvalue_from_numpy(value)
             else:
-                raise InputError(f"input {name!r} is a sequence or optional, which graphbisect cannot feed to "
-                                 "ONNX Runtime together with bfloat16/float8/int4 tensors",
-                                 hint="feed such models' inputs separately")
+                raise InputError(f"input {name!r} is a string tensor, a sequence or an optional, which graphbisect "
+                                 "cannot feed to ONNX Runtime in a run that returns bfloat16/float8/int4 outputs",
+                                 hint="expose a Cast of those outputs to float instead")
         results = self._session.run_with_ort_values(self._outputs, values)
         return {name: _from_ortvalue(result) for name, result in zip(self._outputs, results, strict=True)}
 

@@ -628,8 +628,9 @@ def _as_declared_type(array: np.ndarray, ttype: TensorType) -> np.ndarray:
 def _check_dtype(name: str, array: np.ndarray, ttype: TensorType) -> None:
     expected = _dtype_or_none(ttype)
     if expected is not None and array.dtype != expected:
-        cast = f"array.astype(np.{expected.name})" if hasattr(np, expected.name) else \
-            f"array.astype(ml_dtypes.{expected.name})"
+        native = expected.kind in "biufc" and hasattr(np, expected.name)
+        cast = ("array.astype(object)" if expected.kind == "O" else f"array.astype(np.{expected.name})" if native
+                else f"array.astype(ml_dtypes.{expected.name})")
         raise InputError(
             f"input {name!r} has dtype {array.dtype}, but the model expects {expected} ({ttype})",
             hint=f"convert it: {cast}",

@@ -59,7 +59,7 @@ def tensor_from_array(array: np.ndarray, name: str) -> onnx.TensorProto:
     code = elem_type_of(array)
     ext = EXTENSION_TYPES.get(code) if code is not None else None
     if ext is None:
-        return numpy_helper.from_array(np.ascontiguousarray(array), name)
+        return numpy_helper.from_array(np.asarray(array, order="C"), name)  # 0-d stays 0-d
     if not sub_byte_bits(ext):
         raw, _ = encode_tensor(array)
         return onnx.helper.make_tensor(name, ext.code, list(array.shape), raw.tobytes(), raw=True)
@@ -77,9 +77,10 @@ def value_from_proto(proto: onnx.TensorProto | onnx.SequenceProto | onnx.Optiona
             prepare(proto)
         return array_from_tensor(proto)
     if isinstance(proto, onnx.SequenceProto):
-        kinds = {onnx.SequenceProto.TENSOR: proto.tensor_values, onnx.SequenceProto.SEQUENCE: proto.sequence_values,
-                 onnx.SequenceProto.OPTIONAL: proto.optional_values}
-        items = kinds.get(proto.elem_type)
+        kinds: dict[int, Any] = {onnx.SequenceProto.TENSOR: proto.tensor_values,
+                                 onnx.SequenceProto.SEQUENCE: proto.sequence_values,
+                                 onnx.SequenceProto.OPTIONAL: proto.optional_values}
+        items = kinds.get(int(proto.elem_type))
         if items is None:
             raise InputError(f"sequence {proto.name!r} holds elements of kind {proto.elem_type} (maps or "
                              "sparse tensors), which graphbisect cannot feed", hint="use tensor sequences")
