@@ -2,7 +2,8 @@
 
 ``summary.json`` (``"format": "graphbisect-triage"``) holds ``bugs`` (each :meth:`BugGroup.to_json`:
 key, count, signature, culprits, pattern, op_types, models, smallest, smallest_bundle, smallest_nodes),
-``passed`` (names), ``errors`` (name, message, hint), ``models`` (every outcome) and the run's ``meta``.
+``passed`` (names), ``errors`` (name, message, hint), ``models`` (every outcome), ``ran_with`` (per role,
+the distinct library versions and interpreters the models' workers measured) and the run's ``meta``.
 ``summary.md`` and ``summary.html`` show the same tables. All three are written atomically.
 """
 
@@ -15,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from graphbisect.artifacts.environment import describe_ran_with
 from graphbisect.atomic import atomic_write_text
 from graphbisect.triage.dedup import BugGroup
 from graphbisect.triage.outcome import ERROR, FAILED, PASSED, ModelOutcome
@@ -36,7 +38,19 @@ def summary_json(outcomes: Sequence[ModelOutcome], bugs: Sequence[BugGroup], met
         "passed": [o.name for o in outcomes if o.status == PASSED],
         "errors": [{"model": o.name, "message": o.message, "hint": o.hint} for o in outcomes if o.status == ERROR],
         "models": [o.to_json() for o in outcomes],
+        "ran_with": _ran_with(outcomes),
     }
+
+
+def _ran_with(outcomes: Sequence[ModelOutcome]) -> dict[str, list[str]]:
+    """Per role, what the workers of every model measured (one entry unless the environment changed)."""
+    found: dict[str, list[str]] = {}
+    for outcome in outcomes:
+        for role, facts in outcome.versions.items():
+            text = describe_ran_with(facts)
+            if text not in found.setdefault(role, []):
+                found[role].append(text)
+    return found
 
 
 def write_triage_summary(out_dir: Path, outcomes: Sequence[ModelOutcome], bugs: Sequence[BugGroup],
@@ -84,7 +98,9 @@ def _markdown(data: Mapping[str, Any], out_dir: Path) -> str:
     lines = ["# graphbisect triage", "",
              f"{c['models']} models: **{c['distinct_bugs']} distinct bugs** in {c['failed']} failing models, "
              f"{c['passed']} passed, {c['errors']} errors. Target `{meta.get('target')}` vs oracle "
-             f"`{meta.get('oracle')}`, executor `{meta.get('executor')}`.", "", "## Bugs", "",
+             f"`{meta.get('oracle')}`, executor `{meta.get('executor')}`.", "",
+             *(f"- {role} ran with {'; '.join(texts)}" for role, texts in data["ran_with"].items()), "",
+             "## Bugs", "",
              row(_BUG_HEADER), row(["---"] * len(_BUG_HEADER))]
     lines += [row(cells) for cells in _bug_rows(data, out_dir)]
     lines += ["", "## Passed", "", ", ".join(data["passed"]) or "none", "", "## Errors", ""]
@@ -109,6 +125,8 @@ def _html(data: Mapping[str, Any], out_dir: Path) -> str:
         "<h1>graphbisect triage</h1>",
         f"<p>{c['models']} models: <b>{c['distinct_bugs']} distinct bugs</b> in {c['failed']} failing models, "
         f"{c['passed']} passed, {c['errors']} errors.</p>",
+        *(f"<p>{html.escape(role)} ran with {html.escape('; '.join(texts))}</p>"
+          for role, texts in data["ran_with"].items()),
         "<h2>Bugs</h2>", table(_BUG_HEADER, _bug_rows(data, out_dir)),
         "<h2>Passed</h2>", f"<p>{html.escape(', '.join(data['passed']) or 'none')}</p>",
         "<h2>Errors</h2>", table(["model", "message", "hint"], errors) if errors else "<p>none</p>",

@@ -38,6 +38,7 @@ class ModelOutcome:
     seconds: float = 0.0
     phases: Mapping[str, float] = field(default_factory=dict)  # step → seconds: load, compare, passes, reduce
     step_invocations: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # step → backend runs (this run)
+    versions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # role -> RunResult.ran_with
     message: str | None = None  # error: what went wrong; otherwise notes
     hint: str | None = None
     notes: tuple[str, ...] = ()

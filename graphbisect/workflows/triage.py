@@ -218,7 +218,8 @@ def _triage_model(task: ModelTask, base: ModelOutcome) -> ModelOutcome:
     base = dataclasses.replace(base, original_nodes=len(model.nodes))
     runs: dict[str, Mapping[str, int]] = {}
     with _timed(phases, "compare"):
-        verdict, runs["compare"] = _compare(task, model, feeds)
+        verdict, runs["compare"], versions = _compare(task, model, feeds)
+    base = dataclasses.replace(base, versions=versions)
     if verdict is None:
         shutil.rmtree(task.work_dir, ignore_errors=True)
         return dataclasses.replace(base, status=PASSED, phases=phases, step_invocations=runs)
@@ -255,9 +256,9 @@ def _feeds(task: ModelTask, model: Model) -> dict[str, np.ndarray]:
 
 
 def _compare(task: ModelTask, model: Model, feeds: Mapping[str, np.ndarray]
-             ) -> tuple[dict[str, Any] | None, dict[str, int]]:
+             ) -> tuple[dict[str, Any] | None, dict[str, int], dict[str, dict[str, Any]]]:
     """The verdict on the plain model: the failure's signature, or None when the target agrees with the oracle;
-    and the backend runs it took."""
+    the backend runs it took; and what ran each role (measured in its worker)."""
     from graphbisect.oracle.signature import signature_of
     from graphbisect.workflows.compare import compare_models
 
@@ -266,9 +267,10 @@ def _compare(task: ModelTask, model: Model, feeds: Mapping[str, np.ndarray]
                             workdir=task.work_dir / "compare", layerwise=False)
     shutil.rmtree(task.work_dir / "compare", ignore_errors=True)
     runs = dict(result.invocations)
+    versions = {role: dict(facts) for role, facts in result.versions.items()}
     if result.passed:
-        return None, runs
-    return signature_of(result.target_run, result.comparison).to_json(), runs
+        return None, runs, versions
+    return signature_of(result.target_run, result.comparison).to_json(), runs, versions
 
 
 def _passes(task: ModelTask, model: Model, feeds: Mapping[str, np.ndarray]) -> Any:

@@ -55,6 +55,13 @@ def test_summary_files(local_triage: TriageResult) -> None:
     assert data["errors"][0]["model"] == "broken" and data["errors"][0]["hint"]
     markdown = local_triage.summary["md"].read_text()
     assert "2 distinct bugs" in markdown and "| ln_branch, ln_main |" in markdown
+    import onnxruntime
+
+    ran = f"onnxruntime {onnxruntime.__version__} (Python"  # measured in the models' workers, per role
+    assert [text[:len(ran)] for text in data["ran_with"]["target"]] == [ran]
+    failed = next(model for model in data["models"] if model["status"] == "failed")
+    assert failed["versions"]["target"]["library_version"] == onnxruntime.__version__
+    assert f"- target ran with {ran}" in markdown
     assert "<table>" in local_triage.summary["html"].read_text()
 
 
