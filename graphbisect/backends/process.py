@@ -40,13 +40,13 @@ import numpy as np
 
 from graphbisect import errors
 from graphbisect.backends.base import RAN_WITH, BackendSpec, Capability, Phase, RunResult, RunStatus
-from graphbisect.backends.registry import HOST_OPTIONS, BackendInfo, resolve, spec_timeout
+from graphbisect.backends.registry import HOST_OPTIONS, Availability, BackendInfo, resolve, spec_timeout
 from graphbisect.backends.worker import save_npz
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
 from graphbisect.npyfile import read_npy
 from graphbisect.values import entry_files, read_value
 
-__all__ = ["DEFAULT_TIMEOUT", "LOG_TAIL_BYTES", "BackendProcess"]
+__all__ = ["DEFAULT_TIMEOUT", "LOG_TAIL_BYTES", "BackendProcess", "availability_under"]
 
 logger = logging.getLogger(__name__)
 
@@ -314,9 +314,7 @@ class BackendProcess:
 
     def _worker_env(self) -> dict[str, str]:
         """The environment of the worker: graphbisect importable even by a foreign interpreter."""
-        env = dict(os.environ)
-        path = _package_path(self.workdir)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(path), env.get("PYTHONPATH")) if p)
+        env = _importing_env(self.workdir)
         env["PYTHONUNBUFFERED"] = "1"
         env.setdefault("GRAPHBISECT_CALLER_CWD", os.getcwd())  # where a `command` backend runs its program
         return env
@@ -586,6 +584,37 @@ def _check_foreign_python(spec: BackendSpec, backend: BackendInfo) -> None:
     if "python" in spec.options and not backend.has(Capability.FOREIGN_PYTHON):
         raise SpecError(f"backend {backend.name!r} cannot run under another interpreter (python=)",
                         hint="remove python= from the spec; the command backend runs an external program anyway")
+
+
+def _importing_env(workdir: Path) -> dict[str, str]:
+    """This environment, with this graphbisect importable by any interpreter (see :func:`_package_path`)."""
+    env = dict(os.environ)
+    path = _package_path(workdir)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(path), env.get("PYTHONPATH")) if p)
+    return env
+
+
+_AVAILABILITY_SCRIPT = """\
+import dataclasses, json
+from graphbisect.backends.registry import all_backends
+print(json.dumps({info.name: dataclasses.asdict(info.availability()) for info in all_backends()}))
+"""
+
+
+def availability_under(python: str, timeout: float = MIN_START_SECONDS) -> dict[str, Availability]:
+    """Which backends ``python`` (another interpreter, as ``python=`` names it) can import, with the versions
+    installed there — what ``graphbisect backends --python`` shows. Keyed by backend name."""
+    with tempfile.TemporaryDirectory(prefix="graphbisect-python-") as tmp:
+        try:
+            proc = subprocess.run([python, "-c", _AVAILABILITY_SCRIPT], env=_importing_env(Path(tmp)),
+                                  capture_output=True, text=True, timeout=timeout, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SpecError(f"cannot run {python}: {exc}", hint="name an executable Python interpreter") from exc
+    if proc.returncode != 0:
+        raise BackendError(f"{python} could not list the backends: {proc.stderr.strip()[-2000:]}",
+                           hint="a python= interpreter needs numpy (as graphbisect's workers do)")
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {str(name): Availability(**value) for name, value in data.items()}
 
 
 def _package_path(workdir: Path) -> Path:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from collections.abc import Mapping
 from typing import Any
 
-from graphbisect.backends.registry import HOST_OPTIONS, all_backends
+from graphbisect.backends.base import Capability
+from graphbisect.backends.registry import HOST_OPTIONS, Availability, BackendInfo, all_backends
 
 __all__ = ["add_arguments", "run"]
 
@@ -14,12 +17,19 @@ __all__ = ["add_arguments", "run"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
     parser.add_argument("--options", action="store_true", help="also list every backend's spec options")
+    parser.add_argument("--python", metavar="PATH",
+                        help="show what this interpreter (as a spec's python= names it) can run, with its versions")
 
 
 def run(args: argparse.Namespace) -> int:
+    foreign = None
+    if args.python:
+        from graphbisect.backends.process import availability_under
+
+        foreign = availability_under(args.python)
     rows: list[dict[str, Any]] = []
     for info in all_backends():
-        avail = info.availability()
+        avail = info.availability() if foreign is None else _under(info, foreign, args.python)
         rows.append({
             "name": info.name, "aliases": list(info.aliases), "available": avail.available,
             "version": avail.version, "reason": avail.reason, "summary": info.summary,
@@ -27,8 +37,10 @@ def run(args: argparse.Namespace) -> int:
             "options": dict(info.options), "extra": info.extra,
         })
     if args.json:
-        print(json.dumps({"backends": rows, "host_options": dict(HOST_OPTIONS)}, indent=2))
+        print(json.dumps({"backends": rows, "host_options": dict(HOST_OPTIONS),
+                          "python": args.python or sys.executable}, indent=2))
         return 0
+    print(f"under {args.python or sys.executable}:")
     width = max(len(r["name"]) for r in rows)
     for row in rows:
         state = f"yes  {row['version'] or ''}" if row["available"] else "no   " + (row["reason"] or "")
@@ -45,3 +57,10 @@ def run(args: argparse.Namespace) -> int:
     print("\nspec syntax: NAME[:key=value,...]  lists inside a value use ';', e.g.\n"
           "  onnxruntime:opt_level=all,disabled=LayerNormFusionL1;SimplifiedLayerNormFusion")
     return 0
+
+
+def _under(info: BackendInfo, foreign: Mapping[str, Availability], python: str) -> Availability:
+    """``info``'s availability under the other interpreter (only backends that can run there)."""
+    if not info.has(Capability.FOREIGN_PYTHON):
+        return Availability(False, None, "cannot run under another interpreter (python=)")
+    return foreign.get(info.name) or Availability(False, None, f"not registered under {python}")

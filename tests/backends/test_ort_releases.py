@@ -59,3 +59,18 @@ def _inputs(folder: Path) -> Path:
     path = folder / "x.npz"
     np.savez(path, x=np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32))
     return path
+
+
+def test_backends_lists_what_another_interpreter_runs(ort_release_pythons: dict[str, Path],
+                                                      capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import json
+
+    from graphbisect.cli.main import main
+
+    release = ORT_RELEASES[-1]
+    assert main(["backends", "--json", "--python", str(ort_release_pythons[release])]) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)["backends"]}
+    assert rows["onnxruntime"]["available"] and rows["onnxruntime"]["version"] == release
+    assert not rows["reference"]["available"]  # that venv has only numpy and onnxruntime
+    assert not rows["command"]["available"]  # runs a program, never under python=
+    assert main(["backends", "--python", str(tmp_path / "no-python")]) == 2
