@@ -113,11 +113,11 @@ def describe_ran_with(facts: Mapping[str, Any] | None) -> str:
         ...                    "python": "/usr/bin/python3", "numpy": "2.1.0"})
         'onnx 1.17.0 (Python 3.11.7 /usr/bin/python3, numpy 2.1.0)'
         >>> describe_ran_with({})
-        'not measured (no run)'
+        'not measured'
     """
     facts = facts or {}
     if not any(facts.get(key) for key in ("library", "library_version", "python")):
-        return "not measured (no run)"
+        return "not measured"  # no run of it, or an external program (command) whose version is unknown
     library = " ".join(str(facts[key]) for key in ("library", "library_version") if facts.get(key))
     interpreter = " ".join(str(facts[key]) for key in ("python_version", "python") if facts.get(key))
     where = ", ".join(part for part in (f"Python {interpreter}" if interpreter else "",

@@ -167,7 +167,8 @@ class RunResult:
     the optimized model; ``log`` is the tail of what the backend printed during this invocation.
     ``ran_with`` says what ran it, measured in the worker that did (keys :data:`RAN_WITH`): the backend
     library's version and location, the interpreter and its numpy — under ``python=`` those of the other
-    interpreter, never this process's. Set for crashes and timeouts too (the worker that died).
+    interpreter, never this process's. Set for crashes and timeouts too (the worker that died); empty for
+    ``command`` (an external program: its version is unknown, and the launching worker did not run it).
     """
 
     status: RunStatus

@@ -260,7 +260,12 @@ class BackendProcess:
     @property
     def ran_with(self) -> dict[str, Any]:
         """What runs this spec, measured in the current worker (empty before the first call): the backend
-        library's version and location, the interpreter and its numpy. See :attr:`RunResult.ran_with`."""
+        library's version and location, the interpreter and its numpy. See :attr:`RunResult.ran_with`.
+
+        Empty for a backend without a library (``command``): its worker only launches an external program,
+        whose version graphbisect cannot know, so no interpreter is named as what ran it."""
+        if self.backend.import_name is None:
+            return {}
         return {key: self.worker_info[key] for key in RAN_WITH if key in self.worker_info}
 
     @property

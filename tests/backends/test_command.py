@@ -23,6 +23,8 @@ def test_program_outputs_come_back(command_spec: str, mode_file: Mode, x23: np.n
     assert result.ok, result.describe()
     np.testing.assert_array_equal(result.outputs["y"], x23 * 2)
     assert "runner.py" in result.info["command"]
+    assert result.ran_with == {}  # the worker only launched the program: no interpreter is claimed as what ran
+
 
 
 def test_segfault_of_the_program_is_a_crash_signature(command_spec: str, mode_file: Mode, x23: np.ndarray) -> None:

@@ -252,3 +252,16 @@ def test_interpreter_without_numpy_fails_with_its_log(models: dict[str, Path], x
             pytest.raises(BackendError, match="No module named 'numpy'") as err:
         process.run(models["relu_add"], {"x": x23})
     assert "numpy" in (err.value.hint or "")
+
+
+def test_results_say_what_ran_them_also_when_the_backend_crashed(models: dict[str, Path], x23: np.ndarray) -> None:
+    """Measured in the worker (RunResult.ran_with): a crash at load has no runtime info, but a version."""
+    import onnxruntime
+
+    with BackendProcess("onnxruntime:opt_level=all") as process:
+        crash = process.run(models["relu_clip64"], {"x": np.array([-1.0, 0.5, 3.0, 9.0])})
+        ok = process.run(models["relu_add"], {"x": x23})
+    assert crash.status is RunStatus.CRASH and "library_version" not in crash.info
+    for result in (crash, ok):
+        assert result.ran_with["library_version"] == onnxruntime.__version__
+        assert result.ran_with["python"] == sys.executable and result.ran_with["numpy"] == np.__version__
