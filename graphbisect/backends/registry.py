@@ -97,7 +97,11 @@ class BackendInfo:
         """Whether this backend's library imports here, with its version, or why not (cheap: no import)."""
         if self.import_name is None:
             return Availability(True, None)
-        if importlib.util.find_spec(self.import_name) is None:
+        try:
+            found = importlib.util.find_spec(self.import_name)
+        except ModuleNotFoundError:  # a dotted name (iree.compiler) whose parent package is missing
+            found = None
+        if found is None:
             how = f"pip install 'graphbisect[{self.extra}]'" if self.extra else f"install {self.import_name}"
             return Availability(False, None, f"Python module {self.import_name!r} is not installed ({how})")
         for dist in self.distributions:
