@@ -101,7 +101,26 @@ def _block(g: _Graph, x: str, name: str) -> str:
     return g.node("Add", [x, h], f"{name}/add")[0]
 
 
-def _site(g: _Graph, bug: str, x: str) -> str:
+def _site(g: _Graph, bug: str, x: str, prefix: str = "site") -> str:
+    """Embed ``bug`` after ``x``; its nodes, tensors and constants are named ``prefix/...``."""
+    nodes, inits = len(g.nodes), len(g.inits)
+    out = _site_nodes(g, bug, x)
+    if prefix == "site":
+        return out
+
+    def rename(name: str) -> str:
+        return prefix + name[4:] if name.startswith("site/") else name
+
+    for node in g.nodes[nodes:]:
+        node.name = rename(node.name)
+        node.input[:] = [rename(i) for i in node.input]
+        node.output[:] = [rename(o) for o in node.output]
+    for init in g.inits[inits:]:
+        init.name = rename(init.name)
+    return rename(out)
+
+
+def _site_nodes(g: _Graph, bug: str, x: str) -> str:
     if bug == "unique":
         scaled = g.node("Mul", [x, g.const("site/four", np.float32(4.0))], "site/scale")[0]
         rounded = g.node("Round", [scaled], "site/round")[0]
@@ -128,12 +147,13 @@ def _site(g: _Graph, bug: str, x: str) -> str:
     raise ValueError(f"unknown IREE bug {bug!r}; choose one of {', '.join(IREE_BUGS)}")
 
 
-def iree_bug_model(bug: str, *, blocks: int = 3, seed: int = 0
+def iree_bug_model(bug: str, *, blocks: int = 3, seed: int = 0, second: str | None = None
                    ) -> tuple[onnx.ModelProto, dict[str, np.ndarray], IreeBug]:
     """A residual CNN (``x: float32[1, 4, 8, 8]`` → ``y: float32[1, 10]``) with ``bug`` embedded after the
-    first of ``blocks`` residual blocks; returns the model, seeded inputs and the ground truth."""
+    first of ``blocks`` residual blocks (and ``second``, another bug, after the second block, its nodes
+    prefixed ``site2/``); returns the model, seeded inputs and the ground truth of ``bug``."""
     truth = IREE_BUGS.get(bug)
-    if truth is None:
+    if truth is None or (second is not None and second not in IREE_BUGS):
         raise ValueError(f"unknown IREE bug {bug!r}; choose one of {', '.join(IREE_BUGS)}")
     g = _Graph(seed)
     x = g.node("Relu", [g.conv("x", "stem/conv", _C, _C, 3)], "stem/relu")[0]
@@ -141,6 +161,8 @@ def iree_bug_model(bug: str, *, blocks: int = 3, seed: int = 0
         x = _block(g, x, f"block{index}")
         if index == 0:
             x = _site(g, bug, x)
+        if index == 1 and second is not None:
+            x = _site(g, second, x, prefix="site2")
     pooled = g.node("GlobalAveragePool", [x], "head/pool")[0]
     flat = g.node("Flatten", [pooled], "head/flatten")[0]
     w = g.const("head/fc.w", (g.rng.standard_normal((_C, 10)) / 2).astype(np.float32))

@@ -169,6 +169,26 @@ def test_unique_compiler_segfault_reduces_to_the_unique(tmp_path: Path) -> None:
 
 
 @iree_installed
+def test_two_compiler_failures_reduce_to_the_reported_one_without_drifting(tmp_path: Path) -> None:
+    """MaxUnpool (compile error) and Unique (compiler SIGSEGV, reported first) in one model: candidates that
+    drop the Unique fail with the max_unpool2d diagnostic, a different failure that is never accepted."""
+    model, inputs, _ = iree_bug_model("maxunpool", second="unique")
+    path, feeds = tmp_path / "two.onnx", tmp_path / "two.npz"
+    onnx.save(model, path)
+    np.savez(feeds, **inputs)
+    bundle = tmp_path / "bundle"
+    assert main(["reduce", str(path), "--inputs", str(feeds), "--target", "iree", "-o", str(bundle),
+                 "--keep-work"]) == 1
+    report = json.loads((bundle / "report.json").read_text())
+    assert report["signature"]["detail"].startswith("IreeCompileError: iree-compile crashed (signal 11)")
+    assert [node["name"] for node in report["kept_nodes"]] == ["site2/unique"]
+    journal = [json.loads(line) for line in (tmp_path / "bundle.work" / "journal.jsonl").read_text().splitlines()]
+    refused = [entry for entry in journal if entry.get("outcome") == "unresolved"
+               and "max_unpool2d" in json.dumps(entry.get("detail", {}))]
+    assert refused  # the drift was offered and refused
+
+
+@iree_installed
 def test_f64_demotion_is_named_as_the_culprit_feature(tmp_path: Path) -> None:
     """iree-org/iree#24180: IREE demotes f64 to f32 by default but exports an f64 result buffer, so the call
     fails at run time; `passes` names demote-f64-to-f32 and its flag is the workaround."""
