@@ -30,6 +30,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 from _common import add_size_args, describe_machine, print_table, write_json
 
@@ -43,6 +44,7 @@ from graphbisect.data.protos import parse_value  # noqa: E402
 from graphbisect.errors import GraphBisectError  # noqa: E402
 from graphbisect.model import Model, load_model  # noqa: E402
 from graphbisect.oracle.outcome import OutcomeClass  # noqa: E402
+from graphbisect.values import as_elem_type  # noqa: E402
 from graphbisect.workflows.compare import CompareResult, OracleFailed, compare_models  # noqa: E402
 
 CORPUS = Path(onnx.__file__).parent / "backend" / "test" / "data" / "node"
@@ -83,7 +85,10 @@ def _who_is_wrong(folder: Path, model: Model, result: CompareResult) -> str:
     for index, name in enumerate(model.output_names):
         file = folder / "test_data_set_0" / f"output_{index}.pb"
         if file.is_file():
-            expected[name] = parse_value(file.read_bytes(), types.get(name))[1]
+            value = parse_value(file.read_bytes(), types.get(name))[1]
+            declared = types[name].tensor_type.elem_type if name in types and types[name].HasField("tensor_type") else 0
+            # the node tests store bfloat16 outputs as UINT16 tensors: read them as the declared type
+            expected[name] = as_elem_type(value, declared) if declared and isinstance(value, np.ndarray) else value
     if len(expected) != len(model.output_names):
         return "no expected outputs"
     oracle_ok = compare_outputs(expected, result.oracle_run.outputs).passed

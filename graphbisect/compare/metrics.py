@@ -413,8 +413,12 @@ def _fold(name: str, items: list[TensorStats], length: int) -> TensorStats:
         mean_abs=worst.mean_abs, rel_l2=max(s.rel_l2 for s in items), cosine=min(s.cosine for s in items),
         snr_db=min(s.snr_db for s in items), score=worst.score,
         target_nonfinite=sum(s.target_nonfinite for s in items), oracle_shape=(length,), target_shape=(length,),
-        oracle_dtype=f"sequence({worst.oracle_dtype})", target_dtype=f"sequence({worst.target_dtype})",
+        oracle_dtype=_sequence_of(worst.oracle_dtype), target_dtype=_sequence_of(worst.target_dtype),
         oracle_range=_span(s.oracle_range for s in items), target_range=_span(s.target_range for s in items))
+
+
+def _sequence_of(dtype: str | None) -> str:
+    return f"sequence({dtype})" if dtype else "sequence"
 
 
 def _span(ranges: Iterable[tuple[float, float] | None]) -> tuple[float, float] | None:
