@@ -11,14 +11,23 @@ Cases (each one ``find_precision``, verified in a fresh worker):
   cancelling conv net, and PP-OCRv4 rec from the rapidocr-onnxruntime wheel at 5e-3 abs / 1e-2 rel (about
   a minute; left out by ``--quick``).
 
+``--ocr-int8 N`` instead measures ``precision --mode int8`` on PP-OCRv4 rec (310 lowerable nodes) on ONNX
+Runtime, stopped after N target runs (0: the whole search), with the cost per candidate split into this
+process's CPU (lowering, saving, comparing) and the target worker's CPU (session creation and run). Run it
+with ``PYTHONPATH`` on two checkouts for a before/after pair.
+
     python benchmarks/precision_bench.py [--quick | --full] [--json PATH]
+    python benchmarks/precision_bench.py --ocr-int8 60 [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import resource
+import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,10 +92,48 @@ def _cases(quick: bool, full: bool) -> list[Case]:
     return cases
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def ocr_int8(max_invocations: int, json_path: Path | None) -> None:
+    """``precision --mode int8`` on PP-OCRv4 rec: wall and CPU time, per candidate (see the module docstring)."""
+    ocr = _ocr_rec()
+    if ocr is None:
+        sys.exit("rapidocr-onnxruntime is not installed (pip install --no-deps rapidocr-onnxruntime==1.4.4)")
+    feeds = {"x": np.random.default_rng(0).uniform(-1, 1, (1, 3, 48, 64)).astype(np.float32)}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False,
+                            cwd=Path(find_precision.__code__.co_filename).parent).stdout.strip()
+    wall, cpu, workers = time.monotonic(), time.process_time(), _children_cpu()
+    result = find_precision(load_model(ocr), mode="int8", inputs=feeds, tolerance=Tolerance(atol=1e-2, rtol=1e-2),
+                            max_invocations=max_invocations or None)
+    wall, cpu, workers = time.monotonic() - wall, time.process_time() - cpu, _children_cpu() - workers
+    runs = sum(result.invocations[k] for k in ("oracle", "target", "verification"))  # workers all exited by now
+    row = {"commit": commit, "n": len(result.units), "k": len(result.keep_fp32), "stop": result.stop_reason or "-",
+           "search_tests": result.invocations["search_tests"], "target_runs": result.invocations["target"],
+           "wall_s": round(wall, 1), "main_cpu_s": round(cpu, 1), "worker_cpu_s": round(workers, 1),
+           "main_ms_per_run": round(1000 * cpu / runs), "worker_ms_per_run": round(1000 * workers / runs),
+           "by_phase": result.extra.get("tests_by_phase", {}), "keep_fp32": list(result.keep_fp32)}
+    header = ("commit", "n", "k", "stop", "search_tests", "target_runs", "wall_s", "main_cpu_s", "worker_cpu_s",
+              "main_ms_per_run", "worker_ms_per_run")
+    print_table(f"precision --mode int8, PP-OCRv4 rec, onnxruntime, 1e-2/1e-2 ({describe_machine()})", header,
+                [[row[h] for h in header]], left=4, notes=[
+                    "main = this process (lowering, saving, comparing, the layerwise evidence); worker = the "
+                    "oracle, target and verification workers (ONNX Runtime session creation and runs); per run = "
+                    "over every backend run (sum of the invocation counts)."])
+    write_json(json_path, {"rows": [row]})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_size_args(parser)
+    parser.add_argument("--ocr-int8", type=int, metavar="N", default=None,
+                        help="only the int8 PP-OCRv4 rec case, stopped after N target runs (0: unbounded)")
     args = parser.parse_args()
+    if args.ocr_int8 is not None:
+        ocr_int8(args.ocr_int8, args.json)
+        return
     rows = []
     for case in _cases(args.quick, args.full):
         result = find_precision(load_model(case.build()), mode=case.mode, inputs=case.inputs(), tolerance=case.tol,

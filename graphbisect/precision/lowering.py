@@ -23,7 +23,7 @@ from graphbisect.model import Model
 from graphbisect.precision.calibration import Calibration
 from graphbisect.precision.casts import is_typed, lower_casts
 from graphbisect.precision.modes import PrecisionMode, lowerable_nodes
-from graphbisect.precision.qdq import lower_qdq
+from graphbisect.precision.qdq import QdqConstants, lower_qdq
 
 __all__ = ["Lowering"]
 
@@ -49,6 +49,7 @@ class Lowering:
         self.model, self.mode, self.calibration, self.typed = model, mode, calibration, typed
         self.runtime_pins = runtime_pins
         self.units: tuple[int, ...] = tuple(lowerable_nodes(model, mode))
+        self._qdq = QdqConstants(calibration) if calibration is not None else None  # shared by every candidate
 
     def names(self, units: Collection[int]) -> list[str]:
         """Node names of search units ``units`` (in topological order)."""
@@ -60,8 +61,8 @@ class Lowering:
             return self.model.with_outputs(list(expose))  # the target lowers; see pinned()
         lowered = {node for u, node in enumerate(self.units) if u not in set(keep_fp32)}
         if self.mode is PrecisionMode.INT8:
-            assert self.calibration is not None
-            return lower_qdq(self.model, lowered, self.calibration, expose)
+            assert self._qdq is not None
+            return lower_qdq(self.model, lowered, self._qdq, expose)
         return lower_casts(self.model, lowered, self.mode, expose, typed=self.typed)
 
     def pinned(self, keep_fp32: Collection[int]) -> list[str]:

@@ -82,6 +82,12 @@ class GraphRewriter:
             self.initializers[name] = numpy_helper.from_array(np.asarray(array), name)
         return name
 
+    def add_initializer(self, tensor: onnx.TensorProto) -> str:
+        """Add a ready initializer (once, by its name; shared with other candidates, never modified) and
+        return its name."""
+        self.initializers.setdefault(tensor.name, tensor)
+        return tensor.name
+
     def once(self, name: str, make: Callable[[], None]) -> str:
         """Run ``make`` (which defines tensor ``name``) unless ``name`` was made already; return ``name``."""
         if name not in self.made and name not in self.initializers:

@@ -99,7 +99,7 @@ class PrecisionTester:
         path = self.workdir / f"lowered-{digest}{'-probe' if expose else ''}.onnx"
         if self.pin_file is not None:
             atomic_write_text(self.pin_file, "".join(f"{name}\n" for name in self.lowering.pinned(keep)))
-        save_proto(self.lowering.lower(keep, expose), path)
+        save_proto(self.lowering.lower(keep, expose), path, durable=False)  # deleted after its run: no fsync
         try:
             run = self.proc.run(path, self.inputs)
         finally:
