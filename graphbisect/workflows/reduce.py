@@ -54,6 +54,7 @@ from graphbisect.engine import (
     Budget,
     Evaluator,
     Journal,
+    Outcome,
     ProgressEvent,
     SearchAborted,
     SearchResult,
@@ -506,9 +507,26 @@ def _reduce(r: _Run, inputs: Mapping[str, np.ndarray] | None, *, resume: bool, z
                        "a row, since the target turned out flaky")
         flaky = True
         result, evaluator, _, verification = _search_and_verify(r, space, base, values, flaky=True, scope="flaky")
+    if result.minimal and (flaky or verification.flaky):
+        result = _minimality_on_flaky(r, evaluator, result)
     stats = evaluator.stats()
     return _finish(r, space, result, {"tests": stats.tests, "cache_hits": stats.cache_hits}, baseline=baseline,
                    flaky=flaky or verification.flaky, verification=verification, zip_bundle=zip_bundle, amend=amend)
+
+
+def _minimality_on_flaky(r: _Run, evaluator: Evaluator, result: SearchResult) -> SearchResult:
+    """On a flaky target only a *pass* proves a node needed: a removal rejected because the candidate failed
+    differently or did not fail again may be a random fault. 1-minimality is claimed only when every
+    single-node removal of the result passed."""
+    unproven = [u for u in sorted(result.keep)
+                if (found := evaluator.cache.get(result.keep - {u})) is None or found.outcome is not Outcome.PASS]
+    if not unproven:
+        return result
+    names = ", ".join(r.model.node_names[u] for u in unproven[:8]) + (" …" if len(unproven) > 8 else "")
+    r.notes.append(f"1-minimality is not claimed on a flaky target: removing {len(unproven)} of the "
+                   f"{len(result.keep)} nodes gave a different or an unrepeated failure rather than a pass, which "
+                   f"does not prove them needed ({names})")
+    return replace(result, minimal=False)
 
 
 def _search_and_verify(r: _Run, space: SubgraphSpace, base: _Baseline, values: Callable[[str], np.ndarray], *,
