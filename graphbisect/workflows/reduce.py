@@ -73,7 +73,7 @@ from graphbisect.oracle.tester import CandidateTester, OutputCheck, TargetPool, 
 from graphbisect.strategies.subgraph import SubgraphSpace, plan
 from graphbisect.values import load_values_npz
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
-from graphbisect.workflows.maintainer import maintainer_facts
+from graphbisect.workflows.maintainer import MaintainerFacts, maintainer_facts
 from graphbisect.workflows.probe import compiled_of, describing_spec, plan_probe
 
 __all__ = ["BASELINE_MAX_RUNS", "FLAKY_REPEATS", "VERIFY_RUNS", "VERIFY_RUNS_NONDETERMINISTIC", "ReduceOptions",
@@ -712,10 +712,14 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
         "versions": r.versions(),
     }
     oracle_outputs = {name: np.asarray(space.values(name)) for name in candidate.outputs}
-    facts = maintainer_facts(
-        model=candidate.proto, run_model=space.workdir / "final.onnx", feeds=candidate.feeds, expected=oracle_outputs,
-        target_outputs=verification.target_outputs, oracle=r.oracle_spec, target=r.target_spec, tolerance=r.tol,
-        signature=baseline, workdir=r.work / "facts", timeout=r.options.timeout, stage=r.stage)
+    if result.stop_reason is StopReason.INTERRUPTED:  # Ctrl-C promised no more backend runs
+        facts = MaintainerFacts()
+    else:
+        facts = maintainer_facts(
+            model=candidate.proto, run_model=space.workdir / "final.onnx", feeds=candidate.feeds,
+            expected=oracle_outputs, target_outputs=verification.target_outputs, oracle=r.oracle_spec,
+            target=r.target_spec, tolerance=r.tol, signature=baseline, workdir=r.work / "facts",
+            timeout=r.options.timeout, stage=r.stage)
     report.update(facts.facts, report_runs=facts.runs)
     content = BundleContent(
         model=candidate.proto, inputs=dict(candidate.feeds), oracle_outputs=oracle_outputs,
