@@ -54,7 +54,7 @@ from graphbisect.backends.worker import option_flag, option_int, select_feeds
 from graphbisect.errors import SpecError
 
 __all__ = ["FEATURES", "Iree", "IreeCompileError", "IreeImportError", "IreeOptions", "compile_command",
-           "compile_diagnostic", "dispatch_nodes", "import_onnx", "load_module", "run_module"]
+           "compile_diagnostic", "dispatch_nodes", "feature_flags", "import_onnx", "load_module", "run_module"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +78,16 @@ FEATURES: Mapping[str, str] = {
     "reassociate-fp-reductions": "--iree-llvmcpu-reassociate-fp-reductions=false",
     "fast-min-max": "--iree-llvmcpu-use-fast-min-max-ops=false",
 }
+
+
+def feature_flags(names: Sequence[str]) -> str:
+    """The ``iree-compile`` flags that switch ``names`` off: the workaround line for a user outside graphbisect.
+
+    Example:
+        >>> feature_flags(["demote-f64-to-f32"])
+        '--iree-input-demote-f64-to-f32=false'
+    """
+    return " ".join(FEATURES[name] for name in names)
 
 
 def _split(text: str) -> list[str]:

@@ -80,6 +80,8 @@ def print_passes(result: PassesResult) -> None:
         if len(result.culprits) > 1:
             print("  interaction: these passes mask each other; disabling only some of them leaves the failure")
         print(f"workaround: --target '{result.fixed_target}'")
+        if result.fixed_flags:
+            print(f"  outside graphbisect: {result.fixed_flags}")
         print("minimal: " + ("yes (1-minimal, both sets)" if result.minimal else "NOT PROVEN (see notes)"))
     print("invocations: " + ", ".join(f"{k} {v}" for k, v in result.invocations.items())
           + f"; {result.seconds:.1f} s")

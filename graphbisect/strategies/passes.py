@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from graphbisect.backends import BackendProcess, BackendSpec, RunResult, get, resolve
+from graphbisect.backends.iree import feature_flags
 from graphbisect.compare import Tolerance
 from graphbisect.engine import Evaluator, Outcome, SearchResult, TestResult, probdd
 from graphbisect.errors import SpecError
@@ -66,12 +67,15 @@ class PassControl:
     disable_option: str  # the spec option holding the ';'-separated disabled passes
     report_options: Mapping[str, str] = field(default_factory=dict)  # set to get info()["fired_passes"]
     not_disableable: Mapping[str, str] = field(default_factory=dict)  # pass -> why it is never disabled
+    #: The backend's own setting that disables these passes, for a user outside graphbisect (IREE: the
+    #: iree-compile flags); None when the spec option is that setting already.
+    native: Callable[[Sequence[str]], str] | None = None
 
 
 PASS_CONTROLS: Mapping[str, PassControl] = {
     "onnxruntime": PassControl("disabled", {"report_passes": "1"}),
     "onnxoptimizer": PassControl("disabled"),
-    "iree": PassControl("disabled", {"report_passes": "1"}),  # compiler features, each one iree-compile flag
+    "iree": PassControl("disabled", {"report_passes": "1"}, native=feature_flags),  # features: iree-compile flags
     "paddle": PassControl("delete_pass", not_disableable={
         "dead_code_elimination_pass": "bookkeeping: deleting it breaks predictor creation "
         "(Cannot find constant_folding@... in scope)",

@@ -87,6 +87,7 @@ class PassesResult:
     minimal: bool = False  # both sets proven 1-minimal
     culprit_target: str | None = None  # the target with only ``required`` enabled (of the units)
     fixed_target: str | None = None  # the target with ``culprits`` disabled: the workaround
+    fixed_flags: str | None = None  # the same workaround as the backend's own setting (iree-compile flags)
     control_target: str | None = None  # ``culprit_target`` with the culprits disabled as well
     invocations: Mapping[str, int] = field(default_factory=dict)
     versions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # role -> RunResult.ran_with
@@ -208,6 +209,7 @@ def _search(s: _Session, on_progress: Callable[[ProgressEvent], None] | None) ->
         each_alone=tuple(alone), minimal=culprits.minimal and required.minimal,
         culprit_target=str(space.spec_enabling(required.keep)),
         fixed_target=str(space.spec_disabling(culprits.keep)),
+        fixed_flags=s.control.native(space.names(culprits.keep)) if s.control.native else None,
         control_target=str(space.spec_disabling(every)), search=stats,
     )
 

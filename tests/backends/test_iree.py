@@ -201,3 +201,4 @@ def test_f64_demotion_is_named_as_the_culprit_feature(tmp_path: Path) -> None:
     assert result.culprits == ("demote-f64-to-f32",) and result.required == ("demote-f64-to-f32",)
     fixed = BackendSpec.parse(str(result.fixed_target))
     assert IreeOptions.parse(fixed.options).compile_flags() == ["--iree-input-demote-f64-to-f32=false"]
+    assert result.fixed_flags == "--iree-input-demote-f64-to-f32=false"  # the line a user adds to iree-compile
