@@ -30,7 +30,7 @@ from graphbisect.values import load_values_npz, save_values_npz
 
 T = onnx.TensorProto
 
-#: One tensor of every element type graphbisect holds (complex and int2 too: the corpus has none).
+#: One tensor of every element type onnx 1.17 has (complex too: the corpus has none; INT2/UINT2 need onnx >= 1.20).
 TENSORS: dict[str, tuple[int, np.ndarray]] = {
     "f32": (T.FLOAT, np.array([[1.5, -2.0]], np.float32)),
     "f64": (T.DOUBLE, np.array([3.25], np.float64)),

@@ -111,6 +111,17 @@ def test_the_slice_runs_without_a_traceback_and_classifies_every_result(
     assert got == SLICE
 
 
+def test_a_target_crashing_on_both_models_is_not_said_to_have_run_the_plain_one(tmp_path: Path) -> None:
+    """ORT's StringNormalizer fails at session creation here, on the plain model and on the probe alike."""
+    folder = CORPUS / "test_strnormalizer_export_monday_casesensintive_upper"
+    model = load_model(folder / "model.onnx")
+    result = compare_models(model, oracle="reference", target="onnxruntime",
+                            inputs=load_inputs(folder / "test_data_set_0", model), workdir=tmp_path)
+    assert not result.target_run.ok and result.outcome.cls is OutcomeClass.TARGET_CRASH
+    assert result.layerwise_note is not None
+    assert "plain model ran" not in result.layerwise_note and "probe model too" in result.layerwise_note
+
+
 def test_cli_names_the_qlinearmatmul_divergence(tmp_path: Path) -> None:
     """The CLI, as a user runs it: the verdict's class, the node, and the -128 where the spec has 120."""
     folder = CORPUS / "test_qlinearmatmul_3D_int8_float32"
