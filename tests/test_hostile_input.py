@@ -286,9 +286,9 @@ def test_item5_ctrl_c_stops_the_run_and_prints_the_resume_line(tmp_path: Path) -
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     sent = time.monotonic()
-    stdout, _ = proc.communicate(timeout=120)
+    stdout, stderr = proc.communicate(timeout=120)
     stopped_after = time.monotonic() - sent
-    assert proc.returncode == 1, stdout  # a failure was found: the best result so far
+    assert proc.returncode == 1, stdout + stderr  # a failure was found: the best result so far
     assert "NOT PROVEN (interrupted)" in stdout
     assert f"Resume: graphbisect reduce --resume {shlex.quote(str(out))}" in stdout
     assert stopped_after < 10, f"the run went on for {stopped_after:.1f} s after Ctrl-C"
