@@ -52,3 +52,14 @@ def test_area_has_no_import_cycle(area: str) -> None:
 
 def test_executor_interface_does_not_know_its_implementations() -> None:
     assert not {m for m in _imports(PACKAGE / "executors" / "base.py") if m.startswith("graphbisect.executors.")}
+
+
+def test_repro_backends_do_not_import_repro() -> None:
+    """``artifacts/repro.py`` imports the per-backend sections of ``artifacts/repro_backends/``, never the reverse."""
+    sections = sorted((PACKAGE / "artifacts" / "repro_backends").glob("*.py"))
+    assert {p.stem for p in sections} >= {"__init__", "_common", "onnxruntime", "reference", "onnxoptimizer",
+                                          "openvino", "tensorrt", "command", "iree"}
+    for path in sections:
+        wrong = {m for m in _imports(path) if m.startswith("graphbisect.artifacts.")
+                 and not m.startswith("graphbisect.artifacts.repro_backends")}
+        assert not wrong, f"{path.name} imports {sorted(wrong)}"

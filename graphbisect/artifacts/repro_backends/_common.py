@@ -1,0 +1,97 @@
+"""What several ``repro.py`` backend sections share: the :class:`ReproBackend` record, option helpers and
+the ONNX Runtime ``run_target`` snippet (onnxruntime and onnxoptimizer both run on ORT).
+
+Nothing here imports :mod:`graphbisect.artifacts.repro`: that module imports this package, never the reverse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from graphbisect.backends.onnxruntime import OPT_LEVELS, OrtOptions
+from graphbisect.backends.worker import option_flag
+
+#: The bundle file holding the target's tactic record, restricted to the bundle model.
+TACTICS_FILE = "tactics.json"
+
+
+@dataclass(frozen=True)
+class ReproBackend:
+    """How ``repro.py`` drives one backend type."""
+
+    name: str
+    label: str  # the libraries the script needs, for its docstring
+    library: str | None  # the importable library whose version is reported
+    options: Any  # (runtime options) -> JSON-able settings for the script
+    code: str | None  # load_target / run_target / import_library for this backend; None: no standalone script
+
+
+def _ort_options(options: Mapping[str, str]) -> dict[str, Any]:
+    """The session settings graphbisect's ONNX Runtime backend derives from these options."""
+    parsed = OrtOptions.parse(options)
+    return {
+        "providers": list(parsed.providers),
+        "graph_optimization_level": OPT_LEVELS[parsed.opt_level],
+        "disabled_optimizers": list(parsed.disabled),
+        "intra_op_num_threads": parsed.threads,
+        "session_config": [list(entry) for entry in parsed.config],
+    }
+
+
+def _tri_state(options: Mapping[str, str], key: str) -> bool | None:
+    return option_flag(options, key) if key in options else None
+
+
+def _no_options(options: Mapping[str, str]) -> dict[str, Any]:
+    return {}
+
+
+def _raw_options(options: Mapping[str, str]) -> dict[str, Any]:
+    return dict(options)
+
+
+#: The one ONNX Runtime run used by every section that runs on ORT (onnxruntime, onnxoptimizer).
+_ORT_RUN_TARGET = r'''
+
+def run_target(session, inputs, output_names):
+    """Run once; feed only what the session accepts (cut tensors may be initializers it overrides).
+    Tensors of types numpy lacks (bfloat16, float8, int4...) travel as OrtValues of raw bits, which
+    InferenceSession.run cannot take or give."""
+    accepted = {i.name for i in session.get_inputs()} | {i.name for i in session.get_overridable_initializers()}
+    feed = {name: value for name, value in inputs.items() if name in accepted}
+    declared = {o.name: o.type for o in session.get_outputs()}
+    typed_out = any(declared.get(name, "").replace("tensor(", "").rstrip(")").upper() in ORT_NAMES
+                    for name in output_names)
+    if not typed_out and not any(extension_code(value) for value in feed.values()):
+        return dict(zip(output_names, session.run(output_names, feed)))
+    import onnxruntime as ort
+
+    values = {}
+    for name, value in feed.items():
+        code = extension_code(value)
+        if code:
+            raw = np.asarray(encode(value), order="C")
+            if code in PACKED_BITS:  # ORT takes the shape from the array and reads the bytes packed
+                packed, raw = pack(raw, code), np.zeros(value.shape, np.uint8)
+                raw.reshape(-1)[:packed.size] = packed
+            values[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(raw, code)
+        else:
+            values[name] = ort.OrtValue.ortvalue_from_numpy(value)
+    results = session.run_with_ort_values(output_names, values)
+    return {name: from_ortvalue(result) for name, result in zip(output_names, results)}
+
+
+def from_ortvalue(value):
+    import ctypes
+
+    code = value.element_type() if value.is_tensor() else None
+    if code not in ELEM_TYPES:
+        return value.numpy()
+    shape = tuple(value.shape())
+    data = np.frombuffer(ctypes.string_at(value.data_ptr(), value.tensor_size_in_bytes()), np.uint8)
+    if code in PACKED_BITS:
+        return typed(unpack(data, code, shape), code)
+    return typed(data.view(STORAGE[code]).reshape(shape), code)
+'''
