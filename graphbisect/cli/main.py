@@ -2,13 +2,16 @@
 
 The CLI is the only layer that prints. Exit codes: 0 = no failure found, 1 = a failure was found (a
 mismatch, a crash, a failing artifact), 2 = usage or input error (with a hint how to fix it), 3 = an
-unexpected internal error (a graphbisect bug: never 1, which a script would read as "failure found").
+unexpected internal error (a graphbisect bug: never 1, which a script would read as "failure found"),
+130 = Ctrl-C, 141 = the reader of stdout (or stderr) went away (``graphbisect backends | head -1``): the
+status a shell shows for git and other programs that SIGPIPE ends, reached quietly, without a message.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import traceback
@@ -17,12 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphbisect._version import __version__
-from graphbisect.cli.terminal import safe_terminal
+from graphbisect.cli.terminal import OutputClosed, safe_terminal
 from graphbisect.errors import GraphBisectError
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
 EXIT_OK, EXIT_FAILURE_FOUND, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_OUTPUT_CLOSED = 128 + 13  # 128 + SIGPIPE (signal.SIGPIPE does not exist on Windows)
 
 
 @dataclass(frozen=True)
@@ -92,11 +96,44 @@ def _unwind_on_termination() -> dict[int, Any]:
     return previous
 
 
+def closed_output(exc: BaseException) -> OutputClosed | None:
+    """The :class:`OutputClosed` that ``exc`` is or was raised ``from`` (a search wraps what its progress
+    line raised), else ``None``. Not ``__context__``: a bug met while unwinding is still reported."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, OutputClosed):
+            return current
+        seen.add(id(current))
+        current = current.__cause__
+    return None
+
+
+def _discard_output(stream: object) -> None:
+    """Point the closed stream's descriptor at the null device, so the interpreter's final flush of what
+    is still buffered does not print "Exception ignored ... BrokenPipeError" (Python's documented recipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())  # type: ignore[attr-defined]
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no descriptor (a library user's StringIO): nothing to do
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     previous = _unwind_on_termination()
     try:
         with safe_terminal():  # names from a model never reach the terminal as control sequences
-            return _main(argv)
+            try:
+                code = _main(argv)
+                sys.stdout.flush()  # a reader gone before the buffered rest shows here, not at exit
+                return code
+            except BaseException as exc:
+                closed = closed_output(exc)
+                if closed is None:
+                    raise
+                _discard_output(closed.stream)
+                return EXIT_OUTPUT_CLOSED
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -116,23 +153,30 @@ def _main(argv: Sequence[str] | None) -> int:
         return EXIT_USAGE
     try:
         return run(args)
-    except GraphBisectError as err:
-        print(f"graphbisect {args.command}: error: {err.message}", file=sys.stderr)
-        if err.hint:
-            print(f"  hint: {err.hint}", file=sys.stderr)
-        if args.verbose and err.__cause__ is not None:
-            print(f"  caused by: {type(err.__cause__).__name__}: {err.__cause__}", file=sys.stderr)
-        return EXIT_USAGE
     except KeyboardInterrupt:
         print("graphbisect: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        if args.verbose:
-            traceback.print_exc()
-        print(f"graphbisect {args.command}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        print("  this is a graphbisect bug: please report it with the command line and the output of -v "
-              "(which shows the traceback)", file=sys.stderr)
-        return EXIT_INTERNAL
+        if closed_output(exc) is not None:
+            raise  # not an error: main() ends quietly
+        return _report(args, exc)
+
+
+def _report(args: argparse.Namespace, exc: Exception) -> int:
+    """Print ``exc`` for the user and return its exit code: 2 with the hint for a GraphBisectError, else 3."""
+    if isinstance(exc, GraphBisectError):
+        print(f"graphbisect {args.command}: error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"  hint: {exc.hint}", file=sys.stderr)
+        if args.verbose and exc.__cause__ is not None:
+            print(f"  caused by: {type(exc.__cause__).__name__}: {exc.__cause__}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.verbose:
+        traceback.print_exception(exc)
+    print(f"graphbisect {args.command}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+    print("  this is a graphbisect bug: please report it with the command line and the output of -v "
+          "(which shows the traceback)", file=sys.stderr)
+    return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

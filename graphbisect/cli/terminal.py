@@ -5,6 +5,10 @@ the terminal, ``\\x1b[2J`` clears it, and U+202E reorders what the user reads. T
 stderr go through :class:`SafeStream`, which shows every such character escaped (``\\x1b``) and keeps
 newlines, tabs and carriage returns (the progress line). Files graphbisect writes keep the exact names.
 
+A reader that goes away (``graphbisect backends | head -1``) makes a write or flush raise
+:class:`OutputClosed`, which names the stream, so ``main`` can tell it from a broken pipe to a backend
+worker (a bug) and end quietly.
+
 Example:
     >>> escape_controls("a\\x1b[31mb\\x00c\\n")
     'a\\\\x1b[31mb\\\\x00c\\n'
@@ -13,12 +17,13 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import errno
 import re
 import sys
 from collections.abc import Iterator
 from typing import TextIO
 
-__all__ = ["SafeStream", "escape_controls", "safe_terminal"]
+__all__ = ["OutputClosed", "SafeStream", "escape_controls", "safe_terminal"]
 
 # C0 controls but \t \n \r, DEL, C1 controls, and the bidirectional overrides/isolates.
 _CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -30,6 +35,18 @@ def escape_controls(text: str) -> str:
                          f"\\u{ord(m.group()):04x}", text)
 
 
+class OutputClosed(BrokenPipeError):
+    """The reader of the CLI's stdout or stderr closed its end; ``stream`` is the wrapped stream.
+
+    A ``BrokenPipeError`` still (argparse ignores a failed ``--help`` write this way), but only the CLI's
+    own streams raise it, never a pipe to a backend worker.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__(errno.EPIPE, f"the reader of {getattr(stream, 'name', 'the output')} closed it")
+        self.stream = stream
+
+
 class SafeStream:
     """A text stream that escapes control characters before writing to the wrapped one."""
 
@@ -37,8 +54,17 @@ class SafeStream:
         self.stream = stream
 
     def write(self, text: str) -> int:
-        self.stream.write(escape_controls(text))
+        try:
+            self.stream.write(escape_controls(text))
+        except BrokenPipeError as exc:
+            raise OutputClosed(self.stream) from exc
         return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError as exc:
+            raise OutputClosed(self.stream) from exc
 
     def __getattr__(self, name: str) -> object:  # flush, isatty, fileno, encoding, ...
         return getattr(self.stream, name)
