@@ -38,6 +38,7 @@ from graphbisect.errors import (
     GraphBisectError,
     InputError,
     ModelError,
+    OptionError,
     SpecError,
 )
 
@@ -47,6 +48,7 @@ __all__ = [
     "GraphBisectError",
     "InputError",
     "ModelError",
+    "OptionError",
     "Runtime",
     "SpecError",
     "__version__",

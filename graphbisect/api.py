@@ -5,7 +5,9 @@ folder or an already loaded :class:`~graphbisect.model.Model`; inputs as a dict 
 ``.npy``, ``.pb``, Polygraphy JSON) or nothing (seeded random inputs) — and returns a result dataclass whose
 attributes are the fields of the command's ``--json`` output (``result.to_json()`` is that JSON). Errors are
 :class:`~graphbisect.errors.GraphBisectError` subclasses with a ``hint``: :class:`~graphbisect.errors.ModelError`
-(the model), :class:`~graphbisect.errors.InputError` (inputs, options), :class:`~graphbisect.errors.SpecError`
+(the model), :class:`~graphbisect.errors.InputError` (inputs), its subclass :class:`~graphbisect.errors.OptionError`
+(an option out of its range, e.g. ``jobs=0``, raised before anything runs; also a ``ValueError``),
+:class:`~graphbisect.errors.SpecError`
 (a backend spec), :class:`~graphbisect.errors.BackendUnavailableError` (library not installed) and
 :class:`~graphbisect.errors.BackendError` (a backend could not be driven at all). A backend that crashes or
 computes wrong values is a *result*, not an error.

@@ -13,6 +13,7 @@ __all__ = [
     "GraphBisectError",
     "InputError",
     "ModelError",
+    "OptionError",
     "SpecError",
 ]
 
@@ -38,6 +39,15 @@ class ModelError(GraphBisectError):
 
 class InputError(GraphBisectError):
     """Model inputs are missing, of the wrong name, dtype or shape, or the inputs file is unreadable."""
+
+
+class OptionError(InputError, ValueError):
+    """An option's value is out of its allowed range (``jobs=0``, a negative budget, an unknown name).
+
+    Raised when an options object is built (``ReduceOptions(jobs=0)``), before anything runs; the message
+    names the option, the value and what is allowed. Also a ``ValueError``, what Python code expects of a
+    bad argument value.
+    """
 
 
 class SpecError(GraphBisectError):

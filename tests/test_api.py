@@ -45,7 +45,8 @@ PINNED = {
     "tactics.isolate": "(model, *, good=None, bad=None, builds=0, perturb=(), target=None, oracle=None, atol=None, "
                        "rtol=None, inputs=None, shapes=None, seed=0, max_invocations=None)",
 }
-ERRORS = ["BackendError", "BackendUnavailableError", "GraphBisectError", "InputError", "ModelError", "SpecError"]
+ERRORS = ["BackendError", "BackendUnavailableError", "GraphBisectError", "InputError", "ModelError", "OptionError",
+          "SpecError"]
 
 
 def _plain(obj: object) -> str:

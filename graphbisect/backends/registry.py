@@ -27,9 +27,11 @@ from types import ModuleType
 
 from graphbisect.backends.base import BackendSpec, Capability
 from graphbisect.errors import BackendUnavailableError, SpecError
+from graphbisect.options import parses
 
 __all__ = [
     "BACKENDS",
+    "BACKEND_SPEC",
     "DEFAULT_ORACLE",
     "DEFAULT_TARGET",
     "ENTRY_POINT_GROUP",
@@ -475,6 +477,12 @@ def resolve(spec: BackendSpec | str, *, require_available: bool = True) -> tuple
         if not avail.available:
             raise BackendUnavailableError(f"backend {info.name!r} is not available: {avail.reason}")
     return spec, info
+
+
+#: A backend spec option's values (``ReduceOptions.target``, ``--target``): a known backend and option keys
+#: (whether it is installed here is checked when it runs).
+BACKEND_SPEC = parses(lambda text: resolve(text, require_available=False), "a backend spec NAME[:key=value,...]",
+                      "'onnxruntime:opt_level=all'")
 
 
 def spec_timeout(spec: BackendSpec, default: float | None, *, fallback: float = 600.0) -> float:

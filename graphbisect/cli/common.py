@@ -5,16 +5,18 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
+from graphbisect import options
+from graphbisect.backends.registry import BACKEND_SPEC, DEFAULT_ORACLE, DEFAULT_TARGET
 from graphbisect.compare import Tolerance
 from graphbisect.compare.metrics import check_tolerance_value
 from graphbisect.errors import InputError
+from graphbisect.executors.base import EXECUTOR
+from graphbisect.options import Allowed
 
 if TYPE_CHECKING:
     import numpy as np
@@ -27,11 +29,13 @@ __all__ = [
     "backend_spec",
     "cosine",
     "count",
+    "executor",
     "load_feeds",
     "load_model_arg",
     "output_path",
     "regex",
     "seconds",
+    "seed",
     "tolerance",
     "tolerance_from_args",
     "tolerance_override",
@@ -68,38 +72,41 @@ def cosine(text: str) -> float:
     return value
 
 
-def seconds(text: str) -> float:
-    """A duration: a finite number of seconds > 0."""
-    value = _finite(text, "seconds > 0", "600")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds (e.g. 600)")
-    return value
+def _argument(allowed: Allowed, convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argument type: ``convert`` the text, then check it against ``allowed``, the range the options
+    objects themselves declare (``graphbisect/options.py``), so the CLI and the Python API agree."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {allowed.describe} (e.g. {allowed.example})") from exc
+        found = allowed.reason(value)
+        if found is not None:
+            why, cause = found
+            hint = cause.hint if cause is not None and cause.hint else f"e.g. {allowed.example}"
+            raise argparse.ArgumentTypeError(f"{text!r} is not allowed: {why} ({hint})") from cause
+        return value
+
+    parse.__name__ = allowed.describe  # argparse's "invalid <name> value" if convert raises something else
+    return parse
+
+
+#: A duration: a finite number of seconds > 0.
+seconds = _argument(options.seconds(), float)
+#: A Python regular expression that compiles.
+regex = _argument(options.pattern, str)
+#: A seed of random inputs (>= 0).
+seed = _argument(options.SEED, int)
+#: An executor spec: local, ray or ray:ADDRESS.
+executor = _argument(EXECUTOR, str)
+#: A backend spec whose name and option keys are known (availability is checked when it runs).
+backend_spec = _argument(BACKEND_SPEC, str)
 
 
 def count(minimum: int) -> Callable[[str], int]:
     """An integer >= ``minimum`` (e.g. ``-j`` needs 1 worker at least)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (>= {minimum})") from exc
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{text!r} is less than {minimum}")
-        return value
-
-    parse.__name__ = f"integer >= {minimum}"
-    return parse
-
-
-def regex(text: str) -> str:
-    """A Python regular expression that compiles."""
-    try:
-        re.compile(text)
-    except re.error as exc:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a valid regular expression ({exc}); escape special "
-                                         "characters with \\ or re.escape") from exc
-    return text
+    return _argument(options.whole(minimum), int)
 
 
 def tolerance_override(text: str) -> str:
@@ -108,18 +115,6 @@ def tolerance_override(text: str) -> str:
         _parse_tol(text, 0.0)
     except InputError as exc:
         raise argparse.ArgumentTypeError(f"{exc.message} ({exc.hint})") from exc
-    return text
-
-
-def backend_spec(text: str) -> str:
-    """A backend spec whose name and option keys are known (availability is checked when it runs)."""
-    from graphbisect.backends.registry import resolve
-    from graphbisect.errors import GraphBisectError
-
-    try:
-        resolve(text, require_available=False)
-    except GraphBisectError as exc:
-        raise argparse.ArgumentTypeError(exc.message + (f" (hint: {exc.hint})" if exc.hint else "")) from exc
     return text
 
 
@@ -193,7 +188,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, atol: float = 1e-4, 
                         "Polygraphy JSON; default: seeded random inputs")
     parser.add_argument("--shape", action="append", default=[], metavar="NAME:DIMS",
                         help="shape for an input with dynamic dims, e.g. --shape images:1x3x224x224 (repeatable)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+    parser.add_argument("--seed", type=seed, default=0, help="seed for random inputs (default 0)")
     parser.add_argument("--atol", action=PerOutputTolerance, default=atol, metavar="[NAME:]ATOL",
                         help=f"absolute tolerance (default {atol:g}); NAME:ATOL sets one output's, as Polygraphy "
                         "does (repeatable): --atol 1e-4 --atol logits:1e-2")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from graphbisect.cli.common import (
     add_model_arguments,
     count,
+    executor,
     load_feeds,
     load_model_arg,
     output_path,
@@ -46,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--deadline", type=seconds, metavar="SECONDS", help="stop searching after this many seconds")
     parser.add_argument("-j", "--jobs", type=count(1), default=1, help="evaluate candidates in N target workers "
                         "(same result as -j 1)")
-    parser.add_argument("--executor", metavar="local|ray[:ADDRESS]",
+    parser.add_argument("--executor", type=executor, metavar="local|ray[:ADDRESS]",
                         help="run the -j concurrent candidates as executor tasks: Ray on a cluster (ray:ADDRESS, e.g. "
                         "ray:auto; the -o folder must be on a filesystem every node mounts) or a local Ray instance "
                         "(ray); default: this machine's target workers. Same result either way")

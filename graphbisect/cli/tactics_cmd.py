@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from graphbisect.atomic import atomic_write_text
-from graphbisect.cli.common import backend_spec, count, output_path, tolerance
+from graphbisect.cli.common import backend_spec, count, output_path, seed, tolerance
 
 __all__ = ["add_arguments", "run"]
 
@@ -54,7 +54,7 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inputs", type=Path, metavar="FILE", help="model inputs (default: seeded random)")
     parser.add_argument("--shape", action="append", default=[], metavar="NAME:DIMS",
                         help="shape for an input with dynamic dims (repeatable)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+    parser.add_argument("--seed", type=seed, default=0, help="seed for random inputs (default 0)")
     parser.add_argument("--atol", type=tolerance, default=None,
                         help="absolute tolerance (default: 1e-4 with --oracle, else 0: bit-exact)")
     parser.add_argument("--rtol", type=tolerance, default=None,

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
-from graphbisect.cli.common import backend_spec, count, output_path, seconds, tolerance
+from graphbisect.cli.common import backend_spec, count, executor, output_path, seconds, seed, tolerance
 
 if TYPE_CHECKING:
     from graphbisect.triage.outcome import ModelOutcome
@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"backend trusted to be right (default {DEFAULT_ORACLE})")
     parser.add_argument("--target", default=DEFAULT_TARGET, type=backend_spec, metavar="SPEC",
                         help=f"backend under test (default {DEFAULT_TARGET})")
-    parser.add_argument("--executor", default="local", metavar="local|ray[:ADDRESS]",
+    parser.add_argument("--executor", type=executor, default="local", metavar="local|ray[:ADDRESS]",
                         help="where models are triaged: local worker processes (default), a local Ray instance "
                         "(ray) or a Ray cluster (ray:ADDRESS, e.g. ray:auto); a lost worker's model is retried")
     parser.add_argument("-j", "--jobs", type=count(1), default=None,
@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--candidate-jobs", type=count(1), default=1,
                         help="target workers evaluating one reduction's candidates (same result as 1)")
     parser.add_argument("--no-passes", action="store_true", help="do not search culprit optimization passes")
-    parser.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+    parser.add_argument("--seed", type=seed, default=0, help="seed for random inputs (default 0)")
     parser.add_argument("--atol", type=tolerance, default=1e-4, help="absolute tolerance (default 1e-4)")
     parser.add_argument("--rtol", type=tolerance, default=1e-3, help="relative tolerance (default 1e-3)")
     parser.add_argument("--max-invocations", type=count(0), metavar="N", help="per model: stop each reduction's search "

@@ -38,6 +38,7 @@ from graphbisect.data.ranges import compared_values
 from graphbisect.errors import InputError
 from graphbisect.model.graph import Model, TensorType
 from graphbisect.model.load import external_data_file
+from graphbisect.options import SEED, check_value
 from graphbisect.values import as_elem_type, load_values_npz, save_values_npz, to_memory
 
 __all__ = [
@@ -333,6 +334,7 @@ def random_inputs(
     Example:
         >>> inputs = random_inputs(model, shapes={"x": (1, 3, 224, 224)}, seed=0)   # doctest: +SKIP
     """
+    check_value("random_inputs", "seed", seed, SEED)  # numpy takes seeds >= 0
     given = {name: tuple(int(d) for d in dims) for name, dims in (shapes or {}).items()}
     _check_shape_names(model, given)
     bindings = _bind_symbols(model, given)

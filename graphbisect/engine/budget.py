@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from graphbisect.engine.types import StopReason
+from graphbisect.options import INVOCATIONS, check_fields, option, seconds, whole
 
 __all__ = ["Budget", "BudgetMeter"]
 
@@ -36,22 +37,17 @@ class Budget:
         (False, True)
     """
 
-    max_invocations: int | None = None
-    deadline_seconds: float | None = None
+    max_invocations: int | None = option(None, INVOCATIONS)
+    deadline_seconds: float | None = option(None, seconds(zero=True).or_none())
     #: Stop after this many invocations in a row without a FAIL, or ``stall_per_unit`` times the current
     #: best set's size if that is more (a 1-minimality sweep needs one passing run per unit). A search in
     #: which every candidate passes makes no progress: it stops and reports what it has instead of
     #: spending hundreds of runs. None: no such limit.
-    max_stall: int | None = None
+    max_stall: int | None = option(None, whole(1).or_none())
     stall_per_unit: float = 2.0
 
     def __post_init__(self) -> None:
-        if self.max_invocations is not None and self.max_invocations < 0:
-            raise ValueError(f"Budget.max_invocations must be >= 0, got {self.max_invocations}")
-        if self.deadline_seconds is not None and self.deadline_seconds < 0:
-            raise ValueError(f"Budget.deadline_seconds must be >= 0, got {self.deadline_seconds}")
-        if self.max_stall is not None and self.max_stall < 1:
-            raise ValueError(f"Budget.max_stall must be >= 1, got {self.max_stall}")
+        check_fields(self)  # an OptionError is a ValueError too
 
     @property
     def unlimited(self) -> bool:

@@ -8,7 +8,7 @@ whose function raised), and is chosen by a spec string with :func:`make_executor
 
 from __future__ import annotations
 
-from graphbisect.executors.base import Executor, ExecutorSpec, WorkerLostError
+from graphbisect.executors.base import EXECUTOR, Executor, ExecutorSpec, WorkerLostError
 from graphbisect.executors.factory import make_executor
 
-__all__ = ["Executor", "ExecutorSpec", "WorkerLostError", "make_executor"]
+__all__ = ["EXECUTOR", "Executor", "ExecutorSpec", "WorkerLostError", "make_executor"]

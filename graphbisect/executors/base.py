@@ -28,8 +28,9 @@ from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 
 from graphbisect.errors import GraphBisectError, SpecError
+from graphbisect.options import parses
 
-__all__ = ["DEFAULT_RETRIES", "Executor", "ExecutorSpec", "WorkerLostError"]
+__all__ = ["DEFAULT_RETRIES", "EXECUTOR", "Executor", "ExecutorSpec", "WorkerLostError"]
 
 log = logging.getLogger(__name__)
 
@@ -85,3 +86,7 @@ class ExecutorSpec:
                             hint="use local (worker processes on this machine), ray (a local Ray instance) or "
                             "ray:ADDRESS (an existing cluster, e.g. ray:auto or ray:10.0.0.5:6379)")
         return cls(kind, address or None)
+
+
+#: An executor spec option's values (``ReduceOptions.executor``, ``--executor``).
+EXECUTOR = parses(ExecutorSpec.parse, "an executor spec: local, ray or ray:ADDRESS", "'local'")

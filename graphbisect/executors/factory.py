@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from graphbisect.executors.base import DEFAULT_RETRIES, Executor, ExecutorSpec
+from graphbisect.options import JOBS, check_value
 
 __all__ = ["make_executor"]
 
@@ -14,6 +15,7 @@ def make_executor(spec: str | ExecutorSpec, *, jobs: int | None = None, gpus_per
     ``gpus_per_task`` is requested from Ray for each task (a backend with ``Capability.NEEDS_GPU``);
     the local executor runs on this machine's GPU and ignores it.
     """
+    check_value("make_executor", "jobs", jobs, JOBS.or_none("one per CPU"))
     parsed = spec if isinstance(spec, ExecutorSpec) else ExecutorSpec.parse(spec)
     if parsed.kind == "ray":
         from graphbisect.executors.ray import RayExecutor

@@ -36,12 +36,14 @@ import numpy as np
 
 from graphbisect.artifacts.bundle import BundleContent
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
+from graphbisect.backends.registry import BACKEND_SPEC
 from graphbisect.compare import Tolerance
 from graphbisect.data import save_inputs, validate_inputs
 from graphbisect.engine import Budget, Evaluator, Journal, Outcome, ProgressEvent, SearchAborted, SearchResult
 from graphbisect.errors import BackendError, GraphBisectError
 from graphbisect.model import Model
 from graphbisect.model.io import save_proto
+from graphbisect.options import INVOCATIONS, TIMEOUT, check_fields, option
 from graphbisect.oracle.signature import Signature
 from graphbisect.oracle.tester import judge
 from graphbisect.strategies.passes import DISABLE, ENABLE, PassSpace, PassTester, control_for, minimal_set, run_spec
@@ -62,12 +64,15 @@ MAX_FIRED_ROUNDS = 3
 class PassesOptions:
     """What `graphbisect passes` compares and how."""
 
-    oracle: str = DEFAULT_ORACLE
-    target: str = DEFAULT_TARGET
+    oracle: str = option(DEFAULT_ORACLE, BACKEND_SPEC)
+    target: str = option(DEFAULT_TARGET, BACKEND_SPEC)
     tolerance: Tolerance = field(default_factory=Tolerance)
     strict_band: bool = False
-    timeout: float | None = None
-    max_invocations: int | None = None
+    timeout: float | None = option(None, TIMEOUT)
+    max_invocations: int | None = option(None, INVOCATIONS)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from graphbisect.errors import BackendError, InputError
 from graphbisect.localize.layerwise import analyze_layers
 from graphbisect.model import Model
 from graphbisect.model.io import save_proto
+from graphbisect.options import INVOCATIONS, check_value
 from graphbisect.precision.calibration import Calibration, CalibrationMethod
 from graphbisect.precision.lowering import Lowering
 from graphbisect.precision.modes import PrecisionMode
@@ -219,6 +220,7 @@ def find_precision(
 ) -> PrecisionResult:
     """Find a 1-minimal set of nodes to keep in FP32 with the rest in ``mode`` (see the module docstring)."""
     started = time.monotonic()
+    check_value("find_precision", "max_invocations", max_invocations, INVOCATIONS)
     mode = mode if isinstance(mode, PrecisionMode) else PrecisionMode.parse(mode)
     method = calibration if isinstance(calibration, CalibrationMethod) else CalibrationMethod.parse(calibration)
     stage = on_stage or (lambda _msg: None)

@@ -48,6 +48,7 @@ from graphbisect.artifacts.bundle import BundleContent, check_destination, write
 from graphbisect.artifacts.charts import size_journey_svg
 from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
+from graphbisect.backends.registry import BACKEND_SPEC
 from graphbisect.compare import Tolerance
 from graphbisect.data import ActivationStore, save_inputs, validate_inputs
 from graphbisect.engine import (
@@ -61,6 +62,7 @@ from graphbisect.engine import (
     StopReason,
 )
 from graphbisect.errors import BackendError, GraphBisectError, InputError, ModelError
+from graphbisect.executors import EXECUTOR
 from graphbisect.executors.candidates import ExecutorPool
 from graphbisect.localize.compiled import CompiledGraph
 from graphbisect.localize.layerwise import analyze_layers
@@ -68,6 +70,7 @@ from graphbisect.lockfile import folder_lock
 from graphbisect.model import Model
 from graphbisect.model.diff import model_differences
 from graphbisect.model.io import remove_model, save_proto
+from graphbisect.options import INVOCATIONS, JOBS, TIMEOUT, check_fields, option, pattern, seconds, whole
 from graphbisect.oracle.signature import FailureKind, Signature
 from graphbisect.oracle.tester import CandidateTester, OutputCheck, TargetPool, WorkerPool, judge, model_digest
 from graphbisect.strategies.subgraph import SubgraphSpace, plan
@@ -93,25 +96,31 @@ BASELINE_MAX_RUNS = 5
 
 @dataclass(frozen=True)
 class ReduceOptions:
-    oracle: str = DEFAULT_ORACLE
-    target: str = DEFAULT_TARGET
+    oracle: str = option(DEFAULT_ORACLE, BACKEND_SPEC)
+    target: str = option(DEFAULT_TARGET, BACKEND_SPEC)
     tolerance: Tolerance = field(default_factory=Tolerance)
-    fail_regex: str | None = None
+    fail_regex: str | None = option(None, pattern.or_none("compare outputs"))
     strict_band: bool = False
-    max_invocations: int | None = None
-    deadline_seconds: float | None = None
-    jobs: int = 1
+    max_invocations: int | None = option(None, INVOCATIONS)
+    deadline_seconds: float | None = option(None, seconds().or_none())
+    jobs: int = option(1, JOBS)
     cut_as_initializers: bool = False
     layerwise: bool = True
-    timeout: float | None = None
+    timeout: float | None = option(None, TIMEOUT)
     keep_work: bool = False
     check: str | None = None  # external check command (Polygraphy-style): its exit status is the verdict
-    fail_code: int | None = None  # with check: only this exit code is the failure
-    executor: str | None = None  # candidate runs as tasks of this executor (local, ray[:ADDRESS]); None: own workers
+    # with check: only this exit code is the failure
+    fail_code: int | None = option(None, whole(1, 255).or_none("any non-zero exit"))
+    # candidate runs as tasks of this executor (local, ray[:ADDRESS]); None: own workers
+    executor: str | None = option(None, EXECUTOR.or_none("this process's target workers"))
     # A Python check(outputs, expected) -> bool (True: acceptable) judging outputs instead of the tolerance;
     # recorded by name only, so a resumed run must be given it again.
     output_check: OutputCheck | None = field(default=None, compare=False)
-    max_stall: int | None = 48  # stop after this many candidate runs in a row without a failure (see Budget)
+    # stop after this many candidate runs in a row without a failure (see Budget)
+    max_stall: int | None = option(48, whole(1).or_none())
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

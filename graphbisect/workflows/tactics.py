@@ -38,6 +38,7 @@ from graphbisect.engine import Budget, Evaluator, Outcome, TestResult
 from graphbisect.errors import BackendError, SpecError
 from graphbisect.model import Model
 from graphbisect.model.io import save_proto, strip_to_external, write_weights_file
+from graphbisect.options import INVOCATIONS, Allowed, check_value, whole
 from graphbisect.oracle.signature import Signature
 from graphbisect.oracle.tester import judge
 from graphbisect.strategies.tactics import Isolation, TacticSpace, isolate
@@ -221,6 +222,11 @@ class _Judge:
         return judge(run, self.reference.__getitem__, self.outputs, self.tolerance).signature
 
 
+#: ``builds``: 0 (good and bad records are given) or enough builds to find a good and a bad one.
+_BUILDS = Allowed("0 (with good and bad records) or a whole number >= 2",
+                  lambda v: whole(0).test(v) and v != 1, "4")
+
+
 def isolate_tactics(
     model: Model,
     target: BackendSpec | str,
@@ -243,6 +249,8 @@ def isolate_tactics(
     for them on a random half of the nodes: a way to find a bad kernel on a deterministic backend).
     """
     started = time.monotonic()
+    check_value("isolate_tactics", "builds", builds, _BUILDS)
+    check_value("isolate_tactics", "max_invocations", max_invocations, INVOCATIONS)
     spec = _tactics_spec(target)
     with work_folder(workdir, "tactics", protect=(model.path,)) as (work, _kept):
         onnx_path, inputs_path = _prepare(model, inputs, work, seed)

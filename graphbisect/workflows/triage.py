@@ -44,10 +44,12 @@ import numpy as np
 
 from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import Capability, resolve
+from graphbisect.backends.registry import BACKEND_SPEC
 from graphbisect.compare import Tolerance
 from graphbisect.errors import GraphBisectError, InputError
 from graphbisect.executors import Executor, WorkerLostError, make_executor
 from graphbisect.model import Model
+from graphbisect.options import INVOCATIONS, JOBS, SEED, TIMEOUT, check_fields, option
 from graphbisect.triage.dedup import BugGroup, group_bugs, pattern_hash
 from graphbisect.triage.outcome import ERROR, FAILED, PASSED, ModelOutcome
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
@@ -64,14 +66,18 @@ _PADDLE_FILES = ("*.pdmodel", "*.pdiparams", "*.json")
 class TriageOptions:
     """What every model of a triage is checked with (the same for all of them)."""
 
-    oracle: str = DEFAULT_ORACLE
-    target: str = DEFAULT_TARGET
+    oracle: str = option(DEFAULT_ORACLE, BACKEND_SPEC)
+    target: str = option(DEFAULT_TARGET, BACKEND_SPEC)
     tolerance: Tolerance = field(default_factory=Tolerance)
     passes: bool = True  # ablate passes where the target can
-    seed: int = 0  # random inputs, for models without an inputs file
-    candidate_jobs: int = 1  # target workers evaluating one reduction's candidates (ReduceOptions.jobs)
-    max_invocations: int | None = None  # per model, per session (ReduceOptions.max_invocations)
-    timeout: float | None = None  # per backend invocation
+    seed: int = option(0, SEED)  # random inputs, for models without an inputs file
+    # target workers evaluating one reduction's candidates (ReduceOptions.jobs)
+    candidate_jobs: int = option(1, JOBS)
+    max_invocations: int | None = option(None, INVOCATIONS)  # per model, per session (ReduceOptions.max_invocations)
+    timeout: float | None = option(None, TIMEOUT)  # per backend invocation
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
     def identity(self) -> dict[str, Any]:
         """What changes the results (not parallelism, budget or timeouts)."""
