@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from graphbisect.compare.metrics import TensorStats
 from graphbisect.errors import SpecError
 
 __all__ = [
@@ -169,6 +170,8 @@ class RunResult:
     library's version and location, the interpreter and its numpy — under ``python=`` those of the other
     interpreter, never this process's. Set for crashes and timeouts too (the worker that died); empty for
     ``command`` (an external program: its version is unknown, and the launching worker did not run it).
+    ``stats``: for a run asked to compare with the oracle's store (``BackendProcess.run(compare_to=...)``),
+    each compared tensor's statistics, measured in the worker; those tensors are not in ``outputs``.
     """
 
     status: RunStatus
@@ -181,6 +184,7 @@ class RunResult:
     info: Mapping[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     ran_with: Mapping[str, Any] = field(default_factory=dict)
+    stats: Mapping[str, TensorStats] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

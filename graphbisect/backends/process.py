@@ -42,11 +42,12 @@ from graphbisect import errors
 from graphbisect.backends.base import RAN_WITH, BackendSpec, Capability, Phase, RunResult, RunStatus
 from graphbisect.backends.registry import HOST_OPTIONS, Availability, BackendInfo, resolve, spec_timeout
 from graphbisect.backends.worker import save_npz
+from graphbisect.compare.metrics import TensorStats, Tolerance
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
 from graphbisect.npyfile import read_npy
 from graphbisect.values import entry_files, read_value
 
-__all__ = ["DEFAULT_TIMEOUT", "LOG_TAIL_BYTES", "BackendProcess", "availability_under"]
+__all__ = ["DEFAULT_TIMEOUT", "LOG_TAIL_BYTES", "BackendProcess", "CompareTo", "availability_under"]
 
 logger = logging.getLogger(__name__)
 
@@ -216,6 +217,7 @@ class BackendProcess:
         outputs: Sequence[str] | None = None,
         *,
         output_dir: Path | None = None,
+        compare_to: CompareTo | None = None,
     ) -> RunResult:
         """Run ``model`` on ``inputs`` (arrays, or an ``.npz`` path) and return what happened.
 
@@ -223,6 +225,8 @@ class BackendProcess:
         outputs of ``model`` (pass a probe model). Each output is written as ``<index>.npy`` in
         ``output_dir`` with a ``manifest.json`` and returned memory-mapped; without ``output_dir`` the files
         live in a scratch folder that is deleted at once (the maps stay readable on POSIX).
+        With ``compare_to`` the worker compares every output the oracle's activation store holds with it and
+        returns their statistics (:attr:`RunResult.stats`) instead of their values, except ``compare_to.keep``.
 
         A backend exception, a signal, an exit or a timeout is a result (``status`` crash or timeout), never
         an exception. Raises :class:`~graphbisect.errors.SpecError` for an invalid spec option value (checked
@@ -233,6 +237,8 @@ class BackendProcess:
         with self._lock:
             self._ensure_ready()
             request = self._request(model, inputs, outputs, output_dir)
+            if compare_to is not None:
+                request["compare"] = compare_to.to_json()
             self.invocations += 1
             return self._invoke(request, keep_outputs=output_dir is not None)
 
@@ -474,7 +480,9 @@ class BackendProcess:
         # (only large ones stay mapped).
         files = OutputFiles(output_dir, entries)
         outputs: Mapping[str, Any] = files if keep_outputs else {name: files.read_now(name) for name in files}
-        return RunResult(RunStatus.OK, outputs=outputs, log=log, info=info, seconds=seconds, ran_with=self.ran_with)
+        stats = {name: TensorStats.from_json(data) for name, data in dict(reply.get("stats") or {}).items()}
+        return RunResult(RunStatus.OK, outputs=outputs, log=log, info=info, seconds=seconds, ran_with=self.ran_with,
+                         stats=stats)
 
     # ------------------------------------------------------------------------------------------- log
     def _log_size(self) -> int:
@@ -502,6 +510,23 @@ def _exit_text(status: int) -> str:
     if status < 0 and -status in _SIGNALS:
         return f"was killed by signal {signal.Signals(-status).name} ({-status})"
     return f"exited with code {status}"
+
+
+@dataclasses.dataclass(frozen=True)
+class CompareTo:
+    """Compare a run's outputs with the oracle's activation store in the worker (``BackendProcess.run``).
+
+    ``store``: the store's folder, read only through ``ActivationStore.open(store)``; ``keep``: outputs whose
+    values come back as well (e.g. the model's outputs, for a failure signature).
+    """
+
+    store: Path
+    tolerance: Tolerance
+    keep: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"store": str(Path(self.store).absolute()), "tolerance": self.tolerance.to_json(),
+                "keep": list(self.keep)}
 
 
 class OutputFiles(Mapping[str, Any]):

@@ -17,7 +17,10 @@ Protocol (one JSON object per line, on two dedicated pipes whose descriptors are
   (runtimes may define ``validate()``, e.g. ONNX Runtime checks optimizer names).
 * ``{"op": "run", "model": path, "inputs": npz, "outputs": [names] | null, "output_dir": dir}`` →
   events ``{"event": "start"}`` (request received), ``{"event": "loaded"}`` (session built), then
-  ``{"event": "done", "status": "ok" | "crash", ...}``.
+  ``{"event": "done", "status": "ok" | "crash", ...}``. With ``"compare": {"store": dir, "tolerance": {...},
+  "keep": [names]}`` the outputs the oracle's activation store at ``dir`` holds are compared with it here
+  (:func:`compare_to_store`) and come back as ``"stats"`` (``TensorStats`` JSON by name) instead of files;
+  only ``keep`` and the tensors the store lacks are written.
 * ``{"op": "exit"}`` → ``{"ok": true}``, then the worker exits.
 
 A request that fails because of *our* or the user's mistake (a :class:`~graphbisect.errors.GraphBisectError`
@@ -54,10 +57,17 @@ from typing import IO, Any, overload
 import numpy as np
 
 from graphbisect.errors import GraphBisectError, InputError, SpecError
-from graphbisect.values import load_values_npz, manifest_text, save_values_npz, write_value
+from graphbisect.values import (
+    decode_tensor,
+    encode_tensor,
+    load_values_npz,
+    manifest_text,
+    save_values_npz,
+    write_value,
+)
 
-__all__ = ["MANIFEST", "PROTOCOL_VERSION", "library_version", "load_npz", "main", "option_flag", "save_npz",
-           "write_outputs"]
+__all__ = ["MANIFEST", "PROTOCOL_VERSION", "compare_to_store", "library_version", "load_npz", "main", "option_flag",
+           "save_npz", "write_outputs"]
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +130,40 @@ def write_outputs(outputs: Mapping[str, Any], names: Sequence[str], output_dir: 
     tmp.write_text(manifest_text(entries), encoding="utf-8")
     os.replace(tmp, output_dir / MANIFEST)
     return entries
+
+
+def compare_to_store(outputs: Mapping[str, Any], names: Sequence[str], store_dir: str | Path,
+                     tolerance: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The statistics (``TensorStats`` JSON) of each of ``names`` that the activation store at ``store_dir``
+    holds, ``outputs[name]`` compared with the stored (oracle's) value under ``tolerance``
+    (``Tolerance.to_json``).
+
+    Why here: a layerwise probe returns thousands of tensors; comparing them in the worker, one stored
+    tensor memory-mapped at a time, replaces writing each to a file and reading it back in the host.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from graphbisect.compare import Tolerance
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = write_outputs({"y": np.zeros(2, np.float32)}, ["y"], folder)
+        >>> compare_to_store({"y": np.ones(2, np.float32)}, ["y"], folder, Tolerance().to_json())["y"]["kind"]
+        'mismatch'
+    """
+    from graphbisect.compare.metrics import Tolerance, compare_values  # numpy only, like this module
+    from graphbisect.data.store import ActivationStore
+
+    store = ActivationStore.open(store_dir)
+    tol = Tolerance.from_json(tolerance)
+    return {name: compare_values(name, store.get(name), _as_stored(outputs[name]), tol).to_json()
+            for name in names if name in store}
+
+
+def _as_stored(value: Any) -> Any:
+    """``value`` as its output file reads back (:func:`write_outputs`): what the host compared before the
+    worker did, e.g. a string tensor of ``bytes`` read as ``str`` objects."""
+    if value is None or isinstance(value, (list, tuple)):
+        return value if value is None else [_as_stored(item) for item in value]
+    return decode_tensor(*encode_tensor(np.asarray(value)))
 
 
 # ------------------------------------------------------------------------------------ runtime helpers
@@ -315,7 +359,7 @@ class _Server:
         loaded = time.perf_counter()
         self.channel.send({"event": "loaded"})
         inputs = load_npz(request["inputs"])
-        result = self._execute(inputs, outputs, Path(request["output_dir"]))
+        result = self._execute(inputs, outputs, Path(request["output_dir"]), request.get("compare"))
         timing = {"load_seconds": loaded - started, "run_seconds": time.perf_counter() - loaded}
         result.setdefault("info", {}).update(timing)
         return result
@@ -335,13 +379,18 @@ class _Server:
         return None
 
     def _execute(self, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None,
-                 output_dir: Path) -> dict[str, Any]:
+                 output_dir: Path, compare: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        stats: dict[str, dict[str, Any]] = {}
         try:
             produced = self.runtime.run(inputs)
             names = list(outputs) if outputs is not None else list(produced)
             missing = [name for name in names if name not in produced]
             if missing:
                 raise KeyError(f"the backend returned no value for {', '.join(map(repr, missing))}")
+            if compare is not None:
+                stats = _compared(produced, names, compare)
+                keep = set(compare.get("keep") or ())
+                names = [name for name in names if name in keep or name not in stats]
             entries = write_outputs(produced, names, output_dir)
         except GraphBisectError:
             self.loaded = None
@@ -352,7 +401,20 @@ class _Server:
             with contextlib.suppress(Exception):  # what the load learned (fired passes) survives a run crash
                 crash["info"] = _jsonable(self.runtime.info())
             return crash
-        return {"event": "done", "status": "ok", "outputs": entries, "info": _jsonable(self.runtime.info())}
+        return {"event": "done", "status": "ok", "outputs": entries, "info": _jsonable(self.runtime.info()),
+                **({"stats": stats} if compare is not None else {})}
+
+
+def _compared(produced: Mapping[str, Any], names: Sequence[str], compare: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`compare_to_store` for a run request; its failure is graphbisect's, never a backend crash."""
+    try:
+        return compare_to_store(produced, names, compare["store"], compare["tolerance"])
+    except GraphBisectError:
+        raise
+    except Exception as exc:
+        raise GraphBisectError(f"comparing the outputs with the oracle's activation store {compare['store']} "
+                               f"failed: {type(exc).__name__}: {exc}",
+                               hint="the store may be damaged; delete it and run again") from exc
 
 
 def library_version(name: str | None, distributions: Sequence[str]) -> dict[str, Any]:

@@ -38,6 +38,7 @@ __all__ = [
     "compare_outputs",
     "compare_tensors",
     "compare_values",
+    "comparison_of",
     "warn_vacuous_outputs",
 ]
 
@@ -85,6 +86,26 @@ class Tolerance:
 
     def for_tensor(self, name: str) -> tuple[float, float]:
         return self.per_output.get(name, (self.atol, self.rtol))
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form, e.g. for a backend worker that compares against the oracle (:meth:`from_json`)."""
+        return {"atol": self.atol, "rtol": self.rtol, "min_cosine": self.min_cosine,
+                "per_output": {name: list(pair) for name, pair in self.per_output.items()},
+                "check_dtype": self.check_dtype}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Tolerance:
+        """The tolerance :meth:`to_json` wrote.
+
+        Example:
+            >>> tol = Tolerance(atol=1e-3, per_output={"y": (0.5, 0.0)})
+            >>> Tolerance.from_json(tol.to_json()) == tol
+            True
+        """
+        return cls(atol=float(data["atol"]), rtol=float(data["rtol"]), min_cosine=data.get("min_cosine"),
+                   per_output={str(name): (float(pair[0]), float(pair[1]))
+                               for name, pair in dict(data.get("per_output") or {}).items()},
+                   check_dtype=bool(data.get("check_dtype", True)))
 
 
 def check_tolerance_value(what: str, value: float) -> None:
@@ -139,6 +160,31 @@ class TensorStats:
                     "target_dtype", "oracle_range", "target_range"):
             out[key] = _json_number(getattr(self, key))
         return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TensorStats:
+        """The statistics :meth:`to_json` wrote, exactly (JSON floats round-trip; ``"inf"``/``"nan"`` too).
+
+        Example:
+            >>> s = compare_tensors("y", np.ones(2, np.float32), np.array([1.0, np.inf], np.float32))
+            >>> TensorStats.from_json(s.to_json()) == s, s.score
+            (True, inf)
+        """
+        def number(key: str, kind: type) -> Any:
+            return kind(data[key])  # float("inf"), float("nan") read to_json's strings back
+
+        def pair(key: str, kind: type) -> Any:
+            value = data.get(key)
+            return None if value is None else tuple(kind(v) for v in value)
+
+        return cls(
+            str(data["name"]), MismatchKind(data["kind"]),
+            **{key: number(key, int) for key in ("numel", "mismatches", "target_nonfinite", "both_nonfinite")},
+            **{key: number(key, float) for key in ("max_abs", "max_rel", "mean_abs", "rel_l2", "cosine", "snr_db",
+                                                   "score")},
+            oracle_shape=pair("oracle_shape", int), target_shape=pair("target_shape", int),
+            oracle_dtype=data.get("oracle_dtype"), target_dtype=data.get("target_dtype"),
+            oracle_range=pair("oracle_range", float), target_range=pair("target_range", float))
 
 
 @dataclass(frozen=True)
@@ -437,9 +483,20 @@ def compare_outputs(oracle: Mapping[str, Any], target: Mapping[str, Any],
         'nan'
     """
     keys = list(oracle) if names is None else list(names)
-    comparison = Comparison(tuple(
-        compare_values(k, oracle[k], target[k], tol) if k in oracle and k in target
-        else compare_tensors(k, oracle.get(k) if k in oracle else None, None, tol) for k in keys))
+    return comparison_of((compare_values(k, oracle[k], target[k], tol) if k in oracle and k in target
+                          else compare_tensors(k, oracle.get(k) if k in oracle else None, None, tol) for k in keys),
+                         tol)
+
+
+def comparison_of(stats: Iterable[TensorStats], tol: Tolerance | None = None) -> Comparison:
+    """The verdict over statistics already measured (e.g. by a backend worker against the oracle's store,
+    ``compare_to_store``), with the warnings :func:`compare_outputs` gives.
+
+    Example:
+        >>> comparison_of([compare_tensors("y", np.zeros(2), np.ones(2))]).passed
+        False
+    """
+    comparison = Comparison(tuple(stats))
     warn_masked_outputs(comparison.outputs)
     warn_vacuous_outputs(comparison.outputs, tol or Tolerance())
     return comparison

@@ -29,7 +29,7 @@ node: the fused node, reported with the original nodes it replaced.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -39,7 +39,8 @@ import onnx
 from graphbisect.compare import MismatchKind, TensorStats, Tolerance, compare_tensors, compare_values
 from graphbisect.localize.compiled import CompiledGraph, CompiledNode
 
-__all__ = ["LayerRow", "LayerwiseReport", "RootCause", "TensorSource", "analyze_layers", "constant_tensors"]
+__all__ = ["LayerRow", "LayerwiseReport", "RootCause", "TensorSource", "analyze_layers", "constant_tensors",
+           "tensor_stats"]
 
 
 class TensorSource(Protocol):
@@ -119,19 +120,22 @@ def _finite(value: float) -> float | str:
 def analyze_layers(
     nodes: Sequence[onnx.NodeProto],
     oracle: TensorSource,
-    target: TensorSource,
+    target: TensorSource | None,
     tol: Tolerance | None = None,
     *,
     max_root_causes: int = 10,
     on_row: Callable[[LayerRow], None] | None = None,
     compiled: CompiledGraph | None = None,
+    measured: Mapping[str, TensorStats] | None = None,
 ) -> LayerwiseReport:
     """Compare every node output the oracle captured, in the given (topological) order.
 
     Tensors the oracle does not have (optional outputs, non-tensor values) are skipped; tensors the target
     lacks appear as rows of kind ``missing`` and never count as a divergence. ``on_row`` lets a caller
     stream rows (progress, a live table) while the comparison runs. ``compiled`` is the target's compiled
-    graph (see the module docstring).
+    graph (see the module docstring). ``measured``: statistics already measured against ``oracle`` (by the
+    target's worker, :attr:`~graphbisect.backends.RunResult.stats`), used instead of comparing values;
+    ``target`` may then be None.
 
     Example:
         >>> from onnx import helper
@@ -155,8 +159,7 @@ def analyze_layers(
         for tensor in node.output:
             if not tensor or tensor not in oracle:
                 continue
-            stats = (compare_values(tensor, oracle[tensor], target[tensor], tol) if tensor in target
-                     else compare_tensors(tensor, oracle[tensor], None, tol))
+            stats = tensor_stats(tensor, oracle, target, tol, measured)
             constant = tensor in constants
             if stats.kind is not MismatchKind.MISSING and not constant:
                 scores[tensor] = stats.score
@@ -168,6 +171,22 @@ def analyze_layers(
                 on_row(row)
     first = next((row for row in rows if _diverges(row)), None)
     return LayerwiseReport(tuple(rows), first, _rank_root_causes(rows, max_root_causes))
+
+
+def tensor_stats(name: str, oracle: TensorSource, target: TensorSource | None, tol: Tolerance,
+                 measured: Mapping[str, TensorStats] | None = None) -> TensorStats:
+    """How the target's ``name`` compares with the oracle's: measured already (``measured``, by the target's
+    worker), compared from both values, or ``missing`` when the target (or the oracle) lacks it.
+
+    Example:
+        >>> tensor_stats("y", {"y": np.zeros(2)}, {}, Tolerance()).kind.value
+        'missing'
+    """
+    if measured is not None and name in measured:
+        return measured[name]
+    if name in oracle and target is not None and name in target:
+        return compare_values(name, oracle[name], target[name], tol)
+    return compare_tensors(name, oracle[name] if name in oracle else None, None, tol)
 
 
 _NOT_CONSTANT = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",

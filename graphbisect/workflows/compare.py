@@ -1,35 +1,44 @@
 """`compare`: run oracle and target on a model, give a verdict, then localize the divergence layer by layer.
 
-Backend invocations are the cost, so the workflow runs each backend at most twice: once on the plain model
-(the verdict that matters, since exposing intermediates changes what a backend fuses) and once on a probe
-model (skipped with ``layerwise=False`` or when a backend cannot). The oracle's probe exposes every
-intermediate tensor; the target's exposes only the tensors that survive in the graph it compiled when it
-can describe that graph (:mod:`graphbisect.workflows.probe`, the probe `reduce` uses too), so a fusion bug
-stays visible and each compiled node maps back to the original nodes it replaced; ``all_tensors=True``
-probes every tensor of the target as well.
+Backend invocations are the cost, so the oracle runs once and the target at most twice, the oracle's run
+at the same time as the target's first. The target runs the plain model (the verdict that matters, since
+exposing intermediates changes what a backend fuses) and then a probe model (skipped with
+``layerwise=False`` or when a backend cannot). The oracle's one run is its probe, exposing every
+intermediate tensor (its final outputs are its verdict: an oracle computes the same whatever it exposes);
+without layerwise it runs the plain model. The target's probe exposes only the tensors that survive in the
+graph it compiled when it can describe that graph (:mod:`graphbisect.workflows.probe`, the probe `reduce`
+uses too), so a fusion bug stays visible and each compiled node maps back to the original nodes it
+replaced; ``all_tensors=True`` probes every tensor of the target as well.
 The oracle's probed run writes straight into an :class:`~graphbisect.data.ActivationStore`, which the
-reduce engine reuses to feed cut points.
+reduce engine reuses to feed cut points; the target's worker compares its probe's tensors with that store
+and returns only their statistics (``BackendProcess.run(compare_to=...)``), so the target's values are never
+written to disk nor held by this process.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import onnx
 
 from graphbisect.backends import BackendInfo, BackendProcess, BackendSpec, Capability, RunResult, resolve
+from graphbisect.backends.process import CompareTo
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
-from graphbisect.compare import Comparison, Tolerance, compare_outputs
+from graphbisect.compare import Comparison, TensorStats, Tolerance, compare_outputs
+from graphbisect.compare.metrics import comparison_of
 from graphbisect.data import ActivationStore, random_inputs, save_inputs, validate_inputs
 from graphbisect.errors import BackendError
 from graphbisect.localize.compiled import CompiledGraph
-from graphbisect.localize.layerwise import LayerwiseReport, analyze_layers
+from graphbisect.localize.layerwise import LayerwiseReport, TensorSource, analyze_layers, tensor_stats
 from graphbisect.model import Model
 from graphbisect.oracle.outcome import Outcome, classify_comparison, classify_failed_run
 from graphbisect.workflows.probe import ProbePlan, compiled_of, describing_spec, discard_description, plan_probe
@@ -164,26 +173,28 @@ def compare_models(
                 stack.enter_context(BackendProcess(oracle_described or oracle_spec, workdir=folder / "oracle")),
                 stack.enter_context(BackendProcess(described or target_spec, workdir=folder / "target")))
             invocations_before = (oracle_proc.invocations, target_proc.invocations)
-            stage(f"running oracle {oracle_spec} and target {target_spec}")
-            oracle_run = oracle_proc.run(model_for_backend(model, oracle_spec, onnx_path), inputs_path)
-            _require_oracle_ok(oracle_run, oracle_spec)
-            target_run = target_proc.run(model_for_backend(model, target_spec, onnx_path), inputs_path)
+            oracle_side, target_run = _plain_runs(model, folder, inputs_path, oracle_proc=oracle_proc,
+                                                  target_proc=target_proc, oracle_spec=oracle_spec,
+                                                  oracle_info=oracle_info, target_spec=target_spec,
+                                                  oracle_described=oracle_described is not None,
+                                                  probe=layerwise and _probe_possible(oracle_info, target_info),
+                                                  stage=stage)
+            oracle_run = oracle_side.run
             comparison = (compare_outputs(oracle_run.outputs, target_run.outputs, tol, model.output_names)
                           if target_run.ok else None)
             plan = plan_probe(model, compiled_of(model, target_run.info)
                               if described is not None and target_run.ok else None)
             discard_description(target_run.info)
-            oracle_side = _Side(oracle_proc, oracle_info, oracle_run,
-                                compiled_of(model, oracle_run.info) if oracle_described is not None else None)
             probed = _probe(model, folder, inputs_path, oracle_side,
                             _Side(target_proc, target_info, target_run, plan.compiled),
-                            plan=plan, enabled=layerwise, stage=stage)
+                            plan=plan, enabled=layerwise, tol=tol, stage=stage)
             layer_report = probed_comparison = None
             note = probed.note
-            if probed.oracle is not None and probed.target is not None:
+            if probed.oracle is not None and (probed.target is not None or probed.measured is not None):
                 stage("comparing layer by layer")
-                probed_comparison = compare_outputs(probed.oracle, probed.target, tol, model.output_names)
-                layer_report = analyze_layers(model.nodes, probed.oracle, probed.target, tol, compiled=plan.compiled)
+                probed_comparison = _probed_comparison(model, probed, tol)
+                layer_report = analyze_layers(model.nodes, probed.oracle, probed.target, tol, compiled=plan.compiled,
+                                              measured=probed.measured)
                 bodies = _unprobed_bodies(model)
                 note = f"{note}; {bodies}" if note and bodies else note or bodies
             plain_failed = comparison is None or not comparison.passed
@@ -233,19 +244,108 @@ def _body_nodes(graph: onnx.GraphProto) -> int:
 
 @dataclass(frozen=True)
 class _Probed:
-    oracle: Mapping[str, np.ndarray] | None = None
-    target: Mapping[str, np.ndarray] | None = None
+    oracle: TensorSource | None = None
+    target: Mapping[str, np.ndarray] | None = None  # the target's values, or None with `measured`
+    measured: Mapping[str, TensorStats] | None = None  # the target's statistics, measured in its worker
     note: str | None = None
 
 
 @dataclass(frozen=True)
 class _Side:
-    """One backend of the comparison: its worker, table row, plain run and its compiled graph if described."""
+    """One backend of the comparison: its worker, table row, plain run and its compiled graph if described.
+
+    ``store``: the oracle's activation store when its run captured every intermediate; ``probe_failure``: the
+    capture run, when it failed and the plain model was run instead.
+    """
 
     proc: BackendProcess
     info: BackendInfo
     run: RunResult
     compiled: CompiledGraph | None
+    store: ActivationStore | None = None
+    probe_failure: RunResult | None = None
+
+
+def _probeable(info: BackendInfo) -> bool:
+    return info.has(Capability.INTERMEDIATES) and info.has(Capability.ONNX_INPUT)
+
+
+def _probe_possible(oracle: BackendInfo, target: BackendInfo) -> bool:
+    """Whether the oracle's every intermediate may be needed: it can expose them, and the target can expose
+    its own or return its compiled graph's tensors from the plain run (Paddle's hooks)."""
+    return _probeable(oracle) and (_probeable(target) or target.has(Capability.COMPILED_GRAPH))
+
+
+def _every_intermediate(model: Model) -> list[str]:
+    outputs = set(model.output_names)
+    return [n for n in model.intermediate_names() if n not in outputs]
+
+
+def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: BackendProcess,
+                target_proc: BackendProcess, oracle_spec: BackendSpec, oracle_info: BackendInfo,
+                target_spec: BackendSpec, oracle_described: bool, probe: bool,
+                stage: Callable[[str], None]) -> tuple[_Side, RunResult]:
+    """The verdict's runs: the oracle's and the target's, at the same time (each in its own worker).
+
+    With ``probe`` the oracle's run is its capture: the probe model exposing every intermediate, written as
+    the activation store, whose final outputs are the oracle's verdict too — an oracle computes the same
+    values whatever it exposes, the premise on which `reduce` feeds every candidate from this store. Only
+    the target's build depends on what is exposed (probe masking), so only the target runs the plain model
+    and a probe. When the capture fails, the plain model decides whether the oracle can run it at all.
+    """
+    onnx_path = folder / "model.onnx"
+    oracle_model = model_for_backend(model, oracle_spec, onnx_path)
+    target_model = model_for_backend(model, target_spec, onnx_path)
+    store_dir = folder / "activations"
+    if probe and not oracle_described:
+        names = _every_intermediate(model)
+        probe_path = folder / "probe.onnx"
+        _save_proto(model.with_outputs(names), probe_path)
+        stage(f"running target {target_spec}, and oracle {oracle_spec} capturing {len(names)} intermediate tensors")
+        oracle_job = functools.partial(oracle_proc.run, probe_path, inputs_path, output_dir=store_dir)
+    else:
+        stage(f"running oracle {oracle_spec} and target {target_spec}")
+        oracle_job = functools.partial(oracle_proc.run, oracle_model, inputs_path)
+    oracle_result = _in_background(oracle_job)
+    target_run = target_proc.run(target_model, inputs_path)
+    oracle_run = oracle_result()
+    store = probe_failure = None
+    if probe and not oracle_described:
+        if oracle_run.ok:
+            store = ActivationStore.adopt(store_dir)  # index the worker's files as the activation store, no copy
+        else:
+            probe_failure, oracle_run = oracle_run, oracle_proc.run(oracle_model, inputs_path)
+    _require_oracle_ok(oracle_run, oracle_spec)
+    compiled = compiled_of(model, oracle_run.info) if oracle_described else None
+    return _Side(oracle_proc, oracle_info, oracle_run, compiled, store, probe_failure), target_run
+
+
+_T = TypeVar("_T")
+
+
+def _in_background(job: Callable[[], _T]) -> Callable[[], _T]:
+    """Start ``job`` in a daemon thread; the returned function waits for its result (or raises its error).
+
+    A daemon thread, so an interrupted compare does not wait at exit for a run whose worker is being killed.
+    """
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["result"] = job()
+        except BaseException as exc:  # handed to the waiting caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=work, name="graphbisect-oracle", daemon=True)
+    thread.start()
+
+    def wait() -> _T:
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return cast(_T, box["result"])
+
+    return wait
 
 
 def _hooked_values(model: Model, side: _Side) -> dict[str, np.ndarray] | None:
@@ -259,59 +359,64 @@ def _hooked_values(model: Model, side: _Side) -> dict[str, np.ndarray] | None:
 
 
 def _probe(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, target: _Side, *, plan: ProbePlan,
-           enabled: bool, stage: Callable[[str], None]) -> _Probed:
-    """The oracle's and the target's intermediate values.
+           enabled: bool, tol: Tolerance, stage: Callable[[str], None]) -> _Probed:
+    """The oracle's and the target's intermediate values (the target's as statistics where it can).
 
     A backend whose plain run returned its compiled graph's tensors (Paddle's output hooks) is not run
-    again. Otherwise the oracle runs a probe exposing every intermediate (its values become the activation
-    store) and the target one exposing ``plan.names`` (among the tensors the oracle has).
+    again. Otherwise the oracle's values are the activation store its run captured (:func:`_plain_runs`),
+    and the target runs a probe exposing ``plan.names`` (among the tensors the oracle has); its worker
+    compares them with the store and returns only their statistics.
     """
     if not enabled:
         return _Probed(note="layerwise comparison was not requested")
-    oracle_values: Mapping[str, np.ndarray] | None = _hooked_values(model, oracle)
+    oracle_values: TensorSource | None = _hooked_values(model, oracle)
     target_values: Mapping[str, np.ndarray] | None = _hooked_values(model, target)
     for role, side, values in (("oracle", oracle, oracle_values), ("target", target, target_values)):
-        probeable = side.info.has(Capability.INTERMEDIATES) and side.info.has(Capability.ONNX_INPUT)
-        if values is None and not probeable:
+        if values is None and not _probeable(side.info):
             why = ("it described what it compiled, but graphbisect could not map that to the ONNX model "
                    "(the log says why)"
                    if side.info.has(Capability.COMPILED_GRAPH) and side.run.ok else "it cannot expose them")
             return _Probed(note=f"the {role} backend {side.info.name!r} gave no intermediate tensors: {why}; "
                            "only final outputs were compared")
-    outputs = set(model.output_names)
-    every = [n for n in model.intermediate_names() if n not in outputs]
-    probe_path = workdir / "probe.onnx"
     if oracle_values is None:
-        names = every
-        _save_proto(model.with_outputs(names), probe_path)
-        stage(f"capturing {len(names)} intermediate tensors from the oracle")
-        store_dir = workdir / "activations"
-        oracle_run = oracle.proc.run(probe_path, inputs_path, output_dir=store_dir)
-        if not oracle_run.ok:
-            return _Probed(note=f"the oracle failed on the probe model ({oracle_run.describe()}); "
-                           "only final outputs were compared")
-        ActivationStore.adopt(store_dir)  # index the worker's files as the activation store, no copy
-        oracle_values = oracle_run.outputs
-    if target_values is None:
-        names = [n for n in plan.names if n in oracle_values]
-        target_probe = workdir / "probe-target.onnx"
-        if names == every and probe_path.exists():
-            target_probe = probe_path  # the oracle's probe model: every intermediate
-        else:
-            _save_proto(model.with_outputs(names), target_probe)
-        stage(f"running the target with {plan.describe()} exposed" if len(names) == len(plan.names)
-              else f"running the target with {len(names)} tensors exposed")
+        if oracle.store is None:
+            failure = oracle.probe_failure.describe() if oracle.probe_failure is not None else "not run"
+            return _Probed(note=f"the oracle failed on the probe model ({failure}); only final outputs were compared")
+        oracle_values = oracle.store
+    if target_values is not None:
+        return _Probed(oracle=oracle_values, target=target_values)
+    names = [n for n in plan.names if n in oracle_values]
+    probe_path = workdir / "probe.onnx"
+    target_probe = workdir / "probe-target.onnx"
+    if names == _every_intermediate(model) and probe_path.exists():
+        target_probe = probe_path  # the oracle's probe model: every intermediate
+    else:
+        _save_proto(model.with_outputs(names), target_probe)
+    stage(f"running the target with {plan.describe()} exposed" if len(names) == len(plan.names)
+          else f"running the target with {len(names)} tensors exposed")
+    if oracle.store is not None:
+        target_run = target.proc.run(target_probe, inputs_path, compare_to=CompareTo(oracle.store.directory, tol))
+    else:  # the oracle's values came from its hooks: no store for the worker to read
         target_run = target.proc.run(target_probe, inputs_path, output_dir=workdir / "target-activations")
-        discard_description(target_run.info)
-        if not target_run.ok and not target.run.ok:
-            return _Probed(note=f"the target failed on the probe model too ({target_run.describe()}); "
-                           "only the oracle's intermediates were captured")
-        if not target_run.ok:
-            return _Probed(note=f"the target failed on the probe model ({target_run.describe()}) although the "
-                           "plain model ran: exposing intermediates changes the target's behaviour; "
-                           "use `graphbisect reduce` to localize without probing")
-        target_values = target_run.outputs
-    return _Probed(oracle=oracle_values, target=target_values)
+    discard_description(target_run.info)
+    if not target_run.ok and not target.run.ok:
+        return _Probed(note=f"the target failed on the probe model too ({target_run.describe()}); "
+                       "only the oracle's intermediates were captured")
+    if not target_run.ok:
+        return _Probed(note=f"the target failed on the probe model ({target_run.describe()}) although the "
+                       "plain model ran: exposing intermediates changes the target's behaviour; "
+                       "use `graphbisect reduce` to localize without probing")
+    if oracle.store is not None:
+        return _Probed(oracle=oracle_values, target=target_run.outputs, measured=target_run.stats)
+    return _Probed(oracle=oracle_values, target=target_run.outputs)
+
+
+def _probed_comparison(model: Model, probed: _Probed, tol: Tolerance) -> Comparison:
+    """The verdict of the target's probe on the model's outputs (plain vs probed: probe masking)."""
+    oracle = probed.oracle
+    assert oracle is not None
+    return comparison_of((tensor_stats(name, oracle, probed.target, tol, probed.measured)
+                          for name in model.output_names), tol)
 
 
 def _masking_note(plain_failed: bool, plan: ProbePlan) -> str:
