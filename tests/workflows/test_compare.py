@@ -79,6 +79,7 @@ def test_locates_the_node_that_really_differs_between_two_backends(tmp_path: Pat
     assert not rows["post/Mul"].stats.passed and not rows["post/Mul"].amplification > rows["up/Resize"].amplification
     # The oracle runs once (its capture is its verdict too); the target runs the plain model and a probe.
     assert result.invocations == {"oracle": 1, "target": 2}
+    assert not (tmp_path / "target-activations").exists()  # the target's values are compared in its worker
     assert (tmp_path / "activations" / "manifest.json").exists()
 
 
