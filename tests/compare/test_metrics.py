@@ -107,3 +107,28 @@ def test_identical_fast_path_equals_the_general_path() -> None:
     assert fast.passed and fast.mismatches == acc.mismatches == 0
     assert fast.oracle_range == fast.target_range == (acc.o_min, acc.o_max)
     assert fast.cosine == pytest.approx(acc.cosine()) and fast.snr_db == acc.snr_db() == math.inf
+
+
+def test_statistics_and_tolerances_cross_the_worker_boundary_exactly() -> None:
+    """A target's worker measures the layerwise statistics and sends them as JSON: every kind, infinities,
+    NaN, shapes, ranges and the tolerance must come back as they were (the table must not change)."""
+    o = np.array([0.0, 1.0, 3.0, -2.5], np.float32)
+    cases = [
+        compare_tensors("ok", o, o.copy()),
+        compare_tensors("mismatch", o, o + np.float32(0.25)),
+        compare_tensors("nan", o, np.array([0.0, np.nan, np.inf, 1.0], np.float32)),
+        compare_tensors("zero-oracle", np.zeros(3, np.float32), np.full(3, 1e-3, np.float32)),  # max_rel NaN
+        compare_tensors("missing", o, None),
+        compare_tensors("shape", o, o[:2]),
+        compare_tensors("dtype", o, o.astype(np.float64)),
+        compare_tensors("strings", np.array(["a", "b"], object), np.array(["a", "c"], object)),
+        metrics.compare_values("seq", [o, o], [o, o * 2]),
+    ]
+    for stats in cases:
+        data = json.loads(json.dumps(stats.to_json()))
+        back = metrics.TensorStats.from_json(data)
+        assert back.to_json() == stats.to_json(), stats.name
+        assert back.kind is stats.kind and back.passed == stats.passed
+        assert type(back.oracle_shape) is type(stats.oracle_shape)
+    tol = Tolerance(atol=1e-5, rtol=0.0, min_cosine=0.99, per_output={"y": (0.5, 1e-2)}, check_dtype=False)
+    assert Tolerance.from_json(json.loads(json.dumps(tol.to_json()))) == tol
