@@ -67,8 +67,12 @@ def export_conv_net(directory: Path, *, legacy: bool = False, seed: int = 0) -> 
     return prefix
 
 
-def export_mobilenet_v2(directory: Path, *, size: int = 64, seed: int = 0) -> Path:
-    """Export ``paddle.vision.models.mobilenet_v2`` (random weights, scale 0.5, 10 classes); return the prefix."""
+def export_mobilenet_v2(directory: Path, *, size: int = 64, seed: int = 0, legacy: bool = False) -> Path:
+    """Export ``paddle.vision.models.mobilenet_v2`` (random weights, scale 0.5, 10 classes); return the prefix.
+
+    ``legacy=True`` writes a legacy ``.pdmodel`` program (old IR), whose oneDNN bf16 op types
+    ``Config.set_bfloat16_op`` controls (Paddle 3.3.1 PIR programs ignore it).
+    """
     import paddle
     from paddle.vision.models import mobilenet_v2
 
@@ -87,7 +91,11 @@ def export_mobilenet_v2(directory: Path, *, size: int = 64, seed: int = 0) -> Pa
     net.eval()
     prefix = Path(directory) / "inference"
     spec = [paddle.static.InputSpec([None, 3, size, size], "float32", "x")]
-    paddle.jit.save(net, str(prefix), input_spec=spec)
+    if legacy:
+        with paddle.pir_utils.DygraphOldIrGuard():
+            paddle.jit.save(net, str(prefix), input_spec=spec)
+    else:
+        paddle.jit.save(net, str(prefix), input_spec=spec)
     return prefix
 
 

@@ -7,7 +7,13 @@
 * onnxconverter-common ``float16.convert_float_to_float16(model, node_block_list=[...])``;
 * ONNX Runtime quantization ``quantize_static(..., nodes_to_exclude=[...])``;
 * Paddle Inference ``config.exp_disable_mixed_precision_ops({...})``: Paddle disables mixed precision per
-  *op type*, not per node, so this is coarser (every node of those types stays FP32);
+  *op type*, not per node, so this is coarser (every node of those types stays FP32). That is Paddle's GPU
+  mixed precision: on CPU it does nothing to oneDNN bf16 (measured, Paddle 3.3.1: a legacy MobileNetV2
+  with ``exp_disable_mixed_precision_ops({"fused_conv2d"})`` gives the same bf16 outputs as without);
+* Paddle Inference CPU bf16, when the search ran on Paddle itself (``unit="paddle_op_type"``: the answer
+  is a set of Paddle op types): ``config.enable_mkldnn_bfloat16()`` + ``config.set_bfloat16_op({...})`` with
+  the op types that may run in bf16 (:meth:`PrecisionOverrides.paddle_cpu_bf16`); the node formats
+  (trtexec, onnxconverter-common, ORT, OpenVINO) do not apply to op types and are left out;
 * OpenVINO (fp16/bf16): the nodes' ops marked with OpenVINO's ``DisablePrecisionConversion`` runtime
   attribute, which the CPU plugin honours per node under ``INFERENCE_PRECISION_HINT=bf16|f16``; the
   snippet does what ``openvino:keep_fp32=`` does (fuse with the common transformations, mark the fused
@@ -121,6 +127,25 @@ class PrecisionOverrides:
     keep_fp32: tuple[str, ...]
     keep_op_types: tuple[str, ...]
     lowered: tuple[str, ...]
+    #: What ``keep_fp32``/``lowered`` name: ONNX ``node`` names, or ``paddle_op_type`` (a search on Paddle).
+    unit: str = "node"
+
+    def paddle_cpu_bf16(self) -> str:
+        """Paddle Inference config lines for CPU bf16 with the kept op types in FP32 (``unit="paddle_op_type"``).
+
+        Example:
+            >>> print(PrecisionOverrides("bf16", ("fused_conv2d",), ("fused_conv2d",), ("fc", "pool2d"),
+            ...                          unit="paddle_op_type").paddle_cpu_bf16())
+            config.enable_mkldnn()
+            config.enable_mkldnn_bfloat16()
+            config.set_bfloat16_op({"fc", "pool2d"})  # fused_conv2d stays FP32
+        """
+        if not self.lowered:
+            return "config.enable_mkldnn()  # every op type stays FP32: do not enable bf16"
+        allowed = ", ".join(json.dumps(name) for name in self.lowered)
+        kept = f"  # {', '.join(self.keep_fp32)} stay{'s' if len(self.keep_fp32) == 1 else ''} FP32" \
+            if self.keep_fp32 else ""
+        return f"config.enable_mkldnn()\nconfig.enable_mkldnn_bfloat16()\nconfig.set_bfloat16_op({{{allowed}}}){kept}"
 
     def trtexec(self) -> str:
         """trtexec flags pinning the nodes to FP32, shell-quoted (node names may hold spaces, quotes, ``$``)."""
@@ -146,7 +171,9 @@ class PrecisionOverrides:
         return sorted({_PADDLE_OPS.get(op, op.lower()) for op in self.keep_op_types})
 
     def snippets(self) -> dict[str, str]:
-        """Python snippets for onnxconverter-common, ORT quantization, Paddle and OpenVINO."""
+        """Python snippets for onnxconverter-common, ORT quantization, Paddle and OpenVINO (op types: Paddle's)."""
+        if self.unit == "paddle_op_type":
+            return {"paddle_cpu_bf16": self.paddle_cpu_bf16()}
         names = json.dumps(list(self.keep_fp32))
         return {
             "onnxconverter_common": "from onnxconverter_common import float16\n"
@@ -167,6 +194,11 @@ class PrecisionOverrides:
 
     def to_json(self, pin_file: Path | None = None) -> dict[str, object]:
         """Everything in one JSON object; ``pin_file``: where ``keep_fp32.txt`` was written."""
+        if self.unit == "paddle_op_type":
+            target = f"paddle:precision=bf16,keep_fp32=@{pin_file or '/abs/path/keep_fp32.txt'}"
+            return {"mode": self.mode, "unit": self.unit, "keep_fp32": list(self.keep_fp32),
+                    "lowered": list(self.lowered), "paddle_set_bfloat16_op": list(self.lowered),
+                    "paddle_config": self.paddle_cpu_bf16(), "paddle_target": target, "snippets": self.snippets()}
         return {"mode": self.mode, "keep_fp32": list(self.keep_fp32), "lowered": list(self.lowered),
                 "trtexec": self.trtexec(), "onnxconverter_common_node_block_list": list(self.keep_fp32),
                 "onnxruntime_nodes_to_exclude": list(self.keep_fp32),
@@ -177,14 +209,21 @@ class PrecisionOverrides:
 
 
 def write_overrides(overrides: PrecisionOverrides, folder: Path) -> list[Path]:
-    """Write ``overrides.json``, ``trtexec.txt``, ``snippets.py`` and ``keep_fp32.txt`` (one node name per
-    line, what ``openvino:keep_fp32=@FILE`` reads) into ``folder``; return the paths."""
+    """Write ``overrides.json``, ``snippets.py``, ``keep_fp32.txt`` (one name per line, what
+    ``openvino:keep_fp32=@FILE`` / ``paddle:keep_fp32=@FILE`` read) and ``trtexec.txt`` (nodes) or
+    ``paddle_config.txt`` (Paddle op types) into ``folder``; return the paths."""
     folder.mkdir(parents=True, exist_ok=True)
-    paths = [folder / "overrides.json", folder / "trtexec.txt", folder / "snippets.py", folder / "keep_fp32.txt"]
-    atomic_write_text(paths[0], json.dumps(overrides.to_json(paths[3].resolve()), indent=2) + "\n")
-    atomic_write_text(paths[1], overrides.trtexec() + "\n")
-    atomic_write_text(paths[2], "\n\n".join(f"# --- {k}\n{v}" for k, v in overrides.snippets().items()) + "\n")
-    atomic_write_text(paths[3], "".join(f"{name}\n" for name in overrides.keep_fp32))
+    pin_file = folder / "keep_fp32.txt"
+    paths = [folder / "overrides.json", folder / "snippets.py", pin_file]
+    atomic_write_text(paths[0], json.dumps(overrides.to_json(pin_file.resolve()), indent=2) + "\n")
+    atomic_write_text(paths[1], "\n\n".join(f"# --- {k}\n{v}" for k, v in overrides.snippets().items()) + "\n")
+    atomic_write_text(pin_file, "".join(f"{name}\n" for name in overrides.keep_fp32))
+    if overrides.unit == "paddle_op_type":  # op types: Paddle's config lines, no per-node formats
+        paths.append(folder / "paddle_config.txt")
+        atomic_write_text(paths[-1], overrides.paddle_cpu_bf16() + "\n")
+    else:
+        paths.append(folder / "trtexec.txt")
+        atomic_write_text(paths[-1], overrides.trtexec() + "\n")
     return paths
 
 

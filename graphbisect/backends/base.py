@@ -219,7 +219,9 @@ class Runtime(Protocol):
 
     Optional methods: ``validate()`` checks option values before the first load; ``registered_passes()``
     lists every optimization pass the runtime could run under its options (for a pass search on a target
-    that crashes before it reports which passes fired).
+    that crashes before it reports which passes fired); ``load_key()`` returns what besides the model file
+    decides the build (the worker rebuilds when it changes: Paddle's ``keep_fp32=@FILE`` op types, rewritten
+    between the runs of one model by a precision search).
     """
 
     def __init__(self, options: Mapping[str, str], workdir: str) -> None: ...

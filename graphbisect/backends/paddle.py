@@ -35,8 +35,22 @@ name and position) and a variable name of no use outside Paddle (``..._inner_var
 them too, keyed ``paddle-hook/<op label>`` (bf16 values as float32), and ``info()["hooked"]`` lists them
 in execution order (``key``, ``op``, ``shape``, ``dtype``); the host maps them to the converted ONNX
 model's tensors (:mod:`graphbisect.localize.paddle_hooks`). Hooks observe; they do not change the
-program, so this probe cannot mask anything. ``bf16=1`` runs oneDNN bf16 kernels
-(``enable_mkldnn_bfloat16``), refused on CPUs without bf16 (AVX512-BF16/AMX).
+program, so this probe cannot mask anything. ``bf16=1`` (or ``precision=bf16``) runs oneDNN bf16 kernels
+(``enable_mkldnn_bfloat16``), refused on CPUs without bf16 (AVX512-BF16/AMX), naming the missing flags.
+
+**FP32 pins per op type.** Paddle's oneDNN bf16 is chosen per *op type* of the optimized program
+(``Config.set_bfloat16_op``: the types allowed to run in bf16), never per op: no Paddle 3.3.1 API or op
+attribute pins one op (``mkldnn_data_type`` is overwritten by the placement pass). ``keep_fp32=A;B`` (or
+``@FILE``, one type per line, read at every load) keeps those types in FP32 by allowing every *other*
+registered op type (``set_bfloat16_op(all op names - keep)``). What ran is measured, not assumed: a
+dtype-only output hook records which op types wrote bf16, and ``info()["keep_fp32"]`` reports
+``low_precision_op_types`` (the compute types that wrote bf16; the quantize/dequantize conversions
+Paddle inserts are left out), ``not_applied`` (kept types that ran in bf16 anyway) and ``unverified``
+(kept types the optimized program does not run). Measured on Paddle 3.3.1: legacy programs
+(``.pdmodel``) honour the list; **PIR programs** (``.json``) ignore it — their ``cpu_bfloat16_placement_pass``
+places a fixed list of op types — so every kept type shows up in ``not_applied``. An op type that
+bf16 leaves between two FP32 ops is reverted to FP32 by Paddle itself (orphan removal), so allowing a
+type does not mean it runs in bf16: ``low_precision_op_types`` says which did.
 
 Example (inside a worker; the host normally does this through ``BackendProcess``):
     >>> rt = PaddleInference({"delete_pass": "conv2d_bias_bn_onednn_fuse_pass"}, "/tmp/w")  # doctest: +SKIP
@@ -63,11 +77,26 @@ import numpy as np
 from graphbisect.backends.worker import option_flag, option_int
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
 
-__all__ = ["HOOK_PREFIX", "PaddleInference", "PassLog", "normalize_pass_name", "onnx_output_names", "parse_pass_log"]
+__all__ = [
+    "BF16_CPU_FLAGS",
+    "HOOK_PREFIX",
+    "PaddleInference",
+    "PassLog",
+    "bf16_cpu_refusal",
+    "normalize_pass_name",
+    "onnx_output_names",
+    "parse_pass_log",
+]
 
 logger = logging.getLogger(__name__)
 
-_OPTIONS = ("device", "opt_level", "ir_optim", "delete_pass", "threads", "mkldnn", "hooks", "bf16")
+_OPTIONS = ("device", "opt_level", "ir_optim", "delete_pass", "threads", "mkldnn", "hooks", "bf16", "precision",
+            "keep_fp32")
+#: Conversion ops the bf16 passes insert around bf16 regions: they write bf16 without computing in it.
+_CONVERSION_OPS = frozenset({"quantize", "dequantize", "requantize", "reorder", "onednn_op.quantize",
+                             "onednn_op.dequantize", "onednn_op.requantize"})
+#: /proc/cpuinfo flags that give oneDNN bf16 kernels (either is enough).
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 HOOK_PREFIX = "paddle-hook/"
 _MODEL_SUFFIXES = (".json", ".pdmodel")
 _PARAMS_SUFFIX = ".pdiparams"
@@ -151,6 +180,35 @@ def parse_pass_log(text: str) -> PassLog:
     return log
 
 
+def bf16_cpu_refusal(cpuinfo: str | None = None) -> str | None:
+    """Why this CPU cannot run oneDNN bf16 kernels (naming the missing flags), or None when it can.
+
+    ``cpuinfo`` is the text of ``/proc/cpuinfo`` (read when None); None is returned too when it cannot be
+    read (not Linux): Paddle's own ``supports_bfloat16()`` decides then.
+
+    Example:
+        >>> bf16_cpu_refusal("flags : fpu avx2 avx512f")
+        'this CPU has neither avx512_bf16 nor amx_bf16 in its /proc/cpuinfo flags (it has avx512f)'
+        >>> bf16_cpu_refusal("flags : fpu avx512f avx512_bf16") is None
+        True
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            flags.update(value.split())
+    if not flags or any(flag in flags for flag in BF16_CPU_FLAGS):
+        return None
+    near = sorted(f for f in flags if f.startswith(("avx512", "amx")))
+    return (f"this CPU has neither {' nor '.join(BF16_CPU_FLAGS)} in its /proc/cpuinfo flags"
+            f" (it has {', '.join(near) if near else 'no AVX512/AMX flag'})")
+
+
 @contextlib.contextmanager
 def _capture_fd2(workdir: Path) -> Iterator[list[str]]:
     """Send fd 2 to a temporary file for the duration; yield a list that receives the captured text.
@@ -176,6 +234,17 @@ def _capture_fd2(workdir: Path) -> Iterator[list[str]]:
                 while view:
                     view = view[os.write(2, view) :]
             sink.append(data.decode("utf-8", errors="replace"))
+
+
+def _op_type(label: str) -> str:
+    """The op type of an output hook's op label: PIR ``onednn_op.fused_conv2d:3`` -> ``onednn_op.fused_conv2d``;
+    legacy programs label ops by type alone (``fused_conv2d``).
+
+    >>> _op_type("onednn_op.fused_conv2d:3"), _op_type("fused_conv2d")
+    ('onednn_op.fused_conv2d', 'fused_conv2d')
+    """
+    head, sep, tail = label.rpartition(":")
+    return head if sep and tail.isdigit() else label
 
 
 def _resolve_model(model: str) -> tuple[Path, Path]:
@@ -276,7 +345,20 @@ class PaddleInference:
         self._mkldnn = option_flag(self._options, "mkldnn", None)
         self._threads = option_int(self._options, "threads", 1)
         self._hooks = bool(option_flag(self._options, "hooks", False))
-        self._bf16 = bool(option_flag(self._options, "bf16", False))
+        precision = self._options.get("precision", "f32").strip().lower()
+        if precision not in ("f32", "fp32", "bf16"):
+            raise SpecError(f"paddle option precision={precision!r} is not f32 or bf16",
+                            hint="Paddle Inference's CPU reduced precision is oneDNN bf16: precision=bf16")
+        self._bf16 = bool(option_flag(self._options, "bf16", False)) or precision == "bf16"
+        self._keep_fp32 = self._options.get("keep_fp32")
+        if self._keep_fp32 is not None and not self._bf16:
+            raise SpecError("paddle option keep_fp32= keeps op types in FP32 under bf16, but bf16 is off",
+                            hint="add precision=bf16 (or bf16=1)")
+        pin_file = self._keep_fp32[1:] if self._keep_fp32 is not None and self._keep_fp32.startswith("@") else None
+        if pin_file is not None and not Path(pin_file).is_absolute():
+            raise SpecError(f"paddle option keep_fp32={self._keep_fp32}: the file must be an absolute path",
+                            hint="write keep_fp32=@/abs/path.txt (one Paddle op type per line) or keep_fp32=TYPE;TYPE")
+        self._written: dict[str, str] = {}  # op type -> dtype of its last output (keep_fp32 runs)
         self._hooked: list[tuple[str, str, np.ndarray]] = []
         raw_deleted = [p for p in self._options.get("delete_pass", "").split(";") if p.strip()]
         self._deleted = list(dict.fromkeys(normalize_pass_name(p) for p in raw_deleted))
@@ -300,10 +382,11 @@ class PaddleInference:
                 hint="install paddlepaddle-gpu in the backend's interpreter (python=...), or use device=cpu",
             )
         if self._bf16 and (self._device != "cpu" or not paddle.base.core.supports_bfloat16()):
+            why = ("this is not a CPU run" if self._device != "cpu"
+                   else bf16_cpu_refusal() or "Paddle reports no oneDNN bf16 support on this CPU")
             raise BackendUnavailableError(
-                f"paddle bf16=1 asked, but {'this is not a CPU run' if self._device != 'cpu' else 'this CPU'} "
-                "has no oneDNN bf16 support (it needs AVX512-BF16 or AMX)",
-                hint="drop bf16=1, or run on a CPU whose /proc/cpuinfo lists avx512_bf16 or amx_bf16",
+                f"paddle bf16 asked, but {why}: oneDNN bf16 needs AVX512-BF16 or AMX",
+                hint="drop bf16=1/precision=bf16, or run on a CPU whose /proc/cpuinfo lists avx512_bf16 or amx_bf16",
             )
         if self._opt_level is not None and not hasattr(paddle_infer.Config, "set_optimization_level"):
             raise SpecError(
@@ -332,6 +415,8 @@ class PaddleInference:
         pass_log = parse_pass_log(captured[0] if captured else "")
         if self._hooks:
             predictor.register_output_hook(self._hook)
+        elif self._keep_fp32 is not None:
+            predictor.register_output_hook(self._dtype_hook)
 
         paddle_outputs = list(predictor.get_output_names())
         onnx_names = onnx_output_names(model_file, paddle_outputs)
@@ -388,6 +473,9 @@ class PaddleInference:
         if self._bf16:
             config.enable_mkldnn()
             config.enable_mkldnn_bfloat16()
+        if self._keep_fp32 is not None:
+            # Allowing every other registered op type is the only form of "keep these in FP32" Paddle has.
+            config.set_bfloat16_op(set(paddle.base.core.get_all_op_names()) - set(self.keep_fp32_types()))
         if self._mkldnn is True:
             config.enable_mkldnn()
         elif self._mkldnn is False:
@@ -418,6 +506,7 @@ class PaddleInference:
             handle.reshape(list(array.shape))
             handle.copy_from_cpu(array)
         self._hooked = []
+        self._written = {}
         self._predictor.run()
         outputs = {
             name: np.asarray(self._predictor.get_output_handle(paddle_name).copy_to_cpu())
@@ -428,7 +517,57 @@ class PaddleInference:
             self._info["hooked"] = [{"key": HOOK_PREFIX + label, "op": label.rpartition(":")[0],
                                      "shape": list(array.shape), "dtype": dtype}
                                     for label, dtype, array in self._hooked]
+            for label, dtype, _ in self._hooked:
+                self._note_dtype(label, dtype)
+        if self._keep_fp32 is not None:
+            self._info["keep_fp32"] = self._pin_facts()
         return outputs
+
+    def keep_fp32_types(self) -> list[str]:
+        """The op types of option ``keep_fp32`` (the file is read now, see the module docstring)."""
+        value = self._keep_fp32 or ""
+        if value.startswith("@"):
+            try:
+                value = Path(value[1:]).read_text(encoding="utf-8").replace("\n", ";")
+            except OSError as exc:
+                raise SpecError(f"paddle option keep_fp32: cannot read {value[1:]}: {exc}",
+                                hint="write one Paddle op type per line to an absolute path") from exc
+        return sorted({name.strip() for name in value.split(";") if name.strip()})
+
+    def load_key(self) -> str:
+        """What besides the model file decides the predictor: the ``keep_fp32`` types (the worker reloads
+        when they change, as a precision search rewrites the file between runs)."""
+        return ";".join(self.keep_fp32_types()) if self._keep_fp32 is not None else ""
+
+    def _pin_facts(self) -> dict[str, Any]:
+        """``info()["keep_fp32"]``: what the last run computed in bf16, per op type, against the pins."""
+        low = sorted(t for t, dtype in self._written.items() if dtype == "bfloat16" and t not in _CONVERSION_OPS)
+        kept = self.keep_fp32_types()
+        facts: dict[str, Any] = {
+            "requested": kept,
+            "low_precision_op_types": low,
+            "op_types": sorted(t for t in self._written if t not in _CONVERSION_OPS),
+            "not_applied": sorted(set(kept) & set(low)),
+            "partly_applied": [],
+            "unverified": sorted(set(kept) - set(self._written)),
+        }
+        if facts["not_applied"]:
+            facts["why"] = (
+                "Paddle computed op types in bf16 that set_bfloat16_op left out"
+                + (": Paddle PIR programs (.json) place bf16 ops by a fixed list and ignore set_bfloat16_op "
+                   "(measured on Paddle 3.3.1); export a legacy program (.pdmodel) for per-op-type control"
+                   if self._info.get("ir") == "pir" else "")
+            )
+        return facts
+
+    def _dtype_hook(self, op_label: str, _var: str, tensor: Any) -> None:
+        """Output hook of ``keep_fp32`` runs: only the dtype each op type wrote (no copy of the values)."""
+        self._note_dtype(op_label, str(tensor.dtype).removeprefix("paddle."))
+
+    def _note_dtype(self, op_label: str, dtype: str) -> None:
+        kind = _op_type(op_label)
+        if self._written.get(kind) != "bfloat16":  # one bf16 output marks the type as computed in bf16
+            self._written[kind] = dtype
 
     def _hook(self, op_label: str, _var: str, tensor: Any) -> None:
         """Output hook: keep a copy of one op output of the optimized program (bf16 read as float32).

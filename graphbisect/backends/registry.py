@@ -89,6 +89,11 @@ class BackendInfo:
     #: graphbisect.localize.compiled reads the description from the run info.
     compiled_option: tuple[str, str] | None = None
     path: tuple[str, ...] = ()  # folders a worker appends to sys.path to import ``runtime`` (custom backends)
+    #: What the ``keep_fp32`` option names: ``node`` (ONNX node names, pinned per node: OpenVINO) or
+    #: ``op_type`` (the target's own op types, pinned per type: Paddle's set_bfloat16_op). The precision
+    #: workflow asks a ``op_type`` target which types it computed in reduced precision (run info
+    #: ``keep_fp32.low_precision_op_types``) and searches over those.
+    pin_unit: str = "node"
     #: Values of the ``opt_level`` option from none to all (a bundle reports the lowest that fails).
     opt_levels: tuple[str, ...] = ()
 
@@ -159,13 +164,19 @@ BACKENDS: tuple[BackendInfo, ...] = (
         import_name="paddle",
         distributions=("paddlepaddle", "paddlepaddle-gpu"),
         extra="paddle",
-        capabilities=frozenset({C.PASSES, C.FOREIGN_PYTHON, C.COMPILED_GRAPH}),
+        capabilities=frozenset({C.PASSES, C.FOREIGN_PYTHON, C.COMPILED_GRAPH, C.PRECISION}),
         compiled_option=("hooks", "1"),
+        pin_unit="op_type",
         options={
             "device": "cpu (default), gpu or gpu:N",
             "hooks": "1 to return every op output of the optimized program too (output hooks; run info hooked), "
             "which compare maps to the converted ONNX model's tensors",
             "bf16": "1 for oneDNN bf16 kernels (enable_mkldnn_bfloat16; CPUs with AVX512-BF16 or AMX)",
+            "precision": "f32 (default) or bf16 (the same as bf16=1)",
+            "keep_fp32": "Paddle op types (of the optimized program, e.g. fused_conv2d) to keep in FP32 under bf16, "
+            "';'-separated, or @FILE (absolute path, one type per line; read at every load): set_bfloat16_op with "
+            "every other type; checked with a dtype output hook (run info keep_fp32.not_applied). Legacy programs "
+            "(.pdmodel) only: Paddle 3.3 PIR programs ignore the op list",
             "opt_level": "Paddle's optimization level 0-3 (Config.set_optimization_level; 2 is Paddle's default, "
             "0 keeps only bookkeeping passes); switch_ir_optim(False) alone does not stop PIR fusion passes",
             "ir_optim": "0 to call switch_ir_optim(False) (default: Paddle's, on)",

@@ -365,7 +365,10 @@ class _Server:
         return result
 
     def _load(self, model: str, outputs: Sequence[str] | None) -> dict[str, Any] | None:
-        key = (_file_key(model), tuple(outputs) if outputs is not None else None)
+        # A runtime whose build depends on more than the model file (a pin file it reads at load) says so.
+        load_key = getattr(self.runtime, "load_key", None)
+        key = (_file_key(model), tuple(outputs) if outputs is not None else None,
+               load_key() if load_key is not None else None)
         if key == self.loaded:
             return None
         self.loaded = None

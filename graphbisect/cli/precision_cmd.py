@@ -78,7 +78,12 @@ def _num(value: float) -> str:
 
 def print_result(result: PrecisionResult, *, rows: int) -> None:
     print(f"mode    {result.mode.value}: {result.lowering}")
-    print(f"units   {len(result.units)} lowerable nodes")
+    op_types = result.extra.get("unit") == "op_type"
+    if op_types:
+        print(f"units   {len(result.units)} op types the target computed in {result.mode.value}: "
+              f"{', '.join(result.units)}")
+    else:
+        print(f"units   {len(result.units)} lowerable nodes")
     if result.sensitivity:
         print(f"\n{'node':<44} {'op':<12} {'score':>9} {'cosine':>9} {'snr dB':>8}  kept-alone score")
         for row in result.sensitivity[: rows or None]:
@@ -89,7 +94,8 @@ def print_result(result: PrecisionResult, *, rows: int) -> None:
         print("\nthe fully lowered model meets the tolerance: no node needs FP32")
     stopped = f": the search stopped early ({result.stop_reason})" if result.stop_reason else ""
     print(f"tolerance atol {result.tolerance.atol:g}, rtol {result.tolerance.rtol:g}")
-    print(f"\nkeep in FP32 ({len(result.keep_fp32)}{', 1-minimal' if result.minimal else ', NOT proven minimal'}"
+    print(f"\nkeep in FP32 ({len(result.keep_fp32)}{' op types' if op_types else ''}"
+          f"{', 1-minimal' if result.minimal else ', NOT proven minimal'}"
           f"{stopped}):")
     for name in result.keep_fp32:
         print(f"  {name}{'   (breaks the tolerance alone)' if name in result.alone else ''}")
@@ -102,6 +108,11 @@ def print_result(result: PrecisionResult, *, rows: int) -> None:
         if isinstance(names, list) and names:
             more = " ..." if len(names) > 5 else ""
             print(f"{len(names)} pinned node(s) {what}: {', '.join(map(str, names[:5]))}{more}")
+    if op_types:
+        low = result.extra.get("low_precision_op_types")
+        if isinstance(low, list):
+            print(f"the verified run computed in {result.mode.value}: {', '.join(map(str, low)) or 'no op type'}")
+        print(f"Paddle Inference config:\n{result.extra.get('paddle_config', '')}")
     verdict = "meets the tolerance" if result.meets_tolerance else "DOES NOT meet the tolerance"
     runs = ", ".join(f"{k} {v}" for k, v in result.invocations.items())
     print(f"\nverified: the model with these overrides {verdict} (score {_num(result.final_metrics['score'])}, "

@@ -4,7 +4,8 @@ Three mechanisms: INT8 by QDQ (:mod:`.qdq`), FP16/BF16 by Cast islands (:mod:`.c
 **runtime pins** (``runtime_pins=True``): the target itself runs in reduced precision (e.g.
 ``openvino:precision=bf16``) and keeps the named nodes in FP32 with its own mechanism; the model is then
 the FP32 model unchanged, and what changes per keep-set is the list of node names the runtime is given
-(:meth:`Lowering.pinned`).
+(:meth:`Lowering.pinned`). A runtime that pins per *op type* of its own program (Paddle's
+``set_bfloat16_op``) gives ``op_types``: the units are then those types, not ONNX nodes.
 
 Example:
     >>> low = Lowering(model, PrecisionMode.FP16)                                # doctest: +SKIP
@@ -35,25 +36,39 @@ class Lowering:
 
     ``typed``: FP16 nodes are retyped (the deployable mixed model) instead of emulated by rounding (what
     the search measures on CPU; see :mod:`graphbisect.precision.casts`). ``runtime_pins``: the model is
-    not rewritten; the target lowers it and pins :meth:`pinned` (see the module docstring).
+    not rewritten; the target lowers it and pins :meth:`pinned` (see the module docstring); with
+    ``op_types`` (runtime pins only) the units are the target's op types, not nodes.
 
     Attributes:
-        units: indices (topological order) of the lowerable nodes; a search's unit ``i`` is ``units[i]``.
+        units: indices (topological order) of the lowerable nodes; a search's unit ``i`` is ``units[i]``
+            (with ``op_types``: ``0..len(op_types)-1``, unit ``i`` is ``op_types[i]``).
     """
 
     def __init__(self, model: Model, mode: PrecisionMode, calibration: Calibration | None = None, *,
-                 typed: bool = False, runtime_pins: bool = False) -> None:
+                 typed: bool = False, runtime_pins: bool = False, op_types: Sequence[str] | None = None) -> None:
+        if op_types is not None and not runtime_pins:
+            raise ValueError("op-type units exist only for runtime pins (the target lowers by type)")
         if mode is PrecisionMode.INT8 and calibration is None and not runtime_pins:
             raise InputError("int8 lowering needs a calibration (activation ranges)",
                              hint="build one with Calibration.from_tensors(oracle activations)")
         self.model, self.mode, self.calibration, self.typed = model, mode, calibration, typed
         self.runtime_pins = runtime_pins
-        self.units: tuple[int, ...] = tuple(lowerable_nodes(model, mode))
+        self.op_types: tuple[str, ...] | None = tuple(op_types) if op_types is not None else None
+        self.units: tuple[int, ...] = (tuple(range(len(self.op_types))) if self.op_types is not None
+                                       else tuple(lowerable_nodes(model, mode)))
         self._qdq = QdqConstants(calibration) if calibration is not None else None  # shared by every candidate
 
     def names(self, units: Collection[int]) -> list[str]:
-        """Node names of search units ``units`` (in topological order)."""
+        """Node names of search units ``units`` (in topological order; with ``op_types``: the types)."""
+        if self.op_types is not None:
+            return [self.op_types[u] for u in sorted(units)]
         return [self.model.node_names[self.units[u]] for u in sorted(units)]
+
+    def op_type(self, unit: int) -> str:
+        """The op type of unit ``unit`` (the ONNX node's, or the target's op type itself)."""
+        if self.op_types is not None:
+            return self.op_types[unit]
+        return self.model.nodes[self.units[unit]].op_type
 
     def lower(self, keep_fp32: Collection[int], expose: Sequence[str] = ()) -> onnx.ModelProto:
         """The model with every unit lowered except ``keep_fp32`` (unit numbers, not node indices)."""
@@ -76,5 +91,5 @@ class Lowering:
             return "runtime"
         if self.mode is PrecisionMode.INT8:
             return "qdq"
-        op_type = self.model.nodes[self.units[unit]].op_type
+        op_type = self.op_type(unit)
         return "typed" if is_typed(op_type, self.mode, typed=self.typed) else "emulated"

@@ -83,14 +83,20 @@ class PrecisionTester:
     With a runtime-pins lowering (``lowering.runtime_pins``), ``pin_file`` is the file the target's spec
     names (``openvino:keep_fp32=@FILE``): each measurement writes the keep-set's node names there before
     the run, and the candidate model's path (one per keep-set) makes the worker load it afresh.
+    ``run_model``: the file the target runs instead of the candidate ONNX model, for a target that runs
+    its own format (the original Paddle program; runtime pins only, the model is never rewritten then, and
+    the runtime's ``load_key`` makes the worker reload when the pins change).
     """
 
     def __init__(self, lowering: Lowering, proc: BackendProcess, workdir: Path, inputs: Path, *,
-                 expected: Mapping[str, np.ndarray], tol: Tolerance, pin_file: Path | None = None) -> None:
+                 expected: Mapping[str, np.ndarray], tol: Tolerance, pin_file: Path | None = None,
+                 run_model: Path | None = None) -> None:
         if lowering.runtime_pins and pin_file is None:
             raise ValueError("a runtime-pins lowering needs the pin_file its target reads")
+        if run_model is not None and not lowering.runtime_pins:
+            raise ValueError("only a runtime-pins lowering runs the target's own model file")
         self.lowering, self.proc, self.workdir, self.inputs = lowering, proc, workdir, inputs
-        self.expected, self.tol, self.pin_file = expected, tol, pin_file
+        self.expected, self.tol, self.pin_file, self.run_model = expected, tol, pin_file, run_model
         workdir.mkdir(parents=True, exist_ok=True)
 
     def measure(self, keep: frozenset[int], expose: Sequence[str] = ()) -> Measurement:
@@ -99,11 +105,14 @@ class PrecisionTester:
         path = self.workdir / f"lowered-{digest}{'-probe' if expose else ''}.onnx"
         if self.pin_file is not None:
             atomic_write_text(self.pin_file, "".join(f"{name}\n" for name in self.lowering.pinned(keep)))
-        save_proto(self.lowering.lower(keep, expose), path, durable=False)  # deleted after its run: no fsync
-        try:
-            run = self.proc.run(path, self.inputs)
-        finally:
-            remove_model(path)
+        if self.run_model is not None:
+            run = self.proc.run(self.run_model, self.inputs)
+        else:
+            save_proto(self.lowering.lower(keep, expose), path, durable=False)  # deleted after its run: no fsync
+            try:
+                run = self.proc.run(path, self.inputs)
+            finally:
+                remove_model(path)
         names = list(self.expected)
         comparison = compare_outputs(self.expected, run.outputs, self.tol, names) if run.ok else None
         return Measurement(run, comparison)
@@ -174,8 +183,8 @@ def sensitivity(tester: PrecisionTester, n: int, *,
     for u in range(n):
         alone = tester.measure(universe - {u})
         kept = tester.measure(frozenset({u}))
-        node = low.model.nodes[low.units[u]]
-        rows.append(SensitivityRow(u, node.name, node.op_type, alone.metrics(), kept.metrics(), not alone.meets))
+        rows.append(SensitivityRow(u, low.names([u])[0], low.op_type(u), alone.metrics(), kept.metrics(),
+                                   not alone.meets))
         if on_row is not None:
             on_row(u)
     return sorted(rows, key=lambda r: (-_sortable(r.score), r.unit))

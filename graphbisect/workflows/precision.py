@@ -25,6 +25,14 @@ layerwise evidence run: exposing every intermediate changes what OpenVINO builds
 conversions), so its errors say little about the builds searched (PP-OCRv4 rec at 5e-3/1e-2: 139 search
 tests with its priors, 62 with uniform ones). Artifacts are the overrides, among them ``keep_fp32.txt`` for
 ``openvino:keep_fp32=@FILE`` (no Cast-island model: it would not be what was verified).
+
+**Op-type pins.** A target whose ``keep_fp32`` names its own op types (registry ``pin_unit="op_type"``:
+``paddle:precision=bf16``, Paddle's ``set_bfloat16_op``) runs its own model file (the original Paddle
+program), and the units are the op types it computed in reduced precision in one fully lowered run (run
+info ``keep_fp32.low_precision_op_types``; no such type: refused, "bf16 had no effect"). The fully lowered
+and the all-FP32 runs are compared with each other too: identical outputs mean the reduced precision changed
+nothing, which is refused rather than reported as a result. The answer is a set of op types, emitted as the
+target's own configuration lines (Paddle: ``enable_mkldnn_bfloat16()`` + ``set_bfloat16_op({...})``).
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ from graphbisect.precision.calibration import Calibration, CalibrationMethod
 from graphbisect.precision.lowering import Lowering
 from graphbisect.precision.modes import PrecisionMode
 from graphbisect.strategies.precision import (
+    Measurement,
     PrecisionTester,
     SensitivityRow,
     alone_breakers,
@@ -64,6 +73,7 @@ from graphbisect.strategies.precision import (
     sensitivity_priors,
 )
 from graphbisect.values import load_values_npz
+from graphbisect.workflows.compare import model_for_backend
 from graphbisect.workflows.scratch import work_folder
 
 __all__ = ["PrecisionResult", "find_precision", "runtime_pins_mode"]
@@ -121,6 +131,7 @@ class _Session:
     expected: dict[str, np.ndarray]
     store: ActivationStore | None
     pin_file: Path | None = None  # runtime pins: the keep_fp32=@FILE the target reads
+    run_model: Path | None = None  # a target that runs its own format (Paddle): the file it runs
 
 
 _PIN_OPTION = "keep_fp32"
@@ -228,13 +239,23 @@ def find_precision(
         feeds = validate_inputs(model, inputs) if inputs is not None else random_inputs(model, seed=seed)
         stage(f"capturing the FP32 oracle's activations ({oracle})")
         session, oracle_runs = _capture(model, oracle, feeds, folder)
+        op_type_pins = False
         if runtime_pins_mode(target) is not None:
             session.pin_file = folder / "keep_fp32.txt"
             target = _pinned_target(target, mode, session.pin_file)
             session.pin_file.write_text("", encoding="utf-8")  # the spec is checked before the first run
+            spec, info = resolve(target, require_available=False)
+            if not info.has(Capability.ONNX_INPUT):
+                session.run_model = Path(model_for_backend(model, spec, Path(model.path or "")))
+            op_type_pins = info.pin_unit == "op_type"
             lowering = Lowering(session.model, mode, runtime_pins=True)
         else:
             lowering = _lowering(session, mode, method, typed=_typed_target(target))
+        if op_type_pins:
+            tol = tolerance or Tolerance(atol=1e-2, rtol=1e-2)
+            return _search(session, None, target, tol, started=started, oracle_runs=oracle_runs,
+                           out_dir=out_dir, with_sensitivity=with_sensitivity, with_prefix=with_prefix,
+                           max_invocations=max_invocations, stage=stage, on_progress=on_progress, mode=mode)
         if not lowering.units:
             raise InputError(f"the model has no node that {mode.value} can lower",
                              hint="only float32 arithmetic nodes are lowered; data movement stays as is")
@@ -244,17 +265,28 @@ def find_precision(
                        max_invocations=max_invocations, stage=stage, on_progress=on_progress)
 
 
-def _search(session: _Session, lowering: Lowering, target: str, tol: Tolerance, *, started: float,
+def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tolerance, *, started: float,
             oracle_runs: int, out_dir: Path | None, with_sensitivity: bool, with_prefix: bool,
             max_invocations: int | None, stage: Callable[[str], None],
-            on_progress: Callable[[ProgressEvent], None] | None = None) -> PrecisionResult:
-    n = len(lowering.units)
+            on_progress: Callable[[ProgressEvent], None] | None = None,
+            mode: PrecisionMode | None = None) -> PrecisionResult:
+    """The search; ``lowering`` None: op-type pins, whose units the target reports (see the module docs)."""
     with BackendProcess(target, workdir=session.workdir / "target") as proc:
+        known: dict[frozenset[int], Measurement] = {}
+        if lowering is None:
+            assert mode is not None
+            stage(f"asking the target which op types it computes in {mode.value}")
+            lowering, known = _discover_op_types(session, mode, proc, target, tol)
+        n = len(lowering.units)
         tester = PrecisionTester(lowering, proc, session.workdir / "candidates", session.inputs_path,
-                                 expected=session.expected, tol=tol, pin_file=session.pin_file)
+                                 expected=session.expected, tol=tol, pin_file=session.pin_file,
+                                 run_model=session.run_model)
         ev = Evaluator(tester, n, allow_empty=True, budget=Budget(max_invocations=max_invocations),
                        on_progress=on_progress)
-        stage(f"checking the FP32 baseline and the fully lowered model ({n} lowerable nodes)")
+        for keep, measured in known.items():  # runs the discovery made already
+            ev.record(keep, Outcome.FAIL if measured.meets else Outcome.PASS)
+        unit_word = "op types" if lowering.op_types is not None else "nodes"
+        stage(f"checking the FP32 baseline and the fully lowered model ({n} lowerable {unit_word})")
         try:
             if ev.evaluate(ev.universe, phase="baseline").outcome is not Outcome.FAIL:
                 raise _baseline_error(target, lowering, tester, ev.universe)
@@ -271,13 +303,13 @@ def _search(session: _Session, lowering: Lowering, target: str, tol: Tolerance, 
             prior = sensitivity_priors(rows, n)
         elif not all_lowered and not lowering.runtime_pins:
             prior = _evidence_priors(session, lowering, tester, tol)
-        stage("searching the fewest nodes to keep in FP32")
+        stage(f"searching the fewest {unit_word} to keep in FP32")
         result = search_keep_fp32(ev, prior)
         # After the search, what the budget leaves: the answer is kept whatever the extras could not finish.
         alone = ([r.unit for r in rows if r.breaks_alone] if rows
                  else _within_budget(lambda: alone_breakers(ev, result.keep), stage, "which kept nodes break alone"))
         prefix = (_within_budget(lambda: prefix_answer(ev), stage, "Polygraphy's prefix answer")
-                  if with_prefix and not all_lowered else None)
+                  if with_prefix and not all_lowered and lowering.op_types is None else None)
         search_runs = proc.invocations
     stage("verifying the answer in a fresh target worker")
     verified, metrics, verify_runs, verify_info = _verify(session, lowering, target, tol, result.keep)
@@ -288,6 +320,12 @@ def _search(session: _Session, lowering: Lowering, target: str, tol: Tolerance, 
         extra.update(target=target, runtime_pins_not_applied=list(pins.get("not_applied", [])),
                      runtime_pins_partly_applied=list(pins.get("partly_applied", [])),
                      runtime_pins_unverified=list(pins.get("unverified", [])))
+    if lowering.op_types is not None:  # what the verified run computed in reduced precision, and its config
+        keep_types = tuple(lowering.names(result.keep))
+        lowered_types = tuple(lowering.names(set(range(n)) - result.keep))
+        extra.update(unit="op_type", low_precision_op_types=list(pins.get("low_precision_op_types", [])),
+                     paddle_config=PrecisionOverrides(lowering.mode.value, keep_types, keep_types, lowered_types,
+                                                      unit="paddle_op_type").paddle_cpu_bf16())
     return PrecisionResult(
         mode=lowering.mode, units=tuple(lowering.names(range(n))), keep_fp32=tuple(lowering.names(result.keep)),
         minimal=result.minimal, alone=tuple(lowering.names(alone or ())),
@@ -298,6 +336,48 @@ def _search(session: _Session, lowering: Lowering, target: str, tol: Tolerance, 
         lowering=_describe_lowering(lowering), seconds=time.monotonic() - started, files=tuple(files), extra=extra,
         tolerance=tol, stop_reason=None if result.stop_reason is None else result.stop_reason.value,
     )
+
+
+def _discover_op_types(session: _Session, mode: PrecisionMode, proc: BackendProcess, target: str,
+                       tol: Tolerance) -> tuple[Lowering, dict[frozenset[int], Measurement]]:
+    """Op-type pins: the op types ``target`` computes in ``mode`` with nothing kept, as units; refused when
+    there are none or when the fully lowered outputs equal the all-FP32 ones ("had no effect").
+
+    Returns the lowering and the two measurements made (all lowered, all FP32), for the search's cache.
+    """
+    assert session.pin_file is not None
+    probe = Lowering(session.model, mode, runtime_pins=True, op_types=())
+    tester = PrecisionTester(probe, proc, session.workdir / "candidates", session.inputs_path,
+                             expected=session.expected, tol=tol, pin_file=session.pin_file,
+                             run_model=session.run_model)
+    lowered = tester.measure(frozenset())
+    if not lowered.run.ok:
+        raise BackendError(f"the target {target} does not run the model in {mode.value}: {lowered.run.describe()}",
+                           hint="run `graphbisect compare` with this target to see the failure")
+    facts = lowered.run.info.get(_PIN_OPTION) or {}
+    types = [str(t) for t in facts.get("low_precision_op_types", [])]
+    if not types:
+        ran = ", ".join(map(str, facts.get("op_types", []))) or "none reported"
+        raise BackendError(f"{mode.value} had no effect: the target {target} computed no op in {mode.value} "
+                           f"(op types it ran: {ran})",
+                           hint=f"this build or model has no {mode.value} kernels for its ops; there is nothing "
+                           "to keep in FP32")
+    lowering = Lowering(session.model, mode, runtime_pins=True, op_types=types)
+    tester.lowering = lowering
+    universe = frozenset(range(len(types)))
+    full = tester.measure(universe)
+    ignored = (full.run.info.get(_PIN_OPTION) or {}).get("not_applied") or []
+    if ignored:
+        why = (full.run.info.get(_PIN_OPTION) or {}).get("why")
+        raise BackendError(f"the target {target} ignores its FP32 pins here: with every op type kept in FP32 it "
+                           f"still computed {', '.join(map(str, ignored))} in {mode.value}",
+                           hint=str(why) if why else "this target cannot keep op types in FP32 for this model")
+    if full.run.ok and all(np.array_equal(np.asarray(lowered.run.outputs[name]), np.asarray(full.run.outputs[name]))
+                           for name in session.expected):
+        raise BackendError(f"{mode.value} had no effect: with {', '.join(types)} in {mode.value} the target's "
+                           f"outputs are bit-identical to its FP32 outputs", hint="there is nothing to keep in FP32")
+    log.info("the target computes %d op type(s) in %s: %s", len(types), mode.value, ", ".join(types))
+    return lowering, {frozenset(): lowered, universe: full}
 
 
 def _within_budget(step: Callable[[], _T], stage: Callable[[str], None], what: str) -> _T | None:
@@ -318,9 +398,12 @@ def _baseline_error(target: str, lowering: Lowering, tester: PrecisionTester, un
         pins = tester.measure(universe).run.info.get(_PIN_OPTION) or {}
         dropped = sorted({*pins.get("not_applied", []), *pins.get("partly_applied", [])})
         if dropped:
-            message += (f": it computed {len(dropped)} pinned node(s) in {lowering.mode.value} anyway, all or partly "
+            what = "op type(s)" if lowering.op_types is not None else "node(s)"
+            message += (f": it computed {len(dropped)} pinned {what} in {lowering.mode.value} anyway, all or partly "
                         f"({', '.join(dropped[:5])}{' ...' if len(dropped) > 5 else ''})")
-            hint = ("OpenVINO drops the pin of ops its CPU plugin rewrites itself (MatMul + bias Add -> "
+            why = pins.get("why")  # the runtime's own explanation, where it has one (Paddle PIR programs)
+            hint = (f"{why}" if why else
+                    "OpenVINO drops the pin of ops its CPU plugin rewrites itself (MatMul + bias Add -> "
                     "FullyConnected, attention -> ScaledDotProductAttention), so these nodes cannot be kept in FP32 "
                     "there: loosen --atol/--rtol, or search by emulation on an f32 target (--target openvino)")
     return BackendError(message, hint=hint)
@@ -344,7 +427,8 @@ def _verify(session: _Session, lowering: Lowering, target: str, tol: Tolerance,
             keep: frozenset[int]) -> tuple[bool, dict[str, float], int, dict[str, Any]]:
     with BackendProcess(target, workdir=session.workdir / "verify") as proc:
         measured = PrecisionTester(lowering, proc, session.workdir / "verify-candidates", session.inputs_path,
-                                   expected=session.expected, tol=tol, pin_file=session.pin_file).measure(keep)
+                                   expected=session.expected, tol=tol, pin_file=session.pin_file,
+                                   run_model=session.run_model).measure(keep)
         return measured.meets, measured.metrics(), proc.invocations, dict(measured.run.info)
 
 
@@ -353,9 +437,9 @@ def _write_artifacts(out_dir: Path, lowering: Lowering, keep: frozenset[int], ro
     model = lowering.model
     keep_names = lowering.names(keep)
     overrides = PrecisionOverrides(
-        lowering.mode.value, tuple(keep_names),
-        tuple(sorted({model.nodes[lowering.units[u]].op_type for u in keep})),
-        tuple(lowering.names(set(range(len(lowering.units))) - keep)))
+        lowering.mode.value, tuple(keep_names), tuple(sorted({lowering.op_type(u) for u in keep})),
+        tuple(lowering.names(set(range(len(lowering.units))) - keep)),
+        unit="paddle_op_type" if lowering.op_types is not None else "node")
     files = write_overrides(overrides, out_dir)
     if not lowering.runtime_pins:
         files.append(save_proto(lowering.lower(keep), out_dir / "mixed_precision.onnx"))
@@ -372,6 +456,9 @@ def _write_artifacts(out_dir: Path, lowering: Lowering, keep: frozenset[int], ro
 
 
 def _describe_lowering(lowering: Lowering) -> str:
+    if lowering.op_types is not None:
+        return (f"{lowering.mode.value} on the target itself; FP32 kept per op type by the target (Paddle: "
+                "set_bfloat16_op with every other type, checked by a dtype output hook)")
     if lowering.runtime_pins:
         return (f"{lowering.mode.value} on the target itself; FP32 nodes pinned by the target "
                 "(OpenVINO: DisablePrecisionConversion, checked against its execution graph)")
