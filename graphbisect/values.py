@@ -142,7 +142,12 @@ def numpy_dtype(elem_type: int) -> np.dtype:
 
 
 def _extension(dtype: np.dtype) -> ElemType | None:
-    """The extension type an ``ml_dtypes`` dtype is (by name: float8_e5m2's kind is "f", the others' "V")."""
+    """The extension type an ``ml_dtypes`` dtype is (by name: float8_e5m2's kind is "f", the others' "V").
+
+    numpy's own types (``isbuiltin == 1``) are answered at once: ``dtype.name`` is slow, and a layerwise
+    comparison asks this for every tensor it compares."""
+    if dtype.isbuiltin == 1:
+        return None
     return _BY_ML_NAME.get(dtype.name) if dtype.names is None and dtype.kind in "Vf" else None
 
 

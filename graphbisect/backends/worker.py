@@ -163,7 +163,10 @@ def _as_stored(value: Any) -> Any:
     worker did, e.g. a string tensor of ``bytes`` read as ``str`` objects."""
     if value is None or isinstance(value, (list, tuple)):
         return value if value is None else [_as_stored(item) for item in value]
-    return decode_tensor(*encode_tensor(np.asarray(value)))
+    array = np.asarray(value)
+    if array.dtype.isbuiltin == 1 and array.dtype.kind in "biufc":
+        return array  # numpy's own numeric types are stored as they are
+    return decode_tensor(*encode_tensor(array))
 
 
 # ------------------------------------------------------------------------------------ runtime helpers
