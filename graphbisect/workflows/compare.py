@@ -180,6 +180,9 @@ def compare_models(
                                                   probe=layerwise and _probe_possible(oracle_info, target_info),
                                                   stage=stage)
             oracle_run = oracle_side.run
+            # The oracle has done its part: its worker exits while the target works (less memory, and its
+            # interpreter's teardown is off the critical path). A caller's workers stay open.
+            oracle_closed = _in_background(oracle_proc.close) if workers is None else (lambda: None)
             comparison = (compare_outputs(oracle_run.outputs, target_run.outputs, tol, model.output_names)
                           if target_run.ok else None)
             plan = plan_probe(model, compiled_of(model, target_run.info)
@@ -203,6 +206,7 @@ def compare_models(
                 note = _masking_note(plain_failed, plan)
             invocations = {"oracle": oracle_proc.invocations - invocations_before[0],
                            "target": target_proc.invocations - invocations_before[1]}
+            oracle_closed()
         versions = {"oracle": dict(oracle_run.ran_with), "target": dict(target_run.ran_with)}  # measured in the workers
         return CompareResult(
             model=model, oracle=oracle_spec, target=target_spec, versions=versions, inputs_path=inputs_path,
