@@ -7,8 +7,12 @@ does before it hands one to a backend:
 
 * ``materialize``: :meth:`graphbisect.strategies.subgraph.SubgraphSpace.materialize` (cut tensors fed from the
   store, outputs at the frontier, initializers referenced into the shared ``weights.bin``);
-* ``save``: :func:`graphbisect.model.io.save_proto` (atomic write of the candidate file, no fsync, as the tester);
-* ``check``: ``onnx.checker.check_model(path)``, the tester's last gate before a run.
+* ``save``: ``Candidate.save`` (atomic write of the candidate file, no fsync, as the tester);
+* ``check``: ``SubgraphSpace.check(candidate, path)``, the tester's last gate before a run (on a model that
+  passes ``onnx.checker`` itself: the checker's verdict on the pieces the candidate adds).
+
+Run against older code (``PYTHONPATH`` pointing at another checkout), ``save`` is ``save_proto(candidate.proto)``
+and ``check`` is ``onnx.checker.check_model(path)``, as the tester did then.
 
 Reported: mean and p95 milliseconds per candidate, microseconds per kept node (flat across model sizes when
 the cost is proportional to the candidate, not to the model), the candidate file's size, the bytes of
@@ -139,14 +143,36 @@ def weight_bytes(space: SubgraphSpace, candidate: Candidate) -> tuple[int, int]:
     return referenced, copied
 
 
+def save(candidate: Candidate, path: Path) -> None:
+    """Write the candidate as :class:`CandidateTester` does: a scratch file, no fsync. (Before commit
+    "strategies: candidates assembled from serialized pieces" a candidate was a ModelProto to serialize;
+    the fallback lets this script measure that code too, for before/after rows.)"""
+    if hasattr(candidate, "save"):
+        candidate.save(path, durable=False)
+    else:
+        save_proto(candidate.proto, path, durable=False)
+
+
+def check(space: SubgraphSpace, candidate: Candidate, path: Path) -> None:
+    """The tester's checker gate on a model that passes ``onnx.checker`` itself (the hosts and the
+    transformer do): ``SubgraphSpace.check``, which checks the candidate's new pieces; before it,
+    ``onnx.checker.check_model`` on the file."""
+    if hasattr(space, "check"):
+        invalid = space.check(candidate, path)
+        if invalid:
+            raise AssertionError(f"the checker refuses a candidate: {invalid}")
+    else:
+        onnx.checker.check_model(str(path))
+
+
 def one_candidate(space: SubgraphSpace, keep: frozenset[int], path: Path) -> Sample:
     """Materialize, save and check one candidate as the tester does; time each step."""
     t0 = time.perf_counter()
     candidate = space.materialize(keep)
     t1 = time.perf_counter()
-    save_proto(candidate.proto, path, durable=False)  # as CandidateTester: a scratch file, no fsync
+    save(candidate, path)
     t2 = time.perf_counter()
-    onnx.checker.check_model(str(path))
+    check(space, candidate, path)
     t3 = time.perf_counter()
     referenced, copied = weight_bytes(space, candidate)
     size = path.stat().st_size
@@ -217,8 +243,9 @@ def run_subject(name: str, args: argparse.Namespace, root: Path, log: Callable[[
               "capture_s": capture_s, "space_init_s": space_s, "weights_bin_bytes": weights,
               "store": dir_size(store_dir).to_json(), "rows": rows}
     if args.profile:
-        result["profile"] = {f"{kind}-{size}": profile(space, kind, size) for kind in KINDS
-                             for size in (min(10, space.size), max(1, space.size // 100))}
+        result["profile"] = {f"{kind}-{size}": profile(space, kind, size, repeats=20 if size <= 1000 else 3)
+                             for kind in KINDS
+                             for size in (min(10, space.size), max(1, space.size // 100), space.size // 2)}
     return result
 
 
@@ -271,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                        "the candidate (0 = never copied)."])
     for entry in results:
         for label, text in entry.get("profile", {}).items():
-            print(f"\ncProfile, {entry['model']}, {label}-node candidates (20 of them):\n{text}")
+            print(f"\ncProfile, {entry['model']}, {label}-node candidates:\n{text}")
     write_json(args.json, {"benchmark": "overhead", "results": results})
     return 0
 

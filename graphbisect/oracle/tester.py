@@ -31,9 +31,9 @@ from graphbisect.backends import BackendProcess, BackendSpec, RunResult
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.engine import Outcome, TestResult
 from graphbisect.errors import GraphBisectError, InputError
-from graphbisect.model.io import remove_model, save_proto
+from graphbisect.model.io import remove_model
 from graphbisect.oracle.signature import CHECK_REJECTED, EXACT_VALUES, FailureKind, Signature, signature_of
-from graphbisect.strategies.subgraph import Candidate, SubgraphSpace
+from graphbisect.strategies.subgraph import Candidate, SubgraphSpace, check_file
 from graphbisect.values import is_exact, numpy_dtype
 
 __all__ = ["CandidateTester", "Judgement", "OutputCheck", "TargetPool", "WorkerPool", "judge", "model_digest"]
@@ -158,13 +158,13 @@ class CandidateTester:
         if impossible:
             return TestResult(Outcome.UNRESOLVED, invoked=False, detail=impossible)
         path = self.space.workdir / f"candidate-{_digest(keep)}.onnx"
-        save_proto(candidate.proto, path, durable=False)  # deleted after its run: no fsync
+        candidate.save(path, durable=False)  # deleted after its run: no fsync
         try:
-            invalid = _check(path) if self._checker_gates() else None
+            invalid = self.space.check(candidate, path) if self._checker_gates() else None
             if invalid:
                 log.warning("skipping an invalid candidate of %d nodes: %s", len(keep), invalid)
                 return TestResult(Outcome.UNRESOLVED, invoked=False, detail=f"invalid model: {invalid}")
-            self.tested[keep] = model_digest(candidate.proto)
+            self.tested[keep] = candidate.digest
             outputs = candidate.outputs if self.compare else ()
             with self.pool.acquire() as proc:
                 verdict = judge(proc.run(path, dict(candidate.feeds)), self.space.values, outputs, self.tol,
@@ -198,9 +198,9 @@ class CandidateTester:
         would skip every candidate without a run and call the untouched model minimal."""
         if self._gate is None:
             path = self.space.workdir / "whole-model-check.onnx"
-            save_proto(self.space.materialize(range(self.space.size)).proto, path, durable=False)
+            self.space.materialize(range(self.space.size)).save(path, durable=False)
             try:
-                invalid = _check(path)
+                invalid = check_file(path)
             finally:
                 remove_model(path)
             self._gate = invalid is None
@@ -216,7 +216,7 @@ class CandidateTester:
         if not self.compare or self.baseline.kind not in (FailureKind.MISMATCH, FailureKind.NAN) or \
                 self.baseline.detail == CHECK_REJECTED:
             return None
-        kinds = {_value_class(value.type.tensor_type.elem_type) for value in candidate.proto.graph.output}
+        kinds = {_value_class(elem_type) for elem_type in candidate.output_types}
         if self.baseline.detail == EXACT_VALUES:
             return None if kinds - {"float"} else "no integer/boolean output, and the failure is an integer flip"
         return None if kinds - {"exact"} else "no float output, and the failure is a float error"
@@ -230,18 +230,6 @@ def _value_class(elem_type: int) -> str:
         return "exact" if is_exact(np.empty(0, numpy_dtype(elem_type))) else "float"
     except (KeyError, ValueError, GraphBisectError):  # types graphbisect cannot hold
         return "unknown"
-
-
-def _check(path: Path) -> str | None:
-    """The canonicalizer's last gate: a candidate the ONNX checker rejects is skipped, not run.
-
-    Checked from its file, so external weights resolve against the candidate's folder.
-    """
-    try:
-        onnx.checker.check_model(str(path))
-    except onnx.checker.ValidationError as exc:
-        return str(exc).splitlines()[0]
-    return None
 
 
 def model_digest(proto: onnx.ModelProto) -> str:

@@ -36,8 +36,10 @@ The search plan (:func:`plan`) uses cheap structure before brute force:
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from graphbisect.atomic import atomic_path
 from graphbisect.data.protos import tensor_from_array
 from graphbisect.engine import (
     BudgetExhausted,
@@ -60,10 +63,11 @@ from graphbisect.engine import (
 )
 from graphbisect.model import Model
 from graphbisect.model.io import ExternalRef, copy_model, strip_to_external, write_weights_file
-from graphbisect.model.normalize import node_dependencies
+from graphbisect.model.normalize import node_dependencies, subgraphs
+from graphbisect.model.wire import GRAPH_FIELDS, GraphLayout, entry
 from graphbisect.values import elem_type_of
 
-__all__ = ["Candidate", "SubgraphSpace", "plan"]
+__all__ = ["Candidate", "SubgraphSpace", "check_file", "plan"]
 
 log = logging.getLogger(__name__)
 
@@ -81,16 +85,54 @@ _CONST_MAX_ELEMENTS = 4096
 
 @dataclass(frozen=True)
 class Candidate:
-    """One materialized node subset: a valid model plus what to feed it and what to expect."""
+    """One materialized node subset: a valid model plus what to feed it and what to expect.
+
+    The model is its serialized bytes (``data``, what :meth:`save` writes); ``proto`` parses them on first
+    use. A candidate built with the weights inline holds a ``ModelProto`` instead (its bytes may pass
+    protobuf's 2 GiB limit), and ``data`` serializes it on first use.
+    """
 
     keep: frozenset[int]
-    proto: onnx.ModelProto
     feeds: Mapping[str, Any] = field(repr=False)  # graph inputs (original inputs and cut tensors)
     outputs: tuple[str, ...] = ()
+    #: ONNX element type of each output (0: untyped, or not a tensor)
+    output_types: tuple[int, ...] = ()
+    wire: bytes | None = field(default=None, repr=False)
+    built: onnx.ModelProto | None = field(default=None, repr=False)
+    #: ids of the cut tensors and of the outputs in the space that made the candidate (for its ``check``)
+    ids: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     @property
     def nodes(self) -> int:
         return len(self.keep)
+
+    @functools.cached_property
+    def proto(self) -> onnx.ModelProto:
+        """The candidate as a ``ModelProto`` (parsed from ``data`` once; do not modify it)."""
+        if self.built is not None:
+            return self.built
+        return onnx.ModelProto.FromString(self.data)
+
+    @functools.cached_property
+    def data(self) -> bytes:
+        """The serialized model: exactly ``proto.SerializeToString()``."""
+        if self.wire is not None:
+            return self.wire
+        assert self.built is not None
+        return self.built.SerializeToString()
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """sha256 (hex) of the model's serialization: equal digests, equal models
+        (:func:`graphbisect.oracle.tester.model_digest` of ``proto``)."""
+        return hashlib.sha256(self.data).hexdigest()
+
+    def save(self, path: Path, *, durable: bool = True) -> Path:
+        """Write the model to ``path`` atomically (``durable=False``: no fsync, for a scratch file). Its
+        initializers reference ``weights.bin`` by relative location: save it in the space's ``workdir``."""
+        with atomic_path(path, durable=durable) as tmp:
+            tmp.write_bytes(self.data)
+        return path
 
 
 class SubgraphSpace:
@@ -99,6 +141,12 @@ class SubgraphSpace:
     ``values(name)`` returns the oracle's value of any tensor: a graph input or an intermediate (the
     activation store). ``workdir`` receives ``weights.bin`` once; candidates must be saved in ``workdir``
     too, since external-data locations may not leave a model's folder.
+
+    Cost: a candidate is assembled from pieces serialized once per space (:mod:`graphbisect.model.wire`):
+    each node, each ``value_info``, each initializer stub, and — the first time a tensor is a cut point or
+    an output — its declaration or constant. Its boundary is computed with numpy over tensor ids. So a
+    candidate costs a join of bytes proportional to its size, not a copy of every kept node into a new
+    ``ModelProto`` and a serialization of it.
     """
 
     def __init__(self, model: Model, values: Callable[[str], Any], workdir: Path, *,
@@ -118,13 +166,27 @@ class SubgraphSpace:
         self._outputs = set(model.output_names)
         self._inputs = frozenset(model.input_names)
         graph = model.proto.graph
-        self._value_info = {value.name: value for value in graph.value_info}  # the user's, never inferred
         self._init_inputs = {value.name: value for value in graph.input if value.name in model.initializer_names}
-        self._shell = copy_model(model.proto, initializers=False)
-        del self._shell.graph.node[:]
-        del self._shell.graph.input[:]
-        del self._shell.graph.output[:]
-        del self._shell.graph.value_info[:]
+        shell = copy_model(model.proto, initializers=False)
+        self._layout = GraphLayout(shell)
+        self._index = _TensorIndex(model, self._deps, self._inline)
+        self._node_pieces = _objects(entry(_NODE, node.SerializeToString()) for node in model.nodes)
+        # The user's value_info (never inferred), by tensor id in the model's order; unknown tensors are left
+        # out (no candidate produces them).
+        value_info = {value.name: value for value in graph.value_info}
+        known = [name for name in value_info if name in self._index.ids]
+        self._vi_ids = np.array([self._index.ids[name] for name in known], dtype=np.int64)
+        self._vi_pieces = _objects(entry(_VALUE_INFO, value_info[name].SerializeToString()) for name in known)
+        index = self._index
+        self._names = _objects(index.names)
+        self._init_pieces = _objects(entry(_INITIALIZER, self._stubs[name].SerializeToString())
+                                     if name in self._stubs else b"" for name in index.names)
+        self._init_inputs_of = np.array([name in self._init_inputs for name in index.names], dtype=bool)
+        self._init_input_pieces = _objects(entry(_INPUT, self._init_inputs[name].SerializeToString())
+                                           if name in self._init_inputs else b"" for name in index.names)
+        self._cut = _Pieces(len(index.names))  # a cut tensor's declaration (graph input) or constant
+        self._out = _Pieces(len(index.names))  # an output's declaration
+        self._checker = _PieceChecker(model)
 
     @property
     def size(self) -> int:
@@ -150,43 +212,82 @@ class SubgraphSpace:
 
     def boundary(self, keep: Iterable[int]) -> tuple[list[str], list[str], list[str]]:
         """(cut tensors to feed, initializers used, output tensors) of a node subset, in graph order."""
-        order = sorted(keep)
-        produced: set[str] = set()
-        read: dict[str, None] = {}
-        for index in order:
-            read.update(dict.fromkeys(self._deps[index]))
-            produced.update(name for name in self.model.nodes[index].output if name)
-        cut = [name for name in read if name not in produced and name not in self._inline]
-        inits = [name for name in read if name in self._inline and name not in produced]
-        outputs = [name for index in order for name in self.model.nodes[index].output
-                   if name and (name not in read or name in self._outputs)]
-        return cut, inits, outputs
+        found = self._index.boundary(keep)
+        return self._names[found.cut].tolist(), self._names[found.inits].tolist(), self._names[found.outputs].tolist()
 
     def materialize(self, keep: Iterable[int], *, inline_weights: bool = False) -> Candidate:
-        """Build the candidate model for ``keep``. Raises KeyError when a cut value is unknown."""
+        """Build the candidate model for ``keep``. Raises KeyError when a cut value is unknown.
+
+        The model (module docstring): the kept nodes in order; initializers read (weights.bin stubs) then
+        small integer cut tensors as constants; graph inputs: the other cut tensors, then initializers the
+        original also lists as inputs (runtimes do not fold those, so they stay overridable); outputs: the
+        frontier and original outputs produced; ``value_info``: the user's, of kept non-output tensors.
+        """
         keep = frozenset(keep)
-        cut, inits, outputs = self.boundary(keep)
-        proto = onnx.ModelProto()
-        proto.CopyFrom(self._shell)
-        graph = proto.graph
-        graph.node.extend(self.model.nodes[i] for i in sorted(keep))
-        source = self._inline if inline_weights else self._stubs
-        graph.initializer.extend(source[name] for name in inits)
-        feeds: dict[str, Any] = {}
-        for name in cut:
-            value = self.values(name)
-            if self._as_constant(name, value):
-                graph.initializer.append(tensor_from_array(value, name))
-            else:
-                graph.input.append(self._input_type(name, value))
-                feeds[name] = value
-        # An initializer the original also lists as a graph input can be overridden: runtimes do not fold it.
-        graph.input.extend(self._init_inputs[name] for name in inits if name in self._init_inputs)
-        graph.output.extend(self._output_type(name) for name in outputs)
-        produced = {name for index in keep for name in self.model.nodes[index].output}
-        graph.value_info.extend(value for name, value in self._value_info.items()
-                                if name in produced and name not in outputs)
-        return Candidate(keep, proto, feeds, tuple(outputs))
+        found = self._index.boundary(keep)
+        cut, inits, outputs = found.cut, found.inits, found.outputs
+        for i in cut[~self._cut.made[cut]].tolist():  # first time a cut point: its declaration or constant
+            self._cut_piece(i)
+        for i in outputs[~self._out.made[outputs]].tolist():
+            self._output_piece(i)
+        constant = self._cut.constant[cut]
+        fed = cut[~constant]
+        names = self._names[fed].tolist()
+        values = self._cut.value[fed].tolist()  # small values are kept with their declaration
+        if self._cut.has_value[fed].all():
+            feeds = dict(zip(names, values, strict=True))
+        else:
+            feeds = {name: value if kept else self.values(name)
+                     for name, value, kept in zip(names, values, self._cut.has_value[fed].tolist(), strict=True)}
+        overridable = inits[self._init_inputs_of[inits]]
+        data = self._layout.assemble(
+            node=self._node_pieces[found.nodes].tolist(),
+            initializer=[*self._init_pieces[inits].tolist(), *self._cut.data[cut[constant]].tolist()],
+            input=[*self._cut.data[fed].tolist(), *self._init_input_pieces[overridable].tolist()],
+            output=self._out.data[outputs].tolist(),
+            value_info=self._vi_pieces[found.produced[self._vi_ids] & ~found.output_mask[self._vi_ids]].tolist())
+        output_names = tuple(self._names[outputs].tolist())
+        types = tuple(self._out.elem_type[outputs].tolist())
+        if not inline_weights:
+            return Candidate(keep, feeds, output_names, types, wire=data, ids=(cut, outputs))
+        # For a bundle: the weights inline. Built as a ModelProto (with large weights its bytes may pass
+        # protobuf's 2 GiB limit; bundles are saved with external data then), the stubs replaced in place.
+        proto = onnx.ModelProto.FromString(data)
+        for tensor in proto.graph.initializer:
+            if tensor.name in self._stubs and tensor.data_location == onnx.TensorProto.EXTERNAL:
+                tensor.CopyFrom(self._inline[tensor.name])
+        return Candidate(keep, feeds, output_names, types, built=proto, ids=(cut, outputs))
+
+    def check(self, candidate: Candidate, path: Path) -> str | None:
+        """What ``onnx.checker.check_model`` says about a candidate saved at ``path`` (its first line), None
+        when it passes — **given that the whole model passes it** (:class:`CandidateTester` checks that once).
+
+        Then only the pieces a candidate adds are unchecked: the declarations of its cut tensors and outputs
+        and its constant cut tensors; each is checked once, with the checker's own ``check_value_info`` /
+        ``check_tensor`` in the model's context, and its verdict kept. The rest the checker looks at is the
+        whole model's own bytes (nodes, ``value_info``, initializer stubs, imports, functions) or holds by
+        construction (topological order, single assignment, unique names). Where that argument has a gap,
+        the file is checked whole: IR version ≤ 3 (initializers must also be graph inputs), and models
+        with subgraphs (a name scope that depends on node order) or sparse initializers."""
+        if not self._checker.piecewise or candidate.ids is None:
+            return check_file(path)
+        cut, outputs = candidate.ids
+        constant = self._cut.constant[cut]
+        # In the checker's order: graph inputs, outputs, then initializers.
+        return (self._cut.refused(cut[~constant], self._checker) or self._out.refused(outputs, self._checker)
+                or self._cut.refused(cut[constant], self._checker))
+
+    def _cut_piece(self, index: int) -> None:
+        name = self._index.names[index]
+        value = self.values(name)
+        if self._as_constant(name, value):
+            self._cut.put(index, tensor_from_array(value, name), _INITIALIZER, constant=True)
+        else:  # a value the cache keeps is kept with its declaration too; a large one is read per candidate
+            self._cut.put(index, self._input_type(name, value), _INPUT,
+                          value=value if name in self._small else _NO_VALUE)
+
+    def _output_piece(self, index: int) -> None:
+        self._out.put(index, self._output_type(self._index.names[index]), _OUTPUT)
 
     def _as_constant(self, name: str, value: Any) -> bool:
         if not isinstance(value, np.ndarray):
@@ -225,6 +326,156 @@ class SubgraphSpace:
             cone.add(index)
             pending.extend(self.model.producer[t] for t in self._deps[index] if t in self.model.producer)
         return frozenset(cone)
+
+
+_NODE, _INITIALIZER, _INPUT, _OUTPUT, _VALUE_INFO = (GRAPH_FIELDS[name] for name in
+                                                      ("node", "initializer", "input", "output", "value_info"))
+
+
+_NO_VALUE = object()
+
+
+class _Pieces:
+    """Per tensor id, made on first use: a cut point's declaration or constant, or an output's declaration —
+    the message, its graph entry's bytes, and the checker's verdict on it (checked on first need)."""
+
+    def __init__(self, size: int) -> None:
+        self.made = np.zeros(size, dtype=bool)
+        self.data = np.empty(size, dtype=object)  # the field entry (bytes)
+        self.constant = np.zeros(size, dtype=bool)  # an initializer (a cut point's constant), not a declaration
+        self.value = np.empty(size, dtype=object)  # a small fed value kept with its declaration
+        self.has_value = np.zeros(size, dtype=bool)
+        self.elem_type = np.zeros(size, dtype=np.int64)  # a declaration's tensor element type (0: none)
+        self._state = np.zeros(size, dtype=np.int8)  # 0 not checked, 1 passes, 2 refused
+        self._messages: dict[int, onnx.ValueInfoProto | onnx.TensorProto] = {}
+        self._verdicts: dict[int, str] = {}
+
+    def put(self, index: int, message: onnx.ValueInfoProto | onnx.TensorProto, number: int, *,
+            constant: bool = False, value: Any = _NO_VALUE) -> None:
+        self._messages[index] = message
+        self.data[index] = entry(number, message.SerializeToString())
+        self.constant[index] = constant
+        if value is not _NO_VALUE:
+            self.value[index], self.has_value[index] = value, True
+        if isinstance(message, onnx.ValueInfoProto) and message.type.HasField("tensor_type"):
+            self.elem_type[index] = message.type.tensor_type.elem_type
+        self.made[index] = True
+
+    def refused(self, ids: np.ndarray, checker: _PieceChecker) -> str | None:
+        """The checker's message on the first of ``ids`` it refuses; None when it refuses none."""
+        for index in ids[self._state[ids] == 0].tolist():
+            verdict = checker.verdict(self._messages[index])
+            self._state[index] = 1 if verdict is None else 2
+            if verdict is not None:
+                self._verdicts[index] = verdict
+        bad = ids[self._state[ids] == 2]
+        return self._verdicts[int(bad[0])] if bad.size else None
+
+
+class _PieceChecker:
+    """``onnx.checker``'s verdict on single pieces, in the model's context (see :meth:`SubgraphSpace.check`)."""
+
+    def __init__(self, model: Model) -> None:
+        graph = model.proto.graph
+        self.piecewise = (model.ir_version >= 4 and not graph.sparse_initializer
+                          and not any(True for node in model.nodes for _ in subgraphs(node)))
+        self._context = onnx.checker.C.CheckerContext()
+        self._context.ir_version = model.ir_version
+        self._context.opset_imports = {imp.domain: imp.version for imp in model.proto.opset_import}
+
+    def verdict(self, message: onnx.ValueInfoProto | onnx.TensorProto) -> str | None:
+        try:
+            if isinstance(message, onnx.TensorProto):
+                onnx.checker.check_tensor(message, self._context)
+            else:
+                onnx.checker.check_value_info(message, self._context)
+        except onnx.checker.ValidationError as exc:
+            return str(exc).splitlines()[0]
+        return None
+
+
+@dataclass(frozen=True)
+class _Boundary:
+    """A node subset's boundary as tensor ids (see :meth:`_TensorIndex.boundary`)."""
+
+    nodes: np.ndarray  # kept node indices, ascending
+    cut: np.ndarray  # tensors read, not produced, not initializers: in order of first read
+    inits: np.ndarray  # initializers read, in order of first read
+    outputs: np.ndarray  # tensors produced that no kept node reads, or original outputs: in node order
+    produced: np.ndarray  # bool per tensor id
+    output_mask: np.ndarray  # bool per tensor id
+
+
+class _TensorIndex:
+    """Every tensor a node reads or writes, by id, with what each node reads and writes as flat id arrays,
+    so a subset's boundary is a few numpy operations rather than Python loops over its nodes."""
+
+    def __init__(self, model: Model, deps: Sequence[Sequence[str]], inline: Container[str]) -> None:
+        ids: dict[str, int] = {}
+        reads: list[int] = []
+        read_nodes: list[int] = []
+        writes: list[int] = []
+        write_nodes: list[int] = []
+        for index, (node, read) in enumerate(zip(model.nodes, deps, strict=True)):
+            for name in read:
+                reads.append(ids.setdefault(name, len(ids)))
+                read_nodes.append(index)
+            for name in node.output:
+                if name:
+                    writes.append(ids.setdefault(name, len(ids)))
+                    write_nodes.append(index)
+        self.ids = ids
+        self.names = list(ids)
+        self._size = len(model.nodes)
+        self._reads, self._read_nodes = np.array(reads, dtype=np.int64), np.array(read_nodes, dtype=np.int64)
+        self._writes, self._write_nodes = np.array(writes, dtype=np.int64), np.array(write_nodes, dtype=np.int64)
+        self._is_init = np.array([name in inline for name in self.names], dtype=bool)
+        outputs = set(model.output_names)
+        self._is_output = np.array([name in outputs for name in self.names], dtype=bool)
+
+    def boundary(self, keep: Iterable[int]) -> _Boundary:
+        """The boundary of ``keep`` (node indices), in the orders :meth:`SubgraphSpace.materialize` writes."""
+        items = keep if isinstance(keep, (set, frozenset)) else set(keep)
+        nodes = np.fromiter(items, dtype=np.int64, count=len(items))
+        nodes.sort()
+        if nodes.size and (nodes[0] < 0 or nodes[-1] >= self._size):
+            raise IndexError(f"node index out of range 0..{self._size - 1}: {nodes[0] if nodes[0] < 0 else nodes[-1]}")
+        mask = np.zeros(self._size, dtype=bool)
+        mask[nodes] = True
+        reads = self._reads[mask[self._read_nodes]]
+        written = self._writes[mask[self._write_nodes]]
+        produced = np.zeros(len(self.names), dtype=bool)
+        produced[written] = True
+        read = np.zeros(len(self.names), dtype=bool)
+        read[reads] = True
+        outside = reads[~produced[reads]]  # reads of tensors the subset does not produce, with repeats
+        _, first = np.unique(outside, return_index=True)
+        fresh = outside[np.sort(first)]
+        is_init = self._is_init[fresh]
+        outputs = written[~read[written] | self._is_output[written]]
+        output_mask = np.zeros(len(self.names), dtype=bool)
+        output_mask[outputs] = True
+        return _Boundary(nodes, fresh[~is_init], fresh[is_init], outputs, produced, output_mask)
+
+
+def _objects(items: Iterable[Any]) -> np.ndarray:
+    """A 1-D object array of ``items`` (numpy gathers it by an index array without a Python loop)."""
+    listed = list(items)
+    array = np.empty(len(listed), dtype=object)
+    array[:] = listed
+    return array
+
+
+def check_file(path: Path) -> str | None:
+    """``onnx.checker.check_model`` on a saved model: the first line of what it refuses, None when it passes.
+
+    Checked from its file, so external weights resolve against the model's folder.
+    """
+    try:
+        onnx.checker.check_model(str(path))
+    except onnx.checker.ValidationError as exc:
+        return str(exc).splitlines()[0]
+    return None
 
 
 def _elem_type(name: str, value: Any) -> int:
