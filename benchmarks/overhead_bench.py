@@ -94,14 +94,31 @@ def probe_seconds(model: Model) -> float:
     return time.perf_counter() - started
 
 
+@dataclass
+class StoreReads:
+    """Reads of the activation store (``ActivationStore.get``) made while materializing: how many, how long."""
+
+    count: int = 0
+    seconds: float = 0.0
+
+
 def make_space(subject: Subject, store_dir: Path, folder: Path) -> tuple[SubgraphSpace, float]:
     store = ActivationStore.open(store_dir)
+    reads = StoreReads()
 
     def value(name: str) -> np.ndarray:
-        return subject.inputs[name] if name in subject.inputs else store.get(name)
+        if name in subject.inputs:
+            return subject.inputs[name]
+        started = time.perf_counter()
+        try:
+            return store.get(name)
+        finally:
+            reads.count += 1
+            reads.seconds += time.perf_counter() - started
 
     started = time.perf_counter()
     space = SubgraphSpace(subject.model, value, folder / "candidates")
+    space.store_reads = reads  # type: ignore[attr-defined]  # the benchmark's own counter
     return space, time.perf_counter() - started
 
 
@@ -127,6 +144,8 @@ class Sample:
     referenced_bytes: int  # weights the candidate points to in weights.bin
     copied_bytes: int  # weights of weights.bin copied into the candidate (must be 0)
     feeds: int
+    store_reads: int  # values read from the store during materialize (the space keeps small ones after)
+    store_seconds: float
 
 
 def weight_bytes(space: SubgraphSpace, candidate: Candidate) -> tuple[int, int]:
@@ -167,6 +186,8 @@ def check(space: SubgraphSpace, candidate: Candidate, path: Path) -> None:
 
 def one_candidate(space: SubgraphSpace, keep: frozenset[int], path: Path) -> Sample:
     """Materialize, save and check one candidate as the tester does; time each step."""
+    reads: StoreReads = space.store_reads  # type: ignore[attr-defined]
+    before = reads.count, reads.seconds
     t0 = time.perf_counter()
     candidate = space.materialize(keep)
     t1 = time.perf_counter()
@@ -177,7 +198,8 @@ def one_candidate(space: SubgraphSpace, keep: frozenset[int], path: Path) -> Sam
     referenced, copied = weight_bytes(space, candidate)
     size = path.stat().st_size
     path.unlink()
-    return Sample(t1 - t0, t2 - t1, t3 - t2, size, referenced, copied, len(candidate.feeds))
+    return Sample(t1 - t0, t2 - t1, t3 - t2, size, referenced, copied, len(candidate.feeds),
+                  reads.count - before[0], reads.seconds - before[1])
 
 
 def sizes_for(total: int) -> list[int]:
@@ -197,8 +219,11 @@ def p95(values: Sequence[float]) -> float:
 def measure(space: SubgraphSpace, kind: str, size: int, repeats: int, seed: int) -> dict[str, Any]:
     """Mean/p95 of each step over ``repeats`` fresh subsets of ``size`` nodes."""
     rng = random.Random(f"{seed}-{kind}-{size}")
-    samples = [one_candidate(space, subset(kind, size, space.size, rng), space.workdir / "candidate.onnx")
-               for _ in range(repeats)]
+    keeps = [subset(kind, size, space.size, rng) for _ in range(repeats)]
+    samples = [one_candidate(space, keep, space.workdir / "candidate.onnx") for keep in keeps]
+    # The same subsets again: every boundary tensor has been seen (its value read, its declaration made),
+    # as for most candidates of a reduction, whose subsets share their boundaries.
+    again = [one_candidate(space, keep, space.workdir / "candidate.onnx") for keep in keeps]
     out: dict[str, Any] = {"kind": kind, "nodes": size, "repeats": repeats}
     for step in ("materialize", "save", "check"):
         values = [getattr(s, step) * 1e3 for s in samples]
@@ -206,8 +231,12 @@ def measure(space: SubgraphSpace, kind: str, size: int, repeats: int, seed: int)
     totals = [(s.materialize + s.save + s.check) * 1e3 for s in samples]
     out["total_ms"] = {"mean": statistics.fmean(totals), "p95": p95(totals)}
     out["us_per_node"] = 1e3 * out["total_ms"]["mean"] / size
+    totals = [(s.materialize + s.save + s.check) * 1e3 for s in again]
+    out["again_ms"] = {"mean": statistics.fmean(totals), "p95": p95(totals)}
     for key in ("file_bytes", "referenced_bytes", "copied_bytes", "feeds"):
         out[key] = max(getattr(s, key) for s in samples)
+    out["store_reads"] = statistics.fmean(s.store_reads for s in samples)
+    out["store_ms"] = statistics.fmean(s.store_seconds * 1e3 for s in samples)
     return out
 
 
@@ -256,6 +285,8 @@ def table_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
             rows.append([entry["model"], str(entry["nodes"]), r["kind"], str(r["nodes"]), str(r["repeats"]),
                          *(f"{r[f'{s}_ms']['mean']:.2f}/{r[f'{s}_ms']['p95']:.2f}"
                            for s in ("materialize", "save", "check", "total")),
+                         f"{r['store_reads']:.0f}", f"{r['store_ms']:.2f}",
+                         f"{r['again_ms']['mean']:.2f}/{r['again_ms']['p95']:.2f}",
                          f"{r['us_per_node']:.1f}", f"{r['file_bytes'] / 1024:.1f}",
                          f"{r['referenced_bytes'] / 1024:.1f}", str(r["copied_bytes"]),
                          f"{entry['weights_bin_bytes'] / 1024:.0f}"])
@@ -292,9 +323,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 notes=["probe: Model.with_outputs(every tensor), the probe compare and reduce build; compare: "
                        "compare_models(layerwise=True), which fills the store."])
     print_table("Per candidate: mean/p95 ms", ["model", "nodes", "subset", "kept", "reps", "materialize", "save",
-                "check", "total", "us/node", "file KiB", "refs KiB", "copied B", "weights.bin KiB"],
+                "check", "total", "reads", "reads ms", "again", "us/node", "file KiB", "refs KiB", "copied B",
+                "weights.bin KiB"],
                 table_rows(results), left=3,
-                notes=["refs KiB: weights the candidate references in weights.bin; copied B: weight bytes copied into "
+                notes=["reads / reads ms: values read from the activation store during materialize (mean per "
+                       "candidate; part of materialize): a tensor's first time at the boundary (the space keeps "
+                       "values up to 64 KiB), every time for larger ones.",
+                       "again: total of the same subsets a second time (every boundary tensor seen before, as for "
+                       "most candidates of a reduction).",
+                       "refs KiB: weights the candidate references in weights.bin; copied B: weight bytes copied into "
                        "the candidate (0 = never copied)."])
     for entry in results:
         for label, text in entry.get("profile", {}).items():

@@ -27,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable, Mapping
 
@@ -47,6 +48,10 @@ _LENGTH_DELIMITED = 2
 
 
 def _varint(value: int) -> bytes:
+    if value < 0x80:
+        return _BYTES[value]
+    if value < 0x4000:
+        return bytes((value & 0x7F | 0x80, value >> 7))
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -55,6 +60,10 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+_BYTES = [bytes((value,)) for value in range(0x80)]
+
+
+@functools.lru_cache(maxsize=64)
 def _key(number: int) -> bytes:
     return _varint(number << 3 | _LENGTH_DELIMITED)
 

@@ -226,10 +226,12 @@ class SubgraphSpace:
         keep = frozenset(keep)
         found = self._index.boundary(keep)
         cut, inits, outputs = found.cut, found.inits, found.outputs
-        for i in cut[~self._cut.made[cut]].tolist():  # first time a cut point: its declaration or constant
-            self._cut_piece(i)
-        for i in outputs[~self._out.made[outputs]].tolist():
-            self._output_piece(i)
+        new = cut[~self._cut.made[cut]]  # first time a cut point: its declaration or constant
+        if new.size:
+            self._cut.fill(new, [self._cut_piece(i) for i in new.tolist()])
+        new = outputs[~self._out.made[outputs]]
+        if new.size:
+            self._out.fill(new, [_Made(self._output_type(self._names[i]), _OUTPUT) for i in new.tolist()])
         constant = self._cut.constant[cut]
         fed = cut[~constant]
         names = self._names[fed].tolist()
@@ -277,17 +279,13 @@ class SubgraphSpace:
         return (self._cut.refused(cut[~constant], self._checker) or self._out.refused(outputs, self._checker)
                 or self._cut.refused(cut[constant], self._checker))
 
-    def _cut_piece(self, index: int) -> None:
-        name = self._index.names[index]
+    def _cut_piece(self, index: int) -> _Made:
+        name = self._names[index]
         value = self.values(name)
         if self._as_constant(name, value):
-            self._cut.put(index, tensor_from_array(value, name), _INITIALIZER, constant=True)
-        else:  # a value the cache keeps is kept with its declaration too; a large one is read per candidate
-            self._cut.put(index, self._input_type(name, value), _INPUT,
-                          value=value if name in self._small else _NO_VALUE)
-
-    def _output_piece(self, index: int) -> None:
-        self._out.put(index, self._output_type(self._index.names[index]), _OUTPUT)
+            return _Made(tensor_from_array(value, name), _INITIALIZER, constant=True)
+        # A value the cache keeps is kept with its declaration too; a larger one is read per candidate.
+        return _Made(self._input_type(name, value), _INPUT, value=value if name in self._small else _NO_VALUE)
 
     def _as_constant(self, name: str, value: Any) -> bool:
         if not isinstance(value, np.ndarray):
@@ -335,6 +333,17 @@ _NODE, _INITIALIZER, _INPUT, _OUTPUT, _VALUE_INFO = (GRAPH_FIELDS[name] for name
 _NO_VALUE = object()
 
 
+@dataclass(frozen=True)
+class _Made:
+    """A piece as first made: the message, the graph field it goes to, and for a cut point whether it is a
+    constant and the small value kept with it (``_NO_VALUE``: none kept)."""
+
+    message: onnx.ValueInfoProto | onnx.TensorProto
+    number: int
+    constant: bool = False
+    value: Any = _NO_VALUE
+
+
 class _Pieces:
     """Per tensor id, made on first use: a cut point's declaration or constant, or an output's declaration —
     the message, its graph entry's bytes, and the checker's verdict on it (checked on first need)."""
@@ -350,16 +359,18 @@ class _Pieces:
         self._messages: dict[int, onnx.ValueInfoProto | onnx.TensorProto] = {}
         self._verdicts: dict[int, str] = {}
 
-    def put(self, index: int, message: onnx.ValueInfoProto | onnx.TensorProto, number: int, *,
-            constant: bool = False, value: Any = _NO_VALUE) -> None:
-        self._messages[index] = message
-        self.data[index] = entry(number, message.SerializeToString())
-        self.constant[index] = constant
-        if value is not _NO_VALUE:
-            self.value[index], self.has_value[index] = value, True
-        if isinstance(message, onnx.ValueInfoProto) and message.type.HasField("tensor_type"):
-            self.elem_type[index] = message.type.tensor_type.elem_type
-        self.made[index] = True
+    def fill(self, ids: np.ndarray, made: Sequence[_Made]) -> None:
+        """Record the pieces ``made`` for tensors ``ids`` (one numpy assignment per column)."""
+        self._messages.update(zip(ids.tolist(), (m.message for m in made), strict=True))
+        self.data[ids] = _objects(entry(m.number, m.message.SerializeToString()) for m in made)
+        self.constant[ids] = [m.constant for m in made]
+        self.elem_type[ids] = [m.message.type.tensor_type.elem_type if isinstance(m.message, onnx.ValueInfoProto)
+                               else 0 for m in made]  # 0 as well when not a tensor type
+        kept = np.array([m.value is not _NO_VALUE for m in made], dtype=bool)
+        if kept.any():
+            self.value[ids[kept]] = _objects(m.value for m in made if m.value is not _NO_VALUE)
+            self.has_value[ids[kept]] = True
+        self.made[ids] = True
 
     def refused(self, ids: np.ndarray, checker: _PieceChecker) -> str | None:
         """The checker's message on the first of ``ids`` it refuses; None when it refuses none."""
@@ -478,9 +489,15 @@ def check_file(path: Path) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=256)
+def _code_of(dtype: np.dtype) -> int | None:
+    """:func:`~graphbisect.values.elem_type_of` by dtype, remembered (it costs tens of µs per call)."""
+    return elem_type_of(np.empty(0, dtype))
+
+
 def _elem_type(name: str, value: Any) -> int:
     """The ONNX element type of a tensor value (every type: ``ml_dtypes`` arrays, strings); KeyError otherwise."""
-    code = elem_type_of(value) if isinstance(value, np.ndarray) else None
+    code = _code_of(value.dtype) if isinstance(value, np.ndarray) else None
     if code is None:
         raise KeyError(f"the model declares no type for {name!r}, and its value ({type(value).__name__}) gives none")
     return code
@@ -492,7 +509,7 @@ def _fits(info: onnx.ValueInfoProto, value: np.ndarray) -> bool:
     if not info.type.HasField("tensor_type"):
         return False
     tensor_type = info.type.tensor_type
-    if elem_type_of(value) != tensor_type.elem_type:
+    if _code_of(value.dtype) != tensor_type.elem_type:
         return False
     if not tensor_type.HasField("shape"):
         return True
