@@ -48,6 +48,7 @@ from graphbisect.artifacts.bundle import BundleContent, check_destination, write
 from graphbisect.artifacts.charts import size_journey_svg
 from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
+from graphbisect.backends.process import CompareTo
 from graphbisect.backends.registry import BACKEND_SPEC
 from graphbisect.compare import Tolerance
 from graphbisect.data import ActivationStore, save_inputs, validate_inputs
@@ -393,14 +394,16 @@ class _Run:
         save_proto(self.model.with_outputs(list(plan.names)), probe)
         self.stage(f"collecting layerwise evidence from the target: {plan.describe()}")
         with BackendProcess(self.target_spec, workdir=self.work / "evidence", timeout=self.options.timeout) as proc:
-            run = proc.run(probe, self.work / "inputs.npz")
+            # Compared with the store in the target's worker: only the model's outputs come back as values.
+            run = proc.run(probe, self.work / "inputs.npz",
+                           compare_to=CompareTo(store.directory, self.tol, keep=tuple(self.model.output_names)))
         self.count("target")
         remove_model(probe)
         if not run.ok:
             return None, [], {}, [f"the target failed on the probed model ({run.describe()}); no layerwise hints"]
         signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex,
                           check=self.options.output_check).signature
-        report = analyze_layers(self.model.nodes, store, run.outputs, self.tol, compiled=compiled)
+        report = analyze_layers(self.model.nodes, store, run.outputs, self.tol, compiled=compiled, measured=run.stats)
         if report.first_divergence is None:
             return signature, [], {}, ["probe masking: with the intermediates exposed the target agrees with "
                                        "the oracle; the search is structural"]
