@@ -4,9 +4,10 @@ Three ways to run the default backends (target ``onnxruntime:opt_level=all``, or
 ``onnxruntime:opt_level=disable``) on the same model and inputs, each in a **fresh process** so that peak
 memory is that run's alone:
 
-* ``compare+layerwise``: :func:`graphbisect.workflows.compare.compare_models` with ``layerwise=True`` (plain
-  runs of both backends, then both again on probe models: the oracle's exposing every intermediate tensor,
-  the target's only the tensors that survive in the graph ONNX Runtime compiled, ``save_optimized=1``);
+* ``compare+layerwise``: :func:`graphbisect.workflows.compare.compare_models` with ``layerwise=True`` (the
+  oracle's one run captures every intermediate tensor, at the same time as the target's plain run; then the
+  target's probe exposing only the tensors that survive in the graph ONNX Runtime compiled,
+  ``save_optimized=1``, compared with the oracle's store in the target's worker);
 * ``compare+all-tensors``: the same with ``all_tensors=True``: the target's probe exposes every tensor too
   (the probe before the compiled-graph probe);
 * ``compare``: the same with ``layerwise=False`` (one run per backend);
@@ -19,7 +20,8 @@ memory is reported three ways: the main process's peak (``getrusage(RUSAGE_SELF)
 worker's peak (``RUSAGE_CHILDREN``: the largest single child, exact), and the peak of main + workers
 resident *at the same time* (``MemorySampler``: /proc sampled every 10 ms). Ratios are against the baseline.
 For the layerwise run the table below gives the activation stores on disk: the oracle's (kept for
-``reduce``) and the target's dump, file count, bytes, and bytes on disk (4 KiB blocks per file).
+``reduce``) and the target's dump (none since the target's worker compares with the oracle's store), file
+count, bytes, and bytes on disk (4 KiB blocks per file).
 
 Run: ``python benchmarks/compare_bench.py [--quick | --full] [--repeats N] [--json PATH]``
 """
