@@ -54,10 +54,12 @@ __all__ = [
     "encode_tensor",
     "entry_files",
     "entry_nbytes",
+    "from_raw_bytes",
     "is_exact",
     "load_values_npz",
     "numpy_dtype",
     "pack",
+    "raw_bytes",
     "read_value",
     "save_values_npz",
     "storage_entry",
@@ -264,6 +266,32 @@ def unpack(packed: np.ndarray, elem_type: int, shape: tuple[int, ...]) -> np.nda
     if np.dtype(ext.storage).kind == "i":  # sign-extend
         values = (values ^ (1 << (width - 1))) - (1 << (width - 1))
     return values.astype(numpy_dtype(elem_type)).reshape(shape)
+
+
+def raw_bytes(array: np.ndarray) -> np.ndarray:
+    """The bytes (``uint8``, 1-d) of a tensor of a type numpy lacks as ONNX, ONNX Runtime and OpenVINO hold it
+    in memory: the raw bits, the 4- and 2-bit types packed (:func:`pack`).
+
+    Example:
+        >>> raw_bytes(np.array([1.0], numpy_dtype(16))).tolist()   # bfloat16 1.0 is 0x3f80, little-endian
+        [128, 63]
+    """
+    code = elem_type_of(array)
+    ext = EXTENSION_TYPES.get(code) if code is not None else None
+    if ext is None:
+        raise ValueError(f"{array.dtype} is not a type numpy lacks")
+    if sub_byte_bits(ext):
+        return pack(array)
+    return np.ascontiguousarray(encode_tensor(array)[0]).reshape(-1).view(np.uint8)
+
+
+def from_raw_bytes(data: np.ndarray, elem_type: int, shape: tuple[int, ...]) -> np.ndarray:
+    """The tensor of ONNX type ``elem_type`` and ``shape`` held in ``data`` (bytes as :func:`raw_bytes` gives)."""
+    ext = EXTENSION_TYPES[elem_type]
+    data = np.asarray(data).reshape(-1).view(np.uint8)
+    if sub_byte_bits(ext):
+        return unpack(data, elem_type, shape)
+    return decode_tensor(data.view(np.dtype(ext.storage)).reshape(shape), elem_type)
 
 
 def to_memory(value: Any) -> Any:

@@ -32,9 +32,22 @@ __all__ = [
     "RunResult",
     "RunStatus",
     "Runtime",
+    "UnsupportedType",
     "cause_line",
     "message_cause",
 ]
+
+class UnsupportedType(NotImplementedError):
+    """A runtime cannot pass a value of this element type to or from its library without changing it.
+
+    Raised by ``Runtime.run`` instead of handing over a value the library would read wrongly: the run is a
+    crash whose message names the tensor and its type and says "not supported", so ``compare`` classifies
+    it ``target-unsupported`` (or ``oracle-unsupported``), never a divergence.
+    """
+
+    def __init__(self, backend: str, role: str, name: str, type_name: str, why: str) -> None:
+        super().__init__(f"{backend} {role} {name!r} of type {type_name} is not supported: {why}")
+
 
 # What makes a backend's error message unstable or unreadable, cut before anything else looks at it.
 _MODEL_DUMP = re.compile(r"^[ \t]*(?:ir_version|opset_import|producer_name|graph)[ \t]*[:{]", re.MULTILINE)

@@ -59,13 +59,12 @@ from graphbisect.backends.worker import option_flag, select_feeds
 from graphbisect.errors import BackendError, InputError, ModelError, SpecError
 from graphbisect.values import (
     EXTENSION_TYPES,
-    decode_tensor,
     elem_type_of,
     encode_tensor,
+    from_raw_bytes,
     pack,
     sub_byte_bits,
     to_memory,
-    unpack,
 )
 
 __all__ = ["OnnxRuntime", "OptimizerCatalog", "OrtOptions", "capture_fd2", "optimizer_catalog"]
@@ -408,11 +407,8 @@ def _from_ortvalue(value: Any) -> Any:
     ext = EXTENSION_TYPES.get(code)
     if ext is None:
         return to_memory(value.numpy())
-    shape = tuple(value.shape())
     data = np.frombuffer(ctypes.string_at(value.data_ptr(), value.tensor_size_in_bytes()), np.uint8)
-    if sub_byte_bits(ext):
-        return unpack(data, code, shape)
-    return decode_tensor(data.view(np.dtype(ext.storage)).reshape(shape), code)
+    return from_raw_bytes(data, code, tuple(value.shape()))
 
 
 # ---------------------------------------------------------------------------------------------- runtime

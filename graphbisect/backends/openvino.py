@@ -76,7 +76,9 @@ from typing import Any
 
 import numpy as np
 
+from graphbisect.backends.base import UnsupportedType
 from graphbisect.errors import BackendError, InputError, ModelError, SpecError
+from graphbisect.values import EXTENSION_TYPES, elem_type_of, from_raw_bytes, raw_bytes
 
 __all__ = ["OpenVino", "ir_layers", "ov_layer_nodes", "pin_fp32_ir_xml"]
 
@@ -94,6 +96,42 @@ _STORAGE_ONLY = frozenset({
     "StridedSlice", "Broadcast", "Tile", "ShapeOf",
 })
 """Execution node types whose precision is storage, not arithmetic: left out of the pin check."""
+
+
+#: ONNX element types numpy lacks → the OpenVINO element type holding the same bits. Checked on OpenVINO
+#: 2026.4 (CPU) against onnx.reference (tests/backends/test_openvino.py): the 4-bit types packed low nibble
+#: first, as in ONNX. Its ``.data`` shows a bf16 tensor as float16 and an i4 one as packed int8, so values
+#: cross as bytes, never as ``.data``'s dtype. FNUZ float8s, int2 and the unchecked f4e2m1/f8e8m0 are refused.
+_OV_TYPES = {16: "bf16", 17: "f8e4m3", 19: "f8e5m2", 21: "u4", 22: "i4"}
+_ONNX_OF_OV = {name: code for code, name in _OV_TYPES.items()}
+
+
+def _to_ov(name: str, value: Any) -> Any:
+    """An input as OpenVINO takes it: a numpy array, or an ``ov.Tensor`` of the bits of a type numpy lacks."""
+    array = np.asarray(value, order="C")  # keeps 0-d; np.ascontiguousarray makes it [1]
+    code = elem_type_of(array)
+    ext = EXTENSION_TYPES.get(code) if code is not None else None
+    if ext is None:
+        return array
+    if code not in _OV_TYPES:
+        raise UnsupportedType("OpenVINO", "input", name, ext.onnx_name,
+                              "graphbisect knows no OpenVINO element type with the same bits")
+    import openvino as ov
+
+    return ov.Tensor(raw_bytes(array), ov.Shape(list(array.shape)), getattr(ov.Type, _OV_TYPES[code]))
+
+
+def _from_ov(name: str, tensor: Any) -> np.ndarray:
+    """A copy of an output tensor; a type numpy lacks becomes its ``ml_dtypes`` array (from its bytes)."""
+    type_name = tensor.get_element_type().get_type_name()
+    code = _ONNX_OF_OV.get(type_name)
+    if code is not None:
+        shape = tuple(int(d) for d in tensor.get_shape())
+        return from_raw_bytes(np.array(tensor.data, copy=True).reshape(-1).view(np.uint8), code, shape)
+    if type_name in ("f4e2m1", "f8e8m0", "nf4", "u1", "u2", "u3", "u6"):
+        raise UnsupportedType("OpenVINO", "output", name, type_name,
+                              "graphbisect does not read OpenVINO tensors of this element type")
+    return np.array(tensor.data, copy=True)
 
 
 def _precision_probe() -> Any:
@@ -467,7 +505,7 @@ class OpenVino:
                 missing.append(port.get_any_name())
                 continue
             used.add(name)
-            feed[port] = np.asarray(inputs[name], order="C")  # keeps 0-d; np.ascontiguousarray makes it [1]
+            feed[port] = _to_ov(name, inputs[name])
         extra = sorted(set(inputs) - used)
         if missing or extra:
             raise InputError(
@@ -477,7 +515,7 @@ class OpenVino:
                 hint="feed exactly the model's graph inputs",
             )
         self._request.infer(feed)
-        return {name: np.array(self._request.get_output_tensor(i).data, copy=True) for name, i in self._outputs.items()}
+        return {name: _from_ov(name, self._request.get_output_tensor(i)) for name, i in self._outputs.items()}
 
     def info(self) -> dict[str, Any]:
         """Facts about the last load: version, device, requested and actual precision, output names, exec graph."""

@@ -1,0 +1,80 @@
+"""Tensors of the types numpy lacks (bfloat16, float8, int4) reach OpenVINO, Paddle and a command's program
+with their values, or are refused as unsupported naming the tensor and its type: never silently changed.
+
+Before: OpenVINO read a bfloat16 input's bits as another type (1.5 squared gave 0.0156), a bfloat16
+output came back as float16 bits (1.5 read as 1.9375) and an int4 input crashed with a broadcast error,
+each reported as a bug of the target.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from onnx import ModelProto, TensorProto, helper
+
+import graphbisect as gb
+from graphbisect.backends.base import Phase, RunResult, RunStatus
+from graphbisect.oracle.outcome import OutcomeClass, classify_failed_run
+
+VALUES = np.array([1.5, -2.25, 3.0, 0.5, -7.0], np.float32)
+
+
+def _cast_square(elem_type: int, n: int = 5) -> ModelProto:
+    """y = float(x)² for an ``x`` of ``elem_type``: the output shows the input's values."""
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["c"], to=TensorProto.FLOAT), helper.make_node("Mul", ["c", "c"], ["y"])],
+        "cast_square", [helper.make_tensor_value_info("x", elem_type, [n])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return model
+
+
+def _cast_to(elem_type: int, n: int = 5) -> ModelProto:
+    """y = x cast to ``elem_type``: the output is of a type numpy lacks."""
+    graph = helper.make_graph([helper.make_node("Cast", ["x"], ["y"], to=elem_type)], "cast_to",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n])],
+                              [helper.make_tensor_value_info("y", elem_type, [n])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return model
+
+
+TYPED_INPUTS = [
+    (TensorProto.BFLOAT16, VALUES.astype(ml_dtypes.bfloat16)),
+    (TensorProto.FLOAT8E4M3FN, VALUES.astype(ml_dtypes.float8_e4m3fn)),
+    (TensorProto.FLOAT8E5M2, VALUES.astype(ml_dtypes.float8_e5m2)),
+    (TensorProto.INT4, np.array([1, -2, 3, 7, -8], ml_dtypes.int4)),
+    (TensorProto.UINT4, np.array([1, 2, 3, 15, 0], ml_dtypes.uint4)),  # odd count: the last byte half used
+]
+
+
+@pytest.mark.openvino
+@pytest.mark.parametrize(("elem_type", "x"), TYPED_INPUTS, ids=[str(x.dtype) for _, x in TYPED_INPUTS])
+def test_openvino_takes_inputs_of_types_numpy_lacks_with_their_values(elem_type: int, x: np.ndarray) -> None:
+    pytest.importorskip("openvino")
+    result = gb.compare(_cast_square(elem_type), oracle="onnxruntime", target="openvino", inputs={"x": x},
+                        layerwise=False)
+    assert result.passed, result.to_json()["outcome"]
+
+
+@pytest.mark.openvino
+def test_openvino_returns_a_bfloat16_output_as_bfloat16() -> None:
+    pytest.importorskip("openvino")
+    result = gb.compare(_cast_to(TensorProto.BFLOAT16), oracle="onnxruntime", target="openvino",
+                        inputs={"x": VALUES}, layerwise=False)
+    assert result.passed, result.to_json()["outcome"]
+
+
+@pytest.mark.openvino
+def test_openvino_refuses_a_type_it_has_no_tensor_for_as_unsupported() -> None:
+    pytest.importorskip("openvino")
+    from graphbisect.backends.openvino import _to_ov
+
+    with pytest.raises(NotImplementedError) as info:
+        _to_ov("x", VALUES.astype(ml_dtypes.float8_e4m3fnuz))
+    message = str(info.value)
+    assert "'x'" in message and "FLOAT8E4M3FNUZ" in message
+    run = RunResult(RunStatus.CRASH, phase=Phase.RUN, error_type=type(info.value).__name__, message=message)
+    assert classify_failed_run(run, "target").cls is OutcomeClass.TARGET_UNSUPPORTED
