@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CONV_NET_INPUT", "export_conv_net", "export_mobilenet_v2", "export_transformer_block", "ort_run"]
+__all__ = ["CONV_NET_INPUT", "export_cast_net", "export_conv_net", "export_mobilenet_v2", "export_transformer_block",
+           "ort_run"]
 
 #: Input name and shape of :func:`export_conv_net` models (batch is dynamic in the exported program).
 CONV_NET_INPUT = ("x", (2, 3, 16, 16))
@@ -64,6 +65,28 @@ def export_conv_net(directory: Path, *, legacy: bool = False, seed: int = 0) -> 
             paddle.jit.save(net, str(prefix), input_spec=spec)
     else:
         paddle.jit.save(net, str(prefix), input_spec=spec)
+    return prefix
+
+
+def export_cast_net(directory: Path, input_dtype: str, output_dtype: str, *, n: int = 4) -> Path:
+    """Export ``y = cast(float32(x)² · w, output_dtype)`` (``w`` = 1, a parameter so a .pdiparams is written)
+    with an ``x`` of ``input_dtype`` and shape [n]; return the prefix."""
+    import paddle
+
+    class CastNet(paddle.nn.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = self.create_parameter([n], dtype="float32",
+                                           default_initializer=paddle.nn.initializer.Constant(1.0))
+
+        def forward(self, x: Any) -> Any:
+            c = paddle.cast(x, "float32")
+            return paddle.cast(c * c * self.w, output_dtype)
+
+    net = CastNet()
+    net.eval()
+    prefix = Path(directory) / "inference"
+    paddle.jit.save(net, str(prefix), input_spec=[paddle.static.InputSpec([n], input_dtype, "x")])
     return prefix
 
 

@@ -74,8 +74,10 @@ from typing import Any
 
 import numpy as np
 
+from graphbisect.backends.base import UnsupportedType
 from graphbisect.backends.worker import option_flag, option_int
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
+from graphbisect.values import EXTENSION_TYPES, elem_type_of, sub_byte_bits
 
 __all__ = [
     "BF16_CPU_FLAGS",
@@ -116,6 +118,39 @@ def normalize_pass_name(name: str) -> str:
         'conv2d_bias_fuse_pass'
     """
     return name.strip().replace("mkldnn", "onednn")
+
+
+_CONTAINED = re.compile(r"does not match the type of data \((\w+)\) currently contained")
+
+
+def _paddle_input(name: str, value: Any) -> np.ndarray:
+    """An input as ``copy_from_cpu`` takes it. Paddle 3.3.1 converts bfloat16 and float8 ``ml_dtypes`` arrays
+    to the input's type with their values (checked against ``astype``), but reads the one byte per element
+    of int4/uint4/int2/uint2 as int8 (int4 -2 is held as 14): those are refused."""
+    array = np.asarray(value, order="C")  # keeps 0-d (np.ascontiguousarray makes it [1])
+    code = elem_type_of(array)
+    ext = EXTENSION_TYPES.get(code) if code is not None else None
+    if ext is not None and sub_byte_bits(ext) and not ext.bits:
+        raise UnsupportedType("Paddle Inference", "input", name, ext.onnx_name,
+                              "Paddle has no such type and would read its one byte per element as int8")
+    return array
+
+
+def _paddle_output(name: str, handle: Any) -> np.ndarray:
+    """An output copied to numpy, or :class:`UnsupportedType` where ``copy_to_cpu`` cannot read it: Paddle
+    3.3.1 returns a bfloat16 output as float32 numbers read from its bytes (1.5, -2.25 came back as
+    -2.2539, 0.501) and raises on float8 (whose handle reports FLOAT32)."""
+    if str(handle.type()).endswith("BFLOAT16"):
+        raise UnsupportedType("Paddle Inference", "output", name, "BFLOAT16",
+                              "its copy_to_cpu returns float32 numbers read from the bfloat16 bytes")
+    try:
+        return np.asarray(handle.copy_to_cpu())
+    except (ValueError, RuntimeError) as exc:
+        contained = _CONTAINED.search(str(exc))
+        if contained is None:
+            raise
+        raise UnsupportedType("Paddle Inference", "output", name, contained.group(1),
+                              "its copy_to_cpu cannot read this type") from exc
 
 
 @dataclass
@@ -501,17 +536,15 @@ class PaddleInference:
                 hint="feed exactly the model's inputs (the converted ONNX model has the same input names)",
             )
         for name in self._input_names:
-            array = np.asarray(inputs[name], order="C")  # keeps 0-d (np.ascontiguousarray makes it [1])
+            array = _paddle_input(name, inputs[name])
             handle = self._predictor.get_input_handle(name)
             handle.reshape(list(array.shape))
             handle.copy_from_cpu(array)
         self._hooked = []
         self._written = {}
         self._predictor.run()
-        outputs = {
-            name: np.asarray(self._predictor.get_output_handle(paddle_name).copy_to_cpu())
-            for name, paddle_name in self._outputs.items()
-        }
+        outputs = {name: _paddle_output(name, self._predictor.get_output_handle(paddle_name))
+                   for name, paddle_name in self._outputs.items()}
         if self._hooks:
             outputs.update({HOOK_PREFIX + label: array for label, _, array in self._hooked})
             self._info["hooked"] = [{"key": HOOK_PREFIX + label, "op": label.rpartition(":")[0],

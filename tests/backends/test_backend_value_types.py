@@ -8,6 +8,9 @@ each reported as a bug of the target.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -16,6 +19,9 @@ from onnx import ModelProto, TensorProto, helper
 import graphbisect as gb
 from graphbisect.backends.base import Phase, RunResult, RunStatus
 from graphbisect.oracle.outcome import OutcomeClass, classify_failed_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from paddle_models import export_cast_net
 
 VALUES = np.array([1.5, -2.25, 3.0, 0.5, -7.0], np.float32)
 
@@ -78,3 +84,38 @@ def test_openvino_refuses_a_type_it_has_no_tensor_for_as_unsupported() -> None:
     assert "'x'" in message and "FLOAT8E4M3FNUZ" in message
     run = RunResult(RunStatus.CRASH, phase=Phase.RUN, error_type=type(info.value).__name__, message=message)
     assert classify_failed_run(run, "target").cls is OutcomeClass.TARGET_UNSUPPORTED
+
+
+# --- Paddle Inference (the original Paddle model) -------------------------------------------------------
+def _paddle_run(prefix: Path, workdir: Path, x: np.ndarray) -> np.ndarray:
+    from graphbisect.backends.paddle import PaddleInference
+
+    runtime = PaddleInference({}, str(workdir))
+    runtime.load(str(prefix.parent), None)
+    (value,) = runtime.run({"x": x}).values()
+    return np.asarray(value)
+
+
+@pytest.mark.paddle
+def test_paddle_takes_a_bfloat16_input_with_its_values(tmp_path: Path) -> None:
+    pytest.importorskip("paddle")
+    x = VALUES[:4].astype(ml_dtypes.bfloat16)
+    got = _paddle_run(export_cast_net(tmp_path, "bfloat16", "float32"), tmp_path, x)
+    np.testing.assert_array_equal(got, x.astype(np.float32) ** 2)
+
+
+@pytest.mark.paddle
+@pytest.mark.parametrize(("dtype", "shown"), [("bfloat16", "BFLOAT16"), ("float8_e4m3fn", "float8_e4m3fn")])
+def test_paddle_refuses_an_output_its_copy_to_cpu_misreads(dtype: str, shown: str, tmp_path: Path) -> None:
+    # Paddle 3.3.1 returned [1.5, -2.25, 3, 0.5] cast to bfloat16 as float32 [-2.2539, 0.501, 0, 0].
+    pytest.importorskip("paddle")
+    with pytest.raises(NotImplementedError, match=rf"output 'fetch_name_0' of type {shown} is not supported"):
+        _paddle_run(export_cast_net(tmp_path, "float32", dtype), tmp_path, VALUES[:4])
+
+
+@pytest.mark.paddle
+def test_paddle_refuses_int4_which_it_would_read_as_int8(tmp_path: Path) -> None:
+    # ml_dtypes holds int4 -2 as the byte 14: Paddle read it as int8 14 (196 instead of 4 squared).
+    pytest.importorskip("paddle")
+    with pytest.raises(NotImplementedError, match=r"input 'x' of type INT4 is not supported"):
+        _paddle_run(export_cast_net(tmp_path, "int8", "float32"), tmp_path, np.array([1, -2, 3, 7], ml_dtypes.int4))
