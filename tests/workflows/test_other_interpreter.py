@@ -101,3 +101,23 @@ def test_compare_names_the_release_that_ran(ort_release_pythons: dict[str, Path]
     assert versions["target"]["library_version"] == release
     assert versions["oracle"]["library_version"] == onnxruntime.__version__
     assert f"onnxruntime {release} (Python" in capsys.readouterr().out
+
+
+def test_layerwise_statistics_are_measured_under_the_other_release(ort_release_pythons: dict[str, Path],
+                                                                  layernorm_host: tuple[Path, Path],
+                                                                  tmp_path: Path) -> None:
+    """The target's worker compares its probe with the oracle's store itself, so under another interpreter
+    (numpy 1, no onnx) it must read the store with numpy alone; the table has every row it has here."""
+    release = ORT_RELEASES[0]
+    model, inputs = layernorm_host
+    tables = []
+    for python in (ort_release_pythons[release], None):
+        spec = "onnxruntime:opt_level=all" + (f",python={python}" if python else "")
+        out = tmp_path / f"{'other' if python else 'here'}.json"
+        code = main(["compare", str(model), "--inputs", str(inputs), "--json", str(out), "--target", spec])
+        assert code == 1
+        tables.append(json.loads(out.read_text()))
+    other, here = tables
+    assert other["versions"]["target"]["library_version"] == release and other["invocations"]["target"] == 2
+    assert other["first_divergence"] is not None and other["first_divergence"]["compiled_as"] is not None
+    assert len(other["layers"]) == len(here["layers"])
