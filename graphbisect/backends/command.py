@@ -12,6 +12,13 @@ lines in a script.
 the model is fine and the run has no outputs to compare; a non-zero exit is the failure, and its code is part
 of the crash signature, so a reduction never drifts to a different exit code.
 
+**Types numpy lacks.** An ``.npz`` cannot say that a tensor is bfloat16, float8 or int4: graphbisect stores
+those as raw bits (``uint16``, ``uint8``) or values (``int8``) and names the type in an ``__values__.json``
+member (:mod:`graphbisect.values`), which a program that reads the arrays with plain numpy would take as
+numbers. So such an input is refused as unsupported (naming it and its type) unless ``typed=1`` says the
+program reads that manifest (``graphbisect.values.load_values_npz`` does); an output written as untyped
+bytes (``np.savez`` of an ``ml_dtypes`` array gives numpy ``void``) is refused too, never compared.
+
 **Where it runs.** The program runs in the directory graphbisect was started from (the host passes it to its
 workers as ``GRAPHBISECT_CALLER_CWD``), so ``python check.py {model}`` finds ``check.py`` there; ``{model}``,
 ``{inputs}`` and ``{outputs}`` are absolute paths. **A program that cannot run is not a failure**: exit 126
@@ -37,15 +44,17 @@ from typing import Any
 
 import numpy as np
 
+from graphbisect.backends.base import UnsupportedType
 from graphbisect.backends.worker import load_npz, option_flag, save_npz
 from graphbisect.errors import SpecError
+from graphbisect.values import EXTENSION_TYPES, elem_type_of
 
 __all__ = ["CALLER_CWD_ENV", "Command", "CommandFailed", "cannot_run"]
 
 logger = logging.getLogger(__name__)
 
 PLACEHOLDERS = ("model", "inputs", "outputs")
-_OPTIONS = ("cmd", "shell")
+_OPTIONS = ("cmd", "shell", "typed")
 #: How much of the program's stderr goes into a crash message.
 STDERR_TAIL_LINES = 20
 STDERR_TAIL_CHARS = 4000
@@ -75,12 +84,13 @@ class Command:
     def __init__(self, options: Mapping[str, str], workdir: str) -> None:
         unknown = sorted(set(options) - set(_OPTIONS))
         if unknown:
-            raise SpecError(f"the command backend has no option {', '.join(unknown)}", hint="valid: cmd, shell")
+            raise SpecError(f"the command backend has no option {', '.join(unknown)}", hint="valid: cmd, shell, typed")
         self.template = options.get("cmd", "").strip()
         if not self.template:
             raise SpecError("the command backend needs cmd=...",
                             hint="e.g. command:cmd=python run.py {model} {inputs} {outputs}")
         self.shell = option_flag(options, "shell")
+        self.typed = option_flag(options, "typed")
         self.workdir = Path(workdir)
         _check_template(self.template)
         self._model = ""
@@ -93,6 +103,8 @@ class Command:
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Write the inputs, run the program, read its outputs; raise :class:`CommandFailed` if it failed."""
+        if not self.typed:
+            _refuse_typed_inputs(inputs)
         inputs_path = save_npz(self.workdir / "command-inputs.npz", inputs)
         outputs_path = self.workdir / "command-outputs.npz"
         with contextlib.suppress(FileNotFoundError):
@@ -150,7 +162,25 @@ class Command:
         if missing:
             raise CommandFailed(f"command wrote no output named {', '.join(map(repr, missing))} "
                                 f"(it wrote: {', '.join(map(repr, arrays)) or 'nothing'})", 0)
+        for name in wanted:
+            value = arrays[name]
+            if isinstance(value, np.ndarray) and value.dtype.kind == "V":
+                raise UnsupportedType("command", "output", name, f"untyped bytes (numpy {value.dtype.str})",
+                                      "numpy cannot record a bfloat16/float8/int4 array's type in an .npz; write "
+                                      "it with graphbisect.values.save_values_npz, or as float32")
         return {name: arrays[name] for name in wanted}
+
+
+def _refuse_typed_inputs(inputs: Mapping[str, Any]) -> None:
+    """Raise :class:`UnsupportedType` for the first input of a type numpy lacks (see the module docstring)."""
+    for name, value in inputs.items():
+        code = elem_type_of(value) if isinstance(value, np.ndarray) else None
+        ext = EXTENSION_TYPES.get(code) if code is not None else None
+        if ext is not None:
+            raise UnsupportedType("command", "input", name, ext.onnx_name,
+                                  "a numpy .npz cannot say so, and a program reading it with plain numpy would "
+                                  f"take the stored {ext.storage} as numbers; add typed=1 to the spec if the "
+                                  "program reads graphbisect's __values__.json (graphbisect.values.load_values_npz)")
 
 
 def _check_template(template: str) -> None:

@@ -296,6 +296,8 @@ BACKENDS: tuple[BackendInfo, ...] = (
             "cmd": "the command template; {model}, {inputs} and {outputs} are substituted (shell-quoted); "
             "it cannot contain ',': put a longer command line in a script",
             "shell": "1 to run the command through the shell (default 0)",
+            "typed": "1: the program reads graphbisect's typed .npz (__values__.json: bfloat16, float8, int4 "
+            "stored as raw bits or values); without it such inputs are refused as unsupported",
         },
     ),
 )

@@ -119,3 +119,56 @@ def test_paddle_refuses_int4_which_it_would_read_as_int8(tmp_path: Path) -> None
     pytest.importorskip("paddle")
     with pytest.raises(NotImplementedError, match=r"input 'x' of type INT4 is not supported"):
         _paddle_run(export_cast_net(tmp_path, "int8", "float32"), tmp_path, np.array([1, -2, 3, 7], ml_dtypes.int4))
+
+
+# --- command: a program reading an .npz -------------------------------------------------------------------
+NAIVE = """
+import sys, numpy as np
+model, inputs, outputs = sys.argv[1:4]
+with np.load(inputs) as data:  # what most programs do: take the arrays as numbers
+    x = data["x"].astype(np.float32)
+np.savez(outputs, y=x * x)
+"""
+TYPED = """
+import sys, onnx
+from onnx.reference import ReferenceEvaluator
+from graphbisect.values import load_values_npz, save_values_npz
+model, inputs, outputs = sys.argv[1:4]
+proto = onnx.load(model)
+results = ReferenceEvaluator(proto).run(None, load_values_npz(inputs))
+save_values_npz(outputs, {o.name: r for o, r in zip(proto.graph.output, results)})
+"""
+SAVEZ = TYPED.replace("save_values_npz(outputs, ", "np.savez(outputs, **").replace("import sys, onnx",
+                                                                                  "import sys, onnx, numpy as np")
+
+
+def _command(tmp_path: Path, program: str, *options: str) -> str:
+    script = tmp_path / "program.py"
+    script.write_text(program)
+    return ",".join([f"command:cmd={sys.executable} {script} {{model}} {{inputs}} {{outputs}}", *options])
+
+
+def test_command_refuses_an_input_a_numpy_program_would_read_as_numbers(tmp_path: Path) -> None:
+    # Before: the program got bfloat16 1.5 as the uint16 16320 and its square was reported as a divergence.
+    x = VALUES.astype(ml_dtypes.bfloat16)
+    result = gb.compare(_cast_square(TensorProto.BFLOAT16), oracle="onnxruntime", target=_command(tmp_path, NAIVE),
+                        inputs={"x": x}, layerwise=False)
+    outcome = result.to_json()["outcome"]
+    assert outcome["class"] == "target-unsupported", outcome
+    assert "input 'x' of type BFLOAT16" in outcome["detail"] and "typed=1" in outcome["detail"]
+
+
+def test_command_with_typed_passes_the_values_to_a_program_that_reads_them(tmp_path: Path) -> None:
+    x = VALUES.astype(ml_dtypes.bfloat16)
+    result = gb.compare(_cast_square(TensorProto.BFLOAT16), oracle="onnxruntime",
+                        target=_command(tmp_path, TYPED, "typed=1"), inputs={"x": x}, layerwise=False)
+    assert result.passed, result.to_json()["outcome"]
+
+
+def test_command_refuses_an_output_written_as_untyped_bytes(tmp_path: Path) -> None:
+    # np.savez of an ml_dtypes bfloat16 array stores numpy void ('|V2'): it was compared as a dtype divergence.
+    result = gb.compare(_cast_to(TensorProto.BFLOAT16), oracle="onnxruntime", target=_command(tmp_path, SAVEZ),
+                        inputs={"x": VALUES}, layerwise=False)
+    outcome = result.to_json()["outcome"]
+    assert outcome["class"] == "target-unsupported", outcome
+    assert "output 'y'" in outcome["detail"] and "|V2" in outcome["detail"]
