@@ -7,19 +7,21 @@ In memory a value is what ONNX Runtime and ``onnx.reference`` take and give:
   and strings are ``object`` arrays of ``str``;
 * a sequence is a Python ``list`` of values; an empty optional is ``None`` (a present one is its value).
 
-On disk (the worker's output folders, the activation store, ``inputs.npz`` in work folders and bundles)
-every tensor is a plain ``.npy`` file that numpy reads without pickles and without ``ml_dtypes``: the types
-numpy lacks are stored as their raw bits (``uint16`` for bfloat16, one ``uint8`` per float8 or float4
-element) or their integer values (one ``int8``/``uint8`` per int4/int2 element), strings as a unicode
-array, and the manifest entry names the ONNX element type. Manifest entries (``manifest.json`` of a
-folder, ``__values__.json`` inside an ``.npz``)::
+On disk every tensor is stored as numpy reads it without pickles and without ``ml_dtypes``: the types
+numpy lacks as their raw bits (``uint16`` for bfloat16, one ``uint8`` per float8 or float4 element) or
+their integer values (one ``int8``/``uint8`` per int4/int2 element), strings as a unicode array, and the
+entry names the ONNX element type. An entry says where the raw array is: an ``offset`` in a run's packed
+data file (the worker's output folders and the activation store, :mod:`graphbisect.packfile`) or a
+``file`` (a member of ``inputs.npz`` in work folders and bundles, described in its ``__values__.json``;
+the per-tensor ``.npy`` files of stores written before the packed layout)::
 
-    {"file": "0.npy", "dtype": "<u2", "shape": [3, 4], "elem_type": 16, "onnx_type": "BFLOAT16"}
-    {"sequence": [{"file": "1.0.npy", "dtype": "<f4", "shape": [2]}, ...]}
+    {"offset": 4096, "dtype": "<u2", "shape": [3, 4], "elem_type": 16, "onnx_type": "BFLOAT16"}
+    {"file": "0.npy", "dtype": "<f4", "shape": [3, 4]}
+    {"sequence": [{"offset": 4160, "dtype": "<f4", "shape": [2]}, ...]}
     {"optional": null}                                  # an empty optional
 
-A plain tensor's entry is what it always was (``file``, ``dtype``, ``shape``), so older stores read as
-before, and a script that has only numpy (``repro.py``) decodes the rest from ``elem_type``.
+A plain tensor's entry is what it always was (``file``/``offset``, ``dtype``, ``shape``), so older stores
+read as before, and a script that has only numpy (``repro.py``) decodes the rest from ``elem_type``.
 
 This module imports only the standard library and numpy (``ml_dtypes`` lazily, to decode), so backend
 workers under another interpreter can use it.
@@ -365,7 +367,7 @@ def comparable(array: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------ entries
-ArrayWriter = Callable[[str, np.ndarray], None]
+ArrayWriter = Callable[[str, np.ndarray], Mapping[str, Any]]
 ArrayReader = Callable[[Mapping[str, Any]], np.ndarray]
 
 
@@ -376,22 +378,23 @@ def elem_type_name(code: int) -> str:
 
 def storage_entry(array: np.ndarray, file: str = "") -> dict[str, Any]:
     """The manifest entry describing ``array`` stored in ``file`` (see the module docstring)."""
-    return write_value(array, file.removesuffix(".npy"), lambda _file, _raw: None)
+    return write_value(array, file.removesuffix(".npy"), lambda name, _raw: {"file": name})
 
 
 def write_value(value: Any, stem: str, write: ArrayWriter) -> dict[str, Any]:
     """Write ``value`` (tensor, list, None) through ``write(file, raw_array)``; return its manifest entry.
 
-    Files are named ``<stem>.npy``, sequence items ``<stem>.<i>.npy`` (recursively).
+    ``write`` returns where the array went: ``{"file": file}`` for a member of an ``.npz``, ``{"offset": n}``
+    in a packed data file (:mod:`graphbisect.packfile`). Files are named ``<stem>.npy``, sequence items
+    ``<stem>.<i>.npy`` (recursively).
     """
     if value is None:
         return {"optional": None}
     if isinstance(value, (list, tuple)):
         return {"sequence": [write_value(item, f"{stem}.{i}", write) for i, item in enumerate(value)]}
     raw, code = encode_tensor(np.asarray(value))
-    file = f"{stem}.npy"
-    write(file, np.asarray(raw, order="C"))
-    entry: dict[str, Any] = {"file": file, "dtype": raw.dtype.str, "shape": list(raw.shape)}
+    where = write(f"{stem}.npy", np.asarray(raw, order="C"))
+    entry: dict[str, Any] = {**where, "dtype": raw.dtype.str, "shape": list(raw.shape)}
     if code is not None:
         entry["elem_type"] = code
         entry["onnx_type"] = elem_type_name(code)
@@ -410,12 +413,12 @@ def read_value(entry: Mapping[str, Any], read: ArrayReader) -> Any:
 
 
 def entry_files(entry: Mapping[str, Any]) -> list[str]:
-    """Every file a manifest entry's value is stored in."""
+    """Every file a manifest entry's value is stored in (none for a packed entry, which has an ``offset``)."""
     if "sequence" in entry:
         return [file for item in entry["sequence"] for file in entry_files(item)]
     if "optional" in entry:
         return [] if entry["optional"] is None else entry_files(entry["optional"])
-    return [str(entry["file"])]
+    return [str(entry["file"])] if "file" in entry else []
 
 
 def entry_nbytes(entry: Mapping[str, Any]) -> int:
@@ -442,9 +445,10 @@ def save_values_npz(path: str | Path, values: Mapping[str, Any]) -> Path:
     path = Path(path)
     entries: dict[str, Any] = {}
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
-        def write(file: str, array: np.ndarray) -> None:
+        def write(file: str, array: np.ndarray) -> dict[str, Any]:
             with archive.open(file, "w", force_zip64=True) as member:
                 np.lib.format.write_array(member, array, allow_pickle=False)
+            return {"file": file}
 
         for index, (name, value) in enumerate(values.items()):
             if isinstance(value, (list, tuple)) or value is None:
@@ -480,8 +484,3 @@ def load_values_npz(path: str | Path) -> dict[str, Any]:
             if name not in result:
                 result[name] = read_value(entry, read)
         return result
-
-
-def manifest_text(entries: list[dict[str, Any]]) -> str:
-    """The ``manifest.json`` text of a folder of values (format version 1)."""
-    return json.dumps({"version": 1, "tensors": entries}, indent=1)

@@ -44,8 +44,7 @@ from graphbisect.backends.registry import HOST_OPTIONS, Availability, BackendInf
 from graphbisect.backends.worker import save_npz
 from graphbisect.compare.metrics import TensorStats, Tolerance
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
-from graphbisect.npyfile import read_npy
-from graphbisect.values import entry_files, read_value
+from graphbisect.packfile import DATA_NAME, PackedData, StaleDataError
 
 __all__ = ["DEFAULT_TIMEOUT", "LOG_TAIL_BYTES", "BackendProcess", "CompareTo", "availability_under"]
 
@@ -222,9 +221,10 @@ class BackendProcess:
         """Run ``model`` on ``inputs`` (arrays, or an ``.npz`` path) and return what happened.
 
         ``outputs`` names the tensors to return (``None`` = the model's outputs); intermediate tensors must be
-        outputs of ``model`` (pass a probe model). Each output is written as ``<index>.npy`` in
-        ``output_dir`` with a ``manifest.json`` and returned memory-mapped; without ``output_dir`` the files
-        live in a scratch folder that is deleted at once (the maps stay readable on POSIX).
+        outputs of ``model`` (pass a probe model). The outputs are written into ``output_dir`` as one packed
+        run (``values.bin`` and its index ``manifest.json``, :mod:`graphbisect.packfile`) and read from it
+        when asked for; without ``output_dir`` they go to a scratch folder that is deleted at once (they are
+        read first; large ones stay mapped, which POSIX allows).
         With ``compare_to`` the worker compares every output the oracle's activation store holds with it and
         returns their statistics (:attr:`RunResult.stats`) instead of their values, except ``compare_to.keep``.
 
@@ -478,7 +478,7 @@ class BackendProcess:
         entries = {entry["name"]: entry for entry in reply["outputs"]}
         # Kept outputs stay on disk until read; a scratch folder goes away, so its outputs are read now
         # (only large ones stay mapped).
-        files = OutputFiles(output_dir, entries)
+        files = OutputFiles(output_dir, entries, reply["pack"])
         outputs: Mapping[str, Any] = files if keep_outputs else {name: files.read_now(name) for name in files}
         stats = {name: TensorStats.from_json(data) for name, data in dict(reply.get("stats") or {}).items()}
         return RunResult(RunStatus.OK, outputs=outputs, log=log, info=info, seconds=seconds, ran_with=self.ran_with,
@@ -530,44 +530,35 @@ class CompareTo:
 
 
 class OutputFiles(Mapping[str, Any]):
-    """Outputs kept on disk, memory-mapped when read and not before.
+    """Outputs kept on disk (the worker's packed run, :mod:`graphbisect.packfile`), read when asked for.
 
-    A probe run of a 50,000-node model returns 50,000 tensors; each open map holds a file descriptor (CPython's
-    mmap duplicates it), so mapping them all up front exhausts the process's descriptor limit. Readers such as
-    the layerwise comparison touch each tensor once and drop it. Values are read as
-    :mod:`graphbisect.values` describes: sequences are lists, types numpy lacks are ``ml_dtypes`` arrays.
+    A probe run of a 50,000-node model returns 50,000 tensors; readers such as the layerwise comparison
+    touch each once and drop it. The run's data file is mapped once, on the first read (one descriptor,
+    however many tensors); tensors up to 64 KiB are copied out of the map, larger ones are views of it.
+    Values are read as :mod:`graphbisect.values` describes: sequences are lists, types numpy lacks are
+    ``ml_dtypes`` arrays.
     """
 
-    def __init__(self, folder: Path, entries: Mapping[str, Mapping[str, Any]]) -> None:
-        """``entries``: the worker's manifest entries (file, dtype and shape of each tensor), which let small
-        tensors be read without ``np.load`` (its per-file cost dominated reading 50,000 probe outputs); the
-        header is still checked."""
-        self._folder = Path(folder)
+    def __init__(self, folder: Path, entries: Mapping[str, Mapping[str, Any]], pack: Mapping[str, Any]) -> None:
+        """``entries``: the index entries of the outputs; ``pack``: the rest of the index the worker replied
+        (data file, size, token): a later run into the same folder is refused, never misread."""
         self._entries = dict(entries)
-        # The worker replaces files atomically (a new inode per run): remember which file this run wrote, so a
-        # later run into the same folder cannot silently change what this result reads.
-        self._identity = {file: _identity(self._folder / file)
-                          for entry in self._entries.values() for file in entry_files(entry)}
+        self._data = PackedData(Path(folder) / str(pack.get("data", DATA_NAME)), str(pack["token"]),
+                                size=int(pack["size"]))
 
     def __getitem__(self, name: str) -> Any:
-        return read_value(self._entries[name], lambda entry: self._read_file(name, entry, mapped=True))
+        return self._read(name, mapped=True)
 
     def read_now(self, name: str) -> Any:
         """The value of ``name`` read into memory (memory-mapped only above 64 MiB): its file may go away."""
-        return read_value(self._entries[name], lambda entry: self._read_file(name, entry, mapped=False))
+        return self._read(name, mapped=False)
 
-    def _read_file(self, name: str, entry: Mapping[str, Any], *, mapped: bool) -> np.ndarray:
-        path = self._folder / str(entry["file"])
-        if _identity(path) != self._identity[str(entry["file"])]:
-            raise BackendError(
-                f"output {name!r} of an earlier run was overwritten by a later run into {path.parent}",
-                hint="give each run its own output_dir, or read the outputs before running again",
-            )
-        if not mapped:
-            return _read(path)
-        if "dtype" in entry and "shape" in entry:
-            return read_npy(path, str(entry["dtype"]), tuple(entry["shape"]))
-        return _map(path)
+    def _read(self, name: str, *, mapped: bool) -> Any:
+        try:
+            return self._data.value(self._entries[name], mapped=mapped)
+        except StaleDataError as exc:
+            raise BackendError(f"output {name!r} of an earlier run was overwritten by a later run into "
+                               f"{self._data.path.parent}", hint=exc.hint) from exc
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)
@@ -576,38 +567,7 @@ class OutputFiles(Mapping[str, Any]):
         return len(self._entries)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._entries  # Mapping's default would map the file just to answer `in`
-
-    def path(self, name: str) -> Path:
-        """The file holding tensor ``name`` (a sequence's first item for a sequence)."""
-        files = entry_files(self._entries[name])
-        if not files:
-            raise KeyError(f"output {name!r} is an empty optional: no file holds it")
-        return self._folder / files[0]
-
-
-def _identity(path: Path) -> tuple[int, int]:
-    try:
-        stat = path.stat()
-    except FileNotFoundError:
-        return (-1, -1)
-    return (stat.st_ino, stat.st_mtime_ns)
-
-
-#: Outputs of runs without an output folder above this size stay memory-mapped (their file is unlinked).
-_MAP_ABOVE_BYTES = 64 << 20
-
-
-def _read(path: Path) -> np.ndarray:
-    return _map(path) if path.stat().st_size > _MAP_ABOVE_BYTES else np.load(path, allow_pickle=False)
-
-
-def _map(path: Path) -> np.ndarray:
-    """A read-only memory map of an ``.npy`` file (a plain array where a map is impossible)."""
-    try:
-        return np.load(path, mmap_mode="r", allow_pickle=False)
-    except ValueError:  # e.g. zero-size arrays on older numpy
-        return np.load(path, allow_pickle=False)
+        return name in self._entries  # Mapping's default would read the value just to answer `in`
 
 
 def _check_foreign_python(spec: BackendSpec, backend: BackendInfo) -> None:

@@ -27,11 +27,13 @@ A request that fails because of *our* or the user's mistake (a :class:`~graphbis
 raised by the runtime: bad option, missing input, tensor that is not an output) is answered with
 ``{"ok": false, "error": {...}}`` and re-raised by the host; a backend exception is a crash *result*.
 
-Output arrays are written one ``.npy`` file per tensor, named by index (``0.npy``, ``1.npy``...; tensor names
-may contain ``/`` or ``..``), each replaced atomically so memory maps of an earlier run stay valid, plus
-``manifest.json``::
+Outputs are written into ``output_dir`` as one packed run (:mod:`graphbisect.packfile`): ``values.bin``
+(every tensor's raw bytes; tensor names never become paths) and its index ``manifest.json``, written last.
+A new run replaces ``values.bin`` by rename, so memory maps of an earlier run stay valid. The ``done``
+reply carries the index: ``"outputs"`` its tensor entries, ``"pack"`` the rest (data file, size, token)::
 
-    {"version": 1, "tensors": [{"name": "conv1/out", "file": "0.npy", "dtype": "float32", "shape": [1, 8]}]}
+    {"outputs": [{"name": "conv1/out", "offset": 64, "dtype": "<f4", "shape": [1, 8]}],
+     "pack": {"version": 2, "data": "values.bin", "size": 96, "token": "9f0c...", "tail_crc32": 1234}}
 """
 
 from __future__ import annotations
@@ -57,14 +59,8 @@ from typing import IO, Any, overload
 import numpy as np
 
 from graphbisect.errors import GraphBisectError, InputError, SpecError
-from graphbisect.values import (
-    decode_tensor,
-    encode_tensor,
-    load_values_npz,
-    manifest_text,
-    save_values_npz,
-    write_value,
-)
+from graphbisect.packfile import INDEX_NAME, PackWriter
+from graphbisect.values import decode_tensor, encode_tensor, load_values_npz, save_values_npz
 
 __all__ = ["MANIFEST", "PROTOCOL_VERSION", "compare_to_store", "library_version", "load_npz", "main", "option_flag",
            "save_npz", "write_outputs"]
@@ -72,7 +68,7 @@ __all__ = ["MANIFEST", "PROTOCOL_VERSION", "compare_to_store", "library_version"
 logger = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = 1
-MANIFEST = "manifest.json"
+MANIFEST = INDEX_NAME
 
 
 # --------------------------------------------------------------------------------------------- arrays
@@ -104,32 +100,22 @@ def load_npz(path: str | Path) -> dict[str, Any]:
     return load_values_npz(path)
 
 
-def _save_npy_atomic(path: Path, array: np.ndarray) -> None:
-    # Replace, never overwrite in place: a reader may still hold a memory map of the previous file.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        np.lib.format.write_array(fh, array, allow_pickle=False)
-    os.replace(tmp, path)
+def write_outputs(outputs: Mapping[str, Any], names: Sequence[str], output_dir: Path) -> dict[str, Any]:
+    """Write ``names`` from ``outputs`` into ``output_dir`` as one packed run (:mod:`graphbisect.packfile`):
+    ``values.bin`` plus its index ``manifest.json``, written last. Return the index document.
 
-
-def write_outputs(outputs: Mapping[str, Any], names: Sequence[str], output_dir: Path) -> list[dict[str, Any]]:
-    """Write ``names`` from ``outputs`` as ``<index>.npy`` files plus ``manifest.json``; return the entries.
-
-    Sequence items go to ``<index>.<i>.npy``; types numpy lacks are stored raw with their ONNX element type
-    (:mod:`graphbisect.values`).
+    Types numpy lacks are stored raw with their ONNX element type (:mod:`graphbisect.values`). A value that
+    cannot be stored is a ``TypeError`` naming the output (a crash of the run, not of graphbisect).
     """
-    output_dir.mkdir(parents=True, exist_ok=True)
     entries = []
-    for index, name in enumerate(names):
-        try:
-            entry = write_value(outputs[name], str(index), lambda file, raw: _save_npy_atomic(output_dir / file, raw))
-        except GraphBisectError as exc:
-            raise TypeError(f"output {name!r}: {exc.message}") from exc
-        entries.append({"name": name, **entry})
-    tmp = output_dir / f".{MANIFEST}.{os.getpid()}.tmp"
-    tmp.write_text(manifest_text(entries), encoding="utf-8")
-    os.replace(tmp, output_dir / MANIFEST)
-    return entries
+    with PackWriter(output_dir, durable=False) as writer:  # scratch or resumable, a run is cheap to redo
+        for name in names:
+            try:
+                entry = writer.add(outputs[name])
+            except GraphBisectError as exc:
+                raise TypeError(f"output {name!r}: {exc.message}") from exc
+            entries.append({"name": name, **entry})
+        return writer.publish(entries)
 
 
 def compare_to_store(outputs: Mapping[str, Any], names: Sequence[str], store_dir: str | Path,
@@ -397,7 +383,7 @@ class _Server:
                 stats = _compared(produced, names, compare)
                 keep = set(compare.get("keep") or ())
                 names = [name for name in names if name in keep or name not in stats]
-            entries = write_outputs(produced, names, output_dir)
+            index = write_outputs(produced, names, output_dir)
         except GraphBisectError:
             self.loaded = None
             raise
@@ -407,8 +393,9 @@ class _Server:
             with contextlib.suppress(Exception):  # what the load learned (fired passes) survives a run crash
                 crash["info"] = _jsonable(self.runtime.info())
             return crash
-        return {"event": "done", "status": "ok", "outputs": entries, "info": _jsonable(self.runtime.info()),
-                **({"stats": stats} if compare is not None else {})}
+        pack = {key: value for key, value in index.items() if key != "tensors"}
+        return {"event": "done", "status": "ok", "outputs": index["tensors"], "pack": pack,
+                "info": _jsonable(self.runtime.info()), **({"stats": stats} if compare is not None else {})}
 
 
 def _compared(produced: Mapping[str, Any], names: Sequence[str], compare: Mapping[str, Any]) -> dict[str, Any]:

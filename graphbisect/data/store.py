@@ -1,16 +1,24 @@
-"""The activation store: one ``.npy`` file per tensor in a folder, plus ``manifest.json``.
+"""The activation store: a run's tensors in one packed data file, memory-mapped, plus an index written last.
 
-Why files and memory maps: the oracle's dump of every intermediate tensor of a large model does not fit
-in RAM, and candidates only need a few of them at a time. :meth:`ActivationStore.get` returns a
-read-only memory map, so reading a tensor costs only the pages actually touched (tensors up to 64 KiB are
-simply read: a map costs more than the read). Files are named by a
-counter (``t000012.npy``), never by tensor name (tensor names may hold ``/``, ``:`` or be very long); the
-manifest maps names to files, dtypes and shapes and is rewritten atomically. Its format is the one the
-backend worker writes next to its outputs, so a worker's output folder is a store as it stands::
+Why one data file and a memory map: the oracle's dump of every intermediate tensor of a large model does
+not fit in RAM, candidates only need a few of them at a time, and a file per tensor made a 50,000-node run
+~99,000 files (22 s just to delete). The layout is :mod:`graphbisect.packfile`'s, the one the backend
+worker writes its outputs in, so a worker's output folder *is* a store as it stands::
 
-    {"version": 1, "tensors": [{"name": "conv1/out", "file": "0.npy", "dtype": "<f4", "shape": [1, 8]}]}
+    values.bin      every tensor's raw bytes (small ones packed, those above 64 KiB page-aligned)
+    manifest.json   {"version": 2, "data": "values.bin", "size": ..., "token": ..., "tail_crc32": ...,
+                     "tensors": [{"name": "conv1/out", "offset": 64, "dtype": "<f4", "shape": [1, 8]}]}
 
-This module imports only the standard library and numpy, so backend worker processes can use it too.
+:meth:`ActivationStore.get` returns tensors above 64 KiB as read-only views of one map of the data file
+(only the pages touched are read) and smaller ones copied into memory. A store whose data and index do not
+belong together (a run killed mid-write, a truncated or replaced file) is refused with
+:class:`~graphbisect.packfile.TornRunError`, never misread.
+
+Stores written by graphbisect before the packed layout (one ``.npy`` file per tensor, manifest version 1)
+are still read, so ``--resume`` of an older work folder works; they are not added to.
+
+This module imports only the standard library, numpy and graphbisect modules that do, so backend worker
+processes can use it too (``ActivationStore.open(folder).get(name)``).
 
 Example:
     >>> store = ActivationStore(tmp_path / "oracle")          # doctest: +SKIP
@@ -22,7 +30,6 @@ Example:
 from __future__ import annotations
 
 import difflib
-import json
 import logging
 import os
 from collections.abc import Iterator, Mapping
@@ -30,28 +37,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from graphbisect.atomic import atomic_path
 from graphbisect.errors import GraphBisectError
 from graphbisect.npyfile import load_memmap, read_npy
-from graphbisect.values import elem_type_name, entry_files, entry_nbytes, read_value, write_value
+from graphbisect.packfile import (
+    DATA_NAME,
+    INDEX_NAME,
+    LEGACY_VERSION,
+    PackedData,
+    PackWriter,
+    read_index,
+)
+from graphbisect.values import elem_type_name, entry_files, entry_nbytes, read_value
 
 __all__ = ["MANIFEST_NAME", "ActivationStore", "StoredTensor"]
 
 logger = logging.getLogger(__name__)
 
-MANIFEST_NAME = "manifest.json"
-_VERSION = 1
+MANIFEST_NAME = INDEX_NAME
 
 
 @dataclass(frozen=True)
 class StoredTensor:
-    """One manifest entry: the file (relative to the store's folder), dtype and shape of a tensor.
+    """One index entry: where a tensor's bytes are (``file`` relative to the store's folder, and ``offset``
+    in it; ``offset`` is None for a version 1 store's ``.npy`` file), its stored dtype and shape.
 
     ``elem_type`` is the ONNX element type of a tensor numpy lacks (stored raw, :mod:`graphbisect.values`);
-    ``layout`` is the whole entry of a sequence or an empty optional (``file`` is then its first file, or
-    empty).
+    ``layout`` is the whole entry of a sequence or an empty optional (``file`` is then the file holding its
+    first item, or empty).
     """
 
     file: str
@@ -59,21 +71,24 @@ class StoredTensor:
     shape: tuple[int, ...]
     elem_type: int | None = None
     layout: Mapping[str, Any] | None = None
+    offset: int | None = None
 
     @classmethod
     def from_entry(cls, entry: Mapping[str, Any]) -> StoredTensor:
-        """The manifest entry ``entry`` (with or without its ``name``)."""
-        if "file" not in entry:
+        """The index entry ``entry`` (with or without its ``name``)."""
+        if "sequence" in entry or "optional" in entry:
             layout = {k: v for k, v in entry.items() if k != "name"}
             files = entry_files(layout)
-            return cls(files[0] if files else "", "", (), None, layout)
-        return cls(str(entry["file"]), str(entry["dtype"]), tuple(int(d) for d in entry["shape"]),
-                   int(entry["elem_type"]) if entry.get("elem_type") is not None else None)
+            return cls(files[0] if files else DATA_NAME if entry_nbytes(layout) else "", "", (), None, layout)
+        elem_type = int(entry["elem_type"]) if entry.get("elem_type") is not None else None
+        offset = int(entry["offset"]) if "offset" in entry else None
+        return cls(str(entry.get("file", DATA_NAME)), str(entry["dtype"]), tuple(int(d) for d in entry["shape"]),
+                   elem_type, None, offset)
 
     @property
     def files(self) -> list[str]:
         """Every file holding this value."""
-        return entry_files(self.to_json())
+        return entry_files(self.to_json()) or ([self.file] if self.file else [])
 
     @property
     def nbytes(self) -> int:
@@ -82,24 +97,22 @@ class StoredTensor:
     def to_json(self) -> dict[str, Any]:
         if self.layout is not None:
             return dict(self.layout)
-        entry: dict[str, Any] = {"file": self.file, "dtype": self.dtype, "shape": list(self.shape)}
+        where: dict[str, Any] = {"offset": self.offset} if self.offset is not None else {"file": self.file}
+        entry: dict[str, Any] = {**where, "dtype": self.dtype, "shape": list(self.shape)}
         if self.elem_type is not None:
             entry["elem_type"] = self.elem_type
             entry["onnx_type"] = elem_type_name(self.elem_type)
         return entry
 
 
-def _atomic_write(path: Path, write: Any) -> None:
-    """Call ``write(handle)`` on a temporary file next to ``path``, then move it over ``path``."""
-    with atomic_path(path) as tmp, tmp.open("wb") as handle:
-        write(handle)
-
-
 class ActivationStore:
-    """A folder of tensors addressed by name; each is read back read-only (memory-mapped above 64 KiB).
+    """Tensors addressed by name, in one packed data file; each is read back read-only (views of a memory
+    map above 64 KiB).
 
-    ``ActivationStore(directory)`` creates the folder if needed and reads an existing manifest.
-    With ``autoflush=False`` the manifest is only written by :meth:`flush` (faster for thousands of puts).
+    ``ActivationStore(directory)`` creates the folder if needed and reads an existing index (raising
+    :class:`~graphbisect.packfile.TornRunError` for a torn one). :meth:`put` appends to the data file; the
+    index is written by :meth:`flush`, after every put unless ``autoflush=False`` (faster for thousands of
+    puts). :meth:`close` (or a ``with`` block) flushes and closes the data file.
     """
 
     def __init__(self, directory: str | Path, *, autoflush: bool = True) -> None:
@@ -107,31 +120,37 @@ class ActivationStore:
         self._folder = str(self.directory)
         self.autoflush = autoflush
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._entries: dict[str, StoredTensor] = {}
-        manifest = self.directory / MANIFEST_NAME
-        if manifest.exists():
-            self._entries = _read_manifest(manifest)
-        self._counter = len(self._entries)
+        self._entries: dict[str, Mapping[str, Any]] = {}
+        self._index: Mapping[str, Any] | None = read_index(self.directory)
+        self._legacy = self._index is not None and self._index["version"] == LEGACY_VERSION
+        self._writer: PackWriter | None = None
+        self._data: PackedData | None = None
+        self._dirty = False
+        if self._index is not None:
+            self._entries = _entries(self.directory / MANIFEST_NAME, self._index, legacy=self._legacy)
+            if not self._legacy:
+                self._data = PackedData(self.directory / DATA_NAME, str(self._index["token"]),
+                                        size=int(self._index["size"]))
 
     @classmethod
     def open(cls, directory: str | Path) -> ActivationStore:
-        """Open an existing store (its ``manifest.json`` must exist)."""
+        """Open an existing store (its ``manifest.json`` must exist and match its data)."""
         directory = Path(directory)
-        if not (directory / MANIFEST_NAME).is_file():
+        if not (directory / MANIFEST_NAME).is_file() and not (directory / DATA_NAME).exists():
             raise GraphBisectError(
                 f"{directory} is not an activation store: {MANIFEST_NAME} is missing",
-                hint="pass the folder written by graphbisect (or index .npy files with ActivationStore.adopt)",
+                hint="pass the folder written by graphbisect (a worker's output folder or a store's)",
             )
         return cls(directory)
 
     @classmethod
     def adopt(cls, directory: str | Path, files: Mapping[str, str | Path] | None = None) -> ActivationStore:
-        """Index ``.npy`` files already in ``directory`` as a store, without copying them.
+        """The store in ``directory``, optionally adding ``.npy`` files to it.
 
-        Without ``files``, the folder's ``manifest.json`` is used as is: the backend worker writes
-        its outputs (``0.npy``, ``1.npy``... plus a manifest in this same format), so its output folder
-        *is* a store. With ``files`` (tensor name → file inside ``directory``; relative paths are taken
-        relative to it), those files are indexed from their headers and added to the manifest.
+        Without ``files``, the folder is opened as it is: the backend worker writes its outputs in the
+        store's layout, so its output folder *is* a store (no copy). With ``files`` (tensor name → ``.npy``
+        file inside ``directory``; relative paths are taken relative to it), those arrays are copied into
+        the store's data file (a store is one data file; the ``.npy`` files may be deleted afterwards).
 
         Example:
             >>> store = ActivationStore.adopt(run_dir)                            # doctest: +SKIP
@@ -141,15 +160,15 @@ class ActivationStore:
             return cls.open(directory)
         store = cls(directory, autoflush=False)
         for name, file in files.items():
-            store._adopt_one(name, Path(file))
+            store.put(name, store._adoptable(name, Path(file)))
         store.flush()
         store.autoflush = True
         return store
 
-    def _adopt_one(self, name: str, file: Path) -> None:
+    def _adoptable(self, name: str, file: Path) -> Any:
         full = file if file.is_absolute() else self.directory / file
         try:
-            relative = full.resolve().relative_to(self.directory.resolve())
+            full.resolve().relative_to(self.directory.resolve())
         except ValueError as exc:
             raise GraphBisectError(
                 f"cannot adopt {full} for tensor {name!r}: it is outside the store folder {self.directory}",
@@ -159,63 +178,86 @@ class ActivationStore:
             raise GraphBisectError(
                 f"cannot adopt tensor {name!r}: {full} does not exist", hint="check the worker output"
             )
-        array = load_memmap(full)
-        self._entries[name] = StoredTensor(relative.as_posix(), array.dtype.str, tuple(array.shape))
+        return load_memmap(full)
 
     # --- writing ------------------------------------------------------------------------------------------
 
     def put(self, name: str, array: Any) -> None:
-        """Store ``array`` (any ONNX value, :mod:`graphbisect.values`) under ``name``, atomically."""
-        previous = self._entries.get(name)
-        stem = previous.file.partition(".")[0] if previous and previous.file else self._new_stem()
+        """Store ``array`` (any ONNX value, :mod:`graphbisect.values`) under ``name``, replacing an earlier
+        value of that name (whose maps stay valid: its bytes are never overwritten)."""
+        writer = self._open_writer()
         try:
-            entry = write_value(array, stem, lambda file, raw: _atomic_write(
-                self.directory / file, lambda handle: np.lib.format.write_array(handle, raw, allow_pickle=False)))
+            entry = writer.add(array)
         except GraphBisectError as exc:
             raise GraphBisectError(f"tensor {name!r} cannot be stored: {exc.message}", hint=exc.hint) from exc
-        self._entries[name] = StoredTensor.from_entry(entry)
+        self._entries[name] = entry
+        self._dirty = True
         if self.autoflush:
             self.flush()
 
-    def _new_stem(self) -> str:
-        taken = {file.partition(".")[0] for entry in self._entries.values() for file in entry.files}
-        while True:
-            stem = f"t{self._counter:06d}"
-            self._counter += 1
-            if stem not in taken and not (self.directory / f"{stem}.npy").exists():
-                return stem
+    def _open_writer(self) -> PackWriter:
+        if self._legacy:
+            raise GraphBisectError(
+                f"{self.directory} is an activation store of an older graphbisect (one .npy file per tensor, "
+                f"{MANIFEST_NAME} version {LEGACY_VERSION}): it is read, not added to",
+                hint="write new tensors to a new folder, or delete this one and let graphbisect recompute it",
+            )
+        if self._writer is None:
+            self._writer = (PackWriter.append(self.directory, self._index) if self._index is not None
+                            else PackWriter(self.directory))
+            self._data = self._writer.data
+        return self._writer
 
     def flush(self) -> None:
-        """Write ``manifest.json`` atomically."""
-        document = {
-            "version": _VERSION,
-            "tensors": [{"name": name, **entry.to_json()} for name, entry in self._entries.items()],
-        }
-        data = json.dumps(document, indent=1).encode("utf-8")
-        _atomic_write(self.directory / MANIFEST_NAME, lambda handle: handle.write(data))
+        """Write the index (``manifest.json``) atomically, after the data it describes."""
+        if self._legacy or (self._index is not None and not self._dirty):
+            return
+        writer = self._open_writer()
+        self._index = writer.publish([{"name": name, **entry} for name, entry in self._entries.items()])
+        self._dirty = False
+
+    def close(self) -> None:
+        """Flush and close the data file (reading stays possible; a later put opens it again)."""
+        if self._writer is not None:
+            self.flush()
+            self._writer.close()
+            self._writer = None
+
+    def __enter__(self) -> ActivationStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     # --- reading ------------------------------------------------------------------------------------------
 
     def get(self, name: str) -> Any:
-        """The tensor stored under ``name``, read-only: a memory map, or an in-memory array up to 64 KiB.
+        """The tensor stored under ``name``, read-only: a view of the data file's memory map, or an
+        in-memory array up to 64 KiB.
 
         Sequences are lists, empty optionals ``None``, types numpy lacks ``ml_dtypes`` arrays
         (:mod:`graphbisect.values`).
         """
-        entry = self.info(name)
-        if entry.layout is None and entry.elem_type is None:
-            return read_npy(os.path.join(self._folder, entry.file), entry.dtype, entry.shape)
-        return read_value(entry.to_json(), lambda item: read_npy(
+        entry = self._entries.get(name)
+        if entry is None:
+            self.info(name)  # raises, naming close matches
+            raise AssertionError("unreachable")
+        if self._data is not None:
+            return self._data.value(entry)
+        if "file" in entry and "elem_type" not in entry:
+            return read_npy(os.path.join(self._folder, entry["file"]), entry["dtype"], tuple(entry["shape"]))
+        return read_value(entry, lambda item: read_npy(
             os.path.join(self._folder, str(item["file"])), str(item["dtype"]), tuple(item["shape"])))
 
     def path(self, name: str) -> Path:
-        """The ``.npy`` file holding ``name`` (e.g. to hand to a worker process without reading it)."""
+        """The file holding ``name``: the data file (``info(name).offset`` says where in it), or the
+        ``.npy`` file of a version 1 store."""
         return self.directory / self.info(name).file
 
     def info(self, name: str) -> StoredTensor:
-        """The manifest entry of ``name``; raises ``KeyError`` naming close matches."""
+        """The index entry of ``name``; raises ``KeyError`` naming close matches."""
         try:
-            return self._entries[name]
+            return StoredTensor.from_entry(self._entries[name])
         except KeyError as exc:
             close = difflib.get_close_matches(name, list(self._entries), n=3)
             suggestion = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
@@ -228,7 +270,7 @@ class ActivationStore:
     @property
     def nbytes(self) -> int:
         """Total size of the stored tensors' data."""
-        return sum(entry.nbytes for entry in self._entries.values())
+        return sum(entry_nbytes(entry) for entry in self._entries.values())
 
     def __getitem__(self, name: str) -> Any:
         return self.get(name)
@@ -246,19 +288,21 @@ class ActivationStore:
         return f"ActivationStore({str(self.directory)!r}, tensors={len(self)}, nbytes={self.nbytes})"
 
 
-def _read_manifest(path: Path) -> dict[str, StoredTensor]:
+def _entries(path: Path, index: Mapping[str, Any], *, legacy: bool) -> dict[str, Mapping[str, Any]]:
+    """The tensor entries of ``index`` by name, checked (a version 1 store's files must lie inside it)."""
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-        entries = {entry["name"]: StoredTensor.from_entry(entry) for entry in document["tensors"]}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        entries: dict[str, Mapping[str, Any]] = {str(entry["name"]): {k: v for k, v in entry.items() if k != "name"}
+                   for entry in index["tensors"]}
+        described = [StoredTensor.from_entry(entry) for entry in entries.values()] if legacy else []
+    except (ValueError, KeyError, TypeError) as exc:
         raise GraphBisectError(
             f"cannot read the activation store manifest {path}: {type(exc).__name__}: {exc}",
-            hint="the store is corrupt; delete the folder and let graphbisect recompute it",
+            hint=f"the store is corrupt; delete {path.parent} and let graphbisect recompute it",
         ) from exc
-    for name, entry in entries.items():
+    for name, entry in zip(entries, described):
         if any(Path(file).is_absolute() or ".." in Path(file).parts for file in entry.files):
             raise GraphBisectError(
                 f"activation store manifest {path}: tensor {name!r} points outside the store ({entry.file!r})",
-                hint="the store is corrupt; delete the folder and let graphbisect recompute it",
+                hint=f"the store is corrupt; delete {path.parent} and let graphbisect recompute it",
             )
     return entries

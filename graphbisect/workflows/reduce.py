@@ -52,6 +52,7 @@ from graphbisect.backends.process import CompareTo
 from graphbisect.backends.registry import BACKEND_SPEC
 from graphbisect.compare import Tolerance
 from graphbisect.data import ActivationStore, save_inputs, validate_inputs
+from graphbisect.data.store import MANIFEST_NAME
 from graphbisect.engine import (
     Budget,
     Evaluator,
@@ -74,6 +75,7 @@ from graphbisect.model.io import remove_model, save_proto
 from graphbisect.options import INVOCATIONS, JOBS, TIMEOUT, check_fields, option, pattern, seconds, whole
 from graphbisect.oracle.signature import FailureKind, Signature
 from graphbisect.oracle.tester import CandidateTester, OutputCheck, TargetPool, WorkerPool, judge, model_digest
+from graphbisect.packfile import TornRunError
 from graphbisect.strategies.subgraph import SubgraphSpace, plan
 from graphbisect.values import load_values_npz
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
@@ -248,10 +250,15 @@ class _Run:
 
     # --- steps -----------------------------------------------------------------------------------------
     def capture(self) -> ActivationStore:
-        """One oracle run on the probe model → the activation store (skipped when resuming)."""
+        """One oracle run on the probe model → the activation store (skipped when resuming, unless the
+        store a resumed run finds is torn: then it is captured again, never read)."""
         store_dir = self.work / "activations"
-        if (store_dir / "manifest.json").exists():
-            return ActivationStore.adopt(store_dir)
+        if (store_dir / MANIFEST_NAME).exists():
+            try:
+                return ActivationStore.adopt(store_dir)
+            except TornRunError as exc:
+                log.warning("the activation store of the resumed run is unusable (%s); capturing it again",
+                            exc.message)
         names = [n for n in self.model.intermediate_names()]
         probe = self.work / "probe.onnx"
         save_proto(self.model.with_outputs(names), probe)

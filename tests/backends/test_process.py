@@ -31,8 +31,8 @@ def test_one_worker_serves_many_invocations(ort: BackendProcess, models: dict[st
     np.testing.assert_array_equal(second.outputs["y"], np.maximum(-x23, 0) + 1)
 
 
-def test_outputs_are_index_named_files_with_a_manifest(ort: BackendProcess, models: dict[str, Path],
-                                                       x23: np.ndarray, tmp_path: Path, odd_name: str) -> None:
+def test_outputs_are_one_packed_file_with_a_manifest(ort: BackendProcess, models: dict[str, Path],
+                                                     x23: np.ndarray, tmp_path: Path, odd_name: str) -> None:
     out = tmp_path / "store"
     result = ort.run(models["relu_add_probe"], {"x": x23}, [odd_name, "y"], output_dir=out)
     assert result.ok, result.describe()
@@ -40,21 +40,25 @@ def test_outputs_are_index_named_files_with_a_manifest(ort: BackendProcess, mode
     assert not result.outputs[odd_name].flags.writeable  # read from the file (small: read, large: mapped)
     np.testing.assert_array_equal(result.outputs[odd_name], np.maximum(x23, 0))
     manifest = json.loads((out / "manifest.json").read_text())
-    assert [(t["name"], t["file"]) for t in manifest["tensors"]] == [(odd_name, "0.npy"), ("y", "1.npy")]
-    assert sorted(p.name for p in out.iterdir()) == ["0.npy", "1.npy", "manifest.json"]
+    assert manifest["version"] == 2 and [t["name"] for t in manifest["tensors"]] == [odd_name, "y"]
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "values.bin"]
     assert not (tmp_path / "block").exists()  # the '../block/relu:0' name never became a path
 
 
 def test_rewriting_an_output_dir_never_changes_earlier_results_silently(
         ort: BackendProcess, models: dict[str, Path], x23: np.ndarray, tmp_path: Path) -> None:
-    """Kept outputs are read lazily (no file descriptor per tensor); an overwritten one is refused, not misread."""
+    """Kept outputs are read lazily (one map per run, not a descriptor per tensor); a run whose data a later
+    run replaced before it was first read is refused, not misread; one already read keeps its own values."""
     first = ort.run(models["relu_add"], {"x": x23}, output_dir=tmp_path)
-    held = first.outputs["y"]  # read before the next run: stays valid (its inode lives on)
+    held = first.outputs["y"]  # read before the next run: its data file is mapped (its inode lives on)
+    unread = ort.run(models["relu_add"], {"x": 2 * x23}, output_dir=tmp_path / "b")
+    ort.run(models["relu_add"], {"x": 3 * x23}, output_dir=tmp_path / "b")
     second = ort.run(models["relu_add"], {"x": -x23}, output_dir=tmp_path)
     np.testing.assert_array_equal(held, np.maximum(x23, 0) + 1)
+    np.testing.assert_array_equal(first.outputs["y"], np.maximum(x23, 0) + 1)
     np.testing.assert_array_equal(second.outputs["y"], np.maximum(-x23, 0) + 1)
     with pytest.raises(BackendError, match="overwritten by a later run"):
-        first.outputs["y"]
+        unread.outputs["y"]
 
 
 def test_probe_outputs_do_not_hold_a_file_descriptor_each(ort: BackendProcess, tmp_path: Path) -> None:

@@ -1,15 +1,23 @@
-"""The activation store: one .npy per tensor, a manifest, read-only memory maps, adopting worker output."""
+"""The activation store: one packed data file and its index, read-only memory maps, worker output as a store,
+torn runs refused, stores of the older per-tensor layout still read."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from graphbisect.backends.worker import write_outputs
 from graphbisect.data import ActivationStore
 from graphbisect.errors import GraphBisectError
+from graphbisect.packfile import TornRunError
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 4), (64, 1024)])  # read (96 bytes), memory-mapped (256 KiB)
@@ -25,23 +33,29 @@ def test_put_get_returns_read_only_arrays(tmp_path: Path, shape: tuple[int, ...]
         got[0, 0] = 1
 
 
-@pytest.mark.parametrize("array", [np.asfortranarray(np.arange(12.0).reshape(3, 4)),
-                                   np.array([(1, 2.0)], dtype=[("a", "<i4"), ("b", "<f8")])])
-def test_files_numpy_wrote_differently_are_read_by_numpy(tmp_path: Path, array: np.ndarray) -> None:
-    """Fortran order or a structured dtype in the header: the fast path steps aside for np.load."""
+def test_a_fortran_ordered_npy_is_adopted_in_c_order_and_a_structured_one_is_refused(tmp_path: Path) -> None:
+    array = np.asfortranarray(np.arange(12.0).reshape(3, 4))
     np.save(tmp_path / "0.npy", array)
     store = ActivationStore.adopt(tmp_path, {"x": "0.npy"})
     np.testing.assert_array_equal(store.get("x"), array)
+    np.save(tmp_path / "1.npy", np.array([(1, 2.0)], dtype=[("a", "<i4"), ("b", "<f8")]))
+    with pytest.raises(GraphBisectError, match="tensor 'y' cannot be stored"):
+        store.put("y", np.load(tmp_path / "1.npy"))
 
 
-def test_files_are_not_named_after_tensors(tmp_path: Path) -> None:
+def test_files_are_not_named_after_tensors_and_a_run_is_two_files(tmp_path: Path) -> None:
     store = ActivationStore(tmp_path)
     names = ["a/b/../c", "x:0", "n" * 300]
-    for name in names:
-        store.put(name, np.zeros(2))
+    for index, name in enumerate(names):
+        store.put(name, np.full(2, index, np.float32))
+    store.put("big", np.ones(1 << 16, np.float32))  # 256 KiB: page-aligned, mapped
     files = sorted(p.name for p in tmp_path.iterdir())
-    assert files == ["manifest.json", "t000000.npy", "t000001.npy", "t000002.npy"]
-    assert store.names() == names
+    assert files == ["manifest.json", "values.bin"]
+    assert store.names() == [*names, "big"]
+    reopened = ActivationStore.open(tmp_path)
+    assert [float(reopened.get(name)[0]) for name in names] == [0.0, 1.0, 2.0]
+    assert reopened.info("big").offset is not None and reopened.info("big").offset % 4096 == 0
+    assert all(reopened.info(name).offset % 64 == 0 for name in names)  # type: ignore[operator]
 
 
 def test_reopen_contains_len_nbytes(tmp_path: Path) -> None:
@@ -61,12 +75,23 @@ def test_reopen_contains_len_nbytes(tmp_path: Path) -> None:
 
 def test_put_replaces_and_keeps_old_maps_valid(tmp_path: Path) -> None:
     store = ActivationStore(tmp_path)
-    store.put("t", np.zeros(4))
+    store.put("t", np.zeros(1 << 15))  # 256 KiB: a view of the map
     old = store.get("t")
-    store.put("t", np.ones(4))
-    np.testing.assert_array_equal(old, 0)  # the replaced file stays readable through its map
+    assert isinstance(old, np.memmap)
+    store.put("t", np.ones(1 << 15))
+    np.testing.assert_array_equal(old, 0)  # the replaced value's bytes are never overwritten
     np.testing.assert_array_equal(store.get("t"), 1)
-    assert len(list(tmp_path.glob("*.npy"))) == 1
+    assert store.names() == ["t"] and ActivationStore.open(tmp_path).get("t")[0] == 1
+
+
+def test_a_reopened_store_is_appended_to(tmp_path: Path) -> None:
+    with ActivationStore(tmp_path) as store:
+        store.put("a", np.arange(3))
+    again = ActivationStore(tmp_path)
+    again.put("b", np.arange(4))
+    reopened = ActivationStore.open(tmp_path)
+    assert reopened.names() == ["a", "b"] and reopened.get("a").tolist() == [0, 1, 2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json", "values.bin"]
 
 
 def test_string_tensors_from_object_arrays(tmp_path: Path) -> None:
@@ -99,7 +124,7 @@ def test_open_requires_a_manifest(tmp_path: Path) -> None:
 
 def test_corrupt_manifest(tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text("{broken")
-    with pytest.raises(GraphBisectError, match="cannot read the activation store manifest"):
+    with pytest.raises(GraphBisectError, match="cannot read the store manifest"):
         ActivationStore.open(tmp_path)
     (tmp_path / "manifest.json").write_text(
         json.dumps({"version": 1, "tensors": [{"name": "a", "file": "../x.npy", "dtype": "<f4", "shape": []}]})
@@ -108,8 +133,8 @@ def test_corrupt_manifest(tmp_path: Path) -> None:
         ActivationStore.open(tmp_path)
 
 
-def _write_like_the_worker(folder: Path, outputs: dict[str, np.ndarray]) -> None:
-    """The backend worker's output layout: <index>.npy plus manifest.json (see backends/worker.py)."""
+def _write_the_per_tensor_layout(folder: Path, outputs: dict[str, np.ndarray]) -> None:
+    """What graphbisect wrote before the packed layout: <index>.npy plus manifest.json version 1."""
     folder.mkdir(parents=True, exist_ok=True)
     entries = []
     for index, (name, value) in enumerate(outputs.items()):
@@ -118,22 +143,21 @@ def _write_like_the_worker(folder: Path, outputs: dict[str, np.ndarray]) -> None
     (folder / "manifest.json").write_text(json.dumps({"version": 1, "tensors": entries}))
 
 
-def test_adopt_a_worker_output_folder_without_copying(tmp_path: Path) -> None:
+def test_a_store_of_the_per_tensor_layout_is_read_not_added_to(tmp_path: Path) -> None:
     outputs = {"logits": np.arange(10, dtype=np.float32), "mask": np.array([True, False])}
-    _write_like_the_worker(tmp_path, outputs)
+    _write_the_per_tensor_layout(tmp_path, outputs)
     before = sorted(p.name for p in tmp_path.iterdir())
     store = ActivationStore.adopt(tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == before
     np.testing.assert_array_equal(store.get("logits"), outputs["logits"])
     assert store.path("mask") == tmp_path / "1.npy"
-    store.put("extra", np.zeros(1))  # new files never collide with the worker's
-    assert ActivationStore.open(tmp_path).names() == ["logits", "mask", "extra"]
+    with pytest.raises(GraphBisectError, match=r"older graphbisect \(one \.npy file per tensor"):
+        store.put("extra", np.zeros(1))
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 def test_adopt_the_real_worker_output(tmp_path: Path) -> None:
-    worker = pytest.importorskip("graphbisect.backends.worker")
     outputs: dict[str, np.ndarray] = {"a/b": np.ones((2, 2), np.float16), "c": np.zeros(3, np.int32)}
-    worker.write_outputs(outputs, list(outputs), tmp_path)
+    write_outputs(outputs, list(outputs), tmp_path)
     store = ActivationStore.adopt(tmp_path)
     for name, value in outputs.items():
         np.testing.assert_array_equal(store.get(name), value)
@@ -145,7 +169,8 @@ def test_adopt_files_by_mapping(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     np.save(tmp_path / "sub" / "o.npy", np.ones(2))
     store = ActivationStore.adopt(tmp_path, {"x": "out_0.npy", "y": tmp_path / "sub" / "o.npy"})
-    assert store.info("x").shape == (3, 2) and store.info("y").file == "sub/o.npy"
+    assert store.info("x").shape == (3, 2) and store.info("y").file == "values.bin"
+    (tmp_path / "out_0.npy").unlink()  # copied into the store's data file
     assert ActivationStore.open(tmp_path).get("x").sum() == 42
 
 
@@ -165,3 +190,111 @@ def test_large_tensor_is_not_loaded_by_get(tmp_path: Path) -> None:
     got = store.get("big")
     assert isinstance(got, np.memmap) and got.nbytes == 32 * 2**20
     assert got[-1, -1, -1] == 3.0
+
+
+# --- torn runs: detected and refused, never misread ------------------------------------------------------------
+def _run_folder(folder: Path, scale: float = 1.0) -> Path:
+    """A folder as the backend worker writes it: a small tensor, a page-aligned one, a sequence."""
+    outputs = {"a": np.arange(5, dtype=np.float32) * scale, "b": np.full(40_000, scale, np.float32),
+               "s": [np.ones(3, np.int64), np.zeros(2, np.float16)]}
+    write_outputs(outputs, list(outputs), folder)
+    return folder
+
+
+def test_a_truncated_data_file_is_refused_naming_it(tmp_path: Path) -> None:
+    folder = _run_folder(tmp_path / "run")
+    data = folder / "values.bin"
+    os.truncate(data, data.stat().st_size - 100)
+    with pytest.raises(TornRunError, match=r"values\.bin is truncated") as caught:
+        ActivationStore.open(folder)
+    assert caught.value.hint is not None and f"delete {folder}" in caught.value.hint
+
+
+def test_data_without_its_index_is_a_run_that_did_not_finish(tmp_path: Path) -> None:
+    folder = _run_folder(tmp_path / "run")
+    (folder / "manifest.json").unlink()
+    with pytest.raises(TornRunError, match=r"values\.bin has no index \(manifest\.json\): the run that wrote it "
+                                           "did not finish"):
+        ActivationStore.open(folder)
+
+
+def test_an_index_and_data_of_different_runs_are_refused(tmp_path: Path) -> None:
+    folder = _run_folder(tmp_path / "run")
+    other = _run_folder(tmp_path / "other", scale=2.0)  # same layout, same size, other values
+    assert (other / "values.bin").stat().st_size == (folder / "values.bin").stat().st_size
+    shutil.copyfile(other / "values.bin", folder / "values.bin")
+    with pytest.raises(TornRunError, match="come from different runs"):
+        ActivationStore.open(folder)
+
+
+def test_a_tail_that_never_reached_the_disk_is_refused(tmp_path: Path) -> None:
+    """Same size, but the last bytes are zeros (a crash before the data was written back)."""
+    folder = _run_folder(tmp_path / "run")
+    data = folder / "values.bin"
+    with open(data, "r+b") as handle:
+        handle.seek(data.stat().st_size - 64)
+        handle.write(bytes(64))
+    with pytest.raises(TornRunError, match="does not match its index"):
+        ActivationStore.open(folder)
+
+
+def test_an_index_entry_beyond_the_data_is_refused_when_read(tmp_path: Path) -> None:
+    folder = _run_folder(tmp_path / "run")
+    index = json.loads((folder / "manifest.json").read_text())
+    index["tensors"][0]["offset"] = index["size"]
+    (folder / "manifest.json").write_text(json.dumps(index))
+    store = ActivationStore.open(folder)
+    np.testing.assert_array_equal(store.get("b"), 1.0)
+    with pytest.raises(TornRunError, match="outside the data"):
+        store.get("a")
+
+
+_KILLED_MID_WRITE = """
+import os, signal, sys
+from pathlib import Path
+import numpy as np
+from graphbisect.backends.worker import write_outputs
+
+class Dying(dict):
+    def __getitem__(self, name):
+        if name == "c":  # the backend died while the outputs were being written
+            os.kill(os.getpid(), signal.SIGKILL)
+        return dict.__getitem__(self, name)
+
+outputs = Dying(a=np.full(5, 7.0), b=np.full(40_000, 7.0, np.float32), c=np.zeros(1))
+write_outputs(outputs, ["a", "b", "c"], Path(sys.argv[1]))
+"""
+
+
+def test_a_run_killed_mid_write_over_an_earlier_one_is_never_read(tmp_path: Path) -> None:
+    """The real writer, SIGKILLed halfway through a second run into the same folder: the folder is refused
+    (its data is the first run's, the index is gone), not read as the first run's values nor the second's."""
+    folder = _run_folder(tmp_path / "run")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.run([sys.executable, "-c", _KILLED_MID_WRITE, str(folder)], env=env, check=False,
+                          capture_output=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    with pytest.raises(TornRunError, match="did not finish"):
+        ActivationStore.open(folder)
+    assert len(list(folder.iterdir())) == 2  # values.bin and the dead run's temporary file: O(1) to delete
+
+
+def test_every_type_round_trips_through_the_worker_layout_reopened_and_appended(tmp_path: Path) -> None:
+    """ml_dtypes, strings, sequences, optionals: written by the worker, reopened, appended to, read back."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    values = {"bf16": np.array([1.5, -2.0], ml_dtypes.bfloat16), "f8": np.array([0.5, 3.0], ml_dtypes.float8_e4m3fn),
+              "i4": np.array([-8, 7, 1], ml_dtypes.int4), "str": np.array(["ab", "ç"], dtype=object),
+              "seq": [np.arange(3, dtype=np.float32), np.array([1.0], ml_dtypes.bfloat16)], "none": None}
+    first = dict(list(values.items())[:3])
+    write_outputs(first, list(first), tmp_path)
+    store = ActivationStore(tmp_path)
+    for name, value in list(values.items())[3:]:
+        store.put(name, value)
+    reopened = ActivationStore.open(tmp_path)
+    assert reopened.names() == list(values)
+    for name in ("bf16", "f8", "i4"):
+        got = reopened.get(name)
+        assert got.dtype == values[name].dtype and got.tobytes() == values[name].tobytes(), name
+    assert reopened.get("str").tolist() == ["ab", "ç"] and reopened.get("none") is None
+    seq = reopened.get("seq")
+    assert seq[0].tolist() == [0.0, 1.0, 2.0] and seq[1].dtype == ml_dtypes.bfloat16 and float(seq[1][0]) == 1.0

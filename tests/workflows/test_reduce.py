@@ -25,6 +25,7 @@ from graphbisect.model import load_model
 from graphbisect.oracle.signature import EXACT_VALUES, FLOAT_VALUES, FailureKind, Signature
 from graphbisect.oracle.tester import CandidateTester, WorkerPool
 from graphbisect.strategies.subgraph import SubgraphSpace
+from graphbisect.values import write_value
 from graphbisect.workflows.reduce import VERIFY_RUNS, ReduceOptions, ReduceResult, reduce_model, work_dir_for
 
 
@@ -174,6 +175,48 @@ def test_budget_stop_keeps_best_so_far_and_resume_finishes(tmp_path: Path) -> No
     assert resumed["one_minimal"] and resumed["kept_nodes"] == list(full.kept_nodes)
     # Finished invocations are not repeated: only the interim result's verification is extra.
     assert resumed["invocations"]["target"] <= full.invocations["target"] + VERIFY_RUNS
+
+
+def _as_per_tensor_layout(store_dir: Path) -> None:
+    """Rewrite a store as graphbisect wrote it before the packed layout: <index>.npy files, manifest version 1."""
+    store = ActivationStore.open(store_dir)
+    entries = []
+    for index, name in enumerate(store.names()):
+        def write(file: str, raw: np.ndarray) -> dict[str, str]:
+            np.save(store_dir / file, raw)
+            return {"file": file}
+        entries.append({"name": name, **write_value(store.get(name), str(index), write)})
+    (store_dir / "values.bin").unlink()
+    (store_dir / "manifest.json").write_text(json.dumps({"version": 1, "tensors": entries}))
+
+
+def test_resume_of_a_work_folder_with_the_per_tensor_store_reads_it(tmp_path: Path) -> None:
+    """A work folder from before the packed store (one .npy per tensor) resumes on its store: not captured again."""
+    host = host_network(120, bug="layernorm_keepdims0", position="branch", seed=6)
+    partial = _reduce(host, tmp_path / "bug", max_invocations=8)
+    assert partial.stop_reason is not None
+    store_dir = work_dir_for(tmp_path / "bug") / "activations"
+    _as_per_tensor_layout(store_dir)
+    assert main(["reduce", "--resume", str(tmp_path / "bug"), "--keep-work", "--json", str(tmp_path / "r.json")]) == 1
+    resumed = json.loads((tmp_path / "r.json").read_text())
+    assert resumed["one_minimal"] and set(host.core_nodes) <= set(resumed["kept_nodes"])
+    # read, not captured again (a capture would have written the packed layout over it)
+    assert not (store_dir / "values.bin").exists()
+    assert json.loads((store_dir / "manifest.json").read_text())["version"] == 1
+
+
+def test_resume_captures_a_torn_store_again(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A store whose data file was cut short is never read on resume: the oracle captures it again."""
+    host = host_network(120, bug="layernorm_keepdims0", position="branch", seed=6)
+    _reduce(host, tmp_path / "bug", max_invocations=8)
+    store_dir = work_dir_for(tmp_path / "bug") / "activations"
+    size = (store_dir / "values.bin").stat().st_size
+    os.truncate(store_dir / "values.bin", size // 2)
+    assert main(["reduce", "--resume", str(tmp_path / "bug"), "--keep-work", "--json", str(tmp_path / "r.json")]) == 1
+    resumed = json.loads((tmp_path / "r.json").read_text())
+    assert resumed["one_minimal"] and set(host.core_nodes) <= set(resumed["kept_nodes"])
+    assert "values.bin is truncated" in caplog.text and "capturing it again" in caplog.text
+    assert ActivationStore.open(store_dir).names() and (store_dir / "values.bin").stat().st_size == size
 
 
 def test_kill_9_mid_run_then_resume_gives_the_same_result(tmp_path: Path) -> None:

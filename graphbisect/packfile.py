@@ -1,0 +1,362 @@
+"""A folder of values as one packed data file plus its index, written last: how a run's tensors lie on disk.
+
+Why one file: a probe run writes one tensor per node. As one ``.npy`` file each, a 50,000-node run made
+~99,000 files (a 4 KiB block for 64 bytes of data: 2.6 MiB of values took 21 MiB) and ``rmtree`` alone
+took 22 s. Packed, a run is two files however many tensors it holds::
+
+    values.bin      a 64-byte header (magic, run token), then every tensor's raw bytes, C order: tensors up
+                    to 64 KiB packed at 64-byte boundaries, larger ones at 4 KiB (page) boundaries
+    manifest.json   the index, written last:
+                    {"version": 2, "data": "values.bin", "size": 9216, "token": "9f0c...", "tail_crc32": 1234,
+                     "tensors": [{"name": "conv1/out", "offset": 64, "dtype": "<f4", "shape": [1, 8]}, ...]}
+
+Tensor entries are :mod:`graphbisect.values` entries with an ``offset`` into the data file where the
+per-tensor layout had a ``file``; sequences, empty optionals and the types numpy lacks are described the
+same way. Reading maps the data file once (one descriptor per run, not one per tensor): tensors above
+64 KiB come back as read-only views of that map (zero copy: only touched pages are read), smaller ones are
+copied out of it.
+
+Crash safety. A new run writes its data to a temporary file, renames it to ``values.bin``, then writes the
+index atomically, so a worker killed mid-write leaves no index (the folder is then no store: "the run did
+not finish"). Opening checks that the index matches its data: the data file exists, is at least ``size``
+bytes long, starts with the index's ``token`` (a later run's data under an earlier run's index is refused),
+and the CRC-32 of the last 4 KiB before ``size`` matches (a tail that never reached the disk reads as
+zeros). Each read checks that the tensor lies within ``size``. Not detected: bytes changed in the middle of
+the data by something other than graphbisect (there is no checksum per tensor; a run is read far more
+often than it is written).
+
+Appending (:class:`PackWriter` on a published folder) writes after the end of the data and publishes a
+new index, so maps of the earlier tensors stay valid; a replaced tensor's old bytes stay until the folder
+is deleted.
+
+This module imports only the standard library, numpy and graphbisect modules that do, so backend workers
+under another interpreter use it to write their outputs.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> writer = PackWriter(folder)
+    >>> entry = writer.add(np.arange(3, dtype=np.float32))
+    >>> index = writer.publish([{"name": "x", **entry}]); writer.close()
+    >>> pack = PackReader.open(folder)
+    >>> pack.value("x").tolist(), sorted(p.name for p in folder.iterdir())
+    ([0.0, 1.0, 2.0], ['manifest.json', 'values.bin'])
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import tempfile
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from graphbisect.atomic import atomic_path
+from graphbisect.errors import GraphBisectError
+from graphbisect.values import read_value, write_value
+
+__all__ = ["DATA_NAME", "INDEX_NAME", "INDEX_VERSION", "PackReader", "PackWriter", "PackedData", "StaleDataError",
+           "TornRunError", "read_index"]
+
+logger = logging.getLogger(__name__)
+
+DATA_NAME = "values.bin"
+#: The index keeps the name of the per-tensor layout's manifest; its ``version`` tells the layouts apart.
+INDEX_NAME = "manifest.json"
+INDEX_VERSION = 2
+#: Version 1: one ``.npy`` file per tensor (graphbisect before the packed layout); still read.
+LEGACY_VERSION = 1
+
+_MAGIC = b"\x93GBPACK\x02"
+HEADER_BYTES = 64
+#: Tensors up to this size are packed at :data:`_SMALL_ALIGN` and read into memory; larger ones are
+#: page-aligned and memory-mapped.
+SMALL_BYTES = 64 << 10
+_SMALL_ALIGN = 64
+_PAGE_ALIGN = 4096
+#: Bytes at the end of the data whose CRC-32 the index holds.
+_TAIL_BYTES = 4096
+#: Values read with ``mapped=False`` stay mapped above this size (their file may be deleted; maps survive).
+_COPY_MAX_BYTES = 64 << 20
+
+_FIX = "delete {folder} and run again (graphbisect recomputes it)"
+
+
+class TornRunError(GraphBisectError):
+    """A folder's data and index do not belong together: the run that wrote it did not finish, or the files
+    were damaged or replaced since."""
+
+
+class StaleDataError(TornRunError):
+    """The data file was replaced by a later run into the same folder after this index was read."""
+
+
+# ------------------------------------------------------------------------------------------------- writing
+class PackWriter:
+    """Appends values to a folder's data file; :meth:`publish` makes them readable by writing the index.
+
+    ``PackWriter(folder)`` starts a new run: it removes the folder's index (an earlier run's data stays
+    readable through open maps) and writes a temporary file until the first :meth:`publish` renames it to
+    ``values.bin``; :meth:`append` continues a published run. ``durable`` fsyncs the data
+    and the index on publish (worth it for stores a later session resumes from, not for scratch outputs).
+    """
+
+    def __init__(self, folder: str | Path, *, durable: bool = True) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.durable = durable
+        self.token = os.urandom(16).hex()
+        (self.folder / INDEX_NAME).unlink(missing_ok=True)  # the folder holds this run or, if it dies, nothing
+        fd, tmp = tempfile.mkstemp(prefix=f".{DATA_NAME}.", suffix=".tmp", dir=self.folder)
+        self._handle: IO[bytes] = os.fdopen(fd, "wb")
+        self._pending: Path | None = Path(tmp)  # renamed to DATA_NAME on the first publish
+        header = _MAGIC + bytes.fromhex(self.token)
+        self._handle.write(header.ljust(HEADER_BYTES, b"\0"))
+        self.size = HEADER_BYTES
+        self.data = PackedData(self._pending, self.token, writer=self)
+
+    @classmethod
+    def append(cls, folder: str | Path, index: Mapping[str, Any], *, durable: bool = True) -> PackWriter:
+        """A writer that adds to the published data of ``folder``, whose (checked) index is ``index``."""
+        writer = cls.__new__(cls)
+        writer.folder = Path(folder)
+        writer.durable = durable
+        writer.token = str(index["token"])
+        path = writer.folder / DATA_NAME
+        writer._handle = open(path, "a+b")  # noqa: SIM115 - held until close()
+        writer._pending = None
+        writer.size = writer._handle.seek(0, os.SEEK_END)  # after any unpublished tail of a torn append
+        writer.data = PackedData(path, writer.token, writer=writer)
+        return writer
+
+    @property
+    def path(self) -> Path:
+        """The data file being written (a temporary name until the first :meth:`publish`)."""
+        return self._pending or self.folder / DATA_NAME
+
+    def add(self, value: Any) -> dict[str, Any]:
+        """Append ``value`` (tensor, sequence or ``None``: :mod:`graphbisect.values`); return its entry."""
+        return write_value(value, "", self._write)
+
+    def _write(self, _name: str, raw: np.ndarray) -> dict[str, Any]:
+        if raw.dtype.kind == "V" or raw.dtype.hasobject:  # a dtype string could not describe it
+            raise GraphBisectError(f"a {raw.dtype} array is no ONNX tensor",
+                                   hint="give numeric, boolean or string tensors")
+        nbytes = raw.nbytes
+        offset = _align(self.size, _PAGE_ALIGN if nbytes > SMALL_BYTES else _SMALL_ALIGN)
+        if offset > self.size:
+            self._handle.write(bytes(offset - self.size))
+        if nbytes:  # straight from the array's memory (or its memory map): no copy of a large tensor
+            self._handle.write(np.ascontiguousarray(raw).reshape(-1).view(np.uint8).data)
+        self.size = offset + nbytes
+        return {"offset": offset}
+
+    def flush(self) -> None:
+        """Hand buffered bytes to the operating system, so this process can read them back."""
+        self._handle.flush()
+
+    def publish(self, tensors: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Write the index of ``tensors`` (entries with their ``name``), last; return the index document."""
+        self._handle.flush()
+        if self.durable:
+            os.fsync(self._handle.fileno())
+        tail = os.pread(self._handle.fileno(), min(_TAIL_BYTES, self.size), max(0, self.size - _TAIL_BYTES))
+        index_path = self.folder / INDEX_NAME
+        if self._pending is not None:
+            index_path.unlink(missing_ok=True)  # an earlier run's index never describes this data
+            os.chmod(self._pending, 0o644)
+            os.replace(self._pending, self.folder / DATA_NAME)
+            self._pending = None
+            self.data.path = self.folder / DATA_NAME
+        document = {"version": INDEX_VERSION, "data": DATA_NAME, "size": self.size, "token": self.token,
+                    "tail_crc32": zlib.crc32(tail), "tensors": list(tensors)}
+        text = json.dumps(document, indent=1).encode("utf-8")
+        with atomic_path(index_path, durable=self.durable) as tmp:
+            tmp.write_bytes(text)
+        return document
+
+    def close(self) -> None:
+        """Close the data file; an unpublished one is removed (it has no index, so nothing could read it)."""
+        self._handle.close()
+        if self._pending is not None:
+            self._pending.unlink(missing_ok=True)
+            self._pending = None
+
+    def __enter__(self) -> PackWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _align(offset: int, alignment: int) -> int:
+    return -(-offset // alignment) * alignment
+
+
+# ------------------------------------------------------------------------------------------------- reading
+class PackedData:
+    """The data file of one run, memory-mapped once on first use; reads tensors by their entries.
+
+    ``token`` is the run's: a data file that does not start with it (replaced by a later run) is refused
+    with :class:`StaleDataError`. ``writer``: the :class:`PackWriter` still appending to it (its buffer is
+    flushed before a read, and the map grows with the file).
+    """
+
+    def __init__(self, path: Path, token: str, *, size: int | None = None, writer: PackWriter | None = None) -> None:
+        self.path = path
+        self.token = token
+        self.size = size
+        self._writer = writer
+        self._map: np.memmap | None = None
+
+    def _base(self, end: int) -> np.ndarray:
+        if self._map is not None and end <= self._map.size:
+            return self._map
+        if self._writer is not None:
+            self._writer.flush()
+        try:
+            base = np.memmap(self.path, dtype=np.uint8, mode="r")
+        except (OSError, ValueError) as exc:
+            raise TornRunError(f"cannot read the data file {self.path}: {type(exc).__name__}: {exc}",
+                               hint=_FIX.format(folder=self.path.parent)) from exc
+        if bytes(base[len(_MAGIC):len(_MAGIC) + 16]) != bytes.fromhex(self.token):
+            raise StaleDataError(
+                f"{self.path} is no longer the data of the run whose index was read: a later run replaced it",
+                hint="give each run its own folder, or read its values before running again into the folder")
+        if end > base.size:
+            raise TornRunError(f"{self.path} ends at byte {base.size} but a tensor in its index ends at {end}",
+                               hint=_FIX.format(folder=self.path.parent))
+        self._map = base
+        return base
+
+    def array(self, entry: Mapping[str, Any], *, copy_max: int = SMALL_BYTES) -> np.ndarray:
+        """The raw tensor ``entry`` (``offset``, ``dtype``, ``shape``) describes, read-only: copied into
+        memory up to ``copy_max`` bytes, a view of the map above."""
+        dtype = np.dtype(str(entry["dtype"]))
+        shape = tuple(int(d) for d in entry["shape"])
+        offset = int(entry["offset"])
+        nbytes = dtype.itemsize * math.prod(shape)
+        end = offset + nbytes
+        if offset < HEADER_BYTES or (self.size is not None and end > self.size):
+            raise TornRunError(f"the index of {self.path} places a tensor at bytes {offset}..{end}, outside the "
+                               f"data ({self.size} bytes)", hint=_FIX.format(folder=self.path.parent))
+        if nbytes == 0:
+            empty = np.empty(shape, dtype)
+            empty.setflags(write=False)
+            return empty
+        view = self._base(end)[offset:end].view(dtype).reshape(shape)
+        if nbytes > copy_max:
+            return view
+        array = np.array(view)
+        array.setflags(write=False)
+        return array
+
+    def value(self, entry: Mapping[str, Any], *, mapped: bool = True) -> Any:
+        """The value ``entry`` describes (:func:`graphbisect.values.read_value`). ``mapped=False`` copies
+        values up to 64 MiB into memory (the file may then go away)."""
+        copy_max = SMALL_BYTES if mapped else _COPY_MAX_BYTES
+        return read_value(entry, lambda item: self.array(item, copy_max=copy_max))
+
+
+class PackReader(Mapping[str, Any]):
+    """A published folder: its index (checked against the data when opened) and its values by name.
+
+    Reading a value maps the data file (once); a mapping of names to values, lazily read.
+    """
+
+    def __init__(self, folder: Path, index: Mapping[str, Any]) -> None:
+        self.folder = Path(folder)
+        self.index = index
+        self.entries: dict[str, Mapping[str, Any]] = {str(e["name"]): e for e in index["tensors"]}
+        self.data = PackedData(self.folder / str(index.get("data", DATA_NAME)), str(index["token"]),
+                               size=int(index["size"]))
+
+    @classmethod
+    def open(cls, folder: str | Path) -> PackReader:
+        """Open a published folder (version 2 index), or raise :class:`TornRunError` saying what is wrong."""
+        folder = Path(folder)
+        index = read_index(folder)
+        if index is None:
+            raise TornRunError(f"{folder} holds no {INDEX_NAME}", hint=_FIX.format(folder=folder))
+        if index["version"] != INDEX_VERSION:
+            raise GraphBisectError(f"{folder / INDEX_NAME} is version {index['version']}, not the packed layout "
+                                   f"(version {INDEX_VERSION})", hint="read it with graphbisect.data.ActivationStore")
+        return cls(folder, index)
+
+    def value(self, name: str, *, mapped: bool = True) -> Any:
+        """The value stored under ``name`` (see :meth:`PackedData.value`)."""
+        return self.data.value(self.entries[name], mapped=mapped)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.value(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.entries
+
+
+def read_index(folder: str | Path) -> dict[str, Any] | None:
+    """The index of ``folder``, checked against its data file; ``None`` when the folder has neither.
+
+    A version 1 manifest (one ``.npy`` per tensor) is returned as it is, for the caller's legacy reader.
+    Raises :class:`TornRunError` naming the file when the data has no index (the run did not finish), the
+    index has no data, or they do not match; :class:`GraphBisectError` for an unreadable or newer index.
+    """
+    folder = Path(folder)
+    index_path = folder / INDEX_NAME
+    data_path = folder / DATA_NAME
+    fix = _FIX.format(folder=folder)
+    if not index_path.is_file():
+        if data_path.exists():
+            raise TornRunError(f"{data_path} has no index ({INDEX_NAME}): the run that wrote it did not finish "
+                               "(killed mid-write?)", hint=fix)
+        return None
+    try:
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+        version = int(index["version"])
+        if version == LEGACY_VERSION:
+            return dict(index)
+        size, token, crc = int(index["size"]), str(index["token"]), int(index["tail_crc32"])
+        if not isinstance(index["tensors"], list):
+            raise TypeError("'tensors' is not a list")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise GraphBisectError(f"cannot read the store manifest {index_path}: {type(exc).__name__}: {exc}",
+                               hint=f"the folder is damaged; {fix}") from exc
+    if version > INDEX_VERSION:
+        raise GraphBisectError(f"{index_path} is version {version}, written by a newer graphbisect",
+                               hint="read it with that version, or delete the folder and run again")
+    data_name = str(index.get("data", DATA_NAME))
+    if Path(data_name).name != data_name:
+        raise GraphBisectError(f"{index_path} names a data file outside its folder ({data_name!r})", hint=fix)
+    data_path = folder / data_name
+    try:
+        with open(data_path, "rb") as handle:
+            actual = handle.seek(0, os.SEEK_END)
+            handle.seek(0)
+            header = handle.read(len(_MAGIC) + 16)
+            handle.seek(max(0, size - _TAIL_BYTES))
+            tail = handle.read(min(_TAIL_BYTES, size))
+    except OSError as exc:
+        raise TornRunError(f"the index {index_path} has no data: cannot read {data_path}: {exc}", hint=fix) from exc
+    if actual < size:
+        raise TornRunError(f"{data_path} is truncated: {actual} bytes, its index says {size}", hint=fix)
+    if header[:len(_MAGIC)] != _MAGIC:
+        raise TornRunError(f"{data_path} is not a graphbisect data file (bad header)", hint=fix)
+    if header[len(_MAGIC):] != bytes.fromhex(token):
+        raise TornRunError(f"{data_path} and its index {index_path} come from different runs "
+                           "(a run into this folder did not finish)", hint=fix)
+    if zlib.crc32(tail) != crc:
+        raise TornRunError(f"the end of {data_path} does not match its index (checksum): the data did not all "
+                           "reach the disk", hint=fix)
+    return dict(index)
