@@ -176,7 +176,7 @@ class PackWriter:
             self.data.path = self.folder / DATA_NAME
         document = {"version": INDEX_VERSION, "data": DATA_NAME, "size": self.size, "token": self.token,
                     "tail_crc32": zlib.crc32(tail), "tensors": list(tensors)}
-        text = json.dumps(document, indent=1).encode("utf-8")
+        text = json.dumps(document, separators=(",", ":")).encode("utf-8")  # 52,000 entries: parsed per open
         with atomic_path(index_path, durable=self.durable) as tmp:
             tmp.write_bytes(text)
         return document

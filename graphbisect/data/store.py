@@ -190,7 +190,7 @@ class ActivationStore:
             entry = writer.add(array)
         except GraphBisectError as exc:
             raise GraphBisectError(f"tensor {name!r} cannot be stored: {exc.message}", hint=exc.hint) from exc
-        self._entries[name] = entry
+        self._entries[name] = {"name": name, **entry}
         self._dirty = True
         if self.autoflush:
             self.flush()
@@ -213,7 +213,7 @@ class ActivationStore:
         if self._legacy or (self._index is not None and not self._dirty):
             return
         writer = self._open_writer()
-        self._index = writer.publish([{"name": name, **entry} for name, entry in self._entries.items()])
+        self._index = writer.publish(list(self._entries.values()))
         self._dirty = False
 
     def close(self) -> None:
@@ -289,10 +289,10 @@ class ActivationStore:
 
 
 def _entries(path: Path, index: Mapping[str, Any], *, legacy: bool) -> dict[str, Mapping[str, Any]]:
-    """The tensor entries of ``index`` by name, checked (a version 1 store's files must lie inside it)."""
+    """The tensor entries of ``index`` (with their ``name``) by name, checked (a version 1 store's files must lie
+    inside it)."""
     try:
-        entries: dict[str, Mapping[str, Any]] = {str(entry["name"]): {k: v for k, v in entry.items() if k != "name"}
-                   for entry in index["tensors"]}
+        entries: dict[str, Mapping[str, Any]] = {str(entry["name"]): entry for entry in index["tensors"]}
         described = [StoredTensor.from_entry(entry) for entry in entries.values()] if legacy else []
     except (ValueError, KeyError, TypeError) as exc:
         raise GraphBisectError(
