@@ -134,7 +134,8 @@ _EXTENSION = {"bf16", "e4m3fn", "e4m3fnuz", "e5m2", "e5m2fnuz", "i4", "u4"}
     ("onnxruntime", _NO_ORT_IDENTITY | _EXTENSION),
 ])
 def test_worker_transport_of_every_type(backend: str, skip: set[str], tmp_path: Path) -> None:
-    """Inputs go to the worker as .npz, outputs come back as .npy files + manifest: equal to what went in."""
+    """Inputs go to the worker as .npz, outputs come back as one packed run (values.bin + manifest): equal to
+    what went in."""
     model = load_model(_identity_model(tmp_path / "ids.onnx", skip))
     values = {name: value for name, value in _values().items() if name in model.input_names}
     feeds = load_inputs(save_inputs(tmp_path / "in.npz", values), model)
