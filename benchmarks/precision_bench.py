@@ -10,6 +10,10 @@ Cases (each one ``find_precision``, verified in a fresh worker):
 * OpenVINO's own bf16 with per-node FP32 pins (``openvino:precision=bf16``, needs a CPU with BF16): a
   cancelling conv net, and PP-OCRv4 rec from the rapidocr-onnxruntime wheel at 5e-3 abs / 1e-2 rel (about
   a minute; left out by ``--quick``).
+* Paddle Inference's own oneDNN bf16 with FP32 kept per op type (``paddle:precision=bf16``, needs Paddle
+  and a CPU with AVX512-BF16/AMX): MobileNetV2 from ``paddle.vision.models`` (scale 0.5, 64x64, legacy
+  program) at two tolerances, and the same converted ONNX model with bf16 emulated per node on ONNX
+  Runtime, for the op-type vs node unit counts.
 
 ``--ocr-int8 N`` instead measures ``precision --mode int8`` on PP-OCRv4 rec (310 lowerable nodes) on ONNX
 Runtime, stopped after N target runs (0: the whole search), with the cost per candidate split into this
@@ -17,6 +21,7 @@ process's CPU (lowering, saving, comparing) and the target worker's CPU (session
 with ``PYTHONPATH`` on two checkouts for a before/after pair.
 
     python benchmarks/precision_bench.py [--quick | --full] [--json PATH]
+    python benchmarks/precision_bench.py --paddle [--json PATH]
     python benchmarks/precision_bench.py --ocr-int8 60 [--json PATH]
 """
 
@@ -27,6 +32,7 @@ import importlib.util
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +40,8 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.paddle_models: the exported test nets
 from _common import add_size_args, describe_machine, print_table, write_json
 
 from graphbisect.compare import Tolerance
@@ -49,7 +57,7 @@ OV_BF16 = "openvino:precision=bf16"
 @dataclass(frozen=True)
 class Case:
     name: str
-    build: Callable[[], onnx.ModelProto]
+    build: Callable[[], onnx.ModelProto | Path]  # an ONNX model, or a Paddle model folder
     inputs: Callable[[], dict[str, np.ndarray]]
     mode: str
     calibration: str = "minmax"
@@ -89,7 +97,37 @@ def _cases(quick: bool, full: bool) -> list[Case]:
                               "bf16", target=OV_BF16, tol=Tolerance(atol=5e-3, rtol=1e-2)))
     else:
         print("no OpenVINO or no BF16 on this CPU: the openvino bf16 cases are left out", file=sys.stderr)
+    cases += _paddle_cases()
     return cases
+
+
+def _paddle_cases() -> list[Case]:
+    """MobileNetV2 on Paddle's own bf16 (op-type units) and emulated on ONNX Runtime (node units)."""
+    from graphbisect.backends.paddle import bf16_cpu_refusal
+
+    if importlib.util.find_spec("paddle") is None or importlib.util.find_spec("paddle2onnx") is None:
+        print("no Paddle/paddle2onnx: the paddle bf16 cases are left out", file=sys.stderr)
+        return []
+    if (why := bf16_cpu_refusal()) is not None:
+        print(f"the paddle bf16 cases are left out: {why}", file=sys.stderr)
+        return []
+    folder = Path(tempfile.mkdtemp(prefix="precision-bench-paddle-"))
+
+    def mobilenet() -> Path:
+        from tests.paddle_models import export_mobilenet_v2
+
+        if not (folder / "inference.pdmodel").exists():
+            export_mobilenet_v2(folder, legacy=True)
+        return folder
+
+    def feeds() -> dict[str, np.ndarray]:
+        return {"x": np.random.default_rng(1).standard_normal((2, 3, 64, 64)).astype(np.float32)}
+
+    tight = Tolerance(atol=2e-2, rtol=2e-2)
+    return [Case("mobilenet_v2", mobilenet, feeds, "bf16", target="paddle:precision=bf16", tol=tight),
+            Case("mobilenet_v2", mobilenet, feeds, "bf16", target="paddle:precision=bf16",
+                 tol=Tolerance(atol=5e-3, rtol=5e-3)),
+            Case("mobilenet_v2", mobilenet, feeds, "bf16", target="onnxruntime:opt_level=all", tol=tight)]
 
 
 def _children_cpu() -> float:
@@ -130,16 +168,17 @@ def main() -> None:
     add_size_args(parser)
     parser.add_argument("--ocr-int8", type=int, metavar="N", default=None,
                         help="only the int8 PP-OCRv4 rec case, stopped after N target runs (0: unbounded)")
+    parser.add_argument("--paddle", action="store_true", help="only the Paddle Inference bf16 cases")
     args = parser.parse_args()
     if args.ocr_int8 is not None:
         ocr_int8(args.ocr_int8, args.json)
         return
     rows = []
-    for case in _cases(args.quick, args.full):
+    for case in _paddle_cases() if args.paddle else _cases(args.quick, args.full):
         result = find_precision(load_model(case.build()), mode=case.mode, inputs=case.inputs(), tolerance=case.tol,
                                 calibration=case.calibration, target=case.target)
         n, k = len(result.units), len(result.keep_fp32)
-        prefix = len(result.prefix_keep_fp32) if result.prefix_keep_fp32 is not None else 0
+        prefix = len(result.prefix_keep_fp32) if result.prefix_keep_fp32 is not None else "-"  # op types: none
         how = f"{case.mode}/{case.calibration}" if case.mode == "int8" else case.mode
         rows.append({"case": case.name, "mode": how, "target": case.target.split(":")[0],
                      "tol": f"{case.tol.atol:g}/{case.tol.rtol:g}", "n": n, "k": k,
@@ -156,7 +195,10 @@ def main() -> None:
                     "of the search's target worker (no repeats; plus the layerwise evidence run on onnxruntime).",
                     "naive sensitivity = n runs (one per node, lowered alone); it finds only nodes that break the "
                     "tolerance alone. prefix_size = nodes Polygraphy's prefix bisection keeps in FP32.",
-                    "openvino rows: bf16 by OpenVINO itself, FP32 nodes pinned with keep_fp32 (no emulation)."])
+                    "openvino rows: bf16 by OpenVINO itself, FP32 nodes pinned with keep_fp32 (no emulation).",
+                    "paddle rows: oneDNN bf16 by Paddle Inference itself, n = op types it computed in bf16, k = op "
+                    "types kept in FP32 (set_bfloat16_op); onnxruntime mobilenet_v2: the converted model, bf16 "
+                    "emulated per ONNX node."])
     write_json(args.json, {"rows": rows})
 
 
