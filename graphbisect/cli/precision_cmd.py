@@ -30,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", default="fp16", choices=["fp16", "bf16", "int8"],
                         help="precision the other nodes run in (default fp16): int8 by QDQ (real int8 kernels on "
                         "ONNX Runtime), fp16/bf16 emulated by Cast islands, or, with a target that computes in it "
-                        "itself (--target openvino:precision=bf16), by the target with per-node FP32 pins")
+                        "itself (--target openvino:precision=bf16), by the target with per-node FP32 pins, or per op "
+                        "type on Paddle Inference (PADDLE_DIR --target paddle:precision=bf16)")
     parser.add_argument("--sensitivity", action="store_true",
                         help="also measure every node alone (2 runs per node): ranked table, chart, priors")
     parser.add_argument("--calibration", default="minmax", choices=["minmax", "percentile", "entropy"],

@@ -171,6 +171,21 @@ def _pinned_target(target: str, mode: PrecisionMode, pin_file: Path) -> str:
     return str(spec.with_options(**{_PIN_OPTION: f"@{pin_file}"}))
 
 
+def _refuse_unpinnable(target: str, mode: PrecisionMode) -> None:
+    """A target that runs only its own model format cannot run the rewritten ONNX candidates: it must lower
+    by itself, with FP32 pins (``precision=`` and a documented ``keep_fp32``)."""
+    spec, info = resolve(target, require_available=False)
+    if info.has(Capability.ONNX_INPUT) or runtime_pins_mode(target) is not None:
+        return
+    pinnable = _PIN_OPTION in info.options and "precision" in info.options
+    example = str(BackendSpec(spec.name, {k: v for k, v in spec.options.items() if k != "bf16"})
+                  .with_options(precision=mode.value))
+    raise InputError(f"the target {target} runs only its own model format, not the ONNX candidates an emulated "
+                     f"{mode.value} search makes",
+                     hint=f"search on its own {mode.value} with FP32 pins: --target {example}" if pinnable
+                     else "this backend cannot keep parts of the model in FP32: choose an ONNX target")
+
+
 def _capture(model: Model, oracle: str, feeds: Mapping[str, np.ndarray], workdir: Path) -> tuple[_Session, int]:
     inputs_path = save_inputs(workdir / "inputs.npz", feeds)
     spec, info = resolve(oracle)
@@ -235,6 +250,7 @@ def find_precision(
     mode = mode if isinstance(mode, PrecisionMode) else PrecisionMode.parse(mode)
     method = calibration if isinstance(calibration, CalibrationMethod) else CalibrationMethod.parse(calibration)
     stage = on_stage or (lambda _msg: None)
+    _refuse_unpinnable(target, mode)  # before the oracle's run
     with work_folder(workdir, "precision", protect=(model.path, model.paddle_source)) as (folder, _kept):
         feeds = validate_inputs(model, inputs) if inputs is not None else random_inputs(model, seed=seed)
         stage(f"capturing the FP32 oracle's activations ({oracle})")

@@ -123,6 +123,15 @@ def test_a_pir_program_that_ignores_the_op_list_is_refused_with_the_reason(model
     assert "onednn_op.fused_conv2d" in str(caught.value) and "PIR" in (caught.value.hint or "")
 
 
+def test_a_paddle_target_without_its_own_bf16_is_refused_with_the_spec_to_use(models: dict[str, Path]) -> None:
+    """Paddle cannot run the emulated ONNX candidates: the error says which target spec searches Paddle."""
+    from graphbisect.errors import InputError
+
+    with pytest.raises(InputError, match="runs only its own model format") as caught:
+        find_precision(load_model(models["legacy"]), mode="bf16", oracle=ORACLE, target="paddle:bf16=1")
+    assert "--target paddle:precision=bf16" in (caught.value.hint or "")
+
+
 def test_keep_fp32_without_bf16_is_a_spec_error() -> None:
     from graphbisect.backends.paddle import PaddleInference
     from graphbisect.errors import SpecError
