@@ -420,13 +420,11 @@ def as_value(value):
 
 
 def numeric(array):
-    """A numpy-native form for arithmetic comparison: ml_dtypes floats as float32, int4/int2 as int16,
-    complex as (real, imag) pairs."""
+    """A numpy-native form for arithmetic comparison: ml_dtypes floats as float32, int4/int2 as int16
+    (complex stays complex: one element is one complex number, compared on its modulus)."""
     code = extension_code(array)
     if code:
         return array.astype(np.float32 if ELEM_TYPES[code][1] else np.int16)
-    if array.dtype.kind == "c":
-        return np.stack([array.real, array.imag], axis=-1)
     return array
 
 
@@ -452,12 +450,13 @@ def compare(name, expected, actual, tolerance):
     exact = expected.dtype.kind in "biu" and actual.dtype.kind in "biu"
     expected, actual = numeric(expected), numeric(actual)  # bfloat16/float8 as float32, int4 as int16
     exact = exact or (expected.dtype.kind in "biu" and actual.dtype.kind in "biu")
-    if expected.dtype.kind not in "biuf" or actual.dtype.kind not in "biuf":
+    if expected.dtype.kind not in "biufc" or actual.dtype.kind not in "biufc":
         return dict(result, kind="ok" if np.array_equal(expected, actual) else "mismatch")
     atol, rtol = tolerance["per_output"].get(name, (tolerance["atol"], tolerance["rtol"]))
     if exact:
         atol, rtol = 0.0, 0.0  # integers (of every width) and booleans are exact
-    e, a = expected.astype(np.float64), actual.astype(np.float64)
+    wide = np.complex128 if "c" in (expected.dtype.kind, actual.dtype.kind) else np.float64
+    e, a = expected.astype(wide), actual.astype(wide)
     e_finite, a_finite = np.isfinite(e), np.isfinite(a)
     both = e_finite & a_finite
     same_nonfinite = ~e_finite & ~a_finite & ((e == a) | (np.isnan(e) & np.isnan(a)))
@@ -468,7 +467,7 @@ def compare(name, expected, actual, tolerance):
                   nonfinite=int((~a_finite & e_finite).sum()))
     if bad.any():
         worst = np.unravel_index(int(np.argmax(np.where(bad, np.where(both, diff, np.inf), -1.0))), e.shape)
-        result.update(worst_index=[int(i) for i in worst], expected_value=float(e[worst]), actual_value=float(a[worst]))
+        result.update(worst_index=[int(i) for i in worst], expected_value=plain(e[worst]), actual_value=plain(a[worst]))
     if result["nonfinite"]:
         result["kind"] = "nan"
     elif bad.any() or cosine_too_low(e[both], a[both], tolerance["min_cosine"]):
@@ -495,12 +494,23 @@ def compare_containers(name, expected, actual, tolerance):
     return {"name": name, "kind": "shape", "numel": 0, "expected_shape": shape(expected), "actual_shape": shape(actual)}
 
 
+def plain(value):
+    """A number for JSON: a float, or [real, imag] for a complex one."""
+    return [float(value.real), float(value.imag)] if np.iscomplexobj(value) else float(value)
+
+
+def shown(value):
+    """A number as the report prints it (a complex one as 1.5-2j)."""
+    return format(complex(*value) if isinstance(value, list) else value, ".6g")
+
+
 def cosine_too_low(e, a, min_cosine):
     if min_cosine is None:
         return False
-    ne, na = float(np.dot(e, e)), float(np.dot(a, a))
-    cosine = 1.0 if ne == na == 0.0 else (0.0 if ne == 0.0 or na == 0.0 else float(np.dot(e, a)) / (ne * na) ** 0.5)
-    return cosine < min_cosine
+    ne, na = float(np.vdot(e, e).real), float(np.vdot(a, a).real)
+    if ne == 0.0 or na == 0.0:
+        return (0.0 if ne != na else 1.0) < min_cosine
+    return float(np.vdot(e, a).real) / (ne * na) ** 0.5 < min_cosine
 
 
 def failure_kind(results):
@@ -655,8 +665,8 @@ def describe(result):
     line = f"  {kind.upper():<9} {name}: {result.get('mismatches', '?')} of {result['numel']} elements beyond tolerance"
     if "worst_index" in result:
         line += (f" (atol {result['atol']:g}, rtol {result['rtol']:g}); max abs error {result['max_abs']:.4g}; "
-                 f"at index {result['worst_index']}: expected {result['expected_value']:.6g}, "
-                 f"got {result['actual_value']:.6g}")
+                 f"at index {result['worst_index']}: expected {shown(result['expected_value'])}, "
+                 f"got {shown(result['actual_value'])}")
     return line
 
 

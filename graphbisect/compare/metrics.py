@@ -236,14 +236,13 @@ class _Accumulator:
         self.o_max = self.t_max = -math.inf
 
     def add(self, o: np.ndarray, t: np.ndarray) -> None:
-        o = o.astype(np.float64, copy=False)
-        t = t.astype(np.float64, copy=False)
+        o, t = _wide(o), _wide(t)
         self.numel += o.size
         if o.size == 0:
             return
         # A float64 sum of float values is finite exactly when every value is (no float32/16 value can overflow
         # it), so the common all-finite case costs one pass per tensor instead of two masks.
-        if math.isfinite(float(o.sum())) and math.isfinite(float(t.sum())):
+        if _finite_sum(o) and _finite_sum(t):
             self._add_finite(o, t)
             self._add_range(o, "o")
             self._add_range(t, "t")
@@ -258,12 +257,12 @@ class _Accumulator:
         self.numel += o.size
         if o.size == 0:
             return
-        o = o.astype(np.float64, copy=False)
-        if not math.isfinite(float(o.sum())):
+        o = _wide(o)
+        if not _finite_sum(o):
             finite = np.isfinite(o)
             self.both_nonfinite += int(o.size - np.count_nonzero(finite))
             o = o[finite]
-        norm = float(np.dot(o.ravel(), o.ravel()))
+        norm = _dot(o, o)
         self.o_sq += norm
         self.t_sq += norm
         self.dot += norm
@@ -273,14 +272,14 @@ class _Accumulator:
     def _add_finite(self, o: np.ndarray, t: np.ndarray) -> None:
         """The common case: every value finite, so no masking is needed."""
         diff = np.subtract(t, o)
-        np.abs(diff, out=diff)
+        diff = np.abs(diff, out=diff) if diff.dtype.kind == "f" else np.abs(diff)  # complex: |t - o|, a float
         magnitude = np.abs(o)
         allowed = magnitude * self.rtol
         allowed += self.atol
         self._add_errors(diff, magnitude, allowed)
-        self.dot += float(np.dot(o.ravel(), t.ravel()))
-        self.o_sq += float(np.dot(o.ravel(), o.ravel()))
-        self.t_sq += float(np.dot(t.ravel(), t.ravel()))
+        self.dot += _dot(o, t)
+        self.o_sq += _dot(o, o)
+        self.t_sq += _dot(t, t)
 
     def _add_with_nonfinite(self, o: np.ndarray, t: np.ndarray, o_fin: np.ndarray, t_fin: np.ndarray) -> None:
         # Target NaN/Inf where the oracle is finite is the NaN kind; equal non-finite values match.
@@ -296,9 +295,9 @@ class _Accumulator:
         self.mismatches += int(unmatched.sum())
         if unmatched.any():
             self.score = math.inf
-        self.dot += float(np.dot(ob.ravel(), tb.ravel()))
-        self.o_sq += float(np.dot(ob.ravel(), ob.ravel()))
-        self.t_sq += float(np.dot(tb.ravel(), tb.ravel()))
+        self.dot += _dot(ob, tb)
+        self.o_sq += _dot(ob, ob)
+        self.t_sq += _dot(tb, tb)
 
     def _add_errors(self, diff: np.ndarray, magnitude: np.ndarray, allowed: np.ndarray) -> None:
         """Error statistics of one chunk; ``magnitude`` (|oracle|) is consumed as scratch space."""
@@ -324,6 +323,8 @@ class _Accumulator:
         self.score = max(self.score, float(ratio.max()))
 
     def _add_range(self, finite: np.ndarray, which: str) -> None:
+        if finite.dtype.kind == "c":
+            finite = np.abs(finite)  # a complex tensor's range is that of its elements' magnitudes
         if finite.size:
             setattr(self, f"{which}_min", min(getattr(self, f"{which}_min"), float(finite.min())))
             setattr(self, f"{which}_max", max(getattr(self, f"{which}_max"), float(finite.max())))
@@ -346,6 +347,22 @@ class _Accumulator:
         if self.err_sq == 0.0:
             return 0.0
         return math.sqrt(self.err_sq) / math.sqrt(self.o_sq) if self.o_sq > 0 else math.inf
+
+
+def _wide(values: np.ndarray) -> np.ndarray:
+    """``values`` as float64, or complex128 for complex ones (never dropping an imaginary part)."""
+    return values.astype(np.complex128 if values.dtype.kind == "c" else np.float64, copy=False)
+
+
+def _finite_sum(values: np.ndarray) -> bool:
+    """Whether the sum of ``values`` (float64 or complex128) is finite: exactly when every value is."""
+    total = values.sum()
+    return math.isfinite(total.real) and math.isfinite(total.imag)
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """Re <a, b>: the dot product of real tensors, and of complex ones as vectors of (real, imag) pairs."""
+    return float(np.vdot(a, b).real)
 
 
 def _range(lo: float, hi: float) -> tuple[float, float] | None:
@@ -381,9 +398,11 @@ def compare_tensors(name: str, oracle: Any, target: Any,
     atol, rtol = tol.for_tensor(name)
     if is_exact(o) and is_exact(t):
         atol, rtol = 0.0, 0.0  # integers of every width (int4 too) and booleans are exact
-    # bfloat16/float8 (ml_dtypes) compare as float32, complex as (real, imag) pairs
+    # bfloat16/float8 (ml_dtypes) compare as float32; complex stays complex: one element is one complex number,
+    # |t - o| <= atol + rtol * |o| on its modulus (numpy.allclose), and counts and indices are per element
     same_dtype = o.dtype == t.dtype
-    o, t = comparable(o), comparable(t)
+    if o.dtype.kind != "c" or t.dtype.kind != "c":
+        o, t = comparable(o), comparable(t)
     acc = _Accumulator(atol, rtol)
     flat_o, flat_t = o.reshape(-1), t.reshape(-1)
     for start in range(0, max(flat_o.size, 1), _CHUNK):
