@@ -40,7 +40,9 @@ program, so this probe cannot mask anything. ``bf16=1`` (or ``precision=bf16``) 
 
 **FP32 pins per op type.** Paddle's oneDNN bf16 is chosen per *op type* of the optimized program
 (``Config.set_bfloat16_op``: the types allowed to run in bf16), never per op: no Paddle 3.3.1 API or op
-attribute pins one op (``mkldnn_data_type`` is overwritten by the placement pass). ``keep_fp32=A;B`` (or
+attribute pins one op to FP32 (read in Paddle's source: both placement passes, legacy and PIR, set each op's
+``mkldnn_data_type`` by its type and skip only ops already marked int8, or in PIR already bf16; the
+per-op ``quantize_excluded_op_ids`` exists for int8 only). ``keep_fp32=A;B`` (or
 ``@FILE``, one type per line, read at every load) keeps those types in FP32 by allowing every *other*
 registered op type (``set_bfloat16_op(all op names - keep)``). What ran is measured, not assumed: a
 dtype-only output hook records which op types wrote bf16, and ``info()["keep_fp32"]`` reports
@@ -50,7 +52,9 @@ Paddle inserts are left out), ``not_applied`` (kept types that ran in bf16 anywa
 (``.pdmodel``) honour the list; **PIR programs** (``.json``) ignore it — their ``cpu_bfloat16_placement_pass``
 places a fixed list of op types — so every kept type shows up in ``not_applied``. An op type that
 bf16 leaves between two FP32 ops is reverted to FP32 by Paddle itself (orphan removal), so allowing a
-type does not mean it runs in bf16: ``low_precision_op_types`` says which did.
+type does not mean it runs in bf16: ``low_precision_op_types`` says which did. The hook sees output
+dtypes, not kernels: a type counts as bf16 when any of its ops writes bf16, so an op that computes in bf16
+but writes FP32 (``force_fp32_output`` at the end of a bf16 region) is visible only through its siblings.
 
 Example (inside a worker; the host normally does this through ``BackendProcess``):
     >>> rt = PaddleInference({"delete_pass": "conv2d_bias_bn_onednn_fuse_pass"}, "/tmp/w")  # doctest: +SKIP
