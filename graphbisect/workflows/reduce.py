@@ -602,7 +602,19 @@ def resume_reduction(
     recorded = ReduceOptions.from_json(state["options"])
     options = replace(recorded, max_invocations=max_invocations, deadline_seconds=deadline_seconds, jobs=jobs,
                       timeout=timeout, keep_work=keep_work, executor=executor, output_check=output_check)
-    model = load_model(Path(state["model"]))
+    # The copy prepare() saved, found from the folder given now (run.json's path is relative to where the run
+    # started, and the folders may have moved since).
+    model = load_model(work_dir_for(bundle_dir) / "model.onnx")
+    recorded_model = json.loads(state["fingerprint"]).get("model")
+    if recorded_model and model.fingerprint != recorded_model:
+        # Checked first: the bundle's fingerprint check would call this "the bundle of another model" and
+        # suggest --force, and going on would mix the journal and activations of the recorded model with this one.
+        raise ModelError(
+            f"{model.path} changed since the reduction recorded it (content fingerprint "
+            f"{model.fingerprint[:12]}…, recorded {recorded_model[:12]}…): its journal and activations belong "
+            "to the recorded model, so the reduction cannot resume",
+            hint=f"restore that file, or start afresh from your model: graphbisect reduce MODEL -o {bundle_dir} "
+            f"(after removing {work_dir_for(bundle_dir)})")
     return reduce_model(model, bundle_dir, options=options, resume=True, zip_bundle=zip_bundle,
                         on_progress=on_progress, on_stage=on_stage)
 
