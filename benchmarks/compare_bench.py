@@ -18,7 +18,9 @@ Wall time starts before importing graphbisect (or onnxruntime for the baseline) 
 model, so worker start-up is charged to graphbisect. graphbisect runs each backend in a worker process, so
 memory is reported three ways: the main process's peak (``getrusage(RUSAGE_SELF)``, exact), the largest
 worker's peak (``RUSAGE_CHILDREN``: the largest single child, exact), and the peak of main + workers
-resident *at the same time* (``MemorySampler``: /proc sampled every 10 ms). Ratios are against the baseline.
+resident *at the same time* (``MemorySampler``: /proc sampled every 10 ms). ``cpu s`` is the user + system
+CPU time of the process and its workers: on a shared machine it moves far less than wall time (compare runs
+its two backends concurrently, which saves wall time, not CPU). Ratios are against the baseline.
 For the layerwise run the table below gives the activation stores on disk: the oracle's (kept for
 ``reduce``) and the target's dump (none since the target's worker compares with the oracle's store), file
 count, bytes, and bytes on disk (4 KiB blocks per file).
@@ -127,8 +129,11 @@ def measure_here(mode: str, model_path: Path, inputs_path: Path, workdir: Path) 
             info = _run_compare(model_path, inputs, workdir, mode)
         wall = time.perf_counter() - started
     kib = 1024  # ru_maxrss is in KiB on Linux
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return {
         **info, "mode": mode, "wall_s": wall, "tree_peak_bytes": sampler.peak_bytes, "samples": sampler.samples,
+        # CPU seconds of this process and its (reaped) workers: far less sensitive to a loaded machine than wall
+        "cpu_s": own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime,
         "main_peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * kib,
         "worker_peak_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * kib if mode != "baseline" else 0,
         "oracle_store": dir_size(workdir / "activations").to_json(),
@@ -158,6 +163,7 @@ def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "compared": first["compared"], "probe_masking": first["probe_masking"],
         "first_divergence": first["first_divergence"],
         "wall_s": median([r["wall_s"] for r in runs]), "wall_all_s": [round(r["wall_s"], 3) for r in runs],
+        "cpu_s": median([r["cpu_s"] for r in runs]),
         **{key: max(r[key] for r in runs) for key in ("main_peak_bytes", "worker_peak_bytes", "tree_peak_bytes")},
         "oracle_store": first["oracle_store"], "target_dump": first["target_dump"], "workdir": first["workdir"],
     }
@@ -170,7 +176,9 @@ def time_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
         for s in entry["modes"]:
             worker = f"{mib(s['worker_peak_bytes']):.0f}" if s["worker_peak_bytes"] else "-"
             rows.append([entry["model"], str(entry["nodes"]), s["mode"], f"{s['wall_s']:.2f}",
-                         f"{s['wall_s'] / base['wall_s']:.1f}x", f"{mib(s['main_peak_bytes']):.0f}", worker,
+                         f"{s['wall_s'] / base['wall_s']:.1f}x",
+                         f"{s['cpu_s']:.2f}", f"{s['cpu_s'] / base['cpu_s']:.1f}x",
+                         f"{mib(s['main_peak_bytes']):.0f}", worker,
                          f"{mib(s['tree_peak_bytes']):.0f}", f"{s['tree_peak_bytes'] / base['tree_peak_bytes']:.1f}x",
                          "/".join(str(v) for v in s["invocations"].values()), "pass" if s["passed"] else "FAIL",
                          str(s["compared"] or "-"), "yes" if s["probe_masking"] else "-"])
@@ -225,9 +233,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"measured {name}-{nodes}", file=sys.stderr, flush=True)
     print(f"compare vs two plain ONNX Runtime runs ({describe_machine()}); median of {repeats} run(s)")
     print_table("Wall time and peak resident memory (MiB)",
-                ["model", "nodes", "run", "wall s", "x base", "main", "worker", "main+workers", "x base",
+                ["model", "nodes", "run", "wall s", "x base", "cpu s", "x base", "main", "worker", "main+workers",
+                 "x base",
                  "runs o/t", "verdict", "compared", "masking"], time_rows(results), left=3,
-                notes=["main: peak RSS of the main process; worker: peak RSS of the largest worker process;",
+                notes=["cpu s: user+system CPU seconds of the main process and its workers (median)",
+                       "main: peak RSS of the main process; worker: peak RSS of the largest worker process;",
                        "main+workers: peak of their sum at one time (sampled every 10 ms); runs o/t: oracle/target "
                        "backend runs; compared: tensors in the layerwise table; masking: probe masking reported"])
     print_table("First divergence", ["model", "nodes", "run", "first divergence"], divergence_rows(results), left=3)
