@@ -131,7 +131,7 @@ def large_here(source: Path, inputs: Path, out: Path, profile: Path | None) -> d
         phases["reduce"] -= phases["bundle"]
     return {"status": outcome.status, "message": outcome.message, "nodes": outcome.original_nodes,
             "final_nodes": outcome.final_nodes, "one_minimal": outcome.one_minimal, "culprits": outcome.culprits,
-            "invocations": dict(outcome.invocations), "wall_s": wall, "phases": phases,
+            "invocations": dict(outcome.invocations), "wall_s": wall, "phases": phases, "notes": list(outcome.notes),
             "step_invocations": {step: dict(runs) for step, runs in outcome.step_invocations.items()},
             "main_cpu_s": self_usage.ru_utime + self_usage.ru_stime,
             "workers_cpu_s": children.ru_utime + children.ru_stime,

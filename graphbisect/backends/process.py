@@ -191,6 +191,7 @@ class BackendProcess:
 
     def __init__(self, spec: BackendSpec | str, *, workdir: Path | None = None, timeout: float | None = None) -> None:
         self.spec, self.backend = resolve(spec)
+        self._timeout_arg = timeout
         self.timeout = spec_timeout(self.spec, timeout, fallback=DEFAULT_TIMEOUT)
         self.python = self.spec.options.get("python") or sys.executable
         _check_foreign_python(self.spec, self.backend)
@@ -205,6 +206,7 @@ class BackendProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.workdir / "worker.log"
         self._validated = False
+        self._configured = False  # the running worker's runtime was made with runtime_options
         self._lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _State.shutdown, self._state)
 
@@ -263,6 +265,32 @@ class BackendProcess:
         passes = reply.get("passes")
         return [str(name) for name in passes] if passes is not None else None
 
+    def can_reconfigure(self, spec: BackendSpec | str) -> bool:
+        """Whether :meth:`reconfigure` can switch this process to ``spec`` (same backend and interpreter, a
+        backend whose row is ``reconfigurable``)."""
+        other, info = resolve(spec, require_available=False)
+        return info.name == self.backend.name and self.backend.reconfigurable and \
+            other.options.get("python") == self.spec.options.get("python")
+
+    def reconfigure(self, spec: BackendSpec | str) -> None:
+        """Serve ``spec`` from now on, in the running worker where there is one.
+
+        The worker re-creates its runtime with the new options (and validates them) before the next call,
+        instead of a new process being started and importing the backend library again: the pass search
+        runs one spec per candidate. Raises :class:`SpecError` when :meth:`can_reconfigure` says no.
+        """
+        if not self.can_reconfigure(spec):
+            raise SpecError(f"a worker for {self.spec} cannot serve {spec}",
+                            hint="start a BackendProcess for it: another backend or interpreter needs its own worker")
+        with self._lock:
+            new, _ = resolve(spec)
+            if new == self.spec:
+                return
+            self.spec = new
+            self.timeout = spec_timeout(new, self._timeout_arg, fallback=DEFAULT_TIMEOUT)
+            self.runtime_options = {k: v for k, v in new.options.items() if k not in HOST_OPTIONS}
+            self._validated = self._configured = False
+
     @property
     def ran_with(self) -> dict[str, Any]:
         """What runs this spec, measured in the current worker (empty before the first call): the backend
@@ -299,11 +327,14 @@ class BackendProcess:
             raise BackendError(f"backend {self.spec} was closed", hint="create a new BackendProcess")
         worker = self._state.worker
         if worker is not None and worker.proc.poll() is None:
-            return
-        if worker is not None:
-            logger.info("worker %d for %s is gone (%s); starting a new one", worker.pid, self.spec,
-                        _exit_text(self._discard_worker() or 0))
-        self._start()
+            if self._configured:
+                return
+        else:
+            if worker is not None:
+                logger.info("worker %d for %s is gone (%s); starting a new one", worker.pid, self.spec,
+                            _exit_text(self._discard_worker() or 0))
+            self._start()
+        self._init_runtime()
         if not self._validated:
             self._call_checked({"op": "validate"}, self.timeout + MIN_START_SECONDS)
             self._validated = True
@@ -317,11 +348,16 @@ class BackendProcess:
             raise SpecError(f"cannot start a worker for {self.spec} with {self.python}: {exc}",
                             hint="python= must name an executable Python interpreter") from exc
         self._state.worker = worker
+        logger.debug("started worker %d for %s", worker.pid, self.spec)
+
+    def _init_runtime(self) -> None:
+        """(Re-)create the worker's runtime with :attr:`runtime_options`."""
         init = {"op": "init", "runtime": self.backend.runtime, "options": self.runtime_options,
                 "path": list(self.backend.path),
                 "library": self.backend.import_name, "distributions": list(self.backend.distributions)}
         self.worker_info = self._call_checked(init, max(self.timeout, MIN_START_SECONDS))
-        logger.debug("started worker %d for %s: %s", worker.pid, self.spec, self.worker_info)
+        self._configured = True
+        logger.debug("worker for %s initialized: %s", self.spec, self.worker_info)
 
     def _worker_env(self) -> dict[str, str]:
         """The environment of the worker: graphbisect importable even by a foreign interpreter."""

@@ -96,6 +96,10 @@ class BackendInfo:
     pin_unit: str = "node"
     #: Values of the ``opt_level`` option from none to all (a bundle reports the lowest that fails).
     opt_levels: tuple[str, ...] = ()
+    #: A running worker may re-create its runtime with other options (same interpreter) instead of a new
+    #: process being started: the runtime keeps no process-wide state from its options
+    #: (:meth:`~graphbisect.backends.process.BackendProcess.reconfigure`; the pass search's candidates).
+    reconfigurable: bool = False
 
     def has(self, capability: Capability) -> bool:
         return capability in self.capabilities
@@ -134,6 +138,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         opt_levels=("disable", "basic", "extended", "all"),
         capabilities=frozenset({C.INTERMEDIATES, C.PASSES, C.FOREIGN_PYTHON, C.ONNX_INPUT, C.COMPILED_GRAPH}),
         compiled_option=("save_optimized", "1"),
+        reconfigurable=True,  # every option is a SessionOptions field or an argument of InferenceSession
         options={
             "providers": "execution providers in priority order, ';'-separated (default CPUExecutionProvider)",
             "opt_level": "graph optimization level: disable|basic|extended|layout|all (default all)",

@@ -9,7 +9,8 @@ Protocol (one JSON object per line, on two dedicated pipes whose descriptors are
 
 * ``{"op": "init", "runtime": "module:Class", "options": {...}, "library": "onnxruntime",
   "distributions": [...]}`` → ``{"ok": true, "python": ..., "numpy": ..., "library_version": ..., ...}``:
-  the versions are measured here, in the interpreter that runs the backend (``python=`` may name another);
+  the versions are measured here, in the interpreter that runs the backend (``python=`` may name another).
+  A later ``init`` replaces the runtime (other options, same process: a ``reconfigurable`` backend);
 * ``{"op": "passes"}`` → ``{"ok": true, "passes": [...] | null}``: every optimization pass the runtime could
   run under its options (``registered_passes()``; null when the runtime cannot list them), for a target that
   crashes before it can report which passes fired;
@@ -316,6 +317,7 @@ class _Server:
         from graphbisect.backends.registry import import_runtime
 
         runtime_class = import_runtime(request["runtime"], request.get("path", ()))
+        self.runtime = self.loaded = None  # a repeated init (other options) drops the session built before
         self.runtime = runtime_class(dict(request.get("options", {})), str(self.workdir))
         return {
             "ok": True,

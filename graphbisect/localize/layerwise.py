@@ -127,6 +127,7 @@ def analyze_layers(
     on_row: Callable[[LayerRow], None] | None = None,
     compiled: CompiledGraph | None = None,
     measured: Mapping[str, TensorStats] | None = None,
+    first_only: bool = False,
 ) -> LayerwiseReport:
     """Compare every node output the oracle captured, in the given (topological) order.
 
@@ -135,7 +136,8 @@ def analyze_layers(
     stream rows (progress, a live table) while the comparison runs. ``compiled`` is the target's compiled
     graph (see the module docstring). ``measured``: statistics already measured against ``oracle`` (by the
     target's worker, :attr:`~graphbisect.backends.RunResult.stats`), used instead of comparing values;
-    ``target`` may then be None.
+    ``target`` may then be None. ``first_only`` stops at the first divergence (the pass search needs no
+    more: its rows end there and root causes are ranked among them).
 
     Example:
         >>> from onnx import helper
@@ -169,6 +171,8 @@ def analyze_layers(
             rows.append(row)
             if on_row is not None:
                 on_row(row)
+        if first_only and rows and _diverges(rows[-1]):
+            break
     first = next((row for row in rows if _diverges(row)), None)
     return LayerwiseReport(tuple(rows), first, _rank_root_causes(rows, max_root_causes))
 

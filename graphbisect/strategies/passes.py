@@ -51,8 +51,8 @@ from graphbisect.errors import SpecError
 from graphbisect.oracle.signature import Signature
 from graphbisect.oracle.tester import judge
 
-__all__ = ["DISABLE", "ENABLE", "PASS_CONTROLS", "PassControl", "PassSpace", "PassTester", "control_for",
-           "minimal_set", "run_spec"]
+__all__ = ["DISABLE", "ENABLE", "PASS_CONTROLS", "PassControl", "PassSpace", "PassTester", "SpecRunner",
+           "control_for", "minimal_set", "run_spec"]
 
 log = logging.getLogger(__name__)
 
@@ -136,8 +136,9 @@ class PassSpace:
 class PassTester:
     """The engine's test function for one of the two searches (``mode`` :data:`DISABLE` or :data:`ENABLE`).
 
-    One target run per candidate, in a fresh worker per spec (a spec is a session configuration), judged
-    against the oracle's outputs with the reduce workflow's :func:`~graphbisect.oracle.tester.judge`.
+    One target run per candidate (a spec is a session configuration; :class:`SpecRunner` keeps one warm
+    worker where the backend allows it), judged against the oracle's outputs with the reduce workflow's
+    :func:`~graphbisect.oracle.tester.judge`.
     """
 
     def __init__(self, space: PassSpace, mode: str, run: Callable[[BackendSpec], RunResult], *,
@@ -186,3 +187,47 @@ def run_spec(spec: BackendSpec, model: Path, inputs: Path, workdir: Path, timeou
     """Run ``spec`` once on ``model`` in a fresh worker (closed afterwards)."""
     with BackendProcess(spec, workdir=workdir / workdir_spec_name(spec), timeout=timeout) as proc:
         return proc.run(model, inputs)
+
+
+class SpecRunner:
+    """Runs one spec after another — the pass search's candidates — in one warm worker where it can.
+
+    A backend whose registry row is ``reconfigurable`` (ONNX Runtime: every option is a session setting)
+    keeps its worker and re-creates only the runtime for the next spec
+    (:meth:`~graphbisect.backends.process.BackendProcess.reconfigure`); any other backend, or another
+    interpreter, gets a fresh worker per spec, as :func:`run_spec`. A crashed worker is replaced by the
+    process itself. Starting a worker (Python, numpy, the backend library) cost more than running a small
+    region model.
+    """
+
+    def __init__(self, workdir: Path, timeout: float | None) -> None:
+        self.workdir, self.timeout = Path(workdir), timeout
+        self._proc: BackendProcess | None = None
+        self.started = 0  # workers started, for the record
+
+    def run(self, spec: BackendSpec, model: Path, inputs: Path, *, outputs: Sequence[str] | None = None,
+            output_dir: Path | None = None) -> RunResult:
+        """Run ``spec`` on ``model`` (see :meth:`BackendProcess.run` for ``outputs`` and ``output_dir``)."""
+        proc = self._proc
+        if proc is not None and proc.can_reconfigure(spec):
+            proc.reconfigure(spec)
+        else:
+            self.close()
+            proc = self._proc = BackendProcess(spec, workdir=self.workdir / workdir_spec_name(spec),
+                                               timeout=self.timeout)
+            self.started += 1
+        return proc.run(model, inputs, outputs, output_dir=output_dir)
+
+    def registered_passes(self, spec: BackendSpec) -> list[str] | None:
+        """Every pass ``spec``'s backend registers (its worker's library), or None when it cannot list them."""
+        proc = self._proc
+        if proc is not None and proc.can_reconfigure(spec):
+            proc.reconfigure(spec)
+            return proc.registered_passes()
+        with BackendProcess(spec, workdir=self.workdir / "catalogue", timeout=self.timeout) as fresh:
+            return fresh.registered_passes()
+
+    def close(self) -> None:
+        if self._proc is not None:
+            self._proc.close()
+            self._proc = None

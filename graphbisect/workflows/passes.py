@@ -44,10 +44,22 @@ from graphbisect.errors import BackendError, GraphBisectError
 from graphbisect.model import Model
 from graphbisect.model.io import save_proto
 from graphbisect.options import INVOCATIONS, TIMEOUT, check_fields, option
-from graphbisect.oracle.signature import Signature
+from graphbisect.oracle.signature import FailureKind, Signature
 from graphbisect.oracle.tester import judge
-from graphbisect.strategies.passes import DISABLE, ENABLE, PassSpace, PassTester, control_for, minimal_set, run_spec
+from graphbisect.strategies.passes import (
+    DISABLE,
+    ENABLE,
+    PassSpace,
+    PassTester,
+    SpecRunner,
+    control_for,
+    minimal_set,
+    run_spec,
+)
+from graphbisect.values import load_values_npz
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET, model_for_backend
+from graphbisect.workflows.pass_region import Region, diverging_region, replay_model, replay_spec
+from graphbisect.workflows.probe import compiled_of, describing_spec, discard_description, plan_probe
 from graphbisect.workflows.scratch import check_work_folder
 
 __all__ = ["PassesOptions", "PassesResult", "find_culprit_passes", "reduce_under_culprits"]
@@ -70,6 +82,9 @@ class PassesOptions:
     strict_band: bool = False
     timeout: float | None = option(None, TIMEOUT)
     max_invocations: int | None = option(None, INVOCATIONS)
+    #: Search the passes on the region that diverges and confirm once on the whole model
+    #: (:mod:`graphbisect.workflows.pass_region`); False searches the whole model, one build per candidate.
+    region: bool = True
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -97,6 +112,10 @@ class PassesResult:
     invocations: Mapping[str, int] = field(default_factory=dict)
     versions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # role -> RunResult.ran_with
     search: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: Where the search ran: ``{"searched_on": "region"|"whole model", ...}`` with, for a region, its nodes,
+    #: the compiled node they became, target runs on the region and on the whole model, and what the
+    #: whole-model confirmation verified.
+    scope: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     seconds: float = 0.0
 
@@ -106,6 +125,7 @@ class PassesResult:
         data["seconds"] = round(self.seconds, 3)
         data["excluded"] = dict(self.excluded)
         data["versions"] = {role: dict(facts) for role, facts in self.versions.items()}
+        data["scope"] = dict(self.scope)
         return data
 
 
@@ -126,28 +146,42 @@ class _Session:
         self.expected: dict[str, np.ndarray] = {}
         self.onnx_path = workdir / "model.onnx"
         self.inputs_path = workdir / "inputs.npz"
+        self.runners = {role: SpecRunner(workdir / role, options.timeout) for role in ("oracle", "target")}
 
-    def prepare(self, inputs: Mapping[str, np.ndarray]) -> None:
+    def prepare(self, inputs: Mapping[str, Any]) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
         save_inputs(self.inputs_path, validate_inputs(self.model, inputs))
         self.model.save(self.onnx_path)
 
-    def run(self, spec: BackendSpec, role: str = "target") -> RunResult:
-        """One run of ``spec`` on the whole model (the Paddle model for Paddle Inference)."""
+    def close(self) -> None:
+        for runner in self.runners.values():
+            runner.close()
+
+    def run(self, spec: BackendSpec, role: str = "target", *, model: Path | None = None,
+            outputs: Sequence[str] | None = None, output_dir: Path | None = None) -> RunResult:
+        """One run of ``spec`` on the session's model (the Paddle model for Paddle Inference), or on ``model``;
+        in the role's warm worker where the backend allows it (:class:`SpecRunner`)."""
         self.invocations[role] += 1
-        path = model_for_backend(self.model, spec, self.onnx_path)
-        run = run_spec(spec, path, self.inputs_path, self.work / role, self.options.timeout)
+        path = model or model_for_backend(self.model, spec, self.onnx_path)
+        run = self.runners[role].run(spec, path, self.inputs_path, outputs=outputs, output_dir=output_dir)
         if run.ran_with:
             self.ran_with[role] = dict(run.ran_with)
         return run
 
-    def capture(self) -> None:
-        self.stage(f"running the oracle {self.oracle_spec}")
-        run = self.run(self.oracle_spec, "oracle")
+    def capture(self, intermediates: Sequence[str] = ()) -> Mapping[str, Any]:
+        """One oracle run on the model (exposing ``intermediates`` too): the expected outputs, and every value."""
+        self.stage(f"running the oracle {self.oracle_spec}"
+                   + (f" (capturing {len(intermediates)} tensors)" if intermediates else ""))
+        model = None
+        if intermediates:
+            model = self.work / "probe-oracle.onnx"
+            save_proto(self.model.with_outputs(list(intermediates)), model)
+        run = self.run(self.oracle_spec, "oracle", model=model, output_dir=self.work / "oracle-values")
         if not run.ok:
             raise BackendError(f"the oracle {self.oracle_spec} failed on the model: {run.describe()}",
                                hint="the oracle must run the model; choose another, e.g. --oracle reference")
         self.expected = {name: np.array(run.outputs[name]) for name in self.model.output_names}
+        return run.outputs
 
     def signature(self, run: RunResult) -> Signature:
         return judge(run, self.expected.__getitem__, self.model.output_names, self.options.tolerance).signature
@@ -180,16 +214,134 @@ def find_culprit_passes(
         workdir = Path(holder.name)
     else:
         check_work_folder(Path(workdir), (model.path, model.paddle_source))
+    s = _Session(model, options, Path(workdir), on_stage or (lambda _msg: None))
     try:
-        s = _Session(model, options, Path(workdir), on_stage or (lambda _msg: None))
         s.prepare(inputs)
-        s.capture()
-        result = _search(s, on_progress)
+        result = _on_region(s, on_progress) if options.region else None
+        if result is None:
+            if not s.expected:
+                s.capture()
+            result = _search(s, on_progress)
+            result = dataclasses.replace(result, scope={"searched_on": "whole model",
+                                                        "whole_model_target_runs": s.invocations["target"]})
         return dataclasses.replace(result, invocations=dict(s.invocations), notes=tuple(s.notes),
                                    versions=dict(s.ran_with), seconds=time.monotonic() - started)
     finally:
+        s.close()
         if holder is not None:
             holder.cleanup()
+
+
+def _on_region(s: _Session, on_progress: Callable[[ProgressEvent], None] | None) -> PassesResult | None:
+    """The search on the diverging region, confirmed on the whole model (:mod:`~graphbisect.workflows.pass_region`).
+
+    None (with a note saying why) when the region cannot be had or the answer does not hold on the whole
+    model: the caller then searches the whole model. A whole model that does not fail is answered here.
+    """
+    describing, replay = describing_spec(s.target_spec), replay_spec(s.target_spec)
+    if describing is None or replay is None or s.model.paddle_source is not None:
+        s.notes.append(f"the target {s.target_spec} cannot replay the graph it compiled: the passes are searched "
+                       "on the whole model")
+        return None
+    s.stage(f"running the target {s.target_spec} on the whole model (saving the graph it compiled)")
+    run = s.run(describing)
+    compiled = compiled_of(s.model, run.info) if run.ok else None
+    plan = plan_probe(s.model, compiled)
+    oracle = s.capture(plan.names if compiled is not None else ())
+    baseline = s.signature(run)
+    if not baseline.failed:
+        discard_description(run.info)
+        return PassesResult(False, baseline, str(s.target_spec),
+                            scope={"searched_on": "whole model", "whole_model_target_runs": 1})
+    region = _region(s, run, compiled, oracle, replay=replay, baseline=baseline)
+    if isinstance(region, str):
+        s.notes.append(f"no region to search the passes on ({region}): searching the whole model")
+        return None
+    sub = _Session(region.model, s.options, s.work / "region", s.stage)
+    sub.runners = s.runners  # the same warm target worker
+    try:
+        sub.prepare(region.feeds)
+        sub.expected = {name: np.asarray(value) for name, value in region.expected.items()}
+        found = _search(sub, on_progress)
+    finally:
+        s.invocations["target"] += sub.invocations["target"]
+        s.ran_with.update(sub.ran_with)
+    s.notes.extend(f"on the region: {note}" for note in sub.notes)
+    scope: dict[str, Any] = {"searched_on": "region", "region_nodes": region.names(s.model),
+                             "compiled_as": region.compiled_as, "region_target_runs": sub.invocations["target"]}
+    if not (found.failed and found.culprits and found.fixed_target):
+        s.notes.append(f"the region ({region.compiled_as}) "
+                       + ("does not fail on its own" if not found.failed else "names no culprit passes")
+                       + ": searching the whole model")
+        return None
+    s.stage(f"confirming on the whole model: {', '.join(found.culprits)} disabled")
+    confirm = s.signature(s.run(BackendSpec.parse(found.fixed_target)))
+    scope.update(whole_model_target_runs=s.invocations["target"] - sub.invocations["target"],
+                 confirmed=not confirm.failed)
+    if confirm.failed:
+        s.notes.append(f"the culprits found on the region ({', '.join(found.culprits)}) do not fix the whole model "
+                       f"({confirm.describe()}): searching the whole model")
+        return None
+    only = _only_required(s, found)
+    s.stage(f"confirming on the whole model: only {', '.join(found.required)} enabled")
+    alone = s.signature(s.run(BackendSpec.parse(only.culprit_target or "")))
+    scope.update(whole_model_target_runs=s.invocations["target"] - sub.invocations["target"],
+                 required_reproduces=baseline.matches(alone, strict_band=s.options.strict_band))
+    if not scope["required_reproduces"]:
+        s.notes.append(f"with only {', '.join(found.required)} enabled the whole model does not fail like the "
+                       f"target ({alone.describe()}): searching the whole model")
+        return None
+    s.notes.append(f"searched on the {len(region.nodes)}-node region {region.compiled_as}; on the whole model, "
+                   f"disabling {', '.join(found.culprits)} removes the failure and enabling only "
+                   f"{', '.join(found.required)} reproduces it (that each culprit is needed, and that the "
+                   "enable-set is minimal, were established on the region)")
+    return dataclasses.replace(only, signature=baseline, scope=scope)
+
+
+def _only_required(s: _Session, found: PassesResult) -> PassesResult:
+    """``found`` with its culprit and control targets disabling every pass the target registers but the
+    enable-set (culprits too, for the control), not just those fired on the region: the whole model runs
+    other passes elsewhere, which would stay enabled in the reduction under the culprits otherwise."""
+    names = s.runners["target"].registered_passes(s.target_spec)
+    if not names:
+        return found
+    rest = [n for n in names if n not in found.searched and not _RULE_SET.fullmatch(n)]
+    space = PassSpace(s.target_spec, [*found.searched, *rest])
+    return dataclasses.replace(
+        found, culprit_target=str(space.spec_with_disabled([n for n in space.passes if n not in found.required])),
+        control_target=str(space.spec_with_disabled(space.passes)))
+
+
+def _region(s: _Session, run: RunResult, compiled: Any, oracle: Mapping[str, Any], *, replay: BackendSpec,
+            baseline: Signature) -> Region | str:
+    """The diverging region of the whole model's failing run, or why there is none."""
+    try:
+        if not run.ok or compiled is None:
+            return f"the target {'did not describe what it compiled' if run.ok else 'crashed: ' + run.describe()}"
+        if baseline.kind not in (FailureKind.MISMATCH, FailureKind.NAN):
+            return f"the failure is a {baseline.kind.value}, not a value that diverges"
+        optimized = Path(str(run.info.get("optimized_model")))
+        names = [name for name in plan_probe(s.model, compiled).names if name in oracle]
+        replayed_path = optimized.with_name("replay.onnx")
+        exposed = replay_model(optimized, s.model, names, replayed_path)
+        s.stage(f"replaying the target's optimized model with {len(exposed)} surviving tensors exposed")
+        replayed = s.run(replay, model=replayed_path, outputs=[*s.model.output_names, *exposed],
+                         output_dir=s.work / "replay-values")  # read once, by the comparison
+        if not replayed.ok:
+            return f"the replay of the optimized model failed: {replayed.describe()}"
+        if not baseline.matches(s.signature(replayed)):
+            return "the replayed optimized model does not fail like the target"
+        feeds = load_values_npz(s.inputs_path)
+
+        def values(name: str) -> Any:
+            return feeds[name] if name in feeds else oracle[name]
+
+        return diverging_region(s.model, compiled, oracle, replayed.outputs, values=values,
+                                workdir=s.work / "region-weights", tol=s.options.tolerance)
+    finally:
+        if isinstance(run.info.get("optimized_model"), str):
+            Path(run.info["optimized_model"]).with_name("replay.onnx").unlink(missing_ok=True)
+        discard_description(run.info)
 
 
 def _search(s: _Session, on_progress: Callable[[ProgressEvent], None] | None) -> PassesResult:

@@ -1,0 +1,122 @@
+"""Where a pass bug lives: the small region of the model that the pass search runs on instead of the whole.
+
+A pass search asks the target one question per candidate — "does it still fail with these passes
+disabled?" — and on a large model each answer is a whole session build (ONNX Runtime at ``opt_level=all``:
+~22 s at 50,000 nodes). The passes act on a few nodes, so the search asks the question of those nodes:
+
+1. the target runs the whole model once, describing what it compiled (``save_optimized=1``,
+   :mod:`graphbisect.workflows.probe`): the baseline failure and the compiled graph;
+2. the oracle runs the whole model once, exposing the tensors that survive in the compiled graph;
+3. the target's *own optimized model* is replayed with its optimizations off (:data:`REPLAY_OPTIONS`):
+   the same kernels on the same fused graph, so exposing every surviving tensor changes nothing, at the
+   cost of a session without optimizations (a few seconds at 50,000 nodes, not another optimized build);
+4. the first surviving tensor that diverges (:func:`~graphbisect.localize.layerwise.analyze_layers`) names
+   the compiled node that computed it, and :meth:`~graphbisect.localize.compiled.CompiledGraph.region` the
+   original nodes it replaced: the **region**, materialized as a standalone model fed with the oracle's
+   values at its inputs (:class:`~graphbisect.strategies.subgraph.SubgraphSpace`).
+
+The caller (:func:`graphbisect.workflows.passes.find_culprit_passes`) searches the passes on the region and
+confirms the answer once on the whole model; anything this module cannot establish is a ``None`` with the
+reason, and the search runs on the whole model as before.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnx
+from onnx import helper
+
+from graphbisect.backends import BackendSpec, resolve
+from graphbisect.compare import Tolerance
+from graphbisect.localize.compiled import CompiledGraph
+from graphbisect.localize.layerwise import TensorSource, analyze_layers
+from graphbisect.model import Model, load_model
+from graphbisect.strategies.subgraph import SubgraphSpace
+
+__all__ = ["REPLAY_OPTIONS", "Region", "diverging_region", "replay_model", "replay_spec"]
+
+log = logging.getLogger(__name__)
+
+#: Backends whose saved optimized model (``info["optimized_model"]``) runs on the same backend with these
+#: options (``None`` removes one) and computes what the optimized build computed: ONNX Runtime loads its own
+#: optimized model with graph optimizations off — the offline-optimization workflow ORT documents.
+REPLAY_OPTIONS: Mapping[str, Mapping[str, str | None]] = {
+    "onnxruntime": {"opt_level": "disable", "disabled": None, "save_optimized": None, "report_passes": None},
+}
+
+
+def replay_spec(spec: BackendSpec) -> BackendSpec | None:
+    """The spec that replays ``spec``'s saved optimized model, or None when its backend has no such replay.
+
+    Example:
+        >>> str(replay_spec(BackendSpec.parse("ort:opt_level=all,disabled=GeluFusionL2")))
+        'onnxruntime:opt_level=disable'
+    """
+    canonical, info = resolve(spec, require_available=False)
+    options = REPLAY_OPTIONS.get(info.name)
+    return canonical.with_options(**options) if options is not None else None
+
+
+def replay_model(optimized: Path, model: Model, names: Sequence[str], destination: Path) -> list[str]:
+    """Save the optimized model with ``names`` (original tensors it still has) as extra graph outputs.
+
+    ``destination`` must be in the optimized model's folder (its weights are external data beside it).
+    Outputs are declared with their element type only: a layout-transforming backend may store a surviving
+    tensor in another shape. Returns the names exposed.
+    """
+    proto = onnx.load(str(optimized), load_external_data=False)
+    produced = {name for node in proto.graph.node for name in node.output if name}
+    present = {value.name for value in proto.graph.output}
+    exposed = []
+    for name in names:
+        declared = model.boundary_type(name)
+        if name not in produced or name in present or declared is None or not declared.type.HasField("tensor_type"):
+            continue
+        proto.graph.output.append(helper.make_tensor_value_info(name, declared.type.tensor_type.elem_type, None))
+        exposed.append(name)
+    onnx.save(proto, str(destination))
+    return exposed
+
+
+@dataclass(frozen=True)
+class Region:
+    """The original nodes one diverging compiled node replaced, as a standalone model."""
+
+    nodes: frozenset[int]  # indices into the whole model's nodes
+    model: Model  # the region with its weights inline
+    feeds: Mapping[str, Any]  # its graph inputs: the model's own inputs and the oracle's values at cut points
+    expected: Mapping[str, Any]  # the oracle's values of its outputs
+    compiled_as: str  # the compiled node, described
+
+    def names(self, whole: Model) -> list[str]:
+        return [whole.nodes[i].name for i in sorted(self.nodes)]
+
+
+def diverging_region(model: Model, compiled: CompiledGraph, oracle: TensorSource, target: TensorSource, *,
+                     values: Callable[[str], Any], workdir: Path, tol: Tolerance) -> Region | str:
+    """The region of the first surviving tensor that diverges, or why there is none.
+
+    ``oracle``/``target`` hold the surviving tensors of both sides; ``values(name)`` is the oracle's value of
+    any tensor the region may read (graph inputs included); ``workdir`` receives the region's weights file.
+    """
+    report = analyze_layers(model.nodes, oracle, target, tol, compiled=compiled, first_only=True)
+    first = report.first_divergence
+    if first is None:
+        return "no surviving tensor of the replayed optimized model diverges from the oracle"
+    nodes = compiled.region(model.nodes, first.index)
+    group = compiled.by_original().get(model.nodes[first.index].name)
+    described = group.describe() if group is not None else f"{first.op_type} {first.node!r}"
+    space = SubgraphSpace(model, values, workdir)
+    try:
+        candidate = space.materialize(nodes, inline_weights=True)
+        expected = {name: values(name) for name in candidate.outputs}
+    except KeyError as exc:
+        return f"the oracle did not capture {exc} that the region {described} reads"
+    region = load_model(candidate.proto)
+    log.info("pass search region: %d nodes, compiled as %s", len(nodes), described)
+    return Region(nodes, region, dict(candidate.feeds), expected, described)
