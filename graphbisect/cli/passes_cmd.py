@@ -68,8 +68,14 @@ def print_passes(result: PassesResult) -> None:
     print(f"failure: {result.signature.describe()}  (target {result.target})")
     for role, facts in result.versions.items():
         print(f"{role} ran with {describe_ran_with(facts)}")
-    print(f"fired passes ({len(result.fired)}, {result.source}): " + ", ".join(result.fired[:20])
-          + (" …" if len(result.fired) > 20 else ""))
+    scope = result.scope
+    on_region = scope.get("searched_on") == "region"
+    if on_region:
+        print(f"searched on a {len(scope['region_nodes'])}-node region ({scope['compiled_as']}), confirmed on the "
+              f"whole model: {scope['whole_model_target_runs']} whole-model target runs, "
+              f"{scope['region_target_runs']} on the region")
+    print(f"fired passes ({len(result.fired)}, {result.source}{' on the region' if on_region else ''}): "
+          + ", ".join(result.fired[:20]) + (" …" if len(result.fired) > 20 else ""))
     for name, why in result.excluded.items():
         print(f"  never disabled: {name} ({why})")
     if result.culprits:

@@ -147,6 +147,7 @@ class _Session:
         self.onnx_path = workdir / "model.onnx"
         self.inputs_path = workdir / "inputs.npz"
         self.runners = {role: SpecRunner(workdir / role, options.timeout) for role in ("oracle", "target")}
+        self.scope: dict[str, Any] = {}  # where the search ran (PassesResult.scope)
 
     def prepare(self, inputs: Mapping[str, Any]) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
@@ -221,9 +222,11 @@ def find_culprit_passes(
         if result is None:
             if not s.expected:
                 s.capture()
+            tried = dict(s.scope)  # a region that was searched but not confirmed stays on record
             result = _search(s, on_progress)
-            result = dataclasses.replace(result, scope={"searched_on": "whole model",
-                                                        "whole_model_target_runs": s.invocations["target"]})
+            result = dataclasses.replace(result, scope={
+                **tried, "searched_on": "whole model",
+                "whole_model_target_runs": s.invocations["target"] - tried.get("region_target_runs", 0)})
         return dataclasses.replace(result, invocations=dict(s.invocations), notes=tuple(s.notes),
                                    versions=dict(s.ran_with), seconds=time.monotonic() - started)
     finally:
@@ -267,8 +270,9 @@ def _on_region(s: _Session, on_progress: Callable[[ProgressEvent], None] | None)
         s.invocations["target"] += sub.invocations["target"]
         s.ran_with.update(sub.ran_with)
     s.notes.extend(f"on the region: {note}" for note in sub.notes)
-    scope: dict[str, Any] = {"searched_on": "region", "region_nodes": region.names(s.model),
-                             "compiled_as": region.compiled_as, "region_target_runs": sub.invocations["target"]}
+    scope = s.scope
+    scope.update(region_nodes=region.names(s.model), compiled_as=region.compiled_as,
+                 region_target_runs=sub.invocations["target"])
     if not (found.failed and found.culprits and found.fixed_target):
         s.notes.append(f"the region ({region.compiled_as}) "
                        + ("does not fail on its own" if not found.failed else "names no culprit passes")
@@ -295,7 +299,7 @@ def _on_region(s: _Session, on_progress: Callable[[ProgressEvent], None] | None)
                    f"disabling {', '.join(found.culprits)} removes the failure and enabling only "
                    f"{', '.join(found.required)} reproduces it (that each culprit is needed, and that the "
                    "enable-set is minimal, were established on the region)")
-    return dataclasses.replace(only, signature=baseline, scope=scope)
+    return dataclasses.replace(only, signature=baseline, scope={"searched_on": "region", **scope})
 
 
 def _only_required(s: _Session, found: PassesResult) -> PassesResult:

@@ -269,3 +269,37 @@ def test_results_say_what_ran_them_also_when_the_backend_crashed(models: dict[st
     for result in (crash, ok):
         assert result.ran_with["library_version"] == onnxruntime.__version__
         assert result.ran_with["python"] == sys.executable and result.ran_with["numpy"] == np.__version__
+
+
+def test_a_reconfigured_worker_applies_the_new_options_in_the_same_process(tmp_path: Path) -> None:
+    """The pass search's warm worker: same process, new runtime options, the session built again for them
+    (the LayerNorm keepdims=0 bug is there at opt_level=all and gone with its two fusions disabled)."""
+    from graphbisect.examples import pattern_model
+
+    model = tmp_path / "ln.onnx"
+    onnx.save(pattern_model("layernorm_keepdims0"), str(model))
+    feeds = {"x": np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32)}
+    with BackendProcess("onnxruntime:opt_level=disable", workdir=tmp_path / "oracle") as oracle:
+        expected = np.asarray(oracle.run(model, feeds).outputs["y"])
+    with BackendProcess("onnxruntime:opt_level=all", workdir=tmp_path / "target") as proc:
+        fused = np.asarray(proc.run(model, feeds).outputs["y"])
+        pid = proc.pid
+        proc.reconfigure("ort:opt_level=all,disabled=LayerNormFusionL1;SimplifiedLayerNormFusion")
+        fixed = proc.run(model, feeds)  # the same model file: only the options changed
+        assert proc.pid == pid and fixed.info["disabled"] == ["LayerNormFusionL1", "SimplifiedLayerNormFusion"]
+        proc.reconfigure("onnxruntime:disabled=NoSuchPass")
+        with pytest.raises(SpecError, match="NoSuchPass"):  # validated like a new worker's options
+            proc.run(model, feeds)
+    assert np.max(np.abs(fused - expected)) > 0.1
+    np.testing.assert_allclose(np.asarray(fixed.outputs["y"]), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_only_a_reconfigurable_backend_under_the_same_interpreter_is_reconfigured(tmp_path: Path) -> None:
+    with BackendProcess("onnxruntime", workdir=tmp_path) as proc:
+        assert proc.can_reconfigure("ort:opt_level=basic")
+        assert not proc.can_reconfigure(f"onnxruntime:python={sys.executable}")
+        assert not proc.can_reconfigure("reference")
+        with pytest.raises(SpecError, match="cannot serve"):
+            proc.reconfigure("reference")
+    with BackendProcess("reference", workdir=tmp_path / "ref") as ref:
+        assert not ref.can_reconfigure("reference")  # its row does not say it keeps no process-wide state

@@ -48,7 +48,10 @@ def ln_all(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any
 def test_layernorm_culprits_at_all_are_both_fusions(ln_all: tuple[int, dict[str, Any], Path]) -> None:
     code, data, _ = ln_all
     assert code == 1 and data["failed"]
-    assert set(LN) <= set(data["fired"])
+    assert set(LN) <= set(data["searched"])  # on the region SimplifiedLayerNormFusion fires once L1 is disabled
+    scope = data["scope"]  # searched on the 9 nodes ORT fused, confirmed on the whole model
+    assert scope["searched_on"] == "region" and len(scope["region_nodes"]) == 9
+    assert scope["confirmed"] and scope["required_reproduces"] and scope["whole_model_target_runs"] == 4
     assert set(data["culprits"]) == set(LN)  # each alone mis-fuses: disabling one leaves the failure
     assert len(data["required"]) == 1 and data["required"][0] in LN
     assert set(data["each_alone"]) == set(LN) and data["minimal"]
