@@ -1,6 +1,11 @@
 """`passes`: name the optimization passes responsible for a failure, then (optionally) reduce under them.
 
-Steps, each a few target runs on the *whole* model (one run per candidate spec, in a fresh worker):
+Where the target can replay the graph it compiled (ONNX Runtime), the steps below run on the **region**
+that diverges rather than on the whole model, and the answer is confirmed on the whole model
+(:mod:`graphbisect.workflows.pass_region`, :func:`_on_region`); otherwise, or when that fails, on the whole
+model. Candidates run one spec after another in one warm worker where the backend allows it
+(:class:`~graphbisect.strategies.passes.SpecRunner`):
+
 1. one oracle run: the expected outputs of every candidate;
 2. the target as given, asked to report which passes fired (ORT ``report_passes=1``; Paddle and
    onnxoptimizer always report): the baseline signature and the fired list. A target that crashes before
