@@ -47,7 +47,7 @@ from graphbisect.data import save_inputs, validate_inputs
 from graphbisect.engine import Budget, Evaluator, Journal, Outcome, ProgressEvent, SearchAborted, SearchResult
 from graphbisect.errors import BackendError, GraphBisectError
 from graphbisect.model import Model
-from graphbisect.model.io import save_proto
+from graphbisect.model.io import remove_model, save_proto
 from graphbisect.options import INVOCATIONS, TIMEOUT, check_fields, option
 from graphbisect.oracle.signature import FailureKind, Signature
 from graphbisect.oracle.tester import judge
@@ -183,6 +183,8 @@ class _Session:
             model = self.work / "probe-oracle.onnx"
             save_proto(self.model.with_outputs(list(intermediates)), model)
         run = self.run(self.oracle_spec, "oracle", model=model, output_dir=self.work / "oracle-values")
+        if model is not None:
+            remove_model(model)
         if not run.ok:
             raise BackendError(f"the oracle {self.oracle_spec} failed on the model: {run.describe()}",
                                hint="the oracle must run the model; choose another, e.g. --oracle reference")
