@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import ml_dtypes
 import numpy as np
@@ -172,3 +173,23 @@ def test_command_refuses_an_output_written_as_untyped_bytes(tmp_path: Path) -> N
     outcome = result.to_json()["outcome"]
     assert outcome["class"] == "target-unsupported", outcome
     assert "output 'y'" in outcome["detail"] and "|V2" in outcome["detail"]
+
+
+def test_command_repro_writes_inputs_as_graphbisect_does(tmp_path: Path) -> None:
+    """repro.py's command section writes a typed .npz for typed=1 and refuses such inputs without it."""
+    import runpy
+
+    from graphbisect.artifacts.repro import render_repro
+    from graphbisect.backends.base import BackendSpec
+    from graphbisect.values import load_values_npz
+
+    content = SimpleNamespace(target=BackendSpec.parse("command:cmd=true"))
+    script = tmp_path / "repro.py"
+    script.write_text(render_repro(content), encoding="utf-8")  # type: ignore[arg-type]
+    ns = runpy.run_path(str(script), run_name="repro")
+    x = VALUES.astype(ml_dtypes.bfloat16)
+    ns["save_arrays"](str(tmp_path / "typed.npz"), {"x": x}, True)
+    read = load_values_npz(tmp_path / "typed.npz")["x"]
+    assert read.dtype == x.dtype and read.tobytes() == x.tobytes()
+    with pytest.raises(NotImplementedError, match="input 'x' of type bfloat16 is not supported"):
+        ns["save_arrays"](str(tmp_path / "plain.npz"), {"x": x})

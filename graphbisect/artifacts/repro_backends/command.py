@@ -10,7 +10,8 @@ from graphbisect.backends.worker import option_flag
 
 
 def _command_options(options: Mapping[str, str]) -> dict[str, Any]:
-    return {"cmd": options.get("cmd", ""), "shell": option_flag(options, "shell")}
+    return {"cmd": options.get("cmd", ""), "shell": option_flag(options, "shell"),
+            "typed": option_flag(options, "typed")}
 
 
 _COMMAND_CODE = r'''
@@ -28,18 +29,18 @@ def import_library(options):
 
 def load_target(model_path, options):
     """The command template of the spec; {model}, {inputs} and {outputs} are filled in at run."""
-    return model_path, options["cmd"], options["shell"]
+    return model_path, options["cmd"], options["shell"], options.get("typed", False)
 
 
 def run_target(target, inputs, output_names):
     """Write the inputs to an .npz, run the command (from the current directory), read its outputs .npz."""
     import shlex
 
-    model_path, template, shell = target
+    model_path, template, shell, typed = target
     with tempfile.TemporaryDirectory(prefix="repro-command-") as tmp:
         paths = {"model": str(model_path), "inputs": os.path.join(tmp, "inputs.npz"),
                  "outputs": os.path.join(tmp, "outputs.npz")}
-        save_arrays(paths["inputs"], inputs)
+        save_arrays(paths["inputs"], inputs, typed)
         if shell:
             command = template.format(**{k: shlex.quote(v) for k, v in paths.items()})
         else:
@@ -57,14 +58,29 @@ def run_target(target, inputs, output_names):
         return load_arrays(paths["outputs"])
 
 
-def save_arrays(path, arrays):
-    """An .npz for any tensor names (numpy's savez rejects some, e.g. 'file')."""
+def save_arrays(path, arrays, typed=False):
+    """An .npz for any tensor names (numpy's savez rejects some, e.g. 'file'). A tensor of a type numpy lacks
+    (bfloat16, float8, int4) is written as graphbisect writes it for a typed=1 command: its raw bits or
+    values plus an entry in the member __values__.json; without typed=1 it is refused, as graphbisect does
+    (a program reading the .npz with plain numpy would take the stored integers as the values)."""
     import zipfile
 
+    described = {}
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
         for name, value in arrays.items():
+            value = np.asanyarray(value)
+            code = extension_code(value)
+            if code:
+                if not typed:
+                    raise NotImplementedError(f"command input {name!r} of type {ELEM_TYPES[code][0]} is not "
+                                              "supported: add typed=1 if the program reads __values__.json")
+                value = value.view(STORAGE[code]) if ELEM_TYPES[code][1] else value.astype(STORAGE[code])
+                described[name] = {"file": f"{name}.npy", "dtype": value.dtype.str, "shape": list(value.shape),
+                                   "elem_type": code}
             with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
+                np.lib.format.write_array(member, value, allow_pickle=False)
+        if described:
+            zf.writestr("__values__.json", json.dumps({"version": 1, "values": described}))
 
 '''
 
