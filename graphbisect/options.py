@@ -36,6 +36,7 @@ from typing import Any
 from graphbisect.errors import GraphBisectError, OptionError
 
 __all__ = [
+    "EXIT_CODE",
     "INVOCATIONS",
     "JOBS",
     "SEED",
@@ -175,3 +176,5 @@ TIMEOUT = seconds().or_none("the default, 600 s")
 JOBS = whole(1)
 #: A seed of random inputs (numpy's generators take seeds >= 0).
 SEED = whole(0)
+#: A failing exit status of a program (``--fail-code``).
+EXIT_CODE = whole(1, 255)

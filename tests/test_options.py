@@ -97,6 +97,7 @@ def test_the_python_api_refuses_before_running_or_writing(relu_model: onnx.Model
     (["compare", "--example", "--seed", "-1"], "--seed"),
     (["reduce", "--example", "--executor", "bogus", "-o", "OUT"], "--executor"),
     (["triage", "IN", "OUT", "--seed", "-3"], "--seed"),
+    (["reduce", "--example", "--check", "false", "--fail-code", "300", "-o", "OUT"], "--fail-code"),
 ])
 def test_the_cli_refuses_what_the_options_refuse(args: list[str], flag: str, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     # `compare --seed -1` used to exit 3 ("internal error: ValueError: expected non-negative integer").

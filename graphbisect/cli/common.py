@@ -30,6 +30,7 @@ __all__ = [
     "cosine",
     "count",
     "executor",
+    "exit_code",
     "load_feeds",
     "load_model_arg",
     "output_path",
@@ -98,6 +99,8 @@ seconds = _argument(options.seconds(), float)
 regex = _argument(options.pattern, str)
 #: A seed of random inputs (>= 0).
 seed = _argument(options.SEED, int)
+#: A failing exit status (1 to 255).
+exit_code = _argument(options.EXIT_CODE, int)
 #: An executor spec: local, ray or ray:ADDRESS.
 executor = _argument(EXECUTOR, str)
 #: A backend spec whose name and option keys are known (availability is checked when it runs).

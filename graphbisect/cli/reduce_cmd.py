@@ -15,6 +15,7 @@ from graphbisect.cli.common import (
     add_model_arguments,
     count,
     executor,
+    exit_code,
     load_feeds,
     load_model_arg,
     output_path,
@@ -56,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "matches REGEX (instead of comparing outputs)")
     parser.add_argument("--check", metavar="CMD", help="external check instead of --target (Polygraphy-style): a shell "
                         "command with {model} and {inputs} placeholders; a non-zero exit is the failure")
-    parser.add_argument("--fail-code", type=count(1), metavar="N", help="with --check: only exit code N is the failure")
+    parser.add_argument("--fail-code", type=exit_code, metavar="N",
+                        help="with --check: only exit code N is the failure")
     parser.add_argument("--strict-band", action="store_true", help="also require the error's order of magnitude "
                         "to stay within one decade of the original's")
     parser.add_argument("--cut-as-initializers", action="store_true",

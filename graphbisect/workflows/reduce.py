@@ -72,7 +72,7 @@ from graphbisect.lockfile import folder_lock
 from graphbisect.model import Model
 from graphbisect.model.diff import model_differences
 from graphbisect.model.io import remove_model, save_proto
-from graphbisect.options import INVOCATIONS, JOBS, TIMEOUT, check_fields, option, pattern, seconds, whole
+from graphbisect.options import EXIT_CODE, INVOCATIONS, JOBS, TIMEOUT, check_fields, option, pattern, seconds, whole
 from graphbisect.oracle.signature import FailureKind, Signature
 from graphbisect.oracle.tester import CandidateTester, OutputCheck, TargetPool, WorkerPool, judge, model_digest
 from graphbisect.packfile import TornRunError
@@ -113,7 +113,7 @@ class ReduceOptions:
     keep_work: bool = False
     check: str | None = None  # external check command (Polygraphy-style): its exit status is the verdict
     # with check: only this exit code is the failure
-    fail_code: int | None = option(None, whole(1, 255).or_none("any non-zero exit"))
+    fail_code: int | None = option(None, EXIT_CODE.or_none("any non-zero exit"))
     # candidate runs as tasks of this executor (local, ray[:ADDRESS]); None: own workers
     executor: str | None = option(None, EXECUTOR.or_none("this process's target workers"))
     # A Python check(outputs, expected) -> bool (True: acceptable) judging outputs instead of the tolerance;
