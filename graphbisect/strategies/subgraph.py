@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import threading
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,6 +188,7 @@ class SubgraphSpace:
         self._cut = _Pieces(len(index.names))  # a cut tensor's declaration (graph input) or constant
         self._out = _Pieces(len(index.names))  # an output's declaration
         self._checker = _PieceChecker(model)
+        self._lock = threading.Lock()  # guards making pieces and checking them
 
     @property
     def size(self) -> int:
@@ -226,12 +228,14 @@ class SubgraphSpace:
         keep = frozenset(keep)
         found = self._index.boundary(keep)
         cut, inits, outputs = found.cut, found.inits, found.outputs
-        new = cut[~self._cut.made[cut]]  # first time a cut point: its declaration or constant
-        if new.size:
-            self._cut.fill(new, [self._cut_piece(i) for i in new.tolist()])
-        new = outputs[~self._out.made[outputs]]
-        if new.size:
-            self._out.fill(new, [_Made(self._output_type(self._names[i]), _OUTPUT) for i in new.tolist()])
+        if not (self._cut.made[cut].all() and self._out.made[outputs].all()):
+            with self._lock:  # the engine may evaluate candidates in threads (jobs > 1)
+                new = cut[~self._cut.made[cut]]  # first time a cut point: its declaration or constant
+                if new.size:
+                    self._cut.fill(new, [self._cut_piece(i) for i in new.tolist()])
+                new = outputs[~self._out.made[outputs]]
+                if new.size:
+                    self._out.fill(new, [_Made(self._output_type(self._names[i]), _OUTPUT) for i in new.tolist()])
         constant = self._cut.constant[cut]
         fed = cut[~constant]
         names = self._names[fed].tolist()
@@ -275,9 +279,10 @@ class SubgraphSpace:
             return check_file(path)
         cut, outputs = candidate.ids
         constant = self._cut.constant[cut]
-        # In the checker's order: graph inputs, outputs, then initializers.
-        return (self._cut.refused(cut[~constant], self._checker) or self._out.refused(outputs, self._checker)
-                or self._cut.refused(cut[constant], self._checker))
+        with self._lock:
+            # In the checker's order: graph inputs, outputs, then initializers.
+            return (self._cut.refused(cut[~constant], self._checker) or self._out.refused(outputs, self._checker)
+                    or self._cut.refused(cut[constant], self._checker))
 
     def _cut_piece(self, index: int) -> _Made:
         name = self._names[index]
@@ -376,9 +381,9 @@ class _Pieces:
         """The checker's message on the first of ``ids`` it refuses; None when it refuses none."""
         for index in ids[self._state[ids] == 0].tolist():
             verdict = checker.verdict(self._messages[index])
-            self._state[index] = 1 if verdict is None else 2
             if verdict is not None:
                 self._verdicts[index] = verdict
+            self._state[index] = 1 if verdict is None else 2
         bad = ids[self._state[ids] == 2]
         return self._verdicts[int(bad[0])] if bad.size else None
 

@@ -11,6 +11,7 @@ verdict on the saved file must equal ``check`` on every candidate, including tho
 from __future__ import annotations
 
 import random
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +172,19 @@ def test_a_saved_candidate_runs_and_reads_its_weights(tmp_path: Path) -> None:
     inline = space.materialize(keep, inline_weights=True)
     assert not any(t.data_location == TensorProto.EXTERNAL for t in inline.proto.graph.initializer)
     assert [n.name for n in inline.proto.graph.node] == [n.name for n in candidate.proto.graph.node]
+
+
+def test_candidates_made_in_threads_equal_those_made_one_by_one(tmp_path: Path) -> None:
+    """The engine evaluates candidates in threads (``jobs > 1``); pieces are made on first use, shared."""
+    model, inputs = _host()
+    values = _oracle_values(model, inputs)
+    subsets = _subsets(len(model.nodes), seed=1) * 3
+    alone = SubgraphSpace(model, values.__getitem__, tmp_path / "alone")
+    expected = [alone.materialize(keep).data for keep in subsets]
+    shared = SubgraphSpace(model, values.__getitem__, tmp_path / "shared")
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda keep: shared.materialize(keep).data, subsets))
+    assert got == expected
 
 
 # ------------------------------------------------------------------------------------------- the checker
