@@ -39,7 +39,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from graphbisect.engine.evaluator import Evaluator
-from graphbisect.engine.search import SearchRun, run_search
+from graphbisect.engine.search import Margin, SearchRun, run_search
 from graphbisect.engine.types import SearchResult
 
 __all__ = ["probdd"]
@@ -57,6 +57,7 @@ def probdd(
     hints: Sequence[Iterable[int]] = (),
     phase: str = "probdd",
     prior: float | Mapping[int, float] | None = None,
+    margin: Margin | None = None,
 ) -> SearchResult:
     """Reduce ``start`` (default: all units, assumed to fail) to a 1-minimal failing keep-set.
 
@@ -69,12 +70,14 @@ def probdd(
         prior: initial probability that an atom is needed: one number for all atoms, or per *unit*
             (an atom's is then the chance that any of its listed units is needed; atoms with no listed
             unit get the default ``1 / number of atoms``).
+        margin: how far a tested candidate was from failing: the closing sweep tries the closest
+            removals first (see :mod:`graphbisect.engine.search`).
     """
 
     def algorithm(run: SearchRun) -> None:
         _probdd(run, prior)
 
-    return run_search(evaluator, start, atoms=atoms, hints=hints, phase=phase, algorithm=algorithm)
+    return run_search(evaluator, start, atoms=atoms, hints=hints, phase=phase, algorithm=algorithm, margin=margin)
 
 
 def _probdd(run: SearchRun, prior: float | Mapping[int, float] | None) -> None:

@@ -9,6 +9,15 @@ proper subset of the current set and fails (Hypothesis' rule: strictly simpler, 
 then the one-by-one sweep that proves the result 1-minimal, and turn a budget stop or Ctrl-C into the
 best-so-far result instead of losing it.
 
+**A ranked sweep.** When the test measures *how far* a non-failing candidate is from failing (a
+``margin``: ``precision``'s output error in tolerances, 1 being the limit), the sweep tries the atoms whose
+removal came closest first, using the last margin measured for each (during the algorithm or an earlier
+pass), and retries the others only when the set has changed. Where the failure is not monotone (int8 error:
+lowering one more node can cancel another's error), a removal re-opens earlier ones; the plain sweep then
+walks the whole set again after every removal (PP-OCRv4 rec int8: 1,106 sweep tests for 136 atoms), the
+ranked one finds the re-opened removals among the closest few. Either way every single-atom removal of the
+final set is tested before the set is called 1-minimal.
+
 Example:
     >>> from graphbisect.engine import Evaluator, Outcome
     >>> ev = Evaluator(lambda keep: Outcome.FAIL if {2, 6} <= keep else Outcome.PASS, n=8)
@@ -20,12 +29,16 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterable, Sequence
+import math
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 
 from graphbisect.engine.evaluator import Evaluator
-from graphbisect.engine.types import BudgetExhausted, SearchAborted, SearchResult, StopReason
+from graphbisect.engine.types import BudgetExhausted, SearchAborted, SearchResult, StopReason, TestResult
 
-__all__ = ["SearchRun", "run_search", "sweep"]
+__all__ = ["Margin", "SearchRun", "run_search", "sweep"]
+
+Margin = Callable[[TestResult], "float | None"]
+"""How far a tested candidate was from failing (lower: closer; None: not known), for the ranked sweep."""
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +66,7 @@ class SearchRun:
         self.survivors: list[int] = list(range(len(self.atoms)))  # old positions of atoms after accept
         self._stats0 = evaluator.stats()
         self.history: list[tuple[int, int]] = [(evaluator.invocations, len(self.keep))]
+        self.visited: list[frozenset[int]] = [self.keep]  # every current set, oldest first (ranked sweep)
         evaluator.set_best(len(self.keep), phase=phase, start=True)
 
     def without(self, positions: Collection[int]) -> frozenset[int]:
@@ -108,6 +122,7 @@ class SearchRun:
         self.fixed &= keep
         self.keep = keep
         self.history.append((self.ev.invocations, len(keep)))
+        self.visited.append(keep)
         self.ev.set_best(len(keep), phase=phase)
         logger.debug("%s: reduced to %d units", phase, len(keep))
 
@@ -116,13 +131,16 @@ class SearchRun:
         if hints:
             self.try_candidates(((frozenset(h) & self.keep) | self.fixed for h in hints), "hints")
 
-    def sweep(self) -> None:
+    def sweep(self, margin: Margin | None = None) -> None:
         """Remove single atoms until none can go: afterwards the current set is 1-minimal.
 
         Each pass starts where the last removal happened, and the sweep ends after a full pass without a
         removal, so every single-atom removal of the *final* set has been tested (cache hits are free:
-        after ddmin the whole sweep usually is).
+        after ddmin the whole sweep usually is). With ``margin``, the ranked sweep (module docstring).
         """
+        if margin is not None:
+            self._ranked_sweep(margin)
+            return
         start = 0
         while self.atoms:
             m = len(self.atoms)
@@ -131,6 +149,52 @@ class SearchRun:
             if winner is None:
                 return
             start = order[winner] % max(len(self.atoms), 1)
+
+    def _ranked_sweep(self, margin: Margin) -> None:
+        """The sweep, most promising removals first: each round tries every atom in ascending order of what
+        removing it last did to the margin (the change from the set it was removed from; never measured:
+        first, in atom order) and accepts the first that fails; it ends after a round without a removal.
+        """
+        last = self._last_changes(margin)
+        while self.atoms:
+            order = sorted(range(len(self.atoms)), key=lambda j: (last.get(self.atoms[j], -math.inf), j))
+            tried: list[tuple[frozenset[int], frozenset[int] | None]] = []
+            before, base = self.keep, self._margin_of(self.keep, margin) or 0.0
+            winner = self.try_candidates(self._single_removals(order, tried), "sweep")
+            for atom, closed in tried[: None if winner is None else winner]:
+                value = self._margin_of(closed, margin) if closed is not None else None
+                if value is not None:
+                    last[atom] = value - base
+            if winner is None:
+                return
+            logger.debug("sweep: removed %s after %d tests on a set of %d", sorted(before - self.keep),
+                         winner + 1, len(before))
+
+    def _single_removals(self, order: Sequence[int],
+                         tried: list[tuple[frozenset[int], frozenset[int] | None]]) -> Iterator[frozenset[int]]:
+        """The current set without each atom of ``order`` in turn, noting (atom, tested set) as consumed."""
+        for j in order:
+            keep = self.without((j,))
+            tried.append((self.atoms[j], self._closed(keep)))
+            yield keep
+
+    def _margin_of(self, keep: frozenset[int], margin: Margin) -> float | None:
+        measured = self.ev.cache.get(keep)
+        return margin(measured) if measured is not None else None
+
+    def _last_changes(self, margin: Margin) -> dict[frozenset[int], float]:
+        """Per atom, the margin change of the most recent cached test that removed just that atom from a set
+        this search was at (what the algorithm before the sweep already measured)."""
+        last: dict[frozenset[int], float] = {}
+        for keep in reversed(self.visited):
+            base = self._margin_of(keep, margin) or 0.0
+            for atom in self.atoms:
+                if atom in last or not atom <= keep:
+                    continue
+                value = self._margin_of(self.ev.apply_closure(keep - atom), margin)
+                if value is not None:
+                    last[atom] = value - base
+        return last
 
     def result(self, stop_reason: StopReason | None, *, minimal: bool, found: int | None = None) -> SearchResult:
         return SearchResult(
@@ -151,8 +215,10 @@ def run_search(
     hints: Sequence[Iterable[int]],
     phase: str,
     algorithm: Callable[[SearchRun], None],
+    margin: Margin | None = None,
 ) -> SearchResult:
-    """Hints, then ``algorithm``, then the sweep; a budget stop or Ctrl-C returns the best-so-far.
+    """Hints, then ``algorithm``, then the sweep (ranked by ``margin`` when given); a budget stop or Ctrl-C
+    returns the best-so-far.
 
     An exception from the test function becomes :class:`SearchAborted` (chained, carrying the
     best-so-far), so neither the cause nor the progress is lost.
@@ -161,7 +227,7 @@ def run_search(
     try:
         run.try_hints(hints)
         algorithm(run)
-        run.sweep()
+        run.sweep(margin)
     except BudgetExhausted as exc:
         logger.info("%s stopped (%s) at %d units", phase, exc.reason.value, len(run.keep))
         return run.result(exc.reason, minimal=False)
@@ -186,6 +252,7 @@ def sweep(
     atoms: Sequence[Iterable[int]] | None = None,
     hints: Sequence[Iterable[int]] = (),
     phase: str = "sweep",
+    margin: Margin | None = None,
 ) -> SearchResult:
     """One-by-one removal until 1-minimal: n tests per pass; best for small sets or near-minimal starts.
 
@@ -195,7 +262,7 @@ def sweep(
         >>> sorted(sweep(ev).keep)
         [1]
     """
-    return run_search(evaluator, start, atoms=atoms, hints=hints, phase=phase, algorithm=_nothing)
+    return run_search(evaluator, start, atoms=atoms, hints=hints, phase=phase, algorithm=_nothing, margin=margin)
 
 
 def _nothing(run: SearchRun) -> None:

@@ -232,19 +232,21 @@ def _copy_fields(source: Message, target: Message, skip: frozenset[str]) -> None
             getattr(target, field.name).extend(value)
 
 
-def copy_model(proto: onnx.ModelProto, *, initializers: bool = True) -> onnx.ModelProto:
-    """A deep copy of ``proto``; with ``initializers=False`` the graph's initializer list stays empty.
+def copy_model(proto: onnx.ModelProto, *, initializers: bool = True, nodes: bool = True) -> onnx.ModelProto:
+    """A deep copy of ``proto``; with ``initializers=False`` the graph's initializer list stays empty, with
+    ``nodes=False`` its node list.
 
     Copying without initializers costs only the graph's size, which is what candidate builders need
-    before they re-add initializers as external references.
+    before they re-add initializers as external references (or the few a rewritten graph reads).
     """
-    if initializers:
+    if initializers and nodes:
         copied = onnx.ModelProto()
         copied.CopyFrom(proto)
         return copied
     copied = onnx.ModelProto()
     _copy_fields(proto, copied, frozenset({"graph"}))
-    _copy_fields(proto.graph, copied.graph, frozenset({"initializer"}))
+    skip = {"initializer"} if not initializers else set()
+    _copy_fields(proto.graph, copied.graph, frozenset(skip | ({"node"} if not nodes else set())))
     return copied
 
 

@@ -22,6 +22,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from graphbisect.model import Model
+from graphbisect.model.io import copy_model
 
 __all__ = ["GraphRewriter"]
 
@@ -96,7 +97,15 @@ class GraphRewriter:
         return name
 
     def copy(self, node: onnx.NodeProto, inputs: Sequence[str], outputs: Sequence[str]) -> None:
-        """Append a copy of ``node`` reading ``inputs`` and writing ``outputs``."""
+        """Append a copy of ``node`` reading ``inputs`` and writing ``outputs``.
+
+        A node that reads and writes what it always did is appended as it is (never modified here):
+        :meth:`finish` copies every node into the new graph anyway, so cloning it first would copy it twice.
+        """
+        if list(node.input) == list(inputs) and list(node.output) == list(outputs):
+            self.nodes.append(node)
+            self.made.update(outputs)
+            return
         clone = onnx.NodeProto()
         clone.CopyFrom(node)
         del clone.input[:]
@@ -108,15 +117,11 @@ class GraphRewriter:
 
     def finish(self) -> onnx.ModelProto:
         """The lowered model: new nodes, original weights still read plus new ones, FP32 outputs."""
-        proto = onnx.ModelProto()
-        proto.CopyFrom(self.model.proto)
+        proto = copy_model(self.model.proto, initializers=False, nodes=False)  # not the weights: only those read
         graph = proto.graph
-        del graph.node[:]
         graph.node.extend(self.nodes)
         read = {name for node in self.nodes for name in node.input} | set(self.model.output_names)
-        kept = [t for t in graph.initializer if t.name in read]
-        del graph.initializer[:]
-        graph.initializer.extend(kept)
+        graph.initializer.extend(t for t in self.model.proto.graph.initializer if t.name in read)
         graph.initializer.extend(t for name, t in self.initializers.items() if name in read)
         del graph.value_info[:]  # renamed and retyped tensors: let runtimes infer them
         for name in self.expose:

@@ -8,7 +8,10 @@ tolerance. A run that crashes (some runtimes mis-fuse mixed-precision graphs) is
 
 * :func:`search_keep_fp32`: ProbDD with per-node priors (from :func:`sensitivity`, or from the layerwise
   error amplification of one fully lowered run: :func:`layerwise_priors`), O(k log n) runs for k needed
-  nodes, then the one-by-one sweep (1-minimality);
+  nodes, then the one-by-one sweep (1-minimality), ranked by each removal's last measured output error
+  (:data:`error_margin`): int8 error is cumulative and cancels (on PP-OCRv4 rec, keeping the 200 nodes
+  that matter most alone in FP32 still misses the tolerance 4.6-fold), so every removal re-opens others,
+  and the closest ones are retried first instead of walking the whole set again;
 * :func:`prefix_answer`: what ``polygraphy debug precision`` does — bisect the length of the topological
   prefix kept in FP32 (same evaluator, so cached runs are shared);
 * :func:`sensitivity`: 2 runs per node (only it lowered; only it kept FP32), ranked;
@@ -45,6 +48,7 @@ __all__ = [
     "PrecisionTester",
     "SensitivityRow",
     "alone_breakers",
+    "error_margin",
     "layerwise_priors",
     "prefix_answer",
     "search_keep_fp32",
@@ -133,7 +137,13 @@ def search_keep_fp32(ev: Evaluator, prior: Mapping[int, float] | None = None) ->
     """
     if ev.evaluate(frozenset(), phase="all-lowered").outcome is Outcome.FAIL:
         return probdd(ev, start=frozenset(), phase="probdd")
-    return probdd(ev, prior=prior, phase="probdd")
+    return probdd(ev, prior=prior, phase="probdd", margin=error_margin)
+
+
+def error_margin(result: TestResult) -> float | None:
+    """How far a keep-set's lowered model was from meeting the tolerance (its worst output's error in
+    tolerances, 1 being the limit; inf when it did not run): :class:`PrecisionTester`'s ``detail``."""
+    return float(result.detail) if isinstance(result.detail, (int, float)) else None
 
 
 def prefix_answer(ev: Evaluator) -> SearchResult:
