@@ -159,7 +159,8 @@ def ocr_int8(max_invocations: int, json_path: Path | None) -> None:
                 [[row[h] for h in header]], left=4, notes=[
                     "main = this process (lowering, saving, comparing, the layerwise evidence); worker = the "
                     "oracle, target and verification workers (ONNX Runtime session creation and runs); per run = "
-                    "over every backend run (sum of the invocation counts)."])
+                    "over every backend run (sum of the invocation counts).",
+                    "search tests by phase: " + ", ".join(f"{k} {v}" for k, v in row["by_phase"].items())])
     write_json(json_path, {"rows": [row]})
 
 

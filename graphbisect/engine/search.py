@@ -9,14 +9,15 @@ proper subset of the current set and fails (Hypothesis' rule: strictly simpler, 
 then the one-by-one sweep that proves the result 1-minimal, and turn a budget stop or Ctrl-C into the
 best-so-far result instead of losing it.
 
-**A ranked sweep.** When the test measures *how far* a non-failing candidate is from failing (a
-``margin``: ``precision``'s output error in tolerances, 1 being the limit), the sweep tries the atoms whose
-removal came closest first, using the last margin measured for each (during the algorithm or an earlier
-pass), and retries the others only when the set has changed. Where the failure is not monotone (int8 error:
-lowering one more node can cancel another's error), a removal re-opens earlier ones; the plain sweep then
-walks the whole set again after every removal (PP-OCRv4 rec int8: 1,106 sweep tests for 136 atoms), the
-ranked one finds the re-opened removals among the closest few. Either way every single-atom removal of the
-final set is tested before the set is called 1-minimal.
+**Deferring heavy removals.** When the test measures *how far* a non-failing candidate is from failing (a
+``margin``, in units where 1 is the whole failure threshold: ``precision``'s output error in tolerances),
+the sweep remembers what each atom's last single removal did to the margin. Where the failure is not
+monotone (int8 error: lowering one more node can cancel another's error), every removal re-opens others,
+and the plain sweep walks the whole set again after each one (PP-OCRv4 rec int8: 1,106 sweep tests for 136
+atoms). Atoms whose removal moved the margin by more than the whole threshold (:data:`DEFER_ABOVE`) rarely
+become removable after a few more removals, so the rotating passes skip them, and a closing round tries
+them (and the others, cached by then) on the final set. Either way every single-atom removal of the final
+set is tested before the set is called 1-minimal.
 
 Example:
     >>> from graphbisect.engine import Evaluator, Outcome
@@ -35,10 +36,14 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from graphbisect.engine.evaluator import Evaluator
 from graphbisect.engine.types import BudgetExhausted, SearchAborted, SearchResult, StopReason, TestResult
 
-__all__ = ["Margin", "SearchRun", "run_search", "sweep"]
+__all__ = ["DEFER_ABOVE", "Margin", "SearchRun", "run_search", "sweep"]
 
 Margin = Callable[[TestResult], "float | None"]
-"""How far a tested candidate was from failing (lower: closer; None: not known), for the ranked sweep."""
+"""How far a tested candidate was from failing, 1 being the whole failure threshold (lower: closer; None:
+not known); see the module docstring."""
+
+DEFER_ABOVE = 1.0
+"""A single removal that moved the margin by more than this is deferred to the sweep's closing round."""
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +141,7 @@ class SearchRun:
 
         Each pass starts where the last removal happened, and the sweep ends after a full pass without a
         removal, so every single-atom removal of the *final* set has been tested (cache hits are free:
-        after ddmin the whole sweep usually is). With ``margin``, the ranked sweep (module docstring).
+        after ddmin the whole sweep usually is). With ``margin``, heavy removals are deferred (module docstring).
         """
         if margin is not None:
             self._ranked_sweep(margin)
@@ -151,24 +156,37 @@ class SearchRun:
             start = order[winner] % max(len(self.atoms), 1)
 
     def _ranked_sweep(self, margin: Margin) -> None:
-        """The sweep, most promising removals first: each round tries every atom in ascending order of what
-        removing it last did to the margin (the change from the set it was removed from; never measured:
-        first, in atom order) and accepts the first that fails; it ends after a round without a removal.
+        """The sweep with heavy removals deferred (module docstring): rotating passes over the atoms whose
+        last single removal moved the margin by at most :data:`DEFER_ABOVE` (or was never measured), as the
+        plain sweep rotates; when a whole pass of them finds nothing, a closing round tries every atom of
+        the set (the light ones are cache hits by then) and only a closing round without a removal ends it.
         """
         last = self._last_changes(margin)
+        start = 0
         while self.atoms:
-            order = sorted(range(len(self.atoms)), key=lambda j: (last.get(self.atoms[j], -math.inf), j))
-            tried: list[tuple[frozenset[int], frozenset[int] | None]] = []
-            before, base = self.keep, self._margin_of(self.keep, margin) or 0.0
-            winner = self.try_candidates(self._single_removals(order, tried), "sweep")
-            for atom, closed in tried[: None if winner is None else winner]:
-                value = self._margin_of(closed, margin) if closed is not None else None
-                if value is not None:
-                    last[atom] = value - base
+            m = len(self.atoms)
+            rotation = [(start + t) % m for t in range(m)]
+            light = [j for j in rotation if last.get(self.atoms[j], -math.inf) <= DEFER_ABOVE]
+            winner = self._try_single_removals(light, last, margin)
+            if winner is None:
+                light = rotation  # the closing round
+                winner = self._try_single_removals(rotation, last, margin)
             if winner is None:
                 return
-            logger.debug("sweep: removed %s after %d tests on a set of %d", sorted(before - self.keep),
-                         winner + 1, len(before))
+            start = light[winner] % max(len(self.atoms), 1)
+
+    def _try_single_removals(self, order: Sequence[int], last: dict[frozenset[int], float],
+                             margin: Margin) -> int | None:
+        """Try removing each atom of ``order`` alone, accept the first that fails (its index in ``order``), and
+        note in ``last`` what each tested removal did to the margin."""
+        tried: list[tuple[frozenset[int], frozenset[int] | None]] = []
+        base = self._margin_of(self.keep, margin) or 0.0
+        winner = self.try_candidates(self._single_removals(order, tried), "sweep")
+        for atom, closed in tried[: None if winner is None else winner]:
+            value = self._margin_of(closed, margin) if closed is not None else None
+            if value is not None:
+                last[atom] = value - base
+        return winner
 
     def _single_removals(self, order: Sequence[int],
                          tried: list[tuple[frozenset[int], frozenset[int] | None]]) -> Iterator[frozenset[int]]:

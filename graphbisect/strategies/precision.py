@@ -8,10 +8,11 @@ tolerance. A run that crashes (some runtimes mis-fuse mixed-precision graphs) is
 
 * :func:`search_keep_fp32`: ProbDD with per-node priors (from :func:`sensitivity`, or from the layerwise
   error amplification of one fully lowered run: :func:`layerwise_priors`), O(k log n) runs for k needed
-  nodes, then the one-by-one sweep (1-minimality), ranked by each removal's last measured output error
-  (:data:`error_margin`): int8 error is cumulative and cancels (on PP-OCRv4 rec, keeping the 200 nodes
-  that matter most alone in FP32 still misses the tolerance 4.6-fold), so every removal re-opens others,
-  and the closest ones are retried first instead of walking the whole set again;
+  nodes, then the one-by-one sweep (1-minimality), told each removal's output error (:func:`error_margin`):
+  int8 error is cumulative and cancels (on PP-OCRv4 rec, keeping in FP32 the 200 nodes that break it most
+  when lowered alone still misses the tolerance 4.6-fold), so every removal re-opens others; removals that
+  pushed the error past a whole tolerance wait for the sweep's closing round instead of being retried
+  after each removal (:mod:`graphbisect.engine.search`);
 * :func:`prefix_answer`: what ``polygraphy debug precision`` does — bisect the length of the topological
   prefix kept in FP32 (same evaluator, so cached runs are shared);
 * :func:`sensitivity`: 2 runs per node (only it lowered; only it kept FP32), ranked;
