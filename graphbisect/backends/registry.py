@@ -100,9 +100,21 @@ class BackendInfo:
     #: process being started: the runtime keeps no process-wide state from its options
     #: (:meth:`~graphbisect.backends.process.BackendProcess.reconfigure`; the pass search's candidates).
     reconfigurable: bool = False
+    #: The backend computes the graph as written, without rewriting it (``onnx.reference``): what it
+    #: computes cannot depend on which tensors a run exposes. A backend with ``opt_levels`` does so at its
+    #: lowest level (:meth:`computes_as_written`).
+    rewrites_graph: bool = True
 
     def has(self, capability: Capability) -> bool:
         return capability in self.capabilities
+
+    def computes_as_written(self, spec: BackendSpec) -> bool:
+        """Whether a run of ``spec`` computes the graph as written, so exposing its intermediate tensors
+        cannot change its outputs (``reference``; ``onnxruntime:opt_level=disable``). Only then may one
+        run exposing every tensor serve as its plain run as well (``compare``'s oracle)."""
+        if not self.rewrites_graph:
+            return True
+        return bool(self.opt_levels) and spec.options.get("opt_level") == self.opt_levels[0]
 
     def availability(self) -> Availability:
         """Whether this backend's library imports here, with its version, or why not (cheap: no import)."""
@@ -160,6 +172,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         distributions=("onnx",),
         extra=None,
         capabilities=frozenset({C.INTERMEDIATES, C.FOREIGN_PYTHON, C.ONNX_INPUT}),
+        rewrites_graph=False,
     ),
     BackendInfo(
         name="paddle",

@@ -18,7 +18,6 @@ written to disk nor held by this process.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import threading
 import time
@@ -292,10 +291,12 @@ def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: B
     """The verdict's runs: the oracle's and the target's, at the same time (each in its own worker).
 
     With ``probe`` the oracle's run is its capture: the probe model exposing every intermediate, written as
-    the activation store, whose final outputs are the oracle's verdict too — an oracle computes the same
-    values whatever it exposes, the premise on which `reduce` feeds every candidate from this store. Only
-    the target's build depends on what is exposed (probe masking), so only the target runs the plain model
-    and a probe. When the capture fails, the plain model decides whether the oracle can run it at all.
+    the activation store. When the oracle computes the graph as written (``reference``, ONNX Runtime at
+    ``opt_level=disable``: :meth:`BackendInfo.computes_as_written`), exposing tensors cannot change what it
+    computes, so the capture's final outputs are its verdict too and the oracle runs once. An oracle that
+    rewrites the graph (ONNX Runtime at ``all``, OpenVINO) may build the probe differently from the model,
+    so its verdict comes from a plain run of the model, after the capture in the same worker. When the
+    capture fails, the plain model decides whether the oracle can run it at all.
     """
     onnx_path = folder / "model.onnx"
     oracle_model = model_for_backend(model, oracle_spec, onnx_path)
@@ -306,17 +307,24 @@ def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: B
         probe_path = folder / "probe.onnx"
         _save_proto(model.with_outputs(names), probe_path)
         stage(f"running target {target_spec}, and oracle {oracle_spec} capturing {len(names)} intermediate tensors")
-        oracle_job = functools.partial(oracle_proc.run, probe_path, inputs_path, output_dir=store_dir)
+        plain_too = not oracle_info.computes_as_written(oracle_spec)
+
+        def oracle_job() -> tuple[RunResult, RunResult | None]:
+            captured = oracle_proc.run(probe_path, inputs_path, output_dir=store_dir)
+            return captured, oracle_proc.run(oracle_model, inputs_path) if plain_too and captured.ok else None
     else:
         stage(f"running oracle {oracle_spec} and target {target_spec}")
-        oracle_job = functools.partial(oracle_proc.run, oracle_model, inputs_path)
+
+        def oracle_job() -> tuple[RunResult, RunResult | None]:
+            return oracle_proc.run(oracle_model, inputs_path), None
     oracle_result = _in_background(oracle_job)
     target_run = target_proc.run(target_model, inputs_path)
-    oracle_run = oracle_result()
+    oracle_run, oracle_plain = oracle_result()
     store = probe_failure = None
     if probe and not oracle_described:
         if oracle_run.ok:
             store = ActivationStore.adopt(store_dir)  # index the worker's files as the activation store, no copy
+            oracle_run = oracle_plain or oracle_run
         else:
             probe_failure, oracle_run = oracle_run, oracle_proc.run(oracle_model, inputs_path)
     _require_oracle_ok(oracle_run, oracle_spec)

@@ -198,3 +198,17 @@ def test_tensorrt_target_is_probed_where_its_engine_keeps_tensors() -> None:
     assert any(node.fused for node in result.compiled.nodes)
     assert result.layerwise is not None and 0 < result.layerwise.compared < len(model.nodes)
     assert not result.probe_masking
+
+
+def test_an_oracle_that_rewrites_the_graph_gives_its_verdict_from_the_model_as_built(tmp_path: Path) -> None:
+    # ORT at opt_level=all as the *oracle*: its LayerNormFusion ignores keepdims=0 on the model as built,
+    # but exposing every tensor prevents the fusion, so its capture is right where its plain run is wrong.
+    # The verdict must be the plain run's (a FAIL against onnx.reference), not the capture's pass.
+    model = load_model(_layernorm_keepdims0())
+    result = compare_models(model, oracle="onnxruntime:opt_level=all", target="reference", workdir=tmp_path)
+    assert not result.passed
+    assert result.invocations["oracle"] == 2  # the capture, and the plain run that gives the verdict
+    # An oracle that computes the graph as written runs once: its capture is its verdict.
+    as_written = compare_models(model, oracle="reference", target="onnxruntime:opt_level=disable",
+                                workdir=tmp_path / "as-written")
+    assert as_written.passed and as_written.invocations["oracle"] == 1
