@@ -158,8 +158,8 @@ class SearchRun:
     def _ranked_sweep(self, margin: Margin) -> None:
         """The sweep with heavy removals deferred (module docstring): rotating passes over the atoms whose
         last single removal moved the margin by at most :data:`DEFER_ABOVE` (or was never measured), as the
-        plain sweep rotates; when a whole pass of them finds nothing, a closing round tries every atom of
-        the set (the light ones are cache hits by then) and only a closing round without a removal ends it.
+        plain sweep rotates; when a whole pass of them finds nothing, a closing round tries the others on
+        the same set, and only a closing round without a removal ends it.
         """
         last = self._last_changes(margin)
         start = 0
@@ -168,9 +168,9 @@ class SearchRun:
             rotation = [(start + t) % m for t in range(m)]
             light = [j for j in rotation if last.get(self.atoms[j], -math.inf) <= DEFER_ABOVE]
             winner = self._try_single_removals(light, last, margin)
-            if winner is None:
-                light = rotation  # the closing round
-                winner = self._try_single_removals(rotation, last, margin)
+            if winner is None:  # the closing round: the light atoms were all just tested on this set
+                light = [j for j in rotation if last.get(self.atoms[j], -math.inf) > DEFER_ABOVE]
+                winner = self._try_single_removals(light, last, margin)
             if winner is None:
                 return
             start = light[winner] % max(len(self.atoms), 1)
