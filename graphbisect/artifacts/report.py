@@ -203,11 +203,12 @@ def render_markdown(content: BundleContent, *, comparison: Comparison | None, en
 
 def _title(content: BundleContent) -> str:
     lines = [f"# {md_cell(content.target)}: {md_cell(headline(content))}", ""]
-    what = {"crash-load": "crashes on", "crash-run": "crashes on", "timeout": "times out on"}.get(
-        content.signature.kind.value, f"disagrees with the oracle {md_code(content.oracle)} on")
-    lines.append(f"The target {md_code(content.target)} {what} "
-                 f"`model.onnx`, a model of {len(content.model.graph.node)} nodes reduced by graphbisect "
-                 f"{__version__}.")
+    what = {"crash-load": "crashes on `model.onnx`", "crash-run": "crashes on `model.onnx`",
+            "timeout": "times out on `model.onnx`",
+            "unsupported": "refuses `model.onnx` as unsupported (an op, a type or an opset it lacks)"}.get(
+        content.signature.kind.value, f"disagrees with the oracle {md_code(content.oracle)} on `model.onnx`")
+    lines.append(f"The target {md_code(content.target)} {what}, a model of {len(content.model.graph.node)} "
+                 f"nodes reduced by graphbisect {__version__}.")
     return "\n".join(lines)
 
 
@@ -222,13 +223,14 @@ def headline(content: BundleContent) -> str:
     """
     sig = content.signature
     kind = sig.kind.value
-    if kind in ("crash-load", "crash-run"):
-        where = "at load (session/engine creation)" if kind == "crash-load" else "at run"
+    if sig.kind.raised:
+        where = {"crash-load": "crash at load (session/engine creation)", "crash-run": "crash at run",
+                 "unsupported": "unsupported"}[kind]
         lines = [line for line in (content.target_message or sig.detail).splitlines() if line.strip()]
         text = lines[0].strip() if lines else sig.detail
         if len(text) > _HEADLINE_CHARS:
             text = "…" + text[-_HEADLINE_CHARS:].lstrip()
-        return f"crash {where}: {text}"
+        return f"{where}: {text}"
     worst = _comparison_worst(content)
     name = f" on output {worst.name!r}" if worst is not None else ""
     if kind == "mismatch":

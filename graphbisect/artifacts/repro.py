@@ -50,6 +50,7 @@ from graphbisect.artifacts.repro_backends._common import _raw_options
 from graphbisect.backends import BackendSpec, get
 from graphbisect.backends.registry import HOST_OPTIONS
 from graphbisect.errors import SpecError
+from graphbisect.oracle.outcome import UNSUPPORTED_PATTERN
 from graphbisect.oracle.signature import FailureKind, Signature, normalize_message
 
 if TYPE_CHECKING:
@@ -130,7 +131,7 @@ def expected_failure(signature: Signature, target_message: str | None = None) ->
         -11
     """
     expect: dict[str, Any] = {"kind": signature.kind.value, "detail": signature.detail, "band": signature.band}
-    if signature.kind in (FailureKind.CRASH_LOAD, FailureKind.CRASH_RUN):
+    if signature.kind.raised:
         error_type, _, message = signature.detail.partition(": ")
         exit_code = _death_exit_code(signature.detail, error_type, message)
         expect["error_type"] = None if signature.detail.startswith("exit ") else error_type
@@ -192,6 +193,8 @@ def repro_config(content: BundleContent) -> dict[str, Any]:
             "check_dtype": tol.check_dtype,
         },
         "expect": expect,
+        # what a refusal says (graphbisect's rule): an error matching it is "unsupported", not a crash
+        "unsupported_pattern": UNSUPPORTED_PATTERN,
         "standalone": backend.code is not None,
         **({"control": _control_config(content.control)} if content.control is not None else {}),
     }
@@ -541,15 +544,24 @@ def attempt(config, status_file=None):
     try:
         target = load_target(HERE / "model.onnx", config["options"])
     except Exception as exc:  # the backend refused the model: possibly the recorded bug
-        return note(kind="crash-load", error_type=type(exc).__name__, message=str(exc))
+        return note(kind=raised_kind(config, "load", exc), error_type=type(exc).__name__, message=str(exc))
     note(phase="run")
     try:
         actual = run_target(target, inputs, config["outputs"])
     except Exception as exc:
-        return note(kind="crash-run", error_type=type(exc).__name__, message=str(exc))
+        return note(kind=raised_kind(config, "run", exc), error_type=type(exc).__name__, message=str(exc))
     results = [compare(name, expected[name], actual.get(name, MISSING), config["tolerance"])
                for name in config["outputs"]]
     return note(kind=failure_kind(results), outputs=results)
+
+
+def raised_kind(config, phase, exc):
+    """"unsupported" when the error says the backend lacks an op, a type or an opset (graphbisect's rule, in
+    the config), else a crash at ``phase``."""
+    pattern = config.get("unsupported_pattern")
+    if pattern and re.search(pattern, f"{type(exc).__name__}: {exc}", re.IGNORECASE):
+        return "unsupported"
+    return f"crash-{phase}"
 
 
 def attempt_in_child(config, control=False):

@@ -22,7 +22,7 @@ from graphbisect.artifacts.environment import describe_ran_with
 from graphbisect.atomic import atomic_write_text
 from graphbisect.backends.base import cause_line
 from graphbisect.cli.common import backend_spec, output_path
-from graphbisect.oracle.signature import FailureKind, Signature
+from graphbisect.oracle.signature import Signature
 from graphbisect.workflows.verify import FIXED, REPRODUCES, Verification, runs_code, verify_bundle
 
 __all__ = ["Verification", "add_arguments", "run", "runs_code", "verify_bundle"]
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 def _signature_line(signature: Signature, message: str | None) -> str:
     """``crash-load: Fail: <the raw message's cause>``, or the signature's own description."""
     cause = cause_line(message)
-    if signature.kind in (FailureKind.CRASH_LOAD, FailureKind.CRASH_RUN) and cause:
+    if signature.kind.raised and cause:
         return f"{signature.kind.value}: {cause}"
     return signature.describe()
 

@@ -33,7 +33,8 @@ import onnx
 from graphbisect.backends.base import Phase, RunResult, RunStatus
 from graphbisect.compare import Comparison, MismatchKind, TensorStats
 
-__all__ = ["RANDOM_OPS", "Outcome", "OutcomeClass", "classify_comparison", "classify_failed_run", "random_ops"]
+__all__ = ["RANDOM_OPS", "UNSUPPORTED_PATTERN", "Outcome", "OutcomeClass", "classify_comparison",
+           "classify_failed_run", "is_unsupported", "random_ops"]
 
 
 class OutcomeClass(str, enum.Enum):
@@ -66,17 +67,31 @@ class Outcome:
 RANDOM_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
                         "Bernoulli"})
 
-# Messages of backends refusing an op, a type or an opset they do not implement (ONNX Runtime, onnx.reference,
-# OpenVINO, Paddle). Matched on the first line of the message.
-_UNSUPPORTED = re.compile(
+#: Messages of backends refusing an op, a type or an opset they do not implement (ONNX Runtime, onnx.reference,
+#: OpenVINO, Paddle, graphbisect's own typed-value refusals), searched in ``"<error type>: <message>"``, ignoring
+#: case. The generated ``repro.py`` gets this text in its config, so it classifies a refusal the same way.
+UNSUPPORTED_PATTERN = (
     r"NOT_IMPLEMENTED|Could not find an implementation|No Op registered|is not a registered function/op"
     r"|not (?:yet )?(?:implemented|supported)|unsupported|no (?:kernel|implementation) (?:for|is)"
     r"|Unable to find (?:a )?(?:implementation|kernel)|Opset \d+ is under development"
     r"|ONNX Runtime only \*guarantees\* support|is under development and support for this is limited"
     r"|NotImplementedError|has no (?:kernel|implementation)|No registered implementation"
-    r"|must be installed to use",
-    re.IGNORECASE,
+    r"|must be installed to use"
 )
+_UNSUPPORTED = re.compile(UNSUPPORTED_PATTERN, re.IGNORECASE)
+
+
+def is_unsupported(error_type: str | None, message: str | None) -> bool:
+    """Whether a failed run's error says the backend lacks an op, a type or an opset (``target-unsupported``).
+
+    Example:
+        >>> is_unsupported("NotImplemented", "[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an "
+        ...                "implementation for Add(14) node with name 'add'")
+        True
+        >>> is_unsupported("Fail", "Unexpected data type for Clip 'min' input of 11")
+        False
+    """
+    return _UNSUPPORTED.search(f"{error_type or ''}: {message or ''}") is not None
 
 
 def random_ops(nodes: Iterable[onnx.NodeProto]) -> list[str]:
@@ -93,8 +108,7 @@ def classify_failed_run(run: RunResult, role: str) -> Outcome:
     """The class of a failed run of the ``role`` ("target" or "oracle") backend."""
     if run.status is RunStatus.TIMEOUT:
         return Outcome(OutcomeClass(f"{role}-timeout"), run.describe())
-    text = f"{run.error_type or ''}: {run.message or ''}"
-    if _UNSUPPORTED.search(text):
+    if is_unsupported(run.error_type, run.message):
         return Outcome(OutcomeClass(f"{role}-unsupported"), run.describe())
     phase = "while loading the model" if run.phase is Phase.LOAD else "while running it"
     return Outcome(OutcomeClass(f"{role}-crash"), f"{phase}: {run.describe()}")

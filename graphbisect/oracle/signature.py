@@ -15,6 +15,9 @@ shrink a wrong-result bug into an unrelated crash. A candidate is accepted only 
   comparison point moves from a final output to the culprit's own output.
 * ``crash`` at ``load`` (session/engine creation) or ``run``: exception class plus the message normalized
   (addresses, paths, long numbers, temp names removed), or the process's exit code/signal.
+* ``unsupported``: the target *refused* the model, its message saying it lacks an op, a type or an opset
+  (:func:`graphbisect.oracle.outcome.is_unsupported`, the rule of compare's ``target-unsupported``); detail as
+  for a crash. Not a crash: a missing feature, and a reduction of it is the smallest model the target refuses.
 * ``timeout``.
 * a user ``--fail-regex`` replaces all of the above: any output whose log/message matches is the failure.
 """
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 
 from graphbisect.backends.base import Phase, RunResult, RunStatus, message_cause
 from graphbisect.compare import Comparison, MismatchKind
+from graphbisect.oracle.outcome import is_unsupported
 
 __all__ = ["FailureKind", "Signature", "normalize_message", "signature_of"]
 
@@ -39,8 +43,15 @@ class FailureKind(str, enum.Enum):
     STRUCTURE = "structure"  # shape, dtype or missing output
     CRASH_LOAD = "crash-load"
     CRASH_RUN = "crash-run"
+    UNSUPPORTED = "unsupported"  # the target refused the model: an op, a type or an opset it lacks
     TIMEOUT = "timeout"
     REGEX = "regex"  # matched the user's --fail-regex
+
+    @property
+    def raised(self) -> bool:
+        """Whether the target raised (or died): the detail is its error, ``"<ErrorType>: <message>"`` or
+        ``"exit <code>"``, and no output was produced."""
+        return self in (FailureKind.CRASH_LOAD, FailureKind.CRASH_RUN, FailureKind.UNSUPPORTED)
 
 
 _STRUCTURAL = {MismatchKind.SHAPE, MismatchKind.DTYPE, MismatchKind.MISSING}
@@ -96,8 +107,7 @@ class Signature:
         """Whether ``other`` (a candidate's signature) is the same failure as this (the baseline's)."""
         if self.kind is not other.kind or not self.failed:
             return False
-        detailed = self.kind in (FailureKind.CRASH_LOAD, FailureKind.CRASH_RUN, FailureKind.MISMATCH)
-        if detailed and self.detail != other.detail:
+        if (self.kind.raised or self.kind is FailureKind.MISMATCH) and self.detail != other.detail:
             return False
         if strict_band and self.band is not None and other.band is not None:
             return abs(self.band - other.band) <= 1
@@ -134,6 +144,8 @@ def signature_of(
         kind = FailureKind.CRASH_LOAD if run.phase is Phase.LOAD else FailureKind.CRASH_RUN
         if run.error_type or run.message:
             detail = f"{run.error_type or 'Error'}: {normalize_message(run.message)}"
+            if is_unsupported(run.error_type, run.message):
+                kind = FailureKind.UNSUPPORTED
         else:
             detail = f"exit {run.exit_code}"
         return Signature(kind, detail)

@@ -10,9 +10,9 @@ attributes such as ``epsilon``): the same mis-fused LayerNorm with other weights
 and string attributes (``keepdims``, ``axis``, ``mode``) do enter, since they select the code path. The
 graph's hash is over the *multiset* of node labels and output labels, so node order does not matter.
 
-A crash whose signature carries an exception message is keyed by that message and the culprits (the
-message identifies the bug; reduced crash patterns may legitimately differ); a bare exit code or a timeout
-says too little, so the pattern is added.
+A crash (or an ``unsupported`` refusal) whose signature carries an exception message is keyed by that message
+and the culprits (the message identifies the bug; reduced crash patterns may legitimately differ); a bare
+exit code or a timeout says too little, so the pattern is added.
 
 Example:
     >>> import onnx.helper as h
@@ -37,6 +37,7 @@ from typing import Any
 
 import onnx
 
+from graphbisect.oracle.signature import FailureKind
 from graphbisect.triage.outcome import FAILED, ModelOutcome
 
 __all__ = ["BugGroup", "bug_key", "group_bugs", "pattern_hash"]
@@ -106,11 +107,14 @@ def pattern_hash(model: onnx.ModelProto) -> str:
     return _graph_hash(model.graph)
 
 
+_RAISED = frozenset(kind.value for kind in FailureKind if kind.raised)
+
+
 def bug_key(outcome: ModelOutcome) -> str:
     """The deduplication key of a failed model's outcome (see the module docstring)."""
     signature = dict(outcome.signature or {})
     kind, detail = str(signature.get("kind", "")), str(signature.get("detail", ""))
-    by_message = kind.startswith("crash") and detail and not detail.startswith("exit")
+    by_message = kind in _RAISED and detail and not detail.startswith("exit")
     pattern = None if by_message else outcome.pattern
     return _h("bug", kind, detail, sorted(outcome.culprits), pattern)[:12]
 

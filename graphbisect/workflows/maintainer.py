@@ -101,9 +101,10 @@ def maintainer_facts(
     text = onnx_text(model)
     if text is not None:
         out.sections["The reduced model (ONNX text)"] = f"```\n{text}\n```"
-    crash = signature.kind in (FailureKind.CRASH_LOAD, FailureKind.CRASH_RUN, FailureKind.TIMEOUT)
+    crash = signature.kind.raised or signature.kind is FailureKind.TIMEOUT
     stage("cross-checking the oracle with onnx.reference (the ONNX specification)")
-    spec = _spec_check(runs, expected, target_outputs, oracle, tolerance, crash=crash)
+    spec = _spec_check(runs, expected, target_outputs, oracle, tolerance, crash=crash,
+                       refusal=signature.kind is FailureKind.UNSUPPORTED)
     out.facts["spec_check"] = spec
     out.sections["The specification's word"] = spec["text"]
     compiled = _compiled_text(runs, target)
@@ -115,9 +116,10 @@ def maintainer_facts(
     if levels is not None:
         out.facts["optimization_levels"] = levels
         out.sections["Optimization levels"] = levels["text"]
-    if signature.kind in (FailureKind.MISMATCH, FailureKind.NAN, *(k for k in (FailureKind.CRASH_LOAD,
-                                                                                FailureKind.CRASH_RUN))):
-        title = f"{target} {'crashes on' if crash else 'disagrees with'} {oracle}: {signature.describe()}"
+    if signature.kind in (FailureKind.MISMATCH, FailureKind.NAN) or signature.kind.raised:
+        verb = "refuses the model as unsupported" if signature.kind is FailureKind.UNSUPPORTED else \
+            f"{'crashes on' if crash else 'disagrees with'} {oracle}"
+        title = f"{target} {verb}: {signature.describe()}"
         script, why = render_repro_min(model, feeds, oracle=oracle, target=target, tolerance=tolerance,
                                        crash=crash, title=title.replace('"""', "'''"))
     else:
@@ -129,7 +131,7 @@ def maintainer_facts(
 
 
 def _spec_check(runs: _Runs, expected: Mapping[str, np.ndarray], target_outputs: Mapping[str, np.ndarray],
-                oracle: BackendSpec, tol: Tolerance, *, crash: bool) -> dict[str, Any]:
+                oracle: BackendSpec, tol: Tolerance, *, crash: bool, refusal: bool = False) -> dict[str, Any]:
     if oracle.name == "reference":
         return {"verdict": "oracle-is-reference", "text": "The oracle is `onnx.reference` itself, the ONNX "
                 "specification's reference implementation: the expected values are the specification's."}
@@ -145,7 +147,8 @@ def _spec_check(runs: _Runs, expected: Mapping[str, np.ndarray], target_outputs:
         verdict = "spec-runs-it" if with_oracle else "spec-runs-it-differently"
         text = ("`onnx.reference` runs the reduced model without error"
                 + (" and agrees with the oracle" if with_oracle else ", but its values differ from the oracle's")
-                + ": by the specification the model is valid and the target's crash is the target's.")
+                + ": by the specification the model is valid and the target's "
+                + ("refusal is a feature the target lacks." if refusal else "crash is the target's."))
     elif with_oracle and not with_target:
         verdict, text = "oracle", ("`onnx.reference` agrees with the oracle and not with the target: by the "
                                    "specification the target is wrong.")

@@ -113,7 +113,7 @@ def _classify(bundle: LoadedBundle, spec: BackendSpec, result: RunResult, compar
 
 def _same_crash(bundle: LoadedBundle, recorded: Signature, observed: Signature, result: RunResult) -> bool:
     """Same crash kind, and the recorded message's stable part is in the new one (see repro.crash_key)."""
-    if recorded.kind is not observed.kind or recorded.kind not in (FailureKind.CRASH_LOAD, FailureKind.CRASH_RUN):
+    if recorded.kind is not observed.kind or not recorded.kind.raised:
         return False
     expected = crash_key(bundle.target_message or recorded.detail)
     actual = crash_key(f"{result.error_type}: {result.message}")
