@@ -9,10 +9,17 @@ does before it hands one to a backend:
   store, outputs at the frontier, initializers referenced into the shared ``weights.bin``);
 * ``save``: ``Candidate.save`` (atomic write of the candidate file, no fsync, as the tester);
 * ``check``: ``SubgraphSpace.check(candidate, path)``, the tester's last gate before a run (on a model that
-  passes ``onnx.checker`` itself: the checker's verdict on the pieces the candidate adds).
+  passes ``onnx.checker`` itself: the checker's verdict on the pieces the candidate adds);
+* ``hash``: the tester's two hashes, of the node set (the candidate file's name) and of the model's bytes
+  (``Candidate.digest``, what a re-verification compares);
+* ``feeds``: handing the candidate's feeds (original inputs and cut tensors) to the backend worker, both
+  halves: ``write`` what ``BackendProcess.run`` does with them in the host (``write_inputs`` and the JSON
+  of the request's inputs entry; before it, ``save_npz``), ``read`` what the worker does before it calls
+  the runtime (``read_inputs``; before it, ``load_npz``). Measured in this process: the worker runs the
+  same code.
 
 Run against older code (``PYTHONPATH`` pointing at another checkout), ``save`` is ``save_proto(candidate.proto)``
-and ``check`` is ``onnx.checker.check_model(path)``, as the tester did then.
+and ``check`` is ``onnx.checker.check_model(path)``, and the feeds go through an ``.npz``, as the tester did then.
 
 Reported: mean and p95 milliseconds per candidate, microseconds per kept node (flat across model sizes when
 the cost is proportional to the candidate, not to the model), the candidate file's size, the bytes of
@@ -32,6 +39,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import json
 import pstats
 import random
 import statistics
@@ -47,9 +55,11 @@ import numpy as np
 import onnx
 from _common import add_size_args, describe_machine, dir_size, print_table, write_json
 
+from graphbisect.backends import worker
 from graphbisect.data import ActivationStore
 from graphbisect.examples import host_network, transformer, transformer_inputs
 from graphbisect.model import Model, load_model, save_proto
+from graphbisect.oracle import tester
 from graphbisect.strategies.subgraph import Candidate, SubgraphSpace
 from graphbisect.workflows.compare import compare_models
 
@@ -140,6 +150,9 @@ class Sample:
     materialize: float
     save: float
     check: float
+    hash: float
+    feeds_write: float
+    feeds_read: float
     file_bytes: int
     referenced_bytes: int  # weights the candidate points to in weights.bin
     copied_bytes: int  # weights of weights.bin copied into the candidate (must be 0)
@@ -184,8 +197,29 @@ def check(space: SubgraphSpace, candidate: Candidate, path: Path) -> None:
         onnx.checker.check_model(str(path))
 
 
+def hashes(keep: frozenset[int], candidate: Candidate) -> str:
+    """The tester's hashes of a candidate: of its node set (its file's name) and of its bytes (the digest
+    ``CandidateTester.tested`` keeps)."""
+    return tester._digest(keep) + candidate.digest
+
+
+def send_feeds(feeds: dict[str, Any], folder: Path) -> Any:
+    """What ``BackendProcess.run`` does with a candidate's feeds before it sends the request: one packed
+    data file and the JSON of the request's inputs entry (before: an ``.npz``, the request its path)."""
+    if hasattr(worker, "write_inputs"):
+        return json.dumps(worker.write_inputs(feeds, folder / "inputs"))
+    return str(worker.save_npz(folder / "inputs.npz", feeds))
+
+
+def receive_feeds(sent: Any) -> dict[str, Any]:
+    """What the worker does with a run request's inputs before it calls the runtime."""
+    if hasattr(worker, "read_inputs"):
+        return worker.read_inputs(json.loads(sent))
+    return worker.load_npz(sent)
+
+
 def one_candidate(space: SubgraphSpace, keep: frozenset[int], path: Path) -> Sample:
-    """Materialize, save and check one candidate as the tester does; time each step."""
+    """Materialize, save, check, hash one candidate and hand its feeds over as the tester does; time each."""
     reads: StoreReads = space.store_reads  # type: ignore[attr-defined]
     before = reads.count, reads.seconds
     t0 = time.perf_counter()
@@ -195,11 +229,27 @@ def one_candidate(space: SubgraphSpace, keep: frozenset[int], path: Path) -> Sam
     t2 = time.perf_counter()
     check(space, candidate, path)
     t3 = time.perf_counter()
+    hashes(keep, candidate)
+    t4 = time.perf_counter()
+    sent = send_feeds(dict(candidate.feeds), space.workdir)
+    t5 = time.perf_counter()
+    received = receive_feeds(sent)
+    t6 = time.perf_counter()
+    if list(received) != list(candidate.feeds):
+        raise AssertionError("the worker would not get the candidate's feeds")
     referenced, copied = weight_bytes(space, candidate)
     size = path.stat().st_size
     path.unlink()
-    return Sample(t1 - t0, t2 - t1, t3 - t2, size, referenced, copied, len(candidate.feeds),
-                  reads.count - before[0], reads.seconds - before[1])
+    return Sample(t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, size, referenced, copied,
+                  len(candidate.feeds), reads.count - before[0], reads.seconds - before[1])
+
+
+#: The steps of a candidate, as Sample fields; "total" is their sum.
+STEPS = ("materialize", "save", "check", "hash", "feeds_write", "feeds_read")
+
+
+def total_ms(sample: Sample) -> float:
+    return sum(getattr(sample, step) for step in STEPS) * 1e3
 
 
 def sizes_for(total: int) -> list[int]:
@@ -225,13 +275,13 @@ def measure(space: SubgraphSpace, kind: str, size: int, repeats: int, seed: int)
     # as for most candidates of a reduction, whose subsets share their boundaries.
     again = [one_candidate(space, keep, space.workdir / "candidate.onnx") for keep in keeps]
     out: dict[str, Any] = {"kind": kind, "nodes": size, "repeats": repeats}
-    for step in ("materialize", "save", "check"):
+    for step in STEPS:
         values = [getattr(s, step) * 1e3 for s in samples]
         out[f"{step}_ms"] = {"mean": statistics.fmean(values), "p95": p95(values)}
-    totals = [(s.materialize + s.save + s.check) * 1e3 for s in samples]
+    totals = [total_ms(s) for s in samples]
     out["total_ms"] = {"mean": statistics.fmean(totals), "p95": p95(totals)}
     out["us_per_node"] = 1e3 * out["total_ms"]["mean"] / size
-    totals = [(s.materialize + s.save + s.check) * 1e3 for s in again]
+    totals = [total_ms(s) for s in again]
     out["again_ms"] = {"mean": statistics.fmean(totals), "p95": p95(totals)}
     for key in ("file_bytes", "referenced_bytes", "copied_bytes", "feeds"):
         out[key] = max(getattr(s, key) for s in samples)
@@ -283,9 +333,8 @@ def table_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
     for entry in results:
         for r in entry["rows"]:
             rows.append([entry["model"], str(entry["nodes"]), r["kind"], str(r["nodes"]), str(r["repeats"]),
-                         *(f"{r[f'{s}_ms']['mean']:.2f}/{r[f'{s}_ms']['p95']:.2f}"
-                           for s in ("materialize", "save", "check", "total")),
-                         f"{r['store_reads']:.0f}", f"{r['store_ms']:.2f}",
+                         *(f"{r[f'{s}_ms']['mean']:.2f}/{r[f'{s}_ms']['p95']:.2f}" for s in (*STEPS, "total")),
+                         str(r["feeds"]), f"{r['store_reads']:.0f}", f"{r['store_ms']:.2f}",
                          f"{r['again_ms']['mean']:.2f}/{r['again_ms']['p95']:.2f}",
                          f"{r['us_per_node']:.1f}", f"{r['file_bytes'] / 1024:.1f}",
                          f"{r['referenced_bytes'] / 1024:.1f}", str(r["copied_bytes"]),
@@ -323,10 +372,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 notes=["probe: Model.with_outputs(every tensor), the probe compare and reduce build; compare: "
                        "compare_models(layerwise=True), which fills the store."])
     print_table("Per candidate: mean/p95 ms", ["model", "nodes", "subset", "kept", "reps", "materialize", "save",
-                "check", "total", "reads", "reads ms", "again", "us/node", "file KiB", "refs KiB", "copied B",
-                "weights.bin KiB"],
+                "check", "hash", "feeds write", "feeds read", "total", "feeds", "reads", "reads ms", "again",
+                "us/node", "file KiB", "refs KiB", "copied B", "weights.bin KiB"],
                 table_rows(results), left=3,
-                notes=["reads / reads ms: values read from the activation store during materialize (mean per "
+                notes=["hash: the tester's hashes (node set, model bytes); feeds write/read: the feeds handed to the "
+                       "backend worker, host side and worker side (an .npz before write_inputs); feeds: the most "
+                       "feeds of a candidate in the row.",
+                       "reads / reads ms: values read from the activation store during materialize (mean per "
                        "candidate; part of materialize): a tensor's first time at the boundary (the space keeps "
                        "values up to 64 KiB), every time for larger ones.",
                        "again: total of the same subsets a second time (every boundary tensor seen before, as for "

@@ -41,7 +41,7 @@ import numpy as np
 from graphbisect import errors
 from graphbisect.backends.base import RAN_WITH, BackendSpec, Capability, Phase, RunResult, RunStatus
 from graphbisect.backends.registry import HOST_OPTIONS, Availability, BackendInfo, resolve, spec_timeout
-from graphbisect.backends.worker import save_npz
+from graphbisect.backends.worker import write_inputs
 from graphbisect.compare.metrics import TensorStats, Tolerance
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
 from graphbisect.packfile import DATA_NAME, PackedData, StaleDataError
@@ -418,18 +418,20 @@ class BackendProcess:
         model_path = Path(model).absolute()
         if not (model_path.exists() or any(model_path.parent.glob(f"{model_path.name}.*"))):
             raise ModelError(f"model {model_path} does not exist", hint="check the path of the model file")
+        sent: dict[str, Any] | str
         if isinstance(inputs, Mapping):
-            inputs_path = save_npz(self.workdir / "inputs.npz", inputs)
+            sent = write_inputs(inputs, self.workdir / "inputs")  # one data file, rewritten per run
         else:
             inputs_path = Path(inputs).absolute()
             if not inputs_path.is_file():
                 raise InputError(f"inputs file {inputs_path} does not exist",
                                  hint="pass a mapping of arrays or the path of an .npz file")
+            sent = str(inputs_path)
         scratch = self.workdir / f"outputs-{self.invocations + 1}"
         return {
             "op": "run",
             "model": str(model_path),
-            "inputs": str(inputs_path),
+            "inputs": sent,
             "outputs": list(dict.fromkeys(outputs)) if outputs is not None else None,
             "output_dir": str(Path(output_dir).absolute() if output_dir is not None else scratch),
         }

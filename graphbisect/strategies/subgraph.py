@@ -66,7 +66,7 @@ from graphbisect.model import Model
 from graphbisect.model.io import ExternalRef, copy_model, strip_to_external, write_weights_file
 from graphbisect.model.normalize import node_dependencies, subgraphs
 from graphbisect.model.wire import GRAPH_FIELDS, GraphLayout, entry
-from graphbisect.values import elem_type_of
+from graphbisect.values import dtype_elem_type
 
 __all__ = ["Candidate", "SubgraphSpace", "check_file", "plan"]
 
@@ -494,15 +494,9 @@ def check_file(path: Path) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=256)
-def _code_of(dtype: np.dtype) -> int | None:
-    """:func:`~graphbisect.values.elem_type_of` by dtype, remembered (it costs tens of µs per call)."""
-    return elem_type_of(np.empty(0, dtype))
-
-
 def _elem_type(name: str, value: Any) -> int:
     """The ONNX element type of a tensor value (every type: ``ml_dtypes`` arrays, strings); KeyError otherwise."""
-    code = _code_of(value.dtype) if isinstance(value, np.ndarray) else None
+    code = dtype_elem_type(value.dtype) if isinstance(value, np.ndarray) else None
     if code is None:
         raise KeyError(f"the model declares no type for {name!r}, and its value ({type(value).__name__}) gives none")
     return code
@@ -514,7 +508,7 @@ def _fits(info: onnx.ValueInfoProto, value: np.ndarray) -> bool:
     if not info.type.HasField("tensor_type"):
         return False
     tensor_type = info.type.tensor_type
-    if _code_of(value.dtype) != tensor_type.elem_type:
+    if dtype_elem_type(value.dtype) != tensor_type.elem_type:
         return False
     if not tensor_type.HasField("shape"):
         return True

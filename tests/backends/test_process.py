@@ -79,6 +79,28 @@ def test_probe_outputs_do_not_hold_a_file_descriptor_each(ort: BackendProcess, t
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
+def test_thousands_of_feeds_travel_in_one_data_file_rewritten_in_place(ort: BackendProcess, tmp_path: Path) -> None:
+    """A candidate of a large model is fed thousands of cut tensors: they reach the worker through one data
+    file, rewritten by each run (no file per feed, no new file per run), and each run gets its own values."""
+    count = 3000
+    names = [f"cut/{i}:0" for i in range(count)]  # tensor names are never paths
+    graph = helper.make_graph([helper.make_node("Concat", names, ["y"], axis=0)], "many",
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1]) for n in names],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [count])])
+    path = tmp_path / "many.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    feeds = {name: np.array([i], np.float32) for i, name in enumerate(names)}
+    first = ort.run(path, feeds)
+    data = ort.workdir / "inputs" / "values.bin"
+    inode = data.stat().st_ino
+    second = ort.run(path, {name: -value for name, value in feeds.items()})
+    assert first.ok and second.ok
+    np.testing.assert_array_equal(first.outputs["y"], np.arange(count, dtype=np.float32))
+    np.testing.assert_array_equal(second.outputs["y"], -np.arange(count, dtype=np.float32))
+    assert data.stat().st_ino == inode and [p.name for p in data.parent.iterdir()] == ["values.bin"]
+    assert not list(ort.workdir.glob("*.npz"))
+
+
 def test_inputs_may_be_an_npz_file(ort: BackendProcess, models: dict[str, Path], x23: np.ndarray,
                                    tmp_path: Path) -> None:
     path = save_npz(tmp_path / "in.npz", {"x": x23})

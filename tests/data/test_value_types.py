@@ -21,10 +21,12 @@ from onnx import helper
 
 from graphbisect.artifacts.repro import render_repro
 from graphbisect.backends import BackendProcess, BackendSpec
+from graphbisect.backends.worker import read_inputs, write_inputs
 from graphbisect.compare import compare_values
 from graphbisect.data import ActivationStore, load_inputs, save_inputs
 from graphbisect.data.protos import array_from_tensor, tensor_from_array
 from graphbisect.model import load_model
+from graphbisect.packfile import StaleDataError
 from graphbisect.strategies.subgraph import SubgraphSpace
 from graphbisect.values import load_values_npz, save_values_npz
 
@@ -92,6 +94,29 @@ def test_activation_store_round_trip_of_every_type(tmp_path: Path) -> None:
     assert entry["onnx_type"] == "FLOAT8E5M2" and entry["dtype"] == "|u1"
 
 
+def test_worker_inputs_round_trip_of_every_type_writable_and_never_misread(tmp_path: Path) -> None:
+    """A run's inputs reach the worker equal, in memory and writable (as from an .npz: a runtime may write
+    into its inputs); the data file is rewritten in place by the next run, and an index of the earlier
+    run is then refused, not misread."""
+    values = {**_values(), "big": np.arange(1 << 15, dtype=np.float32)}  # 128 KiB: mapped when packed
+    sent = json.loads(json.dumps(write_inputs(values, tmp_path / "inputs")))  # as the request carries it
+    received = read_inputs(sent)
+    assert list(received) == list(values)
+    for name, value in values.items():
+        assert _same(value, received[name]), name
+    for value in (received["f32"], received["big"], received["bf16"], received["seq"][0]):
+        assert value.flags.writeable and not isinstance(value, np.memmap)
+    received["big"][0] = -1  # the worker's copy, not the file
+    assert read_inputs(sent)["big"][0] == 0
+    data = tmp_path / "inputs" / "values.bin"
+    inode = data.stat().st_ino
+    later = write_inputs({"f32": -values["f32"]}, tmp_path / "inputs")
+    assert data.stat().st_ino == inode and sorted(p.name for p in data.parent.iterdir()) == ["values.bin"]
+    assert _same(-values["f32"], read_inputs(later)["f32"])
+    with pytest.raises(StaleDataError):
+        read_inputs(sent)
+
+
 @pytest.mark.parametrize("name", list(TENSORS))
 def test_tensor_proto_round_trip(name: str) -> None:
     """TensorProto ↔ array for every type: 4-bit types packed, bfloat16 raw_data read right (onnx 1.17's
@@ -134,8 +159,8 @@ _EXTENSION = {"bf16", "e4m3fn", "e4m3fnuz", "e5m2", "e5m2fnuz", "i4", "u4"}
     ("onnxruntime", _NO_ORT_IDENTITY | _EXTENSION),
 ])
 def test_worker_transport_of_every_type(backend: str, skip: set[str], tmp_path: Path) -> None:
-    """Inputs go to the worker as .npz, outputs come back as one packed run (values.bin + manifest): equal to
-    what went in."""
+    """Inputs go to the worker as one packed data file (its index in the request), outputs come back as one
+    packed run (values.bin + manifest): equal to what went in."""
     model = load_model(_identity_model(tmp_path / "ids.onnx", skip))
     values = {name: value for name, value in _values().items() if name in model.input_names}
     feeds = load_inputs(save_inputs(tmp_path / "in.npz", values), model)
