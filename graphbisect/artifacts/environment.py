@@ -114,6 +114,8 @@ def describe_ran_with(facts: Mapping[str, Any] | None) -> str:
         'onnx 1.17.0 (Python 3.11.7 /usr/bin/python3, numpy 2.1.0)'
         >>> describe_ran_with({})
         'not measured'
+        >>> describe_ran_with({"library": "onnx", "library_version": "1.17.0", "patched": ["Cast rounds"]})
+        'onnx 1.17.0; patched by graphbisect: Cast rounds'
     """
     facts = facts or {}
     if not any(facts.get(key) for key in ("library", "library_version", "python")):
@@ -122,7 +124,9 @@ def describe_ran_with(facts: Mapping[str, Any] | None) -> str:
     interpreter = " ".join(str(facts[key]) for key in ("python_version", "python") if facts.get(key))
     where = ", ".join(part for part in (f"Python {interpreter}" if interpreter else "",
                                          f"numpy {facts['numpy']}" if facts.get("numpy") else "") if part)
-    return f"{library} ({where})" if library and where else library or where
+    line = f"{library} ({where})" if library and where else library or where
+    patched = facts.get("patched")
+    return f"{line}; patched by graphbisect: {'; '.join(map(str, patched))}" if patched else line
 
 
 def _elsewhere(facts: Mapping[str, Any]) -> bool:

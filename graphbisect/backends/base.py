@@ -216,8 +216,10 @@ class RunResult:
         return f"{self.status.value}{where}" + (f": {what}" if what else "")
 
 
-#: The facts of :attr:`RunResult.ran_with`, as the worker measures them at start.
-RAN_WITH: tuple[str, ...] = ("library", "library_version", "library_path", "python", "python_version", "numpy")
+#: The facts of :attr:`RunResult.ran_with`, as the worker measures them at start. ``patched``: where graphbisect
+#: changes what the library computes (a runtime's optional ``patched()``; absent when nothing is).
+RAN_WITH: tuple[str, ...] = ("library", "library_version", "library_path", "python", "python_version", "numpy",
+                             "patched")
 
 
 class Runtime(Protocol):
@@ -234,7 +236,8 @@ class Runtime(Protocol):
     lists every optimization pass the runtime could run under its options (for a pass search on a target
     that crashes before it reports which passes fired); ``load_key()`` returns what besides the model file
     decides the build (the worker rebuilds when it changes: Paddle's ``keep_fp32=@FILE`` op types, rewritten
-    between the runs of one model by a precision search).
+    between the runs of one model by a precision search); ``patched()`` lists where graphbisect changes what
+    the library computes (onnx.reference's bfloat16 rounding), reported in every ``ran_with``.
     """
 
     def __init__(self, options: Mapping[str, str], workdir: str) -> None: ...

@@ -364,7 +364,10 @@ class _Server:
         runtime_class = import_runtime(request["runtime"], request.get("path", ()))
         self.runtime = self.loaded = None  # a repeated init (other options) drops the session built before
         self.runtime = runtime_class(dict(request.get("options", {})), str(self.workdir))
+        patched = getattr(self.runtime, "patched", None)
+        changes = list(patched()) if patched is not None else []
         return {
+            **({"patched": changes} if changes else {}),
             "ok": True,
             "protocol": PROTOCOL_VERSION,
             "pid": os.getpid(),

@@ -53,7 +53,9 @@ SLICE = {
     "test_cast_FLOAT_to_INT4": "divergence",  # ORT wraps -9 to 7; the spec (and onnx.reference) saturate to -8
     # floats numpy lacks, and complex-free float16/double
     "test_cast_BFLOAT16_to_FLOAT": "pass",
-    "test_cast_FLOAT_to_BFLOAT16": "divergence",  # ORT rounds to nearest, onnx 1.17's spec data truncate
+    # ORT rounds to nearest even, as graphbisect's reference does (onnx 1.17's own reference and this test's data
+    # truncate; onnx 1.19's round): the expected outputs of the .pb files are not what compare uses
+    "test_cast_FLOAT_to_BFLOAT16": "pass",
     "test_cast_FLOAT8E4M3FN_to_FLOAT": "pass",
     "test_cast_FLOAT8E4M3FNUZ_to_FLOAT16": "pass",
     "test_cast_FLOAT8E5M2_to_FLOAT": "pass",
