@@ -50,6 +50,7 @@ __all__ = [
     "EXTENSION_TYPES",
     "ElemType",
     "as_elem_type",
+    "bit_identical",
     "comparable",
     "decode_tensor",
     "dtype_elem_type",
@@ -436,6 +437,28 @@ def entry_nbytes(entry: Mapping[str, Any]) -> int:
     if "optional" in entry:
         return 0 if entry["optional"] is None else entry_nbytes(entry["optional"])
     return int(np.dtype(entry["dtype"]).itemsize * int(np.prod(entry["shape"], dtype=np.int64)))
+
+
+def bit_identical(a: Any, b: Any) -> bool:
+    """Whether two values (tensors, sequences as lists, ``None`` for an empty optional) are the same bit for
+    bit: same kind, dtype, shape and bytes — NaN payloads and the sign of zero included (string tensors by
+    value). Two runs of the same kernels on the same machine return bit-identical values.
+
+    Example:
+        >>> bit_identical(np.float32([0.0, 1.0]), np.float32([-0.0, 1.0])), bit_identical([np.ones(2)], [np.ones(2)])
+        (False, True)
+    """
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b) \
+            and all(bit_identical(x, y) for x, y in zip(a, b, strict=True))
+    x, y = np.asarray(a), np.asarray(b)
+    if x.dtype != y.dtype or x.shape != y.shape:
+        return False
+    if x.dtype.kind in "OUS":
+        return bool(np.array_equal(x, y))
+    return x.tobytes() == y.tobytes()
 
 
 def is_plain(value: Any) -> bool:

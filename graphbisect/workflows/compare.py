@@ -8,7 +8,10 @@ intermediate tensor (its final outputs are its verdict: an oracle computes the s
 without layerwise it runs the plain model. The target's probe exposes only the tensors that survive in the
 graph it compiled when it can describe that graph (:mod:`graphbisect.workflows.probe`, the probe `reduce`
 uses too), so a fusion bug stays visible and each compiled node maps back to the original nodes it
-replaced; ``all_tensors=True`` probes every tensor of the target as well.
+replaced; ``all_tensors=True`` probes every tensor of the target as well. Where the target can run the
+optimized model its plain run saved (ONNX Runtime), that model with the surviving tensors exposed is the
+probe — the same kernels, no second optimizing build — when its final outputs are bit-identical to the
+plain run's; otherwise the probe model is built again, and ``target_probe`` says which ran and why.
 The oracle's probed run writes straight into an :class:`~graphbisect.data.ActivationStore`, which the
 reduce engine reuses to feed cut points; the target's worker compares its probe's tensors with that store
 and returns only their statistics (``BackendProcess.run(compare_to=...)``), so the target's values are never
@@ -40,7 +43,18 @@ from graphbisect.localize.compiled import CompiledGraph
 from graphbisect.localize.layerwise import LayerwiseReport, TensorSource, analyze_layers, tensor_stats
 from graphbisect.model import Model
 from graphbisect.oracle.outcome import Outcome, classify_comparison, classify_failed_run
-from graphbisect.workflows.probe import ProbePlan, compiled_of, describing_spec, discard_description, plan_probe
+from graphbisect.values import bit_identical
+from graphbisect.workflows.probe import (
+    ProbePlan,
+    TargetProbe,
+    compiled_of,
+    describing_spec,
+    discard_description,
+    plan_probe,
+    replay_model,
+    replay_spec,
+    unfed_inputs,
+)
 from graphbisect.workflows.scratch import work_folder
 
 __all__ = ["DEFAULT_ORACLE", "DEFAULT_TARGET", "CompareResult", "OracleFailed", "compare_models",
@@ -72,6 +86,7 @@ class CompareResult:
     store_dir: Path | None = None
     extra: Mapping[str, object] = field(default_factory=dict)
     compiled: CompiledGraph | None = None  # what the target compiled, when it described it (the probe's basis)
+    target_probe: TargetProbe | None = None  # what the target's layerwise probe ran (None: no probe)
 
     @property
     def passed(self) -> bool:
@@ -104,6 +119,7 @@ class CompareResult:
                 "source": self.compiled.source, "nodes": len(self.compiled.nodes),
                 "fused": sum(n.fused for n in self.compiled.nodes), "surviving": len(self.compiled.surviving),
                 "unmapped": len(self.compiled.unmapped)},
+            "target_probe": None if self.target_probe is None else self.target_probe.to_json(),
             "invocations": dict(self.invocations),
             "seconds": round(self.seconds, 3),
             **self.extra,  # e.g. the CLI's random_inputs notes and seed, or the user's --inputs file
@@ -186,10 +202,12 @@ def compare_models(
                           if target_run.ok else None)
             plan = plan_probe(model, compiled_of(model, target_run.info)
                               if described is not None and target_run.ok else None)
-            discard_description(target_run.info)
-            probed = _probe(model, folder, inputs_path, oracle_side,
-                            _Side(target_proc, target_info, target_run, plan.compiled),
-                            plan=plan, enabled=layerwise, tol=tol, stage=stage)
+            try:
+                probed = _probe(model, folder, inputs_path, oracle_side,
+                                _Side(target_proc, target_info, target_run, plan.compiled),
+                                plan=plan, enabled=layerwise, tol=tol, stage=stage)
+            finally:
+                discard_description(target_run.info)  # the replay, if any, has run it
             layer_report = probed_comparison = None
             note = probed.note
             if probed.oracle is not None and (probed.target is not None or probed.measured is not None):
@@ -213,7 +231,7 @@ def compare_models(
             layerwise_note=note, probe_masking=masking, probed_comparison=probed_comparison,
             invocations=invocations, seconds=time.monotonic() - started,
             store_dir=folder / "activations" if kept and (folder / "activations").is_dir() else None,
-            compiled=plan.compiled,
+            compiled=plan.compiled, target_probe=probed.probe,
             outcome=classify_comparison(target_run, comparison, model.nodes),
         )
 
@@ -251,6 +269,7 @@ class _Probed:
     target: Mapping[str, np.ndarray] | None = None  # the target's values, or None with `measured`
     measured: Mapping[str, TensorStats] | None = None  # the target's statistics, measured in its worker
     note: str | None = None
+    probe: TargetProbe | None = None  # what the target ran for them
 
 
 @dataclass(frozen=True)
@@ -396,8 +415,18 @@ def _probe(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, target
             return _Probed(note=f"the oracle failed on the probe model ({failure}); only final outputs were compared")
         oracle_values = oracle.store
     if target_values is not None:
-        return _Probed(oracle=oracle_values, target=target_values)
+        return _Probed(oracle=oracle_values, target=target_values,
+                       probe=TargetProbe("plain run", str(target.proc.spec), len(target_values)))
     names = [n for n in plan.names if n in oracle_values]
+    fallback = None
+    if plan.compiled is not None and oracle.store is not None:
+        replayed = _replay(model, inputs_path, oracle.store, target, names, plan=plan, tol=tol, stage=stage)
+        if isinstance(replayed, _Probed):
+            return replayed
+        fallback = replayed
+        log.info("the target's probe model is built again: the replay of its optimized model was not used: %s",
+                    fallback)
+    probe = TargetProbe("probe model", str(target.proc.spec), len(names), fallback)
     probe_path = workdir / "probe.onnx"
     target_probe = workdir / "probe-target.onnx"
     if names == _every_intermediate(model) and probe_path.exists():
@@ -419,8 +448,60 @@ def _probe(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, target
                        "plain model ran: exposing intermediates changes the target's behaviour; "
                        "use `graphbisect reduce` to localize without probing")
     if oracle.store is not None:
-        return _Probed(oracle=oracle_values, target=target_run.outputs, measured=target_run.stats)
-    return _Probed(oracle=oracle_values, target=target_run.outputs)
+        return _Probed(oracle=oracle_values, target=target_run.outputs, measured=target_run.stats, probe=probe)
+    return _Probed(oracle=oracle_values, target=target_run.outputs, probe=probe)
+
+
+def _replay(model: Model, inputs_path: Path, store: ActivationStore, target: _Side, names: list[str], *,
+            plan: ProbePlan, tol: Tolerance, stage: Callable[[str], None]) -> _Probed | str:
+    """The target's probe as a replay of the optimized model its plain run saved, or why there is none.
+
+    The replay (:func:`~graphbisect.workflows.probe.replay_model`, run under
+    :func:`~graphbisect.workflows.probe.replay_spec` in the target's worker) executes the kernels the plain
+    run built without building them again; exposing the surviving tensors then changes nothing the
+    optimizer could see. It stands for the plain build only when it computes what that build computed: its
+    final outputs must be bit-identical to the plain run's (same kernels, same machine, same threads). A
+    replay that cannot expose every planned tensor, fails, or differs is not used: the caller builds the
+    probe model instead, as before.
+    """
+    built = target.proc.spec
+    spec = replay_spec(built)
+    saved = target.run.info.get("optimized_model")
+    if spec is None or not target.proc.can_reconfigure(spec):
+        return f"the target {built} has no replay of its optimized model"
+    if not isinstance(saved, str) or not Path(saved).is_file():
+        return "the target's plain run saved no optimized model"
+    replay_path = Path(saved).with_name("replay.onnx")
+    try:
+        exposed = replay_model(Path(saved), model, names, replay_path)
+        missing = [name for name in names if name not in set(exposed)]
+        if missing:
+            listed = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+            return (f"{len(missing)} surviving tensor(s) ({listed})"
+                    " are not tensors of the optimized model it saved (e.g. kept only in ONNX Runtime's blocked "
+                    "NCHWc layout)")
+        unfed = unfed_inputs(replay_path, model)
+        if unfed:
+            return (f"the optimized model it saved has {len(unfed)} input(s) the model does not give "
+                    f"({', '.join(unfed[:3])}{', ...' if len(unfed) > 3 else ''}: initializers it folded away)")
+        stage(f"running the target's own optimized model ({spec}) with {plan.describe()} exposed")
+        target.proc.reconfigure(spec)
+        try:
+            run = target.proc.run(replay_path, inputs_path, [*model.output_names, *exposed],
+                                  compare_to=CompareTo(store.directory, tol, keep=tuple(model.output_names)))
+        finally:
+            target.proc.reconfigure(built)
+    finally:
+        replay_path.unlink(missing_ok=True)
+    if not run.ok:
+        return f"the replay failed ({run.describe()})"
+    differ = [name for name in model.output_names
+              if name not in run.outputs or not bit_identical(target.run.outputs[name], run.outputs[name])]
+    if differ:
+        return (f"its final output(s) {', '.join(differ[:3])} are not bit-identical to the plain run's, so it "
+                "may not compute what the plain build computed")
+    return _Probed(oracle=store, target=run.outputs, measured=run.stats,
+                   probe=TargetProbe("replay", str(spec), len(exposed)))
 
 
 def _probed_comparison(model: Model, probed: _Probed, tol: Tolerance) -> Comparison:

@@ -7,7 +7,8 @@ disabled?" — and on a large model each answer is a whole session build (ONNX R
 1. the target runs the whole model once, describing what it compiled (``save_optimized=1``,
    :mod:`graphbisect.workflows.probe`): the baseline failure and the compiled graph;
 2. the oracle runs the whole model once, exposing the tensors that survive in the compiled graph;
-3. the target's *own optimized model* is replayed with its optimizations off (:data:`REPLAY_OPTIONS`):
+3. the target's *own optimized model* is replayed with its optimizations off
+   (:data:`~graphbisect.workflows.probe.REPLAY_OPTIONS`, the replay `compare`'s probe uses too):
    the same kernels on the same fused graph, so exposing every surviving tensor changes nothing, at the
    cost of a session without optimizations (a few seconds at 50,000 nodes, not another optimized build);
 4. the first surviving tensor that diverges (:func:`~graphbisect.localize.layerwise.analyze_layers`) names
@@ -23,64 +24,21 @@ reason, and the search runs on the whole model as before.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import onnx
-from onnx import helper
-
-from graphbisect.backends import BackendSpec, resolve
 from graphbisect.compare import Tolerance
 from graphbisect.localize.compiled import CompiledGraph
 from graphbisect.localize.layerwise import TensorSource, analyze_layers
 from graphbisect.model import Model, load_model
 from graphbisect.strategies.subgraph import SubgraphSpace
+from graphbisect.workflows.probe import REPLAY_OPTIONS, replay_model, replay_spec
 
 __all__ = ["REPLAY_OPTIONS", "Region", "diverging_region", "replay_model", "replay_spec"]
 
 log = logging.getLogger(__name__)
-
-#: Backends whose saved optimized model (``info["optimized_model"]``) runs on the same backend with these
-#: options (``None`` removes one) and computes what the optimized build computed: ONNX Runtime loads its own
-#: optimized model with graph optimizations off — the offline-optimization workflow ORT documents.
-REPLAY_OPTIONS: Mapping[str, Mapping[str, str | None]] = {
-    "onnxruntime": {"opt_level": "disable", "disabled": None, "save_optimized": None, "report_passes": None},
-}
-
-
-def replay_spec(spec: BackendSpec) -> BackendSpec | None:
-    """The spec that replays ``spec``'s saved optimized model, or None when its backend has no such replay.
-
-    Example:
-        >>> str(replay_spec(BackendSpec.parse("ort:opt_level=all,disabled=GeluFusionL2")))
-        'onnxruntime:opt_level=disable'
-    """
-    canonical, info = resolve(spec, require_available=False)
-    options = REPLAY_OPTIONS.get(info.name)
-    return canonical.with_options(**options) if options is not None else None
-
-
-def replay_model(optimized: Path, model: Model, names: Sequence[str], destination: Path) -> list[str]:
-    """Save the optimized model with ``names`` (original tensors it still has) as extra graph outputs.
-
-    ``destination`` must be in the optimized model's folder (its weights are external data beside it).
-    Outputs are declared with their element type only: a layout-transforming backend may store a surviving
-    tensor in another shape. Returns the names exposed.
-    """
-    proto = onnx.load(str(optimized), load_external_data=False)
-    produced = {name for node in proto.graph.node for name in node.output if name}
-    present = {value.name for value in proto.graph.output}
-    exposed = []
-    for name in names:
-        declared = model.boundary_type(name)
-        if name not in produced or name in present or declared is None or not declared.type.HasField("tensor_type"):
-            continue
-        proto.graph.output.append(helper.make_tensor_value_info(name, declared.type.tensor_type.elem_type, None))
-        exposed.append(name)
-    onnx.save(proto, str(destination))
-    return exposed
 
 
 @dataclass(frozen=True)

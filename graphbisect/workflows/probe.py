@@ -7,6 +7,12 @@ in that graph, so the target compiles the probe the way it compiled the model an
 stays visible; each diverging compiled node maps back to the original nodes it replaced. Without a
 description (or with ``all_tensors``) the probe exposes every intermediate, as before.
 
+Where the backend can run its own saved optimized model (:data:`REPLAY_OPTIONS`: ONNX Runtime at
+``opt_level=disable``), the probe need not be compiled again: :func:`replay_model` adds the surviving
+tensors as outputs of the optimized model the plain run saved, and running that at ``opt_level=disable``
+executes the same fused kernels without a second optimizing build. `compare` trusts such a replay only
+when its final outputs are bit-identical to the plain run's (:class:`TargetProbe` says which probe ran).
+
 Example:
     >>> from graphbisect.backends import BackendSpec
     >>> str(describing_spec(BackendSpec.parse("ort:opt_level=all")))
@@ -19,18 +25,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import onnx
+from onnx import helper
 
 from graphbisect.backends import BackendSpec, Capability, resolve
 from graphbisect.localize.compiled import CompiledGraph, compiled_graph
 from graphbisect.model import Model
 
-__all__ = ["ProbePlan", "compiled_of", "describing_spec", "discard_description", "plan_probe"]
+__all__ = ["REPLAY_OPTIONS", "ProbePlan", "TargetProbe", "compiled_of", "describing_spec", "discard_description",
+           "plan_probe", "replay_model", "replay_spec", "unfed_inputs"]
 
 log = logging.getLogger(__name__)
 
@@ -101,3 +109,82 @@ def discard_description(info: Mapping[str, Any]) -> None:
         if target.parent == path.parent.resolve():  # only files ORT wrote beside the model
             target.unlink(missing_ok=True)
     path.unlink(missing_ok=True)
+
+
+#: Backends whose saved optimized model (``info["optimized_model"]``) runs on the same backend with these
+#: options (``None`` removes one) and computes what the optimized build computed: ONNX Runtime loads its own
+#: optimized model with graph optimizations off — the offline-optimization workflow ORT documents.
+REPLAY_OPTIONS: Mapping[str, Mapping[str, str | None]] = {
+    "onnxruntime": {"opt_level": "disable", "disabled": None, "save_optimized": None, "report_passes": None},
+}
+
+
+def replay_spec(spec: BackendSpec) -> BackendSpec | None:
+    """The spec that replays ``spec``'s saved optimized model, or None when its backend has no such replay.
+
+    Example:
+        >>> str(replay_spec(BackendSpec.parse("ort:opt_level=all,disabled=GeluFusionL2")))
+        'onnxruntime:opt_level=disable'
+    """
+    canonical, info = resolve(spec, require_available=False)
+    options = REPLAY_OPTIONS.get(info.name)
+    return canonical.with_options(**options) if options is not None else None
+
+
+def replay_model(optimized: Path, model: Model, names: Sequence[str], destination: Path) -> list[str]:
+    """Save the optimized model with ``names`` (original tensors it still has) as extra graph outputs.
+
+    ``destination`` must be in the optimized model's folder (its weights are external data beside it).
+    Outputs are declared with their element type only: a layout-transforming backend may store a surviving
+    tensor in another shape. Returns the names exposed.
+    """
+    proto = onnx.load(str(optimized), load_external_data=False)
+    produced = {name for node in proto.graph.node for name in node.output if name}
+    present = {value.name for value in proto.graph.output}
+    exposed = []
+    for name in names:
+        declared = model.boundary_type(name)
+        if name not in produced or name in present or declared is None or not declared.type.HasField("tensor_type"):
+            continue
+        proto.graph.output.append(helper.make_tensor_value_info(name, declared.type.tensor_type.elem_type, None))
+        exposed.append(name)
+    onnx.save(proto, str(destination))
+    return exposed
+
+
+def unfed_inputs(replay: Path, model: Model) -> list[str]:
+    """Graph inputs of a saved optimized model that neither ``model``'s inputs nor its own initializers give.
+
+    ONNX Runtime keeps every graph input of a model whose initializers are also listed as inputs (IR < 4),
+    even one whose initializer it folded away: the replay would then need a value nobody has.
+    """
+    proto = onnx.load(str(replay), load_external_data=False)
+    given = set(model.input_names) | {t.name for t in proto.graph.initializer} | \
+        {t.values.name for t in proto.graph.sparse_initializer}
+    return [value.name for value in proto.graph.input if value.name not in given]
+
+
+@dataclass(frozen=True)
+class TargetProbe:
+    """What the target's layerwise probe ran, for the report (`compare`'s JSON ``target_probe``).
+
+    ``ran``: ``"replay"`` (the optimized model its plain run saved, with the surviving tensors exposed, run
+    under ``spec`` — the same kernels as the verdict's build, checked by final outputs bit-identical to the
+    plain run's) or ``"probe model"`` (the model with the tensors exposed, built again by the target under
+    ``spec``). ``fallback``: why a replay was tried and not used (the probe model ran instead).
+    """
+
+    ran: str
+    spec: str
+    exposed: int
+    fallback: str | None = None
+
+    def describe(self) -> str:
+        if self.ran == "replay":
+            return (f"a replay of the optimized model its plain run saved ({self.spec}, {self.exposed} tensors "
+                    "exposed; its final outputs are bit-identical to the plain run's)")
+        text = f"the probe model built again ({self.spec}, {self.exposed} tensors exposed)"
+        return f"{text}; the replay of its optimized model was not used: {self.fallback}" if self.fallback else text
+
+    def to_json(self) -> dict[str, object]:
+        return {"ran": self.ran, "spec": self.spec, "exposed": self.exposed, "fallback": self.fallback}
