@@ -317,9 +317,10 @@ def _assemble(nodes: Sequence[onnx.NodeProto], source: str,
     for g in range(len(groups)):
         merged.setdefault(find(g), []).append(g)
     readers: dict[str, set[int]] = {}
-    for i, node in enumerate(nodes):
-        for name in node.input:
-            readers.setdefault(name, set()).add(i)
+    if any(groups[g][3] is None for g in range(len(groups))):  # only boundaries need them
+        for i, node in enumerate(nodes):
+            for name in node.input:
+                readers.setdefault(name, set()).add(i)
     result: list[tuple[int, CompiledNode]] = []
     taken: set[str] = set()
     for members in merged.values():

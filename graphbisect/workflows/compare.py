@@ -474,7 +474,8 @@ def _replay(model: Model, inputs_path: Path, store: ActivationStore, target: _Si
     replay_path = Path(saved).with_name("replay.onnx")
     try:
         exposed = replay_model(Path(saved), model, names, replay_path)
-        missing = [name for name in names if name not in set(exposed)]
+        found = set(exposed)
+        missing = [name for name in names if name not in found]
         if missing:
             listed = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
             return (f"{len(missing)} surviving tensor(s) ({listed})"
