@@ -114,6 +114,8 @@ def _print_layers(result: CompareResult, rows: int) -> None:
     print(f"\nlayerwise ({layers.compared} tensors compared{', showing ' + str(len(table)) if rows else ''}):")
     if result.compiled is not None:
         print(f"target probed where its compiled graph keeps tensors: {result.compiled.summary()}")
+    if result.target_probe is not None:
+        print(f"target's values from {result.target_probe.describe()}")
     compiled = result.compiled is not None
     print(f"{'#':>5} {'op':<14} {'node':<28} {'shape':<14} {'mismatched':>13} {'max abs':>9} {'max rel':>9} "
           f"{'cosine':>8}  " + ("compiled as".ljust(30) + " " if compiled else "") + "target [min, max] (oracle)")

@@ -1,0 +1,67 @@
+"""`compare`'s target probe as a replay of the optimized model ONNX Runtime saved, and when it is not used."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from graphbisect.model import load_model
+from graphbisect.workflows.compare import compare_models
+from tests.workflows.test_compare import _layernorm_keepdims0
+
+
+def _conv_chain(channels: int = 32) -> onnx.ModelProto:
+    """Conv → Relu → Conv → Relu: at ``opt_level=all`` on a CPU with NCHWc kernels (AVX2 and newer) ONNX
+    Runtime fuses each Conv+Relu into an NCHWc Conv whose output stays in the blocked layout between the two."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((channels, channels, 3, 3)) * 0.1).astype(np.float32), w)
+             for w in ("w1", "w2")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["y"], name="relu2")]
+    shape = [1, channels, 8, 8]
+    graph = helper.make_graph(nodes, "convs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_the_fused_target_is_probed_by_replaying_the_graph_its_plain_run_built(tmp_path: Path) -> None:
+    """No second optimizing build: the optimized model the plain run saved runs with optimizations off, and
+    its final outputs are the plain run's bit for bit, so the table describes the build that failed."""
+    result = compare_models(load_model(_layernorm_keepdims0()), workdir=tmp_path)
+    probe = result.target_probe
+    assert probe is not None and probe.ran == "replay" and probe.fallback is None
+    assert probe.spec == "onnxruntime:opt_level=disable"
+    assert result.compiled is not None and probe.exposed == len(result.compiled.surviving) - 1  # y is the output
+    assert result.invocations == {"oracle": 1, "target": 2}
+    assert not result.passed and not result.probe_masking
+    first = result.layerwise.first_divergence if result.layerwise is not None else None
+    assert first is not None and first.compiled_as is not None and first.compiled_as.kind == "LayerNormalization"
+    # The probe's final outputs compare with the oracle exactly as the plain run's did.
+    assert result.probed_comparison is not None and result.comparison is not None
+    assert result.probed_comparison.outputs == result.comparison.outputs
+    assert result.to_json()["target_probe"] == {"ran": "replay", "spec": "onnxruntime:opt_level=disable",
+                                                "exposed": probe.exposed, "fallback": None}
+    left = {p.name for p in (tmp_path / "target").iterdir()}
+    assert not left & {"replay.onnx", "optimized.onnx", "optimized.weights"}, left
+
+
+def test_a_replay_that_cannot_expose_every_surviving_tensor_is_not_used() -> None:
+    """ONNX Runtime's NCHWc Conv keeps ``r1`` only in its blocked layout (as ``reorder_token_*``): the saved
+    model has no tensor ``r1`` to expose, so the probe model is built again, as before, and the result says why."""
+    result = compare_models(load_model(_conv_chain()))
+    assert result.compiled is not None
+    if not any(node.name.endswith("_nchwc") for node in result.compiled.nodes):
+        pytest.skip("this CPU has no NCHWc kernels: ONNX Runtime keeps the NCHW layout")
+    probe = result.target_probe
+    assert probe is not None and probe.ran == "probe model"
+    assert probe.spec == "onnxruntime:opt_level=all,save_optimized=1"
+    assert probe.fallback is not None and "r1" in probe.fallback and "NCHWc" in probe.fallback
+    assert result.to_json()["target_probe"]["fallback"] == probe.fallback
+    assert result.passed and result.layerwise is not None
+    assert {row.tensor for row in result.layerwise.rows if row.compared} == {"r1", "y"}
