@@ -2,7 +2,9 @@
 
 Oracle discipline, in order:
 1. one oracle run on the probe model captures every tensor into the activation store (expected values of
-   every candidate, and the values fed at cut points);
+   every candidate, and the values fed at cut points); an oracle that rewrites the graph also runs the model
+   as built, whose outputs are the verdict's (:meth:`_Run.verdict_values`; it stops the reduction when they
+   differ from the capture's);
 2. the target runs the **original** model (saving the graph it compiled, where it can): if it does not
    fail, stop (nothing to reduce); else its signature is the baseline;
 3. where the target can expose intermediates, one probed target run gives layerwise evidence (hints and
@@ -50,7 +52,7 @@ from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
 from graphbisect.backends.process import CompareTo
 from graphbisect.backends.registry import BACKEND_SPEC
-from graphbisect.compare import Tolerance
+from graphbisect.compare import Tolerance, compare_outputs
 from graphbisect.data import ActivationStore, save_inputs, validate_inputs
 from graphbisect.data.store import MANIFEST_NAME
 from graphbisect.engine import (
@@ -265,12 +267,73 @@ class _Run:
         self.stage(f"capturing {len(names)} tensors with the oracle {self.oracle_spec}")
         with BackendProcess(self.oracle_spec, workdir=self.work / "oracle", timeout=self.options.timeout) as proc:
             run = proc.run(probe, self.work / "inputs.npz", output_dir=store_dir)
-        self.count("oracle", run=run)
+            self.count("oracle", run=run)
+            if run.ok and self.rewriting_oracle():
+                self._run_oracle_plain(proc)  # the same worker: no second start
         remove_model(probe)
         if not run.ok:
             raise BackendError(f"the oracle {self.oracle_spec} failed on the model: {run.describe()}",
                                hint="the oracle must run the model; choose another, e.g. --oracle reference")
         return ActivationStore.adopt(store_dir)
+
+    def rewriting_oracle(self) -> bool:
+        """Whether the oracle may compute the probe differently from the model (``computes_as_written``) and
+        its values decide the verdict (not for an external check or a ``fail_regex``, which compare none)."""
+        if self.options.check or self.options.fail_regex:
+            return False
+        return not self.oracle_info.computes_as_written(self.oracle_spec)
+
+    def _run_oracle_plain(self, proc: BackendProcess) -> RunResult:
+        """The oracle's run of the model as built, its outputs kept in ``oracle-plain`` (the verdict's values)."""
+        self.stage(f"running the oracle {self.oracle_spec} on the model as built (it rewrites the graph, so its "
+                   "capture may not be its verdict)")
+        run = proc.run(self.work / "model.onnx", self.work / "inputs.npz", output_dir=self.work / "oracle-plain")
+        self.count("oracle", run=run)
+        if not run.ok:
+            raise BackendError(f"the oracle {self.oracle_spec} failed on the model as built, though it ran it with "
+                               f"every intermediate exposed: {run.describe()}",
+                               hint="choose an oracle that computes the graph as written, e.g. --oracle reference")
+        return run
+
+    def verdict_values(self, store: ActivationStore,
+                       values: Callable[[str], np.ndarray]) -> Callable[[str], np.ndarray]:
+        """The oracle's values the verdict on the original model is judged against.
+
+        An oracle that computes the graph as written: its capture (``values``). One that rewrites it (ONNX
+        Runtime above ``opt_level=disable``, OpenVINO) may build the probe differently from the model, as in
+        ``compare`` (:meth:`~graphbisect.backends.registry.BackendInfo.computes_as_written`): its outputs on the
+        model as built are the verdict's. Candidates are still judged against the capture (their cut feeds
+        and expected values), which is sound only while the capture computes what the oracle computes on the
+        model: when the two differ beyond tolerance the reduction stops and says so.
+        """
+        if not self.rewriting_oracle():
+            return values
+        plain_dir = self.work / "oracle-plain"
+        if not (plain_dir / MANIFEST_NAME).exists():  # a resumed run captured before: the plain run only
+            with BackendProcess(self.oracle_spec, workdir=self.work / "oracle", timeout=self.options.timeout) as proc:
+                self._run_oracle_plain(proc)
+        plain = ActivationStore.adopt(plain_dir)
+        outputs = self.model.output_names
+        differ = compare_outputs({name: values(name) for name in outputs}, {name: plain.get(name) for name in outputs},
+                                 self.tol, outputs)
+        if not differ.passed:
+            worst = differ.worst
+            assert worst is not None
+            raise GraphBisectError(
+                f"the oracle {self.oracle_spec} computes the model differently when its intermediate tensors are "
+                f"exposed: its run of the model as built and its capture differ on "
+                f"{', '.join(repr(s.name) for s in differ.failing[:3])} ({worst.kind.value}, "
+                f"{worst.mismatches}/{worst.numel} elements, max abs {worst.max_abs:.3g}). The verdict is the "
+                "model as built, but candidates are judged against the capture, so this oracle cannot drive a "
+                "reduction of this model",
+                hint=f"choose an oracle that computes the graph as written (--oracle reference, or "
+                f"--oracle onnxruntime:opt_level=disable); the difference is {self.oracle_spec}'s own rewrite: to "
+                f"reduce it, make it the target (--target {self.oracle_spec} --oracle reference)")
+
+        def value(name: str) -> np.ndarray:
+            return plain.get(name) if name in outputs else values(name)
+
+        return value
 
     def compared(self, outputs: Sequence[str]) -> Sequence[str]:
         """The target outputs to compare: none for an external check, whose exit status is the verdict."""
@@ -513,7 +576,7 @@ def _reduce(r: _Run, inputs: Mapping[str, np.ndarray] | None, *, resume: bool, z
     r.prepare(inputs, resume=resume)
     store = r.capture()
     values = r.values(store)
-    base = r.baseline(store, values)
+    base = r.baseline(store, r.verdict_values(store, values))
     baseline, flaky = base.signature, base.flaky
     if not baseline.failed:
         return _no_failure(r, baseline, flaky)
@@ -677,8 +740,10 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], baseline: Signa
     r.count("oracle", run=oracle_run)
     oracle_ok = not judge(oracle_run, values, candidate.outputs, r.tol).signature.failed
     if not oracle_ok:
+        why = ("it rewrites the graph, so it may build the final model differently from the capture, or it is "
+               "non-deterministic") if r.rewriting_oracle() else "the oracle may be non-deterministic"
         r.notes.append("the oracle does not reproduce its own captured values on the final model "
-                       f"({oracle_run.describe()}); the oracle may be non-deterministic")
+                       f"({oracle_run.describe()}); {why}")
     run = next((run for (run, _), ok in zip(runs, matching, strict=True) if ok), runs[0][0])
     outputs = {k: np.asarray(v) for k, v in run.outputs.items()} if run.ok else {}
     message = None if run.ok else f"{run.error_type or ''}: {run.message or ''}".strip(": ")

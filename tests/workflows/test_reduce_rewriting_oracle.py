@@ -1,0 +1,54 @@
+"""`reduce` with an oracle that rewrites the graph: its verdict comes from the model as built, as in `compare`.
+
+Before: reduce judged the original model against the oracle's *capture* (every intermediate exposed). ONNX
+Runtime at opt_level=all fuses the keepdims=0 LayerNorm wrongly only when its tensors are not exposed, so
+`compare` said FAIL while `reduce` said "the original model does not fail: nothing to reduce" (exit 0).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from graphbisect.errors import GraphBisectError
+from graphbisect.model import load_model
+from graphbisect.workflows.reduce import ReduceOptions, reduce_model, work_dir_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_compare import _layernorm_keepdims0
+
+
+def test_an_oracle_whose_capture_is_not_its_verdict_stops_the_reduction_and_says_why(tmp_path: Path) -> None:
+    model = load_model(_layernorm_keepdims0())
+    x = np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32)
+    options = ReduceOptions(oracle="onnxruntime:opt_level=all", target="reference")
+    with pytest.raises(GraphBisectError) as info:
+        reduce_model(model, tmp_path / "bug", inputs={"x": x}, options=options)
+    error = info.value
+    assert "computes the model differently when its intermediate tensors are exposed" in error.message
+    assert "'y'" in error.message
+    assert "--target onnxruntime:opt_level=all --oracle reference" in (error.hint or "")
+    assert not (tmp_path / "bug" / "report.json").exists() and not work_dir_for(tmp_path / "bug").exists()
+
+
+def test_a_rewriting_oracle_that_agrees_with_its_capture_reduces_with_the_verdict_of_its_plain_run(
+        tmp_path: Path) -> None:
+    # ORT wraps float -> int4 out of range (-9 -> 7) where the spec (onnx.reference) saturates (-9 -> -8).
+    nodes = [helper.make_node("Mul", ["x", "three"], ["m"], name="triple"),
+             helper.make_node("Cast", ["m"], ["q"], name="to_int4", to=TensorProto.INT4),
+             helper.make_node("Cast", ["q"], ["y"], name="to_float", to=TensorProto.FLOAT)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor("three", TensorProto.FLOAT, [], [3.0])])
+    model = load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10))
+    options = ReduceOptions(oracle="onnxruntime:opt_level=all", target="reference")
+    result = reduce_model(model, tmp_path / "bug", inputs={"x": np.array([-3.0, 1.0, 2.0, 0.0], np.float32)},
+                          options=options)
+    assert result.failed and result.signature.kind.value == "mismatch" and result.verified
+    assert "to_int4" in result.kept_nodes
+    # the capture, the plain run that gives the verdict (same worker), the final model's check
+    assert result.invocations["oracle"] == 3
