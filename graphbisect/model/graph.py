@@ -14,8 +14,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 import onnx
 
@@ -24,6 +24,9 @@ from graphbisect.model.external import inline_tensor, source_of
 from graphbisect.model.io import ExternalRef, copy_model, save_proto, strip_to_external
 from graphbisect.model.normalize import default_opset, fingerprint, infer_types, node_dependencies, normalize_model
 from graphbisect.values import numpy_dtype
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["Model", "TensorType"]
 
@@ -299,6 +302,8 @@ class Model:
         Node attributes: ``name``, ``op_type``. Edge attribute ``tensors``: list of tensor names
         (outer-scope reads of subgraphs included).
         """
+        import networkx as nx  # ~75 ms to import, and only this method needs it
+
         graph = nx.DiGraph()
         for index, node in enumerate(self.nodes):
             graph.add_node(index, name=node.name, op_type=node.op_type)
