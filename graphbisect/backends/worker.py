@@ -528,4 +528,10 @@ def main(argv: Iterable[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _code = main()
+    # Every reply is sent and every output file written: the host asked for the exit or closed the pipe.
+    # Skip the interpreter's teardown (freeing each runtime, session and module one by one: ~0.07 s of CPU
+    # and ~0.1 s the host waits for at each close), which the operating system does at once.
+    _flush_stdio()
+    logging.shutdown()
+    os._exit(_code)
