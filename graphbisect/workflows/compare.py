@@ -419,7 +419,7 @@ def _probe(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, target
                        probe=TargetProbe("plain run", str(target.proc.spec), len(target_values)))
     names = [n for n in plan.names if n in oracle_values]
     fallback = None
-    if plan.compiled is not None and oracle.store is not None:
+    if plan.compiled is not None and oracle.store is not None and replay_spec(target.proc.spec) is not None:
         replayed = _replay(model, inputs_path, oracle.store, target, names, plan=plan, tol=tol, stage=stage)
         if isinstance(replayed, _Probed):
             return replayed
@@ -468,7 +468,7 @@ def _replay(model: Model, inputs_path: Path, store: ActivationStore, target: _Si
     spec = replay_spec(built)
     saved = target.run.info.get("optimized_model")
     if spec is None or not target.proc.can_reconfigure(spec):
-        return f"the target {built} has no replay of its optimized model"
+        return f"the worker of {built} cannot run {spec}"
     if not isinstance(saved, str) or not Path(saved).is_file():
         return "the target's plain run saved no optimized model"
     replay_path = Path(saved).with_name("replay.onnx")

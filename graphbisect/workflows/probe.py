@@ -170,8 +170,9 @@ class TargetProbe:
 
     ``ran``: ``"replay"`` (the optimized model its plain run saved, with the surviving tensors exposed, run
     under ``spec`` — the same kernels as the verdict's build, checked by final outputs bit-identical to the
-    plain run's) or ``"probe model"`` (the model with the tensors exposed, built again by the target under
-    ``spec``). ``fallback``: why a replay was tried and not used (the probe model ran instead).
+    plain run's), ``"probe model"`` (the model with the tensors exposed, built again by the target under
+    ``spec``) or ``"plain run"`` (the values its plain run returned: Paddle's hooks). ``fallback``: why the
+    replay of a backend that has one (:data:`REPLAY_OPTIONS`) was not used; the probe model ran instead.
     """
 
     ran: str
@@ -183,7 +184,9 @@ class TargetProbe:
         if self.ran == "replay":
             return (f"a replay of the optimized model its plain run saved ({self.spec}, {self.exposed} tensors "
                     "exposed; its final outputs are bit-identical to the plain run's)")
-        text = f"the probe model built again ({self.spec}, {self.exposed} tensors exposed)"
+        if self.ran == "plain run":
+            return f"its plain run ({self.spec}: {self.exposed} tensors its output hooks returned)"
+        text = f"a probe model it built ({self.spec}, {self.exposed} tensors exposed)"
         return f"{text}; the replay of its optimized model was not used: {self.fallback}" if self.fallback else text
 
     def to_json(self) -> dict[str, object]:
