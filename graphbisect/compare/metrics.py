@@ -307,7 +307,7 @@ class _Accumulator:
         self.mismatches += int(np.count_nonzero(diff > allowed))
         self.max_abs = max(self.max_abs, chunk_max)
         self.sum_abs += float(diff.sum())
-        self.err_sq += float(np.dot(diff.ravel(), diff.ravel()))
+        self.err_sq += _dot(diff, diff)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             # Where diff is 0 both ratios are 0 (0/positive), so no mask is needed except for allowed == 0.
             meaningful = magnitude > max(self.atol, np.finfo(np.float64).tiny)
@@ -361,8 +361,20 @@ def _finite_sum(values: np.ndarray) -> bool:
 
 
 def _dot(a: np.ndarray, b: np.ndarray) -> float:
-    """Re <a, b>: the dot product of real tensors, and of complex ones as vectors of (real, imag) pairs."""
-    return float(np.vdot(a, b).real)
+    """Re <a, b>: the dot product of real tensors, and of complex ones as vectors of (real, imag) pairs.
+
+    Summed by numpy's own loop (``einsum``), not by BLAS (``np.dot``/``np.vdot``): a multi-threaded BLAS
+    (OpenBLAS, numpy's default) splits a dot product of more than a few thousand elements over its threads,
+    which then busy-wait for the next call. Between comparisons that spinning burns a core the target's
+    worker needs: on PP-OCRv4 rec int8 (one 53,000-element output per candidate) it was 70 of the ~100 ms of
+    this process's CPU per candidate (benchmarks/README.md, issue 14).
+
+    >>> _dot(np.array([1.0, 2.0]), np.array([3.0, 4.0])), _dot(np.array([1 + 2j]), np.array([3 + 4j]))
+    (11.0, 11.0)
+    """
+    if a.dtype.kind == "c" or b.dtype.kind == "c":
+        return _dot(a.real, b.real) + _dot(np.imag(a), np.imag(b))
+    return float(np.einsum("i,i->", a.reshape(-1), b.reshape(-1)))
 
 
 def _range(lo: float, hi: float) -> tuple[float, float] | None:
