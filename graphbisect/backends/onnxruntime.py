@@ -27,6 +27,13 @@ The catalogue is cached per ORT build, providers and config (in memory and under
 :meth:`OnnxRuntime.validate`, which :class:`~graphbisect.backends.process.BackendProcess` calls before the
 first run, so a bad spec fails before any model is touched.
 
+**No spinning.** ONNX Runtime's intra-op threads busy-wait after each parallel section by default, which
+buys latency for back-to-back runs of one session. graphbisect runs a session once or a few times and then
+builds the next candidate's, so the spinning only burns a core the next build needs: on PP-OCRv4 rec int8
+candidates ~90 ms of the worker's ~250 ms of CPU per run (benchmarks/README.md, issue 14). Sessions are
+therefore made with ``session.intra_op.allow_spinning=0`` unless the spec's ``config`` sets it; it decides
+how idle threads wait, not which kernels run or how work is split (outputs measured bit-identical).
+
 **Fired passes** (``report_passes=1``): session creation runs with verbose logging and every
 ``GraphTransformer <name> modified: 1`` line counts. When a rule-based transformer modified the graph,
 the rules responsible are found by isolating subsets of its rules (group testing, a few extra sessions at
@@ -204,11 +211,18 @@ def _session_log(ort: Any, model: str | bytes, options: OrtOptions, level: str,
     return log.text
 
 
+_SPIN = "session.intra_op.allow_spinning"
+
+
 def _session_options(ort: Any, options: OrtOptions, level: str) -> Any:
+    """The spec's session options; idle intra-op threads block instead of spinning unless ``config`` says
+    otherwise (module docstring, "No spinning")."""
     so = ort.SessionOptions()
     so.graph_optimization_level = _opt_level(ort, level)
     if options.threads is not None:
         so.intra_op_num_threads = options.threads
+    if all(key != _SPIN for key, _ in options.config):
+        so.add_session_config_entry(_SPIN, "0")
     for key, value in options.config:
         so.add_session_config_entry(key, value)
     return so

@@ -157,7 +157,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
             "disabled": "optimizers to disable, ';'-separated; names are validated (ORT ignores unknown ones)",
             "threads": "intra-op thread count (default: ORT's choice)",
             "config": "session config entries, ';'-separated key=value pairs "
-            "(e.g. config=session.disable_prepacking=1;session.intra_op.allow_spinning=0)",
+            "(e.g. config=session.disable_prepacking=1); session.intra_op.allow_spinning is 0 unless set here",
             "save_optimized": "1 to save the optimized model and report its path in the run info",
             "report_passes": "1 to report the transformers and rewrite rules that modified the graph "
             "(run info fired_passes; slower: verbose logging and a few extra sessions)",

@@ -95,6 +95,19 @@ def test_valid_names_depend_on_the_session_config() -> None:
     optimizer_catalog(enabled).check(["CastChainElimination"])
 
 
+def test_sessions_do_not_spin_unless_the_config_says_so() -> None:
+    """Idle intra-op threads block between graphbisect's few runs per session (no busy-waiting that takes a
+    core from the next candidate's build); a spec's own allow_spinning wins."""
+    import onnxruntime as ort
+
+    from graphbisect.backends.onnxruntime import _session_options
+
+    plain = _session_options(ort, OrtOptions.parse({}), "all")
+    assert plain.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    spinning = _session_options(ort, OrtOptions.parse({"config": "session.intra_op.allow_spinning=1"}), "all")
+    assert spinning.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+
+
 def test_save_optimized_reports_the_file(models: dict[str, Path], tmp_path: Path) -> None:
     x = np.zeros((1, 3, 8, 8), np.float32)
     result = _run("onnxruntime:opt_level=extended,save_optimized=1,threads=1,config=session.disable_prepacking=1",
