@@ -20,7 +20,7 @@ import importlib.util
 import logging
 import math
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -36,6 +36,7 @@ __all__ = [
     "DEFAULT_TARGET",
     "ENTRY_POINT_GROUP",
     "HOST_OPTIONS",
+    "UNKNOWN_DEVICE",
     "Availability",
     "BackendInfo",
     "all_backends",
@@ -43,6 +44,7 @@ __all__ = [
     "import_runtime",
     "register_backend",
     "resolve",
+    "shared_accelerator",
     "spec_timeout",
     "unregister_backend",
 ]
@@ -63,6 +65,48 @@ HOST_OPTIONS: Mapping[str, str] = {
     "python": "run the backend under this Python interpreter (another venv), e.g. python=/opt/ort120/bin/python",
     "timeout": "seconds one invocation may take before it is killed and recorded as a timeout (default 600)",
 }
+
+
+#: The accelerator of a backend that cannot tell which device a spec uses (an external program, a custom
+#: runtime that does not declare ``device_of``): assumed to be the one any other accelerator backend uses.
+UNKNOWN_DEVICE = "unknown"
+
+
+def _undeclared(options: Mapping[str, str]) -> str | None:
+    return UNKNOWN_DEVICE
+
+
+def _cpu_only(options: Mapping[str, str]) -> str | None:
+    return None
+
+
+#: ONNX Runtime execution providers that compute on the CPU; any other one is taken to use GPU 0 (ORT's
+#: default ``device_id``, which a spec cannot change).
+_CPU_PROVIDERS = frozenset({"CPUExecutionProvider", "DnnlExecutionProvider", "XnnpackExecutionProvider",
+                            "ACLExecutionProvider", "ArmNNExecutionProvider"})
+
+
+def _ort_device(options: Mapping[str, str]) -> str | None:
+    providers = [p.strip() for p in options.get("providers", "").split(";") if p.strip()]
+    return "gpu:0" if any(p not in _CPU_PROVIDERS for p in providers) else None
+
+
+def _paddle_device(options: Mapping[str, str]) -> str | None:
+    kind, _, index = options.get("device", "cpu").strip().lower().partition(":")
+    return None if kind == "cpu" else f"gpu:{index or 0}"
+
+
+def _openvino_device(options: Mapping[str, str]) -> str | None:
+    device = options.get("device", "CPU").strip().upper()
+    if device == "CPU":
+        return None
+    kind, _, index = device.partition(".")
+    # GPU.1 is the second GPU; AUTO, MULTI:..., HETERO:..., NPU may pick a GPU: taken as GPU 0
+    return f"gpu:{index}" if kind == "GPU" and index.isdigit() else "gpu:0"
+
+
+def _tensorrt_device(options: Mapping[str, str]) -> str | None:
+    return f"gpu:{options.get('device', '0').strip() or 0}"
 
 
 @dataclass(frozen=True)
@@ -104,9 +148,25 @@ class BackendInfo:
     #: computes cannot depend on which tensors a run exposes. A backend with ``opt_levels`` does so at its
     #: lowest level (:meth:`computes_as_written`).
     rewrites_graph: bool = True
+    #: The accelerator a run uses, from the spec's options: ``"gpu:N"``, None for the CPU only, or
+    #: :data:`UNKNOWN_DEVICE` (the default: a row that does not say). :meth:`accelerator`.
+    device_of: Callable[[Mapping[str, str]], str | None] = _undeclared
 
     def has(self, capability: Capability) -> bool:
         return capability in self.capabilities
+
+    def accelerator(self, spec: BackendSpec) -> str | None:
+        """The accelerator a run of ``spec`` computes on (None: the CPU only), e.g. ``"gpu:0"`` for
+        ``tensorrt`` or ``onnxruntime:providers=CUDAExecutionProvider``. Two runs on one accelerator at once
+        distort each other's timings and memory (:func:`shared_accelerator`).
+
+        Example:
+            >>> get("trt").accelerator(BackendSpec.parse("tensorrt:device=1"))
+            'gpu:1'
+            >>> get("ort").accelerator(BackendSpec.parse("onnxruntime:opt_level=all")) is None
+            True
+        """
+        return self.device_of(spec.options)
 
     def computes_as_written(self, spec: BackendSpec) -> bool:
         """Whether a run of ``spec`` computes the graph as written, so exposing its intermediate tensors
@@ -151,6 +211,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         capabilities=frozenset({C.INTERMEDIATES, C.PASSES, C.FOREIGN_PYTHON, C.ONNX_INPUT, C.COMPILED_GRAPH}),
         compiled_option=("save_optimized", "1"),
         reconfigurable=True,  # every option is a SessionOptions field or an argument of InferenceSession
+        device_of=_ort_device,
         options={
             "providers": "execution providers in priority order, ';'-separated (default CPUExecutionProvider)",
             "opt_level": "graph optimization level: disable|basic|extended|layout|all (default all)",
@@ -173,6 +234,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         extra=None,
         capabilities=frozenset({C.INTERMEDIATES, C.FOREIGN_PYTHON, C.ONNX_INPUT}),
         rewrites_graph=False,
+        device_of=_cpu_only,
     ),
     BackendInfo(
         name="paddle",
@@ -185,6 +247,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         capabilities=frozenset({C.PASSES, C.FOREIGN_PYTHON, C.COMPILED_GRAPH, C.PRECISION}),
         compiled_option=("hooks", "1"),
         pin_unit="op_type",
+        device_of=_paddle_device,
         options={
             "device": "cpu (default), gpu or gpu:N",
             "hooks": "1 to return every op output of the optimized program too (output hooks; run info hooked), "
@@ -215,6 +278,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         extra="optimizer",
         capabilities=frozenset({C.PASSES, C.ONNX_INPUT, C.INTERMEDIATES, C.FOREIGN_PYTHON, C.COMPILED_GRAPH}),
         compiled_option=("save_optimized", "1"),
+        device_of=_cpu_only,  # ONNX Runtime's CPU provider runs the optimized model
         options={
             "passes": "passes to apply in order, ';'-separated (default: onnxoptimizer's fuse-and-elimination list); "
             "names are validated against onnxoptimizer.get_available_passes()",
@@ -234,6 +298,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         capabilities=frozenset({C.INTERMEDIATES, C.PRECISION, C.TACTICS, C.FOREIGN_PYTHON, C.ONNX_INPUT,
                                 C.COMPILED_GRAPH}),
         compiled_option=("report_exec", "1"),
+        device_of=_openvino_device,
         options={
             "device": "OpenVINO device name (default CPU)",
             "precision": "inference precision hint: f32|f16|bf16 (default f32, so comparisons are exact)",
@@ -261,6 +326,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
             {C.INTERMEDIATES, C.PRECISION, C.TACTICS, C.FOREIGN_PYTHON, C.ONNX_INPUT, C.NEEDS_GPU, C.COMPILED_GRAPH}
         ),
         compiled_option=("report_layers", "1"),
+        device_of=_tensorrt_device,
         options={
             "fp16": "1 to allow FP16 kernels",
             "bf16": "1 to allow BF16 kernels",
@@ -286,6 +352,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         extra="iree",
         capabilities=frozenset({C.INTERMEDIATES, C.PASSES, C.FOREIGN_PYTHON, C.ONNX_INPUT, C.COMPILED_GRAPH}),
         compiled_option=("report_dispatches", "1"),
+        device_of=_cpu_only,  # llvm-cpu
         options={
             "cpu": "target CPU for --iree-llvmcpu-target-cpu (default host; generic for a portable module)",
             "flags": "extra iree-compile flags, ';'-separated "
@@ -319,6 +386,24 @@ BACKENDS: tuple[BackendInfo, ...] = (
         },
     ),
 )
+
+
+def shared_accelerator(first: BackendSpec, second: BackendSpec) -> str | None:
+    """The accelerator runs of both specs would use at once (None when they share none and may overlap): the
+    same device, or one whose device is unknown (:data:`UNKNOWN_DEVICE`) beside one on any accelerator.
+
+    Example:
+        >>> shared_accelerator(BackendSpec.parse("tensorrt"),
+        ...                    BackendSpec.parse("onnxruntime:providers=CUDAExecutionProvider"))
+        'gpu:0'
+        >>> shared_accelerator(BackendSpec.parse("tensorrt"), BackendSpec.parse("onnxruntime")) is None
+        True
+    """
+    a = get(first.name).accelerator(first)
+    b = get(second.name).accelerator(second)
+    if a is None or b is None or (a != b and UNKNOWN_DEVICE not in (a, b)):
+        return None
+    return b if a == UNKNOWN_DEVICE else a
 
 
 def get(name: str) -> BackendInfo:

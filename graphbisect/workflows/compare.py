@@ -34,7 +34,7 @@ import onnx
 
 from graphbisect.backends import BackendInfo, BackendProcess, BackendSpec, Capability, RunResult, resolve
 from graphbisect.backends.process import CompareTo
-from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
+from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET, shared_accelerator
 from graphbisect.compare import Comparison, TensorStats, Tolerance, compare_outputs
 from graphbisect.compare.metrics import comparison_of
 from graphbisect.data import ActivationStore, random_inputs, save_inputs, validate_inputs
@@ -307,7 +307,9 @@ def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: B
                 target_proc: BackendProcess, oracle_spec: BackendSpec, oracle_info: BackendInfo,
                 target_spec: BackendSpec, oracle_described: bool, probe: bool,
                 stage: Callable[[str], None]) -> tuple[_Side, RunResult]:
-    """The verdict's runs: the oracle's and the target's, at the same time (each in its own worker).
+    """The verdict's runs: the oracle's and the target's, at the same time (each in its own worker) unless
+    both use one accelerator (:func:`~graphbisect.backends.registry.shared_accelerator`: a TensorRT target and
+    a CUDA-provider oracle on GPU 0), which runs the oracle first.
 
     With ``probe`` the oracle's run is its capture: the probe model exposing every intermediate, written as
     the activation store. When the oracle computes the graph as written (``reference``, ONNX Runtime at
@@ -336,7 +338,10 @@ def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: B
 
         def oracle_job() -> tuple[RunResult, RunResult | None]:
             return oracle_proc.run(oracle_model, inputs_path), None
-    oracle_result = _in_background(oracle_job)
+    shared = shared_accelerator(oracle_spec, target_spec)
+    if shared is not None:  # two runs on one GPU at once would distort each other's timings and memory
+        stage(f"running oracle {oracle_spec}, then target {target_spec}: both run on {shared}")
+    oracle_result = _in_background(oracle_job) if shared is None else _at_once(oracle_job)
     target_run = target_proc.run(target_model, inputs_path)
     oracle_run, oracle_plain = oracle_result()
     store = probe_failure = None
@@ -377,6 +382,12 @@ def _in_background(job: Callable[[], _T]) -> Callable[[], _T]:
         return cast(_T, box["result"])
 
     return wait
+
+
+def _at_once(job: Callable[[], _T]) -> Callable[[], _T]:
+    """Run ``job`` now; the returned function gives its result (:func:`_in_background`'s interface)."""
+    result = job()
+    return lambda: result
 
 
 def _hooked_values(model: Model, side: _Side) -> dict[str, np.ndarray] | None:
