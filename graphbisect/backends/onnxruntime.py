@@ -74,7 +74,7 @@ from graphbisect.values import (
     to_memory,
 )
 
-__all__ = ["OnnxRuntime", "OptimizerCatalog", "OrtOptions", "capture_fd2", "optimizer_catalog"]
+__all__ = ["OnnxRuntime", "OptimizerCatalog", "OrtOptions", "capture_fd2", "optimizer_catalog", "session_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -214,16 +214,26 @@ def _session_log(ort: Any, model: str | bytes, options: OrtOptions, level: str,
 _SPIN = "session.intra_op.allow_spinning"
 
 
+def session_config(options: OrtOptions) -> list[tuple[str, str]]:
+    """The session config entries a session of ``options`` gets, in order: idle intra-op threads block
+    instead of spinning unless ``config`` says otherwise (module docstring, "No spinning"), then ``config``.
+    ``repro.py`` builds its session from the same list.
+
+    Example:
+        >>> session_config(OrtOptions.parse({"config": "session.disable_prepacking=1"}))
+        [('session.intra_op.allow_spinning', '0'), ('session.disable_prepacking', '1')]
+    """
+    default = [] if any(key == _SPIN for key, _ in options.config) else [(_SPIN, "0")]
+    return [*default, *options.config]
+
+
 def _session_options(ort: Any, options: OrtOptions, level: str) -> Any:
-    """The spec's session options; idle intra-op threads block instead of spinning unless ``config`` says
-    otherwise (module docstring, "No spinning")."""
+    """The spec's session options (:func:`session_config` for the config entries)."""
     so = ort.SessionOptions()
     so.graph_optimization_level = _opt_level(ort, level)
     if options.threads is not None:
         so.intra_op_num_threads = options.threads
-    if all(key != _SPIN for key, _ in options.config):
-        so.add_session_config_entry(_SPIN, "0")
-    for key, value in options.config:
+    for key, value in session_config(options):
         so.add_session_config_entry(key, value)
     return so
 

@@ -60,7 +60,8 @@ def test_same_options_as_the_spec(mismatch_content: BundleContent) -> None:
     assert config["options"] == {
         "providers": ["CPUExecutionProvider"], "graph_optimization_level": "ORT_ENABLE_EXTENDED",
         "disabled_optimizers": ["LayerNormFusionL1"], "intra_op_num_threads": 2,
-        "session_config": [["session.disable_prepacking", "1"]],
+        # the runtime's default first (idle threads block: backends/onnxruntime.py "No spinning"), then the spec's
+        "session_config": [["session.intra_op.allow_spinning", "0"], ["session.disable_prepacking", "1"]],
     }
     assert config["timeout_seconds"] == 30.0 and config["target_spec"] == str(spec)
 

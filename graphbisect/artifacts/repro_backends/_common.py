@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from graphbisect.backends.onnxruntime import OPT_LEVELS, OrtOptions
+from graphbisect.backends.onnxruntime import OPT_LEVELS, OrtOptions, session_config
 from graphbisect.backends.worker import option_flag
 
 #: The bundle file holding the target's tactic record, restricted to the bundle model.
@@ -36,7 +36,7 @@ def _ort_options(options: Mapping[str, str]) -> dict[str, Any]:
         "graph_optimization_level": OPT_LEVELS[parsed.opt_level],
         "disabled_optimizers": list(parsed.disabled),
         "intra_op_num_threads": parsed.threads,
-        "session_config": [list(entry) for entry in parsed.config],
+        "session_config": [list(entry) for entry in session_config(parsed)],  # the runtime's, defaults included
     }
 
 
@@ -52,8 +52,35 @@ def _raw_options(options: Mapping[str, str]) -> dict[str, Any]:
     return dict(options)
 
 
-#: The one ONNX Runtime run used by every section that runs on ORT (onnxruntime, onnxoptimizer).
+#: The one ONNX Runtime session and run of every section that runs on ORT (onnxruntime, onnxoptimizer):
+#: ``check_ort`` for ``import_library``, ``ort_session`` for ``load_target``, ``run_target``.
 _ORT_RUN_TARGET = r'''
+
+def check_ort(onnxruntime, session):
+    """The session settings ``session`` (from ``_ort_options``) are available in this onnxruntime."""
+    available = onnxruntime.get_available_providers()
+    missing = [p for p in session["providers"] if p not in available]
+    if missing:
+        raise CannotRun(f"execution provider(s) {missing} are not available in onnxruntime "
+                        f"{onnxruntime.__version__} (available: {available})")
+    if not hasattr(onnxruntime.GraphOptimizationLevel, session["graph_optimization_level"]):
+        raise CannotRun(f"onnxruntime {onnxruntime.__version__} has no {session['graph_optimization_level']}")
+
+
+def ort_session(model, session):
+    """An ONNX Runtime session exactly as graphbisect created it: same providers, optimization level, disabled
+    optimizers, intra-op threads and session config entries. ``model``: a path or the serialized model."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, session["graph_optimization_level"])
+    if session["intra_op_num_threads"] is not None:
+        so.intra_op_num_threads = session["intra_op_num_threads"]
+    for key, value in session["session_config"]:
+        so.add_session_config_entry(key, value)
+    return ort.InferenceSession(model, so, providers=session["providers"],
+                                disabled_optimizers=session["disabled_optimizers"])
+
 
 def run_target(session, inputs, output_names):
     """Run once; feed only what the session accepts (cut tensors may be initializers it overrides).

@@ -34,9 +34,7 @@ def import_library(options):
     unknown = [name for name in (options["passes"] or []) + options["disabled"] if name not in available]
     if unknown:
         raise CannotRun(f"onnxoptimizer {onnxoptimizer.__version__} has no pass(es) {unknown}")
-    missing = [p for p in options["onnxruntime"]["providers"] if p not in onnxruntime.get_available_providers()]
-    if missing:
-        raise CannotRun(f"execution provider(s) {missing} are not available in onnxruntime {onnxruntime.__version__}")
+    check_ort(onnxruntime, options["onnxruntime"])
     return onnxoptimizer.__version__
 
 
@@ -45,21 +43,12 @@ def load_target(model_path, options):
     minus the disabled ones), then create an ONNX Runtime session on the result with its optimizations off."""
     import onnx
     import onnxoptimizer
-    import onnxruntime as ort
 
     model = onnx.load(str(model_path))
     passes = options["passes"] or list(onnxoptimizer.get_fuse_and_elimination_passes())
     for name in (p for p in passes if p not in set(options["disabled"])):
         model = onnxoptimizer.optimize(model, [name])
-    session = options["onnxruntime"]
-    so = ort.SessionOptions()
-    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, session["graph_optimization_level"])
-    if session["intra_op_num_threads"] is not None:
-        so.intra_op_num_threads = session["intra_op_num_threads"]
-    for key, value in session["session_config"]:
-        so.add_session_config_entry(key, value)
-    return ort.InferenceSession(model.SerializeToString(), so, providers=session["providers"],
-                                disabled_optimizers=session["disabled_optimizers"])
+    return ort_session(model.SerializeToString(), options["onnxruntime"])
 
 
 ''' + _ORT_RUN_TARGET
