@@ -27,7 +27,7 @@ from graphbisect.backends.worker import select_feeds
 from graphbisect.errors import ModelError, SpecError
 from graphbisect.values import EXTENSION_TYPES, as_elem_type, elem_type_of, encode_tensor, to_memory
 
-__all__ = ["Reference"]
+__all__ = ["Reference", "bfloat16_bits", "unpatched_differences"]
 
 logger = logging.getLogger(__name__)
 
@@ -146,6 +146,20 @@ def _spec_overrides() -> tuple[list[type], list[str]]:
     ops = "/".join(cls.__name__ for cls in classes)
     return classes, [f"{ops} to bfloat16 round to nearest even, as ONNX Runtime, OpenVINO and onnx>=1.19's "
                      "reference do (this onnx truncates)"]
+
+
+def unpatched_differences(model: Any) -> list[str]:
+    """The nodes of ``model`` (a ``ModelProto``, top-level graph) that a plain ``onnx.reference`` of this onnx
+    computes otherwise than graphbisect's patched one: ``Cast`` to bfloat16 and every ``CastLike`` (its type
+    comes from an input), when this onnx truncates; empty when it needs no patch. A standalone script that runs
+    onnx.reference (``repro_min.py``) is not what graphbisect ran for these."""
+    from onnx import TensorProto
+
+    if not _spec_overrides()[0]:
+        return []
+    return [node.name or node.op_type for node in model.graph.node if node.domain in ("", "ai.onnx") and (
+        node.op_type == "CastLike" or (node.op_type == "Cast" and any(
+            a.name == "to" and a.i == TensorProto.BFLOAT16 for a in node.attribute)))]
 
 
 def bfloat16_bits(x: np.ndarray) -> np.ndarray:

@@ -67,3 +67,23 @@ def test_the_rounding_is_onnx_helpers_and_ml_dtypes_on_every_kind_of_float32() -
     assert np.array_equal(ours[finite_or_inf], x[finite_or_inf].astype(ml_dtypes.bfloat16).view(np.uint16))
     assert set(ours[~finite_or_inf].tolist()) <= {0x7FC0}
     assert [helper.float32_to_bfloat16(float(v)) for v in x[:200]] == ours[:200].tolist()
+
+
+def test_repro_min_is_not_written_when_plain_onnx_reference_would_compute_otherwise() -> None:
+    """repro_min.py runs onnx.reference without graphbisect's patch: for a bfloat16 cast it would contradict the
+    bundle, so it is left out and the report says why."""
+    from graphbisect.artifacts.repro_min import render_repro_min
+    from graphbisect.backends.base import BackendSpec
+    from graphbisect.compare import Tolerance
+
+    script, why = render_repro_min(_cast(), {"x": VALUES}, oracle=BackendSpec.parse("reference"),
+                                   target=BackendSpec.parse("onnxruntime"), tolerance=Tolerance(), crash=False,
+                                   title="t")
+    assert script is None and "to_bf16" in why and "bfloat16" in why
+    relu = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    plain, _ = render_repro_min(helper.make_model(relu, opset_imports=[helper.make_opsetid("", 17)]), {"x": VALUES},
+                                oracle=BackendSpec.parse("reference"), target=BackendSpec.parse("onnxruntime"),
+                                tolerance=Tolerance(), crash=False, title="t")
+    assert plain is not None
