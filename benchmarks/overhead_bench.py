@@ -13,10 +13,10 @@ does before it hands one to a backend:
 * ``hash``: the tester's two hashes, of the node set (the candidate file's name) and of the model's bytes
   (``Candidate.digest``, what a re-verification compares);
 * ``feeds``: handing the candidate's feeds (original inputs and cut tensors) to the backend worker, both
-  halves: ``write`` what ``BackendProcess.run`` does with them in the host (``write_inputs`` and the JSON
-  of the request's inputs entry; before it, ``save_npz``), ``read`` what the worker does before it calls
-  the runtime (``read_inputs``; before it, ``load_npz``). Measured in this process: the worker runs the
-  same code.
+  halves: ``write`` what ``BackendProcess.run`` does with them in the host (``InputsWriter.write`` and the
+  JSON of the request's inputs entry; before it, ``save_npz``), ``read`` what the worker does before it
+  calls the runtime (``InputsReader.read``; before it, ``load_npz``), as for one target worker that runs
+  every candidate of the table in turn. Measured in this process: the worker runs the same code.
 
 Run against older code (``PYTHONPATH`` pointing at another checkout), ``save`` is ``save_proto(candidate.proto)``
 and ``check`` is ``onnx.checker.check_model(path)``, and the feeds go through an ``.npz``, as the tester did then.
@@ -129,6 +129,7 @@ def make_space(subject: Subject, store_dir: Path, folder: Path) -> tuple[Subgrap
     started = time.perf_counter()
     space = SubgraphSpace(subject.model, value, folder / "candidates")
     space.store_reads = reads  # type: ignore[attr-defined]  # the benchmark's own counter
+    space.handoff = Handoff(space.workdir)  # type: ignore[attr-defined]  # as one target worker
     return space, time.perf_counter() - started
 
 
@@ -203,19 +204,27 @@ def hashes(keep: frozenset[int], candidate: Candidate) -> str:
     return tester._digest(keep) + candidate.digest
 
 
-def send_feeds(feeds: dict[str, Any], folder: Path) -> Any:
-    """What ``BackendProcess.run`` does with a candidate's feeds before it sends the request: one packed
-    data file and the JSON of the request's inputs entry (before: an ``.npz``, the request its path)."""
-    if hasattr(worker, "write_inputs"):
-        return json.dumps(worker.write_inputs(feeds, folder / "inputs"))
-    return str(worker.save_npz(folder / "inputs.npz", feeds))
+class Handoff:
+    """A candidate's feeds handed to a backend worker as ``BackendProcess.run`` and the worker do it: one
+    ``InputsWriter`` and one ``InputsReader`` per worker, kept across its runs (before them: an ``.npz``,
+    written by the host and read by the worker each run)."""
 
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.writer = worker.InputsWriter(folder) if hasattr(worker, "InputsWriter") else None
+        self.reader = worker.InputsReader() if hasattr(worker, "InputsReader") else None
 
-def receive_feeds(sent: Any) -> dict[str, Any]:
-    """What the worker does with a run request's inputs before it calls the runtime."""
-    if hasattr(worker, "read_inputs"):
-        return worker.read_inputs(json.loads(sent))
-    return worker.load_npz(sent)
+    def send(self, feeds: dict[str, Any]) -> Any:
+        """The host's half, up to the request's JSON (``_Worker.send`` encodes it)."""
+        if self.writer is None:
+            return str(worker.save_npz(self.folder / "inputs.npz", feeds))
+        return json.dumps(self.writer.write(feeds, pid=1))
+
+    def receive(self, sent: Any) -> dict[str, Any]:
+        """The worker's half, from the request's JSON to the arrays the runtime gets."""
+        if self.reader is None:
+            return worker.load_npz(sent)
+        return self.reader.read(json.loads(sent))
 
 
 def one_candidate(space: SubgraphSpace, keep: frozenset[int], path: Path) -> Sample:
@@ -231,9 +240,10 @@ def one_candidate(space: SubgraphSpace, keep: frozenset[int], path: Path) -> Sam
     t3 = time.perf_counter()
     hashes(keep, candidate)
     t4 = time.perf_counter()
-    sent = send_feeds(dict(candidate.feeds), space.workdir)
+    handoff: Handoff = space.handoff  # type: ignore[attr-defined]
+    sent = handoff.send(dict(candidate.feeds))
     t5 = time.perf_counter()
-    received = receive_feeds(sent)
+    received = handoff.receive(sent)
     t6 = time.perf_counter()
     if list(received) != list(candidate.feeds):
         raise AssertionError("the worker would not get the candidate's feeds")
@@ -376,7 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "us/node", "file KiB", "refs KiB", "copied B", "weights.bin KiB"],
                 table_rows(results), left=3,
                 notes=["hash: the tester's hashes (node set, model bytes); feeds write/read: the feeds handed to the "
-                       "backend worker, host side and worker side (an .npz before write_inputs); feeds: the most "
+                       "backend worker, host side and worker side (an .npz before InputsWriter); feeds: the most "
                        "feeds of a candidate in the row.",
                        "reads / reads ms: values read from the activation store during materialize (mean per "
                        "candidate; part of materialize): a tensor's first time at the boundary (the space keeps "

@@ -41,7 +41,7 @@ import numpy as np
 from graphbisect import errors
 from graphbisect.backends.base import RAN_WITH, BackendSpec, Capability, Phase, RunResult, RunStatus
 from graphbisect.backends.registry import HOST_OPTIONS, Availability, BackendInfo, resolve, spec_timeout
-from graphbisect.backends.worker import write_inputs
+from graphbisect.backends.worker import InputsWriter
 from graphbisect.compare.metrics import TensorStats, Tolerance
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
 from graphbisect.packfile import DATA_NAME, PackedData, StaleDataError
@@ -160,8 +160,11 @@ class _State:
 
     worker: _Worker | None = None
     owned_workdir: Path | None = None
+    inputs: InputsWriter | None = None
 
     def shutdown(self) -> None:
+        if self.inputs is not None:
+            self.inputs.discard()
         if self.worker is not None:
             self.worker.stop()
             self.worker = None
@@ -204,6 +207,7 @@ class BackendProcess:
             self._state.owned_workdir = workdir
         self.workdir = Path(workdir).absolute()
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self._state.inputs = self._inputs = InputsWriter(self.workdir)
         self.log_path = self.workdir / "worker.log"
         self._validated = False
         self._configured = False  # the running worker's runtime was made with runtime_options
@@ -242,7 +246,7 @@ class BackendProcess:
             if compare_to is not None:
                 request["compare"] = compare_to.to_json()
             self.invocations += 1
-            return self._invoke(request, keep_outputs=output_dir is not None)
+            return self._invoke(request, inputs, keep_outputs=output_dir is not None)
 
     def validate(self) -> None:
         """Start the worker and let the runtime check its option values (raises :class:`SpecError`).
@@ -420,7 +424,7 @@ class BackendProcess:
             raise ModelError(f"model {model_path} does not exist", hint="check the path of the model file")
         sent: dict[str, Any] | str
         if isinstance(inputs, Mapping):
-            sent = write_inputs(inputs, self.workdir / "inputs")  # one data file, rewritten per run
+            sent = self._inputs.write(inputs, self._worker_pid())  # what the worker does not hold yet
         else:
             inputs_path = Path(inputs).absolute()
             if not inputs_path.is_file():
@@ -436,14 +440,20 @@ class BackendProcess:
             "output_dir": str(Path(output_dir).absolute() if output_dir is not None else scratch),
         }
 
-    def _invoke(self, request: dict[str, Any], keep_outputs: bool) -> RunResult:
+    def _worker_pid(self) -> int:
+        worker = self._state.worker
+        assert worker is not None, "a run request is made for a started worker"
+        return worker.pid
+
+    def _invoke(self, request: dict[str, Any], inputs: Mapping[str, np.ndarray] | str | Path, *,
+                keep_outputs: bool) -> RunResult:
         if self._log_size() > LOG_ROTATE_BYTES:
             os.truncate(self.log_path, 0)
         offset = self._log_size()
         started = time.monotonic()
         deadline = started + self.timeout
         try:
-            reply = self._exchange(request, deadline)
+            reply = self._exchange(request, inputs, deadline)
             if not reply.get("ok", True):
                 raise self._error(reply.get("error", {}), "run")
             return self._result(reply, Path(request["output_dir"]), offset, time.monotonic() - started,
@@ -457,7 +467,8 @@ class BackendProcess:
             if not keep_outputs and os.name == "posix":
                 shutil.rmtree(request["output_dir"], ignore_errors=True)  # returned maps stay readable
 
-    def _exchange(self, request: dict[str, Any], deadline: float) -> dict[str, Any]:
+    def _exchange(self, request: dict[str, Any], inputs: Mapping[str, np.ndarray] | str | Path,
+                  deadline: float) -> dict[str, Any]:
         """Send a run request and wait for its final reply, tracking the phase from the worker's events."""
         for attempt in (1, 2):
             worker = self._state.worker
@@ -475,6 +486,8 @@ class BackendProcess:
                             worker.pid, self.spec, _exit_text(worker.kill()))
                 self._state.worker = None
                 self._ensure_ready()
+                if isinstance(inputs, Mapping):  # the new worker holds none of the values sent before
+                    request["inputs"] = self._inputs.write(inputs, self._worker_pid())
                 continue
             return self._await_done(worker, reply, deadline)
         raise AssertionError("unreachable")

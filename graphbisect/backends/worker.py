@@ -21,8 +21,9 @@ Protocol (one JSON object per line, on two dedicated pipes whose descriptors are
   ``{"event": "done", "status": "ok" | "crash", ...}``. With ``"compare": {"store": dir, "tolerance": {...},
   "keep": [names]}`` the outputs the oracle's activation store at ``dir`` holds are compared with it here
   (:func:`compare_to_store`) and come back as ``"stats"`` (``TensorStats`` JSON by name) instead of files;
-  only ``keep`` and the tensors the store lacks are written. ``inputs`` is ``{"folder": dir, "index": {...}}``
-  (:func:`write_inputs`: the arrays the host was given, in one data file) or the path of an ``.npz``.
+  only ``keep`` and the tensors the store lacks are written. ``inputs`` is what :class:`InputsWriter`
+  sends (the values the worker does not hold yet, in one data file, and the ids of those it holds) or the
+  path of an ``.npz``.
 * ``{"op": "exit"}`` → ``{"ok": true}``, then the worker exits.
 
 A request that fails because of *our* or the user's mistake (a :class:`~graphbisect.errors.GraphBisectError`
@@ -50,6 +51,7 @@ import json
 import logging
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -61,11 +63,11 @@ from typing import IO, Any, overload
 import numpy as np
 
 from graphbisect.errors import GraphBisectError, InputError, SpecError
-from graphbisect.packfile import INDEX_NAME, PackReader, PackWriter
+from graphbisect.packfile import DATA_NAME, INDEX_NAME, SMALL_BYTES, PackedData, PackWriter
 from graphbisect.values import decode_tensor, encode_tensor, load_values_npz, save_values_npz
 
-__all__ = ["MANIFEST", "PROTOCOL_VERSION", "compare_to_store", "library_version", "load_npz", "main", "option_flag",
-           "read_inputs", "save_npz", "write_inputs", "write_outputs"]
+__all__ = ["MANIFEST", "PROTOCOL_VERSION", "InputsReader", "InputsWriter", "compare_to_store", "library_version",
+           "load_npz", "main", "option_flag", "save_npz", "write_outputs"]
 
 logger = logging.getLogger(__name__)
 
@@ -120,40 +122,135 @@ def write_outputs(outputs: Mapping[str, Any], names: Sequence[str], output_dir: 
         return writer.publish(entries)
 
 
-def write_inputs(inputs: Mapping[str, Any], folder: Path) -> dict[str, Any]:
-    """Write a run's inputs into ``folder``'s data file (:meth:`PackWriter.scratch`, rewritten in place) and
-    return what the ``run`` request carries for them: ``{"folder": ..., "index": {...}}``, which the worker
-    reads with :func:`read_inputs` (its replies carry its outputs' index the same way).
+#: The inputs data file is started afresh once it is this large (the worker drops the values it holds then).
+INPUTS_RESTART_BYTES = 256 << 20
+
+
+class InputsWriter:
+    """The host's half of handing a run's inputs to one worker process (the worker's is :class:`InputsReader`).
 
     Why not an ``.npz``: a candidate of a large model is fed thousands of cut tensors, and a zip member per
     tensor (a local header, an ``.npy`` header to format and parse, a central directory entry) cost about
-    70 µs to write and 150 µs to read each: 0.2 s for 1,000 feeds. Here each is an aligned copy of its
-    bytes and an index entry, and no file is created or renamed. A value that cannot be stored is an
-    :class:`InputError` naming it.
+    70 µs to write and 150 µs to read each: 0.2 s for 1,000 feeds, per candidate. Here the values go to one
+    data file (:meth:`PackWriter.scratch`: appended to, never renamed) in a folder of this writer's own
+    under ``parent`` (made on first use; :meth:`discard` removes it), whose index travels with the request;
+    and a value is written **once**: a feed that is the very object sent before under the same name,
+    read-only and owning its memory (nothing can change it: the activation store's reads and the subgraph
+    space's cached values are such), is sent as a reference to what the worker already holds.
+    Candidates of one reduction share most of their cut tensors, so most feeds cost a name and a number.
+
+    The worker holds those values (up to 64 KiB each) until the data file passes
+    :data:`INPUTS_RESTART_BYTES`, when both sides start afresh; a new worker process (``pid``) starts
+    afresh too. Not thread-safe: one writer per worker, as ``BackendProcess`` serializes its calls.
     """
-    entries = []
-    with PackWriter.scratch(folder) as writer:
+
+    def __init__(self, parent: Path, *, restart_bytes: int = INPUTS_RESTART_BYTES) -> None:
+        self.parent = Path(parent).absolute()
+        self.folder: Path | None = None
+        self.restart_bytes = restart_bytes
+        self._writer: PackWriter | None = None
+        self._pid: int | None = None
+        self._held: dict[str, tuple[Any, int]] = {}  # name -> (the value object, its id) the worker holds
+        self._next = 0
+
+    def write(self, inputs: Mapping[str, Any], pid: int) -> dict[str, Any]:
+        """Write what ``inputs`` adds for the worker process ``pid``; return the request's ``inputs`` entry:
+        ``{"folder", "token", "size", "new": [[id, entry, hold], ...], "feeds": [[name, id], ...]}``. A value
+        that cannot be stored is an :class:`InputError` naming it."""
+        writer = self._writer
+        if writer is None or pid != self._pid or writer.size > self.restart_bytes:
+            writer = self._restart(pid)
+        new: list[list[Any]] = []
+        feeds: list[list[Any]] = []
         for name, value in inputs.items():
+            held = self._held.get(name)
+            if held is not None and held[0] is value:
+                feeds.append([name, held[1]])
+                continue
             try:
-                entries.append({"name": name, **writer.add(value)})
+                entry = writer.add(value)
             except GraphBisectError as exc:
                 raise InputError(f"input {name!r} cannot be passed to the backend worker: {exc.message}",
                                  hint=exc.hint) from exc
-        return {"folder": str(Path(folder).absolute()), "index": writer.index(entries)}
+            ident, self._next = self._next, self._next + 1
+            hold = _unchangeable(value) and value.nbytes <= SMALL_BYTES
+            if hold:
+                self._held[name] = (value, ident)
+            else:
+                self._held.pop(name, None)
+            new.append([ident, entry, hold])
+            feeds.append([name, ident])
+        writer.flush()
+        return {"folder": str(writer.folder), "token": writer.token, "size": writer.size, "new": new, "feeds": feeds}
+
+    def _restart(self, pid: int) -> PackWriter:
+        self.close()
+        if self.folder is None:  # its own: two writers under one parent never rewrite each other's file
+            self.parent.mkdir(parents=True, exist_ok=True)
+            self.folder = Path(tempfile.mkdtemp(prefix="inputs-", dir=self.parent))
+        writer = self._writer = PackWriter.scratch(self.folder)
+        self._pid = pid
+        self._held.clear()
+        return writer
+
+    def close(self) -> None:
+        """Close the data file (a later :meth:`write` starts afresh)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def discard(self) -> None:
+        """Close the data file and remove this writer's folder."""
+        self.close()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
 
 
-def read_inputs(inputs: str | Mapping[str, Any]) -> dict[str, Any]:
-    """A run request's inputs: what :func:`write_inputs` returned, or the path of an ``.npz`` (a user's
-    inputs file). Every value is in memory and writable, as ``np.load`` gives them (a runtime may write
-    into its inputs)."""
-    if isinstance(inputs, str):
-        return load_npz(inputs)
-    pack = PackReader(Path(str(inputs["folder"])), inputs["index"])
-    return {name: _writable(pack.value(name, mapped=False)) for name in pack}
+def _unchangeable(value: Any) -> bool:
+    """Whether no one can change ``value`` without making it writable again: a read-only array that owns
+    its memory (a read-only view's base may still be written through)."""
+    return isinstance(value, np.ndarray) and not value.flags.writeable and value.flags.owndata
+
+
+class InputsReader:
+    """The worker's half of the inputs handoff (see :class:`InputsWriter`): the values of one request, in
+    memory and writable as ``np.load`` gives them (a runtime may write into its inputs, never into the
+    values held for later requests)."""
+
+    def __init__(self) -> None:
+        self._data: PackedData | None = None
+        self._held: dict[int, Any] = {}
+
+    def read(self, inputs: str | Mapping[str, Any]) -> dict[str, Any]:
+        """The inputs of a request: an :class:`InputsWriter` entry, or the path of an ``.npz``."""
+        if isinstance(inputs, str):
+            return load_npz(inputs)
+        token = str(inputs["token"])
+        if self._data is None or self._data.token != token:  # the host started afresh
+            self._data = PackedData(Path(str(inputs["folder"])) / DATA_NAME, token)
+            self._held.clear()
+        data = self._data
+        data.size = int(inputs["size"])
+        fresh: dict[int, Any] = {}
+        for ident, entry, hold in inputs["new"]:
+            value = data.value(entry, mapped=False)
+            (self._held if hold else fresh)[int(ident)] = value
+        result: dict[str, Any] = {}
+        for name, ident in inputs["feeds"]:
+            if ident in fresh:
+                result[name] = _writable(fresh.pop(ident))
+                continue
+            try:
+                result[name] = np.array(self._held[ident])  # a copy: the held value stays as sent
+            except KeyError as exc:
+                raise InputError(f"input {name!r} refers to a value this worker does not hold",
+                                 hint="report this as a graphbisect bug (the host and worker disagree)") from exc
+        return result
 
 
 def _writable(value: Any) -> Any:
-    """``value`` (read-only, as packed runs are read) made writable: small copies in place, maps copied."""
+    """``value`` (read-only, as packed data is read) made writable: copies in place, maps copied."""
     if isinstance(value, list):
         return [_writable(item) for item in value]
     if not isinstance(value, np.ndarray) or value.flags.writeable:
@@ -338,6 +435,7 @@ class _Server:
         self.workdir = workdir
         self.runtime: Any = None
         self.loaded: tuple[Any, ...] | None = None
+        self.inputs = InputsReader()
 
     def serve(self) -> int:
         while (request := self.channel.receive()) is not None:
@@ -397,7 +495,7 @@ class _Server:
             return crash
         loaded = time.perf_counter()
         self.channel.send({"event": "loaded"})
-        inputs = read_inputs(request["inputs"])
+        inputs = self.inputs.read(request["inputs"])
         result = self._execute(inputs, outputs, Path(request["output_dir"]), request.get("compare"))
         timing = {"load_seconds": loaded - started, "run_seconds": time.perf_counter() - loaded}
         result.setdefault("info", {}).update(timing)

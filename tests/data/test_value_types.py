@@ -21,7 +21,7 @@ from onnx import helper
 
 from graphbisect.artifacts.repro import render_repro
 from graphbisect.backends import BackendProcess, BackendSpec
-from graphbisect.backends.worker import read_inputs, write_inputs
+from graphbisect.backends.worker import InputsReader, InputsWriter
 from graphbisect.compare import compare_values
 from graphbisect.data import ActivationStore, load_inputs, save_inputs
 from graphbisect.data.protos import array_from_tensor, tensor_from_array
@@ -96,25 +96,37 @@ def test_activation_store_round_trip_of_every_type(tmp_path: Path) -> None:
 
 def test_worker_inputs_round_trip_of_every_type_writable_and_never_misread(tmp_path: Path) -> None:
     """A run's inputs reach the worker equal, in memory and writable (as from an .npz: a runtime may write
-    into its inputs); the data file is rewritten in place by the next run, and an index of the earlier
-    run is then refused, not misread."""
+    into its inputs, never into what the worker holds for later runs); an unchanged read-only value is sent
+    once, a writable one every time (its owner may change it); an index of an earlier data file is refused,
+    not misread."""
     values = {**_values(), "big": np.arange(1 << 15, dtype=np.float32)}  # 128 KiB: mapped when packed
-    sent = json.loads(json.dumps(write_inputs(values, tmp_path / "inputs")))  # as the request carries it
-    received = read_inputs(sent)
-    assert list(received) == list(values)
-    for name, value in values.items():
-        assert _same(value, received[name]), name
-    for value in (received["f32"], received["big"], received["bf16"], received["seq"][0]):
-        assert value.flags.writeable and not isinstance(value, np.memmap)
-    received["big"][0] = -1  # the worker's copy, not the file
-    assert read_inputs(sent)["big"][0] == 0
-    data = tmp_path / "inputs" / "values.bin"
-    inode = data.stat().st_ino
-    later = write_inputs({"f32": -values["f32"]}, tmp_path / "inputs")
-    assert data.stat().st_ino == inode and sorted(p.name for p in data.parent.iterdir()) == ["values.bin"]
-    assert _same(-values["f32"], read_inputs(later)["f32"])
+    held = np.arange(6, dtype=np.float32)
+    held.setflags(write=False)
+    values["held"] = held
+    mine = values["mine"] = np.zeros(3, np.float32)  # writable: the same object each run, maybe changed
+    writer, reader = InputsWriter(tmp_path), InputsReader()
+    for run in range(3):
+        sent = json.loads(json.dumps(writer.write(values, pid=1)))  # as the request carries it
+        received = reader.read(sent)
+        assert list(received) == list(values)
+        for name, value in values.items():
+            assert _same(value, received[name]), (run, name)
+        for value in (received["f32"], received["big"], received["bf16"], received["seq"][0], received["held"]):
+            assert value.flags.writeable and not isinstance(value, np.memmap)
+        received["held"][0] = -1  # the worker's copy, not the value it holds
+        new = {ident for ident, _, _ in sent["new"]}
+        resent = {name for name, ident in sent["feeds"] if ident in new}
+        assert ("held" in resent) == (run == 0) and "mine" in resent
+    mine[0] = 42  # changed by its owner between runs: reaches the worker changed
+    assert reader.read(writer.write(values, pid=1))["mine"][0] == 42
+    stale = writer.write(values, pid=1)
+    folder = Path(stale["folder"])
+    assert [p.name for p in folder.iterdir()] == ["values.bin"]
+    (folder / "values.bin").write_bytes(bytes(64))  # rewritten by something else
     with pytest.raises(StaleDataError):
-        read_inputs(sent)
+        InputsReader().read(stale)
+    writer.discard()
+    assert not folder.exists()
 
 
 @pytest.mark.parametrize("name", list(TENSORS))
