@@ -10,8 +10,8 @@ does before it hands one to a backend:
 * ``save``: ``Candidate.save`` (atomic write of the candidate file, no fsync, as the tester);
 * ``check``: ``SubgraphSpace.check(candidate, path)``, the tester's last gate before a run (on a model that
   passes ``onnx.checker`` itself: the checker's verdict on the pieces the candidate adds);
-* ``hash``: the tester's two hashes, of the node set (the candidate file's name) and of the model's bytes
-  (``Candidate.digest``, what a re-verification compares);
+* ``hash``: the tester's hashes: of the model's bytes (``Candidate.digest``, what a re-verification
+  compares) and, on older code, of the node set (the candidate file's name; now a counter);
 * ``feeds``: handing the candidate's feeds (original inputs and cut tensors) to the backend worker, both
   halves: ``write`` what ``BackendProcess.run`` does with them in the host (``InputsWriter.write`` and the
   JSON of the request's inputs entry; before it, ``save_npz``), ``read`` what the worker does before it
@@ -199,9 +199,10 @@ def check(space: SubgraphSpace, candidate: Candidate, path: Path) -> None:
 
 
 def hashes(keep: frozenset[int], candidate: Candidate) -> str:
-    """The tester's hashes of a candidate: of its node set (its file's name) and of its bytes (the digest
-    ``CandidateTester.tested`` keeps)."""
-    return tester._digest(keep) + candidate.digest
+    """The tester's hashes of a candidate: of its bytes (the digest ``CandidateTester.tested`` keeps) and,
+    before the tester named candidate files by a counter, of its node set."""
+    named = getattr(tester, "_digest", None)
+    return (named(keep) if named is not None else "") + candidate.digest
 
 
 class Handoff:
