@@ -45,6 +45,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -227,6 +228,12 @@ class PackWriter:
         self.close()
 
 
+@functools.lru_cache(maxsize=256)
+def _dtype(name: str) -> np.dtype:
+    """``np.dtype(name)``, remembered (parsing the string is most of a small tensor's read)."""
+    return np.dtype(name)
+
+
 def _align(offset: int, alignment: int) -> int:
     return -(-offset // alignment) * alignment
 
@@ -273,8 +280,8 @@ class PackedData:
     def array(self, entry: Mapping[str, Any], *, copy_max: int = SMALL_BYTES) -> np.ndarray:
         """The raw tensor ``entry`` (``offset``, ``dtype``, ``shape``) describes, read-only: copied into
         memory up to ``copy_max`` bytes, a view of the map above."""
-        dtype = np.dtype(str(entry["dtype"]))
-        shape = tuple(int(d) for d in entry["shape"])
+        dtype = _dtype(str(entry["dtype"]))
+        shape = tuple(map(int, entry["shape"]))
         offset = int(entry["offset"])
         nbytes = dtype.itemsize * math.prod(shape)
         end = offset + nbytes

@@ -242,9 +242,10 @@ class BackendProcess:
         """
         with self._lock:
             self._ensure_ready()
-            request = self._request(model, inputs, outputs, output_dir)
-            if compare_to is not None:
-                request["compare"] = compare_to.to_json()
+            compare = compare_to.to_json() if compare_to is not None else None
+            request = self._request(model, inputs, outputs, output_dir)  # then straight to the worker
+            if compare is not None:
+                request["compare"] = compare
             self.invocations += 1
             return self._invoke(request, inputs, keep_outputs=output_dir is not None)
 
@@ -455,6 +456,7 @@ class BackendProcess:
         try:
             reply = self._exchange(request, inputs, deadline)
             if not reply.get("ok", True):
+                self._inputs.close()  # the worker may not have read them all: start afresh next time
                 raise self._error(reply.get("error", {}), "run")
             return self._result(reply, Path(request["output_dir"]), offset, time.monotonic() - started,
                                 keep_outputs=keep_outputs)

@@ -155,17 +155,18 @@ class InputsWriter:
 
     def write(self, inputs: Mapping[str, Any], pid: int) -> dict[str, Any]:
         """Write what ``inputs`` adds for the worker process ``pid``; return the request's ``inputs`` entry:
-        ``{"folder", "token", "size", "new": [[id, entry, hold], ...], "feeds": [[name, id], ...]}``. A value
-        that cannot be stored is an :class:`InputError` naming it."""
+        ``{"folder", "token", "size", "new": [[id, name, entry, hold], ...], "feeds": [id, ...]}`` (ids in the
+        order of ``inputs``; a held id stands for its name and value). A value that cannot be stored is an
+        :class:`InputError` naming it."""
         writer = self._writer
         if writer is None or pid != self._pid or writer.size > self.restart_bytes:
             writer = self._restart(pid)
         new: list[list[Any]] = []
-        feeds: list[list[Any]] = []
+        feeds: list[int] = []
         for name, value in inputs.items():
             held = self._held.get(name)
             if held is not None and held[0] is value:
-                feeds.append([name, held[1]])
+                feeds.append(held[1])
                 continue
             try:
                 entry = writer.add(value)
@@ -178,8 +179,8 @@ class InputsWriter:
                 self._held[name] = (value, ident)
             else:
                 self._held.pop(name, None)
-            new.append([ident, entry, hold])
-            feeds.append([name, ident])
+            new.append([ident, name, entry, hold])
+            feeds.append(ident)
         writer.flush()
         return {"folder": str(writer.folder), "token": writer.token, "size": writer.size, "new": new, "feeds": feeds}
 
@@ -220,7 +221,7 @@ class InputsReader:
 
     def __init__(self) -> None:
         self._data: PackedData | None = None
-        self._held: dict[int, Any] = {}
+        self._held: dict[int, tuple[str, Any]] = {}  # id -> (name, value) of the values held for later requests
 
     def read(self, inputs: str | Mapping[str, Any]) -> dict[str, Any]:
         """The inputs of a request: an :class:`InputsWriter` entry, or the path of an ``.npz``."""
@@ -232,20 +233,21 @@ class InputsReader:
             self._held.clear()
         data = self._data
         data.size = int(inputs["size"])
-        fresh: dict[int, Any] = {}
-        for ident, entry, hold in inputs["new"]:
-            value = data.value(entry, mapped=False)
-            (self._held if hold else fresh)[int(ident)] = value
+        fresh: dict[int, tuple[str, Any]] = {}
+        for ident, name, entry, hold in inputs["new"]:
+            (self._held if hold else fresh)[ident] = (str(name), data.value(entry, mapped=False))
         result: dict[str, Any] = {}
-        for name, ident in inputs["feeds"]:
+        for ident in inputs["feeds"]:
             if ident in fresh:
-                result[name] = _writable(fresh.pop(ident))
+                name, value = fresh.pop(ident)
+                result[name] = _writable(value)
                 continue
             try:
-                result[name] = np.array(self._held[ident])  # a copy: the held value stays as sent
+                name, value = self._held[ident]
             except KeyError as exc:
-                raise InputError(f"input {name!r} refers to a value this worker does not hold",
+                raise InputError(f"a run request refers to input value {ident}, which this worker does not hold",
                                  hint="report this as a graphbisect bug (the host and worker disagree)") from exc
+            result[name] = np.array(value)  # a copy: the held value stays as sent
         return result
 
 
@@ -488,6 +490,9 @@ class _Server:
 
     def run(self, request: Mapping[str, Any]) -> dict[str, Any]:
         self.channel.send({"event": "start"})
+        # First: the host counts on this worker holding what the request sends, whatever happens next (a
+        # model that fails to load is a result, and the next request refers to these values).
+        inputs = self.inputs.read(request["inputs"])
         model, outputs = str(request["model"]), request.get("outputs")
         started = time.perf_counter()
         crash = self._load(model, outputs)
@@ -495,7 +500,6 @@ class _Server:
             return crash
         loaded = time.perf_counter()
         self.channel.send({"event": "loaded"})
-        inputs = self.inputs.read(request["inputs"])
         result = self._execute(inputs, outputs, Path(request["output_dir"]), request.get("compare"))
         timing = {"load_seconds": loaded - started, "run_seconds": time.perf_counter() - loaded}
         result.setdefault("info", {}).update(timing)

@@ -362,13 +362,15 @@ class _Pieces:
         self.has_value = np.zeros(size, dtype=bool)
         self.elem_type = np.zeros(size, dtype=np.int64)  # a declaration's tensor element type (0: none)
         self._state = np.zeros(size, dtype=np.int8)  # 0 not checked, 1 passes, 2 refused
-        self._messages: dict[int, onnx.ValueInfoProto | onnx.TensorProto] = {}
+        self._unchecked: dict[int, tuple[bytes, bool]] = {}  # id -> (serialized message, is a TensorProto)
         self._verdicts: dict[int, str] = {}
 
     def fill(self, ids: np.ndarray, made: Sequence[_Made]) -> None:
         """Record the pieces ``made`` for tensors ``ids`` (one numpy assignment per column)."""
-        self._messages.update(zip(ids.tolist(), (m.message for m in made), strict=True))
-        self.data[ids] = _objects(entry(m.number, m.message.SerializeToString()) for m in made)
+        payloads = [m.message.SerializeToString() for m in made]
+        self._unchecked.update(zip(ids.tolist(), ((payload, isinstance(m.message, onnx.TensorProto))
+                                                  for payload, m in zip(payloads, made, strict=True)), strict=True))
+        self.data[ids] = _objects(entry(m.number, payload) for m, payload in zip(made, payloads, strict=True))
         self.constant[ids] = [m.constant for m in made]
         self.elem_type[ids] = [m.message.type.tensor_type.elem_type if isinstance(m.message, onnx.ValueInfoProto)
                                else 0 for m in made]  # 0 as well when not a tensor type
@@ -381,7 +383,7 @@ class _Pieces:
     def refused(self, ids: np.ndarray, checker: _PieceChecker) -> str | None:
         """The checker's message on the first of ``ids`` it refuses; None when it refuses none."""
         for index in ids[self._state[ids] == 0].tolist():
-            verdict = checker.verdict(self._messages[index])
+            verdict = checker.verdict(*self._unchecked.pop(index))
             if verdict is not None:
                 self._verdicts[index] = verdict
             self._state[index] = 1 if verdict is None else 2
@@ -400,12 +402,12 @@ class _PieceChecker:
         self._context.ir_version = model.ir_version
         self._context.opset_imports = {imp.domain: imp.version for imp in model.proto.opset_import}
 
-    def verdict(self, message: onnx.ValueInfoProto | onnx.TensorProto) -> str | None:
+    def verdict(self, payload: bytes, tensor: bool) -> str | None:
+        """The verdict on a serialized ``TensorProto`` (``tensor``) or ``ValueInfoProto``: what
+        ``onnx.checker.check_tensor`` / ``check_value_info`` do, on the bytes the piece was serialized to once
+        (they would serialize the message again)."""
         try:
-            if isinstance(message, onnx.TensorProto):
-                onnx.checker.check_tensor(message, self._context)
-            else:
-                onnx.checker.check_value_info(message, self._context)
+            (onnx.checker.C.check_tensor if tensor else onnx.checker.C.check_value_info)(payload, self._context)
         except onnx.checker.ValidationError as exc:
             return str(exc).splitlines()[0]
         return None

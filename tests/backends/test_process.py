@@ -101,6 +101,21 @@ def test_thousands_of_feeds_travel_in_one_data_file_rewritten_in_place(ort: Back
     assert not list(ort.workdir.glob("*.npz"))
 
 
+def test_values_sent_with_a_model_that_fails_to_load_are_held_for_the_next_run(
+        ort: BackendProcess, models: dict[str, Path], x23: np.ndarray, tmp_path: Path) -> None:
+    """An unchanged read-only input is sent once: the worker holds it even when the run it came with ended
+    at load (a crash result), so the next run that refers to it gets it."""
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a model")
+    x = x23.copy()
+    x.setflags(write=False)
+    crashed = ort.run(broken, {"x": x})
+    assert crashed.status is RunStatus.CRASH and crashed.phase is Phase.LOAD
+    result = ort.run(models["relu_add"], {"x": x})
+    assert result.ok, result.describe()
+    np.testing.assert_array_equal(result.outputs["y"], np.maximum(x23, 0) + 1)
+
+
 def test_inputs_may_be_an_npz_file(ort: BackendProcess, models: dict[str, Path], x23: np.ndarray,
                                    tmp_path: Path) -> None:
     path = save_npz(tmp_path / "in.npz", {"x": x23})
