@@ -37,6 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calibration", default="minmax", choices=["minmax", "percentile", "entropy"],
                         help="int8 activation ranges from the oracle's tensors: minmax (default), percentile "
                         "(99.99th) or entropy (the KL-divergence-optimal clipping threshold, as TensorRT)")
+    checks = parser.add_mutually_exclusive_group()
+    checks.add_argument("--alone", dest="alone", action="store_const", const=True, default=None,
+                        help="check every kept node alone (everything else FP32: one run each) to mark those that "
+                        "break the tolerance by themselves (default: only when at most 32 are kept)")
+    checks.add_argument("--no-alone", dest="alone", action="store_const", const=False,
+                        help="never check kept nodes alone")
     parser.add_argument("--no-prefix", action="store_true",
                         help="skip Polygraphy's prefix answer (about log2(n) runs)")
     parser.add_argument("--max-invocations", type=count(0), default=None, metavar="N", help="target run budget")
@@ -61,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
             tolerance=tolerance_from_args(args), workdir=args.workdir, output=args.output,
             sensitivity=args.sensitivity, prefix=not args.no_prefix, calibration=args.calibration,
             max_invocations=args.max_invocations, seed=args.seed, on_stage=progress.stage, on_progress=progress,
+            alone=args.alone,
         )
     finally:
         progress.close()
@@ -98,8 +105,17 @@ def print_result(result: PrecisionResult, *, rows: int) -> None:
     print(f"\nkeep in FP32 ({len(result.keep_fp32)}{' op types' if op_types else ''}"
           f"{', 1-minimal' if result.minimal else ', NOT proven minimal'}"
           f"{stopped}):")
+    from graphbisect.workflows.precision import ALONE_AUTO_MAX
+
+    breakers = set(result.alone or ())
     for name in result.keep_fp32:
-        print(f"  {name}{'   (breaks the tolerance alone)' if name in result.alone else ''}")
+        print(f"  {name}{'   (breaks the tolerance alone)' if name in breakers else ''}")
+    if result.alone is None and result.keep_fp32:
+        why = {"budget": "the run budget ended first", "skipped": "--no-alone",
+               "skipped_many": f"{len(result.keep_fp32)} kept; by default only up to {ALONE_AUTO_MAX}, "
+                               "--alone checks them"}
+        print(f"which of them break the tolerance alone: not checked "
+              f"({why.get(str(result.extra.get('alone_checked')), 'not run')})")
     if result.prefix_keep_fp32 is not None:
         print(f"Polygraphy-style prefix answer: the first {len(result.prefix_keep_fp32)} nodes in FP32")
     for key, what in (("runtime_pins_not_applied", f"ran in {result.mode.value} anyway"),

@@ -8,11 +8,20 @@ Steps and their backend runs:
    the oracle without any lowering: use ``compare``/``reduce``), then everything lowered (1 run);
 3. **evidence**: ``sensitivity=True`` → 2 runs per unit (ranked table, chart, priors); otherwise 1 probed
    run of the fully lowered model → layerwise error amplification → priors;
-4. **search**: ProbDD with those priors and the 1-minimality sweep; the single nodes that break the
-   tolerance alone (``|keep|`` runs, free with sensitivity); Polygraphy's prefix answer (≈ log2 n runs);
+4. **search**: ProbDD with those priors and the 1-minimality sweep; which kept nodes break the tolerance
+   alone (``|keep|`` runs, free with sensitivity; by default only when at most :data:`ALONE_AUTO_MAX` nodes
+   are kept, see "Single-node checks"); Polygraphy's prefix answer (≈ log2 n runs);
 5. **verification** in a fresh target worker: the model with the answer applied meets the tolerance;
 6. **artifacts** (``out_dir``): the verified mixed-precision model, for FP16 also the typed one, overrides
    in every supported format, the sensitivity chart.
+
+**Single-node checks.** "Breaks the tolerance alone" is one more run per kept node (everything else FP32),
+none of them shared with the search: for a few kept nodes it tells which are critical by themselves and
+which are needed only together, but where int8 error is cumulative the answer is large (PP-OCRv4 rec: 153
+nodes, 11 % of the target runs). So ``alone=None`` checks them only for at most :data:`ALONE_AUTO_MAX` kept
+nodes, ``True`` always, ``False`` never; unchecked, ``PrecisionResult.alone`` is None and ``--json``
+``breaks_alone`` is null (never an empty list, which would claim that none does), and ``alone_checked``
+says why (``skipped_many``, ``skipped``, ``budget``, ``sensitivity``, ``checked``).
 
 **Runtime pins.** When the target itself computes in reduced precision and its backend row documents a
 ``keep_fp32`` option — ``openvino:precision=bf16`` (or ``f16``) — nothing is emulated: every candidate is
@@ -76,10 +85,14 @@ from graphbisect.values import load_values_npz
 from graphbisect.workflows.compare import model_for_backend
 from graphbisect.workflows.scratch import work_folder
 
-__all__ = ["PrecisionResult", "find_precision", "runtime_pins_mode"]
+__all__ = ["ALONE_AUTO_MAX", "PrecisionResult", "find_precision", "runtime_pins_mode"]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
+
+ALONE_AUTO_MAX = 32
+"""With ``alone=None``, the single-node checks run only when the answer keeps at most this many nodes (as
+many runs): beyond that they are a large share of the search's cost (module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +103,7 @@ class PrecisionResult:
     units: tuple[str, ...]
     keep_fp32: tuple[str, ...]
     minimal: bool
-    alone: tuple[str, ...]
+    alone: tuple[str, ...] | None  # kept nodes that break the tolerance alone; None: not checked (alone_checked)
     prefix_keep_fp32: tuple[str, ...] | None
     sensitivity: tuple[SensitivityRow, ...]
     meets_tolerance: bool
@@ -111,7 +124,7 @@ class PrecisionResult:
             "tolerance": {"atol": tol.atol, "rtol": tol.rtol, "min_cosine": tol.min_cosine,
                           "per_output": {name: list(pair) for name, pair in tol.per_output.items()}},
             "keep_fp32": list(self.keep_fp32), "minimal": self.minimal, "stop_reason": self.stop_reason,
-            "breaks_alone": list(self.alone),
+            "breaks_alone": None if self.alone is None else list(self.alone),
             "prefix_keep_fp32": None if self.prefix_keep_fp32 is None else len(self.prefix_keep_fp32),
             "prefix_last_node": self.prefix_keep_fp32[-1] if self.prefix_keep_fp32 else None,
             "all_lowered_meets_tolerance": self.all_lowered_meets,
@@ -243,8 +256,13 @@ def find_precision(
     seed: int = 0,
     on_stage: Callable[[str], None] | None = None,
     on_progress: Callable[[ProgressEvent], None] | None = None,
+    alone: bool | None = None,
 ) -> PrecisionResult:
-    """Find a 1-minimal set of nodes to keep in FP32 with the rest in ``mode`` (see the module docstring)."""
+    """Find a 1-minimal set of nodes to keep in FP32 with the rest in ``mode`` (see the module docstring).
+
+    ``alone``: check which kept nodes break the tolerance alone (one run each): None only when at most
+    :data:`ALONE_AUTO_MAX` are kept, True always, False never ("Single-node checks" in the module docstring).
+    """
     started = time.monotonic()
     check_value("find_precision", "max_invocations", max_invocations, INVOCATIONS)
     mode = mode if isinstance(mode, PrecisionMode) else PrecisionMode.parse(mode)
@@ -271,21 +289,22 @@ def find_precision(
             tol = tolerance or Tolerance(atol=1e-2, rtol=1e-2)
             return _search(session, None, target, tol, started=started, oracle_runs=oracle_runs,
                            out_dir=out_dir, with_sensitivity=with_sensitivity, with_prefix=with_prefix,
-                           max_invocations=max_invocations, stage=stage, on_progress=on_progress, mode=mode)
+                           max_invocations=max_invocations, stage=stage, on_progress=on_progress, mode=mode,
+                           alone=alone)
         if not lowering.units:
             raise InputError(f"the model has no node that {mode.value} can lower",
                              hint="only float32 arithmetic nodes are lowered; data movement stays as is")
         tol = tolerance or Tolerance(atol=1e-2, rtol=1e-2)
         return _search(session, lowering, target, tol, started=started, oracle_runs=oracle_runs,
                        out_dir=out_dir, with_sensitivity=with_sensitivity, with_prefix=with_prefix,
-                       max_invocations=max_invocations, stage=stage, on_progress=on_progress)
+                       max_invocations=max_invocations, stage=stage, on_progress=on_progress, alone=alone)
 
 
 def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tolerance, *, started: float,
             oracle_runs: int, out_dir: Path | None, with_sensitivity: bool, with_prefix: bool,
             max_invocations: int | None, stage: Callable[[str], None],
             on_progress: Callable[[ProgressEvent], None] | None = None,
-            mode: PrecisionMode | None = None) -> PrecisionResult:
+            mode: PrecisionMode | None = None, alone: bool | None = None) -> PrecisionResult:
     """The search; ``lowering`` None: op-type pins, whose units the target reports (see the module docs)."""
     with BackendProcess(target, workdir=session.workdir / "target") as proc:
         known: dict[frozenset[int], Measurement] = {}
@@ -322,15 +341,15 @@ def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tole
         stage(f"searching the fewest {unit_word} to keep in FP32")
         result = search_keep_fp32(ev, prior)
         # After the search, what the budget leaves: the answer is kept whatever the extras could not finish.
-        alone = ([r.unit for r in rows if r.breaks_alone] if rows
-                 else _within_budget(lambda: alone_breakers(ev, result.keep), stage, "which kept nodes break alone"))
+        breakers, alone_checked = _alone(ev, result.keep, rows, alone, stage)
         prefix = (_within_budget(lambda: prefix_answer(ev), stage, "Polygraphy's prefix answer")
                   if with_prefix and not all_lowered and lowering.op_types is None else None)
         search_runs = proc.invocations
     stage("verifying the answer in a fresh target worker")
     verified, metrics, verify_runs, verify_info = _verify(session, lowering, target, tol, result.keep)
     files = _write_artifacts(out_dir, lowering, result.keep, rows) if out_dir is not None else ()
-    extra: dict[str, object] = {"tests_by_phase": {name: c.tests for name, c in ev.stats().phases}}
+    extra: dict[str, object] = {"tests_by_phase": {name: c.tests for name, c in ev.stats().phases},
+                                "alone_checked": alone_checked}
     if lowering.runtime_pins:
         pins = verify_info.get(_PIN_OPTION) or {}
         extra.update(target=target, runtime_pins_not_applied=list(pins.get("not_applied", [])),
@@ -344,7 +363,7 @@ def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tole
                                                       unit="paddle_op_type").paddle_cpu_bf16())
     return PrecisionResult(
         mode=lowering.mode, units=tuple(lowering.names(range(n))), keep_fp32=tuple(lowering.names(result.keep)),
-        minimal=result.minimal, alone=tuple(lowering.names(alone or ())),
+        minimal=result.minimal, alone=None if breakers is None else tuple(lowering.names(breakers)),
         prefix_keep_fp32=None if prefix is None or prefix.found is None else tuple(lowering.names(range(prefix.found))),
         sensitivity=tuple(rows), meets_tolerance=verified, final_metrics=metrics, all_lowered_meets=all_lowered,
         invocations={"oracle": oracle_runs, "target": search_runs, "verification": verify_runs,
@@ -394,6 +413,23 @@ def _discover_op_types(session: _Session, mode: PrecisionMode, proc: BackendProc
                            f"outputs are bit-identical to its FP32 outputs", hint="there is nothing to keep in FP32")
     log.info("the target computes %d op type(s) in %s: %s", len(types), mode.value, ", ".join(types))
     return lowering, {frozenset(): lowered, universe: full}
+
+
+def _alone(ev: Evaluator, keep: frozenset[int], rows: list[SensitivityRow], wanted: bool | None,
+           stage: Callable[[str], None]) -> tuple[list[int] | None, str]:
+    """The kept units that break the tolerance alone (None: not checked) and how that was decided:
+    ``sensitivity`` (free), ``checked``, ``skipped`` (``wanted`` False), ``skipped_many`` (``wanted`` None and
+    more than :data:`ALONE_AUTO_MAX` kept), ``budget`` (the budget ran out during the checks)."""
+    if rows:
+        return [r.unit for r in rows if r.breaks_alone], "sensitivity"
+    if wanted is False:
+        return None, "skipped"
+    if wanted is None and len(keep) > ALONE_AUTO_MAX:
+        stage(f"not checking which of the {len(keep)} kept nodes break the tolerance alone "
+              f"(more than {ALONE_AUTO_MAX}; --alone checks them, one run each)")
+        return None, "skipped_many"
+    found = _within_budget(lambda: alone_breakers(ev, keep), stage, "which kept nodes break alone")
+    return found, "checked" if found is not None else "budget"
 
 
 def _within_budget(step: Callable[[], _T], stage: Callable[[str], None], what: str) -> _T | None:

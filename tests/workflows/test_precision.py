@@ -136,6 +136,7 @@ def test_transformer_fp16_finds_the_layernorm_variance_branch(tmp_path: Path) ->
 
 def _precision_cli_on_cnn(tmp_path: Path, *options: str) -> tuple[int, dict[str, Any], Path]:
     """`graphbisect precision` on the residual CNN at 0.05/0.05: (exit code, --json data, -o folder)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     model_path, inputs_path = tmp_path / "cnn.onnx", tmp_path / "inputs.npz"
     onnx.save(residual_cnn(), model_path)
     np.savez(inputs_path, **cnn_inputs())
@@ -157,6 +158,34 @@ def test_cli_with_sensitivity_writes_json_chart_and_overrides(tmp_path: Path) ->
     assert "block3/conv1:fp32" in overrides["trtexec"] and overrides["onnxruntime_nodes_to_exclude"]
     assert (out / "sensitivity.svg").read_text().startswith("<svg")
     assert (out / "mixed_precision_typed.onnx").is_file()
+
+
+def test_kept_nodes_are_checked_alone_only_when_few_or_asked_and_unchecked_is_never_an_empty_list(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """One run per kept node: by default only up to ALONE_AUTO_MAX kept nodes; beyond that, or with --no-alone,
+    breaks_alone is null (not []: that would claim none breaks alone) and the CLI says it was not checked."""
+    import graphbisect.workflows.precision as workflow
+
+    monkeypatch.setattr(workflow, "ALONE_AUTO_MAX", 2)  # the CNN's fp16 answer keeps 3
+    code, auto, _ = _precision_cli_on_cnn(tmp_path / "auto", "--mode", "fp16", "--no-prefix")
+    assert code == 0 and len(auto["keep_fp32"]) == 3
+    assert auto["breaks_alone"] is None and auto["alone_checked"] == "skipped_many"
+    assert "alone" not in auto["tests_by_phase"]
+    assert "break the tolerance alone: not checked (3 kept; by default only up to 2" in capsys.readouterr().out
+    code, asked, _ = _precision_cli_on_cnn(tmp_path / "asked", "--mode", "fp16", "--no-prefix", "--alone")
+    assert asked["keep_fp32"] == auto["keep_fp32"] and asked["alone_checked"] == "checked"
+    assert asked["breaks_alone"] == asked["keep_fp32"] and asked["tests_by_phase"]["alone"] == 3
+    assert asked["invocations"]["target"] == auto["invocations"]["target"] + 3
+    code, never, _ = _precision_cli_on_cnn(tmp_path / "never", "--mode", "int8", "--no-prefix", "--no-alone")
+    assert never["keep_fp32"] and never["breaks_alone"] is None and never["alone_checked"] == "skipped"
+    # A budget that ends during the checks: not checked either, said so, and the answer is still verified.
+    monkeypatch.setattr(workflow, "ALONE_AUTO_MAX", 32)
+    model, feeds = load_model(residual_cnn()), cnn_inputs()
+    runs = auto["invocations"]["target"]  # the search's runs: its evaluator's, plus one layerwise evidence run
+    stopped = find_precision(model, mode="fp16", inputs=feeds, tolerance=TOL, with_prefix=False, max_invocations=runs)
+    assert stopped.keep_fp32 == tuple(auto["keep_fp32"]) and stopped.meets_tolerance
+    assert stopped.alone is None and stopped.extra["alone_checked"] == "budget"
+    assert stopped.to_json()["breaks_alone"] is None
 
 
 def test_ocr_recognizer_from_the_rapidocr_wheel_needs_no_fp32_node_in_fp16() -> None:
