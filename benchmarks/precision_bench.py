@@ -152,7 +152,8 @@ def ocr_int8(max_invocations: int, json_path: Path | None) -> None:
            "search_tests": result.invocations["search_tests"], "target_runs": result.invocations["target"],
            "wall_s": round(wall, 1), "main_cpu_s": round(cpu, 1), "worker_cpu_s": round(workers, 1),
            "main_ms_per_run": round(1000 * cpu / runs), "worker_ms_per_run": round(1000 * workers / runs),
-           "by_phase": result.extra.get("tests_by_phase", {}), "keep_fp32": list(result.keep_fp32)}
+           "by_phase": result.extra.get("tests_by_phase", {}), "alone_checked": result.extra.get("alone_checked"),
+           "keep_fp32": list(result.keep_fp32)}
     header = ("commit", "n", "k", "stop", "search_tests", "target_runs", "wall_s", "main_cpu_s", "worker_cpu_s",
               "main_ms_per_run", "worker_ms_per_run")
     print_table(f"precision --mode int8, PP-OCRv4 rec, onnxruntime, 1e-2/1e-2 ({describe_machine()})", header,
@@ -160,7 +161,8 @@ def ocr_int8(max_invocations: int, json_path: Path | None) -> None:
                     "main = this process (lowering, saving, comparing, the layerwise evidence); worker = the "
                     "oracle, target and verification workers (ONNX Runtime session creation and runs); per run = "
                     "over every backend run (sum of the invocation counts).",
-                    "search tests by phase: " + ", ".join(f"{k} {v}" for k, v in row["by_phase"].items())])
+                    "search tests by phase: " + ", ".join(f"{k} {v}" for k, v in row["by_phase"].items())
+                    + f"; single-node checks: {row['alone_checked'] or 'checked'}"])
     write_json(json_path, {"rows": [row]})
 
 
