@@ -423,7 +423,7 @@ def _read(folder: Path, source: Path, cleanup: Any) -> LoadedBundle:
             oracle=BackendSpec.parse(report["oracle"]),
             target=_own_tactics(BackendSpec.parse(report["target"]), folder),
             tolerance=_tolerance(report.get("tolerance") or {}),
-            signature=Signature.from_json(report["signature"]),
+            signature=Signature.from_json(report["signature"], report.get("target_message")),
             target_message=report.get("target_message"),
             inputs=load_npz(folder / "inputs.npz"),
             oracle_outputs=load_npz(folder / "oracle_outputs.npz"),

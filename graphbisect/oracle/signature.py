@@ -124,10 +124,24 @@ class Signature:
         return {"kind": self.kind.value, "detail": self.detail, "band": self.band}
 
     @classmethod
-    def from_json(cls, data: dict[str, object]) -> Signature:
+    def from_json(cls, data: dict[str, object], message: str | None = None) -> Signature:
+        """A recorded signature as graphbisect classifies now: a crash recorded before the ``unsupported``
+        kind existed whose error (``message``, the recorded raw one, else the detail) says the backend lacks
+        an op, a type or an opset is ``unsupported`` — else an old bundle of a refusal would re-verify as
+        "a different failure".
+
+        Example:
+            >>> Signature.from_json({"kind": "crash-load", "detail": "NotImplemented: [ONNXRuntimeError] : 9 : "
+            ...                      "NOT_IMPLEMENTED : Could not find an implementation for Add(14)"}).kind.value
+            'unsupported'
+        """
         band = data.get("band")
-        return cls(FailureKind(str(data["kind"])), str(data.get("detail", "")),
-                   int(band) if isinstance(band, (int, float)) else None)
+        kind, detail = FailureKind(str(data["kind"])), str(data.get("detail", ""))
+        if kind in (FailureKind.CRASH_LOAD, FailureKind.CRASH_RUN) and not detail.startswith("exit "):
+            error_type, _, text = detail.partition(": ")
+            if is_unsupported(error_type, message or text):
+                kind = FailureKind.UNSUPPORTED
+        return cls(kind, detail, int(band) if isinstance(band, (int, float)) else None)
 
 
 def signature_of(

@@ -58,8 +58,16 @@ def test_a_refused_model_reduces_to_the_refused_node_and_is_reported_as_unsuppor
                            check=False)
     assert repro.returncode == 1 and "observed  unsupported: " in repro.stdout, repro.stdout + repro.stderr
     assert "REPRODUCED" in repro.stdout and "(unsupported)" in repro.stdout
-    assert main(["verify", str(out)]) == 1
-    assert "REPRODUCES" in capsys.readouterr().out.upper()
+    assert main(["verify", str(out), "--json", str(tmp_path / "v.json")]) == 1
+    assert json.loads((tmp_path / "v.json").read_text())["outcome"] == "reproduces"
+    # A bundle written before the "unsupported" kind recorded the refusal as a crash: it still reproduces
+    # (read under the current rule), not "a different failure".
+    report = json.loads((out / "report.json").read_text())
+    report["signature"]["kind"] = "crash-load"
+    (out / "report.json").write_text(json.dumps(report))
+    assert main(["verify", str(out), "--json", str(tmp_path / "legacy.json")]) == 1
+    legacy = json.loads((tmp_path / "legacy.json").read_text())
+    assert legacy["outcome"] == "reproduces" and legacy["recorded"]["kind"] == "unsupported", legacy
 
 
 def test_a_refusal_and_a_crash_with_the_same_words_do_not_match() -> None:
