@@ -84,7 +84,7 @@ _PAGE_ALIGN = 4096
 #: Bytes at the end of the data whose CRC-32 the index holds.
 _TAIL_BYTES = 4096
 #: Values read with ``mapped=False`` stay mapped above this size (their file may be deleted; maps survive).
-_COPY_MAX_BYTES = 64 << 20
+COPY_MAX_BYTES = 64 << 20
 
 _FIX = "delete {folder} and run again (graphbisect recomputes it)"
 
@@ -280,9 +280,13 @@ class PackedData:
     def array(self, entry: Mapping[str, Any], *, copy_max: int = SMALL_BYTES) -> np.ndarray:
         """The raw tensor ``entry`` (``offset``, ``dtype``, ``shape``) describes, read-only: copied into
         memory up to ``copy_max`` bytes, a view of the map above."""
-        dtype = _dtype(str(entry["dtype"]))
-        shape = tuple(map(int, entry["shape"]))
-        offset = int(entry["offset"])
+        return self.tensor(int(entry["offset"]), str(entry["dtype"]), entry["shape"], copy_max=copy_max)
+
+    def tensor(self, offset: int, dtype_name: str, dims: Sequence[int], *, copy_max: int = SMALL_BYTES
+               ) -> np.ndarray:
+        """:meth:`array` of an entry given as its three fields (a reader of many entries needs no dict each)."""
+        dtype = _dtype(dtype_name)
+        shape = tuple(map(int, dims))
         nbytes = dtype.itemsize * math.prod(shape)
         end = offset + nbytes
         if offset < HEADER_BYTES or (self.size is not None and end > self.size):
@@ -303,7 +307,7 @@ class PackedData:
     def value(self, entry: Mapping[str, Any], *, mapped: bool = True) -> Any:
         """The value ``entry`` describes (:func:`graphbisect.values.read_value`). ``mapped=False`` copies
         values up to 64 MiB into memory (the file may then go away)."""
-        copy_max = SMALL_BYTES if mapped else _COPY_MAX_BYTES
+        copy_max = SMALL_BYTES if mapped else COPY_MAX_BYTES
         return read_value(entry, lambda item: self.array(item, copy_max=copy_max))
 
 

@@ -63,7 +63,7 @@ from typing import IO, Any, overload
 import numpy as np
 
 from graphbisect.errors import GraphBisectError, InputError, SpecError
-from graphbisect.packfile import DATA_NAME, INDEX_NAME, SMALL_BYTES, PackedData, PackWriter
+from graphbisect.packfile import COPY_MAX_BYTES, DATA_NAME, INDEX_NAME, SMALL_BYTES, PackedData, PackWriter
 from graphbisect.values import decode_tensor, encode_tensor, load_values_npz, save_values_npz
 
 __all__ = ["MANIFEST", "PROTOCOL_VERSION", "InputsReader", "InputsWriter", "compare_to_store", "library_version",
@@ -155,12 +155,17 @@ class InputsWriter:
 
     def write(self, inputs: Mapping[str, Any], pid: int) -> dict[str, Any]:
         """Write what ``inputs`` adds for the worker process ``pid``; return the request's ``inputs`` entry:
-        ``{"folder", "token", "size", "new": [[id, name, entry, hold], ...], "feeds": [id, ...]}`` (ids in the
-        order of ``inputs``; a held id stands for its name and value). A value that cannot be stored is an
-        :class:`InputError` naming it."""
+        ``{"folder", "token", "size", "tensors": {...}, "new": [[id, name, entry, hold], ...], "feeds": [id,
+        ...]}``: the new plain tensors as columns (``ids``, ``names``, ``offsets``, ``dtypes``, ``shapes``,
+        ``hold``: thousands of them are a few JSON lists, not thousands of objects to encode and parse), the
+        other new values (sequences, optionals, types numpy lacks) as entries, then the ids of every input in
+        the order of ``inputs`` (a held id stands for its name and value). A value that cannot be stored is
+        an :class:`InputError` naming it."""
         writer = self._writer
         if writer is None or pid != self._pid or writer.size > self.restart_bytes:
             writer = self._restart(pid)
+        columns: dict[str, list[Any]] = {key: [] for key in _COLUMNS}
+        ids, names, offsets, dtypes, shapes, holds = (columns[key] for key in _COLUMNS)
         new: list[list[Any]] = []
         feeds: list[int] = []
         for name, value in inputs.items():
@@ -179,16 +184,28 @@ class InputsWriter:
                 self._held[name] = (value, ident)
             else:
                 self._held.pop(name, None)
-            new.append([ident, name, entry, hold])
+            if entry.keys() == _PLAIN:
+                ids.append(ident)
+                names.append(name)
+                offsets.append(entry["offset"])
+                dtypes.append(entry["dtype"])
+                shapes.append(entry["shape"])
+                holds.append(hold)
+            else:
+                new.append([ident, name, entry, hold])
             feeds.append(ident)
         writer.flush()
-        return {"folder": str(writer.folder), "token": writer.token, "size": writer.size, "new": new, "feeds": feeds}
+        return {"folder": str(writer.folder), "token": writer.token, "size": writer.size, "tensors": columns,
+                "new": new, "feeds": feeds}
 
     def _restart(self, pid: int) -> PackWriter:
         self.close()
         if self.folder is None:  # its own: two writers under one parent never rewrite each other's file
             self.parent.mkdir(parents=True, exist_ok=True)
             self.folder = Path(tempfile.mkdtemp(prefix="inputs-", dir=self.parent))
+        data = self.folder / DATA_NAME
+        if data.exists() and data.stat().st_size > self.restart_bytes:
+            data.unlink()  # rewritten in place, never truncated: a file one large run grew would stay that large
         writer = self._writer = PackWriter.scratch(self.folder)
         self._pid = pid
         self._held.clear()
@@ -206,6 +223,11 @@ class InputsWriter:
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
             self.folder = None
+
+
+_COLUMNS = ("ids", "names", "offsets", "dtypes", "shapes", "hold")
+#: The keys of a plain tensor's entry (numpy holds its type; :mod:`graphbisect.values`).
+_PLAIN = {"offset", "dtype", "shape"}
 
 
 def _unchangeable(value: Any) -> bool:
@@ -234,6 +256,10 @@ class InputsReader:
         data = self._data
         data.size = int(inputs["size"])
         fresh: dict[int, tuple[str, Any]] = {}
+        tensors = inputs.get("tensors") or {key: () for key in _COLUMNS}
+        for ident, name, offset, dtype, shape, hold in zip(*(tensors[key] for key in _COLUMNS), strict=True):
+            value = data.tensor(offset, dtype, shape, copy_max=COPY_MAX_BYTES)
+            (self._held if hold else fresh)[ident] = (name, value)
         for ident, name, entry, hold in inputs["new"]:
             (self._held if hold else fresh)[ident] = (str(name), data.value(entry, mapped=False))
         result: dict[str, Any] = {}

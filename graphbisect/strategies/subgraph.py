@@ -207,8 +207,9 @@ class SubgraphSpace:
         if not isinstance(value, np.ndarray):
             return value  # a sequence or an empty optional: small, read from the store each time
         if value.nbytes <= _CACHE_MAX_BYTES and self._small_bytes + value.nbytes <= _CACHE_TOTAL_BYTES:
-            value = np.array(value)  # a private in-memory copy: no file stays mapped
-            value.setflags(write=False)  # shared by every candidate (and held by the worker: InputsWriter)
+            if value.flags.writeable or not value.flags.owndata or isinstance(value, np.memmap):
+                value = np.array(value)  # a private in-memory copy (the store's small reads are already)
+                value.setflags(write=False)  # shared by every candidate (and held by the worker: InputsWriter)
             self._small[name] = value
             self._small_bytes += value.nbytes
         return value

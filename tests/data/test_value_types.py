@@ -114,7 +114,7 @@ def test_worker_inputs_round_trip_of_every_type_writable_and_never_misread(tmp_p
         for value in (received["f32"], received["big"], received["bf16"], received["seq"][0], received["held"]):
             assert value.flags.writeable and not isinstance(value, np.memmap)
         received["held"][0] = -1  # the worker's copy, not the value it holds
-        resent = {name for _, name, _, _ in sent["new"]}
+        resent = {name for _, name, _, _ in sent["new"]} | set(sent["tensors"]["names"])
         assert ("held" in resent) == (run == 0) and "mine" in resent
     mine[0] = 42  # changed by its owner between runs: reaches the worker changed
     assert reader.read(writer.write(values, pid=1))["mine"][0] == 42
