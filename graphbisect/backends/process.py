@@ -353,6 +353,7 @@ class BackendProcess:
             raise SpecError(f"cannot start a worker for {self.spec} with {self.python}: {exc}",
                             hint="python= must name an executable Python interpreter") from exc
         self._state.worker = worker
+        self._inputs.close()  # it holds none of the values sent before (even should the pid be reused)
         logger.debug("started worker %d for %s", worker.pid, self.spec)
 
     def _init_runtime(self) -> None:

@@ -176,6 +176,7 @@ class InputsWriter:
             try:
                 entry = writer.add(value)
             except GraphBisectError as exc:
+                self.close()  # what this call recorded as held never reaches the worker: start afresh
                 raise InputError(f"input {name!r} cannot be passed to the backend worker: {exc.message}",
                                  hint=exc.hint) from exc
             ident, self._next = self._next, self._next + 1

@@ -116,6 +116,17 @@ def test_values_sent_with_a_model_that_fails_to_load_are_held_for_the_next_run(
     np.testing.assert_array_equal(result.outputs["y"], np.maximum(x23, 0) + 1)
 
 
+def test_an_input_that_cannot_be_passed_is_a_user_error_and_the_next_run_gets_its_values(
+        ort: BackendProcess, models: dict[str, Path], x23: np.ndarray) -> None:
+    x = x23.copy()
+    x.setflags(write=False)  # held by the worker once sent
+    with pytest.raises(InputError, match="'bad'"):
+        ort.run(models["relu_add"], {"x": x, "bad": np.zeros(2, dtype="V4")})
+    result = ort.run(models["relu_add"], {"x": x})
+    assert result.ok, result.describe()
+    np.testing.assert_array_equal(result.outputs["y"], np.maximum(x23, 0) + 1)
+
+
 def test_inputs_may_be_an_npz_file(ort: BackendProcess, models: dict[str, Path], x23: np.ndarray,
                                    tmp_path: Path) -> None:
     path = save_npz(tmp_path / "in.npz", {"x": x23})
