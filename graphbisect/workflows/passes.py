@@ -42,7 +42,7 @@ import numpy as np
 from graphbisect.artifacts.bundle import BundleContent
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
 from graphbisect.backends.registry import BACKEND_SPEC
-from graphbisect.compare import Tolerance
+from graphbisect.compare import Tolerance, compare_outputs
 from graphbisect.data import save_inputs, validate_inputs
 from graphbisect.engine import Budget, Evaluator, Journal, Outcome, ProgressEvent, SearchAborted, SearchResult
 from graphbisect.errors import BackendError, GraphBisectError
@@ -140,7 +140,7 @@ class _Session:
     def __init__(self, model: Model, options: PassesOptions, workdir: Path,
                  on_stage: Callable[[str], None]) -> None:
         self.model, self.options, self.work, self.stage = model, options, workdir, on_stage
-        self.oracle_spec, _ = resolve(options.oracle)
+        self.oracle_spec, self.oracle_info = resolve(options.oracle)
         self.target_spec, info = resolve(options.target)
         if not info.has(Capability.PASSES):
             control_for(self.target_spec)  # raises with the list of backends that can ablate passes
@@ -174,8 +174,14 @@ class _Session:
             self.ran_with[role] = dict(run.ran_with)
         return run
 
-    def capture(self, intermediates: Sequence[str] = ()) -> Mapping[str, Any]:
-        """One oracle run on the model (exposing ``intermediates`` too): the expected outputs, and every value."""
+    def capture(self, intermediates: Sequence[str] = ()) -> Mapping[str, Any] | None:
+        """One oracle run on the model (exposing ``intermediates`` too): the expected outputs, and every value.
+
+        An oracle that rewrites the graph (``computes_as_written`` is False) may build the probe differently
+        from the model, so with ``intermediates`` it also runs the model as built, whose outputs are the
+        expected ones (``compare``'s rule); when the capture's outputs differ from them, the captured values
+        are not what the oracle computes on the model: None (the region cannot be had, with a note).
+        """
         self.stage(f"running the oracle {self.oracle_spec}"
                    + (f" (capturing {len(intermediates)} tensors)" if intermediates else ""))
         model = None
@@ -189,7 +195,24 @@ class _Session:
             raise BackendError(f"the oracle {self.oracle_spec} failed on the model: {run.describe()}",
                                hint="the oracle must run the model; choose another, e.g. --oracle reference")
         self.expected = {name: np.array(run.outputs[name]) for name in self.model.output_names}
-        return run.outputs
+        if model is None or self.oracle_info.computes_as_written(self.oracle_spec):
+            return run.outputs
+        self.stage(f"running the oracle {self.oracle_spec} on the model as built (it rewrites the graph)")
+        plain = self.run(self.oracle_spec, "oracle", output_dir=self.work / "oracle-plain")
+        if not plain.ok:
+            raise BackendError(f"the oracle {self.oracle_spec} failed on the model as built, though it ran it with "
+                               f"tensors exposed: {plain.describe()}",
+                               hint="choose an oracle that computes the graph as written, e.g. --oracle reference")
+        captured, self.expected = self.expected, {name: np.array(plain.outputs[name])
+                                                   for name in self.model.output_names}
+        differ = compare_outputs(captured, self.expected, self.options.tolerance, self.model.output_names)
+        if differ.passed:
+            return run.outputs
+        self.notes.append(f"the oracle {self.oracle_spec} computes the model differently when tensors are exposed "
+                          f"(its capture and its run of the model as built differ on "
+                          f"{', '.join(st.name for st in differ.failing[:3])}): the verdict is the model as built, "
+                          "and its captured intermediates are not used")
+        return None
 
     def signature(self, run: RunResult) -> Signature:
         return judge(run, self.expected.__getitem__, self.model.output_names, self.options.tolerance).signature
@@ -263,7 +286,10 @@ def _on_region(s: _Session, on_progress: Callable[[ProgressEvent], None] | None)
         discard_description(run.info)
         return PassesResult(False, baseline, str(s.target_spec),
                             scope={"searched_on": "whole model", "whole_model_target_runs": 1})
-    region = _region(s, run, compiled, oracle, replay=replay, baseline=baseline)
+    if oracle is None:
+        discard_description(run.info)
+    region = _region(s, run, compiled, oracle, replay=replay, baseline=baseline) if oracle is not None else \
+        "the oracle's captured intermediates are not what it computes on the model"
     if isinstance(region, str):
         s.notes.append(f"no region to search the passes on ({region}): searching the whole model")
         return None

@@ -1,8 +1,9 @@
-"""`reduce` with an oracle that rewrites the graph: its verdict comes from the model as built, as in `compare`.
+"""`reduce` and `passes` with an oracle that rewrites the graph: its verdict comes from the model as built, as
+in `compare`.
 
-Before: reduce judged the original model against the oracle's *capture* (every intermediate exposed). ONNX
-Runtime at opt_level=all fuses the keepdims=0 LayerNorm wrongly only when its tensors are not exposed, so
-`compare` said FAIL while `reduce` said "the original model does not fail: nothing to reduce" (exit 0).
+Before: both judged the original model against the oracle's *capture* (intermediates exposed). ONNX Runtime
+at opt_level=all fuses the keepdims=0 LayerNorm wrongly only when its tensors are not exposed, so `compare`
+said FAIL while `reduce` and `passes` said the original model does not fail.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from onnx import TensorProto, helper
 
 from graphbisect.errors import GraphBisectError
 from graphbisect.model import load_model
+from graphbisect.workflows.passes import PassesOptions, find_culprit_passes
 from graphbisect.workflows.reduce import ReduceOptions, reduce_model, work_dir_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -52,3 +54,15 @@ def test_a_rewriting_oracle_that_agrees_with_its_capture_reduces_with_the_verdic
     assert "to_int4" in result.kept_nodes
     # the capture, the plain run that gives the verdict (same worker), the final model's check
     assert result.invocations["oracle"] == 3
+
+
+def test_passes_judges_the_model_as_built_and_does_not_search_a_region_on_a_capture_that_differs(
+        tmp_path: Path) -> None:
+    model = load_model(_layernorm_keepdims0())
+    x = np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32)
+    result = find_culprit_passes(model, inputs={"x": x}, options=PassesOptions(
+        oracle="onnxruntime:opt_level=all", target="onnxruntime:opt_level=disable"), workdir=tmp_path / "w")
+    assert result.failed and result.signature.kind.value == "mismatch"
+    assert result.invocations["oracle"] == 2  # the capture and the model as built
+    assert any("computes the model differently when tensors are exposed" in note for note in result.notes)
+    assert result.scope["searched_on"] == "whole model" and not result.culprits
