@@ -488,14 +488,16 @@ def _replay(model: Model, inputs_path: Path, store: ActivationStore, target: _Si
         found = set(exposed)
         missing = [name for name in names if name not in found]
         if missing:
-            listed = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
-            return (f"{len(missing)} surviving tensor(s) ({listed})"
-                    " are not tensors of the optimized model it saved (e.g. kept only in ONNX Runtime's blocked "
-                    "NCHWc layout)")
+            untyped = [name for name in missing if not _typed(model, name)]
+            if untyped:
+                return (f"{len(untyped)} surviving tensor(s) have no type onnx could infer ({_listed(untyped)}): "
+                        "the replay declares each tensor it exposes with the model's element type, so that ORT "
+                        "refuses one its optimized graph computes in another")
+            return (f"{len(missing)} surviving tensor(s) ({_listed(missing)}) are not tensors of the optimized "
+                    "model it saved (e.g. kept only in ONNX Runtime's blocked NCHWc layout)")
         unfed = unfed_inputs(replay_path, model)
         if unfed:
-            return (f"the optimized model it saved has {len(unfed)} input(s) the model does not give "
-                    f"({', '.join(unfed[:3])}{', ...' if len(unfed) > 3 else ''}: initializers it folded away)")
+            return f"the optimized model it saved reads {len(unfed)} input(s) the model lacks ({_listed(unfed)})"
         stage(f"running the target's own optimized model ({spec}) with {plan.describe()} exposed")
         target.proc.reconfigure(spec)
         try:
@@ -514,6 +516,15 @@ def _replay(model: Model, inputs_path: Path, store: ActivationStore, target: _Si
                 "may not compute what the plain build computed")
     return _Probed(oracle=store, target=run.outputs, measured=run.stats,
                    probe=TargetProbe("replay", str(spec), len(exposed)))
+
+
+def _typed(model: Model, name: str) -> bool:
+    declared = model.boundary_type(name)
+    return declared is not None and declared.type.HasField("tensor_type") and bool(declared.type.tensor_type.elem_type)
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
 
 
 def _probed_comparison(model: Model, probed: _Probed, tol: Tolerance) -> Comparison:

@@ -36,6 +36,7 @@ from onnx import helper
 from graphbisect.backends import BackendSpec, Capability, resolve
 from graphbisect.localize.compiled import CompiledGraph, compiled_graph
 from graphbisect.model import Model
+from graphbisect.model.normalize import subgraphs
 
 __all__ = ["REPLAY_OPTIONS", "ProbePlan", "TargetProbe", "compiled_of", "describing_spec", "discard_description",
            "plan_probe", "replay_model", "replay_spec", "unfed_inputs"]
@@ -136,9 +137,19 @@ def replay_model(optimized: Path, model: Model, names: Sequence[str], destinatio
 
     ``destination`` must be in the optimized model's folder (its weights are external data beside it).
     Outputs are declared with their element type only: a layout-transforming backend may store a surviving
-    tensor in another shape. Returns the names exposed.
+    tensor in another shape. A tensor ONNX Runtime's NCHWc transformer keeps only in its blocked layout is
+    not exposed (not in the returned list): the node named after it (``r11_nchwc``) may have fused a later
+    Sum and activation too, so its output is not that tensor. Graph inputs no node reads and the model does
+    not have are dropped: ORT keeps every input of a model that lists its initializers as inputs (IR < 4),
+    also those whose initializer it folded away; such an input changes nothing but would have to be fed.
+    Returns the names exposed.
     """
     proto = onnx.load(str(optimized), load_external_data=False)
+    read = _read_names(proto.graph)
+    kept = [value for value in proto.graph.input if value.name in read or value.name in model.input_names]
+    if len(kept) < len(proto.graph.input):
+        del proto.graph.input[:]
+        proto.graph.input.extend(kept)
     produced = {name for node in proto.graph.node for name in node.output if name}
     present = {value.name for value in proto.graph.output}
     exposed = []
@@ -152,11 +163,20 @@ def replay_model(optimized: Path, model: Model, names: Sequence[str], destinatio
     return exposed
 
 
-def unfed_inputs(replay: Path, model: Model) -> list[str]:
-    """Graph inputs of a saved optimized model that neither ``model``'s inputs nor its own initializers give.
+def _read_names(graph: onnx.GraphProto) -> set[str]:
+    """Every tensor name a node of ``graph`` reads, in its subgraphs (If/Loop/Scan bodies) too."""
+    names: set[str] = set()
+    for node in graph.node:
+        names.update(node.input)
+        for body in subgraphs(node):
+            names |= _read_names(body)
+    return names
 
-    ONNX Runtime keeps every graph input of a model whose initializers are also listed as inputs (IR < 4),
-    even one whose initializer it folded away: the replay would then need a value nobody has.
+
+def unfed_inputs(replay: Path, model: Model) -> list[str]:
+    """Graph inputs of a replay model (:func:`replay_model`) that neither ``model``'s inputs nor its own
+    initializers give: a value nobody has. (The inputs ORT keeps for initializers it folded away are read by
+    no node, and :func:`replay_model` drops them.)
     """
     proto = onnx.load(str(replay), load_external_data=False)
     given = set(model.input_names) | {t.name for t in proto.graph.initializer} | \

@@ -61,7 +61,38 @@ def test_a_replay_that_cannot_expose_every_surviving_tensor_is_not_used() -> Non
     probe = result.target_probe
     assert probe is not None and probe.ran == "probe model"
     assert probe.spec == "onnxruntime:opt_level=all,save_optimized=1"
-    assert probe.fallback is not None and "r1" in probe.fallback and "NCHWc" in probe.fallback
+    assert probe.fallback is not None and "(r1)" in probe.fallback and "NCHWc" in probe.fallback
     assert result.to_json()["target_probe"]["fallback"] == probe.fallback
     assert result.passed and result.layerwise is not None
     assert {row.tensor for row in result.layerwise.rows if row.compared} == {"r1", "y"}
+
+
+def _contrib_gelu() -> onnx.ModelProto:
+    """MatMul → com.microsoft Gelu → Relu → MatMul → Sigmoid: onnx's shape inference knows no contrib op, so
+    ``g``, ``r`` and ``m2`` have no inferred type (ONNX Runtime runs them all the same)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), w) for w in ("w1", "w2")]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["m1"], name="mm1"),
+             helper.make_node("Gelu", ["m1"], ["g"], name="gelu", domain="com.microsoft"),
+             helper.make_node("Relu", ["g"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["m2"], name="mm2"),
+             helper.make_node("Sigmoid", ["m2"], ["y"], name="sig")]
+    graph = helper.make_graph(nodes, "contrib", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], inits)
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=8)
+
+
+def test_a_replay_that_cannot_declare_a_surviving_tensor_is_not_used() -> None:
+    """The replay declares each tensor it exposes with the model's element type (so ORT refuses one its
+    optimized graph computes in another type); ``g``, ``r`` and ``m2`` have none, so the probe model is built
+    as before (exposing them untyped) and the result says why."""
+    result = compare_models(load_model(_contrib_gelu()))
+    probe = result.target_probe
+    assert probe is not None and probe.ran == "probe model"
+    assert probe.spec == "onnxruntime:opt_level=all,save_optimized=1"
+    assert probe.fallback is not None and "no type" in probe.fallback and "g, r, m2" in probe.fallback
+    assert result.to_json()["target_probe"]["fallback"] == probe.fallback
+    assert result.invocations == {"oracle": 1, "target": 2}  # nothing was run for the replay
+    assert result.passed and result.layerwise is not None
+    assert {row.tensor for row in result.layerwise.rows if row.compared} == {"m1", "g", "r", "m2", "y"}
