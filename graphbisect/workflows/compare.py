@@ -484,7 +484,11 @@ def _replay(model: Model, inputs_path: Path, store: ActivationStore, target: _Si
         return "the target's plain run saved no optimized model"
     replay_path = Path(saved).with_name("replay.onnx")
     try:
-        exposed = replay_model(Path(saved), model, names, replay_path)
+        try:
+            exposed = replay_model(Path(saved), model, names, replay_path)
+        except Exception as exc:  # e.g. an optimized model onnx cannot read: the probe model is built instead
+            log.info("cannot write the replay of %s", saved, exc_info=True)
+            return f"its saved optimized model could not be read or rewritten ({type(exc).__name__}: {exc})"
         found = set(exposed)
         missing = [name for name in names if name not in found]
         if missing:
