@@ -559,7 +559,7 @@ def raised_kind(config, phase, exc):
     """"unsupported" when the error says the backend lacks an op, a type or an opset (graphbisect's rule, in
     the config), else a crash at ``phase``."""
     pattern = config.get("unsupported_pattern")
-    if pattern and re.search(pattern, f"{type(exc).__name__}: {exc}", re.IGNORECASE):
+    if pattern and re.search(pattern, f"{type(exc).__name__}: {message_cause(str(exc))}", re.IGNORECASE):
         return "unsupported"
     return f"crash-{phase}"
 

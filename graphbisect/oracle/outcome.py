@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from graphbisect.backends.base import Phase, RunResult, RunStatus
+from graphbisect.backends.base import Phase, RunResult, RunStatus, message_cause
 from graphbisect.compare import Comparison, MismatchKind, TensorStats
 
 __all__ = ["RANDOM_OPS", "UNSUPPORTED_PATTERN", "Outcome", "OutcomeClass", "classify_comparison",
@@ -68,8 +68,10 @@ RANDOM_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "Ra
                         "Bernoulli"})
 
 #: Messages of backends refusing an op, a type or an opset they do not implement (ONNX Runtime, onnx.reference,
-#: OpenVINO, Paddle, graphbisect's own typed-value refusals), searched in ``"<error type>: <message>"``, ignoring
-#: case. The generated ``repro.py`` gets this text in its config, so it classifies a refusal the same way.
+#: OpenVINO, Paddle, graphbisect's own typed-value refusals), searched in ``"<error type>: <message's cause>"``
+#: (:func:`~graphbisect.backends.base.message_cause`, what a crash signature keeps: a ``command``'s stderr,
+#: in its message's second paragraph, does not count), ignoring case. The generated ``repro.py`` gets this
+#: text in its config, so it classifies a refusal the same way.
 UNSUPPORTED_PATTERN = (
     r"NOT_IMPLEMENTED|Could not find an implementation|No Op registered|is not a registered function/op"
     r"|not (?:yet )?(?:implemented|supported)|unsupported|no (?:kernel|implementation) (?:for|is)"
@@ -82,7 +84,9 @@ _UNSUPPORTED = re.compile(UNSUPPORTED_PATTERN, re.IGNORECASE)
 
 
 def is_unsupported(error_type: str | None, message: str | None) -> bool:
-    """Whether a failed run's error says the backend lacks an op, a type or an opset (``target-unsupported``).
+    """Whether a failed run's error says the backend lacks an op, a type or an opset (``target-unsupported``),
+    judged on the error type and the message's cause only: a signature's detail is made of those, so a
+    candidate's kind never depends on text its detail leaves out.
 
     Example:
         >>> is_unsupported("NotImplemented", "[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an "
@@ -91,7 +95,7 @@ def is_unsupported(error_type: str | None, message: str | None) -> bool:
         >>> is_unsupported("Fail", "Unexpected data type for Clip 'min' input of 11")
         False
     """
-    return _UNSUPPORTED.search(f"{error_type or ''}: {message or ''}") is not None
+    return _UNSUPPORTED.search(f"{error_type or ''}: {message_cause(message)}") is not None
 
 
 def random_ops(nodes: Iterable[onnx.NodeProto]) -> list[str]:

@@ -79,3 +79,19 @@ def test_a_refusal_and_a_crash_with_the_same_words_do_not_match() -> None:
                                      message="Unexpected data type for Clip 'min' input of 11"), None)
     assert refused.kind is FailureKind.UNSUPPORTED and crashed.kind is FailureKind.CRASH_LOAD
     assert refused.matches(refused) and not refused.matches(crashed) and not crashed.matches(refused)
+
+
+def test_a_programs_stderr_does_not_make_its_exit_a_refusal(tmp_path: Path) -> None:
+    """A command's stderr (the second paragraph of its message, outside the signature's detail) saying "not
+    supported" leaves its failure a crash: the kind may only depend on what the detail keeps, else candidates
+    whose programs print different stderr would stop matching the baseline."""
+    from graphbisect.backends import BackendProcess
+
+    model = _bf16_add_model(tmp_path / "m.onnx")
+    script = tmp_path / "check.py"
+    script.write_text("import sys\nprint('mode 7 is not supported for', sys.argv[1], file=sys.stderr)\nsys.exit(3)\n")
+    spec = f"command:cmd={sys.executable} {script} {{model}} {{inputs}}"
+    with BackendProcess(spec, workdir=tmp_path / "w") as proc:
+        run = proc.run(model, {"x": np.zeros(4, np.float32)})
+    assert not run.ok and "not supported" in (run.message or ""), run.message
+    assert signature_of(run, None).kind is FailureKind.CRASH_RUN

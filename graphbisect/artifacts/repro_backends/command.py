@@ -52,7 +52,8 @@ def run_target(target, inputs, output_names):
             status = (f"was killed by signal {signal.Signals(-proc.returncode).name} ({-proc.returncode})"
                       if proc.returncode < 0 else f"exited with code {proc.returncode}")
             tail = "\n".join(stderr.strip().splitlines()[-20:])[-4000:]
-            raise CommandFailed(f"command {status}" + (f"\n{tail}" if tail else ""))
+            # the tail as a second paragraph, as graphbisect's runtime writes it: the first is the cause
+            raise CommandFailed(f"command {status}" + (f"\n\n{tail}" if tail else ""))
         if not os.path.isfile(paths["outputs"]):
             raise CommandFailed("command exited 0 but wrote no outputs file outputs.npz (the {outputs} path)")
         return load_arrays(paths["outputs"])
