@@ -1,10 +1,12 @@
 """`compare`: run oracle and target on a model, give a verdict, then localize the divergence layer by layer.
 
 Backend invocations are the cost, so the oracle runs once and the target at most twice, the oracle's run
-at the same time as the target's first. The target runs the plain model (the verdict that matters, since
-exposing intermediates changes what a backend fuses) and then a probe model (skipped with
+at the same time as the target's first (one after the other when both would compute on one accelerator:
+:func:`~graphbisect.backends.registry.shared_accelerator`). The target runs the plain model (the verdict
+that matters, since exposing intermediates changes what a backend fuses) and then a probe model (skipped with
 ``layerwise=False`` or when a backend cannot). The oracle's one run is its probe, exposing every
-intermediate tensor (its final outputs are its verdict: an oracle computes the same whatever it exposes);
+intermediate tensor (its final outputs are its verdict when it computes the graph as written; one that
+rewrites the graph also runs the plain model, whose outputs are its verdict: :func:`_plain_runs`);
 without layerwise it runs the plain model. The target's probe exposes only the tensors that survive in the
 graph it compiled when it can describe that graph (:mod:`graphbisect.workflows.probe`, the probe `reduce`
 uses too), so a fusion bug stays visible and each compiled node maps back to the original nodes it
