@@ -22,7 +22,7 @@ with ``PYTHONPATH`` on two checkouts for a before/after pair.
 
     python benchmarks/precision_bench.py [--quick | --full] [--json PATH]
     python benchmarks/precision_bench.py --paddle [--json PATH]
-    python benchmarks/precision_bench.py --ocr-int8 60 [--json PATH]
+    python benchmarks/precision_bench.py --ocr-int8 60 [--jobs 2] [--json PATH]
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def ocr_int8(max_invocations: int, json_path: Path | None) -> None:
+def ocr_int8(max_invocations: int, json_path: Path | None, jobs: int = 1) -> None:
     """``precision --mode int8`` on PP-OCRv4 rec: wall and CPU time, per candidate (see the module docstring)."""
     ocr = _ocr_rec()
     if ocr is None:
@@ -145,16 +145,17 @@ def ocr_int8(max_invocations: int, json_path: Path | None) -> None:
                             cwd=Path(find_precision.__code__.co_filename).parent).stdout.strip()
     wall, cpu, workers = time.monotonic(), time.process_time(), _children_cpu()
     result = find_precision(load_model(ocr), mode="int8", inputs=feeds, tolerance=Tolerance(atol=1e-2, rtol=1e-2),
-                            max_invocations=max_invocations or None)
+                            max_invocations=max_invocations or None, **({"jobs": jobs} if jobs > 1 else {}))
     wall, cpu, workers = time.monotonic() - wall, time.process_time() - cpu, _children_cpu() - workers
     runs = sum(result.invocations[k] for k in ("oracle", "target", "verification"))  # workers all exited by now
-    row = {"commit": commit, "n": len(result.units), "k": len(result.keep_fp32), "stop": result.stop_reason or "-",
+    row = {"commit": commit, "jobs": jobs, "n": len(result.units), "k": len(result.keep_fp32),
+           "stop": result.stop_reason or "-",
            "search_tests": result.invocations["search_tests"], "target_runs": result.invocations["target"],
            "wall_s": round(wall, 1), "main_cpu_s": round(cpu, 1), "worker_cpu_s": round(workers, 1),
            "main_ms_per_run": round(1000 * cpu / runs), "worker_ms_per_run": round(1000 * workers / runs),
            "by_phase": result.extra.get("tests_by_phase", {}), "alone_checked": result.extra.get("alone_checked"),
            "keep_fp32": list(result.keep_fp32)}
-    header = ("commit", "n", "k", "stop", "search_tests", "target_runs", "wall_s", "main_cpu_s", "worker_cpu_s",
+    header = ("commit", "jobs", "n", "k", "stop", "search_tests", "target_runs", "wall_s", "main_cpu_s", "worker_cpu_s",
               "main_ms_per_run", "worker_ms_per_run")
     print_table(f"precision --mode int8, PP-OCRv4 rec, onnxruntime, 1e-2/1e-2 ({describe_machine()})", header,
                 [[row[h] for h in header]], left=4, notes=[
@@ -171,10 +172,12 @@ def main() -> None:
     add_size_args(parser)
     parser.add_argument("--ocr-int8", type=int, metavar="N", default=None,
                         help="only the int8 PP-OCRv4 rec case, stopped after N target runs (0: unbounded)")
+    parser.add_argument("--jobs", type=int, default=1, metavar="J",
+                        help="with --ocr-int8: target workers testing candidates at once")
     parser.add_argument("--paddle", action="store_true", help="only the Paddle Inference bf16 cases")
     args = parser.parse_args()
     if args.ocr_int8 is not None:
-        ocr_int8(args.ocr_int8, args.json)
+        ocr_int8(args.ocr_int8, args.json, args.jobs)
         return
     rows = []
     for case in _paddle_cases() if args.paddle else _cases(args.quick, args.full):

@@ -264,6 +264,7 @@ def precision(
     alone: bool | None = None,
     calibration: str = "minmax",
     max_invocations: int | None = None,
+    jobs: int = 1,
     output: str | os.PathLike[str] | None = None,
     workdir: str | os.PathLike[str] | None = None,
     on_stage: Callable[[str], None] | None = None,
@@ -272,7 +273,8 @@ def precision(
     """The fewest nodes that must stay FP32 when the rest runs in ``mode`` (fp16, bf16 or int8), judged at
     ``atol``/``rtol`` (default 1e-2 each, as ``graphbisect precision``). ``output`` receives the
     mixed-precision model and the override configs for TensorRT, ORT, Paddle and OpenVINO. ``alone``: mark
-    the kept nodes that break the tolerance by themselves (one run each; None: only when at most 32 are kept).
+    the kept nodes that break the tolerance by themselves (one run each; None: only when at most 32 are kept);
+    ``jobs``: target workers testing candidates at once (same answer).
 
     Example:
         >>> p = precision("model.onnx", mode="int8")     # doctest: +SKIP
@@ -285,7 +287,7 @@ def precision(
                           inputs=_feeds(loaded, inputs, shapes, seed), tolerance=_tolerance(tolerance, atol, rtol),
                           workdir=_path(workdir), out_dir=_path(output), with_sensitivity=sensitivity,
                           with_prefix=prefix, calibration=calibration, max_invocations=max_invocations, seed=seed,
-                          on_stage=on_stage, on_progress=on_progress, alone=alone)
+                          on_stage=on_stage, on_progress=on_progress, alone=alone, jobs=jobs)
 
 
 def verify(bundle: str | os.PathLike[str], *, target: str | None = None, trust: bool = False) -> Verification:

@@ -26,9 +26,8 @@ PINNED = {
               "timeout=None, workdir=None, on_stage=None, on_progress=None)",
     "precision": "(model, *, mode='fp16', oracle='onnxruntime:opt_level=disable', target='onnxruntime:opt_level=all', "
                  "inputs=None, shapes=None, seed=0, atol=0.01, rtol=0.01, tolerance=None, sensitivity=False, "
-                 "prefix=True, alone=None, calibration='minmax', max_invocations=None, output=None, workdir=None, "
-                 "on_stage=None, "
-                 "on_progress=None)",
+                 "prefix=True, alone=None, calibration='minmax', max_invocations=None, jobs=1, output=None, "
+                 "workdir=None, on_stage=None, on_progress=None)",
     "reduce": "(model, output, *, oracle='onnxruntime:opt_level=disable', target='onnxruntime:opt_level=all', "
               "inputs=None, shapes=None, seed=0, atol=0.0001, rtol=0.001, tolerance=None, check=None, fail_code=None, "
               "fail_regex=None, passes=False, strict_band=False, max_invocations=None, deadline=None, jobs=1, "

@@ -46,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-prefix", action="store_true",
                         help="skip Polygraphy's prefix answer (about log2(n) runs)")
     parser.add_argument("--max-invocations", type=count(0), default=None, metavar="N", help="target run budget")
+    parser.add_argument("-j", "--jobs", type=count(1), default=1, metavar="N",
+                        help="test candidates in N target workers at once (same answer; shorter wall time where "
+                        "cores are free; not with a target that pins nodes itself)")
     parser.add_argument("--json", type=output_path, metavar="PATH", help="write the result as JSON")
     parser.add_argument("-o", "--output", type=output_path, metavar="DIR",
                         help="write the mixed-precision model(s), overrides and the sensitivity chart here")
@@ -67,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
             tolerance=tolerance_from_args(args), workdir=args.workdir, output=args.output,
             sensitivity=args.sensitivity, prefix=not args.no_prefix, calibration=args.calibration,
             max_invocations=args.max_invocations, seed=args.seed, on_stage=progress.stage, on_progress=progress,
-            alone=args.alone,
+            alone=args.alone, jobs=args.jobs,
         )
     finally:
         progress.close()

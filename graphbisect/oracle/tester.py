@@ -79,6 +79,12 @@ class WorkerPool:
         finally:
             self._free.put(proc)
 
+    def run(self, model: str | Path, inputs: Mapping[str, np.ndarray] | str | Path,
+            outputs: Sequence[str] | None = None) -> RunResult:
+        """Run ``model`` on the next free worker (callers in parallel threads each get their own)."""
+        with self.acquire() as proc:
+            return proc.run(model, inputs, outputs)
+
     @property
     def invocations(self) -> int:
         return sum(proc.invocations for proc in self.procs)

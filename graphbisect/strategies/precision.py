@@ -33,11 +33,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
 from graphbisect.atomic import atomic_write_text
-from graphbisect.backends import BackendProcess, RunResult
+from graphbisect.backends import RunResult
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.engine import Evaluator, Outcome, SearchResult, TestResult, bisect_prefix, probdd
 from graphbisect.localize.layerwise import LayerwiseReport
@@ -46,6 +47,7 @@ from graphbisect.precision.lowering import Lowering
 
 __all__ = [
     "Measurement",
+    "ModelRunner",
     "PrecisionTester",
     "SensitivityRow",
     "alone_breakers",
@@ -58,6 +60,13 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+
+class ModelRunner(Protocol):
+    """Runs a model file on the target: a :class:`~graphbisect.backends.BackendProcess`, or a
+    :class:`~graphbisect.oracle.tester.WorkerPool` of them for candidates tested in parallel."""
+
+    def run(self, model: str | Path, inputs: Path) -> RunResult: ...
 
 
 @dataclass(frozen=True)
@@ -90,10 +99,12 @@ class PrecisionTester:
     the run, and the candidate model's path (one per keep-set) makes the worker load it afresh.
     ``run_model``: the file the target runs instead of the candidate ONNX model, for a target that runs
     its own format (the original Paddle program; runtime pins only, the model is never rewritten then, and
-    the runtime's ``load_key`` makes the worker reload when the pins change).
+    the runtime's ``load_key`` makes the worker reload when the pins change). Measurements may run in
+    parallel threads (``proc`` a worker pool) when the lowering rewrites the model (one file per keep-set);
+    runtime pins share the one pin file, so they must not.
     """
 
-    def __init__(self, lowering: Lowering, proc: BackendProcess, workdir: Path, inputs: Path, *,
+    def __init__(self, lowering: Lowering, proc: ModelRunner, workdir: Path, inputs: Path, *,
                  expected: Mapping[str, np.ndarray], tol: Tolerance, pin_file: Path | None = None,
                  run_model: Path | None = None) -> None:
         if lowering.runtime_pins and pin_file is None:

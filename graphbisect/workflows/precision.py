@@ -23,6 +23,13 @@ nodes, ``True`` always, ``False`` never; unchecked, ``PrecisionResult.alone`` is
 ``breaks_alone`` is null (never an empty list, which would claim that none does), and ``alone_checked``
 says why (``skipped_many``, ``skipped``, ``budget``, ``sensitivity``, ``checked``).
 
+**Parallel candidates** (``jobs`` > 1): that many target workers (a
+:class:`~graphbisect.oracle.tester.WorkerPool`) test candidates at once: ProbDD speculates along the chain
+of removals it would try next and the sweep tests the next single removals, keeping the first that meets
+the tolerance in the serial order, so the answer and its minimality are those of ``jobs=1`` (a few more
+runs: those past an accepted removal). CPU per run is unchanged: it shortens the wall time where cores are
+free. Runtime pins share one pin file and are refused with ``jobs`` > 1.
+
 **Runtime pins.** When the target itself computes in reduced precision and its backend row documents a
 ``keep_fp32`` option — ``openvino:precision=bf16`` (or ``f16``) — nothing is emulated: every candidate is
 the FP32 model, the target lowers it, and the keep-set is handed to it as ``keep_fp32=@FILE`` (rewritten
@@ -46,6 +53,7 @@ target's own configuration lines (Paddle: ``enable_mkldnn_bfloat16()`` + ``set_b
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -66,12 +74,14 @@ from graphbisect.errors import BackendError, InputError
 from graphbisect.localize.layerwise import analyze_layers
 from graphbisect.model import Model
 from graphbisect.model.io import save_proto
-from graphbisect.options import INVOCATIONS, check_value
+from graphbisect.options import INVOCATIONS, JOBS, check_value
+from graphbisect.oracle.tester import WorkerPool
 from graphbisect.precision.calibration import Calibration, CalibrationMethod
 from graphbisect.precision.lowering import Lowering
 from graphbisect.precision.modes import PrecisionMode
 from graphbisect.strategies.precision import (
     Measurement,
+    ModelRunner,
     PrecisionTester,
     SensitivityRow,
     alone_breakers,
@@ -257,18 +267,25 @@ def find_precision(
     on_stage: Callable[[str], None] | None = None,
     on_progress: Callable[[ProgressEvent], None] | None = None,
     alone: bool | None = None,
+    jobs: int = 1,
 ) -> PrecisionResult:
     """Find a 1-minimal set of nodes to keep in FP32 with the rest in ``mode`` (see the module docstring).
 
     ``alone``: check which kept nodes break the tolerance alone (one run each): None only when at most
     :data:`ALONE_AUTO_MAX` are kept, True always, False never ("Single-node checks" in the module docstring).
+    ``jobs``: target workers testing candidates at once ("Parallel candidates" in the module docstring).
     """
     started = time.monotonic()
     check_value("find_precision", "max_invocations", max_invocations, INVOCATIONS)
+    check_value("find_precision", "jobs", jobs, JOBS)
     mode = mode if isinstance(mode, PrecisionMode) else PrecisionMode.parse(mode)
     method = calibration if isinstance(calibration, CalibrationMethod) else CalibrationMethod.parse(calibration)
     stage = on_stage or (lambda _msg: None)
     _refuse_unpinnable(target, mode)  # before the oracle's run
+    if jobs > 1 and runtime_pins_mode(target) is not None:
+        raise InputError(f"--jobs {jobs} with {target}: the target reads its FP32 pins from one file, so its "
+                         "candidates cannot run at once", hint="leave --jobs out (1) with a target that pins "
+                         "nodes itself")
     with work_folder(workdir, "precision", protect=(model.path, model.paddle_source)) as (folder, _kept):
         feeds = validate_inputs(model, inputs) if inputs is not None else random_inputs(model, seed=seed)
         stage(f"capturing the FP32 oracle's activations ({oracle})")
@@ -297,16 +314,19 @@ def find_precision(
         tol = tolerance or Tolerance(atol=1e-2, rtol=1e-2)
         return _search(session, lowering, target, tol, started=started, oracle_runs=oracle_runs,
                        out_dir=out_dir, with_sensitivity=with_sensitivity, with_prefix=with_prefix,
-                       max_invocations=max_invocations, stage=stage, on_progress=on_progress, alone=alone)
+                       max_invocations=max_invocations, stage=stage, on_progress=on_progress, alone=alone,
+                       jobs=jobs)
 
 
 def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tolerance, *, started: float,
             oracle_runs: int, out_dir: Path | None, with_sensitivity: bool, with_prefix: bool,
             max_invocations: int | None, stage: Callable[[str], None],
             on_progress: Callable[[ProgressEvent], None] | None = None,
-            mode: PrecisionMode | None = None, alone: bool | None = None) -> PrecisionResult:
+            mode: PrecisionMode | None = None, alone: bool | None = None, jobs: int = 1) -> PrecisionResult:
     """The search; ``lowering`` None: op-type pins, whose units the target reports (see the module docs)."""
-    with BackendProcess(target, workdir=session.workdir / "target") as proc:
+    workers = (contextlib.closing(WorkerPool(target, jobs, session.workdir / "target")) if jobs > 1
+               else BackendProcess(target, workdir=session.workdir / "target"))
+    with workers as proc:
         known: dict[frozenset[int], Measurement] = {}
         if lowering is None:
             assert mode is not None
@@ -317,7 +337,7 @@ def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tole
                                  expected=session.expected, tol=tol, pin_file=session.pin_file,
                                  run_model=session.run_model)
         ev = Evaluator(tester, n, allow_empty=True, budget=Budget(max_invocations=max_invocations),
-                       on_progress=on_progress)
+                       on_progress=on_progress, jobs=jobs)
         for keep, measured in known.items():  # runs the discovery made already
             ev.record(keep, Outcome.FAIL if measured.meets else Outcome.PASS)
         unit_word = "op types" if lowering.op_types is not None else "nodes"
@@ -373,7 +393,7 @@ def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tole
     )
 
 
-def _discover_op_types(session: _Session, mode: PrecisionMode, proc: BackendProcess, target: str,
+def _discover_op_types(session: _Session, mode: PrecisionMode, proc: ModelRunner, target: str,
                        tol: Tolerance) -> tuple[Lowering, dict[frozenset[int], Measurement]]:
     """Op-type pins: the op types ``target`` computes in ``mode`` with nothing kept, as units; refused when
     there are none or when the fully lowered outputs equal the all-FP32 ones ("had no effect").

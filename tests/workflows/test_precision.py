@@ -188,6 +188,20 @@ def test_kept_nodes_are_checked_alone_only_when_few_or_asked_and_unchecked_is_ne
     assert stopped.to_json()["breaks_alone"] is None
 
 
+def test_two_target_workers_give_the_same_int8_answer_and_pins_in_one_file_are_refused(tmp_path: Path) -> None:
+    """--jobs 2: candidates run two at a time, and the answer (its FP32 set, minimality, verification) is the
+    serial one; a target that reads its pins from one file cannot run two candidates at once."""
+    model, feeds = load_model(residual_cnn()), cnn_inputs()
+    serial = find_precision(model, mode="int8", inputs=feeds, tolerance=TOL, with_prefix=False)
+    parallel = find_precision(model, mode="int8", inputs=feeds, tolerance=TOL, with_prefix=False, jobs=2)
+    assert parallel.keep_fp32 == serial.keep_fp32 and parallel.minimal and parallel.meets_tolerance
+    assert parallel.alone == serial.alone
+    assert parallel.invocations["target"] >= serial.invocations["target"]  # speculative runs past a winner
+    with pytest.raises(InputError, match="one file"):
+        find_precision(load_model(cancelling_net()), mode="bf16", target=OPENVINO_BF16, jobs=2,
+                       inputs={"x": np.zeros((1, 3, 16, 16), np.float32)})
+
+
 def test_ocr_recognizer_from_the_rapidocr_wheel_needs_no_fp32_node_in_fp16() -> None:
     """PP-OCRv4 rec (860 nodes) shipped in rapidocr-onnxruntime: fp16 everywhere meets 1e-3 abs / 1e-2 rel."""
     path = _rapidocr_model("ch_PP-OCRv4_rec_infer.onnx")
