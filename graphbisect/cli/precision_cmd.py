@@ -47,8 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip Polygraphy's prefix answer (about log2(n) runs)")
     parser.add_argument("--max-invocations", type=count(0), default=None, metavar="N", help="target run budget")
     parser.add_argument("-j", "--jobs", type=count(1), default=1, metavar="N",
-                        help="test candidates in N target workers at once (same answer; shorter wall time where "
-                        "cores are free; not with a target that pins nodes itself)")
+                        help="test candidates in N target workers at once (same answer, more CPU; for idle "
+                        "cores; not with a target that pins nodes itself)")
     parser.add_argument("--json", type=output_path, metavar="PATH", help="write the result as JSON")
     parser.add_argument("-o", "--output", type=output_path, metavar="DIR",
                         help="write the mixed-precision model(s), overrides and the sensitivity chart here")
