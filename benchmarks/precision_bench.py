@@ -197,8 +197,9 @@ def main() -> None:
     print_table(f"precision search ({describe_machine()})", header, [[row[h] for h in header] for row in rows],
                 left=4, notes=[
                     "search_tests: candidates the search evaluated (baseline, all-lowered, ProbDD and its one-by-one "
-                    "sweep, the single-node checks, prefix bisection), cached repeats included; target_runs: runs "
-                    "of the search's target worker (no repeats; plus the layerwise evidence run on onnxruntime).",
+                    "sweep, the single-node checks (answers of up to 32 nodes), prefix bisection), cached repeats "
+                    "included; target_runs: runs of the search's target worker (no repeats; plus the layerwise "
+                    "evidence run on onnxruntime).",
                     "naive sensitivity = n runs (one per node, lowered alone); it finds only nodes that break the "
                     "tolerance alone. prefix_size = nodes Polygraphy's prefix bisection keeps in FP32.",
                     "openvino rows: bf16 by OpenVINO itself, FP32 nodes pinned with keep_fp32 (no emulation).",
