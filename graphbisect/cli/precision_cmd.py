@@ -105,6 +105,10 @@ def print_result(result: PrecisionResult, *, rows: int) -> None:
         print("\nthe fully lowered model meets the tolerance: no node needs FP32")
     stopped = f": the search stopped early ({result.stop_reason})" if result.stop_reason else ""
     print(f"tolerance atol {result.tolerance.atol:g}, rtol {result.tolerance.rtol:g}")
+    if str(result.extra.get("oracle_expected", "")).endswith("differ)"):
+        print("note: the oracle computes the model differently when its intermediates are exposed; the expected "
+              "outputs are its run of the model as built (an oracle that computes the graph as written, e.g. "
+              "--oracle reference, avoids this)")
     print(f"\nkeep in FP32 ({len(result.keep_fp32)}{' op types' if op_types else ''}"
           f"{', 1-minimal' if result.minimal else ', NOT proven minimal'}"
           f"{stopped}):")

@@ -156,6 +156,7 @@ class _Session:
     store: ActivationStore | None
     pin_file: Path | None = None  # runtime pins: the keep_fp32=@FILE the target reads
     run_model: Path | None = None  # a target that runs its own format (Paddle): the file it runs
+    oracle_verdict: str = "capture"  # where ``expected`` comes from (``--json`` ``oracle_expected``, _capture)
 
 
 _PIN_OPTION = "keep_fp32"
@@ -226,7 +227,28 @@ def _capture(model: Model, oracle: str, feeds: Mapping[str, np.ndarray], workdir
                                hint="choose another oracle, e.g. --oracle reference")
         store = ActivationStore.adopt(workdir / "activations") if len(names) > len(model.output_names) else None
         expected = {name: np.asarray(run.outputs[name]) for name in model.output_names}
-        return _Session(model, workdir, Path(inputs_path), expected, store), proc.invocations
+        verdict = "capture"
+        if store is not None and not info.computes_as_written(spec):
+            # An oracle that rewrites the graph may build the probe otherwise than the model (compare's rule,
+            # BackendInfo.computes_as_written): the expected outputs are its run of the model as built; the
+            # capture still gives the calibration ranges and the layerwise evidence.
+            plain_path = workdir / "oracle-model.onnx"
+            save_proto(model.with_outputs(list(model.output_names)), plain_path)
+            plain = proc.run(plain_path, inputs_path, output_dir=workdir / "oracle-plain")
+            if not plain.ok:
+                raise BackendError(f"the oracle {spec} failed on the FP32 model as built, though it ran it with "
+                                   f"every intermediate exposed: {plain.describe()}",
+                                   hint="choose an oracle that computes the graph as written, e.g. --oracle "
+                                   "reference or --oracle onnxruntime:opt_level=disable")
+            same = all(np.array_equal(expected[name], np.asarray(plain.outputs[name]), equal_nan=True)
+                       for name in model.output_names)
+            expected = {name: np.asarray(plain.outputs[name]) for name in model.output_names}
+            verdict = "model as built" + ("" if same else " (its capture's outputs differ)")
+            if not same:
+                log.warning("the oracle %s computes the model differently when its intermediates are exposed; "
+                            "the expected outputs are its run of the model as built", spec)
+        session = _Session(model, workdir, Path(inputs_path), expected, store, oracle_verdict=verdict)
+        return session, proc.invocations
 
 
 def _typed_target(target: str) -> bool:
@@ -370,7 +392,7 @@ def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tole
     verified, metrics, verify_runs, verify_info = _verify(session, lowering, target, tol, result.keep)
     files = _write_artifacts(out_dir, lowering, result.keep, rows) if out_dir is not None else ()
     extra: dict[str, object] = {"tests_by_phase": {name: c.tests for name, c in ev.stats().phases},
-                                "alone_checked": alone_checked}
+                                "alone_checked": alone_checked, "oracle_expected": session.oracle_verdict}
     if lowering.runtime_pins:
         pins = verify_info.get(_PIN_OPTION) or {}
         extra.update(target=target, runtime_pins_not_applied=list(pins.get("not_applied", [])),

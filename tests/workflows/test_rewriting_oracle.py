@@ -1,5 +1,5 @@
-"""`reduce` and `passes` with an oracle that rewrites the graph: its verdict comes from the model as built, as
-in `compare`.
+"""`reduce`, `passes` and `precision` with an oracle that rewrites the graph: its verdict comes from the model as
+built, as in `compare`.
 
 Before: both judged the original model against the oracle's *capture* (intermediates exposed). ONNX Runtime
 at opt_level=all fuses the keepdims=0 LayerNorm wrongly only when its tensors are not exposed, so `compare`
@@ -66,3 +66,20 @@ def test_passes_judges_the_model_as_built_and_does_not_search_a_region_on_a_capt
     assert result.invocations["oracle"] == 2  # the capture and the model as built
     assert any("computes the model differently when tensors are exposed" in note for note in result.notes)
     assert result.scope["searched_on"] == "whole model" and not result.culprits
+
+
+def test_precision_expects_what_a_rewriting_oracle_computes_on_the_model_as_built(tmp_path: Path) -> None:
+    # compare (oracle = target = ORT opt_level=all) says PASS on this model; precision judged the FP32 baseline
+    # against the oracle's capture, which does not mis-fuse, and refused: "the target does not meet the
+    # tolerance even with every node in FP32".
+    from graphbisect.workflows.precision import find_precision
+
+    model = load_model(_layernorm_keepdims0())
+    x = np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32)
+    result = find_precision(model, mode="fp16", oracle="onnxruntime:opt_level=all",
+                            target="onnxruntime:opt_level=all", inputs={"x": x}, workdir=tmp_path / "work",
+                            with_prefix=False, alone=False)
+    assert result.extra["oracle_expected"] == "model as built (its capture's outputs differ)"
+    assert result.meets_tolerance
+    # the capture and the plain run share the oracle's worker
+    assert result.invocations["oracle"] == 2
