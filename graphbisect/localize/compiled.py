@@ -187,22 +187,64 @@ def from_optimized_model(nodes: Sequence[onnx.NodeProto], optimized: str | Path 
 
     An optimized node that keeps an original output name covers the nodes behind it up to the surviving
     tensors (:func:`fused_region`). ONNX Runtime's NCHWc transformer renames the outputs of the nodes it
-    re-lays out (``reorder_token_7``) but names each node after the original tensor it computes
-    (``r2_nchwc`` for a Conv + BatchNormalization + Relu whose Relu wrote ``r2``): exposing ``r2`` only adds
-    a reorder behind the same kernel, so ``r2`` counts as surviving.
+    re-lays out (``reorder_token_7``) and names each node after the original tensor it computed when it
+    was created (``r2_nchwc`` for a Conv + BatchNormalization + Relu whose Relu wrote ``r2``). That node
+    may then absorb the ops after it: its NCHWc ``Conv`` takes a following ``Add``/``Sum`` as a fourth
+    (``Sum``) input and a following activation as its ``activation`` attribute, so ``r11_nchwc`` in a
+    ResNet block computes ``Relu(r11 + r13)``, not ``r11``. The tensor such a node computes is the one
+    those fused ops wrote (:func:`_nchwc_output`); it counts as surviving, and the name it replaced
+    (``r11``) does not.
     """
     proto = optimized if isinstance(optimized, onnx.ModelProto) else \
         onnx.load(str(optimized), load_external_data=False)
-    producer = {name for node in nodes for name in node.output if name}
+    producer = {name: node for node in nodes for name in node.output if name}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for original in nodes:
+        for name in dict.fromkeys(original.input):
+            readers.setdefault(name, []).append(original)
 
     def outputs_of(node: onnx.NodeProto) -> list[str]:
         named = [name for name in node.output if name in producer]
         base = node.name.removesuffix(_ORT_NCHWC)
-        return named or ([base] if base != node.name and base in producer else [])
+        if named or base == node.name or base not in producer:
+            return named
+        computed = _nchwc_output(node, base, producer, readers)
+        return [computed] if computed is not None else []
 
     named = [(node.name or node.op_type, node.op_type, outputs_of(node)) for node in proto.graph.node]
     survivors = surviving_tensors(proto) | {name for _, _, outputs in named for name in outputs}
     return from_named_outputs(nodes, named, "optimized model", survivors=survivors)
+
+
+def _nchwc_output(node: onnx.NodeProto, base: str, producer: Mapping[str, onnx.NodeProto],
+                  readers: Mapping[str, Sequence[onnx.NodeProto]]) -> str | None:
+    """The original tensor ONNX Runtime's NCHWc node ``node`` (named after ``base``) computes, or None when
+    the original graph does not show which.
+
+    ``base`` is the tensor the node computed when the NCHWc transformer created it; a ``Conv`` may then have
+    fused the ``Add``/``Sum`` that read ``base`` (its fourth input, ``Sum``) and, after that, the activation
+    named by its ``activation`` attribute. An activation already fused before (a ``FusedConv``) wrote
+    ``base`` itself. Each fused op was the only reader of the tensor before it (else it could not be fused).
+    """
+    steps: list[frozenset[str]] = []
+    if node.op_type == "Conv":
+        if len(node.input) > 3 and node.input[3]:
+            steps.append(frozenset({"Add", "Sum"}))
+        activation = next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == "activation"),
+                          None)
+        if isinstance(activation, bytes):
+            kind = activation.decode()
+            if steps or producer[base].op_type != kind:
+                steps.append(frozenset({kind}))
+    tensor = base
+    for kinds in steps:
+        read = readers.get(tensor, ())
+        if len(read) != 1 or read[0].op_type not in kinds or not read[0].output or read[0].output[0] not in producer:
+            log.warning("ONNX Runtime's %s fused a %s after %r that the original graph does not show: its "
+                        "output is not mapped", node.name, "/".join(sorted(kinds)), tensor)
+            return None
+        tensor = read[0].output[0]
+    return tensor
 
 
 def from_named_outputs(nodes: Sequence[onnx.NodeProto], named: Iterable[tuple[str, str, Sequence[str]]],

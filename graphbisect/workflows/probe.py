@@ -138,10 +138,10 @@ def replay_model(optimized: Path, model: Model, names: Sequence[str], destinatio
     ``destination`` must be in the optimized model's folder (its weights are external data beside it).
     Outputs are declared with their element type only: a layout-transforming backend may store a surviving
     tensor in another shape. A tensor ONNX Runtime's NCHWc transformer keeps only in its blocked layout is
-    not exposed (not in the returned list): the node named after it (``r11_nchwc``) may have fused a later
-    Sum and activation too, so its output is not that tensor. Graph inputs no node reads and the model does
-    not have are dropped: ORT keeps every input of a model that lists its initializers as inputs (IR < 4),
-    also those whose initializer it folded away; such an input changes nothing but would have to be fed.
+    not exposed (not in the returned list; the saved model has no tensor of that name). Graph inputs no
+    node reads and the model does not have are dropped: ORT keeps every input of a model that lists its
+    initializers as inputs (IR < 4), also those whose initializer it folded away; such an input changes
+    nothing but would have to be fed.
     Returns the names exposed.
     """
     proto = onnx.load(str(optimized), load_external_data=False)

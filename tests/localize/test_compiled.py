@@ -87,3 +87,59 @@ def test_tensorrt_layers_from_inspector_metadata_or_names() -> None:
         (("conv0", "bn", "relu0"), ("r0",)), (("conv1", "relu1"), ("y",))]
     assert graph.unmapped == ("Reformatting CopyNode for Input Tensor 0 to conv1",)
     assert compiled_graph(model.nodes, model.output_names, {"layers": layers}) == graph
+
+
+def _residual_block(channels: int = 16) -> onnx.ModelProto:
+    """conv → relu → conv (``c2``) → add the skip → relu (``s``) → conv: a ResNet block. On a CPU with NCHWc
+    kernels ONNX Runtime (``all``) builds conv2 as an NCHWc Conv named ``c2_nchwc`` that then also takes the
+    Add as its ``Sum`` input and the Relu as its ``activation``: it computes ``s``; ``c2`` exists nowhere."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((channels, channels, 3, 3)) * 0.1).astype(np.float32), w)
+             for w in ("w1", "w2", "w3")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c2", "r1"], ["a"], name="add"),
+             helper.make_node("Relu", ["a"], ["s"], name="relu2"),
+             helper.make_node("Conv", ["s", "w3"], ["y"], name="conv3", pads=[1, 1, 1, 1])]
+    shape = [1, channels, 8, 8]
+    graph = helper.make_graph(nodes, "residual", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _fused_sums(path: Path, tmp_path: Path) -> int:
+    """How many NCHWc Convs ONNX Runtime (``all``) builds with a fused ``Sum`` input for the model at ``path``."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / f"{path.stem}.opt.onnx")
+    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    optimized = onnx.load(options.optimized_model_filepath, load_external_data=False)
+    return sum(1 for n in optimized.graph.node if n.op_type == "Conv" and len(n.input) > 3 and n.input[3])
+
+
+def test_an_nchwc_conv_that_fused_the_later_add_and_relu_computes_their_output(tmp_path: Path) -> None:
+    """``c2_nchwc`` is named after ``c2`` but computes ``Relu(c2 + r1)``: the Add and Relu are compiled with
+    conv2, ``s`` survives and ``c2`` does not, so the probe exposes ``s`` and ONNX Runtime still fuses the Add."""
+    pytest.importorskip("onnxruntime")
+    from graphbisect.workflows.compare import compare_models
+
+    model = load_model(_residual_block())
+    model.save(tmp_path / "m.onnx")
+    if not _fused_sums(tmp_path / "m.onnx", tmp_path):
+        pytest.skip("this CPU has no NCHWc kernels: ONNX Runtime keeps the NCHW layout")
+    graph = compiled_graph(model.nodes, model.output_names, {"optimized_model": str(tmp_path / "m.opt.onnx")})
+    assert graph is not None
+    block = graph.by_original()["conv2"]
+    assert block.name == "c2_nchwc" and block.originals == ("conv2", "add", "relu2") and block.outputs == ("s",)
+    assert graph.by_original()["relu2"] is block and graph.by_original()["conv1"].originals == ("conv1", "relu1")
+    assert graph.surviving == {"r1", "s", "y"}
+    # The probe model (the surviving tensors exposed) is built as the plain model was: the Add stays fused.
+    onnx.save(model.with_outputs(sorted(graph.surviving - {"y"})), str(tmp_path / "probe.onnx"))
+    assert _fused_sums(tmp_path / "probe.onnx", tmp_path) == 1
+    result = compare_models(model)
+    assert result.passed and result.layerwise is not None and result.layerwise.first_divergence is None
+    assert {row.tensor for row in result.layerwise.rows if row.compared} == {"r1", "s", "y"}
+    rows = {row.tensor: row for row in result.layerwise.rows}
+    assert rows["s"].compiled_as == block and not result.probe_masking
