@@ -80,6 +80,7 @@ HEADER_BYTES = 64
 #: page-aligned and memory-mapped.
 SMALL_BYTES = 64 << 10
 _SMALL_ALIGN = 64
+_ZEROS = bytes(_SMALL_ALIGN)
 _PAGE_ALIGN = 4096
 #: Bytes at the end of the data whose CRC-32 the index holds.
 _TAIL_BYTES = 4096
@@ -180,6 +181,26 @@ class PackWriter:
             self._handle.write(np.ascontiguousarray(raw).reshape(-1).view(np.uint8).data)
         self.size = offset + nbytes
         return {"offset": offset}
+
+    def add_small(self, arrays: Sequence[np.ndarray]) -> list[int]:
+        """Append tensors of at most :data:`SMALL_BYTES` each that are stored as themselves (a numpy type
+        ONNX has natively: :func:`graphbisect.values.is_native`; checked by the caller), in one write;
+        return their offsets. The bytes are what :meth:`add` writes for each, one after another; a handoff
+        of thousands of new cut tensors costs a few µs less per tensor than :meth:`add` each.
+        """
+        parts: list[bytes] = []
+        offsets: list[int] = []
+        size = self.size
+        for array in arrays:
+            offset = -(-size // _SMALL_ALIGN) * _SMALL_ALIGN
+            if offset > size:
+                parts.append(_ZEROS[:offset - size])
+            parts.append(array.tobytes())  # C order, as add() writes it
+            offsets.append(offset)
+            size = offset + array.nbytes
+        self._handle.write(b"".join(parts))
+        self.size = size
+        return offsets
 
     def flush(self) -> None:
         """Hand buffered bytes to the operating system, so this process can read them back."""

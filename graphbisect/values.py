@@ -61,6 +61,7 @@ __all__ = [
     "entry_nbytes",
     "from_raw_bytes",
     "is_exact",
+    "is_native",
     "load_values_npz",
     "numpy_dtype",
     "pack",
@@ -183,6 +184,19 @@ def dtype_elem_type(dtype: np.dtype) -> int | None:
         if code != STRING and dtype == np.dtype(name):
             return code
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def is_native(dtype: np.dtype) -> bool:
+    """Whether a tensor of ``dtype`` is stored as itself (:func:`encode_tensor` returns it unchanged, with
+    no element type to record): a numpy type ONNX has natively, strings excepted.
+
+    Example:
+        >>> is_native(np.dtype(np.float32)), is_native(numpy_dtype(17)), is_native(np.dtype(object))
+        (True, False, False)
+    """
+    code = dtype_elem_type(dtype)
+    return code is not None and code != STRING and code not in EXTENSION_TYPES and dtype.names is None
 
 
 def encode_tensor(array: np.ndarray) -> tuple[np.ndarray, int | None]:

@@ -64,7 +64,7 @@ import numpy as np
 
 from graphbisect.errors import GraphBisectError, InputError, SpecError
 from graphbisect.packfile import COPY_MAX_BYTES, DATA_NAME, INDEX_NAME, SMALL_BYTES, PackedData, PackWriter
-from graphbisect.values import decode_tensor, encode_tensor, load_values_npz, save_values_npz
+from graphbisect.values import decode_tensor, encode_tensor, is_native, load_values_npz, save_values_npz
 
 __all__ = ["MANIFEST", "PROTOCOL_VERSION", "InputsReader", "InputsWriter", "compare_to_store", "library_version",
            "load_npz", "main", "option_flag", "save_npz", "write_outputs"]
@@ -168,10 +168,30 @@ class InputsWriter:
         ids, names, offsets, dtypes, shapes, holds = (columns[key] for key in _COLUMNS)
         new: list[list[Any]] = []
         feeds: list[int] = []
+        small: list[np.ndarray] = []  # small tensors stored as themselves: written at once, at the end,
+        rows: list[int] = []  # into these rows of the columns
         for name, value in inputs.items():
             held = self._held.get(name)
             if held is not None and held[0] is value:
                 feeds.append(held[1])
+                continue
+            ident, self._next = self._next, self._next + 1
+            feeds.append(ident)
+            plain = isinstance(value, np.ndarray) and value.nbytes <= SMALL_BYTES and is_native(value.dtype)
+            hold = _unchangeable(value) and value.nbytes <= SMALL_BYTES
+            if hold:
+                self._held[name] = (value, ident)
+            else:
+                self._held.pop(name, None)
+            if plain:
+                small.append(value)
+                rows.append(len(ids))
+                offsets.append(0)
+                ids.append(ident)
+                names.append(name)
+                dtypes.append(value.dtype.str)
+                shapes.append(list(value.shape))
+                holds.append(hold)
                 continue
             try:
                 entry = writer.add(value)
@@ -179,12 +199,6 @@ class InputsWriter:
                 self.close()  # what this call recorded as held never reaches the worker: start afresh
                 raise InputError(f"input {name!r} cannot be passed to the backend worker: {exc.message}",
                                  hint=exc.hint) from exc
-            ident, self._next = self._next, self._next + 1
-            hold = _unchangeable(value) and value.nbytes <= SMALL_BYTES
-            if hold:
-                self._held[name] = (value, ident)
-            else:
-                self._held.pop(name, None)
             if entry.keys() == _PLAIN:
                 ids.append(ident)
                 names.append(name)
@@ -194,7 +208,8 @@ class InputsWriter:
                 holds.append(hold)
             else:
                 new.append([ident, name, entry, hold])
-            feeds.append(ident)
+        for row, offset in zip(rows, writer.add_small(small), strict=True):
+            offsets[row] = offset
         writer.flush()
         return {"folder": str(writer.folder), "token": writer.token, "size": writer.size, "tensors": columns,
                 "new": new, "feeds": feeds}

@@ -26,9 +26,9 @@ from graphbisect.compare import compare_values
 from graphbisect.data import ActivationStore, load_inputs, save_inputs
 from graphbisect.data.protos import array_from_tensor, tensor_from_array
 from graphbisect.model import load_model
-from graphbisect.packfile import StaleDataError
+from graphbisect.packfile import PackWriter, StaleDataError
 from graphbisect.strategies.subgraph import SubgraphSpace
-from graphbisect.values import load_values_npz, save_values_npz
+from graphbisect.values import is_native, load_values_npz, save_values_npz
 
 T = onnx.TensorProto
 
@@ -126,6 +126,22 @@ def test_worker_inputs_round_trip_of_every_type_writable_and_never_misread(tmp_p
         InputsReader().read(stale)
     writer.discard()
     assert not folder.exists()
+
+
+def test_small_native_tensors_written_at_once_as_add_writes_each(tmp_path: Path) -> None:
+    """``PackWriter.add_small`` (the inputs handoff's write of thousands of new cut tensors) leaves the data
+    file byte for byte as ``add`` one at a time, at the same offsets: every native type, empty, 0-d and
+    non-contiguous arrays; the types it does not take (extension types, strings) are not native."""
+    arrays = [array for _, array in TENSORS.values() if is_native(array.dtype)]
+    arrays += [np.zeros((0, 3), np.float32), np.array(7, np.int64), np.arange(24, dtype=np.int16).reshape(4, 6)[:, ::2]]
+    assert len(arrays) > 10 and not is_native(np.dtype(ml_dtypes.bfloat16)) and not is_native(np.dtype(object))
+    one, many = PackWriter.scratch(tmp_path / "one"), PackWriter.scratch(tmp_path / "many")
+    offsets = [one.add(array)["offset"] for array in arrays]
+    assert many.add_small(arrays) == offsets and many.size == one.size
+    for writer in (one, many):
+        writer.close()
+    one_bytes, many_bytes = ((tmp_path / side / "values.bin").read_bytes() for side in ("one", "many"))
+    assert len(one_bytes) == len(many_bytes) and one_bytes[64:] == many_bytes[64:]  # after the header (a token)
 
 
 @pytest.mark.parametrize("name", list(TENSORS))
