@@ -356,8 +356,12 @@ def _wide(values: np.ndarray) -> np.ndarray:
 
 
 def _finite_sum(values: np.ndarray) -> bool:
-    """Whether the sum of ``values`` (float64 or complex128) is finite: exactly when every value is."""
-    total = values.sum()
+    """Whether the sum of ``values`` (float64 or complex128) is finite: exactly when every value is.
+
+    inf + -inf is nan by design here (a non-finite value found), not a warning for the user.
+    """
+    with np.errstate(invalid="ignore", over="ignore"):
+        total = values.sum()
     return math.isfinite(total.real) and math.isfinite(total.imag)
 
 

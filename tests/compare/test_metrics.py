@@ -132,3 +132,14 @@ def test_statistics_and_tolerances_cross_the_worker_boundary_exactly() -> None:
         assert type(back.oracle_shape) is type(stats.oracle_shape)
     tol = Tolerance(atol=1e-5, rtol=0.0, min_cosine=0.99, per_output={"y": (0.5, 1e-2)}, check_dtype=False)
     assert Tolerance.from_json(json.loads(json.dumps(tol.to_json()))) == tol
+
+
+def test_opposite_infinities_are_reported_without_a_numpy_warning() -> None:
+    # fp16 overflow gives +inf and -inf in one tensor; their sum (the finiteness probe) is nan, which numpy
+    # warned about in every precision search ("invalid value encountered in reduce").
+    oracle = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    target = np.array([1.0, np.inf, -np.inf, 4.0], np.float32)
+    with np.errstate(all="raise"):
+        stats = compare_tensors("x", oracle, target, Tolerance(atol=1e-3, rtol=1e-3))
+    assert not stats.passed
+    assert stats.kind is MismatchKind.NAN
