@@ -533,8 +533,8 @@ def plan(evaluator: Evaluator, space: SubgraphSpace, *, hints: Sequence[frozense
     intermediate becomes an output) that is checked with one invocation rather than assumed.
     """
     best = [frozenset(range(space.size))]
-    evaluator.set_best(space.size, phase="hints", start=True)  # the progress bar's size before any search
     try:
+        evaluator.set_best(space.size, phase="hints", start=True)  # the progress bar's size before any search
         extra_outputs = space.boundary(best[0])[2] != list(space.model.output_names)
         if extra_outputs and evaluator.evaluate(best[0], phase="confirm").outcome is not Outcome.FAIL:
             raise SearchAborted("the whole model as a candidate does not fail like the original",

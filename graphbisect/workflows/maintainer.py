@@ -93,8 +93,28 @@ def maintainer_facts(
     timeout: float | None = None,
     stage: Callable[[str], None] = lambda _msg: None,
 ) -> MaintainerFacts:
-    """Everything of the module docstring for the reduced ``model`` (``run_model``: a runnable copy of it)."""
+    """Everything of the module docstring for the reduced ``model`` (``run_model``: a runnable copy of it).
+
+    Ctrl-C while they are gathered stops them: the facts measured so far are kept, ``interrupted`` says the
+    rest were not measured, and the bundle is still written (its result is already re-verified).
+    """
     out = MaintainerFacts()
+    try:
+        _gather(out, model=model, run_model=run_model, feeds=feeds, expected=expected,
+                target_outputs=target_outputs, oracle=oracle, target=target, tolerance=tolerance,
+                signature=signature, workdir=workdir, timeout=timeout, stage=stage)
+    except KeyboardInterrupt:
+        out.facts["interrupted"] = True
+        out.sections["Not measured"] = ("Ctrl-C stopped the gathering of these facts: the sections that are "
+                                        "missing (the specification's word, optimization levels, repro_min.py) "
+                                        "were not measured.")
+    return out
+
+
+def _gather(out: MaintainerFacts, *, model: onnx.ModelProto, run_model: Path, feeds: Mapping[str, np.ndarray],
+            expected: Mapping[str, np.ndarray], target_outputs: Mapping[str, np.ndarray], oracle: BackendSpec,
+            target: BackendSpec, tolerance: Tolerance, signature: Signature, workdir: Path,
+            timeout: float | None, stage: Callable[[str], None]) -> None:
     runs = _Runs(run_model, feeds, workdir, timeout, out)
     out.facts["command_line"] = command_line()
     out.sections["Command line"] = f"```sh\n{out.facts['command_line']}\n```"
@@ -127,7 +147,6 @@ def maintainer_facts(
     out.facts["repro_min"] = {"written": script is not None, "why_not": why or None}
     if script is not None:
         out.files["repro_min.py"] = script
-    return out
 
 
 def _spec_check(runs: _Runs, expected: Mapping[str, np.ndarray], target_outputs: Mapping[str, np.ndarray],

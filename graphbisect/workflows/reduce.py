@@ -636,7 +636,13 @@ def _search_and_verify(r: _Run, space: SubgraphSpace, base: _Baseline, values: C
         r.notes.append("interrupted (Ctrl-C): the best result so far, not re-verified; --resume continues")
         verification = _Verification(False, {}, None)
     else:
-        verification = _verify(r, space, result.keep, baseline, values=values, tester=tester)
+        try:
+            verification = _verify(r, space, result.keep, baseline, values=values, tester=tester)
+        except KeyboardInterrupt:  # Ctrl-C while re-verifying: the search's result is kept, as during the search
+            r.notes.append("interrupted (Ctrl-C) while re-verifying: the search's result, not re-verified; "
+                           "--resume re-verifies it")
+            result = replace(result, stop_reason=StopReason.INTERRUPTED)
+            verification = _Verification(False, {}, None)
     return result, evaluator, tester, verification
 
 
