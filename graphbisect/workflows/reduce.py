@@ -265,12 +265,14 @@ class _Run:
         probe = self.work / "probe.onnx"
         save_proto(self.model.with_outputs(names), probe)
         self.stage(f"capturing {len(names)} tensors with the oracle {self.oracle_spec}")
-        with BackendProcess(self.oracle_spec, workdir=self.work / "oracle", timeout=self.options.timeout) as proc:
-            run = proc.run(probe, self.work / "inputs.npz", output_dir=store_dir)
-            self.count("oracle", run=run)
-            if run.ok and self.rewriting_oracle():
-                self._run_oracle_plain(proc)  # the same worker: no second start
-        remove_model(probe)
+        try:
+            with BackendProcess(self.oracle_spec, workdir=self.work / "oracle", timeout=self.options.timeout) as proc:
+                run = proc.run(probe, self.work / "inputs.npz", output_dir=store_dir)
+                self.count("oracle", run=run)
+                if run.ok and self.rewriting_oracle():
+                    self._run_oracle_plain(proc)  # the same worker: no second start
+        finally:
+            remove_model(probe)  # also when the plain run raises: a model-sized file left in the work folder
         if not run.ok:
             raise BackendError(f"the oracle {self.oracle_spec} failed on the model: {run.describe()}",
                                hint="the oracle must run the model; choose another, e.g. --oracle reference")
