@@ -378,11 +378,9 @@ def is_exact(array: np.ndarray) -> bool:
 
 
 def comparable(array: np.ndarray) -> np.ndarray:
-    """A numpy-native view of ``array`` for arithmetic comparison: extension floats → float32, int4 → int8,
-    complex → (real, imag) pairs on a new last axis. Strings are returned as they are."""
+    """A numpy-native view of ``array`` for arithmetic comparison: extension floats → float32, int4 → int8.
+    Strings and numpy's own types (complex too: compared per complex element) are returned as they are."""
     dtype = array.dtype
-    if dtype.kind == "c":
-        return np.stack([array.real, array.imag], axis=-1)
     ext = _extension(dtype)
     if ext is not None:
         return array.astype(np.float32 if ext.bits else np.int16)

@@ -38,11 +38,21 @@ def test_tolerance_is_on_the_modulus_as_numpy_allclose() -> None:
     assert compare_tensors("y", ORACLE, target, Tolerance(atol=0.8, rtol=0.0)).passed
 
 
-def test_a_nan_in_either_part_is_one_nonfinite_element() -> None:
+@pytest.mark.parametrize("value", [complex(np.nan, 0.0), complex(2.0, np.nan), complex(np.nan, np.nan)],
+                         ids=["real", "imag", "both"])
+def test_a_nan_in_either_part_is_one_nonfinite_element(value: complex) -> None:
     target = ORACLE.copy()
-    target[1] = complex(np.nan, np.nan)
+    target[1] = value
     stats = compare_tensors("y", ORACLE, target)
     assert (stats.kind, stats.target_nonfinite, stats.mismatches) == (MismatchKind.NAN, 1, 1)
+
+
+def test_a_complex_tensor_against_a_real_one_compares_without_dtype_check() -> None:
+    # It raised "operands could not be broadcast" ((3,) against the complex side's (real, imag) pairs, (6,)).
+    oracle = np.array([1.0, 2.0, 3.0], np.float32)
+    target = np.array([1.0, 2.0 + 0.5j, 3.0], np.complex64)
+    stats = compare_tensors("y", oracle, target, Tolerance(atol=0.1, rtol=0.0, check_dtype=False))
+    assert (stats.mismatches, stats.numel) == (1, 3)
 
 
 def test_repro_reports_the_complex_element_and_its_index(tmp_path: Path) -> None:
