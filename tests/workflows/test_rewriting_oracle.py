@@ -8,7 +8,6 @@ said FAIL while `reduce` and `passes` said the original model does not fail.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,9 +18,7 @@ from graphbisect.errors import GraphBisectError
 from graphbisect.model import load_model
 from graphbisect.workflows.passes import PassesOptions, find_culprit_passes
 from graphbisect.workflows.reduce import ReduceOptions, reduce_model, work_dir_for
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_compare import _layernorm_keepdims0
+from tests.workflows.test_compare import _layernorm_keepdims0
 
 
 def test_an_oracle_whose_capture_is_not_its_verdict_stops_the_reduction_and_says_why(tmp_path: Path) -> None:
