@@ -205,6 +205,8 @@ class SearchRun:
         this search was at (what the algorithm before the sweep already measured)."""
         last: dict[frozenset[int], float] = {}
         for keep in reversed(self.visited):
+            if len(last) == len(self.atoms):  # every atom has its most recent change
+                break
             base = self._margin_of(keep, margin) or 0.0
             for atom in self.atoms:
                 if atom in last or not atom <= keep:
