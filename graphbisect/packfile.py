@@ -140,7 +140,7 @@ class PackWriter:
     @classmethod
     def scratch(cls, folder: str | Path) -> PackWriter:
         """A writer that rewrites ``folder``'s data file in place, for a handoff to another process whose
-        index travels with the request instead of as a file (:meth:`index`, not :meth:`publish`): a backend
+        index travels with the request instead of as a file (never :meth:`publish`): a backend
         run's inputs. No temporary file, rename or index file and no truncation (the index bounds what is
         read; a new token in the header makes a reader of the previous content fail, not misread): creating
         and renaming files cost ~1 ms each here, more than the values of a small candidate.
@@ -192,7 +192,7 @@ class PackWriter:
         offsets: list[int] = []
         size = self.size
         for array in arrays:
-            offset = -(-size // _SMALL_ALIGN) * _SMALL_ALIGN
+            offset = _align(size, _SMALL_ALIGN)
             if offset > size:
                 parts.append(_ZEROS[:offset - size])
             parts.append(array.tobytes())  # C order, as add() writes it
@@ -223,12 +223,6 @@ class PackWriter:
         with atomic_path(index_path, durable=self.durable) as tmp:
             tmp.write_bytes(text)
         return document
-
-    def index(self, tensors: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """The index document of ``tensors`` (entries with their ``name``), not written anywhere: a
-        :meth:`scratch` writer's reader gets it with the request and reads with ``PackReader(folder, index)``."""
-        self._handle.flush()
-        return self._document(tensors)
 
     def _document(self, tensors: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         tail = os.pread(self._handle.fileno(), min(_TAIL_BYTES, self.size), max(0, self.size - _TAIL_BYTES))

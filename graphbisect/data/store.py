@@ -222,6 +222,10 @@ class ActivationStore:
             self.flush()
             self._writer.close()
             self._writer = None
+            assert self._index is not None  # flush published it
+            # the writer's view flushes its (now closed) file before mapping: read the published file instead
+            self._data = PackedData(self.directory / DATA_NAME, str(self._index["token"]),
+                                    size=int(self._index["size"]))
 
     def __enter__(self) -> ActivationStore:
         return self

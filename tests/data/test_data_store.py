@@ -298,3 +298,17 @@ def test_every_type_round_trips_through_the_worker_layout_reopened_and_appended(
     assert reopened.get("str").tolist() == ["ab", "ç"] and reopened.get("none") is None
     seq = reopened.get("seq")
     assert seq[0].tolist() == [0.0, 1.0, 2.0] and seq[1].dtype == ml_dtypes.bfloat16 and float(seq[1][0]) == 1.0
+
+
+def test_a_closed_store_still_reads_and_a_later_put_opens_it_again(tmp_path: Path) -> None:
+    # close() kept the writer's view of the data file, which flushed the closed file before mapping it:
+    # "ValueError: flush of closed file" on the first read after close(), which the docstring promises.
+    store = ActivationStore(tmp_path / "s")
+    x = np.arange(70_000, dtype=np.float32)  # big enough to be mapped from the file
+    store.put("x", x)
+    store.close()
+    np.testing.assert_array_equal(store.get("x"), x)
+    store.put("y", x[:3])
+    store.close()
+    np.testing.assert_array_equal(store.get("y"), x[:3])
+    np.testing.assert_array_equal(ActivationStore.open(tmp_path / "s").get("x"), x)
