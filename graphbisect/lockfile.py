@@ -2,7 +2,9 @@
 
 The lock is an ``flock`` on ``<folder>/lock``, held by an open file descriptor, so the kernel releases it
 when the process ends however it ends (``kill -9`` included): a stale lock file never blocks a later run.
-The file records the holder's pid for the error message.
+The file records the holder's pid for the error message. :func:`try_lock` is the same kind of lock on any
+open file: :mod:`graphbisect.packfile` holds one on each temporary data file it writes, so a later run can
+tell a dead writer's leftover (its lock is free) from a live writer's file.
 
 Example:
     >>> import tempfile, pathlib
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from graphbisect.errors import GraphBisectError
 
-__all__ = ["LockedError", "folder_lock"]
+__all__ = ["LockedError", "folder_lock", "try_lock"]
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,23 @@ class LockedError(GraphBisectError):
     """Another process holds the lock."""
 
 
+def try_lock(fd: int, *, wait: bool = False) -> bool:
+    """Take an exclusive ``flock`` on the open file ``fd``; it holds until every descriptor of that open
+    file is closed or the process ends, however it ends (another open of the same file, even in this
+    process, does not get it). Without ``wait``, return False at once when another holds it.
+
+    Where the platform has no ``flock`` (Windows), no lock is taken and the answer is ``wait``: a lock that
+    does not exist proves nothing about other processes.
+    """
+    if fcntl is None:  # pragma: no cover - Windows
+        return wait
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
 @contextlib.contextmanager
 def folder_lock(folder: Path, *, what: str) -> Iterator[None]:
     """Hold an exclusive lock on ``folder`` (created if missing) for the block; raise :class:`LockedError`
@@ -44,13 +63,10 @@ def folder_lock(folder: Path, *, what: str) -> Iterator[None]:
     path = folder / "lock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        if fcntl is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError as exc:
-                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-                raise LockedError(f"{folder} is in use by another process (pid {holder}), running {what}",
-                                  hint="wait for it to finish, or choose another -o folder") from exc
+        if fcntl is not None and not try_lock(fd):
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            raise LockedError(f"{folder} is in use by another process (pid {holder}), running {what}",
+                              hint="wait for it to finish, or choose another -o folder")
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         log.debug("locked %s", folder)

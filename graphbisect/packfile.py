@@ -18,12 +18,14 @@ copied out of it.
 
 Crash safety. A new run writes its data to a temporary file, renames it to ``values.bin``, then writes the
 index atomically, so a worker killed mid-write leaves no index (the folder is then no store: "the run did
-not finish"). Opening checks that the index matches its data: the data file exists, is at least ``size``
-bytes long, starts with the index's ``token`` (a later run's data under an earlier run's index is refused),
-and the CRC-32 of the last 4 KiB before ``size`` matches (a tail that never reached the disk reads as
-zeros). Each read checks that the tensor lies within ``size``. Not detected: bytes changed in the middle of
-the data by something other than graphbisect (there is no checksum per tensor; a run is read far more
-often than it is written).
+not finish"). Its temporary file is removed when the next run into the folder starts
+(:func:`remove_abandoned`: only a file that starts with the header and whose writer's lock the kernel
+released, so never a live writer's, even another run's in the same folder). Opening checks that the index
+matches its data: the data file exists, is at least ``size`` bytes long, starts with the index's ``token``
+(a later run's data under an earlier run's index is refused), and the CRC-32 of the last 4 KiB before
+``size`` matches (a tail that never reached the disk reads as zeros). Each read checks that the tensor lies
+within ``size``. Not detected: bytes changed in the middle of the data by something other than graphbisect
+(there is no checksum per tensor; a run is read far more often than it is written).
 
 Appending (:class:`PackWriter` on a published folder) writes after the end of the data and publishes a
 new index, so maps of the earlier tensors stay valid; a replaced tensor's old bytes stay until the folder
@@ -60,10 +62,11 @@ import numpy as np
 
 from graphbisect.atomic import atomic_path
 from graphbisect.errors import GraphBisectError
+from graphbisect.lockfile import try_lock
 from graphbisect.values import read_value, write_value
 
 __all__ = ["DATA_NAME", "INDEX_NAME", "INDEX_VERSION", "PackReader", "PackWriter", "PackedData", "StaleDataError",
-           "TornRunError", "read_index"]
+           "TornRunError", "read_index", "remove_abandoned"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +78,8 @@ INDEX_VERSION = 2
 LEGACY_VERSION = 1
 
 _MAGIC = b"\x93GBPACK\x02"
+#: A new run's data file until its first publish: ``.values.bin.<random>.tmp``.
+_TMP_PREFIX, _TMP_SUFFIX = f".{DATA_NAME}.", ".tmp"
 HEADER_BYTES = 64
 #: Tensors up to this size are packed at :data:`_SMALL_ALIGN` and read into memory; larger ones are
 #: page-aligned and memory-mapped.
@@ -115,11 +120,14 @@ class PackWriter:
         self.durable = durable
         self.token = os.urandom(16).hex()
         (self.folder / INDEX_NAME).unlink(missing_ok=True)  # the folder holds this run or, if it dies, nothing
-        fd, tmp = tempfile.mkstemp(prefix=f".{DATA_NAME}.", suffix=".tmp", dir=self.folder)
+        remove_abandoned(self.folder)
+        fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, dir=self.folder)
+        # Locked before the header is written (unbuffered), and held until the file is closed: a temporary file
+        # that starts with the header and whose lock is free is a dead writer's (remove_abandoned).
+        try_lock(fd, wait=True)
+        os.write(fd, (_MAGIC + bytes.fromhex(self.token)).ljust(HEADER_BYTES, b"\0"))
         self._handle: IO[bytes] = os.fdopen(fd, "wb")
         self._pending: Path | None = Path(tmp)  # renamed to DATA_NAME on the first publish
-        header = _MAGIC + bytes.fromhex(self.token)
-        self._handle.write(header.ljust(HEADER_BYTES, b"\0"))
         self.size = HEADER_BYTES
         self.data = PackedData(self._pending, self.token, writer=self)
 
@@ -241,6 +249,46 @@ class PackWriter:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def remove_abandoned(folder: Path) -> list[Path]:
+    """Remove the temporary data files in ``folder`` whose writers died before their first publish (a
+    killed run's; a writer that ends normally removes its own); return them. Called when a new run starts.
+
+    Only files provably such are removed: named as :class:`PackWriter` names them, starting with its header
+    and with their lock free. A writer locks its file (:func:`graphbisect.lockfile.try_lock`) before it writes
+    the header, and the kernel releases the lock only when the writer's process ends, however it ends; so a
+    live writer's file, in this process or another run's writing the same folder at the same time, is left
+    alone, and so is a file that has no header yet (one whose writer has not locked it yet, or died in that
+    instant: it is empty). Where there is no ``flock`` (Windows), nothing is removed.
+    """
+    removed: list[Path] = []
+    try:
+        names = [entry.name for entry in os.scandir(folder)
+                 if entry.name.startswith(_TMP_PREFIX) and entry.name.endswith(_TMP_SUFFIX)]
+    except OSError:
+        return removed
+    for name in names:
+        path = folder / name
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:  # published or removed by its writer meanwhile
+            continue
+        try:
+            if not try_lock(fd) or os.pread(fd, len(_MAGIC), 0) != _MAGIC:
+                continue
+            if os.stat(path).st_ino != os.fstat(fd).st_ino:  # the name is another file's by now
+                continue
+            path.unlink()
+            removed.append(path)
+        except OSError as exc:
+            logger.debug("left %s: %s", path, exc)
+        finally:
+            os.close(fd)
+    if removed:
+        logger.info("removed %d data file(s) of runs killed before they finished in %s: %s", len(removed), folder,
+                    ", ".join(p.name for p in removed))
+    return removed
 
 
 @functools.lru_cache(maxsize=256)

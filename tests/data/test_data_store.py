@@ -277,6 +277,47 @@ def test_a_run_killed_mid_write_over_an_earlier_one_is_never_read(tmp_path: Path
     with pytest.raises(TornRunError, match="did not finish"):
         ActivationStore.open(folder)
     assert len(list(folder.iterdir())) == 2  # values.bin and the dead run's temporary file: O(1) to delete
+    write_outputs({"a": np.ones(2)}, ["a"], folder)  # the next run into the folder removes the dead one's file
+    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "values.bin"]
+    np.testing.assert_array_equal(ActivationStore.open(folder).get("a"), 1.0)
+
+
+_WRITING = """
+import sys, time
+from pathlib import Path
+import numpy as np
+from graphbisect.packfile import PackWriter
+
+writer = PackWriter(Path(sys.argv[1]))
+writer.add(np.arange(10_000, dtype=np.float32))
+writer.flush()
+print("writing", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_killed_writers_temporary_file_is_removed_and_a_live_ones_never(tmp_path: Path) -> None:
+    """Two real processes writing one folder: a run starting beside a live writer leaves its temporary
+    file alone; once that writer is SIGKILLed before its first publish, the next run removes it. A file of
+    that name that is not ours (no header) stays."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    foreign = folder / ".values.bin.notours.tmp"
+    foreign.write_bytes(b"someone else's bytes")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen([sys.executable, "-c", _WRITING, str(folder)], env=env, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"writing\n"
+        (live,) = set(folder.glob(".values.bin.*.tmp")) - {foreign}
+        write_outputs({"a": np.ones(2)}, ["a"], folder)  # a run beside the live writer
+        assert live.exists() and foreign.exists()
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    assert live.exists()  # nothing removes it by itself
+    write_outputs({"a": np.ones(2)}, ["a"], folder)
+    assert not live.exists() and foreign.exists()
+    assert sorted(p.name for p in folder.iterdir()) == [foreign.name, "manifest.json", "values.bin"]
 
 
 def test_every_type_round_trips_through_the_worker_layout_reopened_and_appended(tmp_path: Path) -> None:
