@@ -5,8 +5,10 @@ runs the probe model exposing every intermediate tensor into an output folder, e
 ``compare --layerwise`` capture the activation store. Then, on that folder:
 
 * ``files``, ``MiB`` (sum of file sizes) and ``on disk`` (allocated blocks);
-* ``capture s``: the oracle's probe run (``BackendProcess.run``: ORT plus the worker writing its outputs);
+* ``capture s``: the oracle's probe run (``BackendProcess.run``: ORT plus the worker writing its outputs,
+  fsynced as ``reduce`` has them where the code can: ``durable=True``);
 * ``write s``: the worker's writer alone (``write_outputs`` of the same values into a fresh folder);
+  ``durable s``: the same with ``durable=True`` (fsync of the data and the index), where the code has it;
 * ``open ms`` / ``read all s``: ``ActivationStore.open`` and ``get`` of every tensor (what the layerwise
   analysis does); ``get us``: mean of 2,000 ``get`` calls on random tensors of a reopened store (what a
   candidate's cut-point feeds cost);
@@ -22,6 +24,7 @@ Run: ``python benchmarks/store_bench.py [--quick] [--sizes 5000 50000] [--repeat
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import random
@@ -43,6 +46,9 @@ def measure(nodes: int, root: Path) -> dict[str, Any]:
 
     from graphbisect.backends import BackendProcess
     from graphbisect.backends.worker import write_outputs
+
+    durable = "durable" in inspect.signature(write_outputs).parameters  # the code measured may predate it
+    fsynced: dict[str, Any] = {"durable": True} if durable else {}
     from graphbisect.data import ActivationStore
     from graphbisect.examples import host_network
     from graphbisect.model import load_model, save_proto
@@ -54,7 +60,7 @@ def measure(nodes: int, root: Path) -> dict[str, Any]:
     store_dir = root / "activations"
     with BackendProcess("onnxruntime:opt_level=disable", workdir=root / "oracle", timeout=900) as proc:
         started = time.perf_counter()
-        run = proc.run(probe, dict(host.inputs), output_dir=store_dir)
+        run = proc.run(probe, dict(host.inputs), output_dir=store_dir, **fsynced)
         capture = time.perf_counter() - started
     assert run.ok, run.describe()
     size = dir_size(store_dir)
@@ -75,6 +81,12 @@ def measure(nodes: int, root: Path) -> dict[str, Any]:
     write_outputs(values, names, copy_dir)
     write = time.perf_counter() - started
     shutil.rmtree(copy_dir)
+    write_durable = None
+    if durable:
+        started = time.perf_counter()
+        write_outputs(values, names, copy_dir, durable=True)
+        write_durable = time.perf_counter() - started
+        shutil.rmtree(copy_dir)
 
     reopened = ActivationStore.open(store_dir)
     picks = random.Random(0).choices(names, k=2000)
@@ -88,7 +100,8 @@ def measure(nodes: int, root: Path) -> dict[str, Any]:
     shutil.rmtree(store_dir)
     rmtree = time.perf_counter() - started
     return {"nodes": nodes, "tensors": len(names), "files": size.files, "bytes": size.apparent_bytes,
-            "disk_bytes": size.disk_bytes, "capture_s": capture, "write_s": write, "open_ms": opened * 1e3,
+            "disk_bytes": size.disk_bytes, "capture_s": capture, "write_s": write,
+            "durable_s": write_durable, "open_ms": opened * 1e3,
             "read_all_s": read_all, "get_us": get_us, "rmtree_s": rmtree}
 
 
@@ -131,14 +144,17 @@ def main(argv: list[str] | None = None) -> int:
     for (nodes, label), runs in results.items():
         first = runs[0]
         med = {key: statistics.median(run[key] for run in runs) for key in keys}
+        durables = [run["durable_s"] for run in runs if run.get("durable_s") is not None]
+        med["durable_s"] = statistics.median(durables) if durables else None
         summary.append({"nodes": nodes, "code": label, "runs": runs, "median": med})
         rows.append([label, nodes, first["tensors"], first["files"], f"{mib(first['bytes']):.1f}",
                      f"{mib(first['disk_bytes']):.1f}", f"{med['capture_s']:.2f}", f"{med['write_s']:.2f}",
+                     "-" if med["durable_s"] is None else f"{med['durable_s']:.2f}",
                      f"{med['open_ms']:.0f}", f"{med['read_all_s']:.2f}", f"{med['get_us']:.0f}",
                      f"{med['rmtree_s']:.2f}"])
     print_table(f"Activation store of one oracle capture (median of {args.repeats})",
-                ["code", "nodes", "tensors", "files", "MiB", "on disk MiB", "capture s", "write s", "open ms",
-                 "read all s", "get us", "rmtree s"], rows, left=1,
+                ["code", "nodes", "tensors", "files", "MiB", "on disk MiB", "capture s", "write s", "durable s",
+                 "open ms", "read all s", "get us", "rmtree s"], rows, left=1,
                 notes=[describe_machine()])
     write_json(args.json, {"results": summary})
     return 0

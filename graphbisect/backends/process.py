@@ -223,6 +223,7 @@ class BackendProcess:
         *,
         output_dir: Path | None = None,
         compare_to: CompareTo | None = None,
+        durable: bool = False,
     ) -> RunResult:
         """Run ``model`` on ``inputs`` (arrays, or an ``.npz`` path) and return what happened.
 
@@ -230,7 +231,8 @@ class BackendProcess:
         outputs of ``model`` (pass a probe model). The outputs are written into ``output_dir`` as one packed
         run (``values.bin`` and its index ``manifest.json``, :mod:`graphbisect.packfile`) and read from it
         when asked for; without ``output_dir`` they go to a scratch folder that is deleted at once (they are
-        read first; large ones stay mapped, which POSIX allows).
+        read first; large ones stay mapped, which POSIX allows). ``durable`` (with ``output_dir``) has the
+        worker fsync them before it replies: for outputs a later session reads back (``reduce --resume``).
         With ``compare_to`` the worker compares every output the oracle's activation store holds with it and
         returns their statistics (:attr:`RunResult.stats`) instead of their values, except ``compare_to.keep``.
 
@@ -246,6 +248,8 @@ class BackendProcess:
             request = self._request(model, inputs, outputs, output_dir)  # then straight to the worker
             if compare is not None:
                 request["compare"] = compare
+            if durable and output_dir is not None:
+                request["durable"] = True
             self.invocations += 1
             return self._invoke(request, inputs, keep_outputs=output_dir is not None)
 

@@ -16,14 +16,15 @@ Protocol (one JSON object per line, on two dedicated pipes whose descriptors are
   crashes before it can report which passes fired;
 * ``{"op": "validate"}`` → ``{"ok": true}``: asks the runtime to check its options before any run
   (runtimes may define ``validate()``, e.g. ONNX Runtime checks optimizer names).
-* ``{"op": "run", "model": path, "inputs": {...} | npz, "outputs": [names] | null, "output_dir": dir}`` →
+* ``{"op": "run", "model": path, "inputs": {...} | npz, "outputs": [names] | null, "output_dir": dir,
+  "durable": bool}`` →
   events ``{"event": "start"}`` (request received), ``{"event": "loaded"}`` (session built), then
   ``{"event": "done", "status": "ok" | "crash", ...}``. With ``"compare": {"store": dir, "tolerance": {...},
   "keep": [names]}`` the outputs the oracle's activation store at ``dir`` holds are compared with it here
   (:func:`compare_to_store`) and come back as ``"stats"`` (``TensorStats`` JSON by name) instead of files;
   only ``keep`` and the tensors the store lacks are written. ``inputs`` is what :class:`InputsWriter`
   sends (the values the worker does not hold yet, in one data file, and the ids of those it holds) or the
-  path of an ``.npz``.
+  path of an ``.npz``. ``durable`` (default false) fsyncs the outputs before the reply (:func:`write_outputs`).
 * ``{"op": "exit"}`` → ``{"ok": true}``, then the worker exits.
 
 A request that fails because of *our* or the user's mistake (a :class:`~graphbisect.errors.GraphBisectError`
@@ -104,15 +105,21 @@ def load_npz(path: str | Path) -> dict[str, Any]:
     return load_values_npz(path)
 
 
-def write_outputs(outputs: Mapping[str, Any], names: Sequence[str], output_dir: Path) -> dict[str, Any]:
+def write_outputs(outputs: Mapping[str, Any], names: Sequence[str], output_dir: Path, *,
+                  durable: bool = False) -> dict[str, Any]:
     """Write ``names`` from ``outputs`` into ``output_dir`` as one packed run (:mod:`graphbisect.packfile`):
     ``values.bin`` plus its index ``manifest.json``, written last. Return the index document.
+
+    ``durable`` fsyncs the data and the index before returning: for a run a later session reads back (the
+    oracle's capture that ``reduce --resume`` adopts), where a power failure could otherwise leave pages
+    in the middle of the data unwritten under an index that the tail checksum does not catch. Scratch
+    outputs, read at once or deleted with their session, skip it.
 
     Types numpy lacks are stored raw with their ONNX element type (:mod:`graphbisect.values`). A value that
     cannot be stored is a ``TypeError`` naming the output (a crash of the run, not of graphbisect).
     """
     entries = []
-    with PackWriter(output_dir, durable=False) as writer:  # scratch or resumable, a run is cheap to redo
+    with PackWriter(output_dir, durable=durable) as writer:
         for name in names:
             try:
                 entry = writer.add(outputs[name])
@@ -542,7 +549,8 @@ class _Server:
             return crash
         loaded = time.perf_counter()
         self.channel.send({"event": "loaded"})
-        result = self._execute(inputs, outputs, Path(request["output_dir"]), request.get("compare"))
+        result = self._execute(inputs, outputs, Path(request["output_dir"]), request.get("compare"),
+                               durable=bool(request.get("durable")))
         timing = {"load_seconds": loaded - started, "run_seconds": time.perf_counter() - loaded}
         result.setdefault("info", {}).update(timing)
         return result
@@ -565,7 +573,8 @@ class _Server:
         return None
 
     def _execute(self, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None,
-                 output_dir: Path, compare: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                 output_dir: Path, compare: Mapping[str, Any] | None = None, *, durable: bool = False
+                 ) -> dict[str, Any]:
         stats: dict[str, dict[str, Any]] = {}
         try:
             produced = self.runtime.run(inputs)
@@ -577,7 +586,7 @@ class _Server:
                 stats = _compared(produced, names, compare)
                 keep = set(compare.get("keep") or ())
                 names = [name for name in names if name in keep or name not in stats]
-            index = write_outputs(produced, names, output_dir)
+            index = write_outputs(produced, names, output_dir, durable=durable)
         except GraphBisectError:
             self.loaded = None
             raise

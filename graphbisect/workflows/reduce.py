@@ -267,7 +267,7 @@ class _Run:
         self.stage(f"capturing {len(names)} tensors with the oracle {self.oracle_spec}")
         try:
             with BackendProcess(self.oracle_spec, workdir=self.work / "oracle", timeout=self.options.timeout) as proc:
-                run = proc.run(probe, self.work / "inputs.npz", output_dir=store_dir)
+                run = proc.run(probe, self.work / "inputs.npz", output_dir=store_dir, durable=True)  # --resume reads it
                 self.count("oracle", run=run)
                 if run.ok and self.rewriting_oracle():
                     self._run_oracle_plain(proc)  # the same worker: no second start
@@ -289,7 +289,8 @@ class _Run:
         """The oracle's run of the model as built, its outputs kept in ``oracle-plain`` (the verdict's values)."""
         self.stage(f"running the oracle {self.oracle_spec} on the model as built (it rewrites the graph, so its "
                    "capture may not be its verdict)")
-        run = proc.run(self.work / "model.onnx", self.work / "inputs.npz", output_dir=self.work / "oracle-plain")
+        run = proc.run(self.work / "model.onnx", self.work / "inputs.npz", output_dir=self.work / "oracle-plain",
+                       durable=True)  # --resume reads it
         self.count("oracle", run=run)
         if not run.ok:
             raise BackendError(f"the oracle {self.oracle_spec} failed on the model as built, though it ran it with "

@@ -219,6 +219,40 @@ def test_resume_captures_a_torn_store_again(tmp_path: Path, caplog: pytest.LogCa
     assert ActivationStore.open(store_dir).names() and (store_dir / "values.bin").stat().st_size == size
 
 
+_FSYNC_SPY = """
+import os
+_fsync, _log = os.fsync, os.environ["GB_TEST_FSYNC_LOG"]
+
+def fsync(fd):
+    with open(_log, "a") as log:
+        log.write(os.readlink(f"/proc/self/fd/{fd}") + "\\n")
+    return _fsync(fd)
+
+os.fsync = fsync
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names an fsynced descriptor through /proc")
+def test_the_oracle_capture_that_resume_reads_reaches_the_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    """The worker fsyncs the capture's data and index before it replies (a power failure could otherwise
+    leave pages in the middle of the data unwritten, which the tail checksum does not see on resume); a
+    candidate's outputs are not fsynced."""
+    spy = tmp_path / "spy"
+    spy.mkdir()
+    (spy / "sitecustomize.py").write_text(_FSYNC_SPY)  # loaded by every worker process started below
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(spy), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("GB_TEST_FSYNC_LOG", str(tmp_path / "fsynced.txt"))
+    host = host_network(120, bug="layernorm_keepdims0", position="branch", seed=6)
+    partial = _reduce(host, tmp_path / "bug", max_invocations=4)
+    assert partial.stop_reason is not None
+    store_dir = (work_dir_for(tmp_path / "bug") / "activations").resolve()
+    log = tmp_path / "fsynced.txt"
+    fsynced = [Path(line) for line in log.read_text().splitlines()] if log.exists() else []
+    assert {path.name.split(".")[1] for path in fsynced if path.parent == store_dir} == {"values", "manifest"}
+    assert all(path.parent == store_dir for path in fsynced), fsynced  # nothing else the workers wrote
+
+
 def test_kill_9_mid_run_then_resume_gives_the_same_result(tmp_path: Path) -> None:
     host = host_network(160, bug="layernorm_keepdims0", position="main", seed=7)
     path = tmp_path / "m.onnx"
