@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ from graphbisect.backends.registry import HOST_OPTIONS, Availability, BackendInf
 from graphbisect.backends.worker import InputsWriter
 from graphbisect.compare.metrics import TensorStats, Tolerance
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
-from graphbisect.packfile import DATA_NAME, PackedData, StaleDataError
+from graphbisect.packfile import PackReader, StaleDataError
 
 __all__ = ["DEFAULT_TIMEOUT", "LOG_TAIL_BYTES", "BackendProcess", "CompareTo", "availability_under"]
 
@@ -533,10 +533,9 @@ class BackendProcess:
             return RunResult(RunStatus.CRASH, phase=Phase(reply.get("phase", "run")), log=log, info=info,
                              error_type=reply.get("error_type"), message=reply.get("message"),
                              exit_code=reply.get("exit_code"), seconds=seconds, ran_with=self.ran_with)
-        entries = {entry["name"]: entry for entry in reply["outputs"]}
         # Kept outputs stay on disk until read; a scratch folder goes away, so its outputs are read now
         # (only large ones stay mapped).
-        files = OutputFiles(output_dir, entries, reply["pack"])
+        files = OutputFiles(output_dir, {**reply["pack"], "tensors": reply["outputs"]})
         outputs: Mapping[str, Any] = files if keep_outputs else {name: files.read_now(name) for name in files}
         stats = {name: TensorStats.from_json(data) for name, data in dict(reply.get("stats") or {}).items()}
         return RunResult(RunStatus.OK, outputs=outputs, log=log, info=info, seconds=seconds, ran_with=self.ran_with,
@@ -587,45 +586,26 @@ class CompareTo:
                 "keep": list(self.keep)}
 
 
-class OutputFiles(Mapping[str, Any]):
+class OutputFiles(PackReader):
     """Outputs kept on disk (the worker's packed run, :mod:`graphbisect.packfile`), read when asked for.
 
     A probe run of a 50,000-node model returns 50,000 tensors; readers such as the layerwise comparison
-    touch each once and drop it. The run's data file is mapped once, on the first read (one descriptor,
-    however many tensors); tensors up to 64 KiB are copied out of the map, larger ones are views of it.
-    Values are read as :mod:`graphbisect.values` describes: sequences are lists, types numpy lacks are
-    ``ml_dtypes`` arrays.
+    touch each once and drop it. A :class:`~graphbisect.packfile.PackReader` of the index the worker replied
+    (its ``outputs`` entries and its ``pack``: data file, size, token), so the run's data file is mapped once,
+    on the first read (one descriptor, however many tensors); tensors up to 64 KiB are copied out of the map,
+    larger ones are views of it. A later run into the same folder is refused, never misread.
     """
-
-    def __init__(self, folder: Path, entries: Mapping[str, Mapping[str, Any]], pack: Mapping[str, Any]) -> None:
-        """``entries``: the index entries of the outputs; ``pack``: the rest of the index the worker replied
-        (data file, size, token): a later run into the same folder is refused, never misread."""
-        self._entries = dict(entries)
-        self._data = PackedData(Path(folder) / str(pack.get("data", DATA_NAME)), str(pack["token"]),
-                                size=int(pack["size"]))
-
-    def __getitem__(self, name: str) -> Any:
-        return self._read(name, mapped=True)
 
     def read_now(self, name: str) -> Any:
         """The value of ``name`` read into memory (memory-mapped only above 64 MiB): its file may go away."""
-        return self._read(name, mapped=False)
+        return self.value(name, mapped=False)
 
-    def _read(self, name: str, *, mapped: bool) -> Any:
+    def value(self, name: str, *, mapped: bool = True) -> Any:
         try:
-            return self._data.value(self._entries[name], mapped=mapped)
+            return super().value(name, mapped=mapped)
         except StaleDataError as exc:
             raise BackendError(f"output {name!r} of an earlier run was overwritten by a later run into "
-                               f"{self._data.path.parent}", hint=exc.hint) from exc
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._entries  # Mapping's default would read the value just to answer `in`
+                               f"{self.folder}", hint=exc.hint) from exc
 
 
 def _check_foreign_python(spec: BackendSpec, backend: BackendInfo) -> None:
