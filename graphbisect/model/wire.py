@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 import onnx
 from google.protobuf.message import Message
 
-__all__ = ["GRAPH_FIELDS", "OPEN_FIELDS", "GraphLayout", "entry"]
+__all__ = ["GRAPH_FIELDS", "OPEN_FIELDS", "GraphLayout", "entry", "entry_payload"]
 
 #: The graph's repeated fields a candidate fills; the rest of the model is fixed per layout.
 OPEN_FIELDS = ("node", "initializer", "input", "output", "value_info")
@@ -75,6 +75,21 @@ def entry(number: int, payload: bytes) -> bytes:
     b'\\n\\x02ab'
     """
     return _key(number) + _varint(len(payload)) + payload
+
+
+def entry_payload(data: bytes) -> bytes:
+    """The message bytes of one field entry (what :func:`entry` was given): ``data`` after its key and
+    length. A piece kept as its entry needs no second copy of its message bytes.
+
+    >>> entry_payload(entry(13, b"ab"))
+    b'ab'
+    """
+    start = 0
+    for _ in range(2):  # the key, then the length: varints end at the first byte below 0x80
+        while data[start] & 0x80:
+            start += 1
+        start += 1
+    return data[start:]
 
 
 def _fields(message: Message, low: int, high: float, *, unknown: bool) -> bytes:

@@ -65,7 +65,7 @@ from graphbisect.engine import (
 from graphbisect.model import Model
 from graphbisect.model.io import ExternalRef, copy_model, strip_to_external, write_weights_file
 from graphbisect.model.normalize import node_dependencies, subgraphs
-from graphbisect.model.wire import GRAPH_FIELDS, GraphLayout, entry
+from graphbisect.model.wire import GRAPH_FIELDS, GraphLayout, entry, entry_payload
 from graphbisect.values import dtype_elem_type
 
 __all__ = ["Candidate", "SubgraphSpace", "check_file", "plan"]
@@ -342,8 +342,9 @@ _NO_VALUE = object()
 
 class _Made(NamedTuple):
     """A piece as first made: the message, the graph field it goes to, and for a cut point whether it is a
-    constant and the small value kept with it (``_NO_VALUE``: none kept). A tuple: a first touch of a large
-    model makes thousands (a frozen dataclass's ``__init__`` cost ~1.5 µs each)."""
+    constant (its message a ``TensorProto``; every other piece's is a ``ValueInfoProto``) and the small value
+    kept with it (``_NO_VALUE``: none kept). A tuple: a first touch of a large model makes thousands (a frozen
+    dataclass's ``__init__`` cost ~1.5 µs each)."""
 
     message: onnx.ValueInfoProto | onnx.TensorProto
     number: int
@@ -363,15 +364,11 @@ class _Pieces:
         self.has_value = np.zeros(size, dtype=bool)
         self.elem_type = np.zeros(size, dtype=np.int64)  # a declaration's tensor element type (0: none)
         self._state = np.zeros(size, dtype=np.int8)  # 0 not checked, 1 passes, 2 refused
-        self._unchecked: dict[int, tuple[bytes, bool]] = {}  # id -> (serialized message, is a TensorProto)
         self._verdicts: dict[int, str] = {}
 
     def fill(self, ids: np.ndarray, made: Sequence[_Made]) -> None:
         """Record the pieces ``made`` for tensors ``ids`` (one numpy assignment per column)."""
-        payloads = [m.message.SerializeToString() for m in made]
-        self._unchecked.update(zip(ids.tolist(), ((payload, isinstance(m.message, onnx.TensorProto))
-                                                  for payload, m in zip(payloads, made, strict=True)), strict=True))
-        self.data[ids] = _objects(entry(m.number, payload) for m, payload in zip(made, payloads, strict=True))
+        self.data[ids] = _objects(entry(m.number, m.message.SerializeToString()) for m in made)
         self.constant[ids] = [m.constant for m in made]
         self.elem_type[ids] = [m.message.type.tensor_type.elem_type if isinstance(m.message, onnx.ValueInfoProto)
                                else 0 for m in made]  # 0 as well when not a tensor type
@@ -384,7 +381,8 @@ class _Pieces:
     def refused(self, ids: np.ndarray, checker: _PieceChecker) -> str | None:
         """The checker's message on the first of ``ids`` it refuses; None when it refuses none."""
         for index in ids[self._state[ids] == 0].tolist():
-            verdict = checker.verdict(*self._unchecked.pop(index))
+            # the message is checked from its entry's bytes (a constant is a TensorProto, the rest declarations)
+            verdict = checker.verdict(entry_payload(self.data[index]), bool(self.constant[index]))
             if verdict is not None:
                 self._verdicts[index] = verdict
             self._state[index] = 1 if verdict is None else 2
