@@ -473,11 +473,6 @@ def bit_identical(a: Any, b: Any) -> bool:
     return x.tobytes() == y.tobytes()
 
 
-def is_plain(value: Any) -> bool:
-    """Whether ``value`` is a tensor numpy stores as is (no manifest entry needed to read it back)."""
-    return isinstance(value, np.ndarray) and encode_tensor(value)[1] is None
-
-
 # ---------------------------------------------------------------------------------------------- npz
 def save_values_npz(path: str | Path, values: Mapping[str, Any]) -> Path:
     """Write ``values`` to an ``.npz`` (not atomically: callers write to a temporary path).

@@ -190,31 +190,27 @@ class InputsWriter:
                 self._held[name] = (value, ident)
             else:
                 self._held.pop(name, None)
-            if plain:
+            if plain:  # its offset is filled in below
                 small.append(value)
                 rows.append(len(ids))
-                offsets.append(0)
-                ids.append(ident)
-                names.append(name)
-                dtypes.append(value.dtype.str)
-                shapes.append(list(value.shape))
-                holds.append(hold)
-                continue
-            try:
-                entry = writer.add(value)
-            except GraphBisectError as exc:
-                self.close()  # what this call recorded as held never reaches the worker: start afresh
-                raise InputError(f"input {name!r} cannot be passed to the backend worker: {exc.message}",
-                                 hint=exc.hint) from exc
-            if entry.keys() == _PLAIN:
-                ids.append(ident)
-                names.append(name)
-                offsets.append(entry["offset"])
-                dtypes.append(entry["dtype"])
-                shapes.append(entry["shape"])
-                holds.append(hold)
+                offset, dtype, shape = 0, value.dtype.str, list(value.shape)
             else:
-                new.append([ident, name, entry, hold])
+                try:
+                    entry = writer.add(value)
+                except GraphBisectError as exc:
+                    self.close()  # what this call recorded as held never reaches the worker: start afresh
+                    raise InputError(f"input {name!r} cannot be passed to the backend worker: {exc.message}",
+                                     hint=exc.hint) from exc
+                if entry.keys() != _PLAIN:
+                    new.append([ident, name, entry, hold])
+                    continue
+                offset, dtype, shape = entry["offset"], entry["dtype"], entry["shape"]
+            ids.append(ident)
+            names.append(name)
+            offsets.append(offset)
+            dtypes.append(dtype)
+            shapes.append(shape)
+            holds.append(hold)
         for row, offset in zip(rows, writer.add_small(small), strict=True):
             offsets[row] = offset
         writer.flush()
@@ -344,8 +340,8 @@ def _as_stored(value: Any) -> Any:
     if value is None or isinstance(value, (list, tuple)):
         return value if value is None else [_as_stored(item) for item in value]
     array = np.asarray(value)
-    if array.dtype.isbuiltin == 1 and array.dtype.kind in "biufc":
-        return array  # numpy's own numeric types are stored as they are
+    if is_native(array.dtype):
+        return array  # stored as it is (the general path below returns it too, slower)
     return decode_tensor(*encode_tensor(array))
 
 
