@@ -270,7 +270,9 @@ This script is the same for every bundle of this backend; all case-specific data
 
 '''
 
-_COMMON_IMPORTS = r'''import argparse
+_COMMON_IMPORTS = r'''from __future__ import annotations
+
+import argparse
 import json
 import os
 import re

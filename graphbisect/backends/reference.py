@@ -12,7 +12,8 @@ any tensor the graph computes (the evaluator keeps them all), so ``outputs`` may
   (``onnx.helper.float32_to_bfloat16``), onnx 1.19's reference (``astype(ml_dtypes.bfloat16)``) and its
   ``test_cast_FLOAT_to_BFLOAT16`` data, ONNX Runtime, OpenVINO and ml_dtypes all round. Unpatched, an oracle
   ``reference`` blamed ONNX Runtime for 3 of 4 elements of a plain float → bfloat16 cast.
-  Applied only where a probe cast shows this onnx truncating.
+  Applied only where a probe cast shows this onnx truncating (:mod:`graphbisect.backends.reference_casts`, a
+  standalone module whose text ``repro.py``'s reference section embeds, so it runs what graphbisect ran).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from graphbisect.backends.reference_casts import bfloat16_bits, rounding_casts
 from graphbisect.backends.worker import select_feeds
 from graphbisect.errors import ModelError, SpecError
 from graphbisect.values import EXTENSION_TYPES, as_elem_type, elem_type_of, encode_tensor, to_memory
@@ -48,7 +50,7 @@ class Reference:
         import onnx
 
         self._onnx: Any = onnx
-        self._overrides, self._patched = _spec_overrides()
+        self._overrides, self._patched = rounding_casts()
         self._evaluator: Any = None
         self._outputs: list[str] = []
         self._required: list[str] = []
@@ -104,50 +106,6 @@ class Reference:
         return list(self._patched)
 
 
-#: A float32 whose bfloat16 differs by rounding mode: 0x3EF5 truncated, 0x3EF6 rounded to nearest even.
-_ROUNDS_UP = np.array([0.48033667], np.float32)
-
-
-def _spec_overrides() -> tuple[list[type], list[str]]:
-    """(``new_ops`` classes, what they change) for this onnx: none when its reference already rounds."""
-    from onnx import TensorProto
-    from onnx.reference.op_run import OpRun
-    from onnx.reference.ops import op_cast, op_cast_like
-
-    bf16 = TensorProto.BFLOAT16
-    got = np.asarray(op_cast.cast_to(_ROUNDS_UP, bf16, True)).view(np.uint16)
-    if int(got[0]) != int(_ROUNDS_UP.view(np.uint32)[0] >> 16):
-        return [], []
-    storage = np.dtype(getattr(op_cast, "bfloat16", np.uint16))  # onnx < 1.19: its own structured bfloat16
-
-    def rounded(x: np.ndarray) -> np.ndarray | None:
-        """``x`` as bfloat16, rounded to nearest even; None for what onnx's own cast must do (strings,
-        onnx's structured float8/int4 values)."""
-        return None if x.dtype.kind not in "biuf" else bfloat16_bits(x).view(storage)
-
-    class Cast(OpRun):
-        op_domain = ""
-
-        def _run(self, x: np.ndarray, to: int | None = None, saturate: int | None = None) -> tuple[np.ndarray]:
-            y = rounded(x) if to == bf16 else None
-            return (op_cast.cast_to(x, to, 1 if saturate is None else saturate) if y is None else y,)
-
-    classes: list[type] = [Cast]
-    cast_like: Any = getattr(op_cast_like, "_cast_like", None)
-    if cast_like is not None:
-        class CastLike(OpRun):
-            op_domain = ""
-
-            def _run(self, x: np.ndarray, y: np.ndarray, saturate: int | None = None) -> tuple[np.ndarray]:
-                out = rounded(x) if y.dtype == storage and y.dtype.names == storage.names else None
-                return cast_like(x, y, 1 if saturate is None else saturate) if out is None else (out,)
-
-        classes.append(CastLike)
-    ops = "/".join(cls.__name__ for cls in classes)
-    return classes, [f"{ops} to bfloat16 round to nearest even, as ONNX Runtime, OpenVINO and onnx>=1.19's "
-                     "reference do (this onnx truncates)"]
-
-
 def unpatched_differences(model: Any) -> list[str]:
     """The nodes of ``model`` (a ``ModelProto``, top-level graph) that a plain ``onnx.reference`` of this onnx
     computes otherwise than graphbisect's patched one: ``Cast`` to bfloat16 and every ``CastLike`` (its type
@@ -155,24 +113,11 @@ def unpatched_differences(model: Any) -> list[str]:
     onnx.reference (``repro_min.py``) is not what graphbisect ran for these."""
     from onnx import TensorProto
 
-    if not _spec_overrides()[0]:
+    if not rounding_casts()[0]:
         return []
     return [node.name or node.op_type for node in model.graph.node if node.domain in ("", "ai.onnx") and (
         node.op_type == "CastLike" or (node.op_type == "Cast" and any(
             a.name == "to" and a.i == TensorProto.BFLOAT16 for a in node.attribute)))]
-
-
-def bfloat16_bits(x: np.ndarray) -> np.ndarray:
-    """The bfloat16 bits (``uint16``) of ``x`` rounded to nearest even, through float32 — the rounding of
-    ``onnx.helper.float32_to_bfloat16``, vectorized: NaN becomes the quiet NaN ``0x7FC0``.
-
-    Example:
-        >>> bfloat16_bits(np.array([0.48033667, 1.0, np.inf, np.nan], np.float32)).tolist()
-        [16118, 16256, 32640, 32704]
-    """
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    rounded = (bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16
-    return np.where(np.isnan(x.astype(np.float32)), np.uint32(0x7FC0), rounded).astype(np.uint16)
 
 
 def _custom_dtypes(onnx: Any) -> dict[int, np.dtype]:

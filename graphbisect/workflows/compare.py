@@ -44,6 +44,7 @@ from graphbisect.errors import BackendError
 from graphbisect.localize.compiled import CompiledGraph
 from graphbisect.localize.layerwise import LayerwiseReport, TensorSource, analyze_layers, tensor_stats
 from graphbisect.model import Model
+from graphbisect.oracle.as_built import CaptureDifference, OracleRuns, capture_as_built
 from graphbisect.oracle.outcome import Outcome, classify_comparison, classify_failed_run
 from graphbisect.values import bit_identical
 from graphbisect.workflows.probe import (
@@ -89,6 +90,8 @@ class CompareResult:
     extra: Mapping[str, object] = field(default_factory=dict)
     compiled: CompiledGraph | None = None  # what the target compiled, when it described it (the probe's basis)
     target_probe: TargetProbe | None = None  # what the target's layerwise probe ran (None: no probe)
+    # how a rewriting oracle's capture differs from its run of the model as built (None: not measured)
+    oracle_capture: CaptureDifference | None = None
 
     @property
     def passed(self) -> bool:
@@ -122,6 +125,7 @@ class CompareResult:
                 "fused": sum(n.fused for n in self.compiled.nodes), "surviving": len(self.compiled.surviving),
                 "unmapped": len(self.compiled.unmapped)},
             "target_probe": None if self.target_probe is None else self.target_probe.to_json(),
+            "oracle_capture": None if self.oracle_capture is None else self.oracle_capture.to_json(),
             "invocations": dict(self.invocations),
             "seconds": round(self.seconds, 3),
             **self.extra,  # e.g. the CLI's random_inputs notes and seed, or the user's --inputs file
@@ -195,7 +199,7 @@ def compare_models(
                                                   oracle_info=oracle_info, target_spec=target_spec,
                                                   oracle_described=oracle_described is not None,
                                                   probe=layerwise and _probe_possible(oracle_info, target_info),
-                                                  stage=stage)
+                                                  tolerance=tol, stage=stage)
             oracle_run = oracle_side.run
             # The oracle has done its part: its worker exits while the target works (less memory, and its
             # interpreter's teardown is off the critical path). A caller's workers stay open.
@@ -221,8 +225,12 @@ def compare_models(
                 note = f"{note}; {bodies}" if note and bodies else note or bodies
             plain_failed = comparison is None or not comparison.passed
             masking = probed_comparison is not None and (not probed_comparison.passed) != plain_failed
+            capture_note, the_oracles = _capture_note(model, oracle_side, target_run, probed_comparison, tol)
+            masking = masking and not the_oracles  # the oracle's capture is no masking by the target's probe
             if masking:
                 note = _masking_note(plain_failed, plan)
+            if capture_note:
+                note = capture_note if the_oracles else "; ".join(filter(None, (note, capture_note)))
             invocations = {"oracle": oracle_proc.invocations - invocations_before[0],
                            "target": target_proc.invocations - invocations_before[1]}
             oracle_closed()
@@ -234,6 +242,7 @@ def compare_models(
             invocations=invocations, seconds=time.monotonic() - started,
             store_dir=folder / "activations" if kept and (folder / "activations").is_dir() else None,
             compiled=plan.compiled, target_probe=probed.probe,
+            oracle_capture=oracle_side.as_built.difference if oracle_side.as_built is not None else None,
             outcome=classify_comparison(target_run, comparison, model.nodes),
         )
 
@@ -279,7 +288,8 @@ class _Side:
     """One backend of the comparison: its worker, table row, plain run and its compiled graph if described.
 
     ``store``: the oracle's activation store when its run captured every intermediate; ``probe_failure``: the
-    capture run, when it failed and the plain model was run instead.
+    capture run, when it failed and the plain model was run instead; ``as_built``: the oracle's capture and,
+    when it rewrites the graph, its run of the model as built with how their outputs differ.
     """
 
     proc: BackendProcess
@@ -288,6 +298,7 @@ class _Side:
     compiled: CompiledGraph | None
     store: ActivationStore | None = None
     probe_failure: RunResult | None = None
+    as_built: OracleRuns | None = None
 
 
 def _probeable(info: BackendInfo) -> bool:
@@ -307,7 +318,7 @@ def _every_intermediate(model: Model) -> list[str]:
 
 def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: BackendProcess,
                 target_proc: BackendProcess, oracle_spec: BackendSpec, oracle_info: BackendInfo,
-                target_spec: BackendSpec, oracle_described: bool, probe: bool,
+                target_spec: BackendSpec, oracle_described: bool, probe: bool, tolerance: Tolerance,
                 stage: Callable[[str], None]) -> tuple[_Side, RunResult]:
     """The verdict's runs: the oracle's and the target's, at the same time (each in its own worker) unless
     both use one accelerator (:func:`~graphbisect.backends.registry.shared_accelerator`: a TensorRT target and
@@ -318,7 +329,8 @@ def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: B
     ``opt_level=disable``: :meth:`BackendInfo.computes_as_written`), exposing tensors cannot change what it
     computes, so the capture's final outputs are its verdict too and the oracle runs once. An oracle that
     rewrites the graph (ONNX Runtime at ``all``, OpenVINO) may build the probe differently from the model,
-    so its verdict comes from a plain run of the model, after the capture in the same worker. When the
+    so its verdict comes from a plain run of the model, after the capture in the same worker
+    (:func:`~graphbisect.oracle.as_built.capture_as_built`, which measures how the two differ). When the
     capture fails, the plain model decides whether the oracle can run it at all.
     """
     onnx_path = folder / "model.onnx"
@@ -330,32 +342,33 @@ def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: B
         probe_path = folder / "probe.onnx"
         _save_proto(model.with_outputs(names), probe_path)
         stage(f"running target {target_spec}, and oracle {oracle_spec} capturing {len(names)} intermediate tensors")
-        plain_too = not oracle_info.computes_as_written(oracle_spec)
 
-        def oracle_job() -> tuple[RunResult, RunResult | None]:
-            captured = oracle_proc.run(probe_path, inputs_path, output_dir=store_dir)
-            return captured, oracle_proc.run(oracle_model, inputs_path) if plain_too and captured.ok else None
+        def oracle_job() -> OracleRuns:
+            return capture_as_built(lambda path, out: oracle_proc.run(path, inputs_path, output_dir=out), probe_path,
+                                    oracle_model, outputs=model.output_names, tolerance=tolerance,
+                                    rewrites=not oracle_info.computes_as_written(oracle_spec), capture_dir=store_dir)
     else:
         stage(f"running oracle {oracle_spec} and target {target_spec}")
 
-        def oracle_job() -> tuple[RunResult, RunResult | None]:
-            return oracle_proc.run(oracle_model, inputs_path), None
+        def oracle_job() -> OracleRuns:
+            return OracleRuns(oracle_proc.run(oracle_model, inputs_path))
     shared = shared_accelerator(oracle_spec, target_spec)
     if shared is not None:  # two runs on one GPU at once would distort each other's timings and memory
         stage(f"running oracle {oracle_spec}, then target {target_spec}: both run on {shared}")
     oracle_result = _in_background(oracle_job) if shared is None else _at_once(oracle_job)
     target_run = target_proc.run(target_model, inputs_path)
-    oracle_run, oracle_plain = oracle_result()
-    store = probe_failure = None
+    runs = oracle_result()
+    oracle_run = runs.verdict
+    store = probe_failure = as_built = None
     if probe and not oracle_described:
-        if oracle_run.ok:
+        if runs.capture.ok:
             store = ActivationStore.adopt(store_dir)  # index the worker's files as the activation store, no copy
-            oracle_run = oracle_plain or oracle_run
+            as_built = runs
         else:
-            probe_failure, oracle_run = oracle_run, oracle_proc.run(oracle_model, inputs_path)
+            probe_failure, oracle_run = runs.capture, oracle_proc.run(oracle_model, inputs_path)
     _require_oracle_ok(oracle_run, oracle_spec)
     compiled = compiled_of(model, oracle_run.info) if oracle_described else None
-    return _Side(oracle_proc, oracle_info, oracle_run, compiled, store, probe_failure), target_run
+    return _Side(oracle_proc, oracle_info, oracle_run, compiled, store, probe_failure, as_built), target_run
 
 
 _T = TypeVar("_T")
@@ -539,6 +552,33 @@ def _probed_comparison(model: Model, probed: _Probed, tol: Tolerance) -> Compari
     assert oracle is not None
     return comparison_of((tensor_stats(name, oracle, probed.target, tol, probed.measured)
                           for name in model.output_names), tol)
+
+
+def _capture_note(model: Model, oracle: _Side, target_run: RunResult, probed: Comparison | None,
+                  tol: Tolerance) -> tuple[str | None, bool]:
+    """(what the layerwise table's oracle column is when the oracle's capture computes otherwise than the
+    oracle as built, else None; whether that capture is what flips the probed verdict).
+
+    The verdict compares the target's plain run with the oracle's plain run; the layerwise table (and its
+    verdict on the outputs) compares the target's probe with the oracle's capture. Judging the target's plain
+    outputs against the capture changes one side at a time: when that already gives the probed verdict, the
+    flip is the oracle's capture, not the target's probe.
+    """
+    runs = oracle.as_built
+    if runs is None or runs.difference is None or not runs.differs:
+        return None, False
+    text = (f"ORACLE CAPTURE DIFFERS: {runs.difference.why(oracle.proc.spec)}, so the layerwise table compares "
+            "the target with a build of the oracle that is not the one the verdict used")
+    if probed is None or not target_run.ok:
+        return text, False
+    against_capture = compare_outputs(runs.capture.outputs, target_run.outputs, tol, model.output_names).passed
+    if against_capture != probed.passed:
+        return text, False
+    spec, verb = oracle.proc.spec, "passes" if probed.passed else "fails"
+    return (f"{text}. It is the oracle's capture, not the target's probe, that {verb} "
+            f"where the model {'fails' if probed.passed else 'passes'} as built: the target's plain outputs "
+            f"{'pass' if against_capture else 'fail'} against the capture too. To look at the oracle's own rewrite, "
+            f"make it the target (--target {spec} --oracle reference)"), True
 
 
 def _masking_note(plain_failed: bool, plan: ProbePlan) -> str:

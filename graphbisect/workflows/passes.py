@@ -42,13 +42,14 @@ import numpy as np
 from graphbisect.artifacts.bundle import BundleContent
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
 from graphbisect.backends.registry import BACKEND_SPEC
-from graphbisect.compare import Tolerance, compare_outputs
+from graphbisect.compare import Tolerance
 from graphbisect.data import save_inputs, validate_inputs
 from graphbisect.engine import Budget, Evaluator, Journal, Outcome, ProgressEvent, SearchAborted, SearchResult
 from graphbisect.errors import BackendError, GraphBisectError
 from graphbisect.model import Model
 from graphbisect.model.io import remove_model, save_proto
 from graphbisect.options import INVOCATIONS, TIMEOUT, check_fields, option
+from graphbisect.oracle.as_built import capture_as_built
 from graphbisect.oracle.signature import FailureKind, Signature
 from graphbisect.oracle.tester import judge
 from graphbisect.strategies.passes import (
@@ -179,39 +180,40 @@ class _Session:
 
         An oracle that rewrites the graph (``computes_as_written`` is False) may build the probe differently
         from the model, so with ``intermediates`` it also runs the model as built, whose outputs are the
-        expected ones (``compare``'s rule); when the capture's outputs differ from them, the captured values
-        are not what the oracle computes on the model: None (the region cannot be had, with a note).
+        expected ones (:func:`~graphbisect.oracle.as_built.capture_as_built`); when the capture's outputs differ
+        from them beyond the tolerance, the captured values are not what the oracle computes on the model: None
+        (no region is searched on them, with a note).
         """
         self.stage(f"running the oracle {self.oracle_spec}"
                    + (f" (capturing {len(intermediates)} tensors)" if intermediates else ""))
-        model = None
+        model = self.onnx_path
         if intermediates:
             model = self.work / "probe-oracle.onnx"
             save_proto(self.model.with_outputs(list(intermediates)), model)
-        run = self.run(self.oracle_spec, "oracle", model=model, output_dir=self.work / "oracle-values")
-        if model is not None:
-            remove_model(model)
-        if not run.ok:
-            raise BackendError(f"the oracle {self.oracle_spec} failed on the model: {run.describe()}",
+
+        def run(path: Path, output_dir: Path | None) -> RunResult:
+            return self.run(self.oracle_spec, "oracle", model=None if path == self.onnx_path else path,
+                            output_dir=output_dir)
+
+        try:
+            runs = capture_as_built(
+                run, model, self.onnx_path, outputs=self.model.output_names, tolerance=self.options.tolerance,
+                rewrites=bool(intermediates) and not self.oracle_info.computes_as_written(self.oracle_spec),
+                capture_dir=self.work / "oracle-values", plain_dir=self.work / "oracle-plain",
+                on_plain=lambda: self.stage(f"running the oracle {self.oracle_spec} on the model as built (it "
+                                            "rewrites the graph)"))
+        finally:
+            if intermediates:
+                remove_model(model)
+        if not runs.capture.ok:
+            raise BackendError(f"the oracle {self.oracle_spec} failed on the model: {runs.capture.describe()}",
                                hint="the oracle must run the model; choose another, e.g. --oracle reference")
-        self.expected = {name: np.array(run.outputs[name]) for name in self.model.output_names}
-        if model is None or self.oracle_info.computes_as_written(self.oracle_spec):
-            return run.outputs
-        self.stage(f"running the oracle {self.oracle_spec} on the model as built (it rewrites the graph)")
-        plain = self.run(self.oracle_spec, "oracle", output_dir=self.work / "oracle-plain")
-        if not plain.ok:
-            raise BackendError(f"the oracle {self.oracle_spec} failed on the model as built, though it ran it with "
-                               f"tensors exposed: {plain.describe()}",
-                               hint="choose an oracle that computes the graph as written, e.g. --oracle reference")
-        captured, self.expected = self.expected, {name: np.array(plain.outputs[name])
-                                                   for name in self.model.output_names}
-        differ = compare_outputs(captured, self.expected, self.options.tolerance, self.model.output_names)
-        if differ.passed:
-            return run.outputs
-        self.notes.append(f"the oracle {self.oracle_spec} computes the model differently when tensors are exposed "
-                          f"(its capture and its run of the model as built differ on "
-                          f"{', '.join(st.name for st in differ.failing[:3])}): the verdict is the model as built, "
-                          "and its captured intermediates are not used")
+        runs.require_plain(self.oracle_spec)
+        self.expected = {name: np.array(value) for name, value in runs.expected(self.model.output_names).items()}
+        if runs.difference is None or not runs.difference.differs:
+            return runs.capture.outputs
+        self.notes.append(f"{runs.difference.why(self.oracle_spec)}: the verdict is the model as built, and its "
+                          "captured intermediates are not used")
         return None
 
     def signature(self, run: RunResult) -> Signature:

@@ -68,7 +68,7 @@ from graphbisect.artifacts.overrides import PrecisionOverrides, sensitivity_char
 from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, resolve
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
-from graphbisect.compare import Tolerance, compare_outputs
+from graphbisect.compare import Tolerance
 from graphbisect.data import ActivationStore, random_inputs, save_inputs, validate_inputs
 from graphbisect.engine import Budget, BudgetExhausted, Evaluator, Outcome, ProgressEvent
 from graphbisect.errors import BackendError, InputError
@@ -76,6 +76,7 @@ from graphbisect.localize.layerwise import analyze_layers
 from graphbisect.model import Model
 from graphbisect.model.io import save_proto
 from graphbisect.options import INVOCATIONS, JOBS, check_value
+from graphbisect.oracle.as_built import capture_as_built
 from graphbisect.oracle.tester import WorkerPool
 from graphbisect.precision.calibration import Calibration, CalibrationMethod
 from graphbisect.precision.lowering import Lowering
@@ -221,33 +222,28 @@ def _capture(model: Model, oracle: str, feeds: Mapping[str, np.ndarray], workdir
     names = model.intermediate_names() if info.has(Capability.INTERMEDIATES) else list(model.output_names)
     probe = workdir / "probe.onnx"
     save_proto(model.with_outputs(names), probe)
+    captures = len(names) > len(model.output_names)
+    plain_path = model.save(workdir / "oracle-model.onnx") if captures and not info.computes_as_written(spec) \
+        else probe
     with BackendProcess(spec, workdir=workdir / "oracle") as proc:
-        run = proc.run(probe, inputs_path, output_dir=workdir / "activations")
-        if not run.ok:
-            raise BackendError(f"the oracle {spec} failed on the FP32 model: {run.describe()}",
+        # An oracle that rewrites the graph may build the probe otherwise than the model: the expected outputs
+        # are its run of the model as built; the capture still gives the calibration ranges and the layerwise
+        # evidence.
+        runs = capture_as_built(lambda path, out: proc.run(path, inputs_path, output_dir=out), probe, plain_path,
+                                outputs=model.output_names, rewrites=plain_path != probe, tolerance=tol,
+                                capture_dir=workdir / "activations", plain_dir=workdir / "oracle-plain")
+        if not runs.capture.ok:
+            raise BackendError(f"the oracle {spec} failed on the FP32 model: {runs.capture.describe()}",
                                hint="choose another oracle, e.g. --oracle reference")
-        store = ActivationStore.adopt(workdir / "activations") if len(names) > len(model.output_names) else None
-        expected = {name: np.asarray(run.outputs[name]) for name in model.output_names}
+        runs.require_plain(spec)
+        store = ActivationStore.adopt(workdir / "activations") if captures else None
+        expected = {name: np.asarray(value) for name, value in runs.expected(model.output_names).items()}
         verdict = "capture"
-        if store is not None and not info.computes_as_written(spec):
-            # An oracle that rewrites the graph may build the probe otherwise than the model (compare's rule,
-            # BackendInfo.computes_as_written): the expected outputs are its run of the model as built; the
-            # capture still gives the calibration ranges and the layerwise evidence.
-            plain_path = model.save(workdir / "oracle-model.onnx")
-            plain = proc.run(plain_path, inputs_path, output_dir=workdir / "oracle-plain")
-            if not plain.ok:
-                raise BackendError(f"the oracle {spec} failed on the FP32 model as built, though it ran it with "
-                                   f"every intermediate exposed: {plain.describe()}",
-                                   hint="choose an oracle that computes the graph as written, e.g. --oracle "
-                                   "reference or --oracle onnxruntime:opt_level=disable")
-            plain_outputs = {name: np.asarray(plain.outputs[name]) for name in model.output_names}
-            # within the search's tolerance: a fused kernel's last bits are no different computation
-            same = compare_outputs(expected, plain_outputs, tol, model.output_names).passed
-            expected = plain_outputs
-            verdict = "model as built" + ("" if same else " (its capture's outputs differ)")
-            if not same:
-                log.warning("the oracle %s computes the model differently when its intermediates are exposed; "
-                            "the expected outputs are its run of the model as built", spec)
+        if runs.difference is not None:
+            # "differ" within the search's tolerance: a fused kernel's last bits are no different computation
+            verdict = "model as built" + (" (its capture's outputs differ)" if runs.differs else "")
+            if runs.differs:
+                log.warning("%s; the expected outputs are its run of the model as built", runs.difference.why(spec))
         session = _Session(model, workdir, Path(inputs_path), expected, store, oracle_verdict=verdict)
         return session, proc.invocations
 

@@ -52,7 +52,7 @@ from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
 from graphbisect.backends.process import CompareTo
 from graphbisect.backends.registry import BACKEND_SPEC
-from graphbisect.compare import Tolerance, compare_outputs
+from graphbisect.compare import Tolerance
 from graphbisect.data import ActivationStore, save_inputs, validate_inputs
 from graphbisect.data.store import MANIFEST_NAME
 from graphbisect.engine import (
@@ -75,6 +75,7 @@ from graphbisect.model import Model
 from graphbisect.model.diff import model_differences
 from graphbisect.model.io import remove_model, save_proto
 from graphbisect.options import EXIT_CODE, INVOCATIONS, JOBS, TIMEOUT, check_fields, option, pattern, seconds, whole
+from graphbisect.oracle.as_built import Runner, capture_as_built, capture_difference, require_as_built
 from graphbisect.oracle.signature import FailureKind, Signature
 from graphbisect.oracle.tester import CandidateTester, OutputCheck, TargetPool, WorkerPool, judge, model_digest
 from graphbisect.packfile import TornRunError
@@ -267,15 +268,17 @@ class _Run:
         self.stage(f"capturing {len(names)} tensors with the oracle {self.oracle_spec}")
         try:
             with BackendProcess(self.oracle_spec, workdir=self.work / "oracle", timeout=self.options.timeout) as proc:
-                run = proc.run(probe, self.work / "inputs.npz", output_dir=store_dir, durable=True)  # --resume reads it
-                self.count("oracle", run=run)
-                if run.ok and self.rewriting_oracle():
-                    self._run_oracle_plain(proc)  # the same worker: no second start
+                # the plain run shares the capture's worker: no second start
+                runs = capture_as_built(self._oracle_runner(proc), probe, self.work / "model.onnx",
+                                        outputs=self.model.output_names, rewrites=self.rewriting_oracle(),
+                                        tolerance=self.tol, capture_dir=store_dir,
+                                        plain_dir=self.work / "oracle-plain", on_plain=self._stage_plain)
         finally:
             remove_model(probe)  # also when the plain run raises: a model-sized file left in the work folder
-        if not run.ok:
-            raise BackendError(f"the oracle {self.oracle_spec} failed on the model: {run.describe()}",
+        if not runs.capture.ok:
+            raise BackendError(f"the oracle {self.oracle_spec} failed on the model: {runs.capture.describe()}",
                                hint="the oracle must run the model; choose another, e.g. --oracle reference")
+        runs.require_plain(self.oracle_spec)
         return ActivationStore.adopt(store_dir)
 
     def rewriting_oracle(self) -> bool:
@@ -285,18 +288,19 @@ class _Run:
             return False
         return not self.oracle_info.computes_as_written(self.oracle_spec)
 
-    def _run_oracle_plain(self, proc: BackendProcess) -> RunResult:
-        """The oracle's run of the model as built, its outputs kept in ``oracle-plain`` (the verdict's values)."""
+    def _oracle_runner(self, proc: BackendProcess) -> Runner:
+        """One counted oracle run in ``proc`` on the work folder's inputs (:func:`capture_as_built`'s runner);
+        its outputs (the capture, the plain run) are fsynced before the worker replies: --resume reads them."""
+        def run(model: Path, output_dir: Path | None) -> RunResult:
+            result = proc.run(model, self.work / "inputs.npz", output_dir=output_dir, durable=True)
+            self.count("oracle", run=result)
+            return result
+
+        return run
+
+    def _stage_plain(self) -> None:
         self.stage(f"running the oracle {self.oracle_spec} on the model as built (it rewrites the graph, so its "
                    "capture may not be its verdict)")
-        run = proc.run(self.work / "model.onnx", self.work / "inputs.npz", output_dir=self.work / "oracle-plain",
-                       durable=True)  # --resume reads it
-        self.count("oracle", run=run)
-        if not run.ok:
-            raise BackendError(f"the oracle {self.oracle_spec} failed on the model as built, though it ran it with "
-                               f"every intermediate exposed: {run.describe()}",
-                               hint="choose an oracle that computes the graph as written, e.g. --oracle reference")
-        return run
 
     def verdict_values(self, store: ActivationStore,
                        values: Callable[[str], np.ndarray]) -> Callable[[str], np.ndarray]:
@@ -314,20 +318,17 @@ class _Run:
         plain_dir = self.work / "oracle-plain"
         if not (plain_dir / MANIFEST_NAME).exists():  # a resumed run captured before: the plain run only
             with BackendProcess(self.oracle_spec, workdir=self.work / "oracle", timeout=self.options.timeout) as proc:
-                self._run_oracle_plain(proc)
+                self._stage_plain()
+                require_as_built(self._oracle_runner(proc)(self.work / "model.onnx", plain_dir), self.oracle_spec)
         plain = ActivationStore.adopt(plain_dir)
         outputs = self.model.output_names
-        differ = compare_outputs({name: values(name) for name in outputs}, {name: plain.get(name) for name in outputs},
-                                 self.tol, outputs)
-        if not differ.passed:
-            worst = differ.worst
-            assert worst is not None
+        # measured on the two stores, so a resumed run decides as the first one did
+        difference = capture_difference({name: values(name) for name in outputs},
+                                        {name: plain.get(name) for name in outputs}, outputs, self.tol)
+        if difference.differs:
             raise GraphBisectError(
-                f"the oracle {self.oracle_spec} computes the model differently when its intermediate tensors are "
-                f"exposed: its run of the model as built and its capture differ on "
-                f"{', '.join(repr(s.name) for s in differ.failing[:3])} ({worst.kind.value}, "
-                f"{worst.mismatches}/{worst.numel} elements, max abs {worst.max_abs:.3g}). The verdict is the "
-                "model as built, but candidates are judged against the capture, so this oracle cannot drive a "
+                f"{difference.why(self.oracle_spec)}. The verdict is "
+                "the model as built, but candidates are judged against the capture, so this oracle cannot drive a "
                 "reduction of this model",
                 hint=f"choose an oracle that computes the graph as written (--oracle reference, or "
                 f"--oracle onnxruntime:opt_level=disable); the difference is {self.oracle_spec}'s own rewrite: to "

@@ -166,3 +166,39 @@ def test_tactics_travel_with_the_bundle(tmp_path: Path) -> None:
     (out / "repro_config.json").write_text(json.dumps(config))
     proc = run_repro(out)
     assert proc.returncode == 0 and "FIXED" in proc.stdout, proc.stdout + proc.stderr
+
+
+def bf16_and_int4_model() -> onnx.ModelProto:
+    """Two outputs: ``b`` = float -> bfloat16 (ONNX Runtime rounds to nearest even, and so does graphbisect's
+    ``reference``; onnx 1.17/1.18's plain reference truncates), ``q`` = float -> int4 -> float out of range
+    (ONNX Runtime wraps -9 to 7, the spec saturates to -8: a real mismatch of a ``reference`` target)."""
+    nodes = [helper.make_node("Cast", ["x"], ["b"], name="to_bf16", to=TensorProto.BFLOAT16),
+             helper.make_node("Mul", ["x", "k"], ["m"], name="scale"),
+             helper.make_node("Cast", ["m"], ["i"], name="to_int4", to=TensorProto.INT4),
+             helper.make_node("Cast", ["i"], ["q"], name="to_float", to=TensorProto.FLOAT)]
+    graph = helper.make_graph(nodes, "bf16_int4", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("b", TensorProto.BFLOAT16, [4]),
+                               helper.make_tensor_value_info("q", TensorProto.FLOAT, [4])],
+                              [numpy_helper.from_array(np.array(-18.75, np.float32), "k")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
+def test_a_reference_targets_repro_computes_the_bfloat16_casts_graphbisect_computed(tmp_path: Path) -> None:
+    # 0.48033667, 0.49968487 and 0.81910545 round up to the next bfloat16 (onnx 1.17 truncates them); x * -18.75
+    # puts -9.0 in the int4 cast, which ONNX Runtime wraps and the spec saturates.
+    x = np.array([0.48033667, 0.49968487, 0.81910545, 0.48], np.float32)
+    content = build_content(bf16_and_int4_model(), {"x": x}, tmp_path / "run", oracle="onnxruntime",
+                            target="reference")
+    assert content.signature.kind.value == "mismatch", content.signature
+    assert np.array_equal(np.asarray(content.oracle_outputs["b"]).view(np.uint16),
+                          np.asarray(content.target_outputs["b"]).view(np.uint16))  # graphbisect: b agrees
+    done = run_repro(write_bundle(content, tmp_path / "bug"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    # Before: repro.py ran a plain ReferenceEvaluator, which (on an onnx that truncates) said b mismatches too,
+    # contradicting the bundle it reproduces.
+    assert 'ok        "b"' in done.stdout, done.stdout
+    assert 'MISMATCH  "q"' in done.stdout and "REPRODUCED" in done.stdout
+    from graphbisect.backends.reference_casts import rounding_casts
+
+    if rounding_casts()[0]:  # this onnx truncates: the script says it patched the evaluator like graphbisect
+        assert "onnx.reference patched as graphbisect runs it: Cast/CastLike to bfloat16" in done.stdout

@@ -61,7 +61,8 @@ def test_passes_judges_the_model_as_built_and_does_not_search_a_region_on_a_capt
         oracle="onnxruntime:opt_level=all", target="onnxruntime:opt_level=disable"), workdir=tmp_path / "w")
     assert result.failed and result.signature.kind.value == "mismatch"
     assert result.invocations["oracle"] == 2  # the capture and the model as built
-    assert any("computes the model differently when tensors are exposed" in note for note in result.notes)
+    assert any("computes the model differently when its intermediate tensors are exposed" in note
+               and "differ on 'y' (mismatch" in note for note in result.notes), result.notes
     assert result.scope["searched_on"] == "whole model" and not result.culprits
 
 
@@ -80,3 +81,41 @@ def test_precision_expects_what_a_rewriting_oracle_computes_on_the_model_as_buil
     assert result.meets_tolerance
     # the capture and the plain run share the oracle's worker
     assert result.invocations["oracle"] == 2
+
+
+@pytest.mark.parametrize("target", ["reference", "onnxruntime:opt_level=disable"])
+def test_compare_blames_the_oracles_capture_not_the_targets_probe_when_that_is_what_differs(target: str) -> None:
+    # ORT at opt_level=all as the oracle: its plain run mis-fuses the keepdims=0 LayerNorm, its capture (every
+    # tensor exposed) does not. The target is right both ways, so the verdict (plain vs plain) fails and the
+    # layerwise table (the target's probe vs the oracle's capture) passes. Before, compare called that PROBE
+    # MASKING and blamed the target's probe ("exposing tensors prevented the fusion ... that causes the bug").
+    from graphbisect.workflows.compare import compare_models
+
+    model = load_model(_layernorm_keepdims0())
+    result = compare_models(model, oracle="onnxruntime:opt_level=all", target=target)
+    assert not result.passed and not result.probe_masking
+    note = result.layerwise_note or ""
+    assert "PROBE MASKING" not in note and "ORACLE CAPTURE DIFFERS" in note, note
+    assert "It is the oracle's capture, not the target's probe, that passes where the model fails as built" in note
+    assert "--target onnxruntime:opt_level=all --oracle reference" in note
+    capture = result.to_json()["oracle_capture"]
+    assert isinstance(capture, dict) and capture["differs"] is True and capture["identical"] == []
+    assert "differ on 'y' (mismatch, 16/16 elements" in capture["description"]
+    assert result.invocations == {"oracle": 2, "target": 2}
+
+
+def test_compare_measures_a_rewriting_oracles_capture_that_agrees_and_keeps_quiet_about_it() -> None:
+    # The same oracle on a model it fuses the same way with or without exposed tensors (keepdims=1 is fused
+    # right, and exposing its tensors only stops the fusion): measured, within tolerance, no note.
+    from graphbisect.workflows.compare import compare_models
+
+    proto = _layernorm_keepdims0()
+    for node in proto.graph.node:
+        for attribute in node.attribute:
+            if attribute.name == "keepdims":
+                attribute.i = 1
+    proto.graph.node[0].output[0] = "mean"
+    result = compare_models(load_model(proto), oracle="onnxruntime:opt_level=all", target="reference")
+    assert result.passed and not result.probe_masking and result.layerwise_note is None
+    capture = result.to_json()["oracle_capture"]
+    assert isinstance(capture, dict) and capture["differs"] is False

@@ -1,8 +1,17 @@
-"""The ``reference`` section of ``repro.py``: the ONNX reference evaluator (``onnx.reference``)."""
+"""The ``reference`` section of ``repro.py``: the ONNX reference evaluator (``onnx.reference``), as graphbisect
+runs it.
+
+graphbisect's ``reference`` backend rounds Cast/CastLike to bfloat16 to nearest even where the installed onnx
+truncates (:mod:`graphbisect.backends.reference`). A plain ``ReferenceEvaluator`` would compute those casts
+otherwise, so a bundle's script could contradict the failure it reproduces; the section embeds the text of
+:mod:`graphbisect.backends.reference_casts` (standalone: numpy and onnx only) and builds the evaluator with the
+same overrides, probed on the reader's onnx, and prints that it did.
+"""
 
 from __future__ import annotations
 
 from graphbisect.artifacts.repro_backends._common import ReproBackend, _no_options
+from graphbisect.backends.reference_casts import script_text
 
 _REFERENCE_CODE = r'''
 # ------------------------------------------------------------------- the target: onnx.reference (numpy)
@@ -16,10 +25,14 @@ def import_library(options):
 
 
 def load_target(model_path, options):
-    """The ONNX reference evaluator: the specification written in numpy."""
+    """The ONNX reference evaluator, patched where graphbisect patches it (rounding_casts below: Cast/CastLike
+    to bfloat16 round to nearest even where this onnx truncates), so it computes what graphbisect ran."""
     from onnx.reference import ReferenceEvaluator
 
-    return ReferenceEvaluator(str(model_path))
+    overrides, patched = rounding_casts()
+    for line in patched:
+        print(f"onnx.reference patched as graphbisect runs it: {line}", flush=True)
+    return ReferenceEvaluator(str(model_path), new_ops=overrides or None)
 
 
 def run_target(evaluator, inputs, output_names):
@@ -28,7 +41,9 @@ def run_target(evaluator, inputs, output_names):
     values = evaluator.run(output_names, {name: value for name, value in inputs.items() if name in accepted})
     return dict(zip(output_names, (as_value(v) for v in values)))
 
-'''
+
+# graphbisect/backends/reference_casts.py, verbatim: the overrides graphbisect's reference backend uses
+''' + script_text() + "\n"
 
 
 BACKEND = ReproBackend("reference", "onnx (onnx.reference)", "onnx", _no_options, _REFERENCE_CODE)

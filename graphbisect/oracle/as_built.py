@@ -1,0 +1,160 @@
+"""The oracle's capture, and its run of the model as built when exposing tensors may change what it computes.
+
+Every workflow captures the oracle's intermediate tensors by running a probe model (the model with those
+tensors as extra outputs). An oracle that computes the graph as written (``reference``,
+``onnxruntime:opt_level=disable``: :meth:`~graphbisect.backends.registry.BackendInfo.computes_as_written`)
+computes the same outputs either way, so its capture is its verdict. One that rewrites the graph (ONNX Runtime
+above ``opt_level=disable``, OpenVINO) may build the probe differently from the model — ORT at ``all`` fuses
+the keepdims=0 LayerNorm of onnxruntime#30513 wrongly only when its tensors are not exposed — so it also runs
+the model as built, and that run's outputs are the expected ones.
+
+:func:`capture_as_built` runs both through the caller's runner (its warm worker: no second start) and
+measures how the capture's final outputs differ from the plain run's (:class:`CaptureDifference`). What to do
+about a difference is each workflow's own policy: ``reduce`` stops and explains (candidates are judged against
+the capture), ``passes`` does not search a region on that capture, ``precision`` takes the plain outputs as
+expected and says so in ``oracle_expected``, ``compare`` takes the plain verdict and says which side a
+probe-masking flip comes from.
+
+"Differ" is judged with the workflow's tolerance, the rule its verdicts use: a fused kernel's last bits are
+no different computation. :attr:`CaptureDifference.identical` still says which outputs are bit-identical.
+
+Example:
+    >>> runs = capture_as_built(lambda path, out: proc.run(path, feeds, output_dir=out),   # doctest: +SKIP
+    ...                         probe, model_path, outputs=["y"], rewrites=True, tolerance=Tolerance())
+    >>> runs.expected(["y"]), runs.differs                                                   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from graphbisect.backends.base import RunResult
+from graphbisect.compare import Comparison, Tolerance, compare_outputs
+from graphbisect.errors import BackendError
+from graphbisect.values import bit_identical
+
+__all__ = ["CaptureDifference", "OracleRuns", "Runner", "capture_as_built", "capture_difference", "require_as_built"]
+
+log = logging.getLogger(__name__)
+
+#: One oracle run: (model file, folder its outputs are written to or None) -> the run.
+Runner = Callable[[Path, "Path | None"], RunResult]
+
+
+@dataclass(frozen=True)
+class CaptureDifference:
+    """How the capture's final outputs differ from the plain run's, measured on both runs.
+
+    ``comparison``: the capture's outputs against the plain run's, judged with the workflow's tolerance;
+    ``identical``: the outputs whose values are bit-identical in both runs.
+    """
+
+    comparison: Comparison
+    identical: tuple[str, ...]
+
+    @property
+    def differs(self) -> bool:
+        """Whether some output differs beyond the tolerance (the rule every workflow's verdict uses)."""
+        return not self.comparison.passed
+
+    def describe(self) -> str:
+        """One clause for a message, e.g. ``differ on 'y' (mismatch, 12/16 elements, max abs 1.73)``."""
+        outputs = self.comparison.outputs
+        if len(self.identical) == len(outputs):
+            return "are bit-identical"
+        worst = self.comparison.worst
+        assert worst is not None
+        numbers = f"{worst.mismatches}/{worst.numel} elements, max abs {worst.max_abs:.3g}"
+        if not self.differs:
+            return f"differ only within the tolerance (max abs {worst.max_abs:.3g})"
+        names = ", ".join(repr(s.name) for s in self.comparison.failing[:3])
+        return f"differ on {names} ({worst.kind.value}, {numbers})"
+
+    def why(self, spec: object) -> str:
+        """The sentence every workflow uses for this difference (``spec``: the oracle)."""
+        return (f"the oracle {spec} computes the model differently when its intermediate tensors are exposed: its "
+                f"capture and its run of the model as built {self.describe()}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"differs": self.differs, "identical": list(self.identical), "description": self.describe(),
+                "outputs": [s.to_json() for s in self.comparison.outputs]}
+
+
+def capture_difference(captured: Mapping[str, Any], plain: Mapping[str, Any], names: Sequence[str],
+                       tolerance: Tolerance) -> CaptureDifference:
+    """How the capture's outputs ``names`` differ from the plain run's (each a name -> value mapping)."""
+    comparison = compare_outputs(captured, plain, tolerance, names)
+    identical = tuple(name for name in names
+                      if name in captured and name in plain and bit_identical(captured[name], plain[name]))
+    return CaptureDifference(comparison, identical)
+
+
+@dataclass(frozen=True)
+class OracleRuns:
+    """The oracle's capture and, when it rewrites the graph, its run of the model as built.
+
+    ``plain``: None when the capture is the verdict (the oracle computes the graph as written) or when the
+    capture failed (nothing to compare it with: the caller decides whether the model itself runs).
+    ``difference``: how the two runs' outputs differ; None without a successful plain run.
+    """
+
+    capture: RunResult
+    plain: RunResult | None = None
+    difference: CaptureDifference | None = None
+
+    @property
+    def verdict(self) -> RunResult:
+        """The run whose outputs are the oracle's verdict: the plain run when there is one."""
+        return self.plain if self.plain is not None else self.capture
+
+    @property
+    def differs(self) -> bool:
+        """Whether the capture computes otherwise than the oracle as built (beyond the tolerance)."""
+        return self.difference is not None and self.difference.differs
+
+    def expected(self, names: Sequence[str]) -> dict[str, Any]:
+        """The verdict's outputs ``names`` (the plain run's when there is one, else the capture's)."""
+        outputs = self.verdict.outputs
+        return {name: outputs[name] for name in names}
+
+    def require_plain(self, spec: object) -> None:
+        """Raise :class:`~graphbisect.errors.BackendError` when the plain run failed though the capture ran."""
+        if self.plain is not None:
+            require_as_built(self.plain, spec)
+
+
+def require_as_built(run: RunResult, spec: object) -> None:
+    """Raise :class:`~graphbisect.errors.BackendError` when ``run``, the oracle ``spec``'s run of the model as
+    built, failed (its capture ran, so the rewrite it does on the model is what fails)."""
+    if not run.ok:
+        raise BackendError(f"the oracle {spec} failed on the model as built, though it ran it with its "
+                           f"intermediate tensors exposed: {run.describe()}",
+                           hint="choose an oracle that computes the graph as written, e.g. --oracle "
+                           "reference or --oracle onnxruntime:opt_level=disable")
+
+
+def capture_as_built(runner: Runner, probe: Path, model: Path, *, outputs: Sequence[str], rewrites: bool,
+                     tolerance: Tolerance, capture_dir: Path | None = None, plain_dir: Path | None = None,
+                     on_plain: Callable[[], None] | None = None) -> OracleRuns:
+    """Run the capture (``probe``, outputs into ``capture_dir``) and, when the oracle ``rewrites`` the graph
+    and the capture ran, the model as built (``model``, into ``plain_dir``), both through ``runner``.
+
+    ``on_plain`` is called before the plain run (a stage line). A failed capture or plain run is returned,
+    not raised: compare turns it into ``OracleFailed``, the other workflows into their own errors.
+    """
+    capture = runner(probe, capture_dir)
+    if not capture.ok or not rewrites:
+        return OracleRuns(capture)
+    if on_plain is not None:
+        on_plain()
+    plain = runner(model, plain_dir)
+    if not plain.ok:
+        return OracleRuns(capture, plain)
+    difference = capture_difference(capture.outputs, plain.outputs, outputs, tolerance)
+    if difference.differs:
+        log.info("the oracle's capture and its run of the model as built %s", difference.describe())
+    return OracleRuns(capture, plain, difference)
