@@ -83,20 +83,25 @@ def test_precision_expects_what_a_rewriting_oracle_computes_on_the_model_as_buil
     assert result.invocations["oracle"] == 2
 
 
-@pytest.mark.parametrize("target", ["reference", "onnxruntime:opt_level=disable"])
-def test_compare_blames_the_oracles_capture_not_the_targets_probe_when_that_is_what_differs(target: str) -> None:
+@pytest.mark.parametrize(("target", "passes_as_built"), [("reference", False), ("onnxruntime:opt_level=disable", False),
+                                                         ("onnxruntime:opt_level=all", True)])
+def test_compare_blames_the_oracles_capture_not_the_targets_probe_when_that_is_what_differs(
+        target: str, passes_as_built: bool) -> None:
     # ORT at opt_level=all as the oracle: its plain run mis-fuses the keepdims=0 LayerNorm, its capture (every
-    # tensor exposed) does not. The target is right both ways, so the verdict (plain vs plain) fails and the
-    # layerwise table (the target's probe vs the oracle's capture) passes. Before, compare called that PROBE
-    # MASKING and blamed the target's probe ("exposing tensors prevented the fusion ... that causes the bug").
+    # tensor exposed) does not. A right target fails the verdict (plain vs plain) and passes the layerwise table
+    # (its probe vs the oracle's capture); ORT all as the target too mis-fuses like the oracle as built (pass)
+    # but not like its capture (the table fails). Before, compare called either flip PROBE MASKING and blamed
+    # the target's probe ("exposing tensors prevented the fusion ... that causes the bug").
     from graphbisect.workflows.compare import compare_models
 
     model = load_model(_layernorm_keepdims0())
     result = compare_models(model, oracle="onnxruntime:opt_level=all", target=target)
-    assert not result.passed and not result.probe_masking
+    assert result.passed is passes_as_built and not result.probe_masking
+    assert result.probed_comparison is not None and result.probed_comparison.passed is not passes_as_built
     note = result.layerwise_note or ""
     assert "PROBE MASKING" not in note and "ORACLE CAPTURE DIFFERS" in note, note
-    assert "It is the oracle's capture, not the target's probe, that passes where the model fails as built" in note
+    flip = "fails where the model passes" if passes_as_built else "passes where the model fails"
+    assert f"It is the oracle's capture, not the target's probe, that {flip} as built" in note
     assert "--target onnxruntime:opt_level=all --oracle reference" in note
     capture = result.to_json()["oracle_capture"]
     assert isinstance(capture, dict) and capture["differs"] is True and capture["identical"] == []
