@@ -90,8 +90,12 @@ class SearchRun:
         closure makes no smaller than the current set (or empty) are skipped untested: they could not
         be accepted anyway.
         """
+        return self._try_closed((self._closed(c) for c in candidates), phase)
+
+    def _try_closed(self, closed: Iterable[frozenset[int] | None], phase: str | None = None) -> int | None:
+        """:meth:`try_candidates` of candidates already through :meth:`_closed` (None: skipped untested)."""
         phase = phase or self.phase
-        found = self.ev.find_first_fail((self._closed(c) for c in candidates), phase=phase)
+        found = self.ev.find_first_fail(closed, phase=phase)
         if found is None:
             return None
         self.accept(found[1], phase)
@@ -181,7 +185,7 @@ class SearchRun:
         note in ``last`` what each tested removal did to the margin."""
         tried: list[tuple[frozenset[int], frozenset[int] | None]] = []
         base = self._margin_of(self.keep, margin) or 0.0
-        winner = self.try_candidates(self._single_removals(order, tried), "sweep")
+        winner = self._try_closed(self._single_removals(order, tried), "sweep")
         for atom, closed in tried[: None if winner is None else winner]:
             value = self._margin_of(closed, margin) if closed is not None else None
             if value is not None:
@@ -189,12 +193,14 @@ class SearchRun:
         return winner
 
     def _single_removals(self, order: Sequence[int],
-                         tried: list[tuple[frozenset[int], frozenset[int] | None]]) -> Iterator[frozenset[int]]:
-        """The current set without each atom of ``order`` in turn, noting (atom, tested set) as consumed."""
+                         tried: list[tuple[frozenset[int], frozenset[int] | None]]
+                         ) -> Iterator[frozenset[int] | None]:
+        """The current set without each atom of ``order`` in turn, closed (:meth:`_closed`: the set tested, or
+        None), noting (atom, that set) as consumed."""
         for j in order:
-            keep = self.without((j,))
-            tried.append((self.atoms[j], self._closed(keep)))
-            yield keep
+            closed = self._closed(self.without((j,)))
+            tried.append((self.atoms[j], closed))
+            yield closed
 
     def _margin_of(self, keep: frozenset[int], margin: Margin) -> float | None:
         measured = self.ev.cache.get(keep)

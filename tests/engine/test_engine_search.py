@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import random
@@ -262,3 +263,24 @@ def test_sweep_defers_heavy_removals_and_still_proves_one_minimal() -> None:
         deferring_size += len(deferring.keep)
     assert deferring_runs < 0.8 * plain_runs, (deferring_runs, plain_runs)
     assert deferring_size <= plain_size
+
+
+def test_the_ranked_sweep_closes_each_candidate_once() -> None:
+    """A closure costs a graph walk per candidate (the precision sweep's lowering closure): the ranked sweep
+    computed it twice per single removal, once to note the margin and once to test it."""
+    closed: list[frozenset[int]] = []
+    parents = dependency_closure({u: [u - 1] for u in range(1, 12, 2)})  # pairs (0, 1), (2, 3), ...
+
+    def closure(keep: frozenset[int]) -> frozenset[int]:
+        closed.append(keep)
+        return parents(keep)
+
+    test = _cumulative_error(12, 0, heavy=4, scale=0.1)
+    ev = Evaluator(test, 12, closure=closure, allow_empty=True)
+    start = frozenset(range(12))
+    result = sweep(ev, start, margin=_margin)
+    assert result.minimal
+    calls = collections.Counter(closed)
+    removals_of_start = {start - {u} for u in start}  # also closed once beforehand for their last margin change
+    assert all(count == 1 for keep, count in calls.items() if keep not in removals_of_start), calls
+    assert all(calls[keep] <= 2 for keep in removals_of_start), calls
