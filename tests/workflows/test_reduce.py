@@ -23,7 +23,7 @@ from graphbisect.engine import Outcome
 from graphbisect.examples import host_network
 from graphbisect.model import load_model
 from graphbisect.oracle.signature import EXACT_VALUES, FLOAT_VALUES, FailureKind, Signature
-from graphbisect.oracle.tester import CandidateTester, WorkerPool
+from graphbisect.oracle.tester import CandidateTester, WorkerPool, model_digest
 from graphbisect.strategies.subgraph import SubgraphSpace
 from graphbisect.values import write_value
 from graphbisect.workflows.reduce import VERIFY_RUNS, ReduceOptions, ReduceResult, reduce_model, work_dir_for
@@ -150,6 +150,9 @@ def test_result_is_one_minimal_checked_independently(tmp_path: Path) -> None:
             assert tester(keep - {index}).outcome is not Outcome.FAIL, model.node_names[index]
     finally:
         pool.close()
+    # The exact model that failed is recorded (a re-verification is compared with it); the others, which no
+    # search accepts, are not hashed.
+    assert tester.tested == {keep: model_digest(space.materialize(keep).proto)}
 
 
 def test_no_failure_exits_0_and_writes_only_the_report(tmp_path: Path) -> None:
