@@ -43,7 +43,7 @@ def try_lock(fd: int, *, wait: bool = False) -> bool:
     process, does not get it). Without ``wait``, return False at once when another holds it.
 
     Where the platform has no ``flock`` (Windows), no lock is taken and the answer is ``wait``: a lock that
-    does not exist proves nothing about other processes.
+    does not exist proves nothing about other processes. A file system that refuses locks raises ``OSError``.
     """
     if fcntl is None:  # pragma: no cover - Windows
         return wait

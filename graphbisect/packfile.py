@@ -47,6 +47,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -123,8 +124,10 @@ class PackWriter:
         remove_abandoned(self.folder)
         fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, dir=self.folder)
         # Locked before the header is written (unbuffered), and held until the file is closed: a temporary file
-        # that starts with the header and whose lock is free is a dead writer's (remove_abandoned).
-        try_lock(fd, wait=True)
+        # that starts with the header and whose lock is free is a dead writer's (remove_abandoned). Where the
+        # file system refuses locks, a later run cannot take one either, so it never removes this file.
+        with contextlib.suppress(OSError):
+            try_lock(fd, wait=True)
         os.write(fd, (_MAGIC + bytes.fromhex(self.token)).ljust(HEADER_BYTES, b"\0"))
         self._handle: IO[bytes] = os.fdopen(fd, "wb")
         self._pending: Path | None = Path(tmp)  # renamed to DATA_NAME on the first publish
