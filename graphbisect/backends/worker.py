@@ -325,13 +325,24 @@ def compare_to_store(outputs: Mapping[str, Any], names: Sequence[str], store_dir
         >>> compare_to_store({"y": np.ones(2, np.float32)}, ["y"], folder, Tolerance().to_json())["y"]["kind"]
         'mismatch'
     """
-    from graphbisect.compare.metrics import Tolerance, compare_values  # numpy only, like this module
+    from graphbisect.compare.metrics import Tolerance, compare_many  # numpy only, like this module
     from graphbisect.data.store import ActivationStore
 
     store = ActivationStore.open(store_dir)
     tol = Tolerance.from_json(tolerance)
-    return {name: compare_values(name, store.get(name), _as_stored(outputs[name]), tol).to_json()
-            for name in names if name in store}
+    stored = [name for name in names if name in store]
+    stats: dict[str, dict[str, Any]] = {}
+    # Small tensors are compared many at a time (compare_many: the same statistics, bit for bit), a window
+    # of names at a time so that the stored values read for it stay few.
+    for start in range(0, len(stored), COMPARE_WINDOW):
+        window = stored[start:start + COMPARE_WINDOW]
+        items = [(name, store.get(name), _as_stored(outputs[name])) for name in window]
+        stats.update((name, s.to_json()) for name, s in zip(window, compare_many(items, tol), strict=True))
+    return stats
+
+
+#: Tensors whose stored values :func:`compare_to_store` reads at one time.
+COMPARE_WINDOW = 4096
 
 
 def _as_stored(value: Any) -> Any:

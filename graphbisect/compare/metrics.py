@@ -36,6 +36,7 @@ __all__ = [
     "TensorStats",
     "Tolerance",
     "check_tolerance_value",
+    "compare_many",
     "compare_outputs",
     "compare_tensors",
     "compare_values",
@@ -155,12 +156,15 @@ class TensorStats:
 
     def to_json(self) -> dict[str, object]:
         """JSON-ready dict (infinities as strings, so the output is strict JSON)."""
-        out: dict[str, object] = {"name": self.name, "passed": self.passed, "kind": self.kind.value}
-        for key in ("numel", "mismatches", "max_abs", "max_rel", "mean_abs", "rel_l2", "cosine", "snr_db",
-                    "score", "target_nonfinite", "both_nonfinite", "oracle_shape", "target_shape", "oracle_dtype",
-                    "target_dtype", "oracle_range", "target_range"):
-            out[key] = _json_number(getattr(self, key))
-        return out
+        number = _json_number  # spelled out, not a loop over getattr: a probe writes thousands of these
+        return {"name": self.name, "passed": self.passed, "kind": self.kind.value, "numel": number(self.numel),
+                "mismatches": number(self.mismatches), "max_abs": number(self.max_abs),
+                "max_rel": number(self.max_rel), "mean_abs": number(self.mean_abs), "rel_l2": number(self.rel_l2),
+                "cosine": number(self.cosine), "snr_db": number(self.snr_db), "score": number(self.score),
+                "target_nonfinite": number(self.target_nonfinite), "both_nonfinite": number(self.both_nonfinite),
+                "oracle_shape": number(self.oracle_shape), "target_shape": number(self.target_shape),
+                "oracle_dtype": number(self.oracle_dtype), "target_dtype": number(self.target_dtype),
+                "oracle_range": number(self.oracle_range), "target_range": number(self.target_range)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TensorStats:
@@ -217,7 +221,9 @@ def _severity(stats: TensorStats) -> tuple[int, float]:
 
 
 def _json_number(value: object) -> object:
-    if isinstance(value, float) and not math.isfinite(value):
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     if isinstance(value, tuple):
         return [_json_number(v) for v in value]
@@ -435,6 +441,11 @@ def compare_tensors(name: str, oracle: Any, target: Any,
             acc.add_identical(chunk_o)
         else:
             acc.add(chunk_o, chunk_t)
+    return _stats(name, acc, tol, shapes)
+
+
+def _stats(name: str, acc: _Accumulator, tol: Tolerance, shapes: Mapping[str, object]) -> TensorStats:
+    """The statistics of one tensor from its accumulated sums."""
     cosine = acc.cosine()
     if acc.nonfinite:
         kind = MismatchKind.NAN
@@ -450,6 +461,131 @@ def compare_tensors(name: str, oracle: Any, target: Any,
         oracle_range=_range(acc.o_min, acc.o_max), target_range=_range(acc.t_min, acc.t_max),
         **shapes,  # type: ignore[arg-type]
     )
+
+
+#: Tensors of at most this many elements may be compared in one batch (:func:`compare_many`): up to numpy's
+#: iterator buffer size, a row of a batched ``einsum`` is summed exactly as the tensor alone is (above it
+#: the buffered rows are summed in another order, and the last bits of a dot product can differ).
+BATCH_MAX_ELEMENTS = 8192
+#: The element types a batch compares: every value of float16/float32 is a float64 and a sum of at most
+#: ``BATCH_MAX_ELEMENTS`` of them cannot overflow, so "the sum is finite" is "every value is".
+_BATCH_TYPES = (np.float16, np.float32)
+#: Elements of one batch (a few MB of float64 temporaries, like ``_CHUNK``).
+_BATCH_ELEMENTS = 1 << 18
+
+
+def compare_many(items: Iterable[tuple[str, Any, Any]], tol: Tolerance | None = None) -> list[TensorStats]:
+    """:func:`compare_values` of each ``(name, oracle, target)``, in order, with the very same results.
+
+    Why: a layerwise probe compares thousands of small tensors, where numpy's per-call overhead, not the
+    arithmetic, is the cost (~60 µs a tensor). Finite float16/float32 tensors of one shape, type and
+    tolerance, up to :data:`BATCH_MAX_ELEMENTS` elements, are stacked and reduced row by row: every
+    statistic is computed with the same numpy operation on the same values as :func:`compare_tensors`
+    does (sums and dot products on a contiguous row of that size add in the same order), so each row's
+    statistics are bit-identical to comparing the tensor alone. Anything else (other types, a NaN or Inf,
+    larger tensors, sequences) is compared alone.
+
+    Example:
+        >>> o = np.zeros((3, 4), np.float32)
+        >>> [s.kind.value for s in compare_many([("a", o[0], o[0]), ("b", o[1], o[1] + 1), ("c", [o], [o])])]
+        ['ok', 'mismatch', 'ok']
+    """
+    tol = tol or Tolerance()
+    items = list(items)
+    results: list[TensorStats | None] = [None] * len(items)
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for index, (name, oracle, target) in enumerate(items):
+        if _batchable(oracle, target):
+            groups.setdefault((oracle.shape, oracle.dtype, tol.for_tensor(name)), []).append(index)
+        else:
+            results[index] = compare_values(name, oracle, target, tol)
+    for (shape, _dtype, (atol, rtol)), members in groups.items():
+        if len(members) == 1:
+            index = members[0]
+            results[index] = compare_values(*items[index], tol)
+            continue
+        rows = max(1, _BATCH_ELEMENTS // math.prod(shape))  # bounds the temporaries, as _CHUNK does
+        for start in range(0, len(members), rows):
+            batch = members[start:start + rows]
+            for index, stats in zip(batch, _compare_rows([items[i] for i in batch], atol, rtol, tol), strict=True):
+                results[index] = stats
+    return [s for s in results if s is not None]
+
+
+def _batchable(oracle: Any, target: Any) -> bool:
+    return (isinstance(oracle, np.ndarray) and isinstance(target, np.ndarray) and oracle.dtype == target.dtype
+            and oracle.dtype.type in _BATCH_TYPES and oracle.shape == target.shape
+            and 0 < oracle.size <= BATCH_MAX_ELEMENTS)
+
+
+def _compare_rows(items: list[tuple[str, Any, Any]], atol: float, rtol: float, tol: Tolerance) -> list[TensorStats]:
+    """:func:`compare_tensors` of same-shape, same-type float tensors, as the rows of one array each side:
+    the operations of ``_Accumulator.add`` (its finite case) and ``add_identical``, one numpy call per
+    statistic for all rows (:func:`_row_statistics`), then each row's values added into an ``_Accumulator``
+    as it adds them."""
+    raw_o = np.stack([np.asarray(o).reshape(-1) for _, o, _ in items])
+    raw_t = np.stack([np.asarray(t).reshape(-1) for _, _, t in items])
+    bits = np.dtype(f"u{raw_o.dtype.itemsize}")
+    identical = (raw_o.view(bits) == raw_t.view(bits)).all(axis=1)  # what compare_tensors' tobytes() tells
+    o, t = _wide(raw_o), _wide(raw_t)
+    finite = np.isfinite(o).all(axis=1) & np.isfinite(t).all(axis=1)
+    rows = {key: values.tolist() for key, values in _row_statistics(o, t, atol, rtol).items()}
+    dtype = _dtype_name(raw_o.dtype)
+    shape = tuple(np.shape(items[0][1]))
+    shapes = {"oracle_shape": shape, "target_shape": shape, "oracle_dtype": dtype, "target_dtype": dtype}
+    stats = []
+    for row, (name, oracle, target) in enumerate(items):
+        if not finite[row]:  # NaN/Inf: the masked path, as compare_tensors takes it
+            stats.append(compare_values(name, oracle, target, tol))
+            continue
+        acc = _Accumulator(atol, rtol)
+        acc.numel += int(raw_o.shape[1])
+        if identical[row]:  # add_identical
+            norm = rows["o_sq"][row]
+            acc.o_sq += norm
+            acc.t_sq += norm
+            acc.dot += norm
+            acc.o_min, acc.o_max = min(acc.o_min, rows["o_min"][row]), max(acc.o_max, rows["o_max"][row])
+            acc.t_min, acc.t_max = min(acc.t_min, rows["o_min"][row]), max(acc.t_max, rows["o_max"][row])
+        else:  # add: _add_finite, then the ranges
+            worst = rows["max_abs"][row]
+            if worst != 0.0:  # _add_errors: identical values add no error
+                acc.mismatches += rows["mismatches"][row]
+                acc.max_abs = max(acc.max_abs, worst)
+                acc.sum_abs += rows["sum_abs"][row]
+                acc.err_sq += rows["err_sq"][row]
+                acc.max_rel = max(acc.max_rel, rows["max_rel"][row])
+                acc.rel_undefined = rows["rel_undefined"][row]
+                acc.score = max(acc.score, rows["score"][row])
+            acc.dot += rows["dot"][row]
+            acc.o_sq += rows["o_sq"][row]
+            acc.t_sq += rows["t_sq"][row]
+            acc.o_min, acc.o_max = min(acc.o_min, rows["o_min"][row]), max(acc.o_max, rows["o_max"][row])
+            acc.t_min, acc.t_max = min(acc.t_min, rows["t_min"][row]), max(acc.t_max, rows["t_max"][row])
+        stats.append(_stats(name, acc, tol, shapes))
+    return stats
+
+
+def _row_statistics(o: np.ndarray, t: np.ndarray, atol: float, rtol: float) -> dict[str, np.ndarray]:
+    """Per row of float64 ``o`` and ``t`` (finite rows; others are compared alone): what ``_add_finite``,
+    ``_add_errors`` and ``_add_range`` compute for one tensor, by the same numpy operations."""
+    diff = np.subtract(t, o)
+    diff = np.abs(diff, out=diff)
+    magnitude = np.abs(o)
+    allowed = magnitude * rtol
+    allowed += atol
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        meaningful = magnitude > max(atol, np.finfo(np.float64).tiny)
+        ratio = diff / allowed if atol > 0 else np.where(allowed > 0, diff / allowed, np.where(diff > 0, math.inf, 0.0))
+        return {
+            "max_abs": diff.max(axis=1), "mismatches": np.count_nonzero(diff > allowed, axis=1),
+            "sum_abs": diff.sum(axis=1), "err_sq": np.einsum("ij,ij->i", diff, diff),
+            "max_rel": np.where(meaningful, diff / magnitude, 0.0).max(axis=1),
+            "rel_undefined": ((diff > 0.0) & ~meaningful).any(axis=1), "score": ratio.max(axis=1),
+            "dot": np.einsum("ij,ij->i", o, t), "o_sq": np.einsum("ij,ij->i", o, o),
+            "t_sq": np.einsum("ij,ij->i", t, t),
+            "o_min": o.min(axis=1), "o_max": o.max(axis=1), "t_min": t.min(axis=1), "t_max": t.max(axis=1),
+        }
 
 
 def _compare_strings(name: str, o: np.ndarray, t: np.ndarray, shapes: Mapping[str, object]) -> TensorStats:

@@ -143,3 +143,71 @@ def test_opposite_infinities_are_reported_without_a_numpy_warning() -> None:
         stats = compare_tensors("x", oracle, target, Tolerance(atol=1e-3, rtol=1e-3))
     assert not stats.passed
     assert stats.kind is MismatchKind.NAN
+
+
+def _batch_cases(rng: np.random.Generator) -> list[tuple[str, object, object]]:
+    """Pairs covering what compare_many batches and what it must leave alone, in a shuffled order."""
+    cases: list[tuple[str, object, object]] = []
+    for i in range(60):
+        shape = [(4, 16), (8,), (2, 3, 5), (1,)][i % 4]
+        dtype = np.float32 if i % 5 else np.float16
+        o = (rng.standard_normal(shape) * 10.0 ** rng.integers(-6, 4)).astype(dtype)
+        kind = i % 6
+        if kind == 0:
+            t = o.copy()  # bit-identical
+        elif kind == 1:
+            t = np.where(o == 0, o, o * dtype(1 + 1e-3)).astype(dtype)  # beyond rtol
+        elif kind == 2:
+            t = (o + rng.standard_normal(shape).astype(dtype) * dtype(1e-7)).astype(dtype)  # last bits
+        elif kind == 3:
+            o = np.zeros(shape, dtype)
+            t = -o  # -0.0 against 0.0: different bytes, equal values
+        elif kind == 4:
+            o.flat[0] = 1e-6  # below atol: a relative error that means nothing
+            t = o.copy()
+            t.flat[0] = 3e-6
+        else:
+            t = o.copy()
+            t.flat[-1] = [np.nan, np.inf, 1.0][i // 6 % 3]  # NaN/Inf: compared alone
+        cases.append((f"t{i}", o, t))
+    big = rng.standard_normal(metrics.BATCH_MAX_ELEMENTS + 1).astype(np.float32)
+    cases += [("big1", big, big * np.float32(1.0001)), ("big2", big, big + np.float32(1e-6)),
+              ("f64a", np.ones(4), np.full(4, 1.5)), ("f64b", np.ones(4), np.ones(4)),
+              ("ints", np.arange(4), np.arange(4) + 1), ("ints2", np.arange(4), np.arange(4)),
+              ("seq", [np.ones(3, np.float32)], [np.zeros(3, np.float32)]), ("none", None, None),
+              ("shape", np.ones((2, 2), np.float32), np.ones(4, np.float32)),
+              ("dtype", np.ones(4, np.float32), np.ones(4, np.float16)), ("empty", np.ones(0, np.float32),
+                                                                          np.ones(0, np.float32))]
+    order = rng.permutation(len(cases))
+    return [cases[i] for i in order]
+
+
+@pytest.mark.parametrize("tol", [Tolerance(), Tolerance(atol=0.0, rtol=1e-3), Tolerance(atol=1e-3, rtol=0.0),
+                                 Tolerance(min_cosine=0.9999999, per_output={"t7": (0.5, 0.0), "t11": (0.0, 0.0)})])
+def test_compare_many_equals_compare_values_bit_for_bit(tol: Tolerance) -> None:
+    # The layerwise probe's statistics come from compare_many in the target's worker; they must be the
+    # very numbers compare_values gives for each tensor alone (JSON compared: NaN as "nan", -0.0 kept).
+    cases = _batch_cases(np.random.default_rng(7))
+    many = metrics.compare_many(cases, tol)
+    assert [s.name for s in many] == [name for name, _, _ in cases]
+    alone = [metrics.compare_values(name, o, t, tol) for name, o, t in cases]
+    assert [json.dumps(s.to_json()) for s in many] == [json.dumps(s.to_json()) for s in alone]
+    assert {s.kind for s in many} >= {MismatchKind.OK, MismatchKind.MISMATCH, MismatchKind.NAN, MismatchKind.SHAPE,
+                                      MismatchKind.DTYPE}
+
+
+def test_compare_many_batches_small_tensors_of_one_shape_in_bounded_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    rows: list[int] = []
+    original = metrics._compare_rows
+
+    def counting(items, *args):  # type: ignore[no-untyped-def]
+        rows.append(len(items))
+        return original(items, *args)
+
+    monkeypatch.setattr(metrics, "_compare_rows", counting)
+    monkeypatch.setattr(metrics, "_BATCH_ELEMENTS", 64 * 10)
+    o = np.random.default_rng(0).standard_normal((25, 64)).astype(np.float32)
+    stats = metrics.compare_many([(f"x{i}", o[i], o[i] + np.float32(1e-3)) for i in range(25)])
+    assert rows == [10, 10, 5]  # 25 same-shape tensors, at most 640 elements a batch
+    assert [s.mismatches for s in stats] == [metrics.compare_tensors("x", o[i], o[i] + np.float32(1e-3)).mismatches
+                                             for i in range(25)]
