@@ -253,6 +253,16 @@ class BackendProcess:
             self.invocations += 1
             return self._invoke(request, inputs, keep_outputs=output_dir is not None)
 
+    def start(self) -> None:
+        """Start the worker process now, without waiting for it: its interpreter and imports then overlap
+        the caller's own work until the first call (which starts it anyway, and waits for it to be ready).
+        A no-op while a worker runs."""
+        with self._lock:
+            if not self._finalizer.alive:
+                raise BackendError(f"backend {self.spec} was closed", hint="create a new BackendProcess")
+            if self._state.worker is None:
+                self._start()
+
     def validate(self) -> None:
         """Start the worker and let the runtime check its option values (raises :class:`SpecError`).
 
@@ -373,6 +383,8 @@ class BackendProcess:
         """The environment of the worker: graphbisect importable even by a foreign interpreter."""
         env = _importing_env(self.workdir)
         env["PYTHONUNBUFFERED"] = "1"
+        if not self.backend.numpy_blas:  # numpy there needs no BLAS threads (BackendInfo.numpy_blas)
+            env.setdefault("OPENBLAS_NUM_THREADS", "1")
         env.setdefault("GRAPHBISECT_CALLER_CWD", os.getcwd())  # where a `command` backend runs its program
         return env
 

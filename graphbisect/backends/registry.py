@@ -151,6 +151,12 @@ class BackendInfo:
     #: The accelerator a run uses, from the spec's options: ``"gpu:N"``, None for the CPU only, or
     #: :data:`UNKNOWN_DEVICE` (the default: a row that does not say). :meth:`accelerator`.
     device_of: Callable[[Mapping[str, str]], str | None] = _undeclared
+    #: The backend may compute with numpy's BLAS (``onnx.reference``; the default, also for a program the
+    #: worker runs). A row that says False computes on its own library's threads, and its worker's numpy
+    #: only moves and compares values: that worker gets one OpenBLAS thread (``OPENBLAS_NUM_THREADS=1``
+    #: unless the environment sets it), since an idle OpenBLAS thread spins after numpy's import (~20-30 ms
+    #: of CPU per worker, on the core the other backend's worker needs).
+    numpy_blas: bool = True
 
     def has(self, capability: Capability) -> bool:
         return capability in self.capabilities
@@ -212,6 +218,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         compiled_option=("save_optimized", "1"),
         reconfigurable=True,  # every option is a SessionOptions field or an argument of InferenceSession
         device_of=_ort_device,
+        numpy_blas=False,
         options={
             "providers": "execution providers in priority order, ';'-separated (default CPUExecutionProvider)",
             "opt_level": "graph optimization level: disable|basic|extended|layout|all (default all)",
@@ -279,6 +286,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         capabilities=frozenset({C.PASSES, C.ONNX_INPUT, C.INTERMEDIATES, C.FOREIGN_PYTHON, C.COMPILED_GRAPH}),
         compiled_option=("save_optimized", "1"),
         device_of=_cpu_only,  # ONNX Runtime's CPU provider runs the optimized model
+        numpy_blas=False,
         options={
             "passes": "passes to apply in order, ';'-separated (default: onnxoptimizer's fuse-and-elimination list); "
             "names are validated against onnxoptimizer.get_available_passes()",
@@ -299,6 +307,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
                                 C.COMPILED_GRAPH}),
         compiled_option=("report_exec", "1"),
         device_of=_openvino_device,
+        numpy_blas=False,
         options={
             "device": "OpenVINO device name (default CPU)",
             "precision": "inference precision hint: f32|f16|bf16 (default f32, so comparisons are exact)",
@@ -327,6 +336,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         ),
         compiled_option=("report_layers", "1"),
         device_of=_tensorrt_device,
+        numpy_blas=False,
         options={
             "fp16": "1 to allow FP16 kernels",
             "bf16": "1 to allow BF16 kernels",
@@ -353,6 +363,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         capabilities=frozenset({C.INTERMEDIATES, C.PASSES, C.FOREIGN_PYTHON, C.ONNX_INPUT, C.COMPILED_GRAPH}),
         compiled_option=("report_dispatches", "1"),
         device_of=_cpu_only,  # llvm-cpu
+        numpy_blas=False,
         options={
             "cpu": "target CPU for --iree-llvmcpu-target-cpu (default host; generic for a portable module)",
             "flags": "extra iree-compile flags, ';'-separated "

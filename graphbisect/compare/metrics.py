@@ -175,21 +175,19 @@ class TensorStats:
             >>> TensorStats.from_json(s.to_json()) == s, s.score
             (True, inf)
         """
-        def number(key: str, kind: type) -> Any:
-            return kind(data[key])  # float("inf"), float("nan") read to_json's strings back
+        def pair(value: Any, kind: type) -> Any:
+            return None if value is None else tuple(map(kind, value))
 
-        def pair(key: str, kind: type) -> Any:
-            value = data.get(key)
-            return None if value is None else tuple(kind(v) for v in value)
-
+        # float("inf"), float("nan") read to_json's strings back; spelled out: a probe reads thousands
         return cls(
-            str(data["name"]), MismatchKind(data["kind"]),
-            **{key: number(key, int) for key in ("numel", "mismatches", "target_nonfinite", "both_nonfinite")},
-            **{key: number(key, float) for key in ("max_abs", "max_rel", "mean_abs", "rel_l2", "cosine", "snr_db",
-                                                   "score")},
-            oracle_shape=pair("oracle_shape", int), target_shape=pair("target_shape", int),
+            str(data["name"]), MismatchKind(data["kind"]), numel=int(data["numel"]),
+            mismatches=int(data["mismatches"]), max_abs=float(data["max_abs"]), max_rel=float(data["max_rel"]),
+            mean_abs=float(data["mean_abs"]), rel_l2=float(data["rel_l2"]), cosine=float(data["cosine"]),
+            snr_db=float(data["snr_db"]), score=float(data["score"]), target_nonfinite=int(data["target_nonfinite"]),
+            both_nonfinite=int(data["both_nonfinite"]),
+            oracle_shape=pair(data.get("oracle_shape"), int), target_shape=pair(data.get("target_shape"), int),
             oracle_dtype=data.get("oracle_dtype"), target_dtype=data.get("target_dtype"),
-            oracle_range=pair("oracle_range", float), target_range=pair("target_range", float))
+            oracle_range=pair(data.get("oracle_range"), float), target_range=pair(data.get("target_range"), float))
 
 
 @dataclass(frozen=True)

@@ -175,11 +175,6 @@ def compare_models(
     target_spec, target_info = resolve(target)
     stage = on_stage or (lambda _msg: None)
     with work_folder(workdir, "compare", protect=(model.path, model.paddle_source)) as (folder, kept):
-        feeds = validate_inputs(model, inputs) if inputs is not None else random_inputs(model, seed=seed)
-        inputs_path = folder / "inputs.npz"
-        save_inputs(inputs_path, feeds)
-        onnx_path = folder / "model.onnx"
-        model.save(onnx_path)
         # The target describes what it compiled on both its runs (the probe's description is not used); a
         # backend that cannot run a probe model (Paddle) returns its compiled graph's tensors from the plain run.
         described = describing_spec(target_spec) \
@@ -193,6 +188,12 @@ def compare_models(
             oracle_proc, target_proc = workers or (
                 stack.enter_context(BackendProcess(oracle_described or oracle_spec, workdir=folder / "oracle")),
                 stack.enter_context(BackendProcess(described or target_spec, workdir=folder / "target")))
+            for proc in (oracle_proc, target_proc):
+                proc.start()  # their interpreters and imports overlap the inputs' and models' writing below
+            feeds = validate_inputs(model, inputs) if inputs is not None else random_inputs(model, seed=seed)
+            inputs_path = folder / "inputs.npz"
+            save_inputs(inputs_path, feeds)
+            model.save(folder / "model.onnx")
             invocations_before = (oracle_proc.invocations, target_proc.invocations)
             oracle_side, target_run = _plain_runs(model, folder, inputs_path, oracle_proc=oracle_proc,
                                                   target_proc=target_proc, oracle_spec=oracle_spec,

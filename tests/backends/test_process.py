@@ -351,3 +351,47 @@ def test_only_a_reconfigurable_backend_under_the_same_interpreter_is_reconfigure
             proc.reconfigure("reference")
     with BackendProcess("reference", workdir=tmp_path / "ref") as ref:
         assert not ref.can_reconfigure("reference")  # its row does not say it keeps no process-wide state
+
+
+def test_start_launches_the_worker_before_the_first_call_which_then_uses_it(models: dict[str, Path],
+                                                                          x23: np.ndarray, tmp_path: Path) -> None:
+    # compare starts both workers first, so their imports overlap its own writing of models and inputs
+    proc = BackendProcess("onnxruntime", workdir=tmp_path)
+    try:
+        proc.start()
+        pid = proc.pid
+        assert pid is not None and proc.invocations == 0
+        proc.start()  # a no-op while it runs
+        assert proc.pid == pid
+        result = proc.run(models["relu_add"], {"x": x23})
+        assert result.ok and proc.pid == pid
+    finally:
+        proc.close()
+    with pytest.raises(BackendError, match="closed"):
+        proc.start()
+
+
+def _environment(pid: int) -> dict[str, str]:
+    entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(entry.decode().partition("=")[::2] for entry in entries if entry)
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").is_file(), reason="reads the worker's environment in /proc")
+def test_a_worker_whose_backend_computes_on_its_own_threads_gets_one_blas_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An idle OpenBLAS thread spins after numpy's import: ONNX Runtime's worker does not need one (its numpy
+    # only moves and compares values); the reference backend computes with numpy's BLAS and keeps its threads,
+    # and a value the user set is kept.
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    with BackendProcess("onnxruntime", workdir=tmp_path / "ort") as ort, \
+            BackendProcess("reference", workdir=tmp_path / "ref") as ref:
+        ort.validate()
+        ref.validate()
+        assert ort.pid is not None and ref.pid is not None
+        assert _environment(ort.pid).get("OPENBLAS_NUM_THREADS") == "1"
+        assert "OPENBLAS_NUM_THREADS" not in _environment(ref.pid)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")
+    with BackendProcess("onnxruntime", workdir=tmp_path / "ort3") as ort:
+        ort.validate()
+        assert ort.pid is not None
+        assert _environment(ort.pid).get("OPENBLAS_NUM_THREADS") == "3"
