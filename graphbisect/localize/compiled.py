@@ -8,8 +8,9 @@ nodes it stands for. One description, three sources, chosen by what the run repo
 asks for it is the registry's ``compiled_option``, behind :attr:`Capability.COMPILED_GRAPH`):
 
 * ONNX Runtime / onnxoptimizer (``save_optimized=1``, run info ``optimized_model``): the optimized ONNX
-  model. A compiled node's outputs that keep an original name survive; the original nodes it replaced are
-  found by walking back from their producers through the vanished tensors (:func:`fused_region`).
+  model. A compiled node's outputs that keep an original name survive, and so do the tensors ONNX Runtime's
+  NCHWc nodes compute under other names (:mod:`graphbisect.localize.optimized`); the original nodes it
+  replaced are found by walking back from their producers through the vanished tensors (:func:`fused_region`).
 * OpenVINO (``report_exec=1``, run info ``exec_graph``): one execution node per kernel with
   ``originalLayersNames``, mapped to ONNX node names as the tactic recorder does
   (:func:`graphbisect.tactics.openvino.onnx_node_of`).
@@ -54,6 +55,7 @@ from typing import Any
 import onnx
 
 from graphbisect.localize.fusion import fused_region, surviving_tensors, vanished_tensors
+from graphbisect.localize.optimized import optimized_tensors
 
 __all__ = [
     "CompiledGraph",
@@ -69,7 +71,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _OV_NOT_KERNELS = frozenset({"Input", "Output", "Const", "Parameter", "Result"})
-_ORT_NCHWC = "_nchwc"
 _TRT_ONNX_LAYER = re.compile(r"\[ONNX Layer: ([^\]]+)\]")
 
 
@@ -150,14 +151,16 @@ class CompiledGraph:
 
 
 def compiled_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[str],
-                   info: Mapping[str, Any]) -> CompiledGraph | None:
+                   info: Mapping[str, Any], *,
+                   constants: Mapping[str, onnx.TensorProto] | None = None) -> CompiledGraph | None:
     """The compiled graph a run reported in its ``info`` (see the module docstring), or None when it reported none.
 
-    ``nodes`` are the original model's nodes in topological order and ``graph_outputs`` its output names.
+    ``nodes`` are the original model's nodes in topological order and ``graph_outputs`` its output names;
+    ``constants``, its initializers (an optimized model's merged duplicates are then recognized).
     """
     optimized = info.get("optimized_model")
     if isinstance(optimized, str) and Path(optimized).exists():
-        return from_optimized_model(nodes, optimized)
+        return from_optimized_model(nodes, optimized, constants=constants)
     exec_graph = info.get("exec_graph")
     if isinstance(exec_graph, list):
         return from_exec_graph(nodes, graph_outputs, exec_graph)
@@ -182,69 +185,25 @@ def compiled_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[st
     return None
 
 
-def from_optimized_model(nodes: Sequence[onnx.NodeProto], optimized: str | Path | onnx.ModelProto) -> CompiledGraph:
+def from_optimized_model(nodes: Sequence[onnx.NodeProto], optimized: str | Path | onnx.ModelProto, *,
+                         constants: Mapping[str, onnx.TensorProto] | None = None) -> CompiledGraph:
     """The compiled graph of a saved optimized ONNX model (ONNX Runtime, onnxoptimizer).
 
-    An optimized node that keeps an original output name covers the nodes behind it up to the surviving
-    tensors (:func:`fused_region`). ONNX Runtime's NCHWc transformer renames the outputs of the nodes it
-    re-lays out (``reorder_token_7``) and names each node after the original tensor it computed when it
-    was created (``r2_nchwc`` for a Conv + BatchNormalization + Relu whose Relu wrote ``r2``). That node
-    may then absorb the ops after it: its NCHWc ``Conv`` takes a following ``Add``/``Sum`` as a fourth
-    (``Sum``) input and a following activation as its ``activation`` attribute, so ``r11_nchwc`` in a
-    ResNet block computes ``Relu(r11 + r13)``, not ``r11``. The tensor such a node computes is the one
-    those fused ops wrote (:func:`_nchwc_output`); it counts as surviving, and the name it replaced
-    (``r11``) does not.
+    Each optimized node covers the original nodes behind the tensor it computes up to the surviving tensors
+    (:func:`fused_region`). Which tensor that is comes from :func:`~graphbisect.localize.optimized.optimized_tensors`:
+    an output that keeps an original name, or, for ONNX Runtime's NCHWc nodes (blocked layout, outputs
+    renamed ``reorder_token_N``), what the node computes: ``r11_nchwc`` in a ResNet block is a Conv that
+    absorbed the ``Add`` after it (its fourth, ``Sum`` input) and the ``Relu`` after that (its
+    ``activation``), so it computes ``Relu(r11 + r13)``, not ``r11``; a kept ``Concat`` is the original
+    Concat with the same inputs. Layout nodes (``ReorderInput``/``ReorderOutput``) are unmapped: they
+    compute nothing. ``constants`` (the original initializers) let tensors merged by common-subexpression
+    elimination compare equal.
     """
     proto = optimized if isinstance(optimized, onnx.ModelProto) else \
         onnx.load(str(optimized), load_external_data=False)
-    producer = {name: node for node in nodes for name in node.output if name}
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for original in nodes:
-        for name in dict.fromkeys(original.input):
-            readers.setdefault(name, []).append(original)
-
-    def outputs_of(node: onnx.NodeProto) -> list[str]:
-        named = [name for name in node.output if name in producer]
-        base = node.name.removesuffix(_ORT_NCHWC)
-        if named or base == node.name or base not in producer:
-            return named
-        computed = _nchwc_output(node, base, producer, readers)
-        return [computed] if computed is not None else []
-
-    named = [(node.name or node.op_type, node.op_type, outputs_of(node)) for node in proto.graph.node]
-    survivors = surviving_tensors(proto) | {name for _, _, outputs in named for name in outputs}
-    return from_named_outputs(nodes, named, "optimized model", survivors=survivors)
-
-
-def _nchwc_output(node: onnx.NodeProto, base: str, producer: Mapping[str, onnx.NodeProto],
-                  readers: Mapping[str, Sequence[onnx.NodeProto]]) -> str | None:
-    """The original tensor ONNX Runtime's NCHWc node ``node`` (named after ``base``) computes, or None when
-    the original graph does not show which.
-
-    ``base`` is the tensor the node computed when the NCHWc transformer created it; a ``Conv`` may then have
-    fused the ``Add``/``Sum`` that read ``base`` (its fourth input, ``Sum``) and, after that, the activation
-    named by its ``activation`` attribute. An activation already fused before (a ``FusedConv``) wrote
-    ``base`` itself. Each fused op was the only reader of the tensor before it (else it could not be fused).
-    """
-    steps: list[frozenset[str]] = []
-    if node.op_type == "Conv":
-        if len(node.input) > 3 and node.input[3]:
-            steps.append(frozenset({"Add", "Sum"}))
-        activation = next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == "activation"),
-                          None)
-        if isinstance(activation, bytes):
-            kind = activation.decode()
-            if steps or producer[base].op_type != kind:
-                steps.append(frozenset({kind}))
-    tensor = base
-    for kinds in steps:
-        read = readers.get(tensor, ())
-        if len(read) != 1 or read[0].op_type not in kinds or not read[0].output or read[0].output[0] not in producer:
-            log.warning("ONNX Runtime's %s fused a %s after %r that the original graph does not show: its "
-                        "output is not mapped", node.name, "/".join(sorted(kinds)), tensor)
-            return None
-        tensor = read[0].output[0]
-    return tensor
+    found = optimized_tensors(nodes, proto.graph, constants)
+    survivors = surviving_tensors(proto) | found.held | {name for _, _, outputs in found.named for name in outputs}
+    return from_named_outputs(nodes, found.named, "optimized model", survivors=survivors)
 
 
 def from_named_outputs(nodes: Sequence[onnx.NodeProto], named: Iterable[tuple[str, str, Sequence[str]]],

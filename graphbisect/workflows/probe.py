@@ -70,7 +70,8 @@ class ProbePlan:
 
 def compiled_of(model: Model, info: Mapping[str, Any]) -> CompiledGraph | None:
     """The compiled graph a run of a :func:`describing_spec` target reported on ``model``, or None."""
-    compiled = compiled_graph(model.nodes, model.output_names, info)
+    compiled = compiled_graph(model.nodes, model.output_names, info,
+                              constants={t.name: t for t in model.proto.graph.initializer})
     if compiled is not None:
         log.info("%s", compiled.summary())
     return compiled
