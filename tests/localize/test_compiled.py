@@ -143,3 +143,80 @@ def test_an_nchwc_conv_that_fused_the_later_add_and_relu_computes_their_output(t
     assert {row.tensor for row in result.layerwise.rows if row.compared} == {"r1", "s", "y"}
     rows = {row.tensor: row for row in result.layerwise.rows}
     assert rows["s"].compiled_as == block and not result.probe_masking
+
+
+def _blocked_net(channels: int = 16) -> onnx.ModelProto:
+    """conv → relu (``r0``) → max pool (``p``) → batch norm (``b``) → two relu(conv) branches sharing their weights
+    (``ra``, ``rb``) → concat (``k``) → conv (``y``). On a CPU with NCHWc kernels ONNX Runtime (``all``) keeps
+    every tensor blocked: the batch norm becomes a depthwise Conv named ``b_bn_nchwc``, the Concat keeps its name
+    and op on blocked inputs, and the two equal branches are merged into one Conv (common subexpressions)."""
+    rng = np.random.default_rng(0)
+    c = channels
+    inits = [numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32), name)
+             for name, shape in (("w0", (c, c, 3, 3)), ("wa", (c, c, 1, 1)), ("wc", (c, 2 * c, 3, 3)))]
+    for name in ("scale", "bias", "mean"):
+        inits.append(numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), name))
+    inits.append(numpy_helper.from_array(rng.random(c).astype(np.float32) + 0.5, "var"))
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], name="conv0", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c0"], ["r0"], name="relu0"),
+             helper.make_node("MaxPool", ["r0"], ["p"], name="pool", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["p", "scale", "bias", "mean", "var"], ["b"], name="bn"),
+             helper.make_node("Conv", ["b", "wa"], ["ca"], name="conv_a"),
+             helper.make_node("Relu", ["ca"], ["ra"], name="relu_a"),
+             helper.make_node("Conv", ["b", "wa"], ["cb"], name="conv_b"),
+             helper.make_node("Relu", ["cb"], ["rb"], name="relu_b"),
+             helper.make_node("Concat", ["ra", "rb"], ["k"], name="cat", axis=1),
+             helper.make_node("Conv", ["k", "wc"], ["y"], name="conv_c", pads=[1, 1, 1, 1])]
+    shape = [1, c, 8, 8]
+    graph = helper.make_graph(nodes, "blocked", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_every_nchwc_node_maps_to_the_tensor_it_computes(tmp_path: Path) -> None:
+    """ONNX Runtime's NCHWc nodes that are not named ``<tensor>_nchwc`` after what they compute are mapped from
+    what they compute: the batch norm rewritten as ``b_bn_nchwc``, the kept ``Concat``, the Conv that stands for
+    two merged branches. Each mapped blocked tensor holds, value for value, the original tensor it is mapped to;
+    only the layout reorders map to no node."""
+    ort = pytest.importorskip("onnxruntime")
+    from graphbisect.workflows.probe import compiled_of
+
+    model = load_model(_blocked_net())
+    model.save(tmp_path / "m.onnx")
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    ort.InferenceSession(str(tmp_path / "m.onnx"), options, providers=["CPUExecutionProvider"])
+    optimized = onnx.load(str(tmp_path / "opt.onnx"))
+    if not any(n.domain == "com.microsoft.nchwc" for n in optimized.graph.node):
+        pytest.skip("this CPU has no NCHWc kernels: ONNX Runtime keeps the NCHW layout")
+    kinds = {n.name: n.op_type for n in optimized.graph.node}
+    assert "b_bn_nchwc" in kinds and kinds.get("cat") == "Concat"  # the namings this test is about
+    graph = compiled_of(model, {"optimized_model": str(tmp_path / "opt.onnx")})
+    assert graph is not None
+    assert sorted(kinds[name] for name in graph.unmapped) == ["ReorderInput", "ReorderOutput"]
+    by_original = graph.by_original()
+    assert by_original["bn"].name == "b_bn_nchwc" and by_original["bn"].outputs == ("b",)
+    assert by_original["cat"].kind == "Concat" and by_original["cat"].outputs == ("k",)
+    assert by_original["cat"].originals == ("cat",)  # the merged branch is not computed by the Concat
+    branch = next(node for node in graph.nodes if node.outputs in {("ra",), ("rb",)})
+    assert len([n for n in optimized.graph.node if n.op_type == "Conv"]) == 4  # the two branches are one Conv
+    assert graph.surviving == {"r0", "p", "b", *branch.outputs, "k", "y"}
+    # By value: expose each blocked tensor of the optimized model, unblock it, compare with the original tensor.
+    produced = {n.name: n.output[0] for n in optimized.graph.node}
+    blocked = {produced[c.name]: c.outputs[0] for c in graph.nodes}
+    assert len(blocked) == 6 and all(name.startswith("reorder") for name in blocked)
+    optimized.graph.output.extend(helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in blocked)
+    onnx.save(optimized, str(tmp_path / "replay.onnx"))
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    x = np.random.default_rng(1).standard_normal((1, 16, 8, 8)).astype(np.float32)
+    got = ort.InferenceSession(str(tmp_path / "replay.onnx"), options).run(list(blocked), {"x": x})
+    onnx.save(model.with_outputs(list(blocked.values())), str(tmp_path / "probe.onnx"))
+    want = ort.InferenceSession(str(tmp_path / "probe.onnx"), options).run(list(blocked.values()), {"x": x})
+
+    def unblocked(value: np.ndarray, block: int) -> np.ndarray:
+        n, c, h, w = value.shape
+        return value.reshape(n, c // block, h, w, block).transpose(0, 1, 4, 2, 3).reshape(n, c, h, w)
+
+    assert any(all(np.allclose(unblocked(g, block)[:, :w.shape[1]], w, rtol=1e-4, atol=1e-4)
+                   for g, w in zip(got, want, strict=True)) for block in (8, 16))  # MLAS's block: AVX2 8, AVX-512 16
