@@ -15,7 +15,6 @@ rule ``multiprocessing`` has for the same reason).
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import importlib.util
 import logging
 import math
@@ -182,8 +181,11 @@ class BackendInfo:
             return True
         return bool(self.opt_levels) and spec.options.get("opt_level") == self.opt_levels[0]
 
-    def availability(self) -> Availability:
-        """Whether this backend's library imports here, with its version, or why not (cheap: no import)."""
+    def availability(self, *, version: bool = True) -> Availability:
+        """Whether this backend's library imports here, with its version, or why not (cheap: no import).
+
+        ``version=False`` leaves the version out (None): reading it needs ``importlib.metadata``, ~30 ms of
+        imports that a process checking only that the library is there (:func:`resolve`) does not need."""
         if self.import_name is None:
             return Availability(True, None)
         try:
@@ -193,10 +195,14 @@ class BackendInfo:
         if found is None:
             how = f"pip install 'graphbisect[{self.extra}]'" if self.extra else f"install {self.import_name}"
             return Availability(False, None, f"Python module {self.import_name!r} is not installed ({how})")
+        if not version:
+            return Availability(True, None)
+        from importlib import metadata  # here: see above
+
         for dist in self.distributions:
             try:
-                return Availability(True, importlib.metadata.version(dist))
-            except importlib.metadata.PackageNotFoundError:
+                return Availability(True, metadata.version(dist))
+            except metadata.PackageNotFoundError:
                 continue
         return Availability(True, None)
 
@@ -569,8 +575,10 @@ def _row(runtime: type | str, *, name: str | None, summary: str | None,
 
 def _entry_point_backends() -> list[BackendInfo]:
     """Rows of the backends other distributions declare in the ``graphbisect.backends`` entry point group."""
+    from importlib import metadata  # here: only when a name is not built in (~30 ms of imports)
+
     rows = []
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
             obj = ep.load()
             if isinstance(obj, BackendInfo):
@@ -600,7 +608,7 @@ def resolve(spec: BackendSpec | str, *, require_available: bool = True) -> tuple
             raise SpecError(f"backend {info.name!r} has no option {key!r}", hint=f"valid options: {valid}")
     spec_timeout(spec, None)  # a bad timeout= is refused before anything runs
     if require_available and "python" not in spec.options:
-        avail = info.availability()
+        avail = info.availability(version=False)
         if not avail.available:
             raise BackendUnavailableError(f"backend {info.name!r} is not available: {avail.reason}")
     return spec, info

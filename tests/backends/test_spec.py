@@ -76,3 +76,20 @@ def test_worker_side_modules_import_without_onnx_or_backends() -> None:
         "assert 'onnx' not in [m for m in sys.modules if sys.modules[m] is not None]\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_resolving_a_spec_and_a_worker_start_do_not_import_importlib_metadata() -> None:
+    # importlib.metadata (email, zipfile, csv, ...) costs ~30 ms of CPU in each process: the main process of
+    # compare and both of its workers. resolve() only asks whether the library is there; the worker reads a
+    # distribution's version only for a module without __version__.
+    code = (
+        "import sys\n"
+        "from graphbisect.backends.registry import resolve\n"
+        "from graphbisect.backends.worker import library_version\n"
+        "import graphbisect.backends.onnxruntime, graphbisect.workflows.compare\n"
+        "resolve('onnxruntime:opt_level=all'); resolve('ort')\n"
+        "assert library_version('onnxruntime', ['onnxruntime'])['library_version']\n"
+        "assert 'importlib.metadata' not in sys.modules, 'importlib.metadata was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    assert get("onnxruntime").availability().version  # asked for, the version is read as before
