@@ -42,7 +42,7 @@ from graphbisect import errors
 from graphbisect.backends.base import RAN_WITH, BackendSpec, Capability, Phase, RunResult, RunStatus
 from graphbisect.backends.registry import HOST_OPTIONS, Availability, BackendInfo, resolve, spec_timeout
 from graphbisect.backends.worker import InputsWriter
-from graphbisect.compare.metrics import TensorStats, Tolerance
+from graphbisect.compare.metrics import STATS_FIELDS, TensorStats, Tolerance
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
 from graphbisect.packfile import PackReader, StaleDataError
 
@@ -549,9 +549,18 @@ class BackendProcess:
         # (only large ones stay mapped).
         files = OutputFiles(output_dir, {**reply["pack"], "tensors": reply["outputs"]})
         outputs: Mapping[str, Any] = files if keep_outputs else {name: files.read_now(name) for name in files}
-        stats = {name: TensorStats.from_json(data) for name, data in dict(reply.get("stats") or {}).items()}
+        stats = self._stats(reply.get("stats"))
         return RunResult(RunStatus.OK, outputs=outputs, log=log, info=info, seconds=seconds, ran_with=self.ran_with,
                          stats=stats)
+
+    def _stats(self, stats: Mapping[str, Any] | None) -> dict[str, TensorStats]:
+        """The statistics a worker measured against the oracle's store (``worker.compare_to_store``)."""
+        if not stats:
+            return {}
+        if tuple(stats.get("fields") or ()) != STATS_FIELDS:
+            raise BackendError(f"the worker for {self.spec} sent statistics with other fields: {stats.get('fields')}",
+                               hint="the worker runs another graphbisect: check python= and PYTHONPATH")
+        return {row[0]: TensorStats.from_row(row) for row in stats["rows"]}
 
     # ------------------------------------------------------------------------------------------- log
     def _log_size(self) -> int:

@@ -21,7 +21,8 @@ Protocol (one JSON object per line, on two dedicated pipes whose descriptors are
   events ``{"event": "start"}`` (request received), ``{"event": "loaded"}`` (session built), then
   ``{"event": "done", "status": "ok" | "crash", ...}``. With ``"compare": {"store": dir, "tolerance": {...},
   "keep": [names]}`` the outputs the oracle's activation store at ``dir`` holds are compared with it here
-  (:func:`compare_to_store`) and come back as ``"stats"`` (``TensorStats`` JSON by name) instead of files;
+  (:func:`compare_to_store`) and come back as ``"stats"`` (``{"fields", "rows"}``: one ``TensorStats.to_row``
+  per tensor) instead of files;
   only ``keep`` and the tensors the store lacks are written. ``inputs`` is what :class:`InputsWriter`
   sends (the values the worker does not hold yet, in one data file, and the ids of those it holds) or the
   path of an ``.npz``. ``durable`` (default false) fsyncs the outputs before the reply (:func:`write_outputs`).
@@ -308,10 +309,11 @@ def _writable(value: Any) -> Any:
 
 
 def compare_to_store(outputs: Mapping[str, Any], names: Sequence[str], store_dir: str | Path,
-                     tolerance: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The statistics (``TensorStats`` JSON) of each of ``names`` that the activation store at ``store_dir``
-    holds, ``outputs[name]`` compared with the stored (oracle's) value under ``tolerance``
-    (``Tolerance.to_json``).
+                     tolerance: Mapping[str, Any]) -> dict[str, Any]:
+    """The statistics of each of ``names`` that the activation store at ``store_dir`` holds, ``outputs[name]``
+    compared with the stored (oracle's) value under ``tolerance`` (``Tolerance.to_json``), as
+    ``{"fields": STATS_FIELDS, "rows": [TensorStats.to_row(), ...]}`` in the order of ``names`` (one list per
+    tensor: thousands of them are sent and read faster than objects repeating twenty keys).
 
     Why here: a layerwise probe returns thousands of tensors; comparing them in the worker, one stored
     tensor memory-mapped at a time, replaces writing each to a file and reading it back in the host.
@@ -321,23 +323,23 @@ def compare_to_store(outputs: Mapping[str, Any], names: Sequence[str], store_dir
         >>> from graphbisect.compare import Tolerance
         >>> folder = pathlib.Path(tempfile.mkdtemp())
         >>> _ = write_outputs({"y": np.zeros(2, np.float32)}, ["y"], folder)
-        >>> compare_to_store({"y": np.ones(2, np.float32)}, ["y"], folder, Tolerance().to_json())["y"]["kind"]
-        'mismatch'
+        >>> compare_to_store({"y": np.ones(2, np.float32)}, ["y"], folder, Tolerance().to_json())["rows"][0][:3]
+        ['y', False, 'mismatch']
     """
-    from graphbisect.compare.metrics import Tolerance, compare_many  # numpy only, like this module
+    from graphbisect.compare.metrics import STATS_FIELDS, Tolerance, compare_many  # numpy only, like this module
     from graphbisect.data.store import ActivationStore
 
     store = ActivationStore.open(store_dir)
     tol = Tolerance.from_json(tolerance)
     stored = [name for name in names if name in store]
-    stats: dict[str, dict[str, Any]] = {}
+    rows: list[list[Any]] = []
     # Small tensors are compared many at a time (compare_many: the same statistics, bit for bit), a window
     # of names at a time so that the stored values read for it stay few.
     for start in range(0, len(stored), COMPARE_WINDOW):
         window = stored[start:start + COMPARE_WINDOW]
         items = [(name, store.get(name), _as_stored(outputs[name])) for name in window]
-        stats.update((name, s.to_json()) for name, s in zip(window, compare_many(items, tol), strict=True))
-    return stats
+        rows.extend(s.to_row() for s in compare_many(items, tol))
+    return {"fields": list(STATS_FIELDS), "rows": rows}
 
 
 #: Tensors whose stored values :func:`compare_to_store` reads at one time.
@@ -581,7 +583,7 @@ class _Server:
     def _execute(self, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None,
                  output_dir: Path, compare: Mapping[str, Any] | None = None, *, durable: bool = False
                  ) -> dict[str, Any]:
-        stats: dict[str, dict[str, Any]] = {}
+        stats: dict[str, Any] = {}
         try:
             produced = self.runtime.run(inputs)
             names = list(outputs) if outputs is not None else list(produced)
@@ -591,7 +593,8 @@ class _Server:
             if compare is not None:
                 stats = _compared(produced, names, compare)
                 keep = set(compare.get("keep") or ())
-                names = [name for name in names if name in keep or name not in stats]
+                compared = {row[0] for row in stats["rows"]}
+                names = [name for name in names if name in keep or name not in compared]
             index = write_outputs(produced, names, output_dir, durable=durable)
         except GraphBisectError:
             self.loaded = None

@@ -20,7 +20,7 @@ import enum
 import functools
 import logging
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,7 @@ from graphbisect.errors import InputError
 from graphbisect.values import comparable, is_exact
 
 __all__ = [
+    "STATS_FIELDS",
     "Comparison",
     "MismatchKind",
     "TensorStats",
@@ -155,16 +156,19 @@ class TensorStats:
         return self.numel > 0 and self.both_nonfinite >= self.numel
 
     def to_json(self) -> dict[str, object]:
-        """JSON-ready dict (infinities as strings, so the output is strict JSON)."""
+        """JSON-ready dict (infinities as strings, so the output is strict JSON), keys :data:`STATS_FIELDS`."""
+        return dict(zip(STATS_FIELDS, self.to_row(), strict=True))
+
+    def to_row(self) -> list[object]:
+        """The values of :meth:`to_json` in the order of :data:`STATS_FIELDS`: how a worker sends thousands
+        of statistics (one JSON list each, not an object repeating twenty keys; :meth:`from_row`)."""
         number = _json_number  # spelled out, not a loop over getattr: a probe writes thousands of these
-        return {"name": self.name, "passed": self.passed, "kind": self.kind.value, "numel": number(self.numel),
-                "mismatches": number(self.mismatches), "max_abs": number(self.max_abs),
-                "max_rel": number(self.max_rel), "mean_abs": number(self.mean_abs), "rel_l2": number(self.rel_l2),
-                "cosine": number(self.cosine), "snr_db": number(self.snr_db), "score": number(self.score),
-                "target_nonfinite": number(self.target_nonfinite), "both_nonfinite": number(self.both_nonfinite),
-                "oracle_shape": number(self.oracle_shape), "target_shape": number(self.target_shape),
-                "oracle_dtype": number(self.oracle_dtype), "target_dtype": number(self.target_dtype),
-                "oracle_range": number(self.oracle_range), "target_range": number(self.target_range)}
+        return [self.name, self.passed, self.kind.value, number(self.numel), number(self.mismatches),
+                number(self.max_abs), number(self.max_rel), number(self.mean_abs), number(self.rel_l2),
+                number(self.cosine), number(self.snr_db), number(self.score), number(self.target_nonfinite),
+                number(self.both_nonfinite), number(self.oracle_shape), number(self.target_shape),
+                number(self.oracle_dtype), number(self.target_dtype), number(self.oracle_range),
+                number(self.target_range)]
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TensorStats:
@@ -175,19 +179,39 @@ class TensorStats:
             >>> TensorStats.from_json(s.to_json()) == s, s.score
             (True, inf)
         """
-        def pair(value: Any, kind: type) -> Any:
-            return None if value is None else tuple(map(kind, value))
+        return cls.from_row([data.get(key) for key in STATS_FIELDS])
 
-        # float("inf"), float("nan") read to_json's strings back; spelled out: a probe reads thousands
-        return cls(
-            str(data["name"]), MismatchKind(data["kind"]), numel=int(data["numel"]),
-            mismatches=int(data["mismatches"]), max_abs=float(data["max_abs"]), max_rel=float(data["max_rel"]),
-            mean_abs=float(data["mean_abs"]), rel_l2=float(data["rel_l2"]), cosine=float(data["cosine"]),
-            snr_db=float(data["snr_db"]), score=float(data["score"]), target_nonfinite=int(data["target_nonfinite"]),
-            both_nonfinite=int(data["both_nonfinite"]),
-            oracle_shape=pair(data.get("oracle_shape"), int), target_shape=pair(data.get("target_shape"), int),
-            oracle_dtype=data.get("oracle_dtype"), target_dtype=data.get("target_dtype"),
-            oracle_range=pair(data.get("oracle_range"), float), target_range=pair(data.get("target_range"), float))
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> TensorStats:
+        """The statistics :meth:`to_row` wrote, exactly.
+
+        Example:
+            >>> import json
+            >>> s = compare_tensors("y", np.ones(2, np.float32), np.array([1.0, np.inf], np.float32))
+            >>> TensorStats.from_row(json.loads(json.dumps(s.to_row()))) == s
+            True
+        """
+        (name, _passed, kind, numel, mismatches, max_abs, max_rel, mean_abs, rel_l2, cosine, snr_db, score,
+         target_nonfinite, both_nonfinite, oracle_shape, target_shape, oracle_dtype, target_dtype, oracle_range,
+         target_range) = row
+        # float("inf"), float("nan") read the strings back
+        return cls(str(name), MismatchKind(kind), numel=int(numel), mismatches=int(mismatches),
+                   max_abs=float(max_abs), max_rel=float(max_rel), mean_abs=float(mean_abs), rel_l2=float(rel_l2),
+                   cosine=float(cosine), snr_db=float(snr_db), score=float(score),
+                   target_nonfinite=int(target_nonfinite), both_nonfinite=int(both_nonfinite),
+                   oracle_shape=_pair(oracle_shape, int), target_shape=_pair(target_shape, int),
+                   oracle_dtype=oracle_dtype, target_dtype=target_dtype,
+                   oracle_range=_pair(oracle_range, float), target_range=_pair(target_range, float))
+
+
+#: The keys of :meth:`TensorStats.to_json`, in order: the columns of :meth:`TensorStats.to_row`.
+STATS_FIELDS = ("name", "passed", "kind", "numel", "mismatches", "max_abs", "max_rel", "mean_abs", "rel_l2", "cosine",
+                "snr_db", "score", "target_nonfinite", "both_nonfinite", "oracle_shape", "target_shape",
+                "oracle_dtype", "target_dtype", "oracle_range", "target_range")
+
+
+def _pair(value: Any, kind: type) -> Any:
+    return None if value is None else tuple(map(kind, value))
 
 
 @dataclass(frozen=True)

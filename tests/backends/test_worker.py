@@ -102,7 +102,7 @@ def test_the_worker_compares_with_numpy_only() -> None:
     code = ("import sys, numpy as np, tempfile, pathlib\n"
             "from graphbisect.backends.worker import compare_to_store, write_outputs\n"
             "d = pathlib.Path(tempfile.mkdtemp()); write_outputs({'y': np.ones(2)}, ['y'], d)\n"
-            "print(compare_to_store({'y': np.ones(2)}, ['y'], d, {'atol': 0, 'rtol': 0})['y']['kind'])\n"
+            "print(compare_to_store({'y': np.ones(2)}, ['y'], d, {'atol': 0, 'rtol': 0})['rows'][0][2])\n"
             "print(sorted(m for m in ('onnx', 'networkx', 'onnxruntime') if m in sys.modules))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split("\n")[:2] == ["ok", "[]"], done.stderr
