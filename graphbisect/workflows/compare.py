@@ -26,7 +26,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -188,12 +188,7 @@ def compare_models(
             oracle_proc, target_proc = workers or (
                 stack.enter_context(BackendProcess(oracle_described or oracle_spec, workdir=folder / "oracle")),
                 stack.enter_context(BackendProcess(described or target_spec, workdir=folder / "target")))
-            for proc in (oracle_proc, target_proc):
-                proc.start()  # their interpreters and imports overlap the inputs' and models' writing below
-            feeds = validate_inputs(model, inputs) if inputs is not None else random_inputs(model, seed=seed)
-            inputs_path = folder / "inputs.npz"
-            save_inputs(inputs_path, feeds)
-            model.save(folder / "model.onnx")
+            inputs_path = _write_inputs_and_model(model, folder, inputs, seed, starting=(oracle_proc, target_proc))
             invocations_before = (oracle_proc.invocations, target_proc.invocations)
             oracle_side, target_run = _plain_runs(model, folder, inputs_path, oracle_proc=oracle_proc,
                                                   target_proc=target_proc, oracle_spec=oracle_spec,
@@ -215,6 +210,9 @@ def compare_models(
                                 plan=plan, enabled=layerwise, tol=tol, stage=stage)
             finally:
                 discard_description(target_run.info)  # the replay, if any, has run it
+            # The target has done its part too: its worker exits while the table is made.
+            target_closed = _in_background(target_proc.close, "graphbisect-target") if workers is None \
+                else (lambda: None)
             layer_report = probed_comparison = None
             note = probed.note
             if probed.oracle is not None and (probed.target is not None or probed.measured is not None):
@@ -235,6 +233,7 @@ def compare_models(
             invocations = {"oracle": oracle_proc.invocations - invocations_before[0],
                            "target": target_proc.invocations - invocations_before[1]}
             oracle_closed()
+            target_closed()
         versions = {"oracle": dict(oracle_run.ran_with), "target": dict(target_run.ran_with)}  # measured in the workers
         return CompareResult(
             model=model, oracle=oracle_spec, target=target_spec, versions=versions, inputs_path=inputs_path,
@@ -246,6 +245,21 @@ def compare_models(
             oracle_capture=oracle_side.as_built.difference if oracle_side.as_built is not None else None,
             outcome=classify_comparison(target_run, comparison, model.nodes),
         )
+
+
+def _write_inputs_and_model(model: Model, folder: Path, inputs: Mapping[str, np.ndarray] | None, seed: int, *,
+                            starting: Sequence[BackendProcess]) -> Path:
+    """Write the run's inputs (given or seeded random) and the model into ``folder``; return the inputs' path.
+
+    The ``starting`` workers are started first: their interpreters and imports overlap this writing.
+    """
+    for proc in starting:
+        proc.start()
+    feeds = validate_inputs(model, inputs) if inputs is not None else random_inputs(model, seed=seed)
+    inputs_path = folder / "inputs.npz"
+    save_inputs(inputs_path, feeds)
+    model.save(folder / "model.onnx")
+    return inputs_path
 
 
 def _unprobed_bodies(model: Model) -> str | None:
@@ -375,7 +389,7 @@ def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: B
 _T = TypeVar("_T")
 
 
-def _in_background(job: Callable[[], _T]) -> Callable[[], _T]:
+def _in_background(job: Callable[[], _T], name: str = "graphbisect-oracle") -> Callable[[], _T]:
     """Start ``job`` in a daemon thread; the returned function waits for its result (or raises its error).
 
     A daemon thread, so an interrupted compare does not wait at exit for a run whose worker is being killed.
@@ -388,7 +402,7 @@ def _in_background(job: Callable[[], _T]) -> Callable[[], _T]:
         except BaseException as exc:  # handed to the waiting caller
             box["error"] = exc
 
-    thread = threading.Thread(target=work, name="graphbisect-oracle", daemon=True)
+    thread = threading.Thread(target=work, name=name, daemon=True)
     thread.start()
 
     def wait() -> _T:
