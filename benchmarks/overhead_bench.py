@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import inspect
 import io
 import json
 import pstats
@@ -46,7 +47,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,11 @@ from graphbisect.model import Model, load_model, save_proto
 from graphbisect.oracle import tester
 from graphbisect.strategies.subgraph import Candidate, SubgraphSpace
 from graphbisect.workflows.compare import compare_models
+
+try:  # feeds that name the store's tensors (the worker reads them); absent in older code
+    from graphbisect.data.store import StoredFeeds
+except ImportError:  # pragma: no cover - older checkouts
+    StoredFeeds = None  # type: ignore[assignment,misc]
 
 KINDS = ("random", "slice")
 
@@ -127,10 +133,26 @@ def make_space(subject: Subject, store_dir: Path, folder: Path) -> tuple[Subgrap
             reads.seconds += time.perf_counter() - started
 
     started = time.perf_counter()
-    space = SubgraphSpace(subject.model, value, folder / "candidates")
+    if "store" in inspect.signature(SubgraphSpace).parameters:  # cut points declared from the store's index
+        space = SubgraphSpace(subject.model, value, folder / "candidates", store=store)
+    else:
+        space = SubgraphSpace(subject.model, value, folder / "candidates")
+    elapsed = time.perf_counter() - started
     space.store_reads = reads  # type: ignore[attr-defined]  # the benchmark's own counter
     space.handoff = Handoff(space.workdir)  # type: ignore[attr-defined]  # as one target worker
-    return space, time.perf_counter() - started
+    space.worker_open_s = open_store(space.handoff, store)  # type: ignore[attr-defined]
+    return space, elapsed
+
+
+def open_store(handoff: Handoff, store: ActivationStore) -> float:
+    """Seconds the worker takes to open the activation store the first time a request names one of its
+    tensors (its index read and checked; once per worker), or 0.0 where feeds never name the store."""
+    if StoredFeeds is None or handoff.writer is None:
+        return 0.0
+    name = next(name for name in store.names() if store.describe(name) is not None)
+    started = time.perf_counter()
+    handoff.receive(handoff.send(StoredFeeds([name], {}, store, store.get)))
+    return time.perf_counter() - started
 
 
 # ------------------------------------------------------------------------------------------ candidates
@@ -215,7 +237,7 @@ class Handoff:
         self.writer = worker.InputsWriter(folder) if hasattr(worker, "InputsWriter") else None
         self.reader = worker.InputsReader() if hasattr(worker, "InputsReader") else None
 
-    def send(self, feeds: dict[str, Any]) -> Any:
+    def send(self, feeds: Mapping[str, Any]) -> Any:
         """The host's half, up to the request's JSON (``_Worker.send`` encodes it)."""
         if self.writer is None:
             return str(worker.save_npz(self.folder / "inputs.npz", feeds))
@@ -242,7 +264,7 @@ def one_candidate(space: SubgraphSpace, keep: frozenset[int], path: Path) -> Sam
     hashes(keep, candidate)
     t4 = time.perf_counter()
     handoff: Handoff = space.handoff  # type: ignore[attr-defined]
-    sent = handoff.send(dict(candidate.feeds))
+    sent = handoff.send(candidate.feeds)  # as the tester passes them
     t5 = time.perf_counter()
     received = handoff.receive(sent)
     t6 = time.perf_counter()
@@ -330,7 +352,9 @@ def run_subject(name: str, args: argparse.Namespace, root: Path, log: Callable[[
             for size in sizes_for(space.size) for kind in KINDS]
     weights = (space.workdir / "weights.bin").stat().st_size
     result = {"model": name, "nodes": space.size, "build_s": subject.build_s, "with_outputs_s": probe_s,
-              "capture_s": capture_s, "space_init_s": space_s, "weights_bin_bytes": weights,
+              "capture_s": capture_s, "space_init_s": space_s,
+              "declare_s": getattr(space, "declare_seconds", 0.0), "worker_open_s": space.worker_open_s,
+              "weights_bin_bytes": weights,
               "store": dir_size(store_dir).to_json(), "rows": rows}
     if args.profile:
         result["profile"] = {f"{kind}-{size}": profile(space, kind, size, repeats=20 if size <= 1000 else 3)
@@ -355,7 +379,8 @@ def table_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
 
 def setup_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
     return [[e["model"], str(e["nodes"]), f"{e['build_s']:.1f}", f"{e['with_outputs_s']:.2f}", f"{e['capture_s']:.1f}",
-             f"{e['space_init_s']:.2f}", f"{e['store']['files']}", f"{e['store']['apparent_bytes'] / 2**20:.1f}",
+             f"{e['space_init_s']:.2f}", f"{e['declare_s']:.2f}", f"{e['worker_open_s']:.2f}",
+             f"{e['store']['files']}", f"{e['store']['apparent_bytes'] / 2**20:.1f}",
              f"{e['store']['disk_bytes'] / 2**20:.0f}"] for e in results]
 
 
@@ -379,9 +404,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                    for name in names]
     print(f"Per-candidate overhead, backend excluded ({describe_machine()})")
     print_table("Setup (once per model)", ["model", "nodes", "build+load s", "probe s", "compare s",
-                "SubgraphSpace s", "store files", "store MiB", "on disk MiB"], setup_rows(results), left=1,
+                "SubgraphSpace s", "of it declarations s", "worker store open s", "store files", "store MiB",
+                "on disk MiB"], setup_rows(results), left=1,
                 notes=["probe: Model.with_outputs(every tensor), the probe compare and reduce build; compare: "
-                       "compare_models(layerwise=True), which fills the store."])
+                       "compare_models(layerwise=True), which fills the store.",
+                       "declarations: of SubgraphSpace, every stored cut point and output declared (and checked) "
+                       "from the store's index, once per search (0: older code, which declares on first touch); "
+                       "worker store open: the worker reading and checking the store's index, the first time a "
+                       "request names its tensors (once per worker; 0: older code, which sends every value)."])
     print_table("Per candidate: mean/p95 ms", ["model", "nodes", "subset", "kept", "reps", "materialize", "save",
                 "check", "hash", "feeds write", "feeds read", "total", "feeds", "reads", "reads ms", "again",
                 "us/node", "file KiB", "refs KiB", "copied B", "weights.bin KiB"],

@@ -370,6 +370,26 @@ class PackedData:
         array.setflags(write=False)
         return array
 
+    def views(self, entries: Sequence[Mapping[str, Any]]) -> list[np.ndarray]:
+        """The raw tensors of many plain entries (``offset``, ``dtype``, ``shape``) as read-only views of
+        the map, checked at once: what :meth:`array` does per entry costs ~4 µs, most of it per-call checks
+        and a copy; a backend worker fed thousands of cut tensors from a store reads them here at ~1 µs each.
+        The views keep the map (and the file's pages) alive: copy what must outlive it."""
+        if not entries:
+            return []
+        where = []  # (offset, end, dtype, shape) of each, in one pass
+        for entry in entries:
+            dtype, shape, offset = _dtype(entry["dtype"]), tuple(entry["shape"]), entry["offset"]
+            where.append((offset, offset + dtype.itemsize * math.prod(shape), dtype, shape))
+        low, high = min(w[0] for w in where), max(w[1] for w in where)
+        if low < HEADER_BYTES or (self.size is not None and high > self.size):
+            raise TornRunError(f"the index of {self.path} places a tensor at bytes {low}..{high}, outside the "
+                               f"data ({self.size} bytes)", hint=_FIX.format(folder=self.path.parent))
+        self._base(high)
+        plain = self._plain
+        assert plain is not None
+        return [plain[offset:end].view(dtype).reshape(shape) for offset, end, dtype, shape in where]
+
     def value(self, entry: Mapping[str, Any], *, mapped: bool = True) -> Any:
         """The value ``entry`` describes (:func:`graphbisect.values.read_value`). ``mapped=False`` copies
         values up to 64 MiB into memory (the file may then go away)."""

@@ -63,9 +63,25 @@ from typing import IO, Any, overload
 
 import numpy as np
 
+from graphbisect.data.store import StoredFeeds
 from graphbisect.errors import GraphBisectError, InputError, SpecError
-from graphbisect.packfile import COPY_MAX_BYTES, DATA_NAME, INDEX_NAME, SMALL_BYTES, PackedData, PackWriter
-from graphbisect.values import decode_tensor, encode_tensor, is_native, load_values_npz, save_values_npz
+from graphbisect.packfile import (
+    COPY_MAX_BYTES,
+    DATA_NAME,
+    INDEX_NAME,
+    INDEX_VERSION,
+    SMALL_BYTES,
+    PackedData,
+    PackWriter,
+    read_index,
+)
+from graphbisect.values import (
+    decode_tensor,
+    encode_tensor,
+    is_native,
+    load_values_npz,
+    save_values_npz,
+)
 
 __all__ = ["MANIFEST", "PROTOCOL_VERSION", "InputsReader", "InputsWriter", "compare_to_store", "library_version",
            "load_npz", "main", "option_flag", "save_npz", "write_outputs"]
@@ -157,7 +173,7 @@ class InputsWriter:
         self.restart_bytes = restart_bytes
         self._writer: PackWriter | None = None
         self._pid: int | None = None
-        self._held: dict[str, tuple[Any, int]] = {}  # name -> (the value object, its id) the worker holds
+        self._held: dict[str, tuple[Any, int | str]] = {}  # name -> (the value object, its id) the worker holds
         self._next = 0
 
     def write(self, inputs: Mapping[str, Any], pid: int) -> dict[str, Any]:
@@ -174,11 +190,12 @@ class InputsWriter:
         columns: dict[str, list[Any]] = {key: [] for key in _COLUMNS}
         ids, names, offsets, dtypes, shapes, holds = (columns[key] for key in _COLUMNS)
         new: list[list[Any]] = []
-        feeds: list[int] = []
+        feeds: list[int | str] = []
         small: list[np.ndarray] = []  # small tensors stored as themselves: written at once, at the end,
         rows: list[int] = []  # into these rows of the columns
-        for name, value in inputs.items():
-            held = self._held.get(name)
+        pairs, store = _pairs(inputs)
+        for name, value in pairs:
+            held = (value, name) if value is _STORED else self._held.get(name)  # a stored tensor: by its name
             if held is not None and held[0] is value:
                 feeds.append(held[1])
                 continue
@@ -215,7 +232,7 @@ class InputsWriter:
             offsets[row] = offset
         writer.flush()
         return {"folder": str(writer.folder), "token": writer.token, "size": writer.size, "tensors": columns,
-                "new": new, "feeds": feeds}
+                "new": new, "feeds": feeds, **({"store": store} if store is not None else {})}
 
     def _restart(self, pid: int) -> PackWriter:
         self.close()
@@ -244,7 +261,20 @@ class InputsWriter:
             self.folder = None
 
 
+def _pairs(inputs: Mapping[str, Any]) -> tuple[Iterable[tuple[str, Any]], dict[str, Any] | None]:
+    """``inputs``' (name, value) pairs, ``_STORED`` for a value the worker reads from an activation store
+    itself, and that store's reference (None: every value is sent)."""
+    store = inputs.store.reference() if isinstance(inputs, StoredFeeds) else None
+    if store is None:
+        return inputs.items(), None
+    assert isinstance(inputs, StoredFeeds)
+    held = inputs.held
+    return ((name, held.get(name, _STORED)) for name in inputs.order), store
+
+
 _COLUMNS = ("ids", "names", "offsets", "dtypes", "shapes", "hold")
+#: A feed of :class:`StoredFeeds` that the worker reads from the store (not in the writer's hands).
+_STORED = object()
 #: The keys of a plain tensor's entry (numpy holds its type; :mod:`graphbisect.values`).
 _PLAIN = {"offset", "dtype", "shape"}
 
@@ -263,6 +293,7 @@ class InputsReader:
     def __init__(self) -> None:
         self._data: PackedData | None = None
         self._held: dict[int, tuple[str, Any]] = {}  # id -> (name, value) of the values held for later requests
+        self._store: _StoreView | None = None  # the activation store the requests name tensors of
 
     def read(self, inputs: str | Mapping[str, Any]) -> dict[str, Any]:
         """The inputs of a request: an :class:`InputsWriter` entry, or the path of an ``.npz``."""
@@ -282,7 +313,12 @@ class InputsReader:
         for ident, name, entry, hold in inputs["new"]:
             (self._held if hold else fresh)[ident] = (str(name), data.value(entry, mapped=False))
         result: dict[str, Any] = {}
+        stored: list[str] = []
         for ident in inputs["feeds"]:
+            if isinstance(ident, str):  # a tensor of the request's activation store, by name
+                stored.append(ident)
+                result[ident] = None  # its place in the order
+                continue
             if ident in fresh:
                 name, value = fresh.pop(ident)
                 result[name] = _writable(value)
@@ -293,7 +329,60 @@ class InputsReader:
                 raise InputError(f"a run request refers to input value {ident}, which this worker does not hold",
                                  hint="report this as a graphbisect bug (the host and worker disagree)") from exc
             result[name] = np.array(value)  # a copy: the held value stays as sent
+        if stored:
+            if "store" not in inputs:
+                raise InputError("a run request names stored inputs but no activation store",
+                                 hint="report this as a graphbisect bug (the host and worker disagree)")
+            view = self._store_view(inputs["store"])
+            result.update(zip(stored, view.read(stored), strict=True))
         return result
+
+    def _store_view(self, reference: Mapping[str, Any]) -> _StoreView:
+        if self._store is None or self._store.reference != reference:
+            self._store = _StoreView(reference)
+        return self._store
+
+
+class _StoreView:
+    """An activation store as a worker reads feeds from it (:class:`InputsReader`): opened once per store, its
+    index checked exactly as the host checks it (:func:`~graphbisect.packfile.read_index`: the data file's
+    header, size and tail checksum) and equal to what the host read (``reference``:
+    :meth:`ActivationStore.reference`), so a torn, replaced or changed store is refused, never misread."""
+
+    def __init__(self, reference: Mapping[str, Any]) -> None:
+        self.reference = dict(reference)
+        folder = Path(str(reference["folder"]))
+        index = read_index(folder)  # raises TornRunError for a torn store
+        if index is None:
+            raise InputError(f"a run request names tensors of the activation store {folder}, which holds no "
+                             f"{INDEX_NAME}", hint="the store was deleted while the search ran; run again")
+        found = {key: index.get(key) for key in ("token", "size", "tail_crc32")}
+        expected = {key: reference[key] for key in found}
+        if index.get("version") != INDEX_VERSION or found != expected:
+            raise InputError(f"the activation store {folder} is not the one the host read ({found} in its index, "
+                             f"{expected} sent): it was replaced or added to since",
+                             hint="a store must not change while a search reads it; run again")
+        self.entries: dict[str, Mapping[str, Any]] = {str(entry["name"]): entry for entry in index["tensors"]}
+        self.data = PackedData(folder / str(index.get("data", DATA_NAME)), str(index["token"]),
+                               size=int(index["size"]))
+        # Every tensor stored as itself, as a view of the map, made once (thousands of first feeds then cost
+        # a lookup and a copy each); the pages are read only when a view is copied.
+        plain = [entry for entry in self.entries.values() if "offset" in entry and "elem_type" not in entry]
+        self._views = dict(zip((str(entry["name"]) for entry in plain), self.data.views(plain), strict=True))
+
+    def read(self, names: Sequence[str]) -> list[Any]:
+        """The values stored under ``names``, in memory and writable (copies: the store is read-only)."""
+        views = self._views
+        try:
+            return [np.array(views[name]) if name in views else self._other(self.entries[name]) for name in names]
+        except KeyError as exc:
+            raise InputError(f"a run request names input {exc} of the activation store {self.data.path.parent}, "
+                             "which does not hold it",
+                             hint="report this as a graphbisect bug (the host and worker disagree)") from exc
+
+    def _other(self, entry: Mapping[str, Any]) -> Any:
+        """A sequence, an optional or a type numpy lacks, read for one request."""
+        return _writable(self.data.value(entry, mapped=False))
 
 
 def _writable(value: Any) -> Any:

@@ -30,12 +30,15 @@ Example:
 from __future__ import annotations
 
 import difflib
+import functools
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from graphbisect.errors import GraphBisectError
 from graphbisect.npyfile import load_memmap, read_npy
@@ -47,9 +50,9 @@ from graphbisect.packfile import (
     PackWriter,
     read_index,
 )
-from graphbisect.values import elem_type_name, entry_files, entry_nbytes, read_value
+from graphbisect.values import elem_type_name, entry_files, entry_nbytes, is_native, read_value
 
-__all__ = ["MANIFEST_NAME", "ActivationStore", "StoredTensor"]
+__all__ = ["MANIFEST_NAME", "ActivationStore", "StoredFeeds", "StoredTensor"]
 
 logger = logging.getLogger(__name__)
 
@@ -267,6 +270,29 @@ class ActivationStore:
             suggestion = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
             raise KeyError(f"tensor {name!r} is not in the activation store {self.directory}{suggestion}") from exc
 
+    def describe(self, name: str) -> tuple[np.dtype, tuple[int, ...]] | None:
+        """(dtype, shape) of the tensor ``get(name)`` returns, from the index alone (no value read), for a
+        tensor of a packed store stored as itself (a numpy type ONNX has natively,
+        :func:`graphbisect.values.is_native`); None otherwise (a name not stored, a sequence, an optional, a
+        type numpy lacks, a version 1 store)."""
+        entry = self._entries.get(name)
+        if entry is None or self._data is None or "offset" not in entry or "elem_type" in entry:
+            return None
+        dtype = _dtype(str(entry["dtype"]))
+        return (dtype, tuple(map(int, entry["shape"]))) if is_native(dtype) else None
+
+    def reference(self) -> dict[str, Any] | None:
+        """What identifies this store's published data, for another process to read tensors from it by name
+        (:class:`graphbisect.backends.worker.InputsReader`): ``folder`` (absolute), and the index's ``token``,
+        ``size`` and ``tail_crc32``, which the reader checks against the index it reads, exactly as
+        :func:`~graphbisect.packfile.read_index` checks a store here. None for a version 1 store or one with
+        values not yet published (:meth:`flush`)."""
+        if self._legacy or self._index is None or self._dirty:
+            return None
+        index = self._index
+        return {"folder": str(self.directory.absolute()), "token": str(index["token"]), "size": int(index["size"]),
+                "tail_crc32": int(index["tail_crc32"])}
+
     def names(self) -> list[str]:
         """Stored tensor names, in the order they were first stored."""
         return list(self._entries)
@@ -290,6 +316,53 @@ class ActivationStore:
 
     def __repr__(self) -> str:
         return f"ActivationStore({str(self.directory)!r}, tensors={len(self)}, nbytes={self.nbytes})"
+
+
+class StoredFeeds(Mapping[str, Any]):
+    """A model's feeds, some of them tensors of an activation store that are read only when asked for.
+
+    ``order``: every feed's name, in order; ``held``: the values in hand (the others are ``store``'s tensors
+    of the same name, read by ``read(name)``: the oracle's values as the caller reads them, a cache
+    maybe). Why: a candidate of a large model is fed thousands of cut tensors, and a backend worker can
+    read them from the store itself (:class:`graphbisect.backends.worker.InputsWriter` names them in the
+    request), so neither a read here nor a copy to the worker is needed. As a mapping it is the plain feeds:
+    ``dict(feeds)`` reads every value.
+    """
+
+    def __init__(self, order: Sequence[str], held: Mapping[str, Any], store: ActivationStore,
+                 read: Callable[[str], Any]) -> None:
+        self.order = order
+        self.held = held
+        self.store = store
+        self._read = read
+        self._names: frozenset[str] | None = None
+
+    def stored(self) -> list[str]:
+        """The names read from the store, in order."""
+        return [name for name in self.order if name not in self.held]
+
+    def __getitem__(self, name: str) -> Any:
+        if name in self.held:
+            return self.held[name]
+        if self._names is None:
+            self._names = frozenset(self.order)
+        if name not in self._names:
+            raise KeyError(name)
+        return self._read(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.order)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __repr__(self) -> str:
+        return f"StoredFeeds({len(self.order)} feeds, {len(self.order) - len(self.held)} in {self.store.directory})"
+
+
+@functools.lru_cache(maxsize=256)
+def _dtype(name: str) -> np.dtype:
+    return np.dtype(name)
 
 
 def _entries(path: Path, index: Mapping[str, Any], *, legacy: bool) -> dict[str, Mapping[str, Any]]:

@@ -175,11 +175,11 @@ class CandidateTester:
                 return TestResult(Outcome.UNRESOLVED, invoked=False, detail=f"invalid model: {invalid}")
             outputs = candidate.outputs if self.compare else ()
             with self.pool.acquire() as proc:
-                verdict = judge(proc.run(path, dict(candidate.feeds)), self.space.values, outputs, self.tol,
+                verdict = judge(proc.run(path, candidate.feeds), self.space.values, outputs, self.tol,
                                 self.fail_regex, check=self.check)
                 outcome = self._outcome(verdict, len(keep))
                 for _ in range(self.repeats if outcome is Outcome.FAIL else 0):
-                    again = judge(proc.run(path, dict(candidate.feeds)), self.space.values, outputs, self.tol,
+                    again = judge(proc.run(path, candidate.feeds), self.space.values, outputs, self.tol,
                                   self.fail_regex, check=self.check)
                     if self._outcome(again, len(keep)) is not Outcome.FAIL:
                         self.unrepeated += 1

@@ -39,7 +39,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import math
 import threading
+import time
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +53,7 @@ from onnx import helper
 
 from graphbisect.atomic import atomic_path
 from graphbisect.data.protos import tensor_from_array
+from graphbisect.data.store import ActivationStore, StoredFeeds
 from graphbisect.engine import (
     BudgetExhausted,
     Evaluator,
@@ -151,7 +154,12 @@ class SubgraphSpace:
     """
 
     def __init__(self, model: Model, values: Callable[[str], Any], workdir: Path, *,
-                 cut_as_initializers: bool = False) -> None:
+                 cut_as_initializers: bool = False, store: ActivationStore | None = None) -> None:
+        """``store``: the activation store ``values`` reads the intermediates from (graph inputs aside), when
+        there is one: every cut point it describes is declared once here from its index (dtype and shape, no
+        value read), and a candidate's feeds name those tensors in it (:class:`StoredFeeds`) instead of
+        holding their values, so a backend worker reads them from the store itself (``declare_seconds``: what
+        those declarations cost, once per space)."""
         self.model = model
         self._values = values
         self._small: dict[str, np.ndarray] = {}
@@ -189,6 +197,14 @@ class SubgraphSpace:
         self._out = _Pieces(len(index.names))  # an output's declaration
         self._checker = _PieceChecker(model)
         self._lock = threading.Lock()  # guards making pieces and checking them
+        self.store = store if store is not None and store.reference() is not None else None
+        #: per tensor id: its cut declaration was made from the store's index, its value is read from the store
+        self._stored = np.zeros(len(index.names), dtype=bool)
+        started = time.perf_counter()
+        if self.store is not None:
+            self._declare_stored(self.store)
+        #: seconds the declarations from the store's index took (part of this constructor: once per search)
+        self.declare_seconds = time.perf_counter() - started
 
     @property
     def size(self) -> int:
@@ -241,12 +257,13 @@ class SubgraphSpace:
         constant = self._cut.constant[cut]
         fed = cut[~constant]
         names = self._names[fed].tolist()
-        values = self._cut.value[fed].tolist()  # small values are kept with their declaration
-        if self._cut.has_value[fed].all():
-            feeds = dict(zip(names, values, strict=True))
+        feeds: Mapping[str, Any]
+        if self.store is not None:
+            stored = self._stored[fed]
+            held = fed[~stored]
+            feeds = StoredFeeds(names, self._feeds(held, self._names[held].tolist()), self.store, self.values)
         else:
-            feeds = {name: value if kept else self.values(name)
-                     for name, value, kept in zip(names, values, self._cut.has_value[fed].tolist(), strict=True)}
+            feeds = self._feeds(fed, names)
         overridable = inits[self._init_inputs_of[inits]]
         data = self._layout.assemble(
             node=self._node_pieces[found.nodes].tolist(),
@@ -265,6 +282,55 @@ class SubgraphSpace:
             if tensor.name in self._stubs and tensor.data_location == onnx.TensorProto.EXTERNAL:
                 tensor.CopyFrom(self._inline[tensor.name])
         return Candidate(keep, feeds, output_names, types, built=proto, ids=(cut, outputs))
+
+    def _feeds(self, fed: np.ndarray, names: list[str]) -> dict[str, Any]:
+        """The values of the cut tensors ``fed`` (ids) named ``names``: kept with their declaration, or read."""
+        values = self._cut.value[fed].tolist()  # small values are kept with their declaration
+        if self._cut.has_value[fed].all():
+            return dict(zip(names, values, strict=True))
+        return {name: value if kept else self.values(name)
+                for name, value, kept in zip(names, values, self._cut.has_value[fed].tolist(), strict=True)}
+
+    def _declare_stored(self, store: ActivationStore) -> None:
+        """Make the piece of every tensor that ``store`` holds as a plain tensor and that can be a cut point —
+        its declaration as a graph input from the index alone (no value read), or its constant (a small
+        integer tensor: read) — and every output declaration that needs no value; check them all once. A
+        first touch of thousands of new cut points then costs numpy gathers, not a store read, a declaration
+        and a checker call each. The pieces are those :meth:`_cut_piece` and :meth:`_output_type` make from
+        the values; graph inputs (fed by the user, not the store), sequences, types numpy lacks and
+        ``cut_as_initializers`` are left to them, on first touch."""
+        names = self._names.tolist()
+        ids, made, stored = [], [], []
+        for index in np.flatnonzero(~self._index.is_init).tolist():
+            name = names[index]
+            described = store.describe(name) if name not in self._inputs else None
+            if described is None or self.cut_as_initializers:
+                continue
+            dtype, shape = described
+            ids.append(index)
+            if dtype.kind in _CONST_KINDS and math.prod(shape) <= _CONST_MAX_ELEMENTS:
+                made.append(self._cut_piece(index))  # a small integer constant: its value is the piece
+                continue
+            stored.append(index)
+            made.append(_Made(self._declared_type(name, dtype, shape), _INPUT))
+        if ids:
+            cut = np.array(ids, dtype=np.int64)
+            self._cut.fill(cut, made)
+            self._stored[np.array(stored, dtype=np.int64)] = True
+            if self._checker.piecewise:
+                self._cut.refused(cut, self._checker)
+        ids, made = [], []
+        for index in np.flatnonzero(self._index.written).tolist():
+            known = self.model.boundary_type(names[index])
+            if known is not None and (not known.type.HasField("tensor_type") or known.type.tensor_type.elem_type):
+                ids.append(index)
+                made.append(_Made(known, _OUTPUT))
+        if ids:
+            out = np.array(ids, dtype=np.int64)
+            self._out.fill(out, made)
+            if self._checker.piecewise:
+                self._out.refused(out, self._checker)
+        log.debug("declared %d stored cut points and %d outputs from the store's index", self._stored.sum(), len(ids))
 
     def check(self, candidate: Candidate, path: Path) -> str | None:
         """What ``onnx.checker.check_model`` says about a candidate saved at ``path`` (its first line), None
@@ -306,12 +372,24 @@ class SubgraphSpace:
     def _input_type(self, name: str, value: Any) -> onnx.ValueInfoProto:
         """How a fed value is declared: the model's own type (module docstring) when the value fits it; a
         sequence or optional always as the model declares it (an empty one holds no element to type it by)."""
+        if isinstance(value, np.ndarray):
+            return self._declared_type(name, value.dtype, value.shape)
         known = self.model.boundary_type(name)
-        if known is not None and (_fits(known, value) if isinstance(value, np.ndarray) else
-                                  not known.type.HasField("tensor_type")):
+        if known is not None and not known.type.HasField("tensor_type"):
             return known
         log.debug("no usable type for cut tensor %r; declaring only its element type", name)
         return helper.make_tensor_value_info(name, _elem_type(name, value), None)
+
+    def _declared_type(self, name: str, dtype: np.dtype, shape: Sequence[int]) -> onnx.ValueInfoProto:
+        """How a fed tensor of ``dtype`` and ``shape`` is declared (:meth:`_input_type`)."""
+        known = self.model.boundary_type(name)
+        if known is not None and _fits(known, dtype, shape):
+            return known
+        log.debug("no usable type for cut tensor %r; declaring only its element type", name)
+        code = dtype_elem_type(dtype)
+        if code is None:
+            raise KeyError(f"the model declares no type for {name!r}, and its value ({dtype}) gives none")
+        return helper.make_tensor_value_info(name, code, None)
 
     def _output_type(self, name: str) -> onnx.ValueInfoProto:
         known = self.model.boundary_type(name)
@@ -447,7 +525,9 @@ class _TensorIndex:
         self._size = len(model.nodes)
         self._reads, self._read_nodes = np.array(reads, dtype=np.int64), np.array(read_nodes, dtype=np.int64)
         self._writes, self._write_nodes = np.array(writes, dtype=np.int64), np.array(write_nodes, dtype=np.int64)
-        self._is_init = np.array([name in inline for name in self.names], dtype=bool)
+        self.is_init = np.array([name in inline for name in self.names], dtype=bool)
+        self.written = np.zeros(len(self.names), dtype=bool)  # produced by a node
+        self.written[self._writes] = True
         outputs = set(model.output_names)
         self._is_output = np.array([name in outputs for name in self.names], dtype=bool)
 
@@ -469,7 +549,7 @@ class _TensorIndex:
         outside = reads[~produced[reads]]  # reads of tensors the subset does not produce, with repeats
         _, first = np.unique(outside, return_index=True)
         fresh = outside[np.sort(first)]
-        is_init = self._is_init[fresh]
+        is_init = self.is_init[fresh]
         outputs = written[~read[written] | self._is_output[written]]
         output_mask = np.zeros(len(self.names), dtype=bool)
         output_mask[outputs] = True
@@ -504,20 +584,21 @@ def _elem_type(name: str, value: Any) -> int:
     return code
 
 
-def _fits(info: onnx.ValueInfoProto, value: np.ndarray) -> bool:
-    """Whether a tensor declaration admits ``value``: same element type, and rank and static dimensions
-    equal where it declares a shape (a wrong inferred type must not make a runtime refuse the feed)."""
+def _fits(info: onnx.ValueInfoProto, dtype: np.dtype, shape: Sequence[int]) -> bool:
+    """Whether a tensor declaration admits a value of ``dtype`` and ``shape``: same element type, and rank
+    and static dimensions equal where it declares a shape (a wrong inferred type must not make a runtime
+    refuse the feed)."""
     if not info.type.HasField("tensor_type"):
         return False
     tensor_type = info.type.tensor_type
-    if dtype_elem_type(value.dtype) != tensor_type.elem_type:
+    if dtype_elem_type(dtype) != tensor_type.elem_type:
         return False
     if not tensor_type.HasField("shape"):
         return True
     dims = tensor_type.shape.dim
-    if len(dims) != value.ndim:
+    if len(dims) != len(shape):
         return False
-    for dim, size in zip(dims, value.shape, strict=True):  # a loop, dim_value first: thousands per first touch
+    for dim, size in zip(dims, shape, strict=True):  # noqa: SIM110 - a loop, dim_value first: thousands per search
         if dim.dim_value != size and dim.HasField("dim_value"):  # unset, dim_value reads 0: a symbolic dim
             return False
     return True

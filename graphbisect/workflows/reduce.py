@@ -588,7 +588,8 @@ def _reduce(r: _Run, inputs: Mapping[str, np.ndarray] | None, *, resume: bool, z
         r.notes.append(f"the target refuses the model as unsupported ({baseline.detail}): a feature it lacks (an "
                        "op, a type or an opset), not a crash nor a wrong result; the result is the smallest model "
                        "it refuses with the same message, a case for a feature request")
-    space = SubgraphSpace(r.model, values, r.work / "candidates", cut_as_initializers=options.cut_as_initializers)
+    space = SubgraphSpace(r.model, values, r.work / "candidates", cut_as_initializers=options.cut_as_initializers,
+                          store=store)
     result, evaluator, _, verification = _search_and_verify(r, space, base, values, flaky=flaky)
     if verification.flaky and not flaky and result.stop_reason is None:
         # The search accepted candidates on single runs of a target that turned out flaky: the steps the
