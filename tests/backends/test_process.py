@@ -17,6 +17,8 @@ from onnx import TensorProto, helper
 
 from graphbisect.backends import BackendProcess, Phase, RunStatus
 from graphbisect.backends.worker import save_npz
+from graphbisect.data import ActivationStore
+from graphbisect.data.store import StoredFeeds
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
 
 
@@ -395,3 +397,39 @@ def test_a_worker_whose_backend_computes_on_its_own_threads_gets_one_blas_thread
         ort.validate()
         assert ort.pid is not None
         assert _environment(ort.pid).get("OPENBLAS_NUM_THREADS") == "3"
+
+
+def test_cut_tensors_of_the_store_are_read_by_the_worker_and_a_changed_store_is_refused(tmp_path: Path) -> None:
+    """Feeds that name the oracle's store (``StoredFeeds``, as candidates of a reduction have them) are read
+    by the worker from the store itself: nothing of theirs goes into the inputs data file, the run gets the
+    stored values; a store that is not the one the host read when the worker opens it is refused (a user
+    error naming it), never misread."""
+    count = 2000
+    names = [f"cut/{i}:0" for i in range(count)]
+    graph = helper.make_graph([helper.make_node("Concat", names, ["y"], axis=0)], "many",
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1]) for n in names],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [count])])
+    path = tmp_path / "many.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    store = ActivationStore(tmp_path / "acts", autoflush=False)
+    for i, name in enumerate(names[1:], start=1):
+        store.put(name, np.array([i], np.float32))
+    store.flush()
+    host = ActivationStore.open(store.directory)  # the search's view of the store
+    feeds = StoredFeeds(names, {names[0]: np.array([-1], np.float32)}, host, host.get)
+    with BackendProcess("onnxruntime", workdir=tmp_path / "worker") as ort:
+        for _ in range(2):
+            result = ort.run(path, feeds)
+            assert result.ok, result.describe()
+            np.testing.assert_array_equal(result.outputs["y"], [-1, *range(1, count)])
+        [data] = ort.workdir.glob("inputs-*/values.bin")
+        assert data.stat().st_size <= 256  # the header and the value in hand (the stored ones: 8 KiB more)
+        store.put(names[1], np.array([42], np.float32))  # the store changes under the search
+        store.flush()
+        result = ort.run(path, feeds)  # this worker checked the store when it opened it: it reads what the
+        assert result.ok and result.outputs["y"][1] == 1  # host's index says (bytes are never overwritten)
+    with BackendProcess("onnxruntime", workdir=tmp_path / "other") as ort:
+        with pytest.raises(InputError, match="not the one the host read"):
+            ort.run(path, feeds)  # a worker that opens it now finds another index: refused
+        result = ort.run(path, dict(feeds))  # the values themselves, as the host reads them
+        assert result.ok and result.outputs["y"][1] == 1

@@ -10,12 +10,14 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from graphbisect.backends.worker import write_outputs
+from graphbisect.backends.worker import InputsReader, InputsWriter, write_outputs
 from graphbisect.data import ActivationStore
+from graphbisect.data.store import StoredFeeds
 from graphbisect.errors import GraphBisectError
 from graphbisect.packfile import TornRunError
 
@@ -353,3 +355,89 @@ def test_a_closed_store_still_reads_and_a_later_put_opens_it_again(tmp_path: Pat
     store.close()
     np.testing.assert_array_equal(store.get("y"), x[:3])
     np.testing.assert_array_equal(ActivationStore.open(tmp_path / "s").get("x"), x)
+
+
+# ------------------------------------------------------------------------------ feeds the worker reads itself
+def _handoff(tmp_path: Path, feeds: Any) -> tuple[dict[str, Any], Any]:
+    """(the request's inputs entry as it travels, the writer) for ``feeds``."""
+    writer = InputsWriter(tmp_path / "handoff")
+    return json.loads(json.dumps(writer.write(feeds, pid=1))), writer
+
+
+def _stored_feeds(tmp_path: Path) -> tuple[ActivationStore, dict[str, Any], StoredFeeds]:
+    store = ActivationStore(tmp_path / "acts", autoflush=False)
+    values = {"small": np.arange(6, dtype=np.float32).reshape(2, 3), "big": np.arange(1 << 15, dtype=np.float32),
+              "ints": np.array([3, 1], np.int64), "seq": [np.ones(2, np.float32)], "bf16": ml_dtypes_bf16()}
+    for name, value in values.items():
+        store.put(name, value)
+    store.flush()
+    mine = np.full(2, 7, np.int32)
+    feeds = StoredFeeds(["small", "mine", "big", "ints", "seq", "bf16"], {"mine": mine}, store, store.get)
+    return store, {**values, "mine": mine}, feeds
+
+
+def ml_dtypes_bf16() -> Any:
+    import ml_dtypes
+
+    return np.array([1.5, -2.0], dtype=ml_dtypes.bfloat16)
+
+
+def test_feeds_named_in_a_store_reach_the_worker_read_by_it_in_order_and_writable(tmp_path: Path) -> None:
+    """A candidate's cut tensors that the oracle's store holds go to the worker by name (no value read or
+    written by the host): the worker reads them from the store, equal, in the feeds' order, writable and
+    its own (a runtime may write into its inputs, never into the store); the rest travel as values."""
+    store, values, feeds = _stored_feeds(tmp_path)
+    reads: list[str] = []
+    feeds = StoredFeeds(feeds.order, feeds.held, store, lambda name: reads.append(name) or store.get(name))
+    reader = InputsReader()
+    for _ in range(2):  # the second request: the worker has the store open
+        sent, writer = _handoff(tmp_path, feeds)
+        assert sent["store"]["folder"] == str(store.directory.absolute())
+        assert [f for f in sent["feeds"] if isinstance(f, str)] == ["small", "big", "ints", "seq", "bf16"]
+        assert sent["tensors"]["names"] == ["mine"] and not sent["new"]
+        received = reader.read(sent)
+        assert list(received) == feeds.order
+        for name, value in received.items():
+            expected = values[name]
+            got, want = (value[0], expected[0]) if name == "seq" else (value, expected)
+            assert got.dtype == want.dtype and np.array_equal(got, want), name
+            assert got.flags.writeable and not isinstance(got, np.memmap)
+        received["small"][0, 0] = -1  # the worker's copy
+        writer.discard()
+    assert reads == []  # the host never read a stored value
+    assert dict(feeds)["small"][0, 0] == 0 and reads == ["small", "big", "ints", "seq", "bf16"]
+
+
+@pytest.mark.parametrize("damage", ["torn tail", "replaced", "added to", "deleted"])
+def test_a_store_named_by_a_request_is_checked_by_the_worker_never_misread(tmp_path: Path, damage: str) -> None:
+    """The worker checks the store exactly as the host does (header, size, tail checksum) and that it is the
+    store the host read: a tail that never reached the disk, a store replaced by another run, one added to
+    since, or one gone are refused with the store named, never read."""
+    store, _, feeds = _stored_feeds(tmp_path)
+    sent, _ = _handoff(tmp_path, feeds)
+    data = store.directory / "values.bin"
+    if damage == "torn tail":
+        with open(data, "r+b") as handle:
+            handle.seek(data.stat().st_size - 8)
+            handle.write(bytes(8))
+    elif damage == "replaced":
+        shutil.rmtree(store.directory)
+        _stored_feeds(tmp_path)  # the same values, another run
+    elif damage == "added to":
+        store.put("later", np.zeros(3, np.float32))
+        store.flush()
+    else:
+        shutil.rmtree(store.directory)
+    with pytest.raises(GraphBisectError, match=str(store.directory)):
+        InputsReader().read(sent)
+
+
+def test_a_store_with_values_not_published_or_of_the_older_layout_is_sent_as_values(tmp_path: Path) -> None:
+    """Only a store's published data can be named: with an unpublished put (or a version 1 store) the values
+    travel as before."""
+    store, values, feeds = _stored_feeds(tmp_path)
+    store.put("later", np.zeros(3, np.float32))  # autoflush=False: not in the index yet
+    sent, _ = _handoff(tmp_path, feeds)
+    assert "store" not in sent and not any(isinstance(f, str) for f in sent["feeds"])
+    received = InputsReader().read(sent)
+    assert np.array_equal(received["big"], values["big"])

@@ -21,8 +21,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from graphbisect.data import random_inputs
+from graphbisect.data import ActivationStore, random_inputs
 from graphbisect.data.protos import tensor_from_array
+from graphbisect.data.store import StoredFeeds
 from graphbisect.examples import host_network
 from graphbisect.model import Model, load_model
 from graphbisect.model.io import strip_to_external
@@ -139,11 +140,32 @@ def _subsets(size: int, seed: int = 0) -> list[frozenset[int]]:
     return subsets
 
 
+def _space(model: Model, inputs: dict[str, np.ndarray], values: dict[str, np.ndarray], tmp_path: Path, *,
+           stored: bool, reads: list[str] | None = None) -> SubgraphSpace:
+    """A space fed from ``values``; ``stored``: the intermediates in an activation store, as reduce has them
+    (the space then declares their cut points from its index and names them in the feeds)."""
+    if not stored:
+        return SubgraphSpace(model, values.__getitem__, tmp_path)
+    store = ActivationStore(tmp_path / "activations", autoflush=False)
+    for name, value in values.items():
+        if name not in inputs:
+            store.put(name, value)
+    store.flush()
+
+    def value(name: str) -> Any:
+        if reads is not None:
+            reads.append(name)
+        return inputs[name] if name in inputs else store.get(name)
+
+    return SubgraphSpace(model, value, tmp_path / "candidates", store=store)
+
+
+@pytest.mark.parametrize("stored", [False, True], ids=["values", "store"])
 @pytest.mark.parametrize("name", MODELS)
-def test_candidates_are_byte_identical_to_the_reference(name: str, tmp_path: Path) -> None:
+def test_candidates_are_byte_identical_to_the_reference(name: str, stored: bool, tmp_path: Path) -> None:
     model, inputs = MODELS[name]()
     values = _oracle_values(model, inputs)
-    space = SubgraphSpace(model, values.__getitem__, tmp_path)
+    space = _space(model, inputs, values, tmp_path, stored=stored)
     for keep in _subsets(space.size):
         candidate = space.materialize(keep)
         proto, feeds, outputs = _reference(space, keep)
@@ -154,6 +176,25 @@ def test_candidates_are_byte_identical_to_the_reference(name: str, tmp_path: Pat
         assert candidate.output_types == tuple(v.type.tensor_type.elem_type for v in proto.graph.output)
         for feed in feeds:
             assert np.array_equal(candidate.feeds[feed], values[feed])
+        if stored:  # what the worker reads from the store itself: every stored feed
+            assert isinstance(candidate.feeds, StoredFeeds)
+            assert candidate.feeds.stored() == [feed for feed in feeds if feed not in inputs]
+
+
+def test_a_first_touch_of_stored_cut_points_reads_only_their_constants(tmp_path: Path) -> None:
+    """With the store, every cut point is declared when the space is made, from the store's index: a
+    candidate reads no stored value (the small integer constants were read then, once), whatever it cuts."""
+    model, inputs = MODELS["magika"]()
+    values = _oracle_values(model, inputs)
+    reads: list[str] = []
+    space = _space(model, inputs, values, tmp_path, stored=True, reads=reads)
+    constants = set(reads)
+    assert constants and all(values[name].dtype.kind in "biu" for name in constants)
+    reads.clear()
+    for keep in _subsets(space.size, seed=3):
+        candidate = space.materialize(keep)
+        assert set(candidate.feeds.stored()) >= {feed for feed in candidate.feeds if feed not in inputs}
+    assert set(reads) <= set(inputs)
 
 
 def test_a_saved_candidate_runs_and_reads_its_weights(tmp_path: Path) -> None:
@@ -207,8 +248,10 @@ def _unknown_rank_model() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
+@pytest.mark.parametrize("stored", [False, True], ids=["values", "store"])
 @pytest.mark.parametrize("name", ["unknown-rank", "host-300", "silero-vad", "magika"])
-def test_piecewise_check_gives_the_checkers_verdict_on_every_candidate(name: str, tmp_path: Path) -> None:
+def test_piecewise_check_gives_the_checkers_verdict_on_every_candidate(name: str, stored: bool,
+                                                                        tmp_path: Path) -> None:
     """Given that the whole model passes the checker (the tester's gate), ``check`` refuses exactly the
     candidates ``onnx.checker.check_model`` refuses on file, with its message."""
     if name == "unknown-rank":
@@ -218,8 +261,8 @@ def test_piecewise_check_gives_the_checkers_verdict_on_every_candidate(name: str
     else:
         model, inputs = MODELS[name]()
     values = _oracle_values(model, inputs)
-    space = SubgraphSpace(model, values.__getitem__, tmp_path)
-    whole = space.materialize(range(space.size)).save(tmp_path / "whole.onnx")
+    space = _space(model, inputs, values, tmp_path, stored=stored)
+    whole = space.materialize(range(space.size)).save(space.workdir / "whole.onnx")
     if check_file(whole) is not None:
         pytest.skip(f"{name} itself fails onnx.checker: the tester does not gate on it")
     subsets = _subsets(space.size) + [frozenset(s) for s in ({1}, {2}, {1, 2}, {2, 3, 4}, {4})
@@ -227,7 +270,7 @@ def test_piecewise_check_gives_the_checkers_verdict_on_every_candidate(name: str
     refused = 0
     for keep in subsets:
         candidate = space.materialize(keep)
-        path = candidate.save(tmp_path / "candidate.onnx", durable=False)
+        path = candidate.save(space.workdir / "candidate.onnx", durable=False)
         assert space.check(candidate, path) == check_file(path), f"{name}: nodes {sorted(keep)[:8]}"
         refused += check_file(path) is not None
     if name == "unknown-rank":
