@@ -182,8 +182,11 @@ class InputsWriter:
         ...]}``: the new plain tensors as columns (``ids``, ``names``, ``offsets``, ``dtypes``, ``shapes``,
         ``hold``: thousands of them are a few JSON lists, not thousands of objects to encode and parse), the
         other new values (sequences, optionals, types numpy lacks) as entries, then the ids of every input in
-        the order of ``inputs`` (a held id stands for its name and value). A value that cannot be stored is
-        an :class:`InputError` naming it."""
+        the order of ``inputs`` (a held id stands for its name and value). Feeds that name an activation
+        store's tensors (:class:`~graphbisect.data.store.StoredFeeds` of a published store) go as their names
+        in ``feeds`` and the store's reference as ``"store"`` (:meth:`ActivationStore.reference`): the worker
+        reads them itself (:class:`InputsReader`). A value that cannot be stored is an :class:`InputError`
+        naming it."""
         writer = self._writer
         if writer is None or pid != self._pid or writer.size > self.restart_bytes:
             writer = self._restart(pid)
