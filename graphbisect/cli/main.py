@@ -21,6 +21,7 @@ from typing import Any
 
 from graphbisect._version import __version__
 from graphbisect.cli.terminal import OutputClosed, safe_terminal
+from graphbisect.engine.arena import share_main_arena
 from graphbisect.errors import GraphBisectError
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
@@ -121,6 +122,7 @@ def _discard_output(stream: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    share_main_arena()  # before any thread leaves an arena behind (graphbisect.engine.arena)
     previous = _unwind_on_termination()
     try:
         with safe_terminal():  # names from a model never reach the terminal as control sequences

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from graphbisect.engine.arena import share_main_arena
 from graphbisect.engine.budget import Budget, BudgetMeter
 from graphbisect.engine.cache import OutcomeCache, encode_key
 from graphbisect.engine.journal import Journal
@@ -374,6 +375,7 @@ class Evaluator:
         if self._executor is not None:
             return self._executor
         if self._owned_pool is None:
+            share_main_arena()  # else each thread's arena returns and re-faults every candidate's pages
             self._owned_pool = ThreadPoolExecutor(self.jobs, thread_name_prefix="graphbisect-test")
         return self._owned_pool
 
