@@ -27,7 +27,8 @@ says why (``skipped_many``, ``skipped``, ``budget``, ``sensitivity``, ``checked`
 :class:`~graphbisect.oracle.tester.WorkerPool`) test candidates at once: ProbDD speculates along the chain
 of removals it would try next and the sweep tests the next single removals, keeping the first that meets
 the tolerance in the serial order, so the answer and its minimality are those of ``jobs=1`` (a few more
-runs: those past an accepted removal, and more CPU per run). It can only shorten the wall time where cores
+runs: those past an accepted removal; the threads share the main malloc arena, :mod:`graphbisect.engine.arena`,
+else each candidate cost 20 ms more in page faults). It can only shorten the wall time where cores
 are idle: on a shared 2-core machine it did not (PP-OCRv4 rec int8, benchmarks/README.md). Runtime pins
 share one pin file and are refused with ``jobs`` > 1.
 
