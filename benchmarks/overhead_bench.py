@@ -16,7 +16,11 @@ does before it hands one to a backend:
   halves: ``write`` what ``BackendProcess.run`` does with them in the host (``InputsWriter.write`` and the
   JSON of the request's inputs entry; before it, ``save_npz``), ``read`` what the worker does before it
   calls the runtime (``InputsReader.read``; before it, ``load_npz``), as for one target worker that runs
-  every candidate of the table in turn. Measured in this process: the worker runs the same code.
+  every candidate of the table in turn. Measured in this process: the worker runs the same code. The space
+  is given the activation store where ``SubgraphSpace`` takes one (as ``reduce`` does): its cut points are
+  then declared when it is made (the setup table's ``declarations`` column) and a candidate's stored feeds
+  go to the worker by name, read there from the store (``worker store open``: its index read and checked,
+  once per worker, timed apart from the rows).
 
 Run against older code (``PYTHONPATH`` pointing at another checkout), ``save`` is ``save_proto(candidate.proto)``
 and ``check`` is ``onnx.checker.check_model(path)``, and the feeds go through an ``.npz``, as the tester did then.
