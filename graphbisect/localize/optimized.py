@@ -214,12 +214,22 @@ class _Mapper:
         attributes = sorted(a.SerializeToString(deterministic=True) for a in node.attribute)
         found = {id(c): c for name in first for c in self.readers.get(name, ())
                  if c.op_type == node.op_type and len(c.input) == len(node.input) and c.output
-                 and all(s is None or c.input[k] in s for k, s in enumerate(sources))
+                 and all(self._same_input(node.input[k], c.input[k], s) for k, s in enumerate(sources))
                  and sorted(a.SerializeToString(deterministic=True) for a in c.attribute) == attributes}
         candidates = list(found.values())
         same_name = [c for c in candidates if c.name == node.name]
         chosen = same_name[0] if same_name else candidates[0] if len(candidates) == 1 else None
         return chosen.output[0] if chosen is not None and chosen.output[0] else None
+
+    def _same_input(self, mine: str, theirs: str, held: frozenset[str] | None) -> bool:
+        """Whether the optimized input ``mine`` (holding the original tensors ``held``; None for an optimized
+        initializer) is the original input ``theirs``. An initializer is the same one when it keeps an original
+        name; one the optimizer made (a folded constant) can only stand for a constant."""
+        if held is not None:
+            return theirs in held
+        if not mine:
+            return not theirs
+        return theirs in self.alike(mine) if mine in self.known else theirs in self.constant
 
     def _named_tensor(self, base: str) -> str | None:
         """The original tensor a created node's name base names: ``r2`` or ``r8_bn`` (an op tag appended)."""

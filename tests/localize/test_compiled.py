@@ -220,3 +220,27 @@ def test_every_nchwc_node_maps_to_the_tensor_it_computes(tmp_path: Path) -> None
 
     assert any(all(np.allclose(unblocked(g, block)[:, :w.shape[1]], w, rtol=1e-4, atol=1e-4)
                    for g, w in zip(got, want, strict=True)) for block in (8, 16))  # MLAS's block: AVX2 8, AVX-512 16
+
+
+def test_a_kept_node_is_matched_by_its_inputs_constants_included() -> None:
+    """A renamed optimized ``Add`` is the original ``Add`` only when its inputs are the original's: an initializer
+    the optimizer made may stand for a constant, never for a computed tensor (a wrong match would be a false
+    divergence), and an initializer that keeps its name is that initializer."""
+    from graphbisect.localize.optimized import optimized_tensors
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Neg", ["x"], ["n"], name="neg"),
+             helper.make_node("Add", ["r", "n"], ["computed"], name="add_computed"),
+             helper.make_node("Add", ["r", "c"], ["constant"], name="add_constant")]
+    constants = {"c": numpy_helper.from_array(np.ones(4, np.float32), "c")}
+
+    def optimized(second: str) -> onnx.GraphProto:
+        return helper.make_graph([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                                  helper.make_node("Add", ["r", second], ["renamed"], name="any")], "opt",
+                                 [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])], [],
+                                 [numpy_helper.from_array(np.ones(4, np.float32), second)])
+
+    assert optimized_tensors(nodes, optimized("folded_1"), constants).named[1][2] == ("constant",)
+    assert optimized_tensors(nodes, optimized("c"), constants).named[1][2] == ("constant",)
+    # Only the Add of a computed tensor reads r: the folded initializer cannot be its second input.
+    assert optimized_tensors(nodes[:3], optimized("folded_1"), constants).named[1][2] == ()
