@@ -149,7 +149,6 @@ class Model:
         self.proto: onnx.ModelProto = proto if normalized else normalize_model(proto)
         self.path: Path | None = Path(path) if path is not None else None
         self.paddle_source: Path | None = Path(paddle_source) if paddle_source is not None else None
-        self.fingerprint: str = fingerprint(self.proto)
         graph = self.proto.graph
         self.nodes: tuple[onnx.NodeProto, ...] = tuple(graph.node)
         self.node_names: tuple[str, ...] = tuple(node.name for node in self.nodes)
@@ -157,7 +156,6 @@ class Model:
         self.producer: Mapping[str, int] = MappingProxyType(
             {name: i for i, node in enumerate(self.nodes) for name in node.output if name}
         )
-        self.consumers: Mapping[str, tuple[int, ...]] = MappingProxyType(self._consumer_index())
         self.initializer_names: frozenset[str] = frozenset(t.name for t in graph.initializer) | frozenset(
             s.values.name for s in graph.sparse_initializer
         )
@@ -173,20 +171,38 @@ class Model:
             value.name: value for value in (*graph.value_info, *graph.input, *graph.output)
             if value.type.ByteSize() > 0
         }
-        self._inferred = infer_types(self.proto)
-        self._types = _type_index(graph, self._inferred)
-        # Sequence / optional / map values keep their type when exposed (rare: indexed once).
-        self._non_tensor_types = {
-            name: value for name, value in {**self._inferred, **self._declared}.items()
-            if not value.type.HasField("tensor_type")
-        }
 
-    def _consumer_index(self) -> dict[str, tuple[int, ...]]:
+    # What follows is computed on first use, not by the constructor: a command starts its backend workers
+    # right after loading the model, and their interpreters' start then overlaps this work (shape inference
+    # alone is ~0.1 s at 5,000 nodes). Each is computed once; the proto never changes.
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """sha256 (hex) of the normalized model (:func:`~graphbisect.model.normalize.fingerprint`)."""
+        return fingerprint(self.proto)
+
+    @functools.cached_property
+    def consumers(self) -> Mapping[str, tuple[int, ...]]:
+        """Tensor name → indices of the nodes reading it (outer-scope reads of subgraphs included)."""
         consumers: dict[str, list[int]] = {}
         for index, node in enumerate(self.nodes):
             for name in node_dependencies(node):
                 consumers.setdefault(name, []).append(index)
-        return {name: tuple(indices) for name, indices in consumers.items()}
+        return MappingProxyType({name: tuple(indices) for name, indices in consumers.items()})
+
+    @functools.cached_property
+    def _inferred(self) -> dict[str, onnx.ValueInfoProto]:
+        return infer_types(self.proto)
+
+    @functools.cached_property
+    def _types(self) -> dict[str, TensorType]:
+        return _type_index(self.proto.graph, self._inferred)
+
+    @functools.cached_property
+    def _non_tensor_types(self) -> dict[str, onnx.ValueInfoProto]:
+        """Sequence / optional / map values, which keep their type when exposed."""
+        return {name: value for name, value in {**self._inferred, **self._declared}.items()
+                if not value.type.HasField("tensor_type")}
 
     # --- facts ---------------------------------------------------------------------------------------
 

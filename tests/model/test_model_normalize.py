@@ -173,8 +173,8 @@ def test_shape_inference_failure_falls_back_and_logs(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(onnx.shape_inference, "infer_shapes", broken)
     with caplog.at_level(logging.WARNING, logger="graphbisect.model.normalize"):
         model = load_model(chain_model())
+        assert model.tensor_type("t2") is None  # types are inferred when first needed
     assert "inference exploded" in caplog.text
-    assert model.tensor_type("t2") is None
     assert model.tensor_type("y") is not None  # declared types are kept
 
 
