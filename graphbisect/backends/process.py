@@ -253,6 +253,34 @@ class BackendProcess:
             self.invocations += 1
             return self._invoke(request, inputs, keep_outputs=output_dir is not None)
 
+    def load(self, model: str | Path, outputs: Sequence[str] | None = None) -> bool:
+        """Build the session of ``model`` exposing ``outputs`` now, without running it: a :meth:`run` of the
+        same model file and outputs that follows uses it instead of building it again. Returns whether it
+        was built. Nothing runs, so it is no invocation; a failure here is not a result either (the worker
+        is restarted if it died): the :meth:`run` that follows builds the session again and reports
+        whatever happens then. For a caller with other work to do while the backend builds.
+        """
+        with self._lock:
+            self._ensure_ready()
+            request = {"op": "load", "model": str(Path(model).absolute()),
+                       "outputs": list(dict.fromkeys(outputs)) if outputs is not None else None}
+            worker = self._state.worker
+            assert worker is not None
+            try:
+                deadline = time.monotonic() + self.timeout
+                worker.send(request, deadline)
+                reply = worker.receive(deadline)
+            except (_WorkerDied, _WorkerTimeout) as exc:
+                logger.info("the worker for %s was lost while it built %s ahead (%s)", self.spec, model, exc)
+                self._discard_worker()
+                return False
+            except BaseException:
+                self._discard_worker()  # e.g. KeyboardInterrupt: its reply would answer the next request
+                raise
+            if not reply.get("ok", False):
+                raise self._error(reply.get("error", {}), "load")
+            return reply.get("status") == "ok"
+
     def start(self) -> None:
         """Start the worker process now, without waiting for it: its interpreter and imports then overlap
         the caller's own work until the first call (which starts it anyway, and waits for it to be ready).

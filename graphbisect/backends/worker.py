@@ -26,6 +26,9 @@ Protocol (one JSON object per line, on two dedicated pipes whose descriptors are
   only ``keep`` and the tensors the store lacks are written. ``inputs`` is what :class:`InputsWriter`
   sends (the values the worker does not hold yet, in one data file, and the ids of those it holds) or the
   path of an ``.npz``. ``durable`` (default false) fsyncs the outputs before the reply (:func:`write_outputs`).
+* ``{"op": "load", "model": path, "outputs": [names] | null}`` → ``{"ok": true, "status": "ok"}``, or the
+  ``crash`` fields of a ``done`` reply: builds the session a ``run`` of the same model and outputs then uses
+  without building it again (nothing runs: the host builds a session ahead while it works out the run).
 * ``{"op": "exit"}`` → ``{"ok": true}``, then the worker exits.
 
 A request that fails because of *our* or the user's mistake (a :class:`~graphbisect.errors.GraphBisectError`
@@ -594,7 +597,7 @@ class _Server:
             if op == "exit":
                 self.channel.send({"ok": True})
                 return 0
-            handler = {"init": self.init, "validate": self.validate, "run": self.run,
+            handler = {"init": self.init, "validate": self.validate, "run": self.run, "load": self.load,
                        "passes": self.passes}.get(op)
             try:
                 if handler is None:
@@ -654,6 +657,10 @@ class _Server:
         timing = {"load_seconds": loaded - started, "run_seconds": time.perf_counter() - loaded}
         result.setdefault("info", {}).update(timing)
         return result
+
+    def load(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        crash = self._load(str(request["model"]), request.get("outputs"))
+        return {"ok": True, **(crash or {"status": "ok"})}
 
     def _load(self, model: str, outputs: Sequence[str] | None) -> dict[str, Any] | None:
         # A runtime whose build depends on more than the model file (a pin file it reads at load) says so.

@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -202,14 +202,9 @@ def compare_models(
             oracle_closed = _in_background(oracle_proc.close) if workers is None else (lambda: None)
             comparison = (compare_outputs(oracle_run.outputs, target_run.outputs, tol, model.output_names)
                           if target_run.ok else None)
-            plan = plan_probe(model, compiled_of(model, target_run.info)
-                              if described is not None and target_run.ok else None)
-            try:
-                probed = _probe(model, folder, inputs_path, oracle_side,
-                                _Side(target_proc, target_info, target_run, plan.compiled),
-                                plan=plan, enabled=layerwise, tol=tol, stage=stage)
-            finally:
-                discard_description(target_run.info)  # the replay, if any, has run it
+            plan, probed = _plan_and_probe(model, folder, inputs_path, oracle_side,
+                                           _Side(target_proc, target_info, target_run, None, spec=target_proc.spec),
+                                           described=described is not None, enabled=layerwise, tol=tol, stage=stage)
             # The target has done its part too: its worker exits while the table is made.
             target_closed = _in_background(target_proc.close, "graphbisect-target") if workers is None \
                 else (lambda: None)
@@ -249,16 +244,17 @@ def compare_models(
 
 def _write_inputs_and_model(model: Model, folder: Path, inputs: Mapping[str, np.ndarray] | None, seed: int, *,
                             starting: Sequence[BackendProcess]) -> Path:
-    """Write the run's inputs (given or seeded random) and the model into ``folder``; return the inputs' path.
+    """Write the model and the run's inputs (given or seeded random) into ``folder``; return the inputs' path.
 
-    The ``starting`` workers are started first: their interpreters and imports overlap this writing.
+    The ``starting`` workers are started first: their interpreters and imports overlap this writing and the
+    model's type inference, which checking or drawing the inputs is the first to need.
     """
     for proc in starting:
         proc.start()
+    model.save(folder / "model.onnx")
     feeds = validate_inputs(model, inputs) if inputs is not None else random_inputs(model, seed=seed)
     inputs_path = folder / "inputs.npz"
     save_inputs(inputs_path, feeds)
-    model.save(folder / "model.onnx")
     return inputs_path
 
 
@@ -314,6 +310,11 @@ class _Side:
     store: ActivationStore | None = None
     probe_failure: RunResult | None = None
     as_built: OracleRuns | None = None
+    spec: BackendSpec | None = None  # what its plain run ran under (its worker may serve a replay meanwhile)
+
+    @property
+    def built(self) -> BackendSpec:
+        return self.spec or self.proc.spec
 
 
 def _probeable(info: BackendInfo) -> bool:
@@ -355,10 +356,12 @@ def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: B
     if probe and not oracle_described:
         names = _every_intermediate(model)
         probe_path = folder / "probe.onnx"
-        _save_proto(model.with_outputs(names), probe_path)
         stage(f"running target {target_spec}, and oracle {oracle_spec} capturing {len(names)} intermediate tensors")
 
         def oracle_job() -> OracleRuns:
+            # The probe model is written here, beside the target's run already under way (the target's build
+            # is the longer one: it optimizes).
+            _save_proto(model.with_outputs(names), probe_path)
             return capture_as_built(lambda path, out: oracle_proc.run(path, inputs_path, output_dir=out), probe_path,
                                     oracle_model, outputs=model.output_names, tolerance=tolerance,
                                     rewrites=not oracle_info.computes_as_written(oracle_spec), capture_dir=store_dir)
@@ -430,14 +433,38 @@ def _hooked_values(model: Model, side: _Side) -> dict[str, np.ndarray] | None:
     return values
 
 
+def _plan_and_probe(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, target: _Side, *,
+                    described: bool, enabled: bool, tol: Tolerance, stage: Callable[[str], None]
+                    ) -> tuple[ProbePlan, _Probed]:
+    """The target's probe plan (from the compiled graph its plain run described) and what probing gave.
+
+    The replay's session is built by the target's worker while this process maps the compiled graph
+    (:class:`_ReplayAhead`); the saved optimized model is deleted once the probe has run.
+    """
+    run = target.run
+    ahead = _ReplayAhead.start(model, oracle.store, target.proc, run) \
+        if enabled and described and run.ok and oracle.store is not None else None
+    try:
+        plan = plan_probe(model, compiled_of(model, run.info) if described and run.ok else None)
+        probed = _probe(model, workdir, inputs_path, oracle, replace(target, compiled=plan.compiled),
+                        plan=plan, enabled=enabled, tol=tol, stage=stage, ahead=ahead)
+    finally:
+        if ahead is not None:
+            ahead.finish()
+        discard_description(run.info)  # the replay, if any, has run it
+    return plan, probed
+
+
 def _probe(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, target: _Side, *, plan: ProbePlan,
-           enabled: bool, tol: Tolerance, stage: Callable[[str], None]) -> _Probed:
+           enabled: bool, tol: Tolerance, stage: Callable[[str], None], ahead: _ReplayAhead | None = None
+           ) -> _Probed:
     """The oracle's and the target's intermediate values (the target's as statistics where it can).
 
     A backend whose plain run returned its compiled graph's tensors (Paddle's output hooks) is not run
     again. Otherwise the oracle's values are the activation store its run captured (:func:`_plain_runs`),
     and the target runs a probe exposing ``plan.names`` (among the tensors the oracle has); its worker
-    compares them with the store and returns only their statistics.
+    compares them with the store and returns only their statistics. ``ahead``: the replay whose session
+    the target's worker may be building already (:class:`_ReplayAhead`).
     """
     if not enabled:
         return _Probed(note="layerwise comparison was not requested")
@@ -457,16 +484,19 @@ def _probe(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, target
         oracle_values = oracle.store
     if target_values is not None:
         return _Probed(oracle=oracle_values, target=target_values,
-                       probe=TargetProbe("plain run", str(target.proc.spec), len(target_values)))
+                       probe=TargetProbe("plain run", str(target.built), len(target_values)))
     names = [n for n in plan.names if n in oracle_values]
     fallback = None
-    if plan.compiled is not None and oracle.store is not None and replay_spec(target.proc.spec) is not None:
-        replayed = _replay(model, inputs_path, oracle.store, target, names, plan=plan, tol=tol, stage=stage)
+    if plan.compiled is not None and oracle.store is not None and replay_spec(target.built) is not None:
+        replayed = _replay(model, inputs_path, oracle.store, target, names, plan=plan, tol=tol, stage=stage,
+                           ahead=ahead)
         if isinstance(replayed, _Probed):
             return replayed
         fallback = replayed
         log.info("the target's probe model is built again: the replay of its optimized model was not used: %s",
                     fallback)
+    if ahead is not None:
+        ahead.finish()  # the target's worker serves the plain spec again
     probe = TargetProbe("probe model", str(target.proc.spec), len(names), fallback)
     probe_path = workdir / "probe.onnx"
     target_probe = workdir / "probe-target.onnx"
@@ -494,7 +524,8 @@ def _probe(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, target
 
 
 def _replay(model: Model, inputs_path: Path, store: ActivationStore, target: _Side, names: list[str], *,
-            plan: ProbePlan, tol: Tolerance, stage: Callable[[str], None]) -> _Probed | str:
+            plan: ProbePlan, tol: Tolerance, stage: Callable[[str], None], ahead: _ReplayAhead | None = None
+            ) -> _Probed | str:
     """The target's probe as a replay of the optimized model its plain run saved, or why there is none.
 
     The replay (:func:`~graphbisect.workflows.probe.replay_model`, run under
@@ -503,9 +534,10 @@ def _replay(model: Model, inputs_path: Path, store: ActivationStore, target: _Si
     optimizer could see. It stands for the plain build only when it computes what that build computed: its
     final outputs must be bit-identical to the plain run's (same kernels, same machine, same threads). A
     replay that cannot expose every planned tensor, fails, or differs is not used: the caller builds the
-    probe model instead, as before.
+    probe model instead, as before. ``ahead``'s replay (built while the compiled graph was mapped) is run
+    when it exposes exactly the tensors this one exposes, and is otherwise written again for them.
     """
-    built = target.proc.spec
+    built = target.built
     spec = replay_spec(built)
     saved = target.run.info.get("optimized_model")
     if spec is None or not target.proc.can_reconfigure(spec):
@@ -513,9 +545,11 @@ def _replay(model: Model, inputs_path: Path, store: ActivationStore, target: _Si
     if not isinstance(saved, str) or not Path(saved).is_file():
         return "the target's plain run saved no optimized model"
     replay_path = Path(saved).with_name("replay.onnx")
+    prebuilt = ahead is not None and ahead.wait() and ahead.exposure(names) == ahead.exposed
     try:
         try:
-            exposed = replay_model(Path(saved), model, names, replay_path)
+            exposed = ahead.exposure(names) if ahead is not None else replay_model(Path(saved), model, names,
+                                                                                  replay_path)
         except Exception as exc:  # e.g. an optimized model onnx cannot read: the probe model is built instead
             log.info("cannot write the replay of %s", saved, exc_info=True)
             return f"its saved optimized model could not be read or rewritten ({type(exc).__name__}: {exc})"
@@ -529,7 +563,9 @@ def _replay(model: Model, inputs_path: Path, store: ActivationStore, target: _Si
                         "refuses one its optimized graph computes in another")
             return (f"{len(missing)} surviving tensor(s) ({_listed(missing)}) are not tensors of the optimized "
                     "model it saved (e.g. kept only in ONNX Runtime's blocked NCHWc layout)")
-        unfed = unfed_inputs(replay_path, model)
+        if ahead is not None and not prebuilt:  # the replay of exactly these tensors (ahead's checked its inputs)
+            replay_model(Path(saved), model, names, replay_path)
+        unfed = unfed_inputs(replay_path, model) if ahead is None else []
         if unfed:
             return f"the optimized model it saved reads {len(unfed)} input(s) the model lacks ({_listed(unfed)})"
         stage(f"running the target's own optimized model ({spec}) with {plan.describe()} exposed")
@@ -550,6 +586,74 @@ def _replay(model: Model, inputs_path: Path, store: ActivationStore, target: _Si
                 "may not compute what the plain build computed")
     return _Probed(oracle=store, target=run.outputs, measured=run.stats,
                    probe=TargetProbe("replay", str(spec), len(exposed)))
+
+
+class _ReplayAhead:
+    """The target's replay (:func:`_replay`) written, and its session built by the target's worker, while this
+    process maps the compiled graph (``compiled_of``: ~0.1 s at 5,000 nodes) that decides what it exposes.
+
+    It exposes every intermediate the oracle captured that the optimized model computes under its own name,
+    which is exactly what the replay exposes whenever no planned tensor vanished into another name or a
+    merged one (a fused LayerNorm keeps its last node's name). :func:`_replay` runs it only then and otherwise
+    writes the replay of its own tensors, as it would have without this; the build here is no invocation
+    (:meth:`BackendProcess.load`), so the count of target runs does not change either way.
+    """
+
+    def __init__(self, proc: BackendProcess, built: BackendSpec, path: Path, exposed: list[str],
+                 loaded: Callable[[], bool]) -> None:
+        self.proc, self.built, self.path, self.exposed = proc, built, path, exposed
+        self._loaded = loaded
+        self._finished = False
+
+    @classmethod
+    def start(cls, model: Model, store: ActivationStore, proc: BackendProcess, plain: RunResult
+              ) -> _ReplayAhead | None:
+        """Write the replay of ``plain``'s saved optimized model and have ``proc`` build it in the background;
+        None where :func:`_replay` would not run one anyway (it then says why)."""
+        built, saved = proc.spec, plain.info.get("optimized_model")
+        spec = replay_spec(built)
+        if spec is None or not proc.can_reconfigure(spec) or not isinstance(saved, str) or not Path(saved).is_file():
+            return None
+        path = Path(saved).with_name("replay.onnx")
+        try:
+            exposed = replay_model(Path(saved), model, [n for n in _every_intermediate(model) if n in store], path)
+            unfed = unfed_inputs(path, model)
+        except Exception:  # _replay tries again, and says why
+            log.debug("cannot write the replay of %s ahead", saved, exc_info=True)
+            return None
+        if unfed:
+            path.unlink(missing_ok=True)
+            return None
+        outputs = [*model.output_names, *exposed]
+
+        def load() -> bool:
+            proc.reconfigure(spec)
+            return proc.load(path, outputs)
+
+        return cls(proc, built, path, exposed, _in_background(load, "graphbisect-replay"))
+
+    def exposure(self, names: Sequence[str]) -> list[str]:
+        """What :func:`~graphbisect.workflows.probe.replay_model` exposes of ``names`` (all among those this
+        replay was written for): the ones it exposed, in the order of ``names``."""
+        exposed = set(self.exposed)
+        return [name for name in names if name in exposed]
+
+    def wait(self) -> bool:
+        """Wait for the worker's build; whether it built the session."""
+        return self._loaded()
+
+    def finish(self) -> None:
+        """Wait for the build, put the worker back on the plain spec and remove the file (once)."""
+        if self._finished:
+            return
+        self._finished = True
+        try:
+            self.wait()
+        except Exception:  # the replay was not used, or its own run reported what went wrong
+            log.debug("building the replay ahead failed", exc_info=True)
+        finally:
+            self.proc.reconfigure(self.built)
+            self.path.unlink(missing_ok=True)
 
 
 def _typed(model: Model, name: str) -> bool:

@@ -292,6 +292,36 @@ def test_a_model_rewritten_in_place_is_reloaded(ort: BackendProcess, models: dic
     np.testing.assert_array_equal(results[1] - results[0], np.ones((2, 3), np.float32))
 
 
+def test_a_session_built_ahead_serves_the_run_of_the_same_model_and_outputs(
+        models: dict[str, Path], x23: np.ndarray, odd_name: str, tmp_path: Path) -> None:
+    """load() builds without running (no invocation); the run of the same file and outputs then uses that
+    session: ORT writes its optimized model only when it builds one, so the file must not come back."""
+    with BackendProcess("ort:opt_level=all,save_optimized=1", workdir=tmp_path / "w") as proc:
+        assert proc.load(models["relu_add_probe"], ["y", odd_name])
+        assert proc.invocations == 0
+        saved = tmp_path / "w" / "optimized.onnx"
+        assert saved.is_file()
+        saved.unlink()
+        result = proc.run(models["relu_add_probe"], {"x": x23}, ["y", odd_name])
+        assert result.ok and proc.invocations == 1
+        assert not saved.exists()  # not built again
+        np.testing.assert_array_equal(result.outputs[odd_name], np.maximum(x23, 0))
+        proc.run(models["relu_add_probe"], {"x": x23}, ["y"])  # other outputs: another session
+        assert saved.is_file()
+
+
+def test_a_failed_build_ahead_is_no_result_and_the_run_reports_it(ort: BackendProcess, models: dict[str, Path],
+                                                                 x23: np.ndarray, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a model")
+    before = ort.invocations
+    assert ort.load(broken) is False
+    assert ort.invocations == before
+    crashed = ort.run(broken, {"x": x23})
+    assert crashed.status is RunStatus.CRASH and crashed.phase is Phase.LOAD
+    assert ort.run(models["relu_add"], {"x": x23}).ok
+
+
 def test_user_errors_are_not_counted_as_invocations(ort: BackendProcess, x23: np.ndarray, tmp_path: Path) -> None:
     before = ort.invocations
     with pytest.raises(ModelError):

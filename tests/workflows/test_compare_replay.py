@@ -9,6 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from graphbisect.backends import BackendProcess
 from graphbisect.model import load_model
 from graphbisect.workflows.compare import compare_models
 from tests.workflows.test_compare import _layernorm_keepdims0
@@ -49,6 +50,34 @@ def test_the_fused_target_is_probed_by_replaying_the_graph_its_plain_run_built(t
                                                 "exposed": probe.exposed, "fallback": None}
     left = {p.name for p in (tmp_path / "target").iterdir()}
     assert not left & {"replay.onnx", "optimized.onnx", "optimized.weights"}, left
+
+
+def test_the_replay_built_while_the_compiled_graph_is_mapped_is_the_one_run(monkeypatch: pytest.MonkeyPatch,
+                                                                            tmp_path: Path) -> None:
+    """The target's worker builds the replay's session (BackendProcess.load: no invocation) while this process
+    maps the optimized model; the replay then runs that same file with the same outputs, so the worker uses
+    the session it built (tests/backends/test_process.py), and the counts are those of a replay built later."""
+    calls: list[tuple[str, str, tuple[str, ...], str]] = []
+    real_load, real_run = BackendProcess.load, BackendProcess.run
+
+    def load(self: BackendProcess, model: Path, outputs: list[str] | None = None) -> bool:
+        calls.append(("load", Path(model).name, tuple(outputs or ()), str(self.spec)))
+        return real_load(self, model, outputs)
+
+    def run(self: BackendProcess, model: Path, inputs: object, outputs: list[str] | None = None,
+            **options: object) -> object:
+        calls.append(("run", Path(model).name, tuple(outputs or ()), str(self.spec)))
+        return real_run(self, model, inputs, outputs, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(BackendProcess, "load", load)
+    monkeypatch.setattr(BackendProcess, "run", run)
+    result = compare_models(load_model(_layernorm_keepdims0()), workdir=tmp_path)
+    assert result.target_probe is not None and result.target_probe.ran == "replay"
+    assert result.invocations == {"oracle": 1, "target": 2}
+    loads = [call for call in calls if call[0] == "load"]
+    replays = [call for call in calls if call[0] == "run" and call[1] == "replay.onnx"]
+    assert len(loads) == 1 and len(replays) == 1
+    assert loads[0][1:] == replays[0][1:] and replays[0][3] == "onnxruntime:opt_level=disable"
 
 
 def test_a_replay_that_cannot_expose_every_surviving_tensor_is_not_used() -> None:
