@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,7 +55,7 @@ from typing import Any
 import onnx
 
 from graphbisect.localize.fusion import fused_region, surviving_tensors, vanished_tensors
-from graphbisect.localize.optimized import optimized_tensors
+from graphbisect.localize.optimized import OriginalGraph, optimized_tensors
 
 __all__ = [
     "CompiledGraph",
@@ -152,15 +152,19 @@ class CompiledGraph:
 
 def compiled_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[str],
                    info: Mapping[str, Any], *,
-                   constants: Mapping[str, onnx.TensorProto] | None = None) -> CompiledGraph | None:
+                   constants: Mapping[str, onnx.TensorProto] | None = None,
+                   original: Callable[[], OriginalGraph] | None = None) -> CompiledGraph | None:
     """The compiled graph a run reported in its ``info`` (see the module docstring), or None when it reported none.
 
     ``nodes`` are the original model's nodes in topological order and ``graph_outputs`` its output names;
-    ``constants``, its initializers (an optimized model's merged duplicates are then recognized).
+    ``constants``, its initializers (an optimized model's merged duplicates are then recognized); ``original``
+    gives their :class:`~graphbisect.localize.optimized.OriginalGraph` (made once per model) when a saved
+    optimized model is to be mapped.
     """
     optimized = info.get("optimized_model")
     if isinstance(optimized, str) and Path(optimized).exists():
-        return from_optimized_model(nodes, optimized, constants=constants)
+        return from_optimized_model(nodes, optimized, constants=constants,
+                                    original=original() if original is not None else None)
     exec_graph = info.get("exec_graph")
     if isinstance(exec_graph, list):
         return from_exec_graph(nodes, graph_outputs, exec_graph)
@@ -186,7 +190,8 @@ def compiled_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[st
 
 
 def from_optimized_model(nodes: Sequence[onnx.NodeProto], optimized: str | Path | onnx.ModelProto, *,
-                         constants: Mapping[str, onnx.TensorProto] | None = None) -> CompiledGraph:
+                         constants: Mapping[str, onnx.TensorProto] | None = None,
+                         original: OriginalGraph | None = None) -> CompiledGraph:
     """The compiled graph of a saved optimized ONNX model (ONNX Runtime, onnxoptimizer).
 
     Each optimized node covers the original nodes behind the tensor it computes up to the surviving tensors
@@ -197,11 +202,11 @@ def from_optimized_model(nodes: Sequence[onnx.NodeProto], optimized: str | Path 
     ``activation``), so it computes ``Relu(r11 + r13)``, not ``r11``; a kept ``Concat`` is the original
     Concat with the same inputs. Layout nodes (``ReorderInput``/``ReorderOutput``) are unmapped: they
     compute nothing. ``constants`` (the original initializers) let tensors merged by common-subexpression
-    elimination compare equal.
+    elimination compare equal; ``original``, ``OriginalGraph(nodes, constants)`` if made already.
     """
     proto = optimized if isinstance(optimized, onnx.ModelProto) else \
         onnx.load(str(optimized), load_external_data=False)
-    found = optimized_tensors(nodes, proto.graph, constants)
+    found = optimized_tensors(nodes, proto.graph, constants, original=original)
     survivors = surviving_tensors(proto) | found.held | {name for _, _, outputs in found.named for name in outputs}
     return from_named_outputs(nodes, found.named, "optimized model", survivors=survivors)
 

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import onnx
 
-__all__ = ["OptimizedTensors", "optimized_tensors", "value_numbers"]
+__all__ = ["OptimizedTensors", "OriginalGraph", "optimized_tensors", "value_numbers"]
 
 log = logging.getLogger(__name__)
 
@@ -102,40 +102,61 @@ def value_numbers(nodes: Sequence[onnx.NodeProto], constants: Mapping[str, onnx.
 
 
 def optimized_tensors(nodes: Sequence[onnx.NodeProto], optimized: onnx.GraphProto,
-                      constants: Mapping[str, onnx.TensorProto] | None = None) -> OptimizedTensors:
+                      constants: Mapping[str, onnx.TensorProto] | None = None, *,
+                      original: OriginalGraph | None = None) -> OptimizedTensors:
     """What each node of ``optimized`` computes, as original tensors of ``nodes`` (see the module docstring).
 
     ``constants``: the original model's initializers, so that weights merged by CSE compare equal. Without
     them every tensor that no node computes and the optimized graph does not take as an input counts as one.
+    ``original``: ``OriginalGraph(nodes, constants)`` made beforehand (it depends on the model alone).
     """
-    return _Mapper(nodes, optimized, constants).run()
+    if original is None or original.nodes is not nodes:
+        original = OriginalGraph(nodes, constants)
+    return _Mapper(original, optimized).run()
 
 
-class _Mapper:
-    """One walk over the optimized graph in its (topological) order; ``held`` maps each optimized tensor to
-    the original tensors with its values."""
+class OriginalGraph:
+    """What mapping an optimized graph needs to know of the original one: producers, readers, value numbers
+    and constant tensors. It depends on the model alone, so a caller that expects an optimized model can make
+    it while the backend is still building (`compare` does, during the target's plain run).
 
-    def __init__(self, nodes: Sequence[onnx.NodeProto], optimized: onnx.GraphProto,
-                 given: Mapping[str, onnx.TensorProto] | None) -> None:
-        self.optimized = optimized
-        constants = given or {}
+    ``nodes`` and ``constants`` as for :func:`optimized_tensors`.
+    """
+
+    def __init__(self, nodes: Sequence[onnx.NodeProto], constants: Mapping[str, onnx.TensorProto] | None) -> None:
+        self.nodes = nodes
+        self.given = constants is not None
         self.producer = {name: node for node in nodes for name in node.output if name}
         self.readers: dict[str, list[onnx.NodeProto]] = {}
         for node in nodes:
             for name in dict.fromkeys(node.input):
                 if name:
                     self.readers.setdefault(name, []).append(node)
-        self.known = set(self.producer) | set(self.readers) | set(constants)
-        numbers = value_numbers(nodes, constants)
+        self.known = set(self.producer) | set(self.readers) | set(constants or {})
+        self.numbers = value_numbers(nodes, constants or {})
         self.classes: dict[int, list[str]] = {}
-        for name, value in numbers.items():
+        for name, value in self.numbers.items():
             self.classes.setdefault(value, []).append(name)
-        self.numbers = numbers
-        fed = {v.name for v in optimized.input} - {t.name for t in optimized.initializer}
-        leaves = constants if given is not None else {  # without the initializers: what is neither computed nor fed
-            name: onnx.TensorProto() for node in nodes for name in node.input
-            if name and name not in self.producer and name not in fed}
-        self.constant = self._constant_tensors(nodes, leaves)
+        # Initializers and what nodes compute from them alone; without the initializers this depends on the
+        # optimized graph's inputs (:class:`_Mapper`).
+        self.constant = _constant_tensors(nodes, constants) if constants is not None else None
+
+
+class _Mapper:
+    """One walk over the optimized graph in its (topological) order; ``held`` maps each optimized tensor to
+    the original tensors with its values."""
+
+    def __init__(self, original: OriginalGraph, optimized: onnx.GraphProto) -> None:
+        self.optimized = optimized
+        self.producer, self.readers, self.known = original.producer, original.readers, original.known
+        self.numbers, self.classes = original.numbers, original.classes
+        if original.constant is not None:
+            self.constant = original.constant
+        else:  # without the initializers: what is neither computed nor fed
+            fed = {v.name for v in optimized.input} - {t.name for t in optimized.initializer}
+            leaves = {name: onnx.TensorProto() for node in original.nodes for name in node.input
+                      if name and name not in self.producer and name not in fed}
+            self.constant = _constant_tensors(original.nodes, leaves)
         self.initializers = {t.name for t in optimized.initializer} | \
             {t.values.name for t in optimized.sparse_initializer}
         present = {v.name for v in optimized.input} | self.initializers | \
@@ -147,15 +168,6 @@ class _Mapper:
         """The original tensors certainly equal to ``name`` (itself included)."""
         value = self.numbers.get(name)
         return frozenset(self.classes[value]) if value is not None else frozenset({name})
-
-    @staticmethod
-    def _constant_tensors(nodes: Sequence[onnx.NodeProto], constants: Mapping[str, onnx.TensorProto]) -> set[str]:
-        """Initializers and what nodes compute from them alone (a converted model's ConstantOfShape weights)."""
-        constant = set(constants)
-        for node in nodes:
-            if node.op_type not in _NONDETERMINISTIC and all(not name or name in constant for name in node.input):
-                constant.update(name for name in node.output if name)
-        return constant
 
     def run(self) -> OptimizedTensors:
         for node in self.optimized.node:  # a ReorderOutput names its blocked input before that input's producer
@@ -291,6 +303,15 @@ class _Mapper:
                 return None
             tensor = read[0].output[0]
         return tensor
+
+
+def _constant_tensors(nodes: Sequence[onnx.NodeProto], constants: Mapping[str, onnx.TensorProto]) -> set[str]:
+    """Initializers and what nodes compute from them alone (a converted model's ConstantOfShape weights)."""
+    constant = set(constants)
+    for node in nodes:
+        if node.op_type not in _NONDETERMINISTIC and all(not name or name in constant for name in node.input):
+            constant.update(name for name in node.output if name)
+    return constant
 
 
 def _is_layout(node: onnx.NodeProto) -> bool:

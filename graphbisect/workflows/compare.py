@@ -53,6 +53,7 @@ from graphbisect.workflows.probe import (
     compiled_of,
     describing_spec,
     discard_description,
+    original_graph,
     plan_probe,
     replay_model,
     replay_spec,
@@ -190,6 +191,9 @@ def compare_models(
                 stack.enter_context(BackendProcess(described or target_spec, workdir=folder / "target")))
             inputs_path = _write_inputs_and_model(model, folder, inputs, seed, starting=(oracle_proc, target_proc))
             invocations_before = (oracle_proc.invocations, target_proc.invocations)
+            if described is not None and "save_optimized" in described.options:
+                # what mapping its saved optimized model needs of the model is made while the target builds
+                _in_background(lambda: original_graph(model), "graphbisect-original")
             oracle_side, target_run = _plain_runs(model, folder, inputs_path, oracle_proc=oracle_proc,
                                                   target_proc=target_proc, oracle_spec=oracle_spec,
                                                   oracle_info=oracle_info, target_spec=target_spec,

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
+import weakref
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,11 +37,12 @@ from onnx import helper
 
 from graphbisect.backends import BackendSpec, Capability, resolve
 from graphbisect.localize.compiled import CompiledGraph, compiled_graph
+from graphbisect.localize.optimized import OriginalGraph
 from graphbisect.model import Model
 from graphbisect.model.normalize import subgraphs
 
 __all__ = ["REPLAY_OPTIONS", "ProbePlan", "TargetProbe", "compiled_of", "describing_spec", "discard_description",
-           "plan_probe", "replay_model", "replay_spec", "unfed_inputs"]
+           "original_graph", "plan_probe", "replay_model", "replay_spec", "unfed_inputs"]
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +73,29 @@ class ProbePlan:
 
 def compiled_of(model: Model, info: Mapping[str, Any]) -> CompiledGraph | None:
     """The compiled graph a run of a :func:`describing_spec` target reported on ``model``, or None."""
-    compiled = compiled_graph(model.nodes, model.output_names, info,
-                              constants={t.name: t for t in model.proto.graph.initializer})
+    compiled = compiled_graph(model.nodes, model.output_names, info, constants=_constants(model),
+                              original=lambda: original_graph(model))
     if compiled is not None:
         log.info("%s", compiled.summary())
     return compiled
+
+
+_ORIGINALS: weakref.WeakKeyDictionary[Model, OriginalGraph] = weakref.WeakKeyDictionary()
+_ORIGINALS_LOCK = threading.Lock()
+
+
+def original_graph(model: Model) -> OriginalGraph:
+    """What mapping a saved optimized model of ``model`` needs of it (made once per model, kept while the
+    model lives): :func:`compiled_of` uses it, and `compare` has it made during the target's plain run."""
+    with _ORIGINALS_LOCK:  # one per model, also when compare's early thread is still making it
+        found = _ORIGINALS.get(model)
+        if found is None:
+            found = _ORIGINALS[model] = OriginalGraph(model.nodes, _constants(model))
+        return found
+
+
+def _constants(model: Model) -> dict[str, onnx.TensorProto]:
+    return {t.name: t for t in model.proto.graph.initializer}
 
 
 def plan_probe(model: Model, compiled: CompiledGraph | None, *, among: Collection[str] | None = None) -> ProbePlan:

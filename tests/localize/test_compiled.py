@@ -244,3 +244,26 @@ def test_a_kept_node_is_matched_by_its_inputs_constants_included() -> None:
     assert optimized_tensors(nodes, optimized("c"), constants).named[1][2] == ("constant",)
     # Only the Add of a computed tensor reads r: the folded initializer cannot be its second input.
     assert optimized_tensors(nodes[:3], optimized("folded_1"), constants).named[1][2] == ()
+
+
+def test_the_original_graph_made_ahead_maps_an_optimized_model_as_made_on_the_spot(tmp_path: Path) -> None:
+    """`compare` makes what the mapping needs of the original model while the target builds (OriginalGraph, once
+    per model); the mapping is the same as one that makes it when the optimized model is there."""
+    ort = pytest.importorskip("onnxruntime")
+    from graphbisect.localize.optimized import OriginalGraph, optimized_tensors
+    from graphbisect.workflows.probe import original_graph
+
+    for proto in (_blocked_net(), onnx.load(example_model_path())):
+        model = load_model(proto)
+        model.save(tmp_path / "m.onnx")
+        options = ort.SessionOptions()
+        options.optimized_model_filepath = str(tmp_path / "opt.onnx")
+        ort.InferenceSession(str(tmp_path / "m.onnx"), options, providers=["CPUExecutionProvider"])
+        optimized = onnx.load(str(tmp_path / "opt.onnx")).graph
+        constants = {t.name: t for t in model.proto.graph.initializer}
+        ahead = original_graph(model)
+        assert original_graph(model) is ahead  # made once per model
+        assert isinstance(ahead, OriginalGraph)
+        on_the_spot = optimized_tensors(model.nodes, optimized, constants)
+        assert optimized_tensors(model.nodes, optimized, constants, original=ahead) == on_the_spot
+        assert on_the_spot.named and on_the_spot.held
