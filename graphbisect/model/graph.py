@@ -296,21 +296,21 @@ class Model:
             )
         probe = copy_model(self.proto) if weights is None else strip_to_external(self.proto, weights)
         present = set(self.output_names)
+        outputs = probe.graph.output
         for name in dict.fromkeys(names):
-            if name not in present:
-                probe.graph.output.append(self._output_value_info(name))
+            if name in present:
+                continue
+            declared = self._non_tensor_types.get(name)
+            if declared is not None:
+                outputs.append(declared)
+                continue
+            found = self._types.get(name)
+            if found is None or not found.elem_type:
+                logger.debug("tensor %r has no inferred type; exposing it untyped", name)
+                outputs.add(name=name)
+            else:  # what onnx.helper.make_tensor_value_info makes, from one TypeProto per distinct type
+                outputs.add(name=name).type.CopyFrom(_type_proto(found))
         return probe
-
-    def _output_value_info(self, name: str) -> onnx.ValueInfoProto:
-        declared = self._non_tensor_types.get(name)
-        if declared is not None:
-            return declared
-        found = self._types.get(name)
-        if found is None or not found.elem_type:
-            logger.debug("tensor %r has no inferred type; exposing it untyped", name)
-            return onnx.ValueInfoProto(name=name)
-        shape = None if found.shape is None else list(found.shape)
-        return onnx.helper.make_tensor_value_info(name, found.elem_type, shape)
 
     def to_networkx(self) -> nx.DiGraph:
         """A ``networkx.DiGraph`` over node indices; edges carry the tensors that connect them.
@@ -338,6 +338,12 @@ class Model:
         """Save the normalized model atomically (with ``<name>.data`` external data when over 2 GiB; weights
         kept on disk are hard-linked or copied beside it, see :func:`~graphbisect.model.io.save_proto`)."""
         return save_proto(self.proto, path)
+
+
+@functools.lru_cache(maxsize=1024)
+def _type_proto(found: TensorType) -> onnx.TypeProto:
+    """The tensor ``TypeProto`` of ``found`` (shared: callers copy it)."""
+    return onnx.helper.make_tensor_type_proto(found.elem_type, None if found.shape is None else list(found.shape))
 
 
 class _InlineInitializers(Mapping[str, onnx.TensorProto]):
