@@ -37,6 +37,7 @@ import numpy as np
 import onnx
 
 from graphbisect.compare import MismatchKind, TensorStats, Tolerance, compare_tensors, compare_values
+from graphbisect.data.store import ActivationStore
 from graphbisect.localize.compiled import CompiledGraph, CompiledNode
 
 __all__ = ["LayerRow", "LayerwiseReport", "RootCause", "TensorSource", "analyze_layers", "constant_tensors",
@@ -190,6 +191,9 @@ def tensor_stats(name: str, oracle: TensorSource, target: TensorSource | None, t
         return measured[name]
     if name in oracle and target is not None and name in target:
         return compare_values(name, oracle[name], target[name], tol)
+    described = oracle.describe(name) if isinstance(oracle, ActivationStore) else None
+    if described is not None:  # a stored plain tensor: its shape is in the store's index, no value is read
+        return TensorStats(name, MismatchKind.MISSING, score=math.inf, oracle_shape=described[1])
     return compare_tensors(name, oracle[name] if name in oracle else None, None, tol)
 
 
