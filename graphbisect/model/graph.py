@@ -171,6 +171,14 @@ class Model:
             value.name: value for value in (*graph.value_info, *graph.input, *graph.output)
             if value.type.ByteSize() > 0
         }
+        # A graph input's type is what the model declares for it (inference adds nothing to an input), so the
+        # inputs' types are known without inference: checking or drawing inputs does not wait for it. Inputs
+        # that are also outputs, initializers or value_info entries are left to the full index.
+        others = self.initializer_names | {v.name for v in (*graph.value_info, *graph.output)}
+        self._input_types: dict[str, TensorType] = {
+            value.name: found for value in graph.input
+            if value.name not in others and (found := _type_from_value_info(value)) is not None and found.elem_type
+        }
 
     # What follows is computed on first use, not by the constructor: a command starts its backend workers
     # right after loading the model, and their interpreters' start then overlaps this work (shape inference
@@ -234,7 +242,8 @@ class Model:
 
     def tensor_type(self, name: str) -> TensorType | None:
         """Element type and shape of tensor ``name``; ``None`` when unknown or not a plain tensor."""
-        return self._types.get(name)
+        found = self._input_types.get(name)
+        return found if found is not None else self._types.get(name)
 
     def declared(self, name: str) -> onnx.ValueInfoProto | None:
         """The user's own declaration of tensor ``name`` (its ``value_info``, graph input or graph output

@@ -146,3 +146,33 @@ def test_model_index_is_read_only() -> None:
         cast(Any, model.producer)["new"] = 1
     assert isinstance(model.nodes, tuple)
     assert isinstance(model.proto, onnx.ModelProto)
+
+
+def test_input_types_are_the_declarations_and_need_no_inference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checking the user's inputs (what `compare` does while its workers start) runs no shape inference: an
+    input's type is its declaration, the same type the full index gives once inference has run."""
+    from graphbisect.data import validate_inputs
+    from graphbisect.examples.bundled import example_inputs_path, example_model_path
+    from graphbisect.model import normalize
+
+    inferred = []
+    real = normalize.infer_types
+    monkeypatch.setattr("graphbisect.model.graph.infer_types", lambda proto: inferred.append(1) or real(proto))
+    dynamic = make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")],
+                         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
+                         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    for source in (example_model_path(), LIGHT_DIR / "light_resnet50.onnx", dynamic):
+        model = load_model(source)
+        with np.load(example_inputs_path()) as data:
+            feeds = {k: data[k] for k in data.files} if source == example_model_path() else None
+        for name in model.input_names:
+            ttype = model.tensor_type(name)
+            assert ttype is not None and ttype.elem_type
+            if feeds is None:
+                dims = [d if isinstance(d, int) else 2 for d in ttype.shape or ()]
+                feeds = {name: np.zeros(dims, ttype.numpy_dtype)}
+        validate_inputs(model, feeds)
+        assert not inferred  # nothing inferred yet
+        assert all(model.tensor_type(name) == model._types.get(name) for name in model.input_names)
+        assert inferred == [1]
+        inferred.clear()
