@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import onnx
-from onnx import helper
 
 from graphbisect.backends import BackendSpec, Capability, resolve
 from graphbisect.localize.compiled import CompiledGraph, compiled_graph
@@ -179,9 +178,11 @@ def replay_model(optimized: Path, model: Model, names: Sequence[str], destinatio
         declared = model.boundary_type(name)
         if name not in produced or name in present or declared is None or not declared.type.HasField("tensor_type"):
             continue
-        proto.graph.output.append(helper.make_tensor_value_info(name, declared.type.tensor_type.elem_type, None))
+        proto.graph.output.add(name=name).type.tensor_type.elem_type = declared.type.tensor_type.elem_type
         exposed.append(name)
-    onnx.save(proto, str(destination))
+    # The bytes onnx.save writes: its weights already reference the file beside it (onnx.save would only walk
+    # every tensor to find none to write out, ~15 ms at 5,000 nodes).
+    destination.write_bytes(proto.SerializeToString())
     return exposed
 
 
