@@ -632,17 +632,17 @@ class _ReplayAhead:
             return bool(written) and proc.load(path, written[0])
 
         loaded = _in_background(load, "graphbisect-replay")
+        exposed: list[str] = []
         try:
             exposed = replay_model(Path(saved), model, [n for n in _every_intermediate(model) if n in store], path)
-            unfed = unfed_inputs(path, model)
+            if not unfed_inputs(path, model):  # else _replay writes it again, and says why
+                written.append([*model.output_names, *exposed])
         except Exception:  # _replay tries again, and says why
             log.debug("cannot write the replay of %s ahead", saved, exc_info=True)
-            exposed, unfed = [], ["?"]
-        if not unfed:
-            written.append([*model.output_names, *exposed])
-        ready.set()
+        finally:
+            ready.set()
         ahead = cls(proc, built, path, exposed, loaded)
-        if unfed:
+        if not written:
             ahead.finish()  # nothing to build: the worker serves the plain spec again
             return None
         return ahead
