@@ -125,7 +125,6 @@ class OriginalGraph:
 
     def __init__(self, nodes: Sequence[onnx.NodeProto], constants: Mapping[str, onnx.TensorProto] | None) -> None:
         self.nodes = nodes
-        self.given = constants is not None
         self.producer = {name: node for node in nodes for name in node.output if name}
         self.readers: dict[str, list[onnx.NodeProto]] = {}
         for node in nodes:

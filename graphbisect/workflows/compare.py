@@ -552,14 +552,17 @@ def _replay(model: Model, inputs_path: Path, store: ActivationStore, target: _Si
     if not isinstance(saved, str) or not Path(saved).is_file():
         return "the target's plain run saved no optimized model"
     replay_path = Path(saved).with_name("replay.onnx")
-    prebuilt = ahead is not None and ahead.wait() and ahead.exposure(names) == ahead.exposed
     try:
-        try:
-            exposed = ahead.exposure(names) if ahead is not None else replay_model(Path(saved), model, names,
-                                                                                  replay_path)
-        except Exception as exc:  # e.g. an optimized model onnx cannot read: the probe model is built instead
-            log.info("cannot write the replay of %s", saved, exc_info=True)
-            return f"its saved optimized model could not be read or rewritten ({type(exc).__name__}: {exc})"
+        if ahead is not None:  # written for every captured tensor the optimized model computes: ``names`` too
+            exposed = ahead.exposure(names)
+            prebuilt = ahead.wait() and exposed == ahead.exposed
+        else:
+            try:
+                exposed = replay_model(Path(saved), model, names, replay_path)
+            except Exception as exc:  # e.g. an optimized model onnx cannot read: the probe model is built instead
+                log.info("cannot write the replay of %s", saved, exc_info=True)
+                return f"its saved optimized model could not be read or rewritten ({type(exc).__name__}: {exc})"
+            prebuilt = False
         found = set(exposed)
         missing = [name for name in names if name not in found]
         if missing:
