@@ -6,7 +6,6 @@ depend on (linked from this interpreter's installation: no network, and nothing 
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -42,21 +41,22 @@ def _closure(names: tuple[str, ...]) -> list[importlib.metadata.Distribution]:
 
 
 @pytest.fixture(scope="session")
-def minimal_python() -> Path:
-    """A venv with only numpy, onnx, onnxruntime and their dependencies (cached by their versions)."""
-    dists = _closure(ONLY)
-    key = hashlib.sha256(" ".join(sorted(f"{d.metadata['Name']}={d.version}" for d in dists)).encode()).hexdigest()
-    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "graphbisect-tests" / f"venv-{key[:12]}"
+def minimal_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv with only numpy, onnx, onnxruntime and their dependencies, linked from this interpreter's install.
+
+    Made afresh for each test session: its links point into the current environment, so a venv kept from an
+    earlier session could point into one that has since been deleted (a CI clone's venv) and lack numpy.
+    """
+    root = tmp_path_factory.mktemp("minimal-venv")
     python = root / "bin" / "python"
-    if not python.exists():
-        venv.EnvBuilder(with_pip=False, symlinks=True, clear=True).create(root)
-        where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-        site = Path(subprocess.check_output([str(python), "-c", where], text=True).strip())
-        for dist in dists:
-            base = Path(str(dist.locate_file("")))
-            for top in {Path(str(f)).parts[0] for f in dist.files or [] if not str(f).startswith("..")}:
-                if top != "__pycache__" and not (site / top).exists() and (base / top).exists():
-                    (site / top).symlink_to(base / top)
+    venv.EnvBuilder(with_pip=False, symlinks=True, clear=True).create(root)
+    where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(subprocess.check_output([str(python), "-c", where], text=True).strip())
+    for dist in _closure(ONLY):
+        base = Path(str(dist.locate_file("")))
+        for top in {Path(str(f)).parts[0] for f in dist.files or [] if not str(f).startswith("..")}:
+            if top != "__pycache__" and not (site / top).exists() and (base / top).exists():
+                (site / top).symlink_to(base / top)
     return python
 
 
