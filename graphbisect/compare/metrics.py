@@ -265,9 +265,17 @@ class _Accumulator:
         self.o_max = self.t_max = -math.inf
 
     def add(self, o: np.ndarray, t: np.ndarray) -> None:
+        # 64-bit integers above 2**53 collide as float64 (3**39 and 3**39 - 11 are one double): their error is
+        # measured on the integers themselves, before widening, or distinct values would compare equal.
+        distance = _integer_distance(o, t)
         o, t = _wide(o), _wide(t)
         self.numel += o.size
         if o.size == 0:
+            return
+        if distance is not None:  # integers are always finite
+            self._add_finite(o, t, distance)
+            self._add_range(o, "o")
+            self._add_range(t, "t")
             return
         # A float64 sum of float values is finite exactly when every value is (no float32/16 value can overflow
         # it), so the common all-finite case costs one pass per tensor instead of two masks.
@@ -298,10 +306,12 @@ class _Accumulator:
         self._add_range(o, "o")
         self._add_range(o, "t")
 
-    def _add_finite(self, o: np.ndarray, t: np.ndarray) -> None:
-        """The common case: every value finite, so no masking is needed."""
-        diff = np.subtract(t, o)
-        diff = np.abs(diff, out=diff) if diff.dtype.kind == "f" else np.abs(diff)  # complex: |t - o|, a float
+    def _add_finite(self, o: np.ndarray, t: np.ndarray, diff: np.ndarray | None = None) -> None:
+        """The common case: every value finite, so no masking is needed; ``diff``: ``|t - o|`` when measured
+        already (:func:`_integer_distance`)."""
+        if diff is None:
+            diff = np.subtract(t, o)
+            diff = np.abs(diff, out=diff) if diff.dtype.kind == "f" else np.abs(diff)  # complex: |t - o|, a float
         magnitude = np.abs(o)
         allowed = magnitude * self.rtol
         allowed += self.atol
@@ -376,6 +386,24 @@ class _Accumulator:
         if self.err_sq == 0.0:
             return 0.0
         return math.sqrt(self.err_sq) / math.sqrt(self.o_sq) if self.o_sq > 0 else math.inf
+
+
+def _integer_distance(o: np.ndarray, t: np.ndarray) -> np.ndarray | None:
+    """``|t - o|`` as float64, computed exactly, for two 64-bit integer arrays of one type; None otherwise.
+
+    Nonzero wherever the integers differ, which their float64 values need not be above 2**53. The difference
+    is taken modulo 2**64 on the unsigned bits of the larger minus the smaller: the true distance lies in
+    [0, 2**64), so it is exact even from INT64_MIN to INT64_MAX.
+
+    >>> big = np.array([3**39, 5], np.int64)
+    >>> _integer_distance(big, big - np.array([11, 0], np.int64)).tolist()
+    [11.0, 0.0]
+    """
+    if o.dtype != t.dtype or o.dtype.kind not in "iu" or o.dtype.itemsize < 8:
+        return None
+    bits = np.dtype(f"u{o.dtype.itemsize}")
+    distance = np.maximum(o, t).view(bits) - np.minimum(o, t).view(bits)
+    return distance.astype(np.float64)
 
 
 def _wide(values: np.ndarray) -> np.ndarray:

@@ -71,6 +71,13 @@ def test_structural_mismatches() -> None:
 def test_integers_and_bools_compare_exactly() -> None:
     big = np.array([10**9, 5], np.int64)
     assert not compare_tensors("i", big, big + 1, Tolerance(atol=10, rtol=1)).passed
+    for dtype in (np.int64, np.uint64):  # as float64, 2**60 and 2**60 + 1 are one value
+        huge = np.array([2**60, 7], dtype)
+        s = compare_tensors("h", huge, huge + np.array([1, 0], dtype))
+        assert not s.passed and s.mismatches == 1 and s.max_abs == 1.0
+    extremes = np.array([np.iinfo(np.int64).min, 0], np.int64)
+    s = compare_tensors("e", extremes, np.array([np.iinfo(np.int64).max, 0], np.int64))
+    assert s.mismatches == 1 and s.max_abs == 2.0**64
     flags = np.array([True, False])
     assert not compare_tensors("b", flags, ~flags).passed
     assert compare_tensors("b", flags, flags.copy()).passed

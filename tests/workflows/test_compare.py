@@ -212,3 +212,26 @@ def test_an_oracle_that_rewrites_the_graph_gives_its_verdict_from_the_model_as_b
     as_written = compare_models(model, oracle="reference", target="onnxruntime:opt_level=disable",
                                 workdir=tmp_path / "as-written")
     assert as_written.passed and as_written.invocations["oracle"] == 1
+
+
+def test_int64_values_that_differ_above_2_pow_53_are_a_divergence(tmp_path: Path) -> None:
+    # ONNX Runtime computes an int64 Pow through double: 3**39 comes out 11 short, 7**22 239 over, while
+    # onnx.reference is exact. As float64 both pairs are one value each, so comparing widened values said
+    # PASS, "0/3 mismatched" and "no intermediate tensor diverges" on outputs that really differ.
+    pow_ = helper.make_node("Pow", ["a", "b"], ["p"], name="pow")
+    neg = helper.make_node("Neg", ["p"], ["y"], name="neg")
+    graph = helper.make_graph([pow_, neg], "int_pow", [helper.make_tensor_value_info(n, TensorProto.INT64, [3])
+                                                       for n in ("a", "b")],
+                              [helper.make_tensor_value_info("y", TensorProto.INT64, [3])])
+    model = load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+    feeds = {"a": np.array([3, 7, 2], np.int64), "b": np.array([39, 22, 3], np.int64)}
+    result = compare_models(model, oracle="reference", target="onnxruntime", inputs=feeds, workdir=tmp_path)
+    exact = -(feeds["a"].astype(object) ** feeds["b"].astype(object))
+    differ = int(np.count_nonzero(result.target_run.outputs["y"].astype(object) != exact))
+    assert differ == 2, "the target no longer rounds int64 Pow: this test needs another real divergence"
+    assert not result.passed
+    assert result.comparison is not None
+    (y,) = result.comparison.outputs
+    assert y.mismatches == differ and y.max_abs == 239
+    assert result.layerwise is not None and result.layerwise.first_divergence is not None
+    assert result.layerwise.first_divergence.node == "pow"
