@@ -50,12 +50,15 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx
 
 from graphbisect.localize.fusion import fused_region, surviving_tensors, vanished_tensors
 from graphbisect.localize.optimized import OriginalGraph, optimized_tensors
+
+if TYPE_CHECKING:
+    from graphbisect.tactics.openvino import NodeNames
 
 __all__ = [
     "CompiledGraph",
@@ -72,6 +75,7 @@ log = logging.getLogger(__name__)
 
 _OV_NOT_KERNELS = frozenset({"Input", "Output", "Const", "Parameter", "Result"})
 _TRT_ONNX_LAYER = re.compile(r"\[ONNX Layer: ([^\]]+)\]")
+_OV_OUTPUT_INDEX = re.compile(r"(\.\d+)+$")  # OpenVINO's "<node>.<output index>" renames (_ov_onnx_node)
 
 
 @dataclass(frozen=True)
@@ -243,7 +247,7 @@ def from_named_outputs(nodes: Sequence[onnx.NodeProto], named: Iterable[tuple[st
 def from_exec_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[str],
                     exec_graph: Iterable[Mapping[str, Any]]) -> CompiledGraph:
     """The compiled graph of an OpenVINO execution graph (``openvino:report_exec=1``)."""
-    from graphbisect.tactics.openvino import NodeNames, onnx_node_of
+    from graphbisect.tactics.openvino import NodeNames
 
     names = NodeNames(frozenset(n.name for n in nodes),
                       {out: n.name for n in nodes for out in n.output if out})
@@ -254,13 +258,35 @@ def from_exec_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[s
         if layer.get("layer_type") in _OV_NOT_KERNELS:
             continue
         own = str(layer.get("name", ""))
-        mapped = {onnx_node_of(o, names) for o in [own, *layer.get("original_layers", ())]}
+        mapped = {_ov_onnx_node(o, names) for o in [own, *layer.get("original_layers", ())]}
         region = {index[m] for m in mapped if m is not None}
         if not region:
             unmapped.append(own)
             continue
         groups.append((own, str(layer.get("layer_type") or "?"), region, None))
     return _assemble(nodes, "execution graph", groups, unmapped, boundary=graph_outputs)
+
+
+def _ov_onnx_node(name: str, names: NodeNames) -> str | None:
+    """The ONNX node an OpenVINO execution node stands for (:func:`~graphbisect.tactics.openvino.onnx_node_of`),
+    or else that of the name without the ``.N`` suffixes OpenVINO's ConvertPrecision appends to a node whose
+    graph output it computes in another type (int64 runs in i32): the node producing output ``s`` becomes
+    ``s.0`` and the Convert back before the Result ``s.0.0``, each listing only that name in
+    ``originalLayersNames``. Unmapped, the node was attributed to the node reading ``s`` as if fused into it
+    (:func:`_attribute_unclaimed`), a fusion OpenVINO never made.
+
+    Example:
+        >>> from graphbisect.tactics.openvino import NodeNames
+        >>> names = NodeNames(frozenset({"add", "cast"}), {"s": "add", "c": "cast"})
+        >>> _ov_onnx_node("s.0", names), _ov_onnx_node("s.0.0", names), _ov_onnx_node("Convert_3667", names)
+        ('add', 'add', None)
+    """
+    from graphbisect.tactics.openvino import onnx_node_of
+
+    found = onnx_node_of(name, names)
+    if found is None and (base := _OV_OUTPUT_INDEX.sub("", name)) != name:
+        found = onnx_node_of(base, names)
+    return found
 
 
 def from_engine_layers(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[str],
