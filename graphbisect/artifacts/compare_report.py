@@ -113,9 +113,9 @@ def _outputs_table(data: dict[str, object]) -> str:
 
 def _roots_table(data: dict[str, object]) -> str:
     roots: list[dict[str, object]] = data["root_causes"]  # type: ignore[assignment]
-    rows = [[r["node"], r["op_type"], r["tensor"], r["score"], r["input_score"], "yes" if r["is_root"] else ""]
+    rows = [[r["node"], r["op_type"], r["tensor"], r["score"], r["input_score"], r["role"]]
             for r in roots]
-    return "<h2>Root causes</h2>" + _table(["node", "op", "tensor", "amplification", "input score", "root"], rows)
+    return "<h2>Root causes</h2>" + _table(["node", "op", "tensor", "amplification", "input score", "role"], rows)
 
 
 def _layers_table(data: dict[str, object]) -> str:

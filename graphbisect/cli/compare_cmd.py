@@ -149,10 +149,9 @@ def _print_layers(result: CompareResult, rows: int) -> None:
               f"{_num(first.stats.score)}× tolerance")
     print("root causes (error amplification, in tolerances):")
     for rc in layers.root_causes[:5]:
-        tag = "root" if rc.is_root else "amplifies"
         where = f"  compiled as {rc.compiled_as.describe()}" if rc.compiled_as is not None and rc.compiled_as.fused \
             else ""
-        print(f"  {rc.node} ({rc.op_type}): {_num(rc.score)}  [{tag}]{where}")
+        print(f"  {rc.node} ({rc.op_type}): {_num(rc.score)}  [{rc.role}]{where}")
 
 
 def _compiled_as(node: CompiledNode | None) -> str:

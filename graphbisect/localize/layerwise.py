@@ -91,10 +91,24 @@ class RootCause:
     is_root: bool  # inputs within tolerance: the error starts here
     compiled_as: CompiledNode | None = None  # the compiled node (and the original nodes it replaced)
 
+    @property
+    def role(self) -> str:
+        """``root`` (its inputs match: the error starts here), ``amplifies`` (it multiplies the error it reads)
+        or ``carries`` (it fails on inputs that already fail, without multiplying the error: amplification at
+        most 1, or unknown when input and output are both off by infinitely many tolerances).
+
+        Example:
+            >>> RootCause("n", "Neg", "y", math.nan, math.inf, math.inf, False).role
+            'carries'
+        """
+        if self.is_root:
+            return "root"
+        return "amplifies" if self.score > 1.0 else "carries"  # NaN > 1.0 is False
+
     def to_json(self) -> dict[str, object]:
         return {"node": self.node, "op_type": self.op_type, "tensor": self.tensor, "score": _finite(self.score),
                 "output_score": _finite(self.output_score), "input_score": _finite(self.input_score),
-                "is_root": self.is_root,
+                "is_root": self.is_root, "role": self.role,
                 "compiled_as": None if self.compiled_as is None else self.compiled_as.to_json()}
 
 

@@ -263,3 +263,8 @@ def test_int64_values_that_differ_above_2_pow_53_are_a_divergence(tmp_path: Path
     assert y.mismatches == differ and y.max_abs == 239
     assert result.layerwise is not None and result.layerwise.first_divergence is not None
     assert result.layerwise.first_divergence.node == "pow"
+    # Neg reads Pow's wrong values and passes them on unchanged: both are off by infinitely many (zero)
+    # integer tolerances, so its amplification is unknown, and the CLI said "[amplifies]" of it.
+    roles = {cause.node: cause.role for cause in result.layerwise.root_causes}
+    assert roles == {"pow": "root", "neg": "carries"}
+    assert [c["role"] for c in result.to_json()["root_causes"]] == ["root", "carries"]  # type: ignore[index]
