@@ -8,7 +8,8 @@ Per model (one task, :func:`triage_one`, run by an :mod:`~graphbisect.executors`
 3. where the target can ablate passes (:attr:`Capability.PASSES`), find the culprit passes
    (:func:`~graphbisect.workflows.passes.find_culprit_passes`);
 4. where the target runs ONNX, reduce to a 1-minimal failing model and write the bundle to
-   ``OUT_DIR/bundles/<name>/`` (under only the culprit passes when there are some);
+   ``OUT_DIR/bundles/<name>/`` (under only the culprit passes when there are some); a failure the
+   reduction's own run does not see again stays ``failed``, without a bundle, with a note saying so;
 5. record the outcome in ``OUT_DIR/results/<name>.json`` (atomically: a model is finished when its record
    exists).
 
@@ -50,6 +51,7 @@ from graphbisect.errors import GraphBisectError, InputError
 from graphbisect.executors import Executor, WorkerLostError, make_executor
 from graphbisect.model import Model
 from graphbisect.options import INVOCATIONS, JOBS, SEED, TIMEOUT, check_fields, option
+from graphbisect.oracle.signature import Signature
 from graphbisect.triage.dedup import BugGroup, group_bugs, pattern_hash
 from graphbisect.triage.outcome import ERROR, FAILED, PASSED, ModelOutcome
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
@@ -316,8 +318,13 @@ def _reduce(task: ModelTask, model: Model, feeds: Mapping[str, np.ndarray], foun
         result = reduce_model(model, task.bundle_dir, inputs=feeds, options=options, resume=resume)
     shutil.rmtree(task.work_dir, ignore_errors=True)
     if not result.failed:
-        return dataclasses.replace(outcome, status=PASSED, notes=(*outcome.notes, "the failure did not reproduce "
-                                   "when the reduction re-ran the target (flaky?)"))
+        # The comparison saw the target fail on this very model, so it stays a failure (calling it passed
+        # would contradict a measured run); what is unknown is why it did not fail again.
+        seen = Signature.from_json(dict(outcome.signature)).describe() if outcome.signature else "a failure"
+        return dataclasses.replace(outcome, invocations=dict(result.invocations), notes=(
+            *outcome.notes, f"the comparison saw the target fail ({seen}) but the reduction's run of the same model "
+            f"did not ({result.signature.describe()}): the failure does not reproduce reliably (a flaky target or "
+            "oracle); no bundle"))
     pattern, op_types = _pattern(Path(result.bundle) / "model.onnx")
     return dataclasses.replace(outcome, pattern=pattern, op_types=op_types, final_nodes=result.final_nodes,
                                one_minimal=result.one_minimal, bundle=str(result.bundle),

@@ -8,8 +8,11 @@ import time
 from pathlib import Path
 
 import onnx
+import pytest
 
 from graphbisect.cli.main import main
+from graphbisect.examples.flaky_target import script_path
+from graphbisect.examples.patterns import pattern_model
 from graphbisect.workflows.triage import TriageOptions, TriageResult, discover_models, triage
 from tests.triage_models import write_models
 
@@ -112,3 +115,27 @@ def test_cli_triage(tmp_path: Path, triage_input: Path, capsys) -> None:  # type
     assert json.loads((tmp_path / "s.json").read_text())["counts"]["errors"] == 1
     assert main(["triage", str(folder), "-o", str(tmp_path / "out"), "--executor", "slurm"]) == 2
     onnx.checker.check_model(str(folder / "healthy.onnx"))
+
+
+def test_a_failure_the_reduction_does_not_see_again_is_not_called_passed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A healthy model behind a target that perturbs its outputs at random: seed 2 perturbs the first run
+    (the comparison's) and not the second (the reduction's). The comparison measured a failure, so the model
+    must not be listed as passed, and the reduction's backend runs must be counted."""
+    monkeypatch.setenv("FLAKY_MODE", "perturb")
+    monkeypatch.setenv("FLAKY_RATE", "0.5")
+    monkeypatch.setenv("FLAKY_SEED", "2")
+    monkeypatch.setenv("FLAKY_COUNTER", str(tmp_path / "counter"))
+    folder = tmp_path / "in"
+    folder.mkdir()
+    onnx.save(pattern_model("relu_clip_f32"), folder / "healthy.onnx")
+    flaky = f"command:cmd=python {script_path()} {{model}} {{inputs}} {{outputs}}"
+    result = triage(folder, tmp_path / "out", options=TriageOptions(target=flaky), jobs=1)
+    (outcome,) = result.outcomes
+    assert (tmp_path / "counter").read_text() == "2"  # the comparison's run, then the reduction's
+    assert outcome.status == "failed" and outcome.bundle is None
+    assert outcome.signature is not None and outcome.signature["kind"] == "mismatch"
+    assert any("does not reproduce reliably" in note for note in outcome.notes)
+    assert outcome.step_invocations["reduce"]["target"] == 1
+    summary = json.loads(result.summary["json"].read_text())
+    assert summary["passed"] == [] and summary["counts"]["failed"] == 1
