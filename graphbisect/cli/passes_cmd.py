@@ -64,6 +64,7 @@ def run_passes(args: argparse.Namespace, progress: ProgressLine) -> tuple[Any, d
 def print_passes(result: PassesResult) -> None:
     """The pass findings, for people."""
     from graphbisect.artifacts.environment import describe_ran_with
+    from graphbisect.workflows.passes import NOT_LISTED
 
     print(f"failure: {result.signature.describe()}  (target {result.target})")
     for role, facts in result.versions.items():
@@ -74,8 +75,11 @@ def print_passes(result: PassesResult) -> None:
         print(f"searched on a {len(scope['region_nodes'])}-node region ({scope['compiled_as']}), confirmed on the "
               f"whole model: {scope['whole_model_target_runs']} whole-model target runs, "
               f"{scope['region_target_runs']} on the region")
-    print(f"fired passes ({len(result.fired)}, {result.source}{' on the region' if on_region else ''}): "
-          + ", ".join(result.fired[:20]) + (" …" if len(result.fired) > 20 else ""))
+    if result.source == NOT_LISTED:
+        print("fired passes: not listed (the target does not fail, so no pass was searched)")
+    else:
+        print(f"fired passes ({len(result.fired)}, {result.source}{' on the region' if on_region else ''}): "
+              + ", ".join(result.fired[:20]) + (" …" if len(result.fired) > 20 else ""))
     for name, why in result.excluded.items():
         print(f"  never disabled: {name} ({why})")
     if result.culprits:

@@ -68,7 +68,7 @@ from graphbisect.workflows.pass_region import Region, diverging_region, replay_m
 from graphbisect.workflows.probe import compiled_of, describing_spec, discard_description, plan_probe
 from graphbisect.workflows.scratch import check_work_folder
 
-__all__ = ["PassesOptions", "PassesResult", "find_culprit_passes", "reduce_under_culprits"]
+__all__ = ["NOT_LISTED", "PassesOptions", "PassesResult", "find_culprit_passes", "reduce_under_culprits"]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,9 @@ _RULE_SET = re.compile(r"Level\d+_RuleBasedTransformer")
 
 #: How often newly fired passes are added when disabling every fired pass does not remove the failure.
 MAX_FIRED_ROUNDS = 3
+
+#: ``PassesResult.source`` of a target that does not fail and whose fired passes were not asked for.
+NOT_LISTED = "not listed"
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,9 @@ class PassesResult:
     fired: tuple[str, ...] = ()  # as the target reported them (or its catalogue, see ``source``)
     searched: tuple[str, ...] = ()  # the units: fired and disable-able
     excluded: Mapping[str, str] = field(default_factory=dict)  # fired but never disabled, and why
-    source: str = "reported"  # "reported" or "catalogue" (the target crashed before reporting)
+    #: "reported", "catalogue" (the target crashed before reporting) or :data:`NOT_LISTED` (the target does
+    #: not fail and was not asked which passes fired: ``fired`` is empty because it is unknown, not because none did)
+    source: str = "reported"
     culprits: tuple[str, ...] = ()  # minimal disable-set
     required: tuple[str, ...] = ()  # minimal enable-set
     each_alone: tuple[str, ...] = ()  # culprits that reproduce the failure as the only enabled unit
@@ -286,7 +291,8 @@ def _on_region(s: _Session, on_progress: Callable[[ProgressEvent], None] | None)
     baseline = s.signature(run)
     if not baseline.failed:
         discard_description(run.info)
-        return PassesResult(False, baseline, str(s.target_spec),
+        # This run saved the compiled graph but did not list the passes that fired.
+        return PassesResult(False, baseline, str(s.target_spec), source=NOT_LISTED,
                             scope={"searched_on": "whole model", "whole_model_target_runs": 1})
     if oracle is None:
         discard_description(run.info)
@@ -387,8 +393,10 @@ def _search(s: _Session, on_progress: Callable[[ProgressEvent], None] | None) ->
     s.stage(f"running the target {s.target_spec} and listing the passes that fired")
     baseline_run = s.run(s.reporting(s.target_spec))
     baseline = s.signature(baseline_run)
-    if not baseline.failed:
-        return PassesResult(False, baseline, str(s.target_spec))
+    if not baseline.failed:  # what fired was asked for: say so even though nothing is searched
+        fired = baseline_run.info.get("fired_passes")
+        return PassesResult(False, baseline, str(s.target_spec), fired=tuple(map(str, fired or ())),
+                            source="reported" if fired is not None else NOT_LISTED)
     fired, excluded, source = _fired(s, baseline_run)
     units = [name for name in fired if name not in excluded]
     units, end = _confirm_ends(s, baseline, units, excluded)

@@ -18,10 +18,12 @@ import onnx
 import pytest
 
 from graphbisect.cli.main import main
+from graphbisect.cli.passes_cmd import print_passes
 from graphbisect.compare import Tolerance
 from graphbisect.examples.hosts import host_inputs, host_network
+from graphbisect.examples.patterns import pattern_model
 from graphbisect.model import load_model
-from graphbisect.workflows.passes import PassesOptions, find_culprit_passes
+from graphbisect.workflows.passes import NOT_LISTED, PassesOptions, find_culprit_passes
 
 LN = ("LayerNormFusionL1", "SimplifiedLayerNormFusion")
 
@@ -94,6 +96,25 @@ def test_fuse_relu_clip_crash_is_named(tmp_path: Path) -> None:
     assert result.source == "catalogue"  # session creation failed before ORT could report what fired
     assert result.culprits == ("FuseReluClip",) and result.required == ("FuseReluClip",)
     assert result.invocations["target"] <= 30 and result.minimal
+
+
+@pytest.mark.parametrize("region", [True, False])
+def test_a_target_that_does_not_fail_never_claims_no_pass_fired(
+        tmp_path: Path, region: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    """ONNX Runtime fuses the healthy float32 Relu → Clip with FuseReluClip, correctly: nothing to search. The
+    result used to say no pass fired ("fired passes (0, reported)"), which the target never reported."""
+    model = load_model(pattern_model("relu_clip_f32"))
+    result = find_culprit_passes(model, inputs={"x": np.linspace(-8, 8, 64, dtype=np.float32).reshape(8, 8)},
+                                 workdir=tmp_path, options=PassesOptions(region=region))
+    assert not result.failed
+    print_passes(result)
+    printed = capsys.readouterr().out
+    if region:  # the whole-model run saved the compiled graph and was not asked which passes fired
+        assert result.source == NOT_LISTED and result.fired == ()
+        assert "fired passes: not listed" in printed
+    else:  # the run was asked: the result says what the target reported
+        assert result.source == "reported" and "FuseReluClip" in result.fired
+        assert "fired passes (1, reported): FuseReluClip" in printed
 
 
 @pytest.mark.paddle
