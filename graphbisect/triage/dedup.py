@@ -12,7 +12,8 @@ graph's hash is over the *multiset* of node labels and output labels, so node or
 
 A crash (or an ``unsupported`` refusal) whose signature carries an exception message is keyed by that message
 and the culprits (the message identifies the bug; reduced crash patterns may legitimately differ); a bare
-exit code or a timeout says too little, so the pattern is added.
+exit code or a timeout says too little, so the pattern is added. A failure with no reduced pattern (the target
+runs only its own model format, or the reduction did not see the failure again) is a group of its own.
 
 Example:
     >>> import onnx.helper as h
@@ -115,7 +116,9 @@ def bug_key(outcome: ModelOutcome) -> str:
     signature = dict(outcome.signature or {})
     kind, detail = str(signature.get("kind", "")), str(signature.get("detail", ""))
     by_message = kind in _RAISED and detail and not detail.startswith("exit")
-    pattern = None if by_message else outcome.pattern
+    # Without a reduced pattern (the target runs only its own format, or the failure did not reproduce when
+    # reduced) nothing shows two such failures are one bug: each stands alone rather than merging by kind.
+    pattern = None if by_message else outcome.pattern or f"unreduced model {outcome.name}"
     return _h("bug", kind, detail, sorted(outcome.culprits), pattern)[:12]
 
 

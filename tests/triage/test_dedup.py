@@ -37,7 +37,7 @@ def test_pattern_hash_sees_integer_attributes() -> None:
     assert pattern_hash(norm("a/", keepdims=1)) != pattern_hash(norm("a/"))
 
 
-def outcome(name: str, pattern: str, *, kind: str = "mismatch", detail: str = "float", nodes: int = 6,
+def outcome(name: str, pattern: str | None, *, kind: str = "mismatch", detail: str = "float", nodes: int = 6,
             culprits: tuple[str, ...] = ("P",)) -> ModelOutcome:
     return ModelOutcome(name=name, source=name, status="failed", signature={"kind": kind, "detail": detail},
                         culprits=culprits, pattern=pattern, final_nodes=nodes, bundle=f"b/{name}")
@@ -55,3 +55,12 @@ def test_grouping() -> None:
     assert pair.smallest == "m2" and pair.smallest_bundle == "b/m2"
     assert bug_key(outcome("a", "p", kind="crash-run", detail="exit -11")) != \
         bug_key(outcome("a", "q", kind="crash-run", detail="exit -11"))
+
+
+def test_failures_without_a_reduced_pattern_are_not_merged() -> None:
+    """Two mismatches that were never reduced share a kind but nothing shows they are one bug."""
+    groups = group_bugs([outcome("a", None), outcome("b", None), outcome("c", "p"), outcome("d", "p")])
+    assert sorted(g.models for g in groups) == [("a",), ("b",), ("c", "d")]
+    # A crash's message identifies its bug with or without a pattern.
+    crashes = [outcome(n, None, kind="crash-load", detail="Fail: bad clip") for n in ("x", "y")]
+    assert [g.models for g in group_bugs(crashes)] == [("x", "y")]
