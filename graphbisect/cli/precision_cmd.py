@@ -141,3 +141,8 @@ def print_result(result: PrecisionResult, *, rows: int) -> None:
     runs = ", ".join(f"{k} {v}" for k, v in result.invocations.items())
     print(f"\nverified: the model with these overrides {verdict} (score {_num(result.final_metrics['score'])}, "
           f"cosine {_num(result.final_metrics['cosine'])}); runs: {runs}; {result.seconds:.1f} s")
+    typed = result.extra.get("typed_model")
+    if isinstance(typed, dict):
+        how = (f"failed to run: {typed['error']}" if "error" in typed else
+               f"{'meets' if typed['meets'] else 'DOES NOT meet'} the tolerance (score {_num(float(typed['score']))})")
+        print(f"verified: mixed_precision_typed.onnx (float16 types, the model to deploy) {how}")

@@ -11,7 +11,8 @@ Steps and their backend runs:
 4. **search**: ProbDD with those priors and the 1-minimality sweep; which kept nodes break the tolerance
    alone (``|keep|`` runs, free with sensitivity; by default only when at most :data:`ALONE_AUTO_MAX` nodes
    are kept, see "Single-node checks"); Polygraphy's prefix answer (≈ log2 n runs);
-5. **verification** in a fresh target worker: the model with the answer applied meets the tolerance;
+5. **verification** in a fresh target worker: the model with the answer applied meets the tolerance; for
+   FP16 the typed model written with it (real float16 kernels) is run there too and gets its own verdict;
 6. **artifacts** (``out_dir``): the verified mixed-precision model, for FP16 also the typed one, overrides
    in every supported format, the sensitivity chart.
 
@@ -387,10 +388,12 @@ def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tole
                   if with_prefix and not all_lowered and lowering.op_types is None else None)
         search_runs = proc.invocations
     stage("verifying the answer in a fresh target worker")
-    verified, metrics, verify_runs, verify_info = _verify(session, lowering, target, tol, result.keep)
+    verified, metrics, verify_runs, verify_info, typed = _verify(session, lowering, target, tol, result.keep)
     files = _write_artifacts(out_dir, lowering, result.keep, rows) if out_dir is not None else ()
     extra: dict[str, object] = {"tests_by_phase": {name: c.tests for name, c in ev.stats().phases},
                                 "alone_checked": alone_checked, "oracle_expected": session.oracle_verdict}
+    if typed is not None:
+        extra["typed_model"] = typed
     if lowering.runtime_pins:
         pins = verify_info.get(_PIN_OPTION) or {}
         extra.update(target=target, runtime_pins_not_applied=list(pins.get("not_applied", [])),
@@ -517,12 +520,31 @@ def _evidence_priors(session: _Session, lowering: Lowering, tester: PrecisionTes
 
 
 def _verify(session: _Session, lowering: Lowering, target: str, tol: Tolerance,
-            keep: frozenset[int]) -> tuple[bool, dict[str, float], int, dict[str, Any]]:
+            keep: frozenset[int]) -> tuple[bool, dict[str, float], int, dict[str, Any], dict[str, Any] | None]:
+    """The answer run in a fresh target worker; for FP16, the typed model written beside it run there too.
+
+    The search measures the emulated lowering (rounding through Casts); ``mixed_precision_typed.onnx`` is
+    what a user deploys, with real float16 kernels that may round differently, so it gets its own verdict
+    (the last item: ``meets``, its metrics, or the error it failed to run with) instead of borrowing it.
+    """
     with BackendProcess(target, workdir=session.workdir / "verify") as proc:
         measured = PrecisionTester(lowering, proc, session.workdir / "verify-candidates", session.inputs_path,
                                    expected=session.expected, tol=tol, pin_file=session.pin_file,
                                    run_model=session.run_model).measure(keep)
-        return measured.meets, measured.metrics(), proc.invocations, dict(measured.run.info)
+        typed_verdict: dict[str, Any] | None = None
+        if _writes_typed(lowering):
+            typed = PrecisionTester(Lowering(lowering.model, lowering.mode, typed=True), proc,
+                                    session.workdir / "verify-typed", session.inputs_path, expected=session.expected,
+                                    tol=tol).measure(keep)
+            typed_verdict = ({"meets": typed.meets, **{k: (v if np.isfinite(v) else str(v))
+                                                       for k, v in typed.metrics().items()}} if typed.run.ok
+                             else {"meets": False, "error": typed.run.describe()})
+        return measured.meets, measured.metrics(), proc.invocations, dict(measured.run.info), typed_verdict
+
+
+def _writes_typed(lowering: Lowering) -> bool:
+    """Whether the artifacts include the typed FP16 model (``mixed_precision_typed.onnx``)."""
+    return lowering.mode is PrecisionMode.FP16 and not lowering.runtime_pins and lowering.op_types is None
 
 
 def _write_artifacts(out_dir: Path, lowering: Lowering, keep: frozenset[int], rows: list[SensitivityRow]) -> list[Path]:
@@ -536,7 +558,7 @@ def _write_artifacts(out_dir: Path, lowering: Lowering, keep: frozenset[int], ro
     files = write_overrides(overrides, out_dir)
     if not lowering.runtime_pins:
         files.append(save_proto(lowering.lower(keep), out_dir / "mixed_precision.onnx"))
-    if lowering.mode is PrecisionMode.FP16 and not lowering.runtime_pins:
+    if _writes_typed(lowering):
         typed = Lowering(model, lowering.mode, typed=True)
         files.append(save_proto(typed.lower(keep), out_dir / "mixed_precision_typed.onnx"))
     if rows:

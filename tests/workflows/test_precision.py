@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 
 from graphbisect.backends import BackendProcess
@@ -158,6 +159,14 @@ def test_cli_with_sensitivity_writes_json_chart_and_overrides(tmp_path: Path) ->
     assert "block3/conv1:fp32" in overrides["trtexec"] and overrides["onnxruntime_nodes_to_exclude"]
     assert (out / "sensitivity.svg").read_text().startswith("<svg")
     assert (out / "mixed_precision_typed.onnx").is_file()
+    # The typed model (real float16 kernels) is run on the target, not assumed to behave as the emulated one.
+    typed = ort.InferenceSession(str(out / "mixed_precision_typed.onnx"), providers=["CPUExecutionProvider"])
+    fp32 = ort.InferenceSession(onnx.load(str(tmp_path / "cnn.onnx")).SerializeToString(),
+                                providers=["CPUExecutionProvider"])
+    feeds = dict(np.load(tmp_path / "inputs.npz"))
+    got, want = typed.run(None, feeds)[0], fp32.run(None, feeds)[0]
+    assert got.dtype == want.dtype
+    assert data["typed_model"]["meets"] is bool(np.all(np.abs(got - want) <= 0.05 + 0.05 * np.abs(want)))
 
 
 def test_kept_nodes_are_checked_alone_only_when_few_or_asked_and_unchecked_is_never_an_empty_list(
