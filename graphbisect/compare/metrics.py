@@ -252,6 +252,11 @@ def _json_number(value: object) -> object:
     return value
 
 
+#: The units of _Accumulator's sums of products: values scaled by 2**-exp, exp a multiple of _EXP_STEP up to
+#: _MAX_EXP (the largest float64, ~2**1024, scaled by 2**-768 squares to 2**512: room for any element count).
+_EXP_STEP, _MAX_EXP = 256, 768
+
+
 class _Accumulator:
     """Running sums over chunks; the final stats never depend on the chunk size."""
 
@@ -261,6 +266,7 @@ class _Accumulator:
         self.max_abs = self.max_rel = self.score = 0.0
         self.rel_undefined = False  # some error lies only where |oracle| <= atol (no meaningful relative error)
         self.sum_abs = self.err_sq = self.dot = self.o_sq = self.t_sq = 0.0
+        self.exp = 0  # err_sq, dot, o_sq and t_sq are sums of products of values scaled by 2**-exp (_add_product)
         self.o_min = self.t_min = math.inf
         self.o_max = self.t_max = -math.inf
 
@@ -300,9 +306,12 @@ class _Accumulator:
             self.both_nonfinite += int(o.size - np.count_nonzero(finite))
             o = o[finite]
         norm = _dot(o, o)
-        self.o_sq += norm
-        self.t_sq += norm
-        self.dot += norm
+        if self.exp == 0 and math.isfinite(self.o_sq + self.t_sq + 2 * norm) and math.isfinite(self.dot + norm):
+            self.o_sq += norm
+            self.t_sq += norm
+            self.dot += norm
+        else:
+            self._add_norms(o, o)
         self._add_range(o, "o")
         self._add_range(o, "t")
 
@@ -316,9 +325,7 @@ class _Accumulator:
         allowed = magnitude * self.rtol
         allowed += self.atol
         self._add_errors(diff, magnitude, allowed)
-        self.dot += _dot(o, t)
-        self.o_sq += _dot(o, o)
-        self.t_sq += _dot(t, t)
+        self._add_norms(o, t)
 
     def _add_with_nonfinite(self, o: np.ndarray, t: np.ndarray, o_fin: np.ndarray, t_fin: np.ndarray) -> None:
         # Target NaN/Inf where the oracle is finite is the NaN kind; equal non-finite values match.
@@ -334,19 +341,19 @@ class _Accumulator:
         self.mismatches += int(unmatched.sum())
         if unmatched.any():
             self.score = math.inf
-        self.dot += _dot(ob, tb)
-        self.o_sq += _dot(ob, ob)
-        self.t_sq += _dot(tb, tb)
+        self._add_norms(ob, tb)
 
     def _add_errors(self, diff: np.ndarray, magnitude: np.ndarray, allowed: np.ndarray) -> None:
         """Error statistics of one chunk; ``magnitude`` (|oracle|) is consumed as scratch space."""
         chunk_max = float(diff.max())
         if chunk_max == 0.0:
             return  # identical values: no error, and every statistic below would add 0
-        self.mismatches += int(np.count_nonzero(diff > allowed))
+        overflowed = math.isinf(chunk_max)  # t - o beyond float64 for finite values: past any tolerance
+        beyond = (diff > allowed) | np.isinf(diff) if overflowed else diff > allowed
+        self.mismatches += int(np.count_nonzero(beyond))
         self.max_abs = max(self.max_abs, chunk_max)
         self.sum_abs += float(diff.sum())
-        self.err_sq += _dot(diff, diff)
+        self._add_product("err_sq", diff, diff)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             # Where diff is 0 both ratios are 0 (0/positive), so no mask is needed except for allowed == 0.
             meaningful = magnitude > max(self.atol, np.finfo(np.float64).tiny)
@@ -359,7 +366,37 @@ class _Accumulator:
                 ratio = allowed
             else:
                 ratio = np.where(allowed > 0, diff / allowed, np.where(diff > 0, math.inf, 0.0))
-        self.score = max(self.score, float(ratio.max()))
+        self.score = math.inf if overflowed else max(self.score, float(ratio.max()))
+
+    def _add_norms(self, o: np.ndarray, t: np.ndarray) -> None:
+        """Add ``<o, t>``, ``<o, o>`` and ``<t, t>`` (one inline check in the common case: no overflow)."""
+        dot, o_sq, t_sq = self.dot + _dot(o, t), self.o_sq + _dot(o, o), self.t_sq + _dot(t, t)
+        if self.exp == 0 and math.isfinite(o_sq + t_sq) and math.isfinite(dot):
+            self.dot, self.o_sq, self.t_sq = dot, o_sq, t_sq
+            return
+        self._add_product("dot", o, t)
+        self._add_product("o_sq", o, o)
+        self._add_product("t_sq", t, t)
+
+    def _add_product(self, field: str, a: np.ndarray, b: np.ndarray) -> None:
+        """Add ``<a, b>`` to the running sum ``field``, in the unit all four sums share.
+
+        float64 values above ~1e154 have squares (or sums of squares) beyond float64: an inf sum made the
+        cosine of two equal tensors of values near 1e100 0 ("mismatch" under --min-cosine) and inf/inf NaN.
+        On overflow every sum moves to a coarser unit (values scaled by a power of two, exact) and the
+        chunk is summed again; ratios (cosine, relative L2, SNR) do not depend on the unit.
+        """
+        while True:
+            scale = 2.0 ** -self.exp
+            value = _dot(a, b) if self.exp == 0 else _dot(a * scale, b * scale)
+            total = getattr(self, field) + value
+            if math.isfinite(total) or self.exp >= _MAX_EXP:  # an inf difference (t - o overflowed) stays inf
+                setattr(self, field, total)
+                return
+            factor = 2.0 ** (-2 * _EXP_STEP)
+            self.err_sq, self.dot = self.err_sq * factor, self.dot * factor
+            self.o_sq, self.t_sq = self.o_sq * factor, self.t_sq * factor
+            self.exp += _EXP_STEP
 
     def _add_range(self, finite: np.ndarray, which: str) -> None:
         if finite.dtype.kind == "c":
@@ -373,12 +410,12 @@ class _Accumulator:
             return 1.0
         if self.o_sq == 0.0 or self.t_sq == 0.0:
             return 0.0
-        return self.dot / math.sqrt(self.o_sq * self.t_sq)
+        return max(-1.0, min(1.0, self.dot / (math.sqrt(self.o_sq) * math.sqrt(self.t_sq))))  # rounding past ±1
 
     def snr_db(self) -> float:
         if self.err_sq == 0.0:
             return math.inf
-        if self.o_sq == 0.0:
+        if self.o_sq == 0.0 or math.isinf(self.err_sq):
             return -math.inf
         return 10.0 * math.log10(self.o_sq / self.err_sq)
 
@@ -490,7 +527,8 @@ def compare_tensors(name: str, oracle: Any, target: Any,
         if same_dtype and chunk_o.tobytes() == chunk_t.tobytes():
             acc.add_identical(chunk_o)
         else:
-            acc.add(chunk_o, chunk_t)
+            with np.errstate(over="ignore"):  # t - o past float64 is counted as a mismatch, not a warning
+                acc.add(chunk_o, chunk_t)
     return _stats(name, acc, tol, shapes)
 
 

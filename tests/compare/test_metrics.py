@@ -152,6 +152,37 @@ def test_opposite_infinities_are_reported_without_a_numpy_warning() -> None:
     assert stats.kind is MismatchKind.NAN
 
 
+def test_float64_values_whose_squares_overflow_keep_true_statistics(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Sums of squares of values near 1e100 exceed float64: the cosine of two equal tensors came out 0 (a
+    # mismatch under --min-cosine), and at 1e160 inf/inf gave NaN, which no --min-cosine ever failed.
+    big = np.array([1e100, 2e100, 3e100])
+    same = compare_tensors("x", big, big * (1 + 1e-12), Tolerance(min_cosine=0.999))
+    assert same.passed and same.cosine == pytest.approx(1.0) and same.rel_l2 == pytest.approx(1e-12, rel=1e-3)
+    huge = np.array([1e160, -1e160, 1.0])
+    flipped = compare_tensors("x", huge, -huge, Tolerance(rtol=3.0, min_cosine=0.999))  # within rtol, opposite
+    assert not flipped.passed and flipped.cosine == pytest.approx(-1.0) and flipped.rel_l2 == pytest.approx(2.0)
+    # Chunk by chunk the sums overflow only when added up: the unit changes between chunks.
+    many = np.full(4096, 1e153)
+    whole = compare_tensors("x", many, many * (1 + 1e-9))
+    monkeypatch.setattr(metrics, "_CHUNK", 7)
+    chunked = compare_tensors("x", many, many * (1 + 1e-9))
+    for stats in (whole, chunked):
+        assert stats.cosine == pytest.approx(1.0) and stats.snr_db == pytest.approx(180, abs=0.1)
+        assert stats.rel_l2 == pytest.approx(1e-9, rel=1e-6)
+    flipped_first = many.copy()
+    flipped_first[:7] *= -1  # one chunk differs, every later one is identical (summed by another path)
+    assert compare_tensors("x", many, flipped_first).cosine == pytest.approx(1 - 14 / 4096)
+
+
+def test_a_difference_past_float64_is_a_mismatch_at_any_tolerance() -> None:
+    # t - o of two finite values can overflow to inf; inf <= rtol * |o| (also inf for rtol > 1) passed.
+    oracle = np.array([1.7e308, -1.7e308, 1.0])
+    with np.errstate(all="raise"):
+        stats = compare_tensors("x", oracle, -oracle, Tolerance(rtol=3.0))
+    assert not stats.passed and stats.mismatches == 2 and stats.score == math.inf
+    assert stats.max_abs == math.inf and stats.snr_db == -math.inf
+
+
 def _batch_cases(rng: np.random.Generator) -> list[tuple[str, object, object]]:
     """Pairs covering what compare_many batches and what it must leave alone, in a shuffled order."""
     cases: list[tuple[str, object, object]] = []
