@@ -3,7 +3,9 @@
 * **the spec's word**: ``onnx.reference`` (the ONNX specification in numpy) runs the reduced model, and its
   outputs are compared with the oracle's and the target's under the bundle's tolerance;
 * **the lowest failing optimization level** of a target whose table row lists its levels, and the passes
-  that fired there (a fact, not a verdict on which one is wrong: ``graphbisect passes`` searches that);
+  that fired there (a fact, not a verdict on which one is wrong: ``graphbisect passes`` searches that); each
+  level is judged as the reduction judged its candidates (with its ``--fail-regex`` or Python check), so
+  "fails the same way" means the failure the bundle reports;
 * **the model as ONNX text** (:mod:`graphbisect.artifacts.model_text`), the target's compiled version of it
   where the target saves one, and ``repro_min.py`` (:mod:`graphbisect.artifacts.repro_min`);
 * **the command line** of the process that wrote the bundle.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -30,7 +33,8 @@ from graphbisect.artifacts.model_text import onnx_text
 from graphbisect.artifacts.repro_min import render_repro_min
 from graphbisect.backends import BackendProcess, BackendSpec, RunResult, resolve
 from graphbisect.compare import Tolerance, compare_outputs
-from graphbisect.oracle.signature import FailureKind, Signature, signature_of
+from graphbisect.oracle.signature import FailureKind, Signature
+from graphbisect.oracle.tester import OutputCheck, judge
 
 __all__ = ["MaintainerFacts", "command_line", "maintainer_facts"]
 
@@ -92,8 +96,13 @@ def maintainer_facts(
     workdir: Path,
     timeout: float | None = None,
     stage: Callable[[str], None] = lambda _msg: None,
+    fail_regex: re.Pattern[str] | None = None,
+    check: OutputCheck | None = None,
 ) -> MaintainerFacts:
     """Everything of the module docstring for the reduced ``model`` (``run_model``: a runnable copy of it).
+
+    ``fail_regex`` and ``check`` are the reduction's own verdict (``--fail-regex``, a Python output check):
+    the optimization levels are judged with them, as every candidate was.
 
     Ctrl-C while they are gathered stops them: the facts measured so far are kept, ``interrupted`` says the
     rest were not measured, and the bundle is still written (its result is already re-verified).
@@ -102,7 +111,8 @@ def maintainer_facts(
     try:
         _gather(out, model=model, run_model=run_model, feeds=feeds, expected=expected,
                 target_outputs=target_outputs, oracle=oracle, target=target, tolerance=tolerance,
-                signature=signature, workdir=workdir, timeout=timeout, stage=stage)
+                signature=signature, workdir=workdir, timeout=timeout, stage=stage, fail_regex=fail_regex,
+                check=check)
     except KeyboardInterrupt:
         out.facts["interrupted"] = True
         out.sections["Not measured"] = ("Ctrl-C stopped the gathering of these facts: the sections that are "
@@ -114,7 +124,8 @@ def maintainer_facts(
 def _gather(out: MaintainerFacts, *, model: onnx.ModelProto, run_model: Path, feeds: Mapping[str, np.ndarray],
             expected: Mapping[str, np.ndarray], target_outputs: Mapping[str, np.ndarray], oracle: BackendSpec,
             target: BackendSpec, tolerance: Tolerance, signature: Signature, workdir: Path,
-            timeout: float | None, stage: Callable[[str], None]) -> None:
+            timeout: float | None, stage: Callable[[str], None], fail_regex: re.Pattern[str] | None,
+            check: OutputCheck | None) -> None:
     runs = _Runs(run_model, feeds, workdir, timeout, out)
     out.facts["command_line"] = command_line()
     out.sections["Command line"] = f"```sh\n{out.facts['command_line']}\n```"
@@ -132,7 +143,7 @@ def _gather(out: MaintainerFacts, *, model: onnx.ModelProto, run_model: Path, fe
         out.sections["The target's compiled model"] = (
             f"What {target} compiled the reduced model into (its saved optimized graph):\n\n```\n{compiled}\n```")
     stage("finding the lowest optimization level that fails")
-    levels = _levels(runs, expected, target, tolerance, signature)
+    levels = _levels(runs, expected, target, tolerance, signature, fail_regex=fail_regex, check=check)
     if levels is not None:
         out.facts["optimization_levels"] = levels
         out.sections["Optimization levels"] = levels["text"]
@@ -190,8 +201,14 @@ def _agrees(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], tol: Toler
 
 
 def _levels(runs: _Runs, expected: Mapping[str, np.ndarray], target: BackendSpec, tol: Tolerance,
-            signature: Signature) -> dict[str, Any] | None:
-    """The target at each optimization level below its own (its row's ``opt_levels``), lowest first."""
+            signature: Signature, *, fail_regex: re.Pattern[str] | None = None, check: OutputCheck | None = None,
+            ) -> dict[str, Any] | None:
+    """The target at each optimization level below its own (its row's ``opt_levels``), lowest first.
+
+    Each run is judged as the reduction judged (:func:`~graphbisect.oracle.tester.judge` with its regex and
+    check): judged by the tolerance alone, a ``--fail-regex`` failure read "crash-load (...)" or "passes" at
+    the very level the result was verified at, and no level was "the lowest failing".
+    """
     _, info = resolve(target, require_available=False)
     levels: Sequence[str] = info.opt_levels
     current = target.options.get("opt_level", levels[-1] if levels else "")
@@ -201,7 +218,7 @@ def _levels(runs: _Runs, expected: Mapping[str, np.ndarray], target: BackendSpec
     lowest = None
     for level in levels[: levels.index(current) + 1]:
         run = runs.run(target.with_options(opt_level=level), "target", f"level-{level}")
-        observed = signature_of(run, compare_outputs(expected, run.outputs, tol, list(expected)) if run.ok else None)
+        observed = judge(run, expected.__getitem__, list(expected), tol, fail_regex, check=check).signature
         same = signature.matches(observed)
         tried[level] = "fails the same way" if same else ("passes" if not observed.failed else observed.describe())
         if same:

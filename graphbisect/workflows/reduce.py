@@ -830,7 +830,7 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
             model=candidate.proto, run_model=space.workdir / "final.onnx", feeds=candidate.feeds,
             expected=oracle_outputs, target_outputs=verification.target_outputs, oracle=r.oracle_spec,
             target=r.target_spec, tolerance=r.tol, signature=baseline, workdir=r.work / "facts",
-            timeout=r.options.timeout, stage=r.stage)
+            timeout=r.options.timeout, stage=r.stage, fail_regex=r.regex, check=r.options.output_check)
     # the time the user waited, as the CLI prints it: the maintainer facts' runs included
     report.update(facts.facts, report_runs=facts.runs, seconds=round(time.monotonic() - r.started, 3))
     content = BundleContent(

@@ -14,6 +14,7 @@ Real fixtures:
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -224,3 +225,32 @@ def test_a_random_crash_at_baseline_is_outvoted(tmp_path: Path, monkeypatch: pyt
     report = json.loads((tmp_path / "bug" / "report.json").read_text())
     assert report["flaky"] is True
     assert not (result.verified and result.one_minimal) or _fails_every_time(tmp_path / "bug")
+
+
+# --- the report's optimization levels are judged the way the reduction judged -----------------------------
+
+
+def test_levels_of_a_fail_regex_reduction_are_judged_by_the_regex(tmp_path: Path) -> None:
+    """ONNX Runtime's ReluClip fusion crashes on a float64 Clip at every level from ``basic`` up. Reduced with
+    ``--fail-regex``, the report's levels table judged each level by the tolerance alone: every failing level
+    read "crash-load (...)" instead of "fails the same way", and ``lowest_failing`` was null for a failure
+    verified at the target's own level. The ground truth is the regex searched in real runs of the bundle."""
+    regex = "Unexpected data type"
+    result = reduce_model(load_model(pattern_model("relu_clip_f64")), tmp_path / "bug",
+                          inputs={"x": np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32)},
+                          options=ReduceOptions(fail_regex=regex))
+    assert result.signature.kind is FailureKind.REGEX and result.verified
+    levels = json.loads((tmp_path / "bug" / "report.json").read_text())["optimization_levels"]
+    with np.load(tmp_path / "bug" / "inputs.npz") as data:
+        feeds = {k: data[k] for k in data.files}
+    truth = None
+    for level in ("disable", "basic", "extended", "all"):
+        with BackendProcess(f"onnxruntime:opt_level={level}", workdir=tmp_path / level) as proc:
+            run = proc.run(tmp_path / "bug" / "model.onnx", feeds)
+        if re.search(regex, "\n".join(filter(None, (run.message, run.log, run.error_type)))):
+            truth = level
+            break
+    assert truth is not None  # the reduced model still shows the failure at ORT's own level
+    assert levels["lowest_failing"] == truth
+    assert levels["levels"][truth] == "fails the same way"
+    assert f"Lowest failing level: `opt_level={truth}`" in (tmp_path / "bug" / "report.md").read_text()
