@@ -21,7 +21,8 @@ Oracle discipline, in order:
 When the runs of the original disagree, it is re-run to a majority (at most :data:`BASELINE_MAX_RUNS` runs;
 the majority's signature is the baseline) and every candidate must then fail that way in
 ``FLAKY_REPEATS + 1`` = 3 runs in a row before it is accepted; a target found flaky only when the result is
-re-verified gets its search repeated that way. A result is *verified* (and can be certified 1-minimal) only
+re-verified gets its search repeated that way (recorded in the work folder: a resumed run goes on with the
+repeated search and reports the target flaky). A result is *verified* (and can be certified 1-minimal) only
 when the final model fails like the baseline in every one of :data:`VERIFY_RUNS` fresh runs, on top of the
 run that accepted it. When it does not, the report says why: the same model gave another outcome (flaky), or
 the re-verified model differs from the one that failed (listed by :func:`graphbisect.model.diff.model_differences`).
@@ -98,6 +99,8 @@ VERIFY_RUNS_NONDETERMINISTIC = 7
 FLAKY_REPEATS = 2
 #: Runs of the original model, at most, to reach a majority when they disagree.
 BASELINE_MAX_RUNS = 5
+#: The work folder's record that re-verification found the target flaky (see _Run.recorded_flakiness).
+_FLAKY_FILE = "flaky.json"
 
 
 @dataclass(frozen=True)
@@ -229,7 +232,7 @@ class _Run:
                 )
             self.invocations = recorded.get("invocations", self.invocations)
         elif not resume:
-            for stale in ("journal.jsonl", "baseline.json", "activations"):
+            for stale in ("journal.jsonl", "baseline.json", _FLAKY_FILE, "activations"):
                 path = self.work / stale
                 shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
         if feeds is not None and not (resume and (self.work / "inputs.npz").exists()):
@@ -409,6 +412,21 @@ class _Run:
         atomic_write_text(path, json.dumps({"signature": first.to_json(), "flaky": flaky, "notes": notes,
                                             "hints": [sorted(h) for h in hints], "priors": priors}))
         return _Baseline(first, flaky, hints, priors)
+
+    def recorded_flakiness(self) -> list[str] | None:
+        """The notes of an earlier session whose re-verification found the target flaky (None: none did).
+
+        A resumed run goes on as that session did (a candidate accepted only after FLAKY_REPEATS more runs,
+        in the journal scope ``flaky``) and reports the target flaky: without this record it replayed the
+        single-run search, and fresh runs that happened to agree certified the result as 1-minimal and the
+        target as not flaky.
+        """
+        path = self.work / _FLAKY_FILE
+        return [str(note) for note in json.loads(path.read_text())["notes"]] if path.exists() else None
+
+    def record_flakiness(self, notes: Sequence[str]) -> None:
+        """Save what the re-verification found (see :meth:`recorded_flakiness`) before the search goes on."""
+        atomic_write_text(self.work / _FLAKY_FILE, json.dumps({"notes": list(notes)}))
 
     def _majority(self, runs: list[Signature], values: Callable[[str], np.ndarray]) -> tuple[Signature, str]:
         """Runs of the original disagree: run it again until one outcome has a majority (at most
@@ -590,14 +608,23 @@ def _reduce(r: _Run, inputs: Mapping[str, np.ndarray] | None, *, resume: bool, z
                        "it refuses with the same message, a case for a feature request")
     space = SubgraphSpace(r.model, values, r.work / "candidates", cut_as_initializers=options.cut_as_initializers,
                           store=store)
-    result, evaluator, _, verification = _search_and_verify(r, space, base, values, flaky=flaky)
-    if verification.flaky and not flaky and result.stop_reason is None:
+    earlier = r.recorded_flakiness()
+    if earlier is not None:  # a resumed run whose target turned out flaky before: go on with the repeated search
+        r.notes.extend(earlier)
+        flaky = True
+    result, evaluator, _, verification = _search_and_verify(r, space, base, values, flaky=flaky,
+                                                            scope="flaky" if earlier is not None else "")
+    if verification.flaky and not flaky:
         # The search accepted candidates on single runs of a target that turned out flaky: the steps the
         # result rests on may be random failures. Search again, each step re-checked.
-        r.notes.append(f"the search is repeated accepting only candidates that fail {FLAKY_REPEATS + 1} times in "
-                       "a row, since the target turned out flaky")
-        flaky = True
-        result, evaluator, _, verification = _search_and_verify(r, space, base, values, flaky=True, scope="flaky")
+        repeated = (f"the search is repeated accepting only candidates that fail {FLAKY_REPEATS + 1} times in "
+                    "a row, since the target turned out flaky")
+        r.record_flakiness([note for note in (verification.why, repeated) if note])
+        if result.stop_reason is None:
+            r.notes.append(repeated)
+            flaky = True
+            result, evaluator, _, verification = _search_and_verify(r, space, base, values, flaky=True,
+                                                                    scope="flaky")
     if result.minimal and (flaky or verification.flaky):
         result = _minimality_on_flaky(r, evaluator, result)
     stats = evaluator.stats()
@@ -711,6 +738,7 @@ class _Verification:
     target_outputs: dict[str, np.ndarray]
     message: str | None  # the target's crash message, if it crashed
     flaky: bool = False  # the same model gave two different outcomes
+    why: str | None = None  # why the target's fresh runs did not all fail like the baseline (a note)
 
 
 def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], baseline: Signature, *,
@@ -739,7 +767,7 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], baseline: Signa
                                      check=r.options.output_check).signature))
             matching.append(baseline.matches(runs[-1][1], strict_band=r.options.strict_band))
     target_ok = all(matching)
-    flaky = False
+    flaky, why = False, None
     if not target_ok:
         flaky, why = _why_not_verified(r, space, keep, candidate.proto, tester=tester, baseline=baseline, runs=runs)
         r.notes.append(why)
@@ -761,7 +789,7 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], baseline: Signa
     said = [line.strip() for line in (message or "").splitlines()[1:] if line.strip()]
     if r.options.check and said:  # the exit status is the verdict; what the check printed says what it saw
         r.notes.append(f"the check's last stderr line: {said[-1]}")
-    return _Verification(target_ok and oracle_ok, outputs, message, flaky)
+    return _Verification(target_ok and oracle_ok, outputs, message, flaky, why)
 
 
 def _why_not_verified(r: _Run, space: SubgraphSpace, keep: frozenset[int], verified: Any, *,

@@ -36,7 +36,7 @@ from graphbisect.model.diff import describe_type
 from graphbisect.oracle.signature import FailureKind
 from graphbisect.oracle.tester import judge
 from graphbisect.strategies.subgraph import SubgraphSpace
-from graphbisect.workflows.reduce import ReduceOptions, reduce_model
+from graphbisect.workflows.reduce import ReduceOptions, reduce_model, resume_reduction
 
 WIDTH = 8
 
@@ -197,9 +197,10 @@ def _fails_every_time(bundle: Path, runs: int = 5) -> bool:
                          Tolerance()).signature.failed for _ in range(runs))
 
 
-def _flaky_reduce(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, seed: int):  # type: ignore[no-untyped-def]
+def _flaky_reduce(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, seed: int,  # type: ignore[no-untyped-def]
+                  rate: float = 0.3):
     monkeypatch.setenv("FLAKY_MODE", mode)
-    monkeypatch.setenv("FLAKY_RATE", "0.3")
+    monkeypatch.setenv("FLAKY_RATE", str(rate))
     monkeypatch.setenv("FLAKY_SEED", str(seed))
     monkeypatch.setenv("FLAKY_COUNTER", str(tmp_path / "counter"))
     host = host_network(100, bug="layernorm_keepdims0", position="main", seed=0)
@@ -225,6 +226,22 @@ def test_a_random_crash_at_baseline_is_outvoted(tmp_path: Path, monkeypatch: pyt
     report = json.loads((tmp_path / "bug" / "report.json").read_text())
     assert report["flaky"] is True
     assert not (result.verified and result.one_minimal) or _fails_every_time(tmp_path / "bug")
+
+
+def test_a_resumed_run_keeps_the_flakiness_its_re_verification_found(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 0 at rate 0.15: the original's runs agree, the single-run search's result crashes once in its
+    re-verification, so the search is repeated and 1-minimality is not claimed. ``--resume`` (which the CLI
+    offers for such a result) replayed the single-run search, whose fresh re-verification happened to agree,
+    and reported the target not flaky and the result 1-minimal: what the run had measured was forgotten."""
+    first = _flaky_reduce(tmp_path, monkeypatch, "crash", seed=0, rate=0.15)
+    assert first.flaky and any("the search is repeated" in note for note in first.notes)  # the case under test
+    assert (tmp_path / "bug.work").is_dir()  # nothing certified: the work folder stays for --resume
+    resumed = resume_reduction(tmp_path / "bug")
+    assert resumed.flaky, resumed.notes
+    assert resumed.one_minimal == first.one_minimal
+    assert any("flaky" in note for note in resumed.notes)
+    assert json.loads((tmp_path / "bug" / "report.json").read_text())["flaky"] is True
 
 
 # --- the report's optimization levels are judged the way the reduction judged -----------------------------
