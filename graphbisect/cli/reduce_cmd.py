@@ -203,10 +203,12 @@ def _report(result: ReduceResult, args: argparse.Namespace) -> int:
           + f"; {result.seconds:.1f} s")
     if result.one_minimal:
         print("1-minimal: yes (no single node can be removed), re-verified in fresh workers")
-    else:
-        why = result.stop_reason or "re-verification failed"
-        print(f"1-minimal: NOT PROVEN ({why}); this is the best result so far. "
+    elif result.stop_reason:  # the search was stopped: resuming it can finish it
+        print(f"1-minimal: NOT PROVEN ({result.stop_reason}); this is the best result so far. "
               f"Resume: graphbisect reduce --resume {shlex.quote(str(args.output or args.resume))}")
+    else:  # the search finished: the notes say why its result is not proven minimal
+        why = "re-verification failed" if not result.verified else "see the notes"
+        print(f"1-minimal: NOT PROVEN ({why})")
     for note in result.notes:
         print(f"note: {note}")
     print(f"bundle: {result.bundle}  (reproduce: python {shlex.quote(str(Path(str(result.bundle)) / 'repro.py'))})")

@@ -244,6 +244,28 @@ def test_a_resumed_run_keeps_the_flakiness_its_re_verification_found(tmp_path: P
     assert json.loads((tmp_path / "bug" / "report.json").read_text())["flaky"] is True
 
 
+def test_the_cli_gives_the_true_reason_a_verified_result_is_not_proven_minimal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same case from the CLI: the result is verified, and 1-minimality is withheld only because the
+    target is flaky. It printed "NOT PROVEN (re-verification failed)" and offered a --resume that cannot
+    change a finished search."""
+    from graphbisect.cli.main import main
+
+    for name, value in (("MODE", "crash"), ("RATE", "0.15"), ("SEED", "0"), ("COUNTER", str(tmp_path / "n"))):
+        monkeypatch.setenv(f"FLAKY_{name}", value)
+    host = host_network(100, bug="layernorm_keepdims0", position="main", seed=0)
+    onnx.save(host.model, tmp_path / "host.onnx")
+    np.savez(tmp_path / "in.npz", **host.inputs)
+    assert main(["reduce", str(tmp_path / "host.onnx"), "--inputs", str(tmp_path / "in.npz"), "-o",
+                 str(tmp_path / "bug"), "--oracle", "onnxruntime:opt_level=disable", "--target", FLAKY]) == 1
+    out = capsys.readouterr().out
+    report = json.loads((tmp_path / "bug" / "report.json").read_text())
+    assert report["verified"] and report["flaky"] and not report["one_minimal"]  # the case under test
+    assert "1-minimal: NOT PROVEN (see the notes)" in out and "re-verification failed" not in out
+    assert "--resume" not in out
+    assert "note: 1-minimality is not claimed on a flaky target" in out
+
+
 # --- the report's optimization levels are judged the way the reduction judged -----------------------------
 
 
