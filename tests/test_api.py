@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 from pathlib import Path
 
 import numpy as np
@@ -115,6 +116,9 @@ def test_reduce_with_a_python_check(tmp_path: Path) -> None:
     assert result.signature.detail == "the Python check rejected the outputs"
     assert len(calls) >= result.invocations["target"] - 1  # every target run that completed was judged by it
     assert result.final_nodes < result.original_nodes
+    # The check's verdict is the failure: the spec's comparison of values is reported, blaming no side.
+    spec = json.loads((tmp_path / "bug" / "report.json").read_text())["spec_check"]
+    assert spec["verdict"] == "not-a-value-failure" and "the Python output check" in spec["text"]
 
 
 def test_a_check_that_raises_names_itself(tmp_path: Path) -> None:

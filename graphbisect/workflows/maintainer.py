@@ -33,7 +33,7 @@ from graphbisect.artifacts.model_text import onnx_text
 from graphbisect.artifacts.repro_min import render_repro_min
 from graphbisect.backends import BackendProcess, BackendSpec, RunResult, resolve
 from graphbisect.compare import Tolerance, compare_outputs
-from graphbisect.oracle.signature import FailureKind, Signature
+from graphbisect.oracle.signature import CHECK_REJECTED, FailureKind, Signature
 from graphbisect.oracle.tester import OutputCheck, judge
 
 __all__ = ["MaintainerFacts", "command_line", "maintainer_facts"]
@@ -134,8 +134,10 @@ def _gather(out: MaintainerFacts, *, model: onnx.ModelProto, run_model: Path, fe
         out.sections["The reduced model (ONNX text)"] = f"```\n{text}\n```"
     crash = signature.kind.raised or signature.kind is FailureKind.TIMEOUT
     stage("cross-checking the oracle with onnx.reference (the ONNX specification)")
+    judged_by = ("`--fail-regex`" if signature.kind is FailureKind.REGEX else
+                 "the Python output check" if signature.detail == CHECK_REJECTED else None)
     spec = _spec_check(runs, expected, target_outputs, oracle, tolerance, crash=crash,
-                       refusal=signature.kind is FailureKind.UNSUPPORTED)
+                       refusal=signature.kind is FailureKind.UNSUPPORTED, judged_by=judged_by)
     out.facts["spec_check"] = spec
     out.sections["The specification's word"] = spec["text"]
     compiled = _compiled_text(runs, target)
@@ -161,7 +163,15 @@ def _gather(out: MaintainerFacts, *, model: onnx.ModelProto, run_model: Path, fe
 
 
 def _spec_check(runs: _Runs, expected: Mapping[str, np.ndarray], target_outputs: Mapping[str, np.ndarray],
-                oracle: BackendSpec, tol: Tolerance, *, crash: bool, refusal: bool = False) -> dict[str, Any]:
+                oracle: BackendSpec, tol: Tolerance, *, crash: bool, refusal: bool = False,
+                judged_by: str | None = None) -> dict[str, Any]:
+    """What ``onnx.reference`` says of the reduced model's values, and what that says of the failure.
+
+    Its values speak to which side is wrong only for a failure *of values* under the bundle's tolerance: a
+    failure matched by ``judged_by`` (``--fail-regex``, a Python output check) or a target that produced no
+    outputs gets the comparison as a fact, with no side called wrong (the target's missing outputs once made
+    "agrees with the oracle and not with the target" of a crash matched by a regex).
+    """
     if oracle.name == "reference":
         return {"verdict": "oracle-is-reference", "text": "The oracle is `onnx.reference` itself, the ONNX "
                 "specification's reference implementation: the expected values are the specification's."}
@@ -179,6 +189,16 @@ def _spec_check(runs: _Runs, expected: Mapping[str, np.ndarray], target_outputs:
                 + (" and agrees with the oracle" if with_oracle else ", but its values differ from the oracle's")
                 + ": by the specification the model is valid and the target's "
                 + ("refusal is a feature the target lacks." if refusal else "crash is the target's."))
+    elif with_target is None:
+        verdict, text = "no-target-outputs", (
+            f"`onnx.reference` {'agrees' if with_oracle else 'does not agree'} with the oracle; the target "
+            "produced no outputs to compare with it" + (f" (the failure is {judged_by}'s match)." if judged_by
+                                                        else "."))
+    elif judged_by is not None:
+        verdict, text = "not-a-value-failure", (
+            f"The failure is {judged_by}'s verdict, not a difference of values under the tolerance: "
+            f"`onnx.reference` {'agrees' if with_oracle else 'does not agree'} with the oracle and "
+            f"{'agrees' if with_target else 'does not agree'} with the target.")
     elif with_oracle and not with_target:
         verdict, text = "oracle", ("`onnx.reference` agrees with the oracle and not with the target: by the "
                                    "specification the target is wrong.")

@@ -293,3 +293,9 @@ def test_levels_of_a_fail_regex_reduction_are_judged_by_the_regex(tmp_path: Path
     assert levels["lowest_failing"] == truth
     assert levels["levels"][truth] == "fails the same way"
     assert f"Lowest failing level: `opt_level={truth}`" in (tmp_path / "bug" / "report.md").read_text()
+    # The target crashed (its message matched): it has no values, so the spec's word blames no side; it said
+    # "`onnx.reference` agrees with the oracle and not with the target: by the specification the target is wrong".
+    report = json.loads((tmp_path / "bug" / "report.json").read_text())
+    assert report["spec_check"]["verdict"] == "no-target-outputs"
+    assert report["spec_check"]["agrees_with_target"] is None and report["spec_check"]["agrees_with_oracle"]
+    assert "the target is wrong" not in (tmp_path / "bug" / "report.md").read_text()
