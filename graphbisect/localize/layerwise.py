@@ -19,6 +19,8 @@ i64 constants as i32, the same "slice from the start" meaning) and an empty floa
 which scored "inf×" and topped the root causes of models that pass (Silero VAD). Their rows are kept and
 flagged ``constant``, but they are never the first divergence or a root cause, and their score does not
 count as an input error of their consumers: if a wrongly folded constant matters, its consumer diverges.
+A constant that is itself a graph output (``outputs``) has no consumer: it is compared like any tensor, since
+its value is the model's result (else a FAIL on it read "no intermediate tensor diverges").
 
 With the target's :class:`~graphbisect.localize.compiled.CompiledGraph`, each row also says what the target
 compiled its node as, a node's inputs are those of the compiled node it belongs to (a fused node reads
@@ -29,7 +31,7 @@ node: the fused node, reported with the original nodes it replaced.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -143,6 +145,7 @@ def analyze_layers(
     compiled: CompiledGraph | None = None,
     measured: Mapping[str, TensorStats] | None = None,
     first_only: bool = False,
+    outputs: Collection[str] = (),
 ) -> LayerwiseReport:
     """Compare every node output the oracle captured, in the given (topological) order.
 
@@ -152,7 +155,8 @@ def analyze_layers(
     graph (see the module docstring). ``measured``: statistics already measured against ``oracle`` (by the
     target's worker, :attr:`~graphbisect.backends.RunResult.stats`), used instead of comparing values;
     ``target`` may then be None. ``first_only`` stops at the first divergence (the pass search needs no
-    more: its rows end there and root causes are ranked among them).
+    more: its rows end there and root causes are ranked among them). ``outputs``: the graph's outputs
+    (a constant among them is not exempt; see the module docstring).
 
     Example:
         >>> from onnx import helper
@@ -168,7 +172,8 @@ def analyze_layers(
     rows: list[LayerRow] = []
     groups = compiled.by_original() if compiled is not None else {}
     reads = _group_inputs(nodes, groups)
-    constants = constant_tensors(nodes)
+    # A constant that is a graph output has no consumer to show a wrong fold: its own row is the failure.
+    constants = constant_tensors(nodes).difference(outputs)
     for index, node in enumerate(nodes):
         group = groups.get(node.name)
         inputs = reads[group.name] if group is not None else node.input

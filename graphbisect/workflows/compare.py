@@ -221,7 +221,7 @@ def compare_models(
                 stage("comparing layer by layer")
                 probed_comparison = _probed_comparison(model, probed, tol)
                 layer_report = analyze_layers(model.nodes, probed.oracle, probed.target, tol, compiled=plan.compiled,
-                                              measured=probed.measured)
+                                              measured=probed.measured, outputs=model.output_names)
                 bodies = _unprobed_bodies(model)
                 note = f"{note}; {bodies}" if note and bodies else note or bodies
             plain_failed = comparison is None or not comparison.passed

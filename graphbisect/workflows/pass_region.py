@@ -62,7 +62,8 @@ def diverging_region(model: Model, compiled: CompiledGraph, oracle: TensorSource
     ``oracle``/``target`` hold the surviving tensors of both sides; ``values(name)`` is the oracle's value of
     any tensor the region may read (graph inputs included); ``workdir`` receives the region's weights file.
     """
-    report = analyze_layers(model.nodes, oracle, target, tol, compiled=compiled, first_only=True)
+    report = analyze_layers(model.nodes, oracle, target, tol, compiled=compiled, first_only=True,
+                            outputs=model.output_names)
     first = report.first_divergence
     if first is None:
         return "no surviving tensor of the replayed optimized model diverges from the oracle"

@@ -515,7 +515,8 @@ def _evidence_priors(session: _Session, lowering: Lowering, tester: PrecisionTes
     if not measured.run.ok:
         log.info("the probed lowered model does not run (%s); no layerwise priors", measured.run.describe())
         return None
-    report = analyze_layers(session.model.nodes, session.store, measured.run.outputs, tol)
+    report = analyze_layers(session.model.nodes, session.store, measured.run.outputs, tol,
+                            outputs=session.model.output_names)
     return layerwise_priors(report, lowering)
 
 

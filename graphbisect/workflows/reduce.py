@@ -495,7 +495,8 @@ class _Run:
             return None, [], {}, [f"the target failed on the probed model ({run.describe()}); no layerwise hints"]
         signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex,
                           check=self.options.output_check).signature
-        report = analyze_layers(self.model.nodes, store, run.outputs, self.tol, compiled=compiled, measured=run.stats)
+        report = analyze_layers(self.model.nodes, store, run.outputs, self.tol, compiled=compiled, measured=run.stats,
+                                outputs=self.model.output_names)
         if report.first_divergence is None:
             return signature, [], {}, ["probe masking: with the intermediates exposed the target agrees with "
                                        "the oracle; the search is structural"]

@@ -192,6 +192,32 @@ def test_openvino_int64_output_node_is_not_claimed_fused_into_its_reader() -> No
 
 
 @pytest.mark.openvino
+def test_a_constant_graph_output_that_differs_is_the_first_divergence() -> None:
+    """OpenVINO folds int64 constants to i32: an output computed from constants alone comes back wrapped.
+    Constants are exempt from divergence (a wrong fold shows at its consumer), but a graph output has none:
+    compare said FAIL and "no intermediate tensor diverges"."""
+    pytest.importorskip("openvino")
+    vi = helper.make_tensor_value_info
+    nodes = [helper.make_node("Constant", [], ["k"], name="k", value=numpy_helper.from_array(
+                 np.array([-2**63, 5, 2**40], np.int64))),
+             helper.make_node("Constant", [], ["j"], name="j", value=numpy_helper.from_array(
+                 np.array([0, 1, 2**40], np.int64))),
+             helper.make_node("Add", ["k", "j"], ["s"], name="add"),
+             helper.make_node("Relu", ["x"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "const_out", [vi("x", TensorProto.FLOAT, [3])],
+                              [vi("s", TensorProto.INT64, [3]), vi("y", TensorProto.FLOAT, [3])])
+    model = load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+    result = compare_models(model, oracle="reference", target="openvino",
+                            inputs={"x": np.array([1, -2, 3], np.float32)})
+    assert result.comparison is not None and [s.name for s in result.comparison.failing] == ["s"], \
+        "OpenVINO returns int64 constants exactly now: this test needs another constant output that differs"
+    assert result.layerwise is not None and result.layerwise.first_divergence is not None
+    first = result.layerwise.first_divergence
+    assert first.tensor == "s" and not first.constant
+    assert [c.node for c in result.layerwise.root_causes] == ["add"]
+
+
+@pytest.mark.openvino
 def test_openvino_mvn_fusion_divergence_is_localized_on_its_execution_graph() -> None:
     """OpenVINO's CPU plugin fuses the bundled example's keepdims=0 LayerNorm into an MVN that normalizes
     the wrong axis (the same pattern ONNX Runtime mis-fuses); compare finds the MVN from the execution graph."""
