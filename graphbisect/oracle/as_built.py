@@ -37,7 +37,8 @@ from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.errors import BackendError
 from graphbisect.values import bit_identical
 
-__all__ = ["CaptureDifference", "OracleRuns", "Runner", "capture_as_built", "capture_difference", "require_as_built"]
+__all__ = ["CaptureDifference", "OracleIncomplete", "OracleRuns", "Runner", "capture_as_built", "capture_difference",
+           "require_as_built", "require_outputs"]
 
 log = logging.getLogger(__name__)
 
@@ -137,21 +138,44 @@ def require_as_built(run: RunResult, spec: object) -> None:
                            "reference or --oracle onnxruntime:opt_level=disable")
 
 
+class OracleIncomplete(BackendError):
+    """The oracle's run completed without a value for some graph outputs: there is no expected value to
+    judge the target by (``compare`` raises it as its ``OracleFailed``)."""
+
+
+def require_outputs(run: RunResult, names: Sequence[str], spec: object) -> None:
+    """Raise :class:`OracleIncomplete` when ``run``, the oracle ``spec``'s completed run, lacks any of the graph
+    outputs ``names``. Judged without it, the target was said to be "missing" the output (compare: FAIL,
+    divergence) and reduce stopped with an internal KeyError, for an oracle that never produced it.
+    """
+    missing = [name for name in names if name not in run.outputs] if run.ok else []
+    if missing:
+        listed = ", ".join(repr(name) for name in missing[:8]) + (" ..." if len(missing) > 8 else "")
+        raise OracleIncomplete(
+            f"the oracle {spec} ran the model but gave no value for graph output(s) {listed}, so the target's "
+            "cannot be judged",
+            hint="the oracle must produce every graph output (a command backend writes each one, by name, into "
+                 "{outputs}); or choose another oracle, e.g. --oracle reference")
+
+
 def capture_as_built(runner: Runner, probe: Path, model: Path, *, outputs: Sequence[str], rewrites: bool,
-                     tolerance: Tolerance, capture_dir: Path | None = None, plain_dir: Path | None = None,
-                     on_plain: Callable[[], None] | None = None) -> OracleRuns:
+                     tolerance: Tolerance, spec: object, capture_dir: Path | None = None,
+                     plain_dir: Path | None = None, on_plain: Callable[[], None] | None = None) -> OracleRuns:
     """Run the capture (``probe``, outputs into ``capture_dir``) and, when the oracle ``rewrites`` the graph
     and the capture ran, the model as built (``model``, into ``plain_dir``), both through ``runner``.
 
     ``on_plain`` is called before the plain run (a stage line). A failed capture or plain run is returned,
-    not raised: compare turns it into ``OracleFailed``, the other workflows into their own errors.
+    not raised: compare turns it into ``OracleFailed``, the other workflows into their own errors. A run that
+    completed without some of the graph ``outputs`` raises :class:`OracleIncomplete` (``spec`` names the oracle).
     """
     capture = runner(probe, capture_dir)
+    require_outputs(capture, outputs, spec)
     if not capture.ok or not rewrites:
         return OracleRuns(capture)
     if on_plain is not None:
         on_plain()
     plain = runner(model, plain_dir)
+    require_outputs(plain, outputs, spec)
     if not plain.ok:
         return OracleRuns(capture, plain)
     difference = capture_difference(capture.outputs, plain.outputs, outputs, tolerance)

@@ -44,8 +44,14 @@ from graphbisect.errors import BackendError
 from graphbisect.localize.compiled import CompiledGraph
 from graphbisect.localize.layerwise import LayerwiseReport, TensorSource, analyze_layers, tensor_stats
 from graphbisect.model import Model
-from graphbisect.oracle.as_built import CaptureDifference, OracleRuns, capture_as_built
-from graphbisect.oracle.outcome import Outcome, classify_comparison, classify_failed_run
+from graphbisect.oracle.as_built import (
+    CaptureDifference,
+    OracleIncomplete,
+    OracleRuns,
+    capture_as_built,
+    require_outputs,
+)
+from graphbisect.oracle.outcome import Outcome, OutcomeClass, classify_comparison, classify_failed_run
 from graphbisect.values import bit_identical
 from graphbisect.workflows.probe import (
     ProbePlan,
@@ -370,7 +376,7 @@ def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: B
             # is the longer one: it optimizes).
             _save_proto(model.with_outputs(names), probe_path)
             return capture_as_built(lambda path, out: oracle_proc.run(path, inputs_path, output_dir=out), probe_path,
-                                    oracle_model, outputs=model.output_names, tolerance=tolerance,
+                                    oracle_model, outputs=model.output_names, tolerance=tolerance, spec=oracle_spec,
                                     rewrites=not oracle_info.computes_as_written(oracle_spec), capture_dir=store_dir)
     else:
         stage(f"running oracle {oracle_spec} and target {target_spec}")
@@ -382,7 +388,10 @@ def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: B
         stage(f"running oracle {oracle_spec}, then target {target_spec}: both run on {shared}")
     oracle_result = _in_background(oracle_job) if shared is None else _at_once(oracle_job)
     target_run = target_proc.run(target_model, inputs_path)
-    runs = oracle_result()
+    try:
+        runs = oracle_result()
+    except OracleIncomplete as exc:
+        raise _incomplete(exc) from exc
     oracle_run = runs.verdict
     store = probe_failure = as_built = None
     if probe and not oracle_described:
@@ -391,7 +400,7 @@ def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: B
             as_built = runs
         else:
             probe_failure, oracle_run = runs.capture, oracle_proc.run(oracle_model, inputs_path)
-    _require_oracle_ok(oracle_run, oracle_spec)
+    _require_oracle_ok(oracle_run, oracle_spec, model.output_names)
     compiled = compiled_of(model, oracle_run.info) if oracle_described else None
     return _Side(oracle_proc, oracle_info, oracle_run, compiled, store, probe_failure, as_built), target_run
 
@@ -741,7 +750,7 @@ class OracleFailed(BackendError):
         self.outcome = outcome
 
 
-def _require_oracle_ok(run: RunResult, spec: BackendSpec) -> None:
+def _require_oracle_ok(run: RunResult, spec: BackendSpec, outputs: Sequence[str]) -> None:
     if not run.ok:
         outcome = classify_failed_run(run, "oracle")
         raise OracleFailed(
@@ -750,6 +759,15 @@ def _require_oracle_ok(run: RunResult, spec: BackendSpec) -> None:
             hint="the oracle must run the model correctly; choose another oracle, e.g. "
             "--oracle reference or --oracle onnxruntime:opt_level=disable",
         )
+    try:
+        require_outputs(run, outputs, spec)
+    except OracleIncomplete as exc:
+        raise _incomplete(exc) from exc
+
+
+def _incomplete(exc: OracleIncomplete) -> OracleFailed:
+    """An oracle run without some graph outputs, as compare's error: a failure of the oracle at run."""
+    return OracleFailed(exc.message, hint=exc.hint, outcome=Outcome(OutcomeClass.ORACLE_CRASH, exc.message))
 
 
 def _save_proto(proto: object, path: Path) -> None:

@@ -203,6 +203,7 @@ class _Session:
         try:
             runs = capture_as_built(
                 run, model, self.onnx_path, outputs=self.model.output_names, tolerance=self.options.tolerance,
+                spec=self.oracle_spec,
                 rewrites=bool(intermediates) and not self.oracle_info.computes_as_written(self.oracle_spec),
                 capture_dir=self.work / "oracle-values", plain_dir=self.work / "oracle-plain",
                 on_plain=lambda: self.stage(f"running the oracle {self.oracle_spec} on the model as built (it "

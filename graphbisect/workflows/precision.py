@@ -232,7 +232,7 @@ def _capture(model: Model, oracle: str, feeds: Mapping[str, np.ndarray], workdir
         # are its run of the model as built; the capture still gives the calibration ranges and the layerwise
         # evidence.
         runs = capture_as_built(lambda path, out: proc.run(path, inputs_path, output_dir=out), probe, plain_path,
-                                outputs=model.output_names, rewrites=plain_path != probe, tolerance=tol,
+                                outputs=model.output_names, rewrites=plain_path != probe, tolerance=tol, spec=spec,
                                 capture_dir=workdir / "activations", plain_dir=workdir / "oracle-plain")
         if not runs.capture.ok:
             raise BackendError(f"the oracle {spec} failed on the FP32 model: {runs.capture.describe()}",

@@ -274,6 +274,7 @@ class _Run:
                 # the plain run shares the capture's worker: no second start
                 runs = capture_as_built(self._oracle_runner(proc), probe, self.work / "model.onnx",
                                         outputs=self.model.output_names, rewrites=self.rewriting_oracle(),
+                                        spec=self.oracle_spec,
                                         tolerance=self.tol, capture_dir=store_dir,
                                         plain_dir=self.work / "oracle-plain", on_plain=self._stage_plain)
         finally:

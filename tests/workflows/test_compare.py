@@ -294,3 +294,42 @@ def test_int64_values_that_differ_above_2_pow_53_are_a_divergence(tmp_path: Path
     roles = {cause.node: cause.role for cause in result.layerwise.root_causes}
     assert roles == {"pow": "root", "neg": "carries"}
     assert [c["role"] for c in result.to_json()["root_causes"]] == ["root", "carries"]  # type: ignore[index]
+
+
+_DROPS_Y = """\
+import sys
+import numpy as np
+import onnxruntime as ort
+model, inputs, outputs = sys.argv[1:4]
+session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+feeds = dict(np.load(inputs))
+values = session.run(None, {i.name: feeds[i.name] for i in session.get_inputs()})
+np.savez(outputs, **{o.name: v for o, v in zip(session.get_outputs(), values) if o.name != "y"})
+"""
+
+
+@pytest.mark.parametrize("layerwise", [True, False])
+def test_an_oracle_that_omits_an_output_is_the_oracle_failing(tmp_path: Path, layerwise: bool) -> None:
+    """An oracle (here a command that saves every output but ``y``) that completes without a graph output
+    gives nothing to judge the target's by: compare said FAIL, "divergence: outputs differ: y (missing)",
+    and reduce stopped with an internal KeyError. The same rule everywhere: the oracle failed, named."""
+    from graphbisect.errors import BackendError
+    from graphbisect.oracle.outcome import OutcomeClass
+    from graphbisect.workflows.compare import OracleFailed
+    from graphbisect.workflows.reduce import ReduceOptions, reduce_model
+
+    script = tmp_path / "drops_y.py"
+    script.write_text(_DROPS_Y)
+    oracle = f"command:cmd=python {script} {{model}} {{inputs}} {{outputs}}"
+    vi = helper.make_tensor_value_info
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu"), helper.make_node("Neg", ["x"], ["z"], name="neg")]
+    graph = helper.make_graph(nodes, "two_out", [vi("x", TensorProto.FLOAT, [3])],
+                              [vi("y", TensorProto.FLOAT, [3]), vi("z", TensorProto.FLOAT, [3])])
+    model = load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+    feeds = {"x": np.array([1, -2, 3], np.float32)}
+    with pytest.raises(OracleFailed, match="no value for graph output.*'y'") as failed:
+        compare_models(model, oracle=oracle, inputs=feeds, layerwise=layerwise, workdir=tmp_path / "c")
+    assert failed.value.outcome.cls is OutcomeClass.ORACLE_CRASH
+    if layerwise:
+        with pytest.raises(BackendError, match="no value for graph output.*'y'"):
+            reduce_model(model, tmp_path / "bug", inputs=feeds, options=ReduceOptions(oracle=oracle))
