@@ -596,34 +596,51 @@ class _Pins:
         ``unverified`` when no kernel names it (folded away, or merged into an op that kept neither the
         mark nor its name, like the MatMul of that FullyConnected, which is named after the Add).
         """
-        from graphbisect.tactics.openvino import onnx_node_of
-
-        low_compute: set[str] = set()
-        f32_output: set[str] = set()
-        f32_compute: set[str] = set()
         seen: set[str] = set()
+        kernels: list[tuple[Mapping[str, Any], dict[str, int]]] = []
         for node in exec_graph:
             originals = {node["name"], *node["original_layers"]}
             seen.update(originals)
-            if node["layer_type"] in _STORAGE_ONLY:
+            if node["layer_type"] not in _STORAGE_ONLY:
+                kernels.append((node, self._computed(originals)))
+        # Only the kernels reached with the fewest ".N" suffixes removed compute a node: an f64 output's
+        # Convert back "c.0" runs in f32 whatever the Convolution "c" computed in.
+        fewest: dict[str, int] = {}
+        for _, computed in kernels:
+            for name, removed in computed.items():
+                fewest[name] = min(removed, fewest.get(name, removed))
+        low_compute: set[str] = set()
+        f32_output: set[str] = set()
+        f32_compute: set[str] = set()
+        for kernel, computed in kernels:
+            names = {name for name, removed in computed.items() if removed == fewest[name]}
+            if kernel["runtime_precision"] not in _LOW:
+                f32_compute.update(names)
                 continue
-            computed: set[str] = set()
-            for original in originals:
-                nodes = self.layer_nodes.get(original)
-                if nodes is None:  # an op the plugin made: map its name like the tactic records do
-                    found = onnx_node_of(original, self.names)
-                    nodes = {found} if found is not None else set()
-                computed.update(nodes & self.wanted)
-            if node["runtime_precision"] not in _LOW:
-                f32_compute.update(computed)
-                continue
-            low_compute.update(computed)
-            if not set(str(node.get("output_precisions") or "").split(",")) & _LOW:
-                f32_output.update(computed)
+            low_compute.update(names)
+            if not set(str(kernel.get("output_precisions") or "").split(",")) & _LOW:
+                f32_output.update(names)
         self.not_applied = sorted(low_compute - f32_compute - f32_output)
         self.partly_applied = sorted(low_compute - set(self.not_applied))
         shown = {n for layer, nodes in self.layer_nodes.items() if layer in seen for n in nodes}
         self.unverified = sorted(self.wanted - shown - low_compute - f32_compute)
+
+    def _computed(self, originals: set[str]) -> dict[str, int]:
+        """The pinned nodes an execution node's names stand for, each with the ``.N`` suffixes removed to
+        find it (:func:`graphbisect.tactics.openvino.mapping_of`; 0 for an IR layer's own nodes)."""
+        from graphbisect.tactics.openvino import mapping_of
+
+        computed: dict[str, int] = {}
+        for original in originals:
+            nodes = self.layer_nodes.get(original)
+            if nodes is not None:
+                found = {name: 0 for name in nodes & self.wanted}
+            else:  # an op the plugin made: map its name like the tactic records do
+                name, removed = mapping_of(original, self.names)
+                found = {name: removed} if name is not None and name in self.wanted else {}
+            for name, removed in found.items():
+                computed[name] = min(removed, computed.get(name, removed))
+        return computed
 
     def facts(self) -> dict[str, Any]:
         """``info()["keep_fp32"]``: ``requested``, ``missing``, ``pinned_layers``, ``not_applied``,

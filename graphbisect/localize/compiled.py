@@ -58,7 +58,7 @@ from graphbisect.localize.fusion import fused_region, surviving_tensors, vanishe
 from graphbisect.localize.optimized import OriginalGraph, optimized_tensors
 
 if TYPE_CHECKING:
-    from graphbisect.tactics.openvino import NodeNames
+    pass
 
 __all__ = [
     "CompiledGraph",
@@ -75,7 +75,6 @@ log = logging.getLogger(__name__)
 
 _OV_NOT_KERNELS = frozenset({"Input", "Output", "Const", "Parameter", "Result"})
 _TRT_ONNX_LAYER = re.compile(r"\[ONNX Layer: ([^\]]+)\]")
-_OV_OUTPUT_INDEX = re.compile(r"(\.\d+)+$")  # OpenVINO's "<node>.<output index>" renames (_ov_onnx_node)
 
 
 @dataclass(frozen=True)
@@ -246,8 +245,15 @@ def from_named_outputs(nodes: Sequence[onnx.NodeProto], named: Iterable[tuple[st
 
 def from_exec_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[str],
                     exec_graph: Iterable[Mapping[str, Any]]) -> CompiledGraph:
-    """The compiled graph of an OpenVINO execution graph (``openvino:report_exec=1``)."""
-    from graphbisect.tactics.openvino import NodeNames
+    """The compiled graph of an OpenVINO execution graph (``openvino:report_exec=1``).
+
+    Execution node names map to ONNX nodes as the tactic recorder maps them
+    (:func:`~graphbisect.tactics.openvino.onnx_node_of`), including the ``.N`` renames of a graph output
+    computed in another type than declared: an int64 output's Eltwise ``s.0`` and its Convert back
+    ``s.0.0`` both stand for the node producing ``s``. Unmapped, that node would be attributed to the node
+    reading ``s`` as if fused into it (:func:`_attribute_unclaimed`), a fusion OpenVINO never made.
+    """
+    from graphbisect.tactics.openvino import NodeNames, onnx_node_of
 
     names = NodeNames(frozenset(n.name for n in nodes),
                       {out: n.name for n in nodes for out in n.output if out})
@@ -258,35 +264,13 @@ def from_exec_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[s
         if layer.get("layer_type") in _OV_NOT_KERNELS:
             continue
         own = str(layer.get("name", ""))
-        mapped = {_ov_onnx_node(o, names) for o in [own, *layer.get("original_layers", ())]}
+        mapped = {onnx_node_of(o, names) for o in [own, *layer.get("original_layers", ())]}
         region = {index[m] for m in mapped if m is not None}
         if not region:
             unmapped.append(own)
             continue
         groups.append((own, str(layer.get("layer_type") or "?"), region, None))
     return _assemble(nodes, "execution graph", groups, unmapped, boundary=graph_outputs)
-
-
-def _ov_onnx_node(name: str, names: NodeNames) -> str | None:
-    """The ONNX node an OpenVINO execution node stands for (:func:`~graphbisect.tactics.openvino.onnx_node_of`),
-    or else that of the name without the ``.N`` suffixes OpenVINO's ConvertPrecision appends to a node whose
-    graph output it computes in another type (int64 runs in i32): the node producing output ``s`` becomes
-    ``s.0`` and the Convert back before the Result ``s.0.0``, each listing only that name in
-    ``originalLayersNames``. Unmapped, the node was attributed to the node reading ``s`` as if fused into it
-    (:func:`_attribute_unclaimed`), a fusion OpenVINO never made.
-
-    Example:
-        >>> from graphbisect.tactics.openvino import NodeNames
-        >>> names = NodeNames(frozenset({"add", "cast"}), {"s": "add", "c": "cast"})
-        >>> _ov_onnx_node("s.0", names), _ov_onnx_node("s.0.0", names), _ov_onnx_node("Convert_3667", names)
-        ('add', 'add', None)
-    """
-    from graphbisect.tactics.openvino import onnx_node_of
-
-    found = onnx_node_of(name, names)
-    if found is None and (base := _OV_OUTPUT_INDEX.sub("", name)) != name:
-        found = onnx_node_of(base, names)
-    return found
 
 
 def from_engine_layers(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[str],

@@ -8,7 +8,12 @@ the spelling the CPU plugin accepts back. Execution nodes are mapped to ONNX nod
 frontend names each OpenVINO op after its ONNX node, adds suffixes for decompositions
 (``conv0/WithoutBiases`` for a Conv with bias, whose bias ``Add`` keeps the name ``conv0``), and names
 the producer of a graph output after the *output tensor* (a Softmax ``softmax`` writing graph output
-``y`` becomes op ``y``); :func:`onnx_node_of` undoes all three with the ONNX file's names.
+``y`` becomes op ``y``); :func:`onnx_node_of` undoes all three with the ONNX file's names. When the CPU
+plugin computes a graph output in another type than declared (int64 runs in i32, f64 in f32), its
+ConvertPrecision appends ``.N`` to names: the Convert back to the declared type is ``y.0`` (or, for int64,
+the computing node is ``y.0`` and the Convert ``y.0.0``). :func:`onnx_node_of` maps such names to the node
+too, and where several execution nodes map to one ONNX node the one reached with the fewest ``.N``
+suffixes removed stands for it (:func:`mapping_of`): the kernel computing the node, not the Convert back.
 
 **Replay.** The CPU plugin honours the ``primitives_priority`` rt_info attribute only when it is an
 ``ov::PrimitivesPriority`` object, which the IR reader creates from
@@ -45,6 +50,7 @@ __all__ = [
     "NodeNames",
     "impl_of",
     "ir_pins",
+    "mapping_of",
     "onnx_names",
     "onnx_node_of",
     "pin_ir_xml",
@@ -58,6 +64,7 @@ logger = logging.getLogger(__name__)
 _PRECISION_SUFFIX = re.compile(r"_(?:f32|f16|bf16|i8|u8|i32|i64|fp32|fp16|undef|dynamic)$")
 _NOT_KERNELS = {"Input", "Output", "Const", "Parameter", "Result"}
 _SINK = "/sink_port_0"
+_OUTPUT_INDEX = re.compile(r"\.\d+$")  # one ".N" that ConvertPrecision appended (see mapping_of)
 _ATTRIBUTE = "primitives_priority"
 
 
@@ -85,15 +92,49 @@ def onnx_node_of(name: str, names: NodeNames) -> str | None:
     """The ONNX node an OpenVINO op or execution node name stands for (None: an inserted op).
 
     Tries the name, then shorter ``/``-prefixes (ONNX names may contain ``/``, OpenVINO appends
-    ``/WithoutBiases`` and the like), each as a node name and then as an output tensor name.
+    ``/WithoutBiases`` and the like), each as a node name and then as an output tensor name; then the
+    same without trailing ``.N`` suffixes (see :func:`mapping_of`).
 
     Example:
         >>> names = NodeNames(frozenset({"conv0", "softmax"}), {"y": "softmax"})
         >>> onnx_node_of("conv0/WithoutBiases", names), onnx_node_of("y", names), onnx_node_of("Reorder_3", names)
         ('conv0', 'softmax', None)
+        >>> onnx_node_of("y.0", names), onnx_node_of("y.0.0", names), onnx_node_of("Convert_3.0", names)
+        ('softmax', 'softmax', None)
+    """
+    return mapping_of(name, names)[0]
+
+
+def mapping_of(name: str, names: NodeNames) -> tuple[str | None, int]:
+    """:func:`onnx_node_of` and how many trailing ``.N`` suffixes were removed to find it.
+
+    OpenVINO's ConvertPrecision, when a graph output ``s`` is computed in another type than declared,
+    names the Convert back to the declared type ``<producer>.<output index>``: ``s.0`` after a Softmax
+    ``s`` computing an f64 output in f32; for an int64 output (run in i32) the computing node itself
+    becomes ``s.0`` and the Convert ``s.0.0``. Each lists only that name in ``originalLayersNames``. The
+    exact name is tried first (an ONNX name may end in ``.0``), then one suffix less at a time; the count
+    tells the computing kernel (fewest removed) from the Convert back when both map to one node.
+
+    Example:
+        >>> names = NodeNames(frozenset({"add"}), {"s": "add"})
+        >>> mapping_of("s", names), mapping_of("s.0", names), mapping_of("s.0.0", names)
+        (('add', 0), ('add', 1), ('add', 2))
     """
     if not names.nodes:
-        return name
+        return name, 0
+    removed = 0
+    while True:
+        found = _by_name(name, names)
+        if found is not None:
+            return found, removed
+        shorter = _OUTPUT_INDEX.sub("", name)
+        if shorter == name or not shorter:
+            return None, removed
+        name, removed = shorter, removed + 1
+
+
+def _by_name(name: str, names: NodeNames) -> str | None:
+    """The node named ``name`` or a ``/``-prefix of it, as a node name or an output tensor name."""
     if name.endswith(_SINK):
         name = name[: -len(_SINK)]
     parts = name.split("/")
@@ -127,33 +168,43 @@ def record_from_exec_graph(
     """A tactic record from :func:`graphbisect.backends.openvino._exec_graph`'s node list.
 
     Only real kernels are recorded (not inputs, outputs, constants, or ``unknown_*`` no-op kernels such
-    as Reshape), and only those that map to an ONNX node (inserted Reorders do not).
+    as Reshape), and only those that map to an ONNX node (inserted Reorders do not). One choice per ONNX
+    node: where several kernels map to it, the one reached with the fewest ``.N`` suffixes removed
+    (:func:`mapping_of`; an int64 output's MatMul ``s.0``, not the Convert back ``s.0.0``), the first
+    in execution order among equals (a Convolution ``conv0/WithoutBiases`` before its bias ``conv0``).
     """
-    choices: list[TacticChoice] = []
-    seen: set[str] = set()
-    for node in exec_graph:
+    best: dict[str, tuple[int, int, Mapping[str, Any]]] = {}  # ONNX node -> (suffixes removed, order, node)
+    for order, node in enumerate(exec_graph):
         primitive = str(node.get("primitive_type") or "")
         if node.get("layer_type") in _NOT_KERNELS or not primitive or primitive.startswith("unknown"):
             continue
-        onnx_node = _onnx_node_for(node, names)
-        if onnx_node is None or onnx_node in seen:
-            logger.debug("not recorded: execution node %s (%s)", node.get("name"), primitive)
+        onnx_node, removed = _onnx_node_for(node, names)
+        if onnx_node is None:
+            logger.debug("not recorded: execution node %s (%s) maps to no ONNX node", node.get("name"), primitive)
             continue
-        seen.add(onnx_node)
+        if onnx_node in best and best[onnx_node][:2] <= (removed, order):
+            logger.debug("not recorded: execution node %s (%s), another kernel stands for %s",
+                         node.get("name"), primitive, onnx_node)
+            continue
+        best[onnx_node] = (removed, order, node)
+    choices: list[TacticChoice] = []
+    for onnx_node, (_, _, node) in sorted(best.items(), key=lambda item: item[1][1]):
         fused = tuple(dict.fromkeys(n for o in node.get("original_layers", ()) if (n := onnx_node_of(o, names))))
         choices.append(TacticChoice(
-            node=onnx_node, choice=impl_of(primitive), layer=str(node.get("name")),
+            node=onnx_node, choice=impl_of(str(node.get("primitive_type"))), layer=str(node.get("name")),
             layer_type=_opt(node.get("layer_type")), precision=_opt(node.get("runtime_precision")),
             fused=tuple(n for n in fused if n != onnx_node),
         ))
     return TacticRecord("openvino", version, device, tuple(choices))
 
 
-def _onnx_node_for(node: Mapping[str, Any], names: NodeNames) -> str | None:
-    own = onnx_node_of(str(node.get("name", "")), names)
-    if own is not None:
+def _onnx_node_for(node: Mapping[str, Any], names: NodeNames) -> tuple[str | None, int]:
+    """The ONNX node an execution node's own name maps to, else its first original layer's (:func:`mapping_of`)."""
+    own = mapping_of(str(node.get("name", "")), names)
+    if own[0] is not None:
         return own
-    return next((n for o in node.get("original_layers", ()) if (n := onnx_node_of(o, names))), None)
+    return next((m for o in node.get("original_layers", ()) if (m := mapping_of(o, names))[0] is not None),
+                (None, 0))
 
 
 def _opt(value: object) -> str | None:
@@ -196,9 +247,10 @@ def ir_pins(wanted: TacticRecord, unpinned: TacticRecord,
 
     ``ir_layers`` maps each IR layer to its op type and the ONNX nodes it stands for (its own and its
     fused names). The layer is the one the unpinned build executed for the node when the IR has it by
-    name; else the IR layer of a kind the kernel can be (``Convolution`` for a convolution kernel) that
-    stands for the node: a Conv fused with its BatchNormalization runs as a layer the plugin created
-    (``Multiply_14087``), recorded under the BatchNormalization node, and exists in the IR only once
+    name (or without the ``.N`` suffixes the plugin appended, :func:`mapping_of`: execution layer ``s.0``
+    is the op ``s`` as read); else the IR layer of a kind the kernel can be (``Convolution`` for a
+    convolution kernel) that stands for the node: a Conv fused with its BatchNormalization runs as a layer
+    the plugin created (``Multiply_14087``), recorded under the BatchNormalization node, and exists in the IR only once
     OpenVINO's common fusions have run (as a Convolution whose fused names hold both nodes).
 
     Example:
@@ -220,6 +272,10 @@ def ir_pins(wanted: TacticRecord, unpinned: TacticRecord,
         if have.layer in ir_layers:
             pins[have.layer] = choice.choice
             continue
+        renamed = _ir_name(have.layer, ir_layers)
+        if renamed is not None and choice.node in ir_layers[renamed][1]:
+            pins[renamed] = choice.choice  # the plugin appended ".N" (mapping_of): the op as read is "s"
+            continue
         layers = [name for name, (op_type, nodes) in ir_layers.items()
                   if choice.node in nodes and _same_kind(have.layer_type, op_type)]
         if not layers:
@@ -227,6 +283,16 @@ def ir_pins(wanted: TacticRecord, unpinned: TacticRecord,
         for name in layers:
             pins[name] = choice.choice
     return pins, unmapped
+
+
+def _ir_name(layer: str, ir_layers: Mapping[str, object]) -> str | None:
+    """The IR layer named ``layer`` without trailing ``.N`` suffixes (the execution layer ``s.0`` of an int64
+    output computed in i32 is the op ``s`` in the model as read), or None."""
+    while (shorter := _OUTPUT_INDEX.sub("", layer)) != layer and shorter:
+        if shorter in ir_layers:
+            return shorter
+        layer = shorter
+    return None
 
 
 def pin_ir_xml(xml_in: str | Path, xml_out: str | Path, pins: Mapping[str, str]) -> list[str]:

@@ -120,6 +120,35 @@ def test_script_pins_like_graphbisect(mismatch_content: BundleContent, tmp_path:
     assert (tmp_path / "script.xml").read_bytes() == (tmp_path / "lib.xml").read_bytes()
 
 
+@pytest.mark.openvino
+@pytest.mark.parametrize("op", ["MatMul", "Add"])
+def test_script_maps_int64_output_renames_like_graphbisect(mismatch_content: BundleContent, tmp_path: Path,
+                                                           op: str) -> None:
+    """OpenVINO runs the op writing int64 output ``s`` as ``s.0`` and converts back in ``s.0.0``: the script's
+    copy records that kernel for the node (not the Convert's) and pins the op ``s`` as graphbisect does."""
+    ov = pytest.importorskip("openvino")
+
+    from graphbisect.backends.openvino import _exec_graph, ir_layers
+    from graphbisect.tactics.openvino import ir_pins, onnx_names, record_from_exec_graph
+    from tests.tactics.tactics_builders import save_int64_output
+
+    path = save_int64_output(tmp_path, op)
+    node = {"MatMul": "mm", "Add": "add"}[op]
+    core = ov.Core()
+    model = core.read_model(str(path))
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    actual = record_from_exec_graph(_exec_graph(compiled), onnx_names(path), version=None, device=None)
+    script = _script(dataclasses.replace(mismatch_content, target=BackendSpec.parse("openvino")), tmp_path)
+    current = script.build_choices(compiled, *script.onnx_names(path))
+    assert current[node][0] == "s.0"
+    assert current == {c.node: (c.layer, c.choice, c.layer_type) for c in actual.choices}
+    wanted = actual.with_choices({node: "ref_any" if actual.choice_of(node) != "ref_any" else "jit_gemm"})
+    pins, unmapped = ir_pins(wanted, actual, ir_layers(model, onnx_names(path)))
+    assert list(pins) == ["s"] and unmapped == []
+    assert script.ir_pins(wanted.to_json()["choices"], current,
+                          script.ir_layers(model, *script.onnx_names(path))) == (pins, unmapped)
+
+
 def _script(content: BundleContent, tmp_path: Path):  # type: ignore[no-untyped-def]
     import importlib.util
 

@@ -227,6 +227,44 @@ def test_keep_fp32_file_is_read_at_every_load(paths: dict[str, Path], tmp_path: 
     assert _precisions(runtime)["conv"] == "bf16" and _precisions(runtime)["pool"] == "f32"
 
 
+def test_keep_fp32_check_sees_an_int64_outputs_renamed_kernel(tmp_path: Path) -> None:
+    """OpenVINO computes the int64 MatMul writing graph output ``s`` as execution node ``s.0`` (f32) and converts
+    it back in ``s.0.0``: the check finds the kernel. Before, no kernel mapped to ``mm`` and it was reported
+    unverified ("no kernel names it")."""
+    from tests.tactics.tactics_builders import save_int64_output
+
+    runtime = OpenVino({"report_exec": "1", "keep_fp32": "mm"}, str(tmp_path))
+    runtime.load(str(save_int64_output(tmp_path)), None)
+    assert "s.0" in {n["name"] for n in runtime.info()["exec_graph"]}
+    assert runtime.info()["keep_fp32"]["unverified"] == []
+
+
+def test_keep_fp32_check_is_not_fooled_by_a_convert_back() -> None:
+    """Execution graph captured from OpenVINO 2026.4 (bf16, no pin applied): Conv ``conv`` writes f64 graph output
+    ``c``, computed in bf16 as ``c`` and converted back to f64 by ``c.0`` in f32. The Convert also maps to
+    ``conv`` (``.N`` rename) but does not compute it: the pin is not applied, not "partly applied"."""
+    from graphbisect.backends.openvino import _Pins
+    from graphbisect.tactics.openvino import NodeNames
+
+    def node(name: str, kind: str, precision: str, out: str, originals: list[str]) -> dict[str, object]:
+        return {"name": name, "layer_type": kind, "primitive_type": "x", "runtime_precision": precision,
+                "output_precisions": out, "original_layers": originals}
+
+    exec_graph = [node("x", "Input", "f64", "f64", ["x"]),
+                  node("Convert_3640", "Convert", "f64", "bf16", ["Convert_3640"]),
+                  node("Convert_3640_abcd_acdb_c", "Reorder", "bf16", "bf16", []),
+                  node("c", "Convolution", "bf16", "bf16", ["c"]),
+                  node("c_bf16_f32_y", "Reorder", "bf16", "f32", []),
+                  node("y", "Subgraph", "f32", "f32", ["y"]),
+                  node("y.0", "Convert", "f32", "f64", ["y.0"]),
+                  node("c_bf16_acdb_f32_abcd_c.0", "Reorder", "bf16", "f32", []),
+                  node("c.0", "Convert", "f32", "f64", ["c.0"])]
+    pins = _Pins(NodeNames(frozenset({"conv", "relu"}), {"c": "conv", "y": "relu"}),
+                 {"c": {"conv"}, "y": {"relu"}}, frozenset({"conv"}), [])
+    pins.check(exec_graph)
+    assert (pins.not_applied, pins.partly_applied, pins.unverified) == (["conv"], [], [])
+
+
 @pytest.mark.parametrize("value", ["@relative/keep.txt", "@/no/such/keep.txt"])
 def test_keep_fp32_file_must_exist_by_absolute_path(value: str) -> None:
     with pytest.raises(SpecError, match="keep_fp32"):

@@ -42,3 +42,28 @@ def save_cnn(folder: Path) -> Path:
     path = folder / "cnn.onnx"
     onnx.save(cnn_model(), str(path))
     return path
+
+
+def save_int64_output(folder: Path, op: str = "MatMul") -> Path:
+    """``op`` (``MatMul`` ``mm`` of int64 a [4, 8] and b [8, 4], or ``Add`` ``add`` of a + a, a [3]) writing
+    int64 graph output ``s``, read by Cast ``cast`` -> Mul ``mul`` (by float ``f`` [1]) -> ``y``.
+
+    OpenVINO's CPU plugin computes int64 in i32 and renames the op computing ``s`` to ``s.0`` and the
+    Convert back to int64 before the Result ``s.0.0`` (OpenVINO 2026.4); the MatMul kernel honours
+    ``primitives_priority`` (``ref_any``), the Eltwise does not.
+    """
+    vi = helper.make_tensor_value_info
+    if op == "MatMul":
+        node, inputs = helper.make_node("MatMul", ["a", "b"], ["s"], name="mm"), \
+            [vi("a", TensorProto.INT64, [4, 8]), vi("b", TensorProto.INT64, [8, 4])]
+    else:
+        node, inputs = helper.make_node("Add", ["a", "a"], ["s"], name="add"), [vi("a", TensorProto.INT64, [3])]
+    nodes = [node, helper.make_node("Cast", ["s"], ["c"], name="cast", to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["c", "f"], ["y"], name="mul")]
+    graph = helper.make_graph(nodes, f"int64_{op.lower()}", [*inputs, vi("f", TensorProto.FLOAT, [1])],
+                              [vi("s", TensorProto.INT64, None), vi("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = folder / f"int64_{op.lower()}.onnx"
+    onnx.save(model, str(path))
+    return path

@@ -82,6 +82,7 @@ def compile_ov(core, model, options):
 # by writing primitives_priority into the IR XML (the only form the CPU plugin honours), and compile that.
 PRECISION_SUFFIX = r"_(?:f32|f16|bf16|i8|u8|i32|i64|fp32|fp16|undef|dynamic)$"
 NOT_KERNELS = {"Input", "Output", "Const", "Parameter", "Result"}
+OUTPUT_INDEX = r"\.\d+$"  # one ".N" OpenVINO's ConvertPrecision appended to a graph output's node
 
 
 def pin_tactics(core, model, compiled, options, model_path):
@@ -132,24 +133,35 @@ def onnx_names(model_path):
 
 
 def onnx_node_of(name, nodes, producers):
-    """The ONNX node an OpenVINO op name stands for: the name or a /-prefix of it, as a node or tensor name."""
+    """The ONNX node an OpenVINO op name stands for (graphbisect's tactics.openvino.onnx_node_of)."""
+    return mapping_of(name, nodes, producers)[0]
+
+
+def mapping_of(name, nodes, producers):
+    """(ONNX node, how many trailing ".N" were removed to find it): the name or a /-prefix of it, as a node or
+    tensor name, then one ".N" less at a time (OpenVINO's ConvertPrecision names an int64 output's node "s.0"
+    and its Convert back "s.0.0"; an f64 output's Convert back "s.0")."""
     if not nodes:
-        return name
-    if name.endswith(SINK_SUFFIX):
-        name = name[: -len(SINK_SUFFIX)]
-    parts = name.split("/")
-    for end in range(len(parts), 0, -1):
-        prefix = "/".join(parts[:end])
-        if prefix in nodes:
-            return prefix
-        if prefix in producers:
-            return producers[prefix]
-    return None
+        return name, 0
+    removed = 0
+    while True:
+        bare = name[: -len(SINK_SUFFIX)] if name.endswith(SINK_SUFFIX) else name
+        parts = bare.split("/")
+        for end in range(len(parts), 0, -1):
+            prefix = "/".join(parts[:end])
+            if prefix in nodes:
+                return prefix, removed
+            if prefix in producers:
+                return producers[prefix], removed
+        shorter = re.sub(OUTPUT_INDEX, "", name)
+        if shorter == name or not shorter:
+            return None, removed
+        name, removed = shorter, removed + 1
 
 
 def build_choices(compiled, nodes, producers):
     """ONNX node -> (execution layer, kernel without its precision suffix) of a compiled model."""
-    choices = {}
+    choices, ranks = {}, {}
     for op in compiled.get_runtime_model().get_ordered_ops():
         info = op.get_rt_info()
         facts = {key: info[key].astype(str) for key in info.keys()}
@@ -157,8 +169,11 @@ def build_choices(compiled, nodes, producers):
         if facts.get("layerType") in NOT_KERNELS or not primitive or primitive.startswith("unknown"):
             continue
         candidates = [op.get_friendly_name(), *(n for n in facts.get("originalLayersNames", "").split(",") if n)]
-        node = next((n for n in (onnx_node_of(c, nodes, producers) for c in candidates) if n is not None), None)
-        if node is not None and node not in choices:
+        node, removed = next((m for m in (mapping_of(c, nodes, producers) for c in candidates) if m[0] is not None),
+                             (None, 0))
+        # one kernel per node: the fewest ".N" removed (the computing kernel, not the Convert back), then the first
+        if node is not None and (node not in ranks or removed < ranks[node]):
+            ranks[node] = removed
             choices[node] = (op.get_friendly_name(), re.sub(PRECISION_SUFFIX, "", primitive), facts.get("layerType"))
     return choices
 
@@ -201,6 +216,10 @@ def ir_pins(wanted, current, layers):
         if layer in layers:
             pins[layer] = choice["choice"]
             continue
+        renamed = ir_name(layer, layers)
+        if renamed is not None and choice["node"] in layers[renamed][1]:
+            pins[renamed] = choice["choice"]  # execution layer "s.0" is the op "s" as read
+            continue
         found = [name for name, (op_type, nodes) in layers.items()
                  if choice["node"] in nodes and same_kind(layer_type, op_type)]
         if not found:
@@ -208,6 +227,15 @@ def ir_pins(wanted, current, layers):
         for name in found:
             pins[name] = choice["choice"]
     return pins, unmapped
+
+
+def ir_name(layer, layers):
+    """The IR layer named like execution layer ``layer`` without its trailing ".N" suffixes, or None."""
+    while (shorter := re.sub(OUTPUT_INDEX, "", layer)) != layer and shorter:
+        if shorter in layers:
+            return shorter
+        layer = shorter
+    return None
 
 
 def pin_ir_xml(xml_in, xml_out, pins):
