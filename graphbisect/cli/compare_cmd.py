@@ -143,7 +143,8 @@ def _print_layers(result: CompareResult, rows: int) -> None:
         print(f"\nfirst divergence: compiled node {fused.kind} {fused.name!r} → tensor {first.tensor}, "
               f"{_num(first.stats.score)}× tolerance")
         print(f"  it replaced {len(fused.originals)} original nodes: {', '.join(fused.originals[:12])}"
-              + (", ..." if len(fused.originals) > 12 else ""))
+              + (", ..." if len(fused.originals) > 12 else "")
+              + (f" ({fused.inferred_note()}: the target did not name them)" if fused.inferred else ""))
     else:
         print(f"\nfirst divergence: {first.node} ({first.op_type}) → tensor {first.tensor}, "
               f"{_num(first.stats.score)}× tolerance")
@@ -158,4 +159,6 @@ def _compiled_as(node: CompiledNode | None) -> str:
     """The table's "compiled as" cell: the compiled node, and how many original nodes it covers."""
     if node is None:
         return "- (not in compiled graph)"
-    return f"{node.kind} ×{len(node.originals)}" if node.fused else node.kind
+    if not node.fused:
+        return node.kind
+    return f"{node.kind} ×{len(node.originals)}" + (f" ({len(node.inferred)} inferred)" if node.inferred else "")

@@ -30,7 +30,8 @@ nodes that cover the same ONNX node (a node decomposed into several kernels) are
 Execution graphs also forget nodes: OpenVINO 2026.4's MVN fusion lists only the final ``Div`` of the
 LayerNorm pattern it replaced in ``originalLayersNames``. An original node that no compiled node names and
 whose outputs are all read by one group was computed inside it (fused or folded into it): it joins that
-group and is listed in :attr:`CompiledGraph.inferred`, so reports say what was inferred.
+group and is listed in :attr:`CompiledGraph.inferred` and that node's :attr:`CompiledNode.inferred`, so
+reports say which memberships were inferred rather than read from the backend.
 
 Example:
     >>> from onnx import helper
@@ -85,6 +86,9 @@ class CompiledNode:
     kind: str  # its op type / layer type
     originals: tuple[str, ...]  # ONNX node names it covers, in topological order
     outputs: tuple[str, ...]  # original tensor names it produces (what the probe exposes)
+    #: Those of ``originals`` the backend did not name: attributed to this node from the graph
+    #: (:func:`_attribute_unclaimed`), an inference, not the backend's word.
+    inferred: tuple[str, ...] = ()
 
     @property
     def fused(self) -> bool:
@@ -92,20 +96,35 @@ class CompiledNode:
         return len(self.originals) > 1
 
     def describe(self, limit: int = 4) -> str:
-        """``Kind 'name'`` and, when fused, the original nodes it covers (the first ``limit``)."""
+        """``Kind 'name'`` and, when fused, the original nodes it covers (the first ``limit``) and which of them
+        were inferred (:meth:`inferred_note`).
+
+        Example:
+            >>> CompiledNode("mvn", "MVN", ("mean", "sub", "div"), ("y",), ("mean", "sub")).describe()
+            "MVN 'mvn' ← 3 nodes: mean, sub, div (membership of mean, sub inferred from the graph)"
+        """
         text = f"{self.kind} {self.name!r}"
         if not self.fused:
             return text
         shown = ", ".join(self.originals[:limit]) + (", ..." if len(self.originals) > limit else "")
-        return f"{text} ← {len(self.originals)} nodes: {shown}"
+        note = self.inferred_note(limit)
+        return f"{text} ← {len(self.originals)} nodes: {shown}" + (f" ({note})" if note else "")
+
+    def inferred_note(self, limit: int = 12) -> str:
+        """``membership of a, b inferred from the graph`` (the first ``limit``), or "" when the backend named all."""
+        if not self.inferred:
+            return ""
+        shown = ", ".join(self.inferred[:limit]) + (", ..." if len(self.inferred) > limit else "")
+        return f"membership of {shown} inferred from the graph"
 
     def to_json(self) -> dict[str, object]:
         return {"name": self.name, "kind": self.kind, "originals": list(self.originals),
-                "outputs": list(self.outputs)}
+                "outputs": list(self.outputs), "inferred": list(self.inferred)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CompiledNode:
-        return cls(str(data["name"]), str(data["kind"]), tuple(data["originals"]), tuple(data["outputs"]))
+        return cls(str(data["name"]), str(data["kind"]), tuple(data["originals"]), tuple(data["outputs"]),
+                   tuple(data.get("inferred", ())))
 
 
 @dataclass(frozen=True)
@@ -339,6 +358,7 @@ def _assemble(nodes: Sequence[onnx.NodeProto], source: str,
                 readers.setdefault(name, set()).add(i)
     result: list[tuple[int, CompiledNode]] = []
     taken: set[str] = set()
+    guessed = set(inferred)
     for members in merged.values():
         region = set().union(*(groups[g][2] for g in members))
         named = [groups[g][3] for g in members]
@@ -353,8 +373,10 @@ def _assemble(nodes: Sequence[onnx.NodeProto], source: str,
         while name in taken:
             name += "'"
         taken.add(name)
-        result.append((max(region), CompiledNode(name, "+".join(kinds), tuple(nodes[i].name for i in sorted(region)),
-                                                 tuple(outputs))))
+        ordered = sorted(region)
+        covered = tuple(nodes[i].name for i in ordered)
+        result.append((max(region), CompiledNode(name, "+".join(kinds), covered, tuple(outputs),
+                                                 tuple(nodes[i].name for i in ordered if i in guessed))))
     result.sort(key=lambda item: item[0])
     return CompiledGraph(source, tuple(node for _, node in result), tuple(unmapped),
                          tuple(nodes[i].name for i in sorted(inferred)))

@@ -71,6 +71,21 @@ def test_openvino_execution_graph_is_mapped_to_onnx_nodes() -> None:
                                    ("ReduceMean", "Sub", "Pow", "ReduceMean_1", "Add", "Sqrt", "Div"))
     assert "/blk10/norm/ReduceMean" in graph.inferred and "/blk10/norm/Div" not in graph.inferred
     assert "/blk10/norm/Sub_output_0" not in graph.surviving
+    # the compiled node says which of its members were inferred, and keeps it through JSON
+    assert node.inferred == node.originals[:-1]
+    assert node.to_json()["inferred"] == list(node.originals[:-1])
+    assert CompiledGraph.from_json(graph.to_json()).by_original()["/blk10/norm/Div"] == node
+    assert "(membership of /blk10/norm/ReduceMean, " in node.describe()
+    named = [n for n in graph.nodes if n.fused and not n.inferred]
+    assert named and all("inferred" not in n.describe() for n in named)
+
+
+def test_compiled_node_from_older_json_has_no_inferred_members() -> None:
+    """A report written before ``inferred`` existed reads back as making no such claim."""
+    from graphbisect.localize.compiled import CompiledNode
+
+    old = {"name": "f", "kind": "Fused", "originals": ["a", "b"], "outputs": ["y"]}
+    assert CompiledNode.from_json(old).inferred == ()
 
 
 def test_tensorrt_layers_from_inspector_metadata_or_names() -> None:

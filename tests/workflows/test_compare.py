@@ -236,6 +236,30 @@ def test_openvino_mvn_fusion_divergence_is_localized_on_its_execution_graph() ->
     assert cause.is_root and cause.compiled_as == first.compiled_as
 
 
+@pytest.mark.openvino
+def test_cli_says_which_fusion_memberships_of_the_first_divergence_were_inferred(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """OpenVINO's MVN names only the LayerNorm's final Div; the six nodes before it join the MVN because they
+    feed nothing else. The text and the JSON say that those memberships were inferred, not read from OpenVINO:
+    before, "it replaced 7 original nodes: ..." presented all seven as OpenVINO's word."""
+    pytest.importorskip("openvino")
+    from graphbisect.examples.bundled import example_inputs_path, example_model_path
+
+    report = tmp_path / "r.json"
+    assert main(["compare", str(example_model_path()), "--inputs", str(example_inputs_path()),
+                 "--target", "openvino", "--json", str(report)]) == 1
+    out = capsys.readouterr().out
+    norm = [f"/blk10/norm/{n}" for n in ("ReduceMean", "Sub", "Pow", "ReduceMean_1", "Add", "Sqrt")]
+    first = out.split("first divergence: compiled node MVN '/blk10/norm/Div'")[1].split("root causes")[0]
+    assert f"(membership of {', '.join(norm)} inferred from the graph: the target did not name them)" in first
+    causes = out.split("root causes")[1].splitlines()
+    assert "inferred from the graph" in next(line for line in causes if "/blk10/norm/Div (Div)" in line)
+    data = json.loads(report.read_text())
+    assert data["first_divergence"]["compiled_as"]["inferred"] == norm
+    assert data["root_causes"][0]["compiled_as"]["inferred"] == norm
+
+
 @pytest.mark.gpu
 def test_tensorrt_target_is_probed_where_its_engine_keeps_tensors() -> None:
     """TensorRT describes its engine (inspector layers with ONNX node names); only their outputs are probed."""
