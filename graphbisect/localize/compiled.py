@@ -51,15 +51,12 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import onnx
 
 from graphbisect.localize.fusion import fused_region, surviving_tensors, vanished_tensors
 from graphbisect.localize.optimized import OriginalGraph, optimized_tensors
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "CompiledGraph",

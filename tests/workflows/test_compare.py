@@ -351,9 +351,9 @@ def test_an_oracle_that_omits_an_output_is_the_oracle_failing(tmp_path: Path, la
                               [vi("y", TensorProto.FLOAT, [3]), vi("z", TensorProto.FLOAT, [3])])
     model = load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
     feeds = {"x": np.array([1, -2, 3], np.float32)}
-    with pytest.raises(OracleFailed, match="no value for graph output.*'y'") as failed:
+    with pytest.raises(OracleFailed, match=r"no value for graph output.*'y'") as failed:
         compare_models(model, oracle=oracle, inputs=feeds, layerwise=layerwise, workdir=tmp_path / "c")
     assert failed.value.outcome.cls is OutcomeClass.ORACLE_CRASH
     if layerwise:
-        with pytest.raises(BackendError, match="no value for graph output.*'y'"):
+        with pytest.raises(BackendError, match=r"no value for graph output.*'y'"):
             reduce_model(model, tmp_path / "bug", inputs=feeds, options=ReduceOptions(oracle=oracle))
