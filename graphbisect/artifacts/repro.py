@@ -12,7 +12,10 @@ design:
   disabled optimizers, intra-op threads, session config entries, as :mod:`graphbisect.backends.onnxruntime`
   sets them), compares every output with the bundle's tolerances using :mod:`graphbisect.compare`'s
   semantics (``numpy.allclose`` per element; NaN/Inf in the target where the oracle is finite is a failure
-  of its own kind) and prints what it saw.
+  of its own kind) and prints what it saw. A mismatch reproduces only in its recorded **value class** (float
+  values beyond tolerance, or integer/boolean values that differ), as
+  :meth:`~graphbisect.oracle.signature.Signature.matches` rules; the script words the classes as the signature
+  does (a test keeps them equal).
 * **The backend runs in a child process** (the script re-executes itself with ``--child``), so a segfault,
   an abort or a hang is observed and matched against the recorded failure like graphbisect's isolated
   workers do. ``--in-process`` skips that, for a debugger.
@@ -444,7 +447,7 @@ def compare(name, expected, actual, tolerance):
     per element (numpy.allclose); NaN/Inf where the oracle is finite is its own kind, "nan"."""
     if isinstance(expected, list) or isinstance(actual, list) or expected is None or actual is None:
         return compare_containers(name, expected, actual, tolerance)
-    result = {"name": name, "kind": "ok", "numel": int(np.size(expected))}
+    result = {"name": name, "kind": "ok", "numel": int(np.size(expected)), "values": value_class(expected)}
     if actual is MISSING:
         return dict(result, kind="missing")
     actual = np.asarray(actual)
@@ -490,8 +493,9 @@ def compare_containers(name, expected, actual, tolerance):
     if isinstance(expected, list) and isinstance(actual, list) and len(expected) == len(actual):
         results = [compare(f"{name}[{i}]", e, a, tolerance) for i, (e, a) in enumerate(zip(expected, actual))]
         worst = max(results, key=lambda r: KIND_RANK[r["kind"]], default={"kind": "ok"})
+        # graphbisect classes a sequence by its type name, "sequence(int64)": never an integer/boolean tensor
         return dict(worst, name=name if worst["kind"] == "ok" else worst["name"],
-                    numel=sum(r.get("numel", 0) for r in results))
+                    numel=sum(r.get("numel", 0) for r in results), values="float")
     if expected is None and actual is None:
         return {"name": name, "kind": "ok", "numel": 0}
     def shape(v):
@@ -524,6 +528,26 @@ def failure_kind(results):
     return FAILURE_OF[worst["kind"]]
 
 
+# The value class of a mismatch, as graphbisect's failure signature words it (a test keeps them equal): a
+# wrong classification (an integer flip) and a float error are different failures, whichever was recorded.
+FLOAT_VALUES = "values beyond tolerance"
+EXACT_VALUES = "integer/boolean values differ"
+
+
+def value_class(expected):
+    """"exact" for an oracle tensor of integers or booleans (graphbisect's rule, on the dtype's name), else
+    "float"."""
+    dtype = str(getattr(expected, "dtype", ""))
+    return "exact" if dtype == "bool" or dtype.startswith(("int", "uint")) else "float"
+
+
+def mismatch_detail(results):
+    """A mismatch's value class: float values beyond tolerance when any float output fails (the numeric error
+    is the root symptom, a flip its consequence), else integer/boolean values that differ."""
+    failing = [r for r in results if r["kind"] == "mismatch"]
+    return EXACT_VALUES if all(r.get("values") == "exact" for r in failing) else FLOAT_VALUES
+
+
 # ------------------------------------------------------------------------------------------ run
 def attempt(config, status_file=None):
     """Run the target once on model.onnx and compare with the oracle. Returns an outcome dict; with
@@ -554,7 +578,8 @@ def attempt(config, status_file=None):
         return note(kind=raised_kind(config, "run", exc), error_type=type(exc).__name__, message=str(exc))
     results = [compare(name, expected[name], actual.get(name, MISSING), config["tolerance"])
                for name in config["outputs"]]
-    return note(kind=failure_kind(results), outputs=results)
+    kind = failure_kind(results)
+    return note(kind=kind, detail=mismatch_detail(results) if kind == "mismatch" else None, outputs=results)
 
 
 def raised_kind(config, phase, exc):
@@ -653,12 +678,15 @@ def crash_key(message):
 
 
 def is_recorded_failure(expect, outcome):
-    """Whether this run failed the way graphbisect recorded (same kind; same crash message or exit status)."""
+    """Whether this run failed the way graphbisect recorded (same kind; for a mismatch the same value class,
+    for a crash the same message or exit status)."""
     if expect["kind"] == "regex":
         text = "\n".join(str(outcome.get(key) or "") for key in ("error_type", "message", "log"))
         return re.search(expect["regex"], text) is not None
     if outcome["kind"] != expect["kind"]:
         return False
+    if expect["kind"] == "mismatch" and expect.get("detail") in (FLOAT_VALUES, EXACT_VALUES):
+        return outcome.get("detail") == expect["detail"]  # an integer flip is not a float error, nor vice versa
     if expect.get("exit_code") is not None:
         return outcome.get("exit_code") == expect["exit_code"]
     if expect.get("message_key") is not None:
@@ -695,7 +723,7 @@ def print_outcome(config, outcome):
         print(f"          graphbisect ran this backend under {config['python']}: run this script with it")
     expect = config["expect"]
     print(f"recorded  {expect['kind']}: {expect.get('message') or expect.get('detail') or ''}".rstrip(": \n"))
-    observed = outcome["kind"]
+    observed = outcome["kind"] + (f" ({outcome['detail']})" if outcome.get("detail") else "")
     if outcome.get("message"):
         observed += f": {outcome.get('error_type') or 'error'}: {outcome['message']}"
     print(f"observed  {observed.rstrip()}")
@@ -714,7 +742,9 @@ def verdict(config, outcome):
         print(f"\nFIXED: {config['target_spec']} no longer fails the recorded way "
               f"({'outputs match the oracle' if outcome['kind'] == 'none' else 'regex does not match'}).")
         return FIXED
-    print(f"\n*** A DIFFERENT FAILURE: recorded {expect['kind']}, now {outcome['kind']}. The recorded bug may be "
+    recorded = expect["kind"] + (f" ({expect['detail']})" if expect["kind"] == "mismatch" else "")
+    now = outcome["kind"] + (f" ({outcome['detail']})" if outcome.get("detail") else "")
+    print(f"\n*** A DIFFERENT FAILURE: recorded {recorded}, now {now}. The recorded bug may be "
           "fixed while another one shows; see the lines above. ***")
     return REPRODUCES
 

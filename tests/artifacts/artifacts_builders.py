@@ -68,6 +68,15 @@ def layernorm_model(names: Mapping[str, str] | None = None) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR_VERSION)
 
 
+def layernorm_argmax_model() -> onnx.ModelProto:
+    """The LayerNormFusion bug with a second, integer output: ``idx`` = ArgMax(x) along the last axis (computed
+    from the input, so no optimization level changes it): a bundle can fail in either value class."""
+    model = layernorm_model()
+    model.graph.node.append(helper.make_node("ArgMax", ["x"], ["idx"], axis=-1, keepdims=0, name="argmax"))
+    model.graph.output.append(helper.make_tensor_value_info("idx", TensorProto.INT64, [4]))
+    return model
+
+
 def relu_clip_model() -> onnx.ModelProto:
     """The ReluClipFusion float64 bug: Relu → Clip with double min/max initializers, input double[4]."""
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),

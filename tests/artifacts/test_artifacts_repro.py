@@ -12,13 +12,26 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-from artifacts_builders import FIXED_TARGET, HOSTILE, ORACLE, build_content, relu_clip_model, run_repro
+from artifacts_builders import (
+    FIXED_TARGET,
+    HOSTILE,
+    LN_INPUT,
+    MISMATCH_TARGET,
+    ORACLE,
+    build_content,
+    layernorm_argmax_model,
+    relu_clip_model,
+    run_repro,
+)
 
-from graphbisect.artifacts import BundleContent, crash_key, render_repro, write_bundle
+from graphbisect.artifacts import BundleContent, crash_key, load_bundle, render_repro, write_bundle
 from graphbisect.artifacts.report import md_code
 from graphbisect.artifacts.repro import expected_failure, repro_config
 from graphbisect.backends import BackendSpec
-from graphbisect.oracle.signature import FailureKind, Signature
+from graphbisect.backends.base import RunResult, RunStatus
+from graphbisect.compare import Tolerance, compare_outputs
+from graphbisect.oracle.signature import EXACT_VALUES, FLOAT_VALUES, FailureKind, Signature, signature_of
+from graphbisect.workflows.verify import DIFFERENT, verify_bundle
 
 FIXED = BackendSpec.parse(FIXED_TARGET)
 
@@ -73,6 +86,29 @@ def test_a_different_failure_is_loud(crash_content: BundleContent, tmp_path: Pat
     proc = run_repro(write_bundle(tampered, tmp_path / "b"))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "A DIFFERENT FAILURE" in proc.stdout and "now mismatch" in proc.stdout
+
+
+def test_a_mismatch_of_another_value_class_is_a_different_failure(tmp_path: Path) -> None:
+    """The value class is part of a mismatch's signature (Signature.matches): repro.py reported REPRODUCED for
+    an integer flip when float values beyond tolerance were recorded, and the other way round, while
+    `graphbisect verify` said DIFFERENT. Both ways, with real ONNX Runtime runs."""
+    content = build_content(layernorm_argmax_model(), {"x": LN_INPUT}, tmp_path / "ln", target=MISMATCH_TARGET)
+    assert content.signature == Signature(FailureKind.MISMATCH, FLOAT_VALUES, content.signature.band)
+    # Recorded: floats beyond tolerance. Now: the floats agree (the fixed target), the argmax differs.
+    flipped = dict(content.oracle_outputs, idx=(content.oracle_outputs["idx"] + 1) % 4)
+    cases = {"flip": (dataclasses.replace(_fixed(content), oracle_outputs=flipped), EXACT_VALUES),
+             # Recorded: an integer flip. Now: the floats are wrong, the argmax agrees.
+             "float": (dataclasses.replace(content, signature=Signature(FailureKind.MISMATCH, EXACT_VALUES)),
+                       FLOAT_VALUES)}
+    for name, (case, observed) in cases.items():
+        out = write_bundle(case, tmp_path / name)
+        proc = run_repro(out)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "A DIFFERENT FAILURE" in proc.stdout and f"now mismatch ({observed})" in proc.stdout, proc.stdout
+        with load_bundle(out) as bundle:
+            assert verify_bundle(bundle).outcome == DIFFERENT  # the same verdict as graphbisect's
+    same = run_repro(write_bundle(content, tmp_path / "same"))
+    assert same.returncode == 1 and "REPRODUCED" in same.stdout, same.stdout + same.stderr
 
 
 def test_cannot_run_exits_2(mismatch_content: BundleContent, tmp_path: Path) -> None:
@@ -130,6 +166,19 @@ def _script_module(content: BundleContent, tmp_path: Path) -> ModuleType:
 def test_script_crash_key_equals_the_library_one(mismatch_content: BundleContent, tmp_path: Path,
                                                  message: str) -> None:
     assert _script_module(mismatch_content, tmp_path).crash_key(message) == crash_key(message)
+
+
+def test_script_value_classes_equal_the_signature_ones(mismatch_content: BundleContent, tmp_path: Path) -> None:
+    """repro.py words a mismatch's value class as graphbisect's signature does (its config's expected detail)."""
+    module = _script_module(mismatch_content, tmp_path)
+    tolerance = repro_config(mismatch_content)["tolerance"]
+    for dtype in ("bool", "int8", "uint64", "float16", "float32", "complex64"):
+        expected, actual = np.zeros(3, dtype), np.ones(3, dtype)
+        library = signature_of(RunResult(RunStatus.OK, {"o": actual}),
+                               compare_outputs({"o": expected}, {"o": actual}, Tolerance()))
+        results = [module.compare("o", expected, actual, tolerance)]
+        assert module.failure_kind(results) == library.kind.value == "mismatch"
+        assert module.mismatch_detail(results) == library.detail, dtype
 
 
 def test_crash_key_ignores_volatile_details() -> None:
