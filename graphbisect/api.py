@@ -290,10 +290,13 @@ def precision(
                           on_stage=on_stage, on_progress=on_progress, alone=alone, jobs=jobs)
 
 
-def verify(bundle: str | os.PathLike[str], *, target: str | None = None, trust: bool = False) -> Verification:
+def verify(bundle: str | os.PathLike[str], *, target: str | None = None, trust: bool = False,
+           check: OutputCheck | None = None) -> Verification:
     """Re-run a bundle (folder or .zip) on its recorded target or on ``target`` (``graphbisect verify``):
     ``outcome`` is ``"reproduces"``, ``"fixed"`` or ``"different"``. A recorded target that runs a program
     (``command:``) or an interpreter (``python=``) runs only with ``trust=True`` (a bundle is a download).
+    A bundle reduced with a Python ``check`` is judged by the ``check`` given here (the same callable); without
+    it a run that completed is ``"undecided"``, since the tolerance may accept what the check rejected.
 
     Example:
         >>> verify("bug-report", target="ort:opt_level=all,python=/opt/ort-next/bin/python").outcome  # doctest: +SKIP
@@ -303,7 +306,7 @@ def verify(bundle: str | os.PathLike[str], *, target: str | None = None, trust: 
     from graphbisect.workflows.verify import verify_bundle
 
     with load_bundle(Path(bundle)) as loaded:
-        return verify_bundle(loaded, target, trust=trust)
+        return verify_bundle(loaded, target, trust=trust, check=check)
 
 
 def triage(

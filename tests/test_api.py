@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +13,7 @@ import pytest
 
 import graphbisect
 from graphbisect.api_doc import render
+from graphbisect.cli.main import main
 from graphbisect.errors import InputError, ModelError
 from graphbisect.examples.patterns import pattern_model
 
@@ -40,7 +43,7 @@ PINNED = {
               "atol=0.0001, rtol=0.001, tolerance=None, passes=True, seed=0, executor='local', jobs=None, "
               "candidate_jobs=1, max_invocations=None, timeout=None, on_model=None)",
     "unregister_backend": "(name)",
-    "verify": "(bundle, *, target=None, trust=False)",
+    "verify": "(bundle, *, target=None, trust=False, check=None)",
     "tactics.record": "(model, *, target=None, inputs=None, shapes=None, seed=0)",
     "tactics.replay": "(model, record, *, target=None, inputs=None, shapes=None, seed=0)",
     "tactics.isolate": "(model, *, good=None, bad=None, builds=0, perturb=(), target=None, oracle=None, atol=None, "
@@ -119,6 +122,30 @@ def test_reduce_with_a_python_check(tmp_path: Path) -> None:
     # The check's verdict is the failure: the spec's comparison of values is reported, blaming no side.
     spec = json.loads((tmp_path / "bug" / "report.json").read_text())["spec_check"]
     assert spec["verdict"] == "not-a-value-failure" and "the Python output check" in spec["text"]
+
+
+def test_a_python_check_bundle_is_never_judged_by_the_tolerance(tmp_path: Path) -> None:
+    """The check and the tolerance disagree: ONNX Runtime computes the keepdims=1 LayerNorm correctly (within
+    tolerance), and the check rejects any negative output. repro.py and `graphbisect verify` judged the bundle
+    by the tolerance and said FIXED (exit 0) on the very model the check had just rejected; repro_min.py's
+    assertion printed "the bug is fixed". Now a completed run is UNDECIDED (exit 2) unless the check is given."""
+    def non_negative(outputs: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> bool:
+        return all(bool((value >= 0).all()) for value in outputs.values())
+
+    result = graphbisect.reduce(pattern_model("layernorm_keepdims1"), tmp_path / "bug", check=non_negative)
+    assert result.failed and result.signature.detail == "the Python check rejected the outputs"
+    bundle = tmp_path / "bug"
+    repro = subprocess.run([sys.executable, str(bundle / "repro.py")], capture_output=True, text=True, check=False)
+    assert repro.returncode == 2 and "UNDECIDED" in repro.stdout, repro.stdout + repro.stderr
+    assert "FIXED" not in repro.stdout and "REPRODUCED" not in repro.stdout
+    assert "  ok " in repro.stdout  # the tolerance accepts the outputs: only the check rejects them
+    undecided = graphbisect.verify(bundle)
+    assert undecided.outcome == "undecided" and undecided.observed.kind.value == "none"
+    assert main(["verify", str(bundle)]) == 2
+    assert graphbisect.verify(bundle, check=non_negative).outcome == "reproduces"
+    assert graphbisect.verify(bundle, check=lambda outputs, expected: True).outcome == "fixed"
+    assert "UNDECIDED (exit 2)" in (bundle / "report.md").read_text()
+    assert not (bundle / "repro_min.py").exists()  # its tolerance assertion printed "the bug is fixed"
 
 
 def test_a_check_that_raises_names_itself(tmp_path: Path) -> None:

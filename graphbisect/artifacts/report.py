@@ -26,7 +26,7 @@ import numpy as np
 
 from graphbisect._version import __version__
 from graphbisect.artifacts.environment import describe_ran_with, environment_summary
-from graphbisect.artifacts.repro import has_standalone_repro, tactic_files
+from graphbisect.artifacts.repro import JUDGE_PYTHON_CHECK, has_standalone_repro, judged_by, tactic_files
 from graphbisect.compare import Comparison, TensorStats, compare_outputs
 
 if TYPE_CHECKING:
@@ -352,6 +352,13 @@ def _worst_text(stats: TensorStats) -> str:
     return text
 
 
+_PYTHON_CHECK_NOTE = (
+    "The failure is the verdict of a Python output check (`graphbisect.reduce(check=...)`), which this bundle "
+    "cannot hold: `repro.py` and `graphbisect verify` run the target and show its comparison by the tolerance, "
+    "but a run that completes is UNDECIDED (exit 2), never fixed or reproduced by the tolerance; "
+    "`graphbisect.verify(DIR, check=your_check)` judges it with the check.")
+
+
 def _reproduce(content: BundleContent) -> str:
     python = content.target.options.get("python")
     interpreter = python if python else "python"
@@ -371,6 +378,7 @@ def _reproduce(content: BundleContent) -> str:
                 "graphbisect verify . --target 'onnxruntime:python=/path/to/other/python'   # another version",
                 "sh"),
         "",
+        *([_PYTHON_CHECK_NOTE, ""] if judged_by(content.signature, content.target) == JUDGE_PYTHON_CHECK else []),
         "Files: `model.onnx` (the reduced model, weights inline), `inputs.npz` (every graph input), "
         "`oracle_outputs.npz` (expected), "
         + ("`target_outputs.npz` (what the target produced), " if content.target_outputs else "")

@@ -51,10 +51,11 @@ from typing import TYPE_CHECKING, Any
 from graphbisect.artifacts.repro_backends import REPRO_BACKENDS, TACTICS_FILE, ReproBackend
 from graphbisect.artifacts.repro_backends._common import _raw_options
 from graphbisect.backends import BackendSpec, get
+from graphbisect.backends.command import check_mode
 from graphbisect.backends.registry import HOST_OPTIONS
 from graphbisect.errors import SpecError
 from graphbisect.oracle.outcome import UNSUPPORTED_PATTERN
-from graphbisect.oracle.signature import FailureKind, Signature, normalize_message
+from graphbisect.oracle.signature import CHECK_REJECTED, FailureKind, Signature, normalize_message
 
 if TYPE_CHECKING:
     from graphbisect.artifacts.content import BundleContent
@@ -62,11 +63,15 @@ if TYPE_CHECKING:
 __all__ = [
     "CONFIG_FORMAT",
     "CONTROL_TACTICS_FILE",
+    "JUDGE_EXIT_STATUS",
+    "JUDGE_PYTHON_CHECK",
+    "JUDGE_TOLERANCE",
     "REPRO_BACKENDS",
     "TACTICS_FILE",
     "crash_key",
     "expected_failure",
     "has_standalone_repro",
+    "judged_by",
     "render_repro",
     "repro_config",
     "repro_options",
@@ -85,6 +90,29 @@ _TACTICS_BACKENDS = frozenset({"openvino"})  # backends whose repro section repl
 
 #: The stable part of a crash message (one definition, in the signature module).
 crash_key = normalize_message
+
+#: What judged a completed run during the reduction, so what ``repro.py`` and ``graphbisect verify`` must judge
+#: it by (``judge`` in repro_config.json): the tolerance; a Python output check (``reduce(check=callable)``),
+#: which no bundle holds, so a completed run gets no verdict; or an external check's exit status (a
+#: ``command`` target without ``{outputs}``: exit 0 is no failure, nothing is compared).
+JUDGE_TOLERANCE, JUDGE_PYTHON_CHECK, JUDGE_EXIT_STATUS = "tolerance", "python-check", "exit-status"
+
+
+def judged_by(signature: Signature, target: BackendSpec) -> str:
+    """What judges a completed run of ``target`` for a bundle recorded with ``signature`` (see JUDGE_*).
+
+    Example:
+        >>> judged_by(Signature(FailureKind.MISMATCH, CHECK_REJECTED), BackendSpec.parse("ort"))
+        'python-check'
+        >>> judged_by(Signature(FailureKind.CRASH_RUN, "CommandFailed: command exited with code 1"),
+        ...           BackendSpec("command", {"cmd": "python check.py {model} {inputs}"}))
+        'exit-status'
+    """
+    if get(target.name).name == "command" and check_mode(target.options.get("cmd", "")):
+        return JUDGE_EXIT_STATUS
+    if signature.kind is FailureKind.MISMATCH and signature.detail == CHECK_REJECTED:
+        return JUDGE_PYTHON_CHECK
+    return JUDGE_TOLERANCE
 
 
 # ------------------------------------------------------------------------------------- configuration
@@ -196,6 +224,7 @@ def repro_config(content: BundleContent) -> dict[str, Any]:
             "check_dtype": tol.check_dtype,
         },
         "expect": expect,
+        "judge": judged_by(content.signature, spec),
         # what a refusal says (graphbisect's rule): an error matching it is "unsupported", not a crash
         "unsupported_pattern": UNSUPPORTED_PATTERN,
         "standalone": backend.code is not None,
@@ -260,7 +289,7 @@ def _backend(spec: BackendSpec) -> ReproBackend:
 _HEADER = r'''#!/usr/bin/env python3
 """Reproduce a failure that graphbisect reduced to model.onnx.
 
-    python repro.py                # exit 1: the failure reproduces, 0: fixed, 2: this script cannot run
+    python repro.py                # exit 1: the failure reproduces, 0: fixed, 2: this script cannot run or judge
     python repro.py --in-process   # run the backend in this process (for a debugger: gdb --args python ...)
 
 Needs numpy and @LIBRARY@.
@@ -573,13 +602,18 @@ def attempt(config, status_file=None):
         return note(kind=raised_kind(config, "load", exc), error_type=type(exc).__name__, message=str(exc))
     note(phase="run")
     try:
-        actual = run_target(target, inputs, config["outputs"])
+        actual = run_target(target, inputs, compared_outputs(config))
     except Exception as exc:
         return note(kind=raised_kind(config, "run", exc), error_type=type(exc).__name__, message=str(exc))
     results = [compare(name, expected[name], actual.get(name, MISSING), config["tolerance"])
-               for name in config["outputs"]]
+               for name in compared_outputs(config)]
     kind = failure_kind(results)
     return note(kind=kind, detail=mismatch_detail(results) if kind == "mismatch" else None, outputs=results)
+
+
+def compared_outputs(config):
+    """The outputs a run is compared on: none when an external check's exit status is the verdict."""
+    return [] if config.get("judge") == "exit-status" else config["outputs"]
 
 
 def raised_kind(config, phase, exc):
@@ -724,6 +758,8 @@ def print_outcome(config, outcome):
     expect = config["expect"]
     print(f"recorded  {expect['kind']}: {expect.get('message') or expect.get('detail') or ''}".rstrip(": \n"))
     observed = outcome["kind"] + (f" ({outcome['detail']})" if outcome.get("detail") else "")
+    if config.get("judge") == "python-check" and "outputs" in outcome:
+        observed = f"completed; by the tolerance (not the recorded judge): {observed}"
     if outcome.get("message"):
         observed += f": {outcome.get('error_type') or 'error'}: {outcome['message']}"
     print(f"observed  {observed.rstrip()}")
@@ -735,12 +771,21 @@ def verdict(config, outcome):
     """Print what happened and return the exit status."""
     print_outcome(config, outcome)
     expect = config["expect"]
+    if config.get("judge") == "python-check" and "outputs" in outcome:
+        # The reduction's verdict on completed runs was a Python callable, which this script does not have:
+        # the tolerance may accept what the check rejects (or the other way round), so it decides nothing.
+        print(f"\nUNDECIDED: {config['target_spec']} ran, but the recorded failure is the verdict of a Python "
+              "check (graphbisect.reduce(check=...)) that this script does not have. The comparison above uses "
+              "the tolerance, for information only. Apply your check to the target's outputs, or run "
+              "graphbisect.verify(BUNDLE, check=your_check).")
+        return CANNOT_RUN
     if is_recorded_failure(expect, outcome):
         print(f"\nREPRODUCED: {config['target_spec']} still fails the recorded way ({expect['kind']}).")
         return REPRODUCES
     if outcome["kind"] == "none" or expect["kind"] == "regex":
-        print(f"\nFIXED: {config['target_spec']} no longer fails the recorded way "
-              f"({'outputs match the oracle' if outcome['kind'] == 'none' else 'regex does not match'}).")
+        why = ("regex does not match" if outcome["kind"] != "none" else "the check command exited 0"
+               if config.get("judge") == "exit-status" else "outputs match the oracle")
+        print(f"\nFIXED: {config['target_spec']} no longer fails the recorded way ({why}).")
         return FIXED
     recorded = expect["kind"] + (f" ({expect['detail']})" if expect["kind"] == "mismatch" else "")
     now = outcome["kind"] + (f" ({outcome['detail']})" if outcome.get("detail") else "")

@@ -49,7 +49,7 @@ from graphbisect.backends.worker import load_npz, option_flag, save_npz
 from graphbisect.errors import SpecError
 from graphbisect.values import EXTENSION_TYPES, elem_type_of
 
-__all__ = ["CALLER_CWD_ENV", "Command", "CommandFailed", "cannot_run"]
+__all__ = ["CALLER_CWD_ENV", "Command", "CommandFailed", "cannot_run", "check_mode"]
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ class Command:
     @property
     def check_mode(self) -> bool:
         """True when the template has no ``{outputs}``: the exit status alone is the verdict."""
-        return "{outputs}" not in self.template
+        return check_mode(self.template)
 
     def info(self) -> dict[str, Any]:
         """The command line of the last run."""
@@ -196,6 +196,17 @@ def _check_template(template: str) -> None:
                         hint="placeholders are {model}, {inputs} and {outputs}; write literal braces as {{ and }}")
     if not parts:
         raise SpecError("cmd= is empty", hint="e.g. command:cmd=python run.py {model} {inputs} {outputs}")
+
+
+def check_mode(template: str) -> bool:
+    """Whether a command template is a pass/fail check (no ``{outputs}``): exit 0 is "no failure" and there is
+    nothing to compare. ``repro.py`` and ``graphbisect verify`` judge a bundle of such a target the same way.
+
+    Example:
+        >>> check_mode("python check.py {model} {inputs}"), check_mode("run {model} {inputs} {outputs}")
+        (True, False)
+    """
+    return "{outputs}" not in template
 
 
 def cannot_run(returncode: int, stderr: str) -> str | None:

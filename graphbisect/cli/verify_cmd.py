@@ -7,7 +7,10 @@ bundle's tolerance, and compares the resulting failure signature with the record
 Exit codes: 1 = the recorded failure reproduces (or a *different* failure appeared, which is printed loudly),
 0 = fixed (the target agrees with the oracle), 2 = the bundle or the spec is unusable — a bundle whose files
 do not match the sha256 its report.json records is *damaged*, and one whose recorded target names a program
-(``command:``) or an interpreter (``python=``) is run only with ``--trust`` (see docs/security.md).
+(``command:``) or an interpreter (``python=``) is run only with ``--trust`` (see docs/security.md) — and 2 when
+the target ran but the recorded failure is the verdict of a Python output check (``graphbisect.reduce(check=
+callable)``), which a bundle cannot hold and a command line cannot pass: *undecided*, never "fixed" by the
+tolerance; ``graphbisect.verify(BUNDLE, check=...)`` re-judges it.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from pathlib import Path
 
 from graphbisect.artifacts.bundle import load_bundle
 from graphbisect.artifacts.environment import describe_ran_with
+from graphbisect.artifacts.repro import JUDGE_EXIT_STATUS, JUDGE_PYTHON_CHECK
 from graphbisect.atomic import atomic_write_text
 from graphbisect.backends.base import cause_line
 from graphbisect.cli.common import backend_spec, output_path
 from graphbisect.oracle.signature import Signature
-from graphbisect.workflows.verify import FIXED, REPRODUCES, Verification, runs_code, verify_bundle
+from graphbisect.workflows.verify import FIXED, REPRODUCES, UNDECIDED, Verification, runs_code, verify_bundle
 
 __all__ = ["Verification", "add_arguments", "run", "runs_code", "verify_bundle"]
 
@@ -52,7 +56,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         atomic_write_text(args.json, json.dumps(verification.to_json(), indent=1) + "\n")
         print(f"wrote {args.json}")
-    return 0 if verification.outcome == FIXED else 1
+    return {FIXED: 0, UNDECIDED: 2}.get(verification.outcome, 1)
+
+
+_FIXED_BY = {JUDGE_EXIT_STATUS: "no longer fails: the check command exits 0",
+             JUDGE_PYTHON_CHECK: "no longer fails: the Python check accepts its outputs"}
 
 
 def _signature_line(signature: Signature, message: str | None) -> str:
@@ -68,7 +76,10 @@ def _print(v: Verification) -> None:
         print(f"ran with  {describe_ran_with(v.run.ran_with)}")
     print(f"recorded  {_signature_line(v.recorded, v.recorded_message)}")
     observed_message = None if v.run.ok else f"{v.run.error_type or 'error'}: {v.run.message or ''}"
-    print(f"observed  {_signature_line(v.observed, observed_message)}")
+    observed = _signature_line(v.observed, observed_message)
+    if v.outcome == UNDECIDED:
+        observed = f"completed; by the tolerance (not the recorded judge): {observed}"
+    print(f"observed  {observed}")
     if v.comparison is not None:
         for s in v.comparison.outputs:
             print(f"  {s.kind.value:<9} {json.dumps(s.name)}: {s.mismatches}/{s.numel} mismatched, "
@@ -76,7 +87,9 @@ def _print(v: Verification) -> None:
     if v.outcome == REPRODUCES:
         print(f"\nREPRODUCES: the recorded failure still happens on {v.target}.")
     elif v.outcome == FIXED:
-        print(f"\nFIXED: {v.target} now agrees with the oracle.")
+        print(f"\nFIXED: {v.target} {_FIXED_BY.get(v.judged_by, 'now agrees with the oracle')}.")
+    elif v.outcome == UNDECIDED:
+        print(f"\nUNDECIDED: {v.target} ran; the tolerance's comparison above decides nothing (see the note).")
     else:
         print(f"\n*** DIFFERENT FAILURE on {v.target}: recorded {v.recorded.describe()}, "
               f"now {v.observed.describe()} ***")

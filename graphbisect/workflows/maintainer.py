@@ -149,7 +149,9 @@ def _gather(out: MaintainerFacts, *, model: onnx.ModelProto, run_model: Path, fe
     if levels is not None:
         out.facts["optimization_levels"] = levels
         out.sections["Optimization levels"] = levels["text"]
-    if signature.kind in (FailureKind.MISMATCH, FailureKind.NAN) or signature.kind.raised:
+    if signature.detail == CHECK_REJECTED:  # its assertion (the tolerance) printed "fixed" on the bug's own model
+        script, why = None, "the failure is the Python output check's verdict, which an assertion cannot repeat"
+    elif signature.kind in (FailureKind.MISMATCH, FailureKind.NAN) or signature.kind.raised:
         verb = "refuses the model as unsupported" if signature.kind is FailureKind.UNSUPPORTED else \
             f"{'crashes on' if crash else 'disagrees with'} {oracle}"
         title = f"{target} {verb}: {signature.describe()}"

@@ -3,6 +3,12 @@
 Re-runs the target (the bundle's spec, or another one: e.g. a newer ONNX Runtime through ``python=``) on
 ``model.onnx`` + ``inputs.npz`` in a fresh isolated worker, compares with ``oracle_outputs.npz`` under the
 bundle's tolerance, and compares the resulting failure signature with the recorded one.
+
+A run is judged as the reduction judged it (:func:`~graphbisect.artifacts.repro.judged_by`): a bundle of an
+external check (a ``command`` target without ``{outputs}``) by the exit status alone, nothing compared; a
+bundle of a Python output check (``reduce(check=callable)``, which no bundle holds) by that callable when the
+caller passes it again (``check=``), else a completed run is ``undecided``: the tolerance may accept what the
+check rejected, so it must not call the bug fixed (nor reproduced).
 """
 
 from __future__ import annotations
@@ -15,22 +21,26 @@ from pathlib import Path
 from typing import Any
 
 from graphbisect.artifacts.bundle import BundleError, LoadedBundle
-from graphbisect.artifacts.repro import crash_key
+from graphbisect.artifacts.repro import JUDGE_EXIT_STATUS, JUDGE_PYTHON_CHECK, JUDGE_TOLERANCE, crash_key, judged_by
 from graphbisect.backends import BackendProcess, BackendSpec, RunResult
-from graphbisect.compare import Comparison, compare_outputs
+from graphbisect.compare import Comparison
 from graphbisect.compare.nonfinite import warn_nonfinite_inputs
-from graphbisect.oracle.signature import FailureKind, Signature, signature_of
+from graphbisect.errors import InputError
+from graphbisect.oracle.signature import FailureKind, Signature
+from graphbisect.oracle.tester import OutputCheck, judge
 
-__all__ = ["DIFFERENT", "FIXED", "REPRODUCES", "Verification", "runs_code", "verify_bundle"]
+__all__ = ["DIFFERENT", "FIXED", "REPRODUCES", "UNDECIDED", "Verification", "runs_code", "verify_bundle"]
 
 REPRODUCES, FIXED, DIFFERENT = "reproduces", "fixed", "different"
+#: The target ran, but the recorded failure is a Python check's verdict and no check was given to re-judge it.
+UNDECIDED = "undecided"
 
 
 @dataclass(frozen=True)
 class Verification:
     """The outcome of re-running a bundle's target."""
 
-    outcome: str  # reproduces | fixed | different
+    outcome: str  # reproduces | fixed | different | undecided
     recorded: Signature
     observed: Signature
     target: BackendSpec
@@ -38,10 +48,12 @@ class Verification:
     comparison: Comparison | None
     note: str | None = None
     recorded_message: str | None = None  # the raw crash message in the bundle
+    judged_by: str = JUDGE_TOLERANCE  # what judged a completed run (see graphbisect.artifacts.repro.judged_by)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "outcome": self.outcome,
+            "judged_by": self.judged_by,
             "recorded": self.recorded.to_json(),
             "observed": self.observed.to_json(),
             "target": str(self.target),
@@ -56,11 +68,14 @@ class Verification:
 
 
 def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None, *,
-                  trust: bool = False) -> Verification:
+                  trust: bool = False, check: OutputCheck | None = None) -> Verification:
     """Re-run ``target`` (default: the recorded one) on the bundle and classify the result.
 
     The recorded target runs only with ``trust`` when it names a program or an interpreter: the bundle's
     author chose it (raises :class:`BundleError`). A ``target`` given here is the caller's own choice.
+    ``check``: the Python output check the bundle was reduced with (``reduce(check=...)``), which judges a
+    completed run as it did then; without it such a run is :data:`UNDECIDED`. Raises
+    :class:`~graphbisect.errors.InputError` for a ``check`` on a bundle that no Python check judged.
     """
     spec = BackendSpec.parse(target) if isinstance(target, str) else (target or bundle.target)
     code = runs_code(spec)
@@ -71,17 +86,28 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None,
             "with --target SPEC",
         )
     recorded = bundle.signature
+    judged = judged_by(recorded, spec)
+    if check is not None and judged != JUDGE_PYTHON_CHECK:
+        raise InputError(f"this bundle's failure ({recorded.describe()}) was not judged by a Python check, so a "
+                         "check cannot re-judge it", hint="verify it without check=")
     warn_nonfinite_inputs(bundle.inputs)
     regex = re.compile(recorded.detail) if recorded.kind is FailureKind.REGEX else None
+    # an external check's exit status is the verdict: nothing to compare (the reduction compared nothing)
+    outputs = [] if judged == JUDGE_EXIT_STATUS else list(bundle.oracle_outputs)
     with tempfile.TemporaryDirectory(prefix="graphbisect-verify-") as workdir, \
             BackendProcess(spec, workdir=Path(workdir)) as backend:
-        result = backend.run(bundle.model_path, bundle.inputs_path, list(bundle.oracle_outputs))
-        comparison = compare_outputs(bundle.oracle_outputs, result.outputs, bundle.tolerance) if result.ok else None
-        observed = signature_of(result, comparison, fail_regex=regex)
+        result = backend.run(bundle.model_path, bundle.inputs_path, outputs)
+        verdict = judge(result, bundle.oracle_outputs.__getitem__, outputs, bundle.tolerance, regex, check=check)
         # Copy what we need before the outputs' memory maps lose their folder.
-        outputs = {name: value.copy() for name, value in result.outputs.items()}
-    result = dataclasses.replace(result, outputs=outputs)
-    return _classify(bundle, backend.spec, result, comparison, observed)
+        copied = {name: value.copy() for name, value in result.outputs.items()}
+    result = dataclasses.replace(result, outputs=copied)
+    if judged == JUDGE_PYTHON_CHECK and check is None and result.ok:
+        return Verification(UNDECIDED, recorded, verdict.signature, backend.spec, result, verdict.comparison,
+                            "the recorded failure is the verdict of a Python check (graphbisect.reduce(check=...)), "
+                            "which a bundle cannot hold; the tolerance decides nothing here. Re-judge with "
+                            "graphbisect.verify(BUNDLE, check=your_check)", bundle.target_message, judged)
+    return dataclasses.replace(_classify(bundle, backend.spec, result, verdict.comparison, verdict.signature),
+                               judged_by=judged)
 
 
 def runs_code(spec: BackendSpec) -> str | None:

@@ -13,6 +13,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 from artifacts_builders import (
+    CLIP_INPUT,
     FIXED_TARGET,
     HOSTILE,
     LN_INPUT,
@@ -251,6 +252,29 @@ def test_command_target(tmp_path: Path) -> None:
     fixed = dataclasses.replace(good, signature=broken.signature, target_message=broken.target_message)
     proc = run_repro(write_bundle(fixed, tmp_path / "fixed"))
     assert proc.returncode == 0 and "FIXED" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_an_external_check_bundle_is_judged_by_its_exit_status(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `reduce --check CMD` bundle (a command without {outputs}): the reduction judged the exit status only.
+    Once the check exits 0, repro.py and `graphbisect verify` said "A DIFFERENT FAILURE" (they asked the check
+    for outputs it never writes); now they say FIXED, as the reduction would have."""
+    script = tmp_path / "check.py"
+    script.write_text("import os, sys\nsys.stderr.write('max diff 1.24\\n')\nsys.exit(int(os.environ['EXIT']))\n")
+    target = f"command:cmd={sys.executable} {script} {{model}} {{inputs}}"
+    monkeypatch.setenv("EXIT", "1")  # the check fails: the recorded failure
+    monkeypatch.delenv("PYTHONPATH", raising=False)  # repro.py must not need graphbisect
+    content = build_content(relu_clip_model(), {"x": CLIP_INPUT}, tmp_path / "case", oracle=ORACLE, target=target)
+    assert content.signature.detail == "CommandFailed: command exited with code 1"
+    out = write_bundle(content, tmp_path / "bug")
+    for code, status, words, outcome in (("1", 1, "REPRODUCED", "reproduces"), ("0", 0, "FIXED", "fixed")):
+        monkeypatch.setenv("EXIT", code)  # inherited by repro.py and by verify's worker
+        proc = run_repro(out)
+        assert proc.returncode == status and words in proc.stdout, proc.stdout + proc.stderr
+        with load_bundle(out) as bundle:
+            verification = verify_bundle(bundle, trust=True)
+        assert verification.outcome == outcome, verification.to_json()
+    assert json.loads((out / "repro_config.json").read_text())["judge"] == "exit-status"
 
 
 def test_repro_needs_no_graphbisect(mismatch_content: BundleContent, tmp_path: Path) -> None:
