@@ -69,6 +69,7 @@ __all__ = [
     "REPRO_BACKENDS",
     "TACTICS_FILE",
     "crash_key",
+    "death_exit_code",
     "expected_failure",
     "has_standalone_repro",
     "judged_by",
@@ -164,7 +165,7 @@ def expected_failure(signature: Signature, target_message: str | None = None) ->
     expect: dict[str, Any] = {"kind": signature.kind.value, "detail": signature.detail, "band": signature.band}
     if signature.kind.raised:
         error_type, _, message = signature.detail.partition(": ")
-        exit_code = _death_exit_code(signature.detail, error_type, message)
+        exit_code = death_exit_code(signature.detail, error_type, message)
         expect["error_type"] = None if signature.detail.startswith("exit ") else error_type
         expect["exit_code"] = exit_code
         if exit_code is None:
@@ -177,17 +178,18 @@ def expected_failure(signature: Signature, target_message: str | None = None) ->
     return expect
 
 
-def _death_exit_code(detail: str, error_type: str, message: str) -> int | None:
+def death_exit_code(detail: str, error_type: str, message: str) -> int | None:
     """The exit status of a worker that died inside the backend (signal → negative); None for an exception.
 
     The worker host (:mod:`graphbisect.backends.process`) records such deaths as ``SIGSEGV: the worker process
     was killed by signal SIGSEGV (11) during run`` or ``WorkerExit: ... exited with code 3 ...``, and a crash
-    without a message as ``exit <code>``.
+    without a message as ``exit <code>``; a ``command`` backend's program as ``CommandFailed: command exited
+    with code 1`` (its status is its verdict: matched as a number, "code 1" is not a prefix of "code 13").
     """
     bare = re.fullmatch(r"exit (-?\d+)", detail)
     if bare:
         return int(bare.group(1))
-    if error_type != "WorkerExit" and not error_type.startswith("SIG"):
+    if error_type not in ("WorkerExit", "CommandFailed") and not error_type.startswith("SIG"):
         return None
     killed = re.search(r"killed by signal \w+ \((\d+)\)", message)
     if killed:
@@ -577,6 +579,17 @@ def mismatch_detail(results):
     return EXACT_VALUES if all(r.get("values") == "exact" for r in failing) else FLOAT_VALUES
 
 
+def command_status(exc):
+    """The exit status of a command target's program (a signal: negative), or None for another error: a
+    recorded status is matched as a number (a recorded "exited with code 1" is not reproduced by code 13)."""
+    if type(exc).__name__ != "CommandFailed":
+        return None
+    found = re.match(r"command (?:exited with code (-?\d+)|was killed by signal \w+ \((\d+)\))", str(exc))
+    if found is None:
+        return None
+    return int(found.group(1)) if found.group(1) is not None else -int(found.group(2))
+
+
 # ------------------------------------------------------------------------------------------ run
 def attempt(config, status_file=None):
     """Run the target once on model.onnx and compare with the oracle. Returns an outcome dict; with
@@ -604,7 +617,8 @@ def attempt(config, status_file=None):
     try:
         actual = run_target(target, inputs, compared_outputs(config))
     except Exception as exc:
-        return note(kind=raised_kind(config, "run", exc), error_type=type(exc).__name__, message=str(exc))
+        return note(kind=raised_kind(config, "run", exc), error_type=type(exc).__name__, message=str(exc),
+                    exit_code=command_status(exc))
     results = [compare(name, expected[name], actual.get(name, MISSING), config["tolerance"])
                for name in compared_outputs(config)]
     kind = failure_kind(results)

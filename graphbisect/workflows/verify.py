@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from graphbisect.artifacts.bundle import BundleError, LoadedBundle
-from graphbisect.artifacts.repro import JUDGE_EXIT_STATUS, JUDGE_PYTHON_CHECK, JUDGE_TOLERANCE, crash_key, judged_by
+from graphbisect.artifacts.repro import (
+    JUDGE_EXIT_STATUS,
+    JUDGE_PYTHON_CHECK,
+    JUDGE_TOLERANCE,
+    crash_key,
+    death_exit_code,
+    judged_by,
+)
 from graphbisect.backends import BackendProcess, BackendSpec, RunResult
 from graphbisect.compare import Comparison
 from graphbisect.compare.nonfinite import warn_nonfinite_inputs
@@ -141,6 +148,15 @@ def _same_crash(bundle: LoadedBundle, recorded: Signature, observed: Signature, 
     """Same crash kind, and the recorded message's stable part is in the new one (see repro.crash_key)."""
     if recorded.kind is not observed.kind or not recorded.kind.raised:
         return False
+    status = death_exit_code(recorded.detail, *_split(recorded.detail))
+    if status is not None:  # a death or a command's exit status: the number, not a prefix ("code 1" of "13")
+        return death_exit_code(observed.detail, result.error_type or "", result.message or "") == status
     expected = crash_key(bundle.target_message or recorded.detail)
     actual = crash_key(f"{result.error_type}: {result.message}")
     return bool(expected) and expected in actual
+
+
+def _split(detail: str) -> tuple[str, str]:
+    """A crash signature's ``"<ErrorType>: <message>"`` as (error type, message)."""
+    error_type, _, message = detail.partition(": ")
+    return error_type, message

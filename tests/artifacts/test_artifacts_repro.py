@@ -267,7 +267,9 @@ def test_an_external_check_bundle_is_judged_by_its_exit_status(tmp_path: Path,
     content = build_content(relu_clip_model(), {"x": CLIP_INPUT}, tmp_path / "case", oracle=ORACLE, target=target)
     assert content.signature.detail == "CommandFailed: command exited with code 1"
     out = write_bundle(content, tmp_path / "bug")
-    for code, status, words, outcome in (("1", 1, "REPRODUCED", "reproduces"), ("0", 0, "FIXED", "fixed")):
+    # exit 13 is another failure, though "code 1" is a prefix of "code 13" (the status is matched as a number)
+    for code, status, words, outcome in (("1", 1, "REPRODUCED", "reproduces"), ("0", 0, "FIXED", "fixed"),
+                                         ("13", 1, "A DIFFERENT FAILURE", "different")):
         monkeypatch.setenv("EXIT", code)  # inherited by repro.py and by verify's worker
         proc = run_repro(out)
         assert proc.returncode == status and words in proc.stdout, proc.stdout + proc.stderr
