@@ -611,11 +611,15 @@ def attempt(config, status_file=None):
     note(phase="load")
     try:
         target = load_target(HERE / "model.onnx", config["options"])
+    except CannotRun:  # not the target's failure: this machine cannot run it
+        raise
     except Exception as exc:  # the backend refused the model: possibly the recorded bug
         return note(kind=raised_kind(config, "load", exc), error_type=type(exc).__name__, message=str(exc))
     note(phase="run")
     try:
         actual = run_target(target, inputs, compared_outputs(config))
+    except CannotRun:  # not the target's failure: this machine cannot run it
+        raise
     except Exception as exc:
         return note(kind=raised_kind(config, "run", exc), error_type=type(exc).__name__, message=str(exc),
                     exit_code=command_status(exc))

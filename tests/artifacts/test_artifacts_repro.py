@@ -277,6 +277,13 @@ def test_an_external_check_bundle_is_judged_by_its_exit_status(tmp_path: Path,
             verification = verify_bundle(bundle, trust=True)
         assert verification.outcome == outcome, verification.to_json()
     assert json.loads((out / "repro_config.json").read_text())["judge"] == "exit-status"
+    # The check's program is gone on this machine: python cannot open it (exit 2), which is no failure of the
+    # target, reproduced or different (graphbisect's cannot_run rule); it read "A DIFFERENT FAILURE".
+    script.unlink()
+    proc = run_repro(out)
+    assert proc.returncode == 2 and "cannot run" in proc.stderr and "can't open file" in proc.stderr, \
+        proc.stdout + proc.stderr
+    assert "DIFFERENT" not in proc.stdout and "REPRODUCED" not in proc.stdout
 
 
 def test_repro_needs_no_graphbisect(mismatch_content: BundleContent, tmp_path: Path) -> None:

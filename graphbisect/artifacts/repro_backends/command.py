@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from graphbisect.artifacts.repro_backends._common import ReproBackend
+from graphbisect.backends.command import _CANNOT_OPEN, _CANNOT_RUN_CODES, _USAGE
 from graphbisect.backends.worker import option_flag
 
 
@@ -48,6 +49,9 @@ def run_target(target, inputs, output_names):
         proc = subprocess.run(command, shell=shell, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
         stderr = proc.stderr.decode("utf-8", errors="replace")
         sys.stderr.write(stderr)
+        why = cannot_run(proc.returncode, stderr)
+        if why is not None:  # not the target failing: the program is missing or was called wrongly here
+            raise CannotRun(f"the target's command cannot run here ({why}): {template}")
         if proc.returncode != 0:
             status = (f"was killed by signal {signal.Signals(-proc.returncode).name} ({-proc.returncode})"
                       if proc.returncode < 0 else f"exited with code {proc.returncode}")
@@ -59,6 +63,25 @@ def run_target(target, inputs, output_names):
         if not os.path.isfile(paths["outputs"]):
             raise CommandFailed("command exited 0 but wrote no outputs file outputs.npz (the {outputs} path)")
         return load_arrays(paths["outputs"])
+
+
+CANNOT_RUN_CODES = @CANNOT_RUN_CODES@
+CANNOT_OPEN = re.compile(@CANNOT_OPEN@, re.MULTILINE)
+USAGE = re.compile(@USAGE@, re.MULTILINE | re.IGNORECASE)
+
+
+def cannot_run(returncode, stderr):
+    """Why the exit status and stderr mean the program could not run at all (None: it ran), as graphbisect
+    judged its runs: a missing program is not the target's failure, reproduced or different."""
+    if returncode in CANNOT_RUN_CODES:
+        return f"exit {returncode}: the command {CANNOT_RUN_CODES[returncode]}"
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    if returncode == 2 and USAGE.search(stderr):
+        return f"exit 2, a usage error: {last}"
+    if returncode == 2 and CANNOT_OPEN.search(last):
+        return f"exit 2: {last}"
+    return None
 
 
 def save_arrays(path, arrays, typed=False):
@@ -88,5 +111,8 @@ def save_arrays(path, arrays, typed=False):
 '''
 
 
-BACKEND = ReproBackend("command", "the command of the spec (no Python library)", None, _command_options,
-                       _COMMAND_CODE)
+# graphbisect's own rule (graphbisect.backends.command.cannot_run), its values written into the script
+_CODE = (_COMMAND_CODE.replace("@CANNOT_RUN_CODES@", repr(_CANNOT_RUN_CODES))
+         .replace("@CANNOT_OPEN@", repr(_CANNOT_OPEN.pattern)).replace("@USAGE@", repr(_USAGE.pattern)))
+
+BACKEND = ReproBackend("command", "the command of the spec (no Python library)", None, _command_options, _CODE)
