@@ -785,8 +785,8 @@ def print_outcome(config, outcome):
         print(describe(result))
 
 
-def verdict(config, outcome):
-    """Print what happened and return the exit status."""
+def verdict(config, outcome, in_process=False):
+    """Print what happened and return the exit status (``in_process``: the backend's output was not captured)."""
     print_outcome(config, outcome)
     expect = config["expect"]
     if config.get("judge") == "python-check" and "outputs" in outcome:
@@ -800,6 +800,11 @@ def verdict(config, outcome):
     if is_recorded_failure(expect, outcome):
         print(f"\nREPRODUCED: {config['target_spec']} still fails the recorded way ({expect['kind']}).")
         return REPRODUCES
+    if expect["kind"] == "regex" and in_process:
+        # The regex may have matched what the backend printed, which went to this terminal, not to a log.
+        print(f"\nNOT JUDGED: the recorded failure is a match of --fail-regex {expect['regex']!r}, which may be in "
+              "what the backend printed; --in-process does not capture that. Run without --in-process to judge.")
+        return CANNOT_RUN
     if outcome["kind"] == "none" or expect["kind"] == "regex":
         why = ("regex does not match" if outcome["kind"] != "none" else "the check command exited 0"
                if config.get("judge") == "exit-status" else "outputs match the oracle")
@@ -828,7 +833,7 @@ def main(argv=None):
         return CANNOT_RUN
     if not args.in_process and outcome.get("log", "").strip():
         print("--- backend output ---\n" + outcome["log"].rstrip() + "\n----------------------")
-    code = verdict(config, outcome)
+    code = verdict(config, outcome, args.in_process)
     if config.get("control"):
         report_control(config, args.in_process)
     return code

@@ -320,3 +320,40 @@ def test_a_broken_library_is_cannot_run(crash_content: BundleContent, tmp_path: 
     out = _patched_bundle(crash_content, tmp_path / "b", broken, {"kind": "crash-load", "detail": "x"})
     proc = run_repro(out)
     assert proc.returncode == 2 and "before the backend ran" in proc.stderr, proc.stdout + proc.stderr
+
+
+_LOGS_A_WARNING = """\
+import sys
+import numpy as np
+import onnxruntime as ort
+model, inputs, outputs = sys.argv[1:4]
+options = ort.SessionOptions()
+options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # right values
+session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+feeds = dict(np.load(inputs))
+values = session.run(None, {i.name: feeds[i.name] for i in session.get_inputs()})
+np.savez(outputs, **{o.name: v for o, v in zip(session.get_outputs(), values)})
+sys.stderr.write("W: fell back to a slow kernel\\n")
+"""
+
+
+def test_a_regex_bundle_in_process_is_not_judged_by_an_uncaptured_log(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """--fail-regex matched a line the target's program prints (its outputs are right). repro.py captures the
+    backend's output in its child; --in-process leaves it on the terminal, where the regex cannot see it,
+    and said "FIXED (regex does not match)" of a run that printed the line."""
+    from graphbisect.model import load_model
+    from graphbisect.workflows.reduce import ReduceOptions, reduce_model
+
+    script = tmp_path / "logs.py"
+    script.write_text(_LOGS_A_WARNING)
+    target = f"command:cmd={sys.executable} {script} {{model}} {{inputs}} {{outputs}}"
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    result = reduce_model(load_model(relu_clip_model()), tmp_path / "bug", inputs={"x": CLIP_INPUT},
+                          options=ReduceOptions(target=target, fail_regex="fell back to a slow kernel"))
+    assert result.signature.kind.value == "regex"
+    proc = run_repro(tmp_path / "bug")
+    assert proc.returncode == 1 and "REPRODUCED" in proc.stdout, proc.stdout + proc.stderr
+    proc = run_repro(tmp_path / "bug", "--in-process")
+    assert "fell back to a slow kernel" in proc.stderr  # printed, on the terminal
+    assert proc.returncode == 2 and "NOT JUDGED" in proc.stdout and "FIXED" not in proc.stdout, proc.stdout
