@@ -858,10 +858,25 @@ def report_control(config, in_process):
         return
     for result in outcome.get("outputs", []):
         print(describe(result))
+    print(control_verdict(config, outcome, in_process))
+
+
+def control_verdict(config, outcome, in_process=False):
+    """The control's line, judged as the recorded failure is (see verdict): a --fail-regex failure by its
+    regex (matching outputs do not clear a regex on the log), a Python check's not at all."""
+    expect = config["expect"]
+    if config.get("judge") == "python-check" and "outputs" in outcome:
+        return ("CONTROL UNDECIDED: the recorded failure is a Python check's verdict, which this script does not "
+                "have (the comparison above is by the tolerance).")
+    if expect["kind"] == "regex":
+        if is_recorded_failure(expect, outcome):
+            return "CONTROL FAILS (regex): disabling the culprit passes does not remove the failure here."
+        if in_process:
+            return "CONTROL NOT JUDGED: --in-process does not capture what the backend printed, where the regex may be."
+        return "CONTROL PASSES: with the culprit passes disabled the regex does not match."
     if outcome["kind"] == "none":
-        print("CONTROL PASSES: with the culprit passes disabled the outputs match the oracle.")
-    else:
-        print(f"CONTROL FAILS ({outcome['kind']}): disabling the culprit passes does not remove the failure here.")
+        return "CONTROL PASSES: with the culprit passes disabled the outputs match the oracle."
+    return f"CONTROL FAILS ({outcome['kind']}): disabling the culprit passes does not remove the failure here."
 
 
 def run_as_child(config, status_file):

@@ -169,6 +169,21 @@ def test_script_crash_key_equals_the_library_one(mismatch_content: BundleContent
     assert _script_module(mismatch_content, tmp_path).crash_key(message) == crash_key(message)
 
 
+def test_the_control_is_judged_as_the_recorded_failure_is(mismatch_content: BundleContent, tmp_path: Path) -> None:
+    """The control run (culprit passes disabled) said "CONTROL PASSES" whenever its outputs matched: of a
+    --fail-regex failure whose line it still printed, and of a Python check's failure it cannot judge."""
+    module = _script_module(mismatch_content, tmp_path)
+    regex = {"expect": {"kind": "regex", "regex": "fell back"}}
+    printed = {"kind": "none", "outputs": [], "log": "W: fell back to a slow kernel"}
+    assert module.control_verdict(regex, printed).startswith("CONTROL FAILS (regex)")
+    assert module.control_verdict(regex, dict(printed, log="")).startswith("CONTROL PASSES")
+    assert module.control_verdict(regex, dict(printed, log=""), in_process=True).startswith("CONTROL NOT JUDGED")
+    check = {"expect": {"kind": "mismatch", "detail": FLOAT_VALUES}, "judge": "python-check"}
+    assert module.control_verdict(check, {"kind": "none", "outputs": []}).startswith("CONTROL UNDECIDED")
+    tolerance = {"expect": {"kind": "mismatch", "detail": FLOAT_VALUES}, "judge": "tolerance"}
+    assert module.control_verdict(tolerance, {"kind": "none", "outputs": []}).startswith("CONTROL PASSES")
+
+
 def test_script_value_classes_equal_the_signature_ones(mismatch_content: BundleContent, tmp_path: Path) -> None:
     """repro.py words a mismatch's value class as graphbisect's signature does (its config's expected detail)."""
     module = _script_module(mismatch_content, tmp_path)
