@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -67,6 +67,9 @@ from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET, model_
 from graphbisect.workflows.pass_region import Region, diverging_region, replay_model, replay_spec
 from graphbisect.workflows.probe import compiled_of, describing_spec, discard_description, plan_probe
 from graphbisect.workflows.scratch import check_work_folder
+
+if TYPE_CHECKING:  # imported where a reduction runs (reduce_under_culprits), as the rest of passes needs none
+    from graphbisect.workflows.reduce import ReduceOptions
 
 __all__ = ["NOT_LISTED", "PassesOptions", "PassesResult", "find_culprit_passes", "reduce_under_culprits"]
 
@@ -547,12 +550,17 @@ def reduce_under_culprits(model: Model, bundle_dir: Path, passes: PassesResult, 
     stage = on_stage or (lambda _msg: None)
     return reduce_model(model, bundle_dir, inputs=inputs, options=options, resume=resume, on_stage=stage,
                         on_progress=on_progress, zip_bundle=zip_bundle, force=force,
-                        amend=lambda content: _with_control(content, passes, options.timeout, stage))
+                        amend=lambda content: _with_control(content, passes, options, stage))
 
 
-def _with_control(content: BundleContent, passes: PassesResult, timeout: float | None,
+def _with_control(content: BundleContent, passes: PassesResult, options: ReduceOptions,
                   stage: Callable[[str], None]) -> BundleContent:
-    """The bundle content plus the control run (culprit passes disabled) and the before/after-the-pass view."""
+    """The bundle content plus the control run (culprit passes disabled) and the before/after-the-pass view.
+
+    The control is judged as the reduction judged (its ``fail_regex``, its Python check): by the tolerance
+    alone, a control whose outputs matched "passed" while it still printed the regex's line.
+    """
+    timeout = options.timeout
     control = BackendSpec.parse(str(passes.control_target))
     stage("running the control (culprit passes disabled) on the reduced model")
     with tempfile.TemporaryDirectory(prefix="graphbisect-control-") as tmp:
@@ -560,8 +568,9 @@ def _with_control(content: BundleContent, passes: PassesResult, timeout: float |
         save_proto(content.model, model_path)
         save_inputs(inputs_path, content.inputs)
         run = run_spec(control, model_path, inputs_path, Path(tmp), timeout)
-        control_sig = judge(run, content.oracle_outputs.__getitem__, list(content.oracle_outputs),
-                            content.tolerance).signature
+        control_sig = judge(run, content.oracle_outputs.__getitem__, list(content.oracle_outputs), content.tolerance,
+                            re.compile(options.fail_regex) if options.fail_regex else None,
+                            check=options.output_check).signature
         optimized = _optimized_nodes(BackendSpec.parse(str(passes.culprit_target)), model_path, inputs_path,
                                      Path(tmp), timeout)
     facts = {**passes.to_json(), "control_verdict": control_sig.describe(), "control_passes": not control_sig.failed,
