@@ -195,10 +195,13 @@ def import_onnx(model_path: Path | str, mlir_path: Path | str, outputs: list | N
     Path(mlir_path).write_text(text, encoding="utf-8")
     initializers = {init.name for init in model.graph.initializer}
 
-    def typed_names(values: list) -> list:
-        return [(v.name, v.type.tensor_type.elem_type) for v in values if v.name not in initializers]
+    def typed_names(values: list, skip: set) -> list:
+        return [(v.name, v.type.tensor_type.elem_type) for v in values if v.name not in skip]
 
-    return model.graph.name, typed_names(model.graph.input), typed_names(model.graph.output)
+    # An initializer listed as a graph input is a constant, not an argument; one listed as a graph output is
+    # still a result of the function, so outputs skip nothing (skipping it would shift every later result
+    # onto the wrong name).
+    return model.graph.name, typed_names(model.graph.input, initializers), typed_names(model.graph.output, set())
 
 
 def compile_command(mlir_path: Path | str, vmfb_path: Path | str, cpu: str = "host", flags: list | tuple = (),

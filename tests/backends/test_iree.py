@@ -202,3 +202,51 @@ def test_f64_demotion_is_named_as_the_culprit_feature(tmp_path: Path) -> None:
     fixed = BackendSpec.parse(str(result.fixed_target))
     assert IreeOptions.parse(fixed.options).compile_flags() == ["--iree-input-demote-f64-to-f32=false"]
     assert result.fixed_flags == "--iree-input-demote-f64-to-f32=false"  # the line a user adds to iree-compile
+
+
+def _tiny(tmp_path: Path, name: str, nodes: list[onnx.NodeProto], outputs: list[onnx.ValueInfoProto],
+          initializers: tuple[onnx.TensorProto, ...] = (), domains: tuple[str, ...] = ()) -> tuple[Path, Path]:
+    """A one- or two-node model on input x (float32 [1, 8, 1]) and its inputs file."""
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8, 1])
+    graph = onnx.helper.make_graph(nodes, name, [x], outputs, list(initializers))
+    opsets = [onnx.helper.make_opsetid("", 17), *(onnx.helper.make_opsetid(d, 1) for d in domains)]
+    path, feeds = tmp_path / f"{name}.onnx", tmp_path / f"{name}.npz"
+    onnx.save(onnx.helper.make_model(graph, opset_imports=opsets), path)
+    np.savez(feeds, x=np.random.default_rng(0).standard_normal((1, 8, 1)).astype(np.float32))
+    return path, feeds
+
+
+@iree_installed
+def test_an_initializer_graph_output_keeps_every_output_under_its_own_name(tmp_path: Path) -> None:
+    """A graph output that is an initializer is still a result of the compiled function: leaving it out of the
+    output names shifted every later result onto the wrong name (IREE's correct ``y`` was reported as a
+    mismatch holding the constant's values, the constant as missing)."""
+    const = onnx.numpy_helper.from_array(np.arange(8, dtype=np.float32).reshape(1, 8, 1), "c")
+    out = [onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [1, 8, 1]) for name in ("c", "y")]
+    model, inputs = _tiny(tmp_path, "const_out", [onnx.helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                                                  onnx.helper.make_node("Neg", ["r"], ["y"], name="neg")],
+                          out, (const,))
+    assert main(["compare", str(model), "--inputs", str(inputs), "--target", "iree",
+                 "--json", str(tmp_path / "c.json")]) == 0
+    assert json.loads((tmp_path / "c.json").read_text())["outcome"]["class"] == "pass"
+
+
+@iree_installed
+def test_an_onnx_op_iree_cannot_convert_is_unsupported_not_a_crash(tmp_path: Path) -> None:
+    """An ONNX op the importer has no conversion for stays a generic ``torch.operator`` that iree-compile
+    refuses to legalize: IREE lacks the op (a feature request), which compare and reduce say as unsupported."""
+    out = [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8, 2])]
+    model, inputs = _tiny(tmp_path, "dft", [onnx.helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                                            onnx.helper.make_node("DFT", ["r"], ["y"], name="dft")], out)
+    assert main(["compare", str(model), "--inputs", str(inputs), "--target", "iree",
+                 "--json", str(tmp_path / "c.json")]) == 1
+    outcome = json.loads((tmp_path / "c.json").read_text())["outcome"]
+    assert outcome["class"] == "target-unsupported" and 'onnx.DFT' in outcome["detail"]
+    bundle = tmp_path / "bundle"
+    assert main(["reduce", str(model), "--inputs", str(inputs), "--target", "iree", "-o", str(bundle)]) == 1
+    report = json.loads((bundle / "report.json").read_text())
+    assert report["signature"]["kind"] == "unsupported"
+    assert [node["name"] for node in report["kept_nodes"]] == ["dft"]
+    done = subprocess.run([sys.executable, str(bundle / "repro.py")], check=False, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 1 and "REPRODUCED" in done.stdout, done.stdout + done.stderr
