@@ -11,7 +11,10 @@ user's flags) that :func:`compile_vmfb` runs as a child process; :func:`load_mod
 :func:`run_module` run the entry function, which the importer names after the ONNX graph.
 
 **Failures are results with a stable signature.** An import failure raises :class:`IreeImportError`, a
-compile failure :class:`IreeCompileError`; both become *crash at load* results. The message's first
+compile failure :class:`IreeCompileError`; both become *crash at load* results, except an ONNX op the
+importer has no conversion for: it stays a generic ``torch.operator`` that ``iree-compile`` refuses to
+legalize, which :data:`~graphbisect.oracle.outcome.UNSUPPORTED_PATTERN` classifies as *unsupported* (a feature
+IREE lacks, not a compiler bug). The message's first
 paragraph (what signatures key on) is :func:`compile_diagnostic`'s stable part of the compiler's output:
 the first ``error:`` with its location prefix, ``loc(...)`` attributes, SSA names and operand lists removed
 but the failing op, its ONNX op name (``<{name = "onnx.DFT"}>``) and types kept; for a compiler that

@@ -361,7 +361,8 @@ BACKENDS: tuple[BackendInfo, ...] = (
         name="iree",
         aliases=("iree-cpu",),
         summary="IREE, an ML compiler: ONNX import -> iree-compile for llvm-cpu -> iree.runtime (CPU); import and "
-        "compile failures are crashes at load with the compiler's stable diagnostic",
+        "compile failures are crashes at load with the compiler's stable diagnostic (an ONNX op the importer "
+        "cannot convert: unsupported)",
         runtime="graphbisect.backends.iree:Iree",
         import_name="iree.compiler",
         distributions=("iree-base-compiler",),

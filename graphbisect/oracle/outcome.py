@@ -68,10 +68,10 @@ RANDOM_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "Ra
                         "Bernoulli"})
 
 #: Messages of backends refusing an op, a type or an opset they do not implement (ONNX Runtime, onnx.reference,
-#: OpenVINO, Paddle, graphbisect's own typed-value refusals), searched in ``"<error type>: <message's cause>"``
-#: (:func:`~graphbisect.backends.base.message_cause`, what a crash signature keeps: a ``command``'s stderr,
-#: in its message's second paragraph, does not count), ignoring case. The generated ``repro.py`` gets this
-#: text in its config, so it classifies a refusal the same way.
+#: OpenVINO, Paddle, IREE's ONNX importer, graphbisect's own typed-value refusals), searched in
+#: ``"<error type>: <message's cause>"`` (:func:`~graphbisect.backends.base.message_cause`, what a crash
+#: signature keeps: a ``command``'s stderr, in its message's second paragraph, does not count), ignoring case.
+#: The generated ``repro.py`` gets this text in its config, so it classifies a refusal the same way.
 UNSUPPORTED_PATTERN = (
     r"NOT_IMPLEMENTED|Could not find an implementation|No Op registered|is not a registered function/op"
     r"|not (?:yet )?(?:implemented|supported)|unsupported|no (?:kernel|implementation) (?:for|is)"
@@ -79,6 +79,9 @@ UNSUPPORTED_PATTERN = (
     r"|ONNX Runtime only \*guarantees\* support|is under development and support for this is limited"
     r"|NotImplementedError|has no (?:kernel|implementation)|No registered implementation"
     r"|must be installed to use"
+    # IREE: an ONNX op its importer has no conversion for (or not for these attributes/types) stays a generic
+    # torch.operator <{name = "onnx.X"}>, which iree-compile then refuses to legalize
+    r"|failed to legalize operation 'torch\.operator'"
 )
 _UNSUPPORTED = re.compile(UNSUPPORTED_PATTERN, re.IGNORECASE)
 

@@ -204,14 +204,13 @@ def test_f64_demotion_is_named_as_the_culprit_feature(tmp_path: Path) -> None:
     assert result.fixed_flags == "--iree-input-demote-f64-to-f32=false"  # the line a user adds to iree-compile
 
 
-def _tiny(tmp_path: Path, name: str, nodes: list[onnx.NodeProto], outputs: list[onnx.ValueInfoProto],
-          initializers: tuple[onnx.TensorProto, ...] = (), domains: tuple[str, ...] = ()) -> tuple[Path, Path]:
-    """A one- or two-node model on input x (float32 [1, 8, 1]) and its inputs file."""
+def _tiny(tmp_path: Path, name: str, nodes: list[onnx.NodeProto], outputs: list[onnx.ValueInfoProto], *,
+          initializers: tuple[onnx.TensorProto, ...] = ()) -> tuple[Path, Path]:
+    """A two-node model (opset 17) on input x (float32 [1, 8, 1]) and its inputs file."""
     x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8, 1])
     graph = onnx.helper.make_graph(nodes, name, [x], outputs, list(initializers))
-    opsets = [onnx.helper.make_opsetid("", 17), *(onnx.helper.make_opsetid(d, 1) for d in domains)]
     path, feeds = tmp_path / f"{name}.onnx", tmp_path / f"{name}.npz"
-    onnx.save(onnx.helper.make_model(graph, opset_imports=opsets), path)
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]), path)
     np.savez(feeds, x=np.random.default_rng(0).standard_normal((1, 8, 1)).astype(np.float32))
     return path, feeds
 
@@ -225,7 +224,7 @@ def test_an_initializer_graph_output_keeps_every_output_under_its_own_name(tmp_p
     out = [onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [1, 8, 1]) for name in ("c", "y")]
     model, inputs = _tiny(tmp_path, "const_out", [onnx.helper.make_node("Relu", ["x"], ["r"], name="relu"),
                                                   onnx.helper.make_node("Neg", ["r"], ["y"], name="neg")],
-                          out, (const,))
+                          out, initializers=(const,))
     assert main(["compare", str(model), "--inputs", str(inputs), "--target", "iree",
                  "--json", str(tmp_path / "c.json")]) == 0
     assert json.loads((tmp_path / "c.json").read_text())["outcome"]["class"] == "pass"
