@@ -275,6 +275,22 @@ def _capture_fd2(workdir: Path) -> Iterator[list[str]]:
             sink.append(data.decode("utf-8", errors="replace"))
 
 
+def _glog_info_on() -> None:
+    """Let Paddle's glog print INFO: its "detected [N] subgraphs" lines are INFO, and without them which
+    passes fired is unknown. glog reads ``GLOG_minloglevel`` once, when Paddle is imported, so this must
+    happen before anything in the worker imports it: the worker's ``init`` imports Paddle for its version
+    right after creating the runtime, and ``validate`` before the first ``load``."""
+    glog_level = os.environ.get("GLOG_minloglevel", "0")  # noqa: SIM112 (glog's own spelling)
+    if glog_level in ("", "0"):
+        return
+    if "paddle" in sys.modules:
+        logger.warning("GLOG_minloglevel=%s and Paddle is already imported: which passes fired is unknown",
+                       glog_level)
+        return
+    logger.info("setting GLOG_minloglevel=0 (was %s) so Paddle reports which passes fired", glog_level)
+    os.environ["GLOG_minloglevel"] = "0"  # noqa: SIM112
+
+
 def _op_type(label: str) -> str:
     """The op type of an output hook's op label: PIR ``onednn_op.fused_conv2d:3`` -> ``onednn_op.fused_conv2d``;
     legacy programs label ops by type alone (``fused_conv2d``).
@@ -373,6 +389,7 @@ class PaddleInference:
             )
         self._options = dict(options)
         self._workdir = Path(workdir)
+        _glog_info_on()
         device = self._options.get("device", "cpu").strip().lower()
         kind, _, index = device.partition(":")
         if kind not in ("cpu", "gpu") or (index and not index.isdigit()) or (kind == "cpu" and index):
@@ -440,11 +457,6 @@ class PaddleInference:
         intermediate tensors, so any other name fails here.
         """
         model_file, params_file = _resolve_model(model)
-        glog_level = os.environ.get("GLOG_minloglevel", "0")  # noqa: SIM112 (glog's own spelling)
-        if "paddle" not in sys.modules and glog_level not in ("", "0"):
-            # The "detected [N] subgraphs" lines are glog INFO: without them fired passes are unknown.
-            logger.info("setting GLOG_minloglevel=0 so Paddle reports which passes fired")
-            os.environ["GLOG_minloglevel"] = "0"  # noqa: SIM112
         import paddle
         from paddle import inference as paddle_infer
 

@@ -143,3 +143,25 @@ def test_paddle_pass_ablation_is_honest_about_non_monotone_rounding(tmp_path: Pa
         with BackendProcess(spec, workdir=tmp_path / "direct") as proc:
             outputs.append(np.asarray(proc.run(prefix, feeds).outputs["fetch_name_0"]))
     assert float(np.max(np.abs(outputs[0] - outputs[1]))) > 1e-6
+
+
+@pytest.mark.paddle
+def test_paddle_fired_passes_are_listed_when_glog_is_quiet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Paddle users often set GLOG_minloglevel=2 to silence Paddle. Its "detected [N] subgraphs" lines are
+    glog INFO, and glog reads the level when Paddle is imported: the worker imports Paddle (for its version,
+    then to validate the options) before loading the model, so the runtime must lift the level when it is
+    created. Before the fix, `passes` printed "fired passes (0, reported)" for a conv/bn net on which Paddle
+    3.3.1 fires conv2d_bias_bn_onednn_fuse_pass and ten others."""
+    pytest.importorskip("paddle")
+    pytest.importorskip("paddle2onnx")
+    from tests.paddle_models import CONV_NET_INPUT, export_conv_net
+
+    monkeypatch.setenv("GLOG_minloglevel", "2")  # inherited by the worker
+    monkeypatch.setenv("GRAPHBISECT_CACHE", str(tmp_path / "cache"))
+    prefix = export_conv_net(tmp_path / "conv")
+    name, shape = CONV_NET_INPUT
+    feeds = {name: np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+    options = PassesOptions(target="paddle", oracle="onnxruntime:opt_level=disable")
+    result = find_culprit_passes(load_model(prefix), inputs=feeds, options=options, workdir=tmp_path / "work")
+    assert not result.failed and result.source == "reported"
+    assert {"conv2d_bias_bn_onednn_fuse_pass", "conv_activation_onednn_fuse_pass"} <= set(result.fired)
