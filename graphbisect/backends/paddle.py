@@ -50,7 +50,9 @@ dtype-only output hook records which op types wrote bf16, and ``info()["keep_fp3
 Paddle inserts are left out), ``not_applied`` (kept types that ran in bf16 anyway) and ``unverified``
 (kept types the optimized program does not run). Measured on Paddle 3.3.1: legacy programs
 (``.pdmodel``) honour the list; **PIR programs** (``.json``) ignore it — their ``cpu_bfloat16_placement_pass``
-places a fixed list of op types — so every kept type shows up in ``not_applied``. An op type that
+places a fixed list of op types — so every kept type shows up in ``not_applied``. PIR hooks label
+types with their dialect (``onednn_op.fused_conv2d``) where ``set_bfloat16_op`` has none: a kept type is
+matched by its bare name, so either spelling is checked. An op type that
 bf16 leaves between two FP32 ops is reverted to FP32 by Paddle itself (orphan removal), so allowing a
 type does not mean it runs in bf16: ``low_precision_op_types`` says which did. The hook sees output
 dtypes, not kernels: a type counts as bf16 when any of its ops writes bf16, so an op that computes in bf16
@@ -300,6 +302,15 @@ def _op_type(label: str) -> str:
     """
     head, sep, tail = label.rpartition(":")
     return head if sep and tail.isdigit() else label
+
+
+def _bare_op_type(op_type: str) -> str:
+    """An op type without its PIR dialect, as ``set_bfloat16_op`` names it.
+
+    >>> _bare_op_type("onednn_op.fused_conv2d"), _bare_op_type("fused_conv2d")
+    ('fused_conv2d', 'fused_conv2d')
+    """
+    return op_type.rpartition(".")[2]
 
 
 def _resolve_model(model: str) -> tuple[Path, Path]:
@@ -592,13 +603,17 @@ class PaddleInference:
         """``info()["keep_fp32"]``: what the last run computed in bf16, per op type, against the pins."""
         low = sorted(t for t, dtype in self._written.items() if dtype == "bfloat16" and t not in _CONVERSION_OPS)
         kept = self.keep_fp32_types()
+        # PIR hooks label ops with their dialect (onednn_op.fused_conv2d), set_bfloat16_op and legacy hooks do
+        # not (fused_conv2d): a kept type is matched by its bare name, in either spelling.
+        low_bare = {_bare_op_type(t) for t in low}
+        ran_bare = {_bare_op_type(t) for t in self._written}
         facts: dict[str, Any] = {
             "requested": kept,
             "low_precision_op_types": low,
             "op_types": sorted(t for t in self._written if t not in _CONVERSION_OPS),
-            "not_applied": sorted(set(kept) & set(low)),
+            "not_applied": [t for t in kept if _bare_op_type(t) in low_bare],
             "partly_applied": [],
-            "unverified": sorted(set(kept) - set(self._written)),
+            "unverified": [t for t in kept if _bare_op_type(t) not in ran_bare],
         }
         if facts["not_applied"]:
             facts["why"] = (

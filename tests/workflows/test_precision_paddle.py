@@ -138,3 +138,22 @@ def test_keep_fp32_without_bf16_is_a_spec_error() -> None:
 
     with pytest.raises(SpecError, match="bf16 is off"):
         PaddleInference({"keep_fp32": "fused_conv2d"}, "/tmp")
+
+
+@needs_bf16
+def test_a_kept_type_named_as_set_bfloat16_op_names_it_is_reported_not_applied_on_pir(
+        models: dict[str, Path], tmp_path: Path) -> None:
+    """``keep_fp32=fused_conv2d`` (the spelling set_bfloat16_op and the option's help use) on a PIR program,
+    which ignores the list: the convolutions still write bf16, under the hook label
+    ``onednn_op.fused_conv2d``. The run info must say the pin was not applied (and why), not that the
+    optimized program does not run the type; before the fix it reported ``not_applied: []`` and
+    ``unverified: ["fused_conv2d"]``."""
+    from graphbisect.backends.paddle import PaddleInference
+
+    runtime = PaddleInference({"precision": "bf16", "keep_fp32": "fused_conv2d"}, str(tmp_path))
+    runtime.load(str(models["pir"]), None)
+    runtime.run({"x": np.random.default_rng(1).standard_normal((1, 3, 64, 64)).astype(np.float32)})
+    facts = runtime.info()["keep_fp32"]
+    assert "onednn_op.fused_conv2d" in facts["low_precision_op_types"]  # what ran: bf16 convolutions
+    assert facts["not_applied"] == ["fused_conv2d"] and facts["unverified"] == []
+    assert "PIR" in facts["why"]
