@@ -398,8 +398,8 @@ def _search(s: _Session, on_progress: Callable[[ProgressEvent], None] | None) ->
     baseline_run = s.run(s.reporting(s.target_spec))
     baseline = s.signature(baseline_run)
     if not baseline.failed:  # what fired was asked for: say so even though nothing is searched
-        fired = baseline_run.info.get("fired_passes")
-        return PassesResult(False, baseline, str(s.target_spec), fired=tuple(map(str, fired or ())),
+        fired = _reported(baseline_run)
+        return PassesResult(False, baseline, str(s.target_spec), fired=tuple(fired or ()),
                             source="reported" if fired is not None else NOT_LISTED)
     fired, excluded, source = _fired(s, baseline_run)
     units = [name for name in fired if name not in excluded]
@@ -426,7 +426,7 @@ def _fired(s: _Session, run: RunResult) -> tuple[list[str], dict[str, str], str]
     """Fired passes, those never disabled (with the reason), and where the list came from."""
     excluded = {name: f"the backend runs it whatever the options say ({s.target_spec.name} fired_required)"
                 for name in run.info.get("fired_required", [])}
-    if "fired_passes" in run.info:
+    if _reported(run) is not None:
         fired = [str(name) for name in run.info["fired_passes"]]
         source = "reported"
     else:
@@ -442,21 +442,32 @@ def _fired(s: _Session, run: RunResult) -> tuple[list[str], dict[str, str], str]
     return [name for name in fired if name not in already], excluded, source
 
 
+def _reported(run: RunResult) -> list[str] | None:
+    """The passes the target says fired, or None when it did not say or cannot know (Paddle with its glog INFO
+    lines hidden ran passes but printed none of their matches: ``fired_passes_known`` false; an empty list
+    would claim that none fired)."""
+    if "fired_passes" not in run.info or not run.info.get("fired_passes_known", True):
+        return None
+    return [str(name) for name in run.info["fired_passes"]]
+
+
 def _catalogue(s: _Session, run: RunResult) -> list[str]:
-    """Every pass the target could run, for a target that failed before it could report what fired.
+    """Every pass the target could run, for a target that failed before it could report what fired (or ran
+    passes but could not tell which fired).
 
     Asked of a target worker, so a ``python=`` target lists the passes of *its* library version.
     """
+    why = f"failed ({run.describe()}) before reporting" if not run.ok else "could not tell"
     with BackendProcess(s.target_spec, workdir=s.work / "catalogue", timeout=s.options.timeout) as proc:
         names = proc.registered_passes()
     if names is None:
         raise GraphBisectError(
-            f"the target {s.target_spec} failed ({run.describe()}) before it could report which passes fired, "
+            f"the target {s.target_spec} {why} which passes fired, "
             "and it cannot list the passes it registers",
             hint="run it once where it does not crash, or search with a backend that lists its passes "
             "(onnxruntime, onnxoptimizer)")
-    s.notes.append(f"the target failed ({run.describe()}) before reporting its fired passes: the search space is "
-                   f"every pass it registers ({len(names)})")
+    s.notes.append(f"the target {why} which passes fired: the search space is every pass it registers "
+                   f"({len(names)})")
     return names
 
 

@@ -165,3 +165,16 @@ def test_paddle_fired_passes_are_listed_when_glog_is_quiet(tmp_path: Path, monke
     result = find_culprit_passes(load_model(prefix), inputs=feeds, options=options, workdir=tmp_path / "work")
     assert not result.failed and result.source == "reported"
     assert {"conv2d_bias_bn_onednn_fuse_pass", "conv_activation_onednn_fuse_pass"} <= set(result.fired)
+
+
+def test_a_fired_list_the_backend_could_not_know_is_not_reported_as_empty() -> None:
+    """Paddle says ``fired_passes_known: false`` when it ran passes but printed none of their match lines (glog
+    INFO hidden): its empty list means "unknown", and `passes` must not print "fired passes (0, reported)"."""
+    from graphbisect.backends.base import RunResult, RunStatus
+    from graphbisect.workflows.passes import _reported
+
+    unknown = RunResult(RunStatus.OK, info={"fired_passes": [], "fired_passes_known": False, "passes_run": ["a"]})
+    assert _reported(unknown) is None
+    assert _reported(RunResult(RunStatus.OK, info={"fired_passes": ["p"], "fired_passes_known": True})) == ["p"]
+    assert _reported(RunResult(RunStatus.OK, info={"fired_passes": []})) == []  # ORT: known, and none fired
+    assert _reported(RunResult(RunStatus.OK)) is None
