@@ -582,26 +582,33 @@ def _with_control(content: BundleContent, passes: PassesResult, options: ReduceO
         control_sig = judge(run, content.oracle_outputs.__getitem__, list(content.oracle_outputs), content.tolerance,
                             re.compile(options.fail_regex) if options.fail_regex else None,
                             check=options.output_check).signature
+        recorded = content.report.get("report_runs")
+        # the control run and the compiled view below are report facts: their runs are report_runs too
+        runs = {**(recorded if isinstance(recorded, Mapping) else {})}
+        runs["control"] = runs.get("control", 0) + 1
         optimized = _optimized_nodes(BackendSpec.parse(str(passes.culprit_target)), model_path, inputs_path,
-                                     Path(tmp), timeout)
+                                     Path(tmp), timeout, runs=runs)
     facts = {**passes.to_json(), "control_verdict": control_sig.describe(), "control_passes": not control_sig.failed,
              "reduced_nodes": [f"{n.op_type} {n.name}" for n in content.model.graph.node],
              "optimized_nodes": optimized}
     versions = content.report.get("versions")
     versions = {**(versions if isinstance(versions, Mapping) else {}), "control": dict(run.ran_with) or None}
     return dataclasses.replace(content, control=control,
-                               report={**content.report, "versions": versions, "passes": facts},
+                               report={**content.report, "versions": versions, "passes": facts,
+                                       "report_runs": runs},
                                sections={**content.sections, "Optimization passes": passes_markdown(facts)})
 
 
 def _optimized_nodes(spec: BackendSpec, model: Path, inputs: Path, workdir: Path,
-                     timeout: float | None) -> list[str] | None:
-    """The nodes of the model as the target optimized it (``save_optimized=1``), or None when unsupported."""
+                     timeout: float | None, *, runs: dict[str, int]) -> list[str] | None:
+    """The nodes of the model as the target optimized it (``save_optimized=1``), or None when unsupported;
+    its run is counted in ``runs`` (the report's ``report_runs``) as the target's."""
     from graphbisect.backends import registry
 
     if "save_optimized" not in registry.get(spec.name).options:
         return None
     run = run_spec(spec.with_options(save_optimized="1"), model, inputs, workdir, timeout)
+    runs["target"] = runs.get("target", 0) + 1
     path = run.info.get("optimized_model")
     if not path or not Path(path).exists():
         return None

@@ -88,6 +88,42 @@ def test_reduce_with_passes_at_basic_names_only_layernormfusion(tmp_path: Path) 
     assert json.loads((tmp_path / "r.json").read_text())["final_nodes"] == 9  # the whole pattern at basic
 
 
+def _counting_python(folder: Path) -> tuple[Path, Path]:
+    """An interpreter for ``python=`` that is this one, with every ``InferenceSession.run`` of its workers
+    appended to a log: (the interpreter, the log). The runs are real; only their number is recorded."""
+    site, log = folder / "site", folder / "runs.log"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os\nimport onnxruntime\n_run = onnxruntime.InferenceSession.run\n\n\n"
+        "def run(self, *args, **kwargs):\n"
+        "    with open(os.environ['GB_RUNS_LOG'], 'a') as log:\n        log.write('run\\n')\n"
+        "    return _run(self, *args, **kwargs)\n\n\nonnxruntime.InferenceSession.run = run\n")
+    python = folder / "python"
+    python.write_text(f"#!/bin/sh\nGB_RUNS_LOG='{log}' PYTHONPATH='{site}'${{PYTHONPATH:+:$PYTHONPATH}} "
+                      f"exec '{sys.executable}' \"$@\"\n")
+    python.chmod(0o755)
+    return python, log
+
+
+def test_a_passes_bundle_counts_every_target_run(tmp_path: Path) -> None:
+    """``reduce(passes=True)``: the pass search, the reduction, the report's facts and the control run
+    (culprit passes disabled) plus the compiled view of the reduced model all run the target. The bundle
+    counted all but those last two runs (``report_runs`` left them out)."""
+    import graphbisect
+
+    python, log = _counting_python(tmp_path)
+    model = tmp_path / "ln.onnx"
+    onnx.save(host_network(100, bug="layernorm_keepdims0").model, model)
+    result = graphbisect.reduce(model, tmp_path / "bundle", oracle="reference",
+                                target=f"onnxruntime:opt_level=all,python={python}", passes=True)
+    assert result.failed and result.verified
+    report = json.loads((tmp_path / "bundle" / "report.json").read_text())
+    counted = (report["passes"]["invocations"]["target"] + report["invocations"]["target"]
+               + sum(n for role, n in report["report_runs"].items() if role in ("target", "control")))
+    assert counted == len(log.read_text().splitlines())
+    assert report["report_runs"]["control"] == 1
+
+
 def test_fuse_relu_clip_crash_is_named(tmp_path: Path) -> None:
     model = load_model(host_network(150, bug="relu_clip_f64").model)
     result = find_culprit_passes(model, inputs=host_inputs(), workdir=tmp_path,
