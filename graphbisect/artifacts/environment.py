@@ -89,7 +89,8 @@ def collect_environment(backends: Mapping[str, Mapping[str, Any]] | None = None)
     }
     if any(_elsewhere(facts) for facts in env["backends"].values()):
         env["note"] = ("packages are the versions of graphbisect's own interpreter; a backend that ran under "
-                       "another one (python=) has the versions its worker measured under backends")
+                       "another one (python=) has the versions its worker measured under backends, and an "
+                       "external program (command:) ran versions graphbisect cannot measure")
     return env
 
 
@@ -130,9 +131,10 @@ def describe_ran_with(facts: Mapping[str, Any] | None) -> str:
 
 
 def _elsewhere(facts: Mapping[str, Any]) -> bool:
-    """Whether a backend ran under an interpreter other than this one."""
+    """Whether a backend may have run other versions than this interpreter's: it ran under another
+    interpreter, or no interpreter was measured (an external program, ``command:``, runs whatever it runs)."""
     python = facts.get("python")
-    return bool(python) and os.path.abspath(str(python)) != os.path.abspath(sys.executable)  # venvs link one binary
+    return not python or os.path.abspath(str(python)) != os.path.abspath(sys.executable)  # venvs link one binary
 
 
 def package_versions(names: Sequence[str] = DISTRIBUTIONS) -> dict[str, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +54,33 @@ def test_environment_facts() -> None:
     assert "numpy" in here  # no backend ran elsewhere: plain labels
     assert not backend_facts("ort", None)["measured"]
     assert "not-a-distribution" not in package_versions(("numpy", "not-a-distribution"))
+
+
+def test_a_command_target_does_not_lend_it_graphbisects_versions(tmp_path: Path) -> None:
+    """A ``command:`` target runs a program whose versions graphbisect cannot measure (it may run any
+    onnxruntime). environment.json and report.md listed this interpreter's packages unqualified
+    ("onnxruntime | 1.32.0") beside "target ran: not measured", as if they were what the target ran."""
+    import onnx
+
+    import graphbisect
+    from graphbisect.examples.patterns import pattern_model
+
+    program = tmp_path / "run_ort.py"
+    program.write_text("import sys\nimport numpy as np\nimport onnxruntime as ort\n\n"
+                       "model, inputs, outputs = sys.argv[1:4]\n"
+                       "session = ort.InferenceSession(model, providers=['CPUExecutionProvider'])\n"
+                       "values = session.run(None, dict(np.load(inputs)))\n"
+                       "np.savez(outputs, **{o.name: v for o, v in zip(session.get_outputs(), values)})\n")
+    onnx.save(pattern_model("layernorm_keepdims0"), tmp_path / "ln.onnx")
+    result = graphbisect.reduce(tmp_path / "ln.onnx", tmp_path / "bundle", oracle="reference",
+                                target=f"command:cmd={sys.executable} {program} {{model}} {{inputs}} {{outputs}}")
+    assert result.failed and result.verified  # ORT's LayerNorm fusion, run by the program
+    env = json.loads((tmp_path / "bundle" / "environment.json").read_text())
+    assert not env["backends"]["target"]["measured"]
+    assert "command" in env["note"]  # packages are graphbisect's, not (known to be) the target's
+    report = (tmp_path / "bundle" / "report.md").read_text()
+    assert "| target ran | not measured |" in report
+    assert "| onnxruntime (graphbisect's interpreter) |" in report and "| onnxruntime |" not in report
 
 
 def test_public_api_is_pinned() -> None:
