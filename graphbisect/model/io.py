@@ -295,7 +295,7 @@ def _inline_size(proto: onnx.ModelProto) -> int:
         return PROTOBUF_LIMIT
 
 
-def save_proto(proto: onnx.ModelProto, path: str | Path, *, durable: bool = True) -> Path:
+def save_proto(proto: onnx.ModelProto, path: str | Path, *, durable: bool = True, link: bool = True) -> Path:
     """Save ``proto`` to ``path`` atomically; returns ``path``.
 
     A model too large for one protobuf (≥ 2 GiB) is saved with its initializers in ``<name>.data``
@@ -304,11 +304,14 @@ def save_proto(proto: onnx.ModelProto, path: str | Path, *, durable: bool = True
     beside ``path``, hard links to the user's data files where possible (``<name>.data.<k>``), else copied
     into ``<name>.data`` by the kernel; never read into memory. ``proto`` is not modified.
     ``durable=False`` skips the fsync (see :func:`graphbisect.atomic.atomic_path`), for scratch models.
+    ``link=False`` always copies: for a deliverable the user keeps, a hard link would share the user's
+    weights file with it, and a tool that later rewrites the deliverable's data in place (``onnx.save`` with
+    the same ``location`` appends to it) would modify the user's file.
     """
     path = Path(path)
     too_large = _inline_size(proto) >= PROTOBUF_LIMIT
     if too_large or has_sources(proto):
-        return _save_with_external_data(proto, path, inline=too_large)
+        return _save_with_external_data(proto, path, inline=too_large, link=link)
     try:
         data = proto.SerializeToString()
     except Exception as exc:
@@ -327,11 +330,11 @@ def remove_model(path: str | Path) -> None:
         side.unlink(missing_ok=True)
 
 
-def _save_with_external_data(proto: onnx.ModelProto, path: Path, *, inline: bool = True) -> Path:
+def _save_with_external_data(proto: onnx.ModelProto, path: Path, *, inline: bool = True, link: bool = True) -> Path:
     data_path = path.with_name(path.name + ".data")
     if inline:
         logger.info("model is larger than 2 GiB: saving its initializers to %s", data_path)
-    refs = write_weights_file(proto, data_path, inline=inline)
+    refs = write_weights_file(proto, data_path, inline=inline, link=link)
     stripped = strip_to_external(proto, refs)
     with atomic_path(path) as tmp:
         tmp.write_bytes(stripped.SerializeToString())

@@ -558,10 +558,10 @@ def _write_artifacts(out_dir: Path, lowering: Lowering, keep: frozenset[int], ro
         unit="paddle_op_type" if lowering.op_types is not None else "node")
     files = write_overrides(overrides, out_dir)
     if not lowering.runtime_pins:
-        files.append(save_proto(lowering.lower(keep), out_dir / "mixed_precision.onnx"))
+        files.append(save_proto(lowering.lower(keep), out_dir / "mixed_precision.onnx", link=False))
     if _writes_typed(lowering):
         typed = Lowering(model, lowering.mode, typed=True)
-        files.append(save_proto(typed.lower(keep), out_dir / "mixed_precision_typed.onnx"))
+        files.append(save_proto(typed.lower(keep), out_dir / "mixed_precision_typed.onnx", link=False))
     if rows:
         chart = out_dir / "sensitivity.svg"
         by_unit = sorted(rows, key=lambda r: r.unit)

@@ -298,3 +298,35 @@ def test_cli_int8_with_entropy_calibration_runs_real_int8_kernels_and_meets_tole
                              alone=(), prefix_keep_fp32=None, sensitivity=(), meets_tolerance=True, final_metrics={},
                              all_lowered_meets=False, invocations={}, lowering="", seconds=0.0)
     _check_necessary(model, PrecisionMode.INT8, cnn_inputs(), result, tmp_path, method=CalibrationMethod.ENTROPY)
+
+
+def test_the_deliverable_models_share_no_file_with_the_users_weights(tmp_path: Path) -> None:
+    """The models written to -o are the user's to keep and edit. Their weights were hard links to the user's
+    external-data file: re-saving one with onnx.save(..., location=<its data file>) appended to the user's
+    weights (reproduced: 262,144 -> 524,288 bytes)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)  # a 128 KiB weight: kept on disk when loaded (LAZY_MIN_BYTES), never copied
+    weight = numpy_helper.from_array(rng.standard_normal((256, 128)).astype(np.float32) / 16, "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+             helper.make_node("Relu", ["m"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 128])], [weight])
+    model_path = tmp_path / "mlp.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model_path,
+              save_as_external_data=True, all_tensors_to_one_file=True, location="mlp.weights", size_threshold=0)
+    weights = tmp_path / "mlp.weights"
+    before = weights.read_bytes()
+    np.savez(tmp_path / "inputs.npz", x=rng.standard_normal((1, 256)).astype(np.float32))
+    out = tmp_path / "out"
+    # a tolerance FP16 cannot meet: the MatMul stays FP32 and reads the weight as it is on disk
+    assert main(["precision", str(model_path), "--inputs", str(tmp_path / "inputs.npz"), "--mode", "fp16",
+                 "--atol", "1e-6", "--rtol", "1e-6", "--no-prefix", "-o", str(out)]) == 0
+    written = [p for p in out.iterdir() if p.name.startswith("mixed_precision")]
+    assert any(".data" in p.name for p in written)  # the weights live beside the models, not inline
+    assert weights.stat().st_nlink == 1 and all(not p.samefile(weights) for p in written)
+    for model in ("mixed_precision.onnx", "mixed_precision_typed.onnx"):  # a user re-saves a deliverable
+        proto = onnx.load(str(out / model))
+        onnx.save(proto, out / model, save_as_external_data=True, all_tensors_to_one_file=True,
+                  location=f"{model}.data")
+    assert weights.read_bytes() == before
