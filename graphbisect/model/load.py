@@ -60,8 +60,7 @@ def load_model(source: str | Path | onnx.ModelProto, *, cache_dir: Path | None =
         (13, 122)
     """
     if isinstance(source, onnx.ModelProto):
-        if any(_uses_external_data(t) for t in _all_tensors(source.graph)):
-            logger.warning("the ModelProto references external data: it only runs saved next to that data")
+        _check_in_memory_references(source)
         return Model(source)
     path = Path(source)
     paddle = _paddle_support()
@@ -207,6 +206,21 @@ def _all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
                 yield from (attribute.sparse_tensor.values, attribute.sparse_tensor.indices)
         for subgraph in subgraphs(node):
             yield from _all_tensors(subgraph)
+
+
+def _check_in_memory_references(proto: onnx.ModelProto) -> None:
+    """Refuse a ``ModelProto`` whose tensors reference external data by a relative path: relative to a folder
+    it does not know, no backend could read them (it ran as "the oracle failed: External data path does not
+    exist", with a hint to change the oracle). An absolute reference (graphbisect's own, or a user's) is kept.
+    """
+    for tensor in _model_tensors(proto):
+        if _uses_external_data(tensor) and source_of(tensor) is None:
+            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+            raise ModelError(
+                f"the ModelProto's tensor {tensor.name!r} keeps its data in the external file {location!r}, "
+                "relative to a folder the ModelProto does not know",
+                hint="pass the model's path instead (graphbisect reads the data beside it), or load it with "
+                "onnx.load(path) so the data is in the ModelProto")
 
 
 def _uses_external_data(tensor: onnx.TensorProto) -> bool:

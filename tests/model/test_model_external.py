@@ -59,6 +59,17 @@ def test_large_external_weights_stay_on_disk_after_loading(external) -> None:  #
     assert model.fingerprint == load_model(inline).fingerprint  # same model, wherever its weights live
 
 
+def test_an_in_memory_model_with_relative_external_data_is_refused_by_name(external) -> None:  # type: ignore[no-untyped-def]
+    """onnx.load(path, load_external_data=False) keeps references relative to a folder the ModelProto does not
+    know: it was accepted with a warning, and then the oracle "failed" (External data path does not exist)
+    with a hint to choose another oracle. A loaded model (absolute references) is still accepted."""
+    path, _, _ = external
+    with pytest.raises(ModelError, match=r"'w0'.*model\.onnx\.data.*relative") as refused:
+        load_model(onnx.load(str(path), load_external_data=False))
+    assert "pass the model's path" in str(refused.value)
+    assert load_model(load_model(path).proto).external_bytes == 2 * 512 * 512 * 4
+
+
 @pytest.mark.parametrize("copy", ["link", "kernel copy", "read and write"])
 def test_saved_model_runs_the_same_and_user_files_are_untouched(
         external, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, copy: str) -> None:  # type: ignore[no-untyped-def]
