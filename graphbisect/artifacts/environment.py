@@ -49,6 +49,9 @@ DISTRIBUTIONS: tuple[str, ...] = (
     "paddlepaddle",
     "paddlepaddle-gpu",
     "paddle2onnx",
+    "onnxoptimizer",
+    "iree-base-compiler",
+    "iree-base-runtime",  # an iree worker reports the compiler as its library; the runtime's version is here
     "tensorrt",
     "tensorrt-cu12",
     "tensorrt-cu13",

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from graphbisect.artifacts import collect_environment
 from graphbisect.artifacts.environment import backend_facts, environment_summary, package_versions
@@ -54,6 +55,15 @@ def test_environment_facts() -> None:
     assert "numpy" in here  # no backend ran elsewhere: plain labels
     assert not backend_facts("ort", None)["measured"]
     assert "not-a-distribution" not in package_versions(("numpy", "not-a-distribution"))
+
+
+
+def test_iree_bundles_record_the_runtime_beside_the_compiler() -> None:
+    """An iree worker reports iree.compiler as its library; the runtime that loaded the module is another
+    distribution, and environment.json listed neither, so a compiler/runtime mismatch could not be seen."""
+    pytest.importorskip("iree.runtime")
+    packages = package_versions()
+    assert {"iree-base-compiler", "iree-base-runtime"} <= set(packages)
 
 
 def test_a_command_target_does_not_lend_it_graphbisects_versions(tmp_path: Path) -> None:
