@@ -263,8 +263,13 @@ def _summary(content: BundleContent) -> str:
                      + (f", fingerprint {_cell_code(fingerprint)}" if fingerprint else "")))
     final = report.get("final_nodes", len(content.model.graph.node))
     rows.append(("Reduced model", f"`model.onnx`, {final} nodes"))
-    if invocations:
-        rows.append(("Backend invocations", ", ".join(f"{md_cell(k)} {md_cell(v)}" for k, v in invocations.items())))
+    # every backend run the bundle cost, by what it was for (the reduction alone under-stated it)
+    passes: Mapping[str, Any] = report["passes"] if isinstance(report.get("passes"), Mapping) else {}
+    for label, counts in (("Backend invocations", invocations),
+                          ("Backend invocations: this report's facts", report.get("report_runs")),
+                          ("Backend invocations: the pass search", passes.get("invocations"))):
+        if isinstance(counts, Mapping) and counts:
+            rows.append((label, ", ".join(f"{md_cell(k)} {md_cell(v)}" for k, v in counts.items())))
     if isinstance(report.get("seconds"), (int, float)):
         rows.append(("Time", f"{report['seconds']:.1f} s"))
     if "one_minimal" in report:

@@ -74,7 +74,13 @@ def test_passes_bundle_repro_reproduces_and_control_passes(ln_all: tuple[int, di
     assert facts["control_passes"]
     fused = {line.split()[0] for line in facts["optimized_nodes"]}
     assert fused & {"LayerNormalization", "SimplifiedLayerNormalization"}
-    assert "## Optimization passes" in (bundle / "report.md").read_text()
+    report_md = (bundle / "report.md").read_text()
+    assert "## Optimization passes" in report_md
+    # the summary names every run the bundle cost, not only the reduction's
+    searched = json.loads((bundle / "report.json").read_text())["passes"]["invocations"]
+    assert "| Backend invocations: the pass search | " + ", ".join(f"{k} {v}" for k, v in searched.items()) \
+        in report_md
+    assert "| Backend invocations: this report's facts | " in report_md and "control 1" in report_md
 
 
 def test_reduce_with_passes_at_basic_names_only_layernormfusion(tmp_path: Path) -> None:
