@@ -19,10 +19,12 @@ Protocol (one JSON object per line, on two dedicated pipes whose descriptors are
 * ``{"op": "run", "model": path, "inputs": {...} | npz, "outputs": [names] | null, "output_dir": dir,
   "durable": bool}`` →
   events ``{"event": "start"}`` (request received), ``{"event": "loaded"}`` (session built), then
-  ``{"event": "done", "status": "ok" | "crash", ...}``. With ``"compare": {"store": dir, "tolerance": {...},
-  "keep": [names]}`` the outputs the oracle's activation store at ``dir`` holds are compared with it here
-  (:func:`compare_to_store`) and come back as ``"stats"`` (``{"fields", "rows"}``: one ``TensorStats.to_row``
-  per tensor) instead of files;
+  ``{"event": "done", "status": "ok" | "crash", ...}``; a ``done`` reply's ``info`` holds ``load_seconds``,
+  ``run_seconds`` and ``session_reused`` (true when the run used a session built before this request, by an
+  earlier run of the same model file or a ``load``, false when it built one). With ``"compare": {"store": dir,
+  "tolerance": {...}, "keep": [names]}`` the outputs the oracle's activation store at ``dir`` holds are
+  compared with it here (:func:`compare_to_store`) and come back as ``"stats"`` (``{"fields", "rows"}``: one
+  ``TensorStats.to_row`` per tensor) instead of files;
   only ``keep`` and the tensors the store lacks are written. ``inputs`` is what :class:`InputsWriter`
   sends (the values the worker does not hold yet, in one data file, and the ids of those it holds) or the
   path of an ``.npz``. ``durable`` (default false) fsyncs the outputs before the reply (:func:`write_outputs`).
@@ -647,14 +649,19 @@ class _Server:
         inputs = self.inputs.read(request["inputs"])
         model, outputs = str(request["model"]), request.get("outputs")
         started = time.perf_counter()
+        before = self.loaded
         crash = self._load(model, outputs)
         if crash:
             return crash
+        # _load keeps the very same key object only when it skipped the build: a caller that counts builds
+        # (`tactics isolate --builds N`) must know whether this run built its session or ran an earlier one.
+        reused = before is not None and self.loaded is before
         loaded = time.perf_counter()
         self.channel.send({"event": "loaded"})
         result = self._execute(inputs, outputs, Path(request["output_dir"]), request.get("compare"),
                                durable=bool(request.get("durable")))
-        timing = {"load_seconds": loaded - started, "run_seconds": time.perf_counter() - loaded}
+        timing = {"load_seconds": loaded - started, "run_seconds": time.perf_counter() - loaded,
+                  "session_reused": reused}
         result.setdefault("info", {}).update(timing)
         return result
 

@@ -38,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     isolate.add_argument("--good", type=Path, help="record of a good build")
     isolate.add_argument("--bad", type=Path, help="record of a bad build")
     isolate.add_argument("--builds", type=count(0), default=0,
-                         help="instead of records: build N times and sort the builds by the oracle's verdict")
+                         help="instead of records: build N times (each compiled anew, nothing pinned unless --perturb) "
+                         "and sort the builds by the oracle's verdict")
     isolate.add_argument("--perturb", default="", metavar="IMPL;IMPL",
                          help="with --builds: ask for these implementations on a random half of the nodes "
                          "in every build after the first (e.g. ref_any)")

@@ -171,15 +171,20 @@ class _Builder:
         self.onnx_path, self.inputs_path = onnx_path, inputs_path
         self.spec = target.with_options(tactics=str(self.candidate), report_tactics="1")
         self.proc = BackendProcess(self.spec, workdir=work / "target")
+        self.fresh_builds = 0
 
-    def build(self, record: TacticRecord) -> ReplayResult:
+    def build(self, record: TacticRecord, *, fresh: bool = False) -> ReplayResult:
         """Build and run with ``record`` forced.
 
         The worker reuses a session while the model *file* is the same, so each distinct record gets its
-        own copy of the (weightless: weights are external) model file: same record, same session.
+        own copy of the (weightless: weights are external) model file: same record, same session. With
+        ``fresh``, the copy is new whatever the record, so the target builds again (one of ``--builds N``).
         """
         save_record(record, self.candidate)
         digest = hashlib.sha256(json.dumps(record.to_json(), sort_keys=True).encode()).hexdigest()[:16]
+        if fresh:
+            self.fresh_builds += 1
+            digest = f"build{self.fresh_builds}-{digest}"
         model_path = self.onnx_path.with_name(f"model-{digest}.onnx")
         if not model_path.exists():
             shutil.copyfile(self.onnx_path, model_path)
@@ -246,8 +251,9 @@ def isolate_tactics(
     """The minimal (node, choice) pairs that make a good build bad, confirmed by replay.
 
     Give ``good`` and ``bad`` records, or ``builds`` (>= 2): that many target builds are recorded and
-    sorted by their verdict (with ``perturb`` implementation names, every build after the first asks
-    for them on a random half of the nodes: a way to find a bad kernel on a deterministic backend).
+    sorted by their verdict (each compiled anew, nothing pinned; with ``perturb`` implementation names,
+    every build after the first asks for them on a random half of the nodes: a way to find a bad kernel on
+    a deterministic backend).
     """
     started = time.monotonic()
     check_value("isolate_tactics", "builds", builds, _BUILDS)
@@ -305,19 +311,27 @@ def _pick_pair(builder: _Builder, verdict: _Judge, good: TacticRecord | None, ba
 
 def _classify_builds(builder: _Builder, verdict: _Judge, builds: int, perturb: Sequence[str],
                      seed: int) -> tuple[tuple[TacticRecord, TacticRecord], list[dict]]:
-    """Record ``builds`` builds (perturbed after the first when asked) and take the first good and bad."""
+    """Record ``builds`` builds (perturbed after the first when asked) and take the first good and bad.
+
+    Every build is compiled anew (never a session an earlier build left in the worker), and without
+    ``perturb`` asks for nothing: pinning the first build's kernels would force every later build to repeat
+    them, so a build that chooses other kernels could never be seen. Each row says whether the worker
+    really built it (``fresh``) and how many choices it pinned.
+    """
     rng = random.Random(seed)
     rows: list[dict] = []
     good = bad = None
     base: TacticRecord | None = None
+    empty = TacticRecord("", None, None)  # nothing pinned: the backend's own choice
     for index in range(builds):
-        empty = TacticRecord("", None, None)  # the first build: nothing pinned
-        wish = _perturbed(base, perturb, rng) if base is not None and perturb else (base or empty)
-        replay = builder.build(wish)
+        wish = _perturbed(base, perturb, rng) if base is not None and perturb else empty
+        replay = builder.build(wish, fresh=True)
         signature = verdict.signature(replay.run)
         record = replay.actual if replay.run.ok else wish
         base = base or record
         rows.append({"index": index, "role": "bad" if signature.failed else "good", "signature": signature.to_json(),
+                     "fresh": not replay.run.info.get("session_reused", False),
+                     "pinned": _count(replay.run.info.get("tactics_pinned")),
                      "differs_from_first": sum(1 for _ in _changed(base, record))})
         if signature.failed and bad is None:
             bad = record
@@ -327,6 +341,11 @@ def _classify_builds(builder: _Builder, verdict: _Judge, builds: int, perturb: S
         raise BackendError(f"all {builds} builds were {'bad' if good is None else 'good'}: nothing to bisect",
                            hint="build more often (--builds), perturb the kernels (--perturb ref_any), or give records")
     return (good, bad), rows
+
+
+def _count(items: object) -> int | None:
+    """How many pins a build reported (None: it reported none, e.g. it crashed while loading)."""
+    return len(items) if isinstance(items, (dict, list)) else None
 
 
 def _changed(a: TacticRecord, b: TacticRecord) -> Iterator[str]:

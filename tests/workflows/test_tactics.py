@@ -11,9 +11,21 @@ import pytest
 pytest.importorskip("openvino")
 
 from graphbisect.cli.main import main
+from graphbisect.errors import BackendError
 from graphbisect.model import load_model
-from graphbisect.tactics import load_record, save_record
-from graphbisect.workflows.tactics import isolate_tactics, record_tactics, replay_tactics
+from graphbisect.tactics import TacticRecord, load_record, save_record
+from graphbisect.workflows.tactics import (
+    EXACT,
+    ReplayResult,
+    _Builder,
+    _classify_builds,
+    _Judge,
+    _prepare,
+    _tactics_spec,
+    isolate_tactics,
+    record_tactics,
+    replay_tactics,
+)
 from tests.tactics.tactics_builders import save_cnn
 
 pytestmark = pytest.mark.openvino
@@ -74,3 +86,30 @@ def test_isolate_among_perturbed_builds_sorts_them_by_the_oracle(tmp_path: Path)
     assert code == 1 and data["culprits"]
     assert all(c["bad_choice"] == "ref_any" and c["applied"] for c in data["culprits"])
     assert data["invocations"]["target"] >= 2
+
+
+def test_every_build_of_builds_n_is_a_fresh_unpinned_build(tmp_path: Path) -> None:
+    """`--builds N` without `--perturb` claims N builds sorted by the oracle: each must be compiled anew with
+    nothing pinned, not a replay of the first build's kernels nor a rerun of an earlier session (which the
+    worker reports as ``session_reused``)."""
+    model = load_model(save_cnn(tmp_path))
+    onnx_path, inputs_path = _prepare(model, None, tmp_path, 0)
+    builder = _Builder(_tactics_spec("openvino"), tmp_path, onnx_path, inputs_path)
+    reference = builder.build(TacticRecord("", None, None))
+    verdict = _Judge({k: np.array(v) for k, v in reference.run.outputs.items()}, EXACT, model.output_names)
+    builds: list[ReplayResult] = []
+    build = builder.build
+
+    def observed(record: TacticRecord, **options: bool) -> ReplayResult:  # the real build, watched
+        builds.append(build(record, **options))
+        return builds[-1]
+
+    builder.build = observed  # type: ignore[method-assign]
+    try:
+        with pytest.raises(BackendError, match="all 3 builds were good"):
+            _classify_builds(builder, verdict, 3, (), 0)
+    finally:
+        builder.close()
+    assert [b.run.info["session_reused"] for b in builds] == [False, False, False]
+    assert [b.requested.choices for b in builds] == [(), (), ()]
+    assert [b.run.info["tactics_pinned"] for b in builds] == [{}, {}, {}]
