@@ -78,8 +78,24 @@ class NotApplied:
 def unapplied(requested: TacticRecord, actual: TacticRecord) -> tuple[NotApplied, ...]:
     """Requested choices the build did not honour, with what it used instead.
 
-    A node missing from ``actual`` (e.g. fused away, or not in a reduced model) is not reported.
+    A node the build computed inside another node's kernel (listed in that choice's ``fused``) did not get
+    its own kernel either: it is reported with that kernel, e.g. ``brgconv_avx512 (fused into conv0)``. A
+    node missing from ``actual`` altogether (not in a reduced model, or no kernel at all) is not reported.
+
+    Example:
+        >>> from graphbisect.tactics.record import TacticChoice, TacticRecord
+        >>> built = TacticRecord("openvino", None, None, (TacticChoice("conv0", "jit_avx512", fused=("relu0",)),))
+        >>> asked = built.with_choices({"conv0": "ref_any", "relu0": "ref_any", "gone": "ref_any"})
+        >>> [(n.node, n.used) for n in unapplied(asked, built)]
+        [('conv0', 'jit_avx512'), ('relu0', 'jit_avx512 (fused into conv0)')]
     """
     got = actual.as_dict()
-    return tuple(NotApplied(c.node, c.choice, got[c.node].choice)
-                 for c in requested.choices if c.node in got and got[c.node].choice != c.choice)
+    # a record of another build can give a node its own kernel where this build fused it into a neighbour's
+    host = {node: c for c in actual.choices for node in c.fused if node not in got}
+    out: list[NotApplied] = []
+    for c in requested.choices:
+        if c.node in got and got[c.node].choice != c.choice:
+            out.append(NotApplied(c.node, c.choice, got[c.node].choice))
+        elif c.node not in got and c.node in host:
+            out.append(NotApplied(c.node, c.choice, f"{host[c.node].choice} (fused into {host[c.node].node})"))
+    return tuple(out)

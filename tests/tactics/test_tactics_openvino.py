@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
+import onnx
+import onnx.utils
 import pytest
 
 pytest.importorskip("openvino")
 
 from graphbisect.backends.openvino import OpenVino
+from graphbisect.cli.main import main
 from graphbisect.tactics import TacticRecord, save_record
 from graphbisect.tactics.openvino import NodeNames, mapping_of, onnx_node_of
 from tests.tactics.tactics_builders import save_cnn, save_int64_output
@@ -152,3 +156,28 @@ def test_record_prefers_the_computing_kernel_over_the_convert_back() -> None:
         record = record_from_exec_graph(order, names, version=None, device=None)
         assert {c.node: (c.layer, c.choice) for c in record.choices} == \
             {"mm": ("s.0", "brgemm_avx512"), "cast": ("cast", "ref")}
+
+
+def test_replay_reports_a_choice_for_a_node_this_build_fused_into_another(
+    cnn: tuple[Path, np.ndarray, TacticRecord], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A record of the model cut after conv0 gives relu0 its own kernel; replayed on the whole model, where
+    the plugin fuses relu0 into conv0's kernel, that choice did not take effect and must not read as applied."""
+    model, _, whole = cnn
+    fused_into = next((c for c in whole.choices if "relu0" in c.fused), None)
+    if fused_into is None:
+        pytest.skip("this CPU runs relu0 as its own kernel")
+    cut = tmp_path / "cut.onnx"
+    onnx.utils.extract_model(str(model), str(cut), ["c0"], ["y"])
+    part = OpenVino({"report_tactics": "1"}, str(tmp_path))
+    part.load(str(cut), None)
+    own = TacticRecord.from_json(part.info()["tactic_record"])
+    assert own.choice_of("relu0") is not None  # the cut model runs relu0 alone
+    record = save_record(own, tmp_path / "cut.json")
+    out = tmp_path / "replay.json"
+    code = main(["tactics", "replay", str(model), str(record), "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert code == 1 and data["applied"] is False
+    assert {"node": "relu0", "requested": own.choice_of("relu0"),
+            "used": f"{fused_into.choice} (fused into {fused_into.node})"} in data["not_applied"]
+    assert "every choice took effect" not in capsys.readouterr().out
