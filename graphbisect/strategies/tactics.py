@@ -33,7 +33,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from graphbisect.engine import BudgetExhausted, Evaluator, Outcome, probdd
+from graphbisect.engine import BudgetExhausted, Evaluator, Outcome, TestResult, probdd
 from graphbisect.errors import InputError
 from graphbisect.tactics.diff import ChoiceChange, compose, diff_records
 from graphbisect.tactics.record import TacticRecord
@@ -96,14 +96,27 @@ def isolate(space: TacticSpace, evaluator: Evaluator, *, max_groups: int = 16) -
     """Find every minimal group of differing choices that makes the good build bad (module docstring)."""
     universe = evaluator.universe
     try:
-        if evaluator.evaluate(universe, phase="replay-bad").outcome is not Outcome.FAIL:
-            return Isolation((), False, False, "the bad build's choices, replayed, do not fail: the failure is "
-                             "not caused by kernel choices that can be forced (flaky backend?)")
+        replayed = evaluator.evaluate(universe, phase="replay-bad")
+        if replayed.outcome is not Outcome.FAIL:
+            return Isolation((), False, False, _not_repeated(replayed))
         if evaluator.evaluate(frozenset(), phase="replay-good").outcome is Outcome.FAIL:
             return Isolation((), False, False, "the good build's choices, replayed, fail too")
         return _groups(space, evaluator, universe, max_groups)
     except BudgetExhausted as exc:
         return Isolation((), False, False, f"stopped: {exc}")
+
+
+def _not_repeated(replayed: TestResult) -> str:
+    """Why the bad build's choices, replayed, did not fail, as far as the replay shows: some could not be
+    forced (the test's ``detail["not_applied"]``), or all took effect and the failure still did not repeat."""
+    detail = replayed.detail if isinstance(replayed.detail, dict) else {}
+    missed = list(detail.get("not_applied") or ())
+    if missed:
+        shown = ", ".join(str(getattr(n, "node", n)) for n in missed[:6]) + (" ..." if len(missed) > 6 else "")
+        return (f"the bad build's choices, replayed, do not fail, but {len(missed)} of them could not be forced "
+                f"({shown}): the failure may lie in a choice this backend does not let the replay make")
+    return ("the bad build's choices, replayed, took effect and do not fail: the failure is not caused by these "
+            "kernel choices (a flaky backend, or something else that differed between the builds)")
 
 
 def _groups(space: TacticSpace, evaluator: Evaluator, universe: frozenset[int], max_groups: int) -> Isolation:

@@ -73,6 +73,19 @@ def test_isolate_reports_a_bad_build_that_does_not_replay() -> None:
     space = TacticSpace.between(_record(), _record().with_choices({"n0": "b"}))
     result = isolate(space, Evaluator(lambda keep: Outcome.PASS, space.size, allow_empty=True))
     assert not result.culprits and "do not fail" in result.verdict
+    assert "took effect" in result.verdict  # the replay said nothing was refused
+
+
+def test_a_replay_that_could_not_force_the_bad_choices_is_not_called_flaky() -> None:
+    """The bad build's choices replayed without failing because the backend ignored some of them: that says
+    nothing of flakiness, and the verdict said "(flaky backend?)"."""
+    from graphbisect.engine import TestResult
+    from graphbisect.tactics.diff import NotApplied
+
+    space = TacticSpace.between(_record(), _record().with_choices({"n0": "b"}))
+    refused = TestResult(Outcome.PASS, detail={"not_applied": (NotApplied("n0", "b", "a"),)})
+    result = isolate(space, Evaluator(lambda keep: refused, space.size, allow_empty=True))
+    assert not result.culprits and "could not be forced (n0)" in result.verdict and "flaky" not in result.verdict
 
 
 def test_identical_records_are_an_input_error() -> None:
