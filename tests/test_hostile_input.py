@@ -460,3 +460,32 @@ def test_item2_zip_holds_the_bundle_not_the_users_files(example_bundle: Path, tm
         members = {Path(n).name for n in zf.namelist()}
     assert "private-notes.txt" not in members and {"model.onnx", "report.json", "repro.py"} <= members
     assert (out / "private-notes.txt").exists()
+
+
+# --- inputs audit: an oracle that crashes on the input values is not told to be replaced by itself -------------
+def _gather_from_input_table(tmp_path: Path) -> Path:
+    """``table: float[N, 4]`` (a graph input, so the row count is unknown) gathered by ``ids: int64[5]``:
+    seeded random ids are drawn from [0, 10) and N from the batch rule (1), so the index is out of range."""
+    vi = helper.make_tensor_value_info
+    graph = helper.make_graph([helper.make_node("Gather", ["table", "ids"], ["rows"], name="lookup", axis=0)], "g",
+                              [vi("table", onnx.TensorProto.FLOAT, ["N", 4]), vi("ids", onnx.TensorProto.INT64, [5])],
+                              [vi("rows", onnx.TensorProto.FLOAT, None)])
+    path = tmp_path / "lookup.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+@pytest.mark.parametrize("oracle", ["onnxruntime:opt_level=disable", "reference"])
+@pytest.mark.parametrize("command", ["compare", "reduce", "passes", "precision"])
+def test_oracle_crash_on_random_inputs_points_at_the_inputs_not_at_the_oracle(
+        command: str, oracle: str, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    # Each oracle crashes on the random ids (index out of bounds); the hint said "choose another oracle, e.g.
+    # --oracle reference or --oracle onnxruntime:opt_level=disable" — the one that just failed, and the other
+    # crashes alike — and never that the inputs were random and real ones are given with --inputs.
+    out = ["-o", str(tmp_path / "bug")] if command in ("reduce", "passes") else []
+    assert main([command, str(_gather_from_input_table(tmp_path)), "--oracle", oracle, *out]) == 2
+    err = capsys.readouterr().err
+    assert "out of" in err and "bounds" in err  # the oracle's own message is shown
+    hint = err.split("hint:", 1)[1]
+    assert "--inputs" in hint and "random" in hint
+    assert f"--oracle {oracle}" not in hint

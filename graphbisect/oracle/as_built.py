@@ -32,13 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from graphbisect.backends.base import RunResult
+from graphbisect.backends.base import Phase, RunResult, RunStatus
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.errors import BackendError
 from graphbisect.values import bit_identical
 
 __all__ = ["CaptureDifference", "OracleIncomplete", "OracleRuns", "Runner", "capture_as_built", "capture_difference",
-           "require_as_built", "require_outputs"]
+           "oracle_failed_hint", "require_as_built", "require_outputs"]
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +136,29 @@ def require_as_built(run: RunResult, spec: object) -> None:
                            f"intermediate tensors exposed: {run.describe()}",
                            hint="choose an oracle that computes the graph as written, e.g. --oracle "
                            "reference or --oracle onnxruntime:opt_level=disable")
+
+
+def oracle_failed_hint(spec: object, run: RunResult) -> str:
+    """The hint for the oracle ``spec`` whose ``run`` of the model failed, one for every workflow.
+
+    It names an oracle other than ``spec`` (it used to offer the one that had just failed). A crash while
+    running may be the inputs' fault, not the oracle's: a value the model cannot take (an index past the axis
+    it indexes, two inputs whose sizes disagree) crashes every correct backend alike, and seeded random inputs,
+    used when none are given, are where that happens (an embedding table given as an input has no size to
+    draw its indices below).
+
+    Example:
+        >>> oracle_failed_hint("reference", RunResult(RunStatus.CRASH, phase=Phase.LOAD))
+        'the oracle must run the model correctly; choose another oracle, e.g. --oracle onnxruntime:opt_level=disable'
+    """
+    name = getattr(spec, "name", None) or str(spec).partition(":")[0]
+    other = "onnxruntime:opt_level=disable" if name == "reference" else "reference"
+    another = f"choose another oracle, e.g. --oracle {other}"
+    if run.status is RunStatus.CRASH and run.phase is Phase.RUN:
+        return ("it crashed while running, which input values the model cannot take cause too (an index out of "
+                "range, sizes that disagree): without --inputs they are seeded random, so pass real ones with "
+                f"--inputs FILE (and --shape NAME:DIMS for dynamic dims); if the inputs are right, {another}")
+    return f"the oracle must run the model correctly; {another}"
 
 
 class OracleIncomplete(BackendError):

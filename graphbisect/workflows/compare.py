@@ -49,6 +49,7 @@ from graphbisect.oracle.as_built import (
     OracleIncomplete,
     OracleRuns,
     capture_as_built,
+    oracle_failed_hint,
     require_outputs,
 )
 from graphbisect.oracle.outcome import Outcome, OutcomeClass, classify_comparison, classify_failed_run
@@ -756,8 +757,7 @@ def _require_oracle_ok(run: RunResult, spec: BackendSpec, outputs: Sequence[str]
         raise OracleFailed(
             f"the oracle {spec} failed on this model ({outcome.cls.value}): {run.describe()}",
             outcome=outcome,
-            hint="the oracle must run the model correctly; choose another oracle, e.g. "
-            "--oracle reference or --oracle onnxruntime:opt_level=disable",
+            hint=oracle_failed_hint(spec, run),
         )
     try:
         require_outputs(run, outputs, spec)

@@ -49,7 +49,7 @@ from graphbisect.errors import BackendError, GraphBisectError
 from graphbisect.model import Model
 from graphbisect.model.io import remove_model, save_proto
 from graphbisect.options import INVOCATIONS, TIMEOUT, check_fields, option
-from graphbisect.oracle.as_built import capture_as_built
+from graphbisect.oracle.as_built import capture_as_built, oracle_failed_hint
 from graphbisect.oracle.signature import FailureKind, Signature
 from graphbisect.oracle.tester import judge
 from graphbisect.strategies.passes import (
@@ -216,7 +216,7 @@ class _Session:
                 remove_model(model)
         if not runs.capture.ok:
             raise BackendError(f"the oracle {self.oracle_spec} failed on the model: {runs.capture.describe()}",
-                               hint="the oracle must run the model; choose another, e.g. --oracle reference")
+                               hint=oracle_failed_hint(self.oracle_spec, runs.capture))
         runs.require_plain(self.oracle_spec)
         self.expected = {name: np.array(value) for name, value in runs.expected(self.model.output_names).items()}
         if runs.difference is None or not runs.difference.differs:

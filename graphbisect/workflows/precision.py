@@ -78,7 +78,7 @@ from graphbisect.localize.layerwise import analyze_layers
 from graphbisect.model import Model
 from graphbisect.model.io import save_proto
 from graphbisect.options import INVOCATIONS, JOBS, check_value
-from graphbisect.oracle.as_built import capture_as_built
+from graphbisect.oracle.as_built import capture_as_built, oracle_failed_hint
 from graphbisect.oracle.tester import WorkerPool
 from graphbisect.precision.calibration import Calibration, CalibrationMethod
 from graphbisect.precision.lowering import Lowering
@@ -236,7 +236,7 @@ def _capture(model: Model, oracle: str, feeds: Mapping[str, np.ndarray], workdir
                                 capture_dir=workdir / "activations", plain_dir=workdir / "oracle-plain")
         if not runs.capture.ok:
             raise BackendError(f"the oracle {spec} failed on the FP32 model: {runs.capture.describe()}",
-                               hint="choose another oracle, e.g. --oracle reference")
+                               hint=oracle_failed_hint(spec, runs.capture))
         runs.require_plain(spec)
         store = ActivationStore.adopt(workdir / "activations") if captures else None
         expected = {name: np.asarray(value) for name, value in runs.expected(model.output_names).items()}

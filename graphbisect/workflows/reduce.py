@@ -76,7 +76,13 @@ from graphbisect.model import Model
 from graphbisect.model.diff import model_differences
 from graphbisect.model.io import remove_model, save_proto
 from graphbisect.options import EXIT_CODE, INVOCATIONS, JOBS, TIMEOUT, check_fields, option, pattern, seconds, whole
-from graphbisect.oracle.as_built import Runner, capture_as_built, capture_difference, require_as_built
+from graphbisect.oracle.as_built import (
+    Runner,
+    capture_as_built,
+    capture_difference,
+    oracle_failed_hint,
+    require_as_built,
+)
 from graphbisect.oracle.signature import FailureKind, Signature
 from graphbisect.oracle.tester import CandidateTester, OutputCheck, TargetPool, WorkerPool, judge, model_digest
 from graphbisect.packfile import TornRunError
@@ -281,7 +287,7 @@ class _Run:
             remove_model(probe)  # also when the plain run raises: a model-sized file left in the work folder
         if not runs.capture.ok:
             raise BackendError(f"the oracle {self.oracle_spec} failed on the model: {runs.capture.describe()}",
-                               hint="the oracle must run the model; choose another, e.g. --oracle reference")
+                               hint=oracle_failed_hint(self.oracle_spec, runs.capture))
         runs.require_plain(self.oracle_spec)
         return ActivationStore.adopt(store_dir)
 

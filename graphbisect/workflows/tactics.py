@@ -39,7 +39,7 @@ from graphbisect.errors import BackendError, SpecError
 from graphbisect.model import Model
 from graphbisect.model.io import save_proto, strip_to_external, write_weights_file
 from graphbisect.options import INVOCATIONS, Allowed, check_value, whole
-from graphbisect.oracle.as_built import require_outputs
+from graphbisect.oracle.as_built import oracle_failed_hint, require_outputs
 from graphbisect.oracle.signature import Signature
 from graphbisect.oracle.tester import judge
 from graphbisect.strategies.tactics import Isolation, TacticSpace, isolate
@@ -285,7 +285,7 @@ def _reference(model: Model, oracle: BackendSpec | str | None, tolerance: Tolera
             run = proc.run(onnx_path, inputs_path, output_dir=work / "oracle-outputs")
             invocations["oracle"] = proc.invocations
         if not run.ok:
-            raise BackendError(f"the oracle {oracle} failed: {run.describe()}", hint="choose an oracle that runs")
+            raise BackendError(f"the oracle {oracle} failed: {run.describe()}", hint=oracle_failed_hint(oracle, run))
         require_outputs(run, model.output_names, oracle)
         return _Judge(run.outputs, tolerance or Tolerance(), model.output_names)
     if good is None:
