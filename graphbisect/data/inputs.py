@@ -8,7 +8,7 @@ Supported input files (:data:`SUPPORTED_FORMATS`):
   ``input_0.pb``, ``input_1.pb``... as in ONNX's test data sets (names from the tensors, else positional);
 * ``.json`` — Polygraphy's ``--save-inputs`` format (a list of feed dicts whose arrays are encoded as
   ``{"array": <base64 .npy>, "polygraphy_class": "ndarray"}``; the first feed dict is used), or a plain
-  ``{"name": nested lists}`` object (values take the input's dtype).
+  ``{"name": nested lists}`` object (values take the input's dtype; one it cannot hold is refused).
 
 Random inputs (:func:`random_inputs`) are reproducible: each input's generator is seeded from ``seed``
 and the input's name, so adding or removing another input never changes it.
@@ -39,7 +39,7 @@ from graphbisect.errors import InputError
 from graphbisect.model.graph import Model, TensorType
 from graphbisect.model.load import external_data_file
 from graphbisect.options import SEED, check_value
-from graphbisect.values import as_elem_type, load_values_npz, save_values_npz, to_memory
+from graphbisect.values import as_elem_type, comparable, is_exact, load_values_npz, save_values_npz, to_memory
 
 __all__ = [
     "SUPPORTED_FORMATS",
@@ -240,12 +240,43 @@ def _decode_json_value(path: Path, name: str, value: Any, ttype: TensorType | No
     if isinstance(value, dict) and "array" in value:
         return _decode_polygraphy_array(path, name, value["array"])
     if isinstance(value, (list, int, float, bool)):
-        dtype = _dtype_or_none(ttype)
-        return np.asarray(value, dtype=dtype)
+        return _json_array(path, name, value, ttype)
     raise InputError(
         f"{path}: value of input {name!r} is neither an encoded array nor nested lists",
         hint="write {'name': [[...]]} or save with Polygraphy (polygraphy run --save-inputs)",
     )
+
+
+def _json_array(path: Path, name: str, value: Any, ttype: TensorType | None) -> np.ndarray:
+    """JSON numbers (nested lists) as an array of the input's type, refused where converting changes them.
+
+    JSON has no integer widths, bool-from-int rule or float16, so the values take the input's type; a value that
+    type cannot hold (1.7 or 300 for an integer input, 2 for a bool one, 1e6 for float16) was truncated, wrapped,
+    read as True or made infinite without a word, and the run fed the model numbers the user never wrote.
+    Rounding a decimal to the nearest float is no change: that is the float the text denotes.
+    """
+    dtype = _dtype_or_none(ttype)
+    written = np.asarray(value)
+    if dtype is None or dtype.kind == "c" or written.dtype.kind not in "biuf":
+        return np.asarray(value, dtype=dtype)  # strings, nulls, integers beyond uint64: numpy's conversion
+    with np.errstate(all="ignore"):  # an overflowing or NaN cast is found below, from its result
+        try:
+            converted = np.asarray(value, dtype=dtype)  # a Python int converts exactly, also beyond 2**53
+        except OverflowError:  # a Python int out of the type's range: numpy refuses to wrap it; find it below
+            converted = written.astype(dtype)
+    exact = np.asarray(value, dtype=object)  # the numbers as written: Python ints, floats and bools
+    if is_exact(converted):  # integers and bools: the value itself must survive (1 == 1.0 == True)
+        changed = np.asarray(comparable(converted).astype(object) != exact, dtype=bool)
+    else:  # floats: rounding is the conversion; becoming inf or NaN is not
+        changed = np.isfinite(written.astype(np.float64)) & ~np.isfinite(comparable(converted).astype(np.float64))
+    if changed.any():
+        where = tuple(int(i) for i in np.argwhere(changed)[0])
+        raise InputError(
+            f"{path}: input {name!r} ({ttype}) cannot hold the value {exact[where]} at index {list(where)} "
+            f"({int(changed.sum())} such value(s)): as {dtype} it would become {converted[where]}",
+            hint=f"write values that {dtype} holds, or save the exact arrays: np.savez('inputs.npz', {name}=array)",
+        )
+    return converted
 
 
 def _decode_polygraphy_array(path: Path, name: str, encoded: str) -> np.ndarray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -263,6 +264,47 @@ def test_plain_json_lists_take_the_input_dtype(tmp_path: Path) -> None:
     loaded = load_inputs(tmp_path / "inputs.json", single_input_model())
     assert loaded["x"].dtype == np.float32
     np.testing.assert_array_equal(loaded["x"], np.arange(1, 7).reshape(2, 3))
+
+
+def _identity_model(elem_type: int) -> object:
+    vi = helper.make_tensor_value_info
+    return make_model([helper.make_node("Identity", ["i"], ["o"], name="id")], [vi("i", elem_type, [3])],
+                      [vi("o", elem_type, [3])])
+
+
+@pytest.mark.parametrize(("elem_type", "values", "bad"), [
+    (TensorProto.INT64, [1.7, 2.0, 3.0], "1.7"),       # truncated to 1
+    (TensorProto.INT32, [1, 2, -0.5], "-0.5"),        # truncated to 0
+    (TensorProto.BOOL, [1, 0, 2], "2"),               # read as True
+    (TensorProto.UINT8, [5, 300, 7], "300"),          # out of range
+    (TensorProto.INT8, [5, -129, 7], "-129"),
+    (TensorProto.FLOAT16, [0.5, 1e6, 2.0], "1000000.0"),  # became inf
+])
+def test_plain_json_value_the_input_type_cannot_hold_is_refused_not_altered(
+        tmp_path: Path, elem_type: int, values: list, bad: str) -> None:
+    # JSON numbers are converted to the input's type; a conversion that changes what the user wrote was
+    # silent (1.7 fed as 1, 2 as True, 1e6 as float16 inf with a warning about an Inf the user never wrote) or
+    # an "is it a valid .json file?" error for a valid one. The loaded values must be what the file says, or refused.
+    (tmp_path / "inputs.json").write_text(json.dumps({"i": values}))
+    model = _identity_model(elem_type)
+    with pytest.raises(InputError, match=rf"input 'i'.*value {re.escape(bad)} ") as info:
+        load_inputs(tmp_path / "inputs.json", model)
+    assert "inputs.json" in info.value.message and ".npz" in (info.value.hint or "")
+
+
+@pytest.mark.parametrize(("elem_type", "values"), [
+    (TensorProto.INT64, [1, 2.0, -3]), (TensorProto.BOOL, [True, 0, 1]), (TensorProto.UINT8, [0, 255, 7]),
+    (TensorProto.FLOAT16, [0.1, -65504.0, 3]), (TensorProto.FLOAT, [1e-50, 0.1, 3]),
+    (TensorProto.UINT64, [2**64 - 1, 0, 1]), (TensorProto.INT64, [2**63 - 1, -(2**63), 2**53 + 1]),
+])
+def test_plain_json_values_the_input_type_holds_load_as_written(tmp_path: Path, elem_type: int, values: list) -> None:
+    (tmp_path / "inputs.json").write_text(json.dumps({"i": values}))
+    model = _identity_model(elem_type)
+    loaded = load_inputs(tmp_path / "inputs.json", model)["i"]
+    expected = np.asarray(values, dtype=helper.tensor_dtype_to_np_dtype(elem_type))  # rounding only
+    np.testing.assert_array_equal(loaded, expected)
+    assert loaded.dtype == expected.dtype
+    np.testing.assert_array_equal(run(model, {"i": loaded})["o"], expected)  # and ONNX Runtime takes them
 
 
 @pytest.mark.parametrize(("content", "match"), [("not json", "not valid JSON"), ("[1, 2]", "list of feed dicts")])
