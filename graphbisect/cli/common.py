@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -268,6 +269,10 @@ def load_feeds(args: argparse.Namespace, model: Model) -> dict[str, np.ndarray]:
     from graphbisect.data import load_inputs, parse_shapes, random_inputs
 
     shapes = parse_shapes(args.shape)
+    given = "the example's inputs" if getattr(args, "example_inputs", None) is not None else \
+        (str(args.inputs) if args.inputs is not None else None)
+    if shapes and given is not None:  # said, not silently dropped: the given arrays' shapes are what runs
+        print(f"note: --shape is not used: {given} fix every input's shape", file=sys.stderr)
     if getattr(args, "example_inputs", None) is not None:
         return dict(args.example_inputs)
     if args.inputs is not None:

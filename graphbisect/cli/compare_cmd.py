@@ -54,10 +54,13 @@ def run(args: argparse.Namespace) -> int:
         from graphbisect.data import random_input_notes
 
         notes = random_input_notes(model)
+        # the shapes that ran: a dynamic dim takes a size chosen here (or given with --shape)
+        shapes = {name: [int(d) for d in getattr(value, "shape", ())] for name, value in feeds.items()}
         print(f"… random inputs (seed {args.seed}; pass real ones with --inputs):", file=sys.stderr)
         for name, how in notes.items():
-            print(f"    {name}: {how}", file=sys.stderr)
-        extra.update(random_inputs=notes, seed=args.seed)
+            shape = "x".join(map(str, shapes.get(name, []))) or "scalar"
+            print(f"    {name}: {how}, shape {shape}", file=sys.stderr)
+        extra.update(random_inputs=notes, input_shapes=shapes, seed=args.seed)
     else:
         extra["inputs"] = str(Path(args.inputs).absolute())
     result = api.compare(

@@ -357,3 +357,21 @@ def test_an_oracle_that_omits_an_output_is_the_oracle_failing(tmp_path: Path, la
     if layerwise:
         with pytest.raises(BackendError, match=r"no value for graph output.*'y'"):
             reduce_model(model, tmp_path / "bug", inputs=feeds, options=ReduceOptions(oracle=oracle))
+
+
+def test_cli_reports_the_shapes_its_random_inputs_ran_with_and_never_drops_shape_silently(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A dynamic dim takes a size graphbisect picks (or --shape gives): the notes and JSON named only the dtype
+    and range of each random input, and --shape beside --inputs was dropped without a word."""
+    vi = helper.make_tensor_value_info
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "dyn",
+                              [vi("x", TensorProto.FLOAT, ["batch", 3])], [vi("y", TensorProto.FLOAT, ["batch", 3])])
+    model_path = tmp_path / "dyn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model_path)
+    report = tmp_path / "r.json"
+    assert main(["compare", str(model_path), "--shape", "x:5x3", "--json", str(report)]) == 0
+    assert json.loads(report.read_text())["input_shapes"] == {"x": [5, 3]}
+    assert "x: float32 uniform in [-1, 1), shape 5x3" in capsys.readouterr().err
+    np.savez(tmp_path / "in.npz", x=np.ones((2, 3), np.float32))
+    assert main(["compare", str(model_path), "--inputs", str(tmp_path / "in.npz"), "--shape", "x:5x3"]) == 0
+    assert "--shape is not used" in capsys.readouterr().err
