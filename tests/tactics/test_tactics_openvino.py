@@ -181,3 +181,21 @@ def test_replay_reports_a_choice_for_a_node_this_build_fused_into_another(
     assert {"node": "relu0", "requested": own.choice_of("relu0"),
             "used": f"{fused_into.choice} (fused into {fused_into.node})"} in data["not_applied"]
     assert "every choice took effect" not in capsys.readouterr().out
+
+
+def test_replay_counts_only_the_choices_this_model_has(
+    cnn: tuple[Path, np.ndarray, TacticRecord], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The whole model's record replayed on a part of it: the choices for nodes the part lacks are skipped,
+    and "replayed N choices" counted them as replayed."""
+    model, _, whole = cnn
+    cut = tmp_path / "cut.onnx"
+    onnx.utils.extract_model(str(model), str(cut), ["c0"], ["y"])
+    present = {node.name for node in onnx.load(str(cut)).graph.node}
+    absent = [c.node for c in whole.choices if c.node not in present]
+    assert absent, "the cut model should lack conv0"
+    record = save_record(whole, tmp_path / "whole.json")
+    main(["tactics", "replay", str(cut), str(record)])
+    out = capsys.readouterr().out
+    assert f"{len(absent)} choice(s) of the record name nodes this model does not have: not replayed" in out
+    assert f"replayed {len(whole.choices) - len(absent)} choices" in out
