@@ -231,3 +231,25 @@ def test_a_reference_targets_repro_computes_the_bfloat16_casts_graphbisect_compu
 
     if rounding_casts()[0]:  # this onnx truncates: the script says it patched the evaluator like graphbisect
         assert "onnx.reference patched as graphbisect runs it: Cast/CastLike to bfloat16" in done.stdout
+
+
+@pytest.mark.openvino
+def test_script_knows_the_nodes_a_kernel_computed_fused_as_graphbisect_does(mismatch_content: BundleContent,
+                                                                           tmp_path: Path) -> None:
+    """repro.py's "did not apply" note looked only at nodes with a kernel of their own, so a pinned choice
+    for a node this build fused into a neighbour (relu0 into conv0) went unmentioned: the script's fused
+    hosts are graphbisect's record's ``fused`` lists."""
+    ov = pytest.importorskip("openvino")
+
+    from graphbisect.backends.openvino import _exec_graph
+    from graphbisect.tactics.openvino import onnx_names, record_from_exec_graph
+
+    path = _cnn(tmp_path)
+    compiled = ov.Core().compile_model(ov.Core().read_model(str(path)), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    actual = record_from_exec_graph(_exec_graph(compiled), onnx_names(path), version=None, device=None)
+    expected = {node: c.node for c in actual.choices for node in c.fused if actual.choice_of(node) is None}
+    if not expected:
+        pytest.skip("this CPU fuses no node into another's kernel here")
+    script = _script(dataclasses.replace(mismatch_content, target=BackendSpec.parse("openvino")), tmp_path)
+    hosts = script.fused_hosts(compiled, *script.onnx_names(path))
+    assert {node: hosts.get(node) for node in expected} == expected

@@ -117,6 +117,10 @@ def pin_tactics(core, model, compiled, options, model_path):
         compiled = compile_ov(core, core.read_model(str(pinned), str(Path(tmp) / "model.bin")), options)
     now = build_choices(compiled, nodes, producers)
     lost = [c for c in wanted if c["node"] in now and now[c["node"]][1] != c["choice"]]
+    # a node this build computed inside another node's kernel got no kernel of its own (graphbisect's unapplied)
+    hosts = fused_hosts(compiled, nodes, producers)
+    lost += [dict(c, used=f"{now[hosts[c['node']]][1]} (fused into {hosts[c['node']]})") for c in wanted
+             if c["node"] not in now and hosts.get(c["node"]) in now]
     if lost:
         print(f"note: OpenVINO did not apply {len(lost)} pinned kernel choice(s): {lost[:5]}", file=sys.stderr)
     return compiled
@@ -176,6 +180,21 @@ def build_choices(compiled, nodes, producers):
             ranks[node] = removed
             choices[node] = (op.get_friendly_name(), re.sub(PRECISION_SUFFIX, "", primitive), facts.get("layerType"))
     return choices
+
+
+def fused_hosts(compiled, nodes, producers):
+    """ONNX node -> the node whose kernel computed it, for nodes named only among a kernel's fused layers."""
+    hosts = {}
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        facts = {key: info[key].astype(str) for key in info.keys()}
+        if facts.get("layerType") in NOT_KERNELS or not facts.get("primitiveType"):
+            continue
+        names = [op.get_friendly_name(), *(n for n in facts.get("originalLayersNames", "").split(",") if n)]
+        mapped = [m for m in (onnx_node_of(n, nodes, producers) for n in names) if m is not None]
+        for node in mapped[1:]:
+            hosts.setdefault(node, mapped[0])
+    return hosts
 
 
 def ir_layers(model, nodes, producers):
