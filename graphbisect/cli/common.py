@@ -269,12 +269,12 @@ def load_feeds(args: argparse.Namespace, model: Model) -> dict[str, np.ndarray]:
     from graphbisect.data import load_inputs, parse_shapes, random_inputs
 
     shapes = parse_shapes(args.shape)
-    given = "the example's inputs" if getattr(args, "example_inputs", None) is not None else \
-        (str(args.inputs) if args.inputs is not None else None)
-    if shapes and given is not None:  # said, not silently dropped: the given arrays' shapes are what runs
+    example = getattr(args, "example_inputs", None)
+    if shapes and (example is not None or args.inputs is not None):  # said, not silently dropped
+        given = "the example's inputs" if example is not None else str(args.inputs)
         print(f"note: --shape is not used: {given} fix every input's shape", file=sys.stderr)
-    if getattr(args, "example_inputs", None) is not None:
-        return dict(args.example_inputs)
+    if example is not None:
+        return dict(example)
     if args.inputs is not None:
         return load_inputs(args.inputs, model)
     return random_inputs(model, shapes=shapes, seed=args.seed)

@@ -122,8 +122,12 @@ class OracleRuns:
         outputs = self.verdict.outputs
         return {name: outputs[name] for name in names}
 
-    def require_plain(self, spec: object) -> None:
-        """Raise :class:`~graphbisect.errors.BackendError` when the plain run failed though the capture ran."""
+    def require_ok(self, spec: object, what: str = "the model") -> None:
+        """Raise :class:`~graphbisect.errors.BackendError` when the oracle ``spec`` failed on ``what``: its capture
+        (with :func:`oracle_failed_hint`) or, though the capture ran, its plain run (:func:`require_as_built`)."""
+        if not self.capture.ok:
+            raise BackendError(f"the oracle {spec} failed on {what}: {self.capture.describe()}",
+                               hint=oracle_failed_hint(spec, self.capture))
         if self.plain is not None:
             require_as_built(self.plain, spec)
 

@@ -45,11 +45,11 @@ from graphbisect.backends.registry import BACKEND_SPEC
 from graphbisect.compare import Tolerance
 from graphbisect.data import save_inputs, validate_inputs
 from graphbisect.engine import Budget, Evaluator, Journal, Outcome, ProgressEvent, SearchAborted, SearchResult
-from graphbisect.errors import BackendError, GraphBisectError
+from graphbisect.errors import GraphBisectError
 from graphbisect.model import Model
 from graphbisect.model.io import remove_model, save_proto
 from graphbisect.options import INVOCATIONS, TIMEOUT, check_fields, option
-from graphbisect.oracle.as_built import capture_as_built, oracle_failed_hint
+from graphbisect.oracle.as_built import capture_as_built
 from graphbisect.oracle.signature import FailureKind, Signature
 from graphbisect.oracle.tester import judge
 from graphbisect.strategies.passes import (
@@ -214,10 +214,7 @@ class _Session:
         finally:
             if intermediates:
                 remove_model(model)
-        if not runs.capture.ok:
-            raise BackendError(f"the oracle {self.oracle_spec} failed on the model: {runs.capture.describe()}",
-                               hint=oracle_failed_hint(self.oracle_spec, runs.capture))
-        runs.require_plain(self.oracle_spec)
+        runs.require_ok(self.oracle_spec)
         self.expected = {name: np.array(value) for name, value in runs.expected(self.model.output_names).items()}
         if runs.difference is None or not runs.difference.differs:
             return runs.capture.outputs
@@ -426,12 +423,8 @@ def _fired(s: _Session, run: RunResult) -> tuple[list[str], dict[str, str], str]
     """Fired passes, those never disabled (with the reason), and where the list came from."""
     excluded = {name: f"the backend runs it whatever the options say ({s.target_spec.name} fired_required)"
                 for name in run.info.get("fired_required", [])}
-    if _reported(run) is not None:
-        fired = [str(name) for name in run.info["fired_passes"]]
-        source = "reported"
-    else:
-        fired = _catalogue(s, run)
-        source = "catalogue"
+    reported = _reported(run)
+    fired, source = (reported, "reported") if reported is not None else (_catalogue(s, run), "catalogue")
     excluded.update({name: why for name, why in s.control.not_disableable.items() if name in fired})
     if source == "catalogue":  # a rule set stands for all its rules, which are units of their own
         excluded.update({name: "a set of rewrite rules, searched rule by rule" for name in fired
@@ -571,14 +564,13 @@ def _with_control(content: BundleContent, passes: PassesResult, options: ReduceO
     The control is judged as the reduction judged (its ``fail_regex``, its Python check): by the tolerance
     alone, a control whose outputs matched "passed" while it still printed the regex's line.
     """
-    timeout = options.timeout
     control = BackendSpec.parse(str(passes.control_target))
     stage("running the control (culprit passes disabled) on the reduced model")
     with tempfile.TemporaryDirectory(prefix="graphbisect-control-") as tmp:
         model_path, inputs_path = Path(tmp) / "model.onnx", Path(tmp) / "inputs.npz"
         save_proto(content.model, model_path)
         save_inputs(inputs_path, content.inputs)
-        run = run_spec(control, model_path, inputs_path, Path(tmp), timeout)
+        run = run_spec(control, model_path, inputs_path, Path(tmp), options.timeout)
         control_sig = judge(run, content.oracle_outputs.__getitem__, list(content.oracle_outputs), content.tolerance,
                             re.compile(options.fail_regex) if options.fail_regex else None,
                             check=options.output_check).signature
@@ -587,7 +579,7 @@ def _with_control(content: BundleContent, passes: PassesResult, options: ReduceO
         runs = {**(recorded if isinstance(recorded, Mapping) else {})}
         runs["control"] = runs.get("control", 0) + 1
         optimized = _optimized_nodes(BackendSpec.parse(str(passes.culprit_target)), model_path, inputs_path,
-                                     Path(tmp), timeout, runs=runs)
+                                     Path(tmp), options.timeout, runs=runs)
     facts = {**passes.to_json(), "control_verdict": control_sig.describe(), "control_passes": not control_sig.failed,
              "reduced_nodes": [f"{n.op_type} {n.name}" for n in content.model.graph.node],
              "optimized_nodes": optimized}

@@ -78,7 +78,7 @@ from graphbisect.localize.layerwise import analyze_layers
 from graphbisect.model import Model
 from graphbisect.model.io import save_proto
 from graphbisect.options import INVOCATIONS, JOBS, check_value
-from graphbisect.oracle.as_built import capture_as_built, oracle_failed_hint
+from graphbisect.oracle.as_built import capture_as_built
 from graphbisect.oracle.tester import WorkerPool
 from graphbisect.precision.calibration import Calibration, CalibrationMethod
 from graphbisect.precision.lowering import Lowering
@@ -234,10 +234,7 @@ def _capture(model: Model, oracle: str, feeds: Mapping[str, np.ndarray], workdir
         runs = capture_as_built(lambda path, out: proc.run(path, inputs_path, output_dir=out), probe, plain_path,
                                 outputs=model.output_names, rewrites=plain_path != probe, tolerance=tol, spec=spec,
                                 capture_dir=workdir / "activations", plain_dir=workdir / "oracle-plain")
-        if not runs.capture.ok:
-            raise BackendError(f"the oracle {spec} failed on the FP32 model: {runs.capture.describe()}",
-                               hint=oracle_failed_hint(spec, runs.capture))
-        runs.require_plain(spec)
+        runs.require_ok(spec, "the FP32 model")
         store = ActivationStore.adopt(workdir / "activations") if captures else None
         expected = {name: np.asarray(value) for name, value in runs.expected(model.output_names).items()}
         verdict = "capture"

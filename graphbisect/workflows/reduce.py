@@ -66,7 +66,7 @@ from graphbisect.engine import (
     SearchResult,
     StopReason,
 )
-from graphbisect.errors import BackendError, GraphBisectError, InputError, ModelError
+from graphbisect.errors import GraphBisectError, InputError, ModelError
 from graphbisect.executors import EXECUTOR
 from graphbisect.executors.candidates import ExecutorPool
 from graphbisect.localize.compiled import CompiledGraph
@@ -80,7 +80,6 @@ from graphbisect.oracle.as_built import (
     Runner,
     capture_as_built,
     capture_difference,
-    oracle_failed_hint,
     require_as_built,
 )
 from graphbisect.oracle.signature import FailureKind, Signature
@@ -285,10 +284,7 @@ class _Run:
                                         plain_dir=self.work / "oracle-plain", on_plain=self._stage_plain)
         finally:
             remove_model(probe)  # also when the plain run raises: a model-sized file left in the work folder
-        if not runs.capture.ok:
-            raise BackendError(f"the oracle {self.oracle_spec} failed on the model: {runs.capture.describe()}",
-                               hint=oracle_failed_hint(self.oracle_spec, runs.capture))
-        runs.require_plain(self.oracle_spec)
+        runs.require_ok(self.oracle_spec)
         return ActivationStore.adopt(store_dir)
 
     def rewriting_oracle(self) -> bool:

@@ -163,34 +163,35 @@ def mapping_of(name, nodes, producers):
         name, removed = shorter, removed + 1
 
 
-def build_choices(compiled, nodes, producers):
-    """ONNX node -> (execution layer, kernel without its precision suffix) of a compiled model."""
-    choices, ranks = {}, {}
+def kernels(compiled):
+    """(execution layer, its rt_info facts, its names: its own and its original layers') of each real kernel."""
     for op in compiled.get_runtime_model().get_ordered_ops():
         info = op.get_rt_info()
         facts = {key: info[key].astype(str) for key in info.keys()}
         primitive = facts.get("primitiveType") or ""
         if facts.get("layerType") in NOT_KERNELS or not primitive or primitive.startswith("unknown"):
             continue
-        candidates = [op.get_friendly_name(), *(n for n in facts.get("originalLayersNames", "").split(",") if n)]
-        node, removed = next((m for m in (mapping_of(c, nodes, producers) for c in candidates) if m[0] is not None),
+        names = [op.get_friendly_name(), *(n for n in facts.get("originalLayersNames", "").split(",") if n)]
+        yield op.get_friendly_name(), facts, names
+
+
+def build_choices(compiled, nodes, producers):
+    """ONNX node -> (execution layer, kernel without its precision suffix) of a compiled model."""
+    choices, ranks = {}, {}
+    for layer, facts, names in kernels(compiled):
+        node, removed = next((m for m in (mapping_of(c, nodes, producers) for c in names) if m[0] is not None),
                              (None, 0))
         # one kernel per node: the fewest ".N" removed (the computing kernel, not the Convert back), then the first
         if node is not None and (node not in ranks or removed < ranks[node]):
             ranks[node] = removed
-            choices[node] = (op.get_friendly_name(), re.sub(PRECISION_SUFFIX, "", primitive), facts.get("layerType"))
+            choices[node] = (layer, re.sub(PRECISION_SUFFIX, "", facts["primitiveType"]), facts.get("layerType"))
     return choices
 
 
 def fused_hosts(compiled, nodes, producers):
     """ONNX node -> the node whose kernel computed it, for nodes named only among a kernel's fused layers."""
     hosts = {}
-    for op in compiled.get_runtime_model().get_ordered_ops():
-        info = op.get_rt_info()
-        facts = {key: info[key].astype(str) for key in info.keys()}
-        if facts.get("layerType") in NOT_KERNELS or not facts.get("primitiveType"):
-            continue
-        names = [op.get_friendly_name(), *(n for n in facts.get("originalLayersNames", "").split(",") if n)]
+    for _, _, names in kernels(compiled):
         mapped = [m for m in (onnx_node_of(n, nodes, producers) for n in names) if m is not None]
         for node in mapped[1:]:
             hosts.setdefault(node, mapped[0])
