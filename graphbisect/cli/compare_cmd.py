@@ -97,6 +97,8 @@ def print_result(result: CompareResult, *, rows: int) -> None:
                   f"{_num(s.max_rel):>10} {_num(s.cosine):>9}")
     if result.layerwise_note:
         print(f"\nNOTE: {result.layerwise_note}")
+    if result.noise_floor is not None:
+        print(f"\n{result.noise_floor.describe()}")
     if result.layerwise is not None:
         _print_layers(result, rows)
     verdict = "PASS: outputs match" if result.passed else f"FAIL: {result.outcome}"
@@ -124,7 +126,8 @@ def _print_layers(result: CompareResult, rows: int) -> None:
           f"{'cosine':>8}  " + ("compiled as".ljust(30) + " " if compiled else "") + "target [min, max] (oracle)")
     for r in table:
         s = r.stats
-        mark = ">>" if r is first else ("c " if r.constant and not s.passed else "x " if not s.passed else "  ")
+        mark = ">>" if r is first else ("c " if r.constant and not s.passed else "f " if r.at_floor
+                                         else "x " if not s.passed else "  ")
         shape = "x".join(map(str, s.oracle_shape or ())) or "scalar"
         if s.oracle_shape != s.target_shape:
             shape += "!"
@@ -138,8 +141,13 @@ def _print_layers(result: CompareResult, rows: int) -> None:
         print(f"\nc: {len(constants)} constant tensor(s) (computed from no input, folded by the target) differ as "
               "the target exposes them, e.g. an int64 INT64_MIN stored as INT32_MIN or an empty tensor as [1]; "
               "not ranked as causes (a wrongly folded constant shows at its consumer)")
+    noise = [r for r in layers.rows if r.at_floor]
+    if noise:
+        print(f"\nf: {len(noise)} tensor(s) beyond the tolerance but within {_num(result.noise_floor.margin)}× the "
+              "target's noise floor (its error with optimizations off): kernel precision, not divergences"
+              if result.noise_floor is not None else "")
     if first is None:
-        print("\nno intermediate tensor diverges")
+        print("\nno intermediate tensor diverges" + (" above the target's noise floor" if noise else ""))
         return
     fused = first.compiled_as if first.compiled_as is not None and first.compiled_as.fused else None
     if fused is not None:

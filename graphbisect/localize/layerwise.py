@@ -41,6 +41,7 @@ import onnx
 from graphbisect.compare import MismatchKind, TensorStats, Tolerance, compare_tensors, compare_values
 from graphbisect.data.store import ActivationStore
 from graphbisect.localize.compiled import CompiledGraph, CompiledNode
+from graphbisect.oracle.floor import NoiseFloor
 
 __all__ = ["LayerRow", "LayerwiseReport", "RootCause", "TensorSource", "analyze_layers", "constant_tensors",
            "tensor_stats"]
@@ -67,6 +68,10 @@ class LayerRow:
     amplification: float
     compiled_as: CompiledNode | None = None  # the target's compiled node covering this node, when known
     constant: bool = False  # computed from no graph input: folded at build time, never a cause (see above)
+    #: the target's noise floor here (its error with optimizations off, in tolerances), when measured
+    floor: float | None = None
+    #: fails the tolerance, but within the noise floor's margin: kernel precision, never a divergence
+    at_floor: bool = False
 
     @property
     def compared(self) -> bool:
@@ -79,7 +84,8 @@ class LayerRow:
         return {"index": self.index, "node": self.node, "op_type": self.op_type, "tensor": self.tensor,
                 "input_score": _finite(self.input_score), "amplification": _finite(self.amplification),
                 "compiled_as": None if self.compiled_as is None else self.compiled_as.to_json(),
-                "constant": self.constant, **stats}
+                "constant": self.constant, "floor": None if self.floor is None else _finite(self.floor),
+                "at_floor": self.at_floor, **stats}
 
 
 @dataclass(frozen=True)
@@ -146,6 +152,7 @@ def analyze_layers(
     measured: Mapping[str, TensorStats] | None = None,
     first_only: bool = False,
     outputs: Collection[str] = (),
+    floor: NoiseFloor | None = None,
 ) -> LayerwiseReport:
     """Compare every node output the oracle captured, in the given (topological) order.
 
@@ -156,7 +163,9 @@ def analyze_layers(
     target's worker, :attr:`~graphbisect.backends.RunResult.stats`), used instead of comparing values;
     ``target`` may then be None. ``first_only`` stops at the first divergence (the pass search needs no
     more: its rows end there and root causes are ranked among them). ``outputs``: the graph's outputs
-    (a constant among them is not exempt; see the module docstring).
+    (a constant among them is not exempt; see the module docstring). ``floor``: the target's noise floor
+    (:mod:`graphbisect.oracle.floor`); a tensor failing within its margin is flagged ``at_floor`` (kernel
+    precision), and is neither the first divergence nor a root cause nor an input error of its consumers.
 
     Example:
         >>> from onnx import helper
@@ -183,11 +192,13 @@ def analyze_layers(
                 continue
             stats = tensor_stats(tensor, oracle, target, tol, measured)
             constant = tensor in constants
-            if stats.kind is not MismatchKind.MISSING and not constant:
+            noise = floor is not None and floor.at_floor(stats)
+            if stats.kind is not MismatchKind.MISSING and not constant and not noise:
                 scores[tensor] = stats.score
             amplification = stats.score / max(input_score, 1.0) if stats.kind is not MismatchKind.MISSING else 0.0
             row = LayerRow(index, node.name, node.op_type, tensor, stats, input_score, amplification, group,
-                           constant)
+                           constant, floor.scores.get(tensor) if floor is not None and floor.measured else None,
+                           noise)
             rows.append(row)
             if on_row is not None:
                 on_row(row)
@@ -243,7 +254,7 @@ def constant_tensors(nodes: Sequence[onnx.NodeProto]) -> set[str]:
 
 
 def _diverges(row: LayerRow) -> bool:
-    return row.compared and not row.stats.passed and not row.constant
+    return row.compared and not row.stats.passed and not row.constant and not row.at_floor
 
 
 def _group_inputs(nodes: Sequence[onnx.NodeProto], groups: dict[str, CompiledNode]) -> dict[str, list[str]]:

@@ -7,6 +7,9 @@ told which. The classes (:class:`OutcomeClass`), decided from what actually ran:
 * ``pass`` — the target's outputs match the oracle's;
 * ``divergence`` — the target ran and its values differ (or its outputs' shapes/types): a real
   disagreement, what ``reduce`` is for;
+* ``noise-floor`` — the values differ beyond the tolerance, but no more than the target's own kernels differ
+  with its optimizations off (:mod:`graphbisect.oracle.floor`: TF32 on a GPU): kernel precision, not a
+  transformation to reduce;
 * ``random-op`` — the values differ, but the model has an op that draws random numbers (``RandomNormal``,
   ``Bernoulli``, ``Dropout`` in training mode...): two backends cannot be expected to agree;
 * ``target-unsupported`` / ``oracle-unsupported`` — the backend refused the model for lack of an op, a
@@ -32,6 +35,7 @@ import onnx
 
 from graphbisect.backends.base import Phase, RunResult, RunStatus, message_cause
 from graphbisect.compare import Comparison, MismatchKind, TensorStats
+from graphbisect.oracle.floor import NoiseFloor
 
 __all__ = ["RANDOM_OPS", "UNSUPPORTED_PATTERN", "Outcome", "OutcomeClass", "classify_comparison",
            "classify_failed_run", "is_unsupported", "random_ops"]
@@ -40,6 +44,7 @@ __all__ = ["RANDOM_OPS", "UNSUPPORTED_PATTERN", "Outcome", "OutcomeClass", "clas
 class OutcomeClass(str, enum.Enum):
     PASS = "pass"
     DIVERGENCE = "divergence"
+    NOISE_FLOOR = "noise-floor"
     RANDOM_OP = "random-op"
     TARGET_UNSUPPORTED = "target-unsupported"
     TARGET_CRASH = "target-crash"
@@ -122,12 +127,16 @@ def classify_failed_run(run: RunResult, role: str) -> Outcome:
 
 
 def classify_comparison(target_run: RunResult, comparison: Comparison | None,
-                        nodes: Iterable[onnx.NodeProto]) -> Outcome:
-    """The class of a comparison whose oracle ran: pass, divergence, random-op or a target failure."""
+                        nodes: Iterable[onnx.NodeProto], floor: NoiseFloor | None = None) -> Outcome:
+    """The class of a comparison whose oracle ran: pass, divergence, noise-floor (``floor``: the target's),
+    random-op or a target failure."""
     if not target_run.ok or comparison is None:
         return classify_failed_run(target_run, "target")
     if comparison.passed:
         return Outcome(OutcomeClass.PASS, "")
+    if floor is not None and not any(floor.exceeds(s) for s in comparison.failing):
+        return Outcome(OutcomeClass.NOISE_FLOOR, f"{_describe_failing(comparison.failing)}; within "
+                       f"{floor.margin:g}× what {floor.spec} (the target with its optimizations off) errs there")
     failing = comparison.failing
     worst = comparison.worst
     assert worst is not None

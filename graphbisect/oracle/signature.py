@@ -30,10 +30,11 @@ import re
 from dataclasses import dataclass
 
 from graphbisect.backends.base import Phase, RunResult, RunStatus, message_cause
-from graphbisect.compare import Comparison, MismatchKind
+from graphbisect.compare import Comparison, MismatchKind, TensorStats
+from graphbisect.oracle.floor import NoiseFloor
 from graphbisect.oracle.outcome import is_unsupported
 
-__all__ = ["FailureKind", "Signature", "normalize_message", "signature_of"]
+__all__ = ["FailureKind", "Signature", "failing_above", "normalize_message", "signature_of"]
 
 
 class FailureKind(str, enum.Enum):
@@ -145,9 +146,13 @@ class Signature:
 
 
 def signature_of(
-    run: RunResult, comparison: Comparison | None, *, fail_regex: re.Pattern[str] | None = None
+    run: RunResult, comparison: Comparison | None, *, fail_regex: re.Pattern[str] | None = None,
+    floor: NoiseFloor | None = None,
 ) -> Signature:
-    """The signature of one target run, given its comparison with the oracle (None when it crashed)."""
+    """The signature of one target run, given its comparison with the oracle (None when it crashed).
+
+    ``floor``: the target's noise floor (:mod:`graphbisect.oracle.floor`); a value mismatch within its margin
+    is kernel precision, not a failure."""
     if fail_regex is not None:
         text = "\n".join(filter(None, (run.message, run.log, run.error_type)))
         matched = fail_regex.search(text) is not None
@@ -163,20 +168,28 @@ def signature_of(
         else:
             detail = f"exit {run.exit_code}"
         return Signature(kind, detail)
-    if comparison is None or comparison.passed:
+    failing = failing_above(comparison, floor)
+    if not failing:
         return Signature(FailureKind.NONE)
-    worst = comparison.worst
+    worst = Comparison(failing).worst
     assert worst is not None
     if worst.kind is MismatchKind.NAN:
         return Signature(FailureKind.NAN, "target NaN/Inf where the oracle is finite")
     if worst.kind in _STRUCTURAL:
         return Signature(FailureKind.STRUCTURE, worst.kind.value)
-    floats = [s for s in comparison.failing if not _exact(s.oracle_dtype)]
+    floats = [s for s in failing if not _exact(s.oracle_dtype)]
     if not floats:
         return Signature(FailureKind.MISMATCH, EXACT_VALUES)
     worst = max(floats, key=lambda s: s.score)
     band = math.floor(math.log10(worst.score)) if math.isfinite(worst.score) and worst.score > 0 else None
     return Signature(FailureKind.MISMATCH, FLOAT_VALUES, band)
+
+
+def failing_above(comparison: Comparison | None, floor: NoiseFloor | None) -> tuple[TensorStats, ...]:
+    """The outputs of ``comparison`` that fail above ``floor`` (every failing one without a floor)."""
+    if comparison is None:
+        return ()
+    return tuple(s for s in comparison.failing if floor is None or floor.exceeds(s))
 
 
 FLOAT_VALUES = "values beyond tolerance"

@@ -32,8 +32,18 @@ from graphbisect.backends import BackendProcess, BackendSpec, RunResult
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.engine import Outcome, TestResult
 from graphbisect.errors import GraphBisectError, InputError
+from graphbisect.localize.compiled import CompiledGraph, compiled_graph
 from graphbisect.model.io import remove_model
-from graphbisect.oracle.signature import CHECK_REJECTED, EXACT_VALUES, FailureKind, Signature, signature_of
+from graphbisect.oracle.floor import NoiseFloor
+from graphbisect.oracle.identity import IdentityCheck
+from graphbisect.oracle.signature import (
+    CHECK_REJECTED,
+    EXACT_VALUES,
+    FailureKind,
+    Signature,
+    failing_above,
+    signature_of,
+)
 from graphbisect.strategies.subgraph import Candidate, SubgraphSpace, check_file
 from graphbisect.values import is_exact, numpy_dtype
 
@@ -97,30 +107,36 @@ class WorkerPool:
 class Judgement:
     """A run of the target judged against expected values."""
 
-    def __init__(self, run: RunResult, comparison: Comparison | None, signature: Signature) -> None:
+    def __init__(self, run: RunResult, comparison: Comparison | None, signature: Signature,
+                 floor: NoiseFloor | None = None) -> None:
         self.run, self.comparison, self.signature = run, comparison, signature
+        self.other_identity: str | None = None  # why a failure of the baseline's kind is another one
+        #: the outputs that fail above the target's noise floor (every failing one without a floor)
+        self.failing = failing_above(comparison, floor)
 
     @property
     def failing_tensors(self) -> list[str]:
-        return [s.name for s in self.comparison.failing] if self.comparison is not None else []
+        return [s.name for s in self.failing]
 
 
 def judge(run: RunResult, expected: Callable[[str], np.ndarray], outputs: Sequence[str], tol: Tolerance,
-          fail_regex: re.Pattern[str] | None = None, *, check: OutputCheck | None = None) -> Judgement:
+          fail_regex: re.Pattern[str] | None = None, *, check: OutputCheck | None = None,
+          floor: NoiseFloor | None = None) -> Judgement:
     """Compare a target run with the oracle's values of ``outputs`` and compute its failure signature.
 
     ``check`` (a Python callable) replaces the tolerance as the verdict on a run that completed: it gets the
     target's values of ``outputs`` and the oracle's, and returns True when they are acceptable. The
-    comparison is still computed, for the report.
+    comparison is still computed, for the report. ``floor``: the target's noise floor; a value mismatch within
+    its margin is kernel precision, not a failure (:mod:`graphbisect.oracle.floor`).
     """
     comparison = None
     if run.ok:
         comparison = compare_outputs({name: expected(name) for name in outputs}, run.outputs, tol, outputs)
-    signature = signature_of(run, comparison, fail_regex=fail_regex)
+    signature = signature_of(run, comparison, fail_regex=fail_regex, floor=floor)
     if check is not None and run.ok and fail_regex is None:
         signature = Signature(FailureKind.NONE) if _accepted(check, run, expected, outputs) else \
             Signature(FailureKind.MISMATCH, CHECK_REJECTED)
-    return Judgement(run, comparison, signature)
+    return Judgement(run, comparison, signature, floor)
 
 
 def _accepted(check: OutputCheck, run: RunResult, expected: Callable[[str], np.ndarray],
@@ -142,13 +158,18 @@ class CandidateTester:
 
     def __init__(self, space: SubgraphSpace, pool: TargetPool, baseline: Signature, tol: Tolerance, *,
                  fail_regex: re.Pattern[str] | None = None, strict_band: bool = False, compare: bool = True,
-                 check: OutputCheck | None = None, repeats: int = 0) -> None:
+                 check: OutputCheck | None = None, repeats: int = 0, floor: NoiseFloor | None = None,
+                 identity: IdentityCheck | None = None) -> None:
         """``compare=False``: the target's exit status is the verdict (an external check), no output is compared.
         ``check``: a Python callable judges the outputs instead of the tolerance (see :func:`judge`).
-        ``repeats``: extra runs a failing candidate must fail the same way in before it is accepted."""
+        ``repeats``: extra runs a failing candidate must fail the same way in before it is accepted.
+        ``floor``: the target's noise floor. ``identity``: the baseline's identity (where it first goes wrong,
+        what the target compiled there): a candidate failing otherwise is a different failure. When it names a
+        compiled node, ``pool`` must run a spec that describes what it compiles (``describing_spec``)."""
         self.space, self.pool, self.baseline, self.tol = space, pool, baseline, tol
         self.fail_regex, self.strict_band, self.compare, self.check = fail_regex, strict_band, compare, check
-        self.repeats = repeats
+        self.repeats, self.floor, self.identity = repeats, floor, identity
+        self.other_identity = 0  # candidates that failed like the baseline by kind, but with another identity
         self.unrepeated = 0  # candidates that failed like the baseline once, then did not
         #: keep-set → digest of the exact model the target ran, for the candidates that failed like the baseline:
         #: the only ones a search accepts, so the only final models a re-verification is compared with (hashing
@@ -176,12 +197,12 @@ class CandidateTester:
             outputs = candidate.outputs if self.compare else ()
             with self.pool.acquire() as proc:
                 verdict = judge(proc.run(path, candidate.feeds), self.space.values, outputs, self.tol,
-                                self.fail_regex, check=self.check)
-                outcome = self._outcome(verdict, len(keep))
+                                self.fail_regex, check=self.check, floor=self.floor)
+                outcome = self._outcome(verdict, candidate, len(keep))
                 for _ in range(self.repeats if outcome is Outcome.FAIL else 0):
                     again = judge(proc.run(path, candidate.feeds), self.space.values, outputs, self.tol,
-                                  self.fail_regex, check=self.check)
-                    if self._outcome(again, len(keep)) is not Outcome.FAIL:
+                                  self.fail_regex, check=self.check, floor=self.floor)
+                    if self._outcome(again, candidate, len(keep)) is not Outcome.FAIL:
                         self.unrepeated += 1
                         log.info("candidate of %d nodes failed like the baseline once, then gave %s: not accepted",
                                  len(keep), again.signature.describe())
@@ -191,16 +212,34 @@ class CandidateTester:
                 self.tested[keep] = candidate.digest
         finally:
             remove_model(path)
-        detail = {"signature": verdict.signature.to_json(), "failing": verdict.failing_tensors}
+        detail: dict[str, object] = {"signature": verdict.signature.to_json(), "failing": verdict.failing_tensors}
+        if verdict.other_identity:
+            detail["identity"] = verdict.other_identity
         return TestResult(outcome, invoked=True, detail=detail)
 
-    def _outcome(self, verdict: Judgement, nodes: int) -> Outcome:
+    def _outcome(self, verdict: Judgement, candidate: Candidate, nodes: int) -> Outcome:
         if self.baseline.matches(verdict.signature, strict_band=self.strict_band):
-            return Outcome.FAIL
+            why = self.identity_differs(verdict, candidate)
+            if why is None:
+                return Outcome.FAIL
+            verdict.other_identity = why
+            self.other_identity += 1
+            log.debug("candidate of %d nodes fails with another identity: %s", nodes, why)
+            return Outcome.UNRESOLVED
         if verdict.signature.failed:
             log.debug("candidate of %d nodes fails differently: %s", nodes, verdict.signature.describe())
             return Outcome.UNRESOLVED
         return Outcome.PASS
+
+    def identity_differs(self, verdict: Judgement, candidate: Candidate) -> str | None:
+        """Why a run that fails like the baseline by kind is another failure (None: it is the same one)."""
+        if self.identity is None or verdict.comparison is None:
+            return None
+        compiled = None
+        if self.identity.identity.compiled_kind is not None:
+            compiled = candidate_compiled(candidate, verdict.run)
+        compared = {s.name: s for s in verdict.comparison.outputs}
+        return self.identity.differs(verdict.failing, compared, compiled)
 
     def _checker_gates(self) -> bool:
         """Whether ``onnx.checker`` may veto candidates: only when the model itself passes it. Runtimes load
@@ -230,6 +269,15 @@ class CandidateTester:
         if self.baseline.detail == EXACT_VALUES:
             return None if kinds - {"float"} else "no integer/boolean output, and the failure is an integer flip"
         return None if kinds - {"exact"} else "no float output, and the failure is a float error"
+
+
+def candidate_compiled(candidate: Candidate, run: RunResult) -> CompiledGraph | None:
+    """What the target compiled for a candidate's run (a describing spec's run info), mapped onto its nodes."""
+    if not run.ok:
+        return None
+    proto = candidate.proto
+    return compiled_graph(proto.graph.node, candidate.outputs, run.info,
+                          constants={t.name: t for t in proto.graph.initializer})
 
 
 def _value_class(elem_type: int) -> str:

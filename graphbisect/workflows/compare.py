@@ -52,6 +52,7 @@ from graphbisect.oracle.as_built import (
     oracle_failed_hint,
     require_outputs,
 )
+from graphbisect.oracle.floor import NoiseFloor, floor_spec, measure_floor
 from graphbisect.oracle.outcome import Outcome, OutcomeClass, classify_comparison, classify_failed_run
 from graphbisect.values import bit_identical
 from graphbisect.workflows.probe import (
@@ -100,6 +101,8 @@ class CompareResult:
     target_probe: TargetProbe | None = None  # what the target's layerwise probe ran (None: no probe)
     # how a rewriting oracle's capture differs from its run of the model as built (None: not measured)
     oracle_capture: CaptureDifference | None = None
+    # the target's noise floor (None: not looked for, e.g. the target passed or nothing was captured)
+    noise_floor: NoiseFloor | None = None
 
     @property
     def passed(self) -> bool:
@@ -134,6 +137,7 @@ class CompareResult:
                 "unmapped": len(self.compiled.unmapped)},
             "target_probe": None if self.target_probe is None else self.target_probe.to_json(),
             "oracle_capture": None if self.oracle_capture is None else self.oracle_capture.to_json(),
+            "noise_floor": None if self.noise_floor is None else self.noise_floor.to_json(),
             "invocations": dict(self.invocations),
             "seconds": round(self.seconds, 3),
             **self.extra,  # e.g. the CLI's random_inputs notes and seed, or the user's --inputs file
@@ -224,11 +228,15 @@ def compare_models(
                 else (lambda: None)
             layer_report = probed_comparison = None
             note = probed.note
+            floor = None
+            if oracle_side.store is not None and comparison is not None and not comparison.passed:
+                floor = _noise_floor(model, folder, inputs_path, oracle_side.store, target_spec=target_spec,
+                                     target_info=target_info, oracle_spec=oracle_spec, tol=tol, stage=stage)
             if probed.oracle is not None and (probed.target is not None or probed.measured is not None):
                 stage("comparing layer by layer")
                 probed_comparison = _probed_comparison(model, probed, tol)
                 layer_report = analyze_layers(model.nodes, probed.oracle, probed.target, tol, compiled=plan.compiled,
-                                              measured=probed.measured, outputs=model.output_names)
+                                              measured=probed.measured, outputs=model.output_names, floor=floor)
                 bodies = _unprobed_bodies(model)
                 note = f"{note}; {bodies}" if note and bodies else note or bodies
             plain_failed = comparison is None or not comparison.passed
@@ -240,7 +248,8 @@ def compare_models(
             if capture_note:
                 note = capture_note if the_oracles else "; ".join(filter(None, (note, capture_note)))
             invocations = {"oracle": oracle_proc.invocations - invocations_before[0],
-                           "target": target_proc.invocations - invocations_before[1]}
+                           "target": target_proc.invocations - invocations_before[1]
+                           + (1 if floor is not None and floor.spec is not None else 0)}
             oracle_closed()
             target_closed()
         versions = {"oracle": dict(oracle_run.ran_with), "target": dict(target_run.ran_with)}  # measured in the workers
@@ -252,8 +261,26 @@ def compare_models(
             store_dir=folder / "activations" if kept and (folder / "activations").is_dir() else None,
             compiled=plan.compiled, target_probe=probed.probe,
             oracle_capture=oracle_side.as_built.difference if oracle_side.as_built is not None else None,
-            outcome=classify_comparison(target_run, comparison, model.nodes),
+            outcome=classify_comparison(target_run, comparison, model.nodes, floor), noise_floor=floor,
         )
+
+
+def _noise_floor(model: Model, folder: Path, inputs_path: Path, store: ActivationStore, *, target_spec: BackendSpec,
+                 target_info: BackendInfo, oracle_spec: BackendSpec, tol: Tolerance,
+                 stage: Callable[[str], None]) -> NoiseFloor:
+    """The target's noise floor on every captured tensor (:mod:`graphbisect.oracle.floor`): one run of the
+    target with its optimizations off, when that is not the oracle itself."""
+    decided = floor_spec(target_spec, target_info, oracle_spec)
+    if isinstance(decided, NoiseFloor):
+        return decided
+    names = [n for n in _every_intermediate(model) if n in store]
+    probe = folder / "probe-floor.onnx"
+    _save_proto(model.with_outputs(names), probe)
+    stage(f"measuring the target's noise floor: {decided} (its optimizations off) on {len(names)} tensors")
+    try:
+        return measure_floor(decided, probe, inputs_path, store.directory, tol, workdir=folder / "floor")
+    finally:
+        probe.unlink(missing_ok=True)
 
 
 def _write_inputs_and_model(model: Model, folder: Path, inputs: Mapping[str, np.ndarray] | None, seed: int, *,

@@ -82,8 +82,17 @@ from graphbisect.oracle.as_built import (
     capture_difference,
     require_as_built,
 )
+from graphbisect.oracle.floor import NoiseFloor, floor_spec, measure_floor, no_floor
+from graphbisect.oracle.identity import Identity, IdentityCheck
 from graphbisect.oracle.signature import FailureKind, Signature
-from graphbisect.oracle.tester import CandidateTester, OutputCheck, TargetPool, WorkerPool, judge, model_digest
+from graphbisect.oracle.tester import (
+    CandidateTester,
+    OutputCheck,
+    TargetPool,
+    WorkerPool,
+    judge,
+    model_digest,
+)
 from graphbisect.packfile import TornRunError
 from graphbisect.strategies.subgraph import SubgraphSpace, plan
 from graphbisect.values import load_values_npz
@@ -106,6 +115,11 @@ FLAKY_REPEATS = 2
 BASELINE_MAX_RUNS = 5
 #: The work folder's record that re-verification found the target flaky (see _Run.recorded_flakiness).
 _FLAKY_FILE = "flaky.json"
+#: The work folder's record of the target's noise floor (see _Run.noise_floor).
+_FLOOR_FILE = "floor.json"
+#: What a candidate's verdict means in this version (a work folder judged otherwise is not resumed): 2 = by
+#: identity above the noise floor (issue 23), 1 (absent) = by failure kind.
+_JUDGING = 2
 
 
 @dataclass(frozen=True)
@@ -220,6 +234,7 @@ class _Run:
         self.notes: list[str] = []
         self.started = time.monotonic()
         self.force = False  # replace a bundle of another model
+        self._last_original: RunResult | None = None  # the last completed run of the original (floor_only)
 
     # --- state on disk -------------------------------------------------------------------------------
     def prepare(self, feeds: Mapping[str, np.ndarray] | None, *, resume: bool) -> None:
@@ -230,6 +245,11 @@ class _Run:
             raise GraphBisectError(f"nothing to resume in {self.work}", hint="start the reduction without --resume")
         if resume:
             recorded = json.loads(state.read_text())
+            if json.loads(recorded["fingerprint"]).get("judging") != _JUDGING:
+                raise GraphBisectError(
+                    f"{self.work} was made by an earlier graphbisect, which judged candidates by the failure's "
+                    "kind alone: its journal cannot be resumed by one that matches the failure's identity",
+                    hint=f"remove {self.work} and run the reduction again without --resume")
             if recorded["fingerprint"] != fingerprint:
                 raise GraphBisectError(
                     f"{self.work} belongs to a different reduction (model or options changed)",
@@ -237,7 +257,7 @@ class _Run:
                 )
             self.invocations = recorded.get("invocations", self.invocations)
         elif not resume:
-            for stale in ("journal.jsonl", "baseline.json", _FLAKY_FILE, "activations"):
+            for stale in ("journal.jsonl", "baseline.json", _FLAKY_FILE, _FLOOR_FILE, "activations"):
                 path = self.work / stale
                 shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
         if feeds is not None and not (resume and (self.work / "inputs.npz").exists()):
@@ -250,7 +270,8 @@ class _Run:
         """What makes two runs the same reduction (budget, parallelism and clean-up do not change the result)."""
         options = {k: v for k, v in self.options.to_json().items() if k not in _RUN_CONTROLS}
         return json.dumps({"model": self.model.fingerprint, "oracle": str(self.oracle_spec),
-                           "target": str(self.target_spec), "options": options}, sort_keys=True)
+                           "target": str(self.target_spec), "options": options, "judging": _JUDGING},
+                          sort_keys=True)
 
     def save_state(self) -> None:
         atomic_write_text(self.work / "run.json", json.dumps({
@@ -286,6 +307,32 @@ class _Run:
             remove_model(probe)  # also when the plain run raises: a model-sized file left in the work folder
         runs.require_ok(self.oracle_spec)
         return ActivationStore.adopt(store_dir)
+
+    def noise_floor(self, store: ActivationStore) -> NoiseFloor:
+        """The target's noise floor (:mod:`graphbisect.oracle.floor`): measured once, on every tensor of the
+        capture's probe, and kept in the work folder. None is measured when no tolerance judges the runs."""
+        path = self.work / _FLOOR_FILE
+        if path.exists():
+            return NoiseFloor.load(path)
+        if self.options.check or self.regex or self.options.output_check:
+            floor = no_floor("not measured: an external check, a --fail-regex or a Python check judges the runs")
+        else:
+            decided = floor_spec(self.target_spec, self.target_info, self.oracle_spec)
+            floor = decided if isinstance(decided, NoiseFloor) else self._measure_floor(decided, store)
+        floor.save(path)
+        return floor
+
+    def _measure_floor(self, spec: BackendSpec, store: ActivationStore) -> NoiseFloor:
+        names = [n for n in self.model.intermediate_names() if n in store]
+        probe = self.work / "probe-floor.onnx"
+        save_proto(self.model.with_outputs(names), probe)
+        self.stage(f"measuring the target's noise floor: {spec} (its optimizations off) on {len(names)} tensors")
+        try:
+            return measure_floor(spec, probe, self.work / "inputs.npz", store.directory, self.tol,
+                                 workdir=self.work / "floor", timeout=self.options.timeout)
+        finally:
+            remove_model(probe)
+            self.count("target")
 
     def rewriting_oracle(self) -> bool:
         """Whether the oracle may compute the probe differently from the model (``computes_as_written``) and
@@ -368,14 +415,17 @@ class _Run:
 
         return value
 
-    def baseline(self, store: ActivationStore, values: Callable[[str], np.ndarray]) -> _Baseline:
-        """The target on the original model: its signature, whether it is flaky, and layerwise evidence.
+    def baseline(self, store: ActivationStore, values: Callable[[str], np.ndarray], floor: NoiseFloor) -> _Baseline:
+        """The target on the original model: its signature, whether it is flaky, layerwise evidence and the
+        failure's identity.
 
         Run 1 is the original model (saving the target's optimized graph where the backend can). Run 2 is
         the layerwise probe when evidence can be had, else the original again; the probe's own outputs
         are the original outputs, so when they fail exactly like run 1 the probe *is* the flakiness
         re-run. Only when they do not (flakiness, or probing masked the failure) does a plain re-run
-        decide. Saved in the work folder, so a resumed run does not pay for any of it again.
+        decide. Runs are judged above the target's noise ``floor``; an original that fails only within it
+        is no failure to reduce (:meth:`_floor_only`). Saved in the work folder, so a resumed run does not
+        pay for any of it again.
         """
         path = self.work / "baseline.json"
         if path.exists():
@@ -383,29 +433,33 @@ class _Run:
             self.notes.extend(data.get("notes", []))  # a work folder of an older version has no evidence here
             return _Baseline(Signature.from_json(data["signature"]), bool(data["flaky"]),
                              [frozenset(h) for h in data.get("hints", [])],
-                             {int(k): v for k, v in data.get("priors", {}).items()})
+                             {int(k): v for k, v in data.get("priors", {}).items()},
+                             Identity.from_json(data.get("identity")))
         saving = self._saving_spec()
-        first, compiled, ran = self._run_original(values, saving, "running the target on the original model")
+        first, compiled, ran = self._run_original(values, saving, "running the target on the original model", floor)
         notes: list[str] = []
         again: Signature | None = None
         if saving is not None and not ran:
             # The crash must not come from saving the optimized graph: a plain run decides, and when it
             # crashes the same way the saving run was its flakiness re-run.
-            plain, _, _ = self._run_original(values, None, "running the target on the original model again")
+            plain, _, _ = self._run_original(values, None, "running the target on the original model again", floor)
             again, first, compiled = (first if plain.matches(first) else None), plain, None
         hints: list[frozenset[int]] = []
         priors: dict[int, float] = {}
+        identity: Identity | None = None
         if first.failed and self._evidence_possible(first):
-            probe_sig, hints, priors, notes = self._collect_evidence(store, values, compiled)
+            probe_sig, hints, priors, notes, identity = self._collect_evidence(store, values, compiled, floor)
             if probe_sig is not None and first.matches(probe_sig):
                 again = probe_sig
         if first.failed and again is None:
-            again = self._run_original(values, None, "running the target on the original model again (flakiness)")[0]
+            again = self._run_original(values, None, "running the target on the original model again (flakiness)",
+                                       floor)[0]
         flaky = again is not None and not first.matches(again)
         if flaky:
             assert again is not None
-            first, note = self._majority([first, again], values)
+            first, note = self._majority([first, again], values, floor)
             notes.append(note)
+            identity = None  # the evidence came from one run of a target whose runs disagree
         if self.options.fail_code is not None and first.failed and \
                 f"exited with code {self.options.fail_code}" not in first.detail:
             notes.append(f"the check failed ({first.describe()}) but not with exit code "
@@ -413,8 +467,27 @@ class _Run:
             first = Signature(FailureKind.NONE)
         self.notes.extend(notes)
         atomic_write_text(path, json.dumps({"signature": first.to_json(), "flaky": flaky, "notes": notes,
-                                            "hints": [sorted(h) for h in hints], "priors": priors}))
-        return _Baseline(first, flaky, hints, priors)
+                                            "hints": [sorted(h) for h in hints], "priors": priors,
+                                            "identity": None if identity is None else identity.to_json()}))
+        return _Baseline(first, flaky, hints, priors, identity)
+
+    def floor_only(self, values: Callable[[str], np.ndarray], floor: NoiseFloor) -> GraphBisectError | None:
+        """The error to stop with when the original fails the tolerance only within the target's noise floor
+        (None when it does not fail at all, or there is no floor): reducing kernel noise finds no bug."""
+        if not floor.measured:
+            return None
+        run = self._last_original
+        if run is None or not judge(run, values, self.compared(self.model.output_names), self.tol).signature.failed:
+            return None
+        worst = floor.above_tolerance(self.model.output_names) or floor.above_tolerance()
+        where = ", ".join(f"{name!r} {score:.3g}×" for name, score in worst[:3])
+        return GraphBisectError(
+            f"the target fails the tolerance only within its own noise floor: with its optimizations off "
+            f"({floor.spec}) it already errs as much ({where}), so the failure is the precision of its kernels "
+            f"(e.g. TF32 matrix products on a GPU), not a transformation to reduce",
+            hint="compare with a tolerance that fits the kernels (--atol/--rtol), or make the target compute in "
+            "full precision (onnxruntime CUDA: cuda.use_tf32=0); to reduce a kernel you suspect, make the "
+            f"floor the target: --target {floor.spec}")
 
     def recorded_flakiness(self) -> list[str] | None:
         """The notes of an earlier session whose re-verification found the target flaky (None: none did).
@@ -431,7 +504,8 @@ class _Run:
         """Save what the re-verification found (see :meth:`recorded_flakiness`) before the search goes on."""
         atomic_write_text(self.work / _FLAKY_FILE, json.dumps({"notes": list(notes)}))
 
-    def _majority(self, runs: list[Signature], values: Callable[[str], np.ndarray]) -> tuple[Signature, str]:
+    def _majority(self, runs: list[Signature], values: Callable[[str], np.ndarray],
+                  floor: NoiseFloor) -> tuple[Signature, str]:
         """Runs of the original disagree: run it again until one outcome has a majority (at most
         BASELINE_MAX_RUNS runs); returns that outcome (the most frequent failure if none has one) and a note."""
         def count(signature: Signature) -> int:
@@ -439,7 +513,7 @@ class _Run:
 
         while len(runs) < BASELINE_MAX_RUNS and max(count(s) for s in runs) * 2 <= len(runs):
             runs.append(self._run_original(values, None, f"running the target on the original model again "
-                                                         f"(flaky: run {len(runs) + 1} for a majority)")[0])
+                                                         f"(flaky: run {len(runs) + 1} for a majority)", floor)[0])
         ranked = sorted(runs, key=lambda s: (-count(s), not s.failed))
         chosen = ranked[0]
         outcomes = dict.fromkeys(s.describe() for s in runs)
@@ -456,16 +530,18 @@ class _Run:
         return describing_spec(self.target_spec)
 
     def _run_original(self, values: Callable[[str], np.ndarray], spec: BackendSpec | None,
-                      stage: str) -> tuple[Signature, CompiledGraph | None, bool]:
-        """One target run on the original model: its signature, the graph it compiled if described, and
-        whether the run completed (a crash or timeout does not)."""
+                      stage: str, floor: NoiseFloor) -> tuple[Signature, CompiledGraph | None, bool]:
+        """One target run on the original model: its signature (above ``floor``), the graph it compiled if
+        described, and whether the run completed (a crash or timeout does not)."""
         self.stage(stage)
         workdir = self.work / ("baseline-saving" if spec is not None else "baseline")
         with BackendProcess(spec or self.target_spec, workdir=workdir, timeout=self.options.timeout) as proc:
             run = proc.run(self.work / "model.onnx", self.work / "inputs.npz")
         self.count("target", run=run)
+        if run.ok:  # the values stay mapped after the worker's folder is gone (POSIX)
+            self._last_original = run
         signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex,
-                          check=self.options.output_check).signature
+                          check=self.options.output_check, floor=floor).signature
         compiled = compiled_of(self.model, run.info) if run.ok and spec is not None else None
         if spec is not None:  # ORT wrote a copy of every weight beside the optimized graph: read, then gone
             shutil.rmtree(workdir, ignore_errors=True)
@@ -476,9 +552,11 @@ class _Run:
             baseline.kind in (FailureKind.MISMATCH, FailureKind.NAN)
 
     def _collect_evidence(self, store: ActivationStore, values: Callable[[str], np.ndarray],
-                          compiled: CompiledGraph | None
-                          ) -> tuple[Signature | None, list[frozenset[int]], dict[int, float], list[str]]:
-        """One probed target run: (its signature on the original outputs, hints, priors, notes).
+                          compiled: CompiledGraph | None, floor: NoiseFloor,
+                          ) -> tuple[Signature | None, list[frozenset[int]], dict[int, float], list[str],
+                                     Identity | None]:
+        """One probed target run: (its signature on the original outputs, hints, priors, notes, the failure's
+        identity: its first divergence above the noise floor, with what the target compiled there).
 
         With the compiled graph known, the probe exposes only the tensors that survive in it, so it compiles
         to the same graph and a bug inside a fusion stays visible; each hint is then the original region a
@@ -495,14 +573,18 @@ class _Run:
         self.count("target")
         remove_model(probe)
         if not run.ok:
-            return None, [], {}, [f"the target failed on the probed model ({run.describe()}); no layerwise hints"]
+            return None, [], {}, [f"the target failed on the probed model ({run.describe()}); no layerwise hints "
+                                  "and no identity (failures match by kind)"], None
         signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex,
-                          check=self.options.output_check).signature
+                          check=self.options.output_check, floor=floor).signature
         report = analyze_layers(self.model.nodes, store, run.outputs, self.tol, compiled=compiled, measured=run.stats,
-                                outputs=self.model.output_names)
+                                outputs=self.model.output_names, floor=floor)
         if report.first_divergence is None:
             return signature, [], {}, ["probe masking: with the intermediates exposed the target agrees with "
-                                       "the oracle; the search is structural"]
+                                       "the oracle; the search is structural, and failures match by kind"], None
+        first = report.first_divergence
+        identity = Identity.of_row(first.node, first.tensor, first.stats.score, first.compiled_as,
+                                   compiled.source if compiled is not None else None)
         index = self.model.node_index
 
         def region(node: int) -> frozenset[int]:
@@ -513,21 +595,32 @@ class _Run:
         priors: dict[int, float] = {}
         for rank, nodes in enumerate(causes):
             priors.update({node: max(priors.get(node, 0.0), 0.1 * (3 - rank)) for node in nodes})
-        return signature, hints, priors, []
+        return signature, hints, priors, [], identity
 
-    def search(self, space: SubgraphSpace, baseline: Signature, hints: list[frozenset[int]],
-               priors: dict[int, float], *, flaky: bool, scope: str = "",
+    def candidate_spec(self, identity: Identity | None) -> BackendSpec:
+        """The spec candidates run with: the target's, describing what it compiled when the failure's identity
+        names a compiled node (each candidate that fails like the baseline is then matched on it)."""
+        if identity is not None and identity.compiled_kind is not None:
+            return describing_spec(self.target_spec) or self.target_spec
+        return self.target_spec
+
+    def identity_check(self, identity: Identity | None) -> IdentityCheck | None:
+        return None if identity is None else IdentityCheck(identity, self.model.nodes)
+
+    def search(self, space: SubgraphSpace, base: _Baseline, floor: NoiseFloor, *, flaky: bool, scope: str = "",
                ) -> tuple[SearchResult, Evaluator, CandidateTester]:
         """The subgraph search; with ``flaky`` a candidate is accepted only after FLAKY_REPEATS more runs fail
         the same way. ``scope`` keeps its journal entries apart from another search's."""
         jobs = max(1, self.options.jobs)
+        spec = self.candidate_spec(base.identity)
         pool: TargetPool = (
-            ExecutorPool.open(self.options.executor, self.target_spec, jobs=jobs, timeout=self.options.timeout)
+            ExecutorPool.open(self.options.executor, spec, jobs=jobs, timeout=self.options.timeout)
             if self.options.executor else
-            WorkerPool(self.target_spec, jobs, self.work / "target", timeout=self.options.timeout))
-        tester = CandidateTester(space, pool, baseline, self.tol, fail_regex=self.regex,
+            WorkerPool(spec, jobs, self.work / "target", timeout=self.options.timeout))
+        tester = CandidateTester(space, pool, base.signature, self.tol, fail_regex=self.regex,
                                  strict_band=self.options.strict_band, compare=not self.options.check,
-                                 check=self.options.output_check, repeats=FLAKY_REPEATS if flaky else 0)
+                                 check=self.options.output_check, repeats=FLAKY_REPEATS if flaky else 0,
+                                 floor=floor, identity=self.identity_check(base.identity))
         journal = Journal.open(self.work / "journal.jsonl", fingerprint=self.model.fingerprint)
         # The budget is this session's: resuming with --max-invocations N buys N more candidate runs.
         budget = Budget(max_invocations=self.options.max_invocations, deadline_seconds=self.options.deadline_seconds,
@@ -537,7 +630,7 @@ class _Run:
         self.stage(f"reducing {space.size} nodes" + (" (flaky target: a candidate must fail "
                                                      f"{FLAKY_REPEATS + 1} times in a row)" if flaky else ""))
         try:
-            result = plan(evaluator, space, hints=hints, priors=priors)
+            result = plan(evaluator, space, hints=base.hints, priors=base.priors)
         except SearchAborted as exc:
             pool.close()
             raise GraphBisectError(f"the reduction stopped: {exc.message}", hint=exc.hint) from exc
@@ -602,9 +695,14 @@ def _reduce(r: _Run, inputs: Mapping[str, np.ndarray] | None, *, resume: bool, z
     r.prepare(inputs, resume=resume)
     store = r.capture()
     values = r.values(store)
-    base = r.baseline(store, r.verdict_values(store, values))
+    floor = r.noise_floor(store)
+    verdict_values = r.verdict_values(store, values)
+    base = r.baseline(store, verdict_values, floor)
     baseline, flaky = base.signature, base.flaky
     if not baseline.failed:
+        only_noise = r.floor_only(verdict_values, floor)
+        if only_noise is not None:
+            raise only_noise
         return _no_failure(r, baseline, flaky)
     if baseline.kind is FailureKind.UNSUPPORTED:
         r.notes.append(f"the target refuses the model as unsupported ({baseline.detail}): a feature it lacks (an "
@@ -616,7 +714,7 @@ def _reduce(r: _Run, inputs: Mapping[str, np.ndarray] | None, *, resume: bool, z
     if earlier is not None:  # a resumed run whose target turned out flaky before: go on with the repeated search
         r.notes.extend(earlier)
         flaky = True
-    result, evaluator, _, verification = _search_and_verify(r, space, base, values, flaky=flaky,
+    result, evaluator, _, verification = _search_and_verify(r, space, base, floor, values, flaky=flaky,
                                                             scope="flaky" if earlier is not None else "")
     if verification.flaky and not flaky:
         # The search accepted candidates on single runs of a target that turned out flaky: the steps the
@@ -627,12 +725,12 @@ def _reduce(r: _Run, inputs: Mapping[str, np.ndarray] | None, *, resume: bool, z
         if result.stop_reason is None:
             r.notes.append(repeated)
             flaky = True
-            result, evaluator, _, verification = _search_and_verify(r, space, base, values, flaky=True,
+            result, evaluator, _, verification = _search_and_verify(r, space, base, floor, values, flaky=True,
                                                                     scope="flaky")
     if result.minimal and (flaky or verification.flaky):
         result = _minimality_on_flaky(r, evaluator, result)
     stats = evaluator.stats()
-    return _finish(r, space, result, {"tests": stats.tests, "cache_hits": stats.cache_hits}, baseline=baseline,
+    return _finish(r, space, result, {"tests": stats.tests, "cache_hits": stats.cache_hits}, base=base, floor=floor,
                    flaky=flaky or verification.flaky, verification=verification, zip_bundle=zip_bundle, amend=amend)
 
 
@@ -651,13 +749,17 @@ def _minimality_on_flaky(r: _Run, evaluator: Evaluator, result: SearchResult) ->
     return replace(result, minimal=False)
 
 
-def _search_and_verify(r: _Run, space: SubgraphSpace, base: _Baseline, values: Callable[[str], np.ndarray], *,
-                       flaky: bool, scope: str = "") -> tuple[SearchResult, Evaluator, CandidateTester, _Verification]:
+def _search_and_verify(r: _Run, space: SubgraphSpace, base: _Baseline, floor: NoiseFloor,
+                       values: Callable[[str], np.ndarray], *, flaky: bool, scope: str = "",
+                       ) -> tuple[SearchResult, Evaluator, CandidateTester, _Verification]:
     """One search (:meth:`_Run.search`) and the re-verification of its result."""
-    baseline = base.signature
-    result, evaluator, tester = r.search(space, baseline, base.hints, base.priors, flaky=flaky, scope=scope)
+    result, evaluator, tester = r.search(space, base, floor, flaky=flaky, scope=scope)
     r.count("target", tester.pool.invocations)
     tester.pool.close()
+    if tester.other_identity:
+        r.notes.append(f"{tester.other_identity} candidate(s) failed with the baseline's kind but another identity "
+                       f"(not {base.identity.describe() if base.identity else 'the recorded failure'}): not "
+                       "accepted")
     if tester.unrepeated:
         r.notes.append(f"{tester.unrepeated} candidate(s) failed like the baseline once and not when re-run: "
                        "not accepted")
@@ -673,7 +775,7 @@ def _search_and_verify(r: _Run, space: SubgraphSpace, base: _Baseline, values: C
         verification = _Verification(False, {}, None)
     else:
         try:
-            verification = _verify(r, space, result.keep, baseline, values=values, tester=tester)
+            verification = _verify(r, space, result.keep, base, floor, values=values, tester=tester)
         except KeyboardInterrupt:  # Ctrl-C while re-verifying: the search's result is kept, as during the search
             r.notes.append("interrupted (Ctrl-C) while re-verifying: the search's result, not re-verified; "
                            "--resume re-verifies it")
@@ -734,6 +836,7 @@ class _Baseline:
     flaky: bool
     hints: list[frozenset[int]]  # node sets to try first (layerwise evidence)
     priors: dict[int, float]  # node → prior probability of being needed (ProbDD)
+    identity: Identity | None = None  # where it first goes wrong (None: matched by kind alone)
 
 
 @dataclass(frozen=True)
@@ -745,31 +848,45 @@ class _Verification:
     why: str | None = None  # why the target's fresh runs did not all fail like the baseline (a note)
 
 
-def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], baseline: Signature, *,
+def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], base: _Baseline, floor: NoiseFloor, *,
             values: Callable[[str], np.ndarray], tester: CandidateTester) -> _Verification:
     """Re-run the final model in fresh workers, VERIFY_RUNS times: the target must fail the same way every
-    time, the oracle must agree with its stored values. When the target does not, say why."""
+    time (the same kind, above the noise floor, with the same identity), the oracle must agree with its
+    stored values. When the target does not, say why."""
+    baseline = base.signature
     candidate = space.materialize(keep)
     path = space.workdir / "final.onnx"
     save_proto(candidate.proto, path)
     r.stage(f"re-verifying the result in fresh workers ({VERIFY_RUNS} runs)")
-    runs = []
-    with BackendProcess(r.target_spec, workdir=r.work / "verify-target", timeout=r.options.timeout) as proc:
+    runs: list[tuple[RunResult, Signature]] = []
+    matching: list[bool] = []
+    others: list[str] = []  # why a run of the baseline's kind had another identity
+
+    def verify_run(proc: BackendProcess) -> None:
+        run = proc.run(path, dict(candidate.feeds))
+        r.count("target", run=run)
+        verdict = judge(run, values, r.compared(candidate.outputs), r.tol, r.regex, check=r.options.output_check,
+                        floor=floor)
+        same = baseline.matches(verdict.signature, strict_band=r.options.strict_band)
+        if same:
+            why = tester.identity_differs(verdict, candidate)
+            if why is not None:
+                others.append(why)
+                same = False
+        runs.append((run, verdict.signature))
+        matching.append(same)
+
+    with BackendProcess(r.candidate_spec(base.identity), workdir=r.work / "verify-target",
+                        timeout=r.options.timeout) as proc:
         for _ in range(VERIFY_RUNS):
-            run = proc.run(path, dict(candidate.feeds))
-            r.count("target", run=run)
-            runs.append((run, judge(run, values, r.compared(candidate.outputs), r.tol, r.regex,
-                                     check=r.options.output_check).signature))
-        matching = [baseline.matches(sig, strict_band=r.options.strict_band) for _, sig in runs]
+            verify_run(proc)
         varying = all(matching) and _values_vary([run for run, _ in runs])
         # Values that change between runs of one model: a random fault may be what failed, so a claim needs
         # VERIFY_RUNS_NONDETERMINISTIC agreeing runs (a fault at rate p passes them all with p**7).
         while varying and len(runs) < VERIFY_RUNS_NONDETERMINISTIC and all(matching):
-            run = proc.run(path, dict(candidate.feeds))
-            r.count("target", run=run)
-            runs.append((run, judge(run, values, r.compared(candidate.outputs), r.tol, r.regex,
-                                     check=r.options.output_check).signature))
-            matching.append(baseline.matches(runs[-1][1], strict_band=r.options.strict_band))
+            verify_run(proc)
+    if others:
+        r.notes.append(f"re-verification: {len(others)} run(s) failed with another identity: {others[0]}")
     target_ok = all(matching)
     flaky, why = False, None
     if not target_ok:
@@ -835,8 +952,9 @@ def _same(a: Signature, b: Signature) -> bool:
 
 
 def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: Mapping[str, int], *,
-            baseline: Signature, flaky: bool, verification: _Verification, zip_bundle: bool,
+            base: _Baseline, floor: NoiseFloor, flaky: bool, verification: _Verification, zip_bundle: bool,
             amend: Callable[[BundleContent], BundleContent] | None) -> ReduceResult:
+    baseline = base.signature
     candidate = space.materialize(result.keep, inline_weights=True)
     names = tuple(r.model.node_names[i] for i in sorted(result.keep))
     stop = result.stop_reason.value if result.stop_reason is not None else None
@@ -853,6 +971,8 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
         "verified": verified, "flaky": flaky, "notes": list(r.notes),
         "search": dict(search_stats),
         "versions": r.versions(),
+        "identity": _identity_record(r, base, candidate.outputs),
+        "noise_floor": floor.for_tensors(candidate.outputs).to_json(),
     }
     oracle_outputs = {name: np.asarray(space.values(name)) for name in candidate.outputs}
     if result.stop_reason is StopReason.INTERRUPTED:  # Ctrl-C promised no more backend runs
@@ -882,6 +1002,23 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
         verified=verified, flaky=flaky, bundle=bundle, work_dir=r.work, seconds=time.monotonic() - r.started,
         journey=journey, notes=tuple(r.notes),
     )
+
+
+def _identity_record(r: _Run, base: _Baseline, outputs: Sequence[str]) -> dict[str, Any]:
+    """What the bundle's failure is and how it was matched (report.json ``identity``; verify and repro.py
+    match on it): the identity, or the kind alone and why."""
+    identity, signature = base.identity, base.signature
+    if identity is None:
+        why = ("a crash is matched by its normalized message" if signature.kind.raised else
+               "no layerwise evidence of where it first goes wrong (the target exposes no intermediates, the probe "
+               "masked the failure, or the target is flaky)"
+               if signature.kind in (FailureKind.MISMATCH, FailureKind.NAN) else
+               "the failure is the check's or the regex's verdict")
+        return {"matched_by": "kind", "describe": f"{signature.describe()} (matched by kind: {why})"}
+    check = r.identity_check(identity)
+    assert check is not None
+    return {"matched_by": "identity", **identity.to_json(), "describe": identity.describe(),
+            "after": [name for name in outputs if name in check.after]}
 
 
 def _no_failure(r: _Run, baseline: Signature, flaky: bool) -> ReduceResult:

@@ -22,6 +22,7 @@ from graphbisect.data import ActivationStore
 from graphbisect.engine import Outcome
 from graphbisect.examples import host_network
 from graphbisect.model import load_model
+from graphbisect.oracle.identity import Identity, IdentityCheck
 from graphbisect.oracle.signature import EXACT_VALUES, FLOAT_VALUES, FailureKind, Signature
 from graphbisect.oracle.tester import CandidateTester, WorkerPool, model_digest
 from graphbisect.strategies.subgraph import SubgraphSpace
@@ -133,26 +134,38 @@ def test_crash_bug_reduces_to_relu_and_clip(tmp_path: Path) -> None:
 
 
 def test_result_is_one_minimal_checked_independently(tmp_path: Path) -> None:
-    """Remove each kept node in turn and run the target afresh: every removal must make the failure go away."""
+    """Remove each kept node in turn and run the target afresh: every removal must make the recorded failure
+    (its identity: the LayerNormalization that LayerNormFusion made) go away. By kind alone the 6-node core
+    that SimplifiedLayerNormFusion mis-fuses would still fail: another failure, of a sibling pass."""
     host = host_network(150, bug="layernorm_keepdims0", position="branch", seed=4)
     model = load_model(host.model)
     result = _reduce(host, tmp_path / "bug", keep_work=True)
+    identity = Identity.from_json(json.loads((tmp_path / "bug" / "report.json").read_text())["identity"])
+    assert identity is not None and (identity.compiled_kind, identity.made_by) == ("LayerNormalization",
+                                                                                   "LayerNormFusion")
     work = work_dir_for(tmp_path / "bug")
     store = ActivationStore.open(work / "activations")
     feeds = dict(np.load(work / "inputs.npz"))
     space = SubgraphSpace(model, lambda n: feeds[n] if n in feeds else store.get(n), tmp_path / "check")
-    pool = WorkerPool("onnxruntime:opt_level=all", 1, tmp_path / "check")
-    tester = CandidateTester(space, pool, result.signature, Tolerance())
+    pool = WorkerPool("onnxruntime:opt_level=all,save_optimized=1", 1, tmp_path / "check")
+    tester = CandidateTester(space, pool, result.signature, Tolerance(), identity=IdentityCheck(identity, model.nodes))
+    by_kind = CandidateTester(space, pool, result.signature, Tolerance())
     keep = frozenset(model.node_index(n) for n in result.kept_nodes)
     try:
         assert tester(keep).outcome is Outcome.FAIL
         for index in keep:
             assert tester(keep - {index}).outcome is not Outcome.FAIL, model.node_names[index]
+        # the mean is kept: without it the sibling pass's RMSNorm fusion fails, by kind the same
+        mean = next(i for i in keep if model.nodes[i].op_type == "ReduceMean" and
+                    model.nodes[i].output[0] in set(model.nodes[j].input[1] for j in keep
+                                                    if model.nodes[j].op_type == "Sub"))
+        assert by_kind(keep - {mean}).outcome is Outcome.FAIL
     finally:
         pool.close()
     # The exact model that failed is recorded (a re-verification is compared with it); the others, which no
     # search accepts, are not hashed.
     assert tester.tested == {keep: model_digest(space.materialize(keep).proto)}
+    assert len(keep) == 9
 
 
 def test_no_failure_exits_0_and_writes_only_the_report(tmp_path: Path) -> None:
@@ -170,7 +183,7 @@ def test_no_failure_exits_0_and_writes_only_the_report(tmp_path: Path) -> None:
 def test_budget_stop_keeps_best_so_far_and_resume_finishes(tmp_path: Path) -> None:
     host = host_network(160, bug="layernorm_keepdims0", position="branch", seed=6)
     full = _reduce(host, tmp_path / "full")
-    partial = _reduce(host, tmp_path / "bug", max_invocations=10)
+    partial = _reduce(host, tmp_path / "bug", max_invocations=4)
     assert not partial.one_minimal and partial.stop_reason is not None
     assert partial.final_nodes >= full.final_nodes and (tmp_path / "bug" / "model.onnx").exists()
     assert main(["reduce", "--resume", str(tmp_path / "bug"), "--json", str(tmp_path / "r.json")]) == 1
@@ -349,7 +362,9 @@ def test_if_node_is_one_unit_and_outer_scope_inputs_are_fed(tmp_path: Path) -> N
 def test_openvino_execution_graph_hints_the_mis_fused_mvn(tmp_path: Path) -> None:
     """The target describes its compiled graph to reduce too: OpenVINO's execution graph names the MVN it
     made of the bundled example's keepdims=0 LayerNorm, whose region is the first hint. Without the
-    description (probe of every tensor, hints of single nodes) the same result took 25 target runs."""
+    description (probe of every tensor, hints of single nodes) the same result took 25 target runs.
+    The MVN is the failure's identity: the mean and its Sub stay (the 5 nodes Pow…Div also fail, by kind,
+    but OpenVINO does not compile them as that MVN: another failure)."""
     pytest.importorskip("openvino")
     from graphbisect.examples.bundled import example_inputs_path, example_model_path
 
@@ -357,6 +372,8 @@ def test_openvino_execution_graph_hints_the_mis_fused_mvn(tmp_path: Path) -> Non
     result = reduce_model(load_model(example_model_path()), tmp_path / "bug", inputs=feeds,
                           options=ReduceOptions(target="openvino"))
     assert result.failed and result.verified
-    assert result.kept_nodes == ("/blk10/norm/Pow", "/blk10/norm/ReduceMean_1", "/blk10/norm/Add",
-                                 "/blk10/norm/Sqrt", "/blk10/norm/Div")
+    assert result.kept_nodes == ("/blk10/norm/ReduceMean", "/blk10/norm/Sub", "/blk10/norm/Pow",
+                                 "/blk10/norm/ReduceMean_1", "/blk10/norm/Add", "/blk10/norm/Sqrt", "/blk10/norm/Div")
+    identity = json.loads((tmp_path / "bug" / "report.json").read_text())["identity"]
+    assert identity["compiled_kind"] == "MVN" and identity["matched_by"] == "identity"
     assert result.invocations["target"] <= 16

@@ -1,0 +1,163 @@
+"""A wrong result's identity: where it first goes wrong, what the target made there, and how strongly.
+
+Matching a failure by its kind ("some value beyond tolerance") lets a reduction settle on whichever failure
+survives the cuts (issue 23): TF32 noise in one MatMul instead of a mis-fused LayerNorm, the sibling pass
+``SimplifiedLayerNormFusion`` instead of ``LayerNormFusion`` (the 6-node core of the same pattern, which a fix
+of the pass the user hit leaves failing), a renamed node. The identity of a wrong result is
+
+* **where**: the first divergent tensor above the target's noise floor (:mod:`graphbisect.oracle.floor`) in
+  the baseline's layerwise evidence, its node, and the original nodes the target compiled together with it
+  (the *region*);
+* **what made it**, where the target describes what it compiled (:mod:`graphbisect.localize.compiled`): the
+  compiled node's kind (``LayerNormalization``) and the pass that made it where the backend names it (ONNX
+  Runtime names a fused node ``<node>/<Pass>/``: ``LayerNormFusion``);
+* **how strongly**: the band of the error there, ``floor(log10(score))`` in tolerances.
+
+A candidate (or a bundle's re-run) has the same identity when every tensor it fails on above the floor lies at
+or after the region (nothing goes wrong before or beside it), the region's tensor, when the candidate exposes
+it, fails in the same band (±1), and, where the identity names a compiled node, the candidate's compiled graph
+has a node of that kind, made by that pass, covering some of the region (:meth:`IdentityCheck.differs`).
+Where the target exposes nothing (a ``command``, a probe that masks the failure) no identity is recorded and
+failures match by kind, as the report says.
+
+Example:
+    >>> ident = Identity("/n/Div", "/n/Div_out", 3, ("/n/Sub", "/n/Div"), "LayerNormalization",
+    ...                  "/n/Mul/LayerNormFusion/", "LayerNormFusion", "optimized model")
+    >>> for part in ident.describe().split(", "): print(part)
+    first divergence at '/n/Div_out' (node '/n/Div')
+    ~1e3× tolerance
+    compiled as LayerNormalization made by LayerNormFusion
+    covering 2 nodes
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import onnx
+
+from graphbisect.compare import TensorStats
+from graphbisect.localize.compiled import CompiledGraph
+
+__all__ = ["Identity", "IdentityCheck", "band_of", "pass_of"]
+
+#: ONNX Runtime's name for a node a pass made: ``<base node>/<PassName>/``, maybe ``_token_N`` after it.
+_MADE_BY = re.compile(r"/([A-Za-z_][\w.]*)/(?:_token_\d+)?$")
+
+
+def pass_of(compiled_name: str) -> str | None:
+    """The pass a compiled node's name says made it (ONNX Runtime's fusions), or None.
+
+    Example:
+        >>> pass_of("/blk10/norm/Mul/LayerNormFusion/"), pass_of("/blk3/Mul/QuickGeluFusion/_token_2")
+        ('LayerNormFusion', 'QuickGeluFusion')
+        >>> pass_of("/blk0/ln/LayerNormalization") is None, pass_of("Gelu_token_48") is None
+        (True, True)
+    """
+    found = _MADE_BY.search(compiled_name)
+    return found.group(1) if found else None
+
+
+def band_of(score: float) -> int | None:
+    """An error's order of magnitude in tolerances (None when not a finite positive score)."""
+    return math.floor(math.log10(score)) if math.isfinite(score) and score > 0 else None
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a wrong result is (see the module docstring)."""
+
+    node: str  # the original node whose output first diverges above the floor
+    tensor: str  # that output
+    band: int | None  # floor(log10(score)) there
+    region: tuple[str, ...]  # original nodes compiled together with it (the node alone when not known)
+    compiled_kind: str | None = None  # what the target compiled the region as, when it said
+    compiled_name: str | None = None
+    made_by: str | None = None  # the pass that made it, when the target names it
+    source: str = "layerwise"  # where the compiled description came from, or "layerwise" (oracle-side only)
+
+    def describe(self) -> str:
+        strength = f", ~1e{self.band}× tolerance" if self.band is not None else ""
+        text = f"first divergence at {self.tensor!r} (node {self.node!r}){strength}"
+        if self.compiled_kind is not None:
+            text += f", compiled as {self.compiled_kind}"
+            if self.made_by:
+                text += f" made by {self.made_by}"
+            if len(self.region) > 1:
+                text += f", covering {len(self.region)} nodes"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node": self.node, "tensor": self.tensor, "band": self.band, "region": list(self.region),
+                "compiled_kind": self.compiled_kind, "compiled_name": self.compiled_name, "made_by": self.made_by,
+                "source": self.source}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> Identity | None:
+        if not data:
+            return None
+        band = data.get("band")
+        return cls(str(data["node"]), str(data["tensor"]), int(band) if isinstance(band, (int, float)) else None,
+                   tuple(str(n) for n in data.get("region", ())), data.get("compiled_kind"),
+                   data.get("compiled_name"), data.get("made_by"), str(data.get("source", "layerwise")))
+
+    @classmethod
+    def of_row(cls, node: str, tensor: str, score: float, compiled: Any | None, source: str | None) -> Identity:
+        """The identity of a first divergence row (its compiled node, a
+        :class:`~graphbisect.localize.compiled.CompiledNode`, when the target described one)."""
+        if compiled is None:
+            return cls(node, tensor, band_of(score), (node,))
+        return cls(node, tensor, band_of(score), tuple(compiled.originals), compiled.kind, compiled.name,
+                   pass_of(compiled.name), source or "compiled graph")
+
+
+class IdentityCheck:
+    """Whether runs of models made of ``nodes`` (the original's, or a subset) fail with ``identity``.
+
+    ``nodes`` are the original model's nodes in topological order; the tensors at or after the region are
+    computed once (a candidate's nodes are a subset, so being after the region in the original graph is what
+    counts: a kept node between two cut points still reads what the region wrote, through the oracle's value).
+    """
+
+    def __init__(self, identity: Identity, nodes: Sequence[onnx.NodeProto]) -> None:
+        self.identity = identity
+        region = set(identity.region) | {identity.node}
+        reached: set[str] = set()  # tensors written at or after the region
+        for node in nodes:  # topological order: one forward pass is the closure
+            if node.name in region or any(name in reached for name in node.input if name):
+                reached.update(name for name in node.output if name)
+        self.after = frozenset(reached)
+
+    def differs(self, failing: Iterable[TensorStats], compared: Mapping[str, TensorStats],
+                compiled: CompiledGraph | None = None) -> str | None:
+        """Why a run whose above-floor failures are ``failing`` (``compared``: every output's statistics by name)
+        is not this failure, or None when it is. ``compiled``: what the target compiled for that run."""
+        ident = self.identity
+        failing = list(failing)
+        elsewhere = [s.name for s in failing if s.name not in self.after]
+        if elsewhere:
+            return (f"it goes wrong at {elsewhere[0]!r}, which does not depend on the recorded first divergence "
+                    f"{ident.tensor!r}")
+        if not failing:
+            return "nothing fails above the noise floor"
+        anchor = compared.get(ident.tensor)
+        if anchor is not None and ident.band is not None:
+            if anchor.passed or anchor not in failing:
+                return f"{ident.tensor!r}, where the recorded failure starts, does not fail here"
+            band = band_of(anchor.score)
+            if band is not None and abs(band - ident.band) > 1:
+                return f"{ident.tensor!r} is off by ~1e{band}× tolerance, not ~1e{ident.band}×"
+        if ident.compiled_kind is None or compiled is None:
+            return None
+        region = set(ident.region)
+        covering = [node for node in compiled.nodes if region.intersection(node.originals)]
+        if any(node.kind == ident.compiled_kind and pass_of(node.name) == ident.made_by for node in covering):
+            return None
+        made = ", ".join(dict.fromkeys(
+            f"{node.kind}" + (f" made by {pass_of(node.name)}" if pass_of(node.name) else "") for node in covering))
+        wanted = ident.compiled_kind + (f" made by {ident.made_by}" if ident.made_by else "")
+        return f"the target compiled the region as {made or 'nothing it named'}, not {wanted}"
