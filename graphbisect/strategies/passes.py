@@ -48,8 +48,9 @@ from graphbisect.backends.iree import feature_flags
 from graphbisect.compare import Tolerance
 from graphbisect.engine import Evaluator, Outcome, SearchResult, TestResult, probdd
 from graphbisect.errors import SpecError
+from graphbisect.oracle.floor import NoiseFloor
 from graphbisect.oracle.signature import Signature
-from graphbisect.oracle.tester import judge
+from graphbisect.oracle.tester import Judgement, judge
 
 __all__ = ["DISABLE", "ENABLE", "PASS_CONTROLS", "PassControl", "PassSpace", "PassTester", "SpecRunner",
            "control_for", "minimal_set", "run_spec"]
@@ -91,7 +92,7 @@ PASS_CONTROLS: Mapping[str, PassControl] = {
 def control_for(spec: BackendSpec) -> PassControl:
     """The :class:`PassControl` of ``spec``'s backend; a :class:`SpecError` when it cannot ablate passes."""
     info = get(spec.name)
-    control = PASS_CONTROLS.get(info.name)
+    control = PASS_CONTROLS.get(info.kin)
     if control is None:
         able = ", ".join(sorted(PASS_CONTROLS))
         raise SpecError(f"backend {info.name!r} cannot list or disable its optimization passes",
@@ -143,26 +144,40 @@ class PassTester:
 
     def __init__(self, space: PassSpace, mode: str, run: Callable[[BackendSpec], RunResult], *,
                  expected: Callable[[str], np.ndarray], outputs: Sequence[str], baseline: Signature,
-                 tol: Tolerance, strict_band: bool = False) -> None:
+                 tol: Tolerance, strict_band: bool = False, floor: NoiseFloor | None = None,
+                 identity: Callable[[Judgement], str | None] | None = None, describe: bool = False) -> None:
+        """``floor``: the target's noise floor. ``identity``: why a run failing like the baseline by kind is
+        another failure (None: the same); with ``describe`` candidates run describing what they compiled, which
+        ``identity`` reads (a sibling pass making another fused node is then another failure)."""
         if mode not in (DISABLE, ENABLE):
             raise ValueError(f"mode must be {DISABLE!r} or {ENABLE!r}, got {mode!r}")
         self.space, self.mode, self.run = space, mode, run
         self.expected, self.outputs, self.baseline, self.tol = expected, outputs, baseline, tol
-        self.strict_band = strict_band
+        self.strict_band, self.floor, self.identity, self.describe = strict_band, floor, identity, describe
 
     def spec(self, keep: frozenset[int]) -> BackendSpec:
         return self.space.spec_disabling(keep) if self.mode == DISABLE else self.space.spec_enabling(keep)
 
     def __call__(self, keep: frozenset[int]) -> TestResult:
-        result = self.run(self.spec(keep))
-        signature = judge(result, self.expected, self.outputs, self.tol).signature
-        outcome = self.outcome_of(signature)
-        log.debug("%s %s -> %s (%s)", self.mode, self.space.names(keep), outcome.value, signature.describe())
-        return TestResult(outcome, invoked=True, detail={"signature": signature.to_json()})
+        spec = self.spec(keep)
+        option = get(spec.name).compiled_option if self.describe else None
+        result = self.run(spec.with_options(**{option[0]: option[1]}) if option else spec)
+        verdict = judge(result, self.expected, self.outputs, self.tol, floor=self.floor)
+        signature = verdict.signature
+        other = self.identity(verdict) if self.identity is not None and \
+            self.baseline.matches(signature, strict_band=self.strict_band) else None
+        outcome = self.outcome_of(signature, other_identity=other is not None)
+        log.debug("%s %s -> %s (%s%s)", self.mode, self.space.names(keep), outcome.value, signature.describe(),
+                  f"; another identity: {other}" if other else "")
+        detail: dict[str, object] = {"signature": signature.to_json()}
+        if other:
+            detail["identity"] = other
+        return TestResult(outcome, invoked=True, detail=detail)
 
-    def outcome_of(self, signature: Signature) -> Outcome:
-        """What a run with ``signature`` means for this search (to seed a known end without running it)."""
-        same = self.baseline.matches(signature, strict_band=self.strict_band)
+    def outcome_of(self, signature: Signature, *, other_identity: bool = False) -> Outcome:
+        """What a run with ``signature`` means for this search (to seed a known end without running it);
+        ``other_identity``: it fails like the baseline by kind, but is another failure."""
+        same = self.baseline.matches(signature, strict_band=self.strict_band) and not other_identity
         if self.mode == DISABLE:
             return Outcome.FAIL if not signature.failed else Outcome.PASS if same else Outcome.UNRESOLVED
         return Outcome.FAIL if same else Outcome.UNRESOLVED if signature.failed else Outcome.PASS

@@ -33,6 +33,8 @@ from graphbisect.compare import Tolerance
 from graphbisect.localize.compiled import CompiledGraph
 from graphbisect.localize.layerwise import TensorSource, analyze_layers
 from graphbisect.model import Model, load_model
+from graphbisect.oracle.floor import NoiseFloor
+from graphbisect.oracle.identity import Identity
 from graphbisect.strategies.subgraph import SubgraphSpace
 from graphbisect.workflows.probe import REPLAY_OPTIONS, replay_model, replay_spec
 
@@ -50,20 +52,23 @@ class Region:
     feeds: Mapping[str, Any]  # its graph inputs: the model's own inputs and the oracle's values at cut points
     expected: Mapping[str, Any]  # the oracle's values of its outputs
     compiled_as: str  # the compiled node, described
+    identity: Identity | None = None  # the failure's identity: the region's first divergence and compiled node
 
     def names(self, whole: Model) -> list[str]:
         return [whole.nodes[i].name for i in sorted(self.nodes)]
 
 
 def diverging_region(model: Model, compiled: CompiledGraph, oracle: TensorSource, target: TensorSource, *,
-                     values: Callable[[str], Any], workdir: Path, tol: Tolerance) -> Region | str:
-    """The region of the first surviving tensor that diverges, or why there is none.
+                     values: Callable[[str], Any], workdir: Path, tol: Tolerance,
+                     floor: NoiseFloor | None = None) -> Region | str:
+    """The region of the first surviving tensor that diverges (above the target's noise ``floor``), or why
+    there is none.
 
     ``oracle``/``target`` hold the surviving tensors of both sides; ``values(name)`` is the oracle's value of
     any tensor the region may read (graph inputs included); ``workdir`` receives the region's weights file.
     """
     report = analyze_layers(model.nodes, oracle, target, tol, compiled=compiled, first_only=True,
-                            outputs=model.output_names)
+                            outputs=model.output_names, floor=floor)
     first = report.first_divergence
     if first is None:
         return "no surviving tensor of the replayed optimized model diverges from the oracle"
@@ -78,4 +83,5 @@ def diverging_region(model: Model, compiled: CompiledGraph, oracle: TensorSource
         return f"the oracle did not capture {exc} that the region {described} reads"
     region = load_model(candidate.proto)
     log.info("pass search region: %d nodes, compiled as %s", len(nodes), described)
-    return Region(nodes, region, dict(candidate.feeds), expected, described)
+    identity = Identity.of_row(first.node, first.tensor, first.stats.score, group, compiled.source)
+    return Region(nodes, region, dict(candidate.feeds), expected, described, identity)

@@ -46,12 +46,15 @@ from graphbisect.compare import Tolerance
 from graphbisect.data import save_inputs, validate_inputs
 from graphbisect.engine import Budget, Evaluator, Journal, Outcome, ProgressEvent, SearchAborted, SearchResult
 from graphbisect.errors import GraphBisectError
+from graphbisect.localize.compiled import compiled_graph
 from graphbisect.model import Model
 from graphbisect.model.io import remove_model, save_proto
 from graphbisect.options import INVOCATIONS, TIMEOUT, check_fields, option
 from graphbisect.oracle.as_built import capture_as_built
+from graphbisect.oracle.floor import NoiseFloor, floor_spec, measure_floor, no_floor
+from graphbisect.oracle.identity import Identity, IdentityCheck
 from graphbisect.oracle.signature import FailureKind, Signature
-from graphbisect.oracle.tester import judge
+from graphbisect.oracle.tester import Judgement, judge
 from graphbisect.strategies.passes import (
     DISABLE,
     ENABLE,
@@ -151,6 +154,12 @@ class _Session:
         self.model, self.options, self.work, self.stage = model, options, workdir, on_stage
         self.oracle_spec, self.oracle_info = resolve(options.oracle)
         self.target_spec, info = resolve(options.target)
+        self.target_info = info
+        #: the target's noise floor (:mod:`graphbisect.oracle.floor`), measured once the oracle has run
+        self.floor: NoiseFloor | None = None
+        #: the failure's identity on this model (the region's), when known: candidates failing otherwise are
+        #: another failure (:mod:`graphbisect.oracle.identity`)
+        self.identity: Identity | None = None
         if not info.has(Capability.PASSES):
             control_for(self.target_spec)  # raises with the list of backends that can ablate passes
         self.control = control_for(self.target_spec)
@@ -223,7 +232,48 @@ class _Session:
         return None
 
     def signature(self, run: RunResult) -> Signature:
-        return judge(run, self.expected.__getitem__, self.model.output_names, self.options.tolerance).signature
+        return judge(run, self.expected.__getitem__, self.model.output_names, self.options.tolerance,
+                     floor=self.floor).signature
+
+    def identity_differs(self) -> Callable[[Judgement], str | None] | None:
+        """Why a run of the session's model that fails like the baseline by kind has another identity (None:
+        the same), or None when no identity is known (failures then match by kind)."""
+        if self.identity is None:
+            return None
+        check = IdentityCheck(self.identity, self.model.nodes)
+        constants = {t.name: t for t in self.model.proto.graph.initializer}
+
+        def differs(verdict: Judgement) -> str | None:
+            if verdict.comparison is None:
+                return None
+            compiled = compiled_graph(self.model.nodes, self.model.output_names, verdict.run.info,
+                                      constants=constants) if verdict.run.ok else None
+            return check.differs(verdict.failing, {s.name: s for s in verdict.comparison.outputs}, compiled)
+
+        return differs
+
+    def measure_floor(self, names: Sequence[str] = ()) -> None:
+        """The target's noise floor on the model's outputs and ``names`` (captured by the oracle): a failure
+        counts only above it, in every run of the search (:mod:`graphbisect.oracle.floor`)."""
+        if self.floor is not None:
+            return
+        decided = floor_spec(self.target_spec, self.target_info, self.oracle_spec)
+        if isinstance(decided, NoiseFloor) or not self.target_info.has(Capability.ONNX_INPUT):
+            self.floor = decided if isinstance(decided, NoiseFloor) else \
+                no_floor(f"not measured: {self.target_spec.name} runs its own model format")
+        else:
+            probe = self.work / "probe-floor.onnx"
+            save_proto(self.model.with_outputs(list(names)), probe)
+            self.stage(f"measuring the target's noise floor: {decided} (its optimizations off)")
+            self.invocations["target"] += 1
+            try:
+                self.floor = measure_floor(decided, probe, self.inputs_path, self.work / "oracle-values",
+                                           self.options.tolerance, workdir=self.work / "floor",
+                                           timeout=self.options.timeout)
+            finally:
+                remove_model(probe)
+        if self.floor.measured:
+            self.notes.append(self.floor.describe())
 
     def reporting(self, spec: BackendSpec) -> BackendSpec:
         return spec.with_options(**dict(self.control.report_options))
@@ -260,7 +310,10 @@ def find_culprit_passes(
         if result is None:
             if not s.expected:
                 s.capture()
+            s.measure_floor()
             tried = dict(s.scope)  # a region that was searched but not confirmed stays on record
+            s.notes.append("on the whole model runs match by kind: the failure's identity (where it first goes "
+                           "wrong, what the target compiled there) is established only on a region")
             result = _search(s, on_progress)
             result = dataclasses.replace(result, scope={
                 **tried, "searched_on": "whole model",
@@ -289,6 +342,7 @@ def _on_region(s: _Session, on_progress: Callable[[ProgressEvent], None] | None)
     compiled = compiled_of(s.model, run.info) if run.ok else None
     plan = plan_probe(s.model, compiled)
     oracle = s.capture(plan.names if compiled is not None else ())
+    s.measure_floor(plan.names if compiled is not None else ())
     baseline = s.signature(run)
     if not baseline.failed:
         discard_description(run.info)
@@ -304,6 +358,8 @@ def _on_region(s: _Session, on_progress: Callable[[ProgressEvent], None] | None)
         return None
     sub = _Session(region.model, s.options, s.work / "region", s.stage)
     sub.runners = s.runners  # the same warm target worker
+    sub.floor = s.floor  # the region's tensors are the model's: the same floor
+    sub.identity = region.identity
     try:
         sub.prepare(region.feeds)
         sub.expected = {name: np.asarray(value) for name, value in region.expected.items()}
@@ -383,7 +439,7 @@ def _region(s: _Session, run: RunResult, compiled: Any, oracle: Mapping[str, Any
             return feeds[name] if name in feeds else oracle[name]
 
         return diverging_region(s.model, compiled, oracle, replayed.outputs, values=values,
-                                workdir=s.work / "region-weights", tol=s.options.tolerance)
+                                workdir=s.work / "region-weights", tol=s.options.tolerance, floor=s.floor)
     finally:
         if isinstance(run.info.get("optimized_model"), str):
             Path(run.info["optimized_model"]).with_name("replay.onnx").unlink(missing_ok=True)
@@ -499,7 +555,9 @@ def _minimal_sets(s: _Session, space: PassSpace, baseline: Signature, end: Signa
     budget = Budget(max_invocations=s.options.max_invocations)
     testers = {mode: PassTester(space, mode, s.run, expected=s.expected.__getitem__,
                                 outputs=s.model.output_names, baseline=baseline, tol=s.options.tolerance,
-                                strict_band=s.options.strict_band) for mode in (DISABLE, ENABLE)}
+                                strict_band=s.options.strict_band, floor=s.floor, identity=s.identity_differs(),
+                                describe=s.identity is not None and s.identity.compiled_kind is not None)
+               for mode in (DISABLE, ENABLE)}
     evs = {mode: Evaluator(t, space.size, journal=journal, scope=mode, budget=budget, on_progress=on_progress)
            for mode, t in testers.items()}
     evs[DISABLE].record(every, testers[DISABLE].outcome_of(end))  # the confirmed end
@@ -525,7 +583,8 @@ def _minimal_sets(s: _Session, space: PassSpace, baseline: Signature, end: Signa
 
 def _fingerprint(s: _Session, space: PassSpace) -> str:
     return json.dumps({"model": s.model.fingerprint, "oracle": str(s.oracle_spec), "target": str(s.target_spec),
-                       "units": space.passes, "tolerance": repr(s.options.tolerance)}, sort_keys=True)
+                       "units": space.passes, "tolerance": repr(s.options.tolerance),
+                       "floor": None if s.floor is None else s.floor.to_json()}, sort_keys=True)
 
 
 # ------------------------------------------------------------------------------------ combined with reduce

@@ -149,7 +149,7 @@ def replay_spec(spec: BackendSpec) -> BackendSpec | None:
         'onnxruntime:opt_level=disable'
     """
     canonical, info = resolve(spec, require_available=False)
-    options = REPLAY_OPTIONS.get(info.name)
+    options = REPLAY_OPTIONS.get(info.kin)
     return canonical.with_options(**options) if options is not None else None
 
 
