@@ -42,6 +42,7 @@ __all__ = [
     "get",
     "import_runtime",
     "register_backend",
+    "register_row",
     "resolve",
     "shared_accelerator",
     "spec_timeout",
@@ -156,6 +157,14 @@ class BackendInfo:
     #: unless the environment sets it), since an idle OpenBLAS thread spins after numpy's import (~20-30 ms
     #: of CPU per worker, on the core the other backend's worker needs).
     numpy_blas: bool = True
+    #: The built-in backend this row's runtime derives from (a subclass of its runtime, sharing its options): the
+    #: per-backend tables (pass controls, replay options) then apply to it too. None: the row's own name.
+    family: str | None = None
+
+    @property
+    def kin(self) -> str:
+        """The name per-backend tables are keyed by: :attr:`family`, else :attr:`name`."""
+        return self.family or self.name
 
     def has(self, capability: Capability) -> bool:
         return capability in self.capabilities
@@ -485,6 +494,19 @@ def register_backend(
     """
     info = _row(runtime, name=name, summary=summary, capabilities=capabilities, options=options, aliases=aliases,
                 import_name=import_name, distributions=distributions)
+    return register_row(info, replace=replace)
+
+
+def register_row(info: BackendInfo, *, replace: bool = False) -> BackendInfo:
+    """Add a whole :class:`BackendInfo` row to the table of this process (what an entry point may also give):
+    for a runtime that shares a built-in row's options, levels and capabilities, e.g. a subclass of it.
+
+    Example:
+        >>> import dataclasses
+        >>> row = dataclasses.replace(get("ort"), name="myort", aliases=(), runtime="mypkg.rt:MyOrt")
+        >>> register_row(row).opt_levels                                   # doctest: +SKIP
+        ('disable', 'basic', 'extended', 'all')
+    """
     if any(info.name == row.name or info.name in row.aliases for row in BACKENDS):
         raise SpecError(f"backend name {info.name!r} is taken by a built-in backend", hint="choose another name")
     if info.name in _REGISTERED and not replace and _REGISTERED[info.name] != info:
