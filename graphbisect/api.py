@@ -291,22 +291,28 @@ def precision(
 
 
 def verify(bundle: str | os.PathLike[str], *, target: str | None = None, trust: bool = False,
-           check: OutputCheck | None = None) -> Verification:
+           check: OutputCheck | None = None, model: str | os.PathLike[str] | None = None,
+           inputs: Mapping[str, np.ndarray] | None = None) -> Verification:
     """Re-run a bundle (folder or .zip) on its recorded target or on ``target`` (``graphbisect verify``):
     ``outcome`` is ``"reproduces"``, ``"fixed"`` or ``"different"``. A recorded target that runs a program
     (``command:``) or an interpreter (``python=``) runs only with ``trust=True`` (a bundle is a download).
     A bundle reduced with a Python ``check`` is judged by the ``check`` given here (the same callable); without
     it a run that completed is ``"undecided"``, since the tolerance may accept what the check rejected.
+    ``model``: the model the bundle was reduced from, re-checked on the same target (``original``: whether it
+    still fails; ``inputs`` its inputs, default the seeded random ones ``reduce`` draws).
 
     Example:
         >>> verify("bug-report", target="ort:opt_level=all,python=/opt/ort-next/bin/python").outcome  # doctest: +SKIP
         'fixed'
     """
     from graphbisect.artifacts.bundle import load_bundle
-    from graphbisect.workflows.verify import verify_bundle
+    from graphbisect.workflows.verify import recheck_original, verify_bundle
 
     with load_bundle(Path(bundle)) as loaded:
-        return verify_bundle(loaded, target, trust=trust, check=check)
+        result = verify_bundle(loaded, target, trust=trust, check=check)
+        if model is not None:
+            result = recheck_original(result, loaded, Path(model), inputs=inputs)
+        return result
 
 
 def triage(

@@ -278,6 +278,16 @@ def _summary(content: BundleContent) -> str:
         if isinstance(report.get(key), bool):
             rows.append((label, "yes" if report[key] else "no"))
     rows.append(("Failure", md_cell(content.signature.describe())))
+    identity = report.get("identity")
+    if isinstance(identity, Mapping) and identity.get("describe"):
+        how = ("every run of the search, the re-verification, `verify` and `repro.py` match it"
+               if identity.get("matched_by") == "identity" else "runs match by the failure's kind")
+        rows.append(("Identity", f"{md_cell(identity['describe'])} ({how})"))
+    floor = report.get("noise_floor")
+    if isinstance(floor, Mapping) and floor.get("note"):
+        rows.append(("Noise floor", md_cell(
+            f"{floor['spec']}: a value counts as wrong only beyond {floor.get('margin', 10):g}× its error there"
+            if floor.get("measured") else floor["note"])))
     text = "## Summary\n\n" + _table(["", ""], rows)
     notes = report.get("notes")
     if isinstance(notes, (list, tuple)) and notes:

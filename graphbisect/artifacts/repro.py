@@ -226,12 +226,33 @@ def repro_config(content: BundleContent) -> dict[str, Any]:
             "check_dtype": tol.check_dtype,
         },
         "expect": expect,
+        # what the recorded failure is beyond its kind (graphbisect.oracle.identity) and the target's noise floor
+        # (graphbisect.oracle.floor): a run is judged on them as graphbisect verify judges it
+        "identity": _identity_config(content.report),
+        "noise_floor": _floor_config(content.report),
+        "original_nodes": content.report.get("original_nodes"),
+        "kept_nodes": [n.get("name") for n in content.report.get("kept_nodes", []) if isinstance(n, Mapping)],
         "judge": judged_by(content.signature, spec),
         # what a refusal says (graphbisect's rule): an error matching it is "unsupported", not a crash
         "unsupported_pattern": UNSUPPORTED_PATTERN,
         "standalone": backend.code is not None,
         **({"control": _control_config(content.control)} if content.control is not None else {}),
     }
+
+
+def _identity_config(report: Mapping[str, Any]) -> dict[str, Any] | None:
+    record = report.get("identity")
+    if not isinstance(record, Mapping) or record.get("matched_by") != "identity":
+        return None
+    keys = ("describe", "tensor", "band", "region", "compiled_kind", "made_by", "after")
+    return {key: record.get(key) for key in keys}
+
+
+def _floor_config(report: Mapping[str, Any]) -> dict[str, Any] | None:
+    floor = report.get("noise_floor")
+    if not isinstance(floor, Mapping) or not floor.get("measured"):
+        return None
+    return {"spec": floor.get("spec"), "margin": floor.get("margin"), "scores": dict(floor.get("scores", {}))}
 
 
 def _control_config(control: BackendSpec) -> dict[str, Any]:
@@ -308,6 +329,7 @@ _COMMON_IMPORTS = r'''from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import signal
@@ -468,9 +490,9 @@ def numeric(array):
 
 
 # ----------------------------------------------------------------------------------- comparison
-KIND_RANK = {"ok": 0, "mismatch": 1, "nan": 2, "dtype": 3, "shape": 4, "missing": 5}
-FAILURE_OF = {"ok": "none", "mismatch": "mismatch", "nan": "nan", "dtype": "structure", "shape": "structure",
-              "missing": "structure"}
+KIND_RANK = {"ok": 0, "floor": 0, "mismatch": 1, "nan": 2, "dtype": 3, "shape": 4, "missing": 5}
+FAILURE_OF = {"ok": "none", "floor": "none", "mismatch": "mismatch", "nan": "nan", "dtype": "structure",
+              "shape": "structure", "missing": "structure"}
 
 
 def compare(name, expected, actual, tolerance):
@@ -502,8 +524,12 @@ def compare(name, expected, actual, tolerance):
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.where(both, np.abs(a - e), 0.0)
     bad = (diff > atol + rtol * np.abs(np.where(both, e, 0.0))) | (~both & ~same_nonfinite)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        allowed = atol + rtol * np.abs(np.where(both, e, 0.0))
+        ratio = np.where(diff > 0, diff / allowed, 0.0)  # the worst element's error in tolerances: its score
     result.update(mismatches=int(bad.sum()), max_abs=float(diff.max(initial=0.0)), atol=atol, rtol=rtol,
-                  nonfinite=int((~a_finite & e_finite).sum()))
+                  nonfinite=int((~a_finite & e_finite).sum()), score=float(np.nan_to_num(ratio, nan=np.inf).max(
+                      initial=0.0)))
     if bad.any():
         worst = np.unravel_index(int(np.argmax(np.where(bad, np.where(both, diff, np.inf), -1.0))), e.shape)
         result.update(worst_index=[int(i) for i in worst], expected_value=plain(e[worst]), actual_value=plain(a[worst]))
@@ -623,10 +649,26 @@ def attempt(config, status_file=None):
     except Exception as exc:
         return note(kind=raised_kind(config, "run", exc), error_type=type(exc).__name__, message=str(exc),
                     exit_code=command_status(exc))
-    results = [compare(name, expected[name], actual.get(name, MISSING), config["tolerance"])
+    results = [within_floor(config, compare(name, expected[name], actual.get(name, MISSING), config["tolerance"]))
                for name in compared_outputs(config)]
     kind = failure_kind(results)
-    return note(kind=kind, detail=mismatch_detail(results) if kind == "mismatch" else None, outputs=results)
+    compiled = None
+    if kind != "none" and (config.get("identity") or {}).get("compiled_kind") and "compiled_nodes" in globals():
+        compiled = globals()["compiled_nodes"](target, HERE / "model.onnx", config["options"])
+    return note(kind=kind, detail=mismatch_detail(results) if kind == "mismatch" else None, outputs=results,
+                compiled=compiled)
+
+
+def within_floor(config, result):
+    """A value mismatch no larger than the target's noise floor allows is kernel precision (kind "floor"), as
+    graphbisect judges it: beyond the tolerance but not beyond ``margin`` times the floor measured there."""
+    floor = config.get("noise_floor")
+    if not floor or result["kind"] != "mismatch" or not result.get("score", 0.0) > 1.0:
+        return result
+    level = float(floor["scores"].get(result["name"], 0.0))
+    if level > 0.0 and result["score"] <= max(1.0, float(floor["margin"]) * level):
+        return dict(result, kind="floor", floor=level)
+    return result
 
 
 def compared_outputs(config):
@@ -747,11 +789,46 @@ def is_recorded_failure(expect, outcome):
     return True
 
 
+def identity_differs(config, outcome):
+    """Why a run that fails the recorded way by kind is another failure (None: the same one, or nothing
+    recorded beyond the kind): graphbisect's rule (graphbisect.oracle.identity)."""
+    ident = config.get("identity")
+    if not ident or "outputs" not in outcome:
+        return None
+    failing = [r for r in outcome["outputs"] if r["kind"] not in ("ok", "floor")]
+    elsewhere = [r["name"] for r in failing if r["name"] not in ident["after"]]
+    if elsewhere:
+        return f"it goes wrong at {elsewhere[0]!r}, which does not depend on the recorded first divergence"
+    anchor = next((r for r in outcome["outputs"] if r["name"] == ident["tensor"]), None)
+    if anchor is not None and ident.get("band") is not None:
+        if anchor not in failing:
+            return f"{ident['tensor']!r}, where the recorded failure starts, does not fail here"
+        score = anchor.get("score", 0.0)
+        band = math.floor(math.log10(score)) if 0.0 < score < math.inf else None
+        if band is not None and abs(band - ident["band"]) > 1:
+            return f"{ident['tensor']!r} is off by ~1e{band}x tolerance, not ~1e{ident['band']}x"
+    if ident.get("compiled_kind") and outcome.get("compiled") is not None:
+        made = [(n["kind"], made_by(n["name"])) for n in outcome["compiled"]]
+        if (ident["compiled_kind"], ident.get("made_by")) not in made:
+            return (f"the target compiled no {ident['compiled_kind']}"
+                    + (f" made by {ident['made_by']}" if ident.get("made_by") else ""))
+    return None
+
+
+def made_by(name):
+    """The pass a compiled node's name says made it (ONNX Runtime: ``<node>/<Pass>/``), graphbisect's rule."""
+    found = re.search(r"/([A-Za-z_][\w.]*)/(?:_token_\d+)?$", name or "")
+    return found.group(1) if found else None
+
+
 def describe(result):
     """One line about one compared output."""
     name, kind = json.dumps(result["name"]), result["kind"]
     if kind == "ok":
         return f"  ok        {name}"
+    if kind == "floor":
+        return (f"  floor     {name}: {result['score']:.3g}x tolerance, within {result['floor']:.3g}x that the "
+                "target errs with its optimizations off (kernel precision, not the failure)")
     if kind in ("shape", "dtype"):
         return f"  {kind.upper():<9} {name}: expected {result['expected_' + kind]}, got {result['actual_' + kind]}"
     if kind == "missing":
@@ -798,7 +875,13 @@ def verdict(config, outcome, in_process=False):
               "graphbisect.verify(BUNDLE, check=your_check).")
         return CANNOT_RUN
     if is_recorded_failure(expect, outcome):
-        print(f"\nREPRODUCED: {config['target_spec']} still fails the recorded way ({expect['kind']}).")
+        other = identity_differs(config, outcome)
+        if other is None:
+            print(f"\nREPRODUCED: {config['target_spec']} still fails the recorded way ({expect['kind']}).")
+            return REPRODUCES
+        print(f"\n*** A DIFFERENT FAILURE: the same kind ({expect['kind']}), but not the recorded one "
+              f"({config['identity']['describe']}): {other}. The recorded bug may be fixed while another one "
+              "shows. ***")
         return REPRODUCES
     if expect["kind"] == "regex" and in_process:
         # The regex may have matched what the backend printed, which went to this terminal, not to a log.
@@ -809,6 +892,12 @@ def verdict(config, outcome, in_process=False):
         why = ("regex does not match" if outcome["kind"] != "none" else "the check command exited 0"
                if config.get("judge") == "exit-status" else "outputs match the oracle")
         print(f"\nFIXED: {config['target_spec']} no longer fails the recorded way ({why}).")
+        original = config.get("original_nodes")
+        if isinstance(original, int) and original > len(config.get("kept_nodes") or []) and \
+                config.get("kept_nodes"):
+            print(f"This model is {len(config['kept_nodes'])} of the {original} nodes of the model it was reduced "
+                  "from: re-check that model, which may still fail another way (graphbisect verify BUNDLE --model "
+                  "ORIGINAL.onnx).")
         return FIXED
     recorded = expect["kind"] + (f" ({expect['detail']})" if expect["kind"] == "mismatch" else "")
     now = outcome["kind"] + (f" ({outcome['detail']})" if outcome.get("detail") else "")

@@ -25,9 +25,17 @@ from graphbisect.artifacts.environment import describe_ran_with
 from graphbisect.artifacts.repro import JUDGE_EXIT_STATUS, JUDGE_PYTHON_CHECK
 from graphbisect.atomic import atomic_write_text
 from graphbisect.backends.base import cause_line
-from graphbisect.cli.common import backend_spec, output_path
+from graphbisect.cli.common import backend_spec, output_path, seed
 from graphbisect.oracle.signature import Signature
-from graphbisect.workflows.verify import FIXED, REPRODUCES, UNDECIDED, Verification, runs_code, verify_bundle
+from graphbisect.workflows.verify import (
+    FIXED,
+    REPRODUCES,
+    UNDECIDED,
+    Verification,
+    recheck_original,
+    runs_code,
+    verify_bundle,
+)
 
 __all__ = ["Verification", "add_arguments", "run", "runs_code", "verify_bundle"]
 
@@ -38,6 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run this target instead of the recorded one, e.g. "
                         "'onnxruntime:opt_level=all,python=/opt/ort-nightly/bin/python' to check another version")
     parser.add_argument("--json", type=output_path, metavar="PATH", help="write the verdict as JSON")
+    parser.add_argument("--model", type=Path, metavar="ORIGINAL",
+                        help="also re-check the model the bundle was reduced from, on the same target, oracle and "
+                        "tolerance: a fixed bundle is not a fixed model (exit 1 while it fails)")
+    parser.add_argument("--inputs", type=Path, metavar="FILE",
+                        help="with --model: its inputs (default: the seeded random inputs reduce draws)")
+    parser.add_argument("--seed", type=seed, default=0, help="with --model: seed of its random inputs (default 0)")
     parser.add_argument("--trust", action="store_true",
                         help="run the recorded target even when it names a program (command:) or an interpreter "
                         "(python=): a bundle is a download, read its report.json first")
@@ -52,10 +66,18 @@ def run(args: argparse.Namespace) -> int:
         if code is not None and args.trust:
             print(f"warning: --trust: running {code}, named by the bundle", file=sys.stderr)
         verification = verify_bundle(bundle, args.target, trust=args.trust)
+        if args.model is not None:
+            from graphbisect.data import load_inputs
+            from graphbisect.model import load_model
+
+            feeds = load_inputs(args.inputs, load_model(args.model)) if args.inputs is not None else None
+            verification = recheck_original(verification, bundle, args.model, inputs=feeds, seed=args.seed)
     _print(verification)
     if args.json is not None:
         atomic_write_text(args.json, json.dumps(verification.to_json(), indent=1) + "\n")
         print(f"wrote {args.json}")
+    if verification.original is not None and verification.original["failed"]:
+        return 1  # the user's model still fails, whatever the bundle does
     return {FIXED: 0, UNDECIDED: 2}.get(verification.outcome, 1)
 
 
@@ -95,3 +117,12 @@ def _print(v: Verification) -> None:
               f"now {v.observed.describe()} ***")
     if v.note:
         print(f"note: {v.note}")
+    if v.original is not None:
+        o = v.original
+        first = o["first_divergence"]
+        where = "" if first is None else f"; first divergence at {first['tensor']}" + (
+            f", compiled as {first['compiled_as']}" if first["compiled_as"] else "")
+        print(f"\noriginal model {o['model']}: " + (f"STILL FAILS ({o['outcome']}{where})" if o["failed"] else
+                                                    "passes on this target"))
+        if not o["recorded_model"]:
+            print("  (not the model this bundle records: its content fingerprint differs)")

@@ -123,14 +123,28 @@ class IdentityCheck:
     counts: a kept node between two cut points still reads what the region wrote, through the oracle's value).
     """
 
-    def __init__(self, identity: Identity, nodes: Sequence[onnx.NodeProto]) -> None:
+    def __init__(self, identity: Identity, nodes: Sequence[onnx.NodeProto] = (), *,
+                 after: Iterable[str] | None = None) -> None:
+        """``after``: the tensors at or after the region, when recorded (a bundle's ``identity.after``: in the
+        reduced model a kept node past a cut point no longer reads the region), instead of ``nodes``."""
         self.identity = identity
+        if after is not None:
+            self.after = frozenset(after)
+            return
         region = set(identity.region) | {identity.node}
         reached: set[str] = set()  # tensors written at or after the region
         for node in nodes:  # topological order: one forward pass is the closure
             if node.name in region or any(name in reached for name in node.input if name):
                 reached.update(name for name in node.output if name)
         self.after = frozenset(reached)
+
+    @classmethod
+    def of_bundle(cls, record: Mapping[str, Any] | None) -> IdentityCheck | None:
+        """The check a bundle's ``report.json`` ``identity`` records (None: its failure matches by kind)."""
+        if not record or record.get("matched_by") != "identity":
+            return None
+        identity = Identity.from_json(record)
+        return None if identity is None else cls(identity, after=record.get("after", ()))
 
     def differs(self, failing: Iterable[TensorStats], compared: Mapping[str, TensorStats],
                 compiled: CompiledGraph | None = None) -> str | None:

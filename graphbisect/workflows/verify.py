@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,10 +34,15 @@ from graphbisect.backends import BackendProcess, BackendSpec, RunResult
 from graphbisect.compare import Comparison
 from graphbisect.compare.nonfinite import warn_nonfinite_inputs
 from graphbisect.errors import InputError
+from graphbisect.localize.compiled import compiled_graph
+from graphbisect.oracle.floor import NoiseFloor
+from graphbisect.oracle.identity import IdentityCheck
 from graphbisect.oracle.signature import FailureKind, Signature
-from graphbisect.oracle.tester import OutputCheck, judge
+from graphbisect.oracle.tester import Judgement, OutputCheck, judge
+from graphbisect.workflows.probe import describing_spec
 
-__all__ = ["DIFFERENT", "FIXED", "REPRODUCES", "UNDECIDED", "Verification", "runs_code", "verify_bundle"]
+__all__ = ["DIFFERENT", "FIXED", "REPRODUCES", "UNDECIDED", "Verification", "recheck_original", "runs_code",
+           "verify_bundle"]
 
 REPRODUCES, FIXED, DIFFERENT = "reproduces", "fixed", "different"
 #: The target ran, but the recorded failure is a Python check's verdict and no check was given to re-judge it.
@@ -56,6 +62,9 @@ class Verification:
     note: str | None = None
     recorded_message: str | None = None  # the raw crash message in the bundle
     judged_by: str = JUDGE_TOLERANCE  # what judged a completed run (see graphbisect.artifacts.repro.judged_by)
+    #: the model the bundle was reduced from, re-checked (``verify --model``): ``failed``, ``outcome``,
+    #: ``first_divergence``; None when not asked
+    original: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -71,6 +80,7 @@ class Verification:
             "ran_with": dict(self.run.ran_with),  # measured in the worker (another interpreter's under python=)
             "outputs": [s.to_json() for s in self.comparison.outputs] if self.comparison is not None else [],
             "note": self.note,
+            "original": None if self.original is None else dict(self.original),
         }
 
 
@@ -101,20 +111,67 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None,
     regex = re.compile(recorded.detail) if recorded.kind is FailureKind.REGEX else None
     # an external check's exit status is the verdict: nothing to compare (the reduction compared nothing)
     outputs = [] if judged == JUDGE_EXIT_STATUS else list(bundle.oracle_outputs)
+    floor = NoiseFloor.from_json(bundle.report["noise_floor"]) if bundle.report.get("noise_floor") else None
+    identity = IdentityCheck.of_bundle(bundle.report.get("identity"))
+    describes = identity is not None and identity.identity.compiled_kind is not None
+    run_spec = (describing_spec(spec) or spec) if describes else spec
     with tempfile.TemporaryDirectory(prefix="graphbisect-verify-") as workdir, \
-            BackendProcess(spec, workdir=Path(workdir)) as backend:
+            BackendProcess(run_spec, workdir=Path(workdir)) as backend:
         result = backend.run(bundle.model_path, bundle.inputs_path, outputs)
-        verdict = judge(result, bundle.oracle_outputs.__getitem__, outputs, bundle.tolerance, regex, check=check)
+        verdict = judge(result, bundle.oracle_outputs.__getitem__, outputs, bundle.tolerance, regex, check=check,
+                        floor=floor)
+        other = _other_identity(bundle, identity, verdict) if recorded.matches(verdict.signature) else None
         # Copy what we need before the outputs' memory maps lose their folder.
         copied = {name: value.copy() for name, value in result.outputs.items()}
     result = dataclasses.replace(result, outputs=copied)
     if judged == JUDGE_PYTHON_CHECK and check is None and result.ok:
-        return Verification(UNDECIDED, recorded, verdict.signature, backend.spec, result, verdict.comparison,
+        return Verification(UNDECIDED, recorded, verdict.signature, spec, result, verdict.comparison,
                             "the recorded failure is the verdict of a Python check (graphbisect.reduce(check=...)), "
                             "which a bundle cannot hold; the tolerance decides nothing here. Re-judge with "
                             "graphbisect.verify(BUNDLE, check=your_check)", bundle.target_message, judged)
-    return dataclasses.replace(_classify(bundle, backend.spec, result, verdict.comparison, verdict.signature),
+    return dataclasses.replace(_classify(bundle, spec, result, verdict.comparison, verdict.signature,
+                                         other_identity=other),
                                judged_by=judged)
+
+
+def _other_identity(bundle: LoadedBundle, identity: IdentityCheck | None, verdict: Judgement) -> str | None:
+    """Why a run failing like the bundle by kind is another failure (None: the same, or no identity recorded)."""
+    if identity is None or verdict.comparison is None:
+        return None
+    compiled = None
+    if identity.identity.compiled_kind is not None and verdict.run.ok:
+        import onnx
+
+        proto = onnx.load(str(bundle.model_path), load_external_data=False)
+        compiled = compiled_graph(proto.graph.node, list(bundle.oracle_outputs), verdict.run.info,
+                                  constants={t.name: t for t in proto.graph.initializer})
+    return identity.differs(verdict.failing, {s.name: s for s in verdict.comparison.outputs}, compiled)
+
+
+def recheck_original(verification: Verification, bundle: LoadedBundle, model: Path, *,
+                     inputs: Mapping[str, Any] | None = None, seed: int = 0) -> Verification:
+    """``verification`` with the model the bundle was reduced from re-checked on the same target, oracle and
+    tolerance (``graphbisect verify --model``): a fixed bundle does not mean a fixed model (the same defect may
+    reach it through a sibling pass, or another site fail). ``inputs``: the model's inputs (default: the seeded
+    random inputs `reduce` draws without ``--inputs``)."""
+    from graphbisect.model import load_model
+    from graphbisect.workflows.compare import compare_models
+
+    loaded = load_model(model)
+    recorded = bundle.report.get("original_model") or {}
+    same = recorded.get("fingerprint") in (None, loaded.fingerprint)
+    result = compare_models(loaded, oracle=bundle.oracle, target=verification.target, inputs=inputs,
+                            tolerance=bundle.tolerance, seed=seed)
+    first = result.layerwise.first_divergence if result.layerwise is not None else None
+    original = {
+        "model": str(model), "failed": not result.passed, "outcome": str(result.outcome),
+        "recorded_model": same,
+        "first_divergence": None if first is None else {
+            "node": first.node, "tensor": first.tensor, "score": first.stats.score,
+            "compiled_as": None if first.compiled_as is None else first.compiled_as.describe()},
+        "noise_floor": None if result.noise_floor is None else result.noise_floor.describe(),
+    }
+    return dataclasses.replace(verification, original=original)
 
 
 def runs_code(spec: BackendSpec) -> str | None:
@@ -127,21 +184,39 @@ def runs_code(spec: BackendSpec) -> str | None:
 
 
 def _classify(bundle: LoadedBundle, spec: BackendSpec, result: RunResult, comparison: Comparison | None,
-              observed: Signature) -> Verification:
+              observed: Signature, *, other_identity: str | None = None) -> Verification:
     recorded = bundle.signature
 
     def verdict(outcome: str, note: str | None = None) -> Verification:
         return Verification(outcome, recorded, observed, spec, result, comparison, note, bundle.target_message)
 
+    if other_identity is not None:
+        return verdict(DIFFERENT, f"the same kind of failure, but not the recorded one ({_identity_text(bundle)}): "
+                       f"{other_identity}. The recorded bug may be fixed while another one shows")
     if recorded.matches(observed):
         return verdict(REPRODUCES)
     if _same_crash(bundle, recorded, observed, result):
         return verdict(REPRODUCES, "the crash message differs from the recorded one only in volatile details "
                        "(paths, line numbers)")
     if not observed.failed:
-        return verdict(FIXED)
+        return verdict(FIXED, recheck_note(bundle.report))
     return verdict(DIFFERENT, "the recorded failure is gone but the target fails differently: the bug may be "
                    "fixed while another one shows")
+
+
+def _identity_text(bundle: LoadedBundle) -> str:
+    record = bundle.report.get("identity") or {}
+    return str(record.get("describe") or bundle.signature.describe())
+
+
+def recheck_note(report: Mapping[str, Any]) -> str | None:
+    """What a FIXED bundle reduced from a larger model says: its model is a part of the user's, which other
+    parts may still make fail (the same defect reached through a sibling pass, another site)."""
+    original, final = report.get("original_nodes"), report.get("final_nodes")
+    if not isinstance(original, int) or not isinstance(final, int) or original <= final:
+        return None
+    return (f"this bundle is {final} of the {original} nodes of the model it was reduced from: re-check that model, "
+            "which may still fail another way (graphbisect verify BUNDLE --model ORIGINAL.onnx)")
 
 
 def _same_crash(bundle: LoadedBundle, recorded: Signature, observed: Signature, result: RunResult) -> bool:

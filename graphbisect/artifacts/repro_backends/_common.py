@@ -67,12 +67,18 @@ def check_ort(onnxruntime, session):
         raise CannotRun(f"onnxruntime {onnxruntime.__version__} has no {session['graph_optimization_level']}")
 
 
-def ort_session(model, session):
+def ort_session(model, session, optimized=None):
     """An ONNX Runtime session exactly as graphbisect created it: same providers, optimization level, disabled
-    optimizers, intra-op threads and session config entries. ``model``: a path or the serialized model."""
+    optimizers, intra-op threads and session config entries. ``model``: a path or the serialized model;
+    ``optimized``: where to save the optimized model too (weights of 1 KiB and more beside it)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
+    if optimized is not None:
+        so.optimized_model_filepath = optimized
+        so.log_severity_level = 3  # not the warning that an optimized model may be machine-specific
+        so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "optimized.weights")
+        so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, session["graph_optimization_level"])
     if session["intra_op_num_threads"] is not None:
         so.intra_op_num_threads = session["intra_op_num_threads"]

@@ -21,6 +21,19 @@ def load_target(model_path, options):
     return ort_session(str(model_path), options)
 
 
+def compiled_nodes(target, model_path, options):
+    """What ONNX Runtime compiled the model into, as {"kind", "name"} per node: its optimized model, saved by a
+    second session with the same settings (None when the onnx package, which reads it, is missing)."""
+    try:
+        import onnx
+    except ImportError:
+        return None
+    with tempfile.TemporaryDirectory(prefix="repro-optimized-") as tmp:
+        ort_session(str(model_path), options, optimized=str(Path(tmp) / "optimized.onnx"))
+        graph = onnx.load(str(Path(tmp) / "optimized.onnx"), load_external_data=False).graph
+        return [{"kind": node.op_type, "name": node.name} for node in graph.node]
+
+
 ''' + _ORT_RUN_TARGET
 
 

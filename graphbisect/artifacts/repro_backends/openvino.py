@@ -163,6 +163,11 @@ def mapping_of(name, nodes, producers):
         name, removed = shorter, removed + 1
 
 
+def compiled_nodes(target, model_path, options):
+    """What OpenVINO compiled the model into, as {"kind", "name"} per kernel of its execution graph."""
+    return [{"kind": facts.get("layerType") or "?", "name": layer} for layer, facts, _ in kernels(target[0])]
+
+
 def kernels(compiled):
     """(execution layer, its rt_info facts, its names: its own and its original layers') of each real kernel."""
     for op in compiled.get_runtime_model().get_ordered_ops():
