@@ -5,8 +5,10 @@ same way, a result is mapped back (by node name) to a node subset of the origina
 each subset with one node removed are tested with :class:`graphbisect.oracle.tester.CandidateTester`:
 tensors the subset reads but does not produce are fed with the oracle's captured values, and a candidate
 "still fails" only with the *same signature* as the original model (same failure kind; for a crash, the same
-normalized message). Polygraphy's reduced models cut the graph the same way (graph inputs fed with
-layerwise oracle values, or branches frozen to oracle constants), so the question asked is the same for all.
+normalized message) and, given the failure's identity (graphbisect's bundle records it: where it first goes
+wrong, what the target compiled there), the same identity: a sibling pass mis-fusing the same nodes into
+another node is another failure. Polygraphy's reduced models cut the graph the same way (graph inputs fed
+with layerwise oracle values, or branches frozen to oracle constants), so the question asked is the same for all.
 
 The sweep stops at the first removable node: one is enough to say "not 1-minimal".
 """
@@ -19,14 +21,17 @@ from pathlib import Path
 
 import numpy as np
 
+from graphbisect.backends import BackendSpec
 from graphbisect.compare import Tolerance
 from graphbisect.data import ActivationStore
 from graphbisect.engine import Outcome
 from graphbisect.model import Model
+from graphbisect.oracle.identity import Identity, IdentityCheck
 from graphbisect.oracle.signature import Signature
 from graphbisect.oracle.tester import CandidateTester, WorkerPool
 from graphbisect.strategies.subgraph import SubgraphSpace
 from graphbisect.workflows.compare import DEFAULT_TARGET
+from graphbisect.workflows.probe import describing_spec
 
 __all__ = ["Minimality", "MinimalityChecker"]
 
@@ -62,7 +67,7 @@ class MinimalityChecker:
     """
 
     def __init__(self, model: Model, inputs: Mapping[str, np.ndarray], store_dir: Path, baseline: Signature,
-                 workdir: Path, *, tolerance: Tolerance | None = None) -> None:
+                 workdir: Path, *, tolerance: Tolerance | None = None, identity: Identity | None = None) -> None:
         store = ActivationStore.open(store_dir)
         feeds = dict(inputs)
 
@@ -71,8 +76,12 @@ class MinimalityChecker:
 
         self.model, self.baseline = model, baseline
         self.space = SubgraphSpace(model, value, workdir / "candidates")
-        self.pool = WorkerPool(DEFAULT_TARGET, 1, workdir / "target")
-        self.tester = CandidateTester(self.space, self.pool, baseline, tolerance or Tolerance())
+        target = BackendSpec.parse(DEFAULT_TARGET)
+        if identity is not None and identity.compiled_kind is not None:  # candidates say what they compiled
+            target = describing_spec(target) or target
+        self.pool = WorkerPool(target, 1, workdir / "target")
+        self.tester = CandidateTester(self.space, self.pool, baseline, tolerance or Tolerance(),
+                                      identity=None if identity is None else IdentityCheck(identity, model.nodes))
 
     def close(self) -> None:
         self.pool.close()

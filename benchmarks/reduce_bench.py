@@ -29,6 +29,7 @@ Run: ``python benchmarks/reduce_bench.py [--quick | --full] [--cases main branch
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
@@ -44,6 +45,7 @@ from _polygraphy import PolygraphyPrep, PolygraphyRun, debug_reduce, prepare
 
 from graphbisect.examples import HostNetwork, host_network
 from graphbisect.model import load_model
+from graphbisect.oracle.identity import Identity
 from graphbisect.workflows.reduce import ReduceOptions, ReduceResult, reduce_model
 
 CASES: dict[str, tuple[str, str]] = {
@@ -189,8 +191,10 @@ def run_case(case: str, nodes: int, tools: Sequence[str], root: Path, args: argp
     rows = [gb_row] if "graphbisect" in tools else []
     prep = prepare(host.model, host.inputs, host.kind, folder / "polygraphy")
     rows += run_polygraphy(case, nodes, prep, tools, args)
+    report = json.loads((folder / "graphbisect" / "bundle" / "report.json").read_text())
     checker = MinimalityChecker(load_model(host.model), host.inputs, result.work_dir / "activations",
-                                result.signature, folder / "check")
+                                result.signature, folder / "check",
+                                identity=Identity.from_json(report.get("identity")))
     try:
         for row in rows:
             row.judge(host, checker)

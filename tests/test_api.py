@@ -15,6 +15,7 @@ import graphbisect
 from graphbisect.api_doc import render
 from graphbisect.cli.main import main
 from graphbisect.errors import InputError, ModelError
+from graphbisect.examples import host_network
 from graphbisect.examples.patterns import pattern_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +44,7 @@ PINNED = {
               "atol=0.0001, rtol=0.001, tolerance=None, passes=True, seed=0, executor='local', jobs=None, "
               "candidate_jobs=1, max_invocations=None, timeout=None, on_model=None)",
     "unregister_backend": "(name)",
-    "verify": "(bundle, *, target=None, trust=False, check=None)",
+    "verify": "(bundle, *, target=None, trust=False, check=None, model=None, inputs=None)",
     "tactics.record": "(model, *, target=None, inputs=None, shapes=None, seed=0)",
     "tactics.replay": "(model, record, *, target=None, inputs=None, shapes=None, seed=0)",
     "tactics.isolate": "(model, *, good=None, bad=None, builds=0, perturb=(), target=None, oracle=None, atol=None, "
@@ -97,7 +98,7 @@ def test_api_page_is_in_sync_with_the_docstrings() -> None:
 
 def test_reduce_takes_a_model_proto_and_no_inputs_and_leaves_no_work_folder(tmp_path: Path) -> None:
     """The façade loads what it is given and draws the CLI's seeded inputs; a 1-minimal result cleans up."""
-    proto = pattern_model("layernorm_keepdims0")
+    proto = host_network(100, bug="layernorm_keepdims0", seed=3).model
     result = graphbisect.reduce(proto, tmp_path / "bug")
     assert result.failed and result.one_minimal
     assert result.final_nodes < result.original_nodes

@@ -62,6 +62,7 @@ __all__ = [
     "CompiledGraph",
     "CompiledNode",
     "compiled_graph",
+    "describes",
     "from_engine_layers",
     "from_exec_graph",
     "from_groups",
@@ -167,6 +168,15 @@ class CompiledGraph:
     def from_json(cls, data: Mapping[str, Any]) -> CompiledGraph:
         return cls(str(data["source"]), tuple(CompiledNode.from_json(n) for n in data["nodes"]),
                    tuple(data.get("unmapped", ())), tuple(data.get("inferred", ())), dict(data.get("values", {})))
+
+
+#: The run-info keys that carry a description of what was compiled (see :func:`compiled_graph`).
+_DESCRIPTIONS = ("optimized_model", "exec_graph", "layers", "hooked", "dispatches")
+
+
+def describes(info: Mapping[str, Any]) -> bool:
+    """Whether a run's ``info`` carries a description of what it compiled (cheap: no mapping)."""
+    return any(key in info for key in _DESCRIPTIONS)
 
 
 def compiled_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[str],

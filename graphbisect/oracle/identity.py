@@ -98,7 +98,9 @@ class Identity:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Identity | None:
-        if not data:
+        """The identity ``to_json`` wrote (also inside a bundle's record); None for none, or a record of a
+        failure matched by kind."""
+        if not data or "node" not in data or data.get("matched_by", "identity") != "identity":
             return None
         band = data.get("band")
         return cls(str(data["node"]), str(data["tensor"]), int(band) if isinstance(band, (int, float)) else None,

@@ -32,7 +32,7 @@ from graphbisect.backends import BackendProcess, BackendSpec, RunResult
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.engine import Outcome, TestResult
 from graphbisect.errors import GraphBisectError, InputError
-from graphbisect.localize.compiled import CompiledGraph, compiled_graph
+from graphbisect.localize.compiled import CompiledGraph, compiled_graph, describes
 from graphbisect.model.io import remove_model
 from graphbisect.oracle.floor import NoiseFloor
 from graphbisect.oracle.identity import IdentityCheck
@@ -159,17 +159,26 @@ class CandidateTester:
     def __init__(self, space: SubgraphSpace, pool: TargetPool, baseline: Signature, tol: Tolerance, *,
                  fail_regex: re.Pattern[str] | None = None, strict_band: bool = False, compare: bool = True,
                  check: OutputCheck | None = None, repeats: int = 0, floor: NoiseFloor | None = None,
-                 identity: IdentityCheck | None = None) -> None:
+                 identity: IdentityCheck | None = None, describing: TargetPool | None = None) -> None:
         """``compare=False``: the target's exit status is the verdict (an external check), no output is compared.
         ``check``: a Python callable judges the outputs instead of the tolerance (see :func:`judge`).
         ``repeats``: extra runs a failing candidate must fail the same way in before it is accepted.
         ``floor``: the target's noise floor. ``identity``: the baseline's identity (where it first goes wrong,
-        what the target compiled there): a candidate failing otherwise is a different failure. When it names a
-        compiled node, ``pool`` must run a spec that describes what it compiles (``describing_spec``)."""
+        what the target compiled there): a candidate failing otherwise is a different failure.
+
+        ``describing``: where candidates run that must say what they compiled (the target's
+        ``describing_spec``), when the identity names a compiled node: those that keep a part of its region,
+        whose nodes may then be fused otherwise. A candidate keeping the whole region compiles it as the
+        model did (the same nodes and declarations), so it runs plain: describing costs ONNX Runtime a copy of
+        every weight per run. The final model is re-verified describing (reduce's ``_verify``)."""
         self.space, self.pool, self.baseline, self.tol = space, pool, baseline, tol
         self.fail_regex, self.strict_band, self.compare, self.check = fail_regex, strict_band, compare, check
-        self.repeats, self.floor, self.identity = repeats, floor, identity
+        self.repeats, self.floor, self.identity, self.describing = repeats, floor, identity, describing
         self.other_identity = 0  # candidates that failed like the baseline by kind, but with another identity
+        self._region: frozenset[int] = frozenset()
+        if identity is not None and identity.identity.compiled_kind is not None and describing is not None:
+            index = dict(zip(space.model.node_names, range(len(space.model.nodes)), strict=True))
+            self._region = frozenset(index[name] for name in identity.identity.region if name in index)
         self.unrepeated = 0  # candidates that failed like the baseline once, then did not
         #: keep-set → digest of the exact model the target ran, for the candidates that failed like the baseline:
         #: the only ones a search accepts, so the only final models a re-verification is compared with (hashing
@@ -195,7 +204,8 @@ class CandidateTester:
                 log.warning("skipping an invalid candidate of %d nodes: %s", len(keep), invalid)
                 return TestResult(Outcome.UNRESOLVED, invoked=False, detail=f"invalid model: {invalid}")
             outputs = candidate.outputs if self.compare else ()
-            with self.pool.acquire() as proc:
+            described = self.describing is not None and bool(self._region & keep) and not self._region <= keep
+            with (self.describing if described and self.describing is not None else self.pool).acquire() as proc:
                 verdict = judge(proc.run(path, candidate.feeds), self.space.values, outputs, self.tol,
                                 self.fail_regex, check=self.check, floor=self.floor)
                 outcome = self._outcome(verdict, candidate, len(keep))
@@ -232,7 +242,8 @@ class CandidateTester:
         return Outcome.PASS
 
     def identity_differs(self, verdict: Judgement, candidate: Candidate) -> str | None:
-        """Why a run that fails like the baseline by kind is another failure (None: it is the same one)."""
+        """Why a run that fails like the baseline by kind is another failure (None: it is the same one). What
+        the target compiled is matched too when the run described it."""
         if self.identity is None or verdict.comparison is None:
             return None
         compiled = None
@@ -272,8 +283,9 @@ class CandidateTester:
 
 
 def candidate_compiled(candidate: Candidate, run: RunResult) -> CompiledGraph | None:
-    """What the target compiled for a candidate's run (a describing spec's run info), mapped onto its nodes."""
-    if not run.ok:
+    """What the target compiled for a candidate's run (a describing spec's run info), mapped onto its nodes;
+    None when the run did not describe it."""
+    if not run.ok or not describes(run.info):
         return None
     proto = candidate.proto
     return compiled_graph(proto.graph.node, candidate.outputs, run.info,

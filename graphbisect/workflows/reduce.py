@@ -449,6 +449,8 @@ class _Run:
         identity: Identity | None = None
         if first.failed and self._evidence_possible(first):
             probe_sig, hints, priors, notes, identity = self._collect_evidence(store, values, compiled, floor)
+            if self.options.output_check is not None:  # the check judges outputs: the tolerance's view is not it
+                identity = None
             if probe_sig is not None and first.matches(probe_sig):
                 again = probe_sig
         if first.failed and again is None:
@@ -612,15 +614,20 @@ class _Run:
         """The subgraph search; with ``flaky`` a candidate is accepted only after FLAKY_REPEATS more runs fail
         the same way. ``scope`` keeps its journal entries apart from another search's."""
         jobs = max(1, self.options.jobs)
-        spec = self.candidate_spec(base.identity)
-        pool: TargetPool = (
-            ExecutorPool.open(self.options.executor, spec, jobs=jobs, timeout=self.options.timeout)
-            if self.options.executor else
-            WorkerPool(spec, jobs, self.work / "target", timeout=self.options.timeout))
+
+        def pool_of(spec: BackendSpec, folder: str) -> TargetPool:
+            if self.options.executor:
+                return ExecutorPool.open(self.options.executor, spec, jobs=jobs, timeout=self.options.timeout)
+            return WorkerPool(spec, jobs, self.work / folder, timeout=self.options.timeout)
+
+        pool = pool_of(self.target_spec, "target")
+        describing = self.candidate_spec(base.identity)  # workers start on their first run: none if unused
         tester = CandidateTester(space, pool, base.signature, self.tol, fail_regex=self.regex,
                                  strict_band=self.options.strict_band, compare=not self.options.check,
                                  check=self.options.output_check, repeats=FLAKY_REPEATS if flaky else 0,
-                                 floor=floor, identity=self.identity_check(base.identity))
+                                 floor=floor, identity=self.identity_check(base.identity),
+                                 describing=pool_of(describing, "target-describing")
+                                 if describing != self.target_spec else None)
         journal = Journal.open(self.work / "journal.jsonl", fingerprint=self.model.fingerprint)
         # The budget is this session's: resuming with --max-invocations N buys N more candidate runs.
         budget = Budget(max_invocations=self.options.max_invocations, deadline_seconds=self.options.deadline_seconds,
@@ -632,7 +639,8 @@ class _Run:
         try:
             result = plan(evaluator, space, hints=base.hints, priors=base.priors)
         except SearchAborted as exc:
-            pool.close()
+            for opened in filter(None, (pool, tester.describing)):
+                opened.close()
             raise GraphBisectError(f"the reduction stopped: {exc.message}", hint=exc.hint) from exc
         finally:
             journal.close()  # a repeated search opens it again
@@ -754,8 +762,9 @@ def _search_and_verify(r: _Run, space: SubgraphSpace, base: _Baseline, floor: No
                        ) -> tuple[SearchResult, Evaluator, CandidateTester, _Verification]:
     """One search (:meth:`_Run.search`) and the re-verification of its result."""
     result, evaluator, tester = r.search(space, base, floor, flaky=flaky, scope=scope)
-    r.count("target", tester.pool.invocations)
-    tester.pool.close()
+    for pool in filter(None, (tester.pool, tester.describing)):
+        r.count("target", pool.invocations)
+        pool.close()
     if tester.other_identity:
         r.notes.append(f"{tester.other_identity} candidate(s) failed with the baseline's kind but another identity "
                        f"(not {base.identity.describe() if base.identity else 'the recorded failure'}): not "
@@ -1010,6 +1019,8 @@ def _identity_record(r: _Run, base: _Baseline, outputs: Sequence[str]) -> dict[s
     identity, signature = base.identity, base.signature
     if identity is None:
         why = ("a crash is matched by its normalized message" if signature.kind.raised else
+               "a Python check judges the outputs, and where it first goes wrong is the tolerance's view"
+               if r.options.output_check is not None else
                "no layerwise evidence of where it first goes wrong (the target exposes no intermediates, the probe "
                "masked the failure, or the target is flaky)"
                if signature.kind in (FailureKind.MISMATCH, FailureKind.NAN) else
