@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from graphbisect.backends import ort_providers
 from graphbisect.backends.base import BackendSpec, Capability
 from graphbisect.errors import BackendUnavailableError, SpecError
 from graphbisect.options import parses
@@ -79,15 +80,16 @@ def _cpu_only(options: Mapping[str, str]) -> str | None:
     return None
 
 
-#: ONNX Runtime execution providers that compute on the CPU; any other one is taken to use GPU 0 (ORT's
-#: default ``device_id``, which a spec cannot change).
-_CPU_PROVIDERS = frozenset({"CPUExecutionProvider", "DnnlExecutionProvider", "XnnpackExecutionProvider",
-                            "ACLExecutionProvider", "ArmNNExecutionProvider"})
-
-
 def _ort_device(options: Mapping[str, str]) -> str | None:
-    providers = [p.strip() for p in options.get("providers", "").split(";") if p.strip()]
-    return "gpu:0" if any(p not in _CPU_PROVIDERS for p in providers) else None
+    """The GPU of the first provider that is not a CPU one (:data:`~.ort_providers.CPU_PROVIDERS`): its
+    ``device_id`` provider option (``cuda.device_id=1``), else ORT's default 0."""
+    accelerated = [p for p in ort_providers.providers_of(options) if p not in ort_providers.CPU_PROVIDERS]
+    if not accelerated:
+        return None
+    prefix = ort_providers.short_name(accelerated[0])
+    aliases = [alias for alias, name in ort_providers.ALIASES.items() if name == prefix]
+    device = next((options[f"{p}.device_id"] for p in (prefix, *aliases) if f"{p}.device_id" in options), "0")
+    return f"gpu:{device.strip() or 0}"
 
 
 def _paddle_device(options: Mapping[str, str]) -> str | None:
@@ -127,6 +129,12 @@ class BackendInfo:
     extra: str | None  # pip extra that installs it: pip install graphbisect[extra]
     capabilities: frozenset[Capability]
     options: Mapping[str, str] = field(default_factory=dict)
+    #: Families of options whose key is ``SCOPE.NAME`` (ONNX Runtime's provider options ``<ep>.<key>``), by the
+    #: pattern shown in the docs: any key with a ``.`` is then accepted by :func:`resolve` and checked by
+    #: :attr:`check_options` (the runtime checks the rest against its library).
+    scoped_options: Mapping[str, str] = field(default_factory=dict)
+    #: Checks a spec's options on the host, without the backend's library (:func:`resolve`); raises SpecError.
+    check_options: Callable[[Mapping[str, str]], object] | None = None
     aliases: tuple[str, ...] = ()
     #: The option (name, value) that makes a run describe what it compiled (Capability.COMPILED_GRAPH);
     #: graphbisect.localize.compiled reads the description from the run info.
@@ -236,6 +244,16 @@ BACKENDS: tuple[BackendInfo, ...] = (
             "report_passes": "1 to report the transformers and rewrite rules that modified the graph "
             "(run info fired_passes; slower: verbose logging and a few extra sessions)",
         },
+        scoped_options={
+            "<ep>.<key>": "an option of a provider in providers=, passed as InferenceSession(providers=[(name, "
+            "{key: value})]): <ep> is the provider's name without ExecutionProvider, in lower case (cuda, tensorrt "
+            "or trt, openvino, dml, any other), <key> ONNX Runtime's own option name, verbatim; checked on a probe "
+            "session (an option ORT rejects or does not report back is refused: the CPU provider takes none)",
+            "cuda.<key>": "CUDAExecutionProvider, e.g. cuda.use_tf32=0 (the CUDA provider allows TF32 in MatMul/Conv "
+            "by default), cuda.device_id=1, cuda.cudnn_conv_algo_search=DEFAULT",
+            "trt.<key>": "TensorrtExecutionProvider, e.g. trt.trt_fp16_enable=1, trt.trt_max_workspace_size=2147483648",
+        },
+        check_options=ort_providers.provider_options,
     ),
     BackendInfo(
         name="reference",
@@ -604,9 +622,11 @@ def resolve(spec: BackendSpec | str, *, require_available: bool = True) -> tuple
     spec = BackendSpec(info.name, spec.options)
     allowed = {**HOST_OPTIONS, **info.options}
     for key in spec.options:
-        if key not in allowed:
-            valid = ", ".join(sorted(allowed))
+        if key not in allowed and not ("." in key and info.scoped_options):
+            valid = ", ".join([*sorted(allowed), *info.scoped_options])
             raise SpecError(f"backend {info.name!r} has no option {key!r}", hint=f"valid options: {valid}")
+    if info.check_options is not None:
+        info.check_options({k: v for k, v in spec.options.items() if k not in HOST_OPTIONS})
     spec_timeout(spec, None)  # a bad timeout= is refused before anything runs
     if require_available and "python" not in spec.options:
         avail = info.availability(version=False)

@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
             "name": info.name, "aliases": list(info.aliases), "available": avail.available,
             "version": avail.version, "reason": avail.reason, "summary": info.summary,
             "capabilities": sorted(c.value for c in info.capabilities),
-            "options": dict(info.options), "extra": info.extra,
+            "options": dict(info.options), "scoped_options": dict(info.scoped_options), "extra": info.extra,
         })
     if args.json:
         print(json.dumps({"backends": rows, "host_options": dict(HOST_OPTIONS),
@@ -48,14 +48,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"{'':<{width}}  {row['summary']}")
         print(f"{'':<{width}}  capabilities: {', '.join(row['capabilities'])}")
         if args.options:
-            for key, text in row["options"].items():
+            for key, text in [*row["options"].items(), *row["scoped_options"].items()]:
                 print(f"{'':<{width}}    {key}: {text}")
     if args.options:
         print("options every backend accepts:")
         for key, text in HOST_OPTIONS.items():
             print(f"  {key}: {text}")
     print("\nspec syntax: NAME[:key=value,...]  lists inside a value use ';', e.g.\n"
-          "  onnxruntime:opt_level=all,disabled=LayerNormFusionL1;SimplifiedLayerNormFusion")
+          "  onnxruntime:opt_level=all,disabled=LayerNormFusionL1;SimplifiedLayerNormFusion\n"
+          "ONNX Runtime provider options: <ep>.<key>=<value> for a provider of providers=, e.g.\n"
+          "  onnxruntime:providers=CUDAExecutionProvider,cuda.use_tf32=0")
     return 0
 
 
