@@ -14,6 +14,7 @@ rule ``multiprocessing`` has for the same reason).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import logging
@@ -112,9 +113,22 @@ def _tensorrt_device(options: Mapping[str, str]) -> str | None:
 
 @dataclass(frozen=True)
 class Availability:
+    """Whether a backend's library is there, and what ``import`` of it gives (``graphbisect backends``).
+
+    ``version``: the imported module's ``__version__`` where it was measured by importing it
+    (:func:`graphbisect.backends.process.availability_under`), else the version of the distribution whose files
+    are found; ``location``: the folder it imports from; ``distribution``: whose files those are;
+    ``installed``: every distribution with files there (:class:`~graphbisect.backends.installed.Install` as
+    dicts: ``onnxruntime`` and ``onnxruntime-gpu`` share one folder); ``note``: what to say when several are.
+    """
+
     available: bool
     version: str | None = None
     reason: str | None = None
+    location: str | None = None
+    distribution: str | None = None
+    installed: tuple[Mapping[str, str], ...] = ()
+    note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -190,10 +204,16 @@ class BackendInfo:
         return bool(self.opt_levels) and spec.options.get("opt_level") == self.opt_levels[0]
 
     def availability(self, *, version: bool = True) -> Availability:
-        """Whether this backend's library imports here, with its version, or why not (cheap: no import).
+        """Whether this backend's library is installed here, with its version, or why not (no import).
 
-        ``version=False`` leaves the version out (None): reading it needs ``importlib.metadata``, ~30 ms of
-        imports that a process checking only that the library is there (:func:`resolve`) does not need."""
+        The version is that of the distribution whose files ``import`` would load, found without importing
+        (:func:`~graphbisect.backends.installed.installs_of` on the module's file): never merely the first of
+        :attr:`distributions` that is installed (with onnxruntime and onnxruntime-gpu both installed, that
+        named the CPU wheel while the GPU one's files were imported). What ``import`` gives, ``__version__``
+        included, is measured in a child process by
+        :func:`~graphbisect.backends.process.availability_under`. ``version=False`` leaves the version out
+        (None): reading it needs ``importlib.metadata``, ~30 ms of imports that a process checking only that
+        the library is there (:func:`resolve`) does not need."""
         if self.import_name is None:
             return Availability(True, None)
         try:
@@ -203,16 +223,16 @@ class BackendInfo:
         if found is None:
             how = f"pip install 'graphbisect[{self.extra}]'" if self.extra else f"install {self.import_name}"
             return Availability(False, None, f"Python module {self.import_name!r} is not installed ({how})")
-        if not version:
+        if not version or not found.origin:
             return Availability(True, None)
-        from importlib import metadata  # here: see above
+        from graphbisect.backends import installed  # here: see above
 
-        for dist in self.distributions:
-            try:
-                return Availability(True, metadata.version(dist))
-            except metadata.PackageNotFoundError:
-                continue
-        return Availability(True, None)
+        installs = installed.installs_of(self.import_name, Path(found.origin))
+        owners = [i for i in installs if i.state == "imported"]
+        return Availability(True, owners[0].version if len(owners) == 1 else None,
+                            location=str(Path(found.origin).parent), distribution=" or ".join(i.name for i in owners)
+                            or None, installed=tuple(dataclasses.asdict(i) for i in installs),
+                            note=installed.note(self.import_name, installs))
 
     def load_runtime_class(self) -> type:
         return import_runtime(self.runtime, self.path)
