@@ -50,3 +50,15 @@ def ort_release_pythons() -> dict[str, Path]:
         return release_pythons()
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
         pytest.skip(f"cannot make the ONNX Runtime release environments: {exc}")
+
+
+@pytest.fixture(scope="session")
+def two_distributions_python() -> Path:
+    """An interpreter with onnxruntime 1.30.0 and onnxruntime-gpu 1.31.1 both installed (see tests/ort_releases.py),
+    made once and cached; skipped where PyPI cannot be reached."""
+    from tests.ort_releases import two_distributions_python
+
+    try:
+        return two_distributions_python()
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+        pytest.skip(f"cannot make the environment with two onnxruntime distributions: {exc}")

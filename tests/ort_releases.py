@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-__all__ = ["LAYERNORM_FUSION", "ORT_RELEASES", "release_pythons"]
+__all__ = ["LAYERNORM_FUSION", "ORT_RELEASES", "TWO_DISTRIBUTIONS", "release_pythons", "two_distributions_python"]
 
 #: Releases under test -> the name of their level-1 LayerNorm fusion (the one onnxruntime#30513 is in).
 LAYERNORM_FUSION: Mapping[str, str] = {
@@ -51,8 +51,29 @@ def _python_of(folder: Path) -> Path:
 
 def _make(version: str) -> Path:
     """The interpreter of the cached environment for ``version`` (created when missing)."""
+    return _environment(f"onnxruntime-{version}", [[f"onnxruntime=={version}", "numpy<2"]])
+
+
+#: The environment of :func:`two_distributions_python`: onnxruntime, then onnxruntime-gpu over it (the CPU and
+#: GPU wheels share the ``onnxruntime`` package folder; the one installed last owns the files).
+TWO_DISTRIBUTIONS = {"onnxruntime": "1.30.0", "onnxruntime-gpu": "1.31.1"}
+
+
+def two_distributions_python() -> Path:
+    """An interpreter with both ``onnxruntime`` 1.30.0 and ``onnxruntime-gpu`` 1.31.1 installed, the GPU wheel
+    last, as users end up with them (issue 23): ``import onnxruntime`` gives 1.31.1 while the ``onnxruntime``
+    distribution's metadata says 1.30.0. The GPU wheel (~250 MB, no CUDA libraries: its CUDA provider cannot be
+    created here) comes from PyPI; made once and cached like the release environments."""
+    cpu, gpu = (f"{name}=={version}" for name, version in TWO_DISTRIBUTIONS.items())
+    offline_fast = ["--retries", "1", "--timeout", "30"]  # no network: skip in seconds, not minutes
+    return _environment(f"{cpu}+{gpu}".replace("==", "-"), [[*offline_fast, cpu], [*offline_fast, "--no-deps", gpu]])
+
+
+def _environment(name: str, installs: list[list[str]]) -> Path:
+    """The interpreter of the cached environment ``name``, made with one ``pip install`` per entry of
+    ``installs`` in order (created when missing)."""
     root = _root()
-    folder = root / f"onnxruntime-{version}-py{sys.version_info.major}.{sys.version_info.minor}"
+    folder = root / f"{name}-py{sys.version_info.major}.{sys.version_info.minor}"
     if (folder / "ready").exists():
         return _python_of(folder)
     root.mkdir(parents=True, exist_ok=True)
@@ -60,13 +81,14 @@ def _make(version: str) -> Path:
     try:
         venv.create(staging, with_pip=False, symlinks=os.name != "nt")
         # This interpreter's pip installs into the new environment: no pip bootstrap per environment.
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "--python", str(_python_of(staging)), "install", "--quiet",
-             "--disable-pip-version-check", "--no-input", f"onnxruntime=={version}", "numpy<2"],
-            capture_output=True, text=True, timeout=INSTALL_TIMEOUT, check=False)
-        if proc.returncode != 0:
-            raise RuntimeError(f"pip could not install onnxruntime=={version}: {proc.stderr.strip()[-2000:]}")
-        (staging / "ready").write_text(version + "\n")
+        for requirements in installs:
+            proc = subprocess.run(
+                [sys.executable, "-m", "pip", "--python", str(_python_of(staging)), "install", "--quiet",
+                 "--disable-pip-version-check", "--no-input", *requirements],
+                capture_output=True, text=True, timeout=INSTALL_TIMEOUT, check=False)
+            if proc.returncode != 0:
+                raise RuntimeError(f"pip could not install {' '.join(requirements)}: {proc.stderr.strip()[-2000:]}")
+        (staging / "ready").write_text(name + "\n")
         try:
             staging.rename(folder)  # a venv's interpreter finds its site-packages relative to itself
         except OSError:

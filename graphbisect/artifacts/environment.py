@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import logging
 import os
 import platform
@@ -33,7 +34,8 @@ from typing import Any
 
 from graphbisect._version import __version__
 
-__all__ = ["DISTRIBUTIONS", "backend_facts", "collect_environment", "describe_ran_with", "environment_summary"]
+__all__ = ["DISTRIBUTIONS", "SHARED_MODULES", "backend_facts", "collect_environment", "describe_ran_with",
+           "environment_summary", "shared_installs"]
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +92,9 @@ def collect_environment(backends: Mapping[str, Mapping[str, Any]] | None = None)
         "packages": package_versions(),
         "backends": {role: dict(facts) for role, facts in (backends or {}).items()},
     }
+    shared = shared_installs(env["packages"])
+    if shared:
+        env["shared_installs"] = shared
     if any(_elsewhere(facts) for facts in env["backends"].values()):
         env["note"] = ("packages are the versions of graphbisect's own interpreter; a backend that ran under "
                        "another one (python=) has the versions its worker measured under backends, and an "
@@ -149,6 +154,37 @@ def package_versions(names: Sequence[str] = DISTRIBUTIONS) -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             continue
     return versions
+
+
+#: Modules that several distributions of :data:`DISTRIBUTIONS` install (GPU builds beside CPU ones, in one folder).
+SHARED_MODULES: Mapping[str, tuple[str, ...]] = {
+    "onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino"),
+    "paddle": ("paddlepaddle", "paddlepaddle-gpu"),
+}
+
+
+def shared_installs(packages: Mapping[str, str]) -> dict[str, str]:
+    """For a module that two of ``packages`` install (onnxruntime and onnxruntime-gpu), which one's files this
+    interpreter imports (:func:`graphbisect.backends.installed.note`, found without importing it); empty
+    otherwise. The versions a worker ran are its own measure (``backends``): this says why ``packages`` lists
+    two versions of one library.
+
+    Example:
+        >>> shared_installs({"onnxruntime": "1.32.0", "numpy": "2.1.0"})
+        {}
+    """
+    notes: dict[str, str] = {}
+    for module, names in SHARED_MODULES.items():
+        if sum(name in packages for name in names) < 2:
+            continue
+        from graphbisect.backends import installed  # here: only when two are installed
+
+        spec = importlib.util.find_spec(module)
+        text = installed.note(module, installed.installs_of(module, Path(spec.origin))) if spec and spec.origin \
+            else None
+        if text:
+            notes[module] = text
+    return notes
 
 
 def cpu_info() -> dict[str, Any]:
@@ -228,4 +264,7 @@ def environment_summary(env: Mapping[str, Any]) -> list[tuple[str, str]]:
     here = " (graphbisect's interpreter)" if any(_elsewhere(f) for f in backends.values()
                                                  if isinstance(f, Mapping)) else ""
     rows.extend((f"{name}{here}", str(version)) for name, version in (env.get("packages") or {}).items())
+    shared = env.get("shared_installs")
+    rows.extend((f"{module}{here}", str(text)) for module, text in (shared.items() if isinstance(shared, Mapping)
+                                                                     else ()))
     return rows

@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from graphbisect.backends import ort_providers
 from graphbisect.backends.base import BackendSpec
 from graphbisect.backends.reference import unpatched_differences
 from graphbisect.compare import Tolerance
@@ -35,11 +36,13 @@ _ORT_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "exten
 
 
 def _ort(spec: BackendSpec, var: str) -> tuple[str, list[str]] | None:
-    if set(spec.options) - {"opt_level", "disabled", "threads", "save_optimized", "report_passes", "timeout"}:
+    plain = {key for key in spec.options if "." not in key}  # <ep>.<key> provider options are written out
+    if plain - {"opt_level", "disabled", "threads", "save_optimized", "report_passes", "timeout", "providers"}:
         return None
     level = _ORT_LEVELS.get(spec.options.get("opt_level", "all"))
     if level is None:
         return None
+    providers = ort_providers.providers_of(spec.options)
     lines = [f"def {var}():",
              "    so = ort.SessionOptions()",
              f"    so.graph_optimization_level = ort.GraphOptimizationLevel.{level}"]
@@ -47,9 +50,11 @@ def _ort(spec: BackendSpec, var: str) -> tuple[str, list[str]] | None:
         lines.append(f"    so.intra_op_num_threads = {int(spec.options['threads'])}")
     disabled = spec.option_list("disabled")
     extra = f", disabled_optimizers={disabled!r}" if disabled else ""
-    lines += [f"    sess = ort.InferenceSession(model.SerializeToString(), so, "
-              f"providers=['CPUExecutionProvider']{extra})",
-              "    return sess.run(None, feeds)"]
+    listed = ort_providers.session_providers(providers, ort_providers.provider_options(spec.options))
+    lines.append(f"    sess = ort.InferenceSession(model.SerializeToString(), so, providers={listed!r}{extra})")
+    if providers != ort_providers.DEFAULT_PROVIDERS:  # ORT falls back to the CPU provider without an error
+        lines.append(f"    assert set({list(providers)!r}) <= set(sess.get_providers()), sess.get_providers()")
+    lines.append("    return sess.run(None, feeds)")
     return "import onnxruntime as ort", lines
 
 

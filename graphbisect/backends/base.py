@@ -156,6 +156,22 @@ class BackendSpec:
         """The ``;``-separated list stored under ``key`` (empty when absent)."""
         return [v for v in self.options.get(key, "").split(";") if v]
 
+    def scoped_options(self) -> dict[str, dict[str, str]]:
+        """The options whose key is ``SCOPE.NAME``, by scope: ONNX Runtime's provider options (``cuda.use_tf32=0``,
+        see :mod:`graphbisect.backends.ort_providers`), which act inside a library's component rather than on
+        the session. A trust check lists them apart: some name files or libraries.
+
+        Example:
+            >>> BackendSpec.parse("ort:providers=CUDAExecutionProvider,cuda.use_tf32=0").scoped_options()
+            {'cuda': {'use_tf32': '0'}}
+        """
+        scoped: dict[str, dict[str, str]] = {}
+        for key, value in self.options.items():
+            scope, dot, name = key.partition(".")
+            if dot:
+                scoped.setdefault(scope, {})[name] = value
+        return scoped
+
     def with_options(self, **changes: str | None) -> BackendSpec:
         """A copy with options set (``None`` removes one)."""
         options = dict(self.options)

@@ -1,7 +1,17 @@
 """ONNX Runtime as a backend (runs inside a worker; imports only stdlib, numpy and, lazily, onnxruntime).
 
 Spec options (see the registry): ``providers``, ``opt_level``, ``disabled``, ``threads``, ``config``,
-``save_optimized``, ``report_passes``.
+``save_optimized``, ``report_passes``, and provider options ``<ep>.<key>=<value>`` (:mod:`.ort_providers`).
+
+**Provider options** reach ``InferenceSession(..., providers=[(name, {key: value}), ...])``. ORT's Python API
+does not refuse what a provider ignores (the CPU provider takes none: ORT 1.32 reports ``{}`` for it whatever
+it was given), so :meth:`OnnxRuntime.validate` creates a probe session with them and refuses, as a
+:class:`~graphbisect.errors.SpecError` naming the key, an option the provider rejects or does not report back
+(``get_provider_options()``). **No silent fallback:** ``InferenceSession`` retries on the CPU provider alone
+when a provider fails to be created (an option value it rejects, missing CUDA libraries) and carries on, so a
+"CUDA" target would compute on the CPU. Sessions are made with ``enable_fallback=0`` (ORT 1.23+; older
+releases ignore it) and every requested provider must be among the session's providers, else the load is a
+:class:`~graphbisect.errors.BackendUnavailableError` carrying ORT's own reason.
 
 **Optimizer names.** ``disabled=`` goes to ``InferenceSession(disabled_optimizers=...)``, which silently
 ignores names it does not know, so a typo would disable nothing and the pass search would draw wrong
@@ -48,6 +58,7 @@ import dataclasses
 import difflib
 import hashlib
 import importlib
+import io
 import json
 import logging
 import os
@@ -62,8 +73,15 @@ from typing import Any
 
 import numpy as np
 
+from graphbisect.backends.ort_providers import (
+    CPU_PROVIDERS,
+    ProviderOption,
+    provider_options,
+    providers_of,
+    session_providers,
+)
 from graphbisect.backends.worker import option_flag, select_feeds
-from graphbisect.errors import BackendError, InputError, ModelError, SpecError
+from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
 from graphbisect.values import (
     EXTENSION_TYPES,
     elem_type_of,
@@ -74,7 +92,8 @@ from graphbisect.values import (
     to_memory,
 )
 
-__all__ = ["OnnxRuntime", "OptimizerCatalog", "OrtOptions", "capture_fd2", "optimizer_catalog", "session_config"]
+__all__ = ["OnnxRuntime", "OptimizerCatalog", "OrtOptions", "capture_fd2", "check_provider_options", "create_session",
+           "optimizer_catalog", "require_providers", "session_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +128,8 @@ class OrtOptions:
         >>> o = OrtOptions.parse({"opt_level": "basic", "config": "session.a=1;session.b=x=y"})
         >>> o.opt_level, o.config, o.providers
         ('basic', (('session.a', '1'), ('session.b', 'x=y')), ('CPUExecutionProvider',))
+        >>> OrtOptions.parse({"providers": "CUDAExecutionProvider", "cuda.use_tf32": "0"}).session_providers()
+        [('CUDAExecutionProvider', {'use_tf32': '0'})]
     """
 
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
@@ -118,25 +139,33 @@ class OrtOptions:
     config: tuple[tuple[str, str], ...] = ()
     save_optimized: bool = False
     report_passes: bool = False
+    provider_options: tuple[ProviderOption, ...] = ()  # <ep>.<key>=<value> (graphbisect.backends.ort_providers)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> OrtOptions:
-        unknown = sorted(set(options) - set(_OPTIONS))
+        unknown = sorted(key for key in set(options) - set(_OPTIONS) if "." not in key)
         if unknown:
-            raise SpecError(f"onnxruntime has no option {', '.join(unknown)}", hint=f"valid: {', '.join(_OPTIONS)}")
+            raise SpecError(f"onnxruntime has no option {', '.join(unknown)}",
+                            hint=f"valid: {', '.join(_OPTIONS)}, and provider options <ep>.<key>=<value>")
         level = options.get("opt_level", "all").strip().lower()
         if level not in OPT_LEVELS:
             raise SpecError(f"opt_level={level!r} is not an ONNX Runtime optimization level",
                             hint=f"choose one of {'|'.join(OPT_LEVELS)}")
         return cls(
-            providers=tuple(_split(options.get("providers", ""))) or cls.providers,
+            providers=providers_of(options),
             opt_level=level,
             disabled=tuple(dict.fromkeys(_split(options.get("disabled", "")))),
             threads=_threads(options.get("threads")),
             config=_config(options.get("config", "")),
             save_optimized=option_flag(options, "save_optimized"),
             report_passes=option_flag(options, "report_passes"),
+            provider_options=provider_options(options),
         )
+
+    def session_providers(self) -> list[str | tuple[str, dict[str, str]]]:
+        """``InferenceSession``'s ``providers`` argument: names, with ``(name, {key: value})`` for the providers
+        the spec gives options."""
+        return session_providers(self.providers, self.provider_options)
 
 
 def _split(text: str) -> list[str]:
@@ -205,10 +234,113 @@ def _session_log(ort: Any, model: str | bytes, options: OrtOptions, level: str,
     so.log_severity_level = 0
     with capture_fd2() as log:
         try:
-            ort.InferenceSession(model, so, providers=list(options.providers), disabled_optimizers=sorted(disabled))
+            create_session(ort, model, so, options, sorted(disabled))
         except Exception as exc:
             logger.debug("probe session failed: %s", exc)
     return log.text
+
+
+def create_session(ort: Any, model: str | bytes, so: Any, options: OrtOptions, disabled: Sequence[str]) -> Any:
+    """An ``InferenceSession`` on the spec's providers with their provider options, never on fewer providers.
+
+    ORT retries on the CPU provider alone when creating a session with another one raises (a provider option
+    it rejects), and skips a provider it cannot create (missing CUDA libraries: a logged warning), both
+    without an error. ``enable_fallback=0`` stops the first (ORT 1.23+; older releases ignore the argument);
+    a requested provider missing from the session's providers catches both, as a
+    :class:`BackendUnavailableError` carrying what ORT printed about it.
+    """
+    accelerated = any(p not in CPU_PROVIDERS for p in options.providers)
+    with _ort_messages(accelerated) as said:
+        session = ort.InferenceSession(model, so, providers=options.session_providers(),
+                                       disabled_optimizers=list(disabled), enable_fallback=0)
+    require_providers(ort, session, options, said)
+    return session
+
+
+def require_providers(ort: Any, session: Any, options: OrtOptions, said: Sequence[str] = ()) -> None:
+    """Raise :class:`BackendUnavailableError` when ``session`` lacks a provider the spec asks for (ORT fell back)."""
+    running = list(session.get_providers())
+    missing = [p for p in options.providers if p not in running]
+    if not missing:
+        return
+    reason = "\n".join(said)[-3000:] or "ORT printed no reason (see the worker log)"
+    raise BackendUnavailableError(
+        f"onnxruntime {ort.__version__} could not create {', '.join(missing)}: the session fell back to "
+        f"{';'.join(running)}, so it would not compute on what the spec asks. What ONNX Runtime said:\n{reason}",
+        hint="check the provider options and that this machine has the provider's device and libraries (CUDA/cuDNN "
+        "of the version the onnxruntime-gpu build needs); `graphbisect backends` shows which onnxruntime imports")
+
+
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+_PROVIDER_TROUBLE = re.compile(r"\[[EW]:onnxruntime|EP Error|Falling back|Failed to|fail", re.IGNORECASE)
+
+
+@contextlib.contextmanager
+def _ort_messages(capture: bool) -> Iterator[list[str]]:
+    """Collect what ORT prints about providers it could not create (its C++ log on fd 2, its Python ``print``
+    on stdout) inside the block; everything still reaches the worker log. Nothing is captured unless asked."""
+    said: list[str] = []
+    if not capture:
+        yield said
+        return
+    printed = io.StringIO()
+    try:
+        with capture_fd2(forward=lambda line: True) as log, contextlib.redirect_stdout(printed):
+            yield said
+    finally:
+        sys.stdout.write(printed.getvalue())
+        lines = [*printed.getvalue().splitlines(), *log.text.splitlines()]
+        said.extend(_plain(line).strip() for line in lines if _PROVIDER_TROUBLE.search(line))
+
+
+def _plain(text: str) -> str:
+    """``text`` without terminal colour codes (ORT colours its console log)."""
+    return _COLOUR.sub("", text)
+
+
+_PROVIDERS_CHECKED: set[str] = set()
+
+
+def check_provider_options(ort: Any, options: OrtOptions) -> None:
+    """Refuse, as a :class:`SpecError` naming the key, a provider option the installed ORT rejects or would
+    ignore: a probe session (one Relu) is created with the spec's providers and options, and every option
+    must be among those ``get_provider_options()`` reports for its provider afterwards (cached per build).
+    """
+    if not options.provider_options:
+        return
+    key = json.dumps([ort.__version__, options.session_providers()], sort_keys=True)
+    if key in _PROVIDERS_CHECKED:
+        return
+    probe = dataclasses.replace(options, threads=1, config=())
+    keys = ", ".join(o.spec_key for o in options.provider_options)
+    try:
+        session = create_session(ort, _PROBE_MODEL, _session_options(ort, probe, "disable"), probe, ())
+    except BackendUnavailableError:
+        raise
+    except Exception as exc:
+        raise SpecError(f"onnxruntime {ort.__version__} could not create a session on {';'.join(options.providers)} "
+                        f"with the provider options {keys}: {type(exc).__name__}: {_plain(str(exc)).strip()}",
+                        hint="<ep>.<key>: <key> is ONNX Runtime's own option name, verbatim (e.g. cuda.use_tf32, "
+                        "trt.trt_fp16_enable; see the provider's documentation for values); a provider whose "
+                        "libraries are missing fails the same way without options") from exc
+    reported = session.get_provider_options()
+    for option in options.provider_options:
+        known = reported.get(option.provider) or {}
+        if option.key in known:
+            continue
+        if not known:
+            why = (" (its Python API creates the CPU provider from the session options alone)"
+                   if option.provider == "CPUExecutionProvider" else "")
+            raise SpecError(
+                f"provider option {option.spec_key}={option.value}: {option.provider} of onnxruntime "
+                f"{ort.__version__} reports no provider options after a session is created, so it cannot be "
+                f"checked and ORT would ignore it silently{why}",
+                hint=f"remove {option.spec_key}; session settings go in config=key=value;... and threads=")
+        raise SpecError(
+            f"provider option {option.spec_key}={option.value}: {option.provider} of onnxruntime {ort.__version__} "
+            f"has no option {option.key!r}",
+            hint=_suggestions(option.key, sorted(known)) + f". Its options: {', '.join(sorted(known))}")
+    _PROVIDERS_CHECKED.add(key)
 
 
 _SPIN = "session.intra_op.allow_spinning"
@@ -293,7 +425,7 @@ def optimizer_catalog(options: OrtOptions) -> OptimizerCatalog:
     binary = Path(importlib.import_module("onnxruntime.capi.onnxruntime_pybind11_state").__file__ or "")
     st = binary.stat()
     key_data = {"version": ort.__version__, "binary": [str(binary), st.st_size, st.st_mtime_ns],
-                "providers": list(options.providers), "config": [list(e) for e in options.config], "format": 2}
+                "providers": options.session_providers(), "config": [list(e) for e in options.config], "format": 2}
     key = hashlib.sha256(json.dumps(key_data, sort_keys=True).encode()).hexdigest()[:16]
     if key in _CATALOGS:
         return _CATALOGS[key]
@@ -464,7 +596,8 @@ class OnnxRuntime:
         self._info: dict[str, Any] = {}
 
     def validate(self) -> None:
-        """Check ``disabled=`` names against this ORT's optimizers (see the module docstring)."""
+        """Check provider options and ``disabled=`` names against this ORT (see the module docstring)."""
+        check_provider_options(self._ort, self.options)
         if self.options.disabled:
             optimizer_catalog(self.options).check(self.options.disabled)
 
@@ -494,6 +627,10 @@ class OnnxRuntime:
             session = self._create(model, so)
         self._bind(model, session, outputs)
         self._info = {"providers": session.get_providers(), **fired}
+        if self.options.provider_options:  # what the session took, as it reports the options the spec set
+            reported = session.get_provider_options()
+            self._info["provider_options"] = {
+                o.spec_key: (reported.get(o.provider) or {}).get(o.key) for o in self.options.provider_options}
         if self.options.save_optimized:
             self._info["optimized_model"] = so.optimized_model_filepath
 
@@ -510,7 +647,14 @@ class OnnxRuntime:
         # run() takes OrtValues among numpy arrays, strings and lists (sequences), but returns only numpy
         feed = {name: self._ort_value(value) if _extension_code(value) else value for name, value in feed.items()}
         values = self._session.run(self._outputs, feed)
+        self._check_no_fallback()
         return {name: to_memory(value) for name, value in zip(self._outputs, values, strict=True)}
+
+    def _check_no_fallback(self) -> None:
+        """ORT before 1.23 re-creates a session on the CPU provider when a run fails in another one (``EPFail``)
+        and returns that run's outputs: refused like a session created on fewer providers."""
+        if any(p not in CPU_PROVIDERS for p in self.options.providers):
+            require_providers(self._ort, self._session, self.options)
 
     def _ort_value(self, value: np.ndarray) -> Any:
         code = _extension_code(value)
@@ -530,6 +674,7 @@ class OnnxRuntime:
                                  "cannot feed to ONNX Runtime in a run that returns bfloat16/float8/int4 outputs",
                                  hint="expose a Cast of those outputs to float instead")
         results = self._session.run_with_ort_values(self._outputs, values)
+        self._check_no_fallback()
         return {name: _from_ortvalue(result) for name, result in zip(self._outputs, results, strict=True)}
 
     def info(self) -> dict[str, Any]:
@@ -538,8 +683,7 @@ class OnnxRuntime:
                 "opt_level": self.options.opt_level, "disabled": list(self.options.disabled), **self._info}
 
     def _create(self, model: str, so: Any) -> Any:
-        return self._ort.InferenceSession(model, so, providers=list(self.options.providers),
-                                          disabled_optimizers=list(self.options.disabled))
+        return create_session(self._ort, model, so, self.options, self.options.disabled)
 
     def _bind(self, model: str, session: Any, outputs: Sequence[str] | None) -> None:
         names = [o.name for o in session.get_outputs()]

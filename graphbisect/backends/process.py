@@ -33,6 +33,7 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -671,27 +672,87 @@ def _importing_env(workdir: Path) -> dict[str, str]:
     return env
 
 
-_AVAILABILITY_SCRIPT = """\
+_LISTING_SCRIPT = """\
 import dataclasses, json
 from graphbisect.backends.registry import all_backends
-print(json.dumps({info.name: dataclasses.asdict(info.availability()) for info in all_backends()}))
+print(json.dumps({info.name: [info.import_name, dataclasses.asdict(info.availability(version=False))]
+                  for info in all_backends()}))
+"""
+_MEASURE_SCRIPT = """\
+import json, sys
+from graphbisect.backends.installed import measure
+facts = measure(sys.argv[1])
+sys.stdout.flush()
+print("\\n" + json.dumps(facts))
 """
 
 
-def availability_under(python: str, timeout: float = MIN_START_SECONDS) -> dict[str, Availability]:
-    """Which backends ``python`` (another interpreter, as ``python=`` names it) can import, with the versions
-    installed there — what ``graphbisect backends --python`` shows. Keyed by backend name."""
+def availability_under(python: str | None = None, timeout: float = MIN_START_SECONDS) -> dict[str, Availability]:
+    """Which backends ``python`` (another interpreter, as ``python=`` names it; None: this one) can run, with
+    what ``import`` of each library gives there — what ``graphbisect backends`` shows. Keyed by backend name.
+
+    The backends are those registered under ``python`` (this process's table for this interpreter, custom
+    ones included). Each installed library is imported in a child process of its own, in parallel (a library
+    that crashes or hangs on import spoils only its own row; graphbisect's process imports none): its
+    ``__version__``, folder and the distribution owning those files
+    (:func:`graphbisect.backends.installed.measure`), so two distributions of one module (onnxruntime and
+    onnxruntime-gpu) are told apart. A library that is installed but fails to import is not available.
+    """
+    interpreter = python or sys.executable
     with tempfile.TemporaryDirectory(prefix="graphbisect-python-") as tmp:
-        try:
-            proc = subprocess.run([python, "-c", _AVAILABILITY_SCRIPT], env=_importing_env(Path(tmp)),
-                                  capture_output=True, text=True, timeout=timeout, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise SpecError(f"cannot run {python}: {exc}", hint="name an executable Python interpreter") from exc
-    if proc.returncode != 0:
+        env = _importing_env(Path(tmp))
+        if python is None:
+            from graphbisect.backends.registry import all_backends
+
+            rows = {info.name: (info.import_name, info.availability(version=False)) for info in all_backends()}
+        else:
+            listing = _run_child([python, "-c", _LISTING_SCRIPT], env, timeout, python)
+            rows = {str(name): (entry[0], Availability(**entry[1])) for name, entry in listing.items()}
+        libraries = sorted({lib for lib, avail in rows.values() if lib and avail.available})
+        with ThreadPoolExecutor(max_workers=max(1, len(libraries))) as pool:
+            measured = dict(zip(libraries, pool.map(
+                lambda lib: _measured(interpreter, lib, env, timeout), libraries), strict=True))
+    return {name: _imported(avail, measured.get(lib) if lib else None, lib, interpreter)
+            for name, (lib, avail) in rows.items()}
+
+
+def _run_child(argv: list[str], env: Mapping[str, str], timeout: float, python: str) -> Any:
+    """The JSON on the last line a child interpreter prints; its failure to run is the caller's SpecError."""
+    try:
+        proc = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SpecError(f"cannot run {python}: {exc}", hint="name an executable Python interpreter") from exc
+    if proc.returncode != 0 or not proc.stdout.strip():
         raise BackendError(f"{python} could not list the backends: {proc.stderr.strip()[-2000:]}",
                            hint="a python= interpreter needs numpy (as graphbisect's workers do)")
-    data = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {str(name): Availability(**value) for name, value in data.items()}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _measured(python: str, library: str, env: Mapping[str, str], timeout: float) -> dict[str, Any]:
+    """:func:`graphbisect.backends.installed.measure` of ``library`` in a child of ``python`` (an ``error`` entry
+    when it fails: a crash, a hang or an exception on import)."""
+    try:
+        proc = subprocess.run([python, "-c", _MEASURE_SCRIPT, library], env=dict(env), capture_output=True,
+                              text=True, timeout=timeout, check=False)
+        if proc.returncode == 0 and proc.stdout.strip():
+            return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+        what = _exit_text(proc.returncode) if proc.returncode else "printed nothing"
+        return {"error": f"the interpreter {what}: {proc.stderr.strip()[-600:]}"}
+    except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _imported(avail: Availability, facts: Mapping[str, Any] | None, library: str | None,
+              python: str) -> Availability:
+    """``avail`` (found without importing) with what importing ``library`` under ``python`` gave."""
+    if facts is None:
+        return avail
+    if "error" in facts:
+        return Availability(False, None, f"{library} is installed but `import {library}` fails under {python}: "
+                            f"{facts['error']}")
+    return Availability(True, facts.get("version"), location=facts.get("location"),
+                        distribution=facts.get("distribution"), installed=tuple(facts.get("installed") or ()),
+                        note=facts.get("note"))
 
 
 def _package_path(workdir: Path) -> Path:

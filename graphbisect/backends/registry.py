@@ -14,6 +14,7 @@ rule ``multiprocessing`` has for the same reason).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import logging
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from graphbisect.backends import ort_providers
 from graphbisect.backends.base import BackendSpec, Capability
 from graphbisect.errors import BackendUnavailableError, SpecError
 from graphbisect.options import parses
@@ -80,15 +82,16 @@ def _cpu_only(options: Mapping[str, str]) -> str | None:
     return None
 
 
-#: ONNX Runtime execution providers that compute on the CPU; any other one is taken to use GPU 0 (ORT's
-#: default ``device_id``, which a spec cannot change).
-_CPU_PROVIDERS = frozenset({"CPUExecutionProvider", "DnnlExecutionProvider", "XnnpackExecutionProvider",
-                            "ACLExecutionProvider", "ArmNNExecutionProvider"})
-
-
 def _ort_device(options: Mapping[str, str]) -> str | None:
-    providers = [p.strip() for p in options.get("providers", "").split(";") if p.strip()]
-    return "gpu:0" if any(p not in _CPU_PROVIDERS for p in providers) else None
+    """The GPU of the first provider that is not a CPU one (:data:`~.ort_providers.CPU_PROVIDERS`): its
+    ``device_id`` provider option (``cuda.device_id=1``), else ORT's default 0."""
+    accelerated = [p for p in ort_providers.providers_of(options) if p not in ort_providers.CPU_PROVIDERS]
+    if not accelerated:
+        return None
+    prefix = ort_providers.short_name(accelerated[0])
+    aliases = [alias for alias, name in ort_providers.ALIASES.items() if name == prefix]
+    device = next((options[f"{p}.device_id"] for p in (prefix, *aliases) if f"{p}.device_id" in options), "0")
+    return f"gpu:{device.strip() or 0}"
 
 
 def _paddle_device(options: Mapping[str, str]) -> str | None:
@@ -111,9 +114,22 @@ def _tensorrt_device(options: Mapping[str, str]) -> str | None:
 
 @dataclass(frozen=True)
 class Availability:
+    """Whether a backend's library is there, and what ``import`` of it gives (``graphbisect backends``).
+
+    ``version``: the imported module's ``__version__`` where it was measured by importing it
+    (:func:`graphbisect.backends.process.availability_under`), else the version of the distribution whose files
+    are found; ``location``: the folder it imports from; ``distribution``: whose files those are;
+    ``installed``: every distribution with files there (:class:`~graphbisect.backends.installed.Install` as
+    dicts: ``onnxruntime`` and ``onnxruntime-gpu`` share one folder); ``note``: what to say when several are.
+    """
+
     available: bool
     version: str | None = None
     reason: str | None = None
+    location: str | None = None
+    distribution: str | None = None
+    installed: tuple[Mapping[str, str], ...] = ()
+    note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +144,12 @@ class BackendInfo:
     extra: str | None  # pip extra that installs it: pip install graphbisect[extra]
     capabilities: frozenset[Capability]
     options: Mapping[str, str] = field(default_factory=dict)
+    #: Families of options whose key is ``SCOPE.NAME`` (ONNX Runtime's provider options ``<ep>.<key>``), by the
+    #: pattern shown in the docs: any key with a ``.`` is then accepted by :func:`resolve` and checked by
+    #: :attr:`check_options` (the runtime checks the rest against its library).
+    scoped_options: Mapping[str, str] = field(default_factory=dict)
+    #: Checks a spec's options on the host, without the backend's library (:func:`resolve`); raises SpecError.
+    check_options: Callable[[Mapping[str, str]], object] | None = None
     aliases: tuple[str, ...] = ()
     #: The option (name, value) that makes a run describe what it compiled (Capability.COMPILED_GRAPH);
     #: graphbisect.localize.compiled reads the description from the run info.
@@ -191,10 +213,16 @@ class BackendInfo:
         return bool(self.opt_levels) and spec.options.get("opt_level") == self.opt_levels[0]
 
     def availability(self, *, version: bool = True) -> Availability:
-        """Whether this backend's library imports here, with its version, or why not (cheap: no import).
+        """Whether this backend's library is installed here, with its version, or why not (no import).
 
-        ``version=False`` leaves the version out (None): reading it needs ``importlib.metadata``, ~30 ms of
-        imports that a process checking only that the library is there (:func:`resolve`) does not need."""
+        The version is that of the distribution whose files ``import`` would load, found without importing
+        (:func:`~graphbisect.backends.installed.installs_of` on the module's file): never merely the first of
+        :attr:`distributions` that is installed (with onnxruntime and onnxruntime-gpu both installed, that
+        named the CPU wheel while the GPU one's files were imported). What ``import`` gives, ``__version__``
+        included, is measured in a child process by
+        :func:`~graphbisect.backends.process.availability_under`. ``version=False`` leaves the version out
+        (None): reading it needs ``importlib.metadata``, ~30 ms of imports that a process checking only that
+        the library is there (:func:`resolve`) does not need."""
         if self.import_name is None:
             return Availability(True, None)
         try:
@@ -204,16 +232,16 @@ class BackendInfo:
         if found is None:
             how = f"pip install 'graphbisect[{self.extra}]'" if self.extra else f"install {self.import_name}"
             return Availability(False, None, f"Python module {self.import_name!r} is not installed ({how})")
-        if not version:
+        if not version or not found.origin:
             return Availability(True, None)
-        from importlib import metadata  # here: see above
+        from graphbisect.backends import installed  # here: see above
 
-        for dist in self.distributions:
-            try:
-                return Availability(True, metadata.version(dist))
-            except metadata.PackageNotFoundError:
-                continue
-        return Availability(True, None)
+        installs = installed.installs_of(self.import_name, Path(found.origin))
+        owners = [i for i in installs if i.state == "imported"]
+        return Availability(True, owners[0].version if len(owners) == 1 else None,
+                            location=str(Path(found.origin).parent), distribution=" or ".join(i.name for i in owners)
+                            or None, installed=tuple(dataclasses.asdict(i) for i in installs),
+                            note=installed.note(self.import_name, installs))
 
     def load_runtime_class(self) -> type:
         return import_runtime(self.runtime, self.path)
@@ -245,6 +273,16 @@ BACKENDS: tuple[BackendInfo, ...] = (
             "report_passes": "1 to report the transformers and rewrite rules that modified the graph "
             "(run info fired_passes; slower: verbose logging and a few extra sessions)",
         },
+        scoped_options={
+            "<ep>.<key>": "an option of a provider in providers=, passed as InferenceSession(providers=[(name, "
+            "{key: value})]): <ep> is the provider's name without ExecutionProvider, in lower case (cuda, tensorrt "
+            "or trt, openvino, dml, any other), <key> ONNX Runtime's own option name, verbatim; checked on a probe "
+            "session (an option ORT rejects or does not report back is refused: the CPU provider takes none)",
+            "cuda.<key>": "CUDAExecutionProvider, e.g. cuda.use_tf32=0 (the CUDA provider allows TF32 in MatMul/Conv "
+            "by default), cuda.device_id=1, cuda.cudnn_conv_algo_search=DEFAULT",
+            "trt.<key>": "TensorrtExecutionProvider, e.g. trt.trt_fp16_enable=1, trt.trt_max_workspace_size=2147483648",
+        },
+        check_options=ort_providers.provider_options,
     ),
     BackendInfo(
         name="reference",
@@ -626,9 +664,11 @@ def resolve(spec: BackendSpec | str, *, require_available: bool = True) -> tuple
     spec = BackendSpec(info.name, spec.options)
     allowed = {**HOST_OPTIONS, **info.options}
     for key in spec.options:
-        if key not in allowed:
-            valid = ", ".join(sorted(allowed))
+        if key not in allowed and not ("." in key and info.scoped_options):
+            valid = ", ".join([*sorted(allowed), *info.scoped_options])
             raise SpecError(f"backend {info.name!r} has no option {key!r}", hint=f"valid options: {valid}")
+    if info.check_options is not None:
+        info.check_options({k: v for k, v in spec.options.items() if k not in HOST_OPTIONS})
     spec_timeout(spec, None)  # a bad timeout= is refused before anything runs
     if require_available and "python" not in spec.options:
         avail = info.availability(version=False)

@@ -22,19 +22,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    foreign = None
-    if args.python:
-        from graphbisect.backends.process import availability_under
+    from graphbisect.backends.process import availability_under
 
-        foreign = availability_under(args.python)
+    # Every library is imported in a child process (this one's interpreter, or --python's): the version shown
+    # is its __version__, from the files `import` loads, whichever distribution installed them.
+    measured = availability_under(args.python)
     rows: list[dict[str, Any]] = []
     for info in all_backends():
-        avail = info.availability() if foreign is None else _under(info, foreign, args.python)
+        avail = _under(info, measured, args.python or sys.executable, foreign=bool(args.python))
         rows.append({
             "name": info.name, "aliases": list(info.aliases), "available": avail.available,
-            "version": avail.version, "reason": avail.reason, "summary": info.summary,
+            "version": avail.version, "reason": avail.reason, "location": avail.location,
+            "distribution": avail.distribution, "installed": list(avail.installed), "note": avail.note,
+            "summary": info.summary,
             "capabilities": sorted(c.value for c in info.capabilities),
-            "options": dict(info.options), "extra": info.extra,
+            "options": dict(info.options), "scoped_options": dict(info.scoped_options), "extra": info.extra,
         })
     if args.json:
         print(json.dumps({"backends": rows, "host_options": dict(HOST_OPTIONS),
@@ -43,24 +45,35 @@ def run(args: argparse.Namespace) -> int:
     print(f"under {args.python or sys.executable}:")
     width = max(len(r["name"]) for r in rows)
     for row in rows:
-        state = f"yes  {row['version'] or ''}" if row["available"] else "no   " + (row["reason"] or "")
+        state = f"yes  {_imported(row)}" if row["available"] else "no   " + (row["reason"] or "")
         print(f"{row['name']:<{width}}  {state}")
+        if row["note"]:
+            print(f"{'':<{width}}  note: {row['note']}")
         print(f"{'':<{width}}  {row['summary']}")
         print(f"{'':<{width}}  capabilities: {', '.join(row['capabilities'])}")
         if args.options:
-            for key, text in row["options"].items():
+            for key, text in [*row["options"].items(), *row["scoped_options"].items()]:
                 print(f"{'':<{width}}    {key}: {text}")
     if args.options:
         print("options every backend accepts:")
         for key, text in HOST_OPTIONS.items():
             print(f"  {key}: {text}")
     print("\nspec syntax: NAME[:key=value,...]  lists inside a value use ';', e.g.\n"
-          "  onnxruntime:opt_level=all,disabled=LayerNormFusionL1;SimplifiedLayerNormFusion")
+          "  onnxruntime:opt_level=all,disabled=LayerNormFusionL1;SimplifiedLayerNormFusion\n"
+          "ONNX Runtime provider options: <ep>.<key>=<value> for a provider of providers=, e.g.\n"
+          "  onnxruntime:providers=CUDAExecutionProvider,cuda.use_tf32=0")
     return 0
 
 
-def _under(info: BackendInfo, foreign: Mapping[str, Availability], python: str) -> Availability:
-    """``info``'s availability under the other interpreter (only backends that can run there)."""
-    if not info.has(Capability.FOREIGN_PYTHON):
+def _imported(row: Mapping[str, Any]) -> str:
+    """``1.31.1 (onnxruntime-gpu, /venv/.../onnxruntime)``: the version ``import`` gives, whose files, where."""
+    where = ", ".join(str(row[key]) for key in ("distribution", "location") if row.get(key))
+    return f"{row['version'] or ''}" + (f" ({where})" if where else "")
+
+
+def _under(info: BackendInfo, measured: Mapping[str, Availability], python: str, *, foreign: bool) -> Availability:
+    """``info``'s availability as measured under ``python`` (under another interpreter: only the backends that
+    can run there)."""
+    if foreign and not info.has(Capability.FOREIGN_PYTHON):
         return Availability(False, None, "cannot run under another interpreter (python=)")
-    return foreign.get(info.name) or Availability(False, None, f"not registered under {python}")
+    return measured.get(info.name) or Availability(False, None, f"not registered under {python}")

@@ -186,7 +186,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, atol: float = 1e-4, 
     parser.add_argument("--oracle", default=DEFAULT_ORACLE, metavar="SPEC", type=backend_spec,
                         help=f"backend trusted to be right (default {DEFAULT_ORACLE}); see `graphbisect backends`")
     parser.add_argument("--target", default=DEFAULT_TARGET, metavar="SPEC", type=backend_spec,
-                        help=f"backend under test (default {DEFAULT_TARGET})")
+                        help=f"backend under test (default {DEFAULT_TARGET}); ONNX Runtime provider options are "
+                        "<ep>.<key>=<value>, e.g. onnxruntime:providers=CUDAExecutionProvider,cuda.use_tf32=0")
     parser.add_argument("--inputs", type=Path, metavar="FILE",
                         help="model inputs: .npz, .npy (single input), TensorProto .pb (file or folder), or "
                         "Polygraphy JSON; default: seeded random inputs")

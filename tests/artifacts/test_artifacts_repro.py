@@ -72,7 +72,8 @@ def test_same_options_as_the_spec(mismatch_content: BundleContent) -> None:
                              "config=session.disable_prepacking=1,providers=CPUExecutionProvider,timeout=30")
     config = repro_config(dataclasses.replace(mismatch_content, target=spec))
     assert config["options"] == {
-        "providers": ["CPUExecutionProvider"], "graph_optimization_level": "ORT_ENABLE_EXTENDED",
+        "providers": ["CPUExecutionProvider"], "provider_options": {},
+        "graph_optimization_level": "ORT_ENABLE_EXTENDED",
         "disabled_optimizers": ["LayerNormFusionL1"], "intra_op_num_threads": 2,
         # the runtime's default first (idle threads block: backends/onnxruntime.py "No spinning"), then the spec's
         "session_config": [["session.intra_op.allow_spinning", "0"], ["session.disable_prepacking", "1"]],

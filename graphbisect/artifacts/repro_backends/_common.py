@@ -33,6 +33,9 @@ def _ort_options(options: Mapping[str, str]) -> dict[str, Any]:
     parsed = OrtOptions.parse(options)
     return {
         "providers": list(parsed.providers),
+        # <ep>.<key>=<value> of the spec, by provider: InferenceSession(providers=[(name, {key: value})])
+        "provider_options": {p: {o.key: o.value for o in parsed.provider_options if o.provider == p}
+                             for p in parsed.providers if any(o.provider == p for o in parsed.provider_options)},
         "graph_optimization_level": OPT_LEVELS[parsed.opt_level],
         "disabled_optimizers": list(parsed.disabled),
         "intra_op_num_threads": parsed.threads,
@@ -68,9 +71,11 @@ def check_ort(onnxruntime, session):
 
 
 def ort_session(model, session, optimized=None):
-    """An ONNX Runtime session exactly as graphbisect created it: same providers, optimization level, disabled
-    optimizers, intra-op threads and session config entries. ``model``: a path or the serialized model;
-    ``optimized``: where to save the optimized model too (weights of 1 KiB and more beside it)."""
+    """An ONNX Runtime session exactly as graphbisect created it: same providers and provider options,
+    optimization level, disabled optimizers, intra-op threads and session config entries, and no silent
+    fallback to the CPU provider (ORT retries there, or skips a provider it cannot create, without an error:
+    this machine cannot run the case then). ``model``: a path or the serialized model; ``optimized``: where to
+    save the optimized model too (weights of 1 KiB and more beside it)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -84,8 +89,15 @@ def ort_session(model, session, optimized=None):
         so.intra_op_num_threads = session["intra_op_num_threads"]
     for key, value in session["session_config"]:
         so.add_session_config_entry(key, value)
-    return ort.InferenceSession(model, so, providers=session["providers"],
-                                disabled_optimizers=session["disabled_optimizers"])
+    options = session.get("provider_options") or {}
+    providers = [(p, options[p]) if options.get(p) else p for p in session["providers"]]
+    created = ort.InferenceSession(model, so, providers=providers, disabled_optimizers=session["disabled_optimizers"],
+                                   enable_fallback=0)
+    missing = [p for p in session["providers"] if p not in created.get_providers()]
+    if missing:
+        raise CannotRun(f"onnxruntime {ort.__version__} could not create {missing} here (the session fell back to "
+                        f"{created.get_providers()}; ONNX Runtime's messages above say why)")
+    return created
 
 
 def run_target(session, inputs, output_names):
