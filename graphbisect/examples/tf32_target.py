@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graphbisect.backends.onnxruntime import OnnxRuntime
+from graphbisect.backends.onnxruntime import OnnxRuntime, create_session
 
 __all__ = ["NAME", "Tf32OnnxRuntime", "register", "round_tf32"]
 
@@ -68,8 +68,7 @@ class Tf32OnnxRuntime(OnnxRuntime):
             if tensor.name in weights and tensor.data_type == onnx.TensorProto.FLOAT:
                 rounded = numpy_helper.from_array(round_tf32(numpy_helper.to_array(tensor)), tensor.name)
                 proto.graph.initializer[index].CopyFrom(rounded)
-        return self._ort.InferenceSession(proto.SerializeToString(), so, providers=list(self.options.providers),
-                                          disabled_optimizers=list(self.options.disabled))
+        return create_session(self._ort, proto.SerializeToString(), so, self.options, self.options.disabled)
 
 
 def register() -> None:
