@@ -33,6 +33,10 @@ class TeamRuntime:
     capabilities: ClassVar[tuple[str, ...]] = ("onnx-input", "intermediates")
     # Documented spec options: `--target teamrt:level=extended`. Others are refused with this list.
     options: ClassVar[dict[str, str]] = {"level": "graph optimization level: basic|extended|all (default all)"}
+    # The options whose values cannot run a program, load a library or write a file (the trust rule of
+    # docs/security.md): a bundle recording `teamrt:level=all` verifies without --trust. An option left out
+    # (a dump folder, a plug-in path) makes a downloaded bundle that sets it need --trust.
+    inert_options: ClassVar[dict[str, str]] = {"level": "any"}
 
     def __init__(self, options: Mapping[str, str], workdir: str) -> None:
         # Runs inside the worker process; import your compiler's library lazily (in load) if it is heavy.

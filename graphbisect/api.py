@@ -294,8 +294,9 @@ def verify(bundle: str | os.PathLike[str], *, target: str | None = None, trust: 
            check: OutputCheck | None = None, model: str | os.PathLike[str] | None = None,
            inputs: Mapping[str, np.ndarray] | None = None) -> Verification:
     """Re-run a bundle (folder or .zip) on its recorded target or on ``target`` (``graphbisect verify``):
-    ``outcome`` is ``"reproduces"``, ``"fixed"`` or ``"different"``. A recorded target that runs a program
-    (``command:``) or an interpreter (``python=``) runs only with ``trust=True`` (a bundle is a download).
+    ``outcome`` is ``"reproduces"``, ``"fixed"`` or ``"different"``. A recorded target that sets an option not
+    known to be inert (a program, an interpreter, a session config key or compiler flag naming a file) runs
+    only with ``trust=True`` (a bundle is a download; see docs/security.md).
     A bundle reduced with a Python ``check`` is judged by the ``check`` given here (the same callable); without
     it a run that completed is ``"undecided"``, since the tolerance may accept what the check rejected.
     ``model``: the model the bundle was reduced from, re-checked on the same target (``original``: whether it

@@ -39,7 +39,7 @@ PINNED = {
               "executor=None, timeout=None, layerwise=True, keep_work=False, zip=False, resume=False, "
               "force=False, on_stage=None, on_progress=None)",
     "register_backend": "(runtime, *, name=None, summary=None, capabilities=None, options=None, aliases=(), "
-                        "import_name=None, distributions=(), replace=False)",
+                        "import_name=None, distributions=(), replace=False, inert_options=None)",
     "triage": "(input_dir, output, *, oracle='onnxruntime:opt_level=disable', target='onnxruntime:opt_level=all', "
               "atol=0.0001, rtol=0.001, tolerance=None, passes=True, seed=0, executor='local', jobs=None, "
               "candidate_jobs=1, max_invocations=None, timeout=None, on_model=None)",

@@ -29,6 +29,11 @@ design:
   its options function, its ``BACKEND`` record); this module holds the common text and renders it.
 * **A backend without a section** (a future one) still gets a bundle: its ``repro.py`` explains that it
   cannot replay that backend standalone and points to ``graphbisect verify DIR`` (exit 2).
+* **A bundle is data** (the trust rule, :mod:`graphbisect.backends.inert`): the script carries its backend's
+  rules (:attr:`ReproBackend.inert`) and the source of
+  :func:`~graphbisect.backends.inert.untrusted_values`, and refuses (exit 2) a ``repro_config.json`` that
+  sets anything not known to be inert — a program to run, a session config key or compiler flag that names a
+  file — unless it is run with ``--trust``.
 
 Crash messages are matched on their stable part, :func:`crash_key`: the cause (first paragraph, name
 lists collapsed, model dumps cut) without addresses,
@@ -43,7 +48,10 @@ Example:
 
 from __future__ import annotations
 
+import inspect
+import json
 import logging
+import pprint
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -52,6 +60,7 @@ from graphbisect.artifacts.repro_backends import REPRO_BACKENDS, TACTICS_FILE, R
 from graphbisect.artifacts.repro_backends._common import _raw_options
 from graphbisect.backends import BackendSpec, get
 from graphbisect.backends.command import check_mode
+from graphbisect.backends.inert import untrusted_values
 from graphbisect.backends.registry import HOST_OPTIONS
 from graphbisect.errors import SpecError
 from graphbisect.oracle.outcome import UNSUPPORTED_PATTERN
@@ -285,7 +294,17 @@ def render_repro(content: BundleContent) -> str:
     backend = _backend(content.target)
     if backend.code is None:
         return _NO_STANDALONE
-    return "".join((_HEADER.replace("@LIBRARY@", backend.label), _COMMON_IMPORTS, backend.code, _COMMON))
+    return "".join((_HEADER.replace("@LIBRARY@", backend.label), _COMMON_IMPORTS, backend.code,
+                    _trust_section(backend), _COMMON))
+
+
+def _trust_section(backend: ReproBackend) -> str:
+    """The script's trust rule: its backend's rules and graphbisect's own function applying them (constant
+    per backend, like the rest of the script)."""
+    rules = json.loads(json.dumps(backend.inert))  # plain dicts, lists and strings: a Python literal too
+    return "".join((_TRUST_HEAD, f"INERT_OPTIONS = {pprint.pformat(rules, width=110)}\n",
+                    f"BUNDLE_FILES = {(TACTICS_FILE, CONTROL_TACTICS_FILE)!r}\n\n\n",
+                    inspect.getsource(untrusted_values), _TRUST_TAIL))
 
 
 # ----------------------------------------------------------------------------------- per backend
@@ -314,6 +333,8 @@ _HEADER = r'''#!/usr/bin/env python3
 
     python repro.py                # exit 1: the failure reproduces, 0: fixed, 2: this script cannot run or judge
     python repro.py --in-process   # run the backend in this process (for a debugger: gdb --args python ...)
+    python repro.py --trust        # run although repro_config.json sets options that can run a program,
+                                   # load a library or write a file (read it first: it came with the bundle)
 
 Needs numpy and @LIBRARY@.
 
@@ -351,6 +372,29 @@ except ImportError:
 class CannotRun(Exception):
     """This script cannot run here (a library or a file is missing): exit 2, nothing was tested."""
 
+'''
+
+_TRUST_HEAD = r'''
+# ---------------------------------------------------------------------------------------- trust
+# A bundle is data: repro_config.json was written by whoever sent it. Its options run only when each one is
+# known to be inert (it cannot run a program, load a library or write a file): INERT_OPTIONS is graphbisect's
+# allow-list for this backend, untrusted_values its own rule. Anything else needs --trust.
+'''
+
+_TRUST_TAIL = r'''
+
+def refuse_untrusted(config):
+    """Raise CannotRun naming every option of repro_config.json (the target's and the control's) that is not
+    known to be inert."""
+    found = untrusted_values(INERT_OPTIONS, config.get("options"), BUNDLE_FILES)
+    if config.get("control") is not None:
+        control = config["control"].get("options") if isinstance(config["control"], dict) else None
+        found += [(f"control {option}", value, why)
+                  for option, value, why in untrusted_values(INERT_OPTIONS, control, BUNDLE_FILES)]
+    if found:
+        lines = "\n".join(f"  {option}={value}: {why}" for option, value, why in found)
+        raise CannotRun(f"repro_config.json sets options not known to be inert, chosen by whoever wrote this "
+                        f"bundle:\n{lines}\nRead repro_config.json; to run it anyway: python repro.py --trust")
 '''
 
 _COMMON = r'''
@@ -911,9 +955,14 @@ def main(argv=None):
     parser.add_argument("--in-process", action="store_true", help="run the backend in this process")
     parser.add_argument("--child", metavar="STATUS_JSON", help=argparse.SUPPRESS)
     parser.add_argument("--control", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--trust", action="store_true",
+                        help="run although repro_config.json sets options that can run a program, load a library "
+                        "or write a file (read it first)")
     args = parser.parse_args(argv)
     try:
         config = read_config()
+        if not (args.trust or args.child):  # a child is started only after this check
+            refuse_untrusted(config)
         if args.child:
             return run_as_child(control_config(config) if args.control else config, Path(args.child))
         outcome = attempt(config) if args.in_process else attempt_in_child(config)

@@ -149,6 +149,21 @@ class ProviderOption:
         return UNSAFE_OPTIONS.get(self.provider, {}).get(self.key)
 
 
+def inert_spec_options() -> dict[str, str]:
+    """The spec options ``<ep>.<key>`` of :data:`INERT_OPTIONS` under every prefix that names their provider
+    (the trust rule's allow-list of the onnxruntime row: each maps to the rule ``"any"``)."""
+    prefixes = {provider: [short_name(provider), *(a for a, full in ALIASES.items() if full == short_name(provider))]
+                for provider in INERT_OPTIONS}
+    return {f"{prefix}.{key}": "any" for provider, keys in INERT_OPTIONS.items()
+            for prefix in prefixes[provider] for key in sorted(keys)}
+
+
+def inert_session_options() -> dict[str, object]:
+    """The same allow-list for ``repro_config.json``'s ``provider_options`` (provider -> key -> value)."""
+    return {"options": {provider: {"options": dict.fromkeys(sorted(keys), "any")}
+                        for provider, keys in INERT_OPTIONS.items()}}
+
+
 def short_name(provider: str) -> str:
     """The ``<ep>`` prefix of a provider's options: its name without ``ExecutionProvider``, in lower case.
 

@@ -27,6 +27,18 @@ from types import ModuleType
 
 from graphbisect.backends import ort_providers
 from graphbisect.backends.base import BackendSpec, Capability
+from graphbisect.backends.inert import (
+    ANY,
+    BUNDLE_FILE,
+    COMMAND_PROGRAM,
+    IREE_FLAGS,
+    NAMES,
+    ORT_SESSION_CONFIG,
+    PYTHON_INTERPRETER,
+    Rule,
+    Untrusted,
+    untrusted_values,
+)
 from graphbisect.errors import BackendUnavailableError, SpecError
 from graphbisect.options import parses
 
@@ -36,6 +48,7 @@ __all__ = [
     "DEFAULT_ORACLE",
     "DEFAULT_TARGET",
     "ENTRY_POINT_GROUP",
+    "HOST_INERT",
     "HOST_OPTIONS",
     "UNKNOWN_DEVICE",
     "Availability",
@@ -49,6 +62,7 @@ __all__ = [
     "shared_accelerator",
     "spec_timeout",
     "unregister_backend",
+    "untrusted_options",
 ]
 
 log = logging.getLogger(__name__)
@@ -67,6 +81,9 @@ HOST_OPTIONS: Mapping[str, str] = {
     "python": "run the backend under this Python interpreter (another venv), e.g. python=/opt/ort120/bin/python",
     "timeout": "seconds one invocation may take before it is killed and recorded as a timeout (default 600)",
 }
+
+#: Which host options are inert (:mod:`~graphbisect.backends.inert`): ``python=`` names an interpreter to run.
+HOST_INERT: Mapping[str, Rule] = {"python": PYTHON_INTERPRETER, "timeout": ANY}
 
 
 #: The accelerator of a backend that cannot tell which device a spec uses (an external program, a custom
@@ -187,6 +204,11 @@ class BackendInfo:
     def kin(self) -> str:
         """The name per-backend tables are keyed by: :attr:`family`, else :attr:`name`."""
         return self.family or self.name
+    #: The allow-list of the trust rule (:func:`untrusted_options`): option -> the rule saying which of its
+    #: values are inert, i.e. cannot run a program, load a library or write a file
+    #: (:mod:`~graphbisect.backends.inert`). An option without a rule is not inert: a recorded spec that sets
+    #: it runs only with ``--trust``. A custom backend's row has none unless it declares them.
+    inert_options: Mapping[str, Rule] = field(default_factory=dict)
 
     def has(self, capability: Capability) -> bool:
         return capability in self.capabilities
@@ -283,6 +305,13 @@ BACKENDS: tuple[BackendInfo, ...] = (
             "trt.<key>": "TensorrtExecutionProvider, e.g. trt.trt_fp16_enable=1, trt.trt_max_workspace_size=2147483648",
         },
         check_options=ort_providers.provider_options,
+        inert_options={
+            "providers": ANY, "opt_level": ANY, "disabled": ANY, "threads": ANY, "config": ORT_SESSION_CONFIG,
+            "save_optimized": ANY, "report_passes": ANY,  # written into graphbisect's own work folder
+            # execution provider options (<prefix>.<key>): only those known to be inert; any other one
+            # (trt.engine_cache_path, a provider's dump or library path) needs --trust
+            **ort_providers.inert_spec_options(),
+        },
     ),
     BackendInfo(
         name="reference",
@@ -327,6 +356,10 @@ BACKENDS: tuple[BackendInfo, ...] = (
             "mkldnn": "1 to enable oneDNN, 0 to disable it (default: Paddle's own, enabled on x86 CPU builds "
             "of Paddle 3.x; the run info reports the effective value)",
         },
+        inert_options={
+            "device": ANY, "hooks": ANY, "bf16": ANY, "precision": ANY, "keep_fp32": NAMES, "opt_level": ANY,
+            "ir_optim": ANY, "delete_pass": ANY, "threads": ANY, "mkldnn": ANY,
+        },
     ),
     BackendInfo(
         name="onnxoptimizer",
@@ -347,6 +380,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
             "threads": "intra-op thread count of the ONNX Runtime session that runs the optimized model",
             "save_optimized": "1 to report the optimized model's path in the run info",
         },
+        inert_options={"passes": ANY, "disabled": ANY, "threads": ANY, "save_optimized": ANY},
     ),
     BackendInfo(
         name="openvino",
@@ -374,6 +408,10 @@ BACKENDS: tuple[BackendInfo, ...] = (
             "keep_fp32": "ONNX nodes to keep in FP32 under precision=bf16|f16, ';'-separated, or @FILE (absolute path, "
             "one name per line; read at every load): OpenVINO's DisablePrecisionConversion on their ops, checked "
             "against the execution graph (run info keep_fp32.not_applied); nodes the model lacks are ignored",
+        },
+        inert_options={
+            "device": ANY, "precision": ANY, "threads": ANY, "report_exec": ANY, "report_tactics": ANY,
+            "tactics": BUNDLE_FILE, "keep_fp32": NAMES,
         },
     ),
     BackendInfo(
@@ -403,6 +441,8 @@ BACKENDS: tuple[BackendInfo, ...] = (
             "typed": "1 for a strongly typed network (NetworkDefinitionCreationFlag.STRONGLY_TYPED): precisions come "
             "from the ONNX types (Cast islands), the way TensorRT 11 does mixed precision; excludes fp16=/bf16=",
         },
+        inert_options=dict.fromkeys(("fp16", "bf16", "tf32", "opt_level", "workspace", "shapes", "device",
+                                     "report_layers", "typed"), ANY),
     ),
     BackendInfo(
         name="iree",
@@ -431,6 +471,10 @@ BACKENDS: tuple[BackendInfo, ...] = (
             "report_dispatches": "1 to dump the executable sources and report which ONNX nodes each dispatch holds "
             "(run info dispatches)",
         },
+        inert_options={  # report_dispatches dumps into graphbisect's own work folder
+            "cpu": ANY, "flags": IREE_FLAGS, "opset": ANY, "device": ANY, "disabled": ANY, "report_passes": ANY,
+            "report_dispatches": ANY,
+        },
     ),
     BackendInfo(
         name="command",
@@ -449,6 +493,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
             "typed": "1: the program reads graphbisect's typed .npz (__values__.json: bfloat16, float8, int4 "
             "stored as raw bits or values); without it such inputs are refused as unsupported",
         },
+        inert_options={"cmd": COMMAND_PROGRAM, "shell": ANY, "typed": ANY},
     ),
 )
 
@@ -513,6 +558,7 @@ def register_backend(
     import_name: str | None = None,
     distributions: Iterable[str] = (),
     replace: bool = False,
+    inert_options: Mapping[str, Rule] | None = None,
 ) -> BackendInfo:
     """Add a backend to the table of this process: a class implementing
     :class:`~graphbisect.backends.base.Runtime`, or its ``"module:Class"`` path.
@@ -522,6 +568,9 @@ def register_backend(
     ``{onnx-input}``: it runs ONNX models) and ``options`` (its ``options`` attribute: documented spec
     options; others are refused). The worker process imports the class by its module path, found through
     the folder the module was loaded from; a class defined in a script is imported from the script's file.
+    ``inert_options`` (default: its ``inert_options`` attribute, else none) are the options whose values cannot
+    run a program, load a library or write a file, with their rules (:mod:`~graphbisect.backends.inert`): a
+    bundle's recorded spec setting any other option runs only with ``--trust`` (:func:`untrusted_options`).
 
     Example:
         >>> class Doubling:
@@ -531,7 +580,7 @@ def register_backend(
         '/path/to/script.py:Doubling'
     """
     info = _row(runtime, name=name, summary=summary, capabilities=capabilities, options=options, aliases=aliases,
-                import_name=import_name, distributions=distributions)
+                import_name=import_name, distributions=distributions, inert_options=inert_options)
     return register_row(info, replace=replace)
 
 
@@ -617,7 +666,8 @@ def _runtime_path(cls: type) -> tuple[str, tuple[str, ...]]:
 
 def _row(runtime: type | str, *, name: str | None, summary: str | None,
          capabilities: Iterable[Capability | str] | None, options: Mapping[str, str] | None, aliases: Iterable[str],
-         import_name: str | None, distributions: Iterable[str]) -> BackendInfo:
+         import_name: str | None, distributions: Iterable[str],
+         inert_options: Mapping[str, Rule] | None = None) -> BackendInfo:
     cls = import_runtime(runtime) if isinstance(runtime, str) else runtime
     path, folders = (runtime, ()) if isinstance(runtime, str) else _runtime_path(cls)
     name = (name or getattr(cls, "name", None) or cls.__name__).strip().lower()
@@ -631,6 +681,7 @@ def _row(runtime: type | str, *, name: str | None, summary: str | None,
         capabilities=frozenset(Capability(c) for c in caps),
         options=dict(options if options is not None else getattr(cls, "options", {})),
         aliases=tuple(a.lower() for a in aliases), path=folders,
+        inert_options=dict(inert_options if inert_options is not None else getattr(cls, "inert_options", {})),
     )
 
 
@@ -675,6 +726,31 @@ def resolve(spec: BackendSpec | str, *, require_available: bool = True) -> tuple
         if not avail.available:
             raise BackendUnavailableError(f"backend {info.name!r} is not available: {avail.reason}")
     return spec, info
+
+
+def untrusted_options(spec: BackendSpec | str, *, own_files: Iterable[str] = ()) -> list[Untrusted]:
+    """The trust rule: the options of a recorded ``spec`` that are not known to be inert (they may run a
+    program, load a library or write a file), each with why; empty when the spec may run without ``--trust``.
+
+    The spec's name is resolved through the table first (``cmd`` is ``command``), and its options are checked
+    against that row's allow-list (:attr:`BackendInfo.inert_options`, :data:`HOST_INERT`): an option without
+    a rule is not inert, whatever its value. ``own_files``: paths the bundle holds, which a file option
+    (``openvino:tactics=``) may name. Used by ``verify`` for the recorded target; ``repro.py`` applies the
+    same rules to ``repro_config.json`` (:func:`~graphbisect.backends.inert.untrusted_values`).
+    Raises :class:`SpecError` for an unknown backend.
+
+    Example:
+        >>> [u.describe() for u in untrusted_options("cmd:cmd=./run.sh {model} {inputs} {outputs}")]
+        ['cmd=./run.sh {model} {inputs} {outputs}: is the program the backend runs']
+        >>> untrusted_options("ort:opt_level=all,config=session.disable_prepacking=1")
+        []
+    """
+    if isinstance(spec, str):
+        spec = BackendSpec.parse(spec)
+    info = get(spec.name)
+    rules = {**info.inert_options, **HOST_INERT}  # a row cannot make python= inert
+    return [Untrusted(option, value, why)
+            for option, value, why in untrusted_values(rules, dict(spec.options), tuple(own_files))]
 
 
 #: A backend spec option's values (``ReduceOptions.target``, ``--target``): a known backend and option keys

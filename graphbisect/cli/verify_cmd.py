@@ -6,8 +6,9 @@ bundle's tolerance, and compares the resulting failure signature with the record
 
 Exit codes: 1 = the recorded failure reproduces (or a *different* failure appeared, which is printed loudly),
 0 = fixed (the target agrees with the oracle), 2 = the bundle or the spec is unusable — a bundle whose files
-do not match the sha256 its report.json records is *damaged*, and one whose recorded target names a program
-(``command:``) or an interpreter (``python=``) is run only with ``--trust`` (see docs/security.md) — and 2 when
+do not match the sha256 its report.json records is *damaged*, and one whose recorded target sets an option not
+known to be inert (a program, an interpreter, a session config key or compiler flag naming a file) is run only
+with ``--trust`` (the trust rule, see docs/security.md) — and 2 when
 the target ran but the recorded failure is the verdict of a Python output check (``graphbisect.reduce(check=
 callable)``), which a bundle cannot hold and a command line cannot pass: *undecided*, never "fixed" by the
 tolerance; ``graphbisect.verify(BUNDLE, check=...)`` re-judges it.
@@ -33,11 +34,11 @@ from graphbisect.workflows.verify import (
     UNDECIDED,
     Verification,
     recheck_original,
-    runs_code,
+    untrusted_target,
     verify_bundle,
 )
 
-__all__ = ["Verification", "add_arguments", "run", "runs_code", "verify_bundle"]
+__all__ = ["Verification", "add_arguments", "run", "verify_bundle"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,8 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --model: its inputs (default: the seeded random inputs reduce draws)")
     parser.add_argument("--seed", type=seed, default=0, help="with --model: seed of its random inputs (default 0)")
     parser.add_argument("--trust", action="store_true",
-                        help="run the recorded target even when it names a program (command:) or an interpreter "
-                        "(python=): a bundle is a download, read its report.json first")
+                        help="run the recorded target even when it sets options not known to be inert: a program "
+                        "(command:), an interpreter (python=), a session config key or compiler flag that names a "
+                        "file... (a bundle is a download: read its report.json first)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,9 +64,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"bundle    {args.bundle}")
         print(f"oracle    {bundle.oracle}   (recorded outputs)")
         print(f"target    {args.target or bundle.target}")
-        code = None if args.target else runs_code(bundle.target)
-        if code is not None and args.trust:
-            print(f"warning: --trust: running {code}, named by the bundle", file=sys.stderr)
+        if args.trust and not args.target:
+            for untrusted in untrusted_target(bundle):
+                print(f"warning: --trust: running {untrusted.describe()}, named by the bundle", file=sys.stderr)
         verification = verify_bundle(bundle, args.target, trust=args.trust)
         if args.model is not None:
             from graphbisect.data import load_inputs

@@ -9,6 +9,10 @@ external check (a ``command`` target without ``{outputs}``) by the exit status a
 bundle of a Python output check (``reduce(check=callable)``, which no bundle holds) by that callable when the
 caller passes it again (``check=``), else a completed run is ``undecided``: the tolerance may accept what the
 check rejected, so it must not call the bug fixed (nor reproduced).
+
+A bundle is data (the trust rule): the recorded target runs only when every option of it is known to be inert
+(:func:`~graphbisect.backends.registry.untrusted_options`: no program, interpreter, library or file it
+names), else only with ``trust``. A target the caller names is the caller's own choice.
 """
 
 from __future__ import annotations
@@ -26,11 +30,14 @@ from graphbisect.artifacts.repro import (
     JUDGE_EXIT_STATUS,
     JUDGE_PYTHON_CHECK,
     JUDGE_TOLERANCE,
+    TACTICS_FILE,
     crash_key,
     death_exit_code,
     judged_by,
 )
 from graphbisect.backends import BackendProcess, BackendSpec, RunResult
+from graphbisect.backends.inert import Untrusted
+from graphbisect.backends.registry import untrusted_options
 from graphbisect.compare import Comparison
 from graphbisect.compare.nonfinite import warn_nonfinite_inputs
 from graphbisect.errors import InputError
@@ -41,7 +48,7 @@ from graphbisect.oracle.signature import FailureKind, Signature
 from graphbisect.oracle.tester import Judgement, OutputCheck, judge
 from graphbisect.workflows.probe import describing_spec
 
-__all__ = ["DIFFERENT", "FIXED", "REPRODUCES", "UNDECIDED", "Verification", "recheck_original", "runs_code",
+__all__ = ["DIFFERENT", "FIXED", "REPRODUCES", "UNDECIDED", "Verification", "recheck_original", "untrusted_target",
            "verify_bundle"]
 
 REPRODUCES, FIXED, DIFFERENT = "reproduces", "fixed", "different"
@@ -88,17 +95,21 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None,
                   trust: bool = False, check: OutputCheck | None = None) -> Verification:
     """Re-run ``target`` (default: the recorded one) on the bundle and classify the result.
 
-    The recorded target runs only with ``trust`` when it names a program or an interpreter: the bundle's
-    author chose it (raises :class:`BundleError`). A ``target`` given here is the caller's own choice.
+    The recorded target runs only with ``trust`` when an option of it is not known to be inert (a program,
+    an interpreter, a session config key or compiler flag that names a file: :func:`untrusted_target`): the
+    bundle's author chose it (raises :class:`BundleError` naming each one). A ``target`` given here is the
+    caller's own choice.
     ``check``: the Python output check the bundle was reduced with (``reduce(check=...)``), which judges a
     completed run as it did then; without it such a run is :data:`UNDECIDED`. Raises
     :class:`~graphbisect.errors.InputError` for a ``check`` on a bundle that no Python check judged.
     """
     spec = BackendSpec.parse(target) if isinstance(target, str) else (target or bundle.target)
-    code = runs_code(spec)
-    if target is None and code is not None and not trust:
+    untrusted = untrusted_target(bundle) if target is None and not trust else []
+    if untrusted:
+        listed = "".join(f"\n  {u.describe()}" for u in untrusted)
         raise BundleError(
-            f"the bundle's recorded target {spec} would run {code}, chosen by whoever wrote the bundle",
+            f"the bundle's recorded target {spec} sets options not known to be inert (they may run a program, "
+            f"load a library or write a file), chosen by whoever wrote the bundle:{listed}",
             hint="read the bundle's report.json; to run it anyway pass --trust, or name the target yourself "
             "with --target SPEC",
         )
@@ -174,13 +185,10 @@ def recheck_original(verification: Verification, bundle: LoadedBundle, model: Pa
     return dataclasses.replace(verification, original=original)
 
 
-def runs_code(spec: BackendSpec) -> str | None:
-    """What a spec runs beyond loading a model in a known library: a program or an interpreter, or None."""
-    if spec.name == "command":
-        return f"the program {spec.options.get('cmd', '')!r}"
-    if "python" in spec.options:
-        return f"the interpreter {spec.options['python']!r}"
-    return None
+def untrusted_target(bundle: LoadedBundle) -> list[Untrusted]:
+    """The options of the bundle's recorded target that are not known to be inert (the trust rule,
+    :func:`~graphbisect.backends.registry.untrusted_options`); the bundle's own tactic record is inert."""
+    return untrusted_options(bundle.target, own_files=[str(bundle.path / TACTICS_FILE)])
 
 
 def _classify(bundle: LoadedBundle, spec: BackendSpec, result: RunResult, comparison: Comparison | None,

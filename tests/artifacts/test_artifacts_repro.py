@@ -261,12 +261,12 @@ def _command_content(tmp_path: Path, tool: str) -> BundleContent:
 def test_command_target(tmp_path: Path) -> None:
     broken = _command_content(tmp_path, "broken")
     assert broken.signature.detail == "CommandFailed: command exited with code 3"
-    proc = run_repro(write_bundle(broken, tmp_path / "bug"))
+    proc = run_repro(write_bundle(broken, tmp_path / "bug"), "--trust")  # a command's program runs only trusted
     assert proc.returncode == 1 and "REPRODUCED" in proc.stdout, proc.stdout + proc.stderr
     good = _command_content(tmp_path, "good")
     assert not good.signature.failed
     fixed = dataclasses.replace(good, signature=broken.signature, target_message=broken.target_message)
-    proc = run_repro(write_bundle(fixed, tmp_path / "fixed"))
+    proc = run_repro(write_bundle(fixed, tmp_path / "fixed"), "--trust")
     assert proc.returncode == 0 and "FIXED" in proc.stdout, proc.stdout + proc.stderr
 
 
@@ -287,7 +287,7 @@ def test_an_external_check_bundle_is_judged_by_its_exit_status(tmp_path: Path,
     for code, status, words, outcome in (("1", 1, "REPRODUCED", "reproduces"), ("0", 0, "FIXED", "fixed"),
                                          ("13", 1, "A DIFFERENT FAILURE", "different")):
         monkeypatch.setenv("EXIT", code)  # inherited by repro.py and by verify's worker
-        proc = run_repro(out)
+        proc = run_repro(out, "--trust")  # the check is a program: it runs only trusted
         assert proc.returncode == status and words in proc.stdout, proc.stdout + proc.stderr
         with load_bundle(out) as bundle:
             verification = verify_bundle(bundle, trust=True)
@@ -296,7 +296,7 @@ def test_an_external_check_bundle_is_judged_by_its_exit_status(tmp_path: Path,
     # The check's program is gone on this machine: python cannot open it (exit 2), which is no failure of the
     # target, reproduced or different (graphbisect's cannot_run rule); it read "A DIFFERENT FAILURE".
     script.unlink()
-    proc = run_repro(out)
+    proc = run_repro(out, "--trust")
     assert proc.returncode == 2 and "cannot run" in proc.stderr and "can't open file" in proc.stderr, \
         proc.stdout + proc.stderr
     assert "DIFFERENT" not in proc.stdout and "REPRODUCED" not in proc.stdout
@@ -368,8 +368,8 @@ def test_a_regex_bundle_in_process_is_not_judged_by_an_uncaptured_log(tmp_path: 
     result = reduce_model(load_model(relu_clip_model()), tmp_path / "bug", inputs={"x": CLIP_INPUT},
                           options=ReduceOptions(target=target, fail_regex="fell back to a slow kernel"))
     assert result.signature.kind.value == "regex"
-    proc = run_repro(tmp_path / "bug")
+    proc = run_repro(tmp_path / "bug", "--trust")  # the target is a program: it runs only trusted
     assert proc.returncode == 1 and "REPRODUCED" in proc.stdout, proc.stdout + proc.stderr
-    proc = run_repro(tmp_path / "bug", "--in-process")
+    proc = run_repro(tmp_path / "bug", "--in-process", "--trust")
     assert "fell back to a slow kernel" in proc.stderr  # printed, on the terminal
     assert proc.returncode == 2 and "NOT JUDGED" in proc.stdout and "FIXED" not in proc.stdout, proc.stdout

@@ -31,6 +31,7 @@ class TeamRuntime:
 
     capabilities = ("onnx-input", "intermediates")
     options = {"level": "graph optimization level: basic|extended|all (default all)"}
+    inert_options = {"level": "any"}  # no value of it runs a program or writes a file: a bundle needs no --trust
 
     def __init__(self, options, workdir):
         self.level = options.get("level", "all")
@@ -78,6 +79,7 @@ def plugin_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
 def test_an_entry_point_backend_joins_the_table(plugin_dist: Path) -> None:
     _, info = resolve("team:level=basic")
     assert info.name == "team" and info.runtime == "team_backend:TeamRuntime"
+    assert info.inert_options == {"level": "any"}  # its declared allow-list of the trust rule
     assert info.capabilities == frozenset({Capability.ONNX_INPUT, Capability.INTERMEDIATES})
     assert info.path == (str(plugin_dist),)  # how the worker, started elsewhere, finds the module
     assert "team" in [row.name for row in all_backends()]

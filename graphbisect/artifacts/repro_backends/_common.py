@@ -7,10 +7,12 @@ Nothing here imports :mod:`graphbisect.artifacts.repro`: that module imports thi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from graphbisect.backends.inert import ANY, ORT_SESSION_CONFIG, Rule
 from graphbisect.backends.onnxruntime import OPT_LEVELS, OrtOptions, session_config
+from graphbisect.backends.ort_providers import inert_session_options
 from graphbisect.backends.worker import option_flag
 
 #: The bundle file holding the target's tactic record, restricted to the bundle model.
@@ -26,6 +28,10 @@ class ReproBackend:
     library: str | None  # the importable library whose version is reported
     options: Any  # (runtime options) -> JSON-able settings for the script
     code: str | None  # load_target / run_target / import_library for this backend; None: no standalone script
+    #: The trust rule for those settings (repro_config.json ``options``): setting -> which of its values are
+    #: inert (:mod:`graphbisect.backends.inert`, the same rules as the backend's row); the script refuses any
+    #: other setting without ``--trust``.
+    inert: Mapping[str, Rule] = field(default_factory=dict)
 
 
 def _ort_options(options: Mapping[str, str]) -> dict[str, Any]:
@@ -41,6 +47,12 @@ def _ort_options(options: Mapping[str, str]) -> dict[str, Any]:
         "intra_op_num_threads": parsed.threads,
         "session_config": [list(entry) for entry in session_config(parsed)],  # the runtime's, defaults included
     }
+
+
+#: Which settings of :func:`_ort_options` are inert: the session config keys of the onnxruntime row's rule.
+_ORT_INERT: Mapping[str, Rule] = {"providers": ANY, "graph_optimization_level": ANY, "disabled_optimizers": ANY,
+                                  "intra_op_num_threads": ANY, "session_config": ORT_SESSION_CONFIG,
+                                  "provider_options": inert_session_options()}
 
 
 def _tri_state(options: Mapping[str, str], key: str) -> bool | None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from graphbisect.artifacts.repro_backends._common import ReproBackend
 from graphbisect.backends.command import _CANNOT_OPEN, _CANNOT_RUN_CODES, _USAGE
+from graphbisect.backends.inert import ANY, COMMAND_PROGRAM
 from graphbisect.backends.worker import option_flag
 
 
@@ -115,4 +116,5 @@ def save_arrays(path, arrays, typed=False):
 _CODE = (_COMMAND_CODE.replace("@CANNOT_RUN_CODES@", repr(_CANNOT_RUN_CODES))
          .replace("@CANNOT_OPEN@", repr(_CANNOT_OPEN.pattern)).replace("@USAGE@", repr(_USAGE.pattern)))
 
-BACKEND = ReproBackend("command", "the command of the spec (no Python library)", None, _command_options, _CODE)
+BACKEND = ReproBackend("command", "the command of the spec (no Python library)", None, _command_options, _CODE,
+                       {"cmd": COMMAND_PROGRAM, "shell": ANY, "typed": ANY})

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from graphbisect.artifacts.repro_backends._common import _ORT_RUN_TARGET, ReproBackend, _ort_options
+from graphbisect.artifacts.repro_backends._common import _ORT_INERT, _ORT_RUN_TARGET, ReproBackend, _ort_options
+from graphbisect.backends.inert import ANY, nested
 from graphbisect.backends.onnxoptimizer import OptimizerOptions
 
 
@@ -55,4 +56,5 @@ def load_target(model_path, options):
 
 
 BACKEND = ReproBackend("onnxoptimizer", "onnx, onnxoptimizer and onnxruntime", "onnxoptimizer",
-                       _onnxoptimizer_options, _ONNXOPTIMIZER_CODE)
+                       _onnxoptimizer_options, _ONNXOPTIMIZER_CODE,
+                       {"passes": ANY, "disabled": ANY, "onnxruntime": nested(_ORT_INERT)})

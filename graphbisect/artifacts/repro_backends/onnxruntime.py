@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from graphbisect.artifacts.repro_backends._common import _ORT_RUN_TARGET, ReproBackend, _ort_options
+from graphbisect.artifacts.repro_backends._common import _ORT_INERT, _ORT_RUN_TARGET, ReproBackend, _ort_options
 
 _ORT_CODE = r'''
 # ------------------------------------------------------------------------------ the target: ONNX Runtime
@@ -37,4 +37,4 @@ def compiled_nodes(target, model_path, options):
 ''' + _ORT_RUN_TARGET
 
 
-BACKEND = ReproBackend("onnxruntime", "onnxruntime", "onnxruntime", _ort_options, _ORT_CODE)
+BACKEND = ReproBackend("onnxruntime", "onnxruntime", "onnxruntime", _ort_options, _ORT_CODE, _ORT_INERT)

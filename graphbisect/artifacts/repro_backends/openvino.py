@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from graphbisect.artifacts.repro_backends._common import TACTICS_FILE, ReproBackend
+from graphbisect.backends.inert import ANY, BUNDLE_FILE
 from graphbisect.errors import SpecError
 
 _OV_PRECISIONS = {"f32": "f32", "fp32": "f32", "f16": "f16", "fp16": "f16", "bf16": "bf16"}  # as backends/openvino.py
@@ -303,4 +304,4 @@ def run_target(target, inputs, output_names):
 
 
 BACKEND = ReproBackend("openvino", "openvino (and onnx, for tactics.json)", "openvino", _openvino_options,
-                       _OPENVINO_CODE)
+                       _OPENVINO_CODE, {"device": ANY, "precision": ANY, "threads": ANY, "tactics": BUNDLE_FILE})

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from graphbisect.artifacts.repro_backends._common import ReproBackend, _tri_state
+from graphbisect.backends.inert import ANY
 from graphbisect.backends.tensorrt import parse_shapes
 from graphbisect.backends.worker import option_flag
 
@@ -161,4 +162,5 @@ def run_target(target, inputs, output_names):
 
 
 BACKEND = ReproBackend("tensorrt", "tensorrt and cuda-python (or torch) on an NVIDIA GPU", "tensorrt",
-                       _tensorrt_options, _TENSORRT_CODE)
+                       _tensorrt_options, _TENSORRT_CODE,
+                       dict.fromkeys(("fp16", "bf16", "tf32", "opt_level", "workspace_mib", "shapes", "device"), ANY))
