@@ -21,7 +21,7 @@ import itertools
 import logging
 import queue
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -33,7 +33,14 @@ from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.engine import Outcome, TestResult
 from graphbisect.errors import GraphBisectError, InputError
 from graphbisect.model.io import remove_model
-from graphbisect.oracle.signature import CHECK_REJECTED, EXACT_VALUES, FailureKind, Signature, signature_of
+from graphbisect.oracle.signature import (
+    CHECK_REJECTED,
+    EXACT_VALUES,
+    FailureKind,
+    ModelNames,
+    Signature,
+    signature_of,
+)
 from graphbisect.strategies.subgraph import Candidate, SubgraphSpace, check_file
 from graphbisect.values import is_exact, numpy_dtype
 
@@ -106,17 +113,20 @@ class Judgement:
 
 
 def judge(run: RunResult, expected: Callable[[str], np.ndarray], outputs: Sequence[str], tol: Tolerance,
-          fail_regex: re.Pattern[str] | None = None, *, check: OutputCheck | None = None) -> Judgement:
+          fail_regex: re.Pattern[str] | None = None, *, check: OutputCheck | None = None,
+          names: Collection[str] = ()) -> Judgement:
     """Compare a target run with the oracle's values of ``outputs`` and compute its failure signature.
 
     ``check`` (a Python callable) replaces the tolerance as the verdict on a run that completed: it gets the
     target's values of ``outputs`` and the oracle's, and returns True when they are acceptable. The
-    comparison is still computed, for the report.
+    comparison is still computed, for the report. ``names``: the model's node and tensor names, taken out of
+    a crash's message (:class:`~graphbisect.oracle.signature.ModelNames`; every run a workflow compares must
+    get the same ones, those of the model it started from).
     """
     comparison = None
     if run.ok:
         comparison = compare_outputs({name: expected(name) for name in outputs}, run.outputs, tol, outputs)
-    signature = signature_of(run, comparison, fail_regex=fail_regex)
+    signature = signature_of(run, comparison, fail_regex=fail_regex, names=names)
     if check is not None and run.ok and fail_regex is None:
         signature = Signature(FailureKind.NONE) if _accepted(check, run, expected, outputs) else \
             Signature(FailureKind.MISMATCH, CHECK_REJECTED)
@@ -142,11 +152,14 @@ class CandidateTester:
 
     def __init__(self, space: SubgraphSpace, pool: TargetPool, baseline: Signature, tol: Tolerance, *,
                  fail_regex: re.Pattern[str] | None = None, strict_band: bool = False, compare: bool = True,
-                 check: OutputCheck | None = None, repeats: int = 0) -> None:
+                 check: OutputCheck | None = None, repeats: int = 0, names: Collection[str] | None = None) -> None:
         """``compare=False``: the target's exit status is the verdict (an external check), no output is compared.
         ``check``: a Python callable judges the outputs instead of the tolerance (see :func:`judge`).
-        ``repeats``: extra runs a failing candidate must fail the same way in before it is accepted."""
+        ``repeats``: extra runs a failing candidate must fail the same way in before it is accepted.
+        ``names``: taken out of crash messages (default: the space's model's, which hold every candidate's);
+        the baseline's signature must have been computed with the same."""
         self.space, self.pool, self.baseline, self.tol = space, pool, baseline, tol
+        self.names: Collection[str] = ModelNames(space.model.proto) if names is None else names
         self.fail_regex, self.strict_band, self.compare, self.check = fail_regex, strict_band, compare, check
         self.repeats = repeats
         self.unrepeated = 0  # candidates that failed like the baseline once, then did not
@@ -176,11 +189,11 @@ class CandidateTester:
             outputs = candidate.outputs if self.compare else ()
             with self.pool.acquire() as proc:
                 verdict = judge(proc.run(path, candidate.feeds), self.space.values, outputs, self.tol,
-                                self.fail_regex, check=self.check)
+                                self.fail_regex, check=self.check, names=self.names)
                 outcome = self._outcome(verdict, len(keep))
                 for _ in range(self.repeats if outcome is Outcome.FAIL else 0):
                     again = judge(proc.run(path, candidate.feeds), self.space.values, outputs, self.tol,
-                                  self.fail_regex, check=self.check)
+                                  self.fail_regex, check=self.check, names=self.names)
                     if self._outcome(again, len(keep)) is not Outcome.FAIL:
                         self.unrepeated += 1
                         log.info("candidate of %d nodes failed like the baseline once, then gave %s: not accepted",

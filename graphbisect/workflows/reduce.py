@@ -82,7 +82,7 @@ from graphbisect.oracle.as_built import (
     capture_difference,
     require_as_built,
 )
-from graphbisect.oracle.signature import FailureKind, Signature
+from graphbisect.oracle.signature import FailureKind, ModelNames, Signature
 from graphbisect.oracle.tester import CandidateTester, OutputCheck, TargetPool, WorkerPool, judge, model_digest
 from graphbisect.packfile import TornRunError
 from graphbisect.strategies.subgraph import SubgraphSpace, plan
@@ -215,6 +215,9 @@ class _Run:
                 )
         self.tol = options.tolerance
         self.regex = re.compile(options.fail_regex) if options.fail_regex else None
+        # The original's node and tensor names, taken out of every crash message of this reduction (the baseline's,
+        # each candidate's, the re-verification's): one set, so a name is erased in all of them or in none.
+        self.names = ModelNames(model.proto)
         self.invocations = {"oracle": 0, "target": 0}
         self.ran_with: dict[str, dict[str, Any]] = {}  # role -> what its last worker measured (RunResult.ran_with)
         self.notes: list[str] = []
@@ -381,7 +384,7 @@ class _Run:
         if path.exists():
             data = json.loads(path.read_text())
             self.notes.extend(data.get("notes", []))  # a work folder of an older version has no evidence here
-            return _Baseline(Signature.from_json(data["signature"]), bool(data["flaky"]),
+            return _Baseline(Signature.from_json(data["signature"], names=self.names), bool(data["flaky"]),
                              [frozenset(h) for h in data.get("hints", [])],
                              {int(k): v for k, v in data.get("priors", {}).items()})
         saving = self._saving_spec()
@@ -465,7 +468,7 @@ class _Run:
             run = proc.run(self.work / "model.onnx", self.work / "inputs.npz")
         self.count("target", run=run)
         signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex,
-                          check=self.options.output_check).signature
+                          check=self.options.output_check, names=self.names).signature
         compiled = compiled_of(self.model, run.info) if run.ok and spec is not None else None
         if spec is not None:  # ORT wrote a copy of every weight beside the optimized graph: read, then gone
             shutil.rmtree(workdir, ignore_errors=True)
@@ -497,7 +500,7 @@ class _Run:
         if not run.ok:
             return None, [], {}, [f"the target failed on the probed model ({run.describe()}); no layerwise hints"]
         signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex,
-                          check=self.options.output_check).signature
+                          check=self.options.output_check, names=self.names).signature
         report = analyze_layers(self.model.nodes, store, run.outputs, self.tol, compiled=compiled, measured=run.stats,
                                 outputs=self.model.output_names)
         if report.first_divergence is None:
@@ -527,7 +530,8 @@ class _Run:
             WorkerPool(self.target_spec, jobs, self.work / "target", timeout=self.options.timeout))
         tester = CandidateTester(space, pool, baseline, self.tol, fail_regex=self.regex,
                                  strict_band=self.options.strict_band, compare=not self.options.check,
-                                 check=self.options.output_check, repeats=FLAKY_REPEATS if flaky else 0)
+                                 check=self.options.output_check, repeats=FLAKY_REPEATS if flaky else 0,
+                                 names=self.names)
         journal = Journal.open(self.work / "journal.jsonl", fingerprint=self.model.fingerprint)
         # The budget is this session's: resuming with --max-invocations N buys N more candidate runs.
         budget = Budget(max_invocations=self.options.max_invocations, deadline_seconds=self.options.deadline_seconds,
@@ -759,7 +763,7 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], baseline: Signa
             run = proc.run(path, dict(candidate.feeds))
             r.count("target", run=run)
             runs.append((run, judge(run, values, r.compared(candidate.outputs), r.tol, r.regex,
-                                     check=r.options.output_check).signature))
+                                     check=r.options.output_check, names=r.names).signature))
         matching = [baseline.matches(sig, strict_band=r.options.strict_band) for _, sig in runs]
         varying = all(matching) and _values_vary([run for run, _ in runs])
         # Values that change between runs of one model: a random fault may be what failed, so a claim needs
@@ -768,7 +772,7 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], baseline: Signa
             run = proc.run(path, dict(candidate.feeds))
             r.count("target", run=run)
             runs.append((run, judge(run, values, r.compared(candidate.outputs), r.tol, r.regex,
-                                     check=r.options.output_check).signature))
+                                     check=r.options.output_check, names=r.names).signature))
             matching.append(baseline.matches(runs[-1][1], strict_band=r.options.strict_band))
     target_ok = all(matching)
     flaky, why = False, None
@@ -862,7 +866,8 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
             model=candidate.proto, run_model=space.workdir / "final.onnx", feeds=candidate.feeds,
             expected=oracle_outputs, target_outputs=verification.target_outputs, oracle=r.oracle_spec,
             target=r.target_spec, tolerance=r.tol, signature=baseline, workdir=r.work / "facts",
-            timeout=r.options.timeout, stage=r.stage, fail_regex=r.regex, check=r.options.output_check)
+            timeout=r.options.timeout, stage=r.stage, fail_regex=r.regex, check=r.options.output_check,
+            names=r.names)
     # the time the user waited, as the CLI prints it: the maintainer facts' runs included
     report.update(facts.facts, report_runs=facts.runs, seconds=round(time.monotonic() - r.started, 3))
     content = BundleContent(
