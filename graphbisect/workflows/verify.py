@@ -16,9 +16,12 @@ from __future__ import annotations
 import dataclasses
 import re
 import tempfile
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import onnx
 
 from graphbisect.artifacts.bundle import BundleError, LoadedBundle
 from graphbisect.artifacts.repro import (
@@ -33,7 +36,7 @@ from graphbisect.backends import BackendProcess, BackendSpec, RunResult
 from graphbisect.compare import Comparison
 from graphbisect.compare.nonfinite import warn_nonfinite_inputs
 from graphbisect.errors import InputError
-from graphbisect.oracle.signature import FailureKind, Signature
+from graphbisect.oracle.signature import FailureKind, ModelNames, Signature
 from graphbisect.oracle.tester import OutputCheck, judge
 
 __all__ = ["DIFFERENT", "FIXED", "REPRODUCES", "UNDECIDED", "Verification", "runs_code", "verify_bundle"]
@@ -92,7 +95,10 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None,
             hint="read the bundle's report.json; to run it anyway pass --trust, or name the target yourself "
             "with --target SPEC",
         )
-    recorded = bundle.signature
+    # The bundle model's names leave every crash message compared here, the recorded one too (a bundle written
+    # before names were taken out still has them in its signature).
+    names = ModelNames(onnx.load(str(bundle.model_path), load_external_data=False))
+    recorded = bundle.signature.without_names(names)
     judged = judged_by(recorded, spec)
     if check is not None and judged != JUDGE_PYTHON_CHECK:
         raise InputError(f"this bundle's failure ({recorded.describe()}) was not judged by a Python check, so a "
@@ -104,7 +110,8 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None,
     with tempfile.TemporaryDirectory(prefix="graphbisect-verify-") as workdir, \
             BackendProcess(spec, workdir=Path(workdir)) as backend:
         result = backend.run(bundle.model_path, bundle.inputs_path, outputs)
-        verdict = judge(result, bundle.oracle_outputs.__getitem__, outputs, bundle.tolerance, regex, check=check)
+        verdict = judge(result, bundle.oracle_outputs.__getitem__, outputs, bundle.tolerance, regex, check=check,
+                        names=names)
         # Copy what we need before the outputs' memory maps lose their folder.
         copied = {name: value.copy() for name, value in result.outputs.items()}
     result = dataclasses.replace(result, outputs=copied)
@@ -113,8 +120,8 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None,
                             "the recorded failure is the verdict of a Python check (graphbisect.reduce(check=...)), "
                             "which a bundle cannot hold; the tolerance decides nothing here. Re-judge with "
                             "graphbisect.verify(BUNDLE, check=your_check)", bundle.target_message, judged)
-    return dataclasses.replace(_classify(bundle, backend.spec, result, verdict.comparison, verdict.signature),
-                               judged_by=judged)
+    return dataclasses.replace(_classify(bundle, backend.spec, result, verdict.comparison, verdict.signature,
+                                         recorded=recorded, names=names), judged_by=judged)
 
 
 def runs_code(spec: BackendSpec) -> str | None:
@@ -127,32 +134,31 @@ def runs_code(spec: BackendSpec) -> str | None:
 
 
 def _classify(bundle: LoadedBundle, spec: BackendSpec, result: RunResult, comparison: Comparison | None,
-              observed: Signature) -> Verification:
-    recorded = bundle.signature
-
+              observed: Signature, *, recorded: Signature, names: Collection[str]) -> Verification:
     def verdict(outcome: str, note: str | None = None) -> Verification:
         return Verification(outcome, recorded, observed, spec, result, comparison, note, bundle.target_message)
 
     if recorded.matches(observed):
         return verdict(REPRODUCES)
-    if _same_crash(bundle, recorded, observed, result):
+    if _same_crash(bundle, recorded, observed, result, names):
         return verdict(REPRODUCES, "the crash message differs from the recorded one only in volatile details "
-                       "(paths, line numbers)")
+                       "(paths, line numbers, names)")
     if not observed.failed:
         return verdict(FIXED)
     return verdict(DIFFERENT, "the recorded failure is gone but the target fails differently: the bug may be "
                    "fixed while another one shows")
 
 
-def _same_crash(bundle: LoadedBundle, recorded: Signature, observed: Signature, result: RunResult) -> bool:
+def _same_crash(bundle: LoadedBundle, recorded: Signature, observed: Signature, result: RunResult,
+                names: Collection[str]) -> bool:
     """Same crash kind, and the recorded message's stable part is in the new one (see repro.crash_key)."""
     if recorded.kind is not observed.kind or not recorded.kind.raised:
         return False
     status = death_exit_code(recorded.detail, *_split(recorded.detail))
     if status is not None:  # a death or a command's exit status: the number, not a prefix ("code 1" of "13")
         return death_exit_code(observed.detail, result.error_type or "", result.message or "") == status
-    expected = crash_key(bundle.target_message or recorded.detail)
-    actual = crash_key(f"{result.error_type}: {result.message}")
+    expected = crash_key(bundle.target_message or recorded.detail, names)
+    actual = crash_key(f"{result.error_type}: {result.message}", names)
     return bool(expected) and expected in actual
 
 
