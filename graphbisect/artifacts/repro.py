@@ -38,8 +38,10 @@ design:
 Crash messages are matched on their stable part, :func:`crash_key`: the cause (first paragraph, name
 lists collapsed, model dumps cut) without addresses,
 paths, long numbers, temporary names and source line numbers, so a rebuilt library that moved the
-``throw`` by three lines still counts as the same bug. The script carries an identical copy of that
-function (a test pins the two together).
+``throw`` by three lines still counts as the same bug, and without the names the backend chose
+(:mod:`graphbisect.oracle.names`, embedded verbatim; the model's names in the recorded message are the
+config's ``expect.names``). The script carries an identical copy of that function (a test pins the two
+together).
 
 Example:
     >>> config = repro_config(content)           # doctest: +SKIP
@@ -53,7 +55,7 @@ import json
 import logging
 import pprint
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from graphbisect.artifacts.repro_backends import REPRO_BACKENDS, TACTICS_FILE, ReproBackend
@@ -63,8 +65,16 @@ from graphbisect.backends.command import check_mode
 from graphbisect.backends.inert import untrusted_values
 from graphbisect.backends.registry import HOST_OPTIONS
 from graphbisect.errors import SpecError
+from graphbisect.oracle.names import script_text as names_script_text
 from graphbisect.oracle.outcome import UNSUPPORTED_PATTERN
-from graphbisect.oracle.signature import CHECK_REJECTED, FailureKind, Signature, normalize_message
+from graphbisect.oracle.signature import (
+    CHECK_REJECTED,
+    FailureKind,
+    ModelNames,
+    Signature,
+    names_in,
+    normalize_message,
+)
 
 if TYPE_CHECKING:
     from graphbisect.artifacts.content import BundleContent
@@ -163,8 +173,13 @@ def tactic_files(content: BundleContent) -> dict[str, str]:
     return files
 
 
-def expected_failure(signature: Signature, target_message: str | None = None) -> dict[str, Any]:
+def expected_failure(signature: Signature, target_message: str | None = None,
+                     names: Collection[str] = ()) -> dict[str, Any]:
     """What ``repro.py`` must observe to call the failure reproduced (the ``expect`` of its config).
+
+    ``names``: the bundle model's node and tensor names (:class:`~graphbisect.oracle.signature.ModelNames`);
+    those in the recorded message go to the config as ``names``, which the script takes out of the message it
+    observes, as ``graphbisect verify`` does.
 
     Example:
         >>> sig = Signature(FailureKind.CRASH_RUN, "SIGSEGV: the worker process was killed by signal SIGSEGV (11)")
@@ -179,7 +194,8 @@ def expected_failure(signature: Signature, target_message: str | None = None) ->
         expect["exit_code"] = exit_code
         if exit_code is None:
             # The raw message keeps what the signature's 300-character normalized one may have cut.
-            expect["message_key"] = crash_key(target_message or signature.detail)
+            expect["names"] = names_in(target_message or signature.detail, names)
+            expect["message_key"] = crash_key(target_message or signature.detail, names)
         if target_message:
             expect["message"] = target_message
     elif signature.kind is FailureKind.REGEX:
@@ -213,7 +229,7 @@ def repro_config(content: BundleContent) -> dict[str, Any]:
     backend = _backend(spec)
     tol = content.tolerance
     timeout = spec.options.get("timeout")
-    expect = expected_failure(content.signature, content.target_message)
+    expect = expected_failure(content.signature, content.target_message, ModelNames(content.model))
     return {
         "format": CONFIG_FORMAT,
         "version": CONFIG_VERSION,
@@ -807,12 +823,17 @@ def message_cause(message, limit=4000):
     return joined if len(joined) <= limit else joined[:limit].rstrip() + " ..."
 
 
-def crash_key(message):
-    """The stable part of a crash message: its cause without addresses, paths, line numbers..."""
+def crash_key(message, names=()):
+    """The stable part of a crash message: its cause without addresses, paths, line numbers..., and without
+    the names the backend chose (erase_names below; ``names``: the model's, from repro_config.json)."""
     text = message_cause(message)
     for pattern, replacement in VOLATILE:
         text = re.sub(pattern, replacement, text)
-    return text.strip()
+    return erase_names(text.strip(), names)
+
+
+# graphbisect/oracle/names.py, verbatim: how graphbisect takes the names a backend chose out of a message
+''' + names_script_text() + r'''
 
 
 def is_recorded_failure(expect, outcome):
@@ -828,7 +849,7 @@ def is_recorded_failure(expect, outcome):
     if expect.get("exit_code") is not None:
         return outcome.get("exit_code") == expect["exit_code"]
     if expect.get("message_key") is not None:
-        actual = crash_key(f"{outcome.get('error_type')}: {outcome.get('message')}")
+        actual = crash_key(f"{outcome.get('error_type')}: {outcome.get('message')}", set(expect.get("names") or ()))
         return expect["message_key"] in actual
     return True
 

@@ -84,7 +84,7 @@ from graphbisect.oracle.as_built import (
 )
 from graphbisect.oracle.floor import NoiseFloor, floor_spec, measure_floor, no_floor
 from graphbisect.oracle.identity import Identity, IdentityCheck
-from graphbisect.oracle.signature import FailureKind, Signature
+from graphbisect.oracle.signature import FailureKind, ModelNames, Signature
 from graphbisect.oracle.tester import (
     CandidateTester,
     OutputCheck,
@@ -229,6 +229,9 @@ class _Run:
                 )
         self.tol = options.tolerance
         self.regex = re.compile(options.fail_regex) if options.fail_regex else None
+        # The original's node and tensor names, taken out of every crash message of this reduction (the baseline's,
+        # each candidate's, the re-verification's): one set, so a name is erased in all of them or in none.
+        self.names = ModelNames(model.proto)
         self.invocations = {"oracle": 0, "target": 0}
         self.ran_with: dict[str, dict[str, Any]] = {}  # role -> what its last worker measured (RunResult.ran_with)
         self.notes: list[str] = []
@@ -431,7 +434,7 @@ class _Run:
         if path.exists():
             data = json.loads(path.read_text())
             self.notes.extend(data.get("notes", []))  # a work folder of an older version has no evidence here
-            return _Baseline(Signature.from_json(data["signature"]), bool(data["flaky"]),
+            return _Baseline(Signature.from_json(data["signature"], names=self.names), bool(data["flaky"]),
                              [frozenset(h) for h in data.get("hints", [])],
                              {int(k): v for k, v in data.get("priors", {}).items()},
                              Identity.from_json(data.get("identity")))
@@ -543,7 +546,7 @@ class _Run:
         if run.ok:  # the values stay mapped after the worker's folder is gone (POSIX)
             self._last_original = run
         signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex,
-                          check=self.options.output_check, floor=floor).signature
+                          check=self.options.output_check, floor=floor, names=self.names).signature
         compiled = compiled_of(self.model, run.info) if run.ok and spec is not None else None
         if spec is not None:  # ORT wrote a copy of every weight beside the optimized graph: read, then gone
             shutil.rmtree(workdir, ignore_errors=True)
@@ -578,7 +581,7 @@ class _Run:
             return None, [], {}, [f"the target failed on the probed model ({run.describe()}); no layerwise hints "
                                   "and no identity (failures match by kind)"], None
         signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex,
-                          check=self.options.output_check, floor=floor).signature
+                          check=self.options.output_check, floor=floor, names=self.names).signature
         report = analyze_layers(self.model.nodes, store, run.outputs, self.tol, compiled=compiled, measured=run.stats,
                                 outputs=self.model.output_names, floor=floor)
         if report.first_divergence is None:
@@ -627,7 +630,7 @@ class _Run:
                                  check=self.options.output_check, repeats=FLAKY_REPEATS if flaky else 0,
                                  floor=floor, identity=self.identity_check(base.identity),
                                  describing=pool_of(describing, "target-describing")
-                                 if describing != self.target_spec else None)
+                                 if describing != self.target_spec else None, names=self.names)
         journal = Journal.open(self.work / "journal.jsonl", fingerprint=self.model.fingerprint)
         # The budget is this session's: resuming with --max-invocations N buys N more candidate runs.
         budget = Budget(max_invocations=self.options.max_invocations, deadline_seconds=self.options.deadline_seconds,
@@ -875,7 +878,7 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], base: _Baseline
         run = proc.run(path, dict(candidate.feeds))
         r.count("target", run=run)
         verdict = judge(run, values, r.compared(candidate.outputs), r.tol, r.regex, check=r.options.output_check,
-                        floor=floor)
+                        floor=floor, names=r.names)
         same = baseline.matches(verdict.signature, strict_band=r.options.strict_band)
         if same:
             why = tester.identity_differs(verdict, candidate)
@@ -991,7 +994,8 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
             model=candidate.proto, run_model=space.workdir / "final.onnx", feeds=candidate.feeds,
             expected=oracle_outputs, target_outputs=verification.target_outputs, oracle=r.oracle_spec,
             target=r.target_spec, tolerance=r.tol, signature=baseline, workdir=r.work / "facts",
-            timeout=r.options.timeout, stage=r.stage, fail_regex=r.regex, check=r.options.output_check)
+            timeout=r.options.timeout, stage=r.stage, fail_regex=r.regex, check=r.options.output_check,
+            names=r.names)
     # the time the user waited, as the CLI prints it: the maintainer facts' runs included
     report.update(facts.facts, report_runs=facts.runs, seconds=round(time.monotonic() - r.started, 3))
     content = BundleContent(
