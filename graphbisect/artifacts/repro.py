@@ -65,6 +65,7 @@ from graphbisect.backends.command import check_mode
 from graphbisect.backends.inert import untrusted_values
 from graphbisect.backends.registry import HOST_OPTIONS
 from graphbisect.errors import SpecError
+from graphbisect.oracle.floor import FLOOR_CAP
 from graphbisect.oracle.names import script_text as names_script_text
 from graphbisect.oracle.outcome import UNSUPPORTED_PATTERN
 from graphbisect.oracle.signature import (
@@ -277,7 +278,8 @@ def _floor_config(report: Mapping[str, Any]) -> dict[str, Any] | None:
     floor = report.get("noise_floor")
     if not isinstance(floor, Mapping) or not floor.get("measured"):
         return None
-    return {"spec": floor.get("spec"), "margin": floor.get("margin"), "scores": dict(floor.get("scores", {}))}
+    return {"spec": floor.get("spec"), "margin": floor.get("margin"), "cap": FLOOR_CAP,
+            "scores": dict(floor.get("scores", {}))}
 
 
 def _control_config(control: BackendSpec) -> dict[str, Any]:
@@ -721,12 +723,13 @@ def attempt(config, status_file=None):
 
 def within_floor(config, result):
     """A value mismatch no larger than the target's noise floor allows is kernel precision (kind "floor"), as
-    graphbisect judges it: beyond the tolerance but not beyond ``margin`` times the floor measured there."""
+    graphbisect judges it: beyond the tolerance but not beyond ``margin`` times the floor measured there, when
+    that floor is precision (below ``cap``: an error that large with every optimization off is a kernel bug)."""
     floor = config.get("noise_floor")
     if not floor or result["kind"] != "mismatch" or not result.get("score", 0.0) > 1.0:
         return result
     level = float(floor["scores"].get(result["name"], 0.0))
-    if level > 0.0 and result["score"] <= max(1.0, float(floor["margin"]) * level):
+    if 0.0 < level < float(floor.get("cap", math.inf)) and result["score"] <= max(1.0, float(floor["margin"]) * level):
         return dict(result, kind="floor", floor=level)
     return result
 
