@@ -191,6 +191,9 @@ class ReduceResult:
     seconds: float
     journey: tuple[tuple[int, int], ...] = ()
     notes: tuple[str, ...] = ()
+    #: what the failure is beyond its kind (None: matched by kind), and the target's noise floor it is above
+    identity: Identity | None = None
+    noise_floor: NoiseFloor | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -200,6 +203,8 @@ class ReduceResult:
             "stop_reason": self.stop_reason, "verified": self.verified, "flaky": self.flaky,
             "bundle": str(self.bundle) if self.bundle else None, "work_dir": str(self.work_dir),
             "seconds": round(self.seconds, 3), "journey": [list(p) for p in self.journey], "notes": list(self.notes),
+            "identity": None if self.identity is None else self.identity.to_json(),
+            "noise_floor": None if self.noise_floor is None else self.noise_floor.to_json(),
         }
 
 
@@ -770,8 +775,7 @@ def _search_and_verify(r: _Run, space: SubgraphSpace, base: _Baseline, floor: No
         pool.close()
     if tester.other_identity:
         r.notes.append(f"{tester.other_identity} candidate(s) failed with the baseline's kind but another identity "
-                       f"(not {base.identity.describe() if base.identity else 'the recorded failure'}): not "
-                       "accepted")
+                       "(e.g. a sibling pass fusing the same nodes otherwise): not accepted")
     if tester.unrepeated:
         r.notes.append(f"{tester.unrepeated} candidate(s) failed like the baseline once and not when re-run: "
                        "not accepted")
@@ -1013,7 +1017,7 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
         failed=True, original_nodes=len(r.model.nodes), final_nodes=len(result.keep), kept_nodes=names,
         signature=baseline, invocations=dict(r.invocations), one_minimal=one_minimal, stop_reason=stop,
         verified=verified, flaky=flaky, bundle=bundle, work_dir=r.work, seconds=time.monotonic() - r.started,
-        journey=journey, notes=tuple(r.notes),
+        journey=journey, notes=tuple(r.notes), identity=base.identity, noise_floor=floor,
     )
 
 
