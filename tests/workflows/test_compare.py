@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphbisect.artifacts.compare_report import write_csv
 from graphbisect.cli.main import main
+from graphbisect.examples import host_network
 from graphbisect.model import load_model
 from graphbisect.workflows.compare import compare_models
 
@@ -88,6 +89,27 @@ def test_identical_backends_pass(tmp_path: Path) -> None:
     result = compare_models(load_model(_resize_host()), oracle="ort:opt_level=disable", target="ort:opt_level=all")
     assert result.passed
     assert result.layerwise is not None and result.layerwise.first_divergence is None
+
+
+def test_a_passing_run_marks_no_row_failed(tmp_path: Path) -> None:
+    """Tensors the target fused away were not observed: JSON, CSV and HTML said ``missing``, ``score: inf``,
+    ``passed: false`` for each (issue 26: 1,350 of 1,497 rows of a *passing* PicoDet run on OpenVINO)."""
+    from graphbisect.artifacts.compare_report import write_html
+
+    result = compare_models(load_model(host_network(150, bug=None, seed=2).model))  # ORT all vs disable: fuses
+    assert result.passed and result.layerwise is not None
+    data = result.to_json()
+    rows = data["layers"]
+    unobserved = [row for row in rows if not row["observed"]]
+    assert unobserved and all(row["kind"] == "not-observed" and row["passed"] is None and row["score"] is None
+                              for row in unobserved)
+    assert all(row["passed"] for row in rows if row["observed"])
+    write_csv(result, tmp_path / "r.csv")
+    cells = list(csv.DictReader((tmp_path / "r.csv").read_text().splitlines()))
+    assert {row["kind"] for row in cells} <= {"ok", "not-observed"} and not any(row["score"] == "inf" for row in cells)
+    write_html(result, tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    assert "<tr class='fail'>" not in page and "<tr class='unobserved'>" in page
 
 
 def test_fusion_bug_is_localized_on_the_compiled_graph(tmp_path: Path) -> None:
