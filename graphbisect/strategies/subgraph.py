@@ -3,8 +3,9 @@
 Any subset of nodes is a valid candidate, because every tensor a kept node reads but no kept node
 produces is **fed with the oracle's captured value** (DESIGN: "oracle values at cut points"): as a graph
 input carried in the candidate's inputs, or — for small integer tensors such as shapes and indices, which
-runtimes need as constants to fold shapes and match fusion patterns — as an initializer. The original's
-own graph inputs stay graph inputs. The candidate's outputs are any original output it produces plus the
+runtimes need as constants to fold shapes and match fusion patterns — as an initializer, unless the original
+gives them a dynamic dimension (a constant would fix it to the captured run's size). The original's own graph
+inputs stay graph inputs. The candidate's outputs are any original output it produces plus the
 tensors it produces that no kept node reads (its frontier) — but never a tensor that no node of the original
 reads either (an LSTM's unused ``Y_h``): the original does not expose it, and exposing it changes what a
 compiler makes of its node (IREE 3.13 miscompiles a BiLSTM fed by a Gather with dynamic dimensions only
@@ -327,7 +328,7 @@ class SubgraphSpace:
                 continue
             dtype, shape = described
             ids.append(index)
-            if dtype.kind in _CONST_KINDS and math.prod(shape) <= _CONST_MAX_ELEMENTS:
+            if self._small_constant(name, dtype, math.prod(shape)):
                 made.append(self._cut_piece(index))  # a small integer constant: its value is the piece
                 continue
             stored.append(index)
@@ -386,7 +387,17 @@ class SubgraphSpace:
             return True
         if name in self._inputs:  # the original feeds it at run time: a constant would fold what it does not
             return False
-        return value.dtype.kind in _CONST_KINDS and value.size <= _CONST_MAX_ELEMENTS
+        return self._small_constant(name, value.dtype, value.size)
+
+    def _small_constant(self, name: str, dtype: np.dtype, size: int) -> bool:
+        """Whether a cut tensor of ``dtype`` and ``size`` elements is fed as a constant: a small integer or
+        boolean tensor (shapes, axes, indices: runtimes need them constant to fold shapes and match fusion
+        patterns) whose shape the original knows as fixed. Where the original gives it a dynamic dimension
+        (token ids of ``[batch, seq]``), a constant would fix that dimension to the captured run's size, so
+        it is a graph input declared with the original's dimensions (IREE 3.13 miscompiles a BiLSTM's
+        embedding only with them dynamic)."""
+        return dtype.kind in _CONST_KINDS and size <= _CONST_MAX_ELEMENTS and \
+            not _has_dynamic_dim(self.model.boundary_type(name))
 
     def _input_type(self, name: str, value: Any) -> onnx.ValueInfoProto:
         """How a fed value is declared: the model's own type (module docstring) when the value fits it; a
@@ -636,6 +647,14 @@ def _elem_type(name: str, value: Any) -> int:
     if code is None:
         raise KeyError(f"the model declares no type for {name!r}, and its value ({type(value).__name__}) gives none")
     return code
+
+
+def _has_dynamic_dim(info: onnx.ValueInfoProto | None) -> bool:
+    """Whether a tensor declaration has a dimension that is not a fixed size: symbolic, unknown or negative
+    (a declaration without a shape has none: nothing is known to be dynamic)."""
+    if info is None or not info.type.HasField("tensor_type") or not info.type.tensor_type.HasField("shape"):
+        return False
+    return any(dim.dim_value < 0 or not dim.HasField("dim_value") for dim in info.type.tensor_type.shape.dim)
 
 
 def _fits(info: onnx.ValueInfoProto, dtype: np.dtype, shape: Sequence[int]) -> bool:

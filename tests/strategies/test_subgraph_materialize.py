@@ -68,7 +68,7 @@ def _reference(space: SubgraphSpace, keep: frozenset[int]) -> tuple[onnx.ModelPr
     for name in cut:
         value = space.values(name)
         small_int = isinstance(value, np.ndarray) and value.dtype.kind in "biu" and value.size <= 4096
-        if small_int and name not in model.input_names:
+        if small_int and name not in model.input_names and not _dynamic(model, name):
             constants.append(tensor_from_array(value, name))
         else:
             fed.append(_declaration(model, name, value))
@@ -95,6 +95,14 @@ def _declaration(model: Model, name: str, value: Any) -> onnx.ValueInfoProto:
                     for d, n in zip(dims, value.shape, strict=True)))):
             return known
     return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype), None)
+
+
+def _dynamic(model: Model, name: str) -> bool:
+    """Whether the original gives ``name`` a dimension that is not a fixed size."""
+    known = model.boundary_type(name)
+    if known is None or not known.type.tensor_type.HasField("shape"):
+        return False
+    return not all(d.HasField("dim_value") and d.dim_value >= 0 for d in known.type.tensor_type.shape.dim)
 
 
 def _output(model: Model, name: str, values: Any) -> onnx.ValueInfoProto:

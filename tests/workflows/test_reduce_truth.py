@@ -7,6 +7,8 @@ Real fixtures:
   model's ``value_info`` gives it, so the keepdims=0 mis-fusion fails only with that declaration;
 * OpenVINO's ONNX frontend refuses ``GlobalLpPool`` on an input whose first dimension is dynamic
   ("First dimension of input data must be static"), which static candidate inputs hide;
+* IREE 3.13 miscompiles a BiLSTM fed by an embedding Gather only while the token ids' dimensions are dynamic
+  and the LSTM's unused ``Y_h``/``Y_c`` are not outputs (:mod:`tests.declaration_models`);
 * a ``--check`` script run by path relative to the caller's directory;
 * ONNX Runtime behind ``graphbisect/examples/flaky_target.py``, which crashes or perturbs at random.
 """
@@ -24,6 +26,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import graphbisect
 from graphbisect.backends import BackendProcess
 from graphbisect.compare import Tolerance
 from graphbisect.engine import Budget, Evaluator, Outcome, StopReason, probdd
@@ -37,6 +40,7 @@ from graphbisect.oracle.signature import FailureKind
 from graphbisect.oracle.tester import judge
 from graphbisect.strategies.subgraph import SubgraphSpace
 from graphbisect.workflows.reduce import ReduceOptions, reduce_model, resume_reduction
+from tests.declaration_models import BILSTM_CORE, bilstm_inputs, bilstm_tagger
 
 WIDTH = 8
 
@@ -130,6 +134,23 @@ def test_dynamic_dims_survive_into_candidates_openvino(tmp_path: Path) -> None:
     assert result.kept_nodes == ("pool",) and result.verified and result.one_minimal
     first_dim = onnx.load(str(tmp_path / "bug" / "model.onnx")).graph.input[0].type.tensor_type.shape.dim[0]
     assert first_dim.dim_param and not first_dim.HasField("dim_value")
+    assert _repro(tmp_path / "bug").returncode == 1
+
+
+def test_a_failure_that_needs_dynamic_dims_reduces_iree(tmp_path: Path) -> None:
+    """The whole model as a candidate is the original (no LSTM Y_h/Y_c outputs, which hide the miscompile),
+    and the token ids cut between Transpose and Gather keep their dynamic [seq, batch] as a graph input instead
+    of becoming a constant of the captured run's shape: the reduction ends at the Gather and the LSTM."""
+    pytest.importorskip("iree.compiler")
+    static = graphbisect.compare(bilstm_tagger(dynamic=False), target="iree", inputs=bilstm_inputs(), layerwise=False)
+    assert static.passed  # with the dimensions fixed IREE computes it right
+    result = reduce_model(load_model(bilstm_tagger()), tmp_path / "bug", inputs=bilstm_inputs(),
+                          options=ReduceOptions(target="iree"))
+    assert result.failed and result.signature.kind is FailureKind.MISMATCH
+    assert result.kept_nodes == BILSTM_CORE and result.verified and result.one_minimal
+    bundle = onnx.load(str(tmp_path / "bug" / "model.onnx"))
+    assert [describe_type(v) for v in bundle.graph.input] == ["INT64[seq,batch]"]
+    assert [v.name for v in bundle.graph.output] == ["Y"]
     assert _repro(tmp_path / "bug").returncode == 1
 
 
