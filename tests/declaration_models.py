@@ -1,5 +1,9 @@
 """Small models whose failure on a real backend needs what the user's model declares (issue 23).
 
+* :func:`declared_rank_layernorm`: ONNX Runtime's LayerNormFusion fires on a ReduceMean with a *positive*
+  ``axes`` only when the input's rank is known (``CheckAxesOnReduceMean``); with an input of unknown rank (as
+  converters write them) only the model's ``value_info`` gives it, so the keepdims=0 mis-fusion (onnxruntime
+  issue 30513) fails only with that declaration.
 * :func:`bilstm_tagger`: IREE 3.13 (llvm-cpu) miscompiles a bidirectional LSTM fed by an embedding ``Gather``
   when the token ids' batch and sequence dimensions are dynamic: the tags' probabilities are off by ~0.1–0.5
   against ONNX Runtime and onnx.reference. With both dimensions fixed it computes correctly, and so it does
@@ -13,10 +17,13 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["BILSTM_CORE", "bilstm_inputs", "bilstm_tagger"]
+__all__ = ["BILSTM_CORE", "WIDTH", "bilstm_inputs", "bilstm_tagger", "declared_rank_layernorm"]
 
 #: the nodes a minimal failing BiLSTM tagger keeps
 BILSTM_CORE = ("embed", "bilstm")
+
+#: the width of :func:`declared_rank_layernorm`'s rows
+WIDTH = 8
 
 _BATCH, _SEQ, _EMBED, _HIDDEN, _VOCAB, _TAGS = 3, 5, 4, 4, 10, 4
 
@@ -49,3 +56,28 @@ def bilstm_tagger(*, dynamic: bool = True) -> onnx.ModelProto:
 
 def bilstm_inputs() -> dict[str, np.ndarray]:
     return {"tokens": np.random.default_rng(1).integers(0, _VOCAB, (_BATCH, _SEQ)).astype(np.int64)}
+
+
+def declared_rank_layernorm(value_info: bool = True) -> onnx.ModelProto:
+    """x: FLOAT of unknown rank → Add → keepdims=0 LayerNorm with axes=[1]; ``h`` declared [n, 8]
+    (``value_info=False``: not declared, and ONNX Runtime computes it right)."""
+    nodes = [helper.make_node("Add", ["x", "zero"], ["h"], name="add"),
+             helper.make_node("ReduceMean", ["h"], ["m"], axes=[1], keepdims=0, name="mean"),
+             helper.make_node("Sub", ["h", "m"], ["c"], name="sub"),
+             helper.make_node("Pow", ["c", "two"], ["sq"], name="pow"),
+             helper.make_node("ReduceMean", ["sq"], ["v"], axes=[1], keepdims=0, name="var"),
+             helper.make_node("Add", ["v", "eps"], ["ve"], name="add_eps"),
+             helper.make_node("Sqrt", ["ve"], ["s"], name="sqrt"),
+             helper.make_node("Div", ["c", "s"], ["n"], name="div"),
+             helper.make_node("Mul", ["n", "g"], ["ng"], name="mul"),
+             helper.make_node("Add", ["ng", "b"], ["y"], name="add_b")]
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.float32(0), "zero"), numpy_helper.from_array(np.float32(2), "two"),
+             numpy_helper.from_array(np.float32(1e-5), "eps"),
+             numpy_helper.from_array((1 + 0.1 * rng.standard_normal(WIDTH)).astype(np.float32), "g"),
+             numpy_helper.from_array((0.1 * rng.standard_normal(WIDTH)).astype(np.float32), "b")]
+    declared = [helper.make_tensor_value_info("h", TensorProto.FLOAT, ["n", WIDTH])] if value_info else []
+    graph = helper.make_graph(nodes, "declared_rank", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
+                              value_info=declared)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)

@@ -40,33 +40,7 @@ from graphbisect.oracle.signature import FailureKind
 from graphbisect.oracle.tester import judge
 from graphbisect.strategies.subgraph import SubgraphSpace
 from graphbisect.workflows.reduce import ReduceOptions, reduce_model, resume_reduction
-from tests.declaration_models import BILSTM_CORE, bilstm_inputs, bilstm_tagger
-
-WIDTH = 8
-
-
-def _declared_rank_layernorm(value_info: bool = True) -> onnx.ModelProto:
-    """x: FLOAT of unknown rank → Add → keepdims=0 LayerNorm with axes=[1]; ``h`` declared [n, 8]."""
-    nodes = [helper.make_node("Add", ["x", "zero"], ["h"], name="add"),
-             helper.make_node("ReduceMean", ["h"], ["m"], axes=[1], keepdims=0, name="mean"),
-             helper.make_node("Sub", ["h", "m"], ["c"], name="sub"),
-             helper.make_node("Pow", ["c", "two"], ["sq"], name="pow"),
-             helper.make_node("ReduceMean", ["sq"], ["v"], axes=[1], keepdims=0, name="var"),
-             helper.make_node("Add", ["v", "eps"], ["ve"], name="add_eps"),
-             helper.make_node("Sqrt", ["ve"], ["s"], name="sqrt"),
-             helper.make_node("Div", ["c", "s"], ["n"], name="div"),
-             helper.make_node("Mul", ["n", "g"], ["ng"], name="mul"),
-             helper.make_node("Add", ["ng", "b"], ["y"], name="add_b")]
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(np.float32(0), "zero"), numpy_helper.from_array(np.float32(2), "two"),
-             numpy_helper.from_array(np.float32(1e-5), "eps"),
-             numpy_helper.from_array((1 + 0.1 * rng.standard_normal(WIDTH)).astype(np.float32), "g"),
-             numpy_helper.from_array((0.1 * rng.standard_normal(WIDTH)).astype(np.float32), "b")]
-    declared = [helper.make_tensor_value_info("h", TensorProto.FLOAT, ["n", WIDTH])] if value_info else []
-    graph = helper.make_graph(nodes, "declared_rank", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
-                              value_info=declared)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+from tests.declaration_models import BILSTM_CORE, WIDTH, bilstm_inputs, bilstm_tagger, declared_rank_layernorm
 
 
 def _x() -> dict[str, np.ndarray]:
@@ -82,7 +56,7 @@ def _repro(bundle: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_normalized_model_keeps_the_users_declarations_and_knows_inferred_types() -> None:
-    proto = _declared_rank_layernorm()
+    proto = declared_rank_layernorm()
     model = load_model(proto)
     assert [describe_type(v) for v in model.proto.graph.value_info] == ["FLOAT[n,8]"]  # nothing inferred added
     assert describe_type(model.proto.graph.output[0]) == "FLOAT[rank unknown]"
@@ -91,7 +65,7 @@ def test_normalized_model_keeps_the_users_declarations_and_knows_inferred_types(
 
 
 def test_whole_node_set_materializes_to_the_original_declarations(tmp_path: Path) -> None:
-    model = load_model(_declared_rank_layernorm())
+    model = load_model(declared_rank_layernorm())
     space = SubgraphSpace(model, {**_x()}.__getitem__, tmp_path)
     whole = space.materialize(range(len(model.nodes))).proto
     for field in ("input", "output", "value_info"):
@@ -102,9 +76,9 @@ def test_whole_node_set_materializes_to_the_original_declarations(tmp_path: Path
 def test_reduce_keeps_a_declaration_a_fusion_depends_on(tmp_path: Path) -> None:
     """The failure needs h's declared rank: the bundle fails on ONNX Runtime and declares no concrete shape
     that the user's model did not have (the cut point is [n, 8] as the original's inference knows it)."""
-    plain = load_model(_declared_rank_layernorm(value_info=False))
+    plain = load_model(declared_rank_layernorm(value_info=False))
     assert not reduce_model(plain, tmp_path / "none", inputs=_x()).failed  # without the declaration: no bug
-    result = reduce_model(load_model(_declared_rank_layernorm()), tmp_path / "bug", inputs=_x())
+    result = reduce_model(load_model(declared_rank_layernorm()), tmp_path / "bug", inputs=_x())
     assert result.failed and result.verified and result.one_minimal and not result.flaky
     bundle = onnx.load(str(tmp_path / "bug" / "model.onnx"))
     declared = {v.name: describe_type(v) for v in (*bundle.graph.input, *bundle.graph.value_info)}
