@@ -9,6 +9,14 @@
   against ONNX Runtime and onnx.reference. With both dimensions fixed it computes correctly, and so it does
   when the LSTM's unused ``Y_h``/``Y_c`` are graph outputs, or when the embedded tokens are a graph input (the
   Gather cut away). The failing core is the Gather and the LSTM, fed with token ids of dynamic shape.
+* :func:`reshape_fusion_host`: ONNX Runtime 1.32's ``ReshapeFusion`` fuses a chain of contiguous Reshapes
+  whose last output shape is known, and follows a Reshape's output into the *shape* input of the next one as
+  if it were data (onnxruntime issue 32105, where the types differ and session creation fails): here
+  ``Reshape(ids, Reshape(Shape(m), [-1]))`` becomes ``Reshape(Shape(m), [2, 1])``, so the
+  ids are replaced by ``m``'s shape (at ``opt_level=all``; ``disable`` is right). It fires only when the last
+  Reshape's output (``bug_y``) is declared ``[2, 1]`` and ``m``'s first dimension is dynamic (a static one is
+  constant-folded first). Embedded in a 30-node host whose float output reads ``bug_y`` through a Cast: the
+  failing core is Shape → Reshape → Reshape (3 nodes), with ``bug_y`` an integer output.
 """
 
 from __future__ import annotations
@@ -17,10 +25,15 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["BILSTM_CORE", "WIDTH", "bilstm_inputs", "bilstm_tagger", "declared_rank_layernorm"]
+from graphbisect.examples.patterns import GraphBuilder
+
+__all__ = ["BILSTM_CORE", "RESHAPE_FUSION_CORE", "WIDTH", "bilstm_inputs", "bilstm_tagger",
+           "declared_rank_layernorm", "reshape_fusion_host", "reshape_fusion_inputs"]
 
 #: the nodes a minimal failing BiLSTM tagger keeps
 BILSTM_CORE = ("embed", "bilstm")
+#: the nodes a minimal failing ReshapeFusion host keeps
+RESHAPE_FUSION_CORE = ("/gate/Shape", "/gate/Reshape", "/gate/Reshape_1")
 
 #: the width of :func:`declared_rank_layernorm`'s rows
 WIDTH = 8
@@ -81,3 +94,41 @@ def declared_rank_layernorm(value_info: bool = True) -> onnx.ModelProto:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
                               value_info=declared)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def reshape_fusion_host(*, declared: bool = True) -> onnx.ModelProto:
+    """``x: FLOAT[batch, 8]`` → four residual MLP blocks → a gate that reads each row's argmax channel through
+    the ReshapeFusion bug → two more layers → ``y: FLOAT[batch]`` (30 nodes); ``declared=False`` leaves out the
+    ``bug_y: INT64[2, 1]`` value_info the fusion needs. Feed it a batch of 2 (:func:`reshape_fusion_inputs`)."""
+    b = GraphBuilder(seed=0)
+    rng = b.rng
+    h = "x"
+    for i in range(4):
+        with b.scope(f"blk{i}"):
+            w = b.const((rng.standard_normal((8, 8)) / 3).astype(np.float32), "weight")
+            update = b.op("MatMul", [h, w])
+            update = b.op("Add", [update, b.const((0.1 * rng.standard_normal(8)).astype(np.float32), "bias")])
+            h = b.op("Add", [h, b.op("Tanh", [update])])
+    with b.scope("gate"):
+        channel = b.op("ArgMax", [h], axis=1, keepdims=0)  # INT64[batch]
+        mean = b.op("ReduceMean", [h], axes=[1], keepdims=1)  # FLOAT[batch, 1]
+        shape = b.op("Shape", [mean])
+        column = b.op("Reshape", [shape, b.ints([-1])])  # the shape [batch, 1], computed at run time
+        chosen = b.op("Reshape", [channel, column], output="bug_y")
+        gate = b.op("Mul", [b.op("Cast", [chosen], to=TensorProto.FLOAT), b.scalar(0.125)])
+        gate = b.op("Add", [mean, gate])
+    with b.scope("head"):
+        h = b.op("Mul", [h, gate])
+        for i in range(2):
+            h = b.op("Relu", [b.op("MatMul", [h, b.const((rng.standard_normal((8, 8)) / 3).astype(np.float32),
+                                                           f"w{i}")])])
+        b.op("ReduceSum", [h, b.ints([1])], keepdims=0, output="y")
+    model = b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch"])], graph_name="reshape_fusion")
+    if declared:
+        model.graph.value_info.append(helper.make_tensor_value_info("bug_y", TensorProto.INT64, [2, 1]))
+    return model
+
+
+def reshape_fusion_inputs() -> dict[str, np.ndarray]:
+    return {"x": np.random.default_rng(1).standard_normal((2, 8)).astype(np.float32)}

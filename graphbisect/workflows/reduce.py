@@ -70,7 +70,7 @@ from graphbisect.errors import GraphBisectError, InputError, ModelError
 from graphbisect.executors import EXECUTOR
 from graphbisect.executors.candidates import ExecutorPool
 from graphbisect.localize.compiled import CompiledGraph
-from graphbisect.localize.layerwise import analyze_layers
+from graphbisect.localize.layerwise import LayerRow, analyze_layers
 from graphbisect.lockfile import folder_lock
 from graphbisect.model import Model
 from graphbisect.model.diff import model_differences
@@ -82,7 +82,7 @@ from graphbisect.oracle.as_built import (
     capture_difference,
     require_as_built,
 )
-from graphbisect.oracle.signature import FailureKind, Signature
+from graphbisect.oracle.signature import FailureKind, Signature, rooted_in_integers
 from graphbisect.oracle.tester import CandidateTester, OutputCheck, TargetPool, WorkerPool, judge, model_digest
 from graphbisect.packfile import TornRunError
 from graphbisect.strategies.subgraph import SubgraphSpace, plan
@@ -395,8 +395,9 @@ class _Run:
             again, first, compiled = (first if plain.matches(first) else None), plain, None
         hints: list[frozenset[int]] = []
         priors: dict[int, float] = {}
+        root: LayerRow | None = None
         if first.failed and self._evidence_possible(first):
-            probe_sig, hints, priors, notes = self._collect_evidence(store, values, compiled)
+            probe_sig, hints, priors, notes, root = self._collect_evidence(store, values, compiled)
             if probe_sig is not None and first.matches(probe_sig):
                 again = probe_sig
         if first.failed and again is None:
@@ -411,6 +412,13 @@ class _Run:
             notes.append(f"the check failed ({first.describe()}) but not with exit code "
                          f"{self.options.fail_code}; that is not the failure asked for")
             first = Signature(FailureKind.NONE)
+        rooted = rooted_in_integers(first, root.stats.oracle_dtype if root is not None else None)
+        if rooted is not first:
+            assert root is not None
+            notes.append(f"the first divergence is the {root.stats.oracle_dtype} tensor {root.tensor!r} "
+                         f"({root.node}): the float error at the outputs follows from it, so a candidate whose "
+                         f"integer outputs differ fails the same way")
+            first = rooted
         self.notes.extend(notes)
         atomic_write_text(path, json.dumps({"signature": first.to_json(), "flaky": flaky, "notes": notes,
                                             "hints": [sorted(h) for h in hints], "priors": priors}))
@@ -477,8 +485,10 @@ class _Run:
 
     def _collect_evidence(self, store: ActivationStore, values: Callable[[str], np.ndarray],
                           compiled: CompiledGraph | None
-                          ) -> tuple[Signature | None, list[frozenset[int]], dict[int, float], list[str]]:
-        """One probed target run: (its signature on the original outputs, hints, priors, notes).
+                          ) -> tuple[Signature | None, list[frozenset[int]], dict[int, float], list[str],
+                                     LayerRow | None]:
+        """One probed target run: (its signature on the original outputs, hints, priors, notes, the first
+        divergence).
 
         With the compiled graph known, the probe exposes only the tensors that survive in it, so it compiles
         to the same graph and a bug inside a fusion stays visible; each hint is then the original region a
@@ -495,14 +505,14 @@ class _Run:
         self.count("target")
         remove_model(probe)
         if not run.ok:
-            return None, [], {}, [f"the target failed on the probed model ({run.describe()}); no layerwise hints"]
+            return None, [], {}, [f"the target failed on the probed model ({run.describe()}); no layerwise hints"], None
         signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex,
                           check=self.options.output_check).signature
         report = analyze_layers(self.model.nodes, store, run.outputs, self.tol, compiled=compiled, measured=run.stats,
                                 outputs=self.model.output_names)
         if report.first_divergence is None:
             return signature, [], {}, ["probe masking: with the intermediates exposed the target agrees with "
-                                       "the oracle; the search is structural"]
+                                       "the oracle; the search is structural"], None
         index = self.model.node_index
 
         def region(node: int) -> frozenset[int]:
@@ -513,7 +523,7 @@ class _Run:
         priors: dict[int, float] = {}
         for rank, nodes in enumerate(causes):
             priors.update({node: max(priors.get(node, 0.0), 0.1 * (3 - rank)) for node in nodes})
-        return signature, hints, priors, []
+        return signature, hints, priors, [], report.first_divergence
 
     def search(self, space: SubgraphSpace, baseline: Signature, hints: list[frozenset[int]],
                priors: dict[int, float], *, flaky: bool, scope: str = "",

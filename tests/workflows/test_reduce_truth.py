@@ -28,6 +28,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphbisect
 from graphbisect.backends import BackendProcess
+from graphbisect.cli.main import main
 from graphbisect.compare import Tolerance
 from graphbisect.engine import Budget, Evaluator, Outcome, StopReason, probdd
 from graphbisect.errors import SpecError
@@ -36,11 +37,20 @@ from graphbisect.examples.flaky_target import script_path
 from graphbisect.examples.patterns import pattern_model
 from graphbisect.model import load_model
 from graphbisect.model.diff import describe_type
-from graphbisect.oracle.signature import FailureKind
+from graphbisect.oracle.signature import EXACT_ROOTED, FailureKind
 from graphbisect.oracle.tester import judge
 from graphbisect.strategies.subgraph import SubgraphSpace
 from graphbisect.workflows.reduce import ReduceOptions, reduce_model, resume_reduction
-from tests.declaration_models import BILSTM_CORE, WIDTH, bilstm_inputs, bilstm_tagger, declared_rank_layernorm
+from tests.declaration_models import (
+    BILSTM_CORE,
+    RESHAPE_FUSION_CORE,
+    WIDTH,
+    bilstm_inputs,
+    bilstm_tagger,
+    declared_rank_layernorm,
+    reshape_fusion_host,
+    reshape_fusion_inputs,
+)
 
 
 def _x() -> dict[str, np.ndarray]:
@@ -126,6 +136,26 @@ def test_a_failure_that_needs_dynamic_dims_reduces_iree(tmp_path: Path) -> None:
     assert [describe_type(v) for v in bundle.graph.input] == ["INT64[seq,batch]"]
     assert [v.name for v in bundle.graph.output] == ["Y"]
     assert _repro(tmp_path / "bug").returncode == 1
+
+
+def test_a_float_error_rooted_in_integers_reduces_to_the_integer_bug(tmp_path: Path) -> None:
+    """ONNX Runtime's ReshapeFusion swaps a Reshape's ids for a shape: a float error at ``y`` through a Cast.
+    The first divergence is the integer ``bug_y``, so the candidate without the Cast (``bug_y`` promoted to an
+    output, declared [2, 1] as the user did: the fusion needs it) fails the same way, and the CLI's bundle is
+    the 3-node core (main: 4 nodes, the Cast kept: "no float output, and the failure is a float error")."""
+    plain = graphbisect.compare(reshape_fusion_host(declared=False), inputs=reshape_fusion_inputs(), layerwise=False)
+    assert plain.passed  # without the declaration the fusion does not fire
+    model, inputs, bundle = tmp_path / "model.onnx", tmp_path / "inputs.npz", tmp_path / "bug"
+    onnx.save(reshape_fusion_host(), str(model))
+    np.savez(inputs, **reshape_fusion_inputs())
+    assert main(["reduce", str(model), "--inputs", str(inputs), "-o", str(bundle)]) == 1
+    report = json.loads((bundle / "report.json").read_text())
+    assert tuple(node["name"] for node in report["kept_nodes"]) == RESHAPE_FUSION_CORE
+    assert report["one_minimal"] and report["verified"]
+    assert report["signature"]["detail"] == EXACT_ROOTED
+    reduced = onnx.load(str(bundle / "model.onnx"))
+    assert [(v.name, describe_type(v)) for v in reduced.graph.output] == [("bug_y", "INT64[2,1]")]
+    assert _repro(bundle).returncode == 1 and main(["verify", str(bundle)]) == 1
 
 
 def test_a_search_without_progress_stops() -> None:
