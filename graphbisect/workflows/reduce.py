@@ -70,7 +70,7 @@ from graphbisect.errors import GraphBisectError, InputError, ModelError
 from graphbisect.executors import EXECUTOR
 from graphbisect.executors.candidates import ExecutorPool
 from graphbisect.localize.compiled import CompiledGraph
-from graphbisect.localize.layerwise import analyze_layers
+from graphbisect.localize.layerwise import LayerRow, analyze_layers
 from graphbisect.lockfile import folder_lock
 from graphbisect.model import Model
 from graphbisect.model.diff import model_differences
@@ -84,7 +84,7 @@ from graphbisect.oracle.as_built import (
 )
 from graphbisect.oracle.floor import NoiseFloor, floor_spec, measure_floor, no_floor
 from graphbisect.oracle.identity import Identity, IdentityCheck
-from graphbisect.oracle.signature import FailureKind, ModelNames, Signature
+from graphbisect.oracle.signature import FailureKind, ModelNames, Signature, rooted_in_integers
 from graphbisect.oracle.tester import (
     CandidateTester,
     OutputCheck,
@@ -455,10 +455,12 @@ class _Run:
         hints: list[frozenset[int]] = []
         priors: dict[int, float] = {}
         identity: Identity | None = None
+        root: LayerRow | None = None
         if first.failed and self._evidence_possible(first):
-            probe_sig, hints, priors, notes, identity = self._collect_evidence(store, values, compiled, floor)
-            if self.options.output_check is not None:  # the check judges outputs: the tolerance's view is not it
-                identity = None
+            probe_sig, hints, priors, notes, root = self._collect_evidence(store, values, compiled, floor)
+            if root is not None and self.options.output_check is None:  # a check's verdict is not the tolerance's
+                identity = Identity.of_row(root.node, root.tensor, root.stats.score, root.compiled_as,
+                                           compiled.source if compiled is not None else None)
             if probe_sig is not None and first.matches(probe_sig):
                 again = probe_sig
         if first.failed and again is None:
@@ -475,6 +477,13 @@ class _Run:
             notes.append(f"the check failed ({first.describe()}) but not with exit code "
                          f"{self.options.fail_code}; that is not the failure asked for")
             first = Signature(FailureKind.NONE)
+        rooted = rooted_in_integers(first, root.stats.oracle_dtype if root is not None else None)
+        if rooted is not first:
+            assert root is not None
+            notes.append(f"the first divergence is the {root.stats.oracle_dtype} tensor {root.tensor!r} "
+                         f"({root.node}): the float error at the outputs follows from it, so a candidate whose "
+                         f"integer outputs differ fails the same way")
+            first = rooted
         self.notes.extend(notes)
         atomic_write_text(path, json.dumps({"signature": first.to_json(), "flaky": flaky, "notes": notes,
                                             "hints": [sorted(h) for h in hints], "priors": priors,
@@ -564,9 +573,9 @@ class _Run:
     def _collect_evidence(self, store: ActivationStore, values: Callable[[str], np.ndarray],
                           compiled: CompiledGraph | None, floor: NoiseFloor,
                           ) -> tuple[Signature | None, list[frozenset[int]], dict[int, float], list[str],
-                                     Identity | None]:
-        """One probed target run: (its signature on the original outputs, hints, priors, notes, the failure's
-        identity: its first divergence above the noise floor, with what the target compiled there).
+                                     LayerRow | None]:
+        """One probed target run: (its signature on the original outputs, hints, priors, notes, the first
+        divergence above the noise floor: the failure's identity, with what the target compiled there).
 
         With the compiled graph known, the probe exposes only the tensors that survive in it, so it compiles
         to the same graph and a bug inside a fusion stays visible; each hint is then the original region a
@@ -592,9 +601,6 @@ class _Run:
         if report.first_divergence is None:
             return signature, [], {}, ["probe masking: with the intermediates exposed the target agrees with "
                                        "the oracle; the search is structural, and failures match by kind"], None
-        first = report.first_divergence
-        identity = Identity.of_row(first.node, first.tensor, first.stats.score, first.compiled_as,
-                                   compiled.source if compiled is not None else None)
         index = self.model.node_index
 
         def region(node: int) -> frozenset[int]:
@@ -605,7 +611,7 @@ class _Run:
         priors: dict[int, float] = {}
         for rank, nodes in enumerate(causes):
             priors.update({node: max(priors.get(node, 0.0), 0.1 * (3 - rank)) for node in nodes})
-        return signature, hints, priors, [], identity
+        return signature, hints, priors, [], report.first_divergence
 
     def candidate_spec(self, identity: Identity | None) -> BackendSpec:
         """The spec candidates run with: the target's, describing what it compiled when the failure's identity
