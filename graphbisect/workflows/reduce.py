@@ -432,7 +432,7 @@ class _Run:
         are the original outputs, so when they fail exactly like run 1 the probe *is* the flakiness
         re-run. Only when they do not (flakiness, or probing masked the failure) does a plain re-run
         decide. Runs are judged above the target's noise ``floor``; an original that fails only within it
-        is no failure to reduce (:meth:`_floor_only`). Saved in the work folder, so a resumed run does not
+        is no failure to reduce (:meth:`floor_only`). Saved in the work folder, so a resumed run does not
         pay for any of it again.
         """
         path = self.work / "baseline.json"
@@ -635,7 +635,10 @@ class _Run:
             return WorkerPool(spec, jobs, self.work / folder, timeout=self.options.timeout)
 
         pool = pool_of(self.target_spec, "target")
-        describing = self.candidate_spec(base.identity)  # workers start on their first run: none if unused
+        # Workers start on their first run: none if unused. Candidates run by an executor (Ray, other processes)
+        # do not describe what they compiled: its files stay where they ran, so they match on the rest of the
+        # identity; the final model is still re-verified describing, here.
+        describing = self.target_spec if self.options.executor else self.candidate_spec(base.identity)
         tester = CandidateTester(space, pool, base.signature, self.tol, fail_regex=self.regex,
                                  strict_band=self.options.strict_band, compare=not self.options.check,
                                  check=self.options.output_check, repeats=FLAKY_REPEATS if flaky else 0,
