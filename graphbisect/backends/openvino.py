@@ -194,6 +194,14 @@ def _property_text(value: Any) -> str:
     return str(name) if isinstance(name, str) else str(value)
 
 
+def _group_size(compiled: Any) -> int | None:
+    """The compiled model's ``DYNAMIC_QUANTIZATION_GROUP_SIZE`` (None where the device has no such property)."""
+    try:
+        return int(compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE"))
+    except Exception:  # not every device reports it
+        return None
+
+
 def _last_line(text: str) -> str:
     """The informative line of an OpenVINO exception (the others name its source files)."""
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("Exception from ")]
@@ -371,6 +379,9 @@ class OpenVino:
             "precision_as_requested": actual_precision in (None, self._precision),  # a mismatch up front)
             "threads": self._threads,
             "config": self._config_facts(compiled),
+            # OpenVINO's execution graph says runtimePrecision i8 for an int8-weight FullyConnected whether it
+            # quantizes the activations (group size > 0, the CPU default) or decompresses the weights (0)
+            "dynamic_quantization_group_size": _group_size(compiled),
             "outputs": {name: sorted(compiled.outputs[i].get_names()) for name, i in selected.items()},
         }
         self._info.update(tactics)

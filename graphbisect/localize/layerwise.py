@@ -231,10 +231,11 @@ _NOT_CONSTANT = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", 
                            "Bernoulli"})
 
 
-def constant_tensors(nodes: Sequence[onnx.NodeProto]) -> set[str]:
+def constant_tensors(nodes: Sequence[onnx.NodeProto], given: Collection[str] = ()) -> set[str]:
     """The outputs of nodes that read no graph input: nodes without inputs (``Constant``) and, transitively,
     nodes that read only such outputs (a ``Cast`` or ``Concat`` of constants). Tensors no node produces
-    (graph inputs, and initializers too: this sees only nodes) are not constant here; random ops never are.
+    (graph inputs, and initializers too: this sees only nodes) are not constant here unless ``given`` (e.g. the
+    initializers, to find a weight's DequantizeLinear); random ops never are. ``given`` is not in the result.
 
     Example:
         >>> from onnx import helper
@@ -243,14 +244,14 @@ def constant_tensors(nodes: Sequence[onnx.NodeProto]) -> set[str]:
         >>> sorted(constant_tensors(nodes))
         ['c', 'n']
     """
-    constant: set[str] = set()
+    constant: set[str] = set(given)
     for node in nodes:  # topological order
         if node.op_type in _NOT_CONSTANT or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
                                                 for a in node.attribute):
             continue
         if all(name in constant for name in node.input if name):
             constant.update(name for name in node.output if name)
-    return constant
+    return constant.difference(given)
 
 
 def _diverges(row: LayerRow) -> bool:

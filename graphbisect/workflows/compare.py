@@ -134,7 +134,11 @@ class CompareResult:
             "compiled_graph": None if self.compiled is None else {
                 "source": self.compiled.source, "nodes": len(self.compiled.nodes),
                 "fused": sum(n.fused for n in self.compiled.nodes), "surviving": len(self.compiled.surviving),
-                "unmapped": len(self.compiled.unmapped)},
+                "unmapped": len(self.compiled.unmapped),
+                # the compiled nodes the target computed in a narrower type than the model (issue 26)
+                "lower_precision": [{"name": n.name, "kind": n.kind, "originals": list(n.originals),
+                                     "precision": list(n.precision), "model_precision": list(n.model_precision)}
+                                    for n in self.compiled.lower_precision]},
             "target_probe": None if self.target_probe is None else self.target_probe.to_json(),
             "oracle_capture": None if self.oracle_capture is None else self.oracle_capture.to_json(),
             "noise_floor": None if self.noise_floor is None else self.noise_floor.to_json(),
