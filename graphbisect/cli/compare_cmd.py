@@ -163,6 +163,10 @@ def _print_layers(result: CompareResult, rows: int) -> None:
     else:
         print(f"\nfirst divergence: {first.node} ({first.op_type}) → tensor {first.tensor}, "
               f"{_num(first.stats.score)}× tolerance")
+    if first.lsb is not None:
+        print(f"  a quantized tensor: {_num(first.lsb)} quantization steps (LSB) off"
+              + (f" (step {_num(first.step)})" if first.step else "")
+              + (f", the tolerance {_num(result.tolerance.int_atol)} (--int-atol)" if result.tolerance else ""))
     if first.compiled_as is not None and first.compiled_as.lower_precision:
         print(f"  the target {first.compiled_as.precision_note()} (what it reports it ran: its own choice, not the "
               f"model's){_precision_hint(result, first.compiled_as)}")

@@ -72,6 +72,24 @@ class LayerRow:
     floor: float | None = None
     #: fails the tolerance, but within the noise floor's margin: kernel precision, never a divergence
     at_floor: bool = False
+    #: its quantization step when it is quantized (compared in steps: :meth:`Tolerance.bounds`; 0: scale unknown)
+    step: float | None = None
+
+    @property
+    def lsb(self) -> float | None:
+        """Its worst error in quantization steps (LSB): an integer's own difference, a float's ÷ its step; None
+        when it is not quantized (or its scale is unknown and it is a float).
+
+        Example:
+            >>> from graphbisect.compare import compare_tensors
+            >>> s = compare_tensors("q", np.zeros(2, np.int8), np.array([0, 3], np.int8))
+            >>> LayerRow(0, "q", "QuantizeLinear", "q", s, 0.0, 0.0, step=0.05).lsb
+            3.0
+        """
+        if self.step is None or not self.compared:
+            return None
+        integer = (self.stats.oracle_dtype or "").startswith(("int", "uint"))
+        return self.stats.max_abs if integer else self.stats.max_abs / self.step if self.step > 0 else None
 
     @property
     def compared(self) -> bool:
@@ -85,7 +103,8 @@ class LayerRow:
                 "input_score": _finite(self.input_score), "amplification": _finite(self.amplification),
                 "compiled_as": None if self.compiled_as is None else self.compiled_as.to_json(),
                 "constant": self.constant, "floor": None if self.floor is None else _finite(self.floor),
-                "at_floor": self.at_floor, **stats}
+                "at_floor": self.at_floor, "quantization_step": self.step,
+                "lsb": None if self.lsb is None else _finite(self.lsb), **stats}
 
 
 @dataclass(frozen=True)
@@ -198,7 +217,7 @@ def analyze_layers(
             amplification = stats.score / max(input_score, 1.0) if stats.kind is not MismatchKind.MISSING else 0.0
             row = LayerRow(index, node.name, node.op_type, tensor, stats, input_score, amplification, group,
                            constant, floor.scores.get(tensor) if floor is not None and floor.measured else None,
-                           noise)
+                           noise, tol.quantized.get(tensor) if tol.quantized else None)
             rows.append(row)
             if on_row is not None:
                 on_row(row)

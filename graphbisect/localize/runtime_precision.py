@@ -16,10 +16,10 @@ Each backend's description gives its own words (:mod:`graphbisect.localize.compi
 * IREE: the operand element types of each dispatch's computing ops (:func:`graphbisect.backends.iree.dispatch_types`).
 
 Names are short and shared: ``f64 f32 f16 bf16 i64 i32 i16 i8 u16 u8 i4 u4 bool``. A node ran in a **lower
-precision** than the model when it computed in a narrower float, or an integer of 16 bits or fewer, than the
-widest float its original nodes compute in, and the model itself does not compute in that type there (a QDQ
-Conv that OpenVINO runs in i8 reads an i8 tensor in the model too; a 32- or 64-bit integer is index
-arithmetic, never quantized compute).
+precision** than the model when it computed in a narrower float than the widest float its original nodes
+compute in, or in an integer of 16 bits or fewer narrower than any such integer the model computes in there
+(a QDQ Conv that OpenVINO runs in u8 reads an i8 tensor in the model: the same width; a 32- or 64-bit
+integer is index arithmetic, never quantized compute).
 
 Example:
     >>> lower_precision(("i8",), ("f32",)), lower_precision(("i8", "f32"), ("i8", "f32"))
@@ -53,7 +53,8 @@ _ALIASES = {"boolean": "bool", "i1": "bool", "float32": "f32", "float16": "f16",
             "float64": "f64", "fp32": "f32", "fp16": "f16", "int8": "i8", "uint8": "u8", "int16": "i16",
             "int32": "i32", "int64": "i64", "u1": "bool"}
 _FLOAT_BITS = {"f64": 64, "f32": 32, "f16": 16, "bf16": 16, "f8e4m3": 8, "f8e5m2": 8}
-_SMALL_INTS = frozenset({"i16", "u16", "i8", "u8", "i4", "u4"})  # quantized compute; wider ones index
+_INT_BITS = {"i16": 16, "u16": 16, "i8": 8, "u8": 8, "i4": 4, "u4": 4}  # quantized compute; wider ones index
+_SMALL_INTS = frozenset(_INT_BITS)
 
 #: ONNX Runtime's kernels that compute in integers (contrib ops included): their precision is their integer inputs'.
 QUANTIZED_KERNELS = frozenset({
@@ -105,8 +106,12 @@ def lower_precision(ran: Iterable[str], model: Collection[str]) -> tuple[str, ..
     widest = max((_FLOAT_BITS[m] for m in model if m in _FLOAT_BITS), default=0)
     if not widest:
         return ()
+    # an integer is narrower only than the model's own integers there of more bits (or none): OpenVINO's u8
+    # Convolution of a QDQ Conv whose model reads i8 computes at the model's width
+    narrowest_int = min((_INT_BITS[m] for m in model if m in _INT_BITS), default=64)
     return tuple(dict.fromkeys(r for r in ran if r not in model
-                               and (r in _SMALL_INTS or 0 < _FLOAT_BITS.get(r, 0) < widest)))
+                               and ((r in _INT_BITS and _INT_BITS[r] < narrowest_int)
+                                    or 0 < _FLOAT_BITS.get(r, 0) < widest)))
 
 
 def model_precision(nodes: Sequence[onnx.NodeProto], type_of: Callable[[str], str | None],

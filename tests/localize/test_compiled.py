@@ -327,6 +327,8 @@ def test_openvino_runtime_precision_is_compared_with_the_models() -> None:
     (("f16",), ("f32", "i64"), ("f16",)),
     (("bf16", "f32"), ("f32",), ("bf16",)),
     (("i8", "f32"), ("i8", "f32"), ()),  # a QDQ Conv: the model reads i8 there too
+    (("u8", "f32"), ("i8", "f32"), ()),  # OpenVINO's u8 Convolution of it: the same width
+    (("i8",), ("f32", "i16"), ("i8",)),  # an A16W8 head computed with i8 activations
     (("i32",), ("f32",), ()),  # index arithmetic, never quantized compute
     (("f32",), ("f64",), ("f32",)),  # IREE demotes f64
     (("i8",), ("i8", "i64"), ()),  # an integer model
