@@ -38,12 +38,20 @@ def write_csv(result: CompareResult, path: Path) -> None:
 def _cell(column: str, value: object) -> object:
     """A CSV cell: shapes as ``1x3x224x224``, value ranges as ``[-2.5, 1.9]`` (not ``-2.5x1.9``: a shape)."""
     if isinstance(value, dict) and column == "compiled_as":  # the compiled node: kind, name, originals
-        return f"{value['kind']} {value['name']} ({len(value['originals'])} nodes)"
+        return f"{value['kind']} {value['name']} ({len(value['originals'])} nodes)" + _ran_in(value)
     if isinstance(value, list) and column.endswith("_range"):
         return "[" + ", ".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in value) + "]"
     if isinstance(value, list):
         return "x".join(str(v) for v in value)
     return value
+
+
+def _ran_in(compiled: dict[str, object]) -> str:
+    """``; ran in i8, the model f32`` for a compiled node that ran in a lower precision than the model, else ""."""
+    lower, model = compiled.get("lower_precision"), compiled.get("model_precision")
+    if not lower or not isinstance(lower, list) or not isinstance(model, list):
+        return ""
+    return f"; ran in {'+'.join(map(str, lower))}, the model {'+'.join(map(str, model))}"
 
 
 def chart_points(result: CompareResult) -> list[ErrorPoint]:
@@ -130,9 +138,15 @@ def _layers_table(data: dict[str, object]) -> str:
     for row in layers:
         rows.append([row["index"], row["op_type"], row["node"], row["tensor"], row["oracle_shape"], row["kind"],
                      f"{row['mismatches']}/{row['numel']}", row["max_abs"], row["max_rel"], row["cosine"],
-                     row["target_range"], row["oracle_range"]])
+                     row["target_range"], row["oracle_range"], _compiled_cell(row.get("compiled_as"))])
         classes.append("first" if row["tensor"] == first_tensor else "unobserved" if not row["observed"] else
                        "" if row["passed"] else "floor" if row.get("at_floor") else "fail")
     headers = ["#", "op", "node", "tensor", "shape", "verdict", "mismatched", "max abs", "max rel", "cosine",
-               "target min..max", "oracle min..max"]
+               "target min..max", "oracle min..max", "compiled as"]
     return "<h2>Layers</h2>" + _table(headers, rows, classes)
+
+
+def _compiled_cell(compiled: object) -> str:
+    if not isinstance(compiled, dict):
+        return ""
+    return f"{compiled['kind']} {compiled['name']}" + _ran_in(compiled)

@@ -77,7 +77,7 @@ def tolerance_json(content: BundleContent) -> dict[str, Any]:
     tol = content.tolerance
     return {"atol": tol.atol, "rtol": tol.rtol, "min_cosine": tol.min_cosine,
             "per_output": {name: list(pair) for name, pair in tol.per_output.items()},
-            "check_dtype": tol.check_dtype}
+            "check_dtype": tol.check_dtype, "int_atol": tol.int_atol, "quantized": dict(tol.quantized)}
 
 
 def report_data(content: BundleContent, *, files: Sequence[Mapping[str, Any]], comparison: Comparison | None,
@@ -354,6 +354,9 @@ def _tolerance_line(content: BundleContent) -> str:
         text += f", cosine ≥ {tol.min_cosine:g}"
     if tol.per_output:
         text += "; per output: " + ", ".join(f"{md_code(k)} {a:g}/{r:g}" for k, (a, r) in tol.per_output.items())
+    if tol.quantized:
+        text += (f"; quantized outputs ({', '.join(md_code(k) for k in tol.quantized)}) in quantization steps, "
+                 f"{tol.int_atol:g} allowed")
     return text + "."
 
 

@@ -250,6 +250,9 @@ def repro_config(content: BundleContent) -> dict[str, Any]:
             "min_cosine": tol.min_cosine,
             "per_output": {name: list(pair) for name, pair in tol.per_output.items()},
             "check_dtype": tol.check_dtype,
+            # quantized outputs compare in quantization steps (graphbisect.compare.quantization)
+            "int_atol": tol.int_atol,
+            "quantized": {name: step for name, step in tol.quantized.items() if name in content.oracle_outputs},
         },
         "expect": expect,
         # what the recorded failure is beyond its kind (graphbisect.oracle.identity) and the target's noise floor
@@ -559,7 +562,8 @@ FAILURE_OF = {"ok": "none", "floor": "none", "mismatch": "mismatch", "nan": "nan
 
 def compare(name, expected, actual, tolerance):
     """Compare one output with the oracle's like graphbisect: |actual - expected| <= atol + rtol * |expected|
-    per element (numpy.allclose); NaN/Inf where the oracle is finite is its own kind, "nan"."""
+    per element (numpy.allclose); NaN/Inf where the oracle is finite is its own kind, "nan"; a quantized output
+    (tolerance["quantized"]) in quantization steps, int_atol of them allowed."""
     if isinstance(expected, list) or isinstance(actual, list) or expected is None or actual is None:
         return compare_containers(name, expected, actual, tolerance)
     result = {"name": name, "kind": "ok", "numel": int(np.size(expected)), "values": value_class(expected)}
@@ -576,8 +580,11 @@ def compare(name, expected, actual, tolerance):
     if expected.dtype.kind not in "biufc" or actual.dtype.kind not in "biufc":
         return dict(result, kind="ok" if np.array_equal(expected, actual) else "mismatch")
     atol, rtol = tolerance["per_output"].get(name, (tolerance["atol"], tolerance["rtol"]))
-    if exact:
-        atol, rtol = 0.0, 0.0  # integers (of every width) and booleans are exact
+    quantized, int_atol = tolerance.get("quantized") or {}, tolerance.get("int_atol", 1.0)
+    if exact:  # integers (of every width) and booleans are exact, quantized ones within int_atol steps
+        atol, rtol = (int_atol, 0.0) if name in quantized else (0.0, 0.0)
+    elif quantized.get(name):  # a float on a quantization grid: int_atol steps more
+        atol += int_atol * quantized[name]
     wide = np.complex128 if "c" in (expected.dtype.kind, actual.dtype.kind) else np.float64
     e, a = expected.astype(wide), actual.astype(wide)
     e_finite, a_finite = np.isfinite(e), np.isfinite(a)

@@ -43,6 +43,7 @@ from graphbisect.artifacts.bundle import BundleContent
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
 from graphbisect.backends.registry import BACKEND_SPEC
 from graphbisect.compare import Tolerance
+from graphbisect.compare.quantization import with_quantization
 from graphbisect.data import save_inputs, validate_inputs
 from graphbisect.engine import Budget, Evaluator, Journal, Outcome, ProgressEvent, SearchAborted, SearchResult
 from graphbisect.errors import GraphBisectError
@@ -151,6 +152,8 @@ class _Session:
 
     def __init__(self, model: Model, options: PassesOptions, workdir: Path,
                  on_stage: Callable[[str], None]) -> None:
+        # quantized tensors compared in quantization steps, as compare and reduce compare them
+        options = dataclasses.replace(options, tolerance=with_quantization(options.tolerance, model))
         self.model, self.options, self.work, self.stage = model, options, workdir, on_stage
         self.oracle_spec, self.oracle_info = resolve(options.oracle)
         self.target_spec, info = resolve(options.target)

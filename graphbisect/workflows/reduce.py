@@ -54,6 +54,7 @@ from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunRes
 from graphbisect.backends.process import CompareTo
 from graphbisect.backends.registry import BACKEND_SPEC
 from graphbisect.compare import Tolerance
+from graphbisect.compare.quantization import with_quantization
 from graphbisect.data import ActivationStore, save_inputs, validate_inputs
 from graphbisect.data.store import MANIFEST_NAME
 from graphbisect.engine import (
@@ -156,14 +157,16 @@ class ReduceOptions:
         data["output_check"] = None if check is None else getattr(check, "__qualname__", repr(check))
         data["tolerance"] = {"atol": self.tolerance.atol, "rtol": self.tolerance.rtol,
                              "min_cosine": self.tolerance.min_cosine,
-                             "per_output": {k: list(v) for k, v in self.tolerance.per_output.items()}}
+                             "per_output": {k: list(v) for k, v in self.tolerance.per_output.items()},
+                             "int_atol": self.tolerance.int_atol}
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ReduceOptions:
         tol = data["tolerance"]
         tolerance = Tolerance(atol=tol["atol"], rtol=tol["rtol"], min_cosine=tol["min_cosine"],
-                              per_output={k: (v[0], v[1]) for k, v in tol["per_output"].items()})
+                              per_output={k: (v[0], v[1]) for k, v in tol["per_output"].items()},
+                              int_atol=float(tol.get("int_atol", 1.0)))
         return cls(**{**data, "tolerance": tolerance, "output_check": None})
 
 
@@ -232,7 +235,7 @@ class _Run:
                     hint="compare first (`graphbisect compare --target paddle ...`), then reduce the converted ONNX "
                     "model with an ONNX backend that shows the same failure",
                 )
-        self.tol = options.tolerance
+        self.tol = with_quantization(options.tolerance, model)  # quantized tensors compared in steps
         self.regex = re.compile(options.fail_regex) if options.fail_regex else None
         # The original's node and tensor names, taken out of every crash message of this reduction (the baseline's,
         # each candidate's, the re-verification's): one set, so a name is erased in all of them or in none.
@@ -1013,8 +1016,9 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
     report.update(facts.facts, report_runs=facts.runs, seconds=round(time.monotonic() - r.started, 3))
     content = BundleContent(
         model=candidate.proto, inputs=dict(candidate.feeds), oracle_outputs=oracle_outputs,
-        target_outputs=verification.target_outputs, oracle=r.oracle_spec, target=r.target_spec, tolerance=r.tol,
-        signature=baseline, target_message=verification.message, report=report,
+        target_outputs=verification.target_outputs, oracle=r.oracle_spec, target=r.target_spec,
+        tolerance=r.tol.restricted(candidate.outputs), signature=baseline, target_message=verification.message,
+        report=report,
         charts={"journey": size_journey_svg(journey)}, sections=facts.sections, files=facts.files,
     )
     if amend is not None:
