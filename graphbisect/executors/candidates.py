@@ -30,6 +30,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
 from graphbisect.executors.base import Executor
@@ -51,8 +52,14 @@ def run_candidate(spec: str, model: str, feeds: Mapping[str, np.ndarray], timeou
             workdir = Path(tempfile.mkdtemp(prefix="graphbisect-candidates-"))
             proc = _WORKERS[key] = BackendProcess(spec, workdir=workdir, timeout=timeout)
         run = proc.run(model, dict(feeds))
-        # The worker's output files are overwritten by its next run: the result carries copies.
-        return dataclasses.replace(run, outputs={name: np.array(value) for name, value in run.outputs.items()})
+        # The worker's output files are overwritten by its next run, and its folder may be on another
+        # machine: the result carries copies, and a saved optimized model travels as its graph (weights stay).
+        info = dict(run.info)
+        optimized = info.pop("optimized_model", None)
+        if isinstance(optimized, str) and Path(optimized).exists():
+            info["optimized_graph"] = onnx.load(optimized, load_external_data=False).SerializeToString()
+        return dataclasses.replace(run, outputs={name: np.array(value) for name, value in run.outputs.items()},
+                                   info=info)
 
 
 @atexit.register

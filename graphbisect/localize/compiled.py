@@ -252,7 +252,7 @@ class CompiledGraph:
 
 
 #: The run-info keys that carry a description of what was compiled (see :func:`compiled_graph`).
-_DESCRIPTIONS = ("optimized_model", "exec_graph", "layers", "hooked", "dispatches")
+_DESCRIPTIONS = ("optimized_model", "optimized_graph", "exec_graph", "layers", "hooked", "dispatches")
 
 
 def describes(info: Mapping[str, Any]) -> bool:
@@ -274,6 +274,10 @@ def compiled_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[st
     optimized = info.get("optimized_model")
     if isinstance(optimized, str) and Path(optimized).exists():
         return from_optimized_model(nodes, optimized, constants=constants,
+                                    original=original() if original is not None else None)
+    inline = info.get("optimized_graph")  # the same, carried back by an executor task (its files stay there)
+    if isinstance(inline, bytes):
+        return from_optimized_model(nodes, onnx.load_from_string(inline), constants=constants,
                                     original=original() if original is not None else None)
     exec_graph = info.get("exec_graph")
     if isinstance(exec_graph, list):

@@ -638,10 +638,9 @@ class _Run:
             return WorkerPool(spec, jobs, self.work / folder, timeout=self.options.timeout)
 
         pool = pool_of(self.target_spec, "target")
-        # Workers start on their first run: none if unused. Candidates run by an executor (Ray, other processes)
-        # do not describe what they compiled: its files stay where they ran, so they match on the rest of the
-        # identity; the final model is still re-verified describing, here.
-        describing = self.target_spec if self.options.executor else self.candidate_spec(base.identity)
+        # Workers start on their first run: none if unused. An executor's task carries what it compiled back
+        # inline (its files stay where it ran), so candidates match the whole identity wherever they ran.
+        describing = self.candidate_spec(base.identity)
         tester = CandidateTester(space, pool, base.signature, self.tol, fail_regex=self.regex,
                                  strict_band=self.options.strict_band, compare=not self.options.check,
                                  check=self.options.output_check, repeats=FLAKY_REPEATS if flaky else 0,
