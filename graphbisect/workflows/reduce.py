@@ -256,15 +256,39 @@ class _Run:
                     hint="resume with the same model and options, or remove the folder to start afresh",
                 )
             self.invocations = recorded.get("invocations", self.invocations)
-        elif not resume:
-            for stale in ("journal.jsonl", "baseline.json", _FLAKY_FILE, _FLOOR_FILE, "activations"):
-                path = self.work / stale
-                shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        else:
+            self._start_clean(state, fingerprint)
+        self.save_state()  # first: from now on the folder is recognizably this run's
         if feeds is not None and not (resume and (self.work / "inputs.npz").exists()):
             save_inputs(self.work / "inputs.npz", validate_inputs(self.model, feeds))
-        if not (self.work / "model.onnx").exists():
+        if not resume or not (self.work / "model.onnx").exists():
             self.model.save(self.work / "model.onnx")  # resume loads this copy: the user's file may move
         self.save_state()
+
+    def _start_clean(self, state: Path, fingerprint: str) -> None:
+        """A run without ``--resume`` uses nothing an earlier run left in the work folder (issue 24 case 4: a
+        stopped run's ``model.onnx`` was run as the new model's and certified its bug). The folder's earlier
+        content is removed after saying so; a folder graphbisect did not make (no ``run.json``) is refused."""
+        left = sorted(p.name for p in self.work.iterdir() if p.name != "lock")
+        if not left:
+            return
+        if not state.is_file():
+            raise GraphBisectError(
+                f"{self.work} holds files graphbisect did not write ({', '.join(left[:5])}"
+                f"{' …' if len(left) > 5 else ''}): it is the work folder of a reduction writing {self.bundle_dir}",
+                hint=f"move those files away, or choose another -o folder than {self.bundle_dir}")
+        try:
+            same = json.loads(state.read_text())["fingerprint"] == fingerprint
+        except (OSError, ValueError, KeyError, TypeError):
+            same = False
+        what = "an interrupted run of this reduction" if same else "another reduction (another model or options)"
+        message = (f"{self.work} holds the state of {what}; starting afresh without it "
+                   f"(graphbisect reduce --resume {self.bundle_dir} continues an interrupted run instead)")
+        log.info("%s", message)
+        self.stage(message)
+        for path in self.work.iterdir():
+            if path.name != "lock":
+                shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
 
     def run_fingerprint(self) -> str:
         """What makes two runs the same reduction (budget, parallelism and clean-up do not change the result)."""
