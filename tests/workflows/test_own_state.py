@@ -5,15 +5,22 @@ Each test failed on the code before the fix; real worker processes and files, no
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from graphbisect.cli.main import main
 from graphbisect.examples import host_network
+from graphbisect.examples.bundled import example_inputs_path, example_model_path
 from graphbisect.model import load_model
 from graphbisect.workflows.reduce import ReduceOptions, reduce_model, work_dir_for
+
+EXAMPLE = [str(example_model_path()), "--inputs", str(example_inputs_path())]
 
 
 # --- case 4: a stopped run's work folder is not the next run's -------------------------------------------
@@ -44,3 +51,46 @@ def test_case4_a_work_folder_graphbisect_did_not_write_is_refused(tmp_path: Path
     assert main(["reduce", "--example", "-o", str(out)]) == 2
     assert "graphbisect did not write (thesis.tex)" in capsys.readouterr().err
     assert (mine / "thesis.tex").read_text() == "mine"
+
+
+# --- case 5: --workdir is locked, and must be new, empty or graphbisect's own ----------------------------
+_SLOW_TARGET = """import sys, time
+time.sleep(4)
+from graphbisect.examples.flaky_target import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_case5_a_second_compare_on_the_same_workdir_stops_at_once(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "slow_target.py"
+    script.write_text(_SLOW_TARGET)
+    workdir = tmp_path / "w"
+    first = subprocess.Popen(
+        [sys.executable, "-m", "graphbisect", "compare", *EXAMPLE, "--no-layerwise", "--workdir", str(workdir),
+         "--target", f"command:cmd={sys.executable} {script} {{model}} {{inputs}} {{outputs}}"],
+        env={**os.environ, "FLAKY_RATE": "0", "FLAKY_COUNTER": str(tmp_path / "counter")},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not (workdir / "lock").exists() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # It used to run alongside and read the first run's values from the shared folder (wrong 2 of 3).
+        assert main(["compare", *EXAMPLE, "--no-layerwise", "--workdir", str(workdir)]) == 2
+        assert "in use by another process" in capsys.readouterr().err
+    finally:
+        out, err = first.communicate(timeout=120)
+    assert first.returncode == 1, err  # the first run was not disturbed: it finds the example's bug
+    # and a later run may use the folder again: it is graphbisect's own now
+    assert main(["compare", *EXAMPLE, "--no-layerwise", "--workdir", str(workdir)]) == 1
+
+
+def test_case5_a_workdir_holding_the_users_files_is_refused(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    workdir = tmp_path / "w"
+    workdir.mkdir()
+    mine = workdir / "model.onnx"  # another model of the user's, not the one compared
+    mine.write_bytes(b"not overwritten")
+    assert main(["compare", *EXAMPLE, "--no-layerwise", "--workdir", str(workdir)]) == 2
+    assert "holds files graphbisect did not put there (model.onnx)" in capsys.readouterr().err
+    assert mine.read_bytes() == b"not overwritten" and [p.name for p in workdir.iterdir()] == ["model.onnx"]
