@@ -195,6 +195,8 @@ def _report(result: ReduceResult, args: argparse.Namespace) -> int:
     if not result.failed:
         print(f"the original model does not fail ({result.signature.describe()}): nothing to reduce; "
               f"report: {result.bundle}")
+        for note in result.notes:  # a flaky target's tally among them
+            print(f"note: {note}")
         return 0
     print(f"failure: {result.signature.describe()}")
     print(f"reduced {result.original_nodes} → {result.final_nodes} nodes: {', '.join(result.kept_nodes[:12])}"

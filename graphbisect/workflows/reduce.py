@@ -18,8 +18,12 @@ Oracle discipline, in order:
    its stored values (a non-deterministic oracle would make the artifact worthless).
 
 **What backs a claim.** A target is called *flaky* only when the same model gave two different outcomes.
-When the runs of the original disagree, it is re-run to a majority (at most :data:`BASELINE_MAX_RUNS` runs;
-the majority's signature is the baseline) and every candidate must then fail that way in
+A baseline is the outcome of a majority of agreeing runs of the original: two for a wrong result (the
+probe's outputs are the second), :data:`CRASH_BASELINE_RUNS` for a crash (the cheap, common flaky symptom:
+two crashes agree by chance too often). When the runs of the original disagree, the target is reported flaky
+at once and re-run to a majority (at most :data:`BASELINE_MAX_RUNS` runs; without one the reduction stops: no
+failure to reduce; a majority that passes is "no failure"); the majority's signature is the baseline, and
+every candidate must then fail that way in
 ``FLAKY_REPEATS + 1`` = 3 runs in a row before it is accepted; a target found flaky only when the result is
 re-verified gets its search repeated that way (recorded in the work folder: a resumed run goes on with the
 repeated search and reports the target flaky). A result is *verified* (and can be certified 1-minimal) only
@@ -100,7 +104,7 @@ from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
 from graphbisect.workflows.maintainer import MaintainerFacts, maintainer_facts
 from graphbisect.workflows.probe import compiled_of, describing_spec, plan_probe
 
-__all__ = ["BASELINE_MAX_RUNS", "FLAKY_REPEATS", "VERIFY_RUNS", "VERIFY_RUNS_NONDETERMINISTIC", "ReduceOptions",
+__all__ = ["BASELINE_MAX_RUNS", "CRASH_BASELINE_RUNS", "FLAKY_REPEATS", "VERIFY_RUNS", "VERIFY_RUNS_NONDETERMINISTIC", "ReduceOptions",
            "ReduceResult", "reduce_model", "resume_reduction", "work_dir_for"]
 
 log = logging.getLogger(__name__)
@@ -113,6 +117,10 @@ VERIFY_RUNS_NONDETERMINISTIC = 7
 FLAKY_REPEATS = 2
 #: Runs of the original model, at most, to reach a majority when they disagree.
 BASELINE_MAX_RUNS = 5
+#: Runs of the original model that must all crash the same way before a crash is the baseline (a mismatch
+#: needs 2): a flaky target crashing at rate p passes them with p**4, 2.6 % at 40 %, and a result is then
+#: re-verified in VERIFY_RUNS more (p**7 in all, 0.16 %) before it is called "not flaky".
+CRASH_BASELINE_RUNS = 4
 #: The work folder's record that re-verification found the target flaky (see _Run.recorded_flakiness).
 _FLAKY_FILE = "flaky.json"
 #: The work folder's record of the target's noise floor (see _Run.noise_floor).
@@ -480,11 +488,19 @@ class _Run:
         if first.failed and again is None:
             again = self._run_original(values, None, "running the target on the original model again (flakiness)",
                                        floor)[0]
-        flaky = again is not None and not first.matches(again)
+        runs = [first] if again is None else [first, again]
+        if first.kind.raised and first.matches(runs[-1]):
+            # A crash is the cheap, common symptom of a flaky target: two crashing runs agree by chance with
+            # p**2 (16 % at a 40 % crash rate), so a crash baseline takes CRASH_BASELINE_RUNS agreeing runs.
+            while len(runs) < CRASH_BASELINE_RUNS and all(first.matches(run) for run in runs):
+                runs.append(self._run_original(
+                    values, None, f"running the target on the original model again (a crash: run {len(runs) + 1} "
+                    f"of {CRASH_BASELINE_RUNS} that must agree)", floor)[0])
+        flaky = not all(_same(first, run) for run in runs)
         if flaky:
-            assert again is not None
-            first, note = self._majority([first, again], values, floor)
+            first, note = self._majority(runs, values, floor)
             notes.append(note)
+            self.stage(note)  # said at once: every result of this reduction rests on it
             identity = None  # the evidence came from one run of a target whose runs disagree
         if self.options.fail_code is not None and first.failed and \
                 f"exited with code {self.options.fail_code}" not in first.detail:
@@ -532,21 +548,30 @@ class _Run:
 
     def _majority(self, runs: list[Signature], values: Callable[[str], np.ndarray],
                   floor: NoiseFloor) -> tuple[Signature, str]:
-        """Runs of the original disagree: run it again until one outcome has a majority (at most
-        BASELINE_MAX_RUNS runs); returns that outcome (the most frequent failure if none has one) and a note."""
+        """Runs of the original disagree: run it again until one outcome has a majority of BASELINE_MAX_RUNS
+        runs (2 of 3 agreeing runs of a flaky target decide too little); returns that outcome and a note, or
+        raises when no outcome has a majority of the runs made."""
         def count(signature: Signature) -> int:
             return sum(1 for other in runs if _same(signature, other))
 
-        while len(runs) < BASELINE_MAX_RUNS and max(count(s) for s in runs) * 2 <= len(runs):
+        while len(runs) < BASELINE_MAX_RUNS and max(count(s) for s in runs) * 2 <= BASELINE_MAX_RUNS:
             runs.append(self._run_original(values, None, f"running the target on the original model again "
                                                          f"(flaky: run {len(runs) + 1} for a majority)", floor)[0])
         ranked = sorted(runs, key=lambda s: (-count(s), not s.failed))
         chosen = ranked[0]
         outcomes = dict.fromkeys(s.describe() for s in runs)
         tally = "; ".join(f"{d}: {sum(1 for s in runs if s.describe() == d)}" for d in outcomes)
-        majority = "the majority" if count(chosen) * 2 > len(runs) else "the most frequent (no majority)"
-        return chosen, (f"flaky target: {len(runs)} runs of the same original model gave {len(outcomes)} different "
-                        f"results ({tally}); {majority}, {chosen.describe()}, is the baseline, and a candidate "
+        gave = f"flaky target: {len(runs)} runs of the same original model gave {len(outcomes)} different results"
+        if count(chosen) * 2 <= len(runs):  # no outcome is the target's behaviour on this model
+            raise GraphBisectError(
+                f"{gave} ({tally}) and none has a majority: there is no failure to reduce that the next run "
+                "would show again",
+                hint="make the target deterministic (fixed seeds, one thread, an idle device), or reduce with a "
+                "--check script that runs it several times and fails only when most runs fail")
+        if not chosen.failed:
+            return chosen, (f"{gave} ({tally}); the majority does not fail, so there is no failure to reduce "
+                            "(the target is flaky on this model)")
+        return chosen, (f"{gave} ({tally}); the majority, {chosen.describe()}, is the baseline, and a candidate "
                         f"is accepted only when it fails that way in {FLAKY_REPEATS + 1} runs in a row")
 
     def _saving_spec(self) -> BackendSpec | None:
