@@ -104,8 +104,9 @@ from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
 from graphbisect.workflows.maintainer import MaintainerFacts, maintainer_facts
 from graphbisect.workflows.probe import compiled_of, describing_spec, plan_probe
 
-__all__ = ["BASELINE_MAX_RUNS", "CRASH_BASELINE_RUNS", "FLAKY_REPEATS", "VERIFY_RUNS", "VERIFY_RUNS_NONDETERMINISTIC", "ReduceOptions",
-           "ReduceResult", "reduce_model", "resume_reduction", "work_dir_for"]
+__all__ = ["BASELINE_MAX_RUNS", "CRASH_BASELINE_RUNS", "FLAKY_REPEATS", "VERIFY_RUNS",
+           "VERIFY_RUNS_NONDETERMINISTIC", "ReduceOptions", "ReduceResult", "reduce_model", "resume_reduction",
+           "work_dir_for"]
 
 log = logging.getLogger(__name__)
 

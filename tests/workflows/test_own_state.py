@@ -82,7 +82,7 @@ def test_case5_a_second_compare_on_the_same_workdir_stops_at_once(tmp_path: Path
         assert main(["compare", *EXAMPLE, "--no-layerwise", "--workdir", str(workdir)]) == 2
         assert "in use by another process" in capsys.readouterr().err
     finally:
-        out, err = first.communicate(timeout=120)
+        _, err = first.communicate(timeout=120)
     assert first.returncode == 1, err  # the first run was not disturbed: it finds the example's bug
     # and a later run may use the folder again: it is graphbisect's own now
     assert main(["compare", *EXAMPLE, "--no-layerwise", "--workdir", str(workdir)]) == 1

@@ -27,7 +27,14 @@ from graphbisect.oracle.signature import EXACT_VALUES, FLOAT_VALUES, FailureKind
 from graphbisect.oracle.tester import CandidateTester, WorkerPool, model_digest
 from graphbisect.strategies.subgraph import SubgraphSpace
 from graphbisect.values import write_value
-from graphbisect.workflows.reduce import CRASH_BASELINE_RUNS, VERIFY_RUNS, ReduceOptions, ReduceResult, reduce_model, work_dir_for
+from graphbisect.workflows.reduce import (
+    CRASH_BASELINE_RUNS,
+    VERIFY_RUNS,
+    ReduceOptions,
+    ReduceResult,
+    reduce_model,
+    work_dir_for,
+)
 
 
 def _reduce(host, out: Path, **options) -> ReduceResult:  # type: ignore[no-untyped-def]
