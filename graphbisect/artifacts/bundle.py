@@ -17,9 +17,10 @@ Layout::
 folder; a new destination is that folder renamed into place, so a reader (or a crash half-way) never sees
 a half-written bundle. Into an existing folder — empty, or holding an earlier bundle of the same model
 plus whatever the user added (notes, subfolders) — only the bundle's own files are moved, each atomically,
-``report.json`` last; files the earlier bundle listed and this one lacks (an old chart) are removed;
-nothing else is deleted. A folder holding other files but no bundle is refused, and so is a bundle of
-*another* model unless ``force=True`` (``reduce --force``).
+``report.json`` last; files the earlier bundle listed and this one lacks (an old chart) are removed only
+when they are files graphbisect writes into bundles and still hold the listed bytes; nothing else is
+deleted. A folder holding other files but no bundle is refused, and so is a bundle of *another* model
+unless ``force=True`` (``reduce --force``).
 
 Example:
     >>> path = write_bundle(content, Path("graphbisect-out/bundle"), zip=True)   # doctest: +SKIP
@@ -52,7 +53,7 @@ from graphbisect.artifacts.charts import size_journey_svg
 from graphbisect.artifacts.content import BundleContent
 from graphbisect.artifacts.environment import backend_facts, collect_environment
 from graphbisect.artifacts.report import jsonable, render_markdown, report_data
-from graphbisect.artifacts.repro import TACTICS_FILE, render_repro, repro_config, tactic_files
+from graphbisect.artifacts.repro import CONTROL_TACTICS_FILE, TACTICS_FILE, render_repro, repro_config, tactic_files
 from graphbisect.backends import BackendSpec
 from graphbisect.backends.worker import load_npz, save_npz
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
@@ -286,16 +287,37 @@ def _install(staging: Path, out_dir: Path) -> None:
     if not out_dir.exists():
         os.rename(staging, out_dir)
         return
-    previous = {str(f.get("name")) for f in (_previous_result(out_dir) or {}).get("files") or []
+    previous = {str(f.get("name")): f for f in (_previous_result(out_dir) or {}).get("files") or []
                 if isinstance(f, dict)}
     new = sorted((p.name for p in staging.iterdir()), key=lambda name: name == "report.json")
     for name in new:
         os.replace(staging / name, out_dir / name)
-    for name in previous - set(new):
-        stale = out_dir / name
-        if Path(name).name == name and stale.is_file() and not stale.is_symlink():
-            stale.unlink()
+    for name in set(previous) - set(new):
+        if _still_ours(out_dir, name, previous[name]):
+            (out_dir / name).unlink()
     shutil.rmtree(staging, ignore_errors=True)
+
+
+def _still_ours(folder: Path, name: str, listed: Mapping[str, Any]) -> bool:
+    """Whether the earlier bundle's file ``name`` may be removed: the list in its report.json is no proof
+    that graphbisect wrote a file (a copied or edited report.json listed the user's ``NOTES.md``, which was
+    deleted: issue 24), so it must also be a kind of file graphbisect writes into a bundle (by its name) and
+    still hold the bytes the list records."""
+    path = folder / name
+    if Path(name).name != name or not _bundle_file_name(name) or path.is_symlink() or not path.is_file():
+        return False
+    try:
+        same_size = path.stat().st_size == int(listed.get("bytes", -1))
+        return same_size and hashlib.sha256(path.read_bytes()).hexdigest() == listed.get("sha256")
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def _bundle_file_name(name: str) -> bool:
+    """Whether graphbisect writes files of this name into bundles (the fixed files, tactic records, the
+    maintainer facts' scripts, charts)."""
+    return name in BUNDLE_FILES or name in (TACTICS_FILE, CONTROL_TACTICS_FILE, "repro_min.py") or \
+        name.endswith(".svg")
 
 
 def _write_zip(out_dir: Path) -> Path:

@@ -14,7 +14,10 @@ from graphbisect.cli.common import (
     count,
     load_feeds,
     load_model_arg,
+    output_file,
     output_path,
+    refuse_inside,
+    refuse_same,
     tolerance_from_args,
 )
 
@@ -27,10 +30,10 @@ __all__ = ["add_arguments", "run"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    parser.add_argument("--json", type=output_path, metavar="PATH", help="write the full result as JSON")
-    parser.add_argument("--html", type=output_path, metavar="PATH",
+    parser.add_argument("--json", type=output_file, metavar="PATH", help="write the full result as JSON")
+    parser.add_argument("--html", type=output_file, metavar="PATH",
                         help="write an HTML report with a per-node error chart")
-    parser.add_argument("--csv", type=output_path, metavar="PATH", help="write the layerwise table as CSV")
+    parser.add_argument("--csv", type=output_file, metavar="PATH", help="write the layerwise table as CSV")
     parser.add_argument("--no-layerwise", action="store_true", help="compare final outputs only (2 runs, not 4)")
     parser.add_argument("--all-tensors", action="store_true",
                         help="probe every intermediate tensor of the target, even when it can describe what it "
@@ -47,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
     from graphbisect import api
     from graphbisect.artifacts.compare_report import write_csv, write_html, write_json
 
+    outputs = {"--json": args.json, "--html": args.html, "--csv": args.csv}
+    refuse_inside(outputs, args.workdir, "the work folder")
+    refuse_same(outputs)
     model = load_model_arg(args)
     feeds = load_feeds(args, model)
     extra: dict[str, object] = {}

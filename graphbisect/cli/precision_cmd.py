@@ -13,7 +13,9 @@ from graphbisect.cli.common import (
     count,
     load_feeds,
     load_model_arg,
+    output_file,
     output_path,
+    refuse_inside,
     tolerance_from_args,
 )
 from graphbisect.cli.progress import ProgressLine
@@ -49,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-j", "--jobs", type=count(1), default=1, metavar="N",
                         help="test candidates in N target workers at once (same answer, more CPU; for idle "
                         "cores; not with a target that pins nodes itself)")
-    parser.add_argument("--json", type=output_path, metavar="PATH", help="write the result as JSON")
+    parser.add_argument("--json", type=output_file, metavar="PATH", help="write the result as JSON")
     parser.add_argument("-o", "--output", type=output_path, metavar="DIR",
                         help="write the mixed-precision model(s), overrides and the sensitivity chart here")
     parser.add_argument("--workdir", type=output_path,
@@ -61,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     """Exit 0 when the verified answer meets the tolerance, 1 when it does not."""
     from graphbisect import api
 
+    refuse_inside({"--json": args.json}, args.output, "the output folder")
+    refuse_inside({"--json": args.json}, args.workdir, "the work folder")
     model = load_model_arg(args)
     feeds = load_feeds(args, model)
     progress = ProgressLine(label="precision", unit="nodes in FP32")

@@ -18,7 +18,9 @@ from graphbisect.cli.common import (
     exit_code,
     load_feeds,
     load_model_arg,
+    output_file,
     output_path,
+    refuse_inside,
     regex,
     seconds,
     tolerance_from_args,
@@ -38,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="bundle folder to write (model.onnx, inputs, expected/actual outputs, repro.py, report)")
     parser.add_argument("--resume", type=Path, metavar="DIR",
                         help="resume the interrupted reduction that was writing DIR (skips finished invocations)")
-    parser.add_argument("--json", type=output_path, metavar="PATH", help="write the result as JSON")
+    parser.add_argument("--json", type=output_file, metavar="PATH", help="write the result as JSON")
     parser.add_argument("--zip", action="store_true", help="also write DIR.zip")
     parser.add_argument("--force", action="store_true", help="replace a bundle of another model in DIR (a "
                         "bundle of the same model is replaced anyway; files that are not the bundle's never are)")
@@ -85,8 +87,11 @@ def _options(args: argparse.Namespace) -> ReduceOptions:
 
 def run(args: argparse.Namespace) -> int:
     from graphbisect.artifacts.bundle import check_destination
-    from graphbisect.workflows.reduce import reduce_model
+    from graphbisect.workflows.reduce import reduce_model, work_dir_for
 
+    for folder in filter(None, (args.output, args.resume)):
+        refuse_inside({"--json": args.json}, folder, "the bundle folder")
+        refuse_inside({"--json": args.json}, work_dir_for(folder), "the work folder")
     progress = ProgressLine()
     if args.resume is not None:
         return _resume(args, progress)

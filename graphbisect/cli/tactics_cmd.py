@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from graphbisect.atomic import atomic_write_text
-from graphbisect.cli.common import backend_spec, count, output_path, seed, tolerance
+from graphbisect.cli.common import backend_spec, count, output_file, output_path, seed, tolerance
 
 __all__ = ["add_arguments", "run"]
 
@@ -24,14 +24,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="tactics_command", metavar="ACTION", required=True)
     record = sub.add_parser("record", help="build the model once and write its tactic record")
     _model_args(record)
-    record.add_argument("-o", "--output", type=output_path, required=True, help="record file to write (JSON)")
+    record.add_argument("-o", "--output", type=output_file, required=True, help="record file to write (JSON)")
     replay = sub.add_parser("replay", help="build with a record forced and check every choice took effect")
     _model_args(replay)
     replay.add_argument("record", type=Path, help="tactic record to force")
     diff = sub.add_parser("diff", help="nodes whose kernel choice differs between two records")
     diff.add_argument("a", type=Path, help="first (good) record")
     diff.add_argument("b", type=Path, help="second (bad) record")
-    diff.add_argument("--json", type=output_path, metavar="PATH", help="write the diff as JSON")
+    diff.add_argument("--json", type=output_file, metavar="PATH", help="write the diff as JSON")
     isolate = sub.add_parser("isolate", help="the fewest (node, choice) pairs that make a good build bad, "
                              "confirmed by replay")
     _model_args(isolate)
@@ -61,7 +61,7 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rtol", type=tolerance, default=None,
                         help="relative tolerance (default: 1e-3 with --oracle, else 0: bit-exact)")
     parser.add_argument("--workdir", type=output_path, default=None, help="keep the builds' files here")
-    parser.add_argument("--json", type=output_path, metavar="PATH", help="write the result as JSON")
+    parser.add_argument("--json", type=output_file, metavar="PATH", help="write the result as JSON")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,7 +8,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
-from graphbisect.cli.common import backend_spec, count, executor, output_path, seconds, seed, tolerance
+from graphbisect.cli.common import (
+    backend_spec,
+    count,
+    executor,
+    output_file,
+    output_path,
+    refuse_inside,
+    seconds,
+    seed,
+    tolerance,
+)
 
 if TYPE_CHECKING:
     from graphbisect.triage.outcome import ModelOutcome
@@ -41,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-invocations", type=count(0), metavar="N", help="per model: stop each reduction's search "
                         "after N candidate runs (best result so far; a re-run resumes it)")
     parser.add_argument("--timeout", type=seconds, help="seconds one backend invocation may take (default 600)")
-    parser.add_argument("--json", type=output_path, metavar="PATH", help="also write summary.json here")
+    parser.add_argument("--json", type=output_file, metavar="PATH", help="also write summary.json here")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from graphbisect.executors import ExecutorSpec
 
     ExecutorSpec.parse(args.executor)  # a usage error before any work
+    refuse_inside({"--json": args.json}, args.output, "the triage folder")
     result = api.triage(args.input_dir, args.output, oracle=args.oracle, target=args.target, atol=args.atol,
                         rtol=args.rtol, passes=not args.no_passes, seed=args.seed, executor=args.executor,
                         jobs=args.jobs, candidate_jobs=args.candidate_jobs, max_invocations=args.max_invocations,

@@ -49,6 +49,7 @@ from graphbisect.backends.registry import BACKEND_SPEC
 from graphbisect.compare import Tolerance
 from graphbisect.errors import GraphBisectError, InputError
 from graphbisect.executors import Executor, WorkerLostError, make_executor
+from graphbisect.lockfile import folder_lock
 from graphbisect.model import Model
 from graphbisect.options import INVOCATIONS, JOBS, SEED, TIMEOUT, check_fields, option
 from graphbisect.oracle.signature import Signature
@@ -359,12 +360,53 @@ def triage(
         >>> [(b.count, b.culprits) for b in r.bugs]                                       # doctest: +SKIP
         [(2, ('LayerNormFusionL1', 'SimplifiedLayerNormFusion')), (1, ('FuseReluClip',))]
     """
-    from graphbisect.artifacts.triage_report import write_triage_summary
-
     started = time.monotonic()
     options = options or TriageOptions()
     out_dir = Path(out_dir).resolve()
+    _claim(out_dir)
+    with folder_lock(out_dir, what=f"a triage writing {out_dir}",
+                     hint="wait for it to finish, or choose another -o folder"):
+        return _triage(input_dir, out_dir, options, executor=executor, jobs=jobs, on_model=on_model,
+                       started=started)
+
+
+#: Marks a triage output folder: a later triage into it goes on (skipping recorded models).
+TRIAGE_MARK = ".graphbisect-triage"
+
+
+def _claim(out_dir: Path) -> None:
+    """Make ``out_dir`` a triage folder: it must be new, empty or an earlier triage's (marked, a summary.json
+    of graphbisect's, or the ``results/`` of an interrupted run); a folder of other files is refused before
+    anything runs: summary.md, summary.json, ... would replace the user's (issue 24)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"the triage output {out_dir} exists and is not a folder", hint="choose a new or empty folder")
     out_dir.mkdir(parents=True, exist_ok=True)
+    names = sorted(p.name for p in out_dir.iterdir())
+    if names and not (TRIAGE_MARK in names or _summary_format(out_dir) == "graphbisect-triage"
+                      or any((out_dir / "results").glob("*.json"))):
+        raise InputError(
+            f"the triage output folder {out_dir} holds files that are not an earlier triage's "
+            f"({', '.join(names[:5])}{' …' if len(names) > 5 else ''}): summary.md, summary.json, bundles/ ... "
+            "would replace them", hint="choose a new or empty folder (an earlier triage's folder goes on where it "
+            "stopped)")
+    mark = out_dir / TRIAGE_MARK
+    if not mark.exists():
+        mark.write_text("a graphbisect triage folder: a later triage goes on here\n", encoding="utf-8")
+
+
+def _summary_format(out_dir: Path) -> object:
+    try:
+        data = json.loads((out_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data.get("format") if isinstance(data, dict) else None
+
+
+def _triage(input_dir: Path, out_dir: Path, options: TriageOptions, *, executor: Executor | str, jobs: int | None,
+            on_model: Callable[[ModelOutcome], None] | None, started: float) -> TriageResult:
+    """The body of :func:`triage`, under its lock."""
+    from graphbisect.artifacts.triage_report import write_triage_summary
+
     tasks = [ModelTask(name, str(path), str(out_dir), options, str(inp) if inp else None)
              for name, path, inp in discover_models(Path(input_dir))]
     finished, todo = _split_finished(tasks)
