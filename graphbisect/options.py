@@ -39,6 +39,7 @@ __all__ = [
     "EXIT_CODE",
     "INVOCATIONS",
     "JOBS",
+    "MAX_SECONDS",
     "SEED",
     "TIMEOUT",
     "Allowed",
@@ -111,10 +112,15 @@ def whole(minimum: int, maximum: int | None = None, *, example: int | None = Non
                    str(minimum if example is None else example))
 
 
+#: The longest duration an option may give (about 115 days): more means "never", which no option means,
+#: and the platform's timers overflow (``timeout=1e308`` ended in an internal error, issue 24).
+MAX_SECONDS = 1e7
+
+
 def seconds(*, zero: bool = False, example: str = "600") -> Allowed:
-    """A finite number of seconds ``> 0`` (``>= 0`` with ``zero``)."""
-    return Allowed("a finite number of seconds " + (">= 0" if zero else "> 0"),
-                   lambda v: _real(v) and (v >= 0 if zero else v > 0), example)
+    """A finite number of seconds ``> 0`` (``>= 0`` with ``zero``), at most :data:`MAX_SECONDS`."""
+    return Allowed("a number of seconds " + (">= 0" if zero else "> 0") + f" and <= {MAX_SECONDS:.0e}",
+                   lambda v: _real(v) and (v >= 0 if zero else v > 0) and v <= MAX_SECONDS, example)
 
 
 def one_of(choices: Iterable[str]) -> Allowed:

@@ -416,6 +416,7 @@ def _extract(archive: Path, dest: Path) -> Path:
     """Extract ``archive`` safely (no absolute paths, no ``..``) and return the folder with report.json."""
     try:
         with zipfile.ZipFile(archive) as zf:
+            _check_space(archive, zf.infolist(), dest)
             for member in zf.infolist():
                 parts = Path(member.filename).parts
                 if member.filename.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
@@ -428,6 +429,22 @@ def _extract(archive: Path, dest: Path) -> Path:
     if not candidates:
         raise BundleError(f"{archive} holds no report.json", hint="pass a zip written by `graphbisect reduce --zip`")
     return candidates[0]
+
+
+def _check_space(archive: Path, members: list[zipfile.ZipInfo], dest: Path) -> None:
+    """Refuse a zip whose members would not fit in the extraction folder's free space, before extracting any
+    (a 200 MB member and an 8 MB TMPDIR ended in "internal error: No space left on device", issue 24)."""
+    needed = sum(member.file_size for member in members)
+    free = shutil.disk_usage(dest).free
+    if needed > free:
+        raise BundleError(
+            f"{archive} holds {needed} bytes when extracted, more than the {free} bytes free in {dest.parent}",
+            hint="free space there, point TMPDIR at a larger file system, or extract the zip yourself and pass "
+            "the folder")
+
+
+#: The files whose bytes a bundle must record (report.json ``files``): what a verdict is computed from.
+_HASHED = ("model.onnx", "inputs.npz", "oracle_outputs.npz")
 
 
 def _read(folder: Path, source: Path, cleanup: Any) -> LoadedBundle:
@@ -465,6 +482,14 @@ def _check_integrity(folder: Path, source: Path, report: Mapping[str, Any]) -> N
     failure, the bug may be fixed": its verdict would be about other data than the reporter's.
     """
     damaged: list[str] = []
+    listed = {str(entry.get("name")) for entry in report.get("files") or []
+              if isinstance(entry, Mapping) and "sha256" in entry}
+    unlisted = [name for name in _HASHED if name not in listed]
+    if unlisted:  # a deleted list is no "old bundle": nothing would check an edited model (issue 24)
+        raise BundleError(
+            f"bundle {source} is damaged: its report.json records no sha256 of {', '.join(unlisted)}, so what "
+            "would run cannot be checked against what the reporter ran",
+            hint="download or copy the bundle again, or re-create it with `graphbisect reduce`")
     for entry in report.get("files") or []:
         if not isinstance(entry, Mapping) or "sha256" not in entry:
             continue  # report.json itself, or a bundle of a version that recorded no hashes

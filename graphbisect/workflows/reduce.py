@@ -53,7 +53,7 @@ import numpy as np
 
 from graphbisect.artifacts.bundle import BundleContent, check_destination, write_bundle
 from graphbisect.artifacts.charts import size_journey_svg
-from graphbisect.atomic import atomic_write_text
+from graphbisect.atomic import atomic_write_text, not_regular
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
 from graphbisect.backends.process import CompareTo
 from graphbisect.backends.registry import BACKEND_SPEC
@@ -735,6 +735,11 @@ def reduce_model(
     r = _Run(model, options, bundle_dir, on_progress, on_stage or (lambda _msg: None))
     r.force = force
     check_destination(r.bundle_dir, fingerprint=model.fingerprint, force=force)
+    zip_path = r.bundle_dir.with_name(r.bundle_dir.name + ".zip")
+    problem = not_regular(zip_path) if zip_bundle else None
+    if problem is not None:  # known now: not after the whole run
+        raise InputError(f"cannot write the bundle's zip {zip_path}: {problem}",
+                         hint=f"move {zip_path} away, or drop --zip")
     fresh = not r.work.exists()
     try:
         with folder_lock(r.work, what=f"a reduction writing {r.bundle_dir}"):
