@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ __all__ = [
     "SEED",
     "TIMEOUT",
     "Allowed",
+    "cap_jobs",
     "check_fields",
     "check_value",
     "one_of",
@@ -50,6 +52,7 @@ __all__ = [
     "parses",
     "pattern",
     "seconds",
+    "usable_cpus",
     "whole",
 ]
 
@@ -171,6 +174,29 @@ def check_value(owner: str, name: str, value: Any, allowed: Allowed) -> Any:
     """Check one keyword option of a function (``owner``) against ``allowed``; returns ``value``."""
     allowed.check(owner, name, value)
     return value
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask; else the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def cap_jobs(jobs: int, option: str = "-j") -> tuple[int, str | None]:
+    """``jobs`` worker processes on this machine, at most one per usable CPU: (the count, a note when capped).
+    More workers than CPUs only share them (``-j 100000`` was accepted and started a worker per candidate).
+
+    Example:
+        >>> cap_jobs(1)
+        (1, None)
+    """
+    usable = usable_cpus()
+    if jobs <= usable:
+        return jobs, None
+    return usable, (f"{option} {jobs} is more workers than the {usable} CPU(s) this process may use: running "
+                    f"{usable}")
 
 
 # --- the ranges the option classes share -------------------------------------------------------------------

@@ -19,6 +19,7 @@ from graphbisect.cli.common import (
     tolerance_from_args,
 )
 from graphbisect.cli.progress import ProgressLine
+from graphbisect.cli.terminal import shown
 
 if TYPE_CHECKING:
     from graphbisect.workflows.precision import PrecisionResult
@@ -103,7 +104,7 @@ def print_result(result: PrecisionResult, *, rows: int) -> None:
         print(f"\n{'node':<44} {'op':<12} {'score':>9} {'cosine':>9} {'snr dB':>8}  kept-alone score")
         for row in result.sensitivity[: rows or None]:
             mark = "x " if row.breaks_alone else "  "
-            print(f"{mark}{row.node[:42]:<42} {row.op_type[:12]:<12} {_num(row.score):>9} "
+            print(f"{mark}{shown(row.node)[:42]:<42} {shown(row.op_type)[:12]:<12} {_num(row.score):>9} "
                   f"{_num(row.lowered['cosine']):>9} {_num(row.lowered['snr_db']):>8}  {_num(row.kept['score'])}")
     if result.all_lowered_meets:
         print("\nthe fully lowered model meets the tolerance: no node needs FP32")
@@ -120,7 +121,7 @@ def print_result(result: PrecisionResult, *, rows: int) -> None:
 
     breakers = set(result.alone or ())
     for name in result.keep_fp32:
-        print(f"  {name}{'   (breaks the tolerance alone)' if name in breakers else ''}")
+        print(f"  {shown(name)}{'   (breaks the tolerance alone)' if name in breakers else ''}")
     if result.alone is None and result.keep_fp32:
         why = {"budget": "the run budget ended first", "skipped": "--no-alone",
                "skipped_many": f"{len(result.keep_fp32)} kept; by default only up to {ALONE_AUTO_MAX}, "
@@ -135,7 +136,7 @@ def print_result(result: PrecisionResult, *, rows: int) -> None:
         names = result.extra.get(key)
         if isinstance(names, list) and names:
             more = " ..." if len(names) > 5 else ""
-            print(f"{len(names)} pinned node(s) {what}: {', '.join(map(str, names[:5]))}{more}")
+            print(f"{len(names)} pinned node(s) {what}: {', '.join(map(shown, names[:5]))}{more}")
     if op_types:
         low = result.extra.get("low_precision_op_types")
         if isinstance(low, list):

@@ -26,6 +26,7 @@ from graphbisect.cli.common import (
     tolerance_from_args,
 )
 from graphbisect.cli.progress import ProgressLine
+from graphbisect.cli.terminal import shown
 from graphbisect.errors import InputError
 
 if TYPE_CHECKING:
@@ -185,11 +186,28 @@ def _check_resume_arguments(args: argparse.Namespace, state: dict[str, Any], rec
         fingerprint = json.loads(state["fingerprint"])["model"]
         if load_model_arg(args).fingerprint != fingerprint:
             differ.insert(0, f"the model {args.model or '--example'}")
+    if args.inputs is not None and not args.example and _inputs_differ(args):
+        differ.append(f"--inputs {args.inputs}")  # it was ignored silently (issue 24)
+    differ += [f"--{k}" for k, v in (("shape", args.shape), ("seed", args.seed)) if v]  # the inputs are recorded
     if differ:
         raise InputError(
             f"--resume {args.resume} continues the recorded reduction, but {', '.join(differ)} differ from it",
             hint="drop them to resume as recorded, or start a new reduction with another -o folder",
         )
+
+
+def _inputs_differ(args: argparse.Namespace) -> bool:
+    """Whether ``--inputs`` holds other values than the resumed run's recorded ``inputs.npz``."""
+    from graphbisect.data import load_inputs, validate_inputs
+    from graphbisect.model import load_model
+    from graphbisect.values import bit_identical, load_values_npz
+    from graphbisect.workflows.reduce import work_dir_for
+
+    work = work_dir_for(args.resume)
+    model = load_model(work / "model.onnx")
+    given = validate_inputs(model, load_inputs(args.inputs, model))
+    recorded = load_values_npz(work / "inputs.npz")
+    return set(given) != set(recorded) or not all(bit_identical(given[k], recorded[k]) for k in recorded)
 
 
 def _report(result: ReduceResult, args: argparse.Namespace) -> int:
@@ -204,7 +222,8 @@ def _report(result: ReduceResult, args: argparse.Namespace) -> int:
             print(f"note: {note}")
         return 0
     print(f"failure: {result.signature.describe()}")
-    print(f"reduced {result.original_nodes} → {result.final_nodes} nodes: {', '.join(result.kept_nodes[:12])}"
+    kept = ", ".join(map(shown, result.kept_nodes[:12]))
+    print(f"reduced {result.original_nodes} → {result.final_nodes} nodes: {kept}"
           + (" …" if len(result.kept_nodes) > 12 else ""))
     print("invocations: " + ", ".join(f"{k} {v}" for k, v in result.invocations.items())
           + f"; {result.seconds:.1f} s")

@@ -14,6 +14,7 @@ from typing import Any
 
 from graphbisect.atomic import atomic_write_text
 from graphbisect.cli.common import backend_spec, count, output_file, output_path, seed, tolerance
+from graphbisect.cli.terminal import shown
 
 __all__ = ["add_arguments", "run"]
 
@@ -104,7 +105,7 @@ def _record(args: argparse.Namespace) -> int:
     rec = result.record
     print(f"recorded {len(rec.choices)} kernel choices of {rec.backend} {rec.version} on {rec.device} -> {args.output}")
     for choice in rec.choices:
-        print(f"  {choice.node:40s} {choice.choice:24s} {choice.layer_type or ''}")
+        print(f"  {shown(choice.node):40s} {choice.choice:24s} {choice.layer_type or ''}")
     _write_json(args.json, {"record": str(args.output), "choices": len(rec.choices), "invocations": 1})
     return 0
 
@@ -130,7 +131,7 @@ def _replay(args: argparse.Namespace) -> int:
     else:
         print(f"replayed {count} choices: every choice took effect")
     for item in result.not_applied:
-        print(f"  NOT APPLIED {item.node}: asked for {item.requested}, the backend used {item.used}")
+        print(f"  NOT APPLIED {shown(item.node)}: asked for {item.requested}, the backend used {item.used}")
     _write_json(args.json, {**result.to_json(), "invocations": 1})
     return 1 if result.not_applied else 0
 
@@ -140,11 +141,11 @@ def _diff(args: argparse.Namespace) -> int:
 
     diff = diff_records(load_record(args.a), load_record(args.b))
     for change in diff.changed:
-        print(f"  {change.node:40s} {change.good:24s} -> {change.bad}")
+        print(f"  {shown(change.node):40s} {change.good:24s} -> {change.bad}")
     for node in diff.only_a:
-        print(f"  {node:40s} only in {args.a}")
+        print(f"  {shown(node):40s} only in {args.a}")
     for node in diff.only_b:
-        print(f"  {node:40s} only in {args.b}")
+        print(f"  {shown(node):40s} only in {args.b}")
     print(f"{len(diff.changed)} node(s) with another kernel")
     _write_json(args.json, diff.to_json())
     return 0 if diff.empty else 1
@@ -172,7 +173,7 @@ def _isolate(args: argparse.Namespace) -> int:
     for culprit in result.isolation.culprits:
         used = not_applied.get(culprit.node)
         fallback = f" (not applied: the backend used {used})" if used else ""
-        print(f"  CULPRIT {culprit.node}: {culprit.good} (good) -> {culprit.bad} (bad){fallback}")
+        print(f"  CULPRIT {shown(culprit.node)}: {culprit.good} (good) -> {culprit.bad} (bad){fallback}")
     print(f"backend invocations: {dict(result.invocations)}")
     _write_json(args.json, data)
     return 1 if result.found else 0

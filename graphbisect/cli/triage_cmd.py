@@ -19,6 +19,7 @@ from graphbisect.cli.common import (
     seed,
     tolerance,
 )
+from graphbisect.cli.terminal import shown
 
 if TYPE_CHECKING:
     from graphbisect.triage.outcome import ModelOutcome
@@ -75,12 +76,12 @@ def _print_outcome(outcome: ModelOutcome) -> None:
     if outcome.status == "failed":
         where = f"{outcome.final_nodes} nodes in {outcome.bundle}" if outcome.bundle else "no bundle"
         culprits = f", culprits {', '.join(outcome.culprits)}" if outcome.culprits else ""
-        print(f"{outcome.name}: FAILED ({outcome.signature.get('kind') if outcome.signature else '?'}{culprits}) "
-              f"→ {where}", flush=True)
+        kind = outcome.signature.get("kind") if outcome.signature else "?"
+        print(f"{shown(outcome.name)}: FAILED ({kind}{culprits}) → {where}", flush=True)
     elif outcome.status == "passed":
-        print(f"{outcome.name}: passed", flush=True)
+        print(f"{shown(outcome.name)}: passed", flush=True)
     else:
-        print(f"{outcome.name}: ERROR {outcome.message}" + (f" (hint: {outcome.hint})" if outcome.hint else ""),
+        print(f"{shown(outcome.name)}: ERROR {outcome.message}" + (f" (hint: {outcome.hint})" if outcome.hint else ""),
               flush=True)
 
 

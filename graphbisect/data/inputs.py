@@ -290,8 +290,15 @@ def _read_pb_folder(path: Path, model: Model) -> dict[str, Any]:
 
 
 def _read_json(path: Path, model: Model) -> dict[str, np.ndarray]:
+    def finite(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):  # 1e999 parsed as inf: a value the user never wrote (issue 24)
+            raise InputError(f"{path}: the number {text} is beyond the range of a float64 (it would become "
+                             f"{value})", hint="write a number a float64 holds, or save the exact arrays in an .npz")
+        return value
+
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(path.read_text(encoding="utf-8"), parse_float=finite)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InputError(
             f"{path} is not valid JSON: {exc}", hint="expected Polygraphy's --save-inputs JSON or {name: lists}"

@@ -79,7 +79,18 @@ from graphbisect.lockfile import folder_lock
 from graphbisect.model import Model
 from graphbisect.model.diff import model_differences
 from graphbisect.model.io import remove_model, save_proto
-from graphbisect.options import EXIT_CODE, INVOCATIONS, JOBS, TIMEOUT, check_fields, option, pattern, seconds, whole
+from graphbisect.options import (
+    EXIT_CODE,
+    INVOCATIONS,
+    JOBS,
+    TIMEOUT,
+    cap_jobs,
+    check_fields,
+    option,
+    pattern,
+    seconds,
+    whole,
+)
 from graphbisect.oracle.as_built import (
     Runner,
     capture_as_built,
@@ -663,7 +674,10 @@ class _Run:
                ) -> tuple[SearchResult, Evaluator, CandidateTester]:
         """The subgraph search; with ``flaky`` a candidate is accepted only after FLAKY_REPEATS more runs fail
         the same way. ``scope`` keeps its journal entries apart from another search's."""
-        jobs = max(1, self.options.jobs)
+        jobs, capped = (max(1, self.options.jobs), None) if self.options.executor else cap_jobs(self.options.jobs)
+        if capped is not None and capped not in self.notes:
+            self.notes.append(capped)
+            self.stage(capped)
 
         def pool_of(spec: BackendSpec, folder: str) -> TargetPool:
             if self.options.executor:
@@ -682,7 +696,7 @@ class _Run:
         # The budget is this session's: resuming with --max-invocations N buys N more candidate runs.
         budget = Budget(max_invocations=self.options.max_invocations, deadline_seconds=self.options.deadline_seconds,
                         max_stall=self.options.max_stall)
-        evaluator = Evaluator(tester, space.size, journal=journal, scope=scope, budget=budget, jobs=self.options.jobs,
+        evaluator = Evaluator(tester, space.size, journal=journal, scope=scope, budget=budget, jobs=jobs,
                               on_progress=self.on_progress)
         self.stage(f"reducing {space.size} nodes" + (" (flaky target: a candidate must fail "
                                                      f"{FLAKY_REPEATS + 1} times in a row)" if flaky else ""))
@@ -1047,6 +1061,11 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
             expected=oracle_outputs, target_outputs=verification.target_outputs, oracle=r.oracle_spec,
             target=r.target_spec, tolerance=r.tol, signature=baseline, workdir=r.work / "facts",
             timeout=r.options.timeout, stage=r.stage, fail_regex=r.regex, check=r.options.output_check)
+    if facts.facts.get("interrupted"):  # said where the user looks, not only in report.json (issue 24)
+        r.notes.append("interrupted (Ctrl-C) while measuring the facts for maintainers: the result is re-verified "
+                       "and bundled, but the report lacks what was not measured (the specification's word, the "
+                       "lowest failing optimization level, repro_min.py)")
+        report["notes"] = list(r.notes)
     # the time the user waited, as the CLI prints it: the maintainer facts' runs included
     report.update(facts.facts, report_runs=facts.runs, seconds=round(time.monotonic() - r.started, 3))
     content = BundleContent(

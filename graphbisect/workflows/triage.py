@@ -137,18 +137,29 @@ class TriageResult:
 def discover_models(input_dir: Path) -> list[tuple[str, Path, Path | None]]:
     """``(name, model path, inputs path or None)`` for every ONNX file and Paddle model folder in ``input_dir``.
 
-    Sorted by name. Files that are neither (``.npz`` inputs, notes) are ignored; a ``.onnx`` file that does not
-    load is still listed, so it gets an error row.
+    Sorted by name. Entries that are neither a model nor a model's inputs (notes, ``model.ONNX``, a broken link,
+    a folder without a model) are not triaged, with a warning naming them; a ``.onnx`` file that does not load
+    is still listed, so it gets an error row.
     """
     input_dir = Path(input_dir)
     if not input_dir.is_dir():
         raise InputError(f"{input_dir} is not a folder", hint="pass a folder of .onnx files or Paddle model folders")
     found = []
+    skipped = []
     for path in sorted(input_dir.iterdir()):
         if path.is_file() and path.suffix == ".onnx":
             found.append((path.stem, path, _inputs_for(path)))
         elif path.is_dir() and any(any(path.glob(p)) for p in _PADDLE_FILES[:2]):
             found.append((path.name, path, _inputs_for(path)))
+        else:
+            skipped.append(path)
+    paired = {inputs for _, _, inputs in found if inputs is not None}
+    unused = [path.name for path in skipped if path not in paired]
+    if unused:  # said, not skipped silently (issue 24): a model.ONNX, a broken link, a folder without a model
+        log.warning("triage: %d entr%s of %s %s not a model and not a model's inputs, so not triaged: %s%s "
+                    "(models are *.onnx files and Paddle model folders; inputs NAME.npz or NAME.inputs.npz)",
+                    len(unused), "y" if len(unused) == 1 else "ies", input_dir, "is" if len(unused) == 1 else "are",
+                    ", ".join(repr(name) for name in unused[:10]), " …" if len(unused) > 10 else "")
     if not found:
         raise InputError(f"no model in {input_dir}",
                          hint="triage reads every *.onnx file and every Paddle model folder (with .pdmodel/.json "
