@@ -518,7 +518,9 @@ def _tolerance(data: Mapping[str, Any]) -> Tolerance:
     min_cosine = data.get("min_cosine")
     return Tolerance(atol=float(data.get("atol", default.atol)), rtol=float(data.get("rtol", default.rtol)),
                      min_cosine=float(min_cosine) if min_cosine is not None else None, per_output=per_output,
-                     check_dtype=bool(data.get("check_dtype", True)))
+                     check_dtype=bool(data.get("check_dtype", True)),
+                     int_atol=float(data.get("int_atol", default.int_atol)),
+                     quantized={str(k): float(v) for k, v in (data.get("quantized") or {}).items()})
 
 
 def _optional_npz(path: Path) -> dict[str, np.ndarray]:

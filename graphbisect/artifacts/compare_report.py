@@ -19,7 +19,7 @@ __all__ = ["CSV_COLUMNS", "write_csv", "write_html", "write_json"]
 
 CSV_COLUMNS = ("index", "op_type", "node", "tensor", "kind", "oracle_shape", "target_shape", "mismatches", "numel",
                "max_abs", "max_rel", "cosine", "snr_db", "score", "input_score", "amplification",
-               "oracle_range", "target_range", "compiled_as")
+               "oracle_range", "target_range", "compiled_as", "floor", "at_floor")
 
 
 def write_json(result: CompareResult, path: Path) -> None:
@@ -38,12 +38,20 @@ def write_csv(result: CompareResult, path: Path) -> None:
 def _cell(column: str, value: object) -> object:
     """A CSV cell: shapes as ``1x3x224x224``, value ranges as ``[-2.5, 1.9]`` (not ``-2.5x1.9``: a shape)."""
     if isinstance(value, dict) and column == "compiled_as":  # the compiled node: kind, name, originals
-        return f"{value['kind']} {value['name']} ({len(value['originals'])} nodes)"
+        return f"{value['kind']} {value['name']} ({len(value['originals'])} nodes)" + _ran_in(value)
     if isinstance(value, list) and column.endswith("_range"):
         return "[" + ", ".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in value) + "]"
     if isinstance(value, list):
         return "x".join(str(v) for v in value)
     return value
+
+
+def _ran_in(compiled: dict[str, object]) -> str:
+    """``; ran in i8, the model f32`` for a compiled node that ran in a lower precision than the model, else ""."""
+    lower, model = compiled.get("lower_precision"), compiled.get("model_precision")
+    if not lower or not isinstance(lower, list) or not isinstance(model, list):
+        return ""
+    return f"; ran in {'+'.join(map(str, lower))}, the model {'+'.join(map(str, model))}"
 
 
 def chart_points(result: CompareResult) -> list[ErrorPoint]:
@@ -66,7 +74,8 @@ def write_html(result: CompareResult, path: Path) -> None:
         "<!doctype html><meta charset='utf-8'><title>graphbisect compare</title>",
         "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:12px}"
         "td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}td.l,th.l{text-align:left}"
-        "tr.fail{background:#fde}tr.first{background:#fbb}.warn{background:#ffd;padding:1em;border:1px solid #cc0}"
+        "tr.fail{background:#fde}tr.first{background:#fbb}tr.floor{background:#eee;color:#666}tr.unobserved{color:#999}"
+        ".warn{background:#ffd;padding:1em;border:1px solid #cc0}"
         "</style>",
         f"<h1>graphbisect compare: {html.escape(verdict)}</h1>",
         f"<p>model <code>{html.escape(str(result.model.path or 'ModelProto'))}</code> "
@@ -77,6 +86,9 @@ def write_html(result: CompareResult, path: Path) -> None:
     ]
     if result.layerwise_note:
         parts.append(f"<p class='warn'>{html.escape(result.layerwise_note)}</p>")
+    if result.noise_floor is not None:
+        parts.append(f"<p>{html.escape(result.noise_floor.describe())}; grey rows are within it: kernel "
+                     "precision, not divergences</p>")
     parts.append(_outputs_table(data))
     if result.layerwise is not None:
         parts.append(error_chart_svg(chart_points(result)))
@@ -126,8 +138,15 @@ def _layers_table(data: dict[str, object]) -> str:
     for row in layers:
         rows.append([row["index"], row["op_type"], row["node"], row["tensor"], row["oracle_shape"], row["kind"],
                      f"{row['mismatches']}/{row['numel']}", row["max_abs"], row["max_rel"], row["cosine"],
-                     row["target_range"], row["oracle_range"]])
-        classes.append("first" if row["tensor"] == first_tensor else "" if row["passed"] else "fail")
+                     row["target_range"], row["oracle_range"], _compiled_cell(row.get("compiled_as"))])
+        classes.append("first" if row["tensor"] == first_tensor else "unobserved" if not row["observed"] else
+                       "" if row["passed"] else "floor" if row.get("at_floor") else "fail")
     headers = ["#", "op", "node", "tensor", "shape", "verdict", "mismatched", "max abs", "max rel", "cosine",
-               "target min..max", "oracle min..max"]
+               "target min..max", "oracle min..max", "compiled as"]
     return "<h2>Layers</h2>" + _table(headers, rows, classes)
+
+
+def _compiled_cell(compiled: object) -> str:
+    if not isinstance(compiled, dict):
+        return ""
+    return f"{compiled['kind']} {compiled['name']}" + _ran_in(compiled)

@@ -40,6 +40,7 @@ __all__ = [
     "COMMAND_PROGRAM",
     "IREE_FLAGS",
     "NAMES",
+    "OPENVINO_CONFIG",
     "ORT_SESSION_CONFIG",
     "PYTHON_INTERPRETER",
     "Rule",
@@ -108,6 +109,22 @@ ORT_SESSION_CONFIG = entries({
     "optimization.disable_specified_optimizers",
     "mlas.enable_gemm_fastmath_arm64_bfloat16", "mlas.use_lut_gemm",
 }, "is not a session config key known to be inert (ONNX Runtime's keys can name files it reads or writes)")
+
+#: OpenVINO properties (``openvino:config=KEY=VALUE;...``) whose values cannot name a file, a folder or a
+#: library: precision and execution hints, dynamic quantization, KV-cache precision, streams, threads and
+#: scheduling, logging to stderr (the CPU plugin's read-write properties in OpenVINO 2026.4, but
+#: ``ENABLE_WEIGHTLESS``, and the GPU plugin's precision hints). Not inert, among others: ``CACHE_DIR`` (writes
+#: compiled blobs into a folder), ``CACHE_MODE``, ``WEIGHTS_PATH``, ``COMPILED_BLOB``, ``ENABLE_WEIGHTLESS``,
+#: ``ENABLE_MMAP`` and every key not listed here.
+OPENVINO_CONFIG = entries({
+    "INFERENCE_PRECISION_HINT", "EXECUTION_MODE_HINT", "PERFORMANCE_HINT", "PERFORMANCE_HINT_NUM_REQUESTS",
+    "DYNAMIC_QUANTIZATION_GROUP_SIZE", "KV_CACHE_PRECISION", "KEY_CACHE_PRECISION", "VALUE_CACHE_PRECISION",
+    "KEY_CACHE_GROUP_SIZE", "VALUE_CACHE_GROUP_SIZE", "NUM_STREAMS", "INFERENCE_NUM_THREADS",
+    "ENABLE_CPU_PINNING", "ENABLE_CPU_RESERVATION", "ENABLE_HYPER_THREADING", "SCHEDULING_CORE_TYPE",
+    "MODEL_DISTRIBUTION_POLICY", "ENABLE_TENSOR_PARALLEL", "TBB_PARTITIONER", "CPU_DENORMALS_OPTIMIZATION",
+    "CPU_SPARSE_WEIGHTS_DECOMPRESSION_RATE", "PERF_COUNT", "LOG_LEVEL", "DEVICE_ID", "MODEL_PRIORITY",
+    "GPU_ENABLE_LOOP_UNROLLING", "GPU_DISABLE_WINOGRAD_CONVOLUTION", "ACTIVATIONS_SCALE_FACTOR",
+}, "is not an OpenVINO property known to be inert (properties can name a folder it writes, e.g. CACHE_DIR)")
 
 #: ``iree-compile`` flags whose values cannot name a program, a library, a file or a folder (IREE 3.13's
 #: ``--help-hidden``): the features ``disabled=`` switches off (``backends/iree.py`` FEATURES, a test keeps

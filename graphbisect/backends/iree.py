@@ -57,7 +57,8 @@ from graphbisect.backends.worker import option_flag, option_int, select_feeds
 from graphbisect.errors import SpecError
 
 __all__ = ["FEATURES", "Iree", "IreeCompileError", "IreeImportError", "IreeOptions", "compile_command",
-           "compile_diagnostic", "dispatch_nodes", "feature_flags", "import_onnx", "load_module", "run_module"]
+           "compile_diagnostic", "dispatch_nodes", "dispatch_types", "feature_flags", "import_onnx", "load_module",
+           "run_module"]
 
 logger = logging.getLogger(__name__)
 
@@ -342,6 +343,26 @@ def dispatch_nodes(source: str, node_names: set[str]) -> list[str]:
     return [name for name in dict.fromkeys(found) if name in node_names]
 
 
+def dispatch_types(source: str) -> list[str]:
+    """The element types one dumped dispatch computes on: the operand types (``ins(...)``) of its computing
+    ``linalg``/``iree_linalg_ext`` ops, in first-seen order (IREE's integers are signless: ``i8`` is int8 or
+    uint8; ``i1`` a boolean).
+
+    Example:
+        >>> dispatch_types('%7 = linalg.batch_matmul ins(%3, %4 : tensor<1x16x384xi8>, tensor<1x384x384xi8>) '
+        ...                'outs(%6 : tensor<1x16x384xi32>) -> tensor<1x16x384xi32>')
+        ['i8']
+    """
+    found: list[str] = []
+    for line in source.splitlines():
+        computes = re.search(r"(?:linalg|iree_linalg_ext)\.(\w+)\b.*?\bins\(([^)]*)\)", line)
+        if not computes or computes.group(1) == "fill":
+            continue
+        _, _, types = computes.group(2).partition(":")
+        found += re.findall(r"x?([if]\d+|bf16)>", types) + re.findall(r"^\s*([if]\d+|bf16)\s*$", types)
+    return list(dict.fromkeys(found))
+
+
 # --------------------------------------------------------------------------------------- runtime
 class Iree:
     """IREE compiler + runtime on CPU (a :class:`~graphbisect.backends.base.Runtime`; see the module docstring).
@@ -381,6 +402,9 @@ class Iree:
             self._info.update(self._fired(mlir, vmfb))
         if dump is not None:
             self._info["dispatches"] = _dispatches(dump, mlir)
+            self._info["dispatch_types"] = {source.stem.removeprefix("module_"):
+                                            dispatch_types(source.read_text(encoding="utf-8"))
+                                            for source in sorted(dump.glob("*.mlir"))}
         self._context, self._function = load_module(vmfb, entry, self.options.device)
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -12,6 +12,14 @@ compiles ``precision=f16`` requests in bf16 on an AVX512-BF16 CPU without FP16 s
 ``precision=bf16`` in f32 on a CPU without BF16, silently (``INFERENCE_PRECISION_HINT`` of the compiled
 model tells), which made ``graphbisect precision`` answer "no node needs FP32" about what never ran.
 
+**Config keys.** ``config=KEY=VALUE;KEY=VALUE`` passes OpenVINO properties to ``compile_model`` as
+they are (``config=DYNAMIC_QUANTIZATION_GROUP_SIZE=0``: the CPU plugin's default dynamic quantization
+computes a FullyConnected with int8 weights in i8, group size 32, which errs hundreds of tolerances on an
+int8-weight transformer; ``EXECUTION_MODE_HINT=ACCURACY``; ``NUM_STREAMS=1``). :meth:`OpenVino.validate`
+compiles a probe with them, so a key or value the device refuses is a ``SpecError`` before any run, and
+``info()["config"]`` gives each key's value as the compiled model reports it. ``INFERENCE_PRECISION_HINT``
+and ``INFERENCE_NUM_THREADS`` are ``precision=`` and ``threads=`` (checked there), never config entries.
+
 **Intermediates.** ``load(model, outputs)`` accepts any tensor names: names that are already outputs of
 the model (e.g. a probe ONNX model whose graph outputs the host extended) are taken as they are, other
 names are added with ``Model.add_outputs(name)``. Results are matched to names by output *index*, not
@@ -80,11 +88,13 @@ from graphbisect.backends.base import UnsupportedType
 from graphbisect.errors import BackendError, InputError, ModelError, SpecError
 from graphbisect.values import EXTENSION_TYPES, elem_type_of, from_raw_bytes, raw_bytes
 
-__all__ = ["OpenVino", "ir_layers", "ov_layer_nodes", "pin_fp32_ir_xml"]
+__all__ = ["OpenVino", "config_entries", "ir_layers", "ov_layer_nodes", "pin_fp32_ir_xml"]
 
 logger = logging.getLogger(__name__)
 
-_OPTIONS = ("device", "precision", "threads", "report_exec", "report_tactics", "tactics", "keep_fp32")
+_OPTIONS = ("device", "precision", "threads", "config", "report_exec", "report_tactics", "tactics", "keep_fp32")
+#: Config keys that other options set (and check): ``config=`` may not set them a second way.
+_OWN_KEYS = {"INFERENCE_PRECISION_HINT": "precision=f32|f16|bf16", "INFERENCE_NUM_THREADS": "threads=N"}
 _PRECISIONS = {"f32": "f32", "fp32": "f32", "f16": "f16", "fp16": "f16", "bf16": "bf16"}
 _SINK_SUFFIX = "/sink_port_0"  # the ONNX frontend names a graph output's Result node "<name>/sink_port_0"
 _PIN_ATTRIBUTE = "DisablePrecisionConversion"
@@ -152,6 +162,60 @@ def _inference_precision(compiled: Any) -> str | None:
     return str(hint.get_type_name()) if hasattr(hint, "get_type_name") else str(hint)
 
 
+def config_entries(text: str) -> tuple[tuple[str, str], ...]:
+    """``config=KEY=VALUE;KEY=VALUE`` as ``((KEY, VALUE), ...)``, refusing what is not an entry and the keys
+    other options set.
+
+    Example:
+        >>> config_entries("DYNAMIC_QUANTIZATION_GROUP_SIZE=0; NUM_STREAMS=1")
+        (('DYNAMIC_QUANTIZATION_GROUP_SIZE', '0'), ('NUM_STREAMS', '1'))
+    """
+    entries: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(";"))):
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise SpecError(f"openvino config entry {item!r} is not KEY=VALUE",
+                            hint="write config=KEY=VALUE;KEY=VALUE, e.g. config=DYNAMIC_QUANTIZATION_GROUP_SIZE=0")
+        if key in _OWN_KEYS:
+            raise SpecError(f"openvino config entry {item!r} sets what option {_OWN_KEYS[key].split('=')[0]}= sets",
+                            hint=f"write {_OWN_KEYS[key]} instead (checked against what the device computes)")
+        if key in entries:
+            raise SpecError(f"openvino config key {key} given twice")
+        entries[key] = value
+    return tuple(entries.items())
+
+
+def _property_text(value: Any) -> str:
+    """A property value as text: ``<Type: 'float32'>`` as ``f32``, an enum as its name, others as ``str``."""
+    if hasattr(value, "get_type_name"):
+        return str(value.get_type_name())
+    name = getattr(value, "name", None)
+    return str(name) if isinstance(name, str) else str(value)
+
+
+def _group_size(compiled: Any) -> int | None:
+    """The compiled model's ``DYNAMIC_QUANTIZATION_GROUP_SIZE`` (None where the device has no such property)."""
+    try:
+        return int(compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE"))
+    except Exception:  # not every device reports it
+        return None
+
+
+def _last_line(text: str) -> str:
+    """The informative line of an OpenVINO exception (the others name its source files)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("Exception from ")]
+    return lines[-1] if lines else text.strip()
+
+
+def _writable_properties(core: Any, device: str) -> str:
+    try:
+        supported = core.get_property(device, "SUPPORTED_PROPERTIES")
+        return ", ".join(sorted(k for k, mode in supported.items() if mode == "RW" and k not in _OWN_KEYS))
+    except Exception:  # not every device reports them
+        return "unknown"
+
+
 def _device_name(core: Any, device: str) -> str:
     try:
         return str(core.get_property(device, "FULL_DEVICE_NAME"))
@@ -191,8 +255,8 @@ class OpenVino:
     """OpenVINO runtime (see the module docstring).
 
     Options: ``device`` (default ``CPU``), ``precision`` (``f32`` default, ``f16``, ``bf16``: the
-    ``INFERENCE_PRECISION_HINT``), ``threads`` (``INFERENCE_NUM_THREADS``), ``report_exec`` (1: put the
-    execution graph in ``info()["exec_graph"]``).
+    ``INFERENCE_PRECISION_HINT``), ``threads`` (``INFERENCE_NUM_THREADS``), ``config`` (other properties,
+    ``KEY=VALUE;...``), ``report_exec`` (1: put the execution graph in ``info()["exec_graph"]``).
     """
 
     def __init__(self, options: Mapping[str, str], workdir: str) -> None:
@@ -218,6 +282,7 @@ class OpenVino:
                 raise SpecError(f"openvino option threads={options['threads']!r} is not an integer") from exc
             if self._threads < 1:
                 raise SpecError(f"openvino option threads={self._threads} must be >= 1")
+        self._config = config_entries(options.get("config", ""))
         self._report_exec = options.get("report_exec", "0").strip().lower() in ("1", "true", "yes", "on")
         self._report_tactics = options.get("report_tactics", "0").strip().lower() in ("1", "true", "yes", "on")
         self._tactics_path = Path(options["tactics"]) if options.get("tactics") else None
@@ -252,7 +317,18 @@ class OpenVino:
                 f"openvino device {self._device!r} is not available here",
                 hint=f"available devices: {', '.join(available) or 'none'}",
             )
-        actual = _inference_precision(self._compile(core, _precision_probe()))
+        try:
+            probe = self._compile(core, _precision_probe())
+        except RuntimeError as exc:  # OpenVINO's own words name the key or value it refuses
+            if not self._config:
+                raise
+            raise SpecError(
+                f"openvino config={';'.join(f'{k}={v}' for k, v in self._config)} is refused by {self._device}: "
+                f"{_last_line(str(exc))}",
+                hint=f"config entries are {self._device} properties, KEY=VALUE as compile_model takes them "
+                f"(e.g. config=DYNAMIC_QUANTIZATION_GROUP_SIZE=0); properties this device accepts: "
+                f"{_writable_properties(core, self._device)}") from exc
+        actual = _inference_precision(probe)
         if actual is not None and actual != self._precision:
             raise SpecError(
                 f"precision={self._precision} is not what {self._device} computes here: its compiled "
@@ -302,6 +378,10 @@ class OpenVino:
             "inference_precision": actual_precision,  # what the compiled model computes in (validate refuses
             "precision_as_requested": actual_precision in (None, self._precision),  # a mismatch up front)
             "threads": self._threads,
+            "config": self._config_facts(compiled),
+            # OpenVINO's execution graph says runtimePrecision i8 for an int8-weight FullyConnected whether it
+            # quantizes the activations (group size > 0, the CPU default) or decompresses the weights (0)
+            "dynamic_quantization_group_size": _group_size(compiled),
             "outputs": {name: sorted(compiled.outputs[i].get_names()) for name, i in selected.items()},
         }
         self._info.update(tactics)
@@ -348,10 +428,20 @@ class OpenVino:
         return selected
 
     def _compile(self, core: Any, ov_model: Any) -> Any:
-        config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": self._precision}
+        config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": self._precision, **dict(self._config)}
         if self._threads is not None:
             config["INFERENCE_NUM_THREADS"] = self._threads
         return core.compile_model(ov_model, self._device, config)
+
+    def _config_facts(self, compiled: Any) -> dict[str, str]:
+        """Each ``config=`` key's value as the compiled model reports it (what ran, not what was asked)."""
+        facts: dict[str, str] = {}
+        for key, value in self._config:
+            try:
+                facts[key] = _property_text(compiled.get_property(key))
+            except Exception:  # a key the compiled model does not report back
+                facts[key] = f"{value} (not reported back)"
+        return facts
 
     def keep_fp32_names(self) -> list[str]:
         """The ONNX node names of option ``keep_fp32`` (the file is read now, see the module docstring)."""

@@ -33,6 +33,7 @@ from graphbisect.backends.inert import (
     COMMAND_PROGRAM,
     IREE_FLAGS,
     NAMES,
+    OPENVINO_CONFIG,
     ORT_SESSION_CONFIG,
     PYTHON_INTERPRETER,
     Rule,
@@ -397,8 +398,13 @@ BACKENDS: tuple[BackendInfo, ...] = (
         numpy_blas=False,
         options={
             "device": "OpenVINO device name (default CPU)",
-            "precision": "inference precision hint: f32|f16|bf16 (default f32, so comparisons are exact)",
+            "precision": "inference precision hint: f32|f16|bf16 (default f32; int8-weight layers may still run "
+            "in i8: see config=)",
             "threads": "inference threads (INFERENCE_NUM_THREADS)",
+            "config": "other OpenVINO properties for compile_model, ';'-separated KEY=VALUE pairs, e.g. "
+            "config=DYNAMIC_QUANTIZATION_GROUP_SIZE=0 (the CPU plugin quantizes the activations of int8-weight "
+            "FullyConnected layers to i8 by default) or EXECUTION_MODE_HINT=ACCURACY; checked on a probe "
+            "compile, and the run info reports each key's value as compiled",
             "report_exec": "1 to report the compiled execution graph (kernel, runtime precision, fused nodes) "
             "in the run info",
             "report_tactics": "1 to report the build's per-node kernel choices as a tactic record (run info "
@@ -410,8 +416,8 @@ BACKENDS: tuple[BackendInfo, ...] = (
             "against the execution graph (run info keep_fp32.not_applied); nodes the model lacks are ignored",
         },
         inert_options={
-            "device": ANY, "precision": ANY, "threads": ANY, "report_exec": ANY, "report_tactics": ANY,
-            "tactics": BUNDLE_FILE, "keep_fp32": NAMES,
+            "device": ANY, "precision": ANY, "threads": ANY, "config": OPENVINO_CONFIG, "report_exec": ANY,
+            "report_tactics": ANY, "tactics": BUNDLE_FILE, "keep_fp32": NAMES,
         },
     ),
     BackendInfo(

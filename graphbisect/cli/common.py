@@ -261,6 +261,11 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, atol: float = 1e-4, 
                         help="also fail a tensor whose cosine similarity is below this")
     parser.add_argument("--tol", action="append", type=tolerance_override, default=[], metavar="NAME:ATOL[:RTOL]",
                         help="per-output tolerance override (repeatable)")
+    parser.add_argument("--int-atol", type=tolerance, default=1.0, metavar="N",
+                        help="quantized tensors (of QuantizeLinear/DequantizeLinear, QLinear* ops) may be N "
+                        "quantization steps (LSB) off (default 1: a tie rounded the other way); a float on a "
+                        "quantization grid N steps more; other integers (indices, shapes) compare exactly; "
+                        "0 = exact")
 
 
 def _parse_tol(item: str, default_rtol: float) -> tuple[str, tuple[float, float]]:
@@ -285,7 +290,8 @@ def tolerance_from_args(args: argparse.Namespace) -> Tolerance:
     rtols: dict[str, float] = getattr(args, "rtol_per_output", None) or {}
     per_output = {name: (atols.get(name, args.atol), rtols.get(name, args.rtol)) for name in {*atols, *rtols}}
     per_output.update(_parse_tol(item, args.rtol) for item in args.tol)
-    return Tolerance(atol=args.atol, rtol=args.rtol, min_cosine=args.min_cosine, per_output=per_output)
+    return Tolerance(atol=args.atol, rtol=args.rtol, min_cosine=args.min_cosine, per_output=per_output,
+                     int_atol=getattr(args, "int_atol", 1.0))
 
 
 def load_model_arg(args: argparse.Namespace) -> Model:

@@ -129,8 +129,11 @@ def _print_layers(result: CompareResult, rows: int) -> None:
     if result.target_probe is not None:
         print(f"target's values from {result.target_probe.describe()}")
     compiled = result.compiled is not None
+    ran = compiled and any(n.precision for n in result.compiled.nodes)  # type: ignore[union-attr]
     print(f"{'#':>5} {'op':<14} {'node':<28} {'shape':<14} {'mismatched':>13} {'max abs':>9} {'max rel':>9} "
-          f"{'cosine':>8}  " + ("compiled as".ljust(30) + " " if compiled else "") + "target [min, max] (oracle)")
+          f"{'cosine':>8}  " + ("compiled as".ljust(30) + " " if compiled else "") + ("ran in".ljust(9) + " " if ran
+                                                                                     else "")
+          + "target [min, max] (oracle)")
     for r in table:
         s = r.stats
         mark = ">>" if r is first else ("c " if r.constant and not s.passed else "f " if r.at_floor
@@ -142,7 +145,8 @@ def _print_layers(result: CompareResult, rows: int) -> None:
         orng = f"[{_num(s.oracle_range[0])}, {_num(s.oracle_range[1])}]" if s.oracle_range else "-"
         print(f"{mark}{r.index:>3} {shown(r.op_type)[:14]:<14} {shown(r.node)[:28]:<28} {shape[:14]:<14} "
               f"{f'{s.mismatches}/{s.numel}':>13} {_num(s.max_abs):>9} {_num(s.max_rel):>9} {_num(s.cosine):>8}  "
-              + (f"{shown(_compiled_as(r.compiled_as))[:30]:<30} " if compiled else "") + f"{rng} ({orng})")
+              + (f"{shown(_compiled_as(r.compiled_as))[:30]:<30} " if compiled else "")
+              + (f"{_ran_in(r.compiled_as)[:9]:<9} " if ran else "") + f"{rng} ({orng})")
     constants = layers.differing_constants
     if constants:
         print(f"\nc: {len(constants)} constant tensor(s) (computed from no input, folded by the target) differ as "
@@ -166,11 +170,41 @@ def _print_layers(result: CompareResult, rows: int) -> None:
     else:
         print(f"\nfirst divergence: {shown(first.node)} ({shown(first.op_type)}) → tensor {shown(first.tensor)}, "
               f"{_num(first.stats.score)}× tolerance")
+    if first.lsb is not None:
+        print(f"  a quantized tensor: {_num(first.lsb)} quantization steps (LSB) off"
+              + (f" (step {_num(first.step)})" if first.step else "")
+              + (f", the tolerance {_num(result.tolerance.int_atol)} (--int-atol)" if result.tolerance else ""))
+    if first.compiled_as is not None and first.compiled_as.lower_precision:
+        print(f"  the target {first.compiled_as.precision_note()} (what it reports it ran: its own choice, not the "
+              f"model's){_precision_hint(result, first.compiled_as)}")
     print("root causes (error amplification, in tolerances):")
     for rc in layers.root_causes[:5]:
         fused_as = rc.compiled_as if rc.compiled_as is not None and rc.compiled_as.fused else None
         where = f"  compiled as {shown(fused_as.describe())}" if fused_as is not None else ""
         print(f"  {shown(rc.node)} ({shown(rc.op_type)}): {_num(rc.score)}  [{rc.role}]{where}")
+
+
+def _ran_in(node: CompiledNode | None) -> str:
+    """The table's "ran in" cell: the types the target computed the node in, ``i8<f32`` when narrower than the
+    model's (the model's widest float after ``<``), ``-`` when it did not say."""
+    if node is None or not node.precision:
+        return "-"
+    lower = node.lower_precision
+    if not lower:
+        return "+".join(node.precision)
+    floats = [m for m in node.model_precision if m.startswith(("f", "bf"))]
+    return f"{'+'.join(lower)}<{floats[0] if floats else '?'}"
+
+
+def _precision_hint(result: CompareResult, node: CompiledNode) -> str:
+    """How to run the node in the model's precision, where graphbisect knows the backend's setting."""
+    if result.target.name in ("openvino", "ov") and "FullyConnected" in node.kind:
+        return ("; OpenVINO quantizes the activations of int8-weight layers dynamically: compare with "
+                "openvino:config=DYNAMIC_QUANTIZATION_GROUP_SIZE=0")
+    if result.target.name in ("onnxruntime", "ort") and "MatMulNBits" in node.kind:
+        return ("; ONNX Runtime's MatMulNBits with accuracy_level=4 quantizes its activations: compare with "
+                "onnxruntime:config=session.qdq_matmulnbits_accuracy_level=0")
+    return ""
 
 
 def _compiled_as(node: CompiledNode | None) -> str:

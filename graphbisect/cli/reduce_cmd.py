@@ -222,6 +222,10 @@ def _report(result: ReduceResult, args: argparse.Namespace) -> int:
             print(f"note: {note}")
         return 0
     print(f"failure: {result.signature.describe()}")
+    if result.identity is not None:
+        print(f"identity: {shown(result.identity.describe())} (every candidate matched on it)")
+    if result.noise_floor is not None and result.noise_floor.measured:
+        print(result.noise_floor.describe())
     kept = ", ".join(map(shown, result.kept_nodes[:12]))
     print(f"reduced {result.original_nodes} → {result.final_nodes} nodes: {kept}"
           + (" …" if len(result.kept_nodes) > 12 else ""))

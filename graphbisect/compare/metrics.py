@@ -9,6 +9,12 @@ tolerance". Because the rtol term follows each element's magnitude, a score keep
 comparison point moves from a final output to an intermediate tensor of another scale. ``rel_l2``
 (‖t-o‖ / ‖o‖) is the scale-free error used to measure error amplification across nodes.
 
+**Integers** compare exactly (indices, shapes, counts), except the *quantized* ones: a tensor on a
+quantization grid (:mod:`graphbisect.compare.quantization` finds them and their step, the scale) is compared
+in steps, ``int_atol`` of them allowed (default 1 LSB: a QuantizeLinear rounding a tie the other way is
+rounding, 50 LSB is not), so its score is its worst error in LSB ÷ ``int_atol``; a float tensor on such a
+grid (a DequantizeLinear's output) is allowed ``int_atol`` steps more absolute error.
+
 ``max_rel`` is ``max |t - o| / |o|`` over the elements where it means something: ``|o| > atol`` (below
 that the absolute tolerance governs, and dividing by an oracle 0 gave "max rel 1e+300"). It is NaN
 (shown ``-``) when the values differ only where the oracle is that small.
@@ -21,7 +27,7 @@ import functools
 import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -63,6 +69,10 @@ class MismatchKind(str, enum.Enum):
 class Tolerance:
     """Comparison thresholds (numpy.allclose semantics) with optional per-tensor overrides.
 
+    ``int_atol``: how many quantization steps (LSB) a quantized tensor may be off; ``quantized``: tensor → its
+    quantization step (the scale; 0 when the scale is not known), filled from the model by the workflows
+    (:func:`graphbisect.compare.quantization.with_quantization`). See the module docstring.
+
     Example:
         >>> tol = Tolerance(atol=1e-4, rtol=1e-3, per_output={"logits": (1e-2, 0.0)})
         >>> tol.for_tensor("logits"), tol.for_tensor("other")
@@ -74,6 +84,8 @@ class Tolerance:
     min_cosine: float | None = None
     per_output: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     check_dtype: bool = True
+    int_atol: float = 1.0
+    quantized: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # A NaN tolerance makes every comparison pass (NaN comparisons are False) and an infinite one
@@ -83,6 +95,9 @@ class Tolerance:
         for name, (atol, rtol) in self.per_output.items():
             check_tolerance_value(f"atol of {name!r}", atol)
             check_tolerance_value(f"rtol of {name!r}", rtol)
+        check_tolerance_value("int_atol", self.int_atol)
+        for name, step in self.quantized.items():
+            check_tolerance_value(f"quantization step of {name!r}", step)
         if self.min_cosine is not None and not -1.0 <= self.min_cosine <= 1.0:
             raise InputError(f"min_cosine {self.min_cosine!r} is not a cosine similarity",
                              hint="give a number between -1 and 1, e.g. --min-cosine 0.999")
@@ -90,25 +105,52 @@ class Tolerance:
     def for_tensor(self, name: str) -> tuple[float, float]:
         return self.per_output.get(name, (self.atol, self.rtol))
 
+    def bounds(self, name: str, exact: bool = False) -> tuple[float, float]:
+        """``(atol, rtol)`` tensor ``name`` is compared with: ``exact`` for integer or boolean values, which
+        compare exactly unless quantized (then ``int_atol`` steps); a float on a quantization grid gets
+        ``int_atol`` steps more atol (see the module docstring).
+
+        Example:
+            >>> tol = Tolerance(int_atol=2, quantized={"q": 0.25, "dq": 0.25})
+            >>> tol.bounds("q", exact=True), tol.bounds("idx", exact=True), tol.bounds("dq"), tol.bounds("f")
+            ((2, 0.0), (0.0, 0.0), (0.5001, 0.001), (0.0001, 0.001))
+        """
+        if exact:
+            return (self.int_atol, 0.0) if name in self.quantized else (0.0, 0.0)
+        bounds = self.per_output.get(name, (self.atol, self.rtol))
+        step = self.quantized.get(name) if self.quantized else None
+        return (bounds[0] + self.int_atol * step, bounds[1]) if step else bounds
+
+    def restricted(self, names: Iterable[str]) -> Tolerance:
+        """This tolerance with the quantization steps of ``names`` only (a bundle's outputs: what it compares).
+
+        Example:
+            >>> Tolerance(quantized={"a": 0.1, "b": 0.2}).restricted(["b", "c"]).quantized
+            {'b': 0.2}
+        """
+        wanted = set(names)
+        return replace(self, quantized={k: v for k, v in self.quantized.items() if k in wanted})
+
     def to_json(self) -> dict[str, Any]:
         """JSON form, e.g. for a backend worker that compares against the oracle (:meth:`from_json`)."""
         return {"atol": self.atol, "rtol": self.rtol, "min_cosine": self.min_cosine,
                 "per_output": {name: list(pair) for name, pair in self.per_output.items()},
-                "check_dtype": self.check_dtype}
+                "check_dtype": self.check_dtype, "int_atol": self.int_atol, "quantized": dict(self.quantized)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Tolerance:
         """The tolerance :meth:`to_json` wrote.
 
         Example:
-            >>> tol = Tolerance(atol=1e-3, per_output={"y": (0.5, 0.0)})
+            >>> tol = Tolerance(atol=1e-3, per_output={"y": (0.5, 0.0)}, int_atol=2, quantized={"q": 0.1})
             >>> Tolerance.from_json(tol.to_json()) == tol
             True
         """
         return cls(atol=float(data["atol"]), rtol=float(data["rtol"]), min_cosine=data.get("min_cosine"),
                    per_output={str(name): (float(pair[0]), float(pair[1]))
                                for name, pair in dict(data.get("per_output") or {}).items()},
-                   check_dtype=bool(data.get("check_dtype", True)))
+                   check_dtype=bool(data.get("check_dtype", True)), int_atol=float(data.get("int_atol", 1.0)),
+                   quantized={str(name): float(step) for name, step in dict(data.get("quantized") or {}).items()})
 
 
 def check_tolerance_value(what: str, value: float) -> None:
@@ -511,9 +553,8 @@ def compare_tensors(name: str, oracle: Any, target: Any,
                            **shapes)  # type: ignore[arg-type]
     if o.dtype.kind in "OUS" or t.dtype.kind in "OUS":
         return _compare_strings(name, o, t, shapes)
-    atol, rtol = tol.for_tensor(name)
-    if is_exact(o) and is_exact(t):
-        atol, rtol = 0.0, 0.0  # integers of every width (int4 too) and booleans are exact
+    # integers of every width (int4 too) and booleans are exact, unless quantized: then in steps (Tolerance.bounds)
+    atol, rtol = tol.bounds(name, exact=is_exact(o) and is_exact(t))
     # bfloat16/float8 (ml_dtypes) compare as float32; complex stays complex: one element is one complex number,
     # |t - o| <= atol + rtol * |o| on its modulus (numpy.allclose), and counts and indices are per element
     same_dtype = o.dtype == t.dtype
@@ -584,7 +625,7 @@ def compare_many(items: Iterable[tuple[str, Any, Any]], tol: Tolerance | None = 
     groups: dict[tuple[Any, ...], list[int]] = {}
     for index, (name, oracle, target) in enumerate(items):
         if _batchable(oracle, target):
-            groups.setdefault((oracle.shape, oracle.dtype, tol.for_tensor(name)), []).append(index)
+            groups.setdefault((oracle.shape, oracle.dtype, tol.bounds(name)), []).append(index)
         else:
             results[index] = compare_values(name, oracle, target, tol)
     for (shape, _dtype, (atol, rtol)), members in groups.items():

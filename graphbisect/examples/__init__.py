@@ -6,6 +6,8 @@
   main path, a branch, behind a mask, or split over two distant sites, with ground truth.
 - :mod:`~graphbisect.examples.zoo`: the onnx "light" model zoo, a transformer encoder, a wide model.
 - :mod:`~graphbisect.examples.bundled`: the shipped ``layernorm_bug.onnx`` and its inputs.
+- :mod:`~graphbisect.examples.quantized`: an int8-weight MatMul and a QDQ network that OpenVINO computes
+  otherwise than the graph says (dynamic quantization, QuantizeLinear rounding).
 
 >>> from graphbisect.examples import example_model_path, host_network
 >>> host = host_network(150, bug="relu_clip_f64", position="branch")

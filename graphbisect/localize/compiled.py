@@ -46,6 +46,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -57,6 +58,12 @@ import onnx
 
 from graphbisect.localize.fusion import fused_region, surviving_tensors, vanished_tensors
 from graphbisect.localize.optimized import OriginalGraph, optimized_tensors
+from graphbisect.localize.runtime_precision import (
+    lower_precision,
+    model_precision,
+    optimized_precisions,
+    precision_name,
+)
 
 __all__ = [
     "CompiledGraph",
@@ -73,6 +80,11 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _OV_NOT_KERNELS = frozenset({"Input", "Output", "Const", "Parameter", "Result"})
+#: Compressed weight types of an OpenVINO FullyConnected (see :func:`from_exec_graph`).
+_WEIGHT_TYPES = frozenset({"i8", "u8", "i4", "u4"})
+#: Execution node types that copy or lay out data: their runtime precision is storage, not arithmetic.
+_OV_STORAGE = frozenset({"Reorder", "Reshape", "Transpose", "Split", "Concatenation", "Gather", "StridedSlice",
+                         "Broadcast", "Tile", "ShapeOf", "Convert"})
 _TRT_ONNX_LAYER = re.compile(r"\[ONNX Layer: ([^\]]+)\]")
 
 
@@ -87,11 +99,44 @@ class CompiledNode:
     #: Those of ``originals`` the backend did not name: attributed to this node from the graph
     #: (:func:`_attribute_unclaimed`), an inference, not the backend's word.
     inferred: tuple[str, ...] = ()
+    #: The element types the backend says it computed this node in (OpenVINO's ``runtimePrecision``, ONNX
+    #: Runtime's quantized kernels, IREE's dispatch operands: :mod:`graphbisect.localize.runtime_precision`);
+    #: () when it does not say.
+    precision: tuple[str, ...] = ()
+    #: The element types its original nodes compute in, in the model (:meth:`CompiledGraph.with_model`): a fact
+    #: of the model, not of what the backend compiled, so not part of a compiled node's equality.
+    model_precision: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def fused(self) -> bool:
         """True when it replaced more than one original node."""
         return len(self.originals) > 1
+
+    @property
+    def lower_precision(self) -> tuple[str, ...]:
+        """The types it ran in that are narrower than what the model computes there (an int8-weight MatMul that
+        OpenVINO computes in i8: ``("i8",)``); () when none, or when either side is unknown.
+
+        Example:
+            >>> CompiledNode("fc", "FullyConnected", ("mm",), ("y",), precision=("i8",),
+            ...              model_precision=("f32",)).lower_precision
+            ('i8',)
+        """
+        return lower_precision(self.precision, self.model_precision)
+
+    def precision_note(self) -> str:
+        """``ran in i8 where the model computes f32``, or "" when it ran in the model's precision (or nobody said).
+
+        Example:
+            >>> CompiledNode("fc", "FullyConnected", ("mm",), ("y",), precision=("i8",),
+            ...              model_precision=("f32", "i64")).precision_note()
+            'ran in i8 where the model computes f32'
+        """
+        lower = self.lower_precision
+        if not lower:
+            return ""
+        floats = [m for m in self.model_precision if m.startswith(("f", "bf"))]
+        return f"ran in {'+'.join(lower)} where the model computes {'+'.join(floats or self.model_precision)}"
 
     def describe(self, limit: int = 4) -> str:
         """``Kind 'name'`` and, when fused, the original nodes it covers (the first ``limit``) and which of them
@@ -102,11 +147,12 @@ class CompiledNode:
             "MVN 'mvn' ← 3 nodes: mean, sub, div (membership of mean, sub inferred from the graph)"
         """
         text = f"{self.kind} {self.name!r}"
+        ran = self.precision_note()
         if not self.fused:
-            return text
+            return f"{text} ({ran})" if ran else text
         shown = ", ".join(self.originals[:limit]) + (", ..." if len(self.originals) > limit else "")
-        note = self.inferred_note(limit)
-        return f"{text} ← {len(self.originals)} nodes: {shown}" + (f" ({note})" if note else "")
+        notes = "; ".join(filter(None, (self.inferred_note(limit), ran)))
+        return f"{text} ← {len(self.originals)} nodes: {shown}" + (f" ({notes})" if notes else "")
 
     def inferred_note(self, limit: int = 12) -> str:
         """``membership of a, b inferred from the graph`` (the first ``limit``), or "" when the backend named all."""
@@ -117,12 +163,14 @@ class CompiledNode:
 
     def to_json(self) -> dict[str, object]:
         return {"name": self.name, "kind": self.kind, "originals": list(self.originals),
-                "outputs": list(self.outputs), "inferred": list(self.inferred)}
+                "outputs": list(self.outputs), "inferred": list(self.inferred), "precision": list(self.precision),
+                "model_precision": list(self.model_precision), "lower_precision": list(self.lower_precision)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CompiledNode:
         return cls(str(data["name"]), str(data["kind"]), tuple(data["originals"]), tuple(data["outputs"]),
-                   tuple(data.get("inferred", ())))
+                   tuple(data.get("inferred", ())), tuple(data.get("precision", ())),
+                   tuple(data.get("model_precision", ())))
 
 
 @dataclass(frozen=True)
@@ -154,11 +202,44 @@ class CompiledGraph:
         wanted = set(node.originals)
         return frozenset(i for i, n in enumerate(nodes) if n.name in wanted) | {index}
 
+    @property
+    def lower_precision(self) -> tuple[CompiledNode, ...]:
+        """The compiled nodes that ran in a narrower type than the model computes there."""
+        return tuple(n for n in self.nodes if n.lower_precision)
+
     def summary(self) -> str:
         fused = [n for n in self.nodes if n.fused]
         covered = sum(len(n.originals) for n in fused)
-        return (f"{self.source}: {len(self.nodes)} compiled nodes, {len(fused)} of them fused "
+        text = (f"{self.source}: {len(self.nodes)} compiled nodes, {len(fused)} of them fused "
                 f"(covering {covered} original nodes), {len(self.surviving)} surviving tensors")
+        lower = self.lower_precision
+        if lower:
+            first = lower[0]
+            text += (f"; {len(lower)} ran in a lower precision than the model, e.g. {first.kind} {first.name!r} "
+                     f"{first.precision_note()}")
+        return text
+
+    def with_model(self, nodes: Sequence[onnx.NodeProto], type_of: Callable[[str], str | None],
+                   constants: Collection[str] = ()) -> CompiledGraph:
+        """This graph with each compiled node's :attr:`CompiledNode.model_precision`: what its original nodes
+        compute in, in the model (``type_of``: a tensor's short element type name, None when unknown;
+        ``constants``: tensors computed from no graph input, whose nodes are folded at build time,
+        :func:`~graphbisect.localize.layerwise.constant_tensors`).
+
+        Example:
+            >>> from onnx import helper
+            >>> nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
+            >>> graph = CompiledGraph("execution graph", (CompiledNode("fc", "FullyConnected", ("mm",), ("y",),
+            ...                                                           precision=("i8",)),))
+            >>> graph.with_model(nodes, lambda name: "f32").nodes[0].precision_note()
+            'ran in i8 where the model computes f32'
+        """
+        by_name = {n.name: n for n in nodes}
+        annotated = tuple(
+            dataclasses.replace(node, model_precision=model_precision(
+                [by_name[o] for o in node.originals if o in by_name], type_of, constants))
+            for node in self.nodes)
+        return dataclasses.replace(self, nodes=annotated)
 
     def to_json(self) -> dict[str, object]:
         return {"source": self.source, "nodes": [n.to_json() for n in self.nodes], "unmapped": list(self.unmapped),
@@ -196,7 +277,8 @@ def compiled_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[st
                                     original=original() if original is not None else None)
     exec_graph = info.get("exec_graph")
     if isinstance(exec_graph, list):
-        return from_exec_graph(nodes, graph_outputs, exec_graph)
+        return from_exec_graph(nodes, graph_outputs, exec_graph,
+                               dynamic_quantization=info.get("dynamic_quantization_group_size"))
     layers = info.get("layers")
     if isinstance(layers, list):
         return from_engine_layers(nodes, graph_outputs, layers)
@@ -212,9 +294,10 @@ def compiled_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[st
         return compiled_from_hooks(nodes, ops, hooked)[0]
     dispatches = info.get("dispatches")
     if isinstance(dispatches, Mapping):
+        types = info.get("dispatch_types")
         return from_groups(nodes, graph_outputs, [(name, "dispatch", originals)  # copies/fills name no node
                                                   for name, originals in dispatches.items() if originals],
-                           "IREE dispatches")
+                           "IREE dispatches", precisions=types if isinstance(types, Mapping) else None)
     return None
 
 
@@ -237,16 +320,18 @@ def from_optimized_model(nodes: Sequence[onnx.NodeProto], optimized: str | Path 
         onnx.load(str(optimized), load_external_data=False)
     found = optimized_tensors(nodes, proto.graph, constants, original=original)
     survivors = surviving_tensors(proto) | found.held | {name for _, _, outputs in found.named for name in outputs}
-    return from_named_outputs(nodes, found.named, "optimized model", survivors=survivors)
+    return from_named_outputs(nodes, found.named, "optimized model", survivors=survivors,
+                              precisions=optimized_precisions(proto.graph))
 
 
 def from_named_outputs(nodes: Sequence[onnx.NodeProto], named: Iterable[tuple[str, str, Sequence[str]]],
-                       source: str, *, survivors: Collection[str] | None = None) -> CompiledGraph:
+                       source: str, *, survivors: Collection[str] | None = None,
+                       precisions: Mapping[str, Sequence[str]] | None = None) -> CompiledGraph:
     """A compiled graph from ``(name, kind, original output tensors)`` per compiled node.
 
     Each compiled node covers the original nodes behind its outputs up to the surviving tensors (``survivors``:
     by default the named outputs; graph inputs and initializers always survive). A node with no outputs is
-    listed as unmapped.
+    listed as unmapped. ``precisions``: compiled node name → the element types it computed in.
     """
     producer = {name: i for i, node in enumerate(nodes) for name in node.output if name}
     named = list(named)
@@ -266,11 +351,12 @@ def from_named_outputs(nodes: Sequence[onnx.NodeProto], named: Iterable[tuple[st
         # Input-less nodes (Constant weights of a converted model) were folded, not computed by this node.
         region = {i for i in region if nodes[i].input or nodes[i].op_type != "Constant"} or region
         groups.append((name, kind, region, known))
-    return _assemble(nodes, source, groups, unmapped, boundary=())
+    return _assemble(nodes, source, groups, unmapped, boundary=(), precisions=precisions)
 
 
 def from_exec_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[str],
-                    exec_graph: Iterable[Mapping[str, Any]]) -> CompiledGraph:
+                    exec_graph: Iterable[Mapping[str, Any]], *, dynamic_quantization: int | None = None,
+                    ) -> CompiledGraph:
     """The compiled graph of an OpenVINO execution graph (``openvino:report_exec=1``).
 
     Execution node names map to ONNX nodes as the tactic recorder maps them
@@ -278,6 +364,14 @@ def from_exec_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[s
     computed in another type than declared: an int64 output's Eltwise ``s.0`` and its Convert back
     ``s.0.0`` both stand for the node producing ``s``. Unmapped, that node would be attributed to the node
     reading ``s`` as if fused into it (:func:`_attribute_unclaimed`), a fusion OpenVINO never made.
+
+    Each kernel's ``runtimePrecision`` is what its node computed in, with one exception: OpenVINO 2026.4
+    reports ``i8`` for a FullyConnected with int8 weights whether it quantizes the activations too (the
+    CPU default, ``DYNAMIC_QUANTIZATION_GROUP_SIZE`` 32: hundreds of tolerances off on an int8-weight
+    MiniLM) or decompresses the weights and computes in its output's precision (group size 0: within
+    tolerance), with the very same execution graph. So with ``dynamic_quantization`` 0 (the compiled
+    model's group size, run info ``dynamic_quantization_group_size``) such a kernel computed in its
+    ``outputPrecisions``.
     """
     from graphbisect.tactics.openvino import NodeNames, onnx_node_of
 
@@ -286,6 +380,7 @@ def from_exec_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[s
     index = {n.name: i for i, n in enumerate(nodes)}
     groups: list[tuple[str, str, set[int], list[str] | None]] = []
     unmapped: list[str] = []
+    precisions: dict[str, list[str]] = {}
     for layer in exec_graph:
         if layer.get("layer_type") in _OV_NOT_KERNELS:
             continue
@@ -296,7 +391,12 @@ def from_exec_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[s
             unmapped.append(own)
             continue
         groups.append((own, str(layer.get("layer_type") or "?"), region, None))
-    return _assemble(nodes, "execution graph", groups, unmapped, boundary=graph_outputs)
+        ran = precision_name(layer.get("runtime_precision"))
+        if dynamic_quantization == 0 and layer.get("layer_type") == "FullyConnected" and ran in _WEIGHT_TYPES:
+            ran = precision_name(str(layer.get("output_precisions") or "").split(",")[0]) or ran
+        if ran is not None and layer.get("layer_type") not in _OV_STORAGE:  # a copy's precision is storage
+            precisions.setdefault(own, []).append(ran)
+    return _assemble(nodes, "execution graph", groups, unmapped, boundary=graph_outputs, precisions=precisions)
 
 
 def from_engine_layers(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[str],
@@ -324,20 +424,24 @@ def from_engine_layers(nodes: Sequence[onnx.NodeProto], graph_outputs: Collectio
 
 
 def from_groups(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[str],
-                groups: Iterable[tuple[str, str, Iterable[str]]], source: str) -> CompiledGraph:
-    """A compiled graph from ``(name, kind, original node names)`` groups; outputs are the groups' boundaries."""
+                groups: Iterable[tuple[str, str, Iterable[str]]], source: str, *,
+                precisions: Mapping[str, Sequence[str]] | None = None) -> CompiledGraph:
+    """A compiled graph from ``(name, kind, original node names)`` groups; outputs are the groups' boundaries.
+    ``precisions``: group name → the element types it computed in."""
     index = {n.name: i for i, n in enumerate(nodes)}
     return _assemble(nodes, source, [(name, kind, {index[o] for o in originals if o in index}, None)
-                                     for name, kind, originals in groups], [], boundary=graph_outputs)
+                                     for name, kind, originals in groups], [], boundary=graph_outputs,
+                     precisions=precisions)
 
 
 def _assemble(nodes: Sequence[onnx.NodeProto], source: str,
               groups: list[tuple[str, str, set[int], list[str] | None]], unmapped: list[str], *,
-              boundary: Collection[str]) -> CompiledGraph:
+              boundary: Collection[str], precisions: Mapping[str, Sequence[str]] | None = None) -> CompiledGraph:
     """Merge groups that share an original node, then name each group's outputs.
 
     A group's outputs are those the backend named, or (None) its boundary: the tensors its nodes produce
-    that a node outside it reads or that are graph outputs (``boundary``).
+    that a node outside it reads or that are graph outputs (``boundary``). A merged node computed in the
+    element types of its groups (``precisions``, by group name), each once.
     """
     inferred = _attribute_unclaimed(nodes, groups) if any(g[3] is None for g in groups) else []
     parent = list(range(len(groups)))
@@ -382,8 +486,11 @@ def _assemble(nodes: Sequence[onnx.NodeProto], source: str,
         taken.add(name)
         ordered = sorted(region)
         covered = tuple(nodes[i].name for i in ordered)
+        ran = tuple(dict.fromkeys(p for g in members for p in (precisions or {}).get(groups[g][0], ())
+                                  if precision_name(p) is not None))
         result.append((max(region), CompiledNode(name, "+".join(kinds), covered, tuple(outputs),
-                                                 tuple(nodes[i].name for i in ordered if i in guessed))))
+                                                 tuple(nodes[i].name for i in ordered if i in guessed),
+                                                 tuple(precision_name(p) or p for p in ran))))
     result.sort(key=lambda item: item[0])
     return CompiledGraph(source, tuple(node for _, node in result), tuple(unmapped),
                          tuple(nodes[i].name for i in sorted(inferred)))

@@ -43,8 +43,11 @@ from graphbisect.data.store import ActivationStore
 from graphbisect.localize.compiled import CompiledGraph, CompiledNode
 from graphbisect.oracle.floor import NoiseFloor
 
-__all__ = ["LayerRow", "LayerwiseReport", "RootCause", "TensorSource", "analyze_layers", "constant_tensors",
-           "tensor_stats"]
+#: The ``kind`` of a layerwise row whose tensor the target did not expose (JSON, CSV, HTML).
+NOT_OBSERVED = "not-observed"
+
+__all__ = ["NOT_OBSERVED", "LayerRow", "LayerwiseReport", "RootCause", "TensorSource", "analyze_layers",
+           "constant_tensors", "tensor_stats"]
 
 
 class TensorSource(Protocol):
@@ -72,6 +75,24 @@ class LayerRow:
     floor: float | None = None
     #: fails the tolerance, but within the noise floor's margin: kernel precision, never a divergence
     at_floor: bool = False
+    #: its quantization step when it is quantized (compared in steps: :meth:`Tolerance.bounds`; 0: scale unknown)
+    step: float | None = None
+
+    @property
+    def lsb(self) -> float | None:
+        """Its worst error in quantization steps (LSB): an integer's own difference, a float's ÷ its step; None
+        when it is not quantized (or its scale is unknown and it is a float).
+
+        Example:
+            >>> from graphbisect.compare import compare_tensors
+            >>> s = compare_tensors("q", np.zeros(2, np.int8), np.array([0, 3], np.int8))
+            >>> LayerRow(0, "q", "QuantizeLinear", "q", s, 0.0, 0.0, step=0.05).lsb
+            3.0
+        """
+        if self.step is None or not self.compared:
+            return None
+        integer = (self.stats.oracle_dtype or "").startswith(("int", "uint"))
+        return self.stats.max_abs if integer else self.stats.max_abs / self.step if self.step > 0 else None
 
     @property
     def compared(self) -> bool:
@@ -79,13 +100,21 @@ class LayerRow:
         return self.stats.kind is not MismatchKind.MISSING
 
     def to_json(self) -> dict[str, object]:
+        """The row as JSON. A tensor the target did not expose (fused away, folded) was **not observed**: its
+        ``kind`` is ``not-observed`` and ``passed``, ``score`` and ``amplification`` are null — never a failure
+        (a passing run's fused-away tensors read as 1,350 failed rows of ``score: inf`` before)."""
         stats = self.stats.to_json()
         stats.pop("name")
+        observed = self.compared
+        if not observed:
+            stats.update(kind=NOT_OBSERVED, passed=None, score=None)
         return {"index": self.index, "node": self.node, "op_type": self.op_type, "tensor": self.tensor,
-                "input_score": _finite(self.input_score), "amplification": _finite(self.amplification),
+                "observed": observed, "input_score": _finite(self.input_score),
+                "amplification": _finite(self.amplification) if observed else None,
                 "compiled_as": None if self.compiled_as is None else self.compiled_as.to_json(),
                 "constant": self.constant, "floor": None if self.floor is None else _finite(self.floor),
-                "at_floor": self.at_floor, **stats}
+                "at_floor": self.at_floor, "quantization_step": self.step,
+                "lsb": None if self.lsb is None else _finite(self.lsb), **stats}
 
 
 @dataclass(frozen=True)
@@ -198,7 +227,7 @@ def analyze_layers(
             amplification = stats.score / max(input_score, 1.0) if stats.kind is not MismatchKind.MISSING else 0.0
             row = LayerRow(index, node.name, node.op_type, tensor, stats, input_score, amplification, group,
                            constant, floor.scores.get(tensor) if floor is not None and floor.measured else None,
-                           noise)
+                           noise, tol.quantized.get(tensor) if tol.quantized else None)
             rows.append(row)
             if on_row is not None:
                 on_row(row)
@@ -231,10 +260,11 @@ _NOT_CONSTANT = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", 
                            "Bernoulli"})
 
 
-def constant_tensors(nodes: Sequence[onnx.NodeProto]) -> set[str]:
+def constant_tensors(nodes: Sequence[onnx.NodeProto], given: Collection[str] = ()) -> set[str]:
     """The outputs of nodes that read no graph input: nodes without inputs (``Constant``) and, transitively,
     nodes that read only such outputs (a ``Cast`` or ``Concat`` of constants). Tensors no node produces
-    (graph inputs, and initializers too: this sees only nodes) are not constant here; random ops never are.
+    (graph inputs, and initializers too: this sees only nodes) are not constant here unless ``given`` (e.g. the
+    initializers, to find a weight's DequantizeLinear); random ops never are. ``given`` is not in the result.
 
     Example:
         >>> from onnx import helper
@@ -243,14 +273,14 @@ def constant_tensors(nodes: Sequence[onnx.NodeProto]) -> set[str]:
         >>> sorted(constant_tensors(nodes))
         ['c', 'n']
     """
-    constant: set[str] = set()
+    constant: set[str] = set(given)
     for node in nodes:  # topological order
         if node.op_type in _NOT_CONSTANT or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
                                                 for a in node.attribute):
             continue
         if all(name in constant for name in node.input if name):
             constant.update(name for name in node.output if name)
-    return constant
+    return constant.difference(given)
 
 
 def _diverges(row: LayerRow) -> bool:

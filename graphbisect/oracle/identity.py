@@ -79,6 +79,9 @@ class Identity:
     compiled_name: str | None = None
     made_by: str | None = None  # the pass that made it, when the target names it
     source: str = "layerwise"  # where the compiled description came from, or "layerwise" (oracle-side only)
+    #: what the target says it computed the compiled node in, when narrower than the model's ("ran in i8 where
+    #: the model computes f32": issue 26); shown, never matched (a fix may change the kernel's precision)
+    ran_in: str | None = None
 
     def describe(self) -> str:
         strength = f", ~1e{self.band}× tolerance" if self.band is not None else ""
@@ -89,12 +92,14 @@ class Identity:
                 text += f" made by {self.made_by}"
             if len(self.region) > 1:
                 text += f", covering {len(self.region)} nodes"
+            if self.ran_in:
+                text += f", {self.ran_in}"
         return text
 
     def to_json(self) -> dict[str, Any]:
         return {"node": self.node, "tensor": self.tensor, "band": self.band, "region": list(self.region),
                 "compiled_kind": self.compiled_kind, "compiled_name": self.compiled_name, "made_by": self.made_by,
-                "source": self.source}
+                "source": self.source, "ran_in": self.ran_in}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Identity | None:
@@ -105,7 +110,8 @@ class Identity:
         band = data.get("band")
         return cls(str(data["node"]), str(data["tensor"]), int(band) if isinstance(band, (int, float)) else None,
                    tuple(str(n) for n in data.get("region", ())), data.get("compiled_kind"),
-                   data.get("compiled_name"), data.get("made_by"), str(data.get("source", "layerwise")))
+                   data.get("compiled_name"), data.get("made_by"), str(data.get("source", "layerwise")),
+                   data.get("ran_in"))
 
     @classmethod
     def of_row(cls, node: str, tensor: str, score: float, compiled: Any | None, source: str | None) -> Identity:
@@ -113,8 +119,9 @@ class Identity:
         :class:`~graphbisect.localize.compiled.CompiledNode`, when the target described one)."""
         if compiled is None:
             return cls(node, tensor, band_of(score), (node,))
+        note = compiled.precision_note() if hasattr(compiled, "precision_note") else ""
         return cls(node, tensor, band_of(score), tuple(compiled.originals), compiled.kind, compiled.name,
-                   pass_of(compiled.name), source or "compiled graph")
+                   pass_of(compiled.name), source or "compiled graph", note or None)
 
 
 class IdentityCheck:

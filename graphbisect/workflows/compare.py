@@ -39,6 +39,7 @@ from graphbisect.backends.process import CompareTo
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET, shared_accelerator
 from graphbisect.compare import Comparison, TensorStats, Tolerance, compare_outputs
 from graphbisect.compare.metrics import comparison_of
+from graphbisect.compare.quantization import with_quantization
 from graphbisect.data import ActivationStore, random_inputs, save_inputs, validate_inputs
 from graphbisect.errors import BackendError
 from graphbisect.localize.compiled import CompiledGraph
@@ -103,6 +104,8 @@ class CompareResult:
     oracle_capture: CaptureDifference | None = None
     # the target's noise floor (None: not looked for, e.g. the target passed or nothing was captured)
     noise_floor: NoiseFloor | None = None
+    # the tolerance compared with: the caller's, with the model's quantized tensors and their steps
+    tolerance: Tolerance | None = None
 
     @property
     def passed(self) -> bool:
@@ -134,10 +137,17 @@ class CompareResult:
             "compiled_graph": None if self.compiled is None else {
                 "source": self.compiled.source, "nodes": len(self.compiled.nodes),
                 "fused": sum(n.fused for n in self.compiled.nodes), "surviving": len(self.compiled.surviving),
-                "unmapped": len(self.compiled.unmapped)},
+                "unmapped": len(self.compiled.unmapped),
+                # the compiled nodes the target computed in a narrower type than the model (issue 26)
+                "lower_precision": [{"name": n.name, "kind": n.kind, "originals": list(n.originals),
+                                     "precision": list(n.precision), "model_precision": list(n.model_precision)}
+                                    for n in self.compiled.lower_precision]},
             "target_probe": None if self.target_probe is None else self.target_probe.to_json(),
             "oracle_capture": None if self.oracle_capture is None else self.oracle_capture.to_json(),
             "noise_floor": None if self.noise_floor is None else self.noise_floor.to_json(),
+            "tolerance": None if self.tolerance is None else {
+                "atol": self.tolerance.atol, "rtol": self.tolerance.rtol, "min_cosine": self.tolerance.min_cosine,
+                "int_atol": self.tolerance.int_atol, "quantized_tensors": len(self.tolerance.quantized)},
             "invocations": dict(self.invocations),
             "seconds": round(self.seconds, 3),
             **self.extra,  # e.g. the CLI's random_inputs notes and seed, or the user's --inputs file
@@ -182,7 +192,8 @@ def compare_models(
     Raises :class:`OracleFailed` (with its :class:`Outcome`) when the oracle cannot run the model.
     """
     started = time.monotonic()
-    tol = tolerance or Tolerance()
+    # quantized tensors are compared in quantization steps (compare/quantization.py)
+    tol = with_quantization(tolerance or Tolerance(), model)
     oracle_spec, oracle_info = resolve(oracle)
     target_spec, target_info = resolve(target)
     stage = on_stage or (lambda _msg: None)
@@ -262,6 +273,7 @@ def compare_models(
             compiled=plan.compiled, target_probe=probed.probe,
             oracle_capture=oracle_side.as_built.difference if oracle_side.as_built is not None else None,
             outcome=classify_comparison(target_run, comparison, model.nodes, floor), noise_floor=floor,
+            tolerance=tol,
         )
 
 

@@ -44,6 +44,7 @@ from graphbisect.artifacts.bundle import BundleContent
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
 from graphbisect.backends.registry import BACKEND_SPEC
 from graphbisect.compare import Tolerance
+from graphbisect.compare.quantization import with_quantization
 from graphbisect.data import save_inputs, validate_inputs
 from graphbisect.engine import Budget, Evaluator, Journal, Outcome, ProgressEvent, SearchAborted, SearchResult
 from graphbisect.errors import GraphBisectError
@@ -152,6 +153,8 @@ class _Session:
 
     def __init__(self, model: Model, options: PassesOptions, workdir: Path,
                  on_stage: Callable[[str], None]) -> None:
+        # quantized tensors compared in quantization steps, as compare and reduce compare them
+        options = dataclasses.replace(options, tolerance=with_quantization(options.tolerance, model))
         self.model, self.options, self.work, self.stage = model, options, workdir, on_stage
         self.oracle_spec, self.oracle_info = resolve(options.oracle)
         self.target_spec, info = resolve(options.target)
@@ -624,8 +627,8 @@ def _with_control(content: BundleContent, passes: PassesResult, options: ReduceO
                   stage: Callable[[str], None]) -> BundleContent:
     """The bundle content plus the control run (culprit passes disabled) and the before/after-the-pass view.
 
-    The control is judged as the reduction judged (its ``fail_regex``, its Python check): by the tolerance
-    alone, a control whose outputs matched "passed" while it still printed the regex's line.
+    The control is judged as the reduction judged (its ``fail_regex``, its Python check, its noise floor): by
+    the tolerance alone, a control whose outputs matched "passed" while it still printed the regex's line.
     """
     control = BackendSpec.parse(str(passes.control_target))
     stage("running the control (culprit passes disabled) on the reduced model")
@@ -634,9 +637,11 @@ def _with_control(content: BundleContent, passes: PassesResult, options: ReduceO
         save_proto(content.model, model_path)
         save_inputs(inputs_path, content.inputs)
         run = run_spec(control, model_path, inputs_path, Path(tmp), options.timeout)
+        floor = content.report.get("noise_floor")
         control_sig = judge(run, content.oracle_outputs.__getitem__, list(content.oracle_outputs), content.tolerance,
                             re.compile(options.fail_regex) if options.fail_regex else None,
-                            check=options.output_check).signature
+                            check=options.output_check,
+                            floor=NoiseFloor.from_json(floor) if isinstance(floor, Mapping) else None).signature
         recorded = content.report.get("report_runs")
         # the control run and the compiled view below are report facts: their runs are report_runs too
         runs = {**(recorded if isinstance(recorded, Mapping) else {})}

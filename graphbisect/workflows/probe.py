@@ -27,7 +27,7 @@ import contextlib
 import logging
 import threading
 import weakref
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,9 @@ import onnx
 
 from graphbisect.backends import BackendSpec, Capability, resolve
 from graphbisect.localize.compiled import CompiledGraph, compiled_graph
+from graphbisect.localize.layerwise import constant_tensors
 from graphbisect.localize.optimized import OriginalGraph
+from graphbisect.localize.runtime_precision import element_name
 from graphbisect.model import Model
 from graphbisect.model.normalize import subgraphs
 
@@ -75,8 +77,23 @@ def compiled_of(model: Model, info: Mapping[str, Any]) -> CompiledGraph | None:
     compiled = compiled_graph(model.nodes, model.output_names, info, constants=_constants(model),
                               original=lambda: original_graph(model))
     if compiled is not None:
+        if any(node.precision for node in compiled.nodes):  # what the model computes there, beside it
+            compiled = compiled.with_model(model.nodes, element_types(model),
+                                           constant_tensors(model.nodes, given=model.initializer_names))
         log.info("%s", compiled.summary())
     return compiled
+
+
+def element_types(model: Model) -> Callable[[str], str | None]:
+    """A tensor's element type in ``model`` as a short name (``f32``, ``i8``; None when unknown), for
+    :meth:`~graphbisect.localize.compiled.CompiledGraph.with_model`."""
+    stored = {t.name: t.data_type for t in model.proto.graph.initializer}
+
+    def type_of(name: str) -> str | None:
+        found = model.tensor_type(name)
+        return element_name(found.elem_type if found is not None else stored.get(name, 0))
+
+    return type_of
 
 
 _ORIGINALS: weakref.WeakKeyDictionary[Model, OriginalGraph] = weakref.WeakKeyDictionary()

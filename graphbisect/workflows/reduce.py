@@ -58,6 +58,7 @@ from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunRes
 from graphbisect.backends.process import CompareTo
 from graphbisect.backends.registry import BACKEND_SPEC
 from graphbisect.compare import Tolerance
+from graphbisect.compare.quantization import with_quantization
 from graphbisect.data import ActivationStore, save_inputs, validate_inputs
 from graphbisect.data.store import MANIFEST_NAME
 from graphbisect.engine import (
@@ -74,7 +75,7 @@ from graphbisect.errors import GraphBisectError, InputError, ModelError
 from graphbisect.executors import EXECUTOR
 from graphbisect.executors.candidates import ExecutorPool
 from graphbisect.localize.compiled import CompiledGraph
-from graphbisect.localize.layerwise import analyze_layers
+from graphbisect.localize.layerwise import LayerRow, analyze_layers
 from graphbisect.lockfile import folder_lock
 from graphbisect.model import Model
 from graphbisect.model.diff import model_differences
@@ -99,7 +100,7 @@ from graphbisect.oracle.as_built import (
 )
 from graphbisect.oracle.floor import NoiseFloor, floor_spec, measure_floor, no_floor
 from graphbisect.oracle.identity import Identity, IdentityCheck
-from graphbisect.oracle.signature import FailureKind, Signature
+from graphbisect.oracle.signature import FailureKind, ModelNames, Signature, rooted_in_integers
 from graphbisect.oracle.tester import (
     CandidateTester,
     OutputCheck,
@@ -176,14 +177,16 @@ class ReduceOptions:
         data["output_check"] = None if check is None else getattr(check, "__qualname__", repr(check))
         data["tolerance"] = {"atol": self.tolerance.atol, "rtol": self.tolerance.rtol,
                              "min_cosine": self.tolerance.min_cosine,
-                             "per_output": {k: list(v) for k, v in self.tolerance.per_output.items()}}
+                             "per_output": {k: list(v) for k, v in self.tolerance.per_output.items()},
+                             "int_atol": self.tolerance.int_atol}
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ReduceOptions:
         tol = data["tolerance"]
         tolerance = Tolerance(atol=tol["atol"], rtol=tol["rtol"], min_cosine=tol["min_cosine"],
-                              per_output={k: (v[0], v[1]) for k, v in tol["per_output"].items()})
+                              per_output={k: (v[0], v[1]) for k, v in tol["per_output"].items()},
+                              int_atol=float(tol.get("int_atol", 1.0)))
         return cls(**{**data, "tolerance": tolerance, "output_check": None})
 
 
@@ -211,6 +214,9 @@ class ReduceResult:
     seconds: float
     journey: tuple[tuple[int, int], ...] = ()
     notes: tuple[str, ...] = ()
+    #: what the failure is beyond its kind (None: matched by kind), and the target's noise floor it is above
+    identity: Identity | None = None
+    noise_floor: NoiseFloor | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -220,6 +226,8 @@ class ReduceResult:
             "stop_reason": self.stop_reason, "verified": self.verified, "flaky": self.flaky,
             "bundle": str(self.bundle) if self.bundle else None, "work_dir": str(self.work_dir),
             "seconds": round(self.seconds, 3), "journey": [list(p) for p in self.journey], "notes": list(self.notes),
+            "identity": None if self.identity is None else self.identity.to_json(),
+            "noise_floor": None if self.noise_floor is None else self.noise_floor.to_json(),
         }
 
 
@@ -247,8 +255,11 @@ class _Run:
                     hint="compare first (`graphbisect compare --target paddle ...`), then reduce the converted ONNX "
                     "model with an ONNX backend that shows the same failure",
                 )
-        self.tol = options.tolerance
+        self.tol = with_quantization(options.tolerance, model)  # quantized tensors compared in steps
         self.regex = re.compile(options.fail_regex) if options.fail_regex else None
+        # The original's node and tensor names, taken out of every crash message of this reduction (the baseline's,
+        # each candidate's, the re-verification's): one set, so a name is erased in all of them or in none.
+        self.names = ModelNames(model.proto)
         self.invocations = {"oracle": 0, "target": 0}
         self.ran_with: dict[str, dict[str, Any]] = {}  # role -> what its last worker measured (RunResult.ran_with)
         self.notes: list[str] = []
@@ -468,14 +479,14 @@ class _Run:
         are the original outputs, so when they fail exactly like run 1 the probe *is* the flakiness
         re-run. Only when they do not (flakiness, or probing masked the failure) does a plain re-run
         decide. Runs are judged above the target's noise ``floor``; an original that fails only within it
-        is no failure to reduce (:meth:`_floor_only`). Saved in the work folder, so a resumed run does not
+        is no failure to reduce (:meth:`floor_only`). Saved in the work folder, so a resumed run does not
         pay for any of it again.
         """
         path = self.work / "baseline.json"
         if path.exists():
             data = json.loads(path.read_text())
             self.notes.extend(data.get("notes", []))  # a work folder of an older version has no evidence here
-            return _Baseline(Signature.from_json(data["signature"]), bool(data["flaky"]),
+            return _Baseline(Signature.from_json(data["signature"], names=self.names), bool(data["flaky"]),
                              [frozenset(h) for h in data.get("hints", [])],
                              {int(k): v for k, v in data.get("priors", {}).items()},
                              Identity.from_json(data.get("identity")))
@@ -491,10 +502,12 @@ class _Run:
         hints: list[frozenset[int]] = []
         priors: dict[int, float] = {}
         identity: Identity | None = None
+        root: LayerRow | None = None
         if first.failed and self._evidence_possible(first):
-            probe_sig, hints, priors, notes, identity = self._collect_evidence(store, values, compiled, floor)
-            if self.options.output_check is not None:  # the check judges outputs: the tolerance's view is not it
-                identity = None
+            probe_sig, hints, priors, notes, root = self._collect_evidence(store, values, compiled, floor)
+            if root is not None and self.options.output_check is None:  # a check's verdict is not the tolerance's
+                identity = Identity.of_row(root.node, root.tensor, root.stats.score, root.compiled_as,
+                                           compiled.source if compiled is not None else None)
             if probe_sig is not None and first.matches(probe_sig):
                 again = probe_sig
         if first.failed and again is None:
@@ -519,6 +532,13 @@ class _Run:
             notes.append(f"the check failed ({first.describe()}) but not with exit code "
                          f"{self.options.fail_code}; that is not the failure asked for")
             first = Signature(FailureKind.NONE)
+        rooted = rooted_in_integers(first, root.stats.oracle_dtype if root is not None else None)
+        if rooted is not first:
+            assert root is not None
+            notes.append(f"the first divergence is the {root.stats.oracle_dtype} tensor {root.tensor!r} "
+                         f"({root.node}): the float error at the outputs follows from it, so a candidate whose "
+                         f"integer outputs differ fails the same way")
+            first = rooted
         self.notes.extend(notes)
         atomic_write_text(path, json.dumps({"signature": first.to_json(), "flaky": flaky, "notes": notes,
                                             "hints": [sorted(h) for h in hints], "priors": priors,
@@ -604,7 +624,7 @@ class _Run:
         if run.ok:  # the values stay mapped after the worker's folder is gone (POSIX)
             self._last_original = run
         signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex,
-                          check=self.options.output_check, floor=floor).signature
+                          check=self.options.output_check, floor=floor, names=self.names).signature
         compiled = compiled_of(self.model, run.info) if run.ok and spec is not None else None
         if spec is not None:  # ORT wrote a copy of every weight beside the optimized graph: read, then gone
             shutil.rmtree(workdir, ignore_errors=True)
@@ -617,9 +637,9 @@ class _Run:
     def _collect_evidence(self, store: ActivationStore, values: Callable[[str], np.ndarray],
                           compiled: CompiledGraph | None, floor: NoiseFloor,
                           ) -> tuple[Signature | None, list[frozenset[int]], dict[int, float], list[str],
-                                     Identity | None]:
-        """One probed target run: (its signature on the original outputs, hints, priors, notes, the failure's
-        identity: its first divergence above the noise floor, with what the target compiled there).
+                                     LayerRow | None]:
+        """One probed target run: (its signature on the original outputs, hints, priors, notes, the first
+        divergence above the noise floor: the failure's identity, with what the target compiled there).
 
         With the compiled graph known, the probe exposes only the tensors that survive in it, so it compiles
         to the same graph and a bug inside a fusion stays visible; each hint is then the original region a
@@ -639,15 +659,12 @@ class _Run:
             return None, [], {}, [f"the target failed on the probed model ({run.describe()}); no layerwise hints "
                                   "and no identity (failures match by kind)"], None
         signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex,
-                          check=self.options.output_check, floor=floor).signature
+                          check=self.options.output_check, floor=floor, names=self.names).signature
         report = analyze_layers(self.model.nodes, store, run.outputs, self.tol, compiled=compiled, measured=run.stats,
                                 outputs=self.model.output_names, floor=floor)
         if report.first_divergence is None:
             return signature, [], {}, ["probe masking: with the intermediates exposed the target agrees with "
                                        "the oracle; the search is structural, and failures match by kind"], None
-        first = report.first_divergence
-        identity = Identity.of_row(first.node, first.tensor, first.stats.score, first.compiled_as,
-                                   compiled.source if compiled is not None else None)
         index = self.model.node_index
 
         def region(node: int) -> frozenset[int]:
@@ -658,7 +675,7 @@ class _Run:
         priors: dict[int, float] = {}
         for rank, nodes in enumerate(causes):
             priors.update({node: max(priors.get(node, 0.0), 0.1 * (3 - rank)) for node in nodes})
-        return signature, hints, priors, [], identity
+        return signature, hints, priors, [], report.first_divergence
 
     def candidate_spec(self, identity: Identity | None) -> BackendSpec:
         """The spec candidates run with: the target's, describing what it compiled when the failure's identity
@@ -685,13 +702,16 @@ class _Run:
             return WorkerPool(spec, jobs, self.work / folder, timeout=self.options.timeout)
 
         pool = pool_of(self.target_spec, "target")
-        describing = self.candidate_spec(base.identity)  # workers start on their first run: none if unused
+        # Workers start on their first run: none if unused. Candidates run by an executor (Ray, other processes)
+        # do not describe what they compiled: its files stay where they ran, so they match on the rest of the
+        # identity; the final model is still re-verified describing, here.
+        describing = self.target_spec if self.options.executor else self.candidate_spec(base.identity)
         tester = CandidateTester(space, pool, base.signature, self.tol, fail_regex=self.regex,
                                  strict_band=self.options.strict_band, compare=not self.options.check,
                                  check=self.options.output_check, repeats=FLAKY_REPEATS if flaky else 0,
                                  floor=floor, identity=self.identity_check(base.identity),
                                  describing=pool_of(describing, "target-describing")
-                                 if describing != self.target_spec else None)
+                                 if describing != self.target_spec else None, names=self.names)
         journal = Journal.open(self.work / "journal.jsonl", fingerprint=self.model.fingerprint)
         # The budget is this session's: resuming with --max-invocations N buys N more candidate runs.
         budget = Budget(max_invocations=self.options.max_invocations, deadline_seconds=self.options.deadline_seconds,
@@ -836,8 +856,7 @@ def _search_and_verify(r: _Run, space: SubgraphSpace, base: _Baseline, floor: No
         pool.close()
     if tester.other_identity:
         r.notes.append(f"{tester.other_identity} candidate(s) failed with the baseline's kind but another identity "
-                       f"(not {base.identity.describe() if base.identity else 'the recorded failure'}): not "
-                       "accepted")
+                       "(e.g. a sibling pass fusing the same nodes otherwise): not accepted")
     if tester.unrepeated:
         r.notes.append(f"{tester.unrepeated} candidate(s) failed like the baseline once and not when re-run: "
                        "not accepted")
@@ -944,7 +963,7 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], base: _Baseline
         run = proc.run(path, dict(candidate.feeds))
         r.count("target", run=run)
         verdict = judge(run, values, r.compared(candidate.outputs), r.tol, r.regex, check=r.options.output_check,
-                        floor=floor)
+                        floor=floor, names=r.names)
         same = baseline.matches(verdict.signature, strict_band=r.options.strict_band)
         if same:
             why = tester.identity_differs(verdict, candidate)
@@ -1060,7 +1079,8 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
             model=candidate.proto, run_model=space.workdir / "final.onnx", feeds=candidate.feeds,
             expected=oracle_outputs, target_outputs=verification.target_outputs, oracle=r.oracle_spec,
             target=r.target_spec, tolerance=r.tol, signature=baseline, workdir=r.work / "facts",
-            timeout=r.options.timeout, stage=r.stage, fail_regex=r.regex, check=r.options.output_check)
+            timeout=r.options.timeout, stage=r.stage, fail_regex=r.regex, check=r.options.output_check,
+            names=r.names)
     if facts.facts.get("interrupted"):  # said where the user looks, not only in report.json (issue 24)
         r.notes.append("interrupted (Ctrl-C) while measuring the facts for maintainers: the result is re-verified "
                        "and bundled, but the report lacks what was not measured (the specification's word, the "
@@ -1070,8 +1090,9 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
     report.update(facts.facts, report_runs=facts.runs, seconds=round(time.monotonic() - r.started, 3))
     content = BundleContent(
         model=candidate.proto, inputs=dict(candidate.feeds), oracle_outputs=oracle_outputs,
-        target_outputs=verification.target_outputs, oracle=r.oracle_spec, target=r.target_spec, tolerance=r.tol,
-        signature=baseline, target_message=verification.message, report=report,
+        target_outputs=verification.target_outputs, oracle=r.oracle_spec, target=r.target_spec,
+        tolerance=r.tol.restricted(candidate.outputs), signature=baseline, target_message=verification.message,
+        report=report,
         charts={"journey": size_journey_svg(journey)}, sections=facts.sections, files=facts.files,
     )
     if amend is not None:
@@ -1083,7 +1104,7 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
         failed=True, original_nodes=len(r.model.nodes), final_nodes=len(result.keep), kept_nodes=names,
         signature=baseline, invocations=dict(r.invocations), one_minimal=one_minimal, stop_reason=stop,
         verified=verified, flaky=flaky, bundle=bundle, work_dir=r.work, seconds=time.monotonic() - r.started,
-        journey=journey, notes=tuple(r.notes),
+        journey=journey, notes=tuple(r.notes), identity=base.identity, noise_floor=floor,
     )
 
 

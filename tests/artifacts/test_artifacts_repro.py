@@ -31,8 +31,16 @@ from graphbisect.artifacts.repro import expected_failure, repro_config
 from graphbisect.backends import BackendSpec
 from graphbisect.backends.base import RunResult, RunStatus
 from graphbisect.compare import Tolerance, compare_outputs
-from graphbisect.oracle.signature import EXACT_VALUES, FLOAT_VALUES, FailureKind, Signature, signature_of
-from graphbisect.workflows.verify import DIFFERENT, verify_bundle
+from graphbisect.oracle.signature import (
+    EXACT_ROOTED,
+    EXACT_VALUES,
+    FLOAT_VALUES,
+    FailureKind,
+    Signature,
+    crash_names,
+    signature_of,
+)
+from graphbisect.workflows.verify import DIFFERENT, REPRODUCES, verify_bundle
 
 FIXED = BackendSpec.parse(FIXED_TARGET)
 
@@ -113,6 +121,28 @@ def test_a_mismatch_of_another_value_class_is_a_different_failure(tmp_path: Path
     assert same.returncode == 1 and "REPRODUCED" in same.stdout, same.stdout + same.stderr
 
 
+def test_a_failure_rooted_in_integers_reproduces_in_either_value_class(tmp_path: Path) -> None:
+    """Recorded: a float error whose first divergence was an integer tensor (reduce's EXACT_ROOTED baseline).
+    The bundle may end where the integers go wrong, or keep their float consequence: repro.py and `graphbisect
+    verify` both say it reproduces with the argmax flipped and with the floats beyond tolerance (main: repro.py
+    had no such class, and verify matched the detail strings exactly)."""
+    content = build_content(layernorm_argmax_model(), {"x": LN_INPUT}, tmp_path / "ln", target=MISMATCH_TARGET)
+    rooted = dataclasses.replace(content, signature=Signature(FailureKind.MISMATCH, EXACT_ROOTED))
+    flipped = dict(content.oracle_outputs, idx=(content.oracle_outputs["idx"] + 1) % 4)
+    cases = {"flip": (dataclasses.replace(_fixed(rooted), oracle_outputs=flipped), EXACT_VALUES),
+             "float": (rooted, FLOAT_VALUES)}
+    for name, (case, observed) in cases.items():
+        out = write_bundle(case, tmp_path / name)
+        proc = run_repro(out)
+        assert proc.returncode == 1 and "REPRODUCED" in proc.stdout, proc.stdout + proc.stderr
+        assert f"mismatch ({observed})" in proc.stdout, proc.stdout
+        with load_bundle(out) as bundle:
+            assert verify_bundle(bundle).outcome == REPRODUCES
+    module = _script_module(rooted, tmp_path)  # the script words the classes as the signature does
+    assert (module.FLOAT_VALUES, module.EXACT_VALUES, module.EXACT_ROOTED) == (FLOAT_VALUES, EXACT_VALUES,
+                                                                                EXACT_ROOTED)
+
+
 def test_cannot_run_exits_2(mismatch_content: BundleContent, tmp_path: Path) -> None:
     out = write_bundle(mismatch_content, tmp_path / "b")
     (out / "model.onnx").unlink()
@@ -164,10 +194,17 @@ def _script_module(content: BundleContent, tmp_path: Path) -> ModuleType:
     "RuntimeError: Exception from src/inference/src/cpp/core.cpp:84:\nCheck 'false' failed at src/x.cpp:151:\n"
     "-- Conv-16 with a message:\nThe input data tensor's rank has to be known (static)\n\n-- ReduceMean-16 with a",
     "RuntimeError: Unable to find output name 'cn' in ['', 'a', \"b\"], proto is\nir_version: 8\ngraph {",
+    "RuntimeError: Exception from src/core.cpp:132:\nWhile validating node 'opset8::If If_5381 (opset1::Greater "
+    "/gt[0]:boolean[1,1], opset1::Relu /relu[0]:f32[1,4]) -> ()' with friendly_name 'If_5381':\nRank of If ...",
+    "InvalidArgument: Got invalid dimensions for input: x.1 for the following indices\n index: 1 Got: 4",
 ])
 def test_script_crash_key_equals_the_library_one(mismatch_content: BundleContent, tmp_path: Path,
                                                  message: str) -> None:
-    assert _script_module(mismatch_content, tmp_path).crash_key(message) == crash_key(message)
+    """Names included: the script embeds graphbisect.oracle.names and gets the model's names in its config."""
+    module = _script_module(mismatch_content, tmp_path)
+    assert module.crash_key(message) == crash_key(message)
+    names = crash_names(["x.1", "/relu", "relu_clip_fusion.cc.x"])
+    assert module.crash_key(message, names) == crash_key(message, names)
 
 
 def test_the_control_is_judged_as_the_recorded_failure_is(mismatch_content: BundleContent, tmp_path: Path) -> None:

@@ -35,6 +35,19 @@ def ort_bundle(mismatch_content: BundleContent, tmp_path_factory: pytest.TempPat
 
 
 @pytest.fixture(scope="module")
+def openvino_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An honest bundle of an OpenVINO target with an inert config key: the int8-weight layer its dynamic
+    quantization computes wrongly (issue 26)."""
+    pytest.importorskip("openvino")
+    from graphbisect.examples.quantized import int8_weight_model
+
+    folder = tmp_path_factory.mktemp("openvino")
+    model, inputs = int8_weight_model()
+    content = build_content(model, inputs, folder / "case", target="openvino:config=NUM_STREAMS=1")
+    return write_bundle(content, folder / "bug")
+
+
+@pytest.fixture(scope="module")
 def iree_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An honest bundle of an ``iree`` target (whatever it observed: only its repro.py section matters)."""
     folder = tmp_path_factory.mktemp("iree")
@@ -125,6 +138,42 @@ def test_case3_an_iree_dump_flag_needs_trust(ort_bundle: Path, tmp_path: Path,
     with load_bundle(bundle) as loaded, pytest.raises(BundleError, match="--trust"):  # the API refuses too
         verify_bundle(loaded)
     assert not folder.exists()
+
+
+@pytest.mark.openvino
+def test_an_openvino_config_key_writing_a_folder_needs_trust(openvino_bundle: Path, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    # OpenVINO writes compiled blobs into the folder CACHE_DIR names; NUM_STREAMS (recorded) is inert.
+    cache = tmp_path / "cache"
+    assert main(["verify", str(openvino_bundle)]) == 1  # the honest one runs without --trust
+    bundle = _downloaded(openvino_bundle, tmp_path, target=f"openvino:config=NUM_STREAMS=1;CACHE_DIR={cache}")
+    capsys.readouterr()
+    assert main(["verify", str(bundle)]) == 2
+    err = capsys.readouterr().err
+    assert not cache.exists()
+    assert "--trust" in err and f"config=CACHE_DIR={cache}: is not an OpenVINO property known to be inert" in err
+    assert "config=NUM_STREAMS=1:" not in err  # the inert entry is not listed
+    assert main(["verify", str(bundle), "--trust"]) == 1
+    assert any(cache.iterdir())
+
+
+@pytest.mark.openvino
+def test_repro_py_refuses_an_openvino_config_key_writing_a_folder(openvino_bundle: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    proc = run_repro(openvino_bundle)
+    assert proc.returncode == 1 and "REPRODUCED" in proc.stdout, proc.stdout + proc.stderr
+
+    def edit(config: dict) -> None:
+        assert config["options"]["config"] == [["NUM_STREAMS", "1"]]
+        config["options"]["config"].append(["CACHE_DIR", str(cache)])
+
+    bundle = _downloaded(openvino_bundle, tmp_path, edit=edit)
+    proc = run_repro(bundle)
+    assert proc.returncode == 2 and "--trust" in proc.stderr and "CACHE_DIR" in proc.stderr, proc.stdout + proc.stderr
+    assert not cache.exists()
+    proc = run_repro(bundle, "--trust")
+    assert proc.returncode == 1 and "REPRODUCED" in proc.stdout, proc.stdout + proc.stderr
+    assert any(cache.iterdir())
 
 
 def test_the_honest_bundle_verifies_without_trust(ort_bundle: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -47,6 +47,7 @@ def test_a_command_needs_trust_under_every_alias(name: str) -> None:
     "ort:providers=CUDAExecutionProvider,cuda.use_tf32=0,cuda.device_id=1", "ort:save_optimized=1,report_passes=1",
     "ort:timeout=30", "reference", "ref", "onnxoptimizer:passes=fuse_pad_into_pool,threads=1",
     "openvino:precision=bf16,keep_fp32=a;b,report_exec=1,report_tactics=1,device=GPU.1",
+    "openvino:config=DYNAMIC_QUANTIZATION_GROUP_SIZE=0;EXECUTION_MODE_HINT=ACCURACY;NUM_STREAMS=1;KV_CACHE_PRECISION=f16",
     "tensorrt:fp16=1,shapes=x:1x3x224x224,workspace=1024,device=1,report_layers=1",
     "iree", "iree:cpu=generic,opset=17,device=local-sync,disabled=const-eval;ukernels,report_passes=1",
     "iree:flags=--iree-opt-level=O0;--iree-opt-data-tiling=false;-iree-llvmcpu-target-cpu=generic",
@@ -76,6 +77,9 @@ def test_honest_specs_are_inert(spec: str) -> None:
     ("openvino:keep_fp32=@/home/me/pins.txt", "keep_fp32=@/home/me/pins.txt: names a file to read"),
     ("paddle:keep_fp32=@/home/me/types.txt", "keep_fp32=@/home/me/types.txt: names a file to read"),
     ("openvino:tactics=/home/me/record.json", "tactics=/home/me/record.json: names a file outside the bundle"),
+    ("openvino:config=CACHE_DIR=/home/me/cache", "config=CACHE_DIR=/home/me/cache: is not an OpenVINO property"),
+    ("openvino:config=DYNAMIC_QUANTIZATION_GROUP_SIZE=0;WEIGHTS_PATH=/x", "config=WEIGHTS_PATH=/x"),
+    ("openvino:config=BRAND_NEW_PROPERTY=1", "config=BRAND_NEW_PROPERTY=1"),  # not known: not inert
     ("reference:anything=1", "anything=1: is not an option known to be inert"),
 ])
 def test_what_is_not_known_to_be_inert_needs_trust(spec: str, flagged: str) -> None:

@@ -157,6 +157,8 @@ def test_compare_maps_the_diverging_dispatch_back_to_onnx_nodes(tmp_path: Path) 
     dispatch = data["first_divergence"]["compiled_as"]  # the first diverging tensor's dispatch
     assert dispatch["kind"] == "dispatch" and "site/grid_sample" in dispatch["originals"]
     assert "stem/conv" not in dispatch["originals"]  # shared helpers do not smear the view
+    # the element types the dispatch computes on (issue 26): this model is f32 throughout, and so is IREE
+    assert dispatch["precision"] == ["f32"] and dispatch["model_precision"] and not dispatch["lower_precision"]
 
 
 @iree_installed

@@ -19,6 +19,7 @@ pytest.importorskip("onnxruntime")
 from onnx import ModelProto, TensorProto, helper, numpy_helper  # noqa: E402
 
 from graphbisect.backends.openvino import OpenVino  # noqa: E402
+from graphbisect.compare import compare_tensors  # noqa: E402
 from graphbisect.errors import InputError, ModelError, SpecError  # noqa: E402
 
 pytestmark = pytest.mark.openvino
@@ -170,6 +171,69 @@ def test_inputs_are_checked(paths: dict[str, Path], feed: dict[str, np.ndarray])
 def test_bad_options(options: dict[str, str], match: str) -> None:
     with pytest.raises(SpecError, match=match):
         OpenVino(options, "/tmp")
+
+
+# --- config=: other OpenVINO properties (issue 26) --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def int8_weights(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, np.ndarray]]:
+    from graphbisect.examples.quantized import int8_weight_model
+
+    model, inputs = int8_weight_model()
+    path = tmp_path_factory.mktemp("int8w") / "int8w.onnx"
+    onnx.save(model, str(path))
+    return path, inputs
+
+
+def _ort(path: Path, feed: dict[str, np.ndarray]) -> np.ndarray:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(None, feed)[0]
+
+
+def test_config_keys_reach_the_compiled_model(int8_weights: tuple[Path, dict[str, np.ndarray]],
+                                              tmp_path: Path) -> None:
+    # The CPU plugin quantizes an int8-weight FullyConnected's activations to i8 by default (group size 32):
+    # hundreds of tolerances off. DYNAMIC_QUANTIZATION_GROUP_SIZE=0 turns that off, and the run info says so.
+    path, feed = int8_weights
+    want = _ort(path, feed)
+    scores = {}
+    for config in ("", "DYNAMIC_QUANTIZATION_GROUP_SIZE=0;NUM_STREAMS=1"):
+        runtime = OpenVino({"config": config, "report_exec": "1"}, str(tmp_path))
+        runtime.validate()
+        runtime.load(str(path), None)
+        scores[config] = compare_tensors("y", want, runtime.run(feed)["y"]).score  # in tolerances
+        info = runtime.info()
+        fc = [n for n in info["exec_graph"] if n["layer_type"] == "FullyConnected"]
+        assert [n["runtime_precision"] for n in fc] == ["i8"]  # i8 weights in both: the activations differ
+    assert info["config"] == {"DYNAMIC_QUANTIZATION_GROUP_SIZE": "0", "NUM_STREAMS": "1"}
+    assert scores[""] > 100
+    assert scores["DYNAMIC_QUANTIZATION_GROUP_SIZE=0;NUM_STREAMS=1"] < 1
+
+
+@pytest.mark.parametrize(("config", "match"), [
+    ("DYNAMIC_QUANTIZATION_GROUP_SIZE", "not KEY=VALUE"),
+    ("INFERENCE_PRECISION_HINT=bf16", "precision="),
+    ("INFERENCE_NUM_THREADS=2", "threads="),
+    ("NUM_STREAMS=1;NUM_STREAMS=2", "given twice"),
+])
+def test_config_entries_are_checked_when_the_spec_is_read(config: str, match: str) -> None:
+    with pytest.raises(SpecError, match=match):
+        OpenVino({"config": config}, "/tmp")
+
+
+@pytest.mark.parametrize(("config", "match"), [
+    ("NO_SUCH_PROPERTY=1", "Unsupported property NO_SUCH_PROPERTY"),
+    ("DYNAMIC_QUANTIZATION_GROUP_SIZE=many", "Expected only unsigned integer"),
+])
+def test_validate_refuses_what_the_device_refuses(config: str, match: str, tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=match) as caught:
+        OpenVino({"config": config}, str(tmp_path)).validate()
+    assert "DYNAMIC_QUANTIZATION_GROUP_SIZE" in (caught.value.hint or "")  # the keys the device takes
+    assert caught.value.__cause__ is not None  # OpenVINO's own error stays the cause
 
 
 # --- keep_fp32: per-node FP32 pins under bf16 -----------------------------------------------------------

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from graphbisect.compare import MismatchKind, Tolerance, compare_outputs, compare_tensors, metrics
+from graphbisect.errors import InputError
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -81,6 +82,36 @@ def test_integers_and_bools_compare_exactly() -> None:
     flags = np.array([True, False])
     assert not compare_tensors("b", flags, ~flags).passed
     assert compare_tensors("b", flags, flags.copy()).passed
+
+
+def test_quantized_integers_compare_in_steps_and_other_integers_exactly() -> None:
+    """Issue 26, item 2: a QuantizeLinear rounding a tie the other way is 1 LSB, within the default --int-atol 1;
+    50 LSB scores 50; indices and shapes stay exact; a float on the grid (a DequantizeLinear's output) gets
+    int_atol steps more atol. score <= 1 still means "within tolerance"."""
+    q = np.array([-128, -3, 0, 7, 127], np.int8)
+    tol = Tolerance(quantized={"q": 0.05, "dq": 0.05, "q16": 0.001})
+    one = compare_tensors("q", q, q + np.array([0, 1, 0, -1, 0], np.int8), tol)
+    assert one.passed and one.score == 1.0 and one.mismatches == 0 and one.max_abs == 1.0
+    fifty = compare_tensors("q16", q.astype(np.int16), q.astype(np.int16) + np.int16(50), tol)
+    assert not fifty.passed and fifty.score == 50.0 and fifty.mismatches == 5
+    assert math.isinf(compare_tensors("idx", q, q + np.int8(1), tol).score)  # not quantized: exact
+    assert math.isinf(compare_tensors("q", q, q + np.int8(1), Tolerance(int_atol=0, quantized={"q": 0.05})).score)
+    assert compare_tensors("q", q, q - np.array([0, 2, 2, 0, 2], np.int8), Tolerance(int_atol=2,
+                                                                                   quantized={"q": 0.05})).passed
+    unknown_scale = Tolerance(quantized={"dq_u8": 0.0})  # DynamicQuantizeLinear: a quantized tensor all the same
+    u8 = np.array([0, 3, 254], np.uint8)
+    assert compare_tensors("dq_u8", u8, u8 + np.uint8(1), unknown_scale).passed
+    grid = q.astype(np.float32) * np.float32(0.05)
+    assert compare_tensors("dq", grid, grid + np.float32(0.05), tol).passed  # 1 step off
+    assert not compare_tensors("dq", grid, grid + np.float32(0.5), tol).passed  # 10 steps off
+    assert not compare_tensors("other", grid, grid + np.float32(0.05), tol).passed  # not on a grid
+    assert Tolerance.from_json(tol.to_json()) == tol
+
+
+@pytest.mark.parametrize("bad", [{"int_atol": -1.0}, {"int_atol": math.nan}, {"quantized": {"q": math.inf}}])
+def test_integer_tolerances_are_checked(bad: dict) -> None:
+    with pytest.raises(InputError):
+        Tolerance(**bad)
 
 
 def test_min_cosine_and_per_output_overrides() -> None:
@@ -221,7 +252,8 @@ def _batch_cases(rng: np.random.Generator) -> list[tuple[str, object, object]]:
 
 
 @pytest.mark.parametrize("tol", [Tolerance(), Tolerance(atol=0.0, rtol=1e-3), Tolerance(atol=1e-3, rtol=0.0),
-                                 Tolerance(min_cosine=0.9999999, per_output={"t7": (0.5, 0.0), "t11": (0.0, 0.0)})])
+                                 Tolerance(min_cosine=0.9999999, per_output={"t7": (0.5, 0.0), "t11": (0.0, 0.0)}),
+                                 Tolerance(quantized={"t1": 1e-3, "t7": 0.5, "t13": 0.0, "ints": 0.1}, int_atol=2)])
 def test_compare_many_equals_compare_values_bit_for_bit(tol: Tolerance) -> None:
     # The layerwise probe's statistics come from compare_many in the target's worker; they must be the
     # very numbers compare_values gives for each tensor alone (JSON compared: NaN as "nan", -0.0 kept).

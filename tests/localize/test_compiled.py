@@ -282,3 +282,80 @@ def test_the_original_graph_made_ahead_maps_an_optimized_model_as_made_on_the_sp
         on_the_spot = optimized_tensors(model.nodes, optimized, constants)
         assert optimized_tensors(model.nodes, optimized, constants, original=ahead) == on_the_spot
         assert on_the_spot.named and on_the_spot.held
+
+
+# --- what the backend really computed in (issue 26, item 1) ---------------------------------------------------
+def _int8_weights() -> tuple[onnx.ModelProto, list[onnx.NodeProto]]:
+    from graphbisect.examples.quantized import int8_weight_model
+
+    model, _ = int8_weight_model()
+    return model, list(model.graph.node)
+
+
+def _fc_layer(precision: str) -> list[dict[str, object]]:
+    """OpenVINO 2026.4's execution graph of the int8-weight MatMul (the same with any group size)."""
+    return [{"name": "x", "layer_type": "Input", "runtime_precision": "f32", "original_layers": ["x"]},
+            {"name": "Transpose_5307", "layer_type": "Transpose", "runtime_precision": "i8", "original_layers": []},
+            {"name": "y", "layer_type": "FullyConnected", "runtime_precision": precision,
+             "output_precisions": "f32", "original_layers": ["y"]},
+            {"name": "y/sink_port_0", "layer_type": "Output", "runtime_precision": "f32", "original_layers": []}]
+
+
+def test_openvino_runtime_precision_is_compared_with_the_models() -> None:
+    from graphbisect.localize.layerwise import constant_tensors
+
+    _, nodes = _int8_weights()
+    types = {"x": "f32", "w": "f32", "w_q": "i8", "w_scale": "f32", "y": "f32"}
+    folded = constant_tensors(nodes, given={"w_q", "w_scale"})
+    quantized = from_exec_graph(nodes, ["y"], _fc_layer("i8"), dynamic_quantization=32).with_model(
+        nodes, types.get, folded)
+    (fc,) = quantized.nodes
+    assert (fc.kind, fc.originals, fc.precision) == ("FullyConnected", ("dq_w", "matmul"), ("i8",))
+    assert fc.model_precision == ("f32",)  # the weights' DequantizeLinear is folded: not what the node computes
+    assert fc.lower_precision == ("i8",) and quantized.lower_precision == (fc,)
+    assert "ran in i8 where the model computes f32" in fc.describe() and "ran in i8" in quantized.summary()
+    again = CompiledGraph.from_json(quantized.to_json())
+    assert again == quantized and again.nodes[0].model_precision == ("f32",)
+    # The same execution graph with dynamic quantization off: i8 weights, decompressed, computed in f32.
+    (plain,) = from_exec_graph(nodes, ["y"], _fc_layer("i8"), dynamic_quantization=0).with_model(
+        nodes, types.get, folded).nodes
+    assert plain.precision == ("f32",) and not plain.lower_precision and not plain.precision_note()
+
+
+@pytest.mark.parametrize(("ran", "model", "lower"), [
+    (("i8",), ("f32",), ("i8",)),
+    (("f16",), ("f32", "i64"), ("f16",)),
+    (("bf16", "f32"), ("f32",), ("bf16",)),
+    (("i8", "f32"), ("i8", "f32"), ()),  # a QDQ Conv: the model reads i8 there too
+    (("u8", "f32"), ("i8", "f32"), ()),  # OpenVINO's u8 Convolution of it: the same width
+    (("i8",), ("f32", "i16"), ("i8",)),  # an A16W8 head computed with i8 activations
+    (("i32",), ("f32",), ()),  # index arithmetic, never quantized compute
+    (("f32",), ("f64",), ("f32",)),  # IREE demotes f64
+    (("i8",), ("i8", "i64"), ()),  # an integer model
+    ((), ("f32",), ()),  # the backend did not say
+])
+def test_lower_precision(ran: tuple[str, ...], model: tuple[str, ...], lower: tuple[str, ...]) -> None:
+    from graphbisect.localize.runtime_precision import lower_precision
+
+    assert lower_precision(ran, model) == lower
+
+
+def test_onnxruntime_matmulnbits_computes_in_i8(tmp_path: Path) -> None:
+    """ONNX Runtime (all) rewrites DequantizeLinear(int8) → MatMul into MatMulNBits with accuracy_level 4: its
+    activations are quantized to i8 too, which its optimized model shows."""
+    from graphbisect.localize.layerwise import constant_tensors
+    from graphbisect.workflows.probe import element_types
+
+    ort = pytest.importorskip("onnxruntime")
+    model, _ = _int8_weights()
+    loaded = load_model(model)
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(loaded.proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    graph = compiled_graph(loaded.nodes, loaded.output_names, {"optimized_model": str(tmp_path / "optimized.onnx")})
+    assert graph is not None
+    (node,) = graph.nodes
+    assert (node.kind, node.precision) == ("MatMulNBits", ("i8",))
+    (node,) = graph.with_model(loaded.nodes, element_types(loaded),
+                               constant_tensors(loaded.nodes, given=loaded.initializer_names)).nodes
+    assert node.lower_precision == ("i8",)

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from graphbisect.artifacts.repro_backends._common import TACTICS_FILE, ReproBackend
-from graphbisect.backends.inert import ANY, BUNDLE_FILE
+from graphbisect.backends.inert import ANY, BUNDLE_FILE, OPENVINO_CONFIG
+from graphbisect.backends.openvino import config_entries
 from graphbisect.errors import SpecError
 
 _OV_PRECISIONS = {"f32": "f32", "fp32": "f32", "f16": "f16", "fp16": "f16", "bf16": "bf16"}  # as backends/openvino.py
@@ -21,6 +22,8 @@ def _openvino_options(options: Mapping[str, str]) -> dict[str, Any]:
         "device": options.get("device", "CPU").strip() or "CPU",
         "precision": _OV_PRECISIONS[precision],
         "threads": int(threads) if threads is not None else None,
+        # other properties, as the runtime passes them to compile_model (config_entries checks them)
+        "config": [list(entry) for entry in config_entries(options.get("config", ""))],
         "tactics": TACTICS_FILE if options.get("tactics") else None,  # the bundle's copy (see tactic_files)
     }
 
@@ -44,8 +47,9 @@ def import_library(options):
 
 
 def load_target(model_path, options):
-    """Read and compile the ONNX model as graphbisect did (device, inference precision, threads, and the
-    kernel choices of the tactic record next to this script, when repro_config.json names one)."""
+    """Read and compile the ONNX model as graphbisect did (device, inference precision, threads, the
+    recorded config properties, and the kernel choices of the tactic record next to this script, when
+    repro_config.json names one)."""
     import openvino as ov
 
     core = ov.Core()
@@ -64,10 +68,15 @@ def load_target(model_path, options):
 
 
 def compile_ov(core, model, options):
-    config = {"INFERENCE_PRECISION_HINT": options["precision"]}
+    config = {"INFERENCE_PRECISION_HINT": options["precision"], **{k: v for k, v in options.get("config") or []}}
     if options["threads"] is not None:
         config["INFERENCE_NUM_THREADS"] = options["threads"]
-    compiled = core.compile_model(model, options["device"], config)
+    try:
+        compiled = core.compile_model(model, options["device"], config)
+    except RuntimeError as exc:
+        if not options.get("config"):
+            raise
+        raise CannotRun(f"OpenVINO here refuses the recorded config {options['config']}: {exc}") from exc
     try:  # a device without the requested precision compiles in another one, silently
         actual = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
     except Exception:
@@ -304,4 +313,5 @@ def run_target(target, inputs, output_names):
 
 
 BACKEND = ReproBackend("openvino", "openvino (and onnx, for tactics.json)", "openvino", _openvino_options,
-                       _OPENVINO_CODE, {"device": ANY, "precision": ANY, "threads": ANY, "tactics": BUNDLE_FILE})
+                       _OPENVINO_CODE, {"device": ANY, "precision": ANY, "threads": ANY, "config": OPENVINO_CONFIG,
+                                        "tactics": BUNDLE_FILE})
