@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -39,9 +40,11 @@ __all__ = [
     "EXIT_CODE",
     "INVOCATIONS",
     "JOBS",
+    "MAX_SECONDS",
     "SEED",
     "TIMEOUT",
     "Allowed",
+    "cap_jobs",
     "check_fields",
     "check_value",
     "one_of",
@@ -49,6 +52,7 @@ __all__ = [
     "parses",
     "pattern",
     "seconds",
+    "usable_cpus",
     "whole",
 ]
 
@@ -111,10 +115,15 @@ def whole(minimum: int, maximum: int | None = None, *, example: int | None = Non
                    str(minimum if example is None else example))
 
 
+#: The longest duration an option may give (about 115 days): more means "never", which no option means,
+#: and the platform's timers overflow (``timeout=1e308`` ended in an internal error, issue 24).
+MAX_SECONDS = 1e7
+
+
 def seconds(*, zero: bool = False, example: str = "600") -> Allowed:
-    """A finite number of seconds ``> 0`` (``>= 0`` with ``zero``)."""
-    return Allowed("a finite number of seconds " + (">= 0" if zero else "> 0"),
-                   lambda v: _real(v) and (v >= 0 if zero else v > 0), example)
+    """A finite number of seconds ``> 0`` (``>= 0`` with ``zero``), at most :data:`MAX_SECONDS`."""
+    return Allowed("a number of seconds " + (">= 0" if zero else "> 0") + f" and <= {MAX_SECONDS:.0e}",
+                   lambda v: _real(v) and (v >= 0 if zero else v > 0) and v <= MAX_SECONDS, example)
 
 
 def one_of(choices: Iterable[str]) -> Allowed:
@@ -165,6 +174,29 @@ def check_value(owner: str, name: str, value: Any, allowed: Allowed) -> Any:
     """Check one keyword option of a function (``owner``) against ``allowed``; returns ``value``."""
     allowed.check(owner, name, value)
     return value
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask; else the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def cap_jobs(jobs: int, option: str = "-j") -> tuple[int, str | None]:
+    """``jobs`` worker processes on this machine, at most one per usable CPU: (the count, a note when capped).
+    More workers than CPUs only share them (``-j 100000`` was accepted and started a worker per candidate).
+
+    Example:
+        >>> cap_jobs(1)
+        (1, None)
+    """
+    usable = usable_cpus()
+    if jobs <= usable:
+        return jobs, None
+    return usable, (f"{option} {jobs} is more workers than the {usable} CPU(s) this process may use: running "
+                    f"{usable}")
 
 
 # --- the ranges the option classes share -------------------------------------------------------------------

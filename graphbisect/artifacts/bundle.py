@@ -17,9 +17,10 @@ Layout::
 folder; a new destination is that folder renamed into place, so a reader (or a crash half-way) never sees
 a half-written bundle. Into an existing folder — empty, or holding an earlier bundle of the same model
 plus whatever the user added (notes, subfolders) — only the bundle's own files are moved, each atomically,
-``report.json`` last; files the earlier bundle listed and this one lacks (an old chart) are removed;
-nothing else is deleted. A folder holding other files but no bundle is refused, and so is a bundle of
-*another* model unless ``force=True`` (``reduce --force``).
+``report.json`` last; files the earlier bundle listed and this one lacks (an old chart) are removed only
+when they are files graphbisect writes into bundles and still hold the listed bytes; nothing else is
+deleted. A folder holding other files but no bundle is refused, and so is a bundle of *another* model
+unless ``force=True`` (``reduce --force``).
 
 Example:
     >>> path = write_bundle(content, Path("graphbisect-out/bundle"), zip=True)   # doctest: +SKIP
@@ -52,7 +53,7 @@ from graphbisect.artifacts.charts import size_journey_svg
 from graphbisect.artifacts.content import BundleContent
 from graphbisect.artifacts.environment import backend_facts, collect_environment
 from graphbisect.artifacts.report import jsonable, render_markdown, report_data
-from graphbisect.artifacts.repro import TACTICS_FILE, render_repro, repro_config, tactic_files
+from graphbisect.artifacts.repro import CONTROL_TACTICS_FILE, TACTICS_FILE, render_repro, repro_config, tactic_files
 from graphbisect.backends import BackendSpec
 from graphbisect.backends.worker import load_npz, save_npz
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
@@ -286,16 +287,37 @@ def _install(staging: Path, out_dir: Path) -> None:
     if not out_dir.exists():
         os.rename(staging, out_dir)
         return
-    previous = {str(f.get("name")) for f in (_previous_result(out_dir) or {}).get("files") or []
+    previous = {str(f.get("name")): f for f in (_previous_result(out_dir) or {}).get("files") or []
                 if isinstance(f, dict)}
     new = sorted((p.name for p in staging.iterdir()), key=lambda name: name == "report.json")
     for name in new:
         os.replace(staging / name, out_dir / name)
-    for name in previous - set(new):
-        stale = out_dir / name
-        if Path(name).name == name and stale.is_file() and not stale.is_symlink():
-            stale.unlink()
+    for name in set(previous) - set(new):
+        if _still_ours(out_dir, name, previous[name]):
+            (out_dir / name).unlink()
     shutil.rmtree(staging, ignore_errors=True)
+
+
+def _still_ours(folder: Path, name: str, listed: Mapping[str, Any]) -> bool:
+    """Whether the earlier bundle's file ``name`` may be removed: the list in its report.json is no proof
+    that graphbisect wrote a file (a copied or edited report.json listed the user's ``NOTES.md``, which was
+    deleted: issue 24), so it must also be a kind of file graphbisect writes into a bundle (by its name) and
+    still hold the bytes the list records."""
+    path = folder / name
+    if Path(name).name != name or not _bundle_file_name(name) or path.is_symlink() or not path.is_file():
+        return False
+    try:
+        same_size = path.stat().st_size == int(listed.get("bytes", -1))
+        return same_size and hashlib.sha256(path.read_bytes()).hexdigest() == listed.get("sha256")
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def _bundle_file_name(name: str) -> bool:
+    """Whether graphbisect writes files of this name into bundles (the fixed files, tactic records, the
+    maintainer facts' scripts, charts)."""
+    return name in BUNDLE_FILES or name in (TACTICS_FILE, CONTROL_TACTICS_FILE, "repro_min.py") or \
+        name.endswith(".svg")
 
 
 def _write_zip(out_dir: Path) -> Path:
@@ -394,6 +416,7 @@ def _extract(archive: Path, dest: Path) -> Path:
     """Extract ``archive`` safely (no absolute paths, no ``..``) and return the folder with report.json."""
     try:
         with zipfile.ZipFile(archive) as zf:
+            _check_space(archive, zf.infolist(), dest)
             for member in zf.infolist():
                 parts = Path(member.filename).parts
                 if member.filename.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
@@ -406,6 +429,22 @@ def _extract(archive: Path, dest: Path) -> Path:
     if not candidates:
         raise BundleError(f"{archive} holds no report.json", hint="pass a zip written by `graphbisect reduce --zip`")
     return candidates[0]
+
+
+def _check_space(archive: Path, members: list[zipfile.ZipInfo], dest: Path) -> None:
+    """Refuse a zip whose members would not fit in the extraction folder's free space, before extracting any
+    (a 200 MB member and an 8 MB TMPDIR ended in "internal error: No space left on device", issue 24)."""
+    needed = sum(member.file_size for member in members)
+    free = shutil.disk_usage(dest).free
+    if needed > free:
+        raise BundleError(
+            f"{archive} holds {needed} bytes when extracted, more than the {free} bytes free in {dest.parent}",
+            hint="free space there, point TMPDIR at a larger file system, or extract the zip yourself and pass "
+            "the folder")
+
+
+#: The files whose bytes a bundle must record (report.json ``files``): what a verdict is computed from.
+_HASHED = ("model.onnx", "inputs.npz", "oracle_outputs.npz")
 
 
 def _read(folder: Path, source: Path, cleanup: Any) -> LoadedBundle:
@@ -443,6 +482,14 @@ def _check_integrity(folder: Path, source: Path, report: Mapping[str, Any]) -> N
     failure, the bug may be fixed": its verdict would be about other data than the reporter's.
     """
     damaged: list[str] = []
+    listed = {str(entry.get("name")) for entry in report.get("files") or []
+              if isinstance(entry, Mapping) and "sha256" in entry}
+    unlisted = [name for name in _HASHED if name not in listed]
+    if unlisted:  # a deleted list is no "old bundle": nothing would check an edited model (issue 24)
+        raise BundleError(
+            f"bundle {source} is damaged: its report.json records no sha256 of {', '.join(unlisted)}, so what "
+            "would run cannot be checked against what the reporter ran",
+            hint="download or copy the bundle again, or re-create it with `graphbisect reduce`")
     for entry in report.get("files") or []:
         if not isinstance(entry, Mapping) or "sha256" not in entry:
             continue  # report.json itself, or a bundle of a version that recorded no hashes

@@ -36,7 +36,6 @@ import re
 import shlex
 import signal
 import string
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -45,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from graphbisect.backends.base import UnsupportedType
+from graphbisect.backends.children import run_program
 from graphbisect.backends.worker import load_npz, option_flag, save_npz
 from graphbisect.errors import SpecError
 from graphbisect.values import EXTENSION_TYPES, elem_type_of
@@ -114,22 +114,20 @@ class Command:
         logger.debug("running %s", self._last)
         sys.stdout.flush()
         cwd = os.environ.get(CALLER_CWD_ENV) or str(self.workdir)
-        try:
-            proc = subprocess.run(command, shell=self.shell, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  cwd=cwd, check=False)
+        try:  # waited for by its exit, not its stderr's end; what it left running is killed (children.py)
+            returncode, stderr = run_program(command, shell=self.shell, cwd=cwd, folder=self.workdir)
         except OSError as exc:
             raise SpecError(f"the command cannot be started in {cwd}: {exc}",
                             hint=f"check the program name and its permissions: {self._last}") from exc
-        stderr = proc.stderr.decode("utf-8", errors="replace")
-        sys.stderr.write(stderr)  # keep it in the worker log as well
+        sys.stderr.write(stderr)  # keep it in the worker log as well (its last TAIL_BYTES)
         sys.stderr.flush()
-        why = cannot_run(proc.returncode, stderr)
+        why = cannot_run(returncode, stderr)
         if why is not None:
             raise SpecError(f"the command cannot run ({why}; it runs in {cwd}): {self._last}{_tail(stderr)}",
                             hint="fix the command line: a command that cannot run is never taken as the failure; "
                             "relative paths are relative to the directory graphbisect is started from")
-        if proc.returncode != 0:
-            raise CommandFailed(f"command {_status_text(proc.returncode)}{_tail(stderr)}", proc.returncode)
+        if returncode != 0:
+            raise CommandFailed(f"command {_status_text(returncode)}{_tail(stderr)}", returncode)
         if self.check_mode:
             return {}
         return self._read_outputs(outputs_path)

@@ -41,6 +41,7 @@ import numpy as np
 
 from graphbisect import errors
 from graphbisect.backends.base import RAN_WITH, BackendSpec, Capability, Phase, RunResult, RunStatus
+from graphbisect.backends.children import kill_recorded_groups
 from graphbisect.backends.registry import HOST_OPTIONS, Availability, BackendInfo, resolve, spec_timeout
 from graphbisect.backends.worker import InputsWriter
 from graphbisect.compare.metrics import STATS_FIELDS, TensorStats, Tolerance
@@ -92,6 +93,7 @@ class _Worker:
             os.close(request_r)
             os.close(reply_w)
         os.set_blocking(request_w, False)
+        self.folder = Path(cwd)  # the worker's folder: where it records the groups of programs it runs
         self._out, self._in = request_w, reply_r
         self._buffer = b""
         self.phase = Phase.LOAD
@@ -127,10 +129,12 @@ class _Worker:
         return message
 
     def kill(self) -> int:
-        """Kill the whole process group (the backend's children too) and return the exit status."""
+        """Kill the whole process group (the backend's children too), and the groups of the programs it
+        was running (a ``command`` target's, :mod:`~graphbisect.backends.children`); return the exit status."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         returncode = self.proc.wait()
+        kill_recorded_groups(self.folder)
         self._close_fds()
         return returncode
 

@@ -41,7 +41,7 @@ from graphbisect.backends.inert import (
     untrusted_values,
 )
 from graphbisect.errors import BackendUnavailableError, SpecError
-from graphbisect.options import parses
+from graphbisect.options import MAX_SECONDS, parses
 
 __all__ = [
     "BACKENDS",
@@ -727,6 +727,7 @@ def resolve(spec: BackendSpec | str, *, require_available: bool = True) -> tuple
     if info.check_options is not None:
         info.check_options({k: v for k, v in spec.options.items() if k not in HOST_OPTIONS})
     spec_timeout(spec, None)  # a bad timeout= is refused before anything runs
+    _check_threads(spec)
     if require_available and "python" not in spec.options:
         avail = info.availability(version=False)
         if not avail.available:
@@ -779,7 +780,21 @@ def spec_timeout(spec: BackendSpec, default: float | None, *, fallback: float = 
     except ValueError as exc:
         raise SpecError(f"backend spec {spec}: timeout={text!r} is not a number",
                         hint="give seconds, e.g. timeout=120") from exc
-    if not math.isfinite(value) or value <= 0:
-        raise SpecError(f"backend spec {spec}: timeout={text!r} is not a finite number of seconds > 0",
-                        hint="give seconds, e.g. timeout=120")
+    if not math.isfinite(value) or value <= 0 or value > MAX_SECONDS:
+        raise SpecError(f"backend spec {spec}: timeout={text!r} is not a number of seconds > 0 and <= "
+                        f"{MAX_SECONDS:.0e}", hint="give seconds, e.g. timeout=120")
     return value
+
+
+#: The most threads a ``threads=`` option may ask for: a larger count is a typo, and the libraries take it
+#: as a C int or crash (``threads=99999999999`` was reported as the target's crash, issue 24).
+MAX_THREADS = 4096
+
+
+def _check_threads(spec: BackendSpec) -> None:
+    text = spec.options.get("threads")
+    if text is None:
+        return
+    if not text.strip().isdigit() or int(text) > MAX_THREADS:
+        raise SpecError(f"backend spec {spec}: threads={text!r} is not a whole number from 0 to {MAX_THREADS}",
+                        hint="give a thread count, e.g. threads=4 (0 or no threads=: the library's choice)")

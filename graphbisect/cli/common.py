@@ -34,7 +34,11 @@ __all__ = [
     "exit_code",
     "load_feeds",
     "load_model_arg",
+    "not_a_regular_file",
+    "output_file",
     "output_path",
+    "refuse_inside",
+    "refuse_same",
     "regex",
     "seconds",
     "seed",
@@ -144,6 +148,60 @@ def output_path(text: str) -> Path:
         raise argparse.ArgumentTypeError(f"cannot write {text}: {ancestor} is not writable "
                                           f"({exc.strerror or exc}); choose a writable place") from exc
     return path
+
+
+def output_file(text: str) -> Path:
+    """A file graphbisect will write (``--json``, ``--html``, ``--csv``): as :func:`output_path`, and if it
+    exists, a regular file. graphbisect writes a new file and renames it over the old one, so a device
+    (``/dev/null``, ``/dev/full``), a named pipe or a symbolic link there would be *replaced* by a regular
+    file (issue 24: as root, ``--json /dev/null`` broke the machine); a folder is no file to write.
+    """
+    path = output_path(text)
+    problem = not_a_regular_file(path)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"cannot write {text}: {problem}")
+    return path
+
+
+def not_a_regular_file(path: Path) -> str | None:
+    """Why graphbisect must not replace ``path`` with the file it writes (None: missing, or a regular file).
+
+    Example:
+        >>> not_a_regular_file(Path("/dev/null"))
+        'it is a character device: graphbisect replaces the file it writes, so name a new or regular file'
+    """
+    from graphbisect.atomic import not_regular
+
+    return not_regular(path)
+
+
+def refuse_inside(files: dict[str, Path | None], folder: Path | None, what: str) -> None:
+    """Raise :class:`InputError` when one of ``files`` (option -> path) lies inside ``folder`` (``what`` says
+    whose it is: a bundle, a work folder): writing it would replace a file of theirs (issue 24)."""
+    if folder is None:
+        return
+    root = Path(os.path.realpath(folder))
+    for option, path in files.items():
+        if path is None:
+            continue
+        real = Path(os.path.realpath(path))
+        if real == root or root in real.parents:
+            raise InputError(f"{option} {path} is inside {what} {folder}: writing it there would replace or add "
+                             "a file of theirs",
+                             hint=f"write {option} outside {folder}, e.g. beside it")
+
+
+def refuse_same(files: dict[str, Path | None]) -> None:
+    """Raise :class:`InputError` when two output options name one file (the second would replace the first)."""
+    seen: dict[str, str] = {}
+    for option, path in files.items():
+        if path is None:
+            continue
+        real = os.path.realpath(path)
+        if real in seen:
+            raise InputError(f"{seen[real]} and {option} name the same file {path}: the second would replace the first",
+                             hint="give each its own file")
+        seen[real] = option
 
 
 class PerOutputTolerance(argparse.Action):

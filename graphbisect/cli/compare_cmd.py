@@ -14,9 +14,13 @@ from graphbisect.cli.common import (
     count,
     load_feeds,
     load_model_arg,
+    output_file,
     output_path,
+    refuse_inside,
+    refuse_same,
     tolerance_from_args,
 )
+from graphbisect.cli.terminal import shown
 
 if TYPE_CHECKING:
     from graphbisect.localize.compiled import CompiledNode
@@ -27,10 +31,10 @@ __all__ = ["add_arguments", "run"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    parser.add_argument("--json", type=output_path, metavar="PATH", help="write the full result as JSON")
-    parser.add_argument("--html", type=output_path, metavar="PATH",
+    parser.add_argument("--json", type=output_file, metavar="PATH", help="write the full result as JSON")
+    parser.add_argument("--html", type=output_file, metavar="PATH",
                         help="write an HTML report with a per-node error chart")
-    parser.add_argument("--csv", type=output_path, metavar="PATH", help="write the layerwise table as CSV")
+    parser.add_argument("--csv", type=output_file, metavar="PATH", help="write the layerwise table as CSV")
     parser.add_argument("--no-layerwise", action="store_true", help="compare final outputs only (2 runs, not 4)")
     parser.add_argument("--all-tensors", action="store_true",
                         help="probe every intermediate tensor of the target, even when it can describe what it "
@@ -47,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
     from graphbisect import api
     from graphbisect.artifacts.compare_report import write_csv, write_html, write_json
 
+    outputs = {"--json": args.json, "--html": args.html, "--csv": args.csv}
+    refuse_inside(outputs, args.workdir, "the work folder")
+    refuse_same(outputs)
     model = load_model_arg(args)
     feeds = load_feeds(args, model)
     extra: dict[str, object] = {}
@@ -85,7 +92,7 @@ def _num(value: float) -> str:
 def print_result(result: CompareResult, *, rows: int) -> None:
     from graphbisect.artifacts.environment import describe_ran_with
 
-    print(f"model   {result.model.path}  ({len(result.model.nodes)} nodes, {result.model.fingerprint[:12]})")
+    print(f"model   {shown(result.model.path)}  ({len(result.model.nodes)} nodes, {result.model.fingerprint[:12]})")
     for role, spec in (("oracle", result.oracle), ("target", result.target)):
         print(f"{role}  {spec}  [{describe_ran_with(result.versions.get(role))}]")
     if not result.target_run.ok:
@@ -93,7 +100,7 @@ def print_result(result: CompareResult, *, rows: int) -> None:
     if result.comparison is not None:
         print(f"\n{'output':<24} {'verdict':<9} {'mismatched':>14} {'max abs':>10} {'max rel':>10} {'cosine':>9}")
         for s in result.comparison.outputs:
-            print(f"{s.name[:24]:<24} {s.kind.value:<9} {f'{s.mismatches}/{s.numel}':>14} {_num(s.max_abs):>10} "
+            print(f"{shown(s.name)[:24]:<24} {s.kind.value:<9} {f'{s.mismatches}/{s.numel}':>14} {_num(s.max_abs):>10} "
                   f"{_num(s.max_rel):>10} {_num(s.cosine):>9}")
     if result.layerwise_note:
         print(f"\nNOTE: {result.layerwise_note}")
@@ -136,9 +143,9 @@ def _print_layers(result: CompareResult, rows: int) -> None:
             shape += "!"
         rng = f"[{_num(s.target_range[0])}, {_num(s.target_range[1])}]" if s.target_range else "-"
         orng = f"[{_num(s.oracle_range[0])}, {_num(s.oracle_range[1])}]" if s.oracle_range else "-"
-        print(f"{mark}{r.index:>3} {r.op_type[:14]:<14} {r.node[:28]:<28} {shape[:14]:<14} "
+        print(f"{mark}{r.index:>3} {shown(r.op_type)[:14]:<14} {shown(r.node)[:28]:<28} {shape[:14]:<14} "
               f"{f'{s.mismatches}/{s.numel}':>13} {_num(s.max_abs):>9} {_num(s.max_rel):>9} {_num(s.cosine):>8}  "
-              + (f"{_compiled_as(r.compiled_as)[:30]:<30} " if compiled else "")
+              + (f"{shown(_compiled_as(r.compiled_as))[:30]:<30} " if compiled else "")
               + (f"{_ran_in(r.compiled_as)[:9]:<9} " if ran else "") + f"{rng} ({orng})")
     constants = layers.differing_constants
     if constants:
@@ -155,13 +162,13 @@ def _print_layers(result: CompareResult, rows: int) -> None:
         return
     fused = first.compiled_as if first.compiled_as is not None and first.compiled_as.fused else None
     if fused is not None:
-        print(f"\nfirst divergence: compiled node {fused.kind} {fused.name!r} → tensor {first.tensor}, "
+        print(f"\nfirst divergence: compiled node {shown(fused.kind)} {fused.name!r} → tensor {shown(first.tensor)}, "
               f"{_num(first.stats.score)}× tolerance")
-        print(f"  it replaced {len(fused.originals)} original nodes: {', '.join(fused.originals[:12])}"
+        print(f"  it replaced {len(fused.originals)} original nodes: {', '.join(map(shown, fused.originals[:12]))}"
               + (", ..." if len(fused.originals) > 12 else "")
               + (f" ({fused.inferred_note()}: the target did not name them)" if fused.inferred else ""))
     else:
-        print(f"\nfirst divergence: {first.node} ({first.op_type}) → tensor {first.tensor}, "
+        print(f"\nfirst divergence: {shown(first.node)} ({shown(first.op_type)}) → tensor {shown(first.tensor)}, "
               f"{_num(first.stats.score)}× tolerance")
     if first.lsb is not None:
         print(f"  a quantized tensor: {_num(first.lsb)} quantization steps (LSB) off"
@@ -172,9 +179,9 @@ def _print_layers(result: CompareResult, rows: int) -> None:
               f"model's){_precision_hint(result, first.compiled_as)}")
     print("root causes (error amplification, in tolerances):")
     for rc in layers.root_causes[:5]:
-        where = f"  compiled as {rc.compiled_as.describe()}" if rc.compiled_as is not None and rc.compiled_as.fused \
-            else ""
-        print(f"  {rc.node} ({rc.op_type}): {_num(rc.score)}  [{rc.role}]{where}")
+        fused_as = rc.compiled_as if rc.compiled_as is not None and rc.compiled_as.fused else None
+        where = f"  compiled as {shown(fused_as.describe())}" if fused_as is not None else ""
+        print(f"  {shown(rc.node)} ({shown(rc.op_type)}): {_num(rc.score)}  [{rc.role}]{where}")
 
 
 def _ran_in(node: CompiledNode | None) -> str:

@@ -1,15 +1,17 @@
 """The `graphbisect` command. One table of subcommands drives the parser, the help and the docs.
 
-The CLI is the only layer that prints. Exit codes: 0 = no failure found, 1 = a failure was found (a
-mismatch, a crash, a failing artifact), 2 = usage or input error (with a hint how to fix it), 3 = an
-unexpected internal error (a graphbisect bug: never 1, which a script would read as "failure found"),
-130 = Ctrl-C, 141 = the reader of stdout (or stderr) went away (``graphbisect backends | head -1``): the
-status a shell shows for git and other programs that SIGPIPE ends, reached quietly, without a message.
+The CLI is the only layer that prints. Exit codes: 0 = no failure found, 1 = a failure was found (a mismatch, a
+crash, a failing artifact), 2 = usage or input error, or the machine's (out of memory or disk, a path that cannot
+be written; with a hint how to fix it), 3 = an unexpected internal error (a graphbisect bug: never 1, which a
+script would read as "failure found"), 130 = Ctrl-C, 141 = the reader of stdout (or stderr) went away
+(``graphbisect backends | head -1``): the status a shell shows for git and other programs that SIGPIPE ends,
+reached quietly, without a message.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import signal
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphbisect._version import __version__
+from graphbisect.atomic import NotARegularFile
 from graphbisect.cli.terminal import OutputClosed, safe_terminal
 from graphbisect.engine.arena import share_main_arena
 from graphbisect.errors import GraphBisectError
@@ -164,8 +167,63 @@ def _main(argv: Sequence[str] | None) -> int:
         return _report(args, exc)
 
 
+#: Errors of the machine, not of graphbisect (issue 24: a full disk, a read-only folder, a file that is a
+#: folder were "internal errors", exit 3): what to do about each.
+_ENVIRONMENT = {
+    errno.ENOSPC: "free space on that file system, or write elsewhere (-o, --workdir, TMPDIR)",
+    errno.EDQUOT: "free space within your quota, or write elsewhere (-o, --workdir, TMPDIR)",
+    errno.EFBIG: "write to a file system that takes larger files",
+    errno.EROFS: "write to a writable file system",
+    errno.EACCES: "check the permissions of that path, or choose another",
+    errno.EPERM: "check the permissions of that path, or choose another",
+    errno.EISDIR: "name a file, not a folder",
+    errno.ENOTDIR: "a part of that path is a file, not a folder: choose another path",
+    errno.ENAMETOOLONG: "use a shorter path",
+    errno.EMFILE: "raise the limit of open files (ulimit -n)",
+    errno.ENFILE: "close other programs' files, or raise the system's limit of open files",
+    errno.ENOMEM: "free memory, or run on a machine with more",
+    errno.EIO: "the storage failed: check the disk",
+}
+
+
+def environment_error(exc: BaseException) -> tuple[str, str] | None:
+    """(message, hint) when ``exc``, or an error it was raised from, is the machine's (out of memory or disk,
+    a path that cannot be written), else None: such errors exit 2 with what to do, never 3 ("a graphbisect
+    bug")."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        found = _machine_error(current)
+        if found is not None:
+            return found
+        seen.add(id(current))
+        current = current.__cause__
+    return None
+
+
+def _machine_error(exc: BaseException) -> tuple[str, str] | None:
+    if isinstance(exc, MemoryError):
+        return ("out of memory" + (f": {exc}" if str(exc) else ""),
+                "give smaller inputs or shapes, close other programs, or run on a machine with more memory")
+    if isinstance(exc, NotARegularFile):
+        return str(exc), "name a new or regular file"
+    if isinstance(exc, OSError) and exc.errno in _ENVIRONMENT:
+        where = " ".join(f"{name}" for name in (exc.filename, exc.filename2) if name)
+        return f"{exc.strerror or exc}{': ' + where if where else ''}", _ENVIRONMENT[exc.errno]
+    return None
+
+
 def _report(args: argparse.Namespace, exc: Exception) -> int:
-    """Print ``exc`` for the user and return its exit code: 2 with the hint for a GraphBisectError, else 3."""
+    """Print ``exc`` for the user and return its exit code: 2 with the hint for a GraphBisectError or the
+    machine's error (:func:`environment_error`), else 3."""
+    environment = environment_error(exc)
+    if environment is not None:
+        message, hint = environment
+        print(f"graphbisect {args.command}: error: {message}", file=sys.stderr)
+        print(f"  hint: {hint}", file=sys.stderr)
+        if args.verbose:
+            traceback.print_exception(exc)
+        return EXIT_USAGE
     if isinstance(exc, GraphBisectError):
         print(f"graphbisect {args.command}: error: {exc.message}", file=sys.stderr)
         if exc.hint:

@@ -11,7 +11,9 @@ from graphbisect.cli.common import (
     count,
     load_feeds,
     load_model_arg,
+    output_file,
     output_path,
+    refuse_inside,
     seconds,
     tolerance_from_args,
 )
@@ -28,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", type=output_path, metavar="DIR",
                         help="also reduce the model with only the culprit passes enabled and write the bundle to DIR "
                         "(its repro.py also runs a control with the culprits disabled)")
-    parser.add_argument("--json", type=output_path, metavar="PATH",
+    parser.add_argument("--json", type=output_file, metavar="PATH",
                         help="write fired, culprits (minimal disable-set), required (minimal enable-set), invocations")
     parser.add_argument("--max-invocations", type=count(0), metavar="N", help="stop each search after N target runs")
     parser.add_argument("--strict-band", action="store_true",
@@ -101,7 +103,11 @@ def print_passes(result: PassesResult) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from graphbisect.atomic import atomic_write_text
+    from graphbisect.workflows.reduce import work_dir_for
 
+    refuse_inside({"--json": args.json}, args.output, "the bundle folder")
+    refuse_inside({"--json": args.json}, args.output and work_dir_for(args.output), "the work folder")
+    refuse_inside({"--json": args.json}, args.workdir, "the work folder")
     progress = ProgressLine(label="passes")
     model, feeds, result = run_passes(args, progress)
     progress.close()

@@ -13,10 +13,13 @@ from graphbisect.cli.common import (
     count,
     load_feeds,
     load_model_arg,
+    output_file,
     output_path,
+    refuse_inside,
     tolerance_from_args,
 )
 from graphbisect.cli.progress import ProgressLine
+from graphbisect.cli.terminal import shown
 
 if TYPE_CHECKING:
     from graphbisect.workflows.precision import PrecisionResult
@@ -49,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-j", "--jobs", type=count(1), default=1, metavar="N",
                         help="test candidates in N target workers at once (same answer, more CPU; for idle "
                         "cores; not with a target that pins nodes itself)")
-    parser.add_argument("--json", type=output_path, metavar="PATH", help="write the result as JSON")
+    parser.add_argument("--json", type=output_file, metavar="PATH", help="write the result as JSON")
     parser.add_argument("-o", "--output", type=output_path, metavar="DIR",
                         help="write the mixed-precision model(s), overrides and the sensitivity chart here")
     parser.add_argument("--workdir", type=output_path,
@@ -61,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
     """Exit 0 when the verified answer meets the tolerance, 1 when it does not."""
     from graphbisect import api
 
+    refuse_inside({"--json": args.json}, args.output, "the output folder")
+    refuse_inside({"--json": args.json}, args.workdir, "the work folder")
     model = load_model_arg(args)
     feeds = load_feeds(args, model)
     progress = ProgressLine(label="precision", unit="nodes in FP32")
@@ -99,7 +104,7 @@ def print_result(result: PrecisionResult, *, rows: int) -> None:
         print(f"\n{'node':<44} {'op':<12} {'score':>9} {'cosine':>9} {'snr dB':>8}  kept-alone score")
         for row in result.sensitivity[: rows or None]:
             mark = "x " if row.breaks_alone else "  "
-            print(f"{mark}{row.node[:42]:<42} {row.op_type[:12]:<12} {_num(row.score):>9} "
+            print(f"{mark}{shown(row.node)[:42]:<42} {shown(row.op_type)[:12]:<12} {_num(row.score):>9} "
                   f"{_num(row.lowered['cosine']):>9} {_num(row.lowered['snr_db']):>8}  {_num(row.kept['score'])}")
     if result.all_lowered_meets:
         print("\nthe fully lowered model meets the tolerance: no node needs FP32")
@@ -116,7 +121,7 @@ def print_result(result: PrecisionResult, *, rows: int) -> None:
 
     breakers = set(result.alone or ())
     for name in result.keep_fp32:
-        print(f"  {name}{'   (breaks the tolerance alone)' if name in breakers else ''}")
+        print(f"  {shown(name)}{'   (breaks the tolerance alone)' if name in breakers else ''}")
     if result.alone is None and result.keep_fp32:
         why = {"budget": "the run budget ended first", "skipped": "--no-alone",
                "skipped_many": f"{len(result.keep_fp32)} kept; by default only up to {ALONE_AUTO_MAX}, "
@@ -131,7 +136,7 @@ def print_result(result: PrecisionResult, *, rows: int) -> None:
         names = result.extra.get(key)
         if isinstance(names, list) and names:
             more = " ..." if len(names) > 5 else ""
-            print(f"{len(names)} pinned node(s) {what}: {', '.join(map(str, names[:5]))}{more}")
+            print(f"{len(names)} pinned node(s) {what}: {', '.join(map(shown, names[:5]))}{more}")
     if op_types:
         low = result.extra.get("low_precision_op_types")
         if isinstance(low, list):

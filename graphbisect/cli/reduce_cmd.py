@@ -18,12 +18,15 @@ from graphbisect.cli.common import (
     exit_code,
     load_feeds,
     load_model_arg,
+    output_file,
     output_path,
+    refuse_inside,
     regex,
     seconds,
     tolerance_from_args,
 )
 from graphbisect.cli.progress import ProgressLine
+from graphbisect.cli.terminal import shown
 from graphbisect.errors import InputError
 
 if TYPE_CHECKING:
@@ -38,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="bundle folder to write (model.onnx, inputs, expected/actual outputs, repro.py, report)")
     parser.add_argument("--resume", type=Path, metavar="DIR",
                         help="resume the interrupted reduction that was writing DIR (skips finished invocations)")
-    parser.add_argument("--json", type=output_path, metavar="PATH", help="write the result as JSON")
+    parser.add_argument("--json", type=output_file, metavar="PATH", help="write the result as JSON")
     parser.add_argument("--zip", action="store_true", help="also write DIR.zip")
     parser.add_argument("--force", action="store_true", help="replace a bundle of another model in DIR (a "
                         "bundle of the same model is replaced anyway; files that are not the bundle's never are)")
@@ -85,8 +88,11 @@ def _options(args: argparse.Namespace) -> ReduceOptions:
 
 def run(args: argparse.Namespace) -> int:
     from graphbisect.artifacts.bundle import check_destination
-    from graphbisect.workflows.reduce import reduce_model
+    from graphbisect.workflows.reduce import reduce_model, work_dir_for
 
+    for folder in filter(None, (args.output, args.resume)):
+        refuse_inside({"--json": args.json}, folder, "the bundle folder")
+        refuse_inside({"--json": args.json}, work_dir_for(folder), "the work folder")
     progress = ProgressLine()
     if args.resume is not None:
         return _resume(args, progress)
@@ -180,11 +186,28 @@ def _check_resume_arguments(args: argparse.Namespace, state: dict[str, Any], rec
         fingerprint = json.loads(state["fingerprint"])["model"]
         if load_model_arg(args).fingerprint != fingerprint:
             differ.insert(0, f"the model {args.model or '--example'}")
+    if args.inputs is not None and not args.example and _inputs_differ(args):
+        differ.append(f"--inputs {args.inputs}")  # it was ignored silently (issue 24)
+    differ += [f"--{k}" for k, v in (("shape", args.shape), ("seed", args.seed)) if v]  # the inputs are recorded
     if differ:
         raise InputError(
             f"--resume {args.resume} continues the recorded reduction, but {', '.join(differ)} differ from it",
             hint="drop them to resume as recorded, or start a new reduction with another -o folder",
         )
+
+
+def _inputs_differ(args: argparse.Namespace) -> bool:
+    """Whether ``--inputs`` holds other values than the resumed run's recorded ``inputs.npz``."""
+    from graphbisect.data import load_inputs, validate_inputs
+    from graphbisect.model import load_model
+    from graphbisect.values import bit_identical, load_values_npz
+    from graphbisect.workflows.reduce import work_dir_for
+
+    work = work_dir_for(args.resume)
+    model = load_model(work / "model.onnx")
+    given = validate_inputs(model, load_inputs(args.inputs, model))
+    recorded = load_values_npz(work / "inputs.npz")
+    return set(given) != set(recorded) or not all(bit_identical(given[k], recorded[k]) for k in recorded)
 
 
 def _report(result: ReduceResult, args: argparse.Namespace) -> int:
@@ -195,13 +218,16 @@ def _report(result: ReduceResult, args: argparse.Namespace) -> int:
     if not result.failed:
         print(f"the original model does not fail ({result.signature.describe()}): nothing to reduce; "
               f"report: {result.bundle}")
+        for note in result.notes:  # a flaky target's tally among them
+            print(f"note: {note}")
         return 0
     print(f"failure: {result.signature.describe()}")
     if result.identity is not None:
-        print(f"identity: {result.identity.describe()} (every candidate matched on it)")
+        print(f"identity: {shown(result.identity.describe())} (every candidate matched on it)")
     if result.noise_floor is not None and result.noise_floor.measured:
         print(result.noise_floor.describe())
-    print(f"reduced {result.original_nodes} → {result.final_nodes} nodes: {', '.join(result.kept_nodes[:12])}"
+    kept = ", ".join(map(shown, result.kept_nodes[:12]))
+    print(f"reduced {result.original_nodes} → {result.final_nodes} nodes: {kept}"
           + (" …" if len(result.kept_nodes) > 12 else ""))
     print("invocations: " + ", ".join(f"{k} {v}" for k, v in result.invocations.items())
           + f"; {result.seconds:.1f} s")

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from graphbisect.atomic import atomic_write_text
-from graphbisect.cli.common import backend_spec, count, output_path, seed, tolerance
+from graphbisect.cli.common import backend_spec, count, output_file, output_path, seed, tolerance
+from graphbisect.cli.terminal import shown
 
 __all__ = ["add_arguments", "run"]
 
@@ -24,14 +25,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="tactics_command", metavar="ACTION", required=True)
     record = sub.add_parser("record", help="build the model once and write its tactic record")
     _model_args(record)
-    record.add_argument("-o", "--output", type=output_path, required=True, help="record file to write (JSON)")
+    record.add_argument("-o", "--output", type=output_file, required=True, help="record file to write (JSON)")
     replay = sub.add_parser("replay", help="build with a record forced and check every choice took effect")
     _model_args(replay)
     replay.add_argument("record", type=Path, help="tactic record to force")
     diff = sub.add_parser("diff", help="nodes whose kernel choice differs between two records")
     diff.add_argument("a", type=Path, help="first (good) record")
     diff.add_argument("b", type=Path, help="second (bad) record")
-    diff.add_argument("--json", type=output_path, metavar="PATH", help="write the diff as JSON")
+    diff.add_argument("--json", type=output_file, metavar="PATH", help="write the diff as JSON")
     isolate = sub.add_parser("isolate", help="the fewest (node, choice) pairs that make a good build bad, "
                              "confirmed by replay")
     _model_args(isolate)
@@ -61,7 +62,7 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rtol", type=tolerance, default=None,
                         help="relative tolerance (default: 1e-3 with --oracle, else 0: bit-exact)")
     parser.add_argument("--workdir", type=output_path, default=None, help="keep the builds' files here")
-    parser.add_argument("--json", type=output_path, metavar="PATH", help="write the result as JSON")
+    parser.add_argument("--json", type=output_file, metavar="PATH", help="write the result as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,7 +105,7 @@ def _record(args: argparse.Namespace) -> int:
     rec = result.record
     print(f"recorded {len(rec.choices)} kernel choices of {rec.backend} {rec.version} on {rec.device} -> {args.output}")
     for choice in rec.choices:
-        print(f"  {choice.node:40s} {choice.choice:24s} {choice.layer_type or ''}")
+        print(f"  {shown(choice.node):40s} {choice.choice:24s} {choice.layer_type or ''}")
     _write_json(args.json, {"record": str(args.output), "choices": len(rec.choices), "invocations": 1})
     return 0
 
@@ -130,7 +131,7 @@ def _replay(args: argparse.Namespace) -> int:
     else:
         print(f"replayed {count} choices: every choice took effect")
     for item in result.not_applied:
-        print(f"  NOT APPLIED {item.node}: asked for {item.requested}, the backend used {item.used}")
+        print(f"  NOT APPLIED {shown(item.node)}: asked for {item.requested}, the backend used {item.used}")
     _write_json(args.json, {**result.to_json(), "invocations": 1})
     return 1 if result.not_applied else 0
 
@@ -140,11 +141,11 @@ def _diff(args: argparse.Namespace) -> int:
 
     diff = diff_records(load_record(args.a), load_record(args.b))
     for change in diff.changed:
-        print(f"  {change.node:40s} {change.good:24s} -> {change.bad}")
+        print(f"  {shown(change.node):40s} {change.good:24s} -> {change.bad}")
     for node in diff.only_a:
-        print(f"  {node:40s} only in {args.a}")
+        print(f"  {shown(node):40s} only in {args.a}")
     for node in diff.only_b:
-        print(f"  {node:40s} only in {args.b}")
+        print(f"  {shown(node):40s} only in {args.b}")
     print(f"{len(diff.changed)} node(s) with another kernel")
     _write_json(args.json, diff.to_json())
     return 0 if diff.empty else 1
@@ -172,7 +173,7 @@ def _isolate(args: argparse.Namespace) -> int:
     for culprit in result.isolation.culprits:
         used = not_applied.get(culprit.node)
         fallback = f" (not applied: the backend used {used})" if used else ""
-        print(f"  CULPRIT {culprit.node}: {culprit.good} (good) -> {culprit.bad} (bad){fallback}")
+        print(f"  CULPRIT {shown(culprit.node)}: {culprit.good} (good) -> {culprit.bad} (bad){fallback}")
     print(f"backend invocations: {dict(result.invocations)}")
     _write_json(args.json, data)
     return 1 if result.found else 0

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Iterator
 from typing import TextIO
 
-__all__ = ["OutputClosed", "SafeStream", "escape_controls", "safe_terminal"]
+__all__ = ["OutputClosed", "SafeStream", "escape_controls", "safe_terminal", "shown"]
 
 # C0 controls but \t \n \r, DEL, C1 controls, and the bidirectional overrides/isolates.
 _CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -33,6 +33,27 @@ def escape_controls(text: str) -> str:
     """``text`` with terminal control characters written as ``\\xNN`` / ``\\uNNNN`` escapes."""
     return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else
                          f"\\u{ord(m.group()):04x}", text)
+
+
+# every control character and line or paragraph separator: a name shown on one line stays on it
+_NAME_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def shown(name: object) -> str:
+    """A name from a model or a file as the CLI prints it in a line or a table: every control character
+    escaped, newlines and carriage returns included (the stream keeps those of the CLI's own text, so a node
+    named ``"a\\nPASS: outputs match"`` forged a verdict line in the table; issue 24).
+
+    Example:
+        >>> shown("relu\\nPASS\\r")
+        'relu\\\\nPASS\\\\r'
+    """
+    text = str(name)
+    return _NAME_CONTROLS.sub(lambda m: _NAMED.get(m.group()) or (f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                                                                  else f"\\u{ord(m.group()):04x}"), text)
+
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 class OutputClosed(BrokenPipeError):

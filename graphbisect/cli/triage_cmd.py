@@ -8,7 +8,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
-from graphbisect.cli.common import backend_spec, count, executor, output_path, seconds, seed, tolerance
+from graphbisect.cli.common import (
+    backend_spec,
+    count,
+    executor,
+    output_file,
+    output_path,
+    refuse_inside,
+    seconds,
+    seed,
+    tolerance,
+)
+from graphbisect.cli.terminal import shown
 
 if TYPE_CHECKING:
     from graphbisect.triage.outcome import ModelOutcome
@@ -41,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-invocations", type=count(0), metavar="N", help="per model: stop each reduction's search "
                         "after N candidate runs (best result so far; a re-run resumes it)")
     parser.add_argument("--timeout", type=seconds, help="seconds one backend invocation may take (default 600)")
-    parser.add_argument("--json", type=output_path, metavar="PATH", help="also write summary.json here")
+    parser.add_argument("--json", type=output_file, metavar="PATH", help="also write summary.json here")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from graphbisect.executors import ExecutorSpec
 
     ExecutorSpec.parse(args.executor)  # a usage error before any work
+    refuse_inside({"--json": args.json}, args.output, "the triage folder")
     result = api.triage(args.input_dir, args.output, oracle=args.oracle, target=args.target, atol=args.atol,
                         rtol=args.rtol, passes=not args.no_passes, seed=args.seed, executor=args.executor,
                         jobs=args.jobs, candidate_jobs=args.candidate_jobs, max_invocations=args.max_invocations,
@@ -64,12 +76,12 @@ def _print_outcome(outcome: ModelOutcome) -> None:
     if outcome.status == "failed":
         where = f"{outcome.final_nodes} nodes in {outcome.bundle}" if outcome.bundle else "no bundle"
         culprits = f", culprits {', '.join(outcome.culprits)}" if outcome.culprits else ""
-        print(f"{outcome.name}: FAILED ({outcome.signature.get('kind') if outcome.signature else '?'}{culprits}) "
-              f"→ {where}", flush=True)
+        kind = outcome.signature.get("kind") if outcome.signature else "?"
+        print(f"{shown(outcome.name)}: FAILED ({kind}{culprits}) → {where}", flush=True)
     elif outcome.status == "passed":
-        print(f"{outcome.name}: passed", flush=True)
+        print(f"{shown(outcome.name)}: passed", flush=True)
     else:
-        print(f"{outcome.name}: ERROR {outcome.message}" + (f" (hint: {outcome.hint})" if outcome.hint else ""),
+        print(f"{shown(outcome.name)}: ERROR {outcome.message}" + (f" (hint: {outcome.hint})" if outcome.hint else ""),
               flush=True)
 
 

@@ -26,7 +26,7 @@ from graphbisect.artifacts.environment import describe_ran_with
 from graphbisect.artifacts.repro import JUDGE_EXIT_STATUS, JUDGE_PYTHON_CHECK
 from graphbisect.atomic import atomic_write_text
 from graphbisect.backends.base import cause_line
-from graphbisect.cli.common import backend_spec, output_path, seed
+from graphbisect.cli.common import backend_spec, output_file, refuse_inside, seed
 from graphbisect.oracle.signature import Signature
 from graphbisect.workflows.verify import (
     FIXED,
@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", type=backend_spec, metavar="SPEC",
                         help="run this target instead of the recorded one, e.g. "
                         "'onnxruntime:opt_level=all,python=/opt/ort-nightly/bin/python' to check another version")
-    parser.add_argument("--json", type=output_path, metavar="PATH", help="write the verdict as JSON")
+    parser.add_argument("--json", type=output_file, metavar="PATH", help="write the verdict as JSON")
     parser.add_argument("--model", type=Path, metavar="ORIGINAL",
                         help="also re-check the model the bundle was reduced from, on the same target, oracle and "
                         "tolerance: a fixed bundle is not a fixed model (exit 1 while it fails)")
@@ -60,6 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    refuse_inside({"--json": args.json}, Path(args.bundle) if Path(args.bundle).is_dir() else None, "the bundle")
     with load_bundle(args.bundle) as bundle:
         print(f"bundle    {args.bundle}")
         print(f"oracle    {bundle.oracle}   (recorded outputs)")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -21,6 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from graphbisect.executors.base import DEFAULT_RETRIES, WorkerLostError
+from graphbisect.options import cap_jobs, usable_cpus
 
 __all__ = ["LocalExecutor"]
 
@@ -42,7 +42,9 @@ class LocalExecutor:
     """``jobs`` worker processes; ``submit`` returns a future that survives one lost worker (see module doc)."""
 
     def __init__(self, *, jobs: int | None = None, max_retries: int = DEFAULT_RETRIES) -> None:
-        self._jobs = max(1, jobs or os.cpu_count() or 1)
+        self._jobs, capped = cap_jobs(max(1, jobs or usable_cpus()))
+        if capped is not None:
+            log.warning("%s", capped)
         self.max_retries = max_retries
         self._lock = threading.RLock()
         self._generation = 0

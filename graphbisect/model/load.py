@@ -276,13 +276,33 @@ def external_data_file(tensor: onnx.TensorProto, path: Path, *,
     """The file holding the external data of ``tensor``, stored in the file ``path`` (a model or a ``.pb``).
 
     Its ``location`` must be relative and stay inside ``path``'s folder, also after following symbolic
-    links; raises ``error`` naming the tensor and the location otherwise. Existence is not checked.
+    links, and not be a hard link to another owner's file; raises ``error`` naming the tensor and the location
+    otherwise. Existence is not checked.
     """
     location = {entry.key: entry.value for entry in tensor.external_data}.get("location", "")
     _check_location(tensor, location, path, error)
     file = path.parent / location
     _check_real_location(tensor, location, file, path, error)
+    _check_hard_link(tensor, location, file, path, error)
     return file
+
+
+def _check_hard_link(tensor: onnx.TensorProto, location: str, file: Path, path: Path,
+                     error: type[GraphBisectError]) -> None:
+    """A hard link inside the folder may be any file of the same file system: unlike a symbolic link it names
+    no target to check. One owned by someone else than the model file's owner is refused (issue 24: a planted
+    ``w.bin`` linked to another user's file put that file into a bundle). A link between one owner's files
+    is theirs to make (graphbisect's own work folders hard-link the user's weights rather than copy them)."""
+    try:
+        info, model = file.stat(), path.stat()
+    except OSError:
+        return  # missing: said by the size check, with the file's name
+    if info.st_nlink > 1 and info.st_uid != model.st_uid and not file.is_dir():
+        raise error(
+            f"{path}: external data of tensor {tensor.name!r} (location {location!r}) is a hard link to a file of "
+            f"another owner (uid {info.st_uid}, the model's is {model.st_uid}): it may be any file of this file "
+            "system, which would end up in a bundle; graphbisect refuses to read it",
+            hint=f"if it is the model's data, copy it instead of linking it (cp --remove-destination SOURCE {file})")
 
 
 def _check_location(tensor: onnx.TensorProto, location: str, path: Path,

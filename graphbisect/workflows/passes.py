@@ -25,6 +25,7 @@ The searches keep a crash-safe journal in the work folder (scopes ``disable`` an
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -70,7 +71,7 @@ from graphbisect.values import load_values_npz
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET, model_for_backend
 from graphbisect.workflows.pass_region import Region, diverging_region, replay_model, replay_spec
 from graphbisect.workflows.probe import compiled_of, describing_spec, discard_description, plan_probe
-from graphbisect.workflows.scratch import check_work_folder
+from graphbisect.workflows.scratch import own_folder
 
 if TYPE_CHECKING:  # imported where a reduction runs (reduce_under_culprits), as the rest of passes needs none
     from graphbisect.workflows.reduce import ReduceOptions
@@ -300,13 +301,17 @@ def find_culprit_passes(
     """
     options = options or PassesOptions()
     started = time.monotonic()
-    holder = None
+    holder: contextlib.ExitStack = contextlib.ExitStack()
     if workdir is None:
-        holder = tempfile.TemporaryDirectory(prefix="graphbisect-passes-")
-        workdir = Path(holder.name)
-    else:
-        check_work_folder(Path(workdir), (model.path, model.paddle_source))
-    s = _Session(model, options, Path(workdir), on_stage or (lambda _msg: None))
+        workdir = Path(holder.enter_context(tempfile.TemporaryDirectory(prefix="graphbisect-passes-")))
+    else:  # the user's folder: new, empty or graphbisect's, and locked for this run
+        workdir = holder.enter_context(own_folder(Path(workdir), what="graphbisect passes",
+                                                  protect=(model.path, model.paddle_source)))
+    try:
+        s = _Session(model, options, Path(workdir), on_stage or (lambda _msg: None))
+    except BaseException:
+        holder.close()
+        raise
     try:
         s.prepare(inputs)
         result = _on_region(s, on_progress) if options.region else None
@@ -325,8 +330,7 @@ def find_culprit_passes(
                                    versions=dict(s.ran_with), seconds=time.monotonic() - started)
     finally:
         s.close()
-        if holder is not None:
-            holder.cleanup()
+        holder.close()
 
 
 def _on_region(s: _Session, on_progress: Callable[[ProgressEvent], None] | None) -> PassesResult | None:

@@ -18,8 +18,12 @@ Oracle discipline, in order:
    its stored values (a non-deterministic oracle would make the artifact worthless).
 
 **What backs a claim.** A target is called *flaky* only when the same model gave two different outcomes.
-When the runs of the original disagree, it is re-run to a majority (at most :data:`BASELINE_MAX_RUNS` runs;
-the majority's signature is the baseline) and every candidate must then fail that way in
+A baseline is the outcome of a majority of agreeing runs of the original: two for a wrong result (the
+probe's outputs are the second), :data:`CRASH_BASELINE_RUNS` for a crash (the cheap, common flaky symptom:
+two crashes agree by chance too often). When the runs of the original disagree, the target is reported flaky
+at once and re-run to a majority (at most :data:`BASELINE_MAX_RUNS` runs; without one the reduction stops: no
+failure to reduce; a majority that passes is "no failure"); the majority's signature is the baseline, and
+every candidate must then fail that way in
 ``FLAKY_REPEATS + 1`` = 3 runs in a row before it is accepted; a target found flaky only when the result is
 re-verified gets its search repeated that way (recorded in the work folder: a resumed run goes on with the
 repeated search and reports the target flaky). A result is *verified* (and can be certified 1-minimal) only
@@ -49,7 +53,7 @@ import numpy as np
 
 from graphbisect.artifacts.bundle import BundleContent, check_destination, write_bundle
 from graphbisect.artifacts.charts import size_journey_svg
-from graphbisect.atomic import atomic_write_text
+from graphbisect.atomic import atomic_write_text, not_regular
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
 from graphbisect.backends.process import CompareTo
 from graphbisect.backends.registry import BACKEND_SPEC
@@ -76,7 +80,18 @@ from graphbisect.lockfile import folder_lock
 from graphbisect.model import Model
 from graphbisect.model.diff import model_differences
 from graphbisect.model.io import remove_model, save_proto
-from graphbisect.options import EXIT_CODE, INVOCATIONS, JOBS, TIMEOUT, check_fields, option, pattern, seconds, whole
+from graphbisect.options import (
+    EXIT_CODE,
+    INVOCATIONS,
+    JOBS,
+    TIMEOUT,
+    cap_jobs,
+    check_fields,
+    option,
+    pattern,
+    seconds,
+    whole,
+)
 from graphbisect.oracle.as_built import (
     Runner,
     capture_as_built,
@@ -101,8 +116,9 @@ from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
 from graphbisect.workflows.maintainer import MaintainerFacts, maintainer_facts
 from graphbisect.workflows.probe import compiled_of, describing_spec, plan_probe
 
-__all__ = ["BASELINE_MAX_RUNS", "FLAKY_REPEATS", "VERIFY_RUNS", "VERIFY_RUNS_NONDETERMINISTIC", "ReduceOptions",
-           "ReduceResult", "reduce_model", "resume_reduction", "work_dir_for"]
+__all__ = ["BASELINE_MAX_RUNS", "CRASH_BASELINE_RUNS", "FLAKY_REPEATS", "VERIFY_RUNS",
+           "VERIFY_RUNS_NONDETERMINISTIC", "ReduceOptions", "ReduceResult", "reduce_model", "resume_reduction",
+           "work_dir_for"]
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +130,10 @@ VERIFY_RUNS_NONDETERMINISTIC = 7
 FLAKY_REPEATS = 2
 #: Runs of the original model, at most, to reach a majority when they disagree.
 BASELINE_MAX_RUNS = 5
+#: Runs of the original model that must all crash the same way before a crash is the baseline (a mismatch
+#: needs 2): a flaky target crashing at rate p passes them with p**4, 2.6 % at 40 %, and a result is then
+#: re-verified in VERIFY_RUNS more (p**7 in all, 0.16 %) before it is called "not flaky".
+CRASH_BASELINE_RUNS = 4
 #: The work folder's record that re-verification found the target flaky (see _Run.recorded_flakiness).
 _FLAKY_FILE = "flaky.json"
 #: The work folder's record of the target's noise floor (see _Run.noise_floor).
@@ -267,15 +287,39 @@ class _Run:
                     hint="resume with the same model and options, or remove the folder to start afresh",
                 )
             self.invocations = recorded.get("invocations", self.invocations)
-        elif not resume:
-            for stale in ("journal.jsonl", "baseline.json", _FLAKY_FILE, _FLOOR_FILE, "activations"):
-                path = self.work / stale
-                shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        else:
+            self._start_clean(state, fingerprint)
+        self.save_state()  # first: from now on the folder is recognizably this run's
         if feeds is not None and not (resume and (self.work / "inputs.npz").exists()):
             save_inputs(self.work / "inputs.npz", validate_inputs(self.model, feeds))
-        if not (self.work / "model.onnx").exists():
+        if not resume or not (self.work / "model.onnx").exists():
             self.model.save(self.work / "model.onnx")  # resume loads this copy: the user's file may move
         self.save_state()
+
+    def _start_clean(self, state: Path, fingerprint: str) -> None:
+        """A run without ``--resume`` uses nothing an earlier run left in the work folder (issue 24 case 4: a
+        stopped run's ``model.onnx`` was run as the new model's and certified its bug). The folder's earlier
+        content is removed after saying so; a folder graphbisect did not make (no ``run.json``) is refused."""
+        left = sorted(p.name for p in self.work.iterdir() if p.name != "lock")
+        if not left:
+            return
+        if not state.is_file():
+            raise GraphBisectError(
+                f"{self.work} holds files graphbisect did not write ({', '.join(left[:5])}"
+                f"{' …' if len(left) > 5 else ''}): it is the work folder of a reduction writing {self.bundle_dir}",
+                hint=f"move those files away, or choose another -o folder than {self.bundle_dir}")
+        try:
+            same = json.loads(state.read_text())["fingerprint"] == fingerprint
+        except (OSError, ValueError, KeyError, TypeError):
+            same = False
+        what = "an interrupted run of this reduction" if same else "another reduction (another model or options)"
+        message = (f"{self.work} holds the state of {what}; starting afresh without it "
+                   f"(graphbisect reduce --resume {self.bundle_dir} continues an interrupted run instead)")
+        log.info("%s", message)
+        self.stage(message)
+        for path in self.work.iterdir():
+            if path.name != "lock":
+                shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
 
     def run_fingerprint(self) -> str:
         """What makes two runs the same reduction (budget, parallelism and clean-up do not change the result)."""
@@ -469,11 +513,19 @@ class _Run:
         if first.failed and again is None:
             again = self._run_original(values, None, "running the target on the original model again (flakiness)",
                                        floor)[0]
-        flaky = again is not None and not first.matches(again)
+        runs = [first] if again is None else [first, again]
+        if first.kind.raised and first.matches(runs[-1]):
+            # A crash is the cheap, common symptom of a flaky target: two crashing runs agree by chance with
+            # p**2 (16 % at a 40 % crash rate), so a crash baseline takes CRASH_BASELINE_RUNS agreeing runs.
+            while len(runs) < CRASH_BASELINE_RUNS and all(first.matches(run) for run in runs):
+                runs.append(self._run_original(
+                    values, None, f"running the target on the original model again (a crash: run {len(runs) + 1} "
+                    f"of {CRASH_BASELINE_RUNS} that must agree)", floor)[0])
+        flaky = not all(_same(first, run) for run in runs)
         if flaky:
-            assert again is not None
-            first, note = self._majority([first, again], values, floor)
+            first, note = self._majority(runs, values, floor)
             notes.append(note)
+            self.stage(note)  # said at once: every result of this reduction rests on it
             identity = None  # the evidence came from one run of a target whose runs disagree
         if self.options.fail_code is not None and first.failed and \
                 f"exited with code {self.options.fail_code}" not in first.detail:
@@ -528,21 +580,30 @@ class _Run:
 
     def _majority(self, runs: list[Signature], values: Callable[[str], np.ndarray],
                   floor: NoiseFloor) -> tuple[Signature, str]:
-        """Runs of the original disagree: run it again until one outcome has a majority (at most
-        BASELINE_MAX_RUNS runs); returns that outcome (the most frequent failure if none has one) and a note."""
+        """Runs of the original disagree: run it again until one outcome has a majority of BASELINE_MAX_RUNS
+        runs (2 of 3 agreeing runs of a flaky target decide too little); returns that outcome and a note, or
+        raises when no outcome has a majority of the runs made."""
         def count(signature: Signature) -> int:
             return sum(1 for other in runs if _same(signature, other))
 
-        while len(runs) < BASELINE_MAX_RUNS and max(count(s) for s in runs) * 2 <= len(runs):
+        while len(runs) < BASELINE_MAX_RUNS and max(count(s) for s in runs) * 2 <= BASELINE_MAX_RUNS:
             runs.append(self._run_original(values, None, f"running the target on the original model again "
                                                          f"(flaky: run {len(runs) + 1} for a majority)", floor)[0])
         ranked = sorted(runs, key=lambda s: (-count(s), not s.failed))
         chosen = ranked[0]
         outcomes = dict.fromkeys(s.describe() for s in runs)
         tally = "; ".join(f"{d}: {sum(1 for s in runs if s.describe() == d)}" for d in outcomes)
-        majority = "the majority" if count(chosen) * 2 > len(runs) else "the most frequent (no majority)"
-        return chosen, (f"flaky target: {len(runs)} runs of the same original model gave {len(outcomes)} different "
-                        f"results ({tally}); {majority}, {chosen.describe()}, is the baseline, and a candidate "
+        gave = f"flaky target: {len(runs)} runs of the same original model gave {len(outcomes)} different results"
+        if count(chosen) * 2 <= len(runs):  # no outcome is the target's behaviour on this model
+            raise GraphBisectError(
+                f"{gave} ({tally}) and none has a majority: there is no failure to reduce that the next run "
+                "would show again",
+                hint="make the target deterministic (fixed seeds, one thread, an idle device), or reduce with a "
+                "--check script that runs it several times and fails only when most runs fail")
+        if not chosen.failed:
+            return chosen, (f"{gave} ({tally}); the majority does not fail, so there is no failure to reduce "
+                            "(the target is flaky on this model)")
+        return chosen, (f"{gave} ({tally}); the majority, {chosen.describe()}, is the baseline, and a candidate "
                         f"is accepted only when it fails that way in {FLAKY_REPEATS + 1} runs in a row")
 
     def _saving_spec(self) -> BackendSpec | None:
@@ -630,7 +691,10 @@ class _Run:
                ) -> tuple[SearchResult, Evaluator, CandidateTester]:
         """The subgraph search; with ``flaky`` a candidate is accepted only after FLAKY_REPEATS more runs fail
         the same way. ``scope`` keeps its journal entries apart from another search's."""
-        jobs = max(1, self.options.jobs)
+        jobs, capped = (max(1, self.options.jobs), None) if self.options.executor else cap_jobs(self.options.jobs)
+        if capped is not None and capped not in self.notes:
+            self.notes.append(capped)
+            self.stage(capped)
 
         def pool_of(spec: BackendSpec, folder: str) -> TargetPool:
             if self.options.executor:
@@ -651,7 +715,7 @@ class _Run:
         # The budget is this session's: resuming with --max-invocations N buys N more candidate runs.
         budget = Budget(max_invocations=self.options.max_invocations, deadline_seconds=self.options.deadline_seconds,
                         max_stall=self.options.max_stall)
-        evaluator = Evaluator(tester, space.size, journal=journal, scope=scope, budget=budget, jobs=self.options.jobs,
+        evaluator = Evaluator(tester, space.size, journal=journal, scope=scope, budget=budget, jobs=jobs,
                               on_progress=self.on_progress)
         self.stage(f"reducing {space.size} nodes" + (" (flaky target: a candidate must fail "
                                                      f"{FLAKY_REPEATS + 1} times in a row)" if flaky else ""))
@@ -704,6 +768,11 @@ def reduce_model(
     r = _Run(model, options, bundle_dir, on_progress, on_stage or (lambda _msg: None))
     r.force = force
     check_destination(r.bundle_dir, fingerprint=model.fingerprint, force=force)
+    zip_path = r.bundle_dir.with_name(r.bundle_dir.name + ".zip")
+    problem = not_regular(zip_path) if zip_bundle else None
+    if problem is not None:  # known now: not after the whole run
+        raise InputError(f"cannot write the bundle's zip {zip_path}: {problem}",
+                         hint=f"move {zip_path} away, or drop --zip")
     fresh = not r.work.exists()
     try:
         with folder_lock(r.work, what=f"a reduction writing {r.bundle_dir}"):
@@ -1011,6 +1080,11 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
             target=r.target_spec, tolerance=r.tol, signature=baseline, workdir=r.work / "facts",
             timeout=r.options.timeout, stage=r.stage, fail_regex=r.regex, check=r.options.output_check,
             names=r.names)
+    if facts.facts.get("interrupted"):  # said where the user looks, not only in report.json (issue 24)
+        r.notes.append("interrupted (Ctrl-C) while measuring the facts for maintainers: the result is re-verified "
+                       "and bundled, but the report lacks what was not measured (the specification's word, the "
+                       "lowest failing optimization level, repro_min.py)")
+        report["notes"] = list(r.notes)
     # the time the user waited, as the CLI prints it: the maintainer facts' runs included
     report.update(facts.facts, report_runs=facts.runs, seconds=round(time.monotonic() - r.started, 3))
     content = BundleContent(

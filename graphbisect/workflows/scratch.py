@@ -5,6 +5,11 @@ the workflow returns or raises, and when the CLI is terminated (``SIGTERM``/``SI
 exception, see :mod:`graphbisect.cli.main`). A process killed outright (``SIGKILL``, the OOM killer) cannot
 clean up, so each temporary folder names its owner process in ``.graphbisect-owner``, and the next work
 folder made on this machine removes the folders whose owner is gone.
+
+**A caller's folder is graphbisect's own for the run** (issue 24 case 5): it must be new, empty, or one an
+earlier run marked (``.graphbisect-workdir``), so no file of the user's is overwritten; and the run holds an
+exclusive lock on it (:func:`graphbisect.lockfile.folder_lock`), so a second run on the same ``--workdir``
+stops at once instead of reading the first one's values.
 """
 
 from __future__ import annotations
@@ -18,12 +23,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from graphbisect.errors import InputError
+from graphbisect.lockfile import folder_lock
 
-__all__ = ["check_work_folder", "reclaim_abandoned", "work_folder"]
+__all__ = ["MARK_FILE", "check_work_folder", "own_folder", "reclaim_abandoned", "work_folder"]
 
 logger = logging.getLogger(__name__)
 
 OWNER_FILE = ".graphbisect-owner"
+#: Marks a caller's work folder as graphbisect's: a later run may use it again.
+MARK_FILE = ".graphbisect-workdir"
 _PREFIX = "graphbisect-"
 
 
@@ -41,15 +49,37 @@ def work_folder(workdir: Path | None, prefix: str, *,
         (True, False)
     """
     if workdir is not None:
-        workdir = Path(workdir)
-        check_work_folder(workdir, protect)
-        workdir.mkdir(parents=True, exist_ok=True)
-        yield workdir, True
+        with own_folder(Path(workdir), what=f"graphbisect {prefix}", protect=protect) as folder:
+            yield folder, True
         return
     reclaim_abandoned()
     with tempfile.TemporaryDirectory(prefix=f"{_PREFIX}{prefix}-") as tmp:
         (Path(tmp) / OWNER_FILE).write_text(f"{os.getpid()}\n", encoding="utf-8")
         yield Path(tmp), False
+
+
+@contextlib.contextmanager
+def own_folder(workdir: Path, *, what: str, protect: Iterable[Path | None] = ()) -> Iterator[Path]:
+    """Hold the caller's ``workdir`` for the block: created if missing, refused (:class:`InputError`) when it
+    is the folder of one of the ``protect`` files, a link or a file, or holds files without graphbisect's
+    mark; locked, so a second run using it stops at once (:class:`~graphbisect.lockfile.LockedError`)."""
+    workdir = Path(workdir)
+    check_work_folder(workdir, protect)
+    if workdir.is_symlink() or (workdir.exists() and not workdir.is_dir()):
+        raise InputError(f"the work folder {workdir} exists and is not a folder (or is a symbolic link)",
+                         hint="choose a new or empty folder for --workdir")
+    workdir.mkdir(parents=True, exist_ok=True)
+    names = sorted(p.name for p in workdir.iterdir())
+    if names and MARK_FILE not in names:
+        raise InputError(
+            f"the work folder {workdir} holds files graphbisect did not put there ({', '.join(names[:5])}"
+            f"{' …' if len(names) > 5 else ''}): the run writes model.onnx, inputs.npz, activations/ ... into it",
+            hint="choose a new or empty folder for --workdir (a folder an earlier graphbisect run used is fine)")
+    mark = workdir / MARK_FILE
+    if not mark.exists():  # written before the lock: a locked folder is always marked
+        mark.write_text("a graphbisect work folder: a later run may replace what it holds\n", encoding="utf-8")
+    with folder_lock(workdir, what=what, hint="wait for it to finish, or choose another --workdir"):
+        yield workdir
 
 
 def reclaim_abandoned(root: Path | None = None) -> list[Path]:

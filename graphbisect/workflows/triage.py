@@ -49,6 +49,7 @@ from graphbisect.backends.registry import BACKEND_SPEC
 from graphbisect.compare import Tolerance
 from graphbisect.errors import GraphBisectError, InputError
 from graphbisect.executors import Executor, WorkerLostError, make_executor
+from graphbisect.lockfile import folder_lock
 from graphbisect.model import Model
 from graphbisect.options import INVOCATIONS, JOBS, SEED, TIMEOUT, check_fields, option
 from graphbisect.oracle.signature import Signature
@@ -136,18 +137,29 @@ class TriageResult:
 def discover_models(input_dir: Path) -> list[tuple[str, Path, Path | None]]:
     """``(name, model path, inputs path or None)`` for every ONNX file and Paddle model folder in ``input_dir``.
 
-    Sorted by name. Files that are neither (``.npz`` inputs, notes) are ignored; a ``.onnx`` file that does not
-    load is still listed, so it gets an error row.
+    Sorted by name. Entries that are neither a model nor a model's inputs (notes, ``model.ONNX``, a broken link,
+    a folder without a model) are not triaged, with a warning naming them; a ``.onnx`` file that does not load
+    is still listed, so it gets an error row.
     """
     input_dir = Path(input_dir)
     if not input_dir.is_dir():
         raise InputError(f"{input_dir} is not a folder", hint="pass a folder of .onnx files or Paddle model folders")
     found = []
+    skipped = []
     for path in sorted(input_dir.iterdir()):
         if path.is_file() and path.suffix == ".onnx":
             found.append((path.stem, path, _inputs_for(path)))
         elif path.is_dir() and any(any(path.glob(p)) for p in _PADDLE_FILES[:2]):
             found.append((path.name, path, _inputs_for(path)))
+        else:
+            skipped.append(path)
+    paired = {inputs for _, _, inputs in found if inputs is not None}
+    unused = [path.name for path in skipped if path not in paired]
+    if unused:  # said, not skipped silently (issue 24): a model.ONNX, a broken link, a folder without a model
+        log.warning("triage: %d entr%s of %s %s not a model and not a model's inputs, so not triaged: %s%s "
+                    "(models are *.onnx files and Paddle model folders; inputs NAME.npz or NAME.inputs.npz)",
+                    len(unused), "y" if len(unused) == 1 else "ies", input_dir, "is" if len(unused) == 1 else "are",
+                    ", ".join(repr(name) for name in unused[:10]), " …" if len(unused) > 10 else "")
     if not found:
         raise InputError(f"no model in {input_dir}",
                          hint="triage reads every *.onnx file and every Paddle model folder (with .pdmodel/.json "
@@ -361,12 +373,53 @@ def triage(
         >>> [(b.count, b.culprits) for b in r.bugs]                                       # doctest: +SKIP
         [(2, ('LayerNormFusionL1', 'SimplifiedLayerNormFusion')), (1, ('FuseReluClip',))]
     """
-    from graphbisect.artifacts.triage_report import write_triage_summary
-
     started = time.monotonic()
     options = options or TriageOptions()
     out_dir = Path(out_dir).resolve()
+    _claim(out_dir)
+    with folder_lock(out_dir, what=f"a triage writing {out_dir}",
+                     hint="wait for it to finish, or choose another -o folder"):
+        return _triage(input_dir, out_dir, options, executor=executor, jobs=jobs, on_model=on_model,
+                       started=started)
+
+
+#: Marks a triage output folder: a later triage into it goes on (skipping recorded models).
+TRIAGE_MARK = ".graphbisect-triage"
+
+
+def _claim(out_dir: Path) -> None:
+    """Make ``out_dir`` a triage folder: it must be new, empty or an earlier triage's (marked, a summary.json
+    of graphbisect's, or the ``results/`` of an interrupted run); a folder of other files is refused before
+    anything runs: summary.md, summary.json, ... would replace the user's (issue 24)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"the triage output {out_dir} exists and is not a folder", hint="choose a new or empty folder")
     out_dir.mkdir(parents=True, exist_ok=True)
+    names = sorted(p.name for p in out_dir.iterdir())
+    if names and not (TRIAGE_MARK in names or _summary_format(out_dir) == "graphbisect-triage"
+                      or any((out_dir / "results").glob("*.json"))):
+        raise InputError(
+            f"the triage output folder {out_dir} holds files that are not an earlier triage's "
+            f"({', '.join(names[:5])}{' …' if len(names) > 5 else ''}): summary.md, summary.json, bundles/ ... "
+            "would replace them", hint="choose a new or empty folder (an earlier triage's folder goes on where it "
+            "stopped)")
+    mark = out_dir / TRIAGE_MARK
+    if not mark.exists():
+        mark.write_text("a graphbisect triage folder: a later triage goes on here\n", encoding="utf-8")
+
+
+def _summary_format(out_dir: Path) -> object:
+    try:
+        data = json.loads((out_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data.get("format") if isinstance(data, dict) else None
+
+
+def _triage(input_dir: Path, out_dir: Path, options: TriageOptions, *, executor: Executor | str, jobs: int | None,
+            on_model: Callable[[ModelOutcome], None] | None, started: float) -> TriageResult:
+    """The body of :func:`triage`, under its lock."""
+    from graphbisect.artifacts.triage_report import write_triage_summary
+
     tasks = [ModelTask(name, str(path), str(out_dir), options, str(inp) if inp else None)
              for name, path, inp in discover_models(Path(input_dir))]
     finished, todo = _split_finished(tasks)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -85,3 +88,66 @@ def test_bad_templates_are_spec_errors(options: dict[str, str], needle: str, tmp
     with pytest.raises(SpecError) as err:
         Command(options, str(tmp_path))
     assert needle in str(err.value)
+
+
+# --- issue 24 case 7: the run ends when the program exits, whatever it leaves running -------------------
+def test_a_descendant_holding_stderr_does_not_hold_the_run(command_script: Path, mode_file: Mode, x23: np.ndarray,
+                                                           tmp_path: Path) -> None:
+    pidfile = tmp_path / "daemon.pid"
+    # the shell leaves `sleep 60` running, with the program's stderr open, and records its pid
+    spec = (f"command:shell=1,timeout=10,cmd=sleep 60 & echo $! > {pidfile}; "
+            f"{sys.executable} {command_script} {{model}} {{inputs}} {{outputs}}")
+    with BackendProcess(spec, workdir=tmp_path / "work") as process:
+        started = time.monotonic()
+        result = process.run(mode_file("double"), {"x": x23})
+        took = time.monotonic() - started
+    # It read stderr to its end, which the daemon held: "timeout after 10 s" for a 1 s run.
+    assert result.ok, result.describe()
+    assert took < 8, took
+    daemon = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(daemon) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(daemon)  # killed with the program's process group
+
+
+def test_a_timeout_kills_what_the_program_started(tmp_path: Path, mode_file: Mode, x23: np.ndarray) -> None:
+    pidfile = tmp_path / "sleeper.pid"
+    spec = f"command:shell=1,timeout=2,cmd=echo $$ > {pidfile}; sleep 60; true {{model}} {{inputs}} {{outputs}}"
+    with BackendProcess(spec, workdir=tmp_path / "work") as process:
+        result = process.run(mode_file("double"), {"x": x23})
+    assert result.status is RunStatus.TIMEOUT
+    shell = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(shell) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(shell)  # the worker was killed, and the program's own process group with it
+
+
+def test_a_gigabyte_of_stderr_is_not_held_in_memory(tmp_path: Path, mode_file: Mode, x23: np.ndarray) -> None:
+    spec = "command:shell=1,cmd=head -c 300000000 /dev/zero >&2; exit 3; true {model} {inputs} {outputs}"
+    with BackendProcess(spec, workdir=tmp_path / "work") as process:
+        result = process.run(mode_file("double"), {"x": x23})
+        worker_rss = _peak_rss_kib(process.pid)
+    assert result.status is RunStatus.CRASH and result.exit_code == 3
+    assert worker_rss < 200_000, worker_rss  # KiB: it read all 300 MB into memory, twice (bytes and text)
+    assert len(result.message or "") < 10_000
+
+
+def _peak_rss_kib(pid: int | None) -> int:
+    assert pid is not None
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(OSError):  # a zombie is dead: not reaped yet by whoever adopted it
+        if Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].startswith("Z"):
+            return False
+    return True
