@@ -163,7 +163,15 @@ def _print_layers(result: CompareResult, rows: int) -> None:
     for rc in layers.root_causes[:5]:
         where = f"  compiled as {rc.compiled_as.describe()}" if rc.compiled_as is not None and rc.compiled_as.fused \
             else ""
-        print(f"  {rc.node} ({rc.op_type}): {_num(rc.score)}  [{rc.role}]{where}")
+        print(f"  {rc.node} ({rc.op_type}): {_num(rc.score)}  [{rc.role}{_EVIDENCE.get(rc.evidence, '')}]{where}")
+    if result.root_cause_check is not None:
+        print(f"  ({result.root_cause_check.describe()})")
+
+
+#: How a root cause's evidence reads beside its role (nothing for inputs measured).
+_EVIDENCE = {"confirmed": "; inputs not exposed, fails alone on the oracle's inputs",
+             "received": "; inputs not exposed, passes alone on the oracle's inputs",
+             "unconfirmed": "; inputs not exposed, not run alone"}
 
 
 def _compiled_as(node: CompiledNode | None) -> str:

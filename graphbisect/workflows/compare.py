@@ -55,6 +55,7 @@ from graphbisect.oracle.as_built import (
 from graphbisect.oracle.floor import NoiseFloor, floor_spec, measure_floor
 from graphbisect.oracle.outcome import Outcome, OutcomeClass, classify_comparison, classify_failed_run
 from graphbisect.values import bit_identical
+from graphbisect.workflows.alone import MAX_REGIONS, AloneCheck, run_alone
 from graphbisect.workflows.probe import (
     ProbePlan,
     TargetProbe,
@@ -103,6 +104,8 @@ class CompareResult:
     oracle_capture: CaptureDifference | None = None
     # the target's noise floor (None: not looked for, e.g. the target passed or nothing was captured)
     noise_floor: NoiseFloor | None = None
+    #: how failing nodes whose inputs the target did not expose were run alone (None: there were none)
+    root_cause_check: AloneCheck | None = None
 
     @property
     def passed(self) -> bool:
@@ -138,6 +141,7 @@ class CompareResult:
             "target_probe": None if self.target_probe is None else self.target_probe.to_json(),
             "oracle_capture": None if self.oracle_capture is None else self.oracle_capture.to_json(),
             "noise_floor": None if self.noise_floor is None else self.noise_floor.to_json(),
+            "root_cause_check": None if self.root_cause_check is None else self.root_cause_check.to_json(),
             "invocations": dict(self.invocations),
             "seconds": round(self.seconds, 3),
             **self.extra,  # e.g. the CLI's random_inputs notes and seed, or the user's --inputs file
@@ -223,10 +227,7 @@ def compare_models(
             plan, probed = _plan_and_probe(model, folder, inputs_path, oracle_side,
                                            _Side(target_proc, target_info, target_run, None, spec=target_proc.spec),
                                            described=described is not None, enabled=layerwise, tol=tol, stage=stage)
-            # The target has done its part too: its worker exits while the table is made.
-            target_closed = _in_background(target_proc.close, "graphbisect-target") if workers is None \
-                else (lambda: None)
-            layer_report = probed_comparison = None
+            layer_report = probed_comparison = alone = None
             note = probed.note
             floor = None
             if oracle_side.store is not None and comparison is not None and not comparison.passed:
@@ -237,8 +238,16 @@ def compare_models(
                 probed_comparison = _probed_comparison(model, probed, tol)
                 layer_report = analyze_layers(model.nodes, probed.oracle, probed.target, tol, compiled=plan.compiled,
                                               measured=probed.measured, outputs=model.output_names, floor=floor)
+                if layer_report.uncertain:
+                    layer_report, alone = _settle_uncertain(
+                        model, layer_report, compiled=plan.compiled, probed=probed, oracle=oracle_side,
+                        proc=target_proc, spec=target_spec, info=target_info, inputs_path=inputs_path, folder=folder,
+                        tol=tol, floor=floor, stage=stage)
                 bodies = _unprobed_bodies(model)
                 note = f"{note}; {bodies}" if note and bodies else note or bodies
+            # The target has done its part: its worker exits while the verdicts are put together.
+            target_closed = _in_background(target_proc.close, "graphbisect-target") if workers is None \
+                else (lambda: None)
             plain_failed = comparison is None or not comparison.passed
             masking = probed_comparison is not None and (not probed_comparison.passed) != plain_failed
             capture_note, the_oracles = _capture_note(model, oracle_side, target_run, probed_comparison, tol)
@@ -262,7 +271,37 @@ def compare_models(
             compiled=plan.compiled, target_probe=probed.probe,
             oracle_capture=oracle_side.as_built.difference if oracle_side.as_built is not None else None,
             outcome=classify_comparison(target_run, comparison, model.nodes, floor), noise_floor=floor,
+            root_cause_check=alone,
         )
+
+
+def _settle_uncertain(model: Model, report: LayerwiseReport, *, compiled: CompiledGraph | None, probed: _Probed,
+                      oracle: _Side, proc: BackendProcess, spec: BackendSpec, info: BackendInfo, inputs_path: Path,
+                      folder: Path, tol: Tolerance, floor: NoiseFloor | None, stage: Callable[[str], None]
+                      ) -> tuple[LayerwiseReport, AloneCheck]:
+    """The failing nodes whose inputs the target did not expose, run alone on the oracle's values in one more
+    target run (:mod:`graphbisect.workflows.alone`), and the table ranked again with what that showed."""
+    uncertain = [row.node for row in report.uncertain]
+    if oracle.store is None or not _probeable(info):
+        why = ("the oracle's values come from its hooks, not a store" if oracle.store is None
+               else "the target runs only its own model format")
+        return report, AloneCheck(str(spec), 0, 0, 0, unconfirmed=tuple(uncertain),
+                                  note=f"not run alone: {why}")
+    stage(f"running {min(len(uncertain), MAX_REGIONS)} failing node(s) whose inputs the target did not expose "
+          "alone on the oracle's values (one target run)")
+    described = proc.spec
+    plain = described != spec and proc.can_reconfigure(spec)
+    if plain:
+        proc.reconfigure(spec)  # no saved optimized model needed for this run
+    try:
+        stats, check = run_alone(model, report, compiled=compiled, store=oracle.store, inputs_path=inputs_path,
+                                 proc=proc, tol=tol, floor=floor, workdir=folder / "alone")
+    finally:
+        if plain:
+            proc.reconfigure(described)
+    assert probed.oracle is not None
+    return analyze_layers(model.nodes, probed.oracle, probed.target, tol, compiled=compiled, measured=probed.measured,
+                          outputs=model.output_names, floor=floor, alone=stats), check
 
 
 def _noise_floor(model: Model, folder: Path, inputs_path: Path, store: ActivationStore, *, target_spec: BackendSpec,
