@@ -19,7 +19,7 @@ __all__ = ["CSV_COLUMNS", "write_csv", "write_html", "write_json"]
 
 CSV_COLUMNS = ("index", "op_type", "node", "tensor", "kind", "oracle_shape", "target_shape", "mismatches", "numel",
                "max_abs", "max_rel", "cosine", "snr_db", "score", "input_score", "amplification",
-               "oracle_range", "target_range", "compiled_as")
+               "oracle_range", "target_range", "compiled_as", "floor", "at_floor")
 
 
 def write_json(result: CompareResult, path: Path) -> None:
@@ -66,7 +66,8 @@ def write_html(result: CompareResult, path: Path) -> None:
         "<!doctype html><meta charset='utf-8'><title>graphbisect compare</title>",
         "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:12px}"
         "td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}td.l,th.l{text-align:left}"
-        "tr.fail{background:#fde}tr.first{background:#fbb}.warn{background:#ffd;padding:1em;border:1px solid #cc0}"
+        "tr.fail{background:#fde}tr.first{background:#fbb}tr.floor{background:#eee;color:#666}tr.unobserved{color:#999}"
+        ".warn{background:#ffd;padding:1em;border:1px solid #cc0}"
         "</style>",
         f"<h1>graphbisect compare: {html.escape(verdict)}</h1>",
         f"<p>model <code>{html.escape(str(result.model.path or 'ModelProto'))}</code> "
@@ -77,6 +78,9 @@ def write_html(result: CompareResult, path: Path) -> None:
     ]
     if result.layerwise_note:
         parts.append(f"<p class='warn'>{html.escape(result.layerwise_note)}</p>")
+    if result.noise_floor is not None:
+        parts.append(f"<p>{html.escape(result.noise_floor.describe())}; grey rows are within it: kernel "
+                     "precision, not divergences</p>")
     parts.append(_outputs_table(data))
     if result.layerwise is not None:
         parts.append(error_chart_svg(chart_points(result)))
@@ -127,7 +131,8 @@ def _layers_table(data: dict[str, object]) -> str:
         rows.append([row["index"], row["op_type"], row["node"], row["tensor"], row["oracle_shape"], row["kind"],
                      f"{row['mismatches']}/{row['numel']}", row["max_abs"], row["max_rel"], row["cosine"],
                      row["target_range"], row["oracle_range"]])
-        classes.append("first" if row["tensor"] == first_tensor else "" if row["passed"] else "fail")
+        classes.append("first" if row["tensor"] == first_tensor else "unobserved" if not row["observed"] else
+                       "" if row["passed"] else "floor" if row.get("at_floor") else "fail")
     headers = ["#", "op", "node", "tensor", "shape", "verdict", "mismatched", "max abs", "max rel", "cosine",
                "target min..max", "oracle min..max"]
     return "<h2>Layers</h2>" + _table(headers, rows, classes)

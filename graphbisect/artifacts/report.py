@@ -92,7 +92,8 @@ def report_data(content: BundleContent, *, files: Sequence[Mapping[str, Any]], c
         "format_version": 1,
         "graphbisect_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "signature": {**signature.to_json(), "description": signature.describe()},
+        "signature": {**signature.to_json(), "description": signature.describe(),
+                      **({"matched_on": matched} if (matched := signature.matched_on()) else {})},
         "headline": headline(content),
         "oracle": str(content.oracle),
         "target": str(content.target),
@@ -322,6 +323,9 @@ def _kept_nodes(content: BundleContent) -> str:
 def _failure(content: BundleContent, comparison: Comparison | None) -> str:
     lines = ["## Failure", "", f"Signature: **{md_cell(content.signature.kind.value)}**"
              + (f" — {md_cell(content.signature.detail)}" if content.signature.detail else "")]
+    matched = content.signature.matched_on()
+    if matched:
+        lines += ["", f"A candidate failed the same way when it matched on {md_cell(matched)}."]
     if content.target_message:
         lines += ["", "The target raised:", "", _fenced(content.target_message)]
     if comparison is not None:

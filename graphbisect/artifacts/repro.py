@@ -38,8 +38,10 @@ design:
 Crash messages are matched on their stable part, :func:`crash_key`: the cause (first paragraph, name
 lists collapsed, model dumps cut) without addresses,
 paths, long numbers, temporary names and source line numbers, so a rebuilt library that moved the
-``throw`` by three lines still counts as the same bug. The script carries an identical copy of that
-function (a test pins the two together).
+``throw`` by three lines still counts as the same bug, and without the names the backend chose
+(:mod:`graphbisect.oracle.names`, embedded verbatim; the model's names in the recorded message are the
+config's ``expect.names``). The script carries an identical copy of that function (a test pins the two
+together).
 
 Example:
     >>> config = repro_config(content)           # doctest: +SKIP
@@ -53,7 +55,7 @@ import json
 import logging
 import pprint
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from graphbisect.artifacts.repro_backends import REPRO_BACKENDS, TACTICS_FILE, ReproBackend
@@ -63,8 +65,17 @@ from graphbisect.backends.command import check_mode
 from graphbisect.backends.inert import untrusted_values
 from graphbisect.backends.registry import HOST_OPTIONS
 from graphbisect.errors import SpecError
+from graphbisect.oracle.floor import FLOOR_CAP
+from graphbisect.oracle.names import script_text as names_script_text
 from graphbisect.oracle.outcome import UNSUPPORTED_PATTERN
-from graphbisect.oracle.signature import CHECK_REJECTED, FailureKind, Signature, normalize_message
+from graphbisect.oracle.signature import (
+    CHECK_REJECTED,
+    FailureKind,
+    ModelNames,
+    Signature,
+    names_in,
+    normalize_message,
+)
 
 if TYPE_CHECKING:
     from graphbisect.artifacts.content import BundleContent
@@ -163,8 +174,13 @@ def tactic_files(content: BundleContent) -> dict[str, str]:
     return files
 
 
-def expected_failure(signature: Signature, target_message: str | None = None) -> dict[str, Any]:
+def expected_failure(signature: Signature, target_message: str | None = None,
+                     names: Collection[str] = ()) -> dict[str, Any]:
     """What ``repro.py`` must observe to call the failure reproduced (the ``expect`` of its config).
+
+    ``names``: the bundle model's node and tensor names (:class:`~graphbisect.oracle.signature.ModelNames`);
+    those in the recorded message go to the config as ``names``, which the script takes out of the message it
+    observes, as ``graphbisect verify`` does.
 
     Example:
         >>> sig = Signature(FailureKind.CRASH_RUN, "SIGSEGV: the worker process was killed by signal SIGSEGV (11)")
@@ -179,7 +195,8 @@ def expected_failure(signature: Signature, target_message: str | None = None) ->
         expect["exit_code"] = exit_code
         if exit_code is None:
             # The raw message keeps what the signature's 300-character normalized one may have cut.
-            expect["message_key"] = crash_key(target_message or signature.detail)
+            expect["names"] = names_in(target_message or signature.detail, names)
+            expect["message_key"] = crash_key(target_message or signature.detail, names)
         if target_message:
             expect["message"] = target_message
     elif signature.kind is FailureKind.REGEX:
@@ -213,7 +230,7 @@ def repro_config(content: BundleContent) -> dict[str, Any]:
     backend = _backend(spec)
     tol = content.tolerance
     timeout = spec.options.get("timeout")
-    expect = expected_failure(content.signature, content.target_message)
+    expect = expected_failure(content.signature, content.target_message, ModelNames(content.model))
     return {
         "format": CONFIG_FORMAT,
         "version": CONFIG_VERSION,
@@ -261,7 +278,8 @@ def _floor_config(report: Mapping[str, Any]) -> dict[str, Any] | None:
     floor = report.get("noise_floor")
     if not isinstance(floor, Mapping) or not floor.get("measured"):
         return None
-    return {"spec": floor.get("spec"), "margin": floor.get("margin"), "scores": dict(floor.get("scores", {}))}
+    return {"spec": floor.get("spec"), "margin": floor.get("margin"), "cap": FLOOR_CAP,
+            "scores": dict(floor.get("scores", {}))}
 
 
 def _control_config(control: BackendSpec) -> dict[str, Any]:
@@ -705,12 +723,13 @@ def attempt(config, status_file=None):
 
 def within_floor(config, result):
     """A value mismatch no larger than the target's noise floor allows is kernel precision (kind "floor"), as
-    graphbisect judges it: beyond the tolerance but not beyond ``margin`` times the floor measured there."""
+    graphbisect judges it: beyond the tolerance but not beyond ``margin`` times the floor measured there, when
+    that floor is precision (below ``cap``: an error that large with every optimization off is a kernel bug)."""
     floor = config.get("noise_floor")
     if not floor or result["kind"] != "mismatch" or not result.get("score", 0.0) > 1.0:
         return result
     level = float(floor["scores"].get(result["name"], 0.0))
-    if level > 0.0 and result["score"] <= max(1.0, float(floor["margin"]) * level):
+    if 0.0 < level < float(floor.get("cap", math.inf)) and result["score"] <= max(1.0, float(floor["margin"]) * level):
         return dict(result, kind="floor", floor=level)
     return result
 
@@ -807,12 +826,17 @@ def message_cause(message, limit=4000):
     return joined if len(joined) <= limit else joined[:limit].rstrip() + " ..."
 
 
-def crash_key(message):
-    """The stable part of a crash message: its cause without addresses, paths, line numbers..."""
+def crash_key(message, names=()):
+    """The stable part of a crash message: its cause without addresses, paths, line numbers..., and without
+    the names the backend chose (erase_names below; ``names``: the model's, from repro_config.json)."""
     text = message_cause(message)
     for pattern, replacement in VOLATILE:
         text = re.sub(pattern, replacement, text)
-    return text.strip()
+    return erase_names(text.strip(), names)
+
+
+# graphbisect/oracle/names.py, verbatim: how graphbisect takes the names a backend chose out of a message
+''' + names_script_text() + r'''
 
 
 def is_recorded_failure(expect, outcome):
@@ -828,7 +852,7 @@ def is_recorded_failure(expect, outcome):
     if expect.get("exit_code") is not None:
         return outcome.get("exit_code") == expect["exit_code"]
     if expect.get("message_key") is not None:
-        actual = crash_key(f"{outcome.get('error_type')}: {outcome.get('message')}")
+        actual = crash_key(f"{outcome.get('error_type')}: {outcome.get('message')}", set(expect.get("names") or ()))
         return expect["message_key"] in actual
     return True
 

@@ -197,6 +197,10 @@ def _report(result: ReduceResult, args: argparse.Namespace) -> int:
               f"report: {result.bundle}")
         return 0
     print(f"failure: {result.signature.describe()}")
+    if result.identity is not None:
+        print(f"identity: {result.identity.describe()} (every candidate matched on it)")
+    if result.noise_floor is not None and result.noise_floor.measured:
+        print(result.noise_floor.describe())
     print(f"reduced {result.original_nodes} → {result.final_nodes} nodes: {', '.join(result.kept_nodes[:12])}"
           + (" …" if len(result.kept_nodes) > 12 else ""))
     print("invocations: " + ", ".join(f"{k} {v}" for k, v in result.invocations.items())

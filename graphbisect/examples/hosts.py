@@ -55,9 +55,11 @@ at ``y``, onnxruntime 1.31.1, over the 150–50,000-node hosts and input seeds w
     (:attr:`HostNetwork.support_nodes`). Crash bugs are refused here: each crash site fails session
     creation on its own.
 
-Crash sites (``relu_clip_f64``) put a float64 ReLU6 island after a MatMul (``main``, ``masked``) or after
-the side branch's LayerNorm (``branch``); the position changes only where the culprit sits, since session
-creation fails before any value exists.
+Crash sites (``relu_clip_f64``; OpenVINO's ``reduce_reshape_matmul`` and ``if_rank2_condition`` from
+:data:`~graphbisect.examples.patterns.OPENVINO_BUGS`, ``main`` and ``masked`` only: they take the stream's
+``[1, 4, 16]``) put the pattern after a MatMul (``main``, ``masked``) or after the side branch's LayerNorm
+(``branch``); the position changes only where the culprit sits, since session creation fails before any value
+exists.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ from onnx import TensorProto, helper
 from graphbisect.examples.patterns import (
     BUGS,
     LN_EPS,
+    OPENVINO_BUGS,
     BugSite,
     GraphBuilder,
     layernorm_keepdims1,
@@ -112,6 +115,8 @@ _TAP_GAIN = 0.01
 _DECISION_MARGIN = 0.5
 _HEAD_SWING = 0.25
 _GROUP_GAIN = 0.5
+_PATTERNS = {**BUGS, **OPENVINO_BUGS}
+"""Every pattern a host embeds: onnxruntime's bugs and OpenVINO's (crashes, on ``[1, 4, 16]``)."""
 
 
 @dataclass(frozen=True)
@@ -302,14 +307,14 @@ def _merge_due(st: _Stream, *, force: bool = False) -> None:
 
 def _emit_bug(st: _Stream, bug: str, x: str, index: int) -> str:
     """Emit the pattern for ``bug`` on ``x`` (``[8, 8]`` for LayerNorm, ``[1, 4, 16]`` for crashes)."""
-    if BUGS[bug].needs_square:
-        return BUGS[bug].emit(st.b, x, gamma_seed=1000 + index, width=SIDE)
-    return BUGS[bug].emit(st.b, x)
+    if _PATTERNS[bug].needs_square:
+        return _PATTERNS[bug].emit(st.b, x, gamma_seed=1000 + index, width=SIDE)
+    return _PATTERNS[bug].emit(st.b, x)
 
 
 def _site_main(st: _Stream, bug: str, index: int) -> None:
     """On the stream: the group-norm skip with the bug (its healthy twin is :func:`_group_norm`)."""
-    if BUGS[bug].needs_square:
+    if _PATTERNS[bug].needs_square:
         _residual(st, _to_stream(st, _emit_bug(st, bug, _to_square(st, st.h), index)), gain=_GROUP_GAIN)
         return
     pre = st.b.op("MatMul", [st.h, _weight(st, "island", (CHANNELS, CHANNELS))])
@@ -320,7 +325,7 @@ def _site_branch(st: _Stream, bug: str, index: int) -> None:
     """Inside a side branch that merges three blocks later (its healthy twin is :func:`_side_branch`)."""
     b = st.b
     side = b.op("MatMul", [_to_square(st, st.h), _weight(st, "side", (SIDE, SIDE), gain=1.0)])
-    if BUGS[bug].needs_square:
+    if _PATTERNS[bug].needs_square:
         side = b.op("Tanh", [_emit_bug(st, bug, side, index)])
     else:
         side = _emit_bug(st, bug, layernorm_node(b, side, gamma_seed=st.block, width=SIDE), index)
@@ -330,7 +335,7 @@ def _site_branch(st: _Stream, bug: str, index: int) -> None:
 def _site_masked(st: _Stream, bug: str, index: int) -> None:
     """ReLU, a token-0 padding mask and a 0.05 LayerScale between the site and the stream."""
     b = st.b
-    if BUGS[bug].needs_square:
+    if _PATTERNS[bug].needs_square:
         mask = np.zeros((SIDE, SIDE), np.float32)
         mask[:2] = 1.0  # rows 0 and 1 = token 0, both channel groups
         out = b.op("Relu", [_emit_bug(st, bug, _to_square(st, st.h), index)])
@@ -461,13 +466,16 @@ def _normalize_bugs(bug: str | Sequence[str] | None, position: str) -> list[str]
     if position not in POSITIONS:
         raise ValueError(f"unknown position {position!r}; choose one of {', '.join(POSITIONS)}")
     bugs = [] if bug is None else [bug] if isinstance(bug, str) else list(bug)
-    unknown = [name for name in bugs if name not in BUGS]
+    unknown = [name for name in bugs if name not in _PATTERNS]
     if unknown:
-        raise ValueError(f"unknown bug {unknown[0]!r}; known bugs: {', '.join(BUGS)}")
+        raise ValueError(f"unknown bug {unknown[0]!r}; known bugs: {', '.join(_PATTERNS)}")
+    if position == "branch" and any(name in OPENVINO_BUGS for name in bugs):
+        raise ValueError("OpenVINO's patterns take the stream's [1, 4, 16], and a branch site is [8, 8]: use "
+                         "position='main' or 'masked'")
     if position == "two-distant":
         if len(bugs) == 1:
             bugs *= 2
-        if len(bugs) < 2 or any(BUGS[name].kind != "mismatch" for name in bugs):
+        if len(bugs) < 2 or any(_PATTERNS[name].kind != "mismatch" for name in bugs):
             raise ValueError(
                 "position='two-distant' needs two or more mismatch bugs (e.g. bug='layernorm_keepdims0'): "
                 "a crash site fails session creation on its own, so two crash sites are never jointly needed")
@@ -521,7 +529,8 @@ def host_inputs(seed: int = 0) -> dict[str, np.ndarray]:
 
 def host_network(num_nodes: int, *, bug: str | Sequence[str] | None = None, position: str = "main",
                  seed: int = 0) -> HostNetwork:
-    """Build a host of exactly ``num_nodes`` nodes with ``bug`` (a :data:`BUGS` name or several) embedded.
+    """Build a host of exactly ``num_nodes`` nodes with ``bug`` (a name of :data:`BUGS` or ``OPENVINO_BUGS``, or
+    several) embedded.
 
     ``position`` is one of :data:`POSITIONS` (see the module docstring for what each one tests). Several
     bugs outside ``two-distant`` become independent sites spread over 20–80 % of the depth; each one

@@ -50,15 +50,18 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "BUGS",
     "LOOKALIKES",
+    "OPENVINO_BUGS",
     "BugPattern",
     "BugSite",
     "GraphBuilder",
     "Lookalike",
+    "if_rank2_condition",
     "layernorm_keepdims0",
     "layernorm_keepdims1",
     "layernorm_node",
     "norm_params",
     "pattern_model",
+    "reduce_reshape_matmul",
     "relu_clip_f32",
     "relu_clip_f64",
     "rmsnorm_keepdims1",
@@ -134,6 +137,11 @@ class GraphBuilder:
         self._counts[base] = count + 1
         self._counts.setdefault(name, 1)
         return name
+
+    def node_name(self, hint: str) -> str:
+        """A unique node name in the current scope (``/blk3/gate/then/Relu``), for nodes made by hand: the
+        nodes of an ``If`` branch, which :meth:`op` does not build."""
+        return self._node_name(hint)
 
     def _node_name(self, hint: str) -> str:
         return self.unique("/" + "/".join([*self._scope, hint]))
@@ -300,6 +308,58 @@ def relu_clip_f32(b: GraphBuilder, x: str, *, lo: float = 0.0, hi: float = 6.0,
         return b.op("Clip", [relu, b.scalar(lo), b.scalar(hi)])
 
 
+def reduce_reshape_matmul(b: GraphBuilder, x: str, *, op: str = "ReduceMean", tokens: int = 4, channels: int = 16,
+                          prefix: str = "pool") -> str:
+    """Emit ``op`` (axes=[0], keepdims=0) → Reshape ``[1, tokens·channels]`` → MatMul → Reshape ``[1, 1,
+    channels]`` on ``x`` of shape ``[1, tokens, channels]``; return the output (it broadcasts over the tokens).
+
+    An OpenVINO bug (2026.4.1, CPU): compiling it fails with a MatMul validation error ("Incompatible MatMul
+    matrix dimension. First input dimension=16 ... doesn't match the second input dimension=64"): the flattening
+    Reshape is dropped, as if a keepdims=0 Reduce followed by a Reshape were one Reduce, and the MatMul gets the
+    ``[tokens, channels]`` mean. ``op`` is ``ReduceMean`` or ``ReduceSum``. The core is the Reduce, the Reshape
+    and the MatMul; the trailing Reshape is glue, and without it the MatMul's output becomes a graph output,
+    which OpenVINO names after that output in its message ("opset1::MatMul y (...)").
+    """
+    with b.scope(prefix):
+        start = b.mark()
+        # ReduceMean takes its axes as an attribute up to opset 17, ReduceSum as an input from opset 13
+        pooled = b.op(op, [x], axes=[0], keepdims=0) if op == "ReduceMean" else \
+            b.op(op, [x, b.ints([0])], keepdims=0)
+        flat = b.op("Reshape", [pooled, b.ints([1, tokens * channels])])
+        weight = (b.rng.standard_normal((tokens * channels, channels)) / np.sqrt(tokens * channels)).astype(np.float32)
+        projected = b.op("MatMul", [flat, b.const(weight, "weight")])
+        core = b.names_since(start)
+        out = b.op("Reshape", [projected, b.ints([1, 1, channels])])
+        b.sites.append(BugSite("reduce_reshape_matmul", "crash", b.names_since(start), core, (), out))
+    return out
+
+
+def if_rank2_condition(b: GraphBuilder, x: str, *, prefix: str = "gate") -> str:
+    """Emit a data-dependent ``If`` on ``x`` (rank 3, float) whose condition has shape ``[1, 1]``; return its
+    output (``x`` through Relu or Sigmoid, the branches read ``x`` from the outer scope).
+
+    ONNX asks for a single-element condition, which ONNX Runtime and onnx.reference take; OpenVINO (2026.4.1)
+    refuses to convert it ("Rank of If condition input must be equal to 0 or 1"), naming the node by a number
+    it counts per process (``If_17``, ``If_5381``), as it did on openwakeword's ``hey_jarvis``. The core is the
+    ``If`` alone: fed a ``[1, 1]`` condition it fails the same way.
+    """
+    with b.scope(prefix):
+        start = b.mark()
+        score = b.op("ReduceMax", [b.op("ReduceMean", [x], axes=[2], keepdims=0)], axes=[1], keepdims=1)
+        cond = b.op("Greater", [score, b.scalar(0.0)])
+        branches = {}
+        for branch, op_type in (("then", "Relu"), ("else", "Sigmoid")):
+            name = b.node_name(f"{branch}/{op_type}")
+            node = helper.make_node(op_type, [x], [f"{name}_output_0"], name=name)
+            branches[f"{branch}_branch"] = helper.make_graph(
+                [node], f"{branch}_branch", [],
+                [helper.make_tensor_value_info(f"{name}_output_0", TensorProto.FLOAT, None)])
+        out = b.op("If", [cond], **branches)
+        b.sites.append(BugSite("if_rank2_condition", "crash", b.names_since(start), b.names_since(start)[-1:], (),
+                               out))
+    return out
+
+
 PatternFn = Callable[..., str]
 
 
@@ -331,6 +391,18 @@ BUGS: dict[str, BugPattern] = {
                                 "onnxruntime/core/optimizer/relu_clip_fusion.cc (float64 Clip min/max)"),
 }
 """The bug table: name → pattern. Hosts, the bundled example and the tests all read it."""
+
+OPENVINO_BUGS: dict[str, BugPattern] = {
+    "reduce_reshape_matmul": BugPattern(
+        "reduce_reshape_matmul", "crash", reduce_reshape_matmul, False,
+        "OpenVINO 2026.4.1 CPU: keepdims=0 Reduce → Reshape → MatMul fails MatMul validation at compile time"),
+    "if_rank2_condition": BugPattern(
+        "if_rank2_condition", "crash", if_rank2_condition, False,
+        "OpenVINO 2026.4.1: an If whose condition has shape [1, 1] is not converted (openwakeword's hey_jarvis)"),
+}
+"""OpenVINO bugs (crashes at compile time on inputs ``[1, tokens, channels]``), which hosts embed like
+:data:`BUGS` (``host_network(352, bug="reduce_reshape_matmul")``); onnxruntime runs them correctly, so they are
+not in :data:`BUGS`, whose rows the tests check against onnxruntime."""
 
 LOOKALIKES: dict[str, Lookalike] = {
     "layernorm_node": Lookalike("layernorm_node", layernorm_node, "layernorm_keepdims0", True),

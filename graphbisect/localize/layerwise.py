@@ -53,8 +53,11 @@ from graphbisect.data.store import ActivationStore
 from graphbisect.localize.compiled import CompiledGraph, CompiledNode
 from graphbisect.oracle.floor import NoiseFloor
 
-__all__ = ["CONFIRMED", "EVIDENCE", "MEASURED", "RECEIVED", "UNCONFIRMED", "LayerRow", "LayerwiseReport",
-           "RootCause", "TensorSource", "analyze_layers", "constant_tensors", "tensor_stats"]
+#: The ``kind`` of a layerwise row whose tensor the target did not expose (JSON, CSV, HTML).
+NOT_OBSERVED = "not-observed"
+
+__all__ = ["CONFIRMED", "EVIDENCE", "MEASURED", "NOT_OBSERVED", "RECEIVED", "UNCONFIRMED", "LayerRow",
+           "LayerwiseReport", "RootCause", "TensorSource", "analyze_layers", "constant_tensors", "tensor_stats"]
 
 
 class TensorSource(Protocol):
@@ -92,10 +95,17 @@ class LayerRow:
         return self.stats.kind is not MismatchKind.MISSING
 
     def to_json(self) -> dict[str, object]:
+        """The row as JSON. A tensor the target did not expose (fused away, folded) was **not observed**: its
+        ``kind`` is ``not-observed`` and ``passed``, ``score`` and ``amplification`` are null — never a failure
+        (a passing run's fused-away tensors read as 1,350 failed rows of ``score: inf`` before)."""
         stats = self.stats.to_json()
         stats.pop("name")
+        observed = self.compared
+        if not observed:
+            stats.update(kind=NOT_OBSERVED, passed=None, score=None)
         return {"index": self.index, "node": self.node, "op_type": self.op_type, "tensor": self.tensor,
-                "input_score": _finite(self.input_score), "amplification": _finite(self.amplification),
+                "observed": observed, "input_score": _finite(self.input_score),
+                "amplification": _finite(self.amplification) if observed else None,
                 "compiled_as": None if self.compiled_as is None else self.compiled_as.to_json(),
                 "constant": self.constant, "floor": None if self.floor is None else _finite(self.floor),
                 "at_floor": self.at_floor, "hidden_inputs": list(self.hidden_inputs), **stats}

@@ -12,7 +12,9 @@ The floor is measured once per model: the target's own spec at the lowest of its
 exposing tensors changes nothing), its tensors compared with the oracle's activation store in the worker.
 Each tensor's **floor** is that run's score there (in tolerances). A tensor of the target fails only when its
 error is beyond the tolerance *and* beyond :data:`FLOOR_MARGIN` times its floor (:meth:`NoiseFloor.exceeds`):
-an order of magnitude, the granularity of a failure's band. Candidates are fed the oracle's values at their
+an order of magnitude, the granularity of a failure's band. Only precision is a floor: at :data:`FLOOR_CAP`
+tolerances or more (an integer that differs, a NaN) the kernels compute wrong with every optimization off, a
+kernel bug that every command still reports (and reduces). Candidates are fed the oracle's values at their
 cut points, so their error at a tensor is at most what the whole model's floor run accumulated there: the
 whole-model floor is a safe (generous) bound on a candidate's noise.
 
@@ -39,12 +41,16 @@ from typing import Any
 from graphbisect.backends import BackendInfo, BackendSpec
 from graphbisect.compare import MismatchKind, TensorStats, Tolerance
 
-__all__ = ["FLOOR_MARGIN", "NoiseFloor", "floor_spec", "measure_floor", "no_floor"]
+__all__ = ["FLOOR_CAP", "FLOOR_MARGIN", "NoiseFloor", "floor_spec", "measure_floor", "no_floor"]
 
 log = logging.getLogger(__name__)
 
 #: How far above its floor a tensor's error must be to count as a failure: an order of magnitude.
 FLOOR_MARGIN = 10.0
+#: The largest floor that is precision: an error of this many tolerances or more with every optimization off
+#: (an integer that differs is infinitely many) is a kernel computing wrong, not rounding otherwise, and the
+#: floor does not hide it. TF32 against FP32 is a few tolerances at the default rtol.
+FLOOR_CAP = 100.0
 
 
 @dataclass(frozen=True)
@@ -57,11 +63,6 @@ class NoiseFloor:
     measured: bool = False  # a floor run's scores (False: no floor, or zero by construction)
     margin: float = FLOOR_MARGIN
 
-    def threshold(self, name: str) -> float:
-        """The score above which ``name``'s error counts as a failure: the tolerance (1), or ``margin`` × its
-        floor when that is higher."""
-        return max(1.0, self.margin * self.scores.get(name, 0.0))
-
     def exceeds(self, stats: TensorStats) -> bool:
         """Whether a failing tensor fails above the floor. Only value mismatches beyond the tolerance have a
         floor: a NaN, a shape, a type or a missing output is never kernel precision, and neither is a failure
@@ -72,6 +73,12 @@ class NoiseFloor:
             return True
         return stats.score > self.threshold(stats.name)
 
+    def threshold(self, name: str) -> float:
+        """The score above which ``name``'s error counts as a failure: the tolerance (1), or ``margin`` × its
+        floor when that is higher and the floor is precision (at most :data:`FLOOR_CAP`)."""
+        floor = self.scores.get(name, 0.0)
+        return max(1.0, self.margin * floor) if floor < FLOOR_CAP else 1.0
+
     def at_floor(self, stats: TensorStats) -> bool:
         """A failing value mismatch that is within the floor's margin: kernel precision, not a divergence."""
         return not stats.passed and not self.exceeds(stats)
@@ -79,7 +86,7 @@ class NoiseFloor:
     def above_tolerance(self, names: Iterable[str] | None = None) -> list[tuple[str, float]]:
         """(tensor, floor) for the floor's own failures beyond the tolerance, worst first (of ``names``)."""
         chosen = self.scores if names is None else {n: self.scores[n] for n in names if n in self.scores}
-        return sorted(((n, s) for n, s in chosen.items() if s > 1.0), key=lambda item: -item[1])
+        return sorted(((n, s) for n, s in chosen.items() if 1.0 < s < FLOOR_CAP), key=lambda item: -item[1])
 
     def for_tensors(self, names: Iterable[str]) -> NoiseFloor:
         """The floor of ``names`` only (what a bundle records for its outputs)."""

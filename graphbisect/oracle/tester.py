@@ -21,7 +21,7 @@ import itertools
 import logging
 import queue
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -40,6 +40,7 @@ from graphbisect.oracle.signature import (
     CHECK_REJECTED,
     EXACT_VALUES,
     FailureKind,
+    ModelNames,
     Signature,
     failing_above,
     signature_of,
@@ -121,18 +122,20 @@ class Judgement:
 
 def judge(run: RunResult, expected: Callable[[str], np.ndarray], outputs: Sequence[str], tol: Tolerance,
           fail_regex: re.Pattern[str] | None = None, *, check: OutputCheck | None = None,
-          floor: NoiseFloor | None = None) -> Judgement:
+          floor: NoiseFloor | None = None, names: Collection[str] = ()) -> Judgement:
     """Compare a target run with the oracle's values of ``outputs`` and compute its failure signature.
 
     ``check`` (a Python callable) replaces the tolerance as the verdict on a run that completed: it gets the
     target's values of ``outputs`` and the oracle's, and returns True when they are acceptable. The
     comparison is still computed, for the report. ``floor``: the target's noise floor; a value mismatch within
-    its margin is kernel precision, not a failure (:mod:`graphbisect.oracle.floor`).
+    its margin is kernel precision, not a failure (:mod:`graphbisect.oracle.floor`). ``names``: the model's node
+    and tensor names, taken out of a crash's message (:class:`~graphbisect.oracle.signature.ModelNames`; every
+    run a workflow compares must get the same ones, those of the model it started from).
     """
     comparison = None
     if run.ok:
         comparison = compare_outputs({name: expected(name) for name in outputs}, run.outputs, tol, outputs)
-    signature = signature_of(run, comparison, fail_regex=fail_regex, floor=floor)
+    signature = signature_of(run, comparison, fail_regex=fail_regex, floor=floor, names=names)
     if check is not None and run.ok and fail_regex is None:
         signature = Signature(FailureKind.NONE) if _accepted(check, run, expected, outputs) else \
             Signature(FailureKind.MISMATCH, CHECK_REJECTED)
@@ -159,12 +162,15 @@ class CandidateTester:
     def __init__(self, space: SubgraphSpace, pool: TargetPool, baseline: Signature, tol: Tolerance, *,
                  fail_regex: re.Pattern[str] | None = None, strict_band: bool = False, compare: bool = True,
                  check: OutputCheck | None = None, repeats: int = 0, floor: NoiseFloor | None = None,
-                 identity: IdentityCheck | None = None, describing: TargetPool | None = None) -> None:
+                 identity: IdentityCheck | None = None, describing: TargetPool | None = None,
+                 names: Collection[str] | None = None) -> None:
         """``compare=False``: the target's exit status is the verdict (an external check), no output is compared.
         ``check``: a Python callable judges the outputs instead of the tolerance (see :func:`judge`).
         ``repeats``: extra runs a failing candidate must fail the same way in before it is accepted.
         ``floor``: the target's noise floor. ``identity``: the baseline's identity (where it first goes wrong,
         what the target compiled there): a candidate failing otherwise is a different failure.
+        ``names``: taken out of crash messages (default: the space's model's, which hold every candidate's);
+        the baseline's signature must have been computed with the same.
 
         ``describing``: where candidates run that must say what they compiled (the target's
         ``describing_spec``), when the identity names a compiled node: those that keep a part of its region,
@@ -172,6 +178,7 @@ class CandidateTester:
         model did (the same nodes and declarations), so it runs plain: describing costs ONNX Runtime a copy of
         every weight per run. The final model is re-verified describing (reduce's ``_verify``)."""
         self.space, self.pool, self.baseline, self.tol = space, pool, baseline, tol
+        self.names: Collection[str] = ModelNames(space.model.proto) if names is None else names
         self.fail_regex, self.strict_band, self.compare, self.check = fail_regex, strict_band, compare, check
         self.repeats, self.floor, self.identity, self.describing = repeats, floor, identity, describing
         self.other_identity = 0  # candidates that failed like the baseline by kind, but with another identity
@@ -207,11 +214,11 @@ class CandidateTester:
             described = self.describing is not None and bool(self._region & keep) and not self._region <= keep
             with (self.describing if described and self.describing is not None else self.pool).acquire() as proc:
                 verdict = judge(proc.run(path, candidate.feeds), self.space.values, outputs, self.tol,
-                                self.fail_regex, check=self.check, floor=self.floor)
+                                self.fail_regex, check=self.check, floor=self.floor, names=self.names)
                 outcome = self._outcome(verdict, candidate, len(keep))
                 for _ in range(self.repeats if outcome is Outcome.FAIL else 0):
                     again = judge(proc.run(path, candidate.feeds), self.space.values, outputs, self.tol,
-                                  self.fail_regex, check=self.check, floor=self.floor)
+                                  self.fail_regex, check=self.check, floor=self.floor, names=self.names)
                     if self._outcome(again, candidate, len(keep)) is not Outcome.FAIL:
                         self.unrepeated += 1
                         log.info("candidate of %d nodes failed like the baseline once, then gave %s: not accepted",

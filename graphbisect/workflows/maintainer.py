@@ -21,7 +21,7 @@ import logging
 import re
 import shlex
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from graphbisect.artifacts.model_text import onnx_text
 from graphbisect.artifacts.repro_min import render_repro_min
 from graphbisect.backends import BackendProcess, BackendSpec, RunResult, resolve
 from graphbisect.compare import Tolerance, compare_outputs
-from graphbisect.oracle.signature import CHECK_REJECTED, FailureKind, Signature
+from graphbisect.oracle.signature import CHECK_REJECTED, FailureKind, ModelNames, Signature
 from graphbisect.oracle.tester import OutputCheck, judge
 
 __all__ = ["MaintainerFacts", "command_line", "maintainer_facts"]
@@ -98,11 +98,13 @@ def maintainer_facts(
     stage: Callable[[str], None] = lambda _msg: None,
     fail_regex: re.Pattern[str] | None = None,
     check: OutputCheck | None = None,
+    names: Collection[str] | None = None,
 ) -> MaintainerFacts:
     """Everything of the module docstring for the reduced ``model`` (``run_model``: a runnable copy of it).
 
     ``fail_regex`` and ``check`` are the reduction's own verdict (``--fail-regex``, a Python output check):
-    the optimization levels are judged with them, as every candidate was.
+    the optimization levels are judged with them, as every candidate was; ``names``, the names taken out of
+    crash messages, are the ones ``signature`` was computed with (default: the reduced model's).
 
     Ctrl-C while they are gathered stops them: the facts measured so far are kept, ``interrupted`` says the
     rest were not measured, and the bundle is still written (its result is already re-verified).
@@ -112,7 +114,7 @@ def maintainer_facts(
         _gather(out, model=model, run_model=run_model, feeds=feeds, expected=expected,
                 target_outputs=target_outputs, oracle=oracle, target=target, tolerance=tolerance,
                 signature=signature, workdir=workdir, timeout=timeout, stage=stage, fail_regex=fail_regex,
-                check=check)
+                check=check, names=ModelNames(model) if names is None else names)
     except KeyboardInterrupt:
         out.facts["interrupted"] = True
         out.sections["Not measured"] = ("Ctrl-C stopped the gathering of these facts: the sections that are "
@@ -125,7 +127,7 @@ def _gather(out: MaintainerFacts, *, model: onnx.ModelProto, run_model: Path, fe
             expected: Mapping[str, np.ndarray], target_outputs: Mapping[str, np.ndarray], oracle: BackendSpec,
             target: BackendSpec, tolerance: Tolerance, signature: Signature, workdir: Path,
             timeout: float | None, stage: Callable[[str], None], fail_regex: re.Pattern[str] | None,
-            check: OutputCheck | None) -> None:
+            check: OutputCheck | None, names: Collection[str]) -> None:
     runs = _Runs(run_model, feeds, workdir, timeout, out)
     out.facts["command_line"] = command_line()
     out.sections["Command line"] = f"```sh\n{out.facts['command_line']}\n```"
@@ -145,7 +147,7 @@ def _gather(out: MaintainerFacts, *, model: onnx.ModelProto, run_model: Path, fe
         out.sections["The target's compiled model"] = (
             f"What {target} compiled the reduced model into (its saved optimized graph):\n\n```\n{compiled}\n```")
     stage("finding the lowest optimization level that fails")
-    levels = _levels(runs, expected, target, tolerance, signature, fail_regex=fail_regex, check=check)
+    levels = _levels(runs, expected, target, tolerance, signature, fail_regex=fail_regex, check=check, names=names)
     if levels is not None:
         out.facts["optimization_levels"] = levels
         out.sections["Optimization levels"] = levels["text"]
@@ -224,7 +226,7 @@ def _agrees(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], tol: Toler
 
 def _levels(runs: _Runs, expected: Mapping[str, np.ndarray], target: BackendSpec, tol: Tolerance,
             signature: Signature, *, fail_regex: re.Pattern[str] | None = None, check: OutputCheck | None = None,
-            ) -> dict[str, Any] | None:
+            names: Collection[str] = ()) -> dict[str, Any] | None:
     """The target at each optimization level below its own (its row's ``opt_levels``), lowest first.
 
     Each run is judged as the reduction judged (:func:`~graphbisect.oracle.tester.judge` with its regex and
@@ -240,7 +242,7 @@ def _levels(runs: _Runs, expected: Mapping[str, np.ndarray], target: BackendSpec
     lowest = None
     for level in levels[: levels.index(current) + 1]:
         run = runs.run(target.with_options(opt_level=level), "target", f"level-{level}")
-        observed = judge(run, expected.__getitem__, list(expected), tol, fail_regex, check=check).signature
+        observed = judge(run, expected.__getitem__, list(expected), tol, fail_regex, check=check, names=names).signature
         same = signature.matches(observed)
         tried[level] = "fails the same way" if same else ("passes" if not observed.failed else observed.describe())
         if same:

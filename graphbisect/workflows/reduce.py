@@ -84,7 +84,7 @@ from graphbisect.oracle.as_built import (
 )
 from graphbisect.oracle.floor import NoiseFloor, floor_spec, measure_floor, no_floor
 from graphbisect.oracle.identity import Identity, IdentityCheck
-from graphbisect.oracle.signature import FailureKind, Signature
+from graphbisect.oracle.signature import FailureKind, ModelNames, Signature
 from graphbisect.oracle.tester import (
     CandidateTester,
     OutputCheck,
@@ -191,6 +191,9 @@ class ReduceResult:
     seconds: float
     journey: tuple[tuple[int, int], ...] = ()
     notes: tuple[str, ...] = ()
+    #: what the failure is beyond its kind (None: matched by kind), and the target's noise floor it is above
+    identity: Identity | None = None
+    noise_floor: NoiseFloor | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -200,6 +203,8 @@ class ReduceResult:
             "stop_reason": self.stop_reason, "verified": self.verified, "flaky": self.flaky,
             "bundle": str(self.bundle) if self.bundle else None, "work_dir": str(self.work_dir),
             "seconds": round(self.seconds, 3), "journey": [list(p) for p in self.journey], "notes": list(self.notes),
+            "identity": None if self.identity is None else self.identity.to_json(),
+            "noise_floor": None if self.noise_floor is None else self.noise_floor.to_json(),
         }
 
 
@@ -229,6 +234,9 @@ class _Run:
                 )
         self.tol = options.tolerance
         self.regex = re.compile(options.fail_regex) if options.fail_regex else None
+        # The original's node and tensor names, taken out of every crash message of this reduction (the baseline's,
+        # each candidate's, the re-verification's): one set, so a name is erased in all of them or in none.
+        self.names = ModelNames(model.proto)
         self.invocations = {"oracle": 0, "target": 0}
         self.ran_with: dict[str, dict[str, Any]] = {}  # role -> what its last worker measured (RunResult.ran_with)
         self.notes: list[str] = []
@@ -431,7 +439,7 @@ class _Run:
         if path.exists():
             data = json.loads(path.read_text())
             self.notes.extend(data.get("notes", []))  # a work folder of an older version has no evidence here
-            return _Baseline(Signature.from_json(data["signature"]), bool(data["flaky"]),
+            return _Baseline(Signature.from_json(data["signature"], names=self.names), bool(data["flaky"]),
                              [frozenset(h) for h in data.get("hints", [])],
                              {int(k): v for k, v in data.get("priors", {}).items()},
                              Identity.from_json(data.get("identity")))
@@ -543,7 +551,7 @@ class _Run:
         if run.ok:  # the values stay mapped after the worker's folder is gone (POSIX)
             self._last_original = run
         signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex,
-                          check=self.options.output_check, floor=floor).signature
+                          check=self.options.output_check, floor=floor, names=self.names).signature
         compiled = compiled_of(self.model, run.info) if run.ok and spec is not None else None
         if spec is not None:  # ORT wrote a copy of every weight beside the optimized graph: read, then gone
             shutil.rmtree(workdir, ignore_errors=True)
@@ -578,7 +586,7 @@ class _Run:
             return None, [], {}, [f"the target failed on the probed model ({run.describe()}); no layerwise hints "
                                   "and no identity (failures match by kind)"], None
         signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex,
-                          check=self.options.output_check, floor=floor).signature
+                          check=self.options.output_check, floor=floor, names=self.names).signature
         report = analyze_layers(self.model.nodes, store, run.outputs, self.tol, compiled=compiled, measured=run.stats,
                                 outputs=self.model.output_names, floor=floor)
         if report.first_divergence is None:
@@ -627,7 +635,7 @@ class _Run:
                                  check=self.options.output_check, repeats=FLAKY_REPEATS if flaky else 0,
                                  floor=floor, identity=self.identity_check(base.identity),
                                  describing=pool_of(describing, "target-describing")
-                                 if describing != self.target_spec else None)
+                                 if describing != self.target_spec else None, names=self.names)
         journal = Journal.open(self.work / "journal.jsonl", fingerprint=self.model.fingerprint)
         # The budget is this session's: resuming with --max-invocations N buys N more candidate runs.
         budget = Budget(max_invocations=self.options.max_invocations, deadline_seconds=self.options.deadline_seconds,
@@ -767,8 +775,7 @@ def _search_and_verify(r: _Run, space: SubgraphSpace, base: _Baseline, floor: No
         pool.close()
     if tester.other_identity:
         r.notes.append(f"{tester.other_identity} candidate(s) failed with the baseline's kind but another identity "
-                       f"(not {base.identity.describe() if base.identity else 'the recorded failure'}): not "
-                       "accepted")
+                       "(e.g. a sibling pass fusing the same nodes otherwise): not accepted")
     if tester.unrepeated:
         r.notes.append(f"{tester.unrepeated} candidate(s) failed like the baseline once and not when re-run: "
                        "not accepted")
@@ -875,7 +882,7 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], base: _Baseline
         run = proc.run(path, dict(candidate.feeds))
         r.count("target", run=run)
         verdict = judge(run, values, r.compared(candidate.outputs), r.tol, r.regex, check=r.options.output_check,
-                        floor=floor)
+                        floor=floor, names=r.names)
         same = baseline.matches(verdict.signature, strict_band=r.options.strict_band)
         if same:
             why = tester.identity_differs(verdict, candidate)
@@ -991,7 +998,8 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
             model=candidate.proto, run_model=space.workdir / "final.onnx", feeds=candidate.feeds,
             expected=oracle_outputs, target_outputs=verification.target_outputs, oracle=r.oracle_spec,
             target=r.target_spec, tolerance=r.tol, signature=baseline, workdir=r.work / "facts",
-            timeout=r.options.timeout, stage=r.stage, fail_regex=r.regex, check=r.options.output_check)
+            timeout=r.options.timeout, stage=r.stage, fail_regex=r.regex, check=r.options.output_check,
+            names=r.names)
     # the time the user waited, as the CLI prints it: the maintainer facts' runs included
     report.update(facts.facts, report_runs=facts.runs, seconds=round(time.monotonic() - r.started, 3))
     content = BundleContent(
@@ -1009,7 +1017,7 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
         failed=True, original_nodes=len(r.model.nodes), final_nodes=len(result.keep), kept_nodes=names,
         signature=baseline, invocations=dict(r.invocations), one_minimal=one_minimal, stop_reason=stop,
         verified=verified, flaky=flaky, bundle=bundle, work_dir=r.work, seconds=time.monotonic() - r.started,
-        journey=journey, notes=tuple(r.notes),
+        journey=journey, notes=tuple(r.notes), identity=base.identity, noise_floor=floor,
     )
 
 

@@ -267,7 +267,7 @@ def _compare(task: ModelTask, model: Model, feeds: Mapping[str, np.ndarray]
              ) -> tuple[dict[str, Any] | None, dict[str, int], dict[str, dict[str, Any]]]:
     """The verdict on the plain model: the failure's signature, or None when the target agrees with the oracle;
     the backend runs it took; and what ran each role (measured in its worker)."""
-    from graphbisect.oracle.signature import signature_of
+    from graphbisect.oracle.signature import ModelNames, signature_of
     from graphbisect.workflows.compare import compare_models
 
     o = task.options
@@ -278,7 +278,9 @@ def _compare(task: ModelTask, model: Model, feeds: Mapping[str, np.ndarray]
     versions = {role: dict(facts) for role, facts in result.versions.items()}
     if result.passed:
         return None, runs, versions
-    return signature_of(result.target_run, result.comparison).to_json(), runs, versions
+    # the model's names leave a crash's message: two models failing in the same op the same way are one bug
+    signature = signature_of(result.target_run, result.comparison, names=ModelNames(model.proto))
+    return signature.to_json(), runs, versions
 
 
 def _passes(task: ModelTask, model: Model, feeds: Mapping[str, np.ndarray]) -> Any:

@@ -20,10 +20,12 @@ from __future__ import annotations
 import dataclasses
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import onnx
 
 from graphbisect.artifacts.bundle import BundleError, LoadedBundle
 from graphbisect.artifacts.repro import (
@@ -44,7 +46,7 @@ from graphbisect.errors import InputError
 from graphbisect.localize.compiled import compiled_graph
 from graphbisect.oracle.floor import NoiseFloor
 from graphbisect.oracle.identity import IdentityCheck
-from graphbisect.oracle.signature import FailureKind, Signature
+from graphbisect.oracle.signature import FailureKind, ModelNames, Signature
 from graphbisect.oracle.tester import Judgement, OutputCheck, judge
 from graphbisect.workflows.probe import describing_spec
 
@@ -113,7 +115,10 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None,
             hint="read the bundle's report.json; to run it anyway pass --trust, or name the target yourself "
             "with --target SPEC",
         )
-    recorded = bundle.signature
+    # The bundle model's names leave every crash message compared here, the recorded one too (a bundle written
+    # before names were taken out still has them in its signature).
+    names = ModelNames(onnx.load(str(bundle.model_path), load_external_data=False))
+    recorded = bundle.signature.without_names(names)
     judged = judged_by(recorded, spec)
     if check is not None and judged != JUDGE_PYTHON_CHECK:
         raise InputError(f"this bundle's failure ({recorded.describe()}) was not judged by a Python check, so a "
@@ -130,7 +135,7 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None,
             BackendProcess(run_spec, workdir=Path(workdir)) as backend:
         result = backend.run(bundle.model_path, bundle.inputs_path, outputs)
         verdict = judge(result, bundle.oracle_outputs.__getitem__, outputs, bundle.tolerance, regex, check=check,
-                        floor=floor)
+                        floor=floor, names=names)
         other = _other_identity(bundle, identity, verdict) if recorded.matches(verdict.signature) else None
         # Copy what we need before the outputs' memory maps lose their folder.
         copied = {name: value.copy() for name, value in result.outputs.items()}
@@ -141,8 +146,7 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None,
                             "which a bundle cannot hold; the tolerance decides nothing here. Re-judge with "
                             "graphbisect.verify(BUNDLE, check=your_check)", bundle.target_message, judged)
     return dataclasses.replace(_classify(bundle, spec, result, verdict.comparison, verdict.signature,
-                                         other_identity=other),
-                               judged_by=judged)
+                                         recorded=recorded, names=names, other_identity=other), judged_by=judged)
 
 
 def _other_identity(bundle: LoadedBundle, identity: IdentityCheck | None, verdict: Judgement) -> str | None:
@@ -151,8 +155,6 @@ def _other_identity(bundle: LoadedBundle, identity: IdentityCheck | None, verdic
         return None
     compiled = None
     if identity.identity.compiled_kind is not None and verdict.run.ok:
-        import onnx
-
         proto = onnx.load(str(bundle.model_path), load_external_data=False)
         compiled = compiled_graph(proto.graph.node, list(bundle.oracle_outputs), verdict.run.info,
                                   constants={t.name: t for t in proto.graph.initializer})
@@ -192,9 +194,8 @@ def untrusted_target(bundle: LoadedBundle) -> list[Untrusted]:
 
 
 def _classify(bundle: LoadedBundle, spec: BackendSpec, result: RunResult, comparison: Comparison | None,
-              observed: Signature, *, other_identity: str | None = None) -> Verification:
-    recorded = bundle.signature
-
+              observed: Signature, *, recorded: Signature, names: Collection[str],
+              other_identity: str | None = None) -> Verification:
     def verdict(outcome: str, note: str | None = None) -> Verification:
         return Verification(outcome, recorded, observed, spec, result, comparison, note, bundle.target_message)
 
@@ -203,9 +204,9 @@ def _classify(bundle: LoadedBundle, spec: BackendSpec, result: RunResult, compar
                        f"{other_identity}. The recorded bug may be fixed while another one shows")
     if recorded.matches(observed):
         return verdict(REPRODUCES)
-    if _same_crash(bundle, recorded, observed, result):
+    if _same_crash(bundle, recorded, observed, result, names):
         return verdict(REPRODUCES, "the crash message differs from the recorded one only in volatile details "
-                       "(paths, line numbers)")
+                       "(paths, line numbers, names)")
     if not observed.failed:
         return verdict(FIXED, recheck_note(bundle.report))
     return verdict(DIFFERENT, "the recorded failure is gone but the target fails differently: the bug may be "
@@ -227,15 +228,16 @@ def recheck_note(report: Mapping[str, Any]) -> str | None:
             "which may still fail another way (graphbisect verify BUNDLE --model ORIGINAL.onnx)")
 
 
-def _same_crash(bundle: LoadedBundle, recorded: Signature, observed: Signature, result: RunResult) -> bool:
+def _same_crash(bundle: LoadedBundle, recorded: Signature, observed: Signature, result: RunResult,
+                names: Collection[str]) -> bool:
     """Same crash kind, and the recorded message's stable part is in the new one (see repro.crash_key)."""
     if recorded.kind is not observed.kind or not recorded.kind.raised:
         return False
     status = death_exit_code(recorded.detail, *_split(recorded.detail))
     if status is not None:  # a death or a command's exit status: the number, not a prefix ("code 1" of "13")
         return death_exit_code(observed.detail, result.error_type or "", result.message or "") == status
-    expected = crash_key(bundle.target_message or recorded.detail)
-    actual = crash_key(f"{result.error_type}: {result.message}")
+    expected = crash_key(bundle.target_message or recorded.detail, names)
+    actual = crash_key(f"{result.error_type}: {result.message}", names)
     return bool(expected) and expected in actual
 
 

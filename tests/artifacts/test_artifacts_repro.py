@@ -31,7 +31,14 @@ from graphbisect.artifacts.repro import expected_failure, repro_config
 from graphbisect.backends import BackendSpec
 from graphbisect.backends.base import RunResult, RunStatus
 from graphbisect.compare import Tolerance, compare_outputs
-from graphbisect.oracle.signature import EXACT_VALUES, FLOAT_VALUES, FailureKind, Signature, signature_of
+from graphbisect.oracle.signature import (
+    EXACT_VALUES,
+    FLOAT_VALUES,
+    FailureKind,
+    Signature,
+    crash_names,
+    signature_of,
+)
 from graphbisect.workflows.verify import DIFFERENT, verify_bundle
 
 FIXED = BackendSpec.parse(FIXED_TARGET)
@@ -164,10 +171,17 @@ def _script_module(content: BundleContent, tmp_path: Path) -> ModuleType:
     "RuntimeError: Exception from src/inference/src/cpp/core.cpp:84:\nCheck 'false' failed at src/x.cpp:151:\n"
     "-- Conv-16 with a message:\nThe input data tensor's rank has to be known (static)\n\n-- ReduceMean-16 with a",
     "RuntimeError: Unable to find output name 'cn' in ['', 'a', \"b\"], proto is\nir_version: 8\ngraph {",
+    "RuntimeError: Exception from src/core.cpp:132:\nWhile validating node 'opset8::If If_5381 (opset1::Greater "
+    "/gt[0]:boolean[1,1], opset1::Relu /relu[0]:f32[1,4]) -> ()' with friendly_name 'If_5381':\nRank of If ...",
+    "InvalidArgument: Got invalid dimensions for input: x.1 for the following indices\n index: 1 Got: 4",
 ])
 def test_script_crash_key_equals_the_library_one(mismatch_content: BundleContent, tmp_path: Path,
                                                  message: str) -> None:
-    assert _script_module(mismatch_content, tmp_path).crash_key(message) == crash_key(message)
+    """Names included: the script embeds graphbisect.oracle.names and gets the model's names in its config."""
+    module = _script_module(mismatch_content, tmp_path)
+    assert module.crash_key(message) == crash_key(message)
+    names = crash_names(["x.1", "/relu", "relu_clip_fusion.cc.x"])
+    assert module.crash_key(message, names) == crash_key(message, names)
 
 
 def test_the_control_is_judged_as_the_recorded_failure_is(mismatch_content: BundleContent, tmp_path: Path) -> None:

@@ -33,6 +33,14 @@ def test_a_value_fails_only_beyond_the_margin_over_its_floor() -> None:
     assert floor.exceeds(TensorStats("mm", MismatchKind.SHAPE, score=math.inf))
 
 
+def test_a_kernel_computing_wrong_with_every_optimization_off_is_no_floor() -> None:
+    """ORT's int64 Pow is wrong at opt_level=disable too: a bug of its kernel, which the floor must not hide."""
+    floor = NoiseFloor("ort:opt_level=disable", {"pow": math.inf, "big": 500.0, "tf32": 3.0}, "m", measured=True)
+    assert floor.exceeds(_stats("pow", math.inf)) and floor.exceeds(_stats("big", 400.0))
+    assert not floor.exceeds(_stats("tf32", 20.0))
+    assert floor.above_tolerance() == [("tf32", 3.0)]  # what the "noise floor" sentence names: precision only
+
+
 def test_the_floor_is_the_target_with_its_optimizations_off_unless_that_is_the_oracle() -> None:
     target, info = resolve("ort:opt_level=all,providers=CUDAExecutionProvider,save_optimized=1",
                            require_available=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphbisect.artifacts.compare_report import write_csv
 from graphbisect.cli.main import main
+from graphbisect.examples import host_network
 from graphbisect.model import load_model
 from graphbisect.workflows.compare import compare_models
 
@@ -89,6 +91,27 @@ def test_identical_backends_pass(tmp_path: Path) -> None:
     assert result.layerwise is not None and result.layerwise.first_divergence is None
 
 
+def test_a_passing_run_marks_no_row_failed(tmp_path: Path) -> None:
+    """Tensors the target fused away were not observed: JSON, CSV and HTML said ``missing``, ``score: inf``,
+    ``passed: false`` for each (issue 26: 1,350 of 1,497 rows of a *passing* PicoDet run on OpenVINO)."""
+    from graphbisect.artifacts.compare_report import write_html
+
+    result = compare_models(load_model(host_network(150, bug=None, seed=2).model))  # ORT all vs disable: fuses
+    assert result.passed and result.layerwise is not None
+    data = result.to_json()
+    rows = data["layers"]
+    unobserved = [row for row in rows if not row["observed"]]
+    assert unobserved and all(row["kind"] == "not-observed" and row["passed"] is None and row["score"] is None
+                              for row in unobserved)
+    assert all(row["passed"] for row in rows if row["observed"])
+    write_csv(result, tmp_path / "r.csv")
+    cells = list(csv.DictReader((tmp_path / "r.csv").read_text().splitlines()))
+    assert {row["kind"] for row in cells} <= {"ok", "not-observed"} and not any(row["score"] == "inf" for row in cells)
+    write_html(result, tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    assert "<tr class='fail'>" not in page and "<tr class='unobserved'>" in page
+
+
 def test_fusion_bug_is_localized_on_the_compiled_graph(tmp_path: Path) -> None:
     """Probing only the tensors that survive ONNX Runtime's fusions keeps LayerNormFusion, so the table shows it."""
     result = compare_models(load_model(_layernorm_keepdims0()))  # defaults: ORT all vs ORT disable
@@ -105,7 +128,8 @@ def test_fusion_bug_is_localized_on_the_compiled_graph(tmp_path: Path) -> None:
     assert data["probe_masking"] is False and data["first_divergence"]["compiled_as"]["kind"] == "LayerNormalization"
     csv_path = tmp_path / "r.csv"
     write_csv(result, csv_path)
-    assert "LayerNormalization" in csv_path.read_text().splitlines()[-1].rsplit(",", 1)[-1]
+    last = list(csv.DictReader(csv_path.read_text().splitlines()))[-1]
+    assert "LayerNormalization" in last["compiled_as"] and last["at_floor"] == "False"
     assert data["compiled_graph"]["fused"] == 1
 
 

@@ -50,7 +50,7 @@ def test_tf32_reduce_keeps_the_mis_fused_layernorm_not_a_noisy_matmul(tmp_path: 
     assert result.invocations["target"] <= 20
 
 
-def test_tf32_compare_shows_the_floor_and_the_real_first_divergence() -> None:
+def test_tf32_compare_shows_the_floor_and_the_real_first_divergence(tmp_path: Path) -> None:
     result = gb.compare(example_model_path(), target=TF32, inputs=_example_inputs())
     assert result.noise_floor is not None and result.noise_floor.measured
     layers = result.layerwise
@@ -68,6 +68,14 @@ def test_tf32_compare_shows_the_floor_and_the_real_first_divergence() -> None:
     assert data["noise_floor"]["spec"] == "tf32ort:opt_level=disable"
     assert any(row["at_floor"] for row in data["layers"])  # type: ignore[index, union-attr]
     assert result.outcome.cls.value == "divergence"
+    from graphbisect.artifacts.compare_report import write_csv, write_html
+
+    write_csv(result, tmp_path / "layers.csv")
+    write_html(result, tmp_path / "report.html")
+    table = (tmp_path / "layers.csv").read_text().splitlines()
+    assert table[0].endswith(",floor,at_floor") and table[1].endswith(",True")  # /embed/MatMul: kernel precision
+    page = (tmp_path / "report.html").read_text()
+    assert "<tr class='floor'>" in page and "noise floor (tf32ort:opt_level=disable)" in page
 
 
 def test_tf32_passes_name_the_fusion_the_user_hit() -> None:
