@@ -69,7 +69,7 @@ def test_worker_statistics_give_the_table_of_the_dumped_values_on_ort(tmp_path: 
     old, new = _both_paths("onnxruntime:opt_level=all", tmp_path)
     assert old == new
     assert new["first"] is not None and new["first"]["compiled_as"]["kind"] == "LayerNormalization"
-    assert not new["passed"] and any(row["kind"] == "missing" for row in new["rows"])  # fused-away tensors
+    assert not new["passed"] and any(row["kind"] == "not-observed" for row in new["rows"])  # fused-away tensors
 
 
 def test_worker_statistics_under_probe_masking(tmp_path: Path) -> None:
