@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from graphbisect.cli.common import (
     add_model_arguments,
     count,
+    feeds_for_api,
     load_feeds,
     load_model_arg,
     output_path,
@@ -51,9 +52,9 @@ def run(args: argparse.Namespace) -> int:
     feeds = load_feeds(args, model)
     extra: dict[str, object] = {}
     if args.inputs is None:
-        from graphbisect.data import random_input_notes
+        from graphbisect.data import parse_shapes, random_input_notes
 
-        notes = random_input_notes(model)
+        notes = random_input_notes(model, shapes=parse_shapes(args.shape))
         # the shapes that ran: a dynamic dim takes a size chosen here (or given with --shape)
         shapes = {name: [int(d) for d in getattr(value, "shape", ())] for name, value in feeds.items()}
         print(f"… random inputs (seed {args.seed}; pass real ones with --inputs):", file=sys.stderr)
@@ -64,8 +65,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         extra["inputs"] = str(Path(args.inputs).absolute())
     result = api.compare(
-        model, oracle=args.oracle, target=args.target, inputs=feeds, tolerance=tolerance_from_args(args),
-        workdir=args.workdir, layerwise=not args.no_layerwise, all_tensors=args.all_tensors, seed=args.seed,
+        model, oracle=args.oracle, target=args.target, **feeds_for_api(args, feeds),
+        tolerance=tolerance_from_args(args), workdir=args.workdir, layerwise=not args.no_layerwise,
+        all_tensors=args.all_tensors,
         on_stage=lambda msg: print(f"… {msg}", file=sys.stderr),
     )
     result = dataclasses.replace(result, extra={**result.extra, **extra})
@@ -104,6 +106,8 @@ def print_result(result: CompareResult, *, rows: int) -> None:
     verdict = "PASS: outputs match" if result.passed else f"FAIL: {result.outcome}"
     print(f"\n{verdict}  (invocations: {', '.join(f'{k} {v}' for k, v in result.invocations.items())}; "
           f"{result.seconds:.1f} s)")
+    if result.passed and result.dims_note:
+        print(f"NOTE: {result.dims_note}")
 
 
 def _print_layers(result: CompareResult, rows: int) -> None:

@@ -39,7 +39,15 @@ from graphbisect.backends.process import CompareTo
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET, shared_accelerator
 from graphbisect.compare import Comparison, TensorStats, Tolerance, compare_outputs
 from graphbisect.compare.metrics import comparison_of
-from graphbisect.data import ActivationStore, random_inputs, save_inputs, validate_inputs
+from graphbisect.data import (
+    ActivationStore,
+    ChosenDim,
+    chosen_dims,
+    dims_note,
+    random_inputs,
+    save_inputs,
+    validate_inputs,
+)
 from graphbisect.errors import BackendError
 from graphbisect.localize.compiled import CompiledGraph
 from graphbisect.localize.layerwise import LayerwiseReport, TensorSource, analyze_layers, tensor_stats
@@ -106,6 +114,14 @@ class CompareResult:
     noise_floor: NoiseFloor | None = None
     #: how failing nodes whose inputs the target did not expose were run alone (None: there were none)
     root_cause_check: AloneCheck | None = None
+    #: the inputs' dynamic dims graphbisect sized (random inputs without a shape for them): the verdict
+    #: holds for these sizes only (:attr:`dims_note`)
+    chosen_dims: tuple[ChosenDim, ...] = ()
+
+    @property
+    def dims_note(self) -> str | None:
+        """What a verdict on sizes graphbisect chose must say (:func:`graphbisect.data.dims_note`), or None."""
+        return dims_note(self.chosen_dims)
 
     @property
     def passed(self) -> bool:
@@ -142,6 +158,8 @@ class CompareResult:
             "oracle_capture": None if self.oracle_capture is None else self.oracle_capture.to_json(),
             "noise_floor": None if self.noise_floor is None else self.noise_floor.to_json(),
             "root_cause_check": None if self.root_cause_check is None else self.root_cause_check.to_json(),
+            "chosen_dims": [dim.to_json() for dim in self.chosen_dims],
+            "dims_note": self.dims_note,
             "invocations": dict(self.invocations),
             "seconds": round(self.seconds, 3),
             **self.extra,  # e.g. the CLI's random_inputs notes and seed, or the user's --inputs file
@@ -175,6 +193,7 @@ def compare_models(
     seed: int = 0,
     on_stage: Callable[[str], None] | None = None,
     workers: tuple[BackendProcess, BackendProcess] | None = None,
+    chosen: Sequence[ChosenDim] = (),
 ) -> CompareResult:
     """Compare ``target`` against ``oracle`` on ``model`` and localize the first divergence.
 
@@ -183,6 +202,8 @@ def compare_models(
     intermediate of the target even when it can describe what it compiled.
     ``workers``: running (oracle, target) workers to use, left open (comparing many models without starting
     workers per model); a target worker of :func:`describing_spec` gives the compiled-graph probe.
+    ``chosen``: the dynamic dims graphbisect sized when it drew ``inputs`` (:func:`graphbisect.data.chosen_dims`;
+    found here when ``inputs`` is None), which the result reports.
     Raises :class:`OracleFailed` (with its :class:`Outcome`) when the oracle cannot run the model.
     """
     started = time.monotonic()
@@ -271,7 +292,7 @@ def compare_models(
             compiled=plan.compiled, target_probe=probed.probe,
             oracle_capture=oracle_side.as_built.difference if oracle_side.as_built is not None else None,
             outcome=classify_comparison(target_run, comparison, model.nodes, floor), noise_floor=floor,
-            root_cause_check=alone,
+            root_cause_check=alone, chosen_dims=tuple(chosen) if inputs is not None else chosen_dims(model),
         )
 
 
