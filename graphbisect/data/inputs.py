@@ -472,8 +472,11 @@ def random_input_notes(model: Model, *, shapes: Mapping[str, Iterable[int]] | No
         {'input': 'float32 uniform in [-1, 1)', 'sr': 'int64, one of the values it is compared with: 16000'}
     """
     chosen: dict[str, list[ChosenDim]] = {}
-    for dim in chosen_dims(model, shapes=shapes):
-        chosen.setdefault(dim.input, []).append(dim)
+    try:
+        for dim in chosen_dims(model, shapes=shapes):
+            chosen.setdefault(dim.input, []).append(dim)
+    except InputError:  # a dim only the user can size: random_inputs says so; the notes say how values are drawn
+        pass
     bounds = index_bounds(model)
     compared = compared_values(model)
     notes: dict[str, str] = {}
