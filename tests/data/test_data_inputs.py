@@ -25,6 +25,7 @@ from graphbisect.data import (
     validate_inputs,
 )
 from graphbisect.errors import InputError
+from graphbisect.model import Model
 
 # --- parse_shapes --------------------------------------------------------------------------------------
 
