@@ -72,7 +72,9 @@ __all__ = [
 ModelSource = Union[str, "os.PathLike[str]", "onnx.ModelProto", "Model"]
 #: Inputs: a dict of arrays by input name, a file (.npz, .npy, .pb file or folder, JSON), or None (seeded random).
 InputsSource = Union[Mapping[str, "np.ndarray"], str, "os.PathLike[str]", None]
-#: A Python check: ``check(outputs, expected) -> bool``, True when the target's ``outputs`` are acceptable.
+#: A Python check: ``check(outputs, expected) -> bool``. ``outputs``: the target's values by tensor name (a
+#: ``dict[str, numpy.ndarray]``: the model's outputs in ``compare``, the tensors a candidate computes in
+#: ``reduce``); ``expected``: the oracle's values of the same tensors. True when the outputs are acceptable.
 OutputCheck = Callable[[Mapping[str, "np.ndarray"], Mapping[str, "np.ndarray"]], bool]
 
 
@@ -108,6 +110,7 @@ def compare(
     layerwise: bool = True,
     all_tensors: bool = False,
     workdir: str | os.PathLike[str] | None = None,
+    check: OutputCheck | None = None,
     on_stage: Callable[[str], None] | None = None,
 ) -> CompareResult:
     """Run ``target`` and ``oracle`` on the model (``graphbisect compare``): the verdict on the outputs, and
@@ -116,17 +119,21 @@ def compare(
     ``tolerance`` (a :class:`~graphbisect.compare.Tolerance`, with per-output overrides) replaces
     ``atol``/``rtol``. ``all_tensors`` probes every intermediate tensor instead of those that survive in the
     target's compiled graph. ``workdir`` keeps the normalized model, inputs and the oracle's activations.
-    ``on_stage`` gets a line per step (what the CLI prints).
+    ``check`` (an :data:`OutputCheck`, as ``reduce``'s Python check) decides the verdict instead of the
+    tolerance: it gets the target's and the oracle's values of the model's outputs and returns True when they
+    are acceptable (``result.check_passed``; the comparison and the layerwise table stay the tolerance's view).
+    ``on_stage`` gets a line per step (what the CLI prints). The result's attributes are the ``--json``
+    fields (``verdict``, ``outputs``, ``first_divergence``, ``root_causes``, ``layers``, ``compiled_graph``...).
 
     Example:
         >>> r = compare("model.onnx", target="openvino", atol=1e-3)    # doctest: +SKIP
-        >>> r.passed, r.layerwise.first_divergence.node                  # doctest: +SKIP
+        >>> r.verdict, r.first_divergence.node, r.root_causes[0].role    # doctest: +SKIP
     """
     from graphbisect.workflows.compare import compare_models
 
     loaded = load_model(model)
     feeds, chosen = _feeds(loaded, inputs, shapes, seed)
-    return compare_models(loaded, oracle=oracle, target=target, inputs=feeds, chosen=chosen,
+    return compare_models(loaded, oracle=oracle, target=target, inputs=feeds, chosen=chosen, check=check,
                           tolerance=_tolerance(tolerance, atol, rtol), workdir=_path(workdir),
                           layerwise=layerwise, all_tensors=all_tensors, seed=seed, on_stage=on_stage)
 

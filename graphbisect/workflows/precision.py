@@ -147,6 +147,22 @@ class PrecisionResult:
         """What a verdict on sizes graphbisect chose must say (:func:`graphbisect.data.dims_note`), or None."""
         return dims_note(self.chosen_dims)
 
+    # The --json fields named otherwise than their dataclass field, as typed attributes.
+    @property
+    def breaks_alone(self) -> tuple[str, ...] | None:
+        """The kept nodes that break the tolerance alone (:attr:`alone`); None: not checked."""
+        return self.alone
+
+    @property
+    def prefix_last_node(self) -> str | None:
+        """The last node of the Polygraphy-style prefix answer (None: no prefix found or asked for)."""
+        return self.prefix_keep_fp32[-1] if self.prefix_keep_fp32 else None
+
+    @property
+    def all_lowered_meets_tolerance(self) -> bool:
+        """The fully lowered model meets the tolerance (:attr:`all_lowered_meets`): no node needs FP32."""
+        return self.all_lowered_meets
+
     def to_json(self) -> dict[str, object]:
         tol = self.tolerance
         return {
@@ -154,10 +170,10 @@ class PrecisionResult:
             "tolerance": {"atol": tol.atol, "rtol": tol.rtol, "min_cosine": tol.min_cosine,
                           "per_output": {name: list(pair) for name, pair in tol.per_output.items()}},
             "keep_fp32": list(self.keep_fp32), "minimal": self.minimal, "stop_reason": self.stop_reason,
-            "breaks_alone": None if self.alone is None else list(self.alone),
+            "breaks_alone": None if self.breaks_alone is None else list(self.breaks_alone),
             "prefix_keep_fp32": None if self.prefix_keep_fp32 is None else len(self.prefix_keep_fp32),
-            "prefix_last_node": self.prefix_keep_fp32[-1] if self.prefix_keep_fp32 else None,
-            "all_lowered_meets_tolerance": self.all_lowered_meets,
+            "prefix_last_node": self.prefix_last_node,
+            "all_lowered_meets_tolerance": self.all_lowered_meets_tolerance,
             "meets_tolerance": self.meets_tolerance,
             "final_metrics": {k: (v if np.isfinite(v) else str(v)) for k, v in self.final_metrics.items()},
             "sensitivity": [row.to_json() for row in self.sensitivity],
