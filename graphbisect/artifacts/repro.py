@@ -13,7 +13,7 @@ design:
   sets them), compares every output with the bundle's tolerances using :mod:`graphbisect.compare`'s
   semantics (``numpy.allclose`` per element; NaN/Inf in the target where the oracle is finite is a failure
   of its own kind) and prints what it saw. A mismatch reproduces only in its recorded **value class** (float
-  values beyond tolerance, or integer/boolean values that differ), as
+  values beyond tolerance, or integer/boolean values that differ; either for a failure rooted in integers), as
   :meth:`~graphbisect.oracle.signature.Signature.matches` rules; the script words the classes as the signature
   does (a test keeps them equal).
 * **The backend runs in a child process** (the script re-executes itself with ``--child``), so a segfault,
@@ -648,9 +648,12 @@ def failure_kind(results):
 
 
 # The value class of a mismatch, as graphbisect's failure signature words it (a test keeps them equal): a
-# wrong classification (an integer flip) and a float error are different failures, whichever was recorded.
+# wrong classification (an integer flip) and a float error are different failures, whichever was recorded —
+# unless the recorded one is rooted in integers (the original's first divergence was an integer tensor, its
+# float error that tensor's consequence): then either class is that failure.
 FLOAT_VALUES = "values beyond tolerance"
 EXACT_VALUES = "integer/boolean values differ"
+EXACT_ROOTED = "integer/boolean values differ, and float values computed from them"
 
 
 def value_class(expected):
@@ -849,6 +852,8 @@ def is_recorded_failure(expect, outcome):
         return False
     if expect["kind"] == "mismatch" and expect.get("detail") in (FLOAT_VALUES, EXACT_VALUES):
         return outcome.get("detail") == expect["detail"]  # an integer flip is not a float error, nor vice versa
+    if expect["kind"] == "mismatch" and expect.get("detail") == EXACT_ROOTED:
+        return outcome.get("detail") in (FLOAT_VALUES, EXACT_VALUES)
     if expect.get("exit_code") is not None:
         return outcome.get("exit_code") == expect["exit_code"]
     if expect.get("message_key") is not None:

@@ -206,12 +206,6 @@ class Model:
     def _types(self) -> dict[str, TensorType]:
         return _type_index(self.proto.graph, self._inferred)
 
-    @functools.cached_property
-    def _non_tensor_types(self) -> dict[str, onnx.ValueInfoProto]:
-        """Sequence / optional / map values, which keep their type when exposed."""
-        return {name: value for name, value in {**self._inferred, **self._declared}.items()
-                if not value.type.HasField("tensor_type")}
-
     # --- facts ---------------------------------------------------------------------------------------
 
     @property
@@ -289,8 +283,9 @@ class Model:
         """A probe model: the same graph with the tensors ``names`` added as graph outputs.
 
         Existing outputs stay first and in order; names already outputs are not repeated. Each added
-        output carries its inferred type; when inference found none it carries no type (ONNX Runtime,
-        OpenVINO and onnx.reference then use the type the node produces). With ``weights`` (from
+        output is declared as every derived model declares a new output (:meth:`boundary_type`: the user's
+        declaration, else the inferred type; an initializer by its dims); when nothing is known it carries no
+        type (ONNX Runtime, OpenVINO and onnx.reference then use the type the node produces). With ``weights`` (from
         :func:`~graphbisect.model.io.write_weights_file`) the initializers reference that file instead
         of being copied — save the result next to it.
 
@@ -309,11 +304,12 @@ class Model:
         for name in dict.fromkeys(names):
             if name in present:
                 continue
-            declared = self._non_tensor_types.get(name)
-            if declared is not None:
+            declared = self.boundary_type(name)  # what every derived model declares it with
+            if declared is not None and (not declared.type.HasField("tensor_type")
+                                         or declared.type.tensor_type.elem_type):
                 outputs.append(declared)
                 continue
-            found = self._types.get(name)
+            found = self._types.get(name)  # an initializer's own dims
             if found is None or not found.elem_type:
                 logger.debug("tensor %r has no inferred type; exposing it untyped", name)
                 outputs.add(name=name)

@@ -9,6 +9,10 @@ shrink a wrong-result bug into an unrelated crash. A candidate is accepted only 
   beyond tolerance, or ``exact`` integer/boolean values that differ (a flipped argmax, a wrong index). The
   classes do not match each other: a wrong classification must not shrink into "some float is slightly off".
   When both fail, the class is ``float`` (the numeric error is the root symptom, the flip its consequence).
+  Unless the evidence says otherwise: when the original's first divergence is an integer tensor (ONNX
+  Runtime's ReshapeFusion swaps ids for a shape, which a Cast turns into a float error downstream), the
+  baseline's detail is :data:`EXACT_ROOTED` and both classes are that failure — the integer error, or the
+  float error it causes — so the reduction may end where the integers go wrong.
   A mismatch also records its **band**
   (``floor(log10(score))``, the error's order of magnitude in tolerances) for the report; bands are not
   compared unless asked (``strict_band``), because the error legitimately grows or shrinks when the
@@ -42,7 +46,7 @@ from graphbisect.oracle.names import erase_names, found_names
 from graphbisect.oracle.outcome import is_unsupported
 
 __all__ = ["FailureKind", "ModelNames", "Signature", "crash_names", "failing_above", "names_in", "normalize_message",
-           "signature_of"]
+           "rooted_in_integers", "signature_of"]
 
 
 class FailureKind(str, enum.Enum):
@@ -202,7 +206,7 @@ class Signature:
         """Whether ``other`` (a candidate's signature) is the same failure as this (the baseline's)."""
         if self.kind is not other.kind or not self.failed:
             return False
-        if (self.kind.raised or self.kind is FailureKind.MISMATCH) and self.detail != other.detail:
+        if (self.kind.raised or self.kind is FailureKind.MISMATCH) and not _same_detail(self.detail, other.detail):
             return False
         if strict_band and self.band is not None and other.band is not None:
             return abs(self.band - other.band) <= 1
@@ -322,6 +326,24 @@ def failing_above(comparison: Comparison | None, floor: NoiseFloor | None) -> tu
 
 FLOAT_VALUES = "values beyond tolerance"
 EXACT_VALUES = "integer/boolean values differ"
+#: a baseline whose first divergence is an integer tensor: its float error is that error's consequence
+EXACT_ROOTED = "integer/boolean values differ, and float values computed from them"
+
+
+def _same_detail(a: str, b: str) -> bool:
+    """Whether two signatures' details are the same failure (see the module docstring's value classes)."""
+    if a == b:
+        return True
+    return EXACT_ROOTED in (a, b) and {a, b} - {EXACT_ROOTED} <= {FLOAT_VALUES, EXACT_VALUES}
+
+
+def rooted_in_integers(signature: Signature, first_divergence_dtype: str | None) -> Signature:
+    """``signature`` (a baseline) made :data:`EXACT_ROOTED` when it is a float error whose first divergence, in
+    the original, is an integer or boolean tensor (``first_divergence_dtype``, the oracle's dtype there)."""
+    if signature.kind is FailureKind.MISMATCH and signature.detail == FLOAT_VALUES and \
+            _exact(first_divergence_dtype):
+        return Signature(FailureKind.MISMATCH, EXACT_ROOTED, signature.band)
+    return signature
 CHECK_REJECTED = "the Python check rejected the outputs"
 
 

@@ -38,6 +38,7 @@ from graphbisect.oracle.floor import NoiseFloor
 from graphbisect.oracle.identity import IdentityCheck
 from graphbisect.oracle.signature import (
     CHECK_REJECTED,
+    EXACT_ROOTED,
     EXACT_VALUES,
     FailureKind,
     ModelNames,
@@ -281,10 +282,10 @@ class CandidateTester:
     def _cannot_match(self, candidate: Candidate) -> str | None:
         """Why the candidate cannot fail like the baseline whatever the target does, judged from the types
         of its outputs alone (None when it can): an integer/boolean flip needs an integer or boolean output,
-        a float error or a NaN a float one. Such candidates would cost a run and end UNRESOLVED or PASS,
-        which the search treats alike, so they are not run."""
+        a float error or a NaN a float one (an error rooted in integers, an output of either class). Such
+        candidates would cost a run and end UNRESOLVED or PASS, which the search treats alike, so they are not run."""
         if not self.compare or self.baseline.kind not in (FailureKind.MISMATCH, FailureKind.NAN) or \
-                self.baseline.detail == CHECK_REJECTED:
+                self.baseline.detail in (CHECK_REJECTED, EXACT_ROOTED):
             return None
         kinds = {_value_class(elem_type) for elem_type in candidate.output_types}
         if self.baseline.detail == EXACT_VALUES:

@@ -123,9 +123,24 @@ class GraphRewriter:
         read = {name for node in self.nodes for name in node.input} | set(self.model.output_names)
         graph.initializer.extend(t for t in self.model.proto.graph.initializer if t.name in read)
         graph.initializer.extend(t for name, t in self.initializers.items() if name in read)
-        del graph.value_info[:]  # renamed and retyped tensors: let runtimes infer them
+        # Declarations as every derived model carries them (strategies.subgraph): the user's value_info of the
+        # tensors this graph still computes under their own name — with their own type: a lowered node writes
+        # its low-precision copy under a new name and its float32 value back under the original one —, and
+        # exposed tensors declared by Model.boundary_type. Optimizers act on declared shapes, so dropping them
+        # changed what the target ran even with every node kept in FP32. New tensors are left to inference.
+        exposed = set(self.expose)
+        declared = [v for v in graph.value_info if v.name in self.made and v.name not in exposed]
+        del graph.value_info[:]
+        graph.value_info.extend(declared)
         for name in self.expose:
-            found = self.model.tensor_type(name)
-            elem = found.elem_type if found is not None else onnx.TensorProto.FLOAT
-            graph.output.append(helper.make_tensor_value_info(name, elem, None))
+            graph.output.append(self._declaration(name))
         return proto
+
+    def _declaration(self, name: str) -> onnx.ValueInfoProto:
+        """How an exposed float32 tensor is declared as a graph output."""
+        known = self.model.boundary_type(name)
+        if known is not None and known.type.HasField("tensor_type") and known.type.tensor_type.elem_type:
+            return known
+        found = self.model.tensor_type(name)
+        return helper.make_tensor_value_info(name, found.elem_type if found is not None else onnx.TensorProto.FLOAT,
+                                             None)

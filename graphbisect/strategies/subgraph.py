@@ -3,10 +3,14 @@
 Any subset of nodes is a valid candidate, because every tensor a kept node reads but no kept node
 produces is **fed with the oracle's captured value** (DESIGN: "oracle values at cut points"): as a graph
 input carried in the candidate's inputs, or — for small integer tensors such as shapes and indices, which
-runtimes need as constants to fold shapes and match fusion patterns — as an initializer. The original's
-own graph inputs stay graph inputs. The candidate's outputs are the tensors it produces that no kept node
-reads (its frontier) plus any original output it produces; their expected values are the oracle's,
-straight from the activation store, so testing a candidate costs one *target* invocation and no oracle run.
+runtimes need as constants to fold shapes and match fusion patterns — as an initializer, unless the original
+gives them a dynamic dimension (a constant would fix it to the captured run's size). The original's own graph
+inputs stay graph inputs. The candidate's outputs are any original output it produces plus the
+tensors it produces that no kept node reads (its frontier) — but never a tensor that no node of the original
+reads either (an LSTM's unused ``Y_h``): the original does not expose it, and exposing it changes what a
+compiler makes of its node (IREE 3.13 miscompiles a BiLSTM fed by a Gather with dynamic dimensions only
+while ``Y_h``/``Y_c`` are not outputs). Their expected values are the oracle's, straight from the activation
+store, so testing a candidate costs one *target* invocation and no oracle run.
 
 **Declarations survive.** Optimizers act on declared shapes (ONNX Runtime's LayerNormFusion with a positive
 ``axes`` fires only when the input's rank is known; an OpenVINO conversion may fail only on dynamic
@@ -16,9 +20,10 @@ values fed are concrete) and outputs, and the ``value_info`` of every kept tenso
 inferred is added to a tensor the model already has; only a cut point, which the original has no
 declaration for as a graph input, is declared with the user's ``value_info`` when there is one, else with
 the type inference found in the whole model (symbolic dimensions stay symbolic: what a runtime knows about
-that tensor inside the original), never the concrete shape of one run. The whole node set therefore
-materializes to the original model itself, and every candidate, declarations included, is exactly what
-the target ran before it was accepted.
+that tensor inside the original), never the concrete shape of one run. Inputs, initializers and outputs
+the original has keep its order. The whole node set therefore materializes to the original model itself,
+byte for byte (when every input and initializer is read), and every candidate, declarations included, is
+exactly what the target ran before it was accepted.
 
 Weights are never copied per candidate: every initializer above 1 KiB lives once in ``weights.bin`` beside
 the candidates, which reference it by offset (:func:`graphbisect.model.io.write_weights_file`).
@@ -231,17 +236,20 @@ class SubgraphSpace:
         return value
 
     def boundary(self, keep: Iterable[int]) -> tuple[list[str], list[str], list[str]]:
-        """(cut tensors to feed, initializers used, output tensors) of a node subset, in graph order."""
+        """(cut tensors to feed, initializers used, output tensors) of a node subset, in the orders
+        :meth:`materialize` writes them."""
         found = self._index.boundary(keep)
         return self._names[found.cut].tolist(), self._names[found.inits].tolist(), self._names[found.outputs].tolist()
 
     def materialize(self, keep: Iterable[int], *, inline_weights: bool = False) -> Candidate:
         """Build the candidate model for ``keep``. Raises KeyError when a cut value is unknown.
 
-        The model (module docstring): the kept nodes in order; initializers read (weights.bin stubs) then
-        small integer cut tensors as constants; graph inputs: the other cut tensors, then initializers the
-        original also lists as inputs (runtimes do not fold those, so they stay overridable); outputs: the
-        frontier and original outputs produced; ``value_info``: the user's, of kept non-output tensors.
+        The model (module docstring): the kept nodes in order; initializers read (weights.bin stubs), in the
+        original's order, then small integer cut tensors as constants; graph inputs: the original's own that
+        the nodes read — its inputs and the initializers it also lists as inputs (runtimes do not fold those,
+        so they stay overridable) — in its order, then the other cut tensors in order of first read; outputs:
+        the original outputs produced, in its order, then the frontier (tensors no kept node reads but some
+        node of the original does) in node order; ``value_info``: the user's, of kept non-output tensors.
         """
         keep = frozenset(keep)
         found = self._index.boundary(keep)
@@ -264,11 +272,10 @@ class SubgraphSpace:
             feeds = StoredFeeds(names, self._feeds(held, self._names[held].tolist()), self.store, self.values)
         else:
             feeds = self._feeds(fed, names)
-        overridable = inits[self._init_inputs_of[inits]]
         data = self._layout.assemble(
             node=self._node_pieces[found.nodes].tolist(),
             initializer=[*self._init_pieces[inits].tolist(), *self._cut.data[cut[constant]].tolist()],
-            input=[*self._cut.data[fed].tolist(), *self._init_input_pieces[overridable].tolist()],
+            input=self._input_pieces(fed, inits),
             output=self._out.data[outputs].tolist(),
             value_info=self._vi_pieces[found.produced[self._vi_ids] & ~found.output_mask[self._vi_ids]].tolist())
         output_names = tuple(self._names[outputs].tolist())
@@ -335,6 +342,19 @@ class SubgraphSpace:
         keep = frozenset(i for part in parts for i in part.keep)
         return Candidate(keep, feeds, tuple(outputs), tuple(types), built=merged)
 
+    def _input_pieces(self, fed: np.ndarray, inits: np.ndarray) -> list[bytes]:
+        """The graph input entries of a candidate feeding ``fed`` and reading ``inits`` (ids, in the boundary's
+        order): the original's own graph inputs — fed ones and initializers it also lists as inputs (runtimes
+        do not fold those, so they stay overridable) — in its order, then the cut tensors."""
+        overridable = inits[self._init_inputs_of[inits]]
+        if not overridable.size:
+            return self._cut.data[fed].tolist()  # the boundary puts the original's inputs first, in its order
+        rank = self._index.input_rank
+        own = np.concatenate([fed[rank[fed] >= 0], overridable])
+        own = own[np.argsort(rank[own], kind="stable")]
+        pieces = np.where(self._init_inputs_of[own], self._init_input_pieces[own], self._cut.data[own])
+        return [*pieces.tolist(), *self._cut.data[fed[rank[fed] < 0]].tolist()]
+
     def _feeds(self, fed: np.ndarray, names: list[str]) -> dict[str, Any]:
         """The values of the cut tensors ``fed`` (ids) named ``names``: kept with their declaration, or read."""
         values = self._cut.value[fed].tolist()  # small values are kept with their declaration
@@ -360,7 +380,7 @@ class SubgraphSpace:
                 continue
             dtype, shape = described
             ids.append(index)
-            if dtype.kind in _CONST_KINDS and math.prod(shape) <= _CONST_MAX_ELEMENTS:
+            if self._small_constant(name, dtype, math.prod(shape)):
                 made.append(self._cut_piece(index))  # a small integer constant: its value is the piece
                 continue
             stored.append(index)
@@ -419,7 +439,17 @@ class SubgraphSpace:
             return True
         if name in self._inputs:  # the original feeds it at run time: a constant would fold what it does not
             return False
-        return value.dtype.kind in _CONST_KINDS and value.size <= _CONST_MAX_ELEMENTS
+        return self._small_constant(name, value.dtype, value.size)
+
+    def _small_constant(self, name: str, dtype: np.dtype, size: int) -> bool:
+        """Whether a cut tensor of ``dtype`` and ``size`` elements is fed as a constant: a small integer or
+        boolean tensor (shapes, axes, indices: runtimes need them constant to fold shapes and match fusion
+        patterns) whose shape the original knows as fixed. Where the original gives it a dynamic dimension
+        (token ids of ``[batch, seq]``), a constant would fix that dimension to the captured run's size, so
+        it is a graph input declared with the original's dimensions (IREE 3.13 miscompiles a BiLSTM's
+        embedding only with them dynamic)."""
+        return dtype.kind in _CONST_KINDS and size <= _CONST_MAX_ELEMENTS and \
+            not _has_dynamic_dim(self.model.boundary_type(name))
 
     def _input_type(self, name: str, value: Any) -> onnx.ValueInfoProto:
         """How a fed value is declared: the model's own type (module docstring) when the value fits it; a
@@ -547,9 +577,11 @@ class _Boundary:
     """A node subset's boundary as tensor ids (see :meth:`_TensorIndex.boundary`)."""
 
     nodes: np.ndarray  # kept node indices, ascending
-    cut: np.ndarray  # tensors read, not produced, not initializers: in order of first read
-    inits: np.ndarray  # initializers read, in order of first read
-    outputs: np.ndarray  # tensors produced that no kept node reads, or original outputs: in node order
+    cut: np.ndarray  # tensors read, not produced, not initializers: the original's inputs in its order, then
+    #                  the others in order of first read
+    inits: np.ndarray  # initializers read, in the original's order
+    outputs: np.ndarray  # original outputs produced, in the original's order, then the frontier in node order:
+    #                      tensors produced that no kept node reads but a node of the original does
     produced: np.ndarray  # bool per tensor id
     output_mask: np.ndarray  # bool per tensor id
 
@@ -582,6 +614,18 @@ class _TensorIndex:
         self.written[self._writes] = True
         outputs = set(model.output_names)
         self._is_output = np.array([name in outputs for name in self.names], dtype=bool)
+        #: the original's outputs that a node reads or writes, in the order the original lists them
+        self._output_ids = np.array([ids[name] for name in model.output_names if name in ids], dtype=np.int64)
+        # A frontier tensor becomes an output; one that no node of the original reads (an LSTM's unused Y_h) and
+        # that is no original output never does: the original does not have it as an output either, and
+        # exposing it can change what a compiler makes of the node (IREE's BiLSTM, see the module docstring).
+        read_any = np.zeros(len(self.names), dtype=bool)
+        read_any[self._reads] = True
+        self._exposable = read_any & ~self._is_output
+        # Graph inputs and initializers come in the original's order, so the whole node set is the original.
+        graph = model.proto.graph
+        self.input_rank = _ranks(ids, (value.name for value in graph.input))
+        self._init_rank = _ranks(ids, (tensor.name for tensor in graph.initializer))
 
     def boundary(self, keep: Iterable[int]) -> _Boundary:
         """The boundary of ``keep`` (node indices), in the orders :meth:`SubgraphSpace.materialize` writes."""
@@ -602,10 +646,31 @@ class _TensorIndex:
         _, first = np.unique(outside, return_index=True)
         fresh = outside[np.sort(first)]
         is_init = self.is_init[fresh]
-        outputs = written[~read[written] | self._is_output[written]]
+        cut, inits = fresh[~is_init], fresh[is_init]
+        own = self.input_rank[cut] >= 0  # the original's graph inputs first, in its order
+        if own.any():
+            cut = np.concatenate([_by_rank(cut[own], self.input_rank), cut[~own]])
+        inits = _by_rank(inits, self._init_rank)
+        frontier = written[~read[written] & self._exposable[written]]
+        outputs = np.concatenate([self._output_ids[produced[self._output_ids]], frontier])
         output_mask = np.zeros(len(self.names), dtype=bool)
         output_mask[outputs] = True
-        return _Boundary(nodes, fresh[~is_init], fresh[is_init], outputs, produced, output_mask)
+        return _Boundary(nodes, cut, inits, outputs, produced, output_mask)
+
+
+def _ranks(ids: Mapping[str, int], names: Iterable[str]) -> np.ndarray:
+    """Per tensor id, its position among ``names`` (-1: not among them)."""
+    rank = np.full(len(ids), -1, dtype=np.int64)
+    for position, name in enumerate(names):
+        index = ids.get(name)
+        if index is not None and rank[index] < 0:
+            rank[index] = position
+    return rank
+
+
+def _by_rank(items: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """``items`` (tensor ids) sorted by ``rank``."""
+    return items[np.argsort(rank[items], kind="stable")] if items.size > 1 else items
 
 
 def _renamed(item: Any, name: str | None) -> Any:
@@ -646,10 +711,19 @@ def _elem_type(name: str, value: Any) -> int:
     return code
 
 
+def _has_dynamic_dim(info: onnx.ValueInfoProto | None) -> bool:
+    """Whether a tensor declaration has a dimension that is not a fixed size: symbolic, unknown or negative
+    (a declaration without a shape has none: nothing is known to be dynamic)."""
+    if info is None or not info.type.HasField("tensor_type") or not info.type.tensor_type.HasField("shape"):
+        return False
+    return any(dim.dim_value < 0 or not dim.HasField("dim_value") for dim in info.type.tensor_type.shape.dim)
+
+
 def _fits(info: onnx.ValueInfoProto, dtype: np.dtype, shape: Sequence[int]) -> bool:
     """Whether a tensor declaration admits a value of ``dtype`` and ``shape``: same element type, and rank
     and static dimensions equal where it declares a shape (a wrong inferred type must not make a runtime
-    refuse the feed)."""
+    refuse the feed). A negative ``dim_value`` is a dynamic dimension, as converters write them (PP-OCR's
+    ``x: [-1, 3, ?, ?]``) and runtimes read them."""
     if not info.type.HasField("tensor_type"):
         return False
     tensor_type = info.type.tensor_type
@@ -660,8 +734,8 @@ def _fits(info: onnx.ValueInfoProto, dtype: np.dtype, shape: Sequence[int]) -> b
     dims = tensor_type.shape.dim
     if len(dims) != len(shape):
         return False
-    for dim, size in zip(dims, shape, strict=True):  # noqa: SIM110 - a loop, dim_value first: thousands per search
-        if dim.dim_value != size and dim.HasField("dim_value"):  # unset, dim_value reads 0: a symbolic dim
+    for dim, size in zip(dims, shape, strict=True):  # a loop, dim_value first: thousands per search
+        if dim.dim_value != size and dim.dim_value >= 0 and dim.HasField("dim_value"):  # unset, it reads 0
             return False
     return True
 
@@ -670,8 +744,9 @@ def plan(evaluator: Evaluator, space: SubgraphSpace, *, hints: Sequence[frozense
          priors: Mapping[int, float] | None = None) -> SearchResult:
     """Run the subgraph search plan (module docstring) and return the engine's final result.
 
-    The whole model as a candidate must fail; when its outputs differ from the original model's (a dangling
-    intermediate becomes an output) that is checked with one invocation rather than assumed.
+    The whole model as a candidate must fail. It is the original model, unless the original lists an output
+    that no node produces (a graph input or initializer passed through, which a candidate does not output):
+    then that is checked with one invocation rather than assumed.
     """
     best = [frozenset(range(space.size))]
     try:

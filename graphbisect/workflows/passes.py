@@ -635,8 +635,8 @@ def _with_control(content: BundleContent, passes: PassesResult, options: ReduceO
                   stage: Callable[[str], None]) -> BundleContent:
     """The bundle content plus the control run (culprit passes disabled) and the before/after-the-pass view.
 
-    The control is judged as the reduction judged (its ``fail_regex``, its Python check): by the tolerance
-    alone, a control whose outputs matched "passed" while it still printed the regex's line.
+    The control is judged as the reduction judged (its ``fail_regex``, its Python check, its noise floor): by
+    the tolerance alone, a control whose outputs matched "passed" while it still printed the regex's line.
     """
     control = BackendSpec.parse(str(passes.control_target))
     stage("running the control (culprit passes disabled) on the reduced model")
@@ -645,9 +645,11 @@ def _with_control(content: BundleContent, passes: PassesResult, options: ReduceO
         save_proto(content.model, model_path)
         save_inputs(inputs_path, content.inputs)
         run = run_spec(control, model_path, inputs_path, Path(tmp), options.timeout)
+        floor = content.report.get("noise_floor")
         control_sig = judge(run, content.oracle_outputs.__getitem__, list(content.oracle_outputs), content.tolerance,
                             re.compile(options.fail_regex) if options.fail_regex else None,
-                            check=options.output_check).signature
+                            check=options.output_check,
+                            floor=NoiseFloor.from_json(floor) if isinstance(floor, Mapping) else None).signature
         recorded = content.report.get("report_runs")
         # the control run and the compiled view below are report facts: their runs are report_runs too
         runs = {**(recorded if isinstance(recorded, Mapping) else {})}

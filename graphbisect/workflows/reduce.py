@@ -70,7 +70,7 @@ from graphbisect.errors import GraphBisectError, InputError, ModelError
 from graphbisect.executors import EXECUTOR
 from graphbisect.executors.candidates import ExecutorPool
 from graphbisect.localize.compiled import CompiledGraph
-from graphbisect.localize.layerwise import analyze_layers
+from graphbisect.localize.layerwise import LayerRow, analyze_layers
 from graphbisect.lockfile import folder_lock
 from graphbisect.model import Model
 from graphbisect.model.diff import model_differences
@@ -84,7 +84,7 @@ from graphbisect.oracle.as_built import (
 )
 from graphbisect.oracle.floor import NoiseFloor, floor_spec, measure_floor, no_floor
 from graphbisect.oracle.identity import Identity, IdentityCheck
-from graphbisect.oracle.signature import FailureKind, ModelNames, Signature
+from graphbisect.oracle.signature import FailureKind, ModelNames, Signature, rooted_in_integers
 from graphbisect.oracle.tester import (
     CandidateTester,
     OutputCheck,
@@ -443,7 +443,7 @@ class _Run:
         are the original outputs, so when they fail exactly like run 1 the probe *is* the flakiness
         re-run. Only when they do not (flakiness, or probing masked the failure) does a plain re-run
         decide. Runs are judged above the target's noise ``floor``; an original that fails only within it
-        is no failure to reduce (:meth:`_floor_only`). Saved in the work folder, so a resumed run does not
+        is no failure to reduce (:meth:`floor_only`). Saved in the work folder, so a resumed run does not
         pay for any of it again.
         """
         path = self.work / "baseline.json"
@@ -466,10 +466,12 @@ class _Run:
         hints: list[frozenset[int]] = []
         priors: dict[int, float] = {}
         identity: Identity | None = None
+        root: LayerRow | None = None
         if first.failed and self._evidence_possible(first):
-            probe_sig, hints, priors, notes, identity = self._collect_evidence(store, values, compiled, floor)
-            if self.options.output_check is not None:  # the check judges outputs: the tolerance's view is not it
-                identity = None
+            probe_sig, hints, priors, notes, root = self._collect_evidence(store, values, compiled, floor)
+            if root is not None and self.options.output_check is None:  # a check's verdict is not the tolerance's
+                identity = Identity.of_row(root.node, root.tensor, root.stats.score, root.compiled_as,
+                                           compiled.source if compiled is not None else None)
             if probe_sig is not None and first.matches(probe_sig):
                 again = probe_sig
         if first.failed and again is None:
@@ -486,6 +488,13 @@ class _Run:
             notes.append(f"the check failed ({first.describe()}) but not with exit code "
                          f"{self.options.fail_code}; that is not the failure asked for")
             first = Signature(FailureKind.NONE)
+        rooted = rooted_in_integers(first, root.stats.oracle_dtype if root is not None else None)
+        if rooted is not first:
+            assert root is not None
+            notes.append(f"the first divergence is the {root.stats.oracle_dtype} tensor {root.tensor!r} "
+                         f"({root.node}): the float error at the outputs follows from it, so a candidate whose "
+                         f"integer outputs differ fails the same way")
+            first = rooted
         self.notes.extend(notes)
         atomic_write_text(path, json.dumps({"signature": first.to_json(), "flaky": flaky, "notes": notes,
                                             "hints": [sorted(h) for h in hints], "priors": priors,
@@ -575,9 +584,9 @@ class _Run:
     def _collect_evidence(self, store: ActivationStore, values: Callable[[str], np.ndarray],
                           compiled: CompiledGraph | None, floor: NoiseFloor,
                           ) -> tuple[Signature | None, list[frozenset[int]], dict[int, float], list[str],
-                                     Identity | None]:
-        """One probed target run: (its signature on the original outputs, hints, priors, notes, the failure's
-        identity: its first divergence above the noise floor, with what the target compiled there).
+                                     LayerRow | None]:
+        """One probed target run: (its signature on the original outputs, hints, priors, notes, the first
+        divergence above the noise floor: the failure's identity, with what the target compiled there).
 
         With the compiled graph known, the probe exposes only the tensors that survive in it, so it compiles
         to the same graph and a bug inside a fusion stays visible; each hint is then the original region a
@@ -603,9 +612,6 @@ class _Run:
         if report.first_divergence is None:
             return signature, [], {}, ["probe masking: with the intermediates exposed the target agrees with "
                                        "the oracle; the search is structural, and failures match by kind"], None
-        first = report.first_divergence
-        identity = Identity.of_row(first.node, first.tensor, first.stats.score, first.compiled_as,
-                                   compiled.source if compiled is not None else None)
         index = self.model.node_index
 
         def region(node: int) -> frozenset[int]:
@@ -616,7 +622,7 @@ class _Run:
         priors: dict[int, float] = {}
         for rank, nodes in enumerate(causes):
             priors.update({node: max(priors.get(node, 0.0), 0.1 * (3 - rank)) for node in nodes})
-        return signature, hints, priors, [], identity
+        return signature, hints, priors, [], report.first_divergence
 
     def candidate_spec(self, identity: Identity | None) -> BackendSpec:
         """The spec candidates run with: the target's, describing what it compiled when the failure's identity
@@ -640,7 +646,10 @@ class _Run:
             return WorkerPool(spec, jobs, self.work / folder, timeout=self.options.timeout)
 
         pool = pool_of(self.target_spec, "target")
-        describing = self.candidate_spec(base.identity)  # workers start on their first run: none if unused
+        # Workers start on their first run: none if unused. Candidates run by an executor (Ray, other processes)
+        # do not describe what they compiled: its files stay where they ran, so they match on the rest of the
+        # identity; the final model is still re-verified describing, here.
+        describing = self.target_spec if self.options.executor else self.candidate_spec(base.identity)
         tester = CandidateTester(space, pool, base.signature, self.tol, fail_regex=self.regex,
                                  strict_band=self.options.strict_band, compare=not self.options.check,
                                  check=self.options.output_check, repeats=FLAKY_REPEATS if flaky else 0,

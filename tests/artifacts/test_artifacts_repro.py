@@ -32,6 +32,7 @@ from graphbisect.backends import BackendSpec
 from graphbisect.backends.base import RunResult, RunStatus
 from graphbisect.compare import Tolerance, compare_outputs
 from graphbisect.oracle.signature import (
+    EXACT_ROOTED,
     EXACT_VALUES,
     FLOAT_VALUES,
     FailureKind,
@@ -39,7 +40,7 @@ from graphbisect.oracle.signature import (
     crash_names,
     signature_of,
 )
-from graphbisect.workflows.verify import DIFFERENT, verify_bundle
+from graphbisect.workflows.verify import DIFFERENT, REPRODUCES, verify_bundle
 
 FIXED = BackendSpec.parse(FIXED_TARGET)
 
@@ -118,6 +119,28 @@ def test_a_mismatch_of_another_value_class_is_a_different_failure(tmp_path: Path
             assert verify_bundle(bundle).outcome == DIFFERENT  # the same verdict as graphbisect's
     same = run_repro(write_bundle(content, tmp_path / "same"))
     assert same.returncode == 1 and "REPRODUCED" in same.stdout, same.stdout + same.stderr
+
+
+def test_a_failure_rooted_in_integers_reproduces_in_either_value_class(tmp_path: Path) -> None:
+    """Recorded: a float error whose first divergence was an integer tensor (reduce's EXACT_ROOTED baseline).
+    The bundle may end where the integers go wrong, or keep their float consequence: repro.py and `graphbisect
+    verify` both say it reproduces with the argmax flipped and with the floats beyond tolerance (main: repro.py
+    had no such class, and verify matched the detail strings exactly)."""
+    content = build_content(layernorm_argmax_model(), {"x": LN_INPUT}, tmp_path / "ln", target=MISMATCH_TARGET)
+    rooted = dataclasses.replace(content, signature=Signature(FailureKind.MISMATCH, EXACT_ROOTED))
+    flipped = dict(content.oracle_outputs, idx=(content.oracle_outputs["idx"] + 1) % 4)
+    cases = {"flip": (dataclasses.replace(_fixed(rooted), oracle_outputs=flipped), EXACT_VALUES),
+             "float": (rooted, FLOAT_VALUES)}
+    for name, (case, observed) in cases.items():
+        out = write_bundle(case, tmp_path / name)
+        proc = run_repro(out)
+        assert proc.returncode == 1 and "REPRODUCED" in proc.stdout, proc.stdout + proc.stderr
+        assert f"mismatch ({observed})" in proc.stdout, proc.stdout
+        with load_bundle(out) as bundle:
+            assert verify_bundle(bundle).outcome == REPRODUCES
+    module = _script_module(rooted, tmp_path)  # the script words the classes as the signature does
+    assert (module.FLOAT_VALUES, module.EXACT_VALUES, module.EXACT_ROOTED) == (FLOAT_VALUES, EXACT_VALUES,
+                                                                                EXACT_ROOTED)
 
 
 def test_cannot_run_exits_2(mismatch_content: BundleContent, tmp_path: Path) -> None:

@@ -63,6 +63,21 @@ def test_probe_of_untyped_tensor_runs() -> None:
     assert values["t1"].shape == (2, 3)
 
 
+def test_probe_declares_an_exposed_tensor_as_the_user_does() -> None:
+    """An exposed tensor is declared by ``boundary_type``, as candidates declare it: the user's declaration
+    without an inferred shape added to it (an optimizer may act on a declared output shape: ONNX Runtime's
+    ReshapeFusion), an undeclared one by its inferred type with symbolic dims."""
+    proto = chain_model()
+    proto.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    proto.graph.value_info.append(helper.make_tensor_value_info("t1", TensorProto.FLOAT, None))
+    model = load_model(proto)
+    assert model.tensor_type("t1") == TensorType(TensorProto.FLOAT, ("n", 3))  # what inference knows
+    probe = model.with_outputs(["t1", "t2"])
+    assert list(probe.graph.output[1:]) == [model.boundary_type("t1"), model.boundary_type("t2")]
+    assert not probe.graph.output[1].type.tensor_type.HasField("shape")
+    assert probe.graph.output[2] == helper.make_tensor_value_info("t2", TensorProto.FLOAT, ["n", 3])
+
+
 def test_probe_rejects_unknown_tensors_with_a_hint() -> None:
     model = load_model(chain_model())
     with pytest.raises(ModelError, match="'t11'") as info:

@@ -13,11 +13,13 @@ from graphbisect.backends import BackendProcess
 from graphbisect.data import random_inputs
 from graphbisect.examples.precision_models import cnn_inputs, residual_cnn
 from graphbisect.model import load_model
+from graphbisect.model.diff import describe_type
 from graphbisect.model.io import save_proto
 from graphbisect.precision.calibration import Calibration, weight_scales
 from graphbisect.precision.casts import round_to
 from graphbisect.precision.lowering import Lowering
 from graphbisect.precision.modes import PrecisionMode, lowerable_nodes
+from tests.declaration_models import WIDTH, declared_rank_layernorm
 
 
 @pytest.fixture(scope="module")
@@ -93,3 +95,34 @@ def test_int8_qdq_runs_on_real_int8_kernels(cnn: object, tmp_path: Path) -> None
 
 def test_random_inputs_feed_the_cnn(cnn: object) -> None:
     assert random_inputs(cnn, seed=0)["input"].shape == (1, 3, 16, 16)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", [PrecisionMode.FP16, PrecisionMode.INT8])
+def test_lowered_models_carry_the_users_declarations(mode: PrecisionMode, tmp_path: Path) -> None:
+    """A precision candidate declares what a reduce candidate does: the user's value_info of the tensors it
+    still computes, exposed tensors by ``Model.boundary_type``. ONNX Runtime's keepdims=0 LayerNorm mis-fusion
+    needs ``h``'s declared rank, so the model with every node kept in FP32 must fail exactly as the user's
+    model does (it dropped the value_info and computed the unfused, right result)."""
+    model = load_model(declared_rank_layernorm())
+    feeds = {"x": np.random.default_rng(1).standard_normal((WIDTH, WIDTH)).astype(np.float32)}
+    calibration = Calibration.from_tensors({"x": feeds["x"]}) if mode is PrecisionMode.INT8 else None
+    low = Lowering(model, mode, calibration)
+    everything = set(range(len(low.units)))
+    probe = low.lower(everything, expose=["c", "v"])
+    assert [(v.name, describe_type(v)) for v in probe.graph.value_info] == [("h", "FLOAT[n,8]")]
+    assert {v.name: describe_type(v) for v in probe.graph.output} == {"y": "FLOAT[rank unknown]", "c": "FLOAT[n,8]",
+                                                                       "v": "FLOAT[n]"}
+    kept = low.lower(everything)  # exposing the Sub output would block the fusion
+    spec = "onnxruntime:opt_level=all"
+    original = _values(model.proto, feeds, tmp_path / "original", spec)
+    assert not np.allclose(original, _values(model.proto, feeds, tmp_path / "oracle", "onnxruntime:opt_level=disable"),
+                           atol=1e-4)  # the mis-fusion
+    np.testing.assert_array_equal(_values(kept, feeds, tmp_path / "kept", spec), original)
+
+
+def _values(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], tmp: Path, spec: str) -> np.ndarray:
+    path = save_proto(proto, tmp / "m.onnx")
+    with BackendProcess(spec, workdir=tmp / "w") as proc:
+        run = proc.run(path, feeds)
+        assert run.ok, run.describe()
+        return np.asarray(run.outputs["y"])

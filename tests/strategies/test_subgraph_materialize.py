@@ -30,6 +30,7 @@ from graphbisect.model.io import strip_to_external
 from graphbisect.model.normalize import node_dependencies
 from graphbisect.oracle.tester import model_digest
 from graphbisect.strategies.subgraph import SubgraphSpace, check_file
+from tests.declaration_models import bilstm_inputs, bilstm_tagger
 from tests.real_models import magika, rapidocr_model, silero_vad
 
 # ------------------------------------------------------------------------------------------- the reference
@@ -44,11 +45,17 @@ def _reference(space: SubgraphSpace, keep: frozenset[int]) -> tuple[onnx.ModelPr
     for index in order:
         read.update(dict.fromkeys(node_dependencies(model.nodes[index])))
         produced.update(name for name in model.nodes[index].output if name)
-    initializers = {t.name for t in model.proto.graph.initializer}
-    cut = [name for name in read if name not in produced and name not in initializers]
-    inits = [name for name in read if name in initializers and name not in produced]
-    outputs = [name for index in order for name in model.nodes[index].output
-               if name and (name not in read or name in model.output_names)]
+    graph_inputs = [v.name for v in model.proto.graph.input]
+    initializers = [t.name for t in model.proto.graph.initializer]
+    outside = [name for name in read if name not in produced]
+    # the original's inputs first, in its order; initializers in its order
+    cut = [name for name in graph_inputs if name in outside and name not in initializers]
+    cut += [name for name in outside if name not in initializers and name not in cut]
+    inits = [name for name in initializers if name in outside]
+    # original outputs in its order, then the frontier: no kept node reads it, some node of the original does
+    outputs = [name for name in model.output_names if name in produced]
+    outputs += [name for index in order for name in model.nodes[index].output
+                if name and name not in read and name not in model.output_names and name in model.consumers]
     stubs = {t.name: t for t in strip_to_external(model.proto, space.refs).graph.initializer}
     proto = onnx.ModelProto()
     proto.CopyFrom(model.proto)
@@ -57,16 +64,21 @@ def _reference(space: SubgraphSpace, keep: frozenset[int]) -> tuple[onnx.ModelPr
         graph.ClearField(name)
     graph.node.extend(model.nodes[i] for i in order)
     graph.initializer.extend(stubs[name] for name in inits)
-    feeds = []
+    feeds, fed, constants = [], [], []
     for name in cut:
         value = space.values(name)
         small_int = isinstance(value, np.ndarray) and value.dtype.kind in "biu" and value.size <= 4096
-        if small_int and name not in model.input_names:
-            graph.initializer.append(tensor_from_array(value, name))
+        if small_int and name not in model.input_names and not _dynamic(model, name):
+            constants.append(tensor_from_array(value, name))
         else:
-            graph.input.append(_declaration(model, name, value))
+            fed.append(_declaration(model, name, value))
             feeds.append(name)
-    graph.input.extend(v for v in model.proto.graph.input if v.name in initializers and v.name in inits)
+    graph.initializer.extend(constants)
+    # graph inputs: the original's own (fed inputs, initializers it lists as inputs) in its order, then cut points
+    own = {v.name: v for v in fed if v.name in graph_inputs}
+    own.update((v.name, v) for v in model.proto.graph.input if v.name in initializers and v.name in inits)
+    graph.input.extend(own[name] for name in graph_inputs if name in own)
+    graph.input.extend(v for v in fed if v.name not in own)
     graph.output.extend(_output(model, name, space.values) for name in outputs)
     graph.value_info.extend(v for v in model.proto.graph.value_info if v.name in produced and v.name not in outputs)
     return proto, feeds, outputs
@@ -79,9 +91,18 @@ def _declaration(model: Model, name: str, value: Any) -> onnx.ValueInfoProto:
         dims = tensor.shape.dim
         if tensor.elem_type == helper.np_dtype_to_tensor_dtype(value.dtype) and (
                 not tensor.HasField("shape") or (len(dims) == value.ndim and all(
-                    not d.HasField("dim_value") or d.dim_value == n for d, n in zip(dims, value.shape, strict=True)))):
+                    not d.HasField("dim_value") or d.dim_value in (n, -1)  # -1: a converter's dynamic dim
+                    for d, n in zip(dims, value.shape, strict=True)))):
             return known
     return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype), None)
+
+
+def _dynamic(model: Model, name: str) -> bool:
+    """Whether the original gives ``name`` a dimension that is not a fixed size."""
+    known = model.boundary_type(name)
+    if known is None or not known.type.tensor_type.HasField("shape"):
+        return False
+    return not all(d.HasField("dim_value") and d.dim_value >= 0 for d in known.type.tensor_type.shape.dim)
 
 
 def _output(model: Model, name: str, values: Any) -> onnx.ValueInfoProto:
@@ -126,6 +147,8 @@ MODELS = {
     "silero-vad": _silero,
     "magika": lambda: _real(magika(), {"bytes": (1, 2048)}),
     "ppocr-cls": lambda: _real(rapidocr_model(), {"x": (1, 3, 48, 192)}),
+    # dynamic dims, an LSTM whose Y_h and Y_c no node reads, initializers read out of their order
+    "bilstm-tagger": lambda: (load_model(bilstm_tagger()), bilstm_inputs()),
 }
 
 
@@ -179,6 +202,30 @@ def test_candidates_are_byte_identical_to_the_reference(name: str, stored: bool,
         if stored:  # what the worker reads from the store itself: every stored feed
             assert isinstance(candidate.feeds, StoredFeeds)
             assert candidate.feeds.stored() == [feed for feed in feeds if feed not in inputs]
+
+
+@pytest.mark.parametrize("stored", [False, True], ids=["values", "store"])
+@pytest.mark.parametrize("name", MODELS)
+def test_the_whole_node_set_is_the_original_model(name: str, stored: bool, tmp_path: Path) -> None:
+    """``materialize(all nodes)`` is the user's model byte for byte — its inputs as declared (PP-OCR's
+    ``[-1, 3, ?, ?]`` too), its outputs only (not an LSTM's unused ``Y_h``), in its order — less what no node
+    reads: initializers nothing reads and ``value_info`` of tensors no node computes (silero_vad has both)."""
+    model, inputs = MODELS[name]()
+    space = _space(model, inputs, _oracle_values(model, inputs), tmp_path, stored=stored)
+    whole = space.materialize(range(space.size), inline_weights=True)
+    expected = onnx.ModelProto()
+    expected.CopyFrom(model.proto)
+    read = {name for node in model.nodes for name in node_dependencies(node)}
+    produced = {name for node in model.nodes for name in node.output}
+    kept = [t for t in expected.graph.initializer if t.name in read]
+    del expected.graph.initializer[:]
+    expected.graph.initializer.extend(kept)
+    declared = [v for v in expected.graph.value_info if v.name in produced]
+    del expected.graph.value_info[:]
+    expected.graph.value_info.extend(declared)
+    assert whole.data == expected.SerializeToString()
+    assert list(whole.outputs) == list(model.output_names) and list(whole.feeds) == list(model.input_names)
+    assert space.boundary(range(space.size))[2] == list(model.output_names)  # so plan() needs no confirming run
 
 
 def test_a_first_touch_of_stored_cut_points_reads_only_their_constants(tmp_path: Path) -> None:

@@ -122,6 +122,9 @@ def test_layerwise_statistics_are_measured_under_the_other_release(ort_release_p
         assert code == 1
         tables.append(json.loads(out.read_text()))
     other, here = tables
-    assert other["versions"]["target"]["library_version"] == release and other["invocations"]["target"] == 2
+    # plain, probe, and the noise floor: the other release with its optimizations off is not the oracle
+    assert other["versions"]["target"]["library_version"] == release and other["invocations"]["target"] == 3
+    assert other["noise_floor"]["measured"] and here["invocations"]["target"] == 2
+    assert not here["noise_floor"]["measured"]  # here the target with its optimizations off is the oracle
     assert other["first_divergence"] is not None and other["first_divergence"]["compiled_as"] is not None
     assert len(other["layers"]) == len(here["layers"])

@@ -7,6 +7,8 @@ Real fixtures:
   model's ``value_info`` gives it, so the keepdims=0 mis-fusion fails only with that declaration;
 * OpenVINO's ONNX frontend refuses ``GlobalLpPool`` on an input whose first dimension is dynamic
   ("First dimension of input data must be static"), which static candidate inputs hide;
+* IREE 3.13 miscompiles a BiLSTM fed by an embedding Gather only while the token ids' dimensions are dynamic
+  and the LSTM's unused ``Y_h``/``Y_c`` are not outputs (:mod:`tests.declaration_models`);
 * a ``--check`` script run by path relative to the caller's directory;
 * ONNX Runtime behind ``graphbisect/examples/flaky_target.py``, which crashes or perturbs at random.
 """
@@ -24,7 +26,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import graphbisect
 from graphbisect.backends import BackendProcess
+from graphbisect.cli.main import main
 from graphbisect.compare import Tolerance
 from graphbisect.engine import Budget, Evaluator, Outcome, StopReason, probdd
 from graphbisect.errors import SpecError
@@ -33,36 +37,20 @@ from graphbisect.examples.flaky_target import script_path
 from graphbisect.examples.patterns import pattern_model
 from graphbisect.model import load_model
 from graphbisect.model.diff import describe_type
-from graphbisect.oracle.signature import FailureKind
+from graphbisect.oracle.signature import EXACT_ROOTED, FailureKind
 from graphbisect.oracle.tester import judge
 from graphbisect.strategies.subgraph import SubgraphSpace
 from graphbisect.workflows.reduce import ReduceOptions, reduce_model, resume_reduction
-
-WIDTH = 8
-
-
-def _declared_rank_layernorm(value_info: bool = True) -> onnx.ModelProto:
-    """x: FLOAT of unknown rank → Add → keepdims=0 LayerNorm with axes=[1]; ``h`` declared [n, 8]."""
-    nodes = [helper.make_node("Add", ["x", "zero"], ["h"], name="add"),
-             helper.make_node("ReduceMean", ["h"], ["m"], axes=[1], keepdims=0, name="mean"),
-             helper.make_node("Sub", ["h", "m"], ["c"], name="sub"),
-             helper.make_node("Pow", ["c", "two"], ["sq"], name="pow"),
-             helper.make_node("ReduceMean", ["sq"], ["v"], axes=[1], keepdims=0, name="var"),
-             helper.make_node("Add", ["v", "eps"], ["ve"], name="add_eps"),
-             helper.make_node("Sqrt", ["ve"], ["s"], name="sqrt"),
-             helper.make_node("Div", ["c", "s"], ["n"], name="div"),
-             helper.make_node("Mul", ["n", "g"], ["ng"], name="mul"),
-             helper.make_node("Add", ["ng", "b"], ["y"], name="add_b")]
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(np.float32(0), "zero"), numpy_helper.from_array(np.float32(2), "two"),
-             numpy_helper.from_array(np.float32(1e-5), "eps"),
-             numpy_helper.from_array((1 + 0.1 * rng.standard_normal(WIDTH)).astype(np.float32), "g"),
-             numpy_helper.from_array((0.1 * rng.standard_normal(WIDTH)).astype(np.float32), "b")]
-    declared = [helper.make_tensor_value_info("h", TensorProto.FLOAT, ["n", WIDTH])] if value_info else []
-    graph = helper.make_graph(nodes, "declared_rank", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
-                              value_info=declared)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+from tests.declaration_models import (
+    BILSTM_CORE,
+    RESHAPE_FUSION_CORE,
+    WIDTH,
+    bilstm_inputs,
+    bilstm_tagger,
+    declared_rank_layernorm,
+    reshape_fusion_host,
+    reshape_fusion_inputs,
+)
 
 
 def _x() -> dict[str, np.ndarray]:
@@ -78,7 +66,7 @@ def _repro(bundle: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_normalized_model_keeps_the_users_declarations_and_knows_inferred_types() -> None:
-    proto = _declared_rank_layernorm()
+    proto = declared_rank_layernorm()
     model = load_model(proto)
     assert [describe_type(v) for v in model.proto.graph.value_info] == ["FLOAT[n,8]"]  # nothing inferred added
     assert describe_type(model.proto.graph.output[0]) == "FLOAT[rank unknown]"
@@ -87,7 +75,7 @@ def test_normalized_model_keeps_the_users_declarations_and_knows_inferred_types(
 
 
 def test_whole_node_set_materializes_to_the_original_declarations(tmp_path: Path) -> None:
-    model = load_model(_declared_rank_layernorm())
+    model = load_model(declared_rank_layernorm())
     space = SubgraphSpace(model, {**_x()}.__getitem__, tmp_path)
     whole = space.materialize(range(len(model.nodes))).proto
     for field in ("input", "output", "value_info"):
@@ -98,9 +86,9 @@ def test_whole_node_set_materializes_to_the_original_declarations(tmp_path: Path
 def test_reduce_keeps_a_declaration_a_fusion_depends_on(tmp_path: Path) -> None:
     """The failure needs h's declared rank: the bundle fails on ONNX Runtime and declares no concrete shape
     that the user's model did not have (the cut point is [n, 8] as the original's inference knows it)."""
-    plain = load_model(_declared_rank_layernorm(value_info=False))
+    plain = load_model(declared_rank_layernorm(value_info=False))
     assert not reduce_model(plain, tmp_path / "none", inputs=_x()).failed  # without the declaration: no bug
-    result = reduce_model(load_model(_declared_rank_layernorm()), tmp_path / "bug", inputs=_x())
+    result = reduce_model(load_model(declared_rank_layernorm()), tmp_path / "bug", inputs=_x())
     assert result.failed and result.verified and result.one_minimal and not result.flaky
     bundle = onnx.load(str(tmp_path / "bug" / "model.onnx"))
     declared = {v.name: describe_type(v) for v in (*bundle.graph.input, *bundle.graph.value_info)}
@@ -131,6 +119,43 @@ def test_dynamic_dims_survive_into_candidates_openvino(tmp_path: Path) -> None:
     first_dim = onnx.load(str(tmp_path / "bug" / "model.onnx")).graph.input[0].type.tensor_type.shape.dim[0]
     assert first_dim.dim_param and not first_dim.HasField("dim_value")
     assert _repro(tmp_path / "bug").returncode == 1
+
+
+def test_a_failure_that_needs_dynamic_dims_reduces_iree(tmp_path: Path) -> None:
+    """The whole model as a candidate is the original (no LSTM Y_h/Y_c outputs, which hide the miscompile),
+    and the token ids cut between Transpose and Gather keep their dynamic [seq, batch] as a graph input instead
+    of becoming a constant of the captured run's shape: the reduction ends at the Gather and the LSTM."""
+    pytest.importorskip("iree.compiler")
+    static = graphbisect.compare(bilstm_tagger(dynamic=False), target="iree", inputs=bilstm_inputs(), layerwise=False)
+    assert static.passed  # with the dimensions fixed IREE computes it right
+    result = reduce_model(load_model(bilstm_tagger()), tmp_path / "bug", inputs=bilstm_inputs(),
+                          options=ReduceOptions(target="iree"))
+    assert result.failed and result.signature.kind is FailureKind.MISMATCH
+    assert result.kept_nodes == BILSTM_CORE and result.verified and result.one_minimal
+    bundle = onnx.load(str(tmp_path / "bug" / "model.onnx"))
+    assert [describe_type(v) for v in bundle.graph.input] == ["INT64[seq,batch]"]
+    assert [v.name for v in bundle.graph.output] == ["Y"]
+    assert _repro(tmp_path / "bug").returncode == 1
+
+
+def test_a_float_error_rooted_in_integers_reduces_to_the_integer_bug(tmp_path: Path) -> None:
+    """ONNX Runtime's ReshapeFusion swaps a Reshape's ids for a shape: a float error at ``y`` through a Cast.
+    The first divergence is the integer ``bug_y``, so the candidate without the Cast (``bug_y`` promoted to an
+    output, declared [2, 1] as the user did: the fusion needs it) fails the same way, and the CLI's bundle is
+    the 3-node core (main: 4 nodes, the Cast kept: "no float output, and the failure is a float error")."""
+    plain = graphbisect.compare(reshape_fusion_host(declared=False), inputs=reshape_fusion_inputs(), layerwise=False)
+    assert plain.passed  # without the declaration the fusion does not fire
+    model, inputs, bundle = tmp_path / "model.onnx", tmp_path / "inputs.npz", tmp_path / "bug"
+    onnx.save(reshape_fusion_host(), str(model))
+    np.savez(inputs, **reshape_fusion_inputs())
+    assert main(["reduce", str(model), "--inputs", str(inputs), "-o", str(bundle)]) == 1
+    report = json.loads((bundle / "report.json").read_text())
+    assert tuple(node["name"] for node in report["kept_nodes"]) == RESHAPE_FUSION_CORE
+    assert report["one_minimal"] and report["verified"]
+    assert report["signature"]["detail"] == EXACT_ROOTED
+    reduced = onnx.load(str(bundle / "model.onnx"))
+    assert [(v.name, describe_type(v)) for v in reduced.graph.output] == [("bug_y", "INT64[2,1]")]
+    assert _repro(bundle).returncode == 1 and main(["verify", str(bundle)]) == 1
 
 
 def test_a_search_without_progress_stops() -> None:
