@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     import onnx
 
     from graphbisect.compare import Tolerance
+    from graphbisect.data import ChosenDim
     from graphbisect.engine import ProgressEvent
     from graphbisect.model import Model
     from graphbisect.tactics import TacticRecord
@@ -71,7 +72,9 @@ __all__ = [
 ModelSource = Union[str, "os.PathLike[str]", "onnx.ModelProto", "Model"]
 #: Inputs: a dict of arrays by input name, a file (.npz, .npy, .pb file or folder, JSON), or None (seeded random).
 InputsSource = Union[Mapping[str, "np.ndarray"], str, "os.PathLike[str]", None]
-#: A Python check: ``check(outputs, expected) -> bool``, True when the target's ``outputs`` are acceptable.
+#: A Python check: ``check(outputs, expected) -> bool``. ``outputs``: the target's values by tensor name (a
+#: ``dict[str, numpy.ndarray]``: the model's outputs in ``compare``, the tensors a candidate computes in
+#: ``reduce``); ``expected``: the oracle's values of the same tensors. True when the outputs are acceptable.
 OutputCheck = Callable[[Mapping[str, "np.ndarray"], Mapping[str, "np.ndarray"]], bool]
 
 
@@ -107,6 +110,7 @@ def compare(
     layerwise: bool = True,
     all_tensors: bool = False,
     workdir: str | os.PathLike[str] | None = None,
+    check: OutputCheck | None = None,
     on_stage: Callable[[str], None] | None = None,
 ) -> CompareResult:
     """Run ``target`` and ``oracle`` on the model (``graphbisect compare``): the verdict on the outputs, and
@@ -115,16 +119,21 @@ def compare(
     ``tolerance`` (a :class:`~graphbisect.compare.Tolerance`, with per-output overrides) replaces
     ``atol``/``rtol``. ``all_tensors`` probes every intermediate tensor instead of those that survive in the
     target's compiled graph. ``workdir`` keeps the normalized model, inputs and the oracle's activations.
-    ``on_stage`` gets a line per step (what the CLI prints).
+    ``check`` (an :data:`OutputCheck`, as ``reduce``'s Python check) decides the verdict instead of the
+    tolerance: it gets the target's and the oracle's values of the model's outputs and returns True when they
+    are acceptable (``result.check_passed``; the comparison and the layerwise table stay the tolerance's view).
+    ``on_stage`` gets a line per step (what the CLI prints). The result's attributes are the ``--json``
+    fields (``verdict``, ``outputs``, ``first_divergence``, ``root_causes``, ``layers``, ``compiled_graph``...).
 
     Example:
         >>> r = compare("model.onnx", target="openvino", atol=1e-3)    # doctest: +SKIP
-        >>> r.passed, r.layerwise.first_divergence.node                  # doctest: +SKIP
+        >>> r.verdict, r.first_divergence.node, r.root_causes[0].role    # doctest: +SKIP
     """
     from graphbisect.workflows.compare import compare_models
 
     loaded = load_model(model)
-    return compare_models(loaded, oracle=oracle, target=target, inputs=_feeds(loaded, inputs, shapes, seed),
+    feeds, chosen = _feeds(loaded, inputs, shapes, seed)
+    return compare_models(loaded, oracle=oracle, target=target, inputs=feeds, chosen=chosen, check=check,
                           tolerance=_tolerance(tolerance, atol, rtol), workdir=_path(workdir),
                           layerwise=layerwise, all_tensors=all_tensors, seed=seed, on_stage=on_stage)
 
@@ -193,10 +202,10 @@ def reduce(
         layerwise=layerwise, timeout=timeout, keep_work=keep_work, check=command, fail_code=fail_code,
         executor=executor, output_check=output_check)
     loaded = load_model(model)
-    feeds = _feeds(loaded, inputs, shapes, seed)
+    feeds, chosen = _feeds(loaded, inputs, shapes, seed)
     if not passes:
         return reduce_model(loaded, bundle, inputs=feeds, options=options, zip_bundle=zip, force=force,
-                            on_stage=on_stage, on_progress=on_progress)
+                            on_stage=on_stage, on_progress=on_progress, chosen=chosen)
     from graphbisect.artifacts.bundle import check_destination
     from graphbisect.errors import InputError
     from graphbisect.workflows.passes import PassesOptions, find_culprit_passes, reduce_under_culprits
@@ -204,10 +213,11 @@ def reduce(
     check_destination(bundle, force=force)  # before the pass search runs anything
     found = find_culprit_passes(loaded, inputs=feeds, options=PassesOptions(
         oracle=oracle, target=target, tolerance=options.tolerance, strict_band=strict_band, timeout=timeout),
-        on_stage=on_stage, on_progress=on_progress)
+        on_stage=on_stage, on_progress=on_progress, chosen=chosen)
     if not found.culprits:
         raise InputError(f"no culprit optimization passes on {target} ({found.signature.describe()}): nothing to "
-                         "reduce under them", hint="reduce without passes=True")
+                         "reduce under them", hint="reduce without passes=True"
+                         + (f"; {found.dims_note}" if found.dims_note else ""))
     return reduce_under_culprits(loaded, bundle, found, inputs=feeds, reduce_options=options, zip_bundle=zip,
                                  force=force, on_stage=on_stage, on_progress=on_progress)
 
@@ -243,8 +253,9 @@ def passes(
     loaded = load_model(model)
     options = PassesOptions(oracle=oracle, target=target, tolerance=_tolerance(tolerance, atol, rtol),
                             strict_band=strict_band, timeout=timeout, max_invocations=max_invocations)
-    return find_culprit_passes(loaded, inputs=_feeds(loaded, inputs, shapes, seed), options=options,
-                               workdir=_path(workdir), on_stage=on_stage, on_progress=on_progress)
+    feeds, chosen = _feeds(loaded, inputs, shapes, seed)
+    return find_culprit_passes(loaded, inputs=feeds, options=options, workdir=_path(workdir), on_stage=on_stage,
+                               on_progress=on_progress, chosen=chosen)
 
 
 def precision(
@@ -283,8 +294,9 @@ def precision(
     from graphbisect.workflows.precision import find_precision
 
     loaded = load_model(model)
-    return find_precision(loaded, mode=mode, oracle=oracle, target=target,
-                          inputs=_feeds(loaded, inputs, shapes, seed), tolerance=_tolerance(tolerance, atol, rtol),
+    feeds, chosen = _feeds(loaded, inputs, shapes, seed)
+    return find_precision(loaded, mode=mode, oracle=oracle, target=target, inputs=feeds, chosen=chosen,
+                          tolerance=_tolerance(tolerance, atol, rtol),
                           workdir=_path(workdir), out_dir=_path(output), with_sensitivity=sensitivity,
                           with_prefix=prefix, calibration=calibration, max_invocations=max_invocations, seed=seed,
                           on_stage=on_stage, on_progress=on_progress, alone=alone, jobs=jobs)
@@ -368,7 +380,7 @@ class Tactics:
         from graphbisect.workflows.tactics import record_tactics
 
         loaded = load_model(model)
-        return record_tactics(loaded, target or self.default_target, inputs=_feeds(loaded, inputs, shapes, seed))
+        return record_tactics(loaded, target or self.default_target, inputs=_feeds(loaded, inputs, shapes, seed)[0])
 
     def replay(self, model: ModelSource, record: TacticRecord | str | os.PathLike[str], *, target: str | None = None,
                inputs: InputsSource = None, shapes: Mapping[str, Sequence[int]] | None = None,
@@ -378,7 +390,7 @@ class Tactics:
 
         loaded = load_model(model)
         return replay_tactics(loaded, target or self.default_target, _record(record),
-                              inputs=_feeds(loaded, inputs, shapes, seed))
+                              inputs=_feeds(loaded, inputs, shapes, seed)[0])
 
     def isolate(self, model: ModelSource, *, good: TacticRecord | str | os.PathLike[str] | None = None,
                 bad: TacticRecord | str | os.PathLike[str] | None = None, builds: int = 0,
@@ -396,7 +408,7 @@ class Tactics:
         tol = Tolerance(atol=default[0] if atol is None else atol, rtol=default[1] if rtol is None else rtol)
         return isolate_tactics(loaded, target or self.default_target, good=_record(good) if good else None,
                                bad=_record(bad) if bad else None, builds=builds, perturb=perturb, oracle=oracle,
-                               tolerance=tol, inputs=_feeds(loaded, inputs, shapes, seed), seed=seed,
+                               tolerance=tol, inputs=_feeds(loaded, inputs, shapes, seed)[0], seed=seed,
                                max_invocations=max_invocations)
 
 
@@ -416,15 +428,16 @@ def _tolerance(tolerance: Tolerance | None, atol: float, rtol: float) -> Toleran
 
 
 def _feeds(model: Model, inputs: InputsSource, shapes: Mapping[str, Sequence[int]] | None,
-           seed: int) -> dict[str, Any]:
-    """The model's inputs from what the user gave: arrays (validated), a file, or seeded random values."""
-    from graphbisect.data import load_inputs, random_inputs, validate_inputs
+           seed: int) -> tuple[dict[str, Any], tuple[ChosenDim, ...]]:
+    """The model's inputs from what the user gave (arrays, validated; a file) or seeded random values, and the
+    dynamic dims graphbisect sized for the latter (:func:`graphbisect.data.chosen_dims`)."""
+    from graphbisect.data import chosen_dims, load_inputs, random_inputs, validate_inputs
 
     if inputs is None:
-        return random_inputs(model, shapes=shapes, seed=seed)
+        return random_inputs(model, shapes=shapes, seed=seed), chosen_dims(model, shapes=shapes)
     if isinstance(inputs, (str, os.PathLike)):
-        return load_inputs(Path(inputs), model)
-    return validate_inputs(model, inputs)
+        return load_inputs(Path(inputs), model), ()
+    return validate_inputs(model, inputs), ()
 
 
 def _record(record: TacticRecord | str | os.PathLike[str]) -> TacticRecord:

@@ -5,12 +5,16 @@ Regenerate with ``python -m graphbisect.api_doc [PATH]`` (default ``docs/api.md`
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import importlib
 import inspect
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-__all__ = ["main", "render"]
+__all__ = ["TYPE_MODULES", "documented_names", "main", "render"]
 
 _HEADER = """# The Python API
 
@@ -19,8 +23,11 @@ _HEADER = """# The Python API
 `import graphbisect` gives every CLI command as a function, with the CLI's defaults. A model is a path
 (ONNX file, or Paddle inference model folder/prefix), an `onnx.ModelProto` or a loaded `Model`; inputs
 are a dict of arrays, a file, or nothing (seeded random inputs). Each function returns the command's
-result dataclass: its attributes are the `--json` fields, `.to_json()` is that JSON. Errors are the
-`GraphBisectError` subclasses below, each with a `hint`. Examples: [examples/](../examples/).
+result dataclass: every `--json` field is a typed attribute of the same name (what a command adds on top,
+such as the CLI's random-input notes, is in `.extra`), and `.to_json()` is that JSON. The types those
+attributes hold are documented below the results. Errors are the `GraphBisectError` subclasses below, each
+with a `hint`. Examples: [examples/](../examples/); the bundled example model:
+`graphbisect.examples.example_model_path()` (section "The example model").
 """
 
 
@@ -38,9 +45,9 @@ RESULTS: tuple[tuple[str, str], ...] = (
 )
 
 
-def _signature(name: str, obj: object) -> str:
-    """``name(\n    param: type = default,\n) -> type``, one parameter a line, annotations without quotes."""
-    sig = inspect.signature(obj)  # type: ignore[arg-type]
+def _parameters(sig: inspect.Signature) -> tuple[list[str], str]:
+    """(each parameter as ``name: type = default``, with ``*`` before the keyword-only ones; `` -> type``),
+    annotations without quotes."""
     params = []
     star = False
     for p in sig.parameters.values():
@@ -51,24 +58,166 @@ def _signature(name: str, obj: object) -> str:
         if p.default is not p.empty:
             text += f" = {p.default!r}"
         params.append(text)
-    ret = f" -> {sig.return_annotation}" if sig.return_annotation is not sig.empty else ""
+    return params, f" -> {sig.return_annotation}" if sig.return_annotation is not sig.empty else ""
+
+
+def _signature(name: str, obj: object) -> str:
+    """``name(\n    param: type = default,\n) -> type``, one parameter a line, annotations without quotes."""
+    params, ret = _parameters(inspect.signature(obj))  # type: ignore[arg-type]
     return f"{name}(\n" + "".join(f"    {p},\n" for p in params) + f"){ret}"
 
 
-def _result_section(module: str, name: str) -> list[str]:
-    import dataclasses
-    import importlib
+def _inline_signature(name: str, obj: object) -> str:
+    """``name(param: type, ...) -> type`` on one line."""
+    params, ret = _parameters(inspect.signature(obj))  # type: ignore[arg-type]
+    return f"{name}({', '.join(params)}){ret}"
 
+
+def _annotation(obj: object) -> str:
+    """A property's return annotation (a string under ``from __future__ import annotations``), or ``?``."""
+    found = inspect.signature(obj).return_annotation  # type: ignore[arg-type]
+    return "?" if found is inspect.Signature.empty else str(found)
+
+
+def _first_line(obj: object) -> str:
+    """The first paragraph of ``obj``'s own docstring, on one line (an inherited one says nothing of it)."""
+    doc = inspect.cleandoc(getattr(obj, "__doc__", None) or "")
+    return doc.split("\n\n")[0].replace("\n", " ")
+
+
+def _attributes(cls: type) -> list[str]:
+    """One line per public dataclass field (with its type) and per public property (type, first doc line)."""
+    lines = [f"- `{field.name}: {field.type}`" for field in dataclasses.fields(cls) if not field.name.startswith("_")] \
+        if dataclasses.is_dataclass(cls) else []
+    for name, value in sorted(vars(cls).items()):
+        if isinstance(value, property) and not name.startswith("_"):
+            doc = _first_line(value.fget)
+            lines.append(f"- `{name}: {_annotation(value.fget)}` (property){f': {doc}' if doc else ''}")
+    return lines
+
+
+def _result_section(module: str, name: str) -> list[str]:
     cls = getattr(importlib.import_module(module), name)
-    lines = [f"### `{name}` ({module})", "", inspect.cleandoc(cls.__doc__ or ""), ""]
-    for field in dataclasses.fields(cls):
-        if not field.name.startswith("_"):
-            lines.append(f"- `{field.name}: {field.type}`")
-    extra = sorted(m for m, v in vars(cls).items() if isinstance(v, property) and not m.startswith("_"))
-    if extra:
-        lines.append(f"- properties: {', '.join(f'`{m}`' for m in extra)}")
+    lines = [f"### `{name}` ({module})", "", inspect.cleandoc(cls.__doc__ or ""), "", *_attributes(cls)]
     lines.append(f"- `to_json()`: {'yes' if hasattr(cls, 'to_json') else 'no'}")
     return [*lines, ""]
+
+
+#: Modules whose classes the results' attributes hold (and theirs, transitively): the types documented.
+TYPE_MODULES: tuple[str, ...] = (
+    "graphbisect.compare", "graphbisect.compare.metrics", "graphbisect.localize.layerwise",
+    "graphbisect.localize.compiled", "graphbisect.oracle.outcome", "graphbisect.oracle.signature",
+    "graphbisect.oracle.floor", "graphbisect.oracle.identity", "graphbisect.oracle.as_built",
+    "graphbisect.backends.base", "graphbisect.model", "graphbisect.data", "graphbisect.data.inputs",
+    "graphbisect.workflows.probe", "graphbisect.workflows.alone", "graphbisect.workflows.precision",
+    "graphbisect.precision", "graphbisect.precision.lowering", "graphbisect.tactics", "graphbisect.tactics.diff",
+    "graphbisect.strategies.tactics", "graphbisect.triage.outcome", "graphbisect.triage.dedup",
+)
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _type_index() -> dict[str, type]:
+    """Class name → class, for the graphbisect classes of :data:`TYPE_MODULES`."""
+    index: dict[str, type] = {}
+    for module_name in TYPE_MODULES:
+        module = importlib.import_module(module_name)
+        for value in vars(module).values():
+            if inspect.isclass(value) and value.__module__.startswith("graphbisect.") \
+                    and not issubclass(value, BaseException):
+                index.setdefault(value.__name__, value)
+    return index
+
+
+def _referenced(cls: type, index: dict[str, type]) -> Iterator[type]:
+    """The indexed classes named in ``cls``'s field and property annotations."""
+    texts = [str(field.type) for field in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else []
+    texts += [_annotation(value.fget) for name, value in vars(cls).items()
+              if isinstance(value, property) and not name.startswith("_")]
+    for text in texts:
+        for name in _NAME.findall(text):
+            if name in index and index[name] is not cls:
+                yield index[name]
+
+
+def _types_in_results() -> list[type]:
+    """Every graphbisect class reachable from the result types' attributes, in the order first reached."""
+    index = _type_index()
+    results = [getattr(importlib.import_module(module), name) for module, name in RESULTS]
+    seen: dict[type, None] = {}
+    pending = list(results)
+    while pending:
+        cls = pending.pop(0)
+        for found in _referenced(cls, index):
+            if found not in seen and found not in results:
+                seen[found] = None
+                pending.append(found)
+    return list(seen)
+
+
+def _type_section(cls: type) -> list[str]:
+    lines = [f"### `{cls.__name__}` ({cls.__module__})", "", inspect.cleandoc(cls.__doc__ or ""), ""]
+    if issubclass(cls, enum.Enum):
+        lines.append("- values: " + ", ".join(f"`{member.value}`" for member in cls))
+        return [*lines, ""]
+    lines += _attributes(cls)
+    if not dataclasses.is_dataclass(cls):
+        lines += _methods(cls)
+    return [*lines, ""]
+
+
+def _methods(cls: type) -> list[str]:
+    """Public methods with their signatures (one line each) and first doc line."""
+    lines = []
+    for name, value in sorted(vars(cls).items()):
+        if (name.startswith("_") and name != "__init__") or not callable(value) or isinstance(value, type):
+            continue
+        try:
+            signature = _inline_signature(name, value)
+        except (TypeError, ValueError):
+            continue
+        doc = _first_line(value)
+        lines.append(f"- `{signature}`{f': {doc}' if doc else ''}")
+    return lines
+
+
+def _aliases() -> list[str]:
+    """``graphbisect.api``'s type aliases (``ModelSource``, ``InputsSource``, ``OutputCheck``) with their comments."""
+    from graphbisect import api
+
+    source = inspect.getsource(api).splitlines()
+    lines = ["## Type aliases (graphbisect.api)", ""]
+    for name in ("ModelSource", "InputsSource", "OutputCheck"):
+        at = next(i for i, line in enumerate(source) if line.startswith(f"{name} = "))
+        start = at
+        while start > 0 and source[start - 1].startswith("#:"):
+            start -= 1
+        doc = " ".join(line[2:].strip() for line in source[start:at])
+        lines += [f"### `{name}`", "", "```python", source[at], "```", "", doc, ""]
+    return lines
+
+
+def _examples() -> list[str]:
+    from graphbisect.examples import example_inputs_path, example_model_path
+
+    lines = ["## The example model (graphbisect.examples)", "",
+             "The bundled 200-node network with a real ONNX Runtime LayerNorm bug (`graphbisect compare --example`):",
+             "", "```python", "from graphbisect.examples import example_inputs_path, example_model_path",
+             "result = graphbisect.compare(example_model_path(), inputs=example_inputs_path())", "```", ""]
+    for name, obj in (("example_model_path", example_model_path), ("example_inputs_path", example_inputs_path)):
+        lines += [f"### `graphbisect.examples.{name}`", "", "```python", _signature(name, obj), "```", "",
+                  inspect.cleandoc(obj.__doc__ or ""), ""]
+    return lines
+
+
+def documented_names(page: str) -> list[tuple[str, str]]:
+    """``(module, name)`` of every type a generated page documents under a ``### `Name` (module)`` heading.
+
+    Example:
+        >>> documented_names("### `LayerRow` (graphbisect.localize.layerwise)")
+        [('graphbisect.localize.layerwise', 'LayerRow')]
+    """
+    return [(module, name) for name, module in re.findall(r"^### `(\w+)` \(([\w.]+)\)$", page, re.MULTILINE)]
 
 
 def _section(name: str, obj: object) -> list[str]:
@@ -77,7 +226,10 @@ def _section(name: str, obj: object) -> list[str]:
         lines += [f"`class {name}({obj.__mro__[1].__name__})`", ""]
     elif callable(obj) and not inspect.isclass(obj):
         lines += ["```python", _signature(name, obj), "```", ""]
-    elif not inspect.isclass(obj):
+    elif inspect.isclass(obj):
+        lines += [inspect.cleandoc(obj.__doc__ or ""), "", *_methods(obj), ""]
+        return lines
+    else:
         cls = type(obj)
         lines += [inspect.cleandoc(cls.__doc__ or ""), ""]
         for method in sorted(m for m in vars(cls) if not m.startswith("_") and callable(getattr(cls, m))):
@@ -102,6 +254,12 @@ def render() -> str:
     lines += ["## Result types", ""]
     for module, cls in RESULTS:
         lines += _result_section(module, cls)
+    lines += ["## Types in the results", "",
+              "Every graphbisect class a result attribute holds (and theirs), as reached from the results above.", ""]
+    for found in _types_in_results():
+        lines += _type_section(found)
+    lines += _aliases()
+    lines += _examples()
     return "\n".join(lines).rstrip() + "\n"
 
 

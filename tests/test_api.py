@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import importlib
 import inspect
 import json
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import graphbisect
-from graphbisect.api_doc import render
+from graphbisect.api_doc import RESULTS, documented_names, render
 from graphbisect.cli.main import main
 from graphbisect.errors import InputError, ModelError
-from graphbisect.examples import host_network
+from graphbisect.examples import example_inputs_path, example_model_path, host_network
 from graphbisect.examples.patterns import pattern_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PINNED = {
     "compare": "(model, *, oracle='onnxruntime:opt_level=disable', target='onnxruntime:opt_level=all', inputs=None, "
                "shapes=None, seed=0, atol=0.0001, rtol=0.001, tolerance=None, layerwise=True, all_tensors=False, "
-               "workdir=None, on_stage=None)",
+               "workdir=None, check=None, on_stage=None)",
     "load_model": "(source)",
     "passes": "(model, *, oracle='onnxruntime:opt_level=disable', target='onnxruntime:opt_level=all', inputs=None, "
               "shapes=None, seed=0, atol=0.0001, rtol=0.001, tolerance=None, strict_band=False, max_invocations=None, "
@@ -162,3 +166,90 @@ def test_a_check_that_raises_names_itself(tmp_path: Path) -> None:
 def test_reduce_of_a_missing_file_is_a_model_error(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match=r"nope\.onnx"):
         graphbisect.reduce(tmp_path / "nope.onnx", tmp_path / "bug")
+
+
+# ------------------------------------------------------------------------ results: every JSON field an attribute
+
+
+def _json_keys(cls: type) -> set[str]:
+    """The top-level keys ``cls.to_json`` writes, read from its source: the returned dict literal's string keys,
+    ``data["key"] = ...`` assignments and, for ``dataclasses.asdict(self)``, the dataclass fields."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls.to_json)))
+    keys: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):
+            keys |= {k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+        elif isinstance(node, ast.Assign) and isinstance(target := node.targets[0], ast.Subscript) \
+                and isinstance(target.slice, ast.Constant):
+            keys.add(target.slice.value)
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "asdict":
+            keys |= {field.name for field in dataclasses.fields(cls)}
+    return keys
+
+
+def _typed_attribute(cls: type, name: str) -> str | None:
+    """The attribute's declared type (a dataclass field's, a property's return annotation), or None."""
+    fields = {field.name: field for field in dataclasses.fields(cls)}
+    if name in fields:
+        return str(fields[name].type)
+    found = inspect.getattr_static(cls, name, None)
+    if isinstance(found, property) and found.fget is not None:
+        annotation = inspect.signature(found.fget).return_annotation
+        return None if annotation is inspect.Signature.empty else str(annotation)
+    return None
+
+
+@pytest.mark.parametrize(("module", "name"), RESULTS, ids=[name for _, name in RESULTS])
+def test_every_json_field_of_a_result_is_a_typed_attribute(module: str, name: str) -> None:
+    """`graphbisect.compare(...)` had no `verdict`, `first_divergence`, `root_causes`, `layers`, `outputs` or
+    `compiled_graph`, although its JSON has them and the façade promised the JSON fields as attributes."""
+    cls = getattr(importlib.import_module(module), name)
+    keys = _json_keys(cls)
+    assert keys, f"{name}.to_json's keys could not be read"
+    untyped = sorted(key for key in keys if _typed_attribute(cls, key) is None)
+    assert not untyped, f"{name}: JSON fields without a typed attribute: {untyped}"
+
+
+def test_compare_results_attributes_are_its_json(tmp_path: Path) -> None:
+    result = graphbisect.compare(example_model_path(), inputs=example_inputs_path())
+    data = result.to_json()
+    assert result.verdict == data["verdict"] == "fail"
+    assert result.first_divergence is not None and result.first_divergence.node == data["first_divergence"]["node"]
+    assert [c.to_json() for c in result.root_causes] == data["root_causes"]
+    assert [row.to_json() for row in result.layers] == data["layers"]
+    assert [s.to_json() for s in result.outputs] == data["outputs"]
+    assert result.compiled_graph is not None and data["compiled_graph"]["source"] == result.compiled_graph.source
+    assert result.target_status == data["target_status"] == "ok" and result.judged_by == "tolerance"
+
+
+def test_compare_takes_a_python_check_like_reduce() -> None:
+    """The check decides the verdict (here: accept anything within 1.0); the table stays the tolerance's view."""
+    calls: list[tuple[str, ...]] = []
+
+    def loose(outputs: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> bool:
+        calls.append(tuple(sorted(outputs)))
+        return all(np.allclose(outputs[k], expected[k], atol=1.0) for k in expected)
+
+    result = graphbisect.compare(example_model_path(), inputs=example_inputs_path(), check=loose)
+    assert calls == [("y",)] and result.passed and result.check_passed is True
+    assert result.verdict == "pass" and result.judged_by == "python-check"
+    assert result.comparison is not None and not result.comparison.passed  # the tolerance's view is kept
+    assert "the Python check accepted the outputs" in str(result.outcome)
+    strict = graphbisect.compare(example_model_path(), inputs=example_inputs_path(), check=lambda o, e: False)
+    assert not strict.passed and strict.check_passed is False and strict.outcome.detail.startswith("the Python check")
+
+
+def test_the_api_page_documents_every_public_type_and_each_documented_name_exists() -> None:
+    page = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    documented = documented_names(page)
+    for module, name in documented:
+        assert hasattr(importlib.import_module(module), name), f"docs/api.md documents {module}.{name}: it is gone"
+    names = {name for _, name in documented}
+    assert {"Comparison", "TensorStats", "LayerwiseReport", "LayerRow", "RootCause", "Outcome", "Signature",
+            "RunResult", "CompiledGraph", "NoiseFloor", "ChosenDim", "AloneCheck"} <= names
+    runtime = page.split("## `graphbisect.Runtime`")[1].split("\n## ")[0]
+    assert "`__init__(self, options: Mapping[str, str], workdir: str) -> None`" in runtime
+    assert "`run(self, inputs: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]`" in runtime
+    check = page.split("### `OutputCheck`")[1].split("\n## ")[0]
+    assert "Mapping[str, \"np.ndarray\"]" in check and "``outputs``: the target's values" in check
+    assert "### `graphbisect.examples.example_model_path`" in page and "example_model_path(\n) -> Path" in page

@@ -58,7 +58,7 @@ def chart_points(result: CompareResult) -> list[ErrorPoint]:
     layers = result.layerwise
     if layers is None:
         return []
-    roots = {rc.tensor for rc in layers.root_causes[:3]}
+    roots = {rc.tensor for rc in layers.root_causes[:3] if rc.is_root}
     first = layers.first_divergence.tensor if layers.first_divergence else None
     return [
         ErrorPoint(i, f"{row.node} ({row.op_type})", row.stats.score,
@@ -125,9 +125,14 @@ def _outputs_table(data: dict[str, object]) -> str:
 
 def _roots_table(data: dict[str, object]) -> str:
     roots: list[dict[str, object]] = data["root_causes"]  # type: ignore[assignment]
-    rows = [[r["node"], r["op_type"], r["tensor"], r["score"], r["input_score"], r["role"]]
+    rows = [[r["node"], r["op_type"], r["tensor"], r["score"], r["input_score"], r["role"], r["evidence"]]
             for r in roots]
-    return "<h2>Root causes</h2>" + _table(["node", "op", "tensor", "amplification", "input score", "role"], rows)
+    check = data.get("root_cause_check")
+    how = (f"<p>Inputs not exposed by the target: {len(check['confirmed'])} node(s) confirmed and "
+           f"{len(check['received'])} cleared by running their compiled regions alone on the oracle's values "
+           f"({check['target_runs']} target run).</p>" if isinstance(check, dict) else "")
+    return "<h2>Root causes</h2>" + _table(["node", "op", "tensor", "amplification", "input score", "role", "evidence"],
+                                           rows) + how
 
 
 def _layers_table(data: dict[str, object]) -> str:

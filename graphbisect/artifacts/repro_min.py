@@ -3,7 +3,10 @@
 It builds the reduced model inline with ``onnx.helper`` (weights and inputs inline, exact: a float32 printed
 as Python's shortest float repr reads back as the same float32), runs the oracle and the target the way the
 bundle's specs do, and asserts that they agree — so the assertion fails (or the target raises) while the bug
-is there. Only numpy, onnx and the backend's library are needed.
+is there. Only numpy, onnx and the backend's library are needed. Its exit status is ``repro.py``'s contract:
+1 while the bug reproduces (an assertion, or the target raising: Python's own exit 1 for an uncaught
+exception), 0 once fixed, 2 when it cannot run (:data:`CANNOT_RUN`: a library missing, an onnx too old to
+build the model, the oracle failing) — a missing onnx read as "the bug reproduces" before.
 
 Written only when it can be exact and short: at most :data:`MAX_NODES` nodes and :data:`MAX_ELEMENTS`
 values inline, no subgraphs, and both backends among :data:`RUNNERS` with options the script reproduces.
@@ -24,12 +27,14 @@ from graphbisect.backends.base import BackendSpec
 from graphbisect.backends.reference import unpatched_differences
 from graphbisect.compare import Tolerance
 
-__all__ = ["MAX_ELEMENTS", "MAX_NODES", "RUNNERS", "render_repro_min"]
+__all__ = ["CANNOT_RUN", "MAX_ELEMENTS", "MAX_NODES", "RUNNERS", "render_repro_min"]
 
 log = logging.getLogger(__name__)
 
 MAX_NODES = 30
 MAX_ELEMENTS = 1024
+#: The script's exit status when it cannot run here (``repro.py``'s: 0 fixed, 1 reproduces, 2 cannot run).
+CANNOT_RUN = 2
 
 _ORT_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
                "all": "ORT_ENABLE_ALL"}
@@ -116,16 +121,25 @@ def render_repro_min(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray], *
         return None, f"a value cannot be written inline ({exc})"
     imports = ["import numpy as np", "import onnx", "from onnx import helper, numpy_helper",
                *sorted({imp for imp, _ in runners})]
-    check = ["actual = run_target()  # raises while the target crashes on this model"] if crash else [
-        "expected, actual = run_oracle(), run_target()",
-        "for out, e, a in zip(model.graph.output, expected, actual):",
+    check = ["actual = run_target()  # raises (exit 1) while the target crashes on this model"] if crash else [
+        "try:",
+        "    expected = run_oracle()",
+        "except Exception as exc:  # without the oracle's values nothing was tested",
+        "    print(f'repro_min.py cannot run here: the oracle failed: {type(exc).__name__}: {exc}', file=sys.stderr)",
+        f"    sys.exit({CANNOT_RUN})",
+        "for out, e, a in zip(model.graph.output, expected, run_target()):",
         "    atol, rtol = TOLERANCE.get(out.name, DEFAULT)",
         "    np.testing.assert_allclose(a, e, atol=atol, rtol=rtol, err_msg=f'output {out.name}')",
         "print('target and oracle agree: the bug is fixed')"]
     per_output = {k: tuple(v) for k, v in tolerance.per_output.items()}
     lines = [f'"""{title}', "", f"Target: {target}; oracle: {oracle}. Written by graphbisect; needs only numpy, onnx",
-             'and the backends\' libraries. It fails (assertion or exception) while the bug reproduces."""',
-             "", *imports, "", *body, "", *runners[0][1], "", *runners[1][1], "",
+             "and the backends' libraries. Exit status as repro.py's: 1 while the bug reproduces (an assertion, or",
+             'the target raising), 0 once fixed, 2 when it cannot run here (nothing was tested)."""',
+             "", "import sys",
+             "try:  # a library missing, or an onnx that cannot build the model: exit 2",
+             *(f"    {x}" for x in (*imports, *body)), "except Exception as exc:",
+             "    print(f'repro_min.py cannot run here: {type(exc).__name__}: {exc}', file=sys.stderr)",
+             f"    sys.exit({CANNOT_RUN})", "", *runners[0][1], "", *runners[1][1], "",
              f"DEFAULT = ({tolerance.atol!r}, {tolerance.rtol!r})", f"TOLERANCE = {per_output!r}", *check]
     return "\n".join(lines) + "\n", ""
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from graphbisect.cli.common import (
     add_model_arguments,
     count,
+    feeds_for_api,
     load_feeds,
     load_model_arg,
     output_file,
@@ -58,9 +59,9 @@ def run(args: argparse.Namespace) -> int:
     feeds = load_feeds(args, model)
     extra: dict[str, object] = {}
     if args.inputs is None:
-        from graphbisect.data import random_input_notes
+        from graphbisect.data import parse_shapes, random_input_notes
 
-        notes = random_input_notes(model)
+        notes = random_input_notes(model, shapes=parse_shapes(args.shape))
         # the shapes that ran: a dynamic dim takes a size chosen here (or given with --shape)
         shapes = {name: [int(d) for d in getattr(value, "shape", ())] for name, value in feeds.items()}
         print(f"… random inputs (seed {args.seed}; pass real ones with --inputs):", file=sys.stderr)
@@ -71,8 +72,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         extra["inputs"] = str(Path(args.inputs).absolute())
     result = api.compare(
-        model, oracle=args.oracle, target=args.target, inputs=feeds, tolerance=tolerance_from_args(args),
-        workdir=args.workdir, layerwise=not args.no_layerwise, all_tensors=args.all_tensors, seed=args.seed,
+        model, oracle=args.oracle, target=args.target, **feeds_for_api(args, feeds),
+        tolerance=tolerance_from_args(args), workdir=args.workdir, layerwise=not args.no_layerwise,
+        all_tensors=args.all_tensors,
         on_stage=lambda msg: print(f"… {msg}", file=sys.stderr),
     )
     result = dataclasses.replace(result, extra={**result.extra, **extra})
@@ -111,6 +113,8 @@ def print_result(result: CompareResult, *, rows: int) -> None:
     verdict = "PASS: outputs match" if result.passed else f"FAIL: {result.outcome}"
     print(f"\n{verdict}  (invocations: {', '.join(f'{k} {v}' for k, v in result.invocations.items())}; "
           f"{result.seconds:.1f} s)")
+    if result.passed and result.dims_note:
+        print(f"NOTE: {result.dims_note}")
 
 
 def _print_layers(result: CompareResult, rows: int) -> None:
@@ -181,7 +185,16 @@ def _print_layers(result: CompareResult, rows: int) -> None:
     for rc in layers.root_causes[:5]:
         fused_as = rc.compiled_as if rc.compiled_as is not None and rc.compiled_as.fused else None
         where = f"  compiled as {shown(fused_as.describe())}" if fused_as is not None else ""
-        print(f"  {shown(rc.node)} ({shown(rc.op_type)}): {_num(rc.score)}  [{rc.role}]{where}")
+        print(f"  {shown(rc.node)} ({shown(rc.op_type)}): {_num(rc.score)}  "
+              f"[{rc.role}{_EVIDENCE.get(rc.evidence, '')}]{where}")
+    if result.root_cause_check is not None:
+        print(f"  ({result.root_cause_check.describe()})")
+
+
+#: How a root cause's evidence reads beside its role (nothing for inputs measured).
+_EVIDENCE = {"confirmed": "; inputs not exposed, fails alone on the oracle's inputs",
+             "received": "; inputs not exposed, passes alone on the oracle's inputs",
+             "unconfirmed": "; inputs not exposed, not run alone"}
 
 
 def _ran_in(node: CompiledNode | None) -> str:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from graphbisect.cli.common import (
     add_model_arguments,
     count,
+    feeds_for_api,
     load_feeds,
     load_model_arg,
     output_file,
@@ -56,7 +57,7 @@ def run_passes(args: argparse.Namespace, progress: ProgressLine) -> tuple[Any, d
     model = load_model_arg(args)
     feeds = load_feeds(args, model)
     options = passes_options(args)
-    result = api.passes(model, oracle=options.oracle, target=options.target, inputs=feeds,
+    result = api.passes(model, oracle=options.oracle, target=options.target, **feeds_for_api(args, feeds),
                         tolerance=options.tolerance, strict_band=options.strict_band,
                         max_invocations=options.max_invocations, timeout=options.timeout,
                         workdir=getattr(args, "workdir", None), on_stage=progress.stage, on_progress=progress)

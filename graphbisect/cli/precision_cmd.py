@@ -11,6 +11,7 @@ from graphbisect.atomic import atomic_write_text
 from graphbisect.cli.common import (
     add_model_arguments,
     count,
+    feeds_for_api,
     load_feeds,
     load_model_arg,
     output_file,
@@ -71,10 +72,10 @@ def run(args: argparse.Namespace) -> int:
     progress = ProgressLine(label="precision", unit="nodes in FP32")
     try:
         result = api.precision(
-            model, mode=args.mode, oracle=args.oracle, target=args.target, inputs=feeds,
+            model, mode=args.mode, oracle=args.oracle, target=args.target, **feeds_for_api(args, feeds),
             tolerance=tolerance_from_args(args), workdir=args.workdir, output=args.output,
             sensitivity=args.sensitivity, prefix=not args.no_prefix, calibration=args.calibration,
-            max_invocations=args.max_invocations, seed=args.seed, on_stage=progress.stage, on_progress=progress,
+            max_invocations=args.max_invocations, on_stage=progress.stage, on_progress=progress,
             alone=args.alone, jobs=args.jobs,
         )
     finally:
@@ -151,3 +152,5 @@ def print_result(result: PrecisionResult, *, rows: int) -> None:
         how = (f"failed to run: {typed['error']}" if "error" in typed else
                f"{'meets' if typed['meets'] else 'DOES NOT meet'} the tolerance (score {_num(float(typed['score']))})")
         print(f"verified: mixed_precision_typed.onnx (float16 types, the model to deploy) {how}")
+    if result.meets_tolerance and result.dims_note:
+        print(f"note: {result.dims_note}")

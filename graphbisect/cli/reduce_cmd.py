@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from graphbisect.cli.common import (
     add_model_arguments,
+    chosen_for,
     count,
     executor,
     exit_code,
@@ -104,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
     model = load_model_arg(args)
     with _resume_line_on_interrupt(args.output, progress):
         result = reduce_model(model, args.output, inputs=load_feeds(args, model), options=_options(args),
-                              zip_bundle=args.zip, on_progress=progress, on_stage=progress.stage, force=args.force)
+                              zip_bundle=args.zip, on_progress=progress, on_stage=progress.stage, force=args.force,
+                              chosen=chosen_for(args, model))
     progress.close()
     return _report(result, args)
 

@@ -19,6 +19,9 @@ from graphbisect.data.store import ActivationStore, StoredTensor
 if TYPE_CHECKING:
     from graphbisect.data.inputs import (
         SUPPORTED_FORMATS,
+        ChosenDim,
+        chosen_dims,
+        dims_note,
         index_bounds,
         load_inputs,
         parse_shapes,
@@ -31,7 +34,10 @@ if TYPE_CHECKING:
 __all__ = [
     "SUPPORTED_FORMATS",
     "ActivationStore",
+    "ChosenDim",
     "StoredTensor",
+    "chosen_dims",
+    "dims_note",
     "index_bounds",
     "load_inputs",
     "parse_shapes",

@@ -12,6 +12,14 @@ Supported input files (:data:`SUPPORTED_FORMATS`):
 
 Random inputs (:func:`random_inputs`) are reproducible: each input's generator is seeded from ``seed``
 and the input's name, so adding or removing another input never changes it.
+
+**Dynamic dimensions are chosen visibly** (:func:`chosen_dims`, :class:`ChosenDim`): a batch-like dimension
+nobody gave a size takes the smallest size above 1 that the model's shapes accept (onnx's strict shape
+inference, :func:`~graphbisect.model.normalize.shape_conflicts`): 2, else a size the model declares elsewhere
+(a keepdims=0 ``ReduceMean`` of ``[N, 16]`` subtracted from its input broadcasts only for N = 16), else 1.
+Why not 1: a bug may need more than one row (that LayerNorm fusion computes the same at N = 1 and is wrong at
+16), and a PASS at 1 read as "the model passes". Every verdict that passed on chosen sizes says so
+(:func:`dims_note`), in ``compare``, ``reduce``, ``passes`` and ``precision`` alike.
 """
 
 from __future__ import annotations
@@ -27,7 +35,8 @@ import os
 import re
 import zipfile
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +50,15 @@ from graphbisect.data.ranges import compared_values
 from graphbisect.errors import GraphBisectError, InputError
 from graphbisect.model.graph import Model, TensorType
 from graphbisect.model.load import external_data_file
+from graphbisect.model.normalize import shape_conflicts
 from graphbisect.options import SEED, check_value
 from graphbisect.values import as_elem_type, comparable, is_exact, load_values_npz, save_values_npz, to_memory
 
 __all__ = [
     "SUPPORTED_FORMATS",
+    "ChosenDim",
+    "chosen_dims",
+    "dims_note",
     "index_bounds",
     "load_inputs",
     "parse_shapes",
@@ -450,21 +463,20 @@ def random_inputs(
     [0, size of the indexed axis); uint8 in [0, 256); int8 in [-128, 128); other integers in [0, 10).
     :func:`random_input_notes` says which rule each input followed.
     Shapes: ``shapes[name]`` when given; otherwise static dims, then symbolic dims bound by another
-    input's given shape, then 1 for dim 0 and batch-like symbols (``batch``, ``N``, ``bs``). Any other
-    dynamic dim raises :class:`InputError` asking for ``--shape``.
+    input's given shape, then, for dim 0 and batch-like symbols (``batch``, ``N``, ``bs``), a size chosen to
+    exercise the graph (:func:`chosen_dims`: 2 or a size the model declares elsewhere, where its shapes accept
+    it; else 1). Any other dynamic dim raises :class:`InputError` asking for ``--shape``.
 
     Example:
         >>> inputs = random_inputs(model, shapes={"x": (1, 3, 224, 224)}, seed=0)   # doctest: +SKIP
     """
     check_value("random_inputs", "seed", seed, SEED)  # numpy takes seeds >= 0
-    given = {name: tuple(int(d) for d in dims) for name, dims in (shapes or {}).items()}
+    given = _given(shapes)
     _check_shape_names(model, given)
-    bindings = _bind_symbols(model, given)
+    shapes_of, _ = _shapes_and_choices(model, given)
     bounds = index_bounds(model)
     compared = compared_values(model)
     result: dict[str, np.ndarray] = {}
-    shapes_of = {name: given[name] if name in given else _resolve_shape(name, _input_type(model, name), bindings)
-                 for name in model.input_names}
     # numpy draws in 8 bytes per element (16 for complex) before converting: checked before any is drawn
     drawn = {name: math.prod(shape) * (16 if np.dtype(_input_type(model, name).numpy_dtype).kind == "c" else 8)
              for name, shape in shapes_of.items()}
@@ -487,13 +499,84 @@ def random_inputs(
     return result
 
 
-def random_input_notes(model: Model) -> dict[str, str]:
-    """How :func:`random_inputs` draws each input, for the user (which inputs are random, and from what).
+@dataclass(frozen=True)
+class ChosenDim:
+    """A dynamic dimension of a graph input that graphbisect gave a size (no ``--shape``, no inputs file).
+
+    ``shape``: the input's whole shape as drawn (what ``--shape`` would give); ``how``: why this size.
+    """
+
+    input: str
+    axis: int
+    symbol: str | None  # its dim_param; None when unnamed
+    size: int
+    how: str
+    shape: tuple[int, ...] = ()
+
+    def describe(self) -> str:
+        """``x[0] (N) = 16: ...``.
+
+        Example:
+            >>> ChosenDim("x", 0, "N", 2, "the smallest size above 1 its shapes accept").describe()
+            'x[0] (N) = 2: the smallest size above 1 its shapes accept'
+        """
+        return f"{self.input}[{self.axis}]{f' ({self.symbol})' if self.symbol else ''} = {self.size}: {self.how}"
+
+    def to_json(self) -> dict[str, object]:
+        return {"input": self.input, "axis": self.axis, "symbol": self.symbol, "size": self.size, "how": self.how,
+                "shape": list(self.shape)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ChosenDim:
+        return cls(str(data["input"]), int(data["axis"]), None if data["symbol"] is None else str(data["symbol"]),
+                   int(data["size"]), str(data["how"]), tuple(int(d) for d in data.get("shape") or ()))
+
+
+def chosen_dims(model: Model, *, shapes: Mapping[str, Iterable[int]] | None = None) -> tuple[ChosenDim, ...]:
+    """The dynamic dimensions :func:`random_inputs` gives a size to (those neither ``shapes`` nor a symbol bound
+    by it fix), and which sizes and why: the smallest size above 1 that onnx's strict shape inference accepts
+    (:func:`~graphbisect.model.normalize.shape_conflicts`, compared with the conflicts at 1, so nodes that fail
+    inference at any size do not decide) among 2 and the static sizes the model's inputs and outputs declare,
+    else 1. One decision per symbol (inputs sharing it agree). Computed once per model and ``shapes``.
+
+    Example:
+        >>> [d.describe() for d in chosen_dims(load_model("dyn.onnx"))]     # doctest: +SKIP
+        ['x[0] (N) = 16: its shapes refuse 2 and accept 16, a size the model declares elsewhere']
+    """
+    given = _given(shapes)
+    _check_shape_names(model, given)
+    return _shapes_and_choices(model, given)[1]
+
+
+def dims_note(chosen: Sequence[ChosenDim]) -> str | None:
+    """The sentence every verdict that passed on chosen sizes carries (None when nothing was chosen).
+
+    Example:
+        >>> dims_note([ChosenDim("x", 0, "N", 2, "the smallest size above 1 its shapes accept", (2, 16))])[:60]
+        'dynamic dims were sized by graphbisect, not by you: x[0] (N)'
+    """
+    if not chosen:
+        return None
+    shapes = {d.input: d.shape for d in chosen}
+    flags = " ".join(f"--shape {name}:{'x'.join(map(str, shape)) or ''}" for name, shape in shapes.items())
+    return ("dynamic dims were sized by graphbisect, not by you: " + "; ".join(d.describe() for d in chosen)
+            + f". This verdict holds for these sizes only; to test the sizes you run, give them: {flags} "
+            "(shapes= in the Python API)")
+
+def random_input_notes(model: Model, *, shapes: Mapping[str, Iterable[int]] | None = None) -> dict[str, str]:
+    """How :func:`random_inputs` draws each input, for the user (which inputs are random, and from what), and
+    which of its dynamic dims graphbisect sized (``shapes``: the sizes given, as to :func:`random_inputs`).
 
     Example:
         >>> random_input_notes(model)       # doctest: +SKIP
         {'input': 'float32 uniform in [-1, 1)', 'sr': 'int64, one of the values it is compared with: 16000'}
     """
+    chosen: dict[str, list[ChosenDim]] = {}
+    try:
+        for dim in chosen_dims(model, shapes=shapes):
+            chosen.setdefault(dim.input, []).append(dim)
+    except InputError:  # a dim only the user can size: random_inputs says so; the notes say how values are drawn
+        pass
     bounds = index_bounds(model)
     compared = compared_values(model)
     notes: dict[str, str] = {}
@@ -512,6 +595,9 @@ def random_input_notes(model: Model) -> dict[str, str]:
             notes[name] = f"{dtype} in [{low}, {high}): {why}"
         else:
             notes[name] = f"{dtype} uniform in [-1, 1)"
+        for dim in chosen.get(name, []):
+            notes[name] += (f"; dynamic dim {dim.axis}{f' ({dim.symbol})' if dim.symbol else ''} sized {dim.size} "
+                            "by graphbisect (--shape to choose)")
     return notes
 
 
@@ -531,6 +617,129 @@ def _check_shape_names(model: Model, given: Mapping[str, tuple[int, ...]]) -> No
         ttype = model.tensor_type(name)
         if ttype is not None and ttype.shape is not None:
             _check_shape(name, shape, ttype, "--shape")
+
+
+def _given(shapes: Mapping[str, Iterable[int]] | None) -> dict[str, tuple[int, ...]]:
+    return {name: tuple(int(d) for d in dims) for name, dims in (shapes or {}).items()}
+
+
+#: Static sizes (besides 2) a chosen dim may take, smallest first: at most this many, none above _MAX_HINT.
+_HINTS = 6
+_MAX_HINT = 4096
+#: (model fingerprint, given shapes) → the shapes drawn and the dims chosen: shape inference runs once per model.
+_CHOICES: dict[tuple[str, tuple[tuple[str, tuple[int, ...]], ...]],
+               tuple[dict[str, tuple[int, ...]], tuple[ChosenDim, ...]]] = {}
+
+
+def _shapes_and_choices(model: Model, given: Mapping[str, tuple[int, ...]]
+                        ) -> tuple[dict[str, tuple[int, ...]], tuple[ChosenDim, ...]]:
+    """Every input's shape (given, static, bound, or chosen) and the dims chosen (see :func:`chosen_dims`)."""
+    key = (model.fingerprint, tuple(sorted(given.items())))
+    if key not in _CHOICES:
+        if len(_CHOICES) > 64:
+            _CHOICES.clear()
+        _CHOICES[key] = _choose_dims(model, given)
+    drawn, chosen = _CHOICES[key]
+    return dict(drawn), chosen
+
+
+def _choose_dims(model: Model, given: Mapping[str, tuple[int, ...]]
+                 ) -> tuple[dict[str, tuple[int, ...]], tuple[ChosenDim, ...]]:
+    bindings = _bind_symbols(model, given)
+    pending: dict[str, list[tuple[str, int, str | None]]] = {}  # key (symbol, or input[axis]) → its dims
+    for name in model.input_names:
+        if name not in given:
+            for axis, symbol in _choosable(name, _input_type(model, name), bindings):
+                pending.setdefault(symbol or f"{name}[{axis}]", []).append((name, axis, symbol))
+    sizes = {key: 1 for key in pending}
+    how = {key: "" for key in pending}
+    if pending:
+        _decide(model, given, bindings, pending=pending, sizes=sizes, how=how)
+    drawn = {name: given[name] if name in given else _with_unnamed(
+                 _resolve_shape(name, _input_type(model, name), {**bindings, **_sized(pending, sizes)}),
+                 name, pending, sizes)
+             for name in model.input_names}
+    chosen = tuple(ChosenDim(name, axis, symbol, sizes[key], how[key], drawn[name])
+                   for key, dims in pending.items() for name, axis, symbol in dims)
+    return drawn, chosen
+
+
+def _choosable(name: str, ttype: TensorType, bindings: Mapping[str, int]) -> list[tuple[int, str | None]]:
+    """The dynamic dims of input ``name`` that graphbisect sizes: dim 0 and batch-like symbols, unbound."""
+    found: list[tuple[int, str | None]] = []
+    for axis, dim in enumerate(ttype.shape or ()):
+        if (isinstance(dim, int) and dim >= 0) or (isinstance(dim, str) and dim in bindings):
+            continue
+        if axis == 0 or (isinstance(dim, str) and _BATCH_LIKE.match(dim)):
+            found.append((axis, dim if isinstance(dim, str) and dim else None))
+    return found
+
+
+def _sized(pending: Mapping[str, list[tuple[str, int, str | None]]], sizes: Mapping[str, int]) -> dict[str, int]:
+    """Symbol → size of the named pending dims (unnamed ones are sized by :func:`_with_unnamed`)."""
+    return {symbol: sizes[key] for key, dims in pending.items() for _, _, symbol in dims if symbol}
+
+
+def _decide(model: Model, given: Mapping[str, tuple[int, ...]], bindings: Mapping[str, int], *,
+            pending: Mapping[str, list[tuple[str, int, str | None]]], sizes: dict[str, int],
+            how: dict[str, str]) -> None:
+    """Size each pending key: 2 when the shapes accept it, else the first accepted hint, else 1 (in place)."""
+
+    def conflicts(trial: Mapping[str, int]) -> frozenset[str] | None:
+        shapes = {name: given[name] if name in given else _with_unnamed(
+                      _resolve_shape(name, _input_type(model, name), {**bindings, **_sized(pending, trial)}),
+                      name, pending, trial)
+                  for name in model.input_names}
+        return shape_conflicts(model.proto, shapes)
+
+    at_two = conflicts({key: 2 for key in pending})
+    if at_two == frozenset():  # the common case: one inference, every dim at 2
+        for key in pending:
+            sizes[key], how[key] = 2, "the smallest size above 1; the model's shapes accept it"
+        return
+    baseline = conflicts(sizes)
+    hints = _size_hints(model)
+    for key in pending:
+        if baseline is None:
+            how[key] = "1: onnx shape inference cannot check this model's shapes at another size"
+            continue
+        refused: list[int] = []
+        for size in (2, *hints):
+            found = conflicts({**sizes, key: size})
+            if found is not None and found <= baseline:
+                sizes[key] = size
+                how[key] = ("the smallest size above 1; the model's shapes accept it" if size == 2 else
+                            f"the model's shapes refuse {_listed(refused)} and accept {size}, a size it "
+                            "declares elsewhere")
+                break
+            refused.append(size)
+        else:
+            how[key] = f"1: the model's shapes refuse {_listed(refused)} (onnx shape inference)"
+
+
+def _with_unnamed(shape: tuple[int, ...], name: str, pending: Mapping[str, list[tuple[str, int, str | None]]],
+                  sizes: Mapping[str, int]) -> tuple[int, ...]:
+    """``shape`` with the unnamed pending dims of input ``name`` at their trial sizes."""
+    dims = list(shape)
+    for key, entries in pending.items():
+        for entry_name, axis, symbol in entries:
+            if entry_name == name and symbol is None:
+                dims[axis] = sizes[key]
+    return tuple(dims)
+
+
+def _size_hints(model: Model) -> tuple[int, ...]:
+    """Static sizes above 2 that the model's graph inputs and outputs declare, smallest first (at most _HINTS)."""
+    found: set[int] = set()
+    for name in (*model.input_names, *model.output_names):
+        ttype = model.tensor_type(name)
+        if ttype is not None:
+            found.update(d for d in (ttype.shape or ()) if isinstance(d, int) and 2 < d <= _MAX_HINT)
+    return tuple(sorted(found))[:_HINTS]
+
+
+def _listed(sizes: Sequence[int]) -> str:
+    return ", ".join(map(str, sizes)) or "every size tried"
 
 
 def _bind_symbols(model: Model, given: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
@@ -569,9 +778,7 @@ def _resolve_shape(name: str, ttype: TensorType, bindings: dict[str, int]) -> tu
         elif isinstance(dim, str) and dim in bindings:
             dims.append(bindings[dim])
         elif axis == 0 or (isinstance(dim, str) and _BATCH_LIKE.match(dim)):
-            dims.append(1)
-            if isinstance(dim, str) and dim:
-                bindings[dim] = 1
+            dims.append(1)  # an unnamed dim graphbisect sizes (:func:`_choose_dims`) gets its size afterwards
         else:
             raise InputError(
                 f"input {name!r} ({ttype}) has dynamic dimension {axis} ({dim or 'unnamed'}) that graphbisect "

@@ -26,6 +26,16 @@ With the target's :class:`~graphbisect.localize.compiled.CompiledGraph`, each ro
 compiled its node as, a node's inputs are those of the compiled node it belongs to (a fused node reads
 the tensors its group reads, not the vanished ones inside it), and root causes are ranked per compiled
 node: the fused node, reported with the original nodes it replaced.
+
+**A node is never blamed for error it received.** A tensor the target does not expose (fused away,
+eliminated) has no score of its own; it carries, as an estimate, the error that entered the unexposed
+nodes computing it (their inputs' worst score, transitively). A node reading such a tensor has that
+estimate in its ``input_score`` and the tensor in ``hidden_inputs``: its inputs were not measured, so it
+is a root only when a run of it alone (its compiled region fed with the oracle's values,
+``alone``) shows that the error starts inside it. Before, an unexposed input counted as exact: the
+bundled example's correct LayerNorm after a fused-away Reshape ranked second as a "root" (927), with
+error of 1,229× tolerance already upstream. Each :class:`RootCause` says what its place rests on
+(``evidence``): ``measured``, ``confirmed`` / ``received`` (run alone), or ``unconfirmed``.
 """
 
 from __future__ import annotations
@@ -46,8 +56,8 @@ from graphbisect.oracle.floor import NoiseFloor
 #: The ``kind`` of a layerwise row whose tensor the target did not expose (JSON, CSV, HTML).
 NOT_OBSERVED = "not-observed"
 
-__all__ = ["NOT_OBSERVED", "LayerRow", "LayerwiseReport", "RootCause", "TensorSource", "analyze_layers",
-           "constant_tensors", "tensor_stats"]
+__all__ = ["CONFIRMED", "EVIDENCE", "MEASURED", "NOT_OBSERVED", "RECEIVED", "UNCONFIRMED", "LayerRow",
+           "LayerwiseReport", "RootCause", "TensorSource", "analyze_layers", "constant_tensors", "tensor_stats"]
 
 
 class TensorSource(Protocol):
@@ -77,6 +87,9 @@ class LayerRow:
     at_floor: bool = False
     #: its quantization step when it is quantized (compared in steps: :meth:`Tolerance.bounds`; 0: scale unknown)
     step: float | None = None
+    #: inputs (of its compiled node) the target did not expose: ``input_score`` counts the error estimated to
+    #: reach them (see the module docstring), and only a run alone can make this node a root
+    hidden_inputs: tuple[str, ...] = ()
 
     @property
     def lsb(self) -> float | None:
@@ -114,46 +127,75 @@ class LayerRow:
                 "compiled_as": None if self.compiled_as is None else self.compiled_as.to_json(),
                 "constant": self.constant, "floor": None if self.floor is None else _finite(self.floor),
                 "at_floor": self.at_floor, "quantization_step": self.step,
-                "lsb": None if self.lsb is None else _finite(self.lsb), **stats}
+                "lsb": None if self.lsb is None else _finite(self.lsb), "hidden_inputs": list(self.hidden_inputs),
+                **stats}
+
+
+#: What a root cause's place rests on (:attr:`RootCause.evidence`).
+MEASURED = "measured"  # every input was exposed and compared: the amplification is measured
+CONFIRMED = "confirmed"  # inputs not exposed; run alone on the oracle's values it fails: the error starts inside
+RECEIVED = "received"  # inputs not exposed; run alone on the oracle's values it passes: its error came to it
+UNCONFIRMED = "unconfirmed"  # inputs not exposed and not run alone: never a root, amplification estimated
+EVIDENCE = (MEASURED, CONFIRMED, RECEIVED, UNCONFIRMED)
 
 
 @dataclass(frozen=True)
 class RootCause:
+    """A failing (compiled) node, ranked by how much error it adds (see the module docstring)."""
+
     node: str
     op_type: str
     tensor: str
-    score: float  # amplification, in tolerance units
+    #: amplification in tolerance units (output ÷ max(input, 1)); for a root confirmed by a run alone, the
+    #: error it makes on the oracle's inputs
+    score: float
     output_score: float
-    input_score: float
-    is_root: bool  # inputs within tolerance: the error starts here
+    input_score: float  # measured, or estimated where ``hidden_inputs`` (see the module docstring)
+    is_root: bool  # the error starts here: inputs measured within tolerance, or confirmed by a run alone
     compiled_as: CompiledNode | None = None  # the compiled node (and the original nodes it replaced)
+    evidence: str = MEASURED  # one of EVIDENCE: what ``is_root`` and ``score`` rest on
+    hidden_inputs: tuple[str, ...] = ()  # inputs the target did not expose
+    alone_score: float | None = None  # its output's error when run alone on the oracle's inputs, if it was
 
     @property
     def role(self) -> str:
-        """``root`` (its inputs match: the error starts here), ``amplifies`` (it multiplies the error it reads)
-        or ``carries`` (it fails on inputs that already fail, without multiplying the error: amplification at
-        most 1, or unknown when input and output are both off by infinitely many tolerances).
+        """``root`` (the error starts here), ``amplifies`` (it multiplies the error it reads), ``carries`` (it
+        fails on inputs that already fail, without multiplying the error: amplification at most 1, or unknown
+        when input and output are both off by infinitely many tolerances) or ``uncertain`` (its inputs were not
+        exposed, the error estimated to reach them is within tolerance, and it was not run alone: the error
+        starts in it or in the unexposed nodes before it).
 
         Example:
             >>> RootCause("n", "Neg", "y", math.nan, math.inf, math.inf, False).role
             'carries'
+            >>> RootCause("n", "Neg", "y", 9.0, 9.0, 0.0, False, evidence=UNCONFIRMED, hidden_inputs=("a",)).role
+            'uncertain'
         """
         if self.is_root:
             return "root"
+        if self.evidence == UNCONFIRMED and self.input_score <= 1.0:
+            return "uncertain"
         return "amplifies" if self.score > 1.0 else "carries"  # NaN > 1.0 is False
 
     def to_json(self) -> dict[str, object]:
         return {"node": self.node, "op_type": self.op_type, "tensor": self.tensor, "score": _finite(self.score),
                 "output_score": _finite(self.output_score), "input_score": _finite(self.input_score),
-                "is_root": self.is_root, "role": self.role,
+                "is_root": self.is_root, "role": self.role, "evidence": self.evidence,
+                "hidden_inputs": list(self.hidden_inputs),
+                "alone_score": None if self.alone_score is None else _finite(self.alone_score),
                 "compiled_as": None if self.compiled_as is None else self.compiled_as.to_json()}
 
 
 @dataclass(frozen=True)
 class LayerwiseReport:
+    """The layerwise table: every row, the first divergence and the ranked root causes."""
+
     rows: tuple[LayerRow, ...]
     first_divergence: LayerRow | None
     root_causes: tuple[RootCause, ...]
+    #: failing (compiled) nodes whose inputs the target did not expose and that no run alone judged yet: the
+    #: best row of each, in rank order (what :func:`analyze_layers`' ``alone`` can settle)
+    uncertain: tuple[LayerRow, ...] = ()
 
     @property
     def compared(self) -> int:
@@ -182,6 +224,7 @@ def analyze_layers(
     first_only: bool = False,
     outputs: Collection[str] = (),
     floor: NoiseFloor | None = None,
+    alone: Mapping[str, TensorStats] | None = None,
 ) -> LayerwiseReport:
     """Compare every node output the oracle captured, in the given (topological) order.
 
@@ -195,6 +238,10 @@ def analyze_layers(
     (a constant among them is not exempt; see the module docstring). ``floor``: the target's noise floor
     (:mod:`graphbisect.oracle.floor`); a tensor failing within its margin is flagged ``at_floor`` (kernel
     precision), and is neither the first divergence nor a root cause nor an input error of its consumers.
+    ``alone``: for rows whose inputs the target did not expose (``hidden_inputs``), the statistics of their
+    tensor when their compiled region ran alone on the oracle's values, by tensor name: a failure there makes
+    the node a root (``confirmed``), a pass clears it (``received``); without it such a node is never a root
+    (``unconfirmed``), and it is listed in :attr:`LayerwiseReport.uncertain`.
 
     Example:
         >>> from onnx import helper
@@ -212,10 +259,11 @@ def analyze_layers(
     reads = _group_inputs(nodes, groups)
     # A constant that is a graph output has no consumer to show a wrong fold: its own row is the failure.
     constants = constant_tensors(nodes).difference(outputs)
+    carried: dict[str, float] = {}  # a tensor the target did not expose → the error estimated to reach it
     for index, node in enumerate(nodes):
         group = groups.get(node.name)
         inputs = reads[group.name] if group is not None else node.input
-        input_score = max((scores.get(name, 0.0) for name in inputs if name), default=0.0)
+        input_score, hidden = _input_error(inputs, scores, carried)
         for tensor in node.output:
             if not tensor or tensor not in oracle:
                 continue
@@ -224,17 +272,37 @@ def analyze_layers(
             noise = floor is not None and floor.at_floor(stats)
             if stats.kind is not MismatchKind.MISSING and not constant and not noise:
                 scores[tensor] = stats.score
+            elif stats.kind is MismatchKind.MISSING and not constant:
+                carried[tensor] = 0.0 if node.op_type in _SHAPE_ONLY else input_score
             amplification = stats.score / max(input_score, 1.0) if stats.kind is not MismatchKind.MISSING else 0.0
             row = LayerRow(index, node.name, node.op_type, tensor, stats, input_score, amplification, group,
                            constant, floor.scores.get(tensor) if floor is not None and floor.measured else None,
-                           noise, tol.quantized.get(tensor) if tol.quantized else None)
+                           noise, tol.quantized.get(tensor) if tol.quantized else None, hidden)
             rows.append(row)
             if on_row is not None:
                 on_row(row)
         if first_only and rows and _diverges(rows[-1]):
             break
     first = next((row for row in rows if _diverges(row)), None)
-    return LayerwiseReport(tuple(rows), first, _rank_root_causes(rows, max_root_causes))
+    causes, uncertain = _rank_root_causes(rows, max_root_causes, alone or {}, floor)
+    return LayerwiseReport(tuple(rows), first, causes, uncertain)
+
+
+def _input_error(inputs: Sequence[str], scores: Mapping[str, float], carried: Mapping[str, float]
+                 ) -> tuple[float, tuple[str, ...]]:
+    """(the worst error among ``inputs``: measured, or estimated for those the target did not expose; the
+    latter). Graph inputs, initializers, constants and tensors at the noise floor count as exact."""
+    worst = 0.0
+    hidden: list[str] = []
+    for name in inputs:
+        if not name:
+            continue
+        if name in scores:
+            worst = max(worst, scores[name])
+        elif name in carried:
+            worst = max(worst, carried[name])
+            hidden.append(name)
+    return worst, tuple(dict.fromkeys(hidden))
 
 
 def tensor_stats(name: str, oracle: TensorSource, target: TensorSource | None, tol: Tolerance,
@@ -255,6 +323,9 @@ def tensor_stats(name: str, oracle: TensorSource, target: TensorSource | None, t
         return TensorStats(name, MismatchKind.MISSING, score=math.inf, oracle_shape=described[1])
     return compare_tensors(name, oracle[name] if name in oracle else None, None, tol)
 
+
+#: Ops whose output depends on their input's shape only: an unexposed output of one carries no value error.
+_SHAPE_ONLY = frozenset({"Shape", "Size"})
 
 _NOT_CONSTANT = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
                            "Bernoulli"})
@@ -300,23 +371,37 @@ def _group_inputs(nodes: Sequence[onnx.NodeProto], groups: dict[str, CompiledNod
     return reads
 
 
-def _rank_root_causes(rows: Sequence[LayerRow], limit: int) -> tuple[RootCause, ...]:
+def _rank_root_causes(rows: Sequence[LayerRow], limit: int, alone: Mapping[str, TensorStats],
+                      floor: NoiseFloor | None) -> tuple[tuple[RootCause, ...], tuple[LayerRow, ...]]:
+    """(the root causes, best first; the uncertain rows: hidden inputs, not run alone, in rank order)."""
     best: dict[str, LayerRow] = {}  # one entry per node (per compiled node, when known): its worst output
     for row in rows:
         failing = _diverges(row)
         key = row.compiled_as.name if row.compiled_as is not None else row.node
         if failing and (key not in best or row.amplification > best[key].amplification):
             best[key] = row
-    ranked = sorted(
-        best.values(),
-        # Roots first; among equals, higher amplification, then earlier in the graph.
-        key=lambda r: (r.input_score > 1.0, -_sortable(r.amplification), r.index),
-    )
-    return tuple(
-        RootCause(r.node, r.op_type, r.tensor, r.amplification, r.stats.score, r.input_score, r.input_score <= 1.0,
-                  r.compiled_as)
-        for r in ranked[:limit]
-    )
+    causes = [_cause(row, alone.get(row.tensor) if row.hidden_inputs else None, floor) for row in best.values()]
+    # Roots first (the error starts there: the largest error made first); among the others, higher
+    # amplification, then earlier in the graph.
+    ranked = sorted(zip(causes, best.values(), strict=True),
+                    key=lambda pair: (not pair[0].is_root, -_sortable(pair[0].score), pair[1].index))
+    uncertain = tuple(row for cause, row in ranked if cause.evidence == UNCONFIRMED)
+    return tuple(cause for cause, _ in ranked[:limit]), uncertain
+
+
+def _cause(row: LayerRow, alone: TensorStats | None, floor: NoiseFloor | None) -> RootCause:
+    """The row as a root cause: its inputs measured, or hidden and settled by its run alone (``alone``) or not."""
+    if not row.hidden_inputs:
+        evidence, is_root, score = MEASURED, row.input_score <= 1.0, row.amplification
+    elif alone is None or alone.kind is MismatchKind.MISSING:
+        evidence, is_root, score = UNCONFIRMED, False, row.amplification
+    elif not alone.passed and not (floor is not None and floor.at_floor(alone)):
+        evidence, is_root, score = CONFIRMED, True, alone.score
+    else:
+        evidence, is_root, score = RECEIVED, False, row.amplification
+    return RootCause(row.node, row.op_type, row.tensor, score, row.stats.score, row.input_score, is_root,
+                     row.compiled_as, evidence, row.hidden_inputs,
+                     None if alone is None or alone.kind is MismatchKind.MISSING else alone.score)
 
 
 def _sortable(value: float) -> float:

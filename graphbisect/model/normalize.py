@@ -26,8 +26,9 @@ from __future__ import annotations
 import hashlib
 import heapq
 import logging
+import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import onnx
 
@@ -48,6 +49,7 @@ __all__ = [
     "node_dependencies",
     "normalize_model",
     "outer_scope_refs",
+    "shape_conflicts",
     "subgraphs",
     "topological_sort",
 ]
@@ -421,6 +423,37 @@ def infer_types(proto: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
     found = {value.name: value for value in inferred.graph.value_info if value.type.ByteSize() > 0}
     found.update((value.name, value) for value in inferred.graph.output if value.type.ByteSize() > 0)
     return found
+
+
+_INFERENCE_ERROR = re.compile(r"\(op_type:([^,]*), node name: ([^)]*)\)")
+
+
+def shape_conflicts(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> frozenset[str] | None:
+    """The nodes whose shapes onnx's strict shape inference refuses when the graph inputs ``shapes`` names
+    have those concrete shapes (``op_type:node name`` each; empty: every node accepts them), or None when
+    inference fails otherwise (a crash, a message it cannot attribute to nodes).
+
+    Why: a dynamic dimension may only take sizes the rest of the graph agrees with (``Sub`` of ``[N, 16]`` and
+    a keepdims=0 ``[N]`` broadcasts only for N in {1, 16}); comparing the conflicts of two choices tells the
+    sizes a model accepts even when some nodes (custom domains) fail inference whatever the size.
+
+    Example:
+        >>> shape_conflicts(proto, {"x": (16, 16)}), shape_conflicts(proto, {"x": (2, 16)})   # doctest: +SKIP
+        (frozenset(), frozenset({'Sub:/norm/Sub', 'Pow:/norm/Pow'}))
+    """
+    skeleton = _skeleton(proto)
+    for value in skeleton.graph.input:
+        if value.name in shapes and value.type.HasField("tensor_type"):
+            shape = value.type.tensor_type.shape
+            shape.ClearField("dim")
+            for size in shapes[value.name]:
+                shape.dim.add().dim_value = int(size)
+    try:
+        onnx.shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=True, data_prop=True)
+    except Exception as exc:  # onnx raises InferenceError, ValidationError or a RuntimeError of its C++ side
+        found = frozenset(f"{op}:{name}" for op, name in _INFERENCE_ERROR.findall(str(exc)))
+        return found or None
+    return frozenset()
 
 
 # --- fingerprint ---------------------------------------------------------------------------------------

@@ -49,7 +49,8 @@ from graphbisect.oracle.signature import (
 from graphbisect.strategies.subgraph import Candidate, SubgraphSpace, check_file
 from graphbisect.values import is_exact, numpy_dtype
 
-__all__ = ["CandidateTester", "Judgement", "OutputCheck", "TargetPool", "WorkerPool", "judge", "model_digest"]
+__all__ = ["CandidateTester", "Judgement", "OutputCheck", "TargetPool", "WorkerPool", "check_accepts", "judge",
+           "model_digest"]
 
 #: A Python check: ``check(outputs, expected) -> bool``, True when the target's outputs are acceptable.
 OutputCheck = Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray]], bool]
@@ -138,13 +139,15 @@ def judge(run: RunResult, expected: Callable[[str], np.ndarray], outputs: Sequen
         comparison = compare_outputs({name: expected(name) for name in outputs}, run.outputs, tol, outputs)
     signature = signature_of(run, comparison, fail_regex=fail_regex, floor=floor, names=names)
     if check is not None and run.ok and fail_regex is None:
-        signature = Signature(FailureKind.NONE) if _accepted(check, run, expected, outputs) else \
+        signature = Signature(FailureKind.NONE) if check_accepts(check, run, expected, outputs) else \
             Signature(FailureKind.MISMATCH, CHECK_REJECTED)
     return Judgement(run, comparison, signature, floor)
 
 
-def _accepted(check: OutputCheck, run: RunResult, expected: Callable[[str], np.ndarray],
-              outputs: Sequence[str]) -> bool:
+def check_accepts(check: OutputCheck, run: RunResult, expected: Callable[[str], np.ndarray],
+                  outputs: Sequence[str]) -> bool:
+    """The Python ``check``'s verdict on a completed run: ``check(the run's values of outputs, the oracle's)``.
+    Raises :class:`~graphbisect.errors.InputError` naming the check when it raises."""
     produced = {name: run.outputs[name] for name in outputs if name in run.outputs}
     try:
         return bool(check(produced, {name: expected(name) for name in outputs}))

@@ -290,6 +290,58 @@ class SubgraphSpace:
                 tensor.CopyFrom(self._inline[tensor.name])
         return Candidate(keep, feeds, output_names, types, built=proto, ids=(cut, outputs))
 
+    def materialize_apart(self, regions: Sequence[Iterable[int]]) -> Candidate:
+        """One model holding each of ``regions`` (disjoint node sets) *apart*: every region reads the oracle's
+        values at its own cut points, also where another region computes that tensor, so the regions' outputs
+        say what each computes on exact inputs, in one target run.
+
+        Each region is materialized alone (:meth:`materialize`) and the models are joined: a cut tensor that
+        another region produces is renamed in the reading region to ``<name>::oracle`` (fed, or a constant,
+        with the oracle's value), so the two never connect; weights, imports and declarations are shared. The
+        outputs are every region's outputs, under their own names. Raises KeyError as :meth:`materialize`.
+
+        Example:
+            >>> both = space.materialize_apart([{0, 1}, {2}])  # node 2 reads node 1's output, fed  # doctest: +SKIP
+        """
+        parts = [self.materialize(region) for region in regions]
+        produced = {name for part in parts for node in part.proto.graph.node for name in node.output if name}
+        merged = copy_model(parts[0].proto, initializers=False, nodes=False) if parts else onnx.ModelProto()
+        graph = merged.graph
+        del graph.input[:], graph.output[:], graph.value_info[:]
+        feeds: dict[str, Any] = {}
+        seen: dict[str, set[str]] = {"input": set(), "initializer": set(), "output": set(), "value_info": set()}
+        outputs: list[str] = []
+        types: list[int] = []
+
+        def add(field_name: str, item: Any) -> None:
+            if item.name not in seen[field_name]:
+                seen[field_name].add(item.name)
+                getattr(graph, field_name).add().CopyFrom(item)
+
+        for part in parts:
+            proto = part.proto.graph
+            fed = {v.name for v in proto.input} | {t.name for t in proto.initializer}
+            renamed = {name: f"{name}::oracle" for name in fed & produced}
+            for node in proto.node:
+                copy = graph.node.add()
+                copy.CopyFrom(node)
+                copy.input[:] = [renamed.get(name, name) for name in node.input]
+            for value in proto.input:
+                add("input", _renamed(value, renamed.get(value.name)))
+                if value.name in part.feeds:
+                    feeds[renamed.get(value.name, value.name)] = part.feeds[value.name]
+            for tensor in proto.initializer:
+                add("initializer", _renamed(tensor, renamed.get(tensor.name)))
+            for value in proto.value_info:
+                add("value_info", value)
+            for value, elem_type in zip(proto.output, part.output_types, strict=True):
+                if value.name not in seen["output"]:
+                    outputs.append(value.name)
+                    types.append(elem_type)
+                add("output", value)
+        keep = frozenset(i for part in parts for i in part.keep)
+        return Candidate(keep, feeds, tuple(outputs), tuple(types), built=merged)
+
     def _input_pieces(self, fed: np.ndarray, inits: np.ndarray) -> list[bytes]:
         """The graph input entries of a candidate feeding ``fed`` and reading ``inits`` (ids, in the boundary's
         order): the original's own graph inputs — fed ones and initializers it also lists as inputs (runtimes
@@ -619,6 +671,16 @@ def _ranks(ids: Mapping[str, int], names: Iterable[str]) -> np.ndarray:
 def _by_rank(items: np.ndarray, rank: np.ndarray) -> np.ndarray:
     """``items`` (tensor ids) sorted by ``rank``."""
     return items[np.argsort(rank[items], kind="stable")] if items.size > 1 else items
+
+
+def _renamed(item: Any, name: str | None) -> Any:
+    """A graph input or initializer under another ``name`` (a copy), or ``item`` itself when ``name`` is None."""
+    if name is None:
+        return item
+    copy = type(item)()
+    copy.CopyFrom(item)
+    copy.name = name
+    return copy
 
 
 def _objects(items: Iterable[Any]) -> np.ndarray:

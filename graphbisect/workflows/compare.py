@@ -40,10 +40,25 @@ from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET, shared
 from graphbisect.compare import Comparison, TensorStats, Tolerance, compare_outputs
 from graphbisect.compare.metrics import comparison_of
 from graphbisect.compare.quantization import with_quantization
-from graphbisect.data import ActivationStore, random_inputs, save_inputs, validate_inputs
+from graphbisect.data import (
+    ActivationStore,
+    ChosenDim,
+    chosen_dims,
+    dims_note,
+    random_inputs,
+    save_inputs,
+    validate_inputs,
+)
 from graphbisect.errors import BackendError
 from graphbisect.localize.compiled import CompiledGraph
-from graphbisect.localize.layerwise import LayerwiseReport, TensorSource, analyze_layers, tensor_stats
+from graphbisect.localize.layerwise import (
+    LayerRow,
+    LayerwiseReport,
+    RootCause,
+    TensorSource,
+    analyze_layers,
+    tensor_stats,
+)
 from graphbisect.model import Model
 from graphbisect.oracle.as_built import (
     CaptureDifference,
@@ -55,7 +70,10 @@ from graphbisect.oracle.as_built import (
 )
 from graphbisect.oracle.floor import NoiseFloor, floor_spec, measure_floor
 from graphbisect.oracle.outcome import Outcome, OutcomeClass, classify_comparison, classify_failed_run
+from graphbisect.oracle.signature import CHECK_REJECTED
+from graphbisect.oracle.tester import OutputCheck, check_accepts
 from graphbisect.values import bit_identical
+from graphbisect.workflows.alone import MAX_REGIONS, AloneCheck, run_alone
 from graphbisect.workflows.probe import (
     ProbePlan,
     TargetProbe,
@@ -106,48 +124,115 @@ class CompareResult:
     noise_floor: NoiseFloor | None = None
     # the tolerance compared with: the caller's, with the model's quantized tensors and their steps
     tolerance: Tolerance | None = None
+    #: how failing nodes whose inputs the target did not expose were run alone (None: there were none)
+    root_cause_check: AloneCheck | None = None
+    #: the inputs' dynamic dims graphbisect sized (random inputs without a shape for them): the verdict
+    #: holds for these sizes only (:attr:`dims_note`)
+    chosen_dims: tuple[ChosenDim, ...] = ()
+    #: the Python check's verdict on the outputs (``compare(check=...)``), which decides :attr:`passed`;
+    #: None when the tolerance judged them
+    check_passed: bool | None = None
+
+    @property
+    def dims_note(self) -> str | None:
+        """What a verdict on sizes graphbisect chose must say (:func:`graphbisect.data.dims_note`), or None."""
+        return dims_note(self.chosen_dims)
 
     @property
     def passed(self) -> bool:
-        return self.target_run.ok and self.comparison is not None and self.comparison.passed
+        """The verdict: the target ran and its outputs are acceptable (within the tolerance, or accepted by
+        the Python ``check`` when one judged them: :attr:`check_passed`)."""
+        if not self.target_run.ok or self.comparison is None:
+            return False
+        return self.check_passed if self.check_passed is not None else self.comparison.passed
+
+    # The --json fields that are not dataclass fields, as typed attributes (JSON: their ``to_json``).
+    @property
+    def verdict(self) -> str:
+        """``"pass"`` or ``"fail"`` (:attr:`passed`)."""
+        return "pass" if self.passed else "fail"
+
+    @property
+    def inputs(self) -> Path | None:
+        """The inputs file used, when it outlives the run (a temporary work folder is gone by now)."""
+        return self.inputs_path if self.inputs_path.is_file() else None
+
+    @property
+    def target_status(self) -> str:
+        """The target's plain run in one line: ``ok``, or how it failed (:meth:`RunResult.describe`)."""
+        return self.target_run.describe()
+
+    @property
+    def outputs(self) -> tuple[TensorStats, ...]:
+        """How each model output compares (empty when the target crashed)."""
+        return self.comparison.outputs if self.comparison is not None else ()
+
+    @property
+    def first_divergence(self) -> LayerRow | None:
+        """The first tensor, in topological order, that fails above the noise floor (None: none, or no table)."""
+        return self.layerwise.first_divergence if self.layerwise is not None else None
+
+    @property
+    def root_causes(self) -> tuple[RootCause, ...]:
+        """The failing (compiled) nodes ranked by how much error they add, roots first."""
+        return self.layerwise.root_causes if self.layerwise is not None else ()
+
+    @property
+    def layers(self) -> tuple[LayerRow, ...]:
+        """Every row of the layerwise table (empty without one)."""
+        return self.layerwise.rows if self.layerwise is not None else ()
+
+    @property
+    def compiled_graph(self) -> CompiledGraph | None:
+        """What the target compiled, when it described it (the same as :attr:`compiled`)."""
+        return self.compiled
+
+    @property
+    def judged_by(self) -> str:
+        """What decided the verdict on a completed run: ``tolerance`` or ``python-check``."""
+        return "tolerance" if self.check_passed is None else "python-check"
 
     def to_json(self) -> dict[str, object]:
-        layers = self.layerwise
-        first = layers.first_divergence if layers else None
+        first = self.first_divergence
+        compiled = self.compiled
         return {
-            "verdict": "pass" if self.passed else "fail",
+            "verdict": self.verdict,
+            "judged_by": self.judged_by,
+            "check_passed": self.check_passed,
             "model": {"path": str(self.model.path) if self.model.path else None,
                       "fingerprint": self.model.fingerprint, "nodes": len(self.model.nodes)},
             "oracle": str(self.oracle),
             "target": str(self.target),
             "versions": {role: dict(facts) for role, facts in self.versions.items()},
-            # the file used, when it outlives the run (a temporary work folder is gone by now)
-            "inputs": str(self.inputs_path) if self.inputs_path.is_file() else None,
-            "target_status": self.target_run.describe(),
+            "inputs": None if self.inputs is None else str(self.inputs),
+            "target_status": self.target_status,
             "outcome": self.outcome.to_json(),
-            "outputs": [s.to_json() for s in self.comparison.outputs] if self.comparison else [],
+            "outputs": [s.to_json() for s in self.outputs],
             "first_divergence": None if first is None else {
                 "node": first.node, "op_type": first.op_type, "tensor": first.tensor,
                 "index": first.index, "score": first.stats.to_json()["score"],
                 "compiled_as": None if first.compiled_as is None else first.compiled_as.to_json()},
-            "root_causes": [rc.to_json() for rc in layers.root_causes] if layers else [],
-            "layers": [row.to_json() for row in layers.rows] if layers else [],
+            "root_causes": [rc.to_json() for rc in self.root_causes],
+            "layers": [row.to_json() for row in self.layers],
             "layerwise_note": self.layerwise_note,
             "probe_masking": self.probe_masking,
-            "compiled_graph": None if self.compiled is None else {
-                "source": self.compiled.source, "nodes": len(self.compiled.nodes),
-                "fused": sum(n.fused for n in self.compiled.nodes), "surviving": len(self.compiled.surviving),
-                "unmapped": len(self.compiled.unmapped),
+            "compiled_graph": None if compiled is None else {
+                "source": compiled.source, "nodes": len(compiled.nodes),
+                "fused": sum(n.fused for n in compiled.nodes), "surviving": len(compiled.surviving),
+                "unmapped": len(compiled.unmapped),
                 # the compiled nodes the target computed in a narrower type than the model (issue 26)
                 "lower_precision": [{"name": n.name, "kind": n.kind, "originals": list(n.originals),
                                      "precision": list(n.precision), "model_precision": list(n.model_precision)}
-                                    for n in self.compiled.lower_precision]},
+                                    for n in compiled.lower_precision]},
             "target_probe": None if self.target_probe is None else self.target_probe.to_json(),
             "oracle_capture": None if self.oracle_capture is None else self.oracle_capture.to_json(),
             "noise_floor": None if self.noise_floor is None else self.noise_floor.to_json(),
             "tolerance": None if self.tolerance is None else {
                 "atol": self.tolerance.atol, "rtol": self.tolerance.rtol, "min_cosine": self.tolerance.min_cosine,
                 "int_atol": self.tolerance.int_atol, "quantized_tensors": len(self.tolerance.quantized)},
+            "root_cause_check": None if self.root_cause_check is None else self.root_cause_check.to_json(),
+            "chosen_dims": [dim.to_json() for dim in self.chosen_dims],
+            "dims_note": self.dims_note,
             "invocations": dict(self.invocations),
             "seconds": round(self.seconds, 3),
             **self.extra,  # e.g. the CLI's random_inputs notes and seed, or the user's --inputs file
@@ -181,6 +266,8 @@ def compare_models(
     seed: int = 0,
     on_stage: Callable[[str], None] | None = None,
     workers: tuple[BackendProcess, BackendProcess] | None = None,
+    chosen: Sequence[ChosenDim] = (),
+    check: OutputCheck | None = None,
 ) -> CompareResult:
     """Compare ``target`` against ``oracle`` on ``model`` and localize the first divergence.
 
@@ -189,6 +276,11 @@ def compare_models(
     intermediate of the target even when it can describe what it compiled.
     ``workers``: running (oracle, target) workers to use, left open (comparing many models without starting
     workers per model); a target worker of :func:`describing_spec` gives the compiled-graph probe.
+    ``chosen``: the dynamic dims graphbisect sized when it drew ``inputs`` (:func:`graphbisect.data.chosen_dims`;
+    found here when ``inputs`` is None), which the result reports. ``check``: a Python callable
+    ``check(outputs, expected) -> bool`` given the target's and the oracle's values of the model's outputs,
+    which decides the verdict instead of the tolerance (as ``reduce``'s; the comparison and the layerwise table
+    are still the tolerance's view).
     Raises :class:`OracleFailed` (with its :class:`Outcome`) when the oracle cannot run the model.
     """
     started = time.monotonic()
@@ -229,15 +321,11 @@ def compare_models(
             # The oracle has done its part: its worker exits while the target works (less memory, and its
             # interpreter's teardown is off the critical path). A caller's workers stay open.
             oracle_closed = _in_background(oracle_proc.close) if workers is None else (lambda: None)
-            comparison = (compare_outputs(oracle_run.outputs, target_run.outputs, tol, model.output_names)
-                          if target_run.ok else None)
+            comparison, check_passed = _verdict(model, oracle_run, target_run, tol, check)
             plan, probed = _plan_and_probe(model, folder, inputs_path, oracle_side,
                                            _Side(target_proc, target_info, target_run, None, spec=target_proc.spec),
                                            described=described is not None, enabled=layerwise, tol=tol, stage=stage)
-            # The target has done its part too: its worker exits while the table is made.
-            target_closed = _in_background(target_proc.close, "graphbisect-target") if workers is None \
-                else (lambda: None)
-            layer_report = probed_comparison = None
+            layer_report = probed_comparison = alone = None
             note = probed.note
             floor = None
             if oracle_side.store is not None and comparison is not None and not comparison.passed:
@@ -248,8 +336,16 @@ def compare_models(
                 probed_comparison = _probed_comparison(model, probed, tol)
                 layer_report = analyze_layers(model.nodes, probed.oracle, probed.target, tol, compiled=plan.compiled,
                                               measured=probed.measured, outputs=model.output_names, floor=floor)
+                if layer_report.uncertain:
+                    layer_report, alone = _settle_uncertain(
+                        model, layer_report, compiled=plan.compiled, probed=probed, oracle=oracle_side,
+                        proc=target_proc, spec=target_spec, info=target_info, inputs_path=inputs_path, folder=folder,
+                        tol=tol, floor=floor, stage=stage)
                 bodies = _unprobed_bodies(model)
                 note = f"{note}; {bodies}" if note and bodies else note or bodies
+            # The target has done its part: its worker exits while the verdicts are put together.
+            target_closed = _in_background(target_proc.close, "graphbisect-target") if workers is None \
+                else (lambda: None)
             plain_failed = comparison is None or not comparison.passed
             masking = probed_comparison is not None and (not probed_comparison.passed) != plain_failed
             capture_note, the_oracles = _capture_note(model, oracle_side, target_run, probed_comparison, tol)
@@ -272,9 +368,62 @@ def compare_models(
             store_dir=folder / "activations" if kept and (folder / "activations").is_dir() else None,
             compiled=plan.compiled, target_probe=probed.probe,
             oracle_capture=oracle_side.as_built.difference if oracle_side.as_built is not None else None,
-            outcome=classify_comparison(target_run, comparison, model.nodes, floor), noise_floor=floor,
-            tolerance=tol,
+            outcome=_checked(classify_comparison(target_run, comparison, model.nodes, floor), check_passed),
+            noise_floor=floor, tolerance=tol,
+            root_cause_check=alone, chosen_dims=tuple(chosen) if inputs is not None else chosen_dims(model),
+            check_passed=check_passed,
         )
+
+
+def _verdict(model: Model, oracle: RunResult, target: RunResult, tol: Tolerance, check: OutputCheck | None
+             ) -> tuple[Comparison | None, bool | None]:
+    """(the outputs compared within the tolerance, None when the target failed; the Python check's verdict on
+    them, None without a check or a completed run)."""
+    if not target.ok:
+        return None, None
+    comparison = compare_outputs(oracle.outputs, target.outputs, tol, model.output_names)
+    if check is None:
+        return comparison, None
+    return comparison, check_accepts(check, target, oracle.outputs.__getitem__, model.output_names)
+
+
+def _checked(outcome: Outcome, check_passed: bool | None) -> Outcome:
+    """The outcome when a Python check judged the outputs: its verdict, whatever the tolerance says."""
+    if check_passed is None:
+        return outcome
+    if not check_passed:
+        return Outcome(OutcomeClass.DIVERGENCE, CHECK_REJECTED)
+    beyond = "" if outcome.cls is OutcomeClass.PASS else f" (the tolerance says {outcome})"
+    return Outcome(OutcomeClass.PASS, f"the Python check accepted the outputs{beyond}")
+
+
+def _settle_uncertain(model: Model, report: LayerwiseReport, *, compiled: CompiledGraph | None, probed: _Probed,
+                      oracle: _Side, proc: BackendProcess, spec: BackendSpec, info: BackendInfo, inputs_path: Path,
+                      folder: Path, tol: Tolerance, floor: NoiseFloor | None, stage: Callable[[str], None]
+                      ) -> tuple[LayerwiseReport, AloneCheck]:
+    """The failing nodes whose inputs the target did not expose, run alone on the oracle's values in one more
+    target run (:mod:`graphbisect.workflows.alone`), and the table ranked again with what that showed."""
+    uncertain = [row.node for row in report.uncertain]
+    if oracle.store is None or not _probeable(info):
+        why = ("the oracle's values come from its hooks, not a store" if oracle.store is None
+               else "the target runs only its own model format")
+        return report, AloneCheck(str(spec), 0, 0, 0, unconfirmed=tuple(uncertain),
+                                  note=f"not run alone: {why}")
+    stage(f"running {min(len(uncertain), MAX_REGIONS)} failing node(s) whose inputs the target did not expose "
+          "alone on the oracle's values (one target run)")
+    described = proc.spec
+    plain = described != spec and proc.can_reconfigure(spec)
+    if plain:
+        proc.reconfigure(spec)  # no saved optimized model needed for this run
+    try:
+        stats, check = run_alone(model, report, compiled=compiled, store=oracle.store, inputs_path=inputs_path,
+                                 proc=proc, tol=tol, floor=floor, workdir=folder / "alone")
+    finally:
+        if plain:
+            proc.reconfigure(described)
+    assert probed.oracle is not None
+    return analyze_layers(model.nodes, probed.oracle, probed.target, tol, compiled=compiled, measured=probed.measured,
+                          outputs=model.output_names, floor=floor, alone=stats), check
 
 
 def _noise_floor(model: Model, folder: Path, inputs_path: Path, store: ActivationStore, *, target_spec: BackendSpec,

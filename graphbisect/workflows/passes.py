@@ -45,7 +45,7 @@ from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunRes
 from graphbisect.backends.registry import BACKEND_SPEC
 from graphbisect.compare import Tolerance
 from graphbisect.compare.quantization import with_quantization
-from graphbisect.data import save_inputs, validate_inputs
+from graphbisect.data import ChosenDim, dims_note, save_inputs, validate_inputs
 from graphbisect.engine import Budget, Evaluator, Journal, Outcome, ProgressEvent, SearchAborted, SearchResult
 from graphbisect.errors import GraphBisectError
 from graphbisect.localize.compiled import compiled_graph
@@ -137,9 +137,18 @@ class PassesResult:
     scope: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     seconds: float = 0.0
+    #: the inputs' dynamic dims graphbisect sized (see :attr:`dims_note`)
+    chosen_dims: tuple[ChosenDim, ...] = ()
+
+    @property
+    def dims_note(self) -> str | None:
+        """What a verdict on sizes graphbisect chose must say (:func:`graphbisect.data.dims_note`), or None."""
+        return dims_note(self.chosen_dims)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
+        data["chosen_dims"] = [dim.to_json() for dim in self.chosen_dims]
+        data["dims_note"] = self.dims_note
         data["signature"] = self.signature.to_json()
         data["seconds"] = round(self.seconds, 3)
         data["excluded"] = dict(self.excluded)
@@ -291,8 +300,12 @@ def find_culprit_passes(
     workdir: Path | None = None,
     on_stage: Callable[[str], None] | None = None,
     on_progress: Callable[[ProgressEvent], None] | None = None,
+    chosen: Sequence[ChosenDim] = (),
 ) -> PassesResult:
     """Find the minimal sets of the target's fired passes to disable (and to enable) for the failure.
+
+    ``chosen``: the dynamic dims graphbisect sized when it drew ``inputs`` (:func:`graphbisect.data.chosen_dims`):
+    a target that does not fail on them says so in its notes.
 
     Example:
         >>> r = find_culprit_passes(load_model("ln.onnx"), inputs=feeds)          # doctest: +SKIP
@@ -326,8 +339,10 @@ def find_culprit_passes(
             result = dataclasses.replace(result, scope={
                 **tried, "searched_on": "whole model",
                 "whole_model_target_runs": s.invocations["target"] - tried.get("region_target_runs", 0)})
-        return dataclasses.replace(result, invocations=dict(s.invocations), notes=tuple(s.notes),
-                                   versions=dict(s.ran_with), seconds=time.monotonic() - started)
+        note = dims_note(chosen) if not result.failed else None
+        return dataclasses.replace(result, invocations=dict(s.invocations), notes=(*s.notes, *filter(None, [note])),
+                                   versions=dict(s.ran_with), seconds=time.monotonic() - started,
+                                   chosen_dims=tuple(chosen))
     finally:
         s.close()
         holder.close()
@@ -619,7 +634,7 @@ def reduce_under_culprits(model: Model, bundle_dir: Path, passes: PassesResult, 
     options = dataclasses.replace(base, target=passes.culprit_target)
     stage = on_stage or (lambda _msg: None)
     return reduce_model(model, bundle_dir, inputs=inputs, options=options, resume=resume, on_stage=stage,
-                        on_progress=on_progress, zip_bundle=zip_bundle, force=force,
+                        on_progress=on_progress, zip_bundle=zip_bundle, force=force, chosen=passes.chosen_dims,
                         amend=lambda content: _with_control(content, passes, options, stage))
 
 

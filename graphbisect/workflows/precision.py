@@ -57,9 +57,10 @@ target's own configuration lines (Paddle: ``enable_mkldnn_bfloat16()`` + ``set_b
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -71,7 +72,15 @@ from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, resolve
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
 from graphbisect.compare import Tolerance
-from graphbisect.data import ActivationStore, random_inputs, save_inputs, validate_inputs
+from graphbisect.data import (
+    ActivationStore,
+    ChosenDim,
+    chosen_dims,
+    dims_note,
+    random_inputs,
+    save_inputs,
+    validate_inputs,
+)
 from graphbisect.engine import Budget, BudgetExhausted, Evaluator, Outcome, ProgressEvent
 from graphbisect.errors import BackendError, InputError
 from graphbisect.localize.layerwise import analyze_layers
@@ -130,6 +139,29 @@ class PrecisionResult:
     extra: Mapping[str, object] = field(default_factory=dict)
     tolerance: Tolerance = field(default_factory=lambda: Tolerance(atol=1e-2, rtol=1e-2))
     stop_reason: str | None = None  # why the search stopped before proving minimality (budget, deadline)
+    #: the inputs' dynamic dims graphbisect sized (see :attr:`dims_note`)
+    chosen_dims: tuple[ChosenDim, ...] = ()
+
+    @property
+    def dims_note(self) -> str | None:
+        """What a verdict on sizes graphbisect chose must say (:func:`graphbisect.data.dims_note`), or None."""
+        return dims_note(self.chosen_dims)
+
+    # The --json fields named otherwise than their dataclass field, as typed attributes.
+    @property
+    def breaks_alone(self) -> tuple[str, ...] | None:
+        """The kept nodes that break the tolerance alone (:attr:`alone`); None: not checked."""
+        return self.alone
+
+    @property
+    def prefix_last_node(self) -> str | None:
+        """The last node of the Polygraphy-style prefix answer (None: no prefix found or asked for)."""
+        return self.prefix_keep_fp32[-1] if self.prefix_keep_fp32 else None
+
+    @property
+    def all_lowered_meets_tolerance(self) -> bool:
+        """The fully lowered model meets the tolerance (:attr:`all_lowered_meets`): no node needs FP32."""
+        return self.all_lowered_meets
 
     def to_json(self) -> dict[str, object]:
         tol = self.tolerance
@@ -138,15 +170,16 @@ class PrecisionResult:
             "tolerance": {"atol": tol.atol, "rtol": tol.rtol, "min_cosine": tol.min_cosine,
                           "per_output": {name: list(pair) for name, pair in tol.per_output.items()}},
             "keep_fp32": list(self.keep_fp32), "minimal": self.minimal, "stop_reason": self.stop_reason,
-            "breaks_alone": None if self.alone is None else list(self.alone),
+            "breaks_alone": None if self.breaks_alone is None else list(self.breaks_alone),
             "prefix_keep_fp32": None if self.prefix_keep_fp32 is None else len(self.prefix_keep_fp32),
-            "prefix_last_node": self.prefix_keep_fp32[-1] if self.prefix_keep_fp32 else None,
-            "all_lowered_meets_tolerance": self.all_lowered_meets,
+            "prefix_last_node": self.prefix_last_node,
+            "all_lowered_meets_tolerance": self.all_lowered_meets_tolerance,
             "meets_tolerance": self.meets_tolerance,
             "final_metrics": {k: (v if np.isfinite(v) else str(v)) for k, v in self.final_metrics.items()},
             "sensitivity": [row.to_json() for row in self.sensitivity],
             "invocations": dict(self.invocations), "seconds": round(self.seconds, 3),
-            "files": [str(p) for p in self.files], **self.extra,
+            "files": [str(p) for p in self.files],
+            "chosen_dims": [dim.to_json() for dim in self.chosen_dims], "dims_note": self.dims_note, **self.extra,
         }
 
 
@@ -287,13 +320,44 @@ def find_precision(
     on_progress: Callable[[ProgressEvent], None] | None = None,
     alone: bool | None = None,
     jobs: int = 1,
+    chosen: Sequence[ChosenDim] = (),
 ) -> PrecisionResult:
     """Find a 1-minimal set of nodes to keep in FP32 with the rest in ``mode`` (see the module docstring).
 
     ``alone``: check which kept nodes break the tolerance alone (one run each): None only when at most
     :data:`ALONE_AUTO_MAX` are kept, True always, False never ("Single-node checks" in the module docstring).
     ``jobs``: target workers testing candidates at once ("Parallel candidates" in the module docstring).
+    ``chosen``: the dynamic dims graphbisect sized when it drew ``inputs`` (:func:`graphbisect.data.chosen_dims`;
+    found here when ``inputs`` is None), which the result reports.
     """
+    found = _find_precision(model, mode=mode, oracle=oracle, target=target, inputs=inputs, tolerance=tolerance,
+                            workdir=workdir, out_dir=out_dir, with_sensitivity=with_sensitivity,
+                            with_prefix=with_prefix, calibration=calibration, max_invocations=max_invocations,
+                            seed=seed, on_stage=on_stage, on_progress=on_progress, alone=alone, jobs=jobs)
+    return dataclasses.replace(found, chosen_dims=tuple(chosen) if inputs is not None else chosen_dims(model))
+
+
+def _find_precision(
+    model: Model,
+    *,
+    mode: PrecisionMode | str,
+    oracle: str,
+    target: str,
+    inputs: Mapping[str, np.ndarray] | None,
+    tolerance: Tolerance | None,
+    workdir: Path | None,
+    out_dir: Path | None,
+    with_sensitivity: bool,
+    with_prefix: bool,
+    calibration: CalibrationMethod | str,
+    max_invocations: int | None,
+    seed: int,
+    on_stage: Callable[[str], None] | None,
+    on_progress: Callable[[ProgressEvent], None] | None,
+    alone: bool | None,
+    jobs: int,
+) -> PrecisionResult:
+    """:func:`find_precision` without the dims it reports."""
     started = time.monotonic()
     check_value("find_precision", "max_invocations", max_invocations, INVOCATIONS)
     check_value("find_precision", "jobs", jobs, JOBS)

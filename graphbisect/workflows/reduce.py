@@ -59,7 +59,7 @@ from graphbisect.backends.process import CompareTo
 from graphbisect.backends.registry import BACKEND_SPEC
 from graphbisect.compare import Tolerance
 from graphbisect.compare.quantization import with_quantization
-from graphbisect.data import ActivationStore, save_inputs, validate_inputs
+from graphbisect.data import ActivationStore, ChosenDim, dims_note, save_inputs, validate_inputs
 from graphbisect.data.store import MANIFEST_NAME
 from graphbisect.engine import (
     Budget,
@@ -217,6 +217,13 @@ class ReduceResult:
     #: what the failure is beyond its kind (None: matched by kind), and the target's noise floor it is above
     identity: Identity | None = None
     noise_floor: NoiseFloor | None = None
+    #: the inputs' dynamic dims graphbisect sized (see :attr:`dims_note`)
+    chosen_dims: tuple[ChosenDim, ...] = ()
+
+    @property
+    def dims_note(self) -> str | None:
+        """What a verdict on sizes graphbisect chose must say (:func:`graphbisect.data.dims_note`), or None."""
+        return dims_note(self.chosen_dims)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -228,6 +235,7 @@ class ReduceResult:
             "seconds": round(self.seconds, 3), "journey": [list(p) for p in self.journey], "notes": list(self.notes),
             "identity": None if self.identity is None else self.identity.to_json(),
             "noise_floor": None if self.noise_floor is None else self.noise_floor.to_json(),
+            "chosen_dims": [dim.to_json() for dim in self.chosen_dims], "dims_note": self.dims_note,
         }
 
 
@@ -265,6 +273,7 @@ class _Run:
         self.notes: list[str] = []
         self.started = time.monotonic()
         self.force = False  # replace a bundle of another model
+        self.chosen: tuple[ChosenDim, ...] = ()  # the inputs' dynamic dims graphbisect sized (recorded in run.json)
         self._last_original: RunResult | None = None  # the last completed run of the original (floor_only)
 
     # --- state on disk -------------------------------------------------------------------------------
@@ -287,6 +296,7 @@ class _Run:
                     hint="resume with the same model and options, or remove the folder to start afresh",
                 )
             self.invocations = recorded.get("invocations", self.invocations)
+            self.chosen = tuple(ChosenDim.from_json(d) for d in recorded.get("chosen_dims", ()))
         else:
             self._start_clean(state, fingerprint)
         self.save_state()  # first: from now on the folder is recognizably this run's
@@ -333,6 +343,7 @@ class _Run:
             "fingerprint": self.run_fingerprint(), "model": str(self.work / "model.onnx"),
             "source": str(self.model.path) if self.model.path else None,
             "bundle": str(self.bundle_dir), "options": self.options.to_json(), "invocations": self.invocations,
+            "chosen_dims": [dim.to_json() for dim in self.chosen],
         }, indent=2))
 
     # --- steps -----------------------------------------------------------------------------------------
@@ -742,13 +753,16 @@ def reduce_model(
     on_stage: Callable[[str], None] | None = None,
     amend: Callable[[BundleContent], BundleContent] | None = None,
     force: bool = False,
+    chosen: Sequence[ChosenDim] = (),
 ) -> ReduceResult:
     """Reduce ``model`` to a minimal subgraph that fails the same way and write the bundle to ``bundle_dir``.
 
     ``model`` is a loaded :class:`Model` or a path (loaded here); ``inputs`` may be None only when resuming
     (the first run saved them). ``amend`` lets a calling workflow add
     what it knows to the bundle (a control spec, report facts, sections) before it is written atomically.
-    ``force`` replaces a bundle of another model in ``bundle_dir``. Before any backend runs, ``bundle_dir`` is
+    ``force`` replaces a bundle of another model in ``bundle_dir``. ``chosen``: the dynamic dims graphbisect
+    sized when it drew ``inputs`` (:func:`graphbisect.data.chosen_dims`): a model that does not fail on them
+    says so in its notes (recorded, so a resumed run keeps them). Before any backend runs, ``bundle_dir`` is
     checked (writable; new, empty or a previous bundle) and its work folder locked: a second reduction
     writing the same place stops at once. See the module docstring.
     """
@@ -767,6 +781,7 @@ def reduce_model(
                          "(`graphbisect compare` shows the verdict)")
     r = _Run(model, options, bundle_dir, on_progress, on_stage or (lambda _msg: None))
     r.force = force
+    r.chosen = tuple(chosen)
     check_destination(r.bundle_dir, fingerprint=model.fingerprint, force=force)
     zip_path = r.bundle_dir.with_name(r.bundle_dir.name + ".zip")
     problem = not_regular(zip_path) if zip_bundle else None
@@ -1103,7 +1118,7 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
         failed=True, original_nodes=len(r.model.nodes), final_nodes=len(result.keep), kept_nodes=names,
         signature=baseline, invocations=dict(r.invocations), one_minimal=one_minimal, stop_reason=stop,
         verified=verified, flaky=flaky, bundle=bundle, work_dir=r.work, seconds=time.monotonic() - r.started,
-        journey=journey, notes=tuple(r.notes), identity=base.identity, noise_floor=floor,
+        journey=journey, notes=tuple(r.notes), identity=base.identity, noise_floor=floor, chosen_dims=r.chosen,
     )
 
 
@@ -1128,15 +1143,19 @@ def _identity_record(r: _Run, base: _Baseline, outputs: Sequence[str]) -> dict[s
 
 def _no_failure(r: _Run, baseline: Signature, flaky: bool) -> ReduceResult:
     """The original model does not fail: write only the report, exit 0."""
+    note = dims_note(r.chosen)
+    if note:
+        r.notes.append(note)
     report = {"format": "graphbisect-report", "failed": False, "original_nodes": len(r.model.nodes),
               "invocations": dict(r.invocations), "oracle": str(r.oracle_spec), "target": str(r.target_spec),
               "versions": r.versions(), "flaky": flaky,
-              "message": "the target agrees with the oracle on the original model: nothing to reduce"}
+              "message": "the target agrees with the oracle on the original model: nothing to reduce",
+              "chosen_dims": [dim.to_json() for dim in r.chosen], "notes": list(r.notes)}
     atomic_write_text(r.bundle_dir / "report.json", json.dumps(report, indent=2, allow_nan=False))
     shutil.rmtree(r.work, ignore_errors=True)
     return ReduceResult(
         failed=False, original_nodes=len(r.model.nodes), final_nodes=len(r.model.nodes), kept_nodes=(),
         signature=baseline, invocations=dict(r.invocations), one_minimal=False, stop_reason=None, verified=False,
         flaky=flaky, bundle=r.bundle_dir / "report.json", work_dir=r.work, seconds=time.monotonic() - r.started,
-        notes=tuple(r.notes),
+        notes=tuple(r.notes), chosen_dims=r.chosen,
     )

@@ -43,7 +43,7 @@ from graphbisect.oracle.as_built import oracle_failed_hint, require_outputs
 from graphbisect.oracle.signature import Signature
 from graphbisect.oracle.tester import judge
 from graphbisect.strategies.tactics import Isolation, TacticSpace, isolate
-from graphbisect.tactics.diff import NotApplied
+from graphbisect.tactics.diff import ChoiceChange, NotApplied
 from graphbisect.tactics.record import TacticRecord, save_record
 from graphbisect.workflows.scratch import work_folder
 
@@ -83,9 +83,19 @@ class ReplayResult:
     not_applied: tuple[NotApplied, ...]
     run: RunResult
 
+    @property
+    def applied(self) -> bool:
+        """Every requested choice was honoured."""
+        return not self.not_applied
+
+    @property
+    def record(self) -> TacticRecord:
+        """What the build really used (the same as :attr:`actual`; ``--json`` ``record``)."""
+        return self.actual
+
     def to_json(self) -> dict[str, object]:
-        return {"applied": not self.not_applied, "not_applied": [n.to_json() for n in self.not_applied],
-                "run": self.run.describe(), "record": self.actual.to_json()}
+        return {"applied": self.applied, "not_applied": [n.to_json() for n in self.not_applied],
+                "run": self.run.describe(), "record": self.record.to_json()}
 
 
 @dataclass(frozen=True)
@@ -106,13 +116,43 @@ class IsolateResult:
     def found(self) -> bool:
         return bool(self.isolation.culprits)
 
+    # The --json fields that are the isolation's, as typed attributes.
+    @property
+    def culprits(self) -> tuple[ChoiceChange, ...]:
+        """Every culprit choice (the groups' choices, in order); JSON adds whether its replay applied it."""
+        return self.isolation.culprits
+
+    @property
+    def groups(self) -> tuple[tuple[ChoiceChange, ...], ...]:
+        """The 1-minimal groups of choices, each of which alone turns the good build bad."""
+        return self.isolation.groups
+
+    @property
+    def confirmed(self) -> bool:
+        """The bad build with every culprit reverted passes (nothing else matters)."""
+        return self.isolation.confirmed
+
+    @property
+    def minimal(self) -> bool:
+        return self.isolation.minimal
+
+    @property
+    def verdict(self) -> str:
+        """Why the search stopped, in words."""
+        return self.isolation.verdict
+
+    @property
+    def differing_choices(self) -> int:
+        """How many (node, choice) pairs differ between the good and the bad build (:attr:`differing`)."""
+        return self.differing
+
     def to_json(self) -> dict[str, object]:
         unapplied = {n.node for group in self.not_applied.values() for n in group}
         return {
-            "culprits": [{**c.to_json(), "applied": c.node not in unapplied} for c in self.isolation.culprits],
-            "groups": [[c.node for c in g] for g in self.isolation.groups],
-            "confirmed": self.isolation.confirmed, "minimal": self.isolation.minimal,
-            "verdict": self.isolation.verdict, "differing_choices": self.differing,
+            "culprits": [{**c.to_json(), "applied": c.node not in unapplied} for c in self.culprits],
+            "groups": [[c.node for c in g] for g in self.groups],
+            "confirmed": self.confirmed, "minimal": self.minimal,
+            "verdict": self.verdict, "differing_choices": self.differing_choices,
             "bad_signature": self.bad_signature.to_json(), "builds": list(self.builds),
             "invocations": dict(self.invocations), "seconds": round(self.seconds, 3),
         }

@@ -40,7 +40,7 @@ from graphbisect.artifacts.repro import (
 from graphbisect.backends import BackendProcess, BackendSpec, RunResult
 from graphbisect.backends.inert import Untrusted
 from graphbisect.backends.registry import untrusted_options
-from graphbisect.compare import Comparison
+from graphbisect.compare import Comparison, TensorStats
 from graphbisect.compare.nonfinite import warn_nonfinite_inputs
 from graphbisect.errors import InputError
 from graphbisect.localize.compiled import compiled_graph
@@ -75,6 +75,27 @@ class Verification:
     #: ``first_divergence``; None when not asked
     original: Mapping[str, Any] | None = None
 
+    # The --json fields that are the run's, as typed attributes.
+    @property
+    def message(self) -> str | None:
+        """The run's error message (None when it completed)."""
+        return self.run.message
+
+    @property
+    def library(self) -> dict[str, Any]:
+        """The backend library and its version that ran (``library``, ``library_version``)."""
+        return {k: v for k, v in {**self.run.info, **self.run.ran_with}.items() if k in ("library", "library_version")}
+
+    @property
+    def ran_with(self) -> Mapping[str, Any]:
+        """What ran it, measured in the worker (another interpreter's under ``python=``): :attr:`RunResult.ran_with`."""
+        return self.run.ran_with
+
+    @property
+    def outputs(self) -> tuple[TensorStats, ...]:
+        """How each output compares with the bundle's expected values (empty when the run failed)."""
+        return self.comparison.outputs if self.comparison is not None else ()
+
     def to_json(self) -> dict[str, Any]:
         return {
             "outcome": self.outcome,
@@ -83,11 +104,10 @@ class Verification:
             "observed": self.observed.to_json(),
             "target": str(self.target),
             "run": self.run.describe(),
-            "message": self.run.message,
-            "library": {k: v for k, v in {**self.run.info, **self.run.ran_with}.items()
-                        if k in ("library", "library_version")},
-            "ran_with": dict(self.run.ran_with),  # measured in the worker (another interpreter's under python=)
-            "outputs": [s.to_json() for s in self.comparison.outputs] if self.comparison is not None else [],
+            "message": self.message,
+            "library": self.library,
+            "ran_with": dict(self.ran_with),
+            "outputs": [s.to_json() for s in self.outputs],
             "note": self.note,
             "original": None if self.original is None else dict(self.original),
         }

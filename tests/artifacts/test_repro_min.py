@@ -40,6 +40,21 @@ def _closure(names: tuple[str, ...]) -> list[importlib.metadata.Distribution]:
     return list(seen.values())
 
 
+def _linked_venv(root: Path, only: tuple[str, ...]) -> Path:
+    """A venv at ``root`` holding only the distributions ``only`` and their dependencies, linked from this
+    interpreter's install (no network); its python."""
+    python = root / "bin" / "python"
+    venv.EnvBuilder(with_pip=False, symlinks=True, clear=True).create(root)
+    where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(subprocess.check_output([str(python), "-c", where], text=True).strip())
+    for dist in _closure(only):
+        base = Path(str(dist.locate_file("")))
+        for top in {Path(str(f)).parts[0] for f in dist.files or [] if not str(f).startswith("..")}:
+            if top != "__pycache__" and not (site / top).exists() and (base / top).exists():
+                (site / top).symlink_to(base / top)
+    return python
+
+
 @pytest.fixture(scope="session")
 def minimal_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv with only numpy, onnx, onnxruntime and their dependencies, linked from this interpreter's install.
@@ -47,17 +62,13 @@ def minimal_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     Made afresh for each test session: its links point into the current environment, so a venv kept from an
     earlier session could point into one that has since been deleted (a CI clone's venv) and lack numpy.
     """
-    root = tmp_path_factory.mktemp("minimal-venv")
-    python = root / "bin" / "python"
-    venv.EnvBuilder(with_pip=False, symlinks=True, clear=True).create(root)
-    where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    site = Path(subprocess.check_output([str(python), "-c", where], text=True).strip())
-    for dist in _closure(ONLY):
-        base = Path(str(dist.locate_file("")))
-        for top in {Path(str(f)).parts[0] for f in dist.files or [] if not str(f).startswith("..")}:
-            if top != "__pycache__" and not (site / top).exists() and (base / top).exists():
-                (site / top).symlink_to(base / top)
-    return python
+    return _linked_venv(tmp_path_factory.mktemp("minimal-venv"), ONLY)
+
+
+@pytest.fixture(scope="session")
+def numpy_only_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv with numpy alone: neither onnx nor the backend's library."""
+    return _linked_venv(tmp_path_factory.mktemp("numpy-venv"), ("numpy",))
 
 
 def _run(python: Path, script: Path) -> subprocess.CompletedProcess[str]:
@@ -130,3 +141,32 @@ def test_a_crash_bundle_says_crashes_and_keeps_the_whole_message(crash_bundle: P
     assert not (crash_bundle / "target_outputs.npz").exists()
     facts = json.loads((crash_bundle / "report.json").read_text())
     assert facts["spec_check"]["verdict"] == "spec-runs-it"
+
+
+def _statuses(bundle: Path, python: Path) -> tuple[int, int]:
+    """(repro_min.py's exit status, repro.py's) under ``python``."""
+    return _run(python, bundle / "repro_min.py").returncode, _run(python, bundle / "repro.py").returncode
+
+
+@pytest.mark.parametrize("case", ["mismatch", "crash"])
+def test_repro_min_and_repro_share_one_exit_status_contract(case: str, request: pytest.FixtureRequest,
+                                                           minimal_python: Path, numpy_only_python: Path) -> None:
+    """0 fixed, 1 reproduces, 2 cannot run. Without onnx, repro_min.py's ModuleNotFoundError exited 1: "the bug
+    reproduces" on a machine where nothing was tested; repro.py said 2."""
+    bundle: Path = request.getfixturevalue(f"{case}_bundle")
+    assert _statuses(bundle, numpy_only_python) == (2, 2)
+    missing = _run(numpy_only_python, bundle / "repro_min.py")
+    assert "repro_min.py cannot run here: ModuleNotFoundError: No module named 'onnx'" in missing.stderr
+    assert _statuses(bundle, minimal_python) == (1, 1)
+
+
+def test_repro_min_says_cannot_run_when_the_oracle_fails(mismatch_bundle: Path, minimal_python: Path,
+                                                         tmp_path: Path) -> None:
+    """Without the oracle's values nothing is compared: exit 2, not a reproduction (here its run lacks the
+    model's input)."""
+    text = (mismatch_bundle / "repro_min.py").read_text()
+    oracle = text.index("def run_oracle")
+    broken = tmp_path / "oracle_fails.py"
+    broken.write_text(text[:oracle] + text[oracle:].replace("sess.run(None, feeds)", "sess.run(None, {})", 1))
+    proc = _run(minimal_python, broken)
+    assert proc.returncode == 2 and "cannot run here: the oracle failed" in proc.stderr, proc.stderr[-2000:]

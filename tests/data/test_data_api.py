@@ -9,7 +9,10 @@ def test_data_public_api_is_pinned() -> None:
     assert set(data_pkg.__all__) == {
         "SUPPORTED_FORMATS",
         "ActivationStore",
+        "ChosenDim",
         "StoredTensor",
+        "chosen_dims",
+        "dims_note",
         "index_bounds",
         "load_inputs",
         "parse_shapes",

@@ -12,9 +12,11 @@ import numpy as np
 import onnx
 import pytest
 from data_builders import gather_model, make_model, run, single_input_model, two_input_model
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from graphbisect.data import (
+    chosen_dims,
+    dims_note,
     index_bounds,
     load_inputs,
     parse_shapes,
@@ -23,6 +25,7 @@ from graphbisect.data import (
     validate_inputs,
 )
 from graphbisect.errors import InputError
+from graphbisect.model import Model
 
 # --- parse_shapes --------------------------------------------------------------------------------------
 
@@ -88,12 +91,53 @@ def test_random_inputs_are_reproducible_and_seeded() -> None:
     assert not np.array_equal(a["x"], a["y"])  # each input draws from its own stream
 
 
-def test_dynamic_dims_batch_defaults_to_one_and_shapes_override() -> None:
+def test_dynamic_dims_batch_is_sized_visibly_and_shapes_override() -> None:
+    """A batch dim took 1 silently: a bug needing two rows passed, and nothing said the size was a guess."""
     model = two_input_model()
-    assert random_inputs(model)["x"].shape == (1, 3)
+    drawn = random_inputs(model)
+    assert drawn["x"].shape == drawn["y"].shape == (2, 3)  # one decision per symbol
+    chosen = chosen_dims(model)
+    assert [(d.input, d.axis, d.symbol, d.size, d.shape) for d in chosen] == [("x", 0, "batch", 2, (2, 3)),
+                                                                             ("y", 0, "batch", 2, (2, 3))]
+    note = dims_note(chosen)
+    assert note is not None and "sized by graphbisect" in note and "--shape x:2x3 --shape y:2x3" in note
     given = random_inputs(model, shapes={"x": (5, 3)})
     assert given["x"].shape == (5, 3)
     assert given["y"].shape == (5, 3)  # 'batch' bound by x's given shape
+    assert chosen_dims(model, shapes={"x": (5, 3)}) == () and dims_note(()) is None
+
+
+def _broadcast_model(width: int = 16) -> Model:
+    """``x - ReduceMean(x, keepdims=0)`` on x: [N, width]: the subtraction broadcasts only for N in {1, width}."""
+    return make_model(
+        [helper.make_node("ReduceMean", ["x"], ["m"], name="mean", axes=[-1], keepdims=0),
+         helper.make_node("Sub", ["x", "m"], ["y"], name="sub")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", width])],
+    )
+
+
+def test_a_dynamic_dim_takes_a_size_the_models_shapes_accept() -> None:
+    (dim,) = chosen_dims(_broadcast_model())
+    assert dim.size == 16 and "refuse 2 and accept 16" in dim.how
+    assert random_inputs(_broadcast_model())["x"].shape == (16, 16)
+
+
+def test_a_dynamic_dim_takes_a_declared_size_else_stays_one_and_says_why() -> None:
+    model = make_model(
+        [helper.make_node("Add", ["x", "c"], ["y"], name="add")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
+        [numpy_helper.from_array(np.ones((3, 4), np.float32), "c")])
+    (dim,) = chosen_dims(model)
+    assert dim.size == 3 and "refuse 2 and accept 3" in dim.how  # the output's declared 3
+    bare = make_model(
+        [helper.make_node("Add", ["x", "c"], ["y"], name="add")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", 4])],
+        [numpy_helper.from_array(np.ones((3, 4), np.float32), "c")])
+    (dim,) = chosen_dims(bare)
+    assert dim.size == 1 and dim.how.startswith("1: the model's shapes refuse 2, 4")
 
 
 def test_undeterminable_dim_asks_for_shape() -> None:
@@ -127,7 +171,7 @@ def test_index_inputs_stay_in_range_and_ort_runs() -> None:
     assert inputs["sel"].max() < 5 and inputs["hot"].max() < 6
     for seed in range(5):
         outputs = run(model, random_inputs(model, seed=seed))
-        assert outputs["emb"].shape == (1, 16, 8)
+        assert outputs["emb"].shape == (2, 16, 8)  # its batch dim sized 2 (chosen_dims)
 
 
 # --- validation ----------------------------------------------------------------------------------------

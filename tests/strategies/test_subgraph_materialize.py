@@ -322,3 +322,32 @@ def test_piecewise_check_gives_the_checkers_verdict_on_every_candidate(name: str
         refused += check_file(path) is not None
     if name == "unknown-rank":
         assert refused  # the rule the test is about did fire, and check saw it
+
+
+# ------------------------------------------------------------------------------------------- regions apart
+
+
+def test_regions_apart_read_the_oracles_values_even_where_another_region_computes_them(tmp_path: Path) -> None:
+    """Two adjacent regions in one model: the second is fed the oracle's value of the first's output (renamed
+    ``::oracle``), so a wrong first region does not reach the second: each says what it computes alone."""
+    vi = helper.make_tensor_value_info
+    nodes = [helper.make_node("Mul", ["x", "two"], ["a"], name="double"),
+             helper.make_node("Relu", ["a"], ["b"], name="relu"), helper.make_node("Neg", ["b"], ["y"], name="neg")]
+    graph = helper.make_graph(nodes, "chain", [vi("x", TensorProto.FLOAT, [4])], [vi("y", TensorProto.FLOAT, [4])],
+                              [numpy_helper.from_array(np.float32(2), "two")])
+    model = load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+    oracle = {"x": np.array([1, -2, 3, -4], np.float32)}
+    oracle["a"] = oracle["x"] * 2
+    oracle["b"] = np.maximum(oracle["a"], 0)
+    oracle["y"] = -oracle["b"]
+    wrong = {**oracle, "b": np.full(4, 100, np.float32)}  # the oracle's b, as a cut point, is what feeds Neg
+    space = SubgraphSpace(model, wrong.__getitem__, tmp_path)
+    both = space.materialize_apart([{0, 1}, {2}])
+    assert both.outputs == ("b", "y") and both.keep == frozenset({0, 1, 2})
+    assert list(both.proto.graph.node[2].input) == ["b::oracle"] and "b::oracle" in both.feeds
+    path = both.save(tmp_path / "apart.onnx")
+    onnx.checker.check_model(str(path))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    b, y = session.run(["b", "y"], {name: np.asarray(value) for name, value in both.feeds.items()})
+    np.testing.assert_array_equal(b, oracle["b"])  # computed by the first region
+    np.testing.assert_array_equal(y, np.full(4, -100, np.float32))  # the second read the fed value, not b
