@@ -85,7 +85,7 @@ def _num(value: float) -> str:
 def print_result(result: CompareResult, *, rows: int) -> None:
     from graphbisect.artifacts.environment import describe_ran_with
 
-    print(f"model   {result.model.path}  ({len(result.model.nodes)} nodes, {result.model.fingerprint[:12]})")
+    print(f"model   {result.model.origin}  ({len(result.model.nodes)} nodes, {result.model.fingerprint[:12]})")
     for role, spec in (("oracle", result.oracle), ("target", result.target)):
         print(f"{role}  {spec}  [{describe_ran_with(result.versions.get(role))}]")
     if not result.target_run.ok:

@@ -113,7 +113,8 @@ class CompareResult:
         first = layers.first_divergence if layers else None
         return {
             "verdict": "pass" if self.passed else "fail",
-            "model": {"path": str(self.model.path) if self.model.path else None,
+            "model": {"path": str(self.model.origin) if self.model.origin else None,
+                      **({"converted": str(self.model.path)} if self.model.paddle_source and self.model.path else {}),
                       "fingerprint": self.model.fingerprint, "nodes": len(self.model.nodes)},
             "oracle": str(self.oracle),
             "target": str(self.target),
