@@ -159,6 +159,9 @@ def _print_layers(result: CompareResult, rows: int) -> None:
     else:
         print(f"\nfirst divergence: {first.node} ({first.op_type}) → tensor {first.tensor}, "
               f"{_num(first.stats.score)}× tolerance")
+    if result.passed:
+        print("no root causes: the outputs match, so these intermediate differences cause no failure")
+        return
     print("root causes (error amplification, in tolerances):")
     for rc in layers.root_causes[:5]:
         where = f"  compiled as {rc.compiled_as.describe()}" if rc.compiled_as is not None and rc.compiled_as.fused \
