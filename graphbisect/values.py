@@ -36,15 +36,16 @@ from __future__ import annotations
 
 import functools
 import json
+import pickle
 import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
-from graphbisect.errors import GraphBisectError
+from graphbisect.errors import GraphBisectError, InputError
 
 __all__ = [
     "EXTENSION_TYPES",
@@ -62,6 +63,7 @@ __all__ = [
     "from_raw_bytes",
     "is_exact",
     "is_native",
+    "load_npy",
     "load_values_npz",
     "numpy_dtype",
     "pack",
@@ -501,9 +503,58 @@ def save_values_npz(path: str | Path, values: Mapping[str, Any]) -> Path:
     return path
 
 
+class _StringsUnpickler(pickle.Unpickler):
+    """Unpickles numpy's object arrays and nothing else: the only globals are those an ``ndarray`` pickle names,
+    so a pickle of anything else (code to run) is refused before it runs; the items are checked after."""
+
+    _ARRAY = frozenset({("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "_reconstruct"),
+                        ("numpy", "ndarray"), ("numpy", "dtype")})
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in self._ARRAY:
+            raise pickle.UnpicklingError(f"{module}.{name}")
+        return super().find_class(module, name)
+
+
+_SAVE_STRINGS = "save strings as a string array, not objects: np.savez('inputs.npz', name=np.array(values, dtype=str))"
+
+
+def _object_strings(stream: IO[bytes], what: str) -> np.ndarray:
+    """The object array of ``str`` an ``.npy`` ``stream`` holds (a pickle, as ``np.save`` writes one); anything else
+    is refused with :data:`_SAVE_STRINGS`, never unpickled beyond an array's own parts."""
+    version = np.lib.format.read_magic(stream)
+    header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    header(stream)
+    try:
+        array = _StringsUnpickler(stream).load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as exc:
+        raise InputError(f"{what} is a pickled object array that is not an array of strings ({exc})",
+                         hint=_SAVE_STRINGS) from exc
+    kinds = sorted({type(item).__name__ for item in np.asarray(array, dtype=object).flat} - {"str"})
+    if not isinstance(array, np.ndarray) or array.dtype != object or kinds:
+        raise InputError(f"{what} is an object array holding {', '.join(kinds) or type(array).__name__}, not only "
+                         "strings", hint=_SAVE_STRINGS)
+    return array
+
+
+def load_npy(path: str | Path) -> np.ndarray:
+    """One ``.npy`` array, no pickles but an object array of ``str`` (:func:`load_values_npz`)."""
+    try:
+        return np.load(path, allow_pickle=False)
+    except ValueError as exc:
+        if "allow_pickle" not in str(exc):
+            raise
+    with open(path, "rb") as stream:
+        return _object_strings(stream, str(path))
+
+
 def load_values_npz(path: str | Path) -> dict[str, Any]:
-    """Read every value of an ``.npz`` written by :func:`save_values_npz` (or ``np.savez``), no pickles."""
-    with np.load(path, allow_pickle=False) as data:
+    """Read every value of an ``.npz`` written by :func:`save_values_npz` (or ``np.savez``), no pickles: an object
+    array of ``str`` (``np.array(["a", "b"], dtype=object)``, as pandas and tokenizers give strings) is read by
+    an unpickler that knows only an array's parts, and any other object array is refused saying how to save it.
+    """
+    with np.load(path, allow_pickle=False) as loaded:
+        data = _StringMembers(loaded, str(path))
         described: dict[str, Any] = {}
         if NPZ_MANIFEST in data.files:
             described = json.loads(data[NPZ_MANIFEST])["values"]
@@ -522,3 +573,22 @@ def load_values_npz(path: str | Path) -> dict[str, Any]:
             if name not in result:
                 result[name] = read_value(entry, read)
         return result
+
+
+class _StringMembers:
+    """An open ``.npz`` whose object-array members are read by :func:`_object_strings`."""
+
+    def __init__(self, data: Any, path: str) -> None:
+        self.data, self.path, self.files = data, path, data.files
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.data
+
+    def __getitem__(self, key: str) -> Any:
+        try:
+            return self.data[key]
+        except ValueError as exc:
+            if "allow_pickle" not in str(exc):
+                raise
+        with self.data.zip.open(f"{key}.npy") as stream:
+            return _object_strings(stream, f"{key!r} in {self.path}")

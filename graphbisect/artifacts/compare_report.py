@@ -78,7 +78,7 @@ def write_html(result: CompareResult, path: Path) -> None:
         ".warn{background:#ffd;padding:1em;border:1px solid #cc0}"
         "</style>",
         f"<h1>graphbisect compare: {html.escape(verdict)}</h1>",
-        f"<p>model <code>{html.escape(str(result.model.path or 'ModelProto'))}</code> "
+        f"<p>model <code>{html.escape(str(result.model.origin or 'ModelProto'))}</code> "
         f"({len(result.model.nodes)} nodes, fingerprint <code>{html.escape(result.model.fingerprint[:12])}</code>)"
         f"<br>oracle <code>{html.escape(str(result.oracle))}</code> vs target <code>{html.escape(str(result.target))}"
         f"</code><br>target status: {html.escape(result.target_run.describe())}; backend runs: "

@@ -28,6 +28,7 @@ from graphbisect._version import __version__
 from graphbisect.artifacts.environment import describe_ran_with, environment_summary
 from graphbisect.artifacts.repro import JUDGE_PYTHON_CHECK, has_standalone_repro, judged_by, tactic_files
 from graphbisect.compare import Comparison, TensorStats, compare_outputs
+from graphbisect.oracle.outcome import headline as message_headline
 
 if TYPE_CHECKING:
     from graphbisect.artifacts.content import BundleContent
@@ -220,16 +221,20 @@ def headline(content: BundleContent) -> str:
     """A short human title for the failure, e.g. ``wrong values on output "y" (2.4e+03× tolerance)``.
 
     Crash messages are long (ONNX Runtime prefixes the C++ signature), and what matters is at their end, so
-    a long first line is shortened from the left.
+    a long first line is shortened from the left; the line is the informative one
+    (:func:`~graphbisect.oracle.outcome.headline`: a refusal's op and reason, not a source location).
     """
     sig = content.signature
     kind = sig.kind.value
     if sig.kind.raised:
         where = {"crash-load": "crash at load (session/engine creation)", "crash-run": "crash at run",
                  "unsupported": "unsupported"}[kind]
-        lines = [line for line in (content.target_message or sig.detail).splitlines() if line.strip()]
-        text = lines[0].strip() if lines else sig.detail
-        if len(text) > _HEADLINE_CHARS:
+        # the informative part (OpenVINO opens every message with "Exception from src/.../core.cpp:84:"); a
+        # refusal's starts with the op it lacks, so it is cut at the right
+        refusal = kind == "unsupported"
+        text = message_headline(None, content.target_message or sig.detail,
+                                limit=_HEADLINE_CHARS if refusal else 10_000)
+        if len(text) > _HEADLINE_CHARS and not refusal:
             text = "…" + text[-_HEADLINE_CHARS:].lstrip()
         return f"{where}: {text}"
     worst = _comparison_worst(content)

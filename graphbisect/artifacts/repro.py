@@ -814,7 +814,8 @@ VOLATILE = [  # the stable part of a crash message; the same list as graphbisect
     (r"\b\d{5,}\b", "N"),  # pids, sizes, timestamps
     (r"tmp[\w\-]{6,}", "tmp?"),  # temporary names
     (r"(\.(?:cc|cpp|cxx|cu|c|hpp|h|py)):\d+", r"\1"),  # source line numbers move between builds
-    (r"[\w.\-]+\.onnx\b", "model.onnx"),  # candidate_17.onnx during the reduction, model.onnx here
+    # candidate_17.onnx during the reduction, model.onnx here; not the ONNX domains ("ai.onnx.ml.Scaler")
+    (r"(?<![\w.\-])(?!ai\.onnx\b)[\w.\-]+\.onnx\b(?!\.\w)", "model.onnx"),
     (r"\s+", " "),
 ]
 

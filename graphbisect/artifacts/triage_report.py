@@ -18,12 +18,16 @@ from typing import Any
 
 from graphbisect.artifacts.environment import describe_ran_with
 from graphbisect.atomic import atomic_write_text
+from graphbisect.oracle.outcome import headline
+from graphbisect.oracle.signature import FailureKind
 from graphbisect.triage.dedup import BugGroup
 from graphbisect.triage.outcome import ERROR, FAILED, PASSED, ModelOutcome
 
-__all__ = ["summary_json", "write_triage_summary"]
+__all__ = ["signature_cell", "summary_json", "write_triage_summary"]
 
 log = logging.getLogger(__name__)
+
+_RAISED = frozenset(kind.value for kind in FailureKind if kind.raised)
 
 
 def summary_json(outcomes: Sequence[ModelOutcome], bugs: Sequence[BugGroup], meta: Mapping[str, Any]
@@ -65,9 +69,24 @@ def write_triage_summary(out_dir: Path, outcomes: Sequence[ModelOutcome], bugs: 
     return paths
 
 
-def _signature(sig: Mapping[str, Any]) -> str:
+def signature_cell(sig: Mapping[str, Any], lacks: str | None = None) -> str:
+    """A bug's signature in a table cell: its kind, what the target lacks (a refusal's group), and the informative
+    part of its message (:func:`~graphbisect.oracle.outcome.headline`: the op and the reason, not OpenVINO's
+    ``Exception from src/inference/src/cpp/core.cpp:84:`` that opens each of its messages).
+
+    Example:
+        >>> signature_cell({"kind": "unsupported", "detail": "RuntimeError: Exception from core.cpp: Check 'false' "
+        ...                 "failed at unconverted_ops_report.cpp: FrontEnd API failed with OpConversionFailure: "
+        ...                 "Model wasn't fully converted. Summary: -- No conversion rule found for operations: "
+        ...                 "ai.onnx.ml.Scaler"}, "ai.onnx.ml")
+        'unsupported: lacks ai.onnx.ml (no conversion rule found for ai.onnx.ml.Scaler)'
+    """
     detail = str(sig.get("detail") or "")
-    return f"{sig.get('kind', '?')}" + (f" ({detail[:120]})" if detail else "")
+    kind = f"{sig.get('kind', '?')}" + (f": lacks {lacks}" if lacks else "")
+    if not detail:
+        return kind
+    text = headline(None, detail, limit=120) if sig.get("kind") in _RAISED else detail[:120]
+    return f"{kind} ({text})"
 
 
 def _relative(path: str | None, out_dir: Path) -> str:
@@ -80,7 +99,8 @@ def _relative(path: str | None, out_dir: Path) -> str:
 
 
 def _bug_rows(data: Mapping[str, Any], out_dir: Path) -> list[list[str]]:
-    return [[bug["key"], str(bug["count"]), _signature(bug["signature"]), ", ".join(bug["culprits"]) or "—",
+    return [[bug["key"], str(bug["count"]), signature_cell(bug["signature"], bug.get("lacks")),
+             ", ".join(bug["culprits"]) or "—",
              " → ".join(bug["op_types"]) or "—", _relative(bug["smallest_bundle"], out_dir)
              + (f" ({bug['smallest_nodes']} nodes)" if bug["smallest_nodes"] is not None else ""),
              ", ".join(bug["models"])] for bug in data["bugs"]]

@@ -51,6 +51,9 @@ from graphbisect.packfile import PackReader, StaleDataError
 __all__ = ["DEFAULT_TIMEOUT", "LOG_TAIL_BYTES", "BackendProcess", "CompareTo", "availability_under"]
 
 logger = logging.getLogger(__name__)
+#: A run still going, every ``PROGRESS_SECONDS`` (:mod:`graphbisect.backends.worker`): the CLI prints these records
+#: as stage lines; a library user sees them with INFO logging.
+progress_log = logging.getLogger("graphbisect.progress")
 
 #: Seconds one invocation may take when neither the spec (``timeout=``) nor the caller says otherwise.
 DEFAULT_TIMEOUT = 600.0
@@ -548,8 +551,20 @@ class BackendProcess:
         while reply.get("event") != "done":
             if reply.get("event") == "loaded":
                 worker.phase = Phase.RUN
+            elif reply.get("event") == "progress":
+                progress_log.info("%s", self._describe_progress(reply))
             reply = worker.receive(deadline)
         return reply
+
+    def _describe_progress(self, event: Mapping[str, Any]) -> str:
+        """``reference: running for 20 s, node 812 of 1493 done (Conv '/backbone/conv')`` for a progress event."""
+        stage = "building the model" if event.get("phase") == "load" else "running"
+        text = f"{self.spec}: still {stage}, {float(event.get('seconds', 0)):.0f} s so far"
+        if event.get("total"):
+            text += f", node {event.get('done')} of {event.get('total')} done"
+            if event.get("node"):
+                text += f" (now {event['node']})"
+        return text
 
     def _lost_worker(self, exc: Exception, offset: int, seconds: float) -> RunResult:
         worker = self._state.worker

@@ -18,8 +18,10 @@ Protocol (one JSON object per line, on two dedicated pipes whose descriptors are
   (runtimes may define ``validate()``, e.g. ONNX Runtime checks optimizer names).
 * ``{"op": "run", "model": path, "inputs": {...} | npz, "outputs": [names] | null, "output_dir": dir,
   "durable": bool}`` →
-  events ``{"event": "start"}`` (request received), ``{"event": "loaded"}`` (session built), then
-  ``{"event": "done", "status": "ok" | "crash", ...}``; a ``done`` reply's ``info`` holds ``load_seconds``,
+  events ``{"event": "start"}`` (request received), ``{"event": "loaded"}`` (session built), every
+  :data:`PROGRESS_SECONDS` while it builds or runs ``{"event": "progress", "seconds": s, "phase": "load" | "run"}``
+  with ``"done"``, ``"total"`` and ``"node"`` where the runtime counts its nodes (``progress()``: onnx.reference),
+  then ``{"event": "done", "status": "ok" | "crash", ...}``; a ``done`` reply's ``info`` holds ``load_seconds``,
   ``run_seconds`` and ``session_reused`` (true when the run used a session built before this request, by an
   earlier run of the same model file or a ``load``, false when it built one). With ``"compare": {"store": dir,
   "tolerance": {...}, "keep": [names]}`` the outputs the oracle's activation store at ``dir`` holds are
@@ -60,6 +62,7 @@ import platform
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -95,6 +98,9 @@ logger = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = 1
 MANIFEST = INDEX_NAME
+#: How often a run that is still going says so (a long onnx.reference run said nothing for 600 s); the environment
+#: variable ``GRAPHBISECT_PROGRESS_SECONDS`` sets another period.
+PROGRESS_SECONDS = 10.0
 
 
 # --------------------------------------------------------------------------------------------- arrays
@@ -540,14 +546,57 @@ class _Channel:
             os.set_inheritable(fd, False)
         self._in: IO[bytes] = os.fdopen(requests_fd, "rb")
         self._out: IO[bytes] = os.fdopen(replies_fd, "wb")
+        self._lock = threading.Lock()  # the progress thread writes too
 
     def receive(self) -> dict[str, Any] | None:
         line = self._in.readline()
         return json.loads(line) if line else None
 
     def send(self, message: Mapping[str, Any]) -> None:
-        self._out.write(json.dumps(message).encode("utf-8") + b"\n")
-        self._out.flush()
+        with self._lock:
+            self._out.write(json.dumps(message).encode("utf-8") + b"\n")
+            self._out.flush()
+
+
+class _Progress:
+    """While a run request is served: every ``period`` seconds a ``progress`` event with the time so far, the
+    phase, and the runtime's own count where it keeps one (``progress() -> (done, total, node)``). Stopped (and
+    joined) before the request's reply, so no event follows a ``done``."""
+
+    def __init__(self, channel: _Channel, runtime: Any, period: float) -> None:
+        self.channel, self.runtime, self.period = channel, runtime, period
+        self.phase = "load"
+        self._started = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="graphbisect-progress", daemon=True)
+
+    def __enter__(self) -> _Progress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period):
+            event: dict[str, Any] = {"event": "progress", "seconds": round(time.monotonic() - self._started, 1),
+                                     "phase": self.phase}
+            counted = getattr(self.runtime, "progress", None)
+            with contextlib.suppress(Exception):  # a count is a courtesy: never a reason to fail the run
+                found = counted() if counted is not None and self.phase == "run" else None
+                if found is not None:
+                    event["done"], event["total"], event["node"] = int(found[0]), int(found[1]), str(found[2])
+            if self._stop.is_set():
+                return
+            self.channel.send(event)
+
+
+def _progress_seconds() -> float:
+    try:
+        return max(float(os.environ.get("GRAPHBISECT_PROGRESS_SECONDS", PROGRESS_SECONDS)), 0.05)
+    except ValueError:
+        return PROGRESS_SECONDS
 
 
 def _flush_stdio() -> None:
@@ -648,18 +697,20 @@ class _Server:
         # model that fails to load is a result, and the next request refers to these values).
         inputs = self.inputs.read(request["inputs"])
         model, outputs = str(request["model"]), request.get("outputs")
-        started = time.perf_counter()
-        before = self.loaded
-        crash = self._load(model, outputs)
-        if crash:
-            return crash
-        # _load keeps the very same key object only when it skipped the build: a caller that counts builds
-        # (`tactics isolate --builds N`) must know whether this run built its session or ran an earlier one.
-        reused = before is not None and self.loaded is before
-        loaded = time.perf_counter()
-        self.channel.send({"event": "loaded"})
-        result = self._execute(inputs, outputs, Path(request["output_dir"]), request.get("compare"),
-                               durable=bool(request.get("durable")))
+        with _Progress(self.channel, self.runtime, _progress_seconds()) as progress:
+            started = time.perf_counter()
+            before = self.loaded
+            crash = self._load(model, outputs)
+            if crash:
+                return crash
+            # _load keeps the very same key object only when it skipped the build: a caller that counts builds
+            # (`tactics isolate --builds N`) must know whether this run built its session or ran an earlier one.
+            reused = before is not None and self.loaded is before
+            loaded = time.perf_counter()
+            self.channel.send({"event": "loaded"})
+            progress.phase = "run"
+            result = self._execute(inputs, outputs, Path(request["output_dir"]), request.get("compare"),
+                                   durable=bool(request.get("durable")))
         timing = {"load_seconds": loaded - started, "run_seconds": time.perf_counter() - loaded,
                   "session_reused": reused}
         result.setdefault("info", {}).update(timing)

@@ -25,6 +25,7 @@ from graphbisect.cli.terminal import shown
 
 if TYPE_CHECKING:
     from graphbisect.localize.compiled import CompiledNode
+    from graphbisect.localize.layerwise import LayerRow
     from graphbisect.workflows.compare import CompareResult
 
 __all__ = ["add_arguments", "run"]
@@ -94,7 +95,7 @@ def _num(value: float) -> str:
 def print_result(result: CompareResult, *, rows: int) -> None:
     from graphbisect.artifacts.environment import describe_ran_with
 
-    print(f"model   {shown(result.model.path)}  ({len(result.model.nodes)} nodes, {result.model.fingerprint[:12]})")
+    print(f"model   {shown(result.model.origin)}  ({len(result.model.nodes)} nodes, {result.model.fingerprint[:12]})")
     for role, spec in (("oracle", result.oracle), ("target", result.target)):
         print(f"{role}  {spec}  [{describe_ran_with(result.versions.get(role))}]")
     if not result.target_run.ok:
@@ -174,13 +175,10 @@ def _print_layers(result: CompareResult, rows: int) -> None:
     else:
         print(f"\nfirst divergence: {shown(first.node)} ({shown(first.op_type)}) → tensor {shown(first.tensor)}, "
               f"{_num(first.stats.score)}× tolerance")
-    if first.lsb is not None:
-        print(f"  a quantized tensor: {_num(first.lsb)} quantization steps (LSB) off"
-              + (f" (step {_num(first.step)})" if first.step else "")
-              + (f", the tolerance {_num(result.tolerance.int_atol)} (--int-atol)" if result.tolerance else ""))
-    if first.compiled_as is not None and first.compiled_as.lower_precision:
-        print(f"  the target {first.compiled_as.precision_note()} (what it reports it ran: its own choice, not the "
-              f"model's){_precision_hint(result, first.compiled_as)}")
+    _print_first_notes(result, first)
+    if result.passed:
+        print("no root causes: the outputs match, so these intermediate differences cause no failure")
+        return
     print("root causes (error amplification, in tolerances):")
     for rc in layers.root_causes[:5]:
         fused_as = rc.compiled_as if rc.compiled_as is not None and rc.compiled_as.fused else None
@@ -189,6 +187,17 @@ def _print_layers(result: CompareResult, rows: int) -> None:
               f"[{rc.role}{_EVIDENCE.get(rc.evidence, '')}]{where}")
     if result.root_cause_check is not None:
         print(f"  ({result.root_cause_check.describe()})")
+
+
+def _print_first_notes(result: CompareResult, first: LayerRow) -> None:
+    """What the first divergence's line adds: its error in quantization steps, the narrower type it ran in."""
+    if first.lsb is not None:
+        print(f"  a quantized tensor: {_num(first.lsb)} quantization steps (LSB) off"
+              + (f" (step {_num(first.step)})" if first.step else "")
+              + (f", the tolerance {_num(result.tolerance.int_atol)} (--int-atol)" if result.tolerance else ""))
+    if first.compiled_as is not None and first.compiled_as.lower_precision:
+        print(f"  the target {first.compiled_as.precision_note()} (what it reports it ran: its own choice, not the "
+              f"model's){_precision_hint(result, first.compiled_as)}")
 
 
 #: How a root cause's evidence reads beside its role (nothing for inputs measured).

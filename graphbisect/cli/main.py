@@ -23,6 +23,7 @@ from typing import Any
 
 from graphbisect._version import __version__
 from graphbisect.atomic import NotARegularFile
+from graphbisect.cli.progress import show_backend_progress
 from graphbisect.cli.terminal import OutputClosed, safe_terminal
 from graphbisect.engine.arena import share_main_arena
 from graphbisect.errors import GraphBisectError
@@ -152,6 +153,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
                         format="%(levelname)s %(name)s: %(message)s")
+    show_backend_progress()
     run: Callable[[argparse.Namespace], int] | None = getattr(args, "_run", None)
     if run is None:
         parser.print_help()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from typing import TextIO
 
 from graphbisect.engine import ProgressEvent
 
-__all__ = ["ProgressLine"]
+__all__ = ["ProgressLine", "show_backend_progress"]
 
 
 class ProgressLine:
@@ -54,6 +55,28 @@ class ProgressLine:
         if self.tty and self._width:
             self.stream.write("\n")
             self._width = 0
+
+
+class _StageLines(logging.Handler):
+    """Prints each record as a stage line (``… message``) on the stderr of the moment (tests swap it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            print(f"… {record.getMessage()}", file=sys.stderr, flush=True)
+        except BrokenPipeError:  # a closed stderr (OutputClosed): the CLI ends quietly, as for any other line
+            raise
+        except Exception:  # logging's contract otherwise: a handler does not raise
+            self.handleError(record)
+
+
+def show_backend_progress() -> None:
+    """Print the backends' "still running" records (``graphbisect.progress``: a long onnx.reference run's node
+    count) as stage lines, at every verbosity; once per process."""
+    progress = logging.getLogger("graphbisect.progress")
+    if not any(isinstance(handler, _StageLines) for handler in progress.handlers):
+        progress.addHandler(_StageLines())
+    progress.setLevel(logging.INFO)
+    progress.propagate = False
 
 
 def _bar(best: int | None, start: int | None, width: int = 20) -> str:

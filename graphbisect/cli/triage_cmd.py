@@ -90,8 +90,10 @@ def _report(result: TriageResult) -> int:
     print(f"\n{len(result.outcomes)} models ({len(result.skipped)} finished earlier) on {result.executor} in "
           f"{result.seconds:.1f} s: {len(result.bugs)} distinct bugs in {len(failed)} failing models, "
           f"{len(result.by_status('passed'))} passed, {len(result.by_status('error'))} errors")
+    from graphbisect.artifacts.triage_report import signature_cell
+
     for bug in result.bugs:
-        print(f"  bug {bug.key} ×{bug.count}: {bug.signature.get('kind')}"
+        print(f"  bug {bug.key} ×{bug.count}: {signature_cell(bug.signature, bug.lacks)}"
               f"{' [' + ', '.join(bug.culprits) + ']' if bug.culprits else ''} "
               f"{' → '.join(bug.op_types)}; smallest: {bug.smallest_bundle}")
     print(f"summary: {result.summary['md']}")

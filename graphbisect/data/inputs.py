@@ -52,7 +52,15 @@ from graphbisect.model.graph import Model, TensorType
 from graphbisect.model.load import external_data_file
 from graphbisect.model.normalize import shape_conflicts
 from graphbisect.options import SEED, check_value
-from graphbisect.values import as_elem_type, comparable, is_exact, load_values_npz, save_values_npz, to_memory
+from graphbisect.values import (
+    as_elem_type,
+    comparable,
+    is_exact,
+    load_npy,
+    load_values_npz,
+    save_values_npz,
+    to_memory,
+)
 
 __all__ = [
     "SUPPORTED_FORMATS",
@@ -215,7 +223,7 @@ def _read_npy(path: Path, model: Model) -> dict[str, np.ndarray]:
             f"{', '.join(model.input_names) or '(none)'}",
             hint="save the inputs together by name: np.savez('inputs.npz', **{name: array, ...})",
         )
-    return {model.input_names[0]: np.load(path, allow_pickle=False)}
+    return {model.input_names[0]: load_npy(path)}
 
 
 def _positional(path: Path, arrays: list[np.ndarray], model: Model) -> dict[str, np.ndarray]:

@@ -208,10 +208,21 @@ class CompiledGraph:
         return tuple(n for n in self.nodes if n.lower_precision)
 
     def summary(self) -> str:
+        """One line of counts, the compiled nodes being all of the target's (the unmapped ones too, so the count is
+        the saved optimized model's or the execution graph's).
+
+        Example:
+            >>> print(CompiledGraph("optimized model", (CompiledNode("q", "QuickGelu", ("sig", "mul"), ("y",)),),
+            ...                     ("ReorderOutput",)).summary())  # doctest: +NORMALIZE_WHITESPACE
+            optimized model: 2 compiled nodes, 1 of them fused (covering 2 original nodes), 1 with no original
+            tensor of its own (layout, copies, a fusion's inner nodes), 1 surviving tensors
+        """
         fused = [n for n in self.nodes if n.fused]
         covered = sum(len(n.originals) for n in fused)
-        text = (f"{self.source}: {len(self.nodes)} compiled nodes, {len(fused)} of them fused "
-                f"(covering {covered} original nodes), {len(self.surviving)} surviving tensors")
+        unmapped = f", {len(self.unmapped)} with no original tensor of its own (layout, copies, a fusion's inner " \
+            "nodes)" if self.unmapped else ""
+        text = (f"{self.source}: {len(self.nodes) + len(self.unmapped)} compiled nodes, {len(fused)} of them fused "
+                f"(covering {covered} original nodes){unmapped}, {len(self.surviving)} surviving tensors")
         lower = self.lower_precision
         if lower:
             first = lower[0]

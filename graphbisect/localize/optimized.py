@@ -53,6 +53,9 @@ _LAYOUT = frozenset({"ReorderInput", "ReorderOutput"})
 _LAYOUT_DOMAINS = frozenset({"com.microsoft.nchwc", "com.microsoft"})
 _NCHWC_DOMAIN = "com.microsoft.nchwc"
 _NCHWC_NAME = re.compile(r"^(?P<base>.+?)_nchwc(?:_token_\d+)?$")
+#: ONNX Runtime's name for a node a fusion pass made: ``<the original node's name>/<Pass>/``, ``_token_N`` appended
+#: when taken (``/model.2/act/Mul/QuickGeluFusion/``).
+_FUSION_NAME = re.compile(r"^(?P<node>.+)/[A-Za-z_][\w.]*/(?:_token_\d+)?$")
 #: Constants up to this many serialized bytes are compared by content (equal weights merged by CSE).
 _SMALL_CONSTANT = 4096
 #: Ops whose equal-looking nodes compute different values: never merged.
@@ -148,6 +151,7 @@ class _Mapper:
     def __init__(self, original: OriginalGraph, optimized: onnx.GraphProto) -> None:
         self.optimized = optimized
         self.producer, self.readers, self.known = original.producer, original.readers, original.known
+        self.by_name = {node.name: node for node in original.nodes if node.name}
         self.numbers, self.classes = original.numbers, original.classes
         if original.constant is not None:
             self.constant = original.constant
@@ -207,7 +211,9 @@ class _Mapper:
         if node.domain in ("", "ai.onnx"):
             return self._kept(node, sources)
         match = _NCHWC_NAME.match(node.name)
-        if node.domain != _NCHWC_DOMAIN or match is None or not node.input or sources[0] is None:
+        if node.domain != _NCHWC_DOMAIN or match is None:
+            return self._fused_by(node, sources)
+        if not node.input or sources[0] is None:
             return None
         base = self._named_tensor(match["base"])
         if base is None or not self._computed_from(base, sources[0]):
@@ -216,6 +222,27 @@ class _Mapper:
                         node.op_type, node.name)
             return None
         return self._fused_after(node, base, sources)
+
+    def _fused_by(self, node: onnx.NodeProto, sources: Sequence[frozenset[str] | None]) -> str | None:
+        """The original tensor a fusion's node computes on blocked tensors (a ``QuickGelu`` that a YOLO SiLU,
+        ``Mul(c, Sigmoid(c))``, became before the NCHWc transformer renamed its output), or None.
+
+        ONNX Runtime names it after the original node whose output it computes (``/m0/act/Mul/QuickGeluFusion/``);
+        that is a proposal, accepted as for a created NCHWc node when the original graph computes that node's
+        output from the fused node's inputs and constants alone (:meth:`_computed_from`)."""
+        match = _FUSION_NAME.match(node.name)
+        named = self.by_name.get(match["node"]) if match else None
+        if named is None or not named.output or not named.output[0]:
+            log.warning("cannot tell which original tensor %s's %s %r computes: its output has no original name and "
+                        "its name names no original node; it is not mapped", node.domain or "ai.onnx", node.op_type,
+                        node.name)
+            return None
+        reads = frozenset().union(*(s for s in sources if s))
+        if not reads or not self._computed_from(named.output[0], reads):
+            log.warning("cannot tell which original tensor ONNX Runtime's %s %r computes: the original graph does "
+                        "not compute %r from its inputs; it is not mapped", node.op_type, node.name, named.output[0])
+            return None
+        return named.output[0]
 
     def _kept(self, node: onnx.NodeProto, sources: Sequence[frozenset[str] | None]) -> str | None:
         """The original node ``node`` is (same op, attributes and inputs): its output, or None."""

@@ -123,6 +123,8 @@ class Model:
         proto: the normalized ``ModelProto`` (do not modify it).
         path: the ONNX file it came from (for a Paddle model, the converted ONNX file in the cache), or None.
         paddle_source: the Paddle program file (``.json``/``.pdmodel``) it was converted from, or None.
+        origin: the file the user gave (``paddle_source``, else ``path``): what messages and reports name, never
+            graphbisect's cache.
         fingerprint: sha256 (hex) of the normalized model.
         nodes: the graph's nodes in topological order; ``node_names`` their unique names.
         producer: tensor name → index of the node producing it (graph inputs/initializers are absent).
@@ -149,6 +151,8 @@ class Model:
         self.proto: onnx.ModelProto = proto if normalized else normalize_model(proto)
         self.path: Path | None = Path(path) if path is not None else None
         self.paddle_source: Path | None = Path(paddle_source) if paddle_source is not None else None
+        #: the file the user gave, what reports name: the Paddle program, else the ONNX file (None: in memory)
+        self.origin: Path | None = self.paddle_source or self.path
         graph = self.proto.graph
         self.nodes: tuple[onnx.NodeProto, ...] = tuple(graph.node)
         self.node_names: tuple[str, ...] = tuple(node.name for node in self.nodes)

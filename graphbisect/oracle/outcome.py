@@ -37,8 +37,8 @@ from graphbisect.backends.base import Phase, RunResult, RunStatus, message_cause
 from graphbisect.compare import Comparison, MismatchKind, TensorStats
 from graphbisect.oracle.floor import NoiseFloor
 
-__all__ = ["RANDOM_OPS", "UNSUPPORTED_PATTERN", "Outcome", "OutcomeClass", "classify_comparison",
-           "classify_failed_run", "is_unsupported", "random_ops"]
+__all__ = ["RANDOM_OPS", "UNSUPPORTED_PATTERN", "Outcome", "OutcomeClass", "Refusal", "classify_comparison",
+           "classify_failed_run", "headline", "is_unsupported", "random_ops", "refusal_of"]
 
 
 class OutcomeClass(str, enum.Enum):
@@ -87,6 +87,13 @@ UNSUPPORTED_PATTERN = (
     # IREE: an ONNX op its importer has no conversion for (or not for these attributes/types) stays a generic
     # torch.operator <{name = "onnx.X"}>, which iree-compile then refuses to legalize
     r"|failed to legalize operation 'torch\.operator'"
+    # IREE's importer: a type it has no form for ("Unsupport list element type": a sequence of maps, skl2onnx's
+    # ZipMap output; "unhandled torch type": a sequence input)
+    r"|unsupport\b|unhandled torch type"
+    # OpenVINO's ONNX frontend: an op with no translator ("No conversion rule found for operations:
+    # ai.onnx.ml.Scaler") or one its translator refused ("-- Loop-17 with a message: ..."): the model was not
+    # converted, whatever the op, as IREE's importer and ONNX Runtime's missing kernels are classed
+    r"|No conversion rule found|OpConversionFailure|wasn't fully converted"
 )
 _UNSUPPORTED = re.compile(UNSUPPORTED_PATTERN, re.IGNORECASE)
 
@@ -104,6 +111,111 @@ def is_unsupported(error_type: str | None, message: str | None) -> bool:
         False
     """
     return _UNSUPPORTED.search(f"{error_type or ''}: {message_cause(message)}") is not None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """What a backend's refusal names (:func:`refusal_of`): the op or type it lacks and the sentence that says so.
+
+    ``what``: ``ai.onnx.ml.TreeEnsembleRegressor``, ``Loop``, ``Add(14)``, ``list element type`` ("" when the
+    message names nothing); ``reason``: the informative part of the message on one line, what a title shows.
+    """
+
+    what: str
+    reason: str
+
+    @property
+    def family(self) -> str:
+        """What the backend lacks, as bugs are grouped: the domain of an op of another domain than ``ai.onnx``
+        (every op of ``ai.onnx.ml`` is one missing feature), else the op or type itself (its opset cut).
+
+        Example:
+            >>> Refusal("ai.onnx.ml.Scaler", "").family, Refusal("Add(14)", "").family
+            ('ai.onnx.ml', 'Add')
+        """
+        if not re.fullmatch(r"[\w.:]+(?:\(\d+\))?(?:, *[\w.:]+(?:\(\d+\))?)*", self.what):
+            return self.what  # a type, a sentence
+        ops = [op.strip() for op in self.what.split(",")]
+        domains = {op.rpartition(".")[0] for op in ops}
+        if ops and len(domains) == 1 and next(iter(domains)):
+            return next(iter(domains))
+        return ", ".join(re.sub(r"\(\d+\)$", "", op) for op in ops)
+
+
+# Each backend's way of naming what it refused: (pattern on the message's cause with its framing taken out, the
+# reason's wording). The first that matches names it; the kind (unsupported or not) is UNSUPPORTED_PATTERN's alone.
+# The patterns read a raw message and a signature's detail (one line) alike.
+_REFUSALS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # OpenVINO's ONNX frontend: no translator for these ops
+    (re.compile(r"No conversion rule found for operations?: *(?P<what>\S+(?:, *\S+)*)"),
+     "no conversion rule found for {what}"),
+    # OpenVINO: a translator that refused its node, the reason after it
+    (re.compile(r"-- (?P<what>[A-Za-z_][\w.:]*?)(?:-\d+)? with a message: *(?P<body>.*)", re.DOTALL),
+     "cannot convert {what}: {body}"),
+    # IREE's ONNX importer: an op left as a generic torch.operator
+    (re.compile(r'"torch\.operator"[^\n]*?<\{name = "onnx\.(?P<what>[\w.]+)"\}>'),
+     "IREE's ONNX importer has no conversion for onnx.{what}"),
+    (re.compile(r"unhandled torch type: *'?(?P<what>[^'\n]+)"), "IREE's ONNX importer has no type for {what}"),
+    # ONNX Runtime
+    (re.compile(r"Could not find an implementation for (?P<what>[\w.]+\(\d+\))"), "no kernel for {what}"),
+    (re.compile(r"No Op registered for (?P<what>[\w.]+) with domain_version"), "no op registered for {what}"),
+    # any: "Unsupported value_info type: x" (OpenVINO), "Unsupport list element type" (IREE)
+    (re.compile(r"unsupport(?:ed)? (?P<what>[\w ]{1,40}? type)\b(?P<body>: *\S+)?", re.IGNORECASE),
+     "unsupported {what}{body}"),
+)
+#: What only frames a message (OpenVINO): where it was thrown, the check that failed (its reason follows), the
+#: frontend's report headings. A title leaves them out.
+_FRAMING = re.compile(r"^\w+: (?=Exception from )|Exception from \S+?:(?:\d+:)?|Check '.*?' failed at \S+?:(?:\d+:)?"
+                      r"|FrontEnd API failed with OpConversionFailure:|Model wasn't fully converted\."
+                      r"|Failed operations detailed log:|Summary:|Loading input model|While validating (?:ONNX )?node "
+                      r"'.*?':", re.MULTILINE)
+
+
+def refusal_of(error_type: str | None, message: str | None) -> Refusal | None:
+    """What a refusal names (see :class:`Refusal`), or None when the error is not a refusal (:func:`is_unsupported`).
+    ``message``: the backend's, or a signature's detail (``"RuntimeError: ..."``, ``error_type`` None).
+
+    Example:
+        >>> refusal_of("RuntimeError", "Exception from src/inference/src/cpp/core.cpp:84:\\nFrontEnd API failed "
+        ...            "with OpConversionFailure:\\nSummary:\\n-- No conversion rule found for operations: "
+        ...            "ai.onnx.ml.Scaler").reason
+        'no conversion rule found for ai.onnx.ml.Scaler'
+        >>> refusal_of("IreeImportError", "OnnxImportError: Unsupport list element type")
+        Refusal(what='list element type', reason='unsupported list element type')
+    """
+    if not is_unsupported(error_type, message):
+        return None
+    cause = _unframed(message)
+    for pattern, wording in _REFUSALS:
+        found = pattern.search(cause)
+        if found is not None:
+            what = found["what"].strip()
+            body = " ".join((found.groupdict().get("body") or "").split())
+            return Refusal(what, wording.format(what=what, body=body).strip(" :"))
+    return Refusal("", " ".join(cause.split()))
+
+
+def headline(error_type: str | None, message: str | None, limit: int = 200) -> str:
+    """The informative part of a failure's message on one line, for titles and tables: what a refusal names
+    (:func:`refusal_of`), else the first line of the message's cause that is not only framing (OpenVINO's
+    ``Exception from src/inference/src/cpp/core.cpp:84:`` is the first line of every load error it raises).
+    ``message``: the backend's, or a signature's detail (``"RuntimeError: ..."``, ``error_type`` None).
+
+    Example:
+        >>> headline(None, "RuntimeError: Exception from core.cpp: Exception from plugin.cpp: Exception from "
+        ...          "partial_shape.cpp:261:\\nto_shape was called on a dynamic shape.")
+        'to_shape was called on a dynamic shape.'
+    """
+    refusal = refusal_of(error_type, message)
+    lines = [line.strip() for line in _unframed(message).splitlines() if line.strip()]
+    text = refusal.reason if refusal is not None else " ".join(lines[0].split()) if lines else ""
+    text = text or " ".join(message_cause(message).split())
+    return text if len(text) <= limit else text[:limit].rstrip() + " ..."
+
+
+def _unframed(message: str | None) -> str:
+    """The message's cause without the parts :data:`_FRAMING` matches."""
+    return _FRAMING.sub(" ", message_cause(message)).strip()
 
 
 def random_ops(nodes: Iterable[onnx.NodeProto]) -> list[str]:

@@ -76,9 +76,12 @@ _NORMALIZERS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b\d{5,}\b"), "N"),  # long numbers: pids, sizes, timestamps
     (re.compile(r"tmp[\w\-]{6,}"), "tmp?"),  # temporary names
     (re.compile(r"(\.(?:cc|cpp|cxx|cu|c|hpp|h|py)):\d+"), r"\1"),  # source line numbers move between builds
-    (re.compile(r"[\w.\-]+\.onnx\b"), "model.onnx"),  # candidate-3f2a.onnx while reducing, model.onnx in a bundle
+    # candidate-3f2a.onnx while reducing, model.onnx in a bundle; not the ONNX domains ("ai.onnx.ml.Scaler")
+    (re.compile(r"(?<![\w.\-])(?!ai\.onnx\b)[\w.\-]+\.onnx\b(?!\.\w)"), "model.onnx"),
     (re.compile(r"\s+"), " "),
 )
+
+_OLD_DOMAIN = re.compile(r"(?<![\w.\-])model\.onnx\.(?=\w)")
 
 
 def normalize_message(message: str | None, names: Collection[str] = ()) -> str:
@@ -268,6 +271,8 @@ class Signature:
         """
         band = data.get("band")
         kind, detail = FailureKind(str(data["kind"])), str(data.get("detail", ""))
+        if kind.raised:  # the file-name rule took the ONNX domains for files before: "model.onnx.ml.Scaler"
+            detail = _OLD_DOMAIN.sub("ai.onnx.", detail)
         if kind in (FailureKind.CRASH_LOAD, FailureKind.CRASH_RUN) and not detail.startswith("exit "):
             error_type, _, text = detail.partition(": ")
             if is_unsupported(error_type, message or text):

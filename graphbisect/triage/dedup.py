@@ -10,10 +10,14 @@ attributes such as ``epsilon``): the same mis-fused LayerNorm with other weights
 and string attributes (``keepdims``, ``axis``, ``mode``) do enter, since they select the code path. The
 graph's hash is over the *multiset* of node labels and output labels, so node order does not matter.
 
-A crash (or an ``unsupported`` refusal) whose signature carries an exception message is keyed by that message
-and the culprits (the message identifies the bug; reduced crash patterns may legitimately differ); a bare
-exit code or a timeout says too little, so the pattern is added. A failure with no reduced pattern (the target
-runs only its own model format, or the reduction did not see the failure again) is a group of its own.
+A crash whose signature carries an exception message is keyed by that message and the culprits (the message
+identifies the bug; reduced crash patterns may legitimately differ); a bare exit code or a timeout says too
+little, so the pattern is added. An ``unsupported`` refusal is keyed by what the target lacks (:func:`lacking`):
+OpenVINO refusing ``ai.onnx.ml.TreeEnsembleRegressor`` ("No conversion rule found"), ``ai.onnx.ml.Scaler`` and
+the sequence of maps of a ``ZipMap`` ("Unsupported value_info type") is one missing feature, ``ai.onnx.ml``, where
+three messages made three bugs; a refusal that names nothing is keyed by its message. A failure with no reduced
+pattern (the target runs only its own model format, or the reduction did not see the failure again) is a group
+of its own.
 
 Example:
     >>> import onnx.helper as h
@@ -32,16 +36,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import onnx
 
+from graphbisect.oracle.outcome import refusal_of
 from graphbisect.oracle.signature import FailureKind
 from graphbisect.triage.outcome import FAILED, ModelOutcome
 
-__all__ = ["BugGroup", "bug_key", "group_bugs", "pattern_hash"]
+__all__ = ["BugGroup", "bug_key", "group_bugs", "lacking", "pattern_hash"]
 
 log = logging.getLogger(__name__)
 
@@ -109,12 +114,42 @@ def pattern_hash(model: onnx.ModelProto) -> str:
 
 
 _RAISED = frozenset(kind.value for kind in FailureKind if kind.raised)
+_DEFAULT_DOMAINS = frozenset({"", "ai.onnx"})
+
+
+def lacking(signature: Mapping[str, Any] | None, domains: Iterable[str] = ()) -> str | None:
+    """What a target that refused a model lacks, as its bugs are grouped: the domain of the refused op when it has
+    one (``ai.onnx.ml``), else the domains other than ``ai.onnx`` of the reduced model's nodes (``domains``: a
+    refusal that names no op, such as OpenVINO's "Unsupported value_info type" for a ``ZipMap``'s sequence of
+    maps or IREE's ``onnx.Scaler``), else the op or type the refusal names (``Loop``); None when the failure is
+    not a refusal or names nothing.
+
+    Example:
+        >>> lacking({"kind": "unsupported", "detail": "RuntimeError: Unsupported value_info type: probabilities"},
+        ...         ["ai.onnx.ml"])
+        'ai.onnx.ml'
+        >>> lacking({"kind": "unsupported", "detail": "NotImplemented: [ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : "
+        ...          "Could not find an implementation for Add(14) node with name 'add'"})
+        'Add'
+    """
+    if not signature or signature.get("kind") != FailureKind.UNSUPPORTED.value:
+        return None
+    refusal = refusal_of(None, str(signature.get("detail", "")))
+    if refusal is None:  # a refusal recorded under another rule: the rule of today decides
+        return None
+    family = refusal.family
+    if "." in family and " " not in family:
+        return family
+    others = sorted(set(domains) - _DEFAULT_DOMAINS)
+    return ", ".join(others) if others else family or None
 
 
 def bug_key(outcome: ModelOutcome) -> str:
     """The deduplication key of a failed model's outcome (see the module docstring)."""
     signature = dict(outcome.signature or {})
     kind, detail = str(signature.get("kind", "")), str(signature.get("detail", ""))
+    if kind == FailureKind.UNSUPPORTED.value and outcome.lacks:
+        return _h("bug", kind, "lacks", outcome.lacks, sorted(outcome.culprits))[:12]
     by_message = kind in _RAISED and detail and not detail.startswith("exit")
     # Without a reduced pattern (the target runs only its own format, or the failure did not reproduce when
     # reduced) nothing shows two such failures are one bug: each stands alone rather than merging by kind.
@@ -135,6 +170,7 @@ class BugGroup:
     smallest: str  # the model whose reduction is smallest (ties: first by name)
     smallest_bundle: str | None
     smallest_nodes: int | None
+    lacks: str | None = None  # an unsupported refusal's group: what the target lacks (:func:`lacking`)
 
     @property
     def count(self) -> int:
@@ -144,7 +180,7 @@ class BugGroup:
         return {"key": self.key, "count": self.count, "signature": self.signature, "culprits": list(self.culprits),
                 "pattern": self.pattern, "op_types": list(self.op_types), "models": list(self.models),
                 "smallest": self.smallest, "smallest_bundle": self.smallest_bundle,
-                "smallest_nodes": self.smallest_nodes}
+                "smallest_nodes": self.smallest_nodes, "lacks": self.lacks}
 
 
 def group_bugs(outcomes: Iterable[ModelOutcome]) -> list[BugGroup]:
@@ -162,4 +198,4 @@ def _group(key: str, members: Sequence[ModelOutcome]) -> BugGroup:
     best = min(ordered, key=lambda o: (o.final_nodes if o.final_nodes is not None else 1 << 62, o.name))
     return BugGroup(key=key, signature=dict(best.signature or {}), culprits=best.culprits, pattern=best.pattern,
                     op_types=best.op_types, models=tuple(o.name for o in ordered), smallest=best.name,
-                    smallest_bundle=best.bundle, smallest_nodes=best.final_nodes)
+                    smallest_bundle=best.bundle, smallest_nodes=best.final_nodes, lacks=best.lacks)

@@ -30,6 +30,9 @@ class ModelOutcome:
     required: tuple[str, ...] = ()
     pattern: str | None = None  # pattern_hash of the reduced model
     op_types: tuple[str, ...] = ()  # the reduced model's nodes, in order
+    #: an ``unsupported`` failure: what the target lacks, as bugs are grouped (:func:`graphbisect.triage.dedup.lacking`:
+    #: ``ai.onnx.ml``, ``Loop``); None when the refusal names nothing
+    lacks: str | None = None
     original_nodes: int | None = None
     final_nodes: int | None = None
     one_minimal: bool = False

@@ -199,7 +199,8 @@ class CompareResult:
             "verdict": self.verdict,
             "judged_by": self.judged_by,
             "check_passed": self.check_passed,
-            "model": {"path": str(self.model.path) if self.model.path else None,
+            "model": {"path": str(self.model.origin) if self.model.origin else None,
+                      **({"converted": str(self.model.path)} if self.model.paddle_source and self.model.path else {}),
                       "fingerprint": self.model.fingerprint, "nodes": len(self.model.nodes)},
             "oracle": str(self.oracle),
             "target": str(self.target),
@@ -332,15 +333,9 @@ def compare_models(
                 floor = _noise_floor(model, folder, inputs_path, oracle_side.store, target_spec=target_spec,
                                      target_info=target_info, oracle_spec=oracle_spec, tol=tol, stage=stage)
             if probed.oracle is not None and (probed.target is not None or probed.measured is not None):
-                stage("comparing layer by layer")
-                probed_comparison = _probed_comparison(model, probed, tol)
-                layer_report = analyze_layers(model.nodes, probed.oracle, probed.target, tol, compiled=plan.compiled,
-                                              measured=probed.measured, outputs=model.output_names, floor=floor)
-                if layer_report.uncertain:
-                    layer_report, alone = _settle_uncertain(
-                        model, layer_report, compiled=plan.compiled, probed=probed, oracle=oracle_side,
-                        proc=target_proc, spec=target_spec, info=target_info, inputs_path=inputs_path, folder=folder,
-                        tol=tol, floor=floor, stage=stage)
+                layer_report, probed_comparison, alone = _layers(
+                    model, probed, plan.compiled, comparison, oracle_side, tol=tol, floor=floor, stage=stage,
+                    proc=target_proc, spec=target_spec, info=target_info, inputs_path=inputs_path, folder=folder)
                 bodies = _unprobed_bodies(model)
                 note = f"{note}; {bodies}" if note and bodies else note or bodies
             # The target has done its part: its worker exits while the verdicts are put together.
@@ -395,6 +390,27 @@ def _checked(outcome: Outcome, check_passed: bool | None) -> Outcome:
         return Outcome(OutcomeClass.DIVERGENCE, CHECK_REJECTED)
     beyond = "" if outcome.cls is OutcomeClass.PASS else f" (the tolerance says {outcome})"
     return Outcome(OutcomeClass.PASS, f"the Python check accepted the outputs{beyond}")
+
+
+def _layers(model: Model, probed: _Probed, compiled: CompiledGraph | None, comparison: Comparison | None,
+            oracle: _Side, *, tol: Tolerance, floor: NoiseFloor | None, stage: Callable[[str], None],
+            proc: BackendProcess, spec: BackendSpec, info: BackendInfo, inputs_path: Path, folder: Path,
+            ) -> tuple[LayerwiseReport, Comparison, AloneCheck | None]:
+    """The layerwise table, the outputs as probed, and how uncertain root causes were run alone (if they were)."""
+    stage("comparing layer by layer")
+    probed_comparison = _probed_comparison(model, probed, tol)
+    layer_report = analyze_layers(model.nodes, probed.oracle, probed.target, tol, compiled=compiled,
+                                  measured=probed.measured, outputs=model.output_names, floor=floor)
+    alone = None
+    if comparison is not None and comparison.passed:
+        # the outputs match: no intermediate difference causes a failure ("Unsqueeze_5: 1 [carries]"
+        # listed for a passing model was noise); the rows and the first divergence still show them
+        layer_report = replace(layer_report, root_causes=())
+    elif layer_report.uncertain:
+        layer_report, alone = _settle_uncertain(
+            model, layer_report, compiled=compiled, probed=probed, oracle=oracle, proc=proc, spec=spec, info=info,
+            inputs_path=inputs_path, folder=folder, tol=tol, floor=floor, stage=stage)
+    return layer_report, probed_comparison, alone
 
 
 def _settle_uncertain(model: Model, report: LayerwiseReport, *, compiled: CompiledGraph | None, probed: _Probed,

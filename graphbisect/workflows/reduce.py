@@ -776,7 +776,7 @@ def reduce_model(
                          hint="pass inputs=, e.g. graphbisect.data.random_inputs(model), or use graphbisect.reduce, "
                          "which draws seeded random inputs when none are given")
     if not model.nodes:
-        raise ModelError(f"{model.path or 'the model'} has no nodes: there is nothing to reduce",
+        raise ModelError(f"{model.origin or 'the model'} has no nodes: there is nothing to reduce",
                          hint="a graph whose outputs are its inputs is already minimal: report it as it is "
                          "(`graphbisect compare` shows the verdict)")
     r = _Run(model, options, bundle_dir, on_progress, on_stage or (lambda _msg: None))
@@ -932,7 +932,7 @@ def resume_reduction(
         # Checked first: the bundle's fingerprint check would call this "the bundle of another model" and
         # suggest --force, and going on would mix the journal and activations of the recorded model with this one.
         raise ModelError(
-            f"{model.path} changed since the reduction recorded it (content fingerprint "
+            f"{model.origin} changed since the reduction recorded it (content fingerprint "
             f"{model.fingerprint[:12]}…, recorded {recorded_model[:12]}…): its journal and activations belong "
             "to the recorded model, so the reduction cannot resume",
             hint=f"restore that file, or start afresh from your model: graphbisect reduce MODEL -o {bundle_dir} "
@@ -1073,7 +1073,8 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
     one_minimal = result.minimal and verified
     journey = ((0, len(r.model.nodes)), *((int(a), int(b)) for a, b in result.history))
     report = {
-        "original_model": {"path": str(r.model.path) if r.model.path else None,
+        "original_model": {"path": str(r.model.origin) if r.model.origin else None,
+                           **({"converted": str(r.model.path)} if r.model.paddle_source and r.model.path else {}),
                            "fingerprint": r.model.fingerprint, "nodes": len(r.model.nodes)},
         "original_nodes": len(r.model.nodes), "final_nodes": len(result.keep),
         "kept_nodes": [{"name": n, "op_type": r.model.nodes[i].op_type} for n, i in zip(names, sorted(result.keep))],

@@ -53,7 +53,7 @@ from graphbisect.lockfile import folder_lock
 from graphbisect.model import Model
 from graphbisect.options import INVOCATIONS, JOBS, SEED, TIMEOUT, check_fields, option
 from graphbisect.oracle.signature import Signature
-from graphbisect.triage.dedup import BugGroup, group_bugs, pattern_hash
+from graphbisect.triage.dedup import BugGroup, group_bugs, lacking, pattern_hash
 from graphbisect.triage.outcome import ERROR, FAILED, PASSED, ModelOutcome
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
 
@@ -247,7 +247,8 @@ def _triage_model(task: ModelTask, base: ModelOutcome) -> ModelOutcome:
         found = _passes(task, model, feeds)
     if found is not None:
         runs["passes"] = dict(found.invocations)
-    outcome = dataclasses.replace(base, status=FAILED, signature=verdict, notes=found.notes if found else ())
+    outcome = dataclasses.replace(base, status=FAILED, signature=verdict, lacks=lacking(verdict),
+                                  notes=found.notes if found else ())
     if found is not None and found.failed:
         outcome = dataclasses.replace(outcome, culprits=found.culprits, required=found.required)
     with _timed(phases, "reduce"):
@@ -339,17 +340,20 @@ def _reduce(task: ModelTask, model: Model, feeds: Mapping[str, np.ndarray], foun
             *outcome.notes, f"the comparison saw the target fail ({seen}) but the reduction's run of the same model "
             f"did not ({result.signature.describe()}): the failure does not reproduce reliably (a flaky target or "
             "oracle); no bundle"))
-    pattern, op_types = _pattern(Path(result.bundle) / "model.onnx")
-    return dataclasses.replace(outcome, pattern=pattern, op_types=op_types, final_nodes=result.final_nodes,
+    pattern, op_types, domains = _pattern(Path(result.bundle) / "model.onnx")
+    return dataclasses.replace(outcome, pattern=pattern, op_types=op_types, lacks=lacking(outcome.signature, domains),
+                               final_nodes=result.final_nodes,
                                one_minimal=result.one_minimal, bundle=str(result.bundle),
                                invocations=dict(result.invocations), notes=(*outcome.notes, *result.notes))
 
 
-def _pattern(path: Path) -> tuple[str, tuple[str, ...]]:
+def _pattern(path: Path) -> tuple[str, tuple[str, ...], frozenset[str]]:
+    """The reduced model's pattern hash, its op types in order and its nodes' domains."""
     import onnx
 
     proto = onnx.load(str(path), load_external_data=False)
-    return pattern_hash(proto), tuple(node.op_type for node in proto.graph.node)
+    return (pattern_hash(proto), tuple(node.op_type for node in proto.graph.node),
+            frozenset(node.domain for node in proto.graph.node))
 
 
 # ------------------------------------------------------------------------------------------------ the batch

@@ -65,3 +65,57 @@ def test_options_are_rejected() -> None:
         process.validate()
     with pytest.raises(SpecError):
         BackendProcess("reference:opt_level=1")
+
+
+def _slow_resizes(path: Path, pairs: int = 2) -> Path:
+    """Linear Resize up and down ``pairs`` times on a [1, 1, 12, 12] image: onnx.reference computes each output
+    element in Python (about half a second a node here), as it made a 1,493-node PicoDet run for 600 s."""
+    from onnx import TensorProto, numpy_helper
+
+    nodes, x = [], "x"
+    for i in range(pairs):
+        nodes += [helper.make_node("Resize", [x, "", "up"], [f"u{i}"], name=f"up{i}", mode="linear"),
+                  helper.make_node("Resize", [f"u{i}", "", "down"], [f"d{i}"], name=f"down{i}", mode="linear")]
+        x = f"d{i}"
+    scales = [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "up"),
+              numpy_helper.from_array(np.array([1, 1, 0.5, 0.5], np.float32), "down")]
+    graph = helper.make_graph(nodes, "slow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 12, 12])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 1, 12, 12])], scales)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_a_long_run_says_it_is_running_and_which_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 26 item 8: an onnx.reference run printed nothing for 600 s. A run still going says so every
+    ``PROGRESS_SECONDS`` (here 0.1 s), with how many nodes of the model are done and which one runs; the CLI
+    prints it as a stage line."""
+    import logging
+
+    from graphbisect.cli.main import main
+
+    monkeypatch.setenv("GRAPHBISECT_PROGRESS_SECONDS", "0.1")
+    model = _slow_resizes(tmp_path / "slow.onnx")
+    records: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record.getMessage())
+
+    progress = logging.getLogger("graphbisect.progress")
+    keep = Keep()
+    progress.addHandler(keep)
+    level = progress.level
+    progress.setLevel(logging.INFO)
+    try:
+        with BackendProcess("reference", workdir=tmp_path / "worker") as worker:
+            run = worker.run(model, {"x": np.ones((1, 1, 12, 12), np.float32)})
+    finally:
+        progress.removeHandler(keep)
+        progress.setLevel(level)
+    assert run.status is RunStatus.OK, run.describe()
+    counted = [r for r in records if " of 4 done (now Resize " in r]
+    assert counted and all(r.startswith("reference: still running, ") for r in counted), records
+    assert any(" node 1 of 4 done (now Resize 'down0')" in r or " node 2 of 4 " in r for r in counted), records
+    assert main(["compare", str(model), "--oracle", "reference", "--no-layerwise"]) == 0
+    assert "… reference: still running, " in capsys.readouterr().err

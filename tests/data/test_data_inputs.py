@@ -377,3 +377,39 @@ def test_loaded_inputs_are_validated(tmp_path: Path) -> None:
     np.savez(tmp_path / "wrong.npz", x=np.zeros((2, 3), np.float64))
     with pytest.raises(InputError, match="dtype float64"):
         load_inputs(tmp_path / "wrong.npz", single_input_model())
+
+
+def _string_model() -> object:
+    """text: string[2] → Identity."""
+    return make_model([helper.make_node("Identity", ["text"], ["out"], name="id")],
+                      [helper.make_tensor_value_info("text", TensorProto.STRING, [2])],
+                      [helper.make_tensor_value_info("out", TensorProto.STRING, [2])])
+
+
+class _Boom:
+    """Unpickling this runs ``exec``: a pickle that must never be loaded."""
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (exec, ("import pathlib; pathlib.Path('PWNED').write_text('x')",))
+
+
+def test_an_object_array_of_strings_is_read_without_allowing_other_pickles(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26 item 8: ``np.savez(f, text=np.array(["a", "b"], dtype=object))`` (what pandas and tokenizers give)
+    was refused with "is it a valid .npz file?" while ``<U`` arrays worked. An object array whose items are all
+    ``str`` is read — from ``.npz`` and ``.npy`` — and any other pickle is refused, unexecuted, saying how to save
+    the strings."""
+    model = _string_model()
+    np.savez(tmp_path / "objects.npz", text=np.array(["hello", "déjà"], dtype=object))
+    loaded = load_inputs(tmp_path / "objects.npz", model)
+    assert loaded["text"].tolist() == ["hello", "déjà"]
+    np.save(tmp_path / "objects.npy", np.array(["a", "b"], dtype=object), allow_pickle=True)
+    assert load_inputs(tmp_path / "objects.npy", model)["text"].tolist() == ["a", "b"]
+    monkeypatch.chdir(tmp_path)
+    for bad in (np.array([_Boom(), "b"], dtype=object), np.array([1, "b"], dtype=object)):
+        np.savez(tmp_path / "bad.npz", text=bad)
+        with pytest.raises(InputError) as refused:
+            load_inputs(tmp_path / "bad.npz", model)
+        assert "dtype=str" in str(refused.value.hint) and "valid .npz" not in str(refused.value.hint)
+        assert "text" in refused.value.message
+    assert not (tmp_path / "PWNED").exists()

@@ -359,3 +359,111 @@ def test_onnxruntime_matmulnbits_computes_in_i8(tmp_path: Path) -> None:
     (node,) = graph.with_model(loaded.nodes, element_types(loaded),
                                constant_tensors(loaded.nodes, given=loaded.initializer_names)).nodes
     assert node.lower_precision == ("i8",)
+
+
+def _yolo_silu_net() -> onnx.ModelProto:
+    """A YOLOv8-style stand-in (NudeNet's detector): Conv → SiLU written as ``Mul(c, Sigmoid(c))`` everywhere, C2f
+    blocks (1×1 conv, Split, bottleneck with a residual Add, Concat), SPPF (three MaxPools, Concat), a nearest
+    Resize and a head Conv, with channel counts a multiple of 8. ONNX Runtime (``all``, a CPU with NCHWc kernels)
+    fuses each SiLU into a ``com.microsoft`` QuickGelu, runs it on blocked tensors and renames its output
+    ``reorder_token_N``; its name, ``<Mul's name>/QuickGeluFusion/``, is the only hint of what it computes."""
+    rng = np.random.default_rng(0)
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+
+    def node(op: str, inputs: list[str], name: str, **attrs: object) -> str:
+        nodes.append(helper.make_node(op, inputs, [f"{name}_output_0"], name=name, **attrs))
+        return f"{name}_output_0"
+
+    def conv_silu(x: str, cin: int, cout: int, k: int, stride: int, *, at: str) -> str:
+        w = rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)
+        inits.extend([numpy_helper.from_array(w.astype(np.float32), f"{at}.w"),
+                      numpy_helper.from_array((rng.standard_normal(cout) * 0.1).astype(np.float32), f"{at}.b")])
+        c = node("Conv", [x, f"{at}.w", f"{at}.b"], f"{at}/conv/Conv", kernel_shape=[k, k], strides=[stride] * 2,
+                 pads=[k // 2] * 4)
+        return node("Mul", [c, node("Sigmoid", [c], f"{at}/act/Sigmoid")], f"{at}/act/Mul")
+
+    def c2f(x: str, c: int, at: str) -> str:
+        y = conv_silu(x, c, c, 1, 1, at=f"{at}/cv1")
+        inits.append(numpy_helper.from_array(np.array([c // 2, c // 2], np.int64), f"{at}.split"))
+        a, b = f"{at}/Split_output_0", f"{at}/Split_output_1"
+        nodes.append(helper.make_node("Split", [y, f"{at}.split"], [a, b], name=f"{at}/Split", axis=1))
+        h = conv_silu(conv_silu(b, c // 2, c // 2, 3, 1, at=f"{at}/m.0/cv1"), c // 2, c // 2, 3, 1, at=f"{at}/m.0/cv2")
+        cat = node("Concat", [a, b, node("Add", [b, h], f"{at}/m.0/Add")], f"{at}/Concat", axis=1)
+        return conv_silu(cat, c * 3 // 2, c, 1, 1, at=f"{at}/cv2")
+
+    x = conv_silu(conv_silu("images", 3, 16, 3, 2, at="/model.0"), 16, 32, 3, 2, at="/model.1")
+    p2 = c2f(x, 32, "/model.2")
+    x = c2f(conv_silu(p2, 32, 64, 3, 2, at="/model.3"), 64, "/model.4")
+    y = conv_silu(x, 64, 32, 1, 1, at="/model.9/cv1")
+    pools = [y]
+    for k in ("m", "m_1", "m_2"):
+        pools.append(node("MaxPool", [pools[-1]], f"/model.9/{k}/MaxPool", kernel_shape=[5, 5], pads=[2] * 4))
+    y = conv_silu(node("Concat", pools, "/model.9/Concat", axis=1), 128, 64, 1, 1, at="/model.9/cv2")
+    inits.append(numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"))
+    up = node("Resize", [y, "", "scales"], "/model.10/Resize", mode="nearest")
+    y = c2f(node("Concat", [up, p2], "/model.11/Concat", axis=1), 96, "/model.12")
+    inits.append(numpy_helper.from_array((rng.standard_normal((8, 96, 1, 1)) * 0.1).astype(np.float32), "head.w"))
+    out = node("Conv", [y, "head.w"], "/model.22/Conv")
+    graph = helper.make_graph(nodes, "yolo_silu", [helper.make_tensor_value_info("images", TensorProto.FLOAT,
+                                                                                 [1, 3, 64, 64])],
+                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 8, 16, 16])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_yolo_silu_quickgelu_on_blocked_tensors_covers_its_sigmoid_and_mul(tmp_path: Path) -> None:
+    """Issue 26 item 5 (NudeNet YOLOv8n on ONNX Runtime, ``all``): each QuickGelu the fusion made of a SiLU and
+    the NCHWc transformer renamed computes its Mul's output. Unmapped, the next surviving tensor's node swallowed
+    it and its Conv ("QuickGelu ← 8 nodes" with Convs; "QuickGelu+Conv ×38"). Every QuickGelu covers its Sigmoid
+    and Mul, every Conv is its own compiled node, only layout reorders map to nothing, each blocked tensor holds
+    its original's values, and the summary counts the saved model's nodes and fusions."""
+    ort = pytest.importorskip("onnxruntime")
+    from graphbisect.workflows.probe import compiled_of
+
+    model = load_model(_yolo_silu_net())
+    model.save(tmp_path / "m.onnx")
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    ort.InferenceSession(str(tmp_path / "m.onnx"), options, providers=["CPUExecutionProvider"])
+    optimized = onnx.load(str(tmp_path / "opt.onnx"))
+    kinds = {n.name: n.op_type for n in optimized.graph.node}
+    gelus = [n for n in optimized.graph.node if n.op_type == "QuickGelu"]
+    if not any(n.domain == "com.microsoft.nchwc" for n in optimized.graph.node) or len(gelus) != 17:
+        pytest.skip("this CPU/ONNX Runtime does not build NCHWc QuickGelus of the SiLUs")
+    assert all(n.output[0].startswith("reorder_token_") for n in gelus)  # the renaming this test is about
+    graph = compiled_of(model, {"optimized_model": str(tmp_path / "opt.onnx")})
+    assert graph is not None
+    assert sorted(set(kinds[name] for name in graph.unmapped)) == ["ReorderInput", "ReorderOutput"]
+    assert len(graph.nodes) + len(graph.unmapped) == len(optimized.graph.node)
+    for compiled in graph.nodes:
+        if compiled.kind == "QuickGelu":
+            at = compiled.name.removesuffix("/Mul/QuickGeluFusion/")
+            assert compiled.originals == (f"{at}/Sigmoid", f"{at}/Mul"), compiled
+            assert compiled.outputs == (f"{at}/Mul_output_0",)
+        else:
+            assert not compiled.fused, compiled
+    by_original = graph.by_original()
+    assert len(by_original) == len(model.nodes)  # every original node is compiled somewhere
+    assert all(by_original[n.name].kind == "Conv" for n in model.nodes if n.op_type == "Conv")
+    assert graph.summary().startswith(f"optimized model: {len(optimized.graph.node)} compiled nodes, 17 of them fused "
+                                      "(covering 34 original nodes)")
+    # By value: each QuickGelu's blocked output is its Mul's output.
+    mapped = {n.output[0]: graph.by_original()[f"{n.name.removesuffix('/QuickGeluFusion/')}"].outputs[0]
+              for n in gelus}
+    optimized.graph.output.extend(helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in mapped)
+    onnx.save(optimized, str(tmp_path / "replay.onnx"))
+    plain = ort.SessionOptions()
+    plain.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    x = np.random.default_rng(1).standard_normal((1, 3, 64, 64)).astype(np.float32)
+    got = ort.InferenceSession(str(tmp_path / "replay.onnx"), plain).run(list(mapped), {"images": x})
+    onnx.save(model.with_outputs(list(mapped.values())), str(tmp_path / "probe.onnx"))
+    want = ort.InferenceSession(str(tmp_path / "probe.onnx"), plain).run(list(mapped.values()), {"images": x})
+
+    def unblocked(value: np.ndarray, block: int) -> np.ndarray:
+        n, c, h, w = value.shape
+        return value.reshape(n, c // block, h, w, block).transpose(0, 1, 4, 2, 3).reshape(n, c, h, w)
+
+    assert any(all(g.shape[1] % block == 0 and np.allclose(unblocked(g, block)[:, :w.shape[1]], w, rtol=1e-4,
+                                                            atol=1e-4)
+                   for g, w in zip(got, want, strict=True)) for block in (8, 16))
+

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,18 @@ def test_paddle_as_oracle_and_the_cli_table(models: dict[str, Path], capsys: pyt
                  "--rows", "0"]) == 0
     out = capsys.readouterr().out
     assert "compiled as" in out and "fused_matmul" in out and "Softmax.0" in out and "layer_norm" in out
+
+
+def test_compare_names_the_users_paddle_model_not_the_converted_cache(
+        models: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 26 item 8: a Paddle run printed ``model   ~/.cache/graphbisect/paddle2onnx/<hash>.onnx``, a file the
+    user never saw. The header and the JSON name the user's Paddle program; the JSON keeps the converted file."""
+    program = models["transformer"]
+    assert main(["compare", str(program), "--target", "paddle", "--no-layerwise",
+                 "--json", str(tmp_path / "c.json")]) == 0
+    header = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("model "))
+    model = load_model(program)
+    assert model.paddle_source is not None and model.path is not None
+    assert header.split()[1] == str(model.paddle_source) and "paddle2onnx" not in header, header
+    data = json.loads((tmp_path / "c.json").read_text())["model"]
+    assert data["path"] == str(model.paddle_source) and data["converted"] == str(model.path)

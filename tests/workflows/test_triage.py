@@ -139,3 +139,29 @@ def test_a_failure_the_reduction_does_not_see_again_is_not_called_passed(
     assert outcome.step_invocations["reduce"]["target"] == 1
     summary = json.loads(result.summary["json"].read_text())
     assert summary["passed"] == [] and summary["counts"]["failed"] == 1
+
+
+@pytest.mark.openvino
+def test_models_openvino_refuses_for_lack_of_ai_onnx_ml_are_one_bug(tmp_path: Path) -> None:
+    """Issue 26 item 7: three models OpenVINO refuses for lack of ``ai.onnx.ml`` — two ops with no conversion
+    rule and a ZipMap's sequence of maps ("Unsupported value_info type") — were three bugs, two of them
+    ``crash-load``; they are one ``unsupported`` bug, "lacks ai.onnx.ml", and a Loop OpenVINO cannot convert is
+    another. The signature column and the bundle's title show the op and the reason, never OpenVINO's opening
+    "Exception from src/inference/src/cpp/core.cpp:84:"."""
+    pytest.importorskip("openvino")
+    from tests.refusal_models import write_refused
+
+    folder = write_refused(tmp_path / "in")
+    result = triage(folder, tmp_path / "out", options=TriageOptions(target="openvino"), jobs=1)
+    assert [o.status for o in result.outcomes] == ["failed"] * 4, [(o.name, o.message) for o in result.outcomes]
+    assert [(b.models, b.lacks, b.signature["kind"]) for b in result.bugs] == [
+        (("scaler", "tree_ensemble", "zipmap"), "ai.onnx.ml", "unsupported"),
+        (("passthrough_loop",), "Loop", "unsupported")]
+    ml, loop = result.bugs
+    assert ml.smallest_nodes == 1 and loop.op_types == ("Loop",)
+    markdown = result.summary["md"].read_text()
+    assert "unsupported: lacks ai.onnx.ml (no conversion rule found for ai.onnx.ml." in markdown
+    assert "unsupported: lacks Loop (cannot convert Loop: The provided loop body graph canonical inputs" in markdown
+    assert "Exception from" not in markdown and "model.onnx.ml" not in markdown
+    title = (Path(str(loop.smallest_bundle)) / "report.md").read_text().splitlines()[0]
+    assert title.startswith("# openvino: unsupported: cannot convert Loop: The provided loop body graph"), title
