@@ -397,6 +397,7 @@ def _layers(model: Model, probed: _Probed, compiled: CompiledGraph | None, compa
             proc: BackendProcess, spec: BackendSpec, info: BackendInfo, inputs_path: Path, folder: Path,
             ) -> tuple[LayerwiseReport, Comparison, AloneCheck | None]:
     """The layerwise table, the outputs as probed, and how uncertain root causes were run alone (if they were)."""
+    assert probed.oracle is not None  # the caller checked
     stage("comparing layer by layer")
     probed_comparison = _probed_comparison(model, probed, tol)
     layer_report = analyze_layers(model.nodes, probed.oracle, probed.target, tol, compiled=compiled,
