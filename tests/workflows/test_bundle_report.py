@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -69,3 +70,29 @@ def test_each_fact_once_in_one_form(example_bundle: Path) -> None:
     assert magnitudes == {"3"} and "e+0" not in title, title
     # the roles' versions in the backends table, not again under the environment
     assert "| target ran |" not in markdown and "| oracle ran |" not in markdown
+
+
+def test_reduce_passes_bundles_the_shortest_spec_that_was_measured(tmp_path: Path) -> None:
+    """After ``reduce --passes`` the report showed a ~2,000-character target spec (every registered pass but
+    the culprit disabled) where the user's ``opt_level=all`` reproduces on the reduced model. The short forms
+    are tried on the reduced model, and the report says which was verified."""
+    out = tmp_path / "bug"
+    assert main(["reduce", "--example", "--passes", "-o", str(out)]) == 1
+    report = json.loads((out / "report.json").read_text())
+    facts = report["passes"]
+    assert len(facts["culprit_target"]) > 1000  # what the reduction ran under, kept in report.json
+    assert report["target"] == "onnxruntime:opt_level=all" == facts["bundle_target"]
+    control = facts["bundle_control"]
+    assert control == facts["fixed_target"] and len(control) < 100  # the workaround: the culprits disabled
+    assert facts["measured_specs"] == [
+        {"role": "target", "spec": "onnxruntime:opt_level=all", "outcome": "reproduces"},
+        {"role": "control", "spec": facts["fixed_target"], "outcome": "passes"}]
+    markdown = (out / "report.md").read_text()
+    assert max(len(line) for line in markdown.splitlines()) < 1000 and facts["culprit_target"] not in markdown
+    assert "- target `onnxruntime:opt_level=all`: fails the same way (identity included" in markdown
+    assert f"- control `{facts['fixed_target']}`: passes — the bundle's control" in markdown
+    config = json.loads((out / "repro_config.json").read_text())
+    assert config["target_spec"] == "onnxruntime:opt_level=all" and config["control"]["target_spec"] == control
+    proc = subprocess.run([sys.executable, str(out / "repro.py")], capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 1 and "REPRODUCED" in proc.stdout and "CONTROL PASSES" in proc.stdout, proc.stdout
