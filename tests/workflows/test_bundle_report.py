@@ -96,3 +96,19 @@ def test_reduce_passes_bundles_the_shortest_spec_that_was_measured(tmp_path: Pat
     proc = subprocess.run([sys.executable, str(out / "repro.py")], capture_output=True, text=True, timeout=300,
                           check=False)
     assert proc.returncode == 1 and "REPRODUCED" in proc.stdout and "CONTROL PASSES" in proc.stdout, proc.stdout
+
+
+def test_a_resumed_reduction_keeps_the_journey_before_the_stop(tmp_path: Path) -> None:
+    """The journey of a reduction resumed with ``--resume`` began at its own first step: the steps made before
+    the stop (which the journal replays) were gone, as if the resumed session had found everything."""
+    out = tmp_path / "bug"
+    assert main(["reduce", "--example", "--no-layerwise", "--max-invocations", "12", "-o", str(out)]) == 1
+    stopped = json.loads((out / "report.json").read_text())
+    assert stopped["stop_reason"] == "max_invocations" and len(stopped["journey"]) >= 2
+    assert stopped["journey"][-1][1] == stopped["final_nodes"]  # the best so far is the bundle's model
+    assert main(["reduce", "--resume", str(out)]) == 1
+    resumed = json.loads((out / "report.json").read_text())
+    assert resumed["one_minimal"] and resumed["journey"][: len(stopped["journey"])] == stopped["journey"]
+    assert resumed["journey"][-1][1] == resumed["final_nodes"] < stopped["final_nodes"]
+    runs = [x for x, _ in resumed["journey"]]
+    assert runs == sorted(runs) and runs[-1] <= resumed["search"]["tests"]
