@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "graphbisect"
 
 AREAS = {
     "artifacts": ["bundle", "content", "report", "repro", "charts", "environment", "model_text", "repro_min",
-                  "shareable"],
+                  "shareable", "compare_text", "compare_report"],
     "model": ["graph", "io", "normalize", "external", "load"],
     "executors": ["base", "local", "ray", "factory", "candidates"],
 }

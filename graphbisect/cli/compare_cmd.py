@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from graphbisect.artifacts.compare_text import num
 from graphbisect.cli.common import (
     add_model_arguments,
     count,
@@ -19,7 +19,6 @@ from graphbisect.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from graphbisect.localize.compiled import CompiledNode
     from graphbisect.workflows.compare import CompareResult
 
 __all__ = ["add_arguments", "run"]
@@ -77,12 +76,8 @@ def run(args: argparse.Namespace) -> int:
     return 0 if result.passed else 1
 
 
-def _num(value: float) -> str:
-    """A statistic for the table; NaN (a relative error with no meaningful element) prints as ``-``."""
-    return f"{value:.3g}" if math.isfinite(value) else "-" if math.isnan(value) else str(value)
-
-
 def print_result(result: CompareResult, *, rows: int) -> None:
+    from graphbisect.artifacts.compare_text import verdict_line
     from graphbisect.artifacts.environment import describe_ran_with
 
     print(f"model   {result.model.path}  ({len(result.model.nodes)} nodes, {result.model.fingerprint[:12]})")
@@ -93,20 +88,27 @@ def print_result(result: CompareResult, *, rows: int) -> None:
     if result.comparison is not None:
         print(f"\n{'output':<24} {'verdict':<9} {'mismatched':>14} {'max abs':>10} {'max rel':>10} {'cosine':>9}")
         for s in result.comparison.outputs:
-            print(f"{s.name[:24]:<24} {s.kind.value:<9} {f'{s.mismatches}/{s.numel}':>14} {_num(s.max_abs):>10} "
-                  f"{_num(s.max_rel):>10} {_num(s.cosine):>9}")
+            print(f"{s.name[:24]:<24} {s.kind.value:<9} {f'{s.mismatches}/{s.numel}':>14} {num(s.max_abs):>10} "
+                  f"{num(s.max_rel):>10} {num(s.cosine):>9}")
     if result.layerwise_note:
         print(f"\nNOTE: {result.layerwise_note}")
     if result.noise_floor is not None:
         print(f"\n{result.noise_floor.describe()}")
     if result.layerwise is not None:
         _print_layers(result, rows)
-    verdict = "PASS: outputs match" if result.passed else f"FAIL: {result.outcome}"
-    print(f"\n{verdict}  (invocations: {', '.join(f'{k} {v}' for k, v in result.invocations.items())}; "
-          f"{result.seconds:.1f} s)")
+    print(f"\n{verdict_line(result)}")
 
 
 def _print_layers(result: CompareResult, rows: int) -> None:
+    from graphbisect.artifacts.compare_text import (
+        compiled_as_cell,
+        constants_note,
+        first_divergence_lines,
+        floor_rows_note,
+        root_cause_line,
+        row_mark,
+    )
+
     layers = result.layerwise
     assert layers is not None
     table = [r for r in layers.rows if r.compared]
@@ -126,50 +128,23 @@ def _print_layers(result: CompareResult, rows: int) -> None:
           f"{'cosine':>8}  " + ("compiled as".ljust(30) + " " if compiled else "") + "target [min, max] (oracle)")
     for r in table:
         s = r.stats
-        mark = ">>" if r is first else ("c " if r.constant and not s.passed else "f " if r.at_floor
-                                         else "x " if not s.passed else "  ")
         shape = "x".join(map(str, s.oracle_shape or ())) or "scalar"
         if s.oracle_shape != s.target_shape:
             shape += "!"
-        rng = f"[{_num(s.target_range[0])}, {_num(s.target_range[1])}]" if s.target_range else "-"
-        orng = f"[{_num(s.oracle_range[0])}, {_num(s.oracle_range[1])}]" if s.oracle_range else "-"
-        print(f"{mark}{r.index:>3} {r.op_type[:14]:<14} {r.node[:28]:<28} {shape[:14]:<14} "
-              f"{f'{s.mismatches}/{s.numel}':>13} {_num(s.max_abs):>9} {_num(s.max_rel):>9} {_num(s.cosine):>8}  "
-              + (f"{_compiled_as(r.compiled_as)[:30]:<30} " if compiled else "") + f"{rng} ({orng})")
-    constants = layers.differing_constants
-    if constants:
-        print(f"\nc: {len(constants)} constant tensor(s) (computed from no input, folded by the target) differ as "
-              "the target exposes them, e.g. an int64 INT64_MIN stored as INT32_MIN or an empty tensor as [1]; "
-              "not ranked as causes (a wrongly folded constant shows at its consumer)")
-    noise = [r for r in layers.rows if r.at_floor]
-    if noise:
-        print(f"\nf: {len(noise)} tensor(s) beyond the tolerance but within {_num(result.noise_floor.margin)}× the "
-              "target's noise floor (its error with optimizations off): kernel precision, not divergences"
-              if result.noise_floor is not None else "")
+        rng = f"[{num(s.target_range[0])}, {num(s.target_range[1])}]" if s.target_range else "-"
+        orng = f"[{num(s.oracle_range[0])}, {num(s.oracle_range[1])}]" if s.oracle_range else "-"
+        print(f"{row_mark(r, first):<2}{r.index:>3} {r.op_type[:14]:<14} {r.node[:28]:<28} {shape[:14]:<14} "
+              f"{f'{s.mismatches}/{s.numel}':>13} {num(s.max_abs):>9} {num(s.max_rel):>9} {num(s.cosine):>8}  "
+              + (f"{compiled_as_cell(r.compiled_as)[:30]:<30} " if compiled else "") + f"{rng} ({orng})")
+    for note in (constants_note(result), floor_rows_note(result)):
+        if note:
+            print(f"\n{note}")
+    lines = first_divergence_lines(result)
+    print(f"\n{lines[0]}")
+    for line in lines[1:]:
+        print(f"  {line}")
     if first is None:
-        print("\nno intermediate tensor diverges" + (" above the target's noise floor" if noise else ""))
         return
-    fused = first.compiled_as if first.compiled_as is not None and first.compiled_as.fused else None
-    if fused is not None:
-        print(f"\nfirst divergence: compiled node {fused.kind} {fused.name!r} → tensor {first.tensor}, "
-              f"{_num(first.stats.score)}× tolerance")
-        print(f"  it replaced {len(fused.originals)} original nodes: {', '.join(fused.originals[:12])}"
-              + (", ..." if len(fused.originals) > 12 else "")
-              + (f" ({fused.inferred_note()}: the target did not name them)" if fused.inferred else ""))
-    else:
-        print(f"\nfirst divergence: {first.node} ({first.op_type}) → tensor {first.tensor}, "
-              f"{_num(first.stats.score)}× tolerance")
     print("root causes (error amplification, in tolerances):")
     for rc in layers.root_causes[:5]:
-        where = f"  compiled as {rc.compiled_as.describe()}" if rc.compiled_as is not None and rc.compiled_as.fused \
-            else ""
-        print(f"  {rc.node} ({rc.op_type}): {_num(rc.score)}  [{rc.role}]{where}")
-
-
-def _compiled_as(node: CompiledNode | None) -> str:
-    """The table's "compiled as" cell: the compiled node, and how many original nodes it covers."""
-    if node is None:
-        return "- (not in compiled graph)"
-    if not node.fused:
-        return node.kind
-    return f"{node.kind} ×{len(node.originals)}" + (f" ({len(node.inferred)} inferred)" if node.inferred else "")
+        print(f"  {root_cause_line(rc)}")
