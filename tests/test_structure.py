@@ -14,7 +14,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "graphbisect"
 
 AREAS = {
-    "artifacts": ["bundle", "content", "report", "repro", "charts", "environment", "model_text", "repro_min"],
+    "artifacts": ["bundle", "content", "report", "repro", "charts", "environment", "model_text", "repro_min",
+                  "shareable", "compare_text", "compare_report"],
     "model": ["graph", "io", "normalize", "external", "load"],
     "executors": ["base", "local", "ray", "factory", "candidates"],
 }

@@ -17,10 +17,20 @@ class ErrorPoint:
     index: int
     label: str
     score: float  # in tolerances; > 1 fails
-    highlight: str | None = None  # "first" for the first divergence, "root" for a top root cause
+    #: "first" for the first divergence, "root" for a top root cause (both labelled), "floor" for a tensor
+    #: beyond the tolerance but within the target's noise floor
+    highlight: str | None = None
 
 
-_W, _H, _PAD_L, _PAD_R, _PAD_T, _PAD_B = 960, 320, 64, 16, 24, 48
+_W, _H, _PAD_L, _PAD_R, _PAD_B = 960, 380, 64, 76, 48
+#: Labels sit in a band of rows above the plot, never over its bars; each row is this high.
+_LABEL_ROWS, _ROW_H = 3, 13
+_PAD_T = 24 + _LABEL_ROWS * _ROW_H + 4
+#: Labels are drawn in an 11px monospace font, whose glyphs are 0.6 em wide (DejaVu/Liberation Mono: 0.602):
+#: their widths are known here, so the layout below keeps them apart by construction, in any browser.
+_LABEL_FONT = 11
+_CHAR_W = 0.61 * _LABEL_FONT
+_LABEL_CHARS = 28
 
 
 def _log_score(score: float, top: float) -> float:
@@ -31,6 +41,10 @@ def _log_score(score: float, top: float) -> float:
 
 def error_chart_svg(points: Sequence[ErrorPoint], title: str = "error per node (in tolerances)") -> str:
     """A per-node error chart: log10(score) against topological position, with the tolerance line at 1.
+
+    The first divergence and the top root causes are labelled in a band above the plot, each label over
+    its bar (moved inward at the edges) with a leader line down to it; a label that would overlap another
+    label or leader is left out (the bar's tooltip names it, and the report's tables list it).
 
     Example:
         >>> svg = error_chart_svg([ErrorPoint(0, "relu", 0.1), ErrorPoint(1, "div", 40.0, "first")])
@@ -58,8 +72,7 @@ def error_chart_svg(points: Sequence[ErrorPoint], title: str = "error per node (
         parts.append(f'<text x="{_PAD_L - 6}" y="{y + 4:.1f}" text-anchor="end">1e{exp}</text>')
     y1 = y_of(0.0)
     parts.append(f'<line x1="{_PAD_L}" x2="{_W - _PAD_R}" y1="{y1:.1f}" y2="{y1:.1f}" stroke="#c00" '
-                 'stroke-dasharray="4 3"/><text x="' f'{_W - _PAD_R}" y="{y1 - 4:.1f}" text-anchor="end" '
-                 'fill="#c00">tolerance</text>')
+                 f'stroke-dasharray="4 3"/><text x="{_W - _PAD_R + 6}" y="{y1 + 4:.1f}" fill="#c00">tolerance</text>')
     bar_w = max(plot_w / count - 1, 1)
     labels = _LabelRows()
     for p in points:
@@ -69,12 +82,16 @@ def error_chart_svg(points: Sequence[ErrorPoint], title: str = "error per node (
         parts.append(f'<rect x="{x_of(p.index) - bar_w / 2:.1f}" y="{y:.1f}" width="{bar_w:.1f}" '
                      f'height="{max(y_of(bottom) - y, 0.5):.1f}" fill="{color}">'
                      f'<title>{html.escape(p.label)}: {p.score:.3g}</title></rect>')
-        if p.highlight:
-            text = p.label[:28]
-            row = labels.place(x_of(p.index), len(text) * _CHAR_W)
-            if row is not None:  # else the bar's tooltip names it: a label over another is unreadable
-                parts.append(f'<text x="{x_of(p.index):.1f}" y="{_PAD_T + 10 + row * 12:.1f}" '
-                             f'text-anchor="middle" fill="{color}">{html.escape(text)}</text>')
+        if p.highlight in ("first", "root"):
+            text = p.label[:_LABEL_CHARS]
+            placed = labels.place(x_of(p.index), len(text) * _CHAR_W)
+            if placed is not None:  # else the bar's tooltip names it: a label over another is unreadable
+                row, center = placed
+                baseline = _PAD_T - 6 - row * _ROW_H
+                parts.append(f'<text x="{center:.1f}" y="{baseline:.1f}" text-anchor="middle" fill="{color}" '
+                             f'font-family="monospace" font-size="{_LABEL_FONT}">{html.escape(text)}</text>')
+                parts.append(f'<line x1="{x_of(p.index):.1f}" x2="{x_of(p.index):.1f}" y1="{baseline + 3:.1f}" '
+                             f'y2="{min(y, _PAD_T):.1f}" stroke="{color}" stroke-width="1"/>')
     parts.append(f'<text x="{_PAD_L + plot_w / 2:.1f}" y="{_H - 26}" text-anchor="middle">'
                  'tensors in topological order</text>')
     parts.extend(_legend(_H - 8))
@@ -88,8 +105,8 @@ LEGEND: tuple[tuple[str, str], ...] = (
     ("#9467bd", "beyond tolerance"),
     ("#d62728", "first divergence"),
     ("#ff7f0e", "top root cause"),
+    ("#aaaaaa", "within the noise floor"),
 )
-_CHAR_W = 6.2  # average glyph width of the 11px sans-serif labels
 
 
 def _color(p: ErrorPoint) -> str:
@@ -97,6 +114,8 @@ def _color(p: ErrorPoint) -> str:
         return LEGEND[2][0]
     if p.highlight == "root":
         return LEGEND[3][0]
+    if p.highlight == "floor":
+        return LEGEND[4][0]
     return LEGEND[0][0] if p.score <= 1 else LEGEND[1][0]
 
 
@@ -105,50 +124,66 @@ def _legend(y: float) -> list[str]:
     for color, text in LEGEND:
         parts.append(f'<rect x="{x:.1f}" y="{y - 9:.1f}" width="10" height="10" fill="{color}"/>'
                      f'<text x="{x + 14:.1f}" y="{y:.1f}">{html.escape(text)}</text>')
-        x += 24 + len(text) * _CHAR_W
+        x += 24 + len(text) * 6.2
     return parts
 
 
 class _LabelRows:
-    """Rows of labels at the top of the plot: each label takes the first row where it overlaps none."""
+    """The label band above the plot, row 0 nearest the plot. A label goes to the nearest row where it
+    overlaps no label and no leader line; its leader line runs from it down to its bar through the rows
+    nearer the plot, which then keep that column free. A label is centred over its bar, moved inward just
+    enough to stay inside the chart (its span still covers the bar, so the leader starts under it)."""
 
-    ROWS = 3
+    GAP = 6.0  # px between neighbouring labels
+    LEADER = 3.0  # px kept free on each side of a leader line
 
     def __init__(self) -> None:
-        self.rows: list[list[tuple[float, float]]] = [[] for _ in range(self.ROWS)]
+        self.rows: list[list[tuple[float, float]]] = [[] for _ in range(_LABEL_ROWS)]
 
-    def place(self, center: float, width: float) -> int | None:
-        span = (center - width / 2 - 4, center + width / 2 + 4)
+    def place(self, bar: float, width: float) -> tuple[int, float] | None:
+        """The row and centre of a label ``width`` wide for the bar at ``bar``, or None (no room)."""
+        center = min(max(bar, width / 2 + 2), _W - width / 2 - 2)
+        span = (center - width / 2 - self.GAP / 2, center + width / 2 + self.GAP / 2)
+        leader = (bar - self.LEADER, bar + self.LEADER)
         for index, row in enumerate(self.rows):
-            if all(span[1] <= a or span[0] >= b for a, b in row):
+            below = self.rows[:index]
+            if self._free(row, span) and all(self._free(other, leader) for other in below):
                 row.append(span)
-                return index
+                for other in below:
+                    other.append(leader)
+                return index, center
         return None
+
+    @staticmethod
+    def _free(row: list[tuple[float, float]], span: tuple[float, float]) -> bool:
+        return all(span[1] <= a or span[0] >= b for a, b in row)
 
 
 def size_journey_svg(journey: Sequence[tuple[int, int]],
                      title: str = "best failing size (nodes) against the search's target runs") -> str:
     """A step chart of the best candidate's size (nodes) against the target runs the *search* spent (the
-    report's "tests"; the runs on the original model and the re-verification come on top of them)."""
+    report's "tests"; the runs on the original model and the re-verification come on top of them; a resumed
+    search counts the runs of the sessions before it, which its journal replays)."""
     if not journey:
         journey = [(0, 0)]
     max_x = max(*(x for x, _ in journey), 1)
     max_y = max(*(y for _, y in journey), 1)
-    plot_w, plot_h = _W - _PAD_L - _PAD_R, _H - _PAD_T - _PAD_B
+    height, pad_t, pad_r = 320, 24, 16  # no label band: nothing is labelled on this chart
+    plot_w, plot_h = _W - _PAD_L - pad_r, height - pad_t - _PAD_B
 
     def pt(x: int, y: int) -> str:
-        return f"{_PAD_L + x / max_x * plot_w:.1f},{_PAD_T + (1 - y / max_y) * plot_h:.1f}"
+        return f"{_PAD_L + x / max_x * plot_w:.1f},{pad_t + (1 - y / max_y) * plot_h:.1f}"
 
     steps: list[str] = []
     for (x, y), (nx, _) in zip(journey, [*journey[1:], (max_x, journey[-1][1])]):
         steps += [pt(x, y), pt(nx, y)]
     return "\n".join([
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{height}" viewBox="0 0 {_W} {height}" '
         'font-family="sans-serif" font-size="11">',
         f'<text x="{_PAD_L}" y="14" font-size="13">{html.escape(title)}</text>',
         f'<polyline points="{" ".join(steps)}" fill="none" stroke="#1f77b4" stroke-width="2"/>',
-        f'<text x="{_PAD_L - 6}" y="{_PAD_T + 4}" text-anchor="end">{max_y}</text>',
-        f'<text x="{_PAD_L - 6}" y="{_PAD_T + plot_h}" text-anchor="end">0</text>',
-        f'<text x="{_W - _PAD_R}" y="{_H - 28}" text-anchor="end">{max_x} search runs of the target</text>',
+        f'<text x="{_PAD_L - 6}" y="{pad_t + 4}" text-anchor="end">{max_y}</text>',
+        f'<text x="{_PAD_L - 6}" y="{pad_t + plot_h}" text-anchor="end">0</text>',
+        f'<text x="{_W - pad_r}" y="{height - 28}" text-anchor="end">{max_x} search runs of the target</text>',
         "</svg>",
     ])

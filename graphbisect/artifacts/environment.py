@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from graphbisect._version import __version__
+from graphbisect.artifacts.shareable import file_name, shareable_ran_with
 
 __all__ = ["DISTRIBUTIONS", "SHARED_MODULES", "backend_facts", "collect_environment", "describe_ran_with",
            "environment_summary", "shared_installs"]
@@ -72,14 +73,16 @@ def collect_environment(backends: Mapping[str, Mapping[str, Any]] | None = None)
 
     ``backends`` maps a role (``oracle``, ``target``, ``control``...) to what ran it: ``spec`` and the
     worker's measured facts (``library``, ``library_version``, ``python``, ... — :func:`backend_facts`).
-    They are recorded as given under ``backends``; ``packages`` holds this interpreter's versions only.
+    They are recorded under ``backends`` with ``own_interpreter`` (whether graphbisect's interpreter ran it);
+    ``packages`` holds this interpreter's versions only. Paths are shareable (:mod:`.shareable`): the
+    interpreters by name, libraries from their ``site-packages`` on.
     """
     env: dict[str, Any] = {
         "graphbisect": __version__,
         "python": {
             "version": platform.python_version(),
             "implementation": platform.python_implementation(),
-            "executable": sys.executable,
+            "executable": file_name(sys.executable),
         },
         "platform": {
             "system": platform.system(),
@@ -90,7 +93,7 @@ def collect_environment(backends: Mapping[str, Mapping[str, Any]] | None = None)
         "cpu": cpu_info(),
         "gpus": gpu_info(),
         "packages": package_versions(),
-        "backends": {role: dict(facts) for role, facts in (backends or {}).items()},
+        "backends": {role: _shareable_facts(facts) for role, facts in (backends or {}).items()},
     }
     shared = shared_installs(env["packages"])
     if shared:
@@ -138,9 +141,18 @@ def describe_ran_with(facts: Mapping[str, Any] | None) -> str:
     return f"{line}; patched by graphbisect: {'; '.join(map(str, patched))}" if patched else line
 
 
+def _shareable_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """A role's facts for environment.json: whether graphbisect's interpreter ran it (measured here, while
+    the path says it), then its paths shareable."""
+    own = {"own_interpreter": not _elsewhere(facts)} if facts.get("python") else {}
+    return {**(shareable_ran_with(facts) or {}), **own}
+
+
 def _elsewhere(facts: Mapping[str, Any]) -> bool:
     """Whether a backend may have run other versions than this interpreter's: it ran under another
     interpreter, or no interpreter was measured (an external program, ``command:``, runs whatever it runs)."""
+    if "own_interpreter" in facts:  # recorded with the facts (their paths are names only)
+        return not facts["own_interpreter"]
     python = facts.get("python")
     return not python or os.path.abspath(str(python)) != os.path.abspath(sys.executable)  # venvs link one binary
 
@@ -237,8 +249,9 @@ def gpu_info(timeout: float = NVIDIA_SMI_TIMEOUT) -> list[dict[str, str]]:
             for line in proc.stdout.splitlines() if line.strip()]
 
 
-def environment_summary(env: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(label, value) rows for a report: Python, OS, CPU, GPUs and library versions.
+def environment_summary(env: Mapping[str, Any], *, backends: bool = True) -> list[tuple[str, str]]:
+    """(label, value) rows for a report: Python, OS, CPU, GPUs, what ran each role (not with ``backends``
+    False: a report that lists them elsewhere) and library versions.
 
     Example:
         >>> dict(environment_summary({"python": {"version": "3.11.9"}, "packages": {"numpy": "2.1.0"}}))["numpy"]
@@ -257,11 +270,12 @@ def environment_summary(env: Mapping[str, Any]) -> list[tuple[str, str]]:
         rows.append(("CPU", f"{cpu.get('model') or '?'} ({cpu.get('logical_cores') or '?'} logical cores; {flags})"))
     for gpu in env.get("gpus") or []:
         rows.append(("GPU", ", ".join(f"{k} {v}" for k, v in gpu.items())))
-    backends = env.get("backends") or {}
-    backends = backends if isinstance(backends, Mapping) else {}
-    rows.extend((f"{role} ran", describe_ran_with(facts)) for role, facts in backends.items()
-                if isinstance(facts, Mapping))
-    here = " (graphbisect's interpreter)" if any(_elsewhere(f) for f in backends.values()
+    roles = env.get("backends") or {}
+    roles = roles if isinstance(roles, Mapping) else {}
+    if backends:
+        rows.extend((f"{role} ran", describe_ran_with(facts)) for role, facts in roles.items()
+                    if isinstance(facts, Mapping))
+    here = " (graphbisect's interpreter)" if any(_elsewhere(f) for f in roles.values()
                                                  if isinstance(f, Mapping)) else ""
     rows.extend((f"{name}{here}", str(version)) for name, version in (env.get("packages") or {}).items())
     shared = env.get("shared_installs")

@@ -2,7 +2,8 @@
 
 What a maintainer reads first in a bug report: a LayerNorm bug caused by ``keepdims=0`` shows that
 attribute here, and nowhere in a table of node names. Large initializers are shown by type and shape only
-(``["location": "model.onnx (4096 values not shown)"]``), so the text stays readable.
+(``["location": "model.onnx (4096 values not shown)"]``), so the text stays readable, and the opset list
+names the domains the model's nodes use (ONNX Runtime's optimized model imports nine, used or not).
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ MAX_SHOWN_ELEMENTS = 16
 MAX_TEXT_CHARS = 20_000
 
 
-def onnx_text(model: onnx.ModelProto, *, max_chars: int = MAX_TEXT_CHARS) -> str | None:
-    """``model`` as ONNX text, large weights elided; None when ``onnx.printer`` cannot print it.
+def onnx_text(model: onnx.ModelProto, *, max_chars: int = MAX_TEXT_CHARS, metadata: bool = True) -> str | None:
+    """``model`` as ONNX text, large weights elided, opsets of the domains its nodes use; None when
+    ``onnx.printer`` cannot print it. ``metadata=False`` leaves out ``metadata_props`` (a compiled model
+    copies its source's, which the report already shows).
 
     Example:
         >>> from graphbisect.examples.patterns import pattern_model
@@ -36,6 +39,12 @@ def onnx_text(model: onnx.ModelProto, *, max_chars: int = MAX_TEXT_CHARS) -> str
     for graph in _graphs(shown.graph):
         for tensor in graph.initializer:
             _elide(tensor)
+    used = _used_domains(shown)
+    kept = [imp for imp in shown.opset_import if (imp.domain or "") in used]
+    del shown.opset_import[:]
+    shown.opset_import.extend(kept)
+    if not metadata:
+        del shown.metadata_props[:]
     try:
         text = onnx.printer.to_text(shown)
     except Exception as exc:  # the printer rejects some models (unknown types); the report says so
@@ -69,3 +78,15 @@ def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
                 for sub in attr.graphs:
                     found += _graphs(sub)
     return found
+
+
+def _used_domains(model: onnx.ModelProto) -> set[str]:
+    """The domains of every node (subgraphs and local functions too) and of the functions; the default
+    domain always."""
+    used = {""}
+    for graph in _graphs(model.graph):
+        used.update(node.domain or "" for node in graph.node)
+    for function in model.functions:
+        used.add(function.domain or "")
+        used.update(node.domain or "" for node in function.node)
+    return used

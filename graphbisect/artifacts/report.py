@@ -27,6 +27,8 @@ import numpy as np
 from graphbisect._version import __version__
 from graphbisect.artifacts.environment import describe_ran_with, environment_summary
 from graphbisect.artifacts.repro import JUDGE_PYTHON_CHECK, has_standalone_repro, judged_by, tactic_files
+from graphbisect.artifacts.shareable import file_name as path_name
+from graphbisect.artifacts.shareable import shareable_report, shareable_text
 from graphbisect.compare import Comparison, TensorStats, compare_outputs
 from graphbisect.oracle.outcome import headline as message_headline
 
@@ -84,8 +86,9 @@ def tolerance_json(content: BundleContent) -> dict[str, Any]:
 def report_data(content: BundleContent, *, files: Sequence[Mapping[str, Any]], comparison: Comparison | None,
                 environment: Mapping[str, Any], model_fingerprint: str | None = None,
                 charts: Sequence[str] = ()) -> dict[str, Any]:
-    """The facts of ``report.json``: the run's report mapping plus what the bundle itself knows."""
-    report = jsonable(content.report)
+    """The facts of ``report.json``: the run's report mapping (its paths shareable, :mod:`.shareable`) plus
+    what the bundle itself knows."""
+    report = jsonable(shareable_report(content.report))
     signature = content.signature
     original = report.get("original_model") if isinstance(report.get("original_model"), Mapping) else {}
     own = {
@@ -188,7 +191,12 @@ def _num(value: object) -> str:
 
 def render_markdown(content: BundleContent, *, comparison: Comparison | None, environment: Mapping[str, Any],
                     charts: Mapping[str, str]) -> str:
-    """The text of ``report.md``; ``charts`` maps chart names to their file names in the bundle."""
+    """The text of ``report.md``; ``charts`` maps chart names to their file names in the bundle.
+
+    Every fact once: each role's versions are in the backends table (not again under the environment), and
+    the paths of the run's facts are shareable (:mod:`.shareable`).
+    """
+    content = dataclasses.replace(content, report=shareable_report(content.report))
     sections = [
         _title(content),
         _summary(content),
@@ -203,13 +211,19 @@ def render_markdown(content: BundleContent, *, comparison: Comparison | None, en
     return "\n\n".join(s for s in sections if s) + "\n"
 
 
+def _shown(spec: object) -> str:
+    """A spec (or a text naming one) as report.md shows it: its files by name (:func:`shareable_text`);
+    report.json and repro_config.json keep it exact, for ``verify`` to replay."""
+    return shareable_text(str(spec))
+
+
 def _title(content: BundleContent) -> str:
-    lines = [f"# {md_cell(content.target)}: {md_cell(headline(content))}", ""]
+    lines = [f"# {md_cell(_shown(content.target))}: {md_cell(headline(content))}", ""]
     what = {"crash-load": "crashes on `model.onnx`", "crash-run": "crashes on `model.onnx`",
             "timeout": "times out on `model.onnx`",
             "unsupported": "refuses `model.onnx` as unsupported (an op, a type or an opset it lacks)"}.get(
-        content.signature.kind.value, f"disagrees with the oracle {md_code(content.oracle)} on `model.onnx`")
-    lines.append(f"The target {md_code(content.target)} {what}, a model of {len(content.model.graph.node)} "
+        content.signature.kind.value, f"disagrees with the oracle {md_code(_shown(content.oracle))} on `model.onnx`")
+    lines.append(f"The target {md_code(_shown(content.target))} {what}, a model of {len(content.model.graph.node)} "
                  f"nodes reduced by graphbisect {__version__}.")
     return "\n".join(lines)
 
@@ -218,7 +232,8 @@ _HEADLINE_CHARS = 110
 
 
 def headline(content: BundleContent) -> str:
-    """A short human title for the failure, e.g. ``wrong values on output "y" (2.4e+03× tolerance)``.
+    """A short human title for the failure, e.g. ``wrong values on output 'y' (error ~1e3× tolerance)``: the
+    magnitude said as the signature says it (:meth:`Signature.describe`), one way in the whole report.
 
     Crash messages are long (ONNX Runtime prefixes the C++ signature), and what matters is at their end, so
     a long first line is shortened from the left; the line is the informative one
@@ -239,9 +254,10 @@ def headline(content: BundleContent) -> str:
         return f"{where}: {text}"
     worst = _comparison_worst(content)
     name = f" on output {worst.name!r}" if worst is not None else ""
-    if kind == "mismatch":
-        score = f" ({worst.score:.2g}× tolerance)" if worst is not None and math.isfinite(worst.score) else ""
-        return f"wrong values{name}{score}"
+    if kind == "mismatch":  # the magnitude as the failure's signature says it (the exact score is in its table)
+        band = sig.band if sig.band is not None or worst is None or not math.isfinite(worst.score) or \
+            worst.score <= 0 else math.floor(math.log10(worst.score))
+        return f"wrong values{name}" + (f" (error ~1e{band}× tolerance)" if band is not None else "")
     if kind == "nan":
         return f"NaN/Inf{name} where the oracle is finite"
     if kind == "structure":
@@ -259,7 +275,6 @@ def _comparison_worst(content: BundleContent) -> TensorStats | None:
 def _summary(content: BundleContent) -> str:
     report = content.report
     original = report.get("original_model") if isinstance(report.get("original_model"), Mapping) else {}
-    invocations = report.get("invocations") if isinstance(report.get("invocations"), Mapping) else {}
     rows: list[tuple[str, str]] = []
     if original:
         fingerprint = str(original.get("fingerprint") or "")[:16]
@@ -269,13 +284,9 @@ def _summary(content: BundleContent) -> str:
                      + (f", fingerprint {_cell_code(fingerprint)}" if fingerprint else "")))
     final = report.get("final_nodes", len(content.model.graph.node))
     rows.append(("Reduced model", f"`model.onnx`, {final} nodes"))
-    # every backend run the bundle cost, by what it was for (the reduction alone under-stated it)
-    passes: Mapping[str, Any] = report["passes"] if isinstance(report.get("passes"), Mapping) else {}
-    for label, counts in (("Backend invocations", invocations),
-                          ("Backend invocations: this report's facts", report.get("report_runs")),
-                          ("Backend invocations: the pass search", passes.get("invocations"))):
-        if isinstance(counts, Mapping) and counts:
-            rows.append((label, ", ".join(f"{md_cell(k)} {md_cell(v)}" for k, v in counts.items())))
+    runs = _invocations(report)
+    if runs:
+        rows.append(("Backend invocations", runs))
     if isinstance(report.get("seconds"), (int, float)):
         rows.append(("Time", f"{report['seconds']:.1f} s"))
     if "one_minimal" in report:
@@ -291,14 +302,27 @@ def _summary(content: BundleContent) -> str:
         rows.append(("Identity", f"{md_cell(identity['describe'])} ({how})"))
     floor = report.get("noise_floor")
     if isinstance(floor, Mapping) and floor.get("note"):
-        rows.append(("Noise floor", md_cell(
+        rows.append(("Noise floor", md_cell(_shown(
             f"{floor['spec']}: a value counts as wrong only beyond {floor.get('margin', 10):g}× its error there"
-            if floor.get("measured") else floor["note"])))
+            if floor.get("measured") else floor["note"]))))
     text = "## Summary\n\n" + _table(["", ""], rows)
     notes = report.get("notes")
     if isinstance(notes, (list, tuple)) and notes:
         text += "\n\nNotes:\n\n" + "\n".join(f"- {md_cell(note)}" for note in notes)
     return text
+
+
+def _invocations(report: Mapping[str, Any]) -> str:
+    """Every backend run the bundle cost, in one cell, each count with what it was for (the reduction alone
+    under-stated the cost; the facts' runs in a row of their own read as unexplained)."""
+    passes: Mapping[str, Any] = report["passes"] if isinstance(report.get("passes"), Mapping) else {}
+    parts = []
+    for counts, purpose in ((passes.get("invocations"), "the pass search"),
+                            (report.get("invocations"), "the reduction"),
+                            (report.get("report_runs"), "measuring the sections below")):
+        if isinstance(counts, Mapping) and counts:
+            parts.append(", ".join(f"{md_cell(k)} {md_cell(v)}" for k, v in counts.items()) + f" for {purpose}")
+    return "; ".join(parts)
 
 
 def _minimality(report: Mapping[str, Any]) -> str:
@@ -388,9 +412,9 @@ _PYTHON_CHECK_NOTE = (
 
 def _reproduce(content: BundleContent) -> str:
     python = content.target.options.get("python")
-    interpreter = python if python else "python"
-    how = (f"Needs only numpy and the target's library. `repro.py` runs {md_code(content.target)} with the same "
-           "options on `model.onnx` and `inputs.npz` and compares with `oracle_outputs.npz`"
+    interpreter = path_name(python) if python else "python"
+    how = (f"Needs only numpy and the target's library. `repro.py` runs {md_code(_shown(content.target))} with the "
+           "same options on `model.onnx` and `inputs.npz` and compares with `oracle_outputs.npz`"
            + (" (with the kernel choices of `tactics.json`)" if tactic_files(content) else "") + ":"
            if has_standalone_repro(content.target) else
            f"There is no standalone script for {md_code(content.target.name)}: `repro.py` only says so (exit 2); "
@@ -423,14 +447,16 @@ def _backends(content: BundleContent) -> str:
     versions = versions if isinstance(versions, Mapping) else {}
     specs = {"oracle": content.oracle, "target": content.target,
              **({"control": content.control} if content.control is not None else {})}
-    rows = [(md_cell(role.capitalize()), _cell_code(spec), md_cell(_ran(versions.get(role))))
+    rows = [(md_cell(role.capitalize()), _cell_code(_shown(spec)), md_cell(_ran(versions.get(role))))
             for role, spec in specs.items()]
     rows += [(md_cell(k), "", md_cell(_ran(v))) for k, v in versions.items() if k not in specs]
     return "## Backends and versions\n\n" + _table(["Role", "Spec", "Ran with (measured in its worker)"], rows)
 
 
 def _ran(value: object) -> str:
-    return describe_ran_with(value) if isinstance(value, Mapping) else _flat(value if value is not None else "-")
+    if value is None:
+        return describe_ran_with(None)  # not measured: an external program, or no run of it
+    return describe_ran_with(value) if isinstance(value, Mapping) else _flat(value)
 
 
 def _flat(value: object) -> str:
@@ -467,7 +493,7 @@ def _strategy_table(stats: Mapping[str, Any]) -> str:
 
 
 def _environment(environment: Mapping[str, Any]) -> str:
-    rows = [(md_cell(k), md_cell(v)) for k, v in environment_summary(environment)]
+    rows = [(md_cell(k), md_cell(v)) for k, v in environment_summary(environment, backends=False)]
     if not rows:
         return ""
     return "## Environment\n\n" + _table(["", ""], rows) + "\n\nDetails in `environment.json`."

@@ -313,7 +313,9 @@ def render_repro(content: BundleContent) -> str:
     Raises :class:`~graphbisect.errors.SpecError` for a target no bundle can hold (Paddle).
     """
     backend = _backend(content.target)
-    if backend.code is None:
+    if backend.code is None:  # said once per bundle, here: the other callers only read the section's facts
+        logger.warning("repro.py has no section for backend %r: the bundle's repro.py points to "
+                       "`graphbisect verify` (sections exist for %s)", backend.name, ", ".join(sorted(REPRO_BACKENDS)))
         return _NO_STANDALONE
     return "".join((_HEADER.replace("@LIBRARY@", backend.label), _COMMON_IMPORTS, backend.code,
                     _trust_section(backend), _COMMON))
@@ -340,9 +342,7 @@ def _backend(spec: BackendSpec) -> ReproBackend:
             "compare the converted ONNX model on one of them to reduce a Paddle conversion bug",
         )
     backend = REPRO_BACKENDS.get(info.name)
-    if backend is None:  # still a bundle: repro.py says to replay it with `graphbisect verify`
-        logger.warning("repro.py has no section for backend %r: the bundle's repro.py points to "
-                       "`graphbisect verify` (sections exist for %s)", info.name, ", ".join(sorted(REPRO_BACKENDS)))
+    if backend is None:  # still a bundle: repro.py says to replay it with `graphbisect verify` (render_repro warns)
         return ReproBackend(info.name, "graphbisect", info.import_name, _raw_options, None)
     return backend
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from graphbisect.artifacts.compare_text import num
 from graphbisect.cli.common import (
     add_model_arguments,
     count,
@@ -24,8 +24,6 @@ from graphbisect.cli.common import (
 from graphbisect.cli.terminal import shown
 
 if TYPE_CHECKING:
-    from graphbisect.localize.compiled import CompiledNode
-    from graphbisect.localize.layerwise import LayerRow
     from graphbisect.workflows.compare import CompareResult
 
 __all__ = ["add_arguments", "run"]
@@ -87,12 +85,8 @@ def run(args: argparse.Namespace) -> int:
     return 0 if result.passed else 1
 
 
-def _num(value: float) -> str:
-    """A statistic for the table; NaN (a relative error with no meaningful element) prints as ``-``."""
-    return f"{value:.3g}" if math.isfinite(value) else "-" if math.isnan(value) else str(value)
-
-
 def print_result(result: CompareResult, *, rows: int) -> None:
+    from graphbisect.artifacts.compare_text import dims_line, verdict_line
     from graphbisect.artifacts.environment import describe_ran_with
 
     print(f"model   {shown(result.model.origin)}  ({len(result.model.nodes)} nodes, {result.model.fingerprint[:12]})")
@@ -103,22 +97,30 @@ def print_result(result: CompareResult, *, rows: int) -> None:
     if result.comparison is not None:
         print(f"\n{'output':<24} {'verdict':<9} {'mismatched':>14} {'max abs':>10} {'max rel':>10} {'cosine':>9}")
         for s in result.comparison.outputs:
-            print(f"{shown(s.name)[:24]:<24} {s.kind.value:<9} {f'{s.mismatches}/{s.numel}':>14} {_num(s.max_abs):>10} "
-                  f"{_num(s.max_rel):>10} {_num(s.cosine):>9}")
+            print(f"{shown(s.name)[:24]:<24} {s.kind.value:<9} {f'{s.mismatches}/{s.numel}':>14} {num(s.max_abs):>10} "
+                  f"{num(s.max_rel):>10} {num(s.cosine):>9}")
     if result.layerwise_note:
         print(f"\nNOTE: {result.layerwise_note}")
     if result.noise_floor is not None:
         print(f"\n{result.noise_floor.describe()}")
     if result.layerwise is not None:
         _print_layers(result, rows)
-    verdict = "PASS: outputs match" if result.passed else f"FAIL: {result.outcome}"
-    print(f"\n{verdict}  (invocations: {', '.join(f'{k} {v}' for k, v in result.invocations.items())}; "
-          f"{result.seconds:.1f} s)")
-    if result.passed and result.dims_note:
-        print(f"NOTE: {result.dims_note}")
+    print(f"\n{verdict_line(result)}")
+    if dims_line(result):
+        print(dims_line(result))
 
 
 def _print_layers(result: CompareResult, rows: int) -> None:
+    from graphbisect.artifacts.compare_text import (
+        compiled_as_cell,
+        constants_note,
+        first_divergence_lines,
+        floor_rows_note,
+        ran_in_cell,
+        root_cause_lines,
+        row_mark,
+    )
+
     layers = result.layerwise
     assert layers is not None
     table = [r for r in layers.rows if r.compared]
@@ -136,103 +138,25 @@ def _print_layers(result: CompareResult, rows: int) -> None:
     compiled = result.compiled is not None
     ran = compiled and any(n.precision for n in result.compiled.nodes)  # type: ignore[union-attr]
     print(f"{'#':>5} {'op':<14} {'node':<28} {'shape':<14} {'mismatched':>13} {'max abs':>9} {'max rel':>9} "
-          f"{'cosine':>8}  " + ("compiled as".ljust(30) + " " if compiled else "") + ("ran in".ljust(9) + " " if ran
-                                                                                     else "")
-          + "target [min, max] (oracle)")
+          f"{'cosine':>8}  " + ("compiled as".ljust(30) + " " if compiled else "")
+          + ("ran in".ljust(9) + " " if ran else "") + "target [min, max] (oracle)")
     for r in table:
         s = r.stats
-        mark = ">>" if r is first else ("c " if r.constant and not s.passed else "f " if r.at_floor
-                                         else "x " if not s.passed else "  ")
         shape = "x".join(map(str, s.oracle_shape or ())) or "scalar"
         if s.oracle_shape != s.target_shape:
             shape += "!"
-        rng = f"[{_num(s.target_range[0])}, {_num(s.target_range[1])}]" if s.target_range else "-"
-        orng = f"[{_num(s.oracle_range[0])}, {_num(s.oracle_range[1])}]" if s.oracle_range else "-"
-        print(f"{mark}{r.index:>3} {shown(r.op_type)[:14]:<14} {shown(r.node)[:28]:<28} {shape[:14]:<14} "
-              f"{f'{s.mismatches}/{s.numel}':>13} {_num(s.max_abs):>9} {_num(s.max_rel):>9} {_num(s.cosine):>8}  "
-              + (f"{shown(_compiled_as(r.compiled_as))[:30]:<30} " if compiled else "")
-              + (f"{_ran_in(r.compiled_as)[:9]:<9} " if ran else "") + f"{rng} ({orng})")
-    constants = layers.differing_constants
-    if constants:
-        print(f"\nc: {len(constants)} constant tensor(s) (computed from no input, folded by the target) differ as "
-              "the target exposes them, e.g. an int64 INT64_MIN stored as INT32_MIN or an empty tensor as [1]; "
-              "not ranked as causes (a wrongly folded constant shows at its consumer)")
-    noise = [r for r in layers.rows if r.at_floor]
-    if noise:
-        print(f"\nf: {len(noise)} tensor(s) beyond the tolerance but within {_num(result.noise_floor.margin)}× the "
-              "target's noise floor (its error with optimizations off): kernel precision, not divergences"
-              if result.noise_floor is not None else "")
-    if first is None:
-        print("\nno intermediate tensor diverges" + (" above the target's noise floor" if noise else ""))
-        return
-    fused = first.compiled_as if first.compiled_as is not None and first.compiled_as.fused else None
-    if fused is not None:
-        print(f"\nfirst divergence: compiled node {shown(fused.kind)} {fused.name!r} → tensor {shown(first.tensor)}, "
-              f"{_num(first.stats.score)}× tolerance")
-        print(f"  it replaced {len(fused.originals)} original nodes: {', '.join(map(shown, fused.originals[:12]))}"
-              + (", ..." if len(fused.originals) > 12 else "")
-              + (f" ({fused.inferred_note()}: the target did not name them)" if fused.inferred else ""))
-    else:
-        print(f"\nfirst divergence: {shown(first.node)} ({shown(first.op_type)}) → tensor {shown(first.tensor)}, "
-              f"{_num(first.stats.score)}× tolerance")
-    _print_first_notes(result, first)
-    if result.passed:
-        print("no root causes: the outputs match, so these intermediate differences cause no failure")
-        return
-    print("root causes (error amplification, in tolerances):")
-    for rc in layers.root_causes[:5]:
-        fused_as = rc.compiled_as if rc.compiled_as is not None and rc.compiled_as.fused else None
-        where = f"  compiled as {shown(fused_as.describe())}" if fused_as is not None else ""
-        print(f"  {shown(rc.node)} ({shown(rc.op_type)}): {_num(rc.score)}  "
-              f"[{rc.role}{_EVIDENCE.get(rc.evidence, '')}]{where}")
-    if result.root_cause_check is not None:
-        print(f"  ({result.root_cause_check.describe()})")
-
-
-def _print_first_notes(result: CompareResult, first: LayerRow) -> None:
-    """What the first divergence's line adds: its error in quantization steps, the narrower type it ran in."""
-    if first.lsb is not None:
-        print(f"  a quantized tensor: {_num(first.lsb)} quantization steps (LSB) off"
-              + (f" (step {_num(first.step)})" if first.step else "")
-              + (f", the tolerance {_num(result.tolerance.int_atol)} (--int-atol)" if result.tolerance else ""))
-    if first.compiled_as is not None and first.compiled_as.lower_precision:
-        print(f"  the target {first.compiled_as.precision_note()} (what it reports it ran: its own choice, not the "
-              f"model's){_precision_hint(result, first.compiled_as)}")
-
-
-#: How a root cause's evidence reads beside its role (nothing for inputs measured).
-_EVIDENCE = {"confirmed": "; inputs not exposed, fails alone on the oracle's inputs",
-             "received": "; inputs not exposed, passes alone on the oracle's inputs",
-             "unconfirmed": "; inputs not exposed, not run alone"}
-
-
-def _ran_in(node: CompiledNode | None) -> str:
-    """The table's "ran in" cell: the types the target computed the node in, ``i8<f32`` when narrower than the
-    model's (the model's widest float after ``<``), ``-`` when it did not say."""
-    if node is None or not node.precision:
-        return "-"
-    lower = node.lower_precision
-    if not lower:
-        return "+".join(node.precision)
-    floats = [m for m in node.model_precision if m.startswith(("f", "bf"))]
-    return f"{'+'.join(lower)}<{floats[0] if floats else '?'}"
-
-
-def _precision_hint(result: CompareResult, node: CompiledNode) -> str:
-    """How to run the node in the model's precision, where graphbisect knows the backend's setting."""
-    if result.target.name in ("openvino", "ov") and "FullyConnected" in node.kind:
-        return ("; OpenVINO quantizes the activations of int8-weight layers dynamically: compare with "
-                "openvino:config=DYNAMIC_QUANTIZATION_GROUP_SIZE=0")
-    if result.target.name in ("onnxruntime", "ort") and "MatMulNBits" in node.kind:
-        return ("; ONNX Runtime's MatMulNBits with accuracy_level=4 quantizes its activations: compare with "
-                "onnxruntime:config=session.qdq_matmulnbits_accuracy_level=0")
-    return ""
-
-
-def _compiled_as(node: CompiledNode | None) -> str:
-    """The table's "compiled as" cell: the compiled node, and how many original nodes it covers."""
-    if node is None:
-        return "- (not in compiled graph)"
-    if not node.fused:
-        return node.kind
-    return f"{node.kind} ×{len(node.originals)}" + (f" ({len(node.inferred)} inferred)" if node.inferred else "")
+        rng = f"[{num(s.target_range[0])}, {num(s.target_range[1])}]" if s.target_range else "-"
+        orng = f"[{num(s.oracle_range[0])}, {num(s.oracle_range[1])}]" if s.oracle_range else "-"
+        print(f"{row_mark(r, first):<2}{r.index:>3} {shown(r.op_type)[:14]:<14} {shown(r.node)[:28]:<28} "
+              f"{shape[:14]:<14} {f'{s.mismatches}/{s.numel}':>13} {num(s.max_abs):>9} {num(s.max_rel):>9} "
+              f"{num(s.cosine):>8}  " + (f"{shown(compiled_as_cell(r.compiled_as))[:30]:<30} " if compiled else "")
+              + (f"{ran_in_cell(r.compiled_as)[:9]:<9} " if ran else "") + f"{rng} ({orng})")
+    for note in (constants_note(result), floor_rows_note(result)):
+        if note:
+            print(f"\n{note}")
+    lines = first_divergence_lines(result)
+    print(f"\n{shown(lines[0])}")
+    for line in lines[1:]:
+        print(f"  {shown(line)}")
+    for line in root_cause_lines(result):
+        print(shown(line))

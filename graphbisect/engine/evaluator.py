@@ -138,8 +138,12 @@ class Evaluator:
         self._executor = executor
         self._owned_pool: ThreadPoolExecutor | None = None
         self._tallies: dict[str, _Tally] = {}
+        self._reused: set[str] = set()  # journal results of an earlier session that this one used
         self.start_size: int | None = None
         self.best_size: int | None = None
+        #: ``(runs, size)`` at the start and at each new smallest failing set, across every search this
+        #: evaluator serves (a plan's hints, slices and sweeps alike), runs as :attr:`runs` counts them
+        self.journey: list[tuple[int, int]] = []
         if journal is not None:
             self._load(journal)
 
@@ -154,6 +158,13 @@ class Evaluator:
     def invocations(self) -> int:
         """Backend invocations so far, over all searches of this evaluator."""
         return self.meter.spent
+
+    @property
+    def runs(self) -> int:
+        """Backend runs behind the results used so far: this session's invocations plus the earlier sessions'
+        runs it replayed from the journal, each once. A resumed search's journey is measured in these, so the
+        steps made before the stop keep their place instead of all collapsing onto the start."""
+        return self.meter.spent + len(self._reused)
 
     def apply_closure(self, keep: Iterable[int]) -> frozenset[int]:
         """The candidate that is actually tested (and cached) for ``keep``."""
@@ -221,9 +232,12 @@ class Evaluator:
         self._tally(phase).skipped += count
 
     def set_best(self, size: int, *, phase: str, start: bool = False) -> None:
-        """Tell progress listeners the size of the current best failing set."""
+        """Tell progress listeners the size of the current best failing set (a smaller one extends
+        :attr:`journey`)."""
         if start and self.start_size is None:
             self.start_size = size
+        if not self.journey or size < self.journey[-1][1]:
+            self.journey.append((self.runs, size))
         self.best_size = size
         self.meter.best = size
         self._emit(phase)
@@ -298,7 +312,9 @@ class Evaluator:
                 unclaimed.discard(key)
             else:
                 tally.cache_hits += 1
-                tally.replayed += int(self.cache.was_replayed(key))
+                if self.cache.was_replayed(key):
+                    tally.replayed += 1
+                    self._reused.add(key)
             result = self.cache.get(key)
             assert result is not None
             if result.outcome is Outcome.FAIL:

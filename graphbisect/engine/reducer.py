@@ -81,7 +81,7 @@ class Reducer:
         ev = self.evaluator
         keep = ev.universe if start is None else frozenset(start)
         stats0 = ev.stats()
-        history = [(ev.invocations, len(keep))]
+        history = [(ev.runs, len(keep))]
         rounds = 0
         while True:
             rounds += 1

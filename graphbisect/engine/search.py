@@ -70,7 +70,8 @@ class SearchRun:
         self.fixed = self.keep.difference(*self.atoms)
         self.survivors: list[int] = list(range(len(self.atoms)))  # old positions of atoms after accept
         self._stats0 = evaluator.stats()
-        self.history: list[tuple[int, int]] = [(evaluator.invocations, len(self.keep))]
+        # (runs, size): runs include those an earlier session made and the journal replays (Evaluator.runs)
+        self.history: list[tuple[int, int]] = [(evaluator.runs, len(self.keep))]
         self.visited: list[frozenset[int]] = [self.keep]  # every current set, oldest first (ranked sweep)
         evaluator.set_best(len(self.keep), phase=phase, start=True)
 
@@ -130,7 +131,7 @@ class SearchRun:
         self.atoms = [self.atoms[i] & keep for i in self.survivors]
         self.fixed &= keep
         self.keep = keep
-        self.history.append((self.ev.invocations, len(keep)))
+        self.history.append((self.ev.runs, len(keep)))
         self.visited.append(keep)
         self.ev.set_best(len(keep), phase=phase)
         logger.debug("%s: reduced to %d units", phase, len(keep))

@@ -162,8 +162,9 @@ class SearchResult:
     ``minimal`` is true only when the search finished and proved the keep-set 1-minimal (no single unit,
     or atom, can be removed, closure applied, with the candidate still failing); otherwise ``stop_reason`` says why it
     stopped and ``keep`` is the best failing set found so far. ``history`` is the journey of best sizes
-    as ``(backend invocations so far, size)`` pairs. ``found`` is set by the bisection helpers: the
-    prefix length (:func:`bisect_prefix`) or the culprit unit (:func:`find_one`).
+    as ``(backend runs so far, size)`` pairs, runs replayed from a journal included (``Evaluator.runs``).
+    ``found`` is set by the bisection helpers: the prefix length (:func:`bisect_prefix`) or the culprit
+    unit (:func:`find_one`).
 
     Example:
         >>> r = SearchResult(frozenset({3}), minimal=True, stop_reason=None, stats=SearchStats(),

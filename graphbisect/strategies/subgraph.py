@@ -41,6 +41,7 @@ The search plan (:func:`plan`) uses cheap structure before brute force:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -760,20 +761,25 @@ def plan(evaluator: Evaluator, space: SubgraphSpace, *, hints: Sequence[frozense
             if evaluator.evaluate(hint, phase="hints").outcome is Outcome.FAIL:
                 log.info("layerwise hint reproduces the failure with %d node(s)", len(hint))
                 best.append(hint)
+                evaluator.set_best(len(hint), phase="hints")
                 break
         else:
             best.append(_slice(evaluator, best[-1]))
             best.append(_cone(evaluator, space, best[-1]))
+            evaluator.set_best(len(best[-1]), phase="cone")
     except BudgetExhausted as exc:
-        return SearchResult(best[-1], False, exc.reason, evaluator.stats(), ())
+        return SearchResult(best[-1], False, exc.reason, evaluator.stats(), tuple(evaluator.journey))
     except KeyboardInterrupt:  # Ctrl-C between the engine's searches: the run stops with its best-so-far
         evaluator.meter.interrupt()
-        return SearchResult(best[-1], False, StopReason.INTERRUPTED, evaluator.stats(), ())
+        return SearchResult(best[-1], False, StopReason.INTERRUPTED, evaluator.stats(), tuple(evaluator.journey))
     if len(best[-1]) <= _SWEEP_ONLY_MAX:
         # A slice this small is usually minimal already: the proof (one run per node) is all that is left,
         # and ProbDD's group removals before its own closing sweep only add runs.
-        return sweep(evaluator, best[-1], atoms=_outside_in(best[-1]), phase="sweep")
-    return probdd(evaluator, best[-1], prior=dict(priors) if priors else None, phase="probdd")
+        result = sweep(evaluator, best[-1], atoms=_outside_in(best[-1]), phase="sweep")
+    else:
+        result = probdd(evaluator, best[-1], prior=dict(priors) if priors else None, phase="probdd")
+    # the journey of the whole plan (its hints, slice and cone too), not only of its last search's steps
+    return dataclasses.replace(result, history=tuple(evaluator.journey))
 
 
 def _outside_in(keep: frozenset[int]) -> list[frozenset[int]]:
@@ -794,11 +800,11 @@ def _slice(evaluator: Evaluator, keep: frozenset[int]) -> frozenset[int]:
     order = sorted(keep)
     prefix = bisect_prefix(evaluator, order, phase="prefix")
     if prefix.found is None or prefix.stop_reason is not None:
-        return keep
+        return prefix.keep  # stopped (budget): the smallest failing prefix so far, as the journey shows it
     head = order[: prefix.found]
     suffix = bisect_prefix(evaluator, list(reversed(head)), phase="suffix")
     if suffix.found is None or suffix.stop_reason is not None:
-        return frozenset(head)
+        return suffix.keep
     return frozenset(head[len(head) - suffix.found:])
 
 

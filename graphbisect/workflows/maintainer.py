@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-import shlex
 import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ import onnx
 
 from graphbisect.artifacts.model_text import onnx_text
 from graphbisect.artifacts.repro_min import render_repro_min
+from graphbisect.artifacts.shareable import shareable_command
 from graphbisect.backends import BackendProcess, BackendSpec, RunResult, resolve
 from graphbisect.compare import Tolerance, compare_outputs
 from graphbisect.oracle.signature import CHECK_REJECTED, FailureKind, ModelNames, Signature
@@ -74,12 +74,14 @@ class MaintainerFacts:
 
 
 def command_line() -> str:
-    """The command line of this process, as a shell would take it (``graphbisect reduce ...`` for the CLI)."""
+    """The command line of this process, as a shell would take it (``graphbisect reduce ...`` for the CLI),
+    its files relative to the folder it ran in or by name (:func:`~graphbisect.artifacts.shareable.shareable_command`:
+    a bundle does not say where the reporter's files live)."""
     argv = list(sys.argv)
     if argv and Path(argv[0]).name in ("graphbisect", "__main__.py") and \
             (Path(argv[0]).name == "graphbisect" or Path(argv[0]).parent.name == "graphbisect"):
-        return shlex.join(["graphbisect", *argv[1:]])
-    return shlex.join([Path(sys.executable).name, *argv]) if argv and argv[0] else "(a Python session)"
+        return shareable_command(["graphbisect", *argv[1:]])
+    return shareable_command([Path(sys.executable).name, *argv]) if argv and argv[0] else "(a Python session)"
 
 
 def maintainer_facts(
@@ -145,7 +147,7 @@ def _gather(out: MaintainerFacts, *, model: onnx.ModelProto, run_model: Path, fe
     compiled = _compiled_text(runs, target)
     if compiled is not None:
         out.sections["The target's compiled model"] = (
-            f"What {target} compiled the reduced model into (its saved optimized graph):\n\n```\n{compiled}\n```")
+            f"What the target compiled the reduced model into (its saved optimized graph):\n\n```\n{compiled}\n```")
     stage("finding the lowest optimization level that fails")
     levels = _levels(runs, expected, target, tolerance, signature, fail_regex=fail_regex, check=check, names=names)
     if levels is not None:
@@ -269,7 +271,7 @@ def _compiled_text(runs: _Runs, target: BackendSpec) -> str | None:
     if not run.ok or not saved or not Path(saved).is_file():
         return None
     try:
-        return onnx_text(onnx.load(str(saved), load_external_data=False))
+        return onnx_text(onnx.load(str(saved), load_external_data=False), metadata=False)  # the model's own, above
     except Exception as exc:  # the report goes on without it
         log.warning("cannot read the target's optimized model %s: %s", saved, exc)
         return None

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from graphbisect.artifacts.bundle import BundleContent
+from graphbisect.artifacts.shareable import shareable_text
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
 from graphbisect.backends.registry import BACKEND_SPEC
 from graphbisect.compare import Tolerance
@@ -640,30 +641,34 @@ def reduce_under_culprits(model: Model, bundle_dir: Path, passes: PassesResult, 
 
 def _with_control(content: BundleContent, passes: PassesResult, options: ReduceOptions,
                   stage: Callable[[str], None]) -> BundleContent:
-    """The bundle content plus the control run (culprit passes disabled) and the before/after-the-pass view.
+    """The bundle content plus the control run (culprit passes disabled) and the before/after-the-pass view,
+    with the shortest target and control specs that were measured to do their part on the reduced model.
+
+    The reduction ran under the culprit spec (every pass the target registers disabled but the enable-set:
+    ~70 names on ONNX Runtime), which the whole model needs; on the reduced model the user's own target and
+    its workaround (the culprits disabled) usually do as well, and a maintainer reads those. Each short form
+    is tried, never assumed (:func:`_shortest_target`, :func:`_control`); the report lists what was measured.
 
     The control is judged as the reduction judged (its ``fail_regex``, its Python check, its noise floor): by
     the tolerance alone, a control whose outputs matched "passed" while it still printed the regex's line.
     """
-    control = BackendSpec.parse(str(passes.control_target))
-    stage("running the control (culprit passes disabled) on the reduced model")
+    culprit = BackendSpec.parse(str(passes.culprit_target))
     with tempfile.TemporaryDirectory(prefix="graphbisect-control-") as tmp:
-        model_path, inputs_path = Path(tmp) / "model.onnx", Path(tmp) / "inputs.npz"
+        folder = Path(tmp)
+        model_path, inputs_path = folder / "model.onnx", folder / "inputs.npz"
         save_proto(content.model, model_path)
         save_inputs(inputs_path, content.inputs)
-        run = run_spec(control, model_path, inputs_path, Path(tmp), options.timeout)
-        floor = content.report.get("noise_floor")
-        control_sig = judge(run, content.oracle_outputs.__getitem__, list(content.oracle_outputs), content.tolerance,
-                            re.compile(options.fail_regex) if options.fail_regex else None,
-                            check=options.output_check,
-                            floor=NoiseFloor.from_json(floor) if isinstance(floor, Mapping) else None).signature
         recorded = content.report.get("report_runs")
-        # the control run and the compiled view below are report facts: their runs are report_runs too
+        # the runs below are report facts: their runs are report_runs too
         runs = {**(recorded if isinstance(recorded, Mapping) else {})}
-        runs["control"] = runs.get("control", 0) + 1
-        optimized = _optimized_nodes(BackendSpec.parse(str(passes.culprit_target)), model_path, inputs_path,
-                                     Path(tmp), options.timeout, runs=runs)
+        measured: list[dict[str, str]] = []
+        content = _shortest_target(content, passes, options=options, folder=folder, runs=runs, measured=measured,
+                                   stage=stage)
+        control, run, control_sig = _control(content, passes, options=options, folder=folder, runs=runs,
+                                             measured=measured, stage=stage)
+        optimized = _optimized_nodes(culprit, model_path, inputs_path, folder, options.timeout, runs=runs)
     facts = {**passes.to_json(), "control_verdict": control_sig.describe(), "control_passes": not control_sig.failed,
+             "bundle_target": str(content.target), "bundle_control": str(control), "measured_specs": measured,
              "reduced_nodes": [f"{n.op_type} {n.name}" for n in content.model.graph.node],
              "optimized_nodes": optimized}
     versions = content.report.get("versions")
@@ -672,6 +677,98 @@ def _with_control(content: BundleContent, passes: PassesResult, options: ReduceO
                                report={**content.report, "versions": versions, "passes": facts,
                                        "report_runs": runs},
                                sections={**content.sections, "Optimization passes": passes_markdown(facts)})
+
+
+def _count(runs: dict[str, int], more: Mapping[str, int]) -> None:
+    for role, count in more.items():
+        runs[role] = runs.get(role, 0) + count
+
+
+def _shortest_target(content: BundleContent, passes: PassesResult, *, options: ReduceOptions, folder: Path,
+                     runs: dict[str, int], measured: list[dict[str, str]],
+                     stage: Callable[[str], None]) -> BundleContent:
+    """``content`` with the user's own target (``passes.target``) when it fails on the reduced model as the
+    reduction's failure, by ``graphbisect verify``'s rules (its identity included); its facts (the compiled
+    model, the optimization levels, ``repro_min.py``...) measured again with it, its outputs the bundle's."""
+    from graphbisect.workflows.maintainer import maintainer_facts
+    from graphbisect.workflows.verify import REPRODUCES
+
+    short = BackendSpec.parse(passes.target)
+    if str(short) == str(content.target):
+        return content
+    stage(f"trying the short target {short} on the reduced model")
+    verdict = _verify_here(content, folder, short)
+    _count(runs, {"target": 1})
+    measured.append({"role": "target", "spec": str(short), "outcome": verdict.outcome,
+                     **({"note": verdict.note} if verdict.note else {})})
+    if verdict.outcome != REPRODUCES:
+        return content
+    regex = re.compile(options.fail_regex) if options.fail_regex else None
+    outputs = {name: np.asarray(value) for name, value in verdict.run.outputs.items()}
+    facts = maintainer_facts(
+        model=content.model, run_model=folder / "model.onnx", feeds=content.inputs, expected=content.oracle_outputs,
+        target_outputs=outputs, oracle=content.oracle, target=short, tolerance=content.tolerance,
+        signature=content.signature, workdir=folder / "facts", timeout=options.timeout, stage=stage,
+        fail_regex=regex, check=options.output_check)
+    _count(runs, facts.runs)
+    report = {**content.report, **facts.facts, "noise_floor": _floor_record(content, short)}
+    files = {name: text for name, text in content.files.items() if name != "repro_min.py"}
+    message = None if verdict.run.ok else \
+        f"{verdict.run.error_type or ''}: {verdict.run.message or ''}".strip(": ")
+    return dataclasses.replace(content, target=short, target_outputs=outputs if verdict.run.ok else {},
+                               target_message=message, report=report, files={**files, **facts.files},
+                               sections={**content.sections, **facts.sections})
+
+
+def _floor_record(content: BundleContent, short: BackendSpec) -> Any:
+    """The noise floor for ``short``: zero by construction where its optimizations off are the oracle (as
+    for the user's ONNX Runtime target), else the floor the reduction measured (optimizations off, which
+    the culprit spec's disabled passes do not change)."""
+    _, info = resolve(short, require_available=False)
+    floor = floor_spec(short, info, content.oracle)
+    return floor.for_tensors(list(content.oracle_outputs)).to_json() if isinstance(floor, NoiseFloor) \
+        else content.report.get("noise_floor")
+
+
+def _control(content: BundleContent, passes: PassesResult, *, options: ReduceOptions, folder: Path,
+             runs: dict[str, int], measured: list[dict[str, str]],
+             stage: Callable[[str], None]) -> tuple[BackendSpec, RunResult, Signature]:
+    """The shortest control that passes on the reduced model: the workaround (the user's target with the
+    culprits disabled) when the bundle's target is the user's, else (or when it fails) every pass disabled."""
+    candidates = [passes.control_target]
+    if str(content.target) == passes.target and passes.fixed_target:
+        candidates.insert(0, passes.fixed_target)
+    regex = re.compile(options.fail_regex) if options.fail_regex else None
+    for spec_text in candidates:
+        control = BackendSpec.parse(str(spec_text))
+        named = str(control) if spec_text == passes.fixed_target else "with every registered pass disabled"
+        stage(f"running the control (culprit passes disabled) {named} on the reduced model")
+        run = run_spec(control, folder / "model.onnx", folder / "inputs.npz", folder, options.timeout)
+        _count(runs, {"control": 1})
+        floor = content.report.get("noise_floor")
+        signature = judge(run, content.oracle_outputs.__getitem__, list(content.oracle_outputs), content.tolerance,
+                          regex, check=options.output_check,
+                          floor=NoiseFloor.from_json(floor) if isinstance(floor, Mapping) else None).signature
+        measured.append({"role": "control", "spec": str(control),
+                         "outcome": "passes" if not signature.failed else signature.describe()})
+        if not signature.failed:
+            break
+    return control, run, signature
+
+
+def _verify_here(content: BundleContent, folder: Path, spec: BackendSpec) -> Any:
+    """``graphbisect verify``'s verdict of ``spec`` on the bundle ``content`` will be (its model.onnx and
+    inputs.npz already in ``folder``): the same run and rules, identity and noise floor included."""
+    from graphbisect.artifacts.bundle import LoadedBundle
+    from graphbisect.artifacts.report import jsonable
+    from graphbisect.workflows.verify import verify_bundle
+
+    bundle = LoadedBundle(path=folder, source=folder, report=jsonable(dict(content.report)), oracle=content.oracle,
+                          target=content.target, tolerance=content.tolerance, signature=content.signature,
+                          target_message=content.target_message, inputs=dict(content.inputs),
+                          oracle_outputs=dict(content.oracle_outputs), target_outputs=dict(content.target_outputs),
+                          environment={})
+    return verify_bundle(bundle, spec)
 
 
 def _optimized_nodes(spec: BackendSpec, model: Path, inputs: Path, workdir: Path,
@@ -697,15 +794,28 @@ def _load_nodes(path: Path) -> Sequence[Any]:
 
 
 def passes_markdown(facts: Mapping[str, Any]) -> str:
-    """The report.md section on the culprit passes, the control run and the region before/after the pass."""
+    """The report.md section on the culprit passes, the specs measured on the reduced model (target and
+    control: which the bundle runs, and why), and the region before/after the pass."""
     lines = [f"- fired ({len(facts['fired'])}): {', '.join(f'`{n}`' for n in facts['fired'])}",
              f"- **disable-set** (disabling these makes the failure disappear): "
              f"{', '.join(f'`{n}`' for n in facts['culprits'])}",
              f"- **enable-set** (enabled alone, they reproduce it): {', '.join(f'`{n}`' for n in facts['required'])}",
-             f"- reproduce alone: {', '.join(f'`{n}`' for n in facts['each_alone']) or 'none'}",
-             f"- control `{facts['control_target']}`: {facts['control_verdict']}"]
+             f"- reproduce alone: {', '.join(f'`{n}`' for n in facts['each_alone']) or 'none'}"]
     for name, why in facts.get("excluded", {}).items():
         lines.append(f"- never disabled: `{name}` ({why})")
+    culprit = str(facts.get("culprit_target") or "")
+    lines += ["", "The reduction ran under the culprit spec, the target with every pass it registers disabled but "
+              f"the enable-set ({culprit.count(';') + 1 if culprit else 0} passes disabled; the spec is "
+              "`passes.culprit_target` in report.json), so that no other pass could fail elsewhere in the whole "
+              "model. Measured on the reduced model:", ""]
+    for entry in facts.get("measured_specs") or ():
+        role, spec = entry["role"], entry["spec"]
+        chosen = spec == facts.get(f"bundle_{role}")
+        what = {"reproduces": "fails the same way (identity included, as `graphbisect verify` judges)"}.get(
+            entry["outcome"], entry["outcome"]) + (f" ({entry['note']})" if entry.get("note") else "")
+        lines.append(f"- {role} `{shareable_text(spec)}`: {what}" + (f" — the bundle's {role}" if chosen else ""))
+    if not any(entry["spec"] == facts.get("bundle_target") for entry in facts.get("measured_specs") or ()):
+        lines.append("- target: the culprit spec (the reduction's own, re-verified) — the bundle's target")
     lines += ["", "Reduced model (before the pass):", "", "```text", *facts["reduced_nodes"], "```"]
     if facts.get("optimized_nodes") is not None:
         lines += ["", "As the target optimized it (after the pass):", "", "```text", *facts["optimized_nodes"], "```"]

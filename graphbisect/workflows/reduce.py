@@ -1071,7 +1071,7 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
     stop = result.stop_reason.value if result.stop_reason is not None else None
     verified = verification.ok
     one_minimal = result.minimal and verified
-    journey = ((0, len(r.model.nodes)), *((int(a), int(b)) for a, b in result.history))
+    journey = ((0, len(r.model.nodes)), *((int(a), int(b)) for a, b in result.history if b < len(r.model.nodes)))
     report = {
         "original_model": {"path": str(r.model.origin) if r.model.origin else None,
                            **({"converted": str(r.model.path)} if r.model.paddle_source and r.model.path else {}),

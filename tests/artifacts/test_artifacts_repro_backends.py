@@ -71,9 +71,14 @@ def test_onnxoptimizer_options_are_the_runtimes(pad_pool_content: BundleContent)
 
 def test_a_backend_without_a_section_still_gets_its_bundle(mismatch_content: BundleContent, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+                                                          capsys: pytest.CaptureFixture[str],
+                                                          caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.delitem(repro_module.REPRO_BACKENDS, "onnxruntime")  # stands for a future backend
-    out = write_bundle(mismatch_content, tmp_path / "b")
+    with caplog.at_level("WARNING", logger=repro_module.__name__):
+        out = write_bundle(mismatch_content, tmp_path / "b")
+    # said once: each reader of the section's facts (the script, its config, the report) printed it again
+    said = [r.getMessage() for r in caplog.records if "has no section" in r.getMessage()]
+    assert len(said) == 1 and "repro.py has no section for backend 'onnxruntime'" in said[0], caplog.text
     assert all((out / name).is_file() for name in BUNDLE_FILES)
     assert json.loads((out / "repro_config.json").read_text())["standalone"] is False
     assert "no standalone script" in (out / "report.md").read_text()
