@@ -15,9 +15,12 @@ Ray does the scheduling, placement and fault tolerance; graphbisect adds no sche
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from types import TracebackType
 from typing import Any
@@ -43,6 +46,23 @@ def _ray() -> Any:
     return ray
 
 
+@contextlib.contextmanager
+def _signals_kept() -> Iterator[None]:
+    """The process's SIGTERM and SIGINT handlers as they were before: ``ray.init`` installs its own in the
+    driver (SIGTERM then raises ``SystemExit`` wherever the process is, so pytest under ``timeout``, or a
+    reduction under a job scheduler, caught it as an error and ran on). Only the main thread can set them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in kept.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
 class RayExecutor:
     """Runs tasks on Ray (see the module docstring). Joins a running Ray session if there is one."""
 
@@ -55,7 +75,8 @@ class RayExecutor:
             if address is None:  # a local instance sized by -j; a cluster has its own size
                 kwargs["num_cpus"] = jobs or os.cpu_count() or 1
             log.info("connecting to Ray at %s", address or "a new local instance")
-            ray.init(**kwargs)
+            with _signals_kept():
+                ray.init(**kwargs)
         self.address = address or "local"
         self.gpus_per_task = gpus_per_task
         self.max_retries = max_retries

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -69,7 +70,13 @@ def test_tasks_and_lost_worker_on_ray(cluster: str, tmp_path: Path) -> None:
 
         _os._exit(9)
 
+    if ray.is_initialized():
+        ray.shutdown()
+    handlers = [signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)]
     with make_executor(f"ray:{cluster}") as ex:
+        # Joining Ray leaves the process's signals as they were: SIGTERM still ends it (Ray's own handler
+        # raised SystemExit inside whatever ran, and pytest under `timeout` ran on)
+        assert [signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)] == handlers
         assert ex.workers == 2 and ex.name == f"ray:{cluster}"
         assert ex.submit(die_once, marker).result(timeout=120) == "second attempt"
         with pytest.raises(WorkerLostError):

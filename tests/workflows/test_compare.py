@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
+import shlex
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,9 @@ from graphbisect.cli.main import main
 from graphbisect.examples import host_network
 from graphbisect.model import load_model
 from graphbisect.workflows.compare import compare_models
+
+#: The interpreter running the tests (activated venv or not): a bare `python` may be another one.
+PY = shlex.quote(sys.executable)
 
 
 def _resize_host() -> onnx.ModelProto:
@@ -388,7 +393,7 @@ def test_an_oracle_that_omits_an_output_is_the_oracle_failing(tmp_path: Path, la
 
     script = tmp_path / "drops_y.py"
     script.write_text(_DROPS_Y)
-    oracle = f"command:cmd=python {script} {{model}} {{inputs}} {{outputs}}"
+    oracle = f"command:cmd={PY} {script} {{model}} {{inputs}} {{outputs}}"
     vi = helper.make_tensor_value_info
     nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu"), helper.make_node("Neg", ["x"], ["z"], name="neg")]
     graph = helper.make_graph(nodes, "two_out", [vi("x", TensorProto.FLOAT, [3])],

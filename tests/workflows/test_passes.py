@@ -166,11 +166,16 @@ def test_a_target_that_does_not_fail_never_claims_no_pass_fired(
 @pytest.mark.paddle
 @pytest.mark.slow
 def test_paddle_pass_ablation_is_honest_about_non_monotone_rounding(tmp_path: Path) -> None:
-    """MobileNetV2, Paddle Inference vs ORT on its conversion (Paddle 3.3.1 CPU, measured): 3.6e-5 apart by
-    default, 2.2e-5 without depthwise_conv_onednn_pass, 3.9e-5 with every disable-able fired pass deleted.
-    Deleting one real pass changes the outputs by > 1e-6, but rounding moves both ways, so at atol 3e-5 no
-    set of passes explains the mismatch "monotonically": the search confirms the ends first and says so,
-    instead of naming a pass. The bookkeeping passes are never deleted, so that end runs at all."""
+    """MobileNetV2, Paddle Inference vs ORT on its conversion. Measured on one CPU (Paddle 3.3.1): 3.6e-5 apart
+    by default, 2.2e-5 without depthwise_conv_onednn_pass, 3.9e-5 with every disable-able fired pass deleted:
+    deleting one real pass changes the outputs, but rounding moves both ways, so at a tolerance between
+    those no set of passes explains the mismatch "monotonically": the search confirms the ends first and
+    says so, instead of naming a pass. The bookkeeping passes are never deleted, so that end runs at all.
+
+    The errors depend on the CPU's kernels (oneDNN picks AMX/avx512_bf16 paths where it finds them), so the
+    tolerance and the expected verdict follow what this CPU measures: the tolerance sits between the
+    default error and the one-pass-deleted error, and the search's verdict must agree with the measured
+    error of its all-deleted end (non-monotone: no set explains it; monotone: a culprit whose deletion passes)."""
     pytest.importorskip("paddle")
     pytest.importorskip("paddle2onnx")
     from graphbisect.backends import BackendProcess
@@ -178,17 +183,31 @@ def test_paddle_pass_ablation_is_honest_about_non_monotone_rounding(tmp_path: Pa
 
     prefix = export_mobilenet_v2(tmp_path / "mnv2")
     feeds = {"x": np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)}
+    with BackendProcess("onnxruntime:opt_level=disable", workdir=tmp_path / "oracle") as proc:
+        expected = np.asarray(next(iter(proc.run(load_model(prefix).path, feeds).outputs.values())))
+
+    def error(spec: str) -> float:
+        with BackendProcess(spec, workdir=tmp_path / "direct") as proc:
+            got = np.asarray(proc.run(prefix, feeds).outputs["fetch_name_0"])
+        return float(np.max(np.abs(got - expected)))
+
+    default, one_deleted = error("paddle"), error("paddle:delete_pass=depthwise_conv_onednn_pass")
+    assert abs(default - one_deleted) > 1e-6  # deleting one real pass changes the outputs
+    if not one_deleted < default:
+        pytest.skip(f"on this CPU deleting depthwise_conv_onednn_pass does not lower the error ({default:.3g} → "
+                    f"{one_deleted:.3g}): no tolerance separates them")
+    atol = float(np.sqrt(default * one_deleted))
     options = PassesOptions(target="paddle", oracle="onnxruntime:opt_level=disable",
-                            tolerance=Tolerance(atol=3e-5, rtol=0.0))
+                            tolerance=Tolerance(atol=atol, rtol=0.0))
     result = find_culprit_passes(load_model(prefix), inputs=feeds, options=options, workdir=tmp_path / "work")
     assert result.failed and "depthwise_conv_onednn_pass" in result.searched
     assert "dead_code_elimination_pass" in result.excluded  # bookkeeping: deleting it breaks the predictor
-    assert result.culprits == () and any("no set of passes explains" in note for note in result.notes)
-    outputs = []
-    for spec in ("paddle", "paddle:delete_pass=depthwise_conv_onednn_pass"):
-        with BackendProcess(spec, workdir=tmp_path / "direct") as proc:
-            outputs.append(np.asarray(proc.run(prefix, feeds).outputs["fetch_name_0"]))
-    assert float(np.max(np.abs(outputs[0] - outputs[1]))) > 1e-6
+    all_deleted = error(f"paddle:delete_pass={';'.join(result.searched)}")
+    if all_deleted > atol:  # the far end fails too: no set of passes explains the mismatch
+        assert result.culprits == () and any("no set of passes explains" in note for note in result.notes)
+    else:
+        assert result.culprits and result.fixed_target
+        assert error(result.fixed_target) <= atol  # the named workaround measured to pass
 
 
 @pytest.mark.paddle

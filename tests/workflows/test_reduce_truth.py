@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +52,9 @@ from tests.declaration_models import (
     reshape_fusion_host,
     reshape_fusion_inputs,
 )
+
+#: The interpreter running the tests (activated venv or not): a bare `python` may be another one.
+PY = shlex.quote(sys.executable)
 
 
 def _x() -> dict[str, np.ndarray]:
@@ -187,14 +191,14 @@ def test_check_runs_in_the_callers_directory(tmp_path: Path, monkeypatch: pytest
     model = load_model(pattern_model("layernorm_keepdims0"))
     feeds = {"x": np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32)}
     result = reduce_model(model, tmp_path / "bug", inputs=feeds,
-                          options=ReduceOptions(check="python check.py {model} {inputs}"))
+                          options=ReduceOptions(check=f"{PY} check.py {{model}} {{inputs}}"))
     assert result.verified and result.final_nodes >= 6  # the LayerNorm core, not "whatever makes python exit 2"
     assert "the check's last stderr line: outputs differ from onnx.reference" in result.notes
     report = (tmp_path / "bug" / "report.md").read_text()
     assert "outputs differ from onnx.reference" in report
 
 
-@pytest.mark.parametrize("check", ["python missing_check.py {model} {inputs}", "no-such-program {model}"])
+@pytest.mark.parametrize("check", [f"{PY} missing_check.py {{model}} {{inputs}}", "no-such-program {model}"])
 def test_a_check_that_cannot_run_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                   check: str) -> None:
     monkeypatch.chdir(tmp_path)
@@ -208,7 +212,7 @@ def test_a_check_that_cannot_run_is_a_usage_error(tmp_path: Path, monkeypatch: p
 
 # --- issue 16 item 4: flaky targets are never certified ------------------------------------------------------
 
-FLAKY = f"command:cmd=python {script_path()} {{model}} {{inputs}} {{outputs}}"
+FLAKY = f"command:cmd={PY} {script_path()} {{model}} {{inputs}} {{outputs}}"
 
 
 def _fails_every_time(bundle: Path, runs: int = 5) -> bool:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -15,6 +17,9 @@ from graphbisect.examples.flaky_target import script_path
 from graphbisect.examples.patterns import pattern_model
 from graphbisect.workflows.triage import TriageOptions, TriageResult, discover_models, triage
 from tests.triage_models import write_models
+
+#: The interpreter running the tests (activated venv or not): a bare `python` may be another one.
+PY = shlex.quote(sys.executable)
 
 LN_CULPRITS = ("LayerNormFusionL1", "SimplifiedLayerNormFusion")
 
@@ -129,7 +134,7 @@ def test_a_failure_the_reduction_does_not_see_again_is_not_called_passed(
     folder = tmp_path / "in"
     folder.mkdir()
     onnx.save(pattern_model("relu_clip_f32"), folder / "healthy.onnx")
-    flaky = f"command:cmd=python {script_path()} {{model}} {{inputs}} {{outputs}}"
+    flaky = f"command:cmd={PY} {script_path()} {{model}} {{inputs}} {{outputs}}"
     result = triage(folder, tmp_path / "out", options=TriageOptions(target=flaky), jobs=1)
     (outcome,) = result.outcomes
     assert (tmp_path / "counter").read_text() == "2"  # the comparison's run, then the reduction's
