@@ -244,4 +244,7 @@ def _report(result: ReduceResult, args: argparse.Namespace) -> int:
     for note in result.notes:
         print(f"note: {note}")
     print(f"bundle: {result.bundle}  (reproduce: python {shlex.quote(str(Path(str(result.bundle)) / 'repro.py'))})")
+    if result.interrupted:  # the bundle is written; the exit code says Ctrl-C, as everywhere else
+        print("graphbisect: interrupted", file=sys.stderr)
+        return 130
     return 1

@@ -219,6 +219,9 @@ class ReduceResult:
     noise_floor: NoiseFloor | None = None
     #: the inputs' dynamic dims graphbisect sized (see :attr:`dims_note`)
     chosen_dims: tuple[ChosenDim, ...] = ()
+    #: Ctrl-C stopped part of the run (the search, the re-verification or the facts for maintainers): the
+    #: bundle holds what was done, and the CLI exits 130 as for any Ctrl-C
+    interrupted: bool = False
 
     @property
     def dims_note(self) -> str | None:
@@ -236,6 +239,7 @@ class ReduceResult:
             "identity": None if self.identity is None else self.identity.to_json(),
             "noise_floor": None if self.noise_floor is None else self.noise_floor.to_json(),
             "chosen_dims": [dim.to_json() for dim in self.chosen_dims], "dims_note": self.dims_note,
+            "interrupted": self.interrupted,
         }
 
 
@@ -1120,6 +1124,7 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
         signature=baseline, invocations=dict(r.invocations), one_minimal=one_minimal, stop_reason=stop,
         verified=verified, flaky=flaky, bundle=bundle, work_dir=r.work, seconds=time.monotonic() - r.started,
         journey=journey, notes=tuple(r.notes), identity=base.identity, noise_floor=floor, chosen_dims=r.chosen,
+        interrupted=result.stop_reason is StopReason.INTERRUPTED or bool(facts.facts.get("interrupted")),
     )
 
 

@@ -104,3 +104,4 @@ def test_ctrl_c_in_the_final_facts_is_said(tmp_path: Path) -> None:
                           options=ReduceOptions(layerwise=False), on_stage=interrupt)
     # The CLI printed "1-minimal: yes" and no word of it: only report.json had "interrupted".
     assert result.one_minimal and any("interrupted (Ctrl-C) while measuring the facts" in n for n in result.notes)
+    assert result.interrupted and result.to_json()["interrupted"]  # the CLI exits 130, as for any Ctrl-C
