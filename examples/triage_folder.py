@@ -5,7 +5,7 @@ its culprit passes searched, reduced and bundled into OUT/bundles/NAME/; then th
 distinct bugs (same failure, same culprit passes, same reduced pattern up to names and constants).
 OUT/summary.md, .json and .html list them; re-running on the same OUT skips finished models.
 
-Without INPUT_DIR it writes a demo folder: two copies of ORT's keepdims=0 LayerNorm bug with different
+Without INPUT_DIR it writes a demo folder, OUT-demo-models: two copies of ORT's keepdims=0 LayerNorm bug with different
 weights, one FuseReluClip crash, and one healthy model.
 """
 
@@ -37,7 +37,9 @@ def main() -> int:
     parser.add_argument("-j", "--jobs", type=int, default=2, help="models triaged at once")
     parser.add_argument("--executor", default="local", help="local, ray, or ray:ADDRESS for a cluster")
     args = parser.parse_args()
-    folder = Path(args.input_dir) if args.input_dir else demo_folder(Path(args.output) / "demo-models")
+    # the demo models sit beside OUT, not in it: triage refuses an OUT holding files it did not write
+    output = Path(args.output)
+    folder = Path(args.input_dir) if args.input_dir else demo_folder(output.with_name(output.name + "-demo-models"))
 
     result = gb.triage(folder, args.output, executor=args.executor, jobs=args.jobs)
     failed = result.by_status("failed")

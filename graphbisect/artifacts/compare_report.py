@@ -57,12 +57,20 @@ def write_csv(result: CompareResult, path: Path) -> None:
 def _cell(column: str, value: object) -> object:
     """A CSV cell: shapes as ``1x3x224x224``, value ranges as ``[-2.5, 1.9]`` (not ``-2.5x1.9``: a shape)."""
     if isinstance(value, dict) and column == "compiled_as":  # the compiled node: kind, name, originals
-        return f"{value['kind']} {value['name']} ({len(value['originals'])} nodes)"
+        return f"{value['kind']} {value['name']} ({len(value['originals'])} nodes)" + _ran_in(value)
     if isinstance(value, list) and column.endswith("_range"):
         return "[" + ", ".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in value) + "]"
     if isinstance(value, list):
         return "x".join(str(v) for v in value)
     return value
+
+
+def _ran_in(compiled: dict[str, object]) -> str:
+    """``; ran in i8, the model f32`` for a compiled node that ran in a lower precision than the model, else ""."""
+    lower, model = compiled.get("lower_precision"), compiled.get("model_precision")
+    if not lower or not isinstance(lower, list) or not isinstance(model, list):
+        return ""
+    return f"; ran in {'+'.join(map(str, lower))}, the model {'+'.join(map(str, model))}"
 
 
 def chart_points(result: CompareResult) -> list[ErrorPoint]:
@@ -201,7 +209,7 @@ def _roots_table(result: CompareResult) -> str:
              ("name", rc.compiled_as.describe() if rc.compiled_as is not None else "-")]
             for rc in layers.root_causes]
     check = result.root_cause_check
-    how = f"<p>{_e(check.describe())}</p>" if check is not None else ""
+    how = f"<p>({_e(check.describe())})</p>" if check is not None else ""  # as the terminal says it
     return ("<h2>Root causes</h2><p>root causes (error amplification, in tolerances): a root's inputs match, so "
             "the error starts there; the terminal lists the first 5. Evidence: <em>measured</em>, every input "
             "exposed and compared; <em>confirmed</em>/<em>received</em>, inputs not exposed, so its compiled region "

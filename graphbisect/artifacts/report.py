@@ -27,10 +27,10 @@ import numpy as np
 from graphbisect._version import __version__
 from graphbisect.artifacts.environment import describe_ran_with, environment_summary
 from graphbisect.artifacts.repro import JUDGE_PYTHON_CHECK, has_standalone_repro, judged_by, tactic_files
-from graphbisect.artifacts.shareable import file_name as path_name
-from graphbisect.artifacts.shareable import shareable_report, shareable_text
 from graphbisect.compare import Comparison, TensorStats, compare_outputs
 from graphbisect.oracle.outcome import headline as message_headline
+from graphbisect.shareable import file_name as path_name
+from graphbisect.shareable import shareable_report, shareable_text
 
 if TYPE_CHECKING:
     from graphbisect.artifacts.content import BundleContent

@@ -30,11 +30,11 @@ import onnx
 
 from graphbisect.artifacts.model_text import onnx_text
 from graphbisect.artifacts.repro_min import render_repro_min
-from graphbisect.artifacts.shareable import shareable_command
 from graphbisect.backends import BackendProcess, BackendSpec, RunResult, resolve
 from graphbisect.compare import Tolerance, compare_outputs
 from graphbisect.oracle.signature import CHECK_REJECTED, FailureKind, ModelNames, Signature
 from graphbisect.oracle.tester import OutputCheck, judge
+from graphbisect.shareable import shareable_command
 
 __all__ = ["MaintainerFacts", "command_line", "maintainer_facts"]
 
@@ -75,13 +75,17 @@ class MaintainerFacts:
 
 def command_line() -> str:
     """The command line of this process, as a shell would take it (``graphbisect reduce ...`` for the CLI),
-    its files relative to the folder it ran in or by name (:func:`~graphbisect.artifacts.shareable.shareable_command`:
+    its files relative to the folder it ran in or by name (:func:`~graphbisect.shareable.shareable_command`:
     a bundle does not say where the reporter's files live)."""
     argv = list(sys.argv)
-    if argv and Path(argv[0]).name in ("graphbisect", "__main__.py") and \
-            (Path(argv[0]).name == "graphbisect" or Path(argv[0]).parent.name == "graphbisect"):
+    if not argv or not argv[0]:
+        return "(a Python session)"
+    script = Path(argv[0])
+    if script.name == "graphbisect" or (script.name == "__main__.py" and script.parent.name == "graphbisect"):
         return shareable_command(["graphbisect", *argv[1:]])
-    return shareable_command([Path(sys.executable).name, *argv]) if argv and argv[0] else "(a Python session)"
+    if script.name == "__main__.py":  # `python -m PACKAGE`: argv[0] is the package's __main__.py
+        return shareable_command([Path(sys.executable).name, "-m", script.parent.name, *argv[1:]])
+    return shareable_command([Path(sys.executable).name, *argv])
 
 
 def maintainer_facts(

@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from graphbisect.artifacts.bundle import BundleContent
-from graphbisect.artifacts.shareable import shareable_text
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
 from graphbisect.backends.registry import BACKEND_SPEC
 from graphbisect.compare import Tolerance
@@ -58,6 +57,7 @@ from graphbisect.oracle.floor import NoiseFloor, floor_spec, measure_floor, no_f
 from graphbisect.oracle.identity import Identity, IdentityCheck
 from graphbisect.oracle.signature import FailureKind, Signature
 from graphbisect.oracle.tester import Judgement, judge
+from graphbisect.shareable import shareable_text
 from graphbisect.strategies.passes import (
     DISABLE,
     ENABLE,

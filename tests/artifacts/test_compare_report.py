@@ -131,7 +131,8 @@ def test_the_page_says_what_the_terminal_says(result: CompareResult, page: Path,
         elif raw.startswith("  ") and "[" in line and line.split(" (", 1)[0] in {rc.node for rc in layers.root_causes}:
             rc = next(rc for rc in layers.root_causes if line.startswith(f"{rc.node} ({rc.op_type}): "))
             compiled = rc.compiled_as.describe() if rc.compiled_as is not None else "-"
-            assert f"{rc.node} {rc.op_type} {rc.tensor} {num(rc.score)} {num(rc.input_score)} {rc.role} {compiled}" \
+            assert f"{rc.node} {rc.op_type} {rc.tensor} {num(rc.score)} {num(rc.input_score)} {rc.role} {rc.evidence} "\
+                   f"{compiled}" \
                 in table_rows, line
         else:
             assert line in text, f"the page lacks the terminal's line: {line}"

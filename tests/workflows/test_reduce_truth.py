@@ -118,7 +118,8 @@ def test_dynamic_dims_survive_into_candidates_openvino(tmp_path: Path) -> None:
     model = load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
     feeds = {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}
     result = reduce_model(model, tmp_path / "bug", inputs=feeds, options=ReduceOptions(target="openvino"))
-    assert result.signature.kind is FailureKind.CRASH_LOAD
+    # a conversion failure of OpenVINO's ONNX frontend: the target refuses the model (one classifier, issue 26)
+    assert result.signature.kind is FailureKind.UNSUPPORTED
     assert result.kept_nodes == ("pool",) and result.verified and result.one_minimal
     first_dim = onnx.load(str(tmp_path / "bug" / "model.onnx")).graph.input[0].type.tensor_type.shape.dim[0]
     assert first_dim.dim_param and not first_dim.HasField("dim_value")
