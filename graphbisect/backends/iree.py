@@ -57,8 +57,8 @@ from graphbisect.backends.worker import option_flag, option_int, select_feeds
 from graphbisect.errors import SpecError
 
 __all__ = ["FEATURES", "Iree", "IreeCompileError", "IreeImportError", "IreeOptions", "compile_command",
-           "compile_diagnostic", "dispatch_nodes", "dispatch_types", "feature_flags", "import_onnx", "load_module",
-           "run_module"]
+           "compile_diagnostic", "dispatch_nodes", "dispatch_types", "feature_flags", "import_error", "import_onnx",
+           "load_module", "run_module"]
 
 logger = logging.getLogger(__name__)
 
@@ -177,6 +177,7 @@ def import_onnx(model_path: Path | str, mlir_path: Path | str, outputs: list | N
         if opset and current is not None and opset > current:
             model = onnx.version_converter.convert_version(model, int(opset))
         model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        _declare_outputs_as_value_info(model.graph)
         if outputs is not None:
             graph = model.graph
             typed = {v.name: v for v in [*graph.value_info, *graph.input, *graph.output]}
@@ -193,9 +194,7 @@ def import_onnx(model_path: Path | str, mlir_path: Path | str, outputs: list | N
         module.verify()
         text = module.get_asm(enable_debug_info=True)
     except Exception as exc:
-        lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-        first = re.sub(r"%[\w.$#-]+", "%", lines[0] if lines else "")
-        raise IreeImportError("\n\n".join([f"{type(exc).__name__}: {first}", "\n".join(lines[1:])]).strip()) from exc
+        raise import_error(exc) from exc
     Path(mlir_path).write_text(text, encoding="utf-8")
     initializers = {init.name for init in model.graph.initializer}
 
@@ -206,6 +205,40 @@ def import_onnx(model_path: Path | str, mlir_path: Path | str, outputs: list | N
     # still a result of the function, so outputs skip nothing (skipping it would shift every later result
     # onto the wrong name).
     return model.graph.name, typed_names(model.graph.input, initializers), typed_names(model.graph.output, set())
+
+
+def _declare_outputs_as_value_info(graph: Any) -> None:
+    """Give each graph output that also has a ``value_info`` entry that entry's type.
+
+    The importer types a node's result from ``value_info`` and the function's result from ``graph.output``;
+    shape inference with data propagation refines an output's unknown dims (a probe's exposed ``q4``,
+    declared ``[?,?,?,?]`` as the model declares it, becomes ``[1,6,4,8]``) but leaves the ``value_info``
+    the model declared (torch's exporter writes ``[?,?,?,?]``), so ``func.return`` failed verification
+    ("type of return operand 1 ... doesn't match function result type"): issue 26. The model's own
+    declaration wins, as the plain model's nodes are typed by it.
+    """
+    declared = {v.name: v for v in graph.value_info if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type}
+    for output in graph.output:
+        found = declared.get(output.name)
+        if found is not None:
+            output.type.CopyFrom(found.type)
+
+
+def import_error(exc: BaseException) -> IreeImportError:
+    """The :class:`IreeImportError` for an exception of the importer or of MLIR's verifier.
+
+    Its first paragraph (what signatures key on and what one-line descriptions show) is the exception's
+    first line with MLIR's ``error:`` lines after it, SSA names removed: MLIR's own first line is only
+    "Verification failed:", which told nobody what failed. The other lines (MLIR's ``note:`` with the
+    failing operation) follow after a blank line.
+    """
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    head, rest = lines[:1], lines[1:]
+    errors = [line for line in rest if line.startswith("error:")]
+    # MLIR quotes types as ('!torch.vtensor<[?,?],f32>'), which one-line causes collapse as a list of names
+    first = " ".join(re.sub(r"\('([^']*)'\)", r"\1", re.sub(r"%[\w.$#-]+", "%", line)) for line in [*head, *errors])
+    others = [line for line in rest if line not in errors]
+    return IreeImportError("\n\n".join([f"{type(exc).__name__}: {first}", "\n".join(others)]).strip())
 
 
 def compile_command(mlir_path: Path | str, vmfb_path: Path | str, cpu: str = "host", flags: list | tuple = (),
@@ -545,8 +578,8 @@ def repro_section() -> str:
     ``import_library``/``load_target``/``run_target`` hooks the script calls (one implementation for both)."""
     import inspect
 
-    parts: list[Any] = [IreeImportError, IreeCompileError, import_onnx, compile_command, compile_diagnostic,
-                        compile_vmfb, load_module]
+    parts: list[Any] = [IreeImportError, IreeCompileError, _declare_outputs_as_value_info, import_error, import_onnx,
+                        compile_command, compile_diagnostic, compile_vmfb, load_module]
     code = "\n\n".join(inspect.getsource(part) for part in parts)
     dtypes = f"ONNX_DTYPES = {ONNX_DTYPES!r}\n"
     return ("\n# --------------------------------------- the target: IREE (ONNX import -> iree-compile -> runtime)\n"

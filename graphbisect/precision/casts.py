@@ -74,8 +74,8 @@ def round_to(array: np.ndarray, mode: PrecisionMode) -> np.ndarray:
 
 
 class _CastLowering:
-    def __init__(self, g: GraphRewriter, mode: PrecisionMode) -> None:
-        self.g, self.mode, self.low = g, mode, mode.low_type
+    def __init__(self, g: GraphRewriter, mode: PrecisionMode, *, typed: bool) -> None:
+        self.g, self.mode, self.low, self.typed_mode = g, mode, mode.low_type, typed
         self.suffix = f"__{mode.value}"
 
     def low_version(self, name: str) -> str:
@@ -103,8 +103,17 @@ class _CastLowering:
         outputs = [y + self.suffix if self.g.is_float(y) else y for y in node.output]
         self.g.copy(node, inputs, outputs)
         for y in node.output:
-            if self.g.is_float(y) and self.g.needs_fp32(y):
+            if self.g.is_float(y) and (self.g.needs_fp32(y) or self.read_by_emulated(y)):
                 self.g.node("Cast", [y + self.suffix], [y], to=_FLOAT)
+
+    def read_by_emulated(self, name: str) -> bool:
+        """Whether a lowered node that is emulated (not retyped: Resize, an op outside the typed list) reads
+        ``name``: it reads the float32 value, which a typed producer writes only through its Cast back. Without
+        it the typed model read a tensor nothing wrote (a Relu → Resize pair failed to load in ONNX Runtime
+        while the emulated model the search measured ran; issue 26)."""
+        nodes = self.g.model.nodes
+        return any(user in self.g.lowered and not is_typed(nodes[user].op_type, self.mode, typed=self.typed_mode)
+                   for user in self.g.model.consumers.get(name, ()))
 
     def emulated(self, node: onnx.NodeProto) -> None:
         inputs = [self.rounded(x) if self.g.is_float(x) else x for x in node.input]
@@ -128,7 +137,7 @@ def lower_casts(model: Model, lowered: Collection[int], mode: PrecisionMode,
     if mode is PrecisionMode.INT8:
         raise ValueError("lower_casts lowers to fp16/bf16; int8 is lower_qdq's")
     g = GraphRewriter(model, lowered, expose)
-    lowering = _CastLowering(g, mode)
+    lowering = _CastLowering(g, mode, typed=typed)
     for index, node in enumerate(model.nodes):
         if index not in g.lowered:
             lowering.fp32(node)

@@ -738,7 +738,7 @@ def _probe(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, target
                        "only the oracle's intermediates were captured")
     if not target_run.ok:
         return _Probed(note=f"the target failed on the probe model ({target_run.describe()}) although the "
-                       "plain model ran: exposing intermediates changes the target's behaviour; "
+                       "plain model ran: the model with its intermediates exposed as outputs does not run there; "
                        "use `graphbisect reduce` to localize without probing")
     if oracle.store is not None:
         return _Probed(oracle=oracle_values, target=target_run.outputs, measured=target_run.stats, probe=probe)

@@ -12,7 +12,9 @@ Steps and their backend runs:
    alone (``|keep|`` runs, free with sensitivity; by default only when at most :data:`ALONE_AUTO_MAX` nodes
    are kept, see "Single-node checks"); Polygraphy's prefix answer (≈ log2 n runs);
 5. **verification** in a fresh target worker: the model with the answer applied meets the tolerance; for
-   FP16 the typed model written with it (real float16 kernels) is run there too and gets its own verdict;
+   FP16 the typed model written with it (real float16 kernels) is run there too and gets its own verdict,
+   which the result's ``meets_tolerance`` requires (it is what a user deploys); when it misses, a bounded
+   repair keeps more nodes in FP32 for it (:func:`_verify_typed`);
 6. **artifacts** (``out_dir``): the verified mixed-precision model, for FP16 also the typed one, overrides
    in every supported format, the sensitivity chart.
 
@@ -449,8 +451,9 @@ def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tole
                   if with_prefix and not all_lowered and lowering.op_types is None else None)
         search_runs = proc.invocations
     stage("verifying the answer in a fresh target worker")
-    verified, metrics, verify_runs, verify_info, typed = _verify(session, lowering, target, tol, result.keep)
-    files = _write_artifacts(out_dir, lowering, result.keep, rows) if out_dir is not None else ()
+    verified, metrics, verify_runs, verify_info, typed, typed_keep = _verify(session, lowering, target, tol,
+                                                                             result.keep)
+    files = _write_artifacts(out_dir, lowering, result.keep, rows, typed_keep) if out_dir is not None else ()
     extra: dict[str, object] = {"tests_by_phase": {name: c.tests for name, c in ev.stats().phases},
                                 "alone_checked": alone_checked, "oracle_expected": session.oracle_verdict}
     if typed is not None:
@@ -470,7 +473,9 @@ def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tole
         mode=lowering.mode, units=tuple(lowering.names(range(n))), keep_fp32=tuple(lowering.names(result.keep)),
         minimal=result.minimal, alone=None if breakers is None else tuple(lowering.names(breakers)),
         prefix_keep_fp32=None if prefix is None or prefix.found is None else tuple(lowering.names(range(prefix.found))),
-        sensitivity=tuple(rows), meets_tolerance=verified, final_metrics=metrics, all_lowered_meets=all_lowered,
+        # the typed model is what a user deploys: the run meets the tolerance only when it does too
+        sensitivity=tuple(rows), meets_tolerance=verified and (typed is None or bool(typed["meets"])),
+        final_metrics=metrics, all_lowered_meets=all_lowered,
         invocations={"oracle": oracle_runs, "target": search_runs, "verification": verify_runs,
                      "search_tests": ev.stats().tests},
         lowering=_describe_lowering(lowering), seconds=time.monotonic() - started, files=tuple(files), extra=extra,
@@ -581,27 +586,80 @@ def _evidence_priors(session: _Session, lowering: Lowering, tester: PrecisionTes
     return layerwise_priors(report, lowering)
 
 
-def _verify(session: _Session, lowering: Lowering, target: str, tol: Tolerance,
-            keep: frozenset[int]) -> tuple[bool, dict[str, float], int, dict[str, Any], dict[str, Any] | None]:
+_REPAIR_ROUNDS = 3
+"""At most this many nodes are added to the typed model's FP32 set when it misses the tolerance (one probed and
+one plain run each), see :func:`_verify_typed`."""
+
+
+def _verify(session: _Session, lowering: Lowering, target: str, tol: Tolerance, keep: frozenset[int]
+            ) -> tuple[bool, dict[str, float], int, dict[str, Any], dict[str, Any] | None, frozenset[int]]:
     """The answer run in a fresh target worker; for FP16, the typed model written beside it run there too.
 
     The search measures the emulated lowering (rounding through Casts); ``mixed_precision_typed.onnx`` is
     what a user deploys, with real float16 kernels that may round differently, so it gets its own verdict
-    (the last item: ``meets``, its metrics, or the error it failed to run with) instead of borrowing it.
+    (the fifth item, see :func:`_verify_typed`) instead of borrowing it; the last item is the keep-set the
+    typed model is written with.
     """
     with BackendProcess(target, workdir=session.workdir / "verify") as proc:
         measured = PrecisionTester(lowering, proc, session.workdir / "verify-candidates", session.inputs_path,
                                    expected=session.expected, tol=tol, pin_file=session.pin_file,
                                    run_model=session.run_model).measure(keep)
         typed_verdict: dict[str, Any] | None = None
+        typed_keep = keep
         if _writes_typed(lowering):
-            typed = PrecisionTester(Lowering(lowering.model, lowering.mode, typed=True), proc,
-                                    session.workdir / "verify-typed", session.inputs_path, expected=session.expected,
-                                    tol=tol).measure(keep)
-            typed_verdict = ({"meets": typed.meets, **{k: (v if np.isfinite(v) else str(v))
-                                                       for k, v in typed.metrics().items()}} if typed.run.ok
-                             else {"meets": False, "error": typed.run.describe()})
-        return measured.meets, measured.metrics(), proc.invocations, dict(measured.run.info), typed_verdict
+            typed_verdict, typed_keep = _verify_typed(session, lowering, proc, tol, keep)
+            typed_verdict["target"] = target
+        return measured.meets, measured.metrics(), proc.invocations, dict(measured.run.info), typed_verdict, typed_keep
+
+
+def _verify_typed(session: _Session, lowering: Lowering, proc: ModelRunner, tol: Tolerance,
+                  keep: frozenset[int]) -> tuple[dict[str, Any], frozenset[int]]:
+    """The typed FP16 model with ``keep`` in FP32, run on the target; when it misses the tolerance, a repair.
+
+    The emulation keeps float32 arithmetic inside each lowered node; a target with float16 kernels (IREE on
+    CPU, GPUs) computes inside the node in float16, where a reduction's running sum can overflow although its
+    result would not (a GlobalAveragePool over 128×128 values near 10: emulated within 1e-2, typed ``inf`` on
+    IREE). The repair, at most :data:`_REPAIR_ROUNDS` rounds of two runs: the typed model with every
+    intermediate exposed, compared layer by layer with the oracle's capture; the lowered node that amplifies
+    the error most (:func:`~graphbisect.strategies.precision.layerwise_priors`) joins the FP32 set, and the
+    typed model is run again. The verdict (``meets``, the metrics or the ``error`` it failed to run with,
+    ``keep_fp32``, ``added_fp32``, ``repair_rounds``) is always that of the last typed model run, which is the
+    one written.
+    """
+    typed = Lowering(lowering.model, lowering.mode, typed=True)
+    tester = PrecisionTester(typed, proc, session.workdir / "verify-typed", session.inputs_path,
+                             expected=session.expected, tol=tol)
+    found = tester.measure(keep)
+    added: list[int] = []
+    while not found.meets and found.run.ok and len(added) < _REPAIR_ROUNDS:
+        unit = _most_amplifying(session, typed, tester, tol, keep | set(added))
+        if unit is None:
+            break
+        added.append(unit)
+        found = tester.measure(keep | set(added))
+    final = keep | set(added)
+    verdict: dict[str, Any] = (
+        {"meets": found.meets, **{k: (v if np.isfinite(v) else str(v)) for k, v in found.metrics().items()}}
+        if found.run.ok else {"meets": False, "error": found.run.describe()})
+    verdict.update(keep_fp32=typed.names(final), added_fp32=[typed.names([u])[0] for u in added],
+                   repair_rounds=len(added))
+    return verdict, final
+
+
+def _most_amplifying(session: _Session, typed: Lowering, tester: PrecisionTester, tol: Tolerance,
+                     keep: frozenset[int]) -> int | None:
+    """The lowered unit of the typed model whose output error grows most over its inputs' (None: no evidence)."""
+    if session.store is None:
+        return None
+    names = [n for n in session.model.intermediate_names() if n in session.store]
+    probed = tester.measure(keep, expose=names)
+    if not probed.run.ok:
+        log.info("the probed typed model does not run (%s): no repair", probed.run.describe())
+        return None
+    report = analyze_layers(session.model.nodes, session.store, probed.run.outputs, tol,
+                            outputs=session.model.output_names)
+    priors = {u: p for u, p in layerwise_priors(report, typed).items() if u not in keep}
+    return max(priors, key=lambda u: (priors[u], -u)) if priors else None
 
 
 def _writes_typed(lowering: Lowering) -> bool:
@@ -609,7 +667,10 @@ def _writes_typed(lowering: Lowering) -> bool:
     return lowering.mode is PrecisionMode.FP16 and not lowering.runtime_pins and lowering.op_types is None
 
 
-def _write_artifacts(out_dir: Path, lowering: Lowering, keep: frozenset[int], rows: list[SensitivityRow]) -> list[Path]:
+def _write_artifacts(out_dir: Path, lowering: Lowering, keep: frozenset[int], rows: list[SensitivityRow],
+                     typed_keep: frozenset[int]) -> list[Path]:
+    """The overrides and ``mixed_precision.onnx`` with ``keep`` in FP32, the typed model with ``typed_keep`` (what
+    its verification ran, :func:`_verify_typed`), the sensitivity chart."""
     out_dir.mkdir(parents=True, exist_ok=True)
     model = lowering.model
     keep_names = lowering.names(keep)
@@ -622,7 +683,7 @@ def _write_artifacts(out_dir: Path, lowering: Lowering, keep: frozenset[int], ro
         files.append(save_proto(lowering.lower(keep), out_dir / "mixed_precision.onnx", link=False))
     if _writes_typed(lowering):
         typed = Lowering(model, lowering.mode, typed=True)
-        files.append(save_proto(typed.lower(keep), out_dir / "mixed_precision_typed.onnx", link=False))
+        files.append(save_proto(typed.lower(typed_keep), out_dir / "mixed_precision_typed.onnx", link=False))
     if rows:
         chart = out_dir / "sensitivity.svg"
         by_unit = sorted(rows, key=lambda r: r.unit)

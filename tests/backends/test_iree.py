@@ -251,3 +251,82 @@ def test_an_onnx_op_iree_cannot_convert_is_unsupported_not_a_crash(tmp_path: Pat
     done = subprocess.run([sys.executable, str(bundle / "repro.py")], check=False, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 1 and "REPRODUCED" in done.stdout, done.stdout + done.stderr
+
+
+def _torch_style_attention_block(path: Path) -> Path:
+    """A faithful small stand-in of a torch-exported transformer block (issue 26): input [1, 6, 32]; q/k/v
+    reshaped to heads through a Shape → Gather → Concat shape, so shape inference with data propagation
+    resolves every dim, while the ``value_info`` torch's exporter writes declares them unknown
+    (``[?, ?, ?, ?]``)."""
+    rng = np.random.default_rng(0)
+    helper, nh, f32 = onnx.helper, onnx.numpy_helper, onnx.TensorProto.FLOAT
+
+    def weight(name: str) -> onnx.TensorProto:
+        return nh.from_array((rng.standard_normal((32, 32)) * 0.2).astype(np.float32), name)
+
+    ints = {"i0": 0, "i1": 1, "ax0": [0], "heads": [4], "dh": [8], "hid": [32]}
+    inits = [*(weight(n) for n in ("wq", "wk", "wv", "wo")),
+             *(nh.from_array(np.array(v, np.int64), n) for n, v in ints.items()),
+             nh.from_array(np.array(1 / np.sqrt(8), np.float32), "scale")]
+    node = helper.make_node
+    nodes = [node("MatMul", ["x", f"w{p}"], [p], name=f"{p}_proj") for p in "qkv"] + [
+        node("Shape", ["x"], ["xs"], name="shape"),
+        node("Gather", ["xs", "i0"], ["b"], axis=0, name="g0"), node("Gather", ["xs", "i1"], ["s"], axis=0, name="g1"),
+        node("Unsqueeze", ["b", "ax0"], ["bu"], name="u0"), node("Unsqueeze", ["s", "ax0"], ["su"], name="u1"),
+        node("Concat", ["bu", "su", "heads", "dh"], ["shp"], axis=0, name="cat"),
+        *(node("Reshape", [p, "shp"], [f"{p}4"], name=f"r{p}") for p in "qkv"),
+        node("Transpose", ["q4"], ["qt"], perm=[0, 2, 1, 3], name="tq"),
+        node("Transpose", ["k4"], ["kt"], perm=[0, 2, 3, 1], name="tk"),
+        node("Transpose", ["v4"], ["vt"], perm=[0, 2, 1, 3], name="tv"),
+        node("MatMul", ["qt", "kt"], ["sc"], name="scores"), node("Mul", ["sc", "scale"], ["scs"], name="scale_mul"),
+        node("Softmax", ["scs"], ["p"], axis=-1, name="softmax"), node("MatMul", ["p", "vt"], ["ctx"], name="ctx"),
+        node("Transpose", ["ctx"], ["ctxt"], perm=[0, 2, 1, 3], name="tc"),
+        node("Concat", ["bu", "su", "hid"], ["shp2"], axis=0, name="cat2"),
+        node("Reshape", ["ctxt", "shp2"], ["o"], name="ro"), node("MatMul", ["o", "wo"], ["op"], name="o_proj"),
+        node("Add", ["op", "x"], ["y"], name="residual")]
+    ranks = {"q": 3, "k": 3, "v": 3, "o": 3, "op": 3, **{n: 4 for n in ("q4", "k4", "v4", "qt", "kt", "vt", "sc", "scs",
+                                                                      "p", "ctx", "ctxt")}}
+    unknown = [helper.make_tensor_value_info(n, f32, [None] * r) for n, r in ranks.items()]
+    io = [helper.make_tensor_value_info(n, f32, [1, 6, 32]) for n in ("x", "y")]
+    graph = helper.make_graph(nodes, "block", io[:1], io[1:], inits, value_info=unknown)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@iree_installed
+def test_probe_of_a_torch_exported_block_is_imported_and_compared_layerwise(tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 26: the probe declares an exposed tensor as the model does (``[?,?,?,?]``) but IREE's import ran
+    shape inference with data propagation, which refined the graph output to ``[1,6,4,8]`` and left the node's
+    ``value_info``, so MLIR refused ``func.return`` and compare blamed the target for the probe. Every
+    intermediate the target keeps must be compared instead."""
+    model = _torch_style_attention_block(tmp_path / "block.onnx")
+    assert main(["compare", str(model), "--target", "iree", "--json", str(tmp_path / "c.json")]) == 0
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert "probe" not in (data["layerwise_note"] or ""), data["layerwise_note"]
+    observed = {row["tensor"] for row in data["layers"] if row["observed"]}
+    assert {"scs", "p", "ctxt"} <= observed, observed  # what the dispatches keep, measured on the target
+    assert "failed on the probe" not in capsys.readouterr().out
+
+
+@iree_installed
+def test_an_mlir_verification_failure_says_what_failed(tmp_path: Path) -> None:
+    """MLIR's error starts "Verification failed:" and says what failed on the next lines; that first line alone
+    was what compare's note showed. The real verifier error of the probe above, imported as it was before the
+    fix (graph outputs refined by data propagation, value_info left as declared), must carry its cause."""
+    from iree.compiler import ir
+    from iree.compiler.extras import onnx_importer
+
+    from graphbisect.backends.base import RunResult, RunStatus
+    from graphbisect.backends.iree import import_error
+
+    probe = load_model(_torch_style_attention_block(tmp_path / "block.onnx")).with_outputs(["q4", "p"])
+    inferred = onnx.shape_inference.infer_shapes(probe, data_prop=True)
+    info = onnx_importer.ModelInfo(inferred)
+    module = info.create_module(context=ir.Context()).operation
+    onnx_importer.NodeImporter.define_function(info.main_graph, module).import_all()
+    with pytest.raises(Exception) as raised:
+        module.verify()
+    error = import_error(raised.value)
+    shown = RunResult(RunStatus.CRASH, error_type=type(error).__name__, message=str(error)).describe()
+    assert "doesn't match function result type !torch.vtensor<[1,6,4,8],f32>" in shown, shown

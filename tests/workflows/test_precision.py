@@ -330,3 +330,93 @@ def test_the_deliverable_models_share_no_file_with_the_users_weights(tmp_path: P
         onnx.save(proto, out / model, save_as_external_data=True, all_tensors_to_one_file=True,
                   location=f"{model}.data")
     assert weights.read_bytes() == before
+
+
+# ------------------------------------------------------- the typed model is what a user deploys (issue 26)
+def _centering_model(path: Path, branches: int) -> tuple[Path, Path]:
+    """``branches`` mean-centering blocks (``x_i - GlobalAveragePool(x_i)``, as in SE/normalization blocks) on
+    128x128 maps of values near 10, summed. Emulated FP16 (float32 arithmetic inside each node) is within 1e-2;
+    a float16 GlobalAveragePool's running sum (163,840) overflows: IREE computes the typed model's float16 ops
+    in float16 on CPU."""
+    helper, f32 = onnx.helper, onnx.TensorProto.FLOAT
+    shape = [1, 2, 128, 128]
+    nodes, inputs = [], []
+    for i in range(branches):
+        inputs.append(helper.make_tensor_value_info(f"x{i}", f32, shape))
+        nodes += [helper.make_node("GlobalAveragePool", [f"x{i}"], [f"m{i}"], name=f"gap{i}"),
+                  helper.make_node("Sub", [f"x{i}", f"m{i}"], [f"c{i}"], name=f"center{i}")]
+    nodes.append(helper.make_node("Sum", [f"c{i}" for i in range(branches)], ["y"], name="sum"))
+    graph = helper.make_graph(nodes, "centering", inputs, [helper.make_tensor_value_info("y", f32, shape)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    rng = np.random.default_rng(0)
+    feeds = path.with_suffix(".npz")
+    np.savez(feeds, **{f"x{i}": (rng.standard_normal(shape) + 10).astype(np.float32) for i in range(branches)})
+    return path, feeds
+
+
+_iree = pytest.mark.skipif(importlib.util.find_spec("iree.compiler") is None,
+                           reason="iree-base-compiler is not installed")
+
+
+@_iree
+def test_typed_model_float16_kernels_miss_the_tolerance_so_the_repair_keeps_the_reduction_and_verifies_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The search's emulation passes with nothing in FP32; the typed model on IREE does not (its float16
+    GlobalAveragePool overflows). The run must not call that verified: it keeps the reduction in FP32, runs
+    the typed model again, and writes the one it measured; the file itself meets the tolerance on IREE."""
+    from graphbisect.backends.iree import Iree
+
+    model, feeds = _centering_model(tmp_path / "center.onnx", 1)
+    out = tmp_path / "out"
+    assert main(["precision", str(model), "--inputs", str(feeds), "--target", "iree", "-o", str(out),
+                 "--json", str(tmp_path / "p.json")]) == 0
+    data = json.loads((tmp_path / "p.json").read_text())
+    assert data["keep_fp32"] == []  # the emulated answer
+    assert data["typed_model"]["meets"] is True and data["typed_model"]["added_fp32"] == ["gap0"]
+    assert "with 1 more node(s) in FP32 than the search's answer: gap0" in capsys.readouterr().out
+    inputs = dict(np.load(feeds))
+    want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, inputs)[0]
+    runner = Iree({}, str(tmp_path / "iree"))
+    runner.load(str(out / "mixed_precision_typed.onnx"), None)
+    got = runner.run(inputs)["y"]
+    assert np.all(np.abs(got - want) <= 1e-2 + 1e-2 * np.abs(want))
+
+
+@_iree
+def test_typed_model_that_the_repair_cannot_fix_is_not_verified_and_the_run_fails(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Four overflowing reductions: the repair's three rounds keep three; the fourth still overflows. The run
+    says the deploy model is not verified, what to do, and exits 1 (it printed "verified" and exited 0)."""
+    model, feeds = _centering_model(tmp_path / "center4.onnx", 4)
+    assert main(["precision", str(model), "--inputs", str(feeds), "--target", "iree", "-o", str(tmp_path / "out"),
+                 "--json", str(tmp_path / "p.json")]) == 1
+    data = json.loads((tmp_path / "p.json").read_text())
+    assert data["meets_tolerance"] is False and data["typed_model"]["meets"] is False
+    assert data["typed_model"]["repair_rounds"] == 3 and len(data["typed_model"]["added_fp32"]) == 3
+    printed = capsys.readouterr().out
+    assert "NOT verified: mixed_precision_typed.onnx" in printed
+    assert "verified: mixed_precision_typed.onnx" not in printed.replace("NOT verified: mixed", "")
+    assert "what to do: do not deploy the typed model" in printed
+
+
+def test_typed_node_read_by_an_emulated_node_writes_a_typed_model_onnxruntime_runs(tmp_path: Path) -> None:
+    """A Relu (retyped to float16) read by a Resize (emulated: its scales are float): the typed model read the
+    Relu's float32 value, which nothing wrote, so ONNX Runtime refused to load the model to deploy while the
+    run said "verified" and exited 0. The file must load and meet the tolerance."""
+    helper = onnx.helper
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+         helper.make_node("Resize", ["r", "", "scales"], ["y"], mode="nearest", name="upsample")], "fpn",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2, 8, 8])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2, 16, 16])],
+        [onnx.numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")])
+    model = tmp_path / "fpn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), model)
+    out = tmp_path / "out"
+    assert main(["precision", str(model), "-o", str(out), "--json", str(tmp_path / "p.json")]) == 0
+    assert json.loads((tmp_path / "p.json").read_text())["typed_model"]["meets"] is True
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 2, 8, 8)).astype(np.float32)}
+    want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    typed = ort.InferenceSession(str(out / "mixed_precision_typed.onnx"), providers=["CPUExecutionProvider"])
+    got = typed.run(None, feeds)[0]
+    assert np.all(np.abs(got - want) <= 1e-2 + 1e-2 * np.abs(want))
