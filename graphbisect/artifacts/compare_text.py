@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from graphbisect.backends.cost import describe_calls
+
 if TYPE_CHECKING:
     from graphbisect.localize.compiled import CompiledNode
     from graphbisect.localize.layerwise import LayerRow, RootCause
@@ -175,7 +177,7 @@ def floor_rows_note(result: CompareResult) -> str | None:
 def verdict_line(result: CompareResult) -> str:
     """The result in one line: PASS, or FAIL with the outcome, the backend runs and the time."""
     verdict = "PASS: outputs match" if result.passed else f"FAIL: {result.outcome}"
-    return (f"{verdict}  (invocations: {', '.join(f'{k} {v}' for k, v in result.invocations.items())}; "
+    return (f"{verdict}  (invocations: {describe_calls(result.invocations, result.backend_calls)}; "
             f"{result.seconds:.1f} s)")
 
 

@@ -201,6 +201,9 @@ class RunResult:
     ``command`` (an external program: its version is unknown, and the launching worker did not run it).
     ``stats``: for a run asked to compare with the oracle's store (``BackendProcess.run(compare_to=...)``),
     each compared tensor's statistics, measured in the worker; those tensors are not in ``outputs``.
+    ``compiles``: the builds of a model this invocation made (0 when it reused an earlier session; more than 1
+    when the backend compiled variants to report what fired), ``compile_cache_hits`` those served from the
+    compile cache instead, as its worker counted them (:mod:`graphbisect.backends.cost`).
     """
 
     status: RunStatus
@@ -214,6 +217,8 @@ class RunResult:
     seconds: float = 0.0
     ran_with: Mapping[str, Any] = field(default_factory=dict)
     stats: Mapping[str, TensorStats] = field(default_factory=dict)
+    compiles: int = 0
+    compile_cache_hits: int = 0
 
     @property
     def ok(self) -> bool:
@@ -253,7 +258,10 @@ class Runtime(Protocol):
     that crashes before it reports which passes fired); ``load_key()`` returns what besides the model file
     decides the build (the worker rebuilds when it changes: Paddle's ``keep_fp32=@FILE`` op types, rewritten
     between the runs of one model by a precision search); ``patched()`` lists where graphbisect changes what
-    the library computes (onnx.reference's bfloat16 rounding), reported in every ``ran_with``.
+    the library computes (onnx.reference's bfloat16 rounding), reported in every ``ran_with``; ``cost()``
+    returns the builds it made itself since it was created, ``{"compiles": n, "compile_cache_hits": m}`` (a
+    compiler that compiles variants in one load, or serves them from a cache); without it every ``load`` the
+    worker calls counts as one compile (:mod:`graphbisect.backends.cost`).
     """
 
     def __init__(self, options: Mapping[str, str], workdir: str) -> None: ...

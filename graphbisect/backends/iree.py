@@ -39,11 +39,14 @@ The functions marked *repro* below are self-contained (stdlib, numpy, the IREE p
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import logging
 import os
 import re
+import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -56,8 +59,9 @@ import numpy as np
 from graphbisect.backends.worker import option_flag, option_int, select_feeds
 from graphbisect.errors import SpecError
 
-__all__ = ["FEATURES", "Iree", "IreeCompileError", "IreeImportError", "IreeOptions", "compile_command",
-           "compile_diagnostic", "dispatch_nodes", "dispatch_types", "feature_flags", "import_error", "import_onnx",
+__all__ = ["CACHE_ENV", "FEATURES", "CompileCache", "Iree", "IreeCompileError", "IreeImportError", "IreeOptions",
+           "compile_command", "compile_diagnostic", "dispatch_nodes", "dispatch_types", "feature_flags", "import_error",
+           "import_onnx",
            "load_module", "run_module"]
 
 logger = logging.getLogger(__name__)
@@ -414,6 +418,47 @@ class Iree:
         self._inputs: list[tuple[str, int]] = []
         self._outputs: list[tuple[str, int]] = []
         self._info: dict[str, Any] = {}
+        self._cache = CompileCache.from_env()
+        self._counts = {"compiles": 0, "compile_cache_hits": 0}
+        self._count_lock = threading.Lock()
+
+    def cost(self) -> dict[str, int]:
+        """The ``iree-compile`` runs and the compile cache hits since this runtime was made (every compile
+        counts: the model's, and each feature's for ``report_passes``)."""
+        with self._count_lock:
+            return dict(self._counts)
+
+    def _compile(self, mlir: Path, vmfb: Path, flags: Sequence[str], dump: Path | None = None, *,
+                 cached: bool = True) -> None:
+        """``iree-compile`` ``mlir`` to ``vmfb``, or copy the module an identical compile made (same MLIR, flags,
+        target CPU and compiler: :class:`CompileCache`), counting which. ``cached=False``: always compile
+        (a compile that measures how two compiles of one input differ must really compile)."""
+        command = compile_command(mlir, vmfb, self.options.cpu, list(flags), dump)
+        cache = self._cache if cached and dump is None else None
+        key = cache.key(mlir, command) if cache is not None else None
+        if cache is not None and key is not None:
+            hit = False
+            try:
+                hit = cache.fetch(key, vmfb)
+            except IreeCompileError:
+                hit = True  # the same compile failed before, with this diagnostic
+                raise
+            finally:
+                if hit:
+                    with self._count_lock:
+                        self._counts["compile_cache_hits"] += 1
+            if hit:
+                return
+        with self._count_lock:
+            self._counts["compiles"] += 1
+        try:
+            compile_vmfb(command)
+        except IreeCompileError as exc:
+            if cache is not None and key is not None:
+                cache.store_error(key, str(exc))
+            raise
+        if cache is not None and key is not None:
+            cache.store(key, vmfb)
 
     def load(self, model: str, outputs: Sequence[str] | None) -> None:
         """Import, compile (a failure of either is a crash at load) and load the module."""
@@ -429,7 +474,7 @@ class Iree:
         flags = self.options.compile_flags()
         self._info = {"entry": entry, "cpu": self.options.cpu, "compile_flags": flags,
                       "import_seconds": imported - started}
-        compile_vmfb(compile_command(mlir, vmfb, self.options.cpu, flags, dump))
+        self._compile(mlir, vmfb, flags, dump)
         self._info["compile_seconds"] = time.perf_counter() - imported
         if self.options.report_passes:
             self._info.update(self._fired(mlir, vmfb))
@@ -471,7 +516,9 @@ class Iree:
         def compiled(tag: str, extra: Sequence[str]) -> bytes | None:
             other = self.workdir / f"without-{tag}.vmfb"
             try:
-                compile_vmfb(compile_command(mlir, other, self.options.cpu, self.options.compile_flags(extra)))
+                # the baseline's compiles again measure the compiler's noise: never from the cache; a feature's
+                # is the module a candidate disabling that feature alone compiles again (a cache hit there)
+                self._compile(mlir, other, self.options.compile_flags(extra), cached=tag in FEATURES)
                 return other.read_bytes()
             except IreeCompileError as exc:  # disabling it changes the program: it fails to compile without it
                 logger.debug("iree: compiling without %s fails: %s", tag, str(exc).splitlines()[0])
@@ -494,6 +541,68 @@ class Iree:
 
 
 _WORD = 8
+
+#: The environment variable that names the compile cache's folder (set by the host for its workers:
+#: :func:`graphbisect.backends.process.compile_cache`); unset, empty or ``off``: no cache.
+CACHE_ENV = "GRAPHBISECT_COMPILE_CACHE"
+
+
+class CompileCache:
+    """Compiled modules keyed by the content hash of what decides them: the MLIR, the ``iree-compile`` command
+    line without its file paths (flags, target CPU), and the compiler (its version and binary). One command's
+    runs share it (the host names the folder): the same model compiled twice with the same options — a
+    feature listing's compile that a pass candidate repeats, a report fact's run of the baseline's model —
+    compiles once. A compile that failed with a diagnostic is kept too (its message); a compiler that
+    crashed is not (a crash may be chance, and a search must see it again). Entries are written atomically
+    (a rename), so two workers sharing the folder never read half a module.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    @classmethod
+    def from_env(cls) -> CompileCache | None:
+        folder = os.environ.get(CACHE_ENV, "").strip()
+        return cls(Path(folder)) if folder and folder.lower() not in ("0", "off", "no") else None
+
+    def key(self, mlir: Path, command: Sequence[str]) -> str:
+        digest = hashlib.sha256()
+        paths = {str(mlir)}
+        words = [word for i, word in enumerate(command)
+                 if word not in paths and not (i > 0 and command[i - 1] == "-o")]
+        tool = Path(command[0])
+        stat = tool.stat() if tool.exists() else None
+        compiler = [_version("iree-base-compiler"), str(tool), stat.st_size if stat else None,
+                    stat.st_mtime_ns if stat else None]
+        digest.update(repr((compiler, words[1:])).encode())
+        with open(mlir, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        return digest.hexdigest()
+
+    def fetch(self, key: str, vmfb: Path) -> bool:
+        """Copy the cached module of ``key`` to ``vmfb`` (True), or raise its cached compile error; False: none."""
+        error = self.folder / f"{key}.error"
+        if error.is_file():
+            raise IreeCompileError(error.read_text(encoding="utf-8"))
+        module = self.folder / f"{key}.vmfb"
+        if not module.is_file():
+            return False
+        shutil.copyfile(module, vmfb)
+        return True
+
+    def store(self, key: str, vmfb: Path) -> None:
+        partial = self.folder / f"{key}.vmfb.{os.getpid()}.{threading.get_ident()}"
+        shutil.copyfile(vmfb, partial)
+        os.replace(partial, self.folder / f"{key}.vmfb")
+
+    def store_error(self, key: str, message: str) -> None:
+        if message.startswith("iree-compile crashed"):
+            return
+        partial = self.folder / f"{key}.error.{os.getpid()}.{threading.get_ident()}"
+        partial.write_text(message, encoding="utf-8")
+        os.replace(partial, self.folder / f"{key}.error")
 
 
 def _words(data: bytes) -> np.ndarray:

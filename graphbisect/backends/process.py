@@ -19,6 +19,7 @@ POSIX only (pipes are passed with ``pass_fds`` and hangs are stopped by killing 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import json
 import logging
@@ -32,7 +33,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -42,13 +43,14 @@ import numpy as np
 from graphbisect import errors
 from graphbisect.backends.base import RAN_WITH, BackendSpec, Capability, Phase, RunResult, RunStatus
 from graphbisect.backends.children import kill_recorded_groups
+from graphbisect.backends.cost import Cost
 from graphbisect.backends.registry import HOST_OPTIONS, Availability, BackendInfo, resolve, spec_timeout
 from graphbisect.backends.worker import InputsWriter
 from graphbisect.compare.metrics import STATS_FIELDS, TensorStats, Tolerance
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
 from graphbisect.packfile import PackReader, StaleDataError
 
-__all__ = ["DEFAULT_TIMEOUT", "LOG_TAIL_BYTES", "BackendProcess", "CompareTo", "availability_under"]
+__all__ = ["DEFAULT_TIMEOUT", "LOG_TAIL_BYTES", "BackendProcess", "CompareTo", "availability_under", "compile_cache"]
 
 logger = logging.getLogger(__name__)
 #: A run still going, every ``PROGRESS_SECONDS`` (:mod:`graphbisect.backends.worker`): the CLI prints these records
@@ -65,6 +67,32 @@ LOG_ROTATE_BYTES = 32 * 1024 * 1024
 MIN_START_SECONDS = 120.0
 #: How often a waiting host checks that the worker is still alive.
 POLL_SECONDS = 0.5
+
+
+#: The folder of the compile cache that workers started in this context share (:func:`compile_cache`).
+_COMPILE_CACHE: contextvars.ContextVar[Path | None] = contextvars.ContextVar("graphbisect_compile_cache",
+                                                                            default=None)
+#: The environment variable a worker's runtime reads the compile cache's folder from (``off``: no cache);
+#: set in the host's environment, it overrides :func:`compile_cache` for every worker (``off`` disables it).
+COMPILE_CACHE_ENV = "GRAPHBISECT_COMPILE_CACHE"
+
+
+@contextlib.contextmanager
+def compile_cache(folder: Path | None) -> Iterator[None]:
+    """Workers started in this block (in this thread) share the compile cache ``folder``: a compiler backend
+    (IREE) compiles a model it compiled before with the same options only once, and counts the repeat as a
+    cache hit (:mod:`graphbisect.backends.cost`). A command's work folder holds it, so it lives as long as
+    that. ``None``: no cache.
+
+    Example:
+        >>> with compile_cache(Path("work") / "compile-cache"):       # doctest: +SKIP
+        ...     BackendProcess("iree").run(model, inputs)
+    """
+    token = _COMPILE_CACHE.set(Path(folder).absolute() if folder is not None else None)
+    try:
+        yield
+    finally:
+        _COMPILE_CACHE.reset(token)
 
 
 class _WorkerDied(Exception):
@@ -158,6 +186,12 @@ class _Worker:
         self._out = self._in = -1
 
 
+def _reply_cost(reply: Mapping[str, Any]) -> dict[str, int]:
+    """The compiles a worker's reply says its request made (none from a worker too old to count them)."""
+    cost = reply.get("cost") or {}
+    return {"compiles": int(cost.get("compiles", 0)), "compile_cache_hits": int(cost.get("compile_cache_hits", 0))}
+
+
 def _remaining(deadline: float) -> float:
     return max(0.0, deadline - time.monotonic())
 
@@ -196,6 +230,8 @@ class BackendProcess:
         spec: the canonical spec (aliases resolved).
         backend: the registry row.
         invocations: how many times :meth:`run` was called.
+        compiles: the builds of a model the worker made, in runs and in :meth:`load` (see :attr:`cost`).
+        compile_cache_hits: the compiles served from the compile cache instead.
         worker_info: what the worker reported at start (python, python_version, numpy, pid, library,
             library_version, library_path), measured in the worker's interpreter.
     """
@@ -207,7 +243,10 @@ class BackendProcess:
         self.python = self.spec.options.get("python") or sys.executable
         _check_foreign_python(self.spec, self.backend)
         self.runtime_options = {k: v for k, v in self.spec.options.items() if k not in HOST_OPTIONS}
+        self.compile_cache = _COMPILE_CACHE.get()  # the cache of the block that made it (compile_cache)
         self.invocations = 0
+        self.compiles = 0  # builds of a model, ahead of a run (load) or in one, as the workers counted them
+        self.compile_cache_hits = 0
         self.worker_info: dict[str, Any] = {}
         self._state = _State()
         if workdir is None:
@@ -259,7 +298,10 @@ class BackendProcess:
             if durable and output_dir is not None:
                 request["durable"] = True
             self.invocations += 1
-            return self._invoke(request, inputs, keep_outputs=output_dir is not None)
+            result = self._invoke(request, inputs, keep_outputs=output_dir is not None)
+            self.compiles += result.compiles
+            self.compile_cache_hits += result.compile_cache_hits
+            return result
 
     def load(self, model: str | Path, outputs: Sequence[str] | None = None) -> bool:
         """Build the session of ``model`` exposing ``outputs`` now, without running it: a :meth:`run` of the
@@ -281,12 +323,16 @@ class BackendProcess:
             except (_WorkerDied, _WorkerTimeout) as exc:
                 logger.info("the worker for %s was lost while it built %s ahead (%s)", self.spec, model, exc)
                 self._discard_worker()
+                self.compiles += 1  # it was building when it died: that compile was spent
                 return False
             except BaseException:
                 self._discard_worker()  # e.g. KeyboardInterrupt: its reply would answer the next request
                 raise
             if not reply.get("ok", False):
                 raise self._error(reply.get("error", {}), "load")
+            spent = _reply_cost(reply)
+            self.compiles += spent["compiles"]
+            self.compile_cache_hits += spent["compile_cache_hits"]
             return reply.get("status") == "ok"
 
     def start(self) -> None:
@@ -358,6 +404,12 @@ class BackendProcess:
         return {key: self.worker_info[key] for key in RAN_WITH if key in self.worker_info}
 
     @property
+    def cost(self) -> Cost:
+        """Every call so far: the runs (:attr:`invocations`), and the compiles the worker made for them and for
+        :meth:`load` (:mod:`graphbisect.backends.cost`)."""
+        return Cost(self.invocations, self.compiles, self.compile_cache_hits)
+
+    @property
     def pid(self) -> int | None:
         """The current worker's process id (None before the first call and after a crash)."""
         worker = self._state.worker
@@ -422,6 +474,8 @@ class BackendProcess:
         if not self.backend.numpy_blas:  # numpy there needs no BLAS threads (BackendInfo.numpy_blas)
             env.setdefault("OPENBLAS_NUM_THREADS", "1")
         env.setdefault("GRAPHBISECT_CALLER_CWD", os.getcwd())  # where a `command` backend runs its program
+        if self.compile_cache is not None:  # the host's own setting of the variable wins (off: none)
+            env.setdefault(COMPILE_CACHE_ENV, str(self.compile_cache))
         return env
 
     def _call_checked(self, message: Mapping[str, Any], seconds: float) -> dict[str, Any]:
@@ -574,32 +628,38 @@ class BackendProcess:
         phase = worker.phase
         status = worker.kill()
         log = self._log_since(offset)
+        # a worker lost while it built (its count died with it) had started one compile; the cache is not known
+        compiles = 1 if phase is Phase.LOAD else 0
         if isinstance(exc, _WorkerTimeout):
             logger.warning("%s timed out after %.3g s during %s; worker killed", self.spec, self.timeout,
                            phase.value)
             return RunResult(RunStatus.TIMEOUT, phase=phase, log=log, seconds=seconds, ran_with=ran_with,
+                             compiles=compiles,
                              message=f"no result within {self.timeout:g} s (during {phase.value}); "
                              "the worker process group was killed")
         error_type = signal.Signals(-status).name if status < 0 and -status in _SIGNALS else "WorkerExit"
         return RunResult(RunStatus.CRASH, phase=phase, error_type=error_type, exit_code=status, log=log,
-                         seconds=seconds, ran_with=ran_with,
+                         seconds=seconds, ran_with=ran_with, compiles=compiles,
                          message=f"the worker process {_exit_text(status)} during {phase.value}")
 
     def _result(self, reply: Mapping[str, Any], output_dir: Path, offset: int, seconds: float, *,
                 keep_outputs: bool) -> RunResult:
         log = self._log_since(offset)
         info = dict(reply.get("info") or {})
+        spent = _reply_cost(reply)
         if reply.get("status") != "ok":
             return RunResult(RunStatus.CRASH, phase=Phase(reply.get("phase", "run")), log=log, info=info,
                              error_type=reply.get("error_type"), message=reply.get("message"),
-                             exit_code=reply.get("exit_code"), seconds=seconds, ran_with=self.ran_with)
+                             exit_code=reply.get("exit_code"), seconds=seconds, ran_with=self.ran_with,
+                             compiles=spent["compiles"], compile_cache_hits=spent["compile_cache_hits"])
         # Kept outputs stay on disk until read; a scratch folder goes away, so its outputs are read now
         # (only large ones stay mapped).
         files = OutputFiles(output_dir, {**reply["pack"], "tensors": reply["outputs"]})
         outputs: Mapping[str, Any] = files if keep_outputs else {name: files.read_now(name) for name in files}
         stats = self._stats(reply.get("stats"))
         return RunResult(RunStatus.OK, outputs=outputs, log=log, info=info, seconds=seconds, ran_with=self.ran_with,
-                         stats=stats)
+                         stats=stats, compiles=spent["compiles"],
+                         compile_cache_hits=spent["compile_cache_hits"])
 
     def _stats(self, stats: Mapping[str, Any] | None) -> dict[str, TensorStats]:
         """The statistics a worker measured against the oracle's store (``worker.compare_to_store``)."""

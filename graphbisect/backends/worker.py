@@ -23,7 +23,9 @@ Protocol (one JSON object per line, on two dedicated pipes whose descriptors are
   with ``"done"``, ``"total"`` and ``"node"`` where the runtime counts its nodes (``progress()``: onnx.reference),
   then ``{"event": "done", "status": "ok" | "crash", ...}``; a ``done`` reply's ``info`` holds ``load_seconds``,
   ``run_seconds`` and ``session_reused`` (true when the run used a session built before this request, by an
-  earlier run of the same model file or a ``load``, false when it built one). With ``"compare": {"store": dir,
+  earlier run of the same model file or a ``load``, false when it built one); a ``done`` reply (and a ``load``'s)
+  holds ``"cost": {"compiles": n, "compile_cache_hits": m}``, the builds the request made
+  (:mod:`graphbisect.backends.cost`). With ``"compare": {"store": dir,
   "tolerance": {...}, "keep": [names]}`` the outputs the oracle's activation store at ``dir`` holds are
   compared with it here (:func:`compare_to_store`) and come back as ``"stats"`` (``{"fields", "rows"}``: one
   ``TensorStats.to_row`` per tensor) instead of files;
@@ -640,6 +642,7 @@ class _Server:
         self.workdir = workdir
         self.runtime: Any = None
         self.loaded: tuple[Any, ...] | None = None
+        self.builds = 0  # runtime.load calls: the compiles of a runtime that does not count its own (cost())
         self.inputs = InputsReader()
 
     def serve(self) -> int:
@@ -692,6 +695,12 @@ class _Server:
         return {"ok": True, "passes": list(registered()) if registered is not None else None}
 
     def run(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        before = self._counts()
+        reply = self._run(request)
+        reply["cost"] = self._spent(before)
+        return reply
+
+    def _run(self, request: Mapping[str, Any]) -> dict[str, Any]:
         self.channel.send({"event": "start"})
         # First: the host counts on this worker holding what the request sends, whatever happens next (a
         # model that fails to load is a result, and the next request refers to these values).
@@ -717,8 +726,24 @@ class _Server:
         return result
 
     def load(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        before = self._counts()
         crash = self._load(str(request["model"]), request.get("outputs"))
-        return {"ok": True, **(crash or {"status": "ok"})}
+        return {"ok": True, **(crash or {"status": "ok"}), "cost": self._spent(before)}
+
+    def _counts(self) -> tuple[int, Mapping[str, Any] | None]:
+        """The builds this worker asked for, and the runtime's own count where it keeps one (``cost()``)."""
+        counted = getattr(self.runtime, "cost", None)
+        with contextlib.suppress(Exception):  # a count is a courtesy: never a reason to fail the run
+            return self.builds, dict(counted()) if counted is not None else None
+        return self.builds, None
+
+    def _spent(self, before: tuple[int, Mapping[str, Any] | None]) -> dict[str, int]:
+        """What a request compiled: the runtime's count where it keeps one, else one compile per build."""
+        builds, counted = self._counts()
+        if counted is None or before[1] is None:
+            return {"compiles": builds - before[0], "compile_cache_hits": 0}
+        return {key: int(counted.get(key, 0)) - int(before[1].get(key, 0))
+                for key in ("compiles", "compile_cache_hits")}
 
     def _load(self, model: str, outputs: Sequence[str] | None) -> dict[str, Any] | None:
         # A runtime whose build depends on more than the model file (a pin file it reads at load) says so.
@@ -728,6 +753,7 @@ class _Server:
         if key == self.loaded:
             return None
         self.loaded = None
+        self.builds += 1
         try:
             self.runtime.load(model, list(outputs) if outputs is not None else None)
         except GraphBisectError:

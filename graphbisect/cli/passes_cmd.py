@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
+from graphbisect.backends.cost import describe_calls
 from graphbisect.cli.common import (
     add_model_arguments,
     count,
@@ -96,7 +97,7 @@ def print_passes(result: PassesResult) -> None:
         if result.fixed_flags:
             print(f"  outside graphbisect: {result.fixed_flags}")
         print("minimal: " + ("yes (1-minimal, both sets)" if result.minimal else "NOT PROVEN (see notes)"))
-    print("invocations: " + ", ".join(f"{k} {v}" for k, v in result.invocations.items())
+    print("invocations: " + describe_calls(result.invocations, result.backend_calls)
           + f"; {result.seconds:.1f} s")
     for note in result.notes:
         print(f"note: {note}")

@@ -34,11 +34,12 @@ import json
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from graphbisect.backends import BackendInfo, BackendSpec
+from graphbisect.backends.cost import Cost
 from graphbisect.compare import MismatchKind, TensorStats, Tolerance
 
 __all__ = ["FLOOR_CAP", "FLOOR_MARGIN", "NoiseFloor", "floor_spec", "measure_floor", "no_floor"]
@@ -62,6 +63,8 @@ class NoiseFloor:
     note: str = ""  # how it was obtained, or why there is none
     measured: bool = False  # a floor run's scores (False: no floor, or zero by construction)
     margin: float = FLOOR_MARGIN
+    #: what measuring it cost (its run and what that compiled; nothing when no run was made): not saved
+    cost: Cost = field(default=Cost(), compare=False)
 
     def exceeds(self, stats: TensorStats) -> bool:
         """Whether a failing tensor fails above the floor. Only value mismatches beyond the tolerance have a
@@ -141,8 +144,8 @@ def measure_floor(spec: BackendSpec, probe: Path, inputs: Path, store: Path, tol
     with BackendProcess(spec, workdir=workdir, timeout=timeout) as proc:
         run = proc.run(probe, inputs, compare_to=CompareTo(store, tolerance))
     if not run.ok:
-        return no_floor(f"not measured: {spec} failed on the model ({run.describe()})")
-    return NoiseFloor.of_run(spec, run.stats.values())
+        return replace(no_floor(f"not measured: {spec} failed on the model ({run.describe()})"), cost=proc.cost)
+    return replace(NoiseFloor.of_run(spec, run.stats.values()), cost=proc.cost)
 
 
 def no_floor(note: str) -> NoiseFloor:

@@ -34,8 +34,9 @@ from typing import Any, TypeVar, cast
 import numpy as np
 import onnx
 
-from graphbisect.backends import BackendInfo, BackendProcess, BackendSpec, Capability, RunResult, resolve
-from graphbisect.backends.process import CompareTo
+from graphbisect.backends import BackendInfo, BackendProcess, BackendSpec, Capability, Phase, RunResult, resolve
+from graphbisect.backends.cost import CallTally, Cost
+from graphbisect.backends.process import CompareTo, compile_cache
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET, shared_accelerator
 from graphbisect.compare import Comparison, TensorStats, Tolerance, compare_outputs
 from graphbisect.compare.metrics import comparison_of
@@ -111,10 +112,13 @@ class CompareResult:
     layerwise_note: str | None  # why layerwise data are missing or partial
     probe_masking: bool
     probed_comparison: Comparison | None
-    invocations: Mapping[str, int]
+    invocations: Mapping[str, int]  # role -> runs
     seconds: float
     outcome: Outcome  # what the result means: pass, divergence, random-op, target-unsupported... (oracle/outcome.py)
     store_dir: Path | None = None
+    #: role -> {"runs", "compiles", "compile_cache_hits"}: every backend call by kind, compiles included
+    #: (:mod:`graphbisect.backends.cost`)
+    backend_calls: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     extra: Mapping[str, object] = field(default_factory=dict)
     compiled: CompiledGraph | None = None  # what the target compiled, when it described it (the probe's basis)
     target_probe: TargetProbe | None = None  # what the target's layerwise probe ran (None: no probe)
@@ -235,6 +239,7 @@ class CompareResult:
             "chosen_dims": [dim.to_json() for dim in self.chosen_dims],
             "dims_note": self.dims_note,
             "invocations": dict(self.invocations),
+            "backend_calls": {role: dict(calls) for role, calls in self.backend_calls.items()},
             "seconds": round(self.seconds, 3),
             **self.extra,  # e.g. the CLI's random_inputs notes and seed, or the user's --inputs file
         }
@@ -290,7 +295,8 @@ def compare_models(
     oracle_spec, oracle_info = resolve(oracle)
     target_spec, target_info = resolve(target)
     stage = on_stage or (lambda _msg: None)
-    with work_folder(workdir, "compare", protect=(model.path, model.paddle_source)) as (folder, kept):
+    with work_folder(workdir, "compare", protect=(model.path, model.paddle_source)) as (folder, kept), \
+            compile_cache(folder / "compile-cache"):
         # The target describes what it compiled on both its runs (the probe's description is not used); a
         # backend that cannot run a probe model (Paddle) returns its compiled graph's tensors from the plain run.
         described = describing_spec(target_spec) \
@@ -305,7 +311,7 @@ def compare_models(
                 stack.enter_context(BackendProcess(oracle_described or oracle_spec, workdir=folder / "oracle")),
                 stack.enter_context(BackendProcess(described or target_spec, workdir=folder / "target")))
             inputs_path = _write_inputs_and_model(model, folder, inputs, seed, starting=(oracle_proc, target_proc))
-            invocations_before = (oracle_proc.invocations, target_proc.invocations)
+            cost_before = (oracle_proc.cost, target_proc.cost)
             # The target's worker starts first with nothing else on the CPU: the oracle's probe model (shape
             # inference) is made once it is ready, while the target builds, which takes longer (it optimizes).
             target_proc.validate()
@@ -349,9 +355,10 @@ def compare_models(
                 note = _masking_note(plain_failed, plan)
             if capture_note:
                 note = capture_note if the_oracles else "; ".join(filter(None, (note, capture_note)))
-            invocations = {"oracle": oracle_proc.invocations - invocations_before[0],
-                           "target": target_proc.invocations - invocations_before[1]
-                           + (1 if floor is not None and floor.spec is not None else 0)}
+            calls = CallTally({"oracle": oracle_proc.cost - cost_before[0],
+                               "target": target_proc.cost - cost_before[1]
+                               + (floor.cost if floor is not None else Cost())})
+            invocations = calls.runs()
             oracle_closed()
             target_closed()
         versions = {"oracle": dict(oracle_run.ran_with), "target": dict(target_run.ran_with)}  # measured in the workers
@@ -359,7 +366,7 @@ def compare_models(
             model=model, oracle=oracle_spec, target=target_spec, versions=versions, inputs_path=inputs_path,
             oracle_run=oracle_run, target_run=target_run, comparison=comparison, layerwise=layer_report,
             layerwise_note=note, probe_masking=masking, probed_comparison=probed_comparison,
-            invocations=invocations, seconds=time.monotonic() - started,
+            invocations=invocations, backend_calls=calls.to_json(), seconds=time.monotonic() - started,
             store_dir=folder / "activations" if kept and (folder / "activations").is_dir() else None,
             compiled=plan.compiled, target_probe=probed.probe,
             oracle_capture=oracle_side.as_built.difference if oracle_side.as_built is not None else None,
@@ -707,6 +714,11 @@ def _probe(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, target
     if target_values is not None:
         return _Probed(oracle=oracle_values, target=target_values,
                        probe=TargetProbe("plain run", str(target.built), len(target_values)))
+    if not target.run.ok and target.run.phase is Phase.LOAD:
+        # the probe model is the model with more outputs: a build that crashed (or hung) on the model costs as
+        # much again on the probe (a compile of minutes for IREE), and most often fails the same way
+        return _Probed(note=f"the target failed to build the model ({target.run.describe(200)}), "
+                       "so its probe model was not built; only the oracle's intermediates were captured")
     names = [n for n in plan.names if n in oracle_values]
     fallback = None
     if plan.compiled is not None and oracle.store is not None and replay_spec(target.built) is not None:

@@ -42,6 +42,8 @@ import numpy as np
 
 from graphbisect.artifacts.bundle import BundleContent
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
+from graphbisect.backends.cost import CallTally, Cost
+from graphbisect.backends.process import compile_cache
 from graphbisect.backends.registry import BACKEND_SPEC
 from graphbisect.compare import Tolerance
 from graphbisect.compare.quantization import with_quantization
@@ -129,7 +131,10 @@ class PassesResult:
     fixed_target: str | None = None  # the target with ``culprits`` disabled: the workaround
     fixed_flags: str | None = None  # the same workaround as the backend's own setting (iree-compile flags)
     control_target: str | None = None  # ``culprit_target`` with the culprits disabled as well
-    invocations: Mapping[str, int] = field(default_factory=dict)
+    invocations: Mapping[str, int] = field(default_factory=dict)  # role -> runs
+    #: role -> {"runs", "compiles", "compile_cache_hits"}: every backend call by kind, compiles included
+    #: (:mod:`graphbisect.backends.cost`; IREE compiles once per feature to list what fired)
+    backend_calls: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     versions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # role -> RunResult.ran_with
     search: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     #: Where the search ran: ``{"searched_on": "region"|"whole model", ...}`` with, for a region, its nodes,
@@ -178,6 +183,7 @@ class _Session:
             control_for(self.target_spec)  # raises with the list of backends that can ablate passes
         self.control = control_for(self.target_spec)
         self.invocations = {"oracle": 0, "target": 0}
+        self.calls = CallTally({"oracle": Cost(), "target": Cost()})  # the same runs, and what they compiled
         self.ran_with: dict[str, dict[str, Any]] = {}  # role -> what its last worker measured
         self.notes: list[str] = []
         self.expected: dict[str, np.ndarray] = {}
@@ -202,6 +208,7 @@ class _Session:
         self.invocations[role] += 1
         path = model or model_for_backend(self.model, spec, self.onnx_path)
         run = self.runners[role].run(spec, path, self.inputs_path, outputs=outputs, output_dir=output_dir)
+        self.calls.count(role, run)
         if run.ran_with:
             self.ran_with[role] = dict(run.ran_with)
         return run
@@ -286,6 +293,7 @@ class _Session:
                                            timeout=self.options.timeout)
             finally:
                 remove_model(probe)
+            self.calls.add("target", self.floor.cost)
         if self.floor.measured:
             self.notes.append(self.floor.describe())
 
@@ -321,6 +329,8 @@ def find_culprit_passes(
     else:  # the user's folder: new, empty or graphbisect's, and locked for this run
         workdir = holder.enter_context(own_folder(Path(workdir), what="graphbisect passes",
                                                   protect=(model.path, model.paddle_source)))
+    # a model compiled twice with the same options within the search compiles once (a compiler's cache)
+    holder.enter_context(compile_cache(Path(workdir) / "compile-cache"))
     try:
         s = _Session(model, options, Path(workdir), on_stage or (lambda _msg: None))
     except BaseException:
@@ -341,7 +351,8 @@ def find_culprit_passes(
                 **tried, "searched_on": "whole model",
                 "whole_model_target_runs": s.invocations["target"] - tried.get("region_target_runs", 0)})
         note = dims_note(chosen) if not result.failed else None
-        return dataclasses.replace(result, invocations=dict(s.invocations), notes=(*s.notes, *filter(None, [note])),
+        return dataclasses.replace(result, invocations=dict(s.invocations), backend_calls=s.calls.to_json(),
+                                   notes=(*s.notes, *filter(None, [note])),
                                    versions=dict(s.ran_with), seconds=time.monotonic() - started,
                                    chosen_dims=tuple(chosen))
     finally:
@@ -389,6 +400,7 @@ def _on_region(s: _Session, on_progress: Callable[[ProgressEvent], None] | None)
         found = _search(sub, on_progress)
     finally:
         s.invocations["target"] += sub.invocations["target"]
+        s.calls.add("target", sub.calls.get("target"))
         s.ran_with.update(sub.ran_with)
     s.notes.extend(f"on the region: {note}" for note in sub.notes)
     scope = s.scope
