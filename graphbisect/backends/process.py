@@ -616,7 +616,7 @@ class BackendProcess:
         text = f"{self.spec}: still {stage}, {float(event.get('seconds', 0)):.0f} s so far"
         if event.get("total"):
             text += f", node {event.get('done')} of {event.get('total')} done"
-            if event.get("node"):
+            if event.get("node") and int(event.get("done") or 0) < int(event["total"]):  # all done: none runs now
                 text += f" (now {event['node']})"
         return text
 
