@@ -1,10 +1,12 @@
 """Render ``docs/api.md`` from the public API's signatures and docstrings (a test keeps the page in sync).
 
-Regenerate with ``python -m graphbisect.api_doc [PATH]`` (default ``docs/api.md`` of this checkout).
+Regenerate with ``python -m graphbisect.api_doc [PATH]`` (default ``docs/api.md`` of this checkout);
+``--check`` writes nothing and exits 1 when the page differs from what the docstrings give.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import enum
 import importlib
@@ -264,9 +266,22 @@ def render() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    path = Path(args[0]) if args else Path(__file__).resolve().parents[1] / "docs" / "api.md"
-    path.write_text(render(), encoding="utf-8")
+    parser = argparse.ArgumentParser(prog="python -m graphbisect.api_doc",
+                                     description="Render the Python API page from the docstrings.")
+    parser.add_argument("path", nargs="?", type=Path,
+                        default=Path(__file__).resolve().parents[1] / "docs" / "api.md",
+                        help="the page to write (default: docs/api.md of this checkout)")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 when PATH differs from the rendered page")
+    args = parser.parse_args(argv)
+    page = render()
+    if args.check:
+        current = args.path.read_text(encoding="utf-8") if args.path.is_file() else None
+        if current == page:
+            return 0
+        print(f"{args.path} is out of date: regenerate it with python -m graphbisect.api_doc", file=sys.stderr)
+        return 1
+    args.path.write_text(page, encoding="utf-8")
     return 0
 
 

@@ -100,6 +100,21 @@ def test_api_page_is_in_sync_with_the_docstrings() -> None:
     assert page.read_text(encoding="utf-8") == render(), "regenerate it: python -m graphbisect.api_doc"
 
 
+def test_api_doc_check_flag_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--check`` and ``--help`` are options, not page paths (they once wrote files named "--check" and "--help")."""
+    from graphbisect.api_doc import main
+
+    stale = tmp_path / "api.md"
+    stale.write_text("old\n", encoding="utf-8")
+    assert main(["--check", str(stale)]) == 1
+    assert stale.read_text(encoding="utf-8") == "old\n"
+    assert "out of date" in capsys.readouterr().err
+    assert main([str(stale)]) == 0 and main(["--check", str(stale)]) == 0
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert not list(tmp_path.glob("-*")) and not list(ROOT.glob("-*")), "a flag was taken for a file name"
+
+
 def test_reduce_takes_a_model_proto_and_no_inputs_and_leaves_no_work_folder(tmp_path: Path) -> None:
     """The façade loads what it is given and draws the CLI's seeded inputs; a 1-minimal result cleans up."""
     proto = host_network(100, bug="layernorm_keepdims0", seed=3).model
