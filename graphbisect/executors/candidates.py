@@ -16,7 +16,7 @@ counted as a pass or a failure. On a multi-node Ray cluster the work folder must
 node mounts at the same path (as triage's OUT_DIR), since a task reads the candidate by path.
 
 Example:
-    >>> pool = ExecutorPool.open("ray:auto", "onnxruntime:opt_level=all", jobs=4)   # doctest: +SKIP
+    >>> pool = ExecutorPool.open("ray:auto", "onnxruntime:opt_level=all", work / "target", jobs=4)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
-import tempfile
+import os
+import socket
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -38,18 +39,26 @@ from graphbisect.executors.factory import make_executor
 
 __all__ = ["ExecutorPool", "run_candidate"]
 
-#: Backend workers of this process, by (spec, timeout): kept between tasks, closed at exit.
-_WORKERS: dict[tuple[str, float | None], BackendProcess] = {}
+#: Backend workers of this process, by (spec, timeout, scratch folder): kept between tasks, closed at exit.
+_WORKERS: dict[tuple[str, float | None, str], BackendProcess] = {}
 _LOCK = threading.Lock()
 
 
-def run_candidate(spec: str, model: str, feeds: Mapping[str, np.ndarray], timeout: float | None) -> RunResult:
-    """The task: run ``model`` on ``feeds`` with the target ``spec`` in this process's backend worker."""
-    key = (spec, timeout)
+def run_candidate(spec: str, model: str, feeds: Mapping[str, np.ndarray], timeout: float | None,
+                  scratch: str) -> RunResult:
+    """The task: run ``model`` on ``feeds`` with the target ``spec`` in this process's backend worker.
+
+    The worker's files live in ``scratch/HOST-PID``, inside the reduction's work folder, so they go with it: a
+    Ray worker is killed at cluster shutdown (with its children) and would never remove a folder of its own."""
+    key = (spec, timeout, scratch)
     with _LOCK:
         proc = _WORKERS.get(key)
         if proc is None:
-            workdir = Path(tempfile.mkdtemp(prefix="graphbisect-candidates-"))
+            for old_key, old in list(_WORKERS.items()):  # workers of reductions whose folder is gone
+                if not old.workdir.exists():
+                    old.close()
+                    del _WORKERS[old_key]
+            workdir = Path(scratch) / f"{socket.gethostname()}-{os.getpid()}"
             proc = _WORKERS[key] = BackendProcess(spec, workdir=workdir, timeout=timeout)
         run = proc.run(model, dict(feeds))
         # The worker's output files are overwritten by its next run, and its folder may be on another
@@ -80,7 +89,8 @@ class _Runner:
         if outputs is not None:
             raise ValueError("candidate runs return the model's own outputs; pass outputs=None")
         pool = self._pool
-        future = pool.executor.submit(run_candidate, str(pool.spec), str(model), dict(inputs), pool.timeout)
+        future = pool.executor.submit(run_candidate, str(pool.spec), str(model), dict(inputs), pool.timeout,
+                                      str(pool.scratch))
         result: RunResult = future.result()  # WorkerLostError when the worker was lost every time
         with pool.lock:
             pool.runs += 1
@@ -90,21 +100,23 @@ class _Runner:
 class ExecutorPool:
     """Target runs as executor tasks, with :class:`~graphbisect.oracle.tester.WorkerPool`'s interface."""
 
-    def __init__(self, spec: BackendSpec | str, executor: Executor, *, timeout: float | None = None,
+    def __init__(self, spec: BackendSpec | str, executor: Executor, scratch: Path, *, timeout: float | None = None,
                  owned: bool = False) -> None:
         self.spec = spec if isinstance(spec, BackendSpec) else BackendSpec.parse(spec)
-        self.executor, self.timeout, self._owned = executor, timeout, owned
+        self.executor, self.scratch, self.timeout, self._owned = executor, Path(scratch).absolute(), timeout, owned
         self.lock = threading.Lock()
         self.runs = 0
 
     @classmethod
-    def open(cls, executor: str, spec: BackendSpec | str, *, jobs: int, timeout: float | None = None
+    def open(cls, executor: str, spec: BackendSpec | str, scratch: Path, *, jobs: int, timeout: float | None = None
              ) -> ExecutorPool:
         """A pool on a new executor (``local``, ``ray``, ``ray:ADDRESS``) with ``jobs`` tasks at once; a target
-        that needs a GPU asks Ray for one per task."""
+        that needs a GPU asks Ray for one per task. Its workers keep their files under ``scratch`` (a folder
+        of the reduction's work folder, which every node mounts)."""
         parsed, info = resolve(spec)
         gpus = 1.0 if info.has(Capability.NEEDS_GPU) else 0.0
-        return cls(parsed, make_executor(executor, jobs=jobs, gpus_per_task=gpus), timeout=timeout, owned=True)
+        return cls(parsed, make_executor(executor, jobs=jobs, gpus_per_task=gpus), scratch, timeout=timeout,
+                   owned=True)
 
     @contextlib.contextmanager
     def acquire(self) -> Iterator[_Runner]:

@@ -713,7 +713,8 @@ class _Run:
 
         def pool_of(spec: BackendSpec, folder: str) -> TargetPool:
             if self.options.executor:
-                return ExecutorPool.open(self.options.executor, spec, jobs=jobs, timeout=self.options.timeout)
+                return ExecutorPool.open(self.options.executor, spec, self.work / folder, jobs=jobs,
+                                         timeout=self.options.timeout)
             return WorkerPool(spec, jobs, self.work / folder, timeout=self.options.timeout)
 
         pool = pool_of(self.target_spec, "target")
