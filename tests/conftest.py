@@ -12,6 +12,13 @@ import pytest
 from tests.triage_models import write_models
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per core this process may use, at most 8 (each worker's tests start backend
+    workers of their own: Paddle or OpenVINO ones take ~1 GB)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, 8))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Keep caches (ORT optimizer catalogue, paddle2onnx conversions) out of the user's ~/.cache.

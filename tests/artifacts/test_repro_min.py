@@ -131,7 +131,10 @@ def test_report_shows_the_graph_the_spec_and_the_facts(mismatch_bundle: Path) ->
     assert facts["optimization_levels"]["levels"]["disable"] == "passes"
     assert facts["repro_min"]["written"] is True
     assert facts["report_runs"]["reference"] == 1
-    assert "pytest" in facts["command_line"]  # the process that wrote it: this test run
+    from graphbisect.workflows.maintainer import command_line
+
+    # the process that wrote it: this test run (pytest, or the `python -c` of a pytest-xdist worker)
+    assert facts["command_line"] == command_line() and facts["command_line"].startswith("python")
 
 
 def test_a_crash_bundle_says_crashes_and_keeps_the_whole_message(crash_bundle: Path) -> None:
