@@ -2,12 +2,15 @@
 
 ``passes --target iree`` lists the fired features by compiling the model once per feature: those compiles are
 counted (they were not: "invocations: target 6" hid 30 compiles), and the pass candidates that compile a
-module the listing compiled already are served from the command's compile cache.
+module the listing compiled already are served from the command's compile cache. ``reduce``, ``precision``,
+``tactics``, ``verify`` and ``triage`` report the same ``backend_calls`` (their runs are their ``invocations``,
+role by role), and print them on their ``invocations:`` line.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +20,11 @@ import pytest
 from graphbisect.backends import resolve
 from graphbisect.backends.iree import FEATURES
 from graphbisect.cli.main import main
+from graphbisect.examples import host_network
 from graphbisect.examples.iree_bugs import iree_bug_model
 from graphbisect.model import load_model
 from graphbisect.workflows.passes import PassesOptions, find_culprit_passes
+from graphbisect.workflows.reduce import ReduceOptions, reduce_model, resume_reduction, work_dir_for
 
 iree_installed = pytest.mark.skipif(not resolve("iree", require_available=False)[1].availability().available,
                                     reason="iree-base-compiler is not installed (pip install 'graphbisect[iree]')")
@@ -50,3 +55,80 @@ def test_compare_does_not_build_the_probe_after_the_plain_compile_crashed(tmp_pa
     assert report["backend_calls"]["target"] == {"runs": 1, "compiles": 1, "compile_cache_hits": 0}
     assert "probe model was not built" in (report["layerwise_note"] or "")
     assert "invocations: " in capsys.readouterr().out
+
+
+def _runs_are_the_invocations(invocations: dict, calls: dict) -> None:
+    """``backend_calls`` counts the very runs ``invocations`` counts, role by role, and what they compiled."""
+    assert {role: cost["runs"] for role, cost in calls.items()} == dict(invocations)
+    assert all(set(cost) == {"runs", "compiles", "compile_cache_hits"} for cost in calls.values())
+
+
+def _save(model: onnx.ModelProto, inputs: dict, folder: Path) -> tuple[str, str]:
+    onnx.save(model, folder / "m.onnx")
+    np.savez(folder / "in.npz", **inputs)
+    return str(folder / "m.onnx"), str(folder / "in.npz")
+
+
+@iree_installed
+def test_reduce_counts_a_compile_per_iree_candidate_and_the_report_facts(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    model, inputs, truth = iree_bug_model("maxunpool", blocks=1)
+    path, feeds = _save(model, inputs, tmp_path)
+    assert main(["reduce", path, "--inputs", feeds, "--target", "iree", "-o", str(tmp_path / "b"),
+                 "--json", str(tmp_path / "r.json")]) == 1
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert tuple(result["kept_nodes"]) == truth.nodes
+    _runs_are_the_invocations(result["invocations"], result["backend_calls"])
+    # a compile crash leaves no module to reuse: every target run (baseline, candidate, re-verification) compiled
+    target = result["backend_calls"]["target"]
+    search = json.loads((tmp_path / "b" / "report.json").read_text())["search"]
+    assert target["compiles"] + target["compile_cache_hits"] >= target["runs"] > search["tests"] - search["cache_hits"]
+    bundle = json.loads((tmp_path / "b" / "report.json").read_text())
+    assert bundle["backend_calls"] == result["backend_calls"]
+    _runs_are_the_invocations(bundle["report_runs"], bundle["report_calls"])  # the spec's word: onnx.reference
+    assert result["report_calls"] == bundle["report_calls"] and bundle["report_calls"]["reference"]["compiles"] >= 1
+    out = capsys.readouterr().out
+    assert f"target {target['runs']} ({target['compiles']} compiles" in out and "; report facts: reference 1" in out
+    assert f"target {target['runs']} ({target['compiles']} compiles" in (tmp_path / "b" / "report.md").read_text()
+
+
+def test_reduce_counts_one_onnxruntime_session_per_candidate(tmp_path: Path) -> None:
+    host = host_network(100, bug="layernorm_keepdims0", position="branch", seed=6)
+    result = reduce_model(load_model(host.model), tmp_path / "b", inputs=host.inputs)
+    assert result.one_minimal
+    _runs_are_the_invocations(result.invocations, result.backend_calls)
+    search = json.loads((tmp_path / "b" / "report.json").read_text())["search"]
+    # each candidate is another model file: its own session; the original's runs are sessions too
+    assert result.backend_calls["target"]["compiles"] > search["tests"] - search["cache_hits"]
+    assert result.backend_calls["oracle"]["compiles"] >= 1
+    # the optimization levels and the passes that fired at the lowest failing one are report facts
+    assert result.report_calls["target"]["compiles"] >= result.report_calls["target"]["runs"] >= 2
+
+
+@iree_installed
+def test_reduce_counts_compiles_across_resume_and_resumes_an_older_state_file(tmp_path: Path) -> None:
+    model, inputs, truth = iree_bug_model("maxunpool", blocks=1)
+    first = reduce_model(load_model(model), tmp_path / "b", inputs=inputs,
+                         options=ReduceOptions(target="iree", max_invocations=2))
+    assert not first.one_minimal and first.stop_reason is not None
+    state = json.loads((work_dir_for(tmp_path / "b") / "run.json").read_text())
+    assert state["backend_calls"] == first.backend_calls  # recorded: a resumed run goes on counting from here
+    before = first.backend_calls["target"]["compiles"]
+    assert before >= first.invocations["target"]
+    for name in ("b", "b.work"):  # the same stopped run, its state file written before compiles were counted
+        shutil.copytree(tmp_path / name, tmp_path / "old" / name)
+    old_state = work_dir_for(tmp_path / "old" / "b") / "run.json"
+    del state["backend_calls"]
+    old_state.write_text(json.dumps(state))
+
+    resumed = resume_reduction(tmp_path / "b")
+    assert tuple(resumed.kept_nodes) == truth.nodes
+    _runs_are_the_invocations(resumed.invocations, resumed.backend_calls)
+    made = resumed.invocations["target"] - first.invocations["target"]
+    assert made > 0 and resumed.backend_calls["target"]["compiles"] >= before + made
+
+    older = resume_reduction(tmp_path / "old" / "b")
+    assert older.kept_nodes == resumed.kept_nodes and older.invocations == resumed.invocations
+    _runs_are_the_invocations(older.invocations, older.backend_calls)
+    # the first session's compiles were not recorded: only this session's are known
+    assert older.backend_calls["target"]["compiles"] == resumed.backend_calls["target"]["compiles"] - before
