@@ -18,6 +18,7 @@ import onnx
 import pytest
 
 from graphbisect.backends import resolve
+from graphbisect.backends.cost import describe_calls
 from graphbisect.backends.iree import FEATURES
 from graphbisect.cli.main import main
 from graphbisect.examples import host_network
@@ -132,3 +133,25 @@ def test_reduce_counts_compiles_across_resume_and_resumes_an_older_state_file(tm
     _runs_are_the_invocations(older.invocations, older.backend_calls)
     # the first session's compiles were not recorded: only this session's are known
     assert older.backend_calls["target"]["compiles"] == resumed.backend_calls["target"]["compiles"] - before
+
+
+def test_verify_counts_the_bundles_run_and_the_original_models_comparison(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    host = host_network(100, bug="layernorm_keepdims0", position="branch", seed=6)
+    path, feeds = _save(host.model, host.inputs, tmp_path)
+    assert reduce_model(load_model(path), tmp_path / "b", inputs=host.inputs).one_minimal
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path / "b"), "--json", str(tmp_path / "v.json")]) == 1
+    verified = json.loads((tmp_path / "v.json").read_text())
+    assert verified["outcome"] == "reproduces"
+    assert verified["backend_calls"] == {"target": {"runs": 1, "compiles": 1, "compile_cache_hits": 0}}
+    _runs_are_the_invocations(verified["invocations"], verified["backend_calls"])
+    assert "invocations: target 1 (1 compile)" in capsys.readouterr().out
+    # --model compares the original model too: the oracle's run and the target's (the plain model and its probe)
+    assert main(["verify", str(tmp_path / "b"), "--model", path, "--inputs", feeds,
+                 "--json", str(tmp_path / "m.json")]) == 1
+    both = json.loads((tmp_path / "m.json").read_text())
+    _runs_are_the_invocations(both["invocations"], both["backend_calls"])
+    assert both["invocations"]["oracle"] >= 1 and both["invocations"]["target"] >= 2
+    assert all(calls["compiles"] >= 1 for calls in both["backend_calls"].values())
+    assert f"invocations: {describe_calls(both['invocations'], both['backend_calls'])}" in capsys.readouterr().out
