@@ -21,6 +21,7 @@ from graphbisect.backends import resolve
 from graphbisect.backends.cost import describe_calls
 from graphbisect.backends.iree import FEATURES
 from graphbisect.cli.main import main
+from graphbisect.compare import Tolerance
 from graphbisect.examples import host_network
 from graphbisect.examples.iree_bugs import iree_bug_model
 from graphbisect.model import load_model
@@ -155,3 +156,46 @@ def test_verify_counts_the_bundles_run_and_the_original_models_comparison(tmp_pa
     assert both["invocations"]["oracle"] >= 1 and both["invocations"]["target"] >= 2
     assert all(calls["compiles"] >= 1 for calls in both["backend_calls"].values())
     assert f"invocations: {describe_calls(both['invocations'], both['backend_calls'])}" in capsys.readouterr().out
+
+
+def _centering(folder: Path) -> tuple[str, str]:
+    """x - GlobalAveragePool(x), then Relu: a float16 GlobalAveragePool of 128x128 values near 10 overflows on IREE."""
+    f32, shape = onnx.TensorProto.FLOAT, [1, 2, 128, 128]
+    nodes = [onnx.helper.make_node("GlobalAveragePool", ["x"], ["m"], name="gap"),
+             onnx.helper.make_node("Sub", ["x", "m"], ["c"], name="center"),
+             onnx.helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    graph = onnx.helper.make_graph(nodes, "centering", [onnx.helper.make_tensor_value_info("x", f32, shape)],
+                                   [onnx.helper.make_tensor_value_info("y", f32, shape)])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    return _save(model, {"x": (np.random.default_rng(0).standard_normal(shape) + 10).astype(np.float32)}, folder)
+
+
+@iree_installed
+def test_precision_counts_a_compile_per_iree_candidate_and_verification_run(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    path, feeds = _centering(tmp_path)
+    main(["precision", path, "--inputs", feeds, "--target", "iree", "-o", str(tmp_path / "out"),
+          "--json", str(tmp_path / "p.json")])
+    result = json.loads((tmp_path / "p.json").read_text())
+    calls = result["backend_calls"]
+    assert set(calls) == {"oracle", "target", "verification"}  # search_tests counts tests, not backend calls
+    _runs_are_the_invocations({role: result["invocations"][role] for role in calls}, calls)
+    # every candidate and every verification run (the typed model's repair included) is another module
+    for role in ("target", "verification"):
+        assert calls[role]["compiles"] + calls[role]["compile_cache_hits"] >= calls[role]["runs"] > 0
+    verification = calls["verification"]
+    assert f"verification {verification['runs']} ({verification['compiles']} compiles)" in capsys.readouterr().out
+
+
+def test_precision_workers_in_parallel_count_one_session_per_candidate() -> None:
+    from graphbisect.examples.precision_models import cnn_inputs, residual_cnn
+    from graphbisect.workflows.precision import find_precision
+
+    result = find_precision(load_model(residual_cnn()), mode="int8", inputs=cnn_inputs(),
+                            tolerance=Tolerance(atol=0.05, rtol=0.05), with_prefix=False, jobs=2)
+    assert result.keep_fp32
+    calls = result.backend_calls
+    _runs_are_the_invocations({role: result.invocations[role] for role in calls}, calls)
+    # two target workers: each candidate is another model file, so another session in whichever worker ran it
+    assert calls["target"]["compiles"] >= calls["target"]["runs"] > 0
+    assert calls["oracle"]["compiles"] >= 1 and calls["verification"]["compiles"] >= 1
