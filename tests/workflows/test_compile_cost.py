@@ -199,3 +199,38 @@ def test_precision_workers_in_parallel_count_one_session_per_candidate() -> None
     # two target workers: each candidate is another model file, so another session in whichever worker ran it
     assert calls["target"]["compiles"] >= calls["target"]["runs"] > 0
     assert calls["oracle"]["compiles"] >= 1 and calls["verification"]["compiles"] >= 1
+
+
+def test_tactics_record_replay_and_isolate_count_their_builds(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("openvino")
+    from graphbisect.tactics import load_record, save_record
+    from tests.tactics.tactics_builders import save_cnn
+
+    # A worker's first OpenVINO run compiles a probe model to check the device's precision, then the model; a
+    # replay compiles the model, then again with the record's kernels pinned (the replay lost its count: 0)
+    model = save_cnn(tmp_path)
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert main(["tactics", "record", str(model), "-o", str(a), "--json", str(tmp_path / "rec.json")]) == 0
+    recorded = json.loads((tmp_path / "rec.json").read_text())
+    assert recorded["backend_calls"] == {"target": {"runs": 1, "compiles": 2, "compile_cache_hits": 0}}
+    _runs_are_the_invocations(recorded["invocations"], recorded["backend_calls"])
+    assert "invocations: target 1 (2 compiles)" in capsys.readouterr().out
+    rec = load_record(a)
+    swap = "jit_gemm" if rec.choice_of("matmul1") != "jit_gemm" else "ref_any"
+    save_record(rec.with_choices({"matmul1": swap}), b)
+    main(["tactics", "replay", str(model), str(b), "--json", str(tmp_path / "rep.json")])
+    replayed = json.loads((tmp_path / "rep.json").read_text())
+    assert replayed["backend_calls"] == {"target": {"runs": 1, "compiles": 3, "compile_cache_hits": 0}}
+    _runs_are_the_invocations(replayed["invocations"], replayed["backend_calls"])
+
+    main(["tactics", "isolate", str(model), "--good", str(a), "--bad", str(b), "--oracle", "openvino",
+          "--json", str(tmp_path / "iso.json")])
+    isolated = json.loads((tmp_path / "iso.json").read_text())
+    calls = isolated["backend_calls"]
+    _runs_are_the_invocations(isolated["invocations"], calls)
+    assert calls["oracle"] == {"runs": 1, "compiles": 2, "compile_cache_hits": 0}
+    # after the probe, the bad record's build (plain, then pinned: it differs from the recorded kernels) and one
+    # or two compiles per other record the search replays; a record built before runs its build again
+    assert 1 + 2 <= calls["target"]["compiles"] <= 1 + 2 * calls["target"]["runs"]
+    assert f"invocations: {describe_calls(isolated['invocations'], calls)}; " in capsys.readouterr().out
