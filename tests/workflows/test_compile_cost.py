@@ -234,3 +234,38 @@ def test_tactics_record_replay_and_isolate_count_their_builds(tmp_path: Path,
     # or two compiles per other record the search replays; a record built before runs its build again
     assert 1 + 2 <= calls["target"]["compiles"] <= 1 + 2 * calls["target"]["runs"]
     assert f"invocations: {describe_calls(isolated['invocations'], calls)}; " in capsys.readouterr().out
+
+
+def test_triage_counts_every_steps_calls_per_model_and_in_sum(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRAPHBISECT_CACHE", str(tmp_path / "cache"))  # this ORT's optimizer names not known yet
+    for name, bug in (("ln", "layernorm_keepdims0"), ("healthy", None)):
+        host = host_network(100, bug=bug, position="branch", seed=6)
+        _save(host.model, host.inputs, tmp_path)
+        (tmp_path / "m.onnx").rename(tmp_path / f"{name}.onnx")
+        (tmp_path / "in.npz").rename(tmp_path / f"{name}.npz")
+    capsys.readouterr()
+    assert main(["triage", str(tmp_path), "-o", str(tmp_path / "out"), "-j", "1",
+                 "--json", str(tmp_path / "s.json")]) == 1
+    summary = json.loads((tmp_path / "s.json").read_text())
+    models = {model["name"]: model for model in summary["models"]}
+    failed, healthy = models["ln"], models["healthy"]
+    assert set(failed["step_backend_calls"]) == {"compare", "passes", "reduce"}
+    assert set(healthy["step_backend_calls"]) == {"compare"}
+    total: dict[str, dict[str, int]] = {}
+    for model in (failed, healthy):
+        for step, calls in model["step_backend_calls"].items():
+            _runs_are_the_invocations(model["step_invocations"][step], calls)
+            assert all(cost["compiles"] >= 1 for cost in calls.values())  # each role built its model at least once
+            for role, cost in calls.items():
+                summed = total.setdefault(role, {"runs": 0, "compiles": 0, "compile_cache_hits": 0})
+                total[role] = {kind: summed[kind] + n for kind, n in cost.items()}
+    _runs_are_the_invocations(failed["invocations"], failed["backend_calls"])  # the reduction's
+    assert failed["backend_calls"] == failed["step_backend_calls"]["reduce"]
+    # the pass search lists the optimizer names (once per ORT version) by building sessions of a probe model
+    passes = failed["step_backend_calls"]["passes"]["target"]
+    assert passes["compiles"] > passes["runs"]
+    assert summary["backend_calls"] == total  # the sum over models and steps
+    out = capsys.readouterr().out
+    assert f"invocations: {describe_calls({}, total)}" in out
+    assert f"healthy: passed; invocations: {describe_calls({}, healthy['step_backend_calls']['compare'])}" in out
