@@ -27,6 +27,7 @@ import numpy as np
 from graphbisect._version import __version__
 from graphbisect.artifacts.environment import describe_ran_with, environment_summary
 from graphbisect.artifacts.repro import JUDGE_PYTHON_CHECK, has_standalone_repro, judged_by, tactic_files
+from graphbisect.backends.cost import describe_calls
 from graphbisect.compare import Comparison, TensorStats, compare_outputs
 from graphbisect.oracle.outcome import headline as message_headline
 from graphbisect.shareable import file_name as path_name
@@ -317,12 +318,24 @@ def _invocations(report: Mapping[str, Any]) -> str:
     under-stated the cost; the facts' runs in a row of their own read as unexplained)."""
     passes: Mapping[str, Any] = report["passes"] if isinstance(report.get("passes"), Mapping) else {}
     parts = []
-    for counts, purpose in ((passes.get("invocations"), "the pass search"),
-                            (report.get("invocations"), "the reduction"),
-                            (report.get("report_runs"), "measuring the sections below")):
-        if isinstance(counts, Mapping) and counts:
+    for counts, calls, purpose in (
+            (passes.get("invocations"), passes.get("backend_calls"), "the pass search"),
+            (report.get("invocations"), report.get("backend_calls"), "the reduction"),
+            (report.get("report_runs"), report.get("report_calls"), "measuring the sections below")):
+        if isinstance(calls, Mapping) and calls:  # with what the runs compiled (graphbisect.backends.cost)
+            parts.append(f"{md_cell(_described_calls(calls))} for {purpose}")
+        elif isinstance(counts, Mapping) and counts:
             parts.append(", ".join(f"{md_cell(k)} {md_cell(v)}" for k, v in counts.items()) + f" for {purpose}")
     return "; ".join(parts)
+
+
+def _described_calls(calls: Mapping[str, Any]) -> str:
+    """``target 14 (14 compiles)``: a report's ``backend_calls``, or its raw text when a hand-edited report
+    holds something else there."""
+    try:
+        return describe_calls({}, calls)
+    except (AttributeError, TypeError, ValueError):
+        return str(dict(calls))
 
 
 def _minimality(report: Mapping[str, Any]) -> str:

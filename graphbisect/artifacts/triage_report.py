@@ -3,7 +3,8 @@
 ``summary.json`` (``"format": "graphbisect-triage"``) holds ``bugs`` (each :meth:`BugGroup.to_json`:
 key, count, signature, culprits, pattern, op_types, models, smallest, smallest_bundle, smallest_nodes),
 ``passed`` (names), ``errors`` (name, message, hint), ``models`` (every outcome), ``ran_with`` (per role,
-the distinct library versions and interpreters the models' workers measured) and the run's ``meta``.
+the distinct library versions and interpreters the models' workers measured), ``backend_calls`` (every model's
+steps' runs and compiles, summed by role: :func:`~graphbisect.triage.outcome.total_calls`) and the run's ``meta``.
 ``summary.md`` and ``summary.html`` show the same tables. All three are written atomically.
 """
 
@@ -21,7 +22,7 @@ from graphbisect.atomic import atomic_write_text
 from graphbisect.oracle.outcome import headline
 from graphbisect.oracle.signature import FailureKind
 from graphbisect.triage.dedup import BugGroup
-from graphbisect.triage.outcome import ERROR, FAILED, PASSED, ModelOutcome
+from graphbisect.triage.outcome import ERROR, FAILED, PASSED, ModelOutcome, total_calls
 
 __all__ = ["signature_cell", "summary_json", "write_triage_summary"]
 
@@ -43,6 +44,7 @@ def summary_json(outcomes: Sequence[ModelOutcome], bugs: Sequence[BugGroup], met
         "errors": [{"model": o.name, "message": o.message, "hint": o.hint} for o in outcomes if o.status == ERROR],
         "models": [o.to_json() for o in outcomes],
         "ran_with": _ran_with(outcomes),
+        "backend_calls": total_calls(outcomes).to_json(),
     }
 
 

@@ -100,6 +100,22 @@ class CallTally:
         """Count one run of ``role`` and what it compiled."""
         self.add(role, Cost.of_run(run))
 
+    def merge(self, other: CallTally) -> None:
+        """Count every role of ``other`` too (the calls of a step made elsewhere: a sub-search, a verification).
+
+        Example:
+            >>> tally = CallTally({"target": Cost(1, 1)})
+            >>> tally.merge(CallTally({"target": Cost(2, 1), "control": Cost(1, 1)}))
+            >>> tally.describe()
+            'target 3 (2 compiles), control 1 (1 compile)'
+        """
+        for role, cost in other._roles.items():
+            self.add(role, cost)
+
+    def roles(self) -> dict[str, Cost]:
+        """{role: Cost}, in the order the roles were first counted."""
+        return dict(self._roles)
+
     def get(self, role: str) -> Cost:
         return self._roles.get(role, Cost())
 

@@ -48,6 +48,10 @@ how idle threads wait, not which kernels run or how work is split (outputs measu
 ``GraphTransformer <name> modified: 1`` line counts. When a rule-based transformer modified the graph,
 the rules responsible are found by isolating subsets of its rules (group testing, a few extra sessions at
 that rule's level); a rule that only fires after another one fired is attributed to that other rule.
+
+**Compiles** (:mod:`graphbisect.backends.cost`): every ``InferenceSession`` this process creates is one, the
+run's own and each one made only to find what fired (or to list the optimizer names once per version):
+:meth:`OnnxRuntime.cost` counts them all.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -93,7 +98,7 @@ from graphbisect.values import (
 )
 
 __all__ = ["OnnxRuntime", "OptimizerCatalog", "OrtOptions", "capture_fd2", "check_provider_options", "create_session",
-           "optimizer_catalog", "require_providers", "session_config"]
+           "optimizer_catalog", "require_providers", "session_config", "sessions_created"]
 
 logger = logging.getLogger(__name__)
 
@@ -240,6 +245,16 @@ def _session_log(ort: Any, model: str | bytes, options: OrtOptions, level: str,
     return log.text
 
 
+_SESSIONS = [0]  # every session creation this process attempted (create_session): the compiles it made
+_SESSIONS_LOCK = threading.Lock()
+
+
+def sessions_created() -> int:
+    """How many ``InferenceSession`` creations this process attempted so far (one compile each, failed or not)."""
+    with _SESSIONS_LOCK:
+        return _SESSIONS[0]
+
+
 def create_session(ort: Any, model: str | bytes, so: Any, options: OrtOptions, disabled: Sequence[str]) -> Any:
     """An ``InferenceSession`` on the spec's providers with their provider options, never on fewer providers.
 
@@ -250,6 +265,8 @@ def create_session(ort: Any, model: str | bytes, so: Any, options: OrtOptions, d
     :class:`BackendUnavailableError` carrying what ORT printed about it.
     """
     accelerated = any(p not in CPU_PROVIDERS for p in options.providers)
+    with _SESSIONS_LOCK:  # counted before: a build that raises was compiled as far as it got
+        _SESSIONS[0] += 1
     with _ort_messages(accelerated) as said:
         session = ort.InferenceSession(model, so, providers=options.session_providers(),
                                        disabled_optimizers=list(disabled), enable_fallback=0)
@@ -594,6 +611,12 @@ class OnnxRuntime:
         self._feedable: set[str] = set()
         self._typed_outputs = False
         self._info: dict[str, Any] = {}
+        self._sessions_before = sessions_created()
+
+    def cost(self) -> dict[str, int]:
+        """The sessions created since this runtime was made (:mod:`graphbisect.backends.cost`): one per build,
+        and with ``report_passes=1`` every probe session that finds which rules fired."""
+        return {"compiles": sessions_created() - self._sessions_before, "compile_cache_hits": 0}
 
     def validate(self) -> None:
         """Check provider options and ``disabled=`` names against this ORT (see the module docstring)."""

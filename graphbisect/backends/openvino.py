@@ -298,6 +298,7 @@ class OpenVino:
                                 "keep_fp32=NODE;NODE")
         self._compiled: Any = None
         self._request: Any = None
+        self._compiles = 0  # every compile_model call (cost())
         self._inputs: list[tuple[Any, set[str]]] = []  # (input port, its names)
         self._outputs: dict[str, int] = {}  # returned name -> compiled output index
         self._info: dict[str, Any] = {}
@@ -427,10 +428,16 @@ class OpenVino:
                 )
         return selected
 
+    def cost(self) -> dict[str, int]:
+        """The ``compile_model`` calls since this runtime was made (:mod:`graphbisect.backends.cost`): one per
+        build, one more for a build whose tactic record pins kernels, and the precision probe of ``config=``."""
+        return {"compiles": self._compiles, "compile_cache_hits": 0}
+
     def _compile(self, core: Any, ov_model: Any) -> Any:
         config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": self._precision, **dict(self._config)}
         if self._threads is not None:
             config["INFERENCE_NUM_THREADS"] = self._threads
+        self._compiles += 1  # before: a compile that raises was made as far as it got
         return core.compile_model(ov_model, self._device, config)
 
     def _config_facts(self, compiled: Any) -> dict[str, str]:

@@ -230,7 +230,8 @@ class BackendProcess:
         spec: the canonical spec (aliases resolved).
         backend: the registry row.
         invocations: how many times :meth:`run` was called.
-        compiles: the builds of a model the worker made, in runs and in :meth:`load` (see :attr:`cost`).
+        compiles: the builds of a model the worker made, in runs, in :meth:`load` and in validating the spec or
+            listing its passes (ONNX Runtime's optimizer names: sessions of a probe model; see :attr:`cost`).
         compile_cache_hits: the compiles served from the compile cache instead.
         worker_info: what the worker reported at start (python, python_version, numpy, pid, library,
             library_version, library_path), measured in the worker's interpreter.
@@ -290,7 +291,9 @@ class BackendProcess:
         :class:`~graphbisect.errors.BackendError` when the worker cannot be driven at all.
         """
         with self._lock:
-            self._ensure_ready()
+            ready = self.cost
+            self._ensure_ready()  # its compiles (a first validation's) are this run's: its result counts them
+            ready = self.cost - ready
             compare = compare_to.to_json() if compare_to is not None else None
             request = self._request(model, inputs, outputs, output_dir)  # then straight to the worker
             if compare is not None:
@@ -301,6 +304,9 @@ class BackendProcess:
             result = self._invoke(request, inputs, keep_outputs=output_dir is not None)
             self.compiles += result.compiles
             self.compile_cache_hits += result.compile_cache_hits
+            if ready:
+                result = dataclasses.replace(result, compiles=result.compiles + ready.compiles,
+                                             compile_cache_hits=result.compile_cache_hits + ready.compile_cache_hits)
             return result
 
     def load(self, model: str | Path, outputs: Sequence[str] | None = None) -> bool:
@@ -330,9 +336,7 @@ class BackendProcess:
                 raise
             if not reply.get("ok", False):
                 raise self._error(reply.get("error", {}), "load")
-            spent = _reply_cost(reply)
-            self.compiles += spent["compiles"]
-            self.compile_cache_hits += spent["compile_cache_hits"]
+            self._spend(reply)
             return reply.get("status") == "ok"
 
     def start(self) -> None:
@@ -363,6 +367,7 @@ class BackendProcess:
         with self._lock:
             self._ensure_ready()
             reply = self._call_checked({"op": "passes"}, self.timeout + MIN_START_SECONDS)
+            self._spend(reply)
         passes = reply.get("passes")
         return [str(name) for name in passes] if passes is not None else None
 
@@ -409,6 +414,12 @@ class BackendProcess:
         :meth:`load` (:mod:`graphbisect.backends.cost`)."""
         return Cost(self.invocations, self.compiles, self.compile_cache_hits)
 
+    def _spend(self, reply: Mapping[str, Any]) -> None:
+        """Count the compiles a reply of the worker says its request made (a load, a validation, a listing)."""
+        spent = _reply_cost(reply)
+        self.compiles += spent["compiles"]
+        self.compile_cache_hits += spent["compile_cache_hits"]
+
     @property
     def pid(self) -> int | None:
         """The current worker's process id (None before the first call and after a crash)."""
@@ -443,7 +454,7 @@ class BackendProcess:
             self._start()
         self._init_runtime()
         if not self._validated:
-            self._call_checked({"op": "validate"}, self.timeout + MIN_START_SECONDS)
+            self._spend(self._call_checked({"op": "validate"}, self.timeout + MIN_START_SECONDS))
             self._validated = True
 
     def _start(self) -> None:

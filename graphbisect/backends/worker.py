@@ -11,11 +11,13 @@ Protocol (one JSON object per line, on two dedicated pipes whose descriptors are
   "distributions": [...]}`` → ``{"ok": true, "python": ..., "numpy": ..., "library_version": ..., ...}``:
   the versions are measured here, in the interpreter that runs the backend (``python=`` may name another).
   A later ``init`` replaces the runtime (other options, same process: a ``reconfigurable`` backend);
-* ``{"op": "passes"}`` → ``{"ok": true, "passes": [...] | null}``: every optimization pass the runtime could
-  run under its options (``registered_passes()``; null when the runtime cannot list them), for a target that
-  crashes before it can report which passes fired;
-* ``{"op": "validate"}`` → ``{"ok": true}``: asks the runtime to check its options before any run
-  (runtimes may define ``validate()``, e.g. ONNX Runtime checks optimizer names).
+* ``{"op": "passes"}`` → ``{"ok": true, "passes": [...] | null, "cost": {...}}``: every optimization pass the
+  runtime could run under its options (``registered_passes()``; null when the runtime cannot list them), for a
+  target that crashes before it can report which passes fired;
+* ``{"op": "validate"}`` → ``{"ok": true, "cost": {...}}``: asks the runtime to check its options before any
+  run (runtimes may define ``validate()``, e.g. ONNX Runtime checks optimizer names). Both replies' ``cost``
+  counts the builds they made (ONNX Runtime lists its optimizer names, once per version, by building
+  sessions), as a ``run``'s does.
 * ``{"op": "run", "model": path, "inputs": {...} | npz, "outputs": [names] | null, "output_dir": dir,
   "durable": bool}`` →
   events ``{"event": "start"}`` (request received), ``{"event": "loaded"}`` (session built), every
@@ -685,14 +687,17 @@ class _Server:
         }
 
     def validate(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        before = self._counts()
         check = getattr(self.runtime, "validate", None)
         if check is not None:
-            check()
-        return {"ok": True}
+            check()  # ONNX Runtime may build sessions of a probe model to list its optimizer names
+        return {"ok": True, "cost": self._spent(before)}
 
     def passes(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        before = self._counts()
         registered = getattr(self.runtime, "registered_passes", None)
-        return {"ok": True, "passes": list(registered()) if registered is not None else None}
+        passes = list(registered()) if registered is not None else None
+        return {"ok": True, "passes": passes, "cost": self._spent(before)}
 
     def run(self, request: Mapping[str, Any]) -> dict[str, Any]:
         before = self._counts()

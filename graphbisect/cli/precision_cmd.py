@@ -8,6 +8,7 @@ import math
 from typing import TYPE_CHECKING
 
 from graphbisect.atomic import atomic_write_text
+from graphbisect.backends.cost import describe_calls
 from graphbisect.cli.common import (
     add_model_arguments,
     count,
@@ -146,12 +147,15 @@ def print_result(result: PrecisionResult, *, rows: int) -> None:
     typed = result.extra.get("typed_model")
     emulated_meets = result.meets_tolerance or (isinstance(typed, dict) and not typed["meets"])
     verdict = "meets the tolerance" if emulated_meets else "DOES NOT meet the tolerance"
-    runs = ", ".join(f"{k} {v}" for k, v in result.invocations.items())
     print(f"\n{'verified' if emulated_meets else 'NOT verified'}: the model with these overrides {verdict} "
-          f"(score {_num(result.final_metrics['score'])}, cosine {_num(result.final_metrics['cosine'])}); "
-          f"runs: {runs}; {result.seconds:.1f} s")
+          f"(score {_num(result.final_metrics['score'])}, cosine {_num(result.final_metrics['cosine'])})")
     if isinstance(typed, dict):
         _print_typed(typed, result.mode.value, str(typed.get("target", "TARGET")))
+    calls = {role: n for role, n in result.invocations.items() if role in result.backend_calls} or \
+        dict(result.invocations)  # search_tests counts the search's tests, not backend calls
+    tests = result.invocations.get("search_tests")
+    print(f"invocations: {describe_calls(calls, result.backend_calls)}"
+          + (f"; {tests} search tests" if tests is not None else "") + f"; {result.seconds:.1f} s")
     if result.meets_tolerance and result.dims_note:
         print(f"note: {result.dims_note}")
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from graphbisect.atomic import atomic_write_text
+from graphbisect.backends.cost import describe_calls
 from graphbisect.cli.common import backend_spec, count, output_file, output_path, seed, tolerance
 from graphbisect.cli.terminal import shown
 
@@ -106,7 +107,9 @@ def _record(args: argparse.Namespace) -> int:
     print(f"recorded {len(rec.choices)} kernel choices of {rec.backend} {rec.version} on {rec.device} -> {args.output}")
     for choice in rec.choices:
         print(f"  {shown(choice.node):40s} {choice.choice:24s} {choice.layer_type or ''}")
-    _write_json(args.json, {"record": str(args.output), "choices": len(rec.choices), "invocations": 1})
+    print(f"invocations: {describe_calls(result.invocations, result.backend_calls)}")
+    _write_json(args.json, {"record": str(args.output), "choices": len(rec.choices),
+                            "invocations": result.invocations, "backend_calls": result.backend_calls})
     return 0
 
 
@@ -132,7 +135,8 @@ def _replay(args: argparse.Namespace) -> int:
         print(f"replayed {count} choices: every choice took effect")
     for item in result.not_applied:
         print(f"  NOT APPLIED {shown(item.node)}: asked for {item.requested}, the backend used {item.used}")
-    _write_json(args.json, {**result.to_json(), "invocations": 1})
+    print(f"invocations: {describe_calls(result.invocations, result.backend_calls)}")
+    _write_json(args.json, result.to_json())
     return 1 if result.not_applied else 0
 
 
@@ -174,6 +178,6 @@ def _isolate(args: argparse.Namespace) -> int:
         used = not_applied.get(culprit.node)
         fallback = f" (not applied: the backend used {used})" if used else ""
         print(f"  CULPRIT {shown(culprit.node)}: {culprit.good} (good) -> {culprit.bad} (bad){fallback}")
-    print(f"backend invocations: {dict(result.invocations)}")
+    print(f"invocations: {describe_calls(result.invocations, result.backend_calls)}; {result.seconds:.1f} s")
     _write_json(args.json, data)
     return 1 if result.found else 0

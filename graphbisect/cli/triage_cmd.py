@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from graphbisect.backends.cost import describe_calls
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
 from graphbisect.cli.common import (
     backend_spec,
@@ -20,6 +21,7 @@ from graphbisect.cli.common import (
     tolerance,
 )
 from graphbisect.cli.terminal import shown
+from graphbisect.triage.outcome import total_calls
 
 if TYPE_CHECKING:
     from graphbisect.triage.outcome import ModelOutcome
@@ -73,16 +75,23 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_outcome(outcome: ModelOutcome) -> None:
+    calls = _model_calls(outcome)
     if outcome.status == "failed":
         where = f"{outcome.final_nodes} nodes in {outcome.bundle}" if outcome.bundle else "no bundle"
         culprits = f", culprits {', '.join(outcome.culprits)}" if outcome.culprits else ""
         kind = outcome.signature.get("kind") if outcome.signature else "?"
-        print(f"{shown(outcome.name)}: FAILED ({kind}{culprits}) → {where}", flush=True)
+        print(f"{shown(outcome.name)}: FAILED ({kind}{culprits}) → {where}{calls}", flush=True)
     elif outcome.status == "passed":
-        print(f"{shown(outcome.name)}: passed", flush=True)
+        print(f"{shown(outcome.name)}: passed{calls}", flush=True)
     else:
         print(f"{shown(outcome.name)}: ERROR {outcome.message}" + (f" (hint: {outcome.hint})" if outcome.hint else ""),
               flush=True)
+
+
+def _model_calls(outcome: ModelOutcome) -> str:
+    """``; invocations: oracle 2 (2 compiles), target 9 (9 compiles)``: one model's steps summed ('' for none)."""
+    total = total_calls([outcome])
+    return f"; invocations: {total.describe()}" if total.runs() else ""
 
 
 def _report(result: TriageResult) -> int:
@@ -96,5 +105,6 @@ def _report(result: TriageResult) -> int:
         print(f"  bug {bug.key} ×{bug.count}: {signature_cell(bug.signature, bug.lacks)}"
               f"{' [' + ', '.join(bug.culprits) + ']' if bug.culprits else ''} "
               f"{' → '.join(bug.op_types)}; smallest: {bug.smallest_bundle}")
+    print(f"invocations: {describe_calls(result.invocations, result.backend_calls)}")
     print(f"summary: {result.summary['md']}")
     return 1 if failed else 0

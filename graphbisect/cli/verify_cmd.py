@@ -26,6 +26,7 @@ from graphbisect.artifacts.environment import describe_ran_with
 from graphbisect.artifacts.repro import JUDGE_EXIT_STATUS, JUDGE_PYTHON_CHECK
 from graphbisect.atomic import atomic_write_text
 from graphbisect.backends.base import cause_line
+from graphbisect.backends.cost import describe_calls
 from graphbisect.cli.common import backend_spec, output_file, refuse_inside, seed
 from graphbisect.oracle.signature import Signature
 from graphbisect.workflows.verify import (
@@ -129,3 +130,4 @@ def _print(v: Verification) -> None:
                                                     "passes on this target"))
         if not o["recorded_model"]:
             print("  (not the model this bundle records: its content fingerprint differs)")
+    print(f"invocations: {describe_calls(v.invocations, v.backend_calls)}")

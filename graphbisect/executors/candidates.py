@@ -34,6 +34,7 @@ import numpy as np
 import onnx
 
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
+from graphbisect.backends.cost import Cost
 from graphbisect.executors.base import Executor
 from graphbisect.executors.factory import make_executor
 
@@ -94,6 +95,7 @@ class _Runner:
         result: RunResult = future.result()  # WorkerLostError when the worker was lost every time
         with pool.lock:
             pool.runs += 1
+            pool.spent += Cost.of_run(result)  # measured where the task ran
         return result
 
 
@@ -106,6 +108,7 @@ class ExecutorPool:
         self.executor, self.scratch, self.timeout, self._owned = executor, Path(scratch).absolute(), timeout, owned
         self.lock = threading.Lock()
         self.runs = 0
+        self.spent = Cost()  # the runs' compiles, as each task's RunResult carried them back
 
     @classmethod
     def open(cls, executor: str, spec: BackendSpec | str, scratch: Path, *, jobs: int, timeout: float | None = None
@@ -125,6 +128,12 @@ class ExecutorPool:
     @property
     def invocations(self) -> int:
         return self.runs
+
+    @property
+    def cost(self) -> Cost:
+        """The runs and what they compiled, summed from the tasks' results (:mod:`graphbisect.backends.cost`)."""
+        with self.lock:
+            return self.spent
 
     def close(self) -> None:
         if self._owned:

@@ -29,6 +29,7 @@ import numpy as np
 import onnx
 
 from graphbisect.backends import BackendProcess, BackendSpec, RunResult
+from graphbisect.backends.cost import Cost
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.engine import Outcome, TestResult
 from graphbisect.errors import GraphBisectError, InputError
@@ -72,6 +73,11 @@ class TargetPool(Protocol):
     @property
     def invocations(self) -> int: ...
 
+    @property
+    def cost(self) -> Cost:
+        """The runs so far and what they compiled (:mod:`graphbisect.backends.cost`)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -101,6 +107,11 @@ class WorkerPool:
     @property
     def invocations(self) -> int:
         return sum(proc.invocations for proc in self.procs)
+
+    @property
+    def cost(self) -> Cost:
+        """Every worker's runs and compiles (:attr:`BackendProcess.cost`), summed."""
+        return sum((proc.cost for proc in self.procs), Cost())
 
     def close(self) -> None:
         for proc in self.procs:

@@ -8,11 +8,13 @@ plain data.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ERROR", "FAILED", "PASSED", "ModelOutcome"]
+from graphbisect.backends.cost import CallTally
+
+__all__ = ["ERROR", "FAILED", "PASSED", "ModelOutcome", "total_calls"]
 
 FAILED, PASSED, ERROR = "failed", "passed", "error"
 
@@ -45,6 +47,11 @@ class ModelOutcome:
     message: str | None = None  # error: what went wrong; otherwise notes
     hint: str | None = None
     notes: tuple[str, ...] = ()
+    #: :attr:`invocations` by kind: role -> {"runs", "compiles", "compile_cache_hits"}
+    #: (:mod:`graphbisect.backends.cost`); a record written before compiles were counted has none
+    backend_calls: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: :attr:`step_invocations` by kind: step -> role -> {"runs", "compiles", "compile_cache_hits"}
+    step_backend_calls: Mapping[str, Mapping[str, Mapping[str, int]]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -59,3 +66,18 @@ class ModelOutcome:
         for key in ("culprits", "required", "op_types", "notes"):
             values[key] = tuple(values.get(key) or ())
         return cls(**values)
+
+
+def total_calls(outcomes: Iterable[ModelOutcome]) -> CallTally:
+    """The backend calls of every step of ``outcomes`` (compare, passes, reduce), summed by role.
+
+    Example:
+        >>> one = ModelOutcome("a", "a.onnx", PASSED, step_backend_calls={"compare": {"target": {"runs": 2}}})
+        >>> total_calls([one, one]).describe()
+        'target 4'
+    """
+    total = CallTally()
+    for outcome in outcomes:
+        for calls in outcome.step_backend_calls.values():
+            total.merge(CallTally.from_json(calls))
+    return total

@@ -11,7 +11,7 @@
 * **the command line** of the process that wrote the bundle.
 
 :func:`maintainer_facts` gathers them as report facts, report sections and extra files; every backend run
-goes through an isolated worker and is counted in ``runs``.
+goes through an isolated worker and is counted in ``calls`` (its runs and what they compiled, per role).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import onnx
 from graphbisect.artifacts.model_text import onnx_text
 from graphbisect.artifacts.repro_min import render_repro_min
 from graphbisect.backends import BackendProcess, BackendSpec, RunResult, resolve
+from graphbisect.backends.cost import CallTally
 from graphbisect.compare import Tolerance, compare_outputs
 from graphbisect.oracle.signature import CHECK_REJECTED, FailureKind, ModelNames, Signature
 from graphbisect.oracle.tester import OutputCheck, judge
@@ -59,18 +60,24 @@ class _Runs:
         with BackendProcess(spec, workdir=self.workdir / folder, timeout=timeout) as proc:
             run = proc.run(self.model, dict(self.feeds), outputs)
             values = {k: np.array(v) for k, v in run.outputs.items()}  # before the worker's files go
-        self.out.runs[role] = self.out.runs.get(role, 0) + 1
+        self.out.calls.count(role, run)
         return dataclasses.replace(run, outputs=values)
 
 
 @dataclass(frozen=True)
 class MaintainerFacts:
-    """Report facts (JSON), report sections (markdown by title), extra files, and backend runs spent."""
+    """Report facts (JSON), report sections (markdown by title), extra files, and the backend calls spent
+    (runs and compiles per role: the report's ``report_calls``)."""
 
     facts: dict[str, Any] = field(default_factory=dict)
     sections: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
-    runs: dict[str, int] = field(default_factory=dict)
+    calls: CallTally = field(default_factory=CallTally)
+
+    @property
+    def runs(self) -> dict[str, int]:
+        """{role: runs} (the report's ``report_runs``)."""
+        return self.calls.runs()
 
 
 def command_line() -> str:

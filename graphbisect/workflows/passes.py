@@ -670,9 +670,8 @@ def _with_control(content: BundleContent, passes: PassesResult, options: ReduceO
         model_path, inputs_path = folder / "model.onnx", folder / "inputs.npz"
         save_proto(content.model, model_path)
         save_inputs(inputs_path, content.inputs)
-        recorded = content.report.get("report_runs")
-        # the runs below are report facts: their runs are report_runs too
-        runs = {**(recorded if isinstance(recorded, Mapping) else {})}
+        # the runs below are report facts: counted with the reduction's (report_calls, report_runs)
+        runs = _report_calls(content.report)
         measured: list[dict[str, str]] = []
         content = _shortest_target(content, passes, options=options, folder=folder, runs=runs, measured=measured,
                                    stage=stage)
@@ -687,17 +686,20 @@ def _with_control(content: BundleContent, passes: PassesResult, options: ReduceO
     versions = {**(versions if isinstance(versions, Mapping) else {}), "control": dict(run.ran_with) or None}
     return dataclasses.replace(content, control=control,
                                report={**content.report, "versions": versions, "passes": facts,
-                                       "report_runs": runs},
+                                       "report_runs": runs.runs(), "report_calls": runs.to_json()},
                                sections={**content.sections, "Optimization passes": passes_markdown(facts)})
 
 
-def _count(runs: dict[str, int], more: Mapping[str, int]) -> None:
-    for role, count in more.items():
-        runs[role] = runs.get(role, 0) + count
+def _report_calls(report: Mapping[str, Any]) -> CallTally:
+    """The report facts' backend calls so far: ``report_calls``, or (a report without compiles) its runs."""
+    calls, runs = report.get("report_calls"), report.get("report_runs")
+    if isinstance(calls, Mapping):
+        return CallTally.from_json(calls)
+    return CallTally({role: Cost(runs=int(n)) for role, n in runs.items()} if isinstance(runs, Mapping) else {})
 
 
 def _shortest_target(content: BundleContent, passes: PassesResult, *, options: ReduceOptions, folder: Path,
-                     runs: dict[str, int], measured: list[dict[str, str]],
+                     runs: CallTally, measured: list[dict[str, str]],
                      stage: Callable[[str], None]) -> BundleContent:
     """``content`` with the user's own target (``passes.target``) when it fails on the reduced model as the
     reduction's failure, by ``graphbisect verify``'s rules (its identity included); its facts (the compiled
@@ -710,7 +712,7 @@ def _shortest_target(content: BundleContent, passes: PassesResult, *, options: R
         return content
     stage(f"trying the short target {short} on the reduced model")
     verdict = _verify_here(content, folder, short)
-    _count(runs, {"target": 1})
+    runs.merge(CallTally.from_json(verdict.backend_calls))
     measured.append({"role": "target", "spec": str(short), "outcome": verdict.outcome,
                      **({"note": verdict.note} if verdict.note else {})})
     if verdict.outcome != REPRODUCES:
@@ -722,7 +724,7 @@ def _shortest_target(content: BundleContent, passes: PassesResult, *, options: R
         target_outputs=outputs, oracle=content.oracle, target=short, tolerance=content.tolerance,
         signature=content.signature, workdir=folder / "facts", timeout=options.timeout, stage=stage,
         fail_regex=regex, check=options.output_check)
-    _count(runs, facts.runs)
+    runs.merge(facts.calls)
     report = {**content.report, **facts.facts, "noise_floor": _floor_record(content, short)}
     files = {name: text for name, text in content.files.items() if name != "repro_min.py"}
     message = None if verdict.run.ok else \
@@ -743,7 +745,7 @@ def _floor_record(content: BundleContent, short: BackendSpec) -> Any:
 
 
 def _control(content: BundleContent, passes: PassesResult, *, options: ReduceOptions, folder: Path,
-             runs: dict[str, int], measured: list[dict[str, str]],
+             runs: CallTally, measured: list[dict[str, str]],
              stage: Callable[[str], None]) -> tuple[BackendSpec, RunResult, Signature]:
     """The shortest control that passes on the reduced model: the workaround (the user's target with the
     culprits disabled) when the bundle's target is the user's, else (or when it fails) every pass disabled."""
@@ -756,7 +758,7 @@ def _control(content: BundleContent, passes: PassesResult, *, options: ReduceOpt
         named = str(control) if spec_text == passes.fixed_target else "with every registered pass disabled"
         stage(f"running the control (culprit passes disabled) {named} on the reduced model")
         run = run_spec(control, folder / "model.onnx", folder / "inputs.npz", folder, options.timeout)
-        _count(runs, {"control": 1})
+        runs.count("control", run)
         floor = content.report.get("noise_floor")
         signature = judge(run, content.oracle_outputs.__getitem__, list(content.oracle_outputs), content.tolerance,
                           regex, check=options.output_check,
@@ -784,15 +786,15 @@ def _verify_here(content: BundleContent, folder: Path, spec: BackendSpec) -> Any
 
 
 def _optimized_nodes(spec: BackendSpec, model: Path, inputs: Path, workdir: Path,
-                     timeout: float | None, *, runs: dict[str, int]) -> list[str] | None:
+                     timeout: float | None, *, runs: CallTally) -> list[str] | None:
     """The nodes of the model as the target optimized it (``save_optimized=1``), or None when unsupported;
-    its run is counted in ``runs`` (the report's ``report_runs``) as the target's."""
+    its run is counted in ``runs`` (the report's ``report_calls``) as the target's."""
     from graphbisect.backends import registry
 
     if "save_optimized" not in registry.get(spec.name).options:
         return None
     run = run_spec(spec.with_options(save_optimized="1"), model, inputs, workdir, timeout)
-    runs["target"] = runs.get("target", 0) + 1
+    runs.count("target", run)
     path = run.info.get("optimized_model")
     if not path or not Path(path).exists():
         return None

@@ -72,6 +72,7 @@ import numpy as np
 from graphbisect.artifacts.overrides import PrecisionOverrides, sensitivity_chart_svg, write_overrides
 from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, resolve
+from graphbisect.backends.cost import CallTally, Cost
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
 from graphbisect.compare import Tolerance
 from graphbisect.data import (
@@ -143,6 +144,10 @@ class PrecisionResult:
     stop_reason: str | None = None  # why the search stopped before proving minimality (budget, deadline)
     #: the inputs' dynamic dims graphbisect sized (see :attr:`dims_note`)
     chosen_dims: tuple[ChosenDim, ...] = ()
+    #: role -> {"runs", "compiles", "compile_cache_hits"}: the backend calls of :attr:`invocations`' roles
+    #: (``oracle``, ``target``, ``verification``; ``search_tests`` counts tests, not calls) by kind
+    #: (:mod:`graphbisect.backends.cost`)
+    backend_calls: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @property
     def dims_note(self) -> str | None:
@@ -179,8 +184,9 @@ class PrecisionResult:
             "meets_tolerance": self.meets_tolerance,
             "final_metrics": {k: (v if np.isfinite(v) else str(v)) for k, v in self.final_metrics.items()},
             "sensitivity": [row.to_json() for row in self.sensitivity],
-            "invocations": dict(self.invocations), "seconds": round(self.seconds, 3),
-            "files": [str(p) for p in self.files],
+            "invocations": dict(self.invocations),
+            "backend_calls": {role: dict(calls) for role, calls in self.backend_calls.items()},
+            "seconds": round(self.seconds, 3), "files": [str(p) for p in self.files],
             "chosen_dims": [dim.to_json() for dim in self.chosen_dims], "dims_note": self.dims_note, **self.extra,
         }
 
@@ -250,7 +256,7 @@ def _refuse_unpinnable(target: str, mode: PrecisionMode) -> None:
 
 
 def _capture(model: Model, oracle: str, feeds: Mapping[str, np.ndarray], workdir: Path,
-             tol: Tolerance) -> tuple[_Session, int]:
+             tol: Tolerance) -> tuple[_Session, Cost]:
     inputs_path = save_inputs(workdir / "inputs.npz", feeds)
     spec, info = resolve(oracle)
     if not info.has(Capability.ONNX_INPUT):
@@ -279,7 +285,7 @@ def _capture(model: Model, oracle: str, feeds: Mapping[str, np.ndarray], workdir
             if runs.differs:
                 log.warning("%s; the expected outputs are its run of the model as built", runs.difference.why(spec))
         session = _Session(model, workdir, Path(inputs_path), expected, store, oracle_verdict=verdict)
-        return session, proc.invocations
+        return session, proc.cost
 
 
 def _typed_target(target: str) -> bool:
@@ -404,7 +410,7 @@ def _find_precision(
 
 
 def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tolerance, *, started: float,
-            oracle_runs: int, out_dir: Path | None, with_sensitivity: bool, with_prefix: bool,
+            oracle_runs: Cost, out_dir: Path | None, with_sensitivity: bool, with_prefix: bool,
             max_invocations: int | None, stage: Callable[[str], None],
             on_progress: Callable[[ProgressEvent], None] | None = None,
             mode: PrecisionMode | None = None, alone: bool | None = None, jobs: int = 1) -> PrecisionResult:
@@ -449,11 +455,12 @@ def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tole
         breakers, alone_checked = _alone(ev, result.keep, rows, alone, stage)
         prefix = (_within_budget(lambda: prefix_answer(ev), stage, "Polygraphy's prefix answer")
                   if with_prefix and not all_lowered and lowering.op_types is None else None)
-        search_runs = proc.invocations
+        search_runs = proc.cost
     stage("verifying the answer in a fresh target worker")
     verified, metrics, verify_runs, verify_info, typed, typed_keep = _verify(session, lowering, target, tol,
                                                                              result.keep)
     files = _write_artifacts(out_dir, lowering, result.keep, rows, typed_keep) if out_dir is not None else ()
+    calls = CallTally({"oracle": oracle_runs, "target": search_runs, "verification": verify_runs})
     extra: dict[str, object] = {"tests_by_phase": {name: c.tests for name, c in ev.stats().phases},
                                 "alone_checked": alone_checked, "oracle_expected": session.oracle_verdict}
     if typed is not None:
@@ -476,8 +483,7 @@ def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tole
         # the typed model is what a user deploys: the run meets the tolerance only when it does too
         sensitivity=tuple(rows), meets_tolerance=verified and (typed is None or bool(typed["meets"])),
         final_metrics=metrics, all_lowered_meets=all_lowered,
-        invocations={"oracle": oracle_runs, "target": search_runs, "verification": verify_runs,
-                     "search_tests": ev.stats().tests},
+        invocations={**calls.runs(), "search_tests": ev.stats().tests}, backend_calls=calls.to_json(),
         lowering=_describe_lowering(lowering), seconds=time.monotonic() - started, files=tuple(files), extra=extra,
         tolerance=tol, stop_reason=None if result.stop_reason is None else result.stop_reason.value,
     )
@@ -592,7 +598,7 @@ one plain run each), see :func:`_verify_typed`."""
 
 
 def _verify(session: _Session, lowering: Lowering, target: str, tol: Tolerance, keep: frozenset[int]
-            ) -> tuple[bool, dict[str, float], int, dict[str, Any], dict[str, Any] | None, frozenset[int]]:
+            ) -> tuple[bool, dict[str, float], Cost, dict[str, Any], dict[str, Any] | None, frozenset[int]]:
     """The answer run in a fresh target worker; for FP16, the typed model written beside it run there too.
 
     The search measures the emulated lowering (rounding through Casts); ``mixed_precision_typed.onnx`` is
@@ -609,7 +615,7 @@ def _verify(session: _Session, lowering: Lowering, target: str, tol: Tolerance, 
         if _writes_typed(lowering):
             typed_verdict, typed_keep = _verify_typed(session, lowering, proc, tol, keep)
             typed_verdict["target"] = target
-        return measured.meets, measured.metrics(), proc.invocations, dict(measured.run.info), typed_verdict, typed_keep
+        return measured.meets, measured.metrics(), proc.cost, dict(measured.run.info), typed_verdict, typed_keep
 
 
 def _verify_typed(session: _Session, lowering: Lowering, proc: ModelRunner, tol: Tolerance,

@@ -55,6 +55,7 @@ from graphbisect.artifacts.bundle import BundleContent, check_destination, write
 from graphbisect.artifacts.charts import size_journey_svg
 from graphbisect.atomic import atomic_write_text, not_regular
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
+from graphbisect.backends.cost import CallTally, Cost
 from graphbisect.backends.process import CompareTo
 from graphbisect.backends.registry import BACKEND_SPEC
 from graphbisect.compare import Tolerance
@@ -222,6 +223,12 @@ class ReduceResult:
     #: Ctrl-C stopped part of the run (the search, the re-verification or the facts for maintainers): the
     #: bundle holds what was done, and the CLI exits 130 as for any Ctrl-C
     interrupted: bool = False
+    #: role -> {"runs", "compiles", "compile_cache_hits"}: the reduction's backend calls by kind (the runs are
+    #: :attr:`invocations`), compiles included (:mod:`graphbisect.backends.cost`), over resumed sessions too
+    backend_calls: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: the same for the runs that measured the bundle's report facts (the report's ``report_runs``: the
+    #: specification's word, the optimization levels, a control run), which :attr:`invocations` leaves out
+    report_calls: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @property
     def dims_note(self) -> str | None:
@@ -240,6 +247,8 @@ class ReduceResult:
             "noise_floor": None if self.noise_floor is None else self.noise_floor.to_json(),
             "chosen_dims": [dim.to_json() for dim in self.chosen_dims], "dims_note": self.dims_note,
             "interrupted": self.interrupted,
+            "backend_calls": {role: dict(calls) for role, calls in self.backend_calls.items()},
+            "report_calls": {role: dict(calls) for role, calls in self.report_calls.items()},
         }
 
 
@@ -272,7 +281,8 @@ class _Run:
         # The original's node and tensor names, taken out of every crash message of this reduction (the baseline's,
         # each candidate's, the re-verification's): one set, so a name is erased in all of them or in none.
         self.names = ModelNames(model.proto)
-        self.invocations = {"oracle": 0, "target": 0}
+        #: every backend call of the reduction by role and kind (runs, compiles); recorded in run.json
+        self.calls = CallTally({"oracle": Cost(), "target": Cost()})
         self.ran_with: dict[str, dict[str, Any]] = {}  # role -> what its last worker measured (RunResult.ran_with)
         self.notes: list[str] = []
         self.started = time.monotonic()
@@ -299,7 +309,7 @@ class _Run:
                     f"{self.work} belongs to a different reduction (model or options changed)",
                     hint="resume with the same model and options, or remove the folder to start afresh",
                 )
-            self.invocations = recorded.get("invocations", self.invocations)
+            self.calls = _recorded_calls(recorded, self.calls)
             self.chosen = tuple(ChosenDim.from_json(d) for d in recorded.get("chosen_dims", ()))
         else:
             self._start_clean(state, fingerprint)
@@ -347,6 +357,7 @@ class _Run:
             "fingerprint": self.run_fingerprint(), "model": str(self.work / "model.onnx"),
             "source": str(self.model.path) if self.model.path else None,
             "bundle": str(self.bundle_dir), "options": self.options.to_json(), "invocations": self.invocations,
+            "backend_calls": self.calls.to_json(),
             "chosen_dims": [dim.to_json() for dim in self.chosen],
         }, indent=2))
 
@@ -397,12 +408,15 @@ class _Run:
         probe = self.work / "probe-floor.onnx"
         save_proto(self.model.with_outputs(names), probe)
         self.stage(f"measuring the target's noise floor: {spec} (its optimizations off) on {len(names)} tensors")
+        floor: NoiseFloor | None = None
         try:
-            return measure_floor(spec, probe, self.work / "inputs.npz", store.directory, self.tol,
-                                 workdir=self.work / "floor", timeout=self.options.timeout)
+            floor = measure_floor(spec, probe, self.work / "inputs.npz", store.directory, self.tol,
+                                  workdir=self.work / "floor", timeout=self.options.timeout)
+            return floor
         finally:
             remove_model(probe)
-            self.count("target")
+            # a run that raised was still made; what it compiled died with its worker
+            self.count("target", floor.cost if floor is not None else Cost(runs=1))
 
     def rewriting_oracle(self) -> bool:
         """Whether the oracle may compute the probe differently from the model (``computes_as_written``) and
@@ -416,7 +430,7 @@ class _Run:
         its outputs (the capture, the plain run) are fsynced before the worker replies: --resume reads them."""
         def run(model: Path, output_dir: Path | None) -> RunResult:
             result = proc.run(model, self.work / "inputs.npz", output_dir=output_dir, durable=True)
-            self.count("oracle", run=result)
+            self.count("oracle", Cost.of_run(result), run=result)
             return result
 
         return run
@@ -466,9 +480,15 @@ class _Run:
         """The target outputs to compare: none for an external check, whose exit status is the verdict."""
         return () if self.options.check else outputs
 
-    def count(self, role: str, n: int = 1, run: RunResult | None = None) -> None:
-        """Count ``n`` invocations of ``role`` (and remember what ran ``run``, for the report's versions)."""
-        self.invocations[role] += n
+    @property
+    def invocations(self) -> dict[str, int]:
+        """{role: runs}: the result's ``invocations``."""
+        return self.calls.runs()
+
+    def count(self, role: str, cost: Cost, run: RunResult | None = None) -> None:
+        """Count the backend calls ``cost`` of ``role`` (and remember what ran ``run``, for the report's
+        versions); saved at once, so a resumed run goes on counting from here."""
+        self.calls.add(role, cost)
         if run is not None and run.ran_with:
             self.ran_with[role] = dict(run.ran_with)
         self.save_state()
@@ -635,7 +655,7 @@ class _Run:
         workdir = self.work / ("baseline-saving" if spec is not None else "baseline")
         with BackendProcess(spec or self.target_spec, workdir=workdir, timeout=self.options.timeout) as proc:
             run = proc.run(self.work / "model.onnx", self.work / "inputs.npz")
-        self.count("target", run=run)
+        self.count("target", Cost.of_run(run), run=run)
         if run.ok:  # the values stay mapped after the worker's folder is gone (POSIX)
             self._last_original = run
         signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex,
@@ -668,7 +688,7 @@ class _Run:
             # Compared with the store in the target's worker: only the model's outputs come back as values.
             run = proc.run(probe, self.work / "inputs.npz",
                            compare_to=CompareTo(store.directory, self.tol, keep=tuple(self.model.output_names)))
-        self.count("target")
+        self.count("target", Cost.of_run(run))
         remove_model(probe)
         if not run.ok:
             return None, [], {}, [f"the target failed on the probed model ({run.describe()}); no layerwise hints "
@@ -871,7 +891,7 @@ def _search_and_verify(r: _Run, space: SubgraphSpace, base: _Baseline, floor: No
     """One search (:meth:`_Run.search`) and the re-verification of its result."""
     result, evaluator, tester = r.search(space, base, floor, flaky=flaky, scope=scope)
     for pool in filter(None, (tester.pool, tester.describing)):
-        r.count("target", pool.invocations)
+        r.count("target", pool.cost)
         pool.close()
     if tester.other_identity:
         r.notes.append(f"{tester.other_identity} candidate(s) failed with the baseline's kind but another identity "
@@ -980,7 +1000,7 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], base: _Baseline
 
     def verify_run(proc: BackendProcess) -> None:
         run = proc.run(path, dict(candidate.feeds))
-        r.count("target", run=run)
+        r.count("target", Cost.of_run(run), run=run)
         verdict = judge(run, values, r.compared(candidate.outputs), r.tol, r.regex, check=r.options.output_check,
                         floor=floor, names=r.names)
         same = baseline.matches(verdict.signature, strict_band=r.options.strict_band)
@@ -1013,7 +1033,7 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], base: _Baseline
                        f"all {len(runs)} re-verification runs failed like the baseline")
     with BackendProcess(r.oracle_spec, workdir=r.work / "verify-oracle", timeout=r.options.timeout) as proc:
         oracle_run = proc.run(path, dict(candidate.feeds))
-    r.count("oracle", run=oracle_run)
+    r.count("oracle", Cost.of_run(oracle_run), run=oracle_run)
     oracle_ok = not judge(oracle_run, values, candidate.outputs, r.tol).signature.failed
     if not oracle_ok:
         why = ("it rewrites the graph, so it may build the final model differently from the capture, or it is "
@@ -1083,7 +1103,8 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
                            "fingerprint": r.model.fingerprint, "nodes": len(r.model.nodes)},
         "original_nodes": len(r.model.nodes), "final_nodes": len(result.keep),
         "kept_nodes": [{"name": n, "op_type": r.model.nodes[i].op_type} for n, i in zip(names, sorted(result.keep))],
-        "invocations": dict(r.invocations), "seconds": round(time.monotonic() - r.started, 3),
+        "invocations": dict(r.invocations), "backend_calls": r.calls.to_json(),
+        "seconds": round(time.monotonic() - r.started, 3),
         "journey": [list(p) for p in journey], "one_minimal": one_minimal, "stop_reason": stop,
         "verified": verified, "flaky": flaky, "notes": list(r.notes),
         "search": dict(search_stats),
@@ -1107,7 +1128,8 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
                        "lowest failing optimization level, repro_min.py)")
         report["notes"] = list(r.notes)
     # the time the user waited, as the CLI prints it: the maintainer facts' runs included
-    report.update(facts.facts, report_runs=facts.runs, seconds=round(time.monotonic() - r.started, 3))
+    report.update(facts.facts, report_runs=facts.runs, report_calls=facts.calls.to_json(),
+                  seconds=round(time.monotonic() - r.started, 3))
     content = BundleContent(
         model=candidate.proto, inputs=dict(candidate.feeds), oracle_outputs=oracle_outputs,
         target_outputs=verification.target_outputs, oracle=r.oracle_spec, target=r.target_spec,
@@ -1126,7 +1148,26 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
         verified=verified, flaky=flaky, bundle=bundle, work_dir=r.work, seconds=time.monotonic() - r.started,
         journey=journey, notes=tuple(r.notes), identity=base.identity, noise_floor=floor, chosen_dims=r.chosen,
         interrupted=result.stop_reason is StopReason.INTERRUPTED or bool(facts.facts.get("interrupted")),
+        backend_calls=r.calls.to_json(), report_calls=_report_calls(content.report),
     )
+
+
+def _recorded_calls(state: Mapping[str, Any], fresh: CallTally) -> CallTally:
+    """The backend calls a resumed run's state file recorded; a state file written before compiles were
+    counted has only the runs (``invocations``), whose compiles are then unknown (counted as none)."""
+    calls = state.get("backend_calls")
+    if isinstance(calls, Mapping):
+        return CallTally.from_json(calls)
+    runs = state.get("invocations")
+    if isinstance(runs, Mapping):
+        return CallTally({**fresh.roles(), **{str(role): Cost(runs=int(n)) for role, n in runs.items()}})
+    return fresh
+
+
+def _report_calls(report: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """The bundle's report-fact calls (``report_calls``, as a calling workflow's ``amend`` left them)."""
+    calls = report.get("report_calls")
+    return CallTally.from_json(calls).to_json() if isinstance(calls, Mapping) else {}
 
 
 def _identity_record(r: _Run, base: _Baseline, outputs: Sequence[str]) -> dict[str, Any]:
@@ -1154,7 +1195,8 @@ def _no_failure(r: _Run, baseline: Signature, flaky: bool) -> ReduceResult:
     if note:
         r.notes.append(note)
     report = {"format": "graphbisect-report", "failed": False, "original_nodes": len(r.model.nodes),
-              "invocations": dict(r.invocations), "oracle": str(r.oracle_spec), "target": str(r.target_spec),
+              "invocations": dict(r.invocations), "backend_calls": r.calls.to_json(),
+              "oracle": str(r.oracle_spec), "target": str(r.target_spec),
               "versions": r.versions(), "flaky": flaky,
               "message": "the target agrees with the oracle on the original model: nothing to reduce",
               "chosen_dims": [dim.to_json() for dim in r.chosen], "notes": list(r.notes)}
@@ -1164,5 +1206,5 @@ def _no_failure(r: _Run, baseline: Signature, flaky: bool) -> ReduceResult:
         failed=False, original_nodes=len(r.model.nodes), final_nodes=len(r.model.nodes), kept_nodes=(),
         signature=baseline, invocations=dict(r.invocations), one_minimal=False, stop_reason=None, verified=False,
         flaky=flaky, bundle=r.bundle_dir / "report.json", work_dir=r.work, seconds=time.monotonic() - r.started,
-        notes=tuple(r.notes), chosen_dims=r.chosen,
+        notes=tuple(r.notes), chosen_dims=r.chosen, backend_calls=r.calls.to_json(),
     )

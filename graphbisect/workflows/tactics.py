@@ -25,13 +25,14 @@ import random
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
+from graphbisect.backends.cost import CallTally, Cost
 from graphbisect.compare import Tolerance
 from graphbisect.data import random_inputs, save_inputs, validate_inputs
 from graphbisect.engine import Budget, Evaluator, Outcome, TestResult
@@ -70,8 +71,20 @@ class RecordResult:
     record: TacticRecord
     run: RunResult
 
+    @property
+    def invocations(self) -> dict[str, int]:
+        """{role: runs}: the target's one run."""
+        return {"target": 1}
+
+    @property
+    def backend_calls(self) -> dict[str, dict[str, int]]:
+        """{role: {"runs", "compiles", "compile_cache_hits"}}: the run and the build it made
+        (:mod:`graphbisect.backends.cost`)."""
+        return {"target": Cost.of_run(self.run).to_json()}
+
     def to_json(self) -> dict[str, object]:
-        return {"run": self.run.describe(), "record": self.record.to_json()}
+        return {"run": self.run.describe(), "record": self.record.to_json(), "invocations": self.invocations,
+                "backend_calls": self.backend_calls}
 
 
 @dataclass(frozen=True)
@@ -93,9 +106,21 @@ class ReplayResult:
         """What the build really used (the same as :attr:`actual`; ``--json`` ``record``)."""
         return self.actual
 
+    @property
+    def invocations(self) -> dict[str, int]:
+        """{role: runs}: the target's one run."""
+        return {"target": 1}
+
+    @property
+    def backend_calls(self) -> dict[str, dict[str, int]]:
+        """{role: {"runs", "compiles", "compile_cache_hits"}}: the run and the build it made (none when it
+        reused an earlier build of the same record, :mod:`graphbisect.backends.cost`)."""
+        return {"target": Cost.of_run(self.run).to_json()}
+
     def to_json(self) -> dict[str, object]:
         return {"applied": self.applied, "not_applied": [n.to_json() for n in self.not_applied],
-                "run": self.run.describe(), "record": self.record.to_json()}
+                "run": self.run.describe(), "record": self.record.to_json(), "invocations": self.invocations,
+                "backend_calls": self.backend_calls}
 
 
 @dataclass(frozen=True)
@@ -111,6 +136,9 @@ class IsolateResult:
     good: TacticRecord
     bad: TacticRecord
     bad_signature: Signature = field(default_factory=lambda: Signature.from_json({"kind": "none"}))
+    #: role -> {"runs", "compiles", "compile_cache_hits"}: :attr:`invocations` with the builds they made
+    #: (:mod:`graphbisect.backends.cost`; a replay of a record built before reuses its build)
+    backend_calls: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @property
     def found(self) -> bool:
@@ -154,7 +182,9 @@ class IsolateResult:
             "confirmed": self.confirmed, "minimal": self.minimal,
             "verdict": self.verdict, "differing_choices": self.differing_choices,
             "bad_signature": self.bad_signature.to_json(), "builds": list(self.builds),
-            "invocations": dict(self.invocations), "seconds": round(self.seconds, 3),
+            "invocations": dict(self.invocations),
+            "backend_calls": {role: dict(calls) for role, calls in self.backend_calls.items()},
+            "seconds": round(self.seconds, 3),
         }
 
 
@@ -251,8 +281,8 @@ def replay_tactics(model: Model, target: BackendSpec | str, record: TacticRecord
             outputs = {k: np.array(v) for k, v in result.run.outputs.items()}
         finally:
             builder.close()
-    run = RunResult(result.run.status, outputs, result.run.phase, result.run.error_type, result.run.message,
-                    result.run.exit_code, result.run.log, result.run.info, result.run.seconds)
+    # the outputs copied before the worker's folder goes; what ran it and what it compiled kept
+    run = replace(result.run, outputs=outputs)
     return ReplayResult(result.requested, result.actual, result.not_applied, run)
 
 
@@ -302,28 +332,29 @@ def isolate_tactics(
     with work_folder(workdir, "tactics", protect=(model.path,)) as (work, _kept):
         onnx_path, inputs_path = _prepare(model, inputs, work, seed)
         builder = _Builder(spec, work, onnx_path, inputs_path)
-        invocations = {"oracle": 0}
+        calls = CallTally({"oracle": Cost()})
         try:
             verdict = _reference(model, oracle, tolerance, builder, good=good, inputs_path=inputs_path,
-                                 onnx_path=onnx_path, work=work, invocations=invocations)
+                                 onnx_path=onnx_path, work=work, calls=calls)
             pair, build_rows = _pick_pair(builder, verdict, good, bad, builds=builds, perturb=perturb, seed=seed)
             result = _isolate(builder, verdict, pair, max_invocations)
         finally:
             builder.close()
-        invocations["target"] = builder.proc.invocations
+        calls.add("target", builder.proc.cost)
     isolation, not_applied, bad_signature = result
     return IsolateResult(isolation, tuple(build_rows), TacticSpace.between(*pair).size, not_applied,
-                         invocations, time.monotonic() - started, pair[0], pair[1], bad_signature)
+                         calls.runs(), time.monotonic() - started, pair[0], pair[1], bad_signature,
+                         backend_calls=calls.to_json())
 
 
 def _reference(model: Model, oracle: BackendSpec | str | None, tolerance: Tolerance | None, builder: _Builder, *,
                good: TacticRecord | None, inputs_path: Path, onnx_path: Path, work: Path,
-               invocations: dict[str, int]) -> _Judge:
+               calls: CallTally) -> _Judge:
     """The reference outputs: the oracle's, or (no oracle) the good build's with a bit-exact comparison."""
     if oracle is not None:
         with BackendProcess(oracle, workdir=work / "oracle") as proc:
             run = proc.run(onnx_path, inputs_path, output_dir=work / "oracle-outputs")
-            invocations["oracle"] = proc.invocations
+            calls.add("oracle", proc.cost)
         if not run.ok:
             raise BackendError(f"the oracle {oracle} failed: {run.describe()}", hint=oracle_failed_hint(oracle, run))
         require_outputs(run, model.output_names, oracle)

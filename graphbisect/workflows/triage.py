@@ -45,6 +45,7 @@ import numpy as np
 
 from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import Capability, resolve
+from graphbisect.backends.cost import CallTally
 from graphbisect.backends.registry import BACKEND_SPEC
 from graphbisect.compare import Tolerance
 from graphbisect.errors import GraphBisectError, InputError
@@ -54,7 +55,7 @@ from graphbisect.model import Model
 from graphbisect.options import INVOCATIONS, JOBS, SEED, TIMEOUT, check_fields, option
 from graphbisect.oracle.signature import Signature
 from graphbisect.triage.dedup import BugGroup, group_bugs, lacking, pattern_hash
-from graphbisect.triage.outcome import ERROR, FAILED, PASSED, ModelOutcome
+from graphbisect.triage.outcome import ERROR, FAILED, PASSED, ModelOutcome, total_calls
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
 
 __all__ = ["ModelTask", "TriageOptions", "TriageResult", "discover_models", "model_identity", "triage",
@@ -123,11 +124,24 @@ class TriageResult:
     skipped: tuple[str, ...]  # finished in an earlier run, not run again
     seconds: float
 
+    @property
+    def backend_calls(self) -> dict[str, dict[str, int]]:
+        """Every model's backend calls (each step's: compare, passes, reduce; a model finished by an earlier run
+        as its record says), summed by role: {role: {"runs", "compiles", "compile_cache_hits"}}
+        (:mod:`graphbisect.backends.cost`)."""
+        return total_calls(self.outcomes).to_json()
+
+    @property
+    def invocations(self) -> dict[str, int]:
+        """{role: runs}: :attr:`backend_calls`' runs."""
+        return CallTally.from_json(self.backend_calls).runs()
+
     def to_json(self) -> dict[str, Any]:
         """The models' outcomes, the distinct bugs, and the run (summary.json holds the same facts)."""
         return {"outcomes": [o.to_json() for o in self.outcomes], "bugs": [b.to_json() for b in self.bugs],
                 "summary": {k: str(v) for k, v in self.summary.items()}, "executor": self.executor,
-                "skipped": list(self.skipped), "seconds": round(self.seconds, 3)}
+                "skipped": list(self.skipped), "seconds": round(self.seconds, 3),
+                "invocations": self.invocations, "backend_calls": self.backend_calls}
 
     def by_status(self, status: str) -> list[ModelOutcome]:
         return [o for o in self.outcomes if o.status == status]
@@ -237,16 +251,20 @@ def _triage_model(task: ModelTask, base: ModelOutcome) -> ModelOutcome:
         feeds = _feeds(task, model)
     base = dataclasses.replace(base, original_nodes=len(model.nodes))
     runs: dict[str, Mapping[str, int]] = {}
+    calls: dict[str, Mapping[str, Mapping[str, int]]] = {}  # the same steps' runs with what they compiled
     with _timed(phases, "compare"):
-        verdict, runs["compare"], versions = _compare(task, model, feeds)
+        verdict, calls["compare"], versions = _compare(task, model, feeds)
+    runs["compare"] = CallTally.from_json(calls["compare"]).runs()
     base = dataclasses.replace(base, versions=versions)
     if verdict is None:
         shutil.rmtree(task.work_dir, ignore_errors=True)
-        return dataclasses.replace(base, status=PASSED, phases=phases, step_invocations=runs)
+        return dataclasses.replace(base, status=PASSED, phases=phases, step_invocations=runs,
+                                   step_backend_calls=calls)
     with _timed(phases, "passes"):
         found = _passes(task, model, feeds)
     if found is not None:
         runs["passes"] = dict(found.invocations)
+        calls["passes"] = dict(found.backend_calls)
     outcome = dataclasses.replace(base, status=FAILED, signature=verdict, lacks=lacking(verdict),
                                   notes=found.notes if found else ())
     if found is not None and found.failed:
@@ -255,7 +273,8 @@ def _triage_model(task: ModelTask, base: ModelOutcome) -> ModelOutcome:
         outcome = _reduce(task, model, feeds, found, outcome)
     if outcome.invocations:
         runs["reduce"] = dict(outcome.invocations)
-    return dataclasses.replace(outcome, phases=phases, step_invocations=runs)
+        calls["reduce"] = dict(outcome.backend_calls)
+    return dataclasses.replace(outcome, phases=phases, step_invocations=runs, step_backend_calls=calls)
 
 
 @contextlib.contextmanager
@@ -277,9 +296,9 @@ def _feeds(task: ModelTask, model: Model) -> dict[str, np.ndarray]:
 
 
 def _compare(task: ModelTask, model: Model, feeds: Mapping[str, np.ndarray]
-             ) -> tuple[dict[str, Any] | None, dict[str, int], dict[str, dict[str, Any]]]:
+             ) -> tuple[dict[str, Any] | None, dict[str, Mapping[str, int]], dict[str, dict[str, Any]]]:
     """The verdict on the plain model: the failure's signature, or None when the target agrees with the oracle;
-    the backend runs it took; and what ran each role (measured in its worker)."""
+    the backend calls it took (``backend_calls``); and what ran each role (measured in its worker)."""
     from graphbisect.oracle.signature import ModelNames, signature_of
     from graphbisect.workflows.compare import compare_models
 
@@ -287,7 +306,7 @@ def _compare(task: ModelTask, model: Model, feeds: Mapping[str, np.ndarray]
     result = compare_models(model, oracle=o.oracle, target=o.target, inputs=feeds, tolerance=o.tolerance,
                             workdir=task.work_dir / "compare", layerwise=False)
     shutil.rmtree(task.work_dir / "compare", ignore_errors=True)
-    runs = dict(result.invocations)
+    runs = dict(result.backend_calls)
     versions = {role: dict(facts) for role, facts in result.versions.items()}
     if result.passed:
         return None, runs, versions
@@ -336,7 +355,8 @@ def _reduce(task: ModelTask, model: Model, feeds: Mapping[str, np.ndarray], foun
         # The comparison saw the target fail on this very model, so it stays a failure (calling it passed
         # would contradict a measured run); what is unknown is why it did not fail again.
         seen = Signature.from_json(dict(outcome.signature)).describe() if outcome.signature else "a failure"
-        return dataclasses.replace(outcome, invocations=dict(result.invocations), notes=(
+        return dataclasses.replace(outcome, invocations=dict(result.invocations),
+                                   backend_calls=dict(result.backend_calls), notes=(
             *outcome.notes, f"the comparison saw the target fail ({seen}) but the reduction's run of the same model "
             f"did not ({result.signature.describe()}): the failure does not reproduce reliably (a flaky target or "
             "oracle); no bundle"))
@@ -344,7 +364,8 @@ def _reduce(task: ModelTask, model: Model, feeds: Mapping[str, np.ndarray], foun
     return dataclasses.replace(outcome, pattern=pattern, op_types=op_types, lacks=lacking(outcome.signature, domains),
                                final_nodes=result.final_nodes,
                                one_minimal=result.one_minimal, bundle=str(result.bundle),
-                               invocations=dict(result.invocations), notes=(*outcome.notes, *result.notes))
+                               invocations=dict(result.invocations), backend_calls=dict(result.backend_calls),
+                               notes=(*outcome.notes, *result.notes))
 
 
 def _pattern(path: Path) -> tuple[str, tuple[str, ...], frozenset[str]]:

@@ -21,7 +21,7 @@ import dataclasses
 import re
 import tempfile
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from graphbisect.artifacts.repro import (
     judged_by,
 )
 from graphbisect.backends import BackendProcess, BackendSpec, RunResult
+from graphbisect.backends.cost import CallTally
 from graphbisect.backends.inert import Untrusted
 from graphbisect.backends.registry import untrusted_options
 from graphbisect.compare import Comparison, TensorStats
@@ -74,6 +75,14 @@ class Verification:
     #: the model the bundle was reduced from, re-checked (``verify --model``): ``failed``, ``outcome``,
     #: ``first_divergence``; None when not asked
     original: Mapping[str, Any] | None = None
+    #: role -> {"runs", "compiles", "compile_cache_hits"}: every backend call, compiles included
+    #: (:mod:`graphbisect.backends.cost`): the target's run, and with ``original`` its comparison's runs
+    backend_calls: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+    @property
+    def invocations(self) -> dict[str, int]:
+        """{role: runs} (:attr:`backend_calls`' runs)."""
+        return CallTally.from_json(self.backend_calls).runs()
 
     # The --json fields that are the run's, as typed attributes.
     @property
@@ -110,6 +119,8 @@ class Verification:
             "outputs": [s.to_json() for s in self.outputs],
             "note": self.note,
             "original": None if self.original is None else dict(self.original),
+            "invocations": self.invocations,
+            "backend_calls": {role: dict(calls) for role, calls in self.backend_calls.items()},
         }
 
 
@@ -159,14 +170,17 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None,
         other = _other_identity(bundle, identity, verdict) if recorded.matches(verdict.signature) else None
         # Copy what we need before the outputs' memory maps lose their folder.
         copied = {name: value.copy() for name, value in result.outputs.items()}
+        calls = {"target": backend.cost.to_json()}
     result = dataclasses.replace(result, outputs=copied)
     if judged == JUDGE_PYTHON_CHECK and check is None and result.ok:
         return Verification(UNDECIDED, recorded, verdict.signature, spec, result, verdict.comparison,
                             "the recorded failure is the verdict of a Python check (graphbisect.reduce(check=...)), "
                             "which a bundle cannot hold; the tolerance decides nothing here. Re-judge with "
-                            "graphbisect.verify(BUNDLE, check=your_check)", bundle.target_message, judged)
+                            "graphbisect.verify(BUNDLE, check=your_check)", bundle.target_message, judged,
+                            backend_calls=calls)
     return dataclasses.replace(_classify(bundle, spec, result, verdict.comparison, verdict.signature,
-                                         recorded=recorded, names=names, other_identity=other), judged_by=judged)
+                                         recorded=recorded, names=names, other_identity=other), judged_by=judged,
+                               backend_calls=calls)
 
 
 def _other_identity(bundle: LoadedBundle, identity: IdentityCheck | None, verdict: Judgement) -> str | None:
@@ -204,7 +218,9 @@ def recheck_original(verification: Verification, bundle: LoadedBundle, model: Pa
             "compiled_as": None if first.compiled_as is None else first.compiled_as.describe()},
         "noise_floor": None if result.noise_floor is None else result.noise_floor.describe(),
     }
-    return dataclasses.replace(verification, original=original)
+    calls = CallTally.from_json(verification.backend_calls)
+    calls.merge(CallTally.from_json(result.backend_calls))  # the comparison's oracle and target runs
+    return dataclasses.replace(verification, original=original, backend_calls=calls.to_json())
 
 
 def untrusted_target(bundle: LoadedBundle) -> list[Untrusted]:

@@ -1,6 +1,7 @@
 """Every backend call is counted by kind: runs, and the compiles behind them (graphbisect/backends/cost.py).
 
-On real backends: ONNX Runtime builds one session for two runs of one model; IREE's ``report_passes=1``
+On real backends: ONNX Runtime builds one session for two runs of one model, and counts the sessions it builds
+only to find which rewrite rules fired or which optimizer names it has; IREE's ``report_passes=1``
 compiles once per feature more inside one run, and a command's compile cache serves a repeat compile of the
 same model and options.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 
@@ -51,3 +53,36 @@ def test_iree_feature_listing_counts_every_compile_and_the_cache_serves_repeats(
         assert proc.run(path, inputs).compiles == 1  # no cache outside the block: compiled again
     with compile_cache(tmp_path / "cache"), BackendProcess("iree:cpu=generic", workdir=tmp_path / "cpu") as proc:
         assert proc.run(path, inputs).compiles == 1  # another target CPU is another key
+
+
+def test_ort_sessions_made_to_find_the_fired_rules_count_as_compiles(models: dict[str, Path], tmp_path: Path) -> None:
+    # FuseReluClip is a rewrite rule: ORT logs only its rule set, so the runtime builds sessions with subsets of
+    # the set's rules enabled until one rule is left; each is a compile (one was counted: the run's session)
+    x = np.ones((2, 3), np.float32)
+    with BackendProcess("onnxruntime:opt_level=basic,report_passes=1", workdir=tmp_path / "w") as proc:
+        first, again = proc.run(models["relu_clip32"], {"x": x}), proc.run(models["relu_clip32"], {"x": x})
+        assert first.ok and first.info["fired_passes"] == ["FuseReluClip"]
+        assert first.compiles >= 1 + 2  # the run's session, then at least one subset of each half
+        assert again.compiles == 0  # the session is reused: nothing is built, nothing searched
+        assert proc.cost == Cost(runs=2, compiles=first.compiles)
+    with BackendProcess("onnxruntime:opt_level=basic", workdir=tmp_path / "plain") as proc:
+        assert proc.run(models["relu_clip32"], {"x": x}).compiles == 1  # without the listing: one session
+
+
+def test_ort_sessions_that_list_the_optimizer_names_count_as_compiles(models: dict[str, Path], tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # a new ORT version's optimizer names are found by building sessions of a probe model (then cached on disk):
+    # the `passes` listing and the validation of disabled= names before the first run
+    monkeypatch.setenv("GRAPHBISECT_CACHE", str(tmp_path / "cache"))
+    with BackendProcess("onnxruntime", workdir=tmp_path / "listing") as proc:
+        names = proc.registered_passes()
+        assert names and "FuseReluClip" in names
+        assert proc.cost.runs == 0 and proc.cost.compiles > len(names)  # every name was found by sessions
+    with BackendProcess("onnxruntime", workdir=tmp_path / "cached") as proc:
+        assert proc.registered_passes() == names and proc.cost == Cost()  # read from the disk cache
+    monkeypatch.setenv("GRAPHBISECT_CACHE", str(tmp_path / "other-cache"))
+    with BackendProcess("onnxruntime:disabled=FuseReluClip", workdir=tmp_path / "validated") as proc:
+        run = proc.run(models["relu_clip32"], {"x": np.ones((2, 3), np.float32)})
+        # the names are checked before the first run: the sessions that found them are that run's compiles
+        assert run.ok and run.compiles > 1
+        assert proc.cost == Cost(runs=1, compiles=run.compiles)

@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 import pytest
 
+from graphbisect.backends.cost import describe_calls
 from graphbisect.cli.main import main
 from graphbisect.cli.passes_cmd import print_passes
 from graphbisect.compare import Tolerance
@@ -79,12 +80,12 @@ def test_passes_bundle_repro_reproduces_and_control_passes(ln_all: tuple[int, di
     assert fused & {"LayerNormalization", "SimplifiedLayerNormalization"}
     report_md = (bundle / "report.md").read_text()
     assert "## Optimization passes" in report_md
-    # the summary names every run the bundle cost, not only the reduction's
-    searched = json.loads((bundle / "report.json").read_text())["passes"]["invocations"]
+    # the summary names every run the bundle cost, not only the reduction's, and what each compiled
+    searched = json.loads((bundle / "report.json").read_text())["passes"]
     row = next(line for line in report_md.splitlines() if line.startswith("| Backend invocations |"))
-    assert row.startswith("| Backend invocations | " + ", ".join(f"{k} {v}" for k, v in searched.items())
-                          + " for the pass search; ")
-    assert re.search(r"control 1 for measuring the sections below \|$", row), row
+    cost = describe_calls(searched["invocations"], searched["backend_calls"])
+    assert row.startswith(f"| Backend invocations | {cost} for the pass search; ")
+    assert re.search(r"control 1 \(1 compile\) for measuring the sections below \|$", row), row
 
 
 def test_reduce_with_passes_at_basic_names_only_layernormfusion(tmp_path: Path) -> None:
@@ -132,6 +133,9 @@ def test_a_passes_bundle_counts_every_target_run(tmp_path: Path) -> None:
                + sum(n for role, n in report["report_runs"].items() if role in ("target", "control")))
     assert counted == len(log.read_text().splitlines())
     assert report["report_runs"]["control"] == 1
+    # the same runs with what they compiled: one session each (the control, the compiled view, the facts' runs)
+    assert {role: calls["runs"] for role, calls in report["report_calls"].items()} == report["report_runs"]
+    assert all(calls["compiles"] >= calls["runs"] for calls in report["report_calls"].values())
 
 
 def test_fuse_relu_clip_crash_is_named(tmp_path: Path) -> None:
