@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from graphbisect.backends.cost import describe_calls
 from graphbisect.cli.common import (
     add_model_arguments,
     chosen_for,
@@ -231,8 +232,7 @@ def _report(result: ReduceResult, args: argparse.Namespace) -> int:
     kept = ", ".join(map(shown, result.kept_nodes[:12]))
     print(f"reduced {result.original_nodes} → {result.final_nodes} nodes: {kept}"
           + (" …" if len(result.kept_nodes) > 12 else ""))
-    print("invocations: " + ", ".join(f"{k} {v}" for k, v in result.invocations.items())
-          + f"; {result.seconds:.1f} s")
+    print("invocations: " + describe_calls(result.invocations, result.backend_calls) + f"; {result.seconds:.1f} s")
     if result.one_minimal:
         print("1-minimal: yes (no single node can be removed), re-verified in fresh workers")
     elif result.stop_reason:  # the search was stopped: resuming it can finish it

@@ -55,6 +55,7 @@ from graphbisect.artifacts.bundle import BundleContent, check_destination, write
 from graphbisect.artifacts.charts import size_journey_svg
 from graphbisect.atomic import atomic_write_text, not_regular
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
+from graphbisect.backends.cost import CallTally, Cost
 from graphbisect.backends.process import CompareTo
 from graphbisect.backends.registry import BACKEND_SPEC
 from graphbisect.compare import Tolerance
@@ -204,7 +205,7 @@ class ReduceResult:
     final_nodes: int
     kept_nodes: tuple[str, ...]
     signature: Signature
-    invocations: Mapping[str, int]
+    invocations: Mapping[str, int]  # role -> runs
     one_minimal: bool
     stop_reason: str | None
     verified: bool
@@ -222,6 +223,9 @@ class ReduceResult:
     #: Ctrl-C stopped part of the run (the search, the re-verification or the facts for maintainers): the
     #: bundle holds what was done, and the CLI exits 130 as for any Ctrl-C
     interrupted: bool = False
+    #: role -> {"runs", "compiles", "compile_cache_hits"}: every backend call of the reduction by kind (the
+    #: facts for maintainers' runs apart: ``report_runs``); a candidate of a compile failure is a compile, no run
+    backend_calls: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @property
     def dims_note(self) -> str | None:
@@ -240,6 +244,7 @@ class ReduceResult:
             "noise_floor": None if self.noise_floor is None else self.noise_floor.to_json(),
             "chosen_dims": [dim.to_json() for dim in self.chosen_dims], "dims_note": self.dims_note,
             "interrupted": self.interrupted,
+            "backend_calls": {role: dict(calls) for role, calls in self.backend_calls.items()},
         }
 
 
@@ -273,6 +278,7 @@ class _Run:
         # each candidate's, the re-verification's): one set, so a name is erased in all of them or in none.
         self.names = ModelNames(model.proto)
         self.invocations = {"oracle": 0, "target": 0}
+        self.calls = CallTally({"oracle": Cost(), "target": Cost()})  # the same runs, and the compiles
         self.ran_with: dict[str, dict[str, Any]] = {}  # role -> what its last worker measured (RunResult.ran_with)
         self.notes: list[str] = []
         self.started = time.monotonic()
@@ -300,6 +306,8 @@ class _Run:
                     hint="resume with the same model and options, or remove the folder to start afresh",
                 )
             self.invocations = recorded.get("invocations", self.invocations)
+            self.calls = CallTally.from_json(recorded.get("backend_calls") or {
+                role: {"runs": n} for role, n in self.invocations.items()})
             self.chosen = tuple(ChosenDim.from_json(d) for d in recorded.get("chosen_dims", ()))
         else:
             self._start_clean(state, fingerprint)
@@ -347,6 +355,7 @@ class _Run:
             "fingerprint": self.run_fingerprint(), "model": str(self.work / "model.onnx"),
             "source": str(self.model.path) if self.model.path else None,
             "bundle": str(self.bundle_dir), "options": self.options.to_json(), "invocations": self.invocations,
+            "backend_calls": self.calls.to_json(),
             "chosen_dims": [dim.to_json() for dim in self.chosen],
         }, indent=2))
 
@@ -397,12 +406,14 @@ class _Run:
         probe = self.work / "probe-floor.onnx"
         save_proto(self.model.with_outputs(names), probe)
         self.stage(f"measuring the target's noise floor: {spec} (its optimizations off) on {len(names)} tensors")
+        floor: NoiseFloor | None = None
         try:
-            return measure_floor(spec, probe, self.work / "inputs.npz", store.directory, self.tol,
-                                 workdir=self.work / "floor", timeout=self.options.timeout)
+            floor = measure_floor(spec, probe, self.work / "inputs.npz", store.directory, self.tol,
+                                  workdir=self.work / "floor", timeout=self.options.timeout)
+            return floor
         finally:
             remove_model(probe)
-            self.count("target")
+            self.count("target", cost=floor.cost if floor is not None and floor.cost else None)
 
     def rewriting_oracle(self) -> bool:
         """Whether the oracle may compute the probe differently from the model (``computes_as_written``) and
@@ -466,9 +477,13 @@ class _Run:
         """The target outputs to compare: none for an external check, whose exit status is the verdict."""
         return () if self.options.check else outputs
 
-    def count(self, role: str, n: int = 1, run: RunResult | None = None) -> None:
-        """Count ``n`` invocations of ``role`` (and remember what ran ``run``, for the report's versions)."""
+    def count(self, role: str, n: int = 1, run: RunResult | None = None, *, cost: Cost | None = None) -> None:
+        """Count ``n`` runs of ``role``, with what ``run`` compiled (or ``cost``: calls counted elsewhere, a
+        pool's), and remember what ran ``run``, for the report's versions. ``n=0`` with a ``run``: a build alone
+        (:meth:`BackendProcess.compile`), a compile and no run."""
         self.invocations[role] += n
+        self.calls.add(role, cost if cost is not None else
+                       Cost(n, run.compiles, run.compile_cache_hits) if run is not None else Cost(runs=n))
         if run is not None and run.ran_with:
             self.ran_with[role] = dict(run.ran_with)
         self.save_state()
@@ -668,7 +683,7 @@ class _Run:
             # Compared with the store in the target's worker: only the model's outputs come back as values.
             run = proc.run(probe, self.work / "inputs.npz",
                            compare_to=CompareTo(store.directory, self.tol, keep=tuple(self.model.output_names)))
-        self.count("target")
+        self.count("target", run=run)
         remove_model(probe)
         if not run.ok:
             return None, [], {}, [f"the target failed on the probed model ({run.describe()}); no layerwise hints "
@@ -871,7 +886,7 @@ def _search_and_verify(r: _Run, space: SubgraphSpace, base: _Baseline, floor: No
     """One search (:meth:`_Run.search`) and the re-verification of its result."""
     result, evaluator, tester = r.search(space, base, floor, flaky=flaky, scope=scope)
     for pool in filter(None, (tester.pool, tester.describing)):
-        r.count("target", pool.invocations)
+        r.count("target", pool.invocations, cost=pool.cost)
         pool.close()
     if tester.other_identity:
         r.notes.append(f"{tester.other_identity} candidate(s) failed with the baseline's kind but another identity "
@@ -968,7 +983,9 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], base: _Baseline
             values: Callable[[str], np.ndarray], tester: CandidateTester) -> _Verification:
     """Re-run the final model in fresh workers, VERIFY_RUNS times: the target must fail the same way every
     time (the same kind, above the noise floor, with the same identity), the oracle must agree with its
-    stored values. When the target does not, say why."""
+    stored values. When the target does not, say why. A failure at compile is re-verified as the search
+    tested it, by building the model (:attr:`CandidateTester.compile_only`); a build that succeeds is then run
+    (on that build), so a model that does not fail as it should is reported with what its run gave."""
     baseline = base.signature
     candidate = space.materialize(keep)
     path = space.workdir / "final.onnx"
@@ -979,8 +996,7 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], base: _Baseline
     others: list[str] = []  # why a run of the baseline's kind had another identity
 
     def verify_run(proc: BackendProcess) -> None:
-        run = proc.run(path, dict(candidate.feeds))
-        r.count("target", run=run)
+        run = _verify_attempt(r, proc, path, candidate.feeds, compile_only=tester.compile_only)
         verdict = judge(run, values, r.compared(candidate.outputs), r.tol, r.regex, check=r.options.output_check,
                         floor=floor, names=r.names)
         same = baseline.matches(verdict.signature, strict_band=r.options.strict_band)
@@ -1027,6 +1043,20 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], base: _Baseline
     if r.options.check and said:  # the exit status is the verdict; what the check printed says what it saw
         r.notes.append(f"the check's last stderr line: {said[-1]}")
     return _Verification(target_ok and oracle_ok, outputs, message, flaky, why)
+
+
+def _verify_attempt(r: _Run, proc: BackendProcess, path: Path, feeds: Mapping[str, np.ndarray], *,
+                    compile_only: bool) -> RunResult:
+    """One counted re-verification call: a build alone for a failure at compile (a run after it only when it
+    builds: what the model then does is what the note reports), else a run."""
+    if compile_only:
+        built = proc.compile(path)
+        r.count("target", 0, run=built)
+        if not built.ok:
+            return built
+    run = proc.run(path, dict(feeds))
+    r.count("target", run=run)
+    return run
 
 
 def _why_not_verified(r: _Run, space: SubgraphSpace, keep: frozenset[int], verified: Any, *,
@@ -1083,8 +1113,9 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
                            "fingerprint": r.model.fingerprint, "nodes": len(r.model.nodes)},
         "original_nodes": len(r.model.nodes), "final_nodes": len(result.keep),
         "kept_nodes": [{"name": n, "op_type": r.model.nodes[i].op_type} for n, i in zip(names, sorted(result.keep))],
-        "invocations": dict(r.invocations), "seconds": round(time.monotonic() - r.started, 3),
-        "journey": [list(p) for p in journey], "one_minimal": one_minimal, "stop_reason": stop,
+        "invocations": dict(r.invocations), "backend_calls": r.calls.to_json(),
+        "seconds": round(time.monotonic() - r.started, 3), "journey": [list(p) for p in journey],
+        "one_minimal": one_minimal, "stop_reason": stop,
         "verified": verified, "flaky": flaky, "notes": list(r.notes),
         "search": dict(search_stats),
         "versions": r.versions(),
@@ -1126,6 +1157,7 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
         verified=verified, flaky=flaky, bundle=bundle, work_dir=r.work, seconds=time.monotonic() - r.started,
         journey=journey, notes=tuple(r.notes), identity=base.identity, noise_floor=floor, chosen_dims=r.chosen,
         interrupted=result.stop_reason is StopReason.INTERRUPTED or bool(facts.facts.get("interrupted")),
+        backend_calls=r.calls.to_json(),
     )
 
 
@@ -1154,7 +1186,8 @@ def _no_failure(r: _Run, baseline: Signature, flaky: bool) -> ReduceResult:
     if note:
         r.notes.append(note)
     report = {"format": "graphbisect-report", "failed": False, "original_nodes": len(r.model.nodes),
-              "invocations": dict(r.invocations), "oracle": str(r.oracle_spec), "target": str(r.target_spec),
+              "invocations": dict(r.invocations), "backend_calls": r.calls.to_json(),
+              "oracle": str(r.oracle_spec), "target": str(r.target_spec),
               "versions": r.versions(), "flaky": flaky,
               "message": "the target agrees with the oracle on the original model: nothing to reduce",
               "chosen_dims": [dim.to_json() for dim in r.chosen], "notes": list(r.notes)}
@@ -1164,5 +1197,5 @@ def _no_failure(r: _Run, baseline: Signature, flaky: bool) -> ReduceResult:
         failed=False, original_nodes=len(r.model.nodes), final_nodes=len(r.model.nodes), kept_nodes=(),
         signature=baseline, invocations=dict(r.invocations), one_minimal=False, stop_reason=None, verified=False,
         flaky=flaky, bundle=r.bundle_dir / "report.json", work_dir=r.work, seconds=time.monotonic() - r.started,
-        notes=tuple(r.notes), chosen_dims=r.chosen,
+        notes=tuple(r.notes), chosen_dims=r.chosen, backend_calls=r.calls.to_json(),
     )
