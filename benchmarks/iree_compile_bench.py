@@ -18,10 +18,11 @@ Rows, one invocation, per case (**before/after in one run**):
 Columns: **start/final** nodes; **target runs** (graphbisect: runs of a compiled model, baseline and
 re-verification included; Polygraphy: check calls, each an import + ``iree-compile`` + run); **compiles** (the
 target's ``iree-compile`` invocations, from reduce's ``backend_calls``; Polygraphy: one per check); **cached**
-(compiles served by the compile cache); **facts** (target runs of the report's facts for maintainers, apart);
-**wall s** (the whole command); **1-min** (graphbisect: its own certified claim; Polygraphy: an independent
-single-node-removal sweep with graphbisect's tester on IREE, ``_minimality.py``); **same error** (the final
-model file each tool wrote, compiled again: does it fail with the original model's diagnostic, names removed).
+(compiles served by the compile cache); **facts** (backend runs of the report's facts for maintainers, every
+role: ``report_runs``, apart); **wall s** (the whole command); **1-min** (graphbisect: its own certified claim;
+Polygraphy: an independent single-node-removal sweep with graphbisect's tester on IREE, ``_minimality.py``);
+**same error** (the final model file each tool wrote, compiled again: does it fail with the original model's
+diagnostic, names removed).
 
 ``--passes`` also times ``passes --target iree`` once on the ``f64-output`` host at the same size (the issue's
 goal: ≤ 60 s on a 155-node model), with its runs, compiles and cache hits.
