@@ -43,7 +43,7 @@ class Minimality:
     fails: bool | None  # the set itself fails the same way (None: could not be mapped to the model)
     minimal: bool | None  # None when it does not fail or could not be checked
     removable: str | None = None  # a node whose removal keeps the failure
-    runs: int = 0  # target runs the check took
+    runs: int = 0  # target calls the check took (builds alone for a failure at compile)
     reason: str | None = None
 
     def cell(self) -> str:
@@ -67,7 +67,8 @@ class MinimalityChecker:
     """
 
     def __init__(self, model: Model, inputs: Mapping[str, np.ndarray], store_dir: Path, baseline: Signature,
-                 workdir: Path, *, tolerance: Tolerance | None = None, identity: Identity | None = None) -> None:
+                 workdir: Path, *, tolerance: Tolerance | None = None, identity: Identity | None = None,
+                 target: str = DEFAULT_TARGET) -> None:
         store = ActivationStore.open(store_dir)
         feeds = dict(inputs)
 
@@ -76,15 +77,20 @@ class MinimalityChecker:
 
         self.model, self.baseline = model, baseline
         self.space = SubgraphSpace(model, value, workdir / "candidates")
-        target = BackendSpec.parse(DEFAULT_TARGET)
+        target_spec = BackendSpec.parse(target)
         if identity is not None and identity.compiled_kind is not None:  # candidates say what they compiled
-            target = describing_spec(target) or target
-        self.pool = WorkerPool(target, 1, workdir / "target")
+            target_spec = describing_spec(target_spec) or target_spec
+        self.pool = WorkerPool(target_spec, 1, workdir / "target")
         self.tester = CandidateTester(self.space, self.pool, baseline, tolerance or Tolerance(),
                                       identity=None if identity is None else IdentityCheck(identity, model.nodes))
 
     def close(self) -> None:
         self.pool.close()
+
+    def _calls(self) -> int:
+        """Target calls so far: runs, or builds where a failure at compile is tested by building alone."""
+        cost = self.pool.cost
+        return cost.compiles + cost.compile_cache_hits if self.tester.compile_only else cost.runs
 
     def check(self, names: Sequence[str]) -> Minimality:
         """Is the node set called ``names`` failing, and 1-minimal?"""
@@ -94,16 +100,16 @@ class MinimalityChecker:
             return Minimality(None, None, reason=f"{len(unknown)} node(s) not in the original model, "
                               f"e.g. {unknown[0]!r}")
         keep = frozenset(index[name] for name in names)
-        start = self.pool.invocations
+        start = self._calls()
         result = self.tester(keep)
         if result.outcome is not Outcome.FAIL:
-            return Minimality(False, None, runs=self.pool.invocations - start,
+            return Minimality(False, None, runs=self._calls() - start,
                               reason=f"fails differently: {_describe(result.detail)} (original: "
                               f"{_describe(self.baseline)})")
         for node in sorted(keep):
             if len(keep) > 1 and self.tester(keep - {node}).outcome is Outcome.FAIL:
-                return Minimality(True, False, self.model.node_names[node], self.pool.invocations - start)
-        return Minimality(True, True, runs=self.pool.invocations - start)
+                return Minimality(True, False, self.model.node_names[node], self._calls() - start)
+        return Minimality(True, True, runs=self._calls() - start)
 
 
 def _describe(detail: object) -> str:

@@ -339,6 +339,58 @@ class BackendProcess:
             self._spend(reply)
             return reply.get("status") == "ok"
 
+    def compile(self, model: str | Path, outputs: Sequence[str] | None = None) -> RunResult:
+        """Build the session of ``model`` exposing ``outputs`` (``None``: its own) without running it, and say
+        what happened as a result: ``ok`` (nothing else: no outputs), or exactly the crash or timeout at load a
+        :meth:`run` would have reported (phase load, the same message; a worker that died is replaced).
+
+        For a failure that happens at compile (a compiler's diagnostic or crash, a session that cannot be
+        created): whether a model shows it needs no run, no inputs sent and no outputs read. A :meth:`run` of
+        the same model file and outputs that follows uses the build instead of making it again. Counted as the
+        compile it is (:attr:`compiles`, :attr:`compile_cache_hits`), not as an invocation (a run).
+
+        Example:
+            >>> BackendProcess("iree").compile("model.onnx").describe()  # doctest: +SKIP
+            "crash at load: IreeCompileError: failed to legalize operation 'torch.aten.max_unpool2d' ..."
+        """
+        model_path = Path(model).absolute()
+        if not (model_path.exists() or any(model_path.parent.glob(f"{model_path.name}.*"))):
+            raise ModelError(f"model {model_path} does not exist", hint="check the path of the model file")
+        with self._lock:
+            self._ensure_ready()
+            if self._log_size() > LOG_ROTATE_BYTES:
+                os.truncate(self.log_path, 0)
+            offset = self._log_size()
+            request = {"op": "load", "model": str(model_path),
+                       "outputs": list(dict.fromkeys(outputs)) if outputs is not None else None}
+            worker = self._state.worker
+            assert worker is not None
+            worker.phase = Phase.LOAD
+            started = time.monotonic()
+            try:
+                deadline = started + self.timeout
+                worker.send(request, deadline)
+                reply = worker.receive(deadline)
+            except (_WorkerDied, _WorkerTimeout) as exc:
+                result = self._lost_worker(exc, offset, time.monotonic() - started)
+            except BaseException:
+                self._discard_worker()  # e.g. KeyboardInterrupt: its reply would answer the next request
+                raise
+            else:
+                if not reply.get("ok", False):
+                    raise self._error(reply.get("error", {}), "load")
+                seconds = time.monotonic() - started
+                if reply.get("status") == "ok":
+                    spent = _reply_cost(reply)
+                    result = RunResult(RunStatus.OK, log=self._log_since(offset), seconds=seconds,
+                                       ran_with=self.ran_with, compiles=spent["compiles"],
+                                       compile_cache_hits=spent["compile_cache_hits"])
+                else:  # the crash fields of a run's reply
+                    result = self._result(reply, self.workdir, offset, seconds, keep_outputs=True)
+            self.compiles += result.compiles
+            self.compile_cache_hits += result.compile_cache_hits
+            return result
+
     def start(self) -> None:
         """Start the worker process now, without waiting for it: its interpreter and imports then overlap
         the caller's own work until the first call (which starts it anyway, and waits for it to be ready).

@@ -46,8 +46,9 @@ _LOCK = threading.Lock()
 
 
 def run_candidate(spec: str, model: str, feeds: Mapping[str, np.ndarray], timeout: float | None,
-                  scratch: str) -> RunResult:
-    """The task: run ``model`` on ``feeds`` with the target ``spec`` in this process's backend worker.
+                  scratch: str, *, compile_only: bool = False) -> RunResult:
+    """The task: run ``model`` on ``feeds`` with the target ``spec`` in this process's backend worker (with
+    ``compile_only``, only build it: :meth:`BackendProcess.compile <graphbisect.backends.BackendProcess.compile>`).
 
     The worker's files live in ``scratch/HOST-PID``, inside the reduction's work folder, so they go with it: a
     Ray worker is killed at cluster shutdown (with its children) and would never remove a folder of its own."""
@@ -61,6 +62,8 @@ def run_candidate(spec: str, model: str, feeds: Mapping[str, np.ndarray], timeou
                     del _WORKERS[old_key]
             workdir = Path(scratch) / f"{socket.gethostname()}-{os.getpid()}"
             proc = _WORKERS[key] = BackendProcess(spec, workdir=workdir, timeout=timeout)
+        if compile_only:
+            return proc.compile(model)
         run = proc.run(model, dict(feeds))
         # The worker's output files are overwritten by its next run, and its folder may be on another
         # machine: the result carries copies, and a saved optimized model travels as its graph (weights stay).
@@ -95,7 +98,20 @@ class _Runner:
         result: RunResult = future.result()  # WorkerLostError when the worker was lost every time
         with pool.lock:
             pool.runs += 1
-            pool.spent += Cost.of_run(result)  # measured where the task ran
+            pool.spent += Cost.of_run(result)
+        return result
+
+    def compile(self, model: str | Path, outputs: Sequence[str] | None = None) -> RunResult:
+        """Build ``model`` without running it, as a task (:meth:`BackendProcess.compile
+        <graphbisect.backends.BackendProcess.compile>`): a compile, no run."""
+        if outputs is not None:
+            raise ValueError("candidate builds are of the model's own outputs; pass outputs=None")
+        pool = self._pool
+        future = pool.executor.submit(run_candidate, str(pool.spec), str(model), {}, pool.timeout,
+                                      str(pool.scratch), compile_only=True)
+        result: RunResult = future.result()
+        with pool.lock:
+            pool.spent += Cost(0, result.compiles, result.compile_cache_hits)
         return result
 
 

@@ -11,6 +11,16 @@ With ``repeats=n`` (a target seen to be flaky) a candidate is accepted only when
 the same way too: a failure that does not repeat is UNRESOLVED, never the step a result rests on.
 
 Expected values come from the oracle's activation store, so judging a candidate costs one target run.
+
+**A failure at compile is tested by compiling.** When the baseline crashed while the target built the model
+(a compiler's diagnostic or crash, a session that cannot be created: :attr:`FailureKind.CRASH_LOAD`), a
+candidate is only built (:meth:`BackendProcess.compile <graphbisect.backends.process.BackendProcess.compile>`),
+never run: a build that fails is judged as the run's crash would be (the same phase and message), and a build
+that succeeds cannot fail that way whatever the run would do (a run's crash is at run), so it is a PASS. The
+verdicts that decide the search (FAIL or not) are the ones a run gives; a candidate that builds and would then
+have failed otherwise (UNRESOLVED) is a PASS, which every search treats alike. Each such test is a compile and
+no run (:mod:`graphbisect.backends.cost`). ``GRAPHBISECT_COMPILE_ONLY=off`` (:data:`COMPILE_ONLY_ENV`) runs every
+candidate as before, for a benchmark's "before".
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ import contextlib
 import hashlib
 import itertools
 import logging
+import os
 import queue
 import re
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -50,18 +61,40 @@ from graphbisect.oracle.signature import (
 from graphbisect.strategies.subgraph import Candidate, SubgraphSpace, check_file
 from graphbisect.values import is_exact, numpy_dtype
 
-__all__ = ["CandidateTester", "Judgement", "OutputCheck", "TargetPool", "WorkerPool", "check_accepts", "judge",
-           "model_digest"]
+__all__ = ["COMPILE_ONLY_ENV", "CandidateTester", "Judgement", "OutputCheck", "TargetPool", "WorkerPool",
+           "check_accepts", "compiles_only", "judge", "model_digest"]
 
 #: A Python check: ``check(outputs, expected) -> bool``, True when the target's outputs are acceptable.
 OutputCheck = Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray]], bool]
 
 log = logging.getLogger(__name__)
 
+#: The environment variable that, set to ``off``, makes a compile-failure search run its candidates as any other
+#: search does (compile and run) instead of only compiling them: a benchmark's "before" in the same build.
+COMPILE_ONLY_ENV = "GRAPHBISECT_COMPILE_ONLY"
+
+
+def compiles_only(baseline: Signature, fail_regex: re.Pattern[str] | None = None) -> bool:
+    """Whether candidates of a search for ``baseline`` are tested by building them alone (see the module
+    docstring): a crash at load, judged by its signature (a ``--fail-regex`` may match what a run prints),
+    unless :data:`COMPILE_ONLY_ENV` is ``off``.
+
+    Example:
+        >>> compiles_only(Signature(FailureKind.CRASH_LOAD, "IreeCompileError: failed to legalize ..."))
+        True
+        >>> compiles_only(Signature(FailureKind.CRASH_RUN, "RuntimeError: ..."))
+        False
+    """
+    if os.environ.get(COMPILE_ONLY_ENV, "").strip().lower() in ("0", "off", "no"):
+        return False
+    return fail_regex is None and baseline.kind is FailureKind.CRASH_LOAD
+
 
 class TargetRunner(Protocol):
     def run(self, model: str | Path, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None,
             ) -> RunResult: ...
+
+    def compile(self, model: str | Path, outputs: Sequence[str] | None = None) -> RunResult: ...
 
 
 class TargetPool(Protocol):
@@ -196,6 +229,8 @@ class CandidateTester:
         self.names: Collection[str] = ModelNames(space.model.proto) if names is None else names
         self.fail_regex, self.strict_band, self.compare, self.check = fail_regex, strict_band, compare, check
         self.repeats, self.floor, self.identity, self.describing = repeats, floor, identity, describing
+        #: candidates are built, not run: the baseline crashed at load (see the module docstring)
+        self.compile_only = compiles_only(baseline, fail_regex)
         self.other_identity = 0  # candidates that failed like the baseline by kind, but with another identity
         self._region: frozenset[int] = frozenset()
         if identity is not None and identity.identity.compiled_kind is not None and describing is not None:
@@ -228,12 +263,10 @@ class CandidateTester:
             outputs = candidate.outputs if self.compare else ()
             described = self.describing is not None and bool(self._region & keep) and not self._region <= keep
             with (self.describing if described and self.describing is not None else self.pool).acquire() as proc:
-                verdict = judge(proc.run(path, candidate.feeds), self.space.values, outputs, self.tol,
-                                self.fail_regex, check=self.check, floor=self.floor, names=self.names)
+                verdict = self._attempt(proc, path, candidate, outputs)
                 outcome = self._outcome(verdict, candidate, len(keep))
                 for _ in range(self.repeats if outcome is Outcome.FAIL else 0):
-                    again = judge(proc.run(path, candidate.feeds), self.space.values, outputs, self.tol,
-                                  self.fail_regex, check=self.check, floor=self.floor, names=self.names)
+                    again = self._attempt(proc, path, candidate, outputs)
                     if self._outcome(again, candidate, len(keep)) is not Outcome.FAIL:
                         self.unrepeated += 1
                         log.info("candidate of %d nodes failed like the baseline once, then gave %s: not accepted",
@@ -247,7 +280,21 @@ class CandidateTester:
         detail: dict[str, object] = {"signature": verdict.signature.to_json(), "failing": verdict.failing_tensors}
         if verdict.other_identity:
             detail["identity"] = verdict.other_identity
+        if self.compile_only:
+            detail["compiled_only"] = True
         return TestResult(outcome, invoked=True, detail=detail)
+
+    def _attempt(self, proc: TargetRunner, path: Path, candidate: Candidate, outputs: Sequence[str]) -> Judgement:
+        """One target call on the saved candidate, judged: a build alone when :attr:`compile_only` (a build that
+        succeeds is no failure: the baseline's happens at load), else a run."""
+        if self.compile_only:
+            built = proc.compile(path)
+            if built.ok:
+                return Judgement(built, None, Signature(FailureKind.NONE))
+            return judge(built, self.space.values, outputs, self.tol, self.fail_regex, check=self.check,
+                         floor=self.floor, names=self.names)
+        return judge(proc.run(path, candidate.feeds), self.space.values, outputs, self.tol, self.fail_regex,
+                     check=self.check, floor=self.floor, names=self.names)
 
     def _outcome(self, verdict: Judgement, candidate: Candidate, nodes: int) -> Outcome:
         if self.baseline.matches(verdict.signature, strict_band=self.strict_band):

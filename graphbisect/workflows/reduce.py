@@ -205,7 +205,7 @@ class ReduceResult:
     final_nodes: int
     kept_nodes: tuple[str, ...]
     signature: Signature
-    invocations: Mapping[str, int]
+    invocations: Mapping[str, int]  # role -> runs
     one_minimal: bool
     stop_reason: str | None
     verified: bool
@@ -988,7 +988,9 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], base: _Baseline
             values: Callable[[str], np.ndarray], tester: CandidateTester) -> _Verification:
     """Re-run the final model in fresh workers, VERIFY_RUNS times: the target must fail the same way every
     time (the same kind, above the noise floor, with the same identity), the oracle must agree with its
-    stored values. When the target does not, say why."""
+    stored values. When the target does not, say why. A failure at compile is re-verified as the search
+    tested it, by building the model (:attr:`CandidateTester.compile_only`); a build that succeeds is then run
+    (on that build), so a model that does not fail as it should is reported with what its run gave."""
     baseline = base.signature
     candidate = space.materialize(keep)
     path = space.workdir / "final.onnx"
@@ -999,8 +1001,7 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], base: _Baseline
     others: list[str] = []  # why a run of the baseline's kind had another identity
 
     def verify_run(proc: BackendProcess) -> None:
-        run = proc.run(path, dict(candidate.feeds))
-        r.count("target", Cost.of_run(run), run=run)
+        run = _verify_attempt(r, proc, path, candidate.feeds, compile_only=tester.compile_only)
         verdict = judge(run, values, r.compared(candidate.outputs), r.tol, r.regex, check=r.options.output_check,
                         floor=floor, names=r.names)
         same = baseline.matches(verdict.signature, strict_band=r.options.strict_band)
@@ -1047,6 +1048,20 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], base: _Baseline
     if r.options.check and said:  # the exit status is the verdict; what the check printed says what it saw
         r.notes.append(f"the check's last stderr line: {said[-1]}")
     return _Verification(target_ok and oracle_ok, outputs, message, flaky, why)
+
+
+def _verify_attempt(r: _Run, proc: BackendProcess, path: Path, feeds: Mapping[str, np.ndarray], *,
+                    compile_only: bool) -> RunResult:
+    """One counted re-verification call: a build alone for a failure at compile (a run after it only when it
+    builds: what the model then does is what the note reports), else a run."""
+    if compile_only:
+        built = proc.compile(path)
+        r.count("target", Cost(0, built.compiles, built.compile_cache_hits), run=built)
+        if not built.ok:
+            return built
+    run = proc.run(path, dict(feeds))
+    r.count("target", Cost.of_run(run), run=run)
+    return run
 
 
 def _why_not_verified(r: _Run, space: SubgraphSpace, keep: frozenset[int], verified: Any, *,

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 import pytest
 
-from graphbisect.backends import resolve
+from graphbisect.backends import Phase, resolve
 from graphbisect.backends.cost import Cost
 from graphbisect.backends.iree import FEATURES
 from graphbisect.backends.process import BackendProcess, compile_cache
@@ -86,3 +86,44 @@ def test_ort_sessions_that_list_the_optimizer_names_count_as_compiles(models: di
         # the names are checked before the first run: the sessions that found them are that run's compiles
         assert run.ok and run.compiles > 1
         assert proc.cost == Cost(runs=1, compiles=run.compiles)
+def _relu_clip_crash(tmp_path: Path) -> tuple[Path, dict]:
+    """A real ONNX Runtime failure at session creation: its ReluClip fusion rejects a float64 Clip."""
+    from graphbisect.examples.hosts import host_network
+
+    host = host_network(100, bug="relu_clip_f64")
+    onnx.save(host.model, tmp_path / "crash.onnx")
+    return tmp_path / "crash.onnx", host.inputs
+
+
+def test_compile_alone_reports_the_crash_a_run_reports_as_a_compile_and_no_run(tmp_path: Path) -> None:
+    """``BackendProcess.compile`` builds without running: the failure at session creation is the run's own
+    (same phase, type and message), counted as one compile and no invocation (issue 27)."""
+    path, inputs = _relu_clip_crash(tmp_path)
+    with BackendProcess("onnxruntime:opt_level=all", workdir=tmp_path / "w") as proc:
+        built = proc.compile(path)
+        assert proc.cost == Cost(runs=0, compiles=1)
+        ran = proc.run(path, inputs)
+    assert not built.ok and built.phase is Phase.LOAD and built.compiles == 1 and not built.outputs
+    assert (built.status, built.phase, built.error_type, built.message) == (ran.status, ran.phase, ran.error_type,
+                                                                            ran.message)
+    assert "Unexpected data type for Clip" in (built.message or "")
+
+
+def test_a_run_after_a_compile_alone_uses_its_build(tmp_path: Path) -> None:
+    path, inputs = _model(tmp_path)
+    with BackendProcess("onnxruntime", workdir=tmp_path / "w") as proc:
+        built = proc.compile(path)
+        ran = proc.run(path, inputs)
+        assert proc.cost == Cost(runs=1, compiles=1)
+    assert built.ok and not built.outputs and built.compiles == 1
+    assert ran.ok and ran.compiles == 0 and ran.info["session_reused"]
+
+
+@iree_installed
+def test_iree_compile_alone_gives_the_compilers_diagnostic(tmp_path: Path) -> None:
+    path, inputs = _model(tmp_path, "maxunpool")
+    with BackendProcess("iree", workdir=tmp_path / "w") as proc:
+        built, ran = proc.compile(path), proc.run(path, inputs)
+        assert proc.cost == Cost(runs=1, compiles=2)
+    assert built.phase is Phase.LOAD and built.error_type == ran.error_type == "IreeCompileError"
+    assert built.message == ran.message and "torch.aten.max_unpool2d" in (built.message or "")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from graphbisect.examples import host_network
 from graphbisect.model import load_model
-from graphbisect.workflows.reduce import ReduceOptions, ReduceResult, reduce_model
+from graphbisect.workflows.reduce import CRASH_BASELINE_RUNS, ReduceOptions, ReduceResult, reduce_model
 
 
 def reduce_host(out: Path, **options: object) -> ReduceResult:
@@ -21,3 +21,20 @@ def test_local_executor_gives_the_same_reduction(tmp_path: Path) -> None:
     assert fanned.one_minimal and fanned.kept_nodes == own.kept_nodes
     assert fanned.invocations == own.invocations
     assert (tmp_path / "local" / "repro.py").exists()
+
+
+def test_a_failure_at_compile_builds_its_candidates_alone_as_tasks_too(tmp_path: Path) -> None:
+    """ONNX Runtime rejects a float64 Clip when it creates the session: the executor's tasks build candidates
+    without running them, as the reduction's own workers do (issue 27), with the same result and counts."""
+    host = host_network(150, bug="relu_clip_f64", position="main", seed=2)
+
+    def reduce(out: Path, **options: object) -> ReduceResult:
+        return reduce_model(load_model(host.model), out, inputs=host.inputs,
+                            options=ReduceOptions(jobs=2, **options))  # type: ignore[arg-type]
+
+    own, fanned = reduce(tmp_path / "own"), reduce(tmp_path / "local", executor="local")
+    assert fanned.one_minimal and fanned.kept_nodes == own.kept_nodes
+    assert fanned.invocations == own.invocations == {"oracle": own.invocations["oracle"],
+                                                     "target": CRASH_BASELINE_RUNS}
+    assert fanned.backend_calls == own.backend_calls
+    assert own.backend_calls["target"]["compiles"] > 2 * CRASH_BASELINE_RUNS

@@ -19,9 +19,9 @@ from tests.executors.test_candidate_fanout import reduce_host
 from tests.workflows.test_triage import dedup_view
 
 ray = pytest.importorskip("ray")
-# One Ray cluster at a time: `ray stop --force` stops every Ray process of the user, so under pytest-xdist
-# these tests share one worker (--dist loadgroup).
-pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
+# One Ray cluster at a time: `ray stop --force` stops every Ray process of the user, so every test that
+# starts one is in this file (pytest-xdist's --dist loadfile gives a file's tests one worker).
+pytestmark = pytest.mark.ray
 
 
 def _ray_cli() -> str:

@@ -4,7 +4,8 @@
 counted (they were not: "invocations: target 6" hid 30 compiles), and the pass candidates that compile a
 module the listing compiled already are served from the command's compile cache. ``reduce``, ``precision``,
 ``tactics``, ``verify`` and ``triage`` report the same ``backend_calls`` (their runs are their ``invocations``,
-role by role), and print them on their ``invocations:`` line.
+role by role), and print them on their ``invocations:`` line. A reduction of a failure at compile tests its
+candidates by compiling them alone: the same result, with no candidate run.
 """
 
 from __future__ import annotations
@@ -26,8 +27,18 @@ from graphbisect.examples import host_network
 from graphbisect.examples.iree_bugs import iree_bug_model
 from graphbisect.model import load_model
 from graphbisect.workflows.passes import PassesOptions, find_culprit_passes
-from graphbisect.workflows.reduce import ReduceOptions, reduce_model, resume_reduction, work_dir_for
+from graphbisect.workflows.reduce import (
+    CRASH_BASELINE_RUNS,
+    VERIFY_RUNS,
+    ReduceOptions,
+    ReduceResult,
+    reduce_model,
+    resume_reduction,
+    work_dir_for,
+)
 
+#: graphbisect.oracle.tester.COMPILE_ONLY_ENV (spelled out: the test runs on a build without it, and fails there)
+COMPILE_ONLY_ENV = "GRAPHBISECT_COMPILE_ONLY"
 iree_installed = pytest.mark.skipif(not resolve("iree", require_available=False)[1].availability().available,
                                     reason="iree-base-compiler is not installed (pip install 'graphbisect[iree]')")
 
@@ -81,10 +92,13 @@ def test_reduce_counts_a_compile_per_iree_candidate_and_the_report_facts(tmp_pat
     result = json.loads((tmp_path / "r.json").read_text())
     assert tuple(result["kept_nodes"]) == truth.nodes
     _runs_are_the_invocations(result["invocations"], result["backend_calls"])
-    # a compile crash leaves no module to reuse: every target run (baseline, candidate, re-verification) compiled
+    # a compile crash leaves no module to reuse: every target call (baseline, candidate, re-verification)
+    # compiled; the candidates were compiled alone, not run (a failure at compile)
     target = result["backend_calls"]["target"]
     search = json.loads((tmp_path / "b" / "report.json").read_text())["search"]
-    assert target["compiles"] + target["compile_cache_hits"] >= target["runs"] > search["tests"] - search["cache_hits"]
+    candidates = search["tests"] - search["cache_hits"]
+    assert target["compiles"] + target["compile_cache_hits"] >= target["runs"] + candidates
+    assert target["runs"] < candidates
     bundle = json.loads((tmp_path / "b" / "report.json").read_text())
     assert bundle["backend_calls"] == result["backend_calls"]
     _runs_are_the_invocations(bundle["report_runs"], bundle["report_calls"])  # the spec's word: onnx.reference
@@ -126,8 +140,9 @@ def test_reduce_counts_compiles_across_resume_and_resumes_an_older_state_file(tm
     resumed = resume_reduction(tmp_path / "b")
     assert tuple(resumed.kept_nodes) == truth.nodes
     _runs_are_the_invocations(resumed.invocations, resumed.backend_calls)
-    made = resumed.invocations["target"] - first.invocations["target"]
-    assert made > 0 and resumed.backend_calls["target"]["compiles"] >= before + made
+    # the resumed search's candidates are compiled alone (a failure at compile): compiles, no runs
+    assert resumed.invocations["target"] >= first.invocations["target"]
+    assert resumed.backend_calls["target"]["compiles"] > before
 
     older = resume_reduction(tmp_path / "old" / "b")
     assert older.kept_nodes == resumed.kept_nodes and older.invocations == resumed.invocations
@@ -269,3 +284,48 @@ def test_triage_counts_every_steps_calls_per_model_and_in_sum(tmp_path: Path, ca
     out = capsys.readouterr().out
     assert f"invocations: {describe_calls({}, total)}" in out
     assert f"healthy: passed; invocations: {describe_calls({}, healthy['step_backend_calls']['compare'])}" in out
+def _reduce_both_ways(model: onnx.ModelProto, inputs: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                      target: str) -> tuple[ReduceResult, ReduceResult, int]:
+    """The reduction with candidates compiled alone (the default) and, with ``GRAPHBISECT_COMPILE_ONLY=off``,
+    compiled and run as before; and the candidates the search tested (from the bundle's report)."""
+    results = []
+    for name, setting in (("alone", None), ("run", "off")):
+        if setting is None:
+            monkeypatch.delenv(COMPILE_ONLY_ENV, raising=False)
+        else:
+            monkeypatch.setenv(COMPILE_ONLY_ENV, setting)
+        results.append(reduce_model(load_model(model), tmp_path / name, inputs=inputs,
+                                    options=ReduceOptions(target=target)))
+    search = json.loads((tmp_path / "alone" / "report.json").read_text())["search"]
+    return results[0], results[1], int(search["tests"] - search["cache_hits"])
+
+
+def _assert_same_result_without_candidate_runs(alone: ReduceResult, run: ReduceResult, tested: int) -> None:
+    assert alone.signature.kind.value == "crash-load"
+    assert (alone.kept_nodes, alone.signature, alone.one_minimal, alone.verified, alone.journey) == \
+        (run.kept_nodes, run.signature, run.one_minimal, run.verified, run.journey)
+    # every candidate and re-verification built its model and ran nothing; before, each was a run too
+    assert alone.invocations["target"] == run.invocations["target"] - tested - VERIFY_RUNS
+    assert alone.backend_calls["target"]["compiles"] == run.backend_calls["target"]["compiles"]
+    assert alone.backend_calls["target"]["runs"] == alone.invocations["target"]
+
+
+def test_an_ort_session_creation_crash_is_reduced_by_building_candidates_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ONNX Runtime's ReluClip fusion rejects a float64 Clip when it creates the session (a real crash): the
+    150-node host reduces to the same nodes with CRASH_BASELINE_RUNS target runs, not one per candidate."""
+    host = host_network(150, bug="relu_clip_f64", position="main", seed=2)
+    alone, run, tested = _reduce_both_ways(host.model, host.inputs, tmp_path, monkeypatch, "onnxruntime")
+    _assert_same_result_without_candidate_runs(alone, run, tested)
+    assert alone.invocations["target"] == CRASH_BASELINE_RUNS and tested > 5
+
+
+@iree_installed
+def test_an_iree_compile_failure_is_reduced_by_compiling_candidates_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nod-ai/AMD-SHARK-ModelDev#718 (torch.aten.max_unpool2d has no lowering): the MaxUnpool alone, as before,
+    and no candidate ran after its compile."""
+    model, inputs, truth = iree_bug_model("maxunpool")
+    alone, run, tested = _reduce_both_ways(model, inputs, tmp_path, monkeypatch, "iree")
+    _assert_same_result_without_candidate_runs(alone, run, tested)
+    assert alone.kept_nodes == truth.nodes and alone.one_minimal
