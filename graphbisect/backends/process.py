@@ -512,8 +512,6 @@ class BackendProcess:
     def _start(self) -> None:
         argv = [self.python, "-m", "graphbisect.backends.worker", "--workdir", str(self.workdir),
                 "--log", str(self.log_path), "--log-level", logging.getLevelName(_effective_level())]
-        if self._state.owned_workdir is not None:
-            argv.append("--remove-workdir-if-orphaned")
         try:
             worker = _Worker(argv, self._worker_env(), self.workdir, self.log_path)
         except OSError as exc:

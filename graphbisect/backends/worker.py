@@ -866,25 +866,17 @@ def _parse_args(argv: Iterable[str] | None) -> argparse.Namespace:
     parser.add_argument("--workdir", required=True, help="folder for the runtime's files")
     parser.add_argument("--log", help="append fd 1 and fd 2 to this file")
     parser.add_argument("--log-level", default="WARNING", help="level of graphbisect's own log messages")
-    parser.add_argument("--remove-workdir-if-orphaned", action="store_true",
-                        help="the workdir is the host's temporary folder: remove it when the host died (the request "
-                             "pipe closed and this process was re-parented), since no one else will")
     return parser.parse_args(list(argv) if argv is not None else None)
 
 
 def main(argv: Iterable[str] | None = None) -> int:
     """Entry point of the worker process."""
     args = _parse_args(argv)
-    host = os.getppid()
     _redirect_output(args.log)
     faulthandler.enable()  # a segfault prints the Python stack to the log
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
-    code = _Server(_Channel(args.requests, args.replies), Path(args.workdir)).serve()
-    if args.remove_workdir_if_orphaned and os.getppid() != host:
-        # The host was killed (a Ray worker at cluster shutdown, SIGKILL): its finalizer never ran.
-        shutil.rmtree(args.workdir, ignore_errors=True)
-    return code
+    return _Server(_Channel(args.requests, args.replies), Path(args.workdir)).serve()
 
 
 if __name__ == "__main__":

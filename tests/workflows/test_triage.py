@@ -95,7 +95,9 @@ def test_rerun_resumes_a_reduction_stopped_by_its_budget(tmp_path: Path) -> None
     second = triage(folder, out, jobs=1)
     (done,) = second.outcomes
     assert second.skipped == () and done.one_minimal and done.op_types == ("Relu", "Clip")
-    assert done.invocations["target"] > stopped.invocations["target"]  # counted over both sessions
+    # counted over both sessions (a crash at session creation: the resumed candidates are compiled alone)
+    assert done.invocations["target"] >= stopped.invocations["target"]
+    assert done.backend_calls["target"]["compiles"] > stopped.backend_calls["target"]["compiles"]
 
 
 def test_changed_model_is_triaged_again(tmp_path: Path, triage_input: Path) -> None:
