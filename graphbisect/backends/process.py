@@ -316,28 +316,7 @@ class BackendProcess:
         is restarted if it died): the :meth:`run` that follows builds the session again and reports
         whatever happens then. For a caller with other work to do while the backend builds.
         """
-        with self._lock:
-            self._ensure_ready()
-            request = {"op": "load", "model": str(Path(model).absolute()),
-                       "outputs": list(dict.fromkeys(outputs)) if outputs is not None else None}
-            worker = self._state.worker
-            assert worker is not None
-            try:
-                deadline = time.monotonic() + self.timeout
-                worker.send(request, deadline)
-                reply = worker.receive(deadline)
-            except (_WorkerDied, _WorkerTimeout) as exc:
-                logger.info("the worker for %s was lost while it built %s ahead (%s)", self.spec, model, exc)
-                self._discard_worker()
-                self.compiles += 1  # it was building when it died: that compile was spent
-                return False
-            except BaseException:
-                self._discard_worker()  # e.g. KeyboardInterrupt: its reply would answer the next request
-                raise
-            if not reply.get("ok", False):
-                raise self._error(reply.get("error", {}), "load")
-            self._spend(reply)
-            return reply.get("status") == "ok"
+        return self.compile(model, outputs).ok
 
     def compile(self, model: str | Path, outputs: Sequence[str] | None = None) -> RunResult:
         """Build the session of ``model`` exposing ``outputs`` (``None``: its own) without running it, and say
