@@ -24,8 +24,8 @@ iree_installed = pytest.mark.skipif(not resolve("iree", require_available=False)
                                     reason="iree-base-compiler is not installed (pip install 'graphbisect[iree]')")
 
 
-def _model(tmp_path: Path, bug: str = "gridsample") -> tuple[Path, dict]:
-    model, inputs, _ = iree_bug_model(bug)
+def _model(tmp_path: Path, bug: str = "gridsample", blocks: int = 3) -> tuple[Path, dict]:
+    model, inputs, _ = iree_bug_model(bug, blocks=blocks)
     onnx.save(model, tmp_path / "m.onnx")
     return tmp_path / "m.onnx", inputs
 
@@ -40,7 +40,7 @@ def test_a_session_reused_by_the_next_run_is_one_compile_for_two_runs(tmp_path: 
 
 @iree_installed
 def test_iree_feature_listing_counts_every_compile_and_the_cache_serves_repeats(tmp_path: Path) -> None:
-    path, inputs = _model(tmp_path)
+    path, inputs = _model(tmp_path, blocks=1)  # 20 compiles: the smallest host
     with compile_cache(tmp_path / "cache"):
         with BackendProcess("iree:report_passes=1", workdir=tmp_path / "listing") as proc:
             listing = proc.run(path, inputs)

@@ -25,7 +25,7 @@ from graphbisect.cli.main import main
 from graphbisect.errors import SpecError
 from graphbisect.examples.iree_bugs import iree_bug_model
 from graphbisect.model import load_model
-from graphbisect.workflows.passes import PassesOptions, find_culprit_passes
+from graphbisect.workflows.passes import PassesOptions, PassesResult, find_culprit_passes
 
 iree_installed = pytest.mark.skipif(not resolve("iree", require_available=False)[1].availability().available,
                                     reason="iree-base-compiler is not installed (pip install 'graphbisect[iree]')")
@@ -190,13 +190,19 @@ def test_two_compiler_failures_reduce_to_the_reported_one_without_drifting(tmp_p
     assert refused  # the drift was offered and refused
 
 
+@pytest.fixture(scope="module")
+def f64_passes(tmp_path_factory: pytest.TempPathFactory) -> PassesResult:
+    """``passes --target iree`` on the f64-output bug (one search, ~20 s: two tests read it)."""
+    model, inputs, _ = iree_bug_model("f64-output", blocks=1)
+    return find_culprit_passes(load_model(model), inputs=inputs, workdir=tmp_path_factory.mktemp("f64-passes"),
+                               options=PassesOptions(target="iree"))
+
+
 @iree_installed
-def test_f64_demotion_is_named_as_the_culprit_feature(tmp_path: Path) -> None:
+def test_f64_demotion_is_named_as_the_culprit_feature(f64_passes: PassesResult) -> None:
     """iree-org/iree#24180: IREE demotes f64 to f32 by default but exports an f64 result buffer, so the call
     fails at run time; `passes` names demote-f64-to-f32 and its flag is the workaround."""
-    model, inputs, _ = iree_bug_model("f64-output", blocks=1)
-    result = find_culprit_passes(load_model(model), inputs=inputs, workdir=tmp_path,
-                                 options=PassesOptions(target="iree"))
+    result = f64_passes
     assert result.signature.kind.value == "crash-run"
     assert "buffer view byte length" in result.signature.detail
     assert "demote-f64-to-f32" in result.fired and len(result.fired) < len(FEATURES)  # measured, not assumed
@@ -204,6 +210,17 @@ def test_f64_demotion_is_named_as_the_culprit_feature(tmp_path: Path) -> None:
     fixed = BackendSpec.parse(str(result.fixed_target))
     assert IreeOptions.parse(fixed.options).compile_flags() == ["--iree-input-demote-f64-to-f32=false"]
     assert result.fixed_flags == "--iree-input-demote-f64-to-f32=false"  # the line a user adds to iree-compile
+
+
+@iree_installed
+def test_iree_passes_counts_the_feature_listing_compiles_and_the_cache_hits(f64_passes: PassesResult) -> None:
+    result = f64_passes
+    target = result.backend_calls["target"]
+    assert target["runs"] == result.invocations["target"]
+    # one run lists the fired features: the model, twice more for the compiler's noise, once per feature
+    assert target["compiles"] + target["compile_cache_hits"] >= target["runs"] - 1 + 2 + len(FEATURES)
+    # candidates disabling one feature compile what the listing compiled: served by the cache
+    assert target["compile_cache_hits"] >= 1
 
 
 def _tiny(tmp_path: Path, name: str, nodes: list[onnx.NodeProto], outputs: list[onnx.ValueInfoProto], *,
