@@ -47,21 +47,40 @@ SPEC_TIMEOUT = 120.0
 
 @dataclass(frozen=True)
 class _Runs:
-    """How the facts' backend runs are made: the reduced model, its feeds, where, how long; counted in ``out``."""
+    """How the facts' backend runs are made: the reduced model, its feeds, where, how long; counted in ``out``.
+
+    A role's runs share one worker where its backend switches options inside a running worker (a
+    ``reconfigurable`` row, ONNX Runtime: every option is a session setting;
+    :meth:`~graphbisect.backends.process.BackendProcess.reconfigure`), as the pass search's candidates do: the
+    facts run the target up to four times (its compiled model, the optimization levels, the passes that fired),
+    and starting a worker (Python, numpy, the backend library) costs more than a run of the reduced model.
+    Any other backend gets a fresh worker per spec. :meth:`close` stops them."""
 
     model: Path
     feeds: Mapping[str, np.ndarray]
     workdir: Path
     timeout: float | None
     out: MaintainerFacts
+    workers: dict[str, BackendProcess] = field(default_factory=dict)
 
     def run(self, spec: BackendSpec, role: str, folder: str, outputs: Sequence[str] | None = None) -> RunResult:
-        timeout = SPEC_TIMEOUT if role == "reference" else self.timeout
-        with BackendProcess(spec, workdir=self.workdir / folder, timeout=timeout) as proc:
-            run = proc.run(self.model, dict(self.feeds), outputs)
-            values = {k: np.array(v) for k, v in run.outputs.items()}  # before the worker's files go
+        proc = self.workers.get(role)
+        if proc is not None and proc.can_reconfigure(spec):
+            proc.reconfigure(spec)
+        else:
+            if proc is not None:
+                proc.close()
+            timeout = SPEC_TIMEOUT if role == "reference" else self.timeout
+            proc = self.workers[role] = BackendProcess(spec, workdir=self.workdir / folder, timeout=timeout)
+        run = proc.run(self.model, dict(self.feeds), outputs)
+        values = {k: np.array(v) for k, v in run.outputs.items()}  # before the next run overwrites the worker's files
         self.out.calls.count(role, run)
         return dataclasses.replace(run, outputs=values)
+
+    def close(self) -> None:
+        for proc in self.workers.values():
+            proc.close()
+        self.workers.clear()
 
 
 @dataclass(frozen=True)
@@ -142,6 +161,18 @@ def _gather(out: MaintainerFacts, *, model: onnx.ModelProto, run_model: Path, fe
             timeout: float | None, stage: Callable[[str], None], fail_regex: re.Pattern[str] | None,
             check: OutputCheck | None, names: Collection[str]) -> None:
     runs = _Runs(run_model, feeds, workdir, timeout, out)
+    try:
+        _gather_with(runs, out, model=model, feeds=feeds, expected=expected, target_outputs=target_outputs,
+                     oracle=oracle, target=target, tolerance=tolerance, signature=signature, stage=stage,
+                     fail_regex=fail_regex, check=check, names=names)
+    finally:
+        runs.close()
+
+
+def _gather_with(runs: _Runs, out: MaintainerFacts, *, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
+                 expected: Mapping[str, np.ndarray], target_outputs: Mapping[str, np.ndarray], oracle: BackendSpec,
+                 target: BackendSpec, tolerance: Tolerance, signature: Signature, stage: Callable[[str], None],
+                 fail_regex: re.Pattern[str] | None, check: OutputCheck | None, names: Collection[str]) -> None:
     out.facts["command_line"] = command_line()
     out.sections["Command line"] = f"```sh\n{out.facts['command_line']}\n```"
     text = onnx_text(model)
