@@ -25,10 +25,11 @@ Polygraphy: an independent single-node-removal sweep with graphbisect's tester o
 diagnostic, names removed).
 
 ``--passes`` also times ``passes --target iree`` once on the ``f64-output`` host at the same size (the issue's
-goal: ≤ 60 s on a 155-node model), with its runs, compiles and cache hits.
+goal: ≤ 60 s on a 155-node model), with its runs, compiles and cache hits; ``--only-passes`` times just that
+(``--blocks 37``: 156 nodes).
 
 Run: ``python benchmarks/iree_compile_bench.py [--quick] [--cases maxunpool unique] [--blocks 36]
-[--configs before compile-only cache] [--no-polygraphy] [--passes] [--json PATH]``
+[--configs before compile-only cache] [--no-polygraphy] [--passes | --only-passes] [--json PATH]``
 """
 
 from __future__ import annotations
@@ -161,9 +162,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
     parser.add_argument("--no-polygraphy", action="store_true", help="graphbisect's rows only")
     parser.add_argument("--passes", action="store_true", help="also time passes --target iree once")
+    parser.add_argument("--only-passes", action="store_true", help="time passes --target iree once, nothing else")
     parser.add_argument("--pg-timeout", type=float, default=1800.0, help="seconds per Polygraphy run")
     args = parser.parse_args(argv)
-    cases = args.cases or (["maxunpool"] if args.quick else list(CASES))
+    cases = [] if args.only_passes else args.cases or (["maxunpool"] if args.quick else list(CASES))
     blocks = args.blocks or (3 if args.quick else 36)
     if "compile-only" not in args.configs and not args.no_polygraphy:
         parser.error("Polygraphy's 1-minimality check reads the activations of the compile-only row: keep it")
@@ -184,19 +186,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not args.no_polygraphy:
                 rows.append(polygraphy_row(case, model, inputs, root, result=results["compile-only"],
                                            timeout=args.pg_timeout))
-        if args.passes:
+        if args.passes or args.only_passes:
             passes = passes_row(blocks, root)
-    print_table(f"reduce --target iree, a real compile failure, {blocks} blocks ({describe_machine()})",
-                ["case", "tool", "start", "final", "target runs", "compiles", "cached", "facts", "wall s", "1-min",
-                 "same error"],
-                [[r["case"], r["tool"], r["start"], r.get("final", "—"), r.get("target_runs", "—"),
-                  r.get("compiles", "—"), r.get("cached", "—"), r.get("facts", "—"),
-                  f"{r['wall_s']:.1f}" if "wall_s" in r else "—", r.get("one_minimal", "—"),
-                  r.get("same_error", r.get("note", ""))] for r in rows], left=2, left_last=True,
-                notes=["kept: " + "; ".join(f"{r['case']} {r['tool']}: {', '.join(r.get('kept', [])[:4])}"
-                                            for r in rows if r.get("kept"))])
+    if rows:
+        print_table(f"reduce --target iree, a real compile failure, {blocks} blocks ({describe_machine()})",
+                    ["case", "tool", "start", "final", "target runs", "compiles", "cached", "facts", "wall s", "1-min",
+                     "same error"],
+                    [[r["case"], r["tool"], r["start"], r.get("final", "—"), r.get("target_runs", "—"),
+                      r.get("compiles", "—"), r.get("cached", "—"), r.get("facts", "—"),
+                      f"{r['wall_s']:.1f}" if "wall_s" in r else "—", r.get("one_minimal", "—"),
+                      r.get("same_error", r.get("note", ""))] for r in rows], left=2, left_last=True,
+                    notes=["kept: " + "; ".join(f"{r['case']} {r['tool']}: {', '.join(r.get('kept', [])[:4])}"
+                                                for r in rows if r.get("kept"))])
     if passes is not None:
-        print_table("passes --target iree once (compile cache on)",
+        print_table(f"passes --target iree once (compile cache on; {describe_machine()})",
                     ["nodes", "culprits", "target runs", "compiles", "cached", "wall s"],
                     [[passes["nodes"], ", ".join(passes["culprits"]) or "—", passes["target_runs"],
                       passes["compiles"], passes["cached"], f"{passes['wall_s']:.1f}"]])
