@@ -35,7 +35,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if sys.dont_write_bytecode and not hasattr(config, "workerinput"):
         import graphbisect
 
-        compileall.compile_dir(Path(graphbisect.__file__).parent, quiet=1)
+        compileall.compile_dir(Path(graphbisect.__file__).parent, quiet=1, workers=0)  # workers=0: every core
 
 
 #: Seconds each test file took (setup, calls and teardowns), as last recorded: the order files are handed to
