@@ -9,10 +9,12 @@ Runtime with all optimizations, the oracle ONNX Runtime with none (graphbisect's
 * graphbisect: :func:`graphbisect.workflows.reduce.reduce_model` with default options;
 * Polygraphy: its documented recipe (see ``_polygraphy.py``), with ``_pg_check.py`` as the ``--check``.
 
-Columns: **target runs** (graphbisect: all target invocations of the run, including its two baseline runs of
-the original model, one layerwise-evidence run and one re-verification; Polygraphy: every ``--check`` run
-during ``debug reduce``, not counting our one check of the folded model before it), **wall s** (graphbisect:
-load + reduce, including its oracle capture; Polygraphy: sanitize + golden values + merge + reduce),
+Columns: **target runs** (graphbisect: all target runs, including its baseline run(s) of the original model,
+one layerwise-evidence run and three re-verifications; a crash at load has its candidates compiled, not run;
+Polygraphy: every ``--check`` run during ``debug reduce``, not counting our one check of the folded model before
+it), **compiles** (graphbisect: the target's builds behind those runs and the compile-only candidates),
+**wall s** (graphbisect: load + reduce, including its oracle capture; Polygraphy: sanitize + golden values + merge +
+reduce),
 **start** (nodes the tool reduced: Polygraphy works on the constant-folded model), **final** (nodes in the
 result), **1-min** (checked the same way for every tool by ``_minimality.py``: the result, mapped back to the
 original model by node name, must fail with the original signature, and no single node may be removable),
@@ -75,6 +77,7 @@ class Row:
     extra: int | None = None
     note: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    compiles: int | None = None  # graphbisect: the target's builds (ONNX Runtime sessions) behind its runs
 
     def judge(self, host: HostNetwork, checker: MinimalityChecker) -> None:
         """Fill the ground-truth columns and the minimality check from ``kept``."""
@@ -96,12 +99,12 @@ class Row:
         final = None if self.kept is None else len(self.kept)
         core = None if self.contains_core is None else "yes" if self.contains_core else "no"
         minimal = self.minimality.cell() if self.minimality else "-"
-        return [self.case, str(self.nodes), self.tool, opt(self.start), opt(self.invocations),
+        return [self.case, str(self.nodes), self.tool, opt(self.start), opt(self.invocations), opt(self.compiles),
                 opt(self.wall_s, "{:.1f}"), opt(final), minimal, opt(core), opt(self.extra), _short(self.note)]
 
     def to_json(self) -> dict[str, Any]:
         return {"case": self.case, "nodes": self.nodes, "tool": self.tool, "start_nodes": self.start,
-                "target_invocations": self.invocations, "wall_s": self.wall_s,
+                "target_invocations": self.invocations, "target_compiles": self.compiles, "wall_s": self.wall_s,
                 "final_nodes": None if self.kept is None else len(self.kept), "kept": self.kept,
                 "minimality": self.minimality.to_json() if self.minimality else None,
                 "contains_core": self.contains_core, "extra_nodes": self.extra, "note": self.note, **self.details}
@@ -125,6 +128,7 @@ def run_graphbisect(host: HostNetwork, case: str, nodes: int, folder: Path) -> t
     result = reduce_model(model, folder / "bundle", inputs=host.inputs, options=ReduceOptions(keep_work=True))
     row = Row(case, nodes, "graphbisect", nodes, result.invocations["target"], time.perf_counter() - started,
               result.kept_nodes if result.failed else None)
+    row.compiles = result.backend_calls.get("target", {}).get("compiles")
     row.details = {"oracle_invocations": result.invocations["oracle"], "claims_one_minimal": result.one_minimal,
                    "verified": result.verified, "notes": list(result.notes)}
     if not result.failed:
@@ -205,10 +209,13 @@ def run_case(case: str, nodes: int, tools: Sequence[str], root: Path, args: argp
     return rows
 
 
-HEADER = ["case", "nodes", "tool", "start", "target runs", "wall s", "final", "1-min", "core", "extra", "note"]
+HEADER = ["case", "nodes", "tool", "start", "target runs", "compiles", "wall s", "final", "1-min", "core", "extra",
+          "note"]
 NOTES = (
-    "target runs: graphbisect counts every target run (2 on the original model, the second being the layerwise "
-    "probe when it reproduces the failure, else a 3rd; search; 1 re-verification); Polygraphy counts its --check runs.",
+    "target runs: graphbisect counts every target run (the original model: 1, or 4 agreeing runs of a crash; the "
+    "layerwise probe; the search's candidates, except those of a crash at load, which are only compiled; 3 fresh "
+    "re-verifications); Polygraphy counts its --check runs (each a build and a run).",
+    "compiles: graphbisect's target builds (ONNX Runtime sessions) behind its runs and compile-only candidates.",
     "start: nodes the tool reduced (Polygraphy reduces the model after `surgeon sanitize --fold-constants`).",
     "1-min: checked for every tool with graphbisect's CandidateTester: the result fails with the original "
     "signature and no single node can be removed (oracle values fed at cuts); n/a: not applicable (see note).",

@@ -572,7 +572,7 @@ def _confirm_ends(s: _Session, baseline: Signature, units: list[str],
         if not baseline.matches(end):
             break
         # Only now ask what fired with these disabled: a listing costs builds (IREE compiles the model once per
-        # feature: on a 152-node host this listing was 15 of the search's 36 compiles), and an end that passes
+        # feature: on a 152-node host this listing was 15 of the search's 36 compile requests), and an end that passes
         # does not need it.
         s.stage(f"listing the passes that fire with those {len(units)} disabled")
         listed = s.run(s.reporting(disabling))
