@@ -44,26 +44,36 @@ FILE_DURATIONS = Path(__file__).with_name("file_durations.json")
 _measured: defaultdict[str, float] = defaultdict(float)
 
 
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def _recorded() -> dict[str, float]:
+    """:data:`FILE_DURATIONS` (empty when missing or unreadable)."""
+    try:
+        return {str(name): float(seconds) for name, seconds in json.loads(FILE_DURATIONS.read_text()).items()}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return {}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The longest files first (their tests keep their order). A file's tests share a worker (``--dist
     loadfile``) and workers take the next file when they run dry, so a long file taken last leaves the other
     worker idle until it ends; longest first keeps the workers' ends close (xdist's own order is by the number
     of tests, which hands out the slow IREE and flaky-target files, with few tests each, last). A file not
     recorded yet counts as a median one."""
-    try:
-        recorded = {name: float(seconds) for name, seconds in json.loads(FILE_DURATIONS.read_text()).items()}
-    except (OSError, ValueError, AttributeError):
+    recorded = _recorded()
+    if not recorded:
         return
-    default = statistics.median(recorded.values()) if recorded else 0.0
+    default = statistics.median(recorded.values())
     first: dict[str, int] = {}
     for index, item in enumerate(items):
-        first.setdefault(item.nodeid.split("::", 1)[0], index)
-    items.sort(key=lambda item: (-recorded.get(item.nodeid.split("::", 1)[0], default),
-                                 first[item.nodeid.split("::", 1)[0]]))
+        first.setdefault(_file_of(item.nodeid), index)
+    items.sort(key=lambda item: (-recorded.get(_file_of(item.nodeid), default), first[_file_of(item.nodeid)]))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    _measured[report.nodeid.split("::", 1)[0]] += report.duration
+    _measured[_file_of(report.nodeid)] += report.duration
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -71,11 +81,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     controller, which sees every worker's reports; files that did not run keep their figure)."""
     if not os.environ.get("GRAPHBISECT_RECORD_DURATIONS") or hasattr(session.config, "workerinput") or not _measured:
         return
-    try:
-        recorded = json.loads(FILE_DURATIONS.read_text())
-    except (OSError, ValueError):
-        recorded = {}
-    recorded.update({name: round(seconds, 1) for name, seconds in _measured.items()})
+    recorded = {**_recorded(), **{name: round(seconds, 1) for name, seconds in _measured.items()}}
     FILE_DURATIONS.write_text(json.dumps(dict(sorted(recorded.items())), indent=1) + "\n", encoding="utf-8")
 
 

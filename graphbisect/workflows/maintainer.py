@@ -142,37 +142,25 @@ def maintainer_facts(
     rest were not measured, and the bundle is still written (its result is already re-verified).
     """
     out = MaintainerFacts()
+    runs = _Runs(run_model, feeds, workdir, timeout, out)
     try:
-        _gather(out, model=model, run_model=run_model, feeds=feeds, expected=expected,
-                target_outputs=target_outputs, oracle=oracle, target=target, tolerance=tolerance,
-                signature=signature, workdir=workdir, timeout=timeout, stage=stage, fail_regex=fail_regex,
-                check=check, names=ModelNames(model) if names is None else names)
+        _gather(runs, out, model=model, feeds=feeds, expected=expected, target_outputs=target_outputs,
+                oracle=oracle, target=target, tolerance=tolerance, signature=signature, stage=stage,
+                fail_regex=fail_regex, check=check, names=ModelNames(model) if names is None else names)
     except KeyboardInterrupt:
         out.facts["interrupted"] = True
         out.sections["Not measured"] = ("Ctrl-C stopped the gathering of these facts: the sections that are "
                                         "missing (the specification's word, optimization levels, repro_min.py) "
                                         "were not measured.")
+    finally:
+        runs.close()
     return out
 
 
-def _gather(out: MaintainerFacts, *, model: onnx.ModelProto, run_model: Path, feeds: Mapping[str, np.ndarray],
+def _gather(runs: _Runs, out: MaintainerFacts, *, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
             expected: Mapping[str, np.ndarray], target_outputs: Mapping[str, np.ndarray], oracle: BackendSpec,
-            target: BackendSpec, tolerance: Tolerance, signature: Signature, workdir: Path,
-            timeout: float | None, stage: Callable[[str], None], fail_regex: re.Pattern[str] | None,
-            check: OutputCheck | None, names: Collection[str]) -> None:
-    runs = _Runs(run_model, feeds, workdir, timeout, out)
-    try:
-        _gather_with(runs, out, model=model, feeds=feeds, expected=expected, target_outputs=target_outputs,
-                     oracle=oracle, target=target, tolerance=tolerance, signature=signature, stage=stage,
-                     fail_regex=fail_regex, check=check, names=names)
-    finally:
-        runs.close()
-
-
-def _gather_with(runs: _Runs, out: MaintainerFacts, *, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
-                 expected: Mapping[str, np.ndarray], target_outputs: Mapping[str, np.ndarray], oracle: BackendSpec,
-                 target: BackendSpec, tolerance: Tolerance, signature: Signature, stage: Callable[[str], None],
-                 fail_regex: re.Pattern[str] | None, check: OutputCheck | None, names: Collection[str]) -> None:
+            target: BackendSpec, tolerance: Tolerance, signature: Signature, stage: Callable[[str], None],
+            fail_regex: re.Pattern[str] | None, check: OutputCheck | None, names: Collection[str]) -> None:
     out.facts["command_line"] = command_line()
     out.sections["Command line"] = f"```sh\n{out.facts['command_line']}\n```"
     text = onnx_text(model)
