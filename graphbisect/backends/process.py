@@ -336,7 +336,9 @@ class BackendProcess:
         if not (model_path.exists() or any(model_path.parent.glob(f"{model_path.name}.*"))):
             raise ModelError(f"model {model_path} does not exist", hint="check the path of the model file")
         with self._lock:
-            self._ensure_ready()
+            ready = self.cost
+            self._ensure_ready()  # its compiles (a first validation's) are this build's: its result counts them
+            ready = self.cost - ready
             if self._log_size() > LOG_ROTATE_BYTES:
                 os.truncate(self.log_path, 0)
             offset = self._log_size()
@@ -368,6 +370,9 @@ class BackendProcess:
                     result = self._result(reply, self.workdir, offset, seconds, keep_outputs=True)
             self.compiles += result.compiles
             self.compile_cache_hits += result.compile_cache_hits
+            if ready:
+                result = dataclasses.replace(result, compiles=result.compiles + ready.compiles,
+                                             compile_cache_hits=result.compile_cache_hits + ready.compile_cache_hits)
             return result
 
     def start(self) -> None:

@@ -101,6 +101,10 @@ class Journal:
         """Finished results of ``scope`` by key, including the candidates that killed an earlier run."""
         return {key: result for (s, key), result in self._completed.items() if s == scope}
 
+    def results(self) -> list[TestResult]:
+        """Every finished result, of every scope and session (what an account of the whole run sums)."""
+        return list(self._completed.values())
+
     def begin(self, key: str | frozenset[int], *, scope: str = "") -> None:
         """Record, durably, that a test of ``key`` starts now."""
         self._append({**_where(scope, key), "state": "running"})

@@ -21,6 +21,11 @@ verdicts that decide the search (FAIL or not) are the ones a run gives; a candid
 have failed otherwise (UNRESOLVED) is a PASS, which every search treats alike. Each such test is a compile and
 no run (:mod:`graphbisect.backends.cost`). ``GRAPHBISECT_COMPILE_ONLY=off`` (:data:`COMPILE_ONLY_ENV`) runs every
 candidate as before, for a benchmark's "before".
+
+**What a test cost is in its result.** Each invoked result's ``detail`` carries ``cost``: the runs and compiles
+of its calls (a flaky target's repeats and a describing worker's included), so the journal that records the
+result records its cost with it, in the same line. A search's backend calls are the sum over its journal
+(:func:`journal_cost`): a run killed mid-search (``kill -9``) and resumed counts what the killed session ran.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import logging
 import os
 import queue
 import re
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -43,6 +48,7 @@ from graphbisect.backends import BackendProcess, BackendSpec, RunResult
 from graphbisect.backends.cost import Cost
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.engine import Outcome, TestResult
+from graphbisect.engine.journal import KILLED_DETAIL
 from graphbisect.errors import GraphBisectError, InputError
 from graphbisect.localize.compiled import CompiledGraph, compiled_graph, describes
 from graphbisect.model.io import remove_model
@@ -62,7 +68,7 @@ from graphbisect.strategies.subgraph import Candidate, SubgraphSpace, check_file
 from graphbisect.values import is_exact, numpy_dtype
 
 __all__ = ["COMPILE_ONLY_ENV", "CandidateTester", "Judgement", "OutputCheck", "TargetPool", "WorkerPool",
-           "check_accepts", "compiles_only", "judge", "model_digest"]
+           "check_accepts", "compiles_only", "journal_cost", "judge", "model_digest"]
 
 #: A Python check: ``check(outputs, expected) -> bool``, True when the target's outputs are acceptable.
 OutputCheck = Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray]], bool]
@@ -264,9 +270,11 @@ class CandidateTester:
             described = self.describing is not None and bool(self._region & keep) and not self._region <= keep
             with (self.describing if described and self.describing is not None else self.pool).acquire() as proc:
                 verdict = self._attempt(proc, path, candidate, outputs)
+                cost = self._cost(verdict.run)
                 outcome = self._outcome(verdict, candidate, len(keep))
                 for _ in range(self.repeats if outcome is Outcome.FAIL else 0):
                     again = self._attempt(proc, path, candidate, outputs)
+                    cost += self._cost(again.run)
                     if self._outcome(again, candidate, len(keep)) is not Outcome.FAIL:
                         self.unrepeated += 1
                         log.info("candidate of %d nodes failed like the baseline once, then gave %s: not accepted",
@@ -277,7 +285,8 @@ class CandidateTester:
                 self.tested[keep] = candidate.digest
         finally:
             remove_model(path)
-        detail: dict[str, object] = {"signature": verdict.signature.to_json(), "failing": verdict.failing_tensors}
+        detail: dict[str, object] = {"signature": verdict.signature.to_json(), "failing": verdict.failing_tensors,
+                                     "cost": cost.to_json()}
         if verdict.other_identity:
             detail["identity"] = verdict.other_identity
         if self.compile_only:
@@ -295,6 +304,10 @@ class CandidateTester:
                          floor=self.floor, names=self.names)
         return judge(proc.run(path, candidate.feeds), self.space.values, outputs, self.tol, self.fail_regex,
                      check=self.check, floor=self.floor, names=self.names)
+
+    def _cost(self, call: RunResult) -> Cost:
+        """What one :meth:`_attempt` cost: a build alone (:attr:`compile_only`) is compiles and no run."""
+        return Cost(0, call.compiles, call.compile_cache_hits) if self.compile_only else Cost.of_run(call)
 
     def _outcome(self, verdict: Judgement, candidate: Candidate, nodes: int) -> Outcome:
         if self.baseline.matches(verdict.signature, strict_band=self.strict_band):
@@ -349,6 +362,31 @@ class CandidateTester:
         if self.baseline.detail == EXACT_VALUES:
             return None if kinds - {"float"} else "no integer/boolean output, and the failure is an integer flip"
         return None if kinds - {"exact"} else "no float output, and the failure is a float error"
+
+
+def journal_cost(results: Iterable[TestResult], *, compile_only: bool) -> Cost:
+    """The backend calls behind the journaled results of a :class:`CandidateTester` (see the module docstring).
+
+    A result that killed the run testing it (:data:`~graphbisect.engine.journal.KILLED_DETAIL`) counts as one
+    call of the search's kind (a build alone when ``compile_only``), the one it was making; a result of a
+    journal written before costs were recorded counts nothing (its calls are in the state file's count).
+
+    Example:
+        >>> from graphbisect.engine.journal import KILLED_DETAIL
+        >>> ran = TestResult(Outcome.FAIL, detail={"cost": {"runs": 2, "compiles": 2}})
+        >>> journal_cost([ran, TestResult(Outcome.UNRESOLVED, detail=KILLED_DETAIL),
+        ...               TestResult(Outcome.UNRESOLVED, invoked=False)], compile_only=False)
+        Cost(runs=3, compiles=2, compile_cache_hits=0)
+    """
+    total = Cost()
+    for result in results:
+        if not result.invoked:
+            continue
+        if result.detail == KILLED_DETAIL:
+            total += Cost(compiles=1) if compile_only else Cost(runs=1)
+        elif isinstance(result.detail, Mapping) and isinstance(result.detail.get("cost"), Mapping):
+            total += Cost.from_json(result.detail["cost"])
+    return total
 
 
 def candidate_compiled(candidate: Candidate, run: RunResult) -> CompiledGraph | None:

@@ -107,6 +107,7 @@ from graphbisect.oracle.tester import (
     OutputCheck,
     TargetPool,
     WorkerPool,
+    journal_cost,
     judge,
     model_digest,
 )
@@ -281,8 +282,10 @@ class _Run:
         # The original's node and tensor names, taken out of every crash message of this reduction (the baseline's,
         # each candidate's, the re-verification's): one set, so a name is erased in all of them or in none.
         self.names = ModelNames(model.proto)
-        #: every backend call of the reduction by role and kind (runs, compiles); recorded in run.json
+        #: the reduction's backend calls by role and kind (runs, compiles) but its searches'; recorded in run.json
         self.calls = CallTally({"oracle": Cost(), "target": Cost()})
+        #: the searches' target calls, summed over the journal (every session's: :func:`journal_cost`)
+        self.search_calls = Cost()
         self.ran_with: dict[str, dict[str, Any]] = {}  # role -> what its last worker measured (RunResult.ran_with)
         self.notes: list[str] = []
         self.started = time.monotonic()
@@ -309,7 +312,7 @@ class _Run:
                     f"{self.work} belongs to a different reduction (model or options changed)",
                     hint="resume with the same model and options, or remove the folder to start afresh",
                 )
-            self.calls = _recorded_calls(recorded, self.calls)
+            self.calls, self.search_calls = _recorded_calls(recorded, self.calls)
             self.chosen = tuple(ChosenDim.from_json(d) for d in recorded.get("chosen_dims", ()))
         else:
             self._start_clean(state, fingerprint)
@@ -357,7 +360,7 @@ class _Run:
             "fingerprint": self.run_fingerprint(), "model": str(self.work / "model.onnx"),
             "source": str(self.model.path) if self.model.path else None,
             "bundle": str(self.bundle_dir), "options": self.options.to_json(), "invocations": self.invocations,
-            "backend_calls": self.calls.to_json(),
+            "backend_calls": self.tally().to_json(), "calls_outside_searches": self.calls.to_json(),
             "chosen_dims": [dim.to_json() for dim in self.chosen],
         }, indent=2))
 
@@ -483,11 +486,18 @@ class _Run:
     @property
     def invocations(self) -> dict[str, int]:
         """{role: runs}: the result's ``invocations``."""
-        return self.calls.runs()
+        return self.tally().runs()
+
+    def tally(self) -> CallTally:
+        """Every backend call of the reduction by role and kind: the result's ``backend_calls``."""
+        tally = CallTally(self.calls.roles())
+        tally.add("target", self.search_calls)
+        return tally
 
     def count(self, role: str, cost: Cost, run: RunResult | None = None) -> None:
-        """Count the backend calls ``cost`` of ``role`` (and remember what ran ``run``, for the report's
-        versions); saved at once, so a resumed run goes on counting from here."""
+        """Count the backend calls ``cost`` of ``role`` made outside the searches (and remember what ran
+        ``run``, for the report's versions); saved at once, so a resumed run goes on counting from here. A
+        search's calls are in its journal instead, with the results they gave (:func:`journal_cost`)."""
         self.calls.add(role, cost)
         if run is not None and run.ran_with:
             self.ran_with[role] = dict(run.ran_with)
@@ -762,6 +772,9 @@ class _Run:
                 opened.close()
             raise GraphBisectError(f"the reduction stopped: {exc.message}", hint=exc.hint) from exc
         finally:
+            # every session's search calls, this one's included: the journal holds each with its result
+            self.search_calls = journal_cost(journal.results(), compile_only=tester.compile_only)
+            self.save_state()
             journal.close()  # a repeated search opens it again
         return result, evaluator, tester
 
@@ -891,8 +904,7 @@ def _search_and_verify(r: _Run, space: SubgraphSpace, base: _Baseline, floor: No
     """One search (:meth:`_Run.search`) and the re-verification of its result."""
     result, evaluator, tester = r.search(space, base, floor, flaky=flaky, scope=scope)
     for pool in filter(None, (tester.pool, tester.describing)):
-        r.count("target", pool.cost)
-        pool.close()
+        pool.close()  # its calls are counted from the journal (_Run.search)
     if tester.other_identity:
         r.notes.append(f"{tester.other_identity} candidate(s) failed with the baseline's kind but another identity "
                        "(e.g. a sibling pass fusing the same nodes otherwise): not accepted")
@@ -1118,7 +1130,7 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
                            "fingerprint": r.model.fingerprint, "nodes": len(r.model.nodes)},
         "original_nodes": len(r.model.nodes), "final_nodes": len(result.keep),
         "kept_nodes": [{"name": n, "op_type": r.model.nodes[i].op_type} for n, i in zip(names, sorted(result.keep))],
-        "invocations": dict(r.invocations), "backend_calls": r.calls.to_json(),
+        "invocations": dict(r.invocations), "backend_calls": r.tally().to_json(),
         "seconds": round(time.monotonic() - r.started, 3),
         "journey": [list(p) for p in journey], "one_minimal": one_minimal, "stop_reason": stop,
         "verified": verified, "flaky": flaky, "notes": list(r.notes),
@@ -1163,20 +1175,28 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
         verified=verified, flaky=flaky, bundle=bundle, work_dir=r.work, seconds=time.monotonic() - r.started,
         journey=journey, notes=tuple(r.notes), identity=base.identity, noise_floor=floor, chosen_dims=r.chosen,
         interrupted=result.stop_reason is StopReason.INTERRUPTED or bool(facts.facts.get("interrupted")),
-        backend_calls=r.calls.to_json(), report_calls=_report_calls(content.report),
+        backend_calls=r.tally().to_json(), report_calls=_report_calls(content.report),
     )
 
 
-def _recorded_calls(state: Mapping[str, Any], fresh: CallTally) -> CallTally:
-    """The backend calls a resumed run's state file recorded; a state file written before compiles were
-    counted has only the runs (``invocations``), whose compiles are then unknown (counted as none)."""
-    calls = state.get("backend_calls")
+def _recorded_calls(state: Mapping[str, Any], fresh: CallTally) -> tuple[CallTally, Cost]:
+    """The backend calls a resumed run's state file recorded: (those outside the searches, the searches'
+    as last summed from the journal, which the next search sums again).
+
+    A state file written before the searches' calls were journaled has them in its total, and its journal
+    has no costs (:func:`journal_cost` counts those as none): the total is taken as outside the searches. One
+    written before compiles were counted has only the runs (``invocations``), whose compiles are then
+    unknown (counted as none)."""
+    calls, outside = state.get("backend_calls"), state.get("calls_outside_searches")
+    if isinstance(calls, Mapping) and isinstance(outside, Mapping):
+        rest = CallTally.from_json(outside)
+        return rest, CallTally.from_json(calls).get("target") - rest.get("target")
     if isinstance(calls, Mapping):
-        return CallTally.from_json(calls)
+        return CallTally.from_json(calls), Cost()
     runs = state.get("invocations")
     if isinstance(runs, Mapping):
-        return CallTally({**fresh.roles(), **{str(role): Cost(runs=int(n)) for role, n in runs.items()}})
-    return fresh
+        return CallTally({**fresh.roles(), **{str(role): Cost(runs=int(n)) for role, n in runs.items()}}), Cost()
+    return fresh, Cost()
 
 
 def _report_calls(report: Mapping[str, Any]) -> dict[str, dict[str, int]]:
@@ -1210,7 +1230,7 @@ def _no_failure(r: _Run, baseline: Signature, flaky: bool) -> ReduceResult:
     if note:
         r.notes.append(note)
     report = {"format": "graphbisect-report", "failed": False, "original_nodes": len(r.model.nodes),
-              "invocations": dict(r.invocations), "backend_calls": r.calls.to_json(),
+              "invocations": dict(r.invocations), "backend_calls": r.tally().to_json(),
               "oracle": str(r.oracle_spec), "target": str(r.target_spec),
               "versions": r.versions(), "flaky": flaky,
               "message": "the target agrees with the oracle on the original model: nothing to reduce",
@@ -1221,5 +1241,5 @@ def _no_failure(r: _Run, baseline: Signature, flaky: bool) -> ReduceResult:
         failed=False, original_nodes=len(r.model.nodes), final_nodes=len(r.model.nodes), kept_nodes=(),
         signature=baseline, invocations=dict(r.invocations), one_minimal=False, stop_reason=None, verified=False,
         flaky=flaky, bundle=r.bundle_dir / "report.json", work_dir=r.work, seconds=time.monotonic() - r.started,
-        notes=tuple(r.notes), chosen_dims=r.chosen, backend_calls=r.calls.to_json(),
+        notes=tuple(r.notes), chosen_dims=r.chosen, backend_calls=r.tally().to_json(),
     )

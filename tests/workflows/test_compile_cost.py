@@ -108,7 +108,7 @@ def test_reduce_counts_one_onnxruntime_session_per_candidate(tmp_path: Path) -> 
 
 
 @iree_installed
-def test_reduce_counts_compiles_across_resume_and_resumes_an_older_state_file(tmp_path: Path) -> None:
+def test_reduce_counts_compiles_across_resume_and_resumes_older_work_folders(tmp_path: Path) -> None:
     model, inputs, truth = iree_bug_model("maxunpool", blocks=1)
     first = reduce_model(load_model(model), tmp_path / "b", inputs=inputs,
                          options=ReduceOptions(target="iree", max_invocations=2))
@@ -117,11 +117,15 @@ def test_reduce_counts_compiles_across_resume_and_resumes_an_older_state_file(tm
     assert state["backend_calls"] == first.backend_calls  # recorded: a resumed run goes on counting from here
     before = first.backend_calls["target"]["compiles"]
     assert before >= first.invocations["target"]
-    for name in ("b", "b.work"):  # the same stopped run, its state file written before compiles were counted
-        shutil.copytree(tmp_path / name, tmp_path / "old" / name)
-    old_state = work_dir_for(tmp_path / "old" / "b") / "run.json"
-    del state["backend_calls"]
-    old_state.write_text(json.dumps(state))
+    # The same stopped run as earlier versions left it: their journals carry no costs (the searches' calls
+    # were in the state file's total), and the oldest state files count runs alone (no compiles).
+    for older, dropped in (("previous", ("calls_outside_searches",)),
+                           ("oldest", ("calls_outside_searches", "backend_calls"))):
+        for name in ("b", "b.work"):
+            shutil.copytree(tmp_path / name, tmp_path / older / name)
+        work = work_dir_for(tmp_path / older / "b")
+        (work / "run.json").write_text(json.dumps({k: v for k, v in state.items() if k not in dropped}))
+        _strip_costs(work / "journal.jsonl")
 
     resumed = resume_reduction(tmp_path / "b")
     assert tuple(resumed.kept_nodes) == truth.nodes
@@ -130,11 +134,22 @@ def test_reduce_counts_compiles_across_resume_and_resumes_an_older_state_file(tm
     assert resumed.invocations["target"] >= first.invocations["target"]
     assert resumed.backend_calls["target"]["compiles"] > before
 
-    older = resume_reduction(tmp_path / "old" / "b")
-    assert older.kept_nodes == resumed.kept_nodes and older.invocations == resumed.invocations
-    _runs_are_the_invocations(older.invocations, older.backend_calls)
+    previous = resume_reduction(tmp_path / "previous" / "b")
+    assert previous.kept_nodes == resumed.kept_nodes and previous.backend_calls == resumed.backend_calls
+    oldest = resume_reduction(tmp_path / "oldest" / "b")
+    assert oldest.kept_nodes == resumed.kept_nodes and oldest.invocations == resumed.invocations
+    _runs_are_the_invocations(oldest.invocations, oldest.backend_calls)
     # the first session's compiles were not recorded: only this session's are known
-    assert older.backend_calls["target"]["compiles"] == resumed.backend_calls["target"]["compiles"] - before
+    assert oldest.backend_calls["target"]["compiles"] == resumed.backend_calls["target"]["compiles"] - before
+
+
+def _strip_costs(journal: Path) -> None:
+    """Take the calls out of a journal's results, as a graphbisect that did not journal them wrote it."""
+    lines = [json.loads(line) for line in journal.read_text().splitlines()]
+    for entry in lines:
+        if isinstance(entry.get("detail"), dict):
+            assert entry["detail"].pop("cost", None) is not None or entry.get("invoked") is False
+    journal.write_text("".join(json.dumps(entry) + "\n" for entry in lines))
 
 
 def test_verify_counts_the_bundles_run_and_the_original_models_comparison(tmp_path: Path,

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -283,12 +284,43 @@ def test_the_oracle_capture_that_resume_reads_reaches_the_disk(tmp_path: Path, m
     assert all(path.parent == store_dir for path in fsynced), fsynced  # nothing else the workers wrote
 
 
-def test_kill_9_mid_run_then_resume_gives_the_same_result(tmp_path: Path) -> None:
+_RUN_SPY = """
+import os, sys
+_log = os.environ.get("GB_TEST_RUN_LOG")
+if _log and "--workdir" in sys.argv:  # a backend worker: note where each ONNX Runtime run starts
+    import onnxruntime
+    _where, _run = sys.argv[sys.argv.index("--workdir") + 1], onnxruntime.InferenceSession.run
+
+    def run(self, *args, **kwargs):
+        with open(_log, "a") as log:
+            log.write(_where + "\\n")
+        return _run(self, *args, **kwargs)
+
+    onnxruntime.InferenceSession.run = run
+"""
+
+
+#: the work folders of a reduction's target and oracle workers (the report facts' are under ``facts``)
+_TARGET_FOLDERS = ("baseline-saving", "evidence", "target", "target-describing", "verify-target")
+_ORACLE_FOLDERS = ("oracle", "verify-oracle")
+
+
+def test_kill_9_mid_run_then_resume_gives_the_same_result_and_counts_every_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The resumed reduction's result, and its ``backend_calls`` counting the target runs of both sessions:
+    the killed one's candidates included (they were lost: the search's calls were counted when it returned).
+    The runs are counted independently by a spy in every worker; the candidate being tested when the kill
+    came counts as one run whether or not it had reached ONNX Runtime."""
     host = host_network(160, bug="layernorm_keepdims0", position="main", seed=7)
     path = tmp_path / "m.onnx"
     onnx.save(host.model, path)
     np.savez(tmp_path / "in.npz", **host.inputs)
     expected = _reduce(host, tmp_path / "expected")
+    spy, runs = tmp_path / "spy", tmp_path / "runs.txt"
+    spy.mkdir()
+    (spy / "sitecustomize.py").write_text(_RUN_SPY)  # loaded by every worker process started below
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(spy), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("GB_TEST_RUN_LOG", str(runs))
     out = tmp_path / "bug"
     journal = work_dir_for(out) / "journal.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "graphbisect", "reduce", str(path), "--inputs",
@@ -302,9 +334,16 @@ def test_kill_9_mid_run_then_resume_gives_the_same_result(tmp_path: Path) -> Non
     assert proc.poll() is None, "the run finished before it could be killed"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    killed_session = len(runs.read_text().splitlines())
     assert main(["reduce", "--resume", str(out), "--json", str(tmp_path / "r.json")]) == 1
     resumed = json.loads((tmp_path / "r.json").read_text())
     assert resumed["kept_nodes"] == list(expected.kept_nodes) and resumed["one_minimal"]
+    by_folder = Counter(Path(line).relative_to(work_dir_for(out)).parts[0] for line in runs.read_text().splitlines())
+    assert set(by_folder) <= {*_TARGET_FOLDERS, *_ORACLE_FOLDERS, "facts"}, by_folder  # facts: report_calls
+    target = sum(by_folder[folder] for folder in _TARGET_FOLDERS)
+    assert killed_session > 6  # the killed session had run candidates
+    assert target <= resumed["backend_calls"]["target"]["runs"] <= target + 1
+    assert resumed["backend_calls"]["oracle"]["runs"] == sum(by_folder[folder] for folder in _ORACLE_FOLDERS)
 
 
 def test_parallel_jobs_give_the_same_result(tmp_path: Path) -> None:
