@@ -15,9 +15,12 @@ Real fixtures:
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -258,38 +261,50 @@ def test_a_random_crash_at_baseline_is_outvoted(tmp_path: Path, monkeypatch: pyt
     assert not (result.verified and result.one_minimal) or _fails_every_time(tmp_path / "bug")
 
 
-def test_a_resumed_run_keeps_the_flakiness_its_re_verification_found(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """Seed 0 at rate 0.15: the original's runs agree, the single-run search's result crashes once in its
-    re-verification, so the search is repeated and 1-minimality is not claimed. ``--resume`` (which the CLI
-    offers for such a result) replayed the single-run search, whose fresh re-verification happened to agree,
-    and reported the target not flaky and the result 1-minimal: what the run had measured was forgotten."""
-    first = _flaky_reduce(tmp_path, monkeypatch, "crash", seed=0, rate=0.15)
-    assert first.flaky and any("the search is repeated" in note for note in first.notes)  # the case under test
+@pytest.fixture(scope="module")
+def flaky_once_at_verification(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """Seed 0 at rate 0.15, reduced from the CLI (``reduce --target command:...``): the original's runs agree,
+    the single-run search's result crashes once in its re-verification, so the search is repeated. Returns
+    the folder (``bug``, ``bug.work``, the fault counter ``n``) and what the CLI printed; the tests below
+    read it, and copy it to change it (one reduction of ~95 target runs serves both)."""
+    folder = tmp_path_factory.mktemp("flaky-cli")
+    host = host_network(100, bug="layernorm_keepdims0", position="main", seed=0)
+    onnx.save(host.model, folder / "host.onnx")
+    np.savez(folder / "in.npz", **host.inputs)
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as env, contextlib.redirect_stdout(printed):
+        for name, value in (("MODE", "crash"), ("RATE", "0.15"), ("SEED", "0"), ("COUNTER", str(folder / "n"))):
+            env.setenv(f"FLAKY_{name}", value)
+        code = main(["reduce", str(folder / "host.onnx"), "--inputs", str(folder / "in.npz"), "-o",
+                     str(folder / "bug"), "--oracle", "onnxruntime:opt_level=disable", "--target", FLAKY])
+    assert code == 1
+    return folder, printed.getvalue()
+
+
+def test_a_resumed_run_keeps_the_flakiness_its_re_verification_found(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flaky_once_at_verification: tuple[Path, str]) -> None:
+    """``--resume`` (which the CLI offered for such a result) replayed the single-run search, whose fresh
+    re-verification happened to agree, and reported the target not flaky and the result 1-minimal: what the
+    run had measured was forgotten."""
+    shutil.copytree(flaky_once_at_verification[0], tmp_path, dirs_exist_ok=True)
+    first = json.loads((tmp_path / "bug" / "report.json").read_text())
+    assert first["flaky"] and any("the search is repeated" in note for note in first["notes"])  # the case under test
     assert (tmp_path / "bug.work").is_dir()  # nothing certified: the work folder stays for --resume
+    for name, value in (("MODE", "crash"), ("RATE", "0.15"), ("SEED", "0"), ("COUNTER", str(tmp_path / "n"))):
+        monkeypatch.setenv(f"FLAKY_{name}", value)  # the faults go on from where the first session stopped
     resumed = resume_reduction(tmp_path / "bug")
     assert resumed.flaky, resumed.notes
-    assert resumed.one_minimal == first.one_minimal
+    assert resumed.one_minimal == first["one_minimal"]
     assert any("flaky" in note for note in resumed.notes)
     assert json.loads((tmp_path / "bug" / "report.json").read_text())["flaky"] is True
 
 
 def test_the_cli_gives_the_true_reason_a_verified_result_is_not_proven_minimal(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """The same case from the CLI: the result is verified, and 1-minimality is withheld only because the
-    target is flaky. It printed "NOT PROVEN (re-verification failed)" and offered a --resume that cannot
-    change a finished search."""
-    from graphbisect.cli.main import main
-
-    for name, value in (("MODE", "crash"), ("RATE", "0.15"), ("SEED", "0"), ("COUNTER", str(tmp_path / "n"))):
-        monkeypatch.setenv(f"FLAKY_{name}", value)
-    host = host_network(100, bug="layernorm_keepdims0", position="main", seed=0)
-    onnx.save(host.model, tmp_path / "host.onnx")
-    np.savez(tmp_path / "in.npz", **host.inputs)
-    assert main(["reduce", str(tmp_path / "host.onnx"), "--inputs", str(tmp_path / "in.npz"), "-o",
-                 str(tmp_path / "bug"), "--oracle", "onnxruntime:opt_level=disable", "--target", FLAKY]) == 1
-    out = capsys.readouterr().out
-    report = json.loads((tmp_path / "bug" / "report.json").read_text())
+        flaky_once_at_verification: tuple[Path, str]) -> None:
+    """The result is verified, and 1-minimality is withheld only because the target is flaky. It printed
+    "NOT PROVEN (re-verification failed)" and offered a --resume that cannot change a finished search."""
+    folder, out = flaky_once_at_verification
+    report = json.loads((folder / "bug" / "report.json").read_text())
     assert report["verified"] and report["flaky"] and not report["one_minimal"]  # the case under test
     assert "1-minimal: NOT PROVEN (see the notes)" in out and "re-verification failed" not in out
     assert "--resume" not in out
