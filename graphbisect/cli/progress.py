@@ -1,4 +1,5 @@
-"""A one-line progress bar on stderr: phase, candidates, invocations, best size, elapsed time."""
+"""A one-line progress bar on stderr: phase, candidates, invocations, best size, what proving the best set
+1-minimal still takes (runs, and time at the pace so far), elapsed time."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ class ProgressLine:
         budget = f"/{event.max_invocations}" if event.max_invocations else ""
         bar = _bar(event.best_size, event.start_size)
         text = (f"[{self.label}] {bar} best {size} {self.unit} | candidates {event.tests} | "
-                f"invocations {event.invocations}{budget} | {event.phase} | {event.elapsed_seconds:.1f}s")
+                f"invocations {event.invocations}{budget} | {event.phase}{_proof(event)} | "
+                f"{event.elapsed_seconds:.1f}s")
         if self.tty:
             pad = max(self._width - len(text), 0)
             self.stream.write("\r" + text + " " * pad)
@@ -55,6 +57,31 @@ class ProgressLine:
         if self.tty and self._width:
             self.stream.write("\n")
             self._width = 0
+
+
+def _proof(event: ProgressEvent) -> str:
+    """`` | 1-minimal in 9 runs ~15 min``: what the best set's proof still takes, were it the answer; shown
+    once a set smaller than the start fails, while that is more than one run and the pace so far is known.
+
+    Example:
+        >>> _proof(ProgressEvent("sweep", 40, 38, 2, 323, 12, 3800.0, proof_runs=9, seconds_per_run=100.0))
+        ' | 1-minimal in 9 runs ~15 min'
+        >>> _proof(ProgressEvent("sweep", 40, 38, 2, 323, 12, 3800.0, proof_runs=9, seconds_per_run=0.6))
+        ' | 1-minimal in 9 runs ~5 s'
+    """
+    runs, pace = event.proof_runs, event.seconds_per_run
+    if not runs or runs < 2 or pace is None or not event.best_size or event.best_size == event.start_size:
+        return ""  # the start set's proof is no estimate of what is left: shown once a smaller set fails
+    return f" | 1-minimal in {runs} runs ~{_duration(runs * pace)}"
+
+
+def _duration(seconds: float) -> str:
+    """``5 s``, ``15 min``, ``2.5 h``: rounded as a remaining time is read."""
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 class _StageLines(logging.Handler):

@@ -144,6 +144,9 @@ class Evaluator:
         #: ``(runs, size)`` at the start and at each new smallest failing set, across every search this
         #: evaluator serves (a plan's hints, slices and sweeps alike), runs as :attr:`runs` counts them
         self.journey: list[tuple[int, int]] = []
+        #: the runs the current best set still needs to be proven 1-minimal (a :class:`SearchRun
+        #: <graphbisect.engine.search.SearchRun>` sets it; :class:`ProgressEvent` ``proof_runs``)
+        self.proof_runs: Callable[[], int | None] | None = None
         if journal is not None:
             self._load(journal)
 
@@ -434,6 +437,7 @@ class Evaluator:
             return
         total = sum((t.freeze() for t in self._tallies.values()), Counts())
         budget = self.meter.budget
+        elapsed = self.meter.elapsed()
         self.on_progress(
             ProgressEvent(
                 phase=phase,
@@ -442,8 +446,10 @@ class Evaluator:
                 cache_hits=total.cache_hits,
                 start_size=self.start_size,
                 best_size=self.best_size,
-                elapsed_seconds=self.meter.elapsed(),
+                elapsed_seconds=elapsed,
                 max_invocations=budget.max_invocations,
                 deadline_seconds=budget.deadline_seconds,
+                proof_runs=self.proof_runs() if self.proof_runs is not None else None,
+                seconds_per_run=elapsed / self.meter.spent if self.meter.spent else None,
             )
         )

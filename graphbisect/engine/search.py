@@ -45,6 +45,10 @@ not known); see the module docstring."""
 DEFER_ABOVE = 1.0
 """A single removal that moved the margin by more than this is deferred to the sweep's closing round."""
 
+PROOF_SHOWN_UP_TO = 256
+"""The most atoms a current set may have for progress events to count the runs its 1-minimality proof still
+needs (:meth:`SearchRun.proof_runs`: one closure per atom, made once per current set)."""
+
 logger = logging.getLogger(__name__)
 
 
@@ -73,7 +77,27 @@ class SearchRun:
         # (runs, size): runs include those an earlier session made and the journal replays (Evaluator.runs)
         self.history: list[tuple[int, int]] = [(evaluator.runs, len(self.keep))]
         self.visited: list[frozenset[int]] = [self.keep]  # every current set, oldest first (ranked sweep)
+        self._removals: tuple[frozenset[int], list[frozenset[int] | None]] | None = None  # (keep, its removals)
+        evaluator.proof_runs = self.proof_runs
         evaluator.set_best(len(self.keep), phase=phase, start=True)
+
+    def proof_runs(self) -> int | None:
+        """The single-atom removals of the current set not tested yet: the runs the sweep must still make
+        before calling it 1-minimal, if no smaller set fails (None above :data:`PROOF_SHOWN_UP_TO` atoms).
+        A removal the closure makes no smaller, or empty, is never tested and not counted.
+
+        Example:
+            >>> from graphbisect.engine import Evaluator, Outcome
+            >>> ev = Evaluator(lambda keep: Outcome.FAIL if {2, 6} <= keep else Outcome.PASS, n=8)
+            >>> run = SearchRun(ev, {2, 3, 6}, None, "sweep")
+            >>> run.proof_runs(), ev.evaluate({2, 6}).outcome.value, run.proof_runs()
+            (3, 'fail', 2)
+        """
+        if len(self.atoms) > PROOF_SHOWN_UP_TO:
+            return None
+        if self._removals is None or self._removals[0] != self.keep:
+            self._removals = (self.keep, [self._closed(self.without([i])) for i in range(len(self.atoms))])
+        return sum(1 for keep in self._removals[1] if keep is not None and self.ev.cache.get(keep) is None)
 
     def without(self, positions: Collection[int]) -> frozenset[int]:
         """The current set minus the atoms at ``positions``."""

@@ -183,7 +183,15 @@ class SearchResult:
 
 @dataclass(frozen=True)
 class ProgressEvent:
-    """A snapshot for progress bars, sent to :class:`ProgressCallback` after every batch of tests."""
+    """A snapshot for progress bars, sent to :class:`ProgressCallback` after every batch of tests.
+
+    ``proof_runs``: the runs the current best set still needs before it can be called 1-minimal (its
+    single removals not tested yet), were it the answer; None while it has more than
+    :data:`~graphbisect.engine.search.PROOF_SHOWN_UP_TO` atoms or no search holds one. A smaller failing
+    set found meanwhile needs its own. ``seconds_per_run``: this session's elapsed time per invocation so
+    far (None before the first), so ``proof_runs * seconds_per_run`` is what that proof would take at the
+    pace so far: the expected remaining cost of a search that has found its answer.
+    """
 
     phase: str
     tests: int
@@ -194,6 +202,8 @@ class ProgressEvent:
     elapsed_seconds: float
     max_invocations: int | None = None
     deadline_seconds: float | None = None
+    proof_runs: int | None = None
+    seconds_per_run: float | None = None
 
 
 class BudgetExhausted(Exception):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import itertools
 import random
 import threading
 from collections.abc import Callable, Sequence
@@ -11,6 +13,7 @@ from typing import Any
 import pytest
 from engine_helpers import Recorder, any_clause
 
+from graphbisect.cli.progress import ProgressLine
 from graphbisect.engine import (
     Budget,
     BudgetExhausted,
@@ -152,6 +155,36 @@ def test_progress_events_track_the_search() -> None:
     assert events[-1].best_size == len(result.keep) == 2
     assert events[-1].invocations == result.stats.invocations
     assert {e.phase for e in events} >= {"probdd", "sweep"}
+
+
+def test_progress_counts_the_runs_the_best_sets_proof_still_needs() -> None:
+    """The progress line's expected remaining cost: during the sweep, the best set's single removals not tested
+    yet, one fewer per test, 0 when the result is proven 1-minimal; a removal tested earlier is not counted."""
+    culprits = {3, 17, 40, 41, 90}
+    events: list[ProgressEvent] = []
+    ev = Evaluator(Recorder(culprits), 128, on_progress=events.append)
+    ev.evaluate(frozenset(culprits) - {40})  # one proof step made before the search: cached
+    result = sweep(ev, hints=[culprits | {7}])
+    assert result.keep == culprits and result.minimal
+    proving = [(e.invocations, e.proof_runs) for e in events if e.best_size == len(culprits)]
+    assert proving[0][1] == len(culprits) - 1  # the removal of 40 is known to pass
+    assert all(later[1] == first[1] - (later[0] - first[0]) for first, later in itertools.pairwise(proving))
+    assert proving[-1][1] == 0 and events[-1].seconds_per_run is not None and events[-1].seconds_per_run > 0
+    # the line says it once a smaller set fails: the whole start set's proof is no estimate of what is left
+    lines = [_line(e) for e in events]
+    assert all("1-minimal in" not in line for e, line in zip(events, lines) if e.best_size == 128)
+    assert f"| 1-minimal in {proving[0][1]} runs ~" in lines[events.index(next(e for e in events if e.best_size == 5))]
+
+
+def _line(event: ProgressEvent) -> str:
+    """What the CLI's progress line shows on a terminal for ``event``."""
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Terminal()
+    ProgressLine(stream)(event)
+    return stream.getvalue()
 
 
 # -- parallel evaluation -------------------------------------------------------------------------------
