@@ -199,6 +199,27 @@ def cap_jobs(jobs: int, option: str = "-j") -> tuple[int, str | None]:
                     f"{usable}")
 
 
+def cap_jobs_to_memory(jobs: int, peak: int | None, available: int, option: str = "-j") -> tuple[int, str | None]:
+    """``jobs`` workers that each may need ``peak`` bytes (a worker's peak on the whole model: a candidate is a
+    part of it), at most as many as ``available`` bytes hold, and at least one: (the count, a note when capped).
+    ``peak`` None (not measured) caps nothing.
+
+    Example:
+        >>> jobs, note = cap_jobs_to_memory(8, 3 * 2**30, 10 * 2**30)
+        >>> jobs, note.split(" (")[0], note.split(": ")[-1]
+        (3, '-j 8 workers would need up to 24.0 GiB', 'running 3')
+        >>> cap_jobs_to_memory(2, 3 * 2**30, 10 * 2**30)
+        (2, None)
+    """
+    if jobs <= 1 or not peak or jobs * peak <= available:
+        return jobs, None
+    fits = max(1, available // peak)
+    gib = 2.0 ** 30
+    return fits, (f"{option} {jobs} workers would need up to {jobs * peak / gib:.1f} GiB (each target worker peaked "
+                  f"at {peak / gib:.1f} GiB on the whole model) and {available / gib:.1f} GiB is available: "
+                  f"running {fits}")
+
+
 # --- the ranges the option classes share -------------------------------------------------------------------
 #: A run budget: backend invocations (0: stop before the first candidate).
 INVOCATIONS = whole(0, example=200).or_none()

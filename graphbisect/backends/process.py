@@ -186,6 +186,12 @@ class _Worker:
         self._out = self._in = -1
 
 
+def _reply_peak(reply: Mapping[str, Any]) -> int | None:
+    """The worker's peak memory a reply carries (``worker.peak_memory``; None from a worker that did not say)."""
+    peak = reply.get("peak_memory")
+    return int(peak) if isinstance(peak, (int, float)) and peak > 0 else None
+
+
 def _reply_cost(reply: Mapping[str, Any]) -> dict[str, int]:
     """The compiles a worker's reply says its request made (none from a worker too old to count them)."""
     cost = reply.get("cost") or {}
@@ -365,7 +371,7 @@ class BackendProcess:
                     spent = _reply_cost(reply)
                     result = RunResult(RunStatus.OK, log=self._log_since(offset), seconds=seconds,
                                        ran_with=self.ran_with, compiles=spent["compiles"],
-                                       compile_cache_hits=spent["compile_cache_hits"])
+                                       compile_cache_hits=spent["compile_cache_hits"], peak_memory=_reply_peak(reply))
                 else:  # the crash fields of a run's reply
                     result = self._result(reply, self.workdir, offset, seconds, keep_outputs=True)
             self.compiles += result.compiles
@@ -698,7 +704,8 @@ class BackendProcess:
             return RunResult(RunStatus.CRASH, phase=Phase(reply.get("phase", "run")), log=log, info=info,
                              error_type=reply.get("error_type"), message=reply.get("message"),
                              exit_code=reply.get("exit_code"), seconds=seconds, ran_with=self.ran_with,
-                             compiles=spent["compiles"], compile_cache_hits=spent["compile_cache_hits"])
+                             compiles=spent["compiles"], compile_cache_hits=spent["compile_cache_hits"],
+                             peak_memory=_reply_peak(reply))
         # Kept outputs stay on disk until read; a scratch folder goes away, so its outputs are read now
         # (only large ones stay mapped).
         files = OutputFiles(output_dir, {**reply["pack"], "tensors": reply["outputs"]})
@@ -706,7 +713,7 @@ class BackendProcess:
         stats = self._stats(reply.get("stats"))
         return RunResult(RunStatus.OK, outputs=outputs, log=log, info=info, seconds=seconds, ran_with=self.ran_with,
                          stats=stats, compiles=spent["compiles"],
-                         compile_cache_hits=spent["compile_cache_hits"])
+                         compile_cache_hits=spent["compile_cache_hits"], peak_memory=_reply_peak(reply))
 
     def _stats(self, stats: Mapping[str, Any] | None) -> dict[str, TensorStats]:
         """The statistics a worker measured against the oracle's store (``worker.compare_to_store``)."""

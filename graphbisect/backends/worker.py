@@ -27,13 +27,14 @@ Protocol (one JSON object per line, on two dedicated pipes whose descriptors are
   ``run_seconds`` and ``session_reused`` (true when the run used a session built before this request, by an
   earlier run of the same model file or a ``load``, false when it built one); a ``done`` reply (and a ``load``'s)
   holds ``"cost": {"compiles": n, "compile_cache_hits": m}``, the builds the request made
-  (:mod:`graphbisect.backends.cost`). With ``"compare": {"store": dir,
-  "tolerance": {...}, "keep": [names]}`` the outputs the oracle's activation store at ``dir`` holds are
-  compared with it here (:func:`compare_to_store`) and come back as ``"stats"`` (``{"fields", "rows"}``: one
-  ``TensorStats.to_row`` per tensor) instead of files;
-  only ``keep`` and the tensors the store lacks are written. ``inputs`` is what :class:`InputsWriter`
-  sends (the values the worker does not hold yet, in one data file, and the ids of those it holds) or the
-  path of an ``.npz``. ``durable`` (default false) fsyncs the outputs before the reply (:func:`write_outputs`).
+  (:mod:`graphbisect.backends.cost`), and ``"peak_memory"``: the worker's peak resident bytes so far plus its
+  largest child's (a compiler it ran), or null where the platform does not say (:func:`peak_memory`). With
+  ``"compare": {"store": dir, "tolerance": {...}, "keep": [names]}`` the outputs the oracle's activation store
+  at ``dir`` holds are compared with it here (:func:`compare_to_store`) and come back as ``"stats"``
+  (``{"fields", "rows"}``: one ``TensorStats.to_row`` per tensor) instead of files; only ``keep`` and the
+  tensors the store lacks are written. ``inputs`` is what :class:`InputsWriter` sends (the values the worker
+  does not hold yet, in one data file, and the ids of those it holds) or the path of an ``.npz``. ``durable``
+  (default false) fsyncs the outputs before the reply (:func:`write_outputs`).
 * ``{"op": "load", "model": path, "outputs": [names] | null}`` → ``{"ok": true, "status": "ok"}``, or the
   ``crash`` fields of a ``done`` reply: builds the session a ``run`` of the same model and outputs then uses
   without building it again (nothing runs: the host builds a session ahead while it works out the run).
@@ -703,6 +704,7 @@ class _Server:
         before = self._counts()
         reply = self._run(request)
         reply["cost"] = self._spent(before)
+        reply["peak_memory"] = peak_memory()
         return reply
 
     def _run(self, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -733,7 +735,7 @@ class _Server:
     def load(self, request: Mapping[str, Any]) -> dict[str, Any]:
         before = self._counts()
         crash = self._load(str(request["model"]), request.get("outputs"))
-        return {"ok": True, **(crash or {"status": "ok"}), "cost": self._spent(before)}
+        return {"ok": True, **(crash or {"status": "ok"}), "cost": self._spent(before), "peak_memory": peak_memory()}
 
     def _counts(self) -> tuple[int, Mapping[str, Any] | None]:
         """The builds this worker asked for, and the runtime's own count where it keeps one (``cost()``)."""
@@ -867,6 +869,20 @@ def _parse_args(argv: Iterable[str] | None) -> argparse.Namespace:
     parser.add_argument("--log", help="append fd 1 and fd 2 to this file")
     parser.add_argument("--log-level", default="WARNING", help="level of graphbisect's own log messages")
     return parser.parse_args(list(argv) if argv is not None else None)
+
+
+def peak_memory() -> int | None:
+    """This process's peak resident memory in bytes so far, plus that of its largest child it waited for (a
+    compiler the runtime ran: ``iree-compile``), which may have run while this process held its own: the most
+    a worker like this one needed at once, at most. None where ``resource`` is missing (Windows)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return int(own + children) * scale
 
 
 def main(argv: Iterable[str] | None = None) -> int:

@@ -61,6 +61,7 @@ from graphbisect.backends.registry import BACKEND_SPEC
 from graphbisect.compare import Tolerance
 from graphbisect.compare.quantization import with_quantization
 from graphbisect.data import ActivationStore, ChosenDim, dims_note, save_inputs, validate_inputs
+from graphbisect.data.inputs import available_memory
 from graphbisect.data.store import MANIFEST_NAME
 from graphbisect.engine import (
     Budget,
@@ -87,6 +88,7 @@ from graphbisect.options import (
     JOBS,
     TIMEOUT,
     cap_jobs,
+    cap_jobs_to_memory,
     check_fields,
     option,
     pattern,
@@ -292,6 +294,9 @@ class _Run:
         self.force = False  # replace a bundle of another model
         self.chosen: tuple[ChosenDim, ...] = ()  # the inputs' dynamic dims graphbisect sized (recorded in run.json)
         self._last_original: RunResult | None = None  # the last completed run of the original (floor_only)
+        #: the most memory a target worker needed on the whole model (its runs of the original, measured by the
+        #: worker: RunResult.peak_memory), which caps how many candidate workers run at once (-j)
+        self.peak_memory: int | None = None
 
     # --- state on disk -------------------------------------------------------------------------------
     def prepare(self, feeds: Mapping[str, np.ndarray] | None, *, resume: bool) -> None:
@@ -531,6 +536,7 @@ class _Run:
         if path.exists():
             data = json.loads(path.read_text())
             self.notes.extend(data.get("notes", []))  # a work folder of an older version has no evidence here
+            self.peak_memory = data.get("peak_memory")
             return _Baseline(Signature.from_json(data["signature"], names=self.names), bool(data["flaky"]),
                              [frozenset(h) for h in data.get("hints", [])],
                              {int(k): v for k, v in data.get("priors", {}).items()},
@@ -587,7 +593,8 @@ class _Run:
         self.notes.extend(notes)
         atomic_write_text(path, json.dumps({"signature": first.to_json(), "flaky": flaky, "notes": notes,
                                             "hints": [sorted(h) for h in hints], "priors": priors,
-                                            "identity": None if identity is None else identity.to_json()}))
+                                            "identity": None if identity is None else identity.to_json(),
+                                            "peak_memory": self.peak_memory}))
         return _Baseline(first, flaky, hints, priors, identity)
 
     def floor_only(self, values: Callable[[str], np.ndarray], floor: NoiseFloor) -> GraphBisectError | None:
@@ -666,6 +673,8 @@ class _Run:
         with BackendProcess(spec or self.target_spec, workdir=workdir, timeout=self.options.timeout) as proc:
             run = proc.run(self.work / "model.onnx", self.work / "inputs.npz")
         self.count("target", Cost.of_run(run), run=run)
+        if run.peak_memory is not None:
+            self.peak_memory = max(self.peak_memory or 0, run.peak_memory)
         if run.ok:  # the values stay mapped after the worker's folder is gone (POSIX)
             self._last_original = run
         signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex,
@@ -737,9 +746,13 @@ class _Run:
         """The subgraph search; with ``flaky`` a candidate is accepted only after FLAKY_REPEATS more runs fail
         the same way. ``scope`` keeps its journal entries apart from another search's."""
         jobs, capped = (max(1, self.options.jobs), None) if self.options.executor else cap_jobs(self.options.jobs)
-        if capped is not None and capped not in self.notes:
-            self.notes.append(capped)
-            self.stage(capped)
+        memory: str | None = None
+        if not self.options.executor:  # tasks elsewhere use that machine's memory
+            jobs, memory = cap_jobs_to_memory(jobs, self.peak_memory, available_memory())
+        for note in filter(None, (capped, memory)):
+            if note not in self.notes:
+                self.notes.append(note)
+                self.stage(note)
 
         def pool_of(spec: BackendSpec, folder: str) -> TargetPool:
             if self.options.executor:

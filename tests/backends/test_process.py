@@ -463,3 +463,26 @@ def test_cut_tensors_of_the_store_are_read_by_the_worker_and_a_changed_store_is_
             ort.run(path, feeds)  # a worker that opens it now finds another index: refused
         result = ort.run(path, dict(feeds))  # the values themselves, as the host reads them
         assert result.ok and result.outputs["y"][1] == 1
+
+
+def test_a_run_says_the_most_memory_its_worker_needed(tmp_path: Path) -> None:
+    """``peak_memory`` is measured by the worker: a model whose intermediate takes 256 MiB raises it by at least
+    that much over a small model's (what ``reduce -j`` sizes its candidate workers by). A worker of its own: the
+    peak is the most so far, which another test's runs would set."""
+    def model(name: str, width: int) -> Path:
+        graph = helper.make_graph(
+            [helper.make_node("Expand", ["x", "shape"], ["big"]), helper.make_node("ReduceSum", ["big"], ["y"])],
+            name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+            [onnx.numpy_helper.from_array(np.array([width], np.int64), "shape")])
+        path = tmp_path / f"{name}.onnx"
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+        return path
+
+    x = {"x": np.ones(1, np.float32)}
+    with BackendProcess("onnxruntime", workdir=tmp_path / "worker") as ort:
+        small = ort.run(model("small", 1024), x)
+        big = ort.run(model("big", 64 * 2**20), x)  # 64 Mi float32 values: 256 MiB
+    assert small.ok and big.ok and small.peak_memory is not None and big.peak_memory is not None
+    assert 10 * 2**20 < small.peak_memory < 2**30
+    assert big.peak_memory - small.peak_memory >= 256 * 2**20

@@ -17,6 +17,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import graphbisect.workflows.reduce as reduce_module
 from graphbisect.cli.main import main
 from graphbisect.compare import Tolerance
 from graphbisect.data import ActivationStore
@@ -346,11 +347,22 @@ def test_kill_9_mid_run_then_resume_gives_the_same_result_and_counts_every_run(
     assert resumed["backend_calls"]["oracle"]["runs"] == sum(by_folder[folder] for folder in _ORACLE_FOLDERS)
 
 
-def test_parallel_jobs_give_the_same_result(tmp_path: Path) -> None:
+def test_parallel_jobs_give_the_same_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """... and run as many at once as the memory holds: each candidate worker may need what a target worker
+    needed on the whole model (measured on the original's runs; here the machine is said to have 100 MiB
+    free, less than two ONNX Runtime workers take)."""
     host = host_network(160, bug="layernorm_keepdims0", position="masked", seed=8)
     serial = _reduce(host, tmp_path / "j1")
-    parallel = _reduce(host, tmp_path / "j2", jobs=2)
+    parallel = _reduce(host, tmp_path / "j2", jobs=2, keep_work=True)
     assert parallel.kept_nodes == serial.kept_nodes and parallel.one_minimal
+    assert not any("GiB is available" in note for note in parallel.notes)
+    monkeypatch.setattr(reduce_module, "available_memory", lambda: 100 * 2**20)  # the machine's, as if scarce
+    scarce = _reduce(host, tmp_path / "j3", jobs=2, keep_work=True)
+    assert scarce.kept_nodes == serial.kept_nodes and scarce.one_minimal
+    assert any(note.startswith("-j 2 workers would need up to") and note.endswith("running 1")
+               for note in scarce.notes), scarce.notes
+    assert not (work_dir_for(tmp_path / "j3") / "target" / "worker-1").exists()  # one candidate worker ran
+    assert (work_dir_for(tmp_path / "j2") / "target" / "worker-1").exists()
 
 
 def test_external_check_command(tmp_path: Path) -> None:
