@@ -203,9 +203,10 @@ class RunResult:
     each compared tensor's statistics, measured in the worker; those tensors are not in ``outputs``.
     ``compiles``: the builds of a model this invocation made (0 when it reused an earlier session; more than 1
     when the backend compiled variants to report what fired), ``compile_cache_hits`` those served from the
-    compile cache instead, as its worker counted them (:mod:`graphbisect.backends.cost`). ``peak_memory``: the
-    worker's peak resident bytes up to this call, its largest child's added (a compiler it ran), as the worker
-    measured them; None when it could not (a worker that died, a platform without ``resource``).
+    compile cache instead, as its worker counted them (:mod:`graphbisect.backends.cost`). ``peak_memory``: an
+    upper bound of the resident bytes the worker and a child of it (a compiler it ran) held at once up to this
+    call, as the worker measured them (:func:`graphbisect.backends.worker.peak_memory`); None when it could
+    not (a worker that died, a platform without ``resource``).
     """
 
     status: RunStatus

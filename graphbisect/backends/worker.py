@@ -872,17 +872,26 @@ def _parse_args(argv: Iterable[str] | None) -> argparse.Namespace:
 
 
 def peak_memory() -> int | None:
-    """This process's peak resident memory in bytes so far, plus that of its largest child it waited for (a
-    compiler the runtime ran: ``iree-compile``), which may have run while this process held its own: the most
-    a worker like this one needed at once, at most. None where ``resource`` is missing (Windows)."""
+    """An upper bound of the most resident memory this worker and a child of it (a compiler the runtime ran:
+    ``iree-compile``; a ``command`` target's program) held at once so far, in bytes: this process's high-water
+    mark plus its largest waited-for child's. Linux counts a child's from the worker's own memory when it was
+    started, so the child's share is at least that (an overestimate by up to the worker's own: the bound errs on
+    the side of fewer parallel workers). This process's own is its ``VmHWM`` where ``/proc`` has it: its
+    ``ru_maxrss`` also counts the process that started it (a test runner of gigabytes). None where
+    ``resource`` is missing (Windows)."""
     try:
         import resource
     except ImportError:  # pragma: no cover - Windows
         return None
     scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return int(own + children) * scale
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * scale
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                own = int(line.split()[1]) * 1024
+                break
+    return int(own + children)
 
 
 def main(argv: Iterable[str] | None = None) -> int:

@@ -129,6 +129,9 @@ elif mode == "wrong-output":
     np.savez(outputs, other=feeds["x"])
 elif mode == "no-output":
     pass
+elif mode == "hold-512mib":  # a program that needs memory: 512 MiB written, so resident
+    held = np.ones(128 * 2**20, np.float32)
+    np.savez(outputs, y=feeds["x"] * 2 + held[0] - 1)
 else:
     np.savez(outputs, y=feeds["x"] * 2)
 """

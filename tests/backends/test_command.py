@@ -151,3 +151,15 @@ def _alive(pid: int) -> bool:
         if Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].startswith("Z"):
             return False
     return True
+
+
+def test_a_program_the_worker_ran_counts_in_its_peak_memory(command_spec: str, mode_file: Mode, x23: np.ndarray,
+                                                            tmp_path: Path) -> None:
+    """``peak_memory`` adds the largest child's peak to the worker's own: a ``command`` target's program (or a
+    compiler a runtime runs) holding 512 MiB raises it by that much, which the worker's own memory does not show."""
+    with BackendProcess(command_spec, workdir=tmp_path / "w") as proc:
+        small = proc.run(mode_file("double"), {"x": x23})
+        big = proc.run(mode_file("hold-512mib"), {"x": x23})
+    assert small.ok and big.ok and small.peak_memory is not None and big.peak_memory is not None
+    assert small.peak_memory < 512 * 2**20
+    assert big.peak_memory - small.peak_memory >= 500 * 2**20
