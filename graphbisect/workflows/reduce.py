@@ -696,7 +696,7 @@ class _Run:
         """The nodes the message of ``crash`` names, by node or output name as a token (IREE's ``loc("...")``,
         ONNX Runtime's ``Name:'...'``), as the first candidate: one build or run to try, and when that part
         alone crashes the same way the search is left with its proof. Names that are plain words (``x``,
-        ``MatMul``) or numbers are not taken for names."""
+        ``MatMul``) or numbers are not taken for names; a message naming most of the model gives no hint."""
         message = self._messages.get(crash)
         if not message:
             return []
@@ -706,9 +706,10 @@ class _Run:
                 if any(c.isalpha() for c in name) and not name.isalpha():
                     producers.setdefault(name, index)
         located = frozenset(producers[name] for name in found_names(message, producers))
-        if located:
-            log.info("the crash message names %d node(s): tried first", len(located))
-        return [located] if located else []
+        if not located or 2 * len(located) > len(self.model.nodes):  # no hint: the slice narrows it faster
+            return []
+        log.info("the crash message names %d node(s): tried first", len(located))
+        return [located]
 
     def _evidence_possible(self, baseline: Signature) -> bool:
         return self.options.layerwise and self.target_info.has(Capability.INTERMEDIATES) and \
