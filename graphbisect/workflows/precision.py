@@ -89,7 +89,7 @@ from graphbisect.errors import BackendError, InputError
 from graphbisect.localize.layerwise import analyze_layers
 from graphbisect.model import Model
 from graphbisect.model.io import save_proto
-from graphbisect.options import INVOCATIONS, JOBS, check_value
+from graphbisect.options import INVOCATIONS, JOBS, cap_jobs, check_value
 from graphbisect.oracle.as_built import capture_as_built
 from graphbisect.oracle.tester import WorkerPool
 from graphbisect.precision.calibration import Calibration, CalibrationMethod
@@ -377,6 +377,9 @@ def _find_precision(
         raise InputError(f"--jobs {jobs} with {target}: the target reads its FP32 pins from one file, so its "
                          "candidates cannot run at once", hint="leave --jobs out (1) with a target that pins "
                          "nodes itself")
+    jobs, capped = cap_jobs(jobs, "--jobs")  # as reduce: more workers than CPUs only share them
+    if capped is not None:
+        stage(capped)
     with work_folder(workdir, "precision", protect=(model.path, model.paddle_source)) as (folder, _kept):
         feeds = validate_inputs(model, inputs) if inputs is not None else random_inputs(model, seed=seed)
         stage(f"capturing the FP32 oracle's activations ({oracle})")

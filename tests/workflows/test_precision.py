@@ -26,6 +26,7 @@ from graphbisect.errors import InputError
 from graphbisect.examples import transformer_inputs
 from graphbisect.examples.precision_models import cancelling_net, cnn_inputs, residual_cnn, sensitive_transformer
 from graphbisect.model import Model, load_model
+from graphbisect.options import usable_cpus
 from graphbisect.precision.calibration import Calibration, CalibrationMethod
 from graphbisect.precision.lowering import Lowering
 from graphbisect.precision.modes import PrecisionMode
@@ -209,6 +210,33 @@ def test_two_target_workers_give_the_same_int8_answer_and_pins_in_one_file_are_r
     with pytest.raises(InputError, match="one file"):
         find_precision(load_model(cancelling_net()), mode="bf16", target=OPENVINO_BF16, jobs=2,
                        inputs={"x": np.zeros((1, 3, 16, 16), np.float32)})
+
+
+def test_more_jobs_than_cpus_run_one_worker_per_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--jobs 64 on a machine with fewer CPUs started 64 target workers (one per candidate in flight); as in
+    reduce, it runs one per usable CPU and says so, with the same answer."""
+    from graphbisect.oracle.tester import WorkerPool
+    from graphbisect.workflows import precision
+
+    cpus = usable_cpus()
+    if cpus >= 64:
+        pytest.skip("this machine has 64 usable CPUs or more")
+    pools: list[int] = []
+
+    class Counted(WorkerPool):  # the real pool, its size noted
+        def __init__(self, spec, size, workdir, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            pools.append(size)
+            super().__init__(spec, size, workdir, **kwargs)
+
+    monkeypatch.setattr(precision, "WorkerPool", Counted)
+    model, feeds = load_model(residual_cnn()), cnn_inputs()
+    stages: list[str] = []
+    many = find_precision(model, mode="int8", inputs=feeds, tolerance=TOL, with_prefix=False, jobs=64,
+                          on_stage=stages.append)
+    serial = find_precision(model, mode="int8", inputs=feeds, tolerance=TOL, with_prefix=False)
+    assert many.keep_fp32 == serial.keep_fp32 and many.minimal and many.meets_tolerance
+    assert pools == ([cpus] if cpus > 1 else [])
+    assert f"--jobs 64 is more workers than the {cpus} CPU(s) this process may use: running {cpus}" in stages
 
 
 def test_ocr_recognizer_from_the_rapidocr_wheel_needs_no_fp32_node_in_fp16() -> None:
