@@ -121,12 +121,16 @@ class TargetPool(Protocol):
 
 
 class WorkerPool:
-    """``size`` isolated target workers shared by parallel candidate evaluations (one run per worker at a time)."""
+    """``size`` isolated target workers shared by parallel candidate evaluations (one run per worker at a time).
+
+    The worker released last is handed out first, and a worker starts on its first run: a caller that runs
+    fewer candidates at once than the pool has workers (a serial phase; ``precision --jobs`` capped by memory
+    after its first run) starts no more workers than it runs at once, and reuses warm ones."""
 
     def __init__(self, spec: BackendSpec | str, size: int, workdir: Path, *, timeout: float | None = None) -> None:
         self.procs = [BackendProcess(spec, workdir=workdir / f"worker-{i}", timeout=timeout) for i in range(size)]
-        self._free: queue.Queue[BackendProcess] = queue.Queue()
-        for proc in self.procs:
+        self._free: queue.LifoQueue[BackendProcess] = queue.LifoQueue()
+        for proc in reversed(self.procs):  # worker-0 first
             self._free.put(proc)
 
     @contextlib.contextmanager

@@ -113,6 +113,8 @@ class PrecisionTester:
             raise ValueError("only a runtime-pins lowering runs the target's own model file")
         self.lowering, self.proc, self.workdir, self.inputs = lowering, proc, workdir, inputs
         self.expected, self.tol, self.pin_file, self.run_model = expected, tol, pin_file, run_model
+        #: the largest peak memory a target worker reported for a measurement (``RunResult.peak_memory``)
+        self.peak_memory: int | None = None
         workdir.mkdir(parents=True, exist_ok=True)
 
     def measure(self, keep: frozenset[int], expose: Sequence[str] = ()) -> Measurement:
@@ -129,6 +131,8 @@ class PrecisionTester:
                 run = self.proc.run(path, self.inputs)
             finally:
                 remove_model(path)
+        if run.peak_memory is not None:
+            self.peak_memory = max(self.peak_memory or 0, run.peak_memory)
         names = list(self.expected)
         comparison = compare_outputs(self.expected, run.outputs, self.tol, names) if run.ok else None
         return Measurement(run, comparison)

@@ -84,12 +84,13 @@ from graphbisect.data import (
     save_inputs,
     validate_inputs,
 )
+from graphbisect.data.inputs import available_memory
 from graphbisect.engine import Budget, BudgetExhausted, Evaluator, Outcome, ProgressEvent
 from graphbisect.errors import BackendError, InputError
 from graphbisect.localize.layerwise import analyze_layers
 from graphbisect.model import Model
 from graphbisect.model.io import save_proto
-from graphbisect.options import INVOCATIONS, JOBS, cap_jobs, check_value
+from graphbisect.options import INVOCATIONS, JOBS, cap_jobs, cap_jobs_to_memory, check_value
 from graphbisect.oracle.as_built import capture_as_built
 from graphbisect.oracle.tester import WorkerPool
 from graphbisect.precision.calibration import Calibration, CalibrationMethod
@@ -439,6 +440,11 @@ def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tole
         try:
             if ev.evaluate(ev.universe, phase="baseline").outcome is not Outcome.FAIL:
                 raise _baseline_error(target, lowering, tester, ev.universe)
+            # The all-FP32 model's run measured what a target worker needs; the candidates run in parallel
+            # only from the next test on (each is the model with fewer nodes in FP32), so -j is sized now.
+            ev.jobs, memory = cap_jobs_to_memory(ev.jobs, tester.peak_memory, available_memory(), "--jobs")
+            if memory is not None:
+                stage(memory)
             all_lowered = ev.evaluate(frozenset(), phase="all-lowered").outcome is Outcome.FAIL
         except BudgetExhausted as exc:
             raise InputError(f"--max-invocations {max_invocations} ends before the search starts: the FP32 "

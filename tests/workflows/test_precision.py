@@ -239,6 +239,34 @@ def test_more_jobs_than_cpus_run_one_worker_per_cpu(monkeypatch: pytest.MonkeyPa
     assert f"--jobs 64 is more workers than the {cpus} CPU(s) this process may use: running {cpus}" in stages
 
 
+def test_jobs_run_as_many_workers_as_the_memory_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The all-FP32 model's run says what a target worker needs (its peak memory); with 100 MiB said free,
+    less than two ONNX Runtime workers take, --jobs 2 runs one candidate at a time, in one worker, and says
+    so; the answer is the serial one."""
+    from graphbisect.oracle.tester import WorkerPool
+    from graphbisect.workflows import precision
+
+    if usable_cpus() < 2:
+        pytest.skip("--jobs 2 runs one worker on a 1-CPU machine anyway")
+    pools: list[WorkerPool] = []
+
+    class Kept(WorkerPool):  # the real pool, kept to count the workers that ran
+        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            super().__init__(*args, **kwargs)
+            pools.append(self)
+
+    monkeypatch.setattr(precision, "WorkerPool", Kept)
+    monkeypatch.setattr(precision, "available_memory", lambda: 100 * 2**20)  # the machine's, as if scarce
+    model, feeds = load_model(residual_cnn()), cnn_inputs()
+    stages: list[str] = []
+    capped = find_precision(model, mode="int8", inputs=feeds, tolerance=TOL, with_prefix=False, jobs=2,
+                            on_stage=stages.append)
+    serial = find_precision(model, mode="int8", inputs=feeds, tolerance=TOL, with_prefix=False)
+    assert capped.keep_fp32 == serial.keep_fp32 and capped.minimal and capped.meets_tolerance
+    assert any(line.startswith("--jobs 2 workers would need up to") and line.endswith("running 1") for line in stages)
+    assert [sum(1 for proc in pool.procs if proc.invocations) for pool in pools] == [1]
+
+
 def test_ocr_recognizer_from_the_rapidocr_wheel_needs_no_fp32_node_in_fp16() -> None:
     """PP-OCRv4 rec (860 nodes) shipped in rapidocr-onnxruntime: fp16 everywhere meets 1e-3 abs / 1e-2 rel."""
     path = _rapidocr_model("ch_PP-OCRv4_rec_infer.onnx")
