@@ -27,6 +27,7 @@ from graphbisect.examples import transformer_inputs
 from graphbisect.examples.precision_models import cancelling_net, cnn_inputs, residual_cnn, sensitive_transformer
 from graphbisect.model import Model, load_model
 from graphbisect.options import usable_cpus
+from graphbisect.oracle.tester import WorkerPool
 from graphbisect.precision.calibration import Calibration, CalibrationMethod
 from graphbisect.precision.lowering import Lowering
 from graphbisect.precision.modes import PrecisionMode
@@ -198,12 +199,20 @@ def test_kept_nodes_are_checked_alone_only_when_few_or_asked_and_unchecked_is_ne
     assert stopped.to_json()["breaks_alone"] is None
 
 
-def test_two_target_workers_give_the_same_int8_answer_and_pins_in_one_file_are_refused(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def cnn_int8() -> PrecisionResult:
+    """The serial int8 answer on the residual CNN, which the parallel runs below must give."""
+    return find_precision(load_model(residual_cnn()), mode="int8", inputs=cnn_inputs(), tolerance=TOL,
+                          with_prefix=False)
+
+
+def test_two_target_workers_give_the_same_int8_answer_and_pins_in_one_file_are_refused(
+        cnn_int8: PrecisionResult) -> None:
     """--jobs 2: candidates run two at a time, and the answer (its FP32 set, minimality, verification) is the
     serial one; a target that reads its pins from one file cannot run two candidates at once."""
-    model, feeds = load_model(residual_cnn()), cnn_inputs()
-    serial = find_precision(model, mode="int8", inputs=feeds, tolerance=TOL, with_prefix=False)
-    parallel = find_precision(model, mode="int8", inputs=feeds, tolerance=TOL, with_prefix=False, jobs=2)
+    serial = cnn_int8
+    parallel = find_precision(load_model(residual_cnn()), mode="int8", inputs=cnn_inputs(), tolerance=TOL,
+                              with_prefix=False, jobs=2)
     assert parallel.keep_fp32 == serial.keep_fp32 and parallel.minimal and parallel.meets_tolerance
     assert parallel.alone == serial.alone
     assert parallel.invocations["target"] >= serial.invocations["target"]  # speculative runs past a winner
@@ -212,57 +221,55 @@ def test_two_target_workers_give_the_same_int8_answer_and_pins_in_one_file_are_r
                        inputs={"x": np.zeros((1, 3, 16, 16), np.float32)})
 
 
-def test_more_jobs_than_cpus_run_one_worker_per_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """--jobs 64 on a machine with fewer CPUs started 64 target workers (one per candidate in flight); as in
-    reduce, it runs one per usable CPU and says so, with the same answer."""
-    from graphbisect.oracle.tester import WorkerPool
+def _pools(monkeypatch: pytest.MonkeyPatch) -> list[WorkerPool]:
+    """The target worker pools ``find_precision`` makes from now on (real pools, kept to be counted)."""
     from graphbisect.workflows import precision
 
-    cpus = usable_cpus()
-    if cpus >= 64:
-        pytest.skip("this machine has 64 usable CPUs or more")
-    pools: list[int] = []
-
-    class Counted(WorkerPool):  # the real pool, its size noted
-        def __init__(self, spec, size, workdir, **kwargs) -> None:  # type: ignore[no-untyped-def]
-            pools.append(size)
-            super().__init__(spec, size, workdir, **kwargs)
-
-    monkeypatch.setattr(precision, "WorkerPool", Counted)
-    model, feeds = load_model(residual_cnn()), cnn_inputs()
-    stages: list[str] = []
-    many = find_precision(model, mode="int8", inputs=feeds, tolerance=TOL, with_prefix=False, jobs=64,
-                          on_stage=stages.append)
-    serial = find_precision(model, mode="int8", inputs=feeds, tolerance=TOL, with_prefix=False)
-    assert many.keep_fp32 == serial.keep_fp32 and many.minimal and many.meets_tolerance
-    assert pools == ([cpus] if cpus > 1 else [])
-    assert f"--jobs 64 is more workers than the {cpus} CPU(s) this process may use: running {cpus}" in stages
-
-
-def test_jobs_run_as_many_workers_as_the_memory_holds(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The all-FP32 model's run says what a target worker needs (its peak memory); with 100 MiB said free,
-    less than two ONNX Runtime workers take, --jobs 2 runs one candidate at a time, in one worker, and says
-    so; the answer is the serial one."""
-    from graphbisect.oracle.tester import WorkerPool
-    from graphbisect.workflows import precision
-
-    if usable_cpus() < 2:
-        pytest.skip("--jobs 2 runs one worker on a 1-CPU machine anyway")
     pools: list[WorkerPool] = []
 
-    class Kept(WorkerPool):  # the real pool, kept to count the workers that ran
+    class Kept(WorkerPool):
         def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
             super().__init__(*args, **kwargs)
             pools.append(self)
 
     monkeypatch.setattr(precision, "WorkerPool", Kept)
-    monkeypatch.setattr(precision, "available_memory", lambda: 100 * 2**20)  # the machine's, as if scarce
-    model, feeds = load_model(residual_cnn()), cnn_inputs()
+    return pools
+
+
+def _parallel_cnn_int8(jobs: int) -> tuple[PrecisionResult, list[str]]:
     stages: list[str] = []
-    capped = find_precision(model, mode="int8", inputs=feeds, tolerance=TOL, with_prefix=False, jobs=2,
-                            on_stage=stages.append)
-    serial = find_precision(model, mode="int8", inputs=feeds, tolerance=TOL, with_prefix=False)
-    assert capped.keep_fp32 == serial.keep_fp32 and capped.minimal and capped.meets_tolerance
+    result = find_precision(load_model(residual_cnn()), mode="int8", inputs=cnn_inputs(), tolerance=TOL,
+                            with_prefix=False, jobs=jobs, on_stage=stages.append)
+    return result, stages
+
+
+def test_more_jobs_than_cpus_run_one_worker_per_cpu(monkeypatch: pytest.MonkeyPatch,
+                                                      cnn_int8: PrecisionResult) -> None:
+    """--jobs 64 on a machine with fewer CPUs started 64 target workers (one per candidate in flight); as in
+    reduce, it runs one per usable CPU and says so, with the same answer."""
+    cpus = usable_cpus()
+    if cpus >= 64:
+        pytest.skip("this machine has 64 usable CPUs or more")
+    pools = _pools(monkeypatch)
+    many, stages = _parallel_cnn_int8(64)
+    assert many.keep_fp32 == cnn_int8.keep_fp32 and many.minimal and many.meets_tolerance
+    assert [len(pool.procs) for pool in pools] == ([cpus] if cpus > 1 else [])
+    assert f"--jobs 64 is more workers than the {cpus} CPU(s) this process may use: running {cpus}" in stages
+
+
+def test_jobs_run_as_many_workers_as_the_memory_holds(monkeypatch: pytest.MonkeyPatch,
+                                                       cnn_int8: PrecisionResult) -> None:
+    """The all-FP32 model's run says what a target worker needs (its peak memory); with 100 MiB said free,
+    less than two ONNX Runtime workers take, --jobs 2 runs one candidate at a time, in one worker, and says
+    so; the answer is the serial one."""
+    from graphbisect.workflows import precision
+
+    if usable_cpus() < 2:
+        pytest.skip("--jobs 2 runs one worker on a 1-CPU machine anyway")
+    pools = _pools(monkeypatch)
+    monkeypatch.setattr(precision, "available_memory", lambda: 100 * 2**20)  # the machine's, as if scarce
+    capped, stages = _parallel_cnn_int8(2)
+    assert capped.keep_fp32 == cnn_int8.keep_fp32 and capped.minimal and capped.meets_tolerance
     assert any(line.startswith("--jobs 2 workers would need up to") and line.endswith("running 1") for line in stages)
     assert [sum(1 for proc in pool.procs if proc.invocations) for pool in pools] == [1]
 
