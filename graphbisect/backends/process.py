@@ -297,9 +297,7 @@ class BackendProcess:
         :class:`~graphbisect.errors.BackendError` when the worker cannot be driven at all.
         """
         with self._lock:
-            ready = self.cost
-            self._ensure_ready()  # its compiles (a first validation's) are this run's: its result counts them
-            ready = self.cost - ready
+            ready = self._ready()
             compare = compare_to.to_json() if compare_to is not None else None
             request = self._request(model, inputs, outputs, output_dir)  # then straight to the worker
             if compare is not None:
@@ -307,13 +305,7 @@ class BackendProcess:
             if durable and output_dir is not None:
                 request["durable"] = True
             self.invocations += 1
-            result = self._invoke(request, inputs, keep_outputs=output_dir is not None)
-            self.compiles += result.compiles
-            self.compile_cache_hits += result.compile_cache_hits
-            if ready:
-                result = dataclasses.replace(result, compiles=result.compiles + ready.compiles,
-                                             compile_cache_hits=result.compile_cache_hits + ready.compile_cache_hits)
-            return result
+            return self._counted(self._invoke(request, inputs, keep_outputs=output_dir is not None), ready)
 
     def load(self, model: str | Path, outputs: Sequence[str] | None = None) -> bool:
         """Build the session of ``model`` exposing ``outputs`` now, without running it: a :meth:`run` of the
@@ -342,9 +334,7 @@ class BackendProcess:
         if not (model_path.exists() or any(model_path.parent.glob(f"{model_path.name}.*"))):
             raise ModelError(f"model {model_path} does not exist", hint="check the path of the model file")
         with self._lock:
-            ready = self.cost
-            self._ensure_ready()  # its compiles (a first validation's) are this build's: its result counts them
-            ready = self.cost - ready
+            ready = self._ready()
             if self._log_size() > LOG_ROTATE_BYTES:
                 os.truncate(self.log_path, 0)
             offset = self._log_size()
@@ -374,12 +364,7 @@ class BackendProcess:
                                        compile_cache_hits=spent["compile_cache_hits"], peak_memory=_reply_peak(reply))
                 else:  # the crash fields of a run's reply
                     result = self._result(reply, self.workdir, offset, seconds, keep_outputs=True)
-            self.compiles += result.compiles
-            self.compile_cache_hits += result.compile_cache_hits
-            if ready:
-                result = dataclasses.replace(result, compiles=result.compiles + ready.compiles,
-                                             compile_cache_hits=result.compile_cache_hits + ready.compile_cache_hits)
-            return result
+            return self._counted(result, ready)
 
     def start(self) -> None:
         """Start the worker process now, without waiting for it: its interpreter and imports then overlap
@@ -455,6 +440,22 @@ class BackendProcess:
         """Every call so far: the runs (:attr:`invocations`), and the compiles the worker made for them and for
         :meth:`load` (:mod:`graphbisect.backends.cost`)."""
         return Cost(self.invocations, self.compiles, self.compile_cache_hits)
+
+    def _ready(self) -> Cost:
+        """Make the worker ready (:meth:`_ensure_ready`) and return what that compiled (a first validation's
+        builds), which the call it was made for counts in its result (:meth:`_counted`)."""
+        before = self.cost
+        self._ensure_ready()
+        return self.cost - before
+
+    def _counted(self, result: RunResult, ready: Cost) -> RunResult:
+        """Count what a call's request compiled, and return its result with ``ready``'s compiles added."""
+        self.compiles += result.compiles
+        self.compile_cache_hits += result.compile_cache_hits
+        if not ready:
+            return result
+        return dataclasses.replace(result, compiles=result.compiles + ready.compiles,
+                                   compile_cache_hits=result.compile_cache_hits + ready.compile_cache_hits)
 
     def _spend(self, reply: Mapping[str, Any]) -> None:
         """Count the compiles a reply of the worker says its request made (a load, a validation, a listing)."""

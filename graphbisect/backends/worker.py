@@ -27,8 +27,9 @@ Protocol (one JSON object per line, on two dedicated pipes whose descriptors are
   ``run_seconds`` and ``session_reused`` (true when the run used a session built before this request, by an
   earlier run of the same model file or a ``load``, false when it built one); a ``done`` reply (and a ``load``'s)
   holds ``"cost": {"compiles": n, "compile_cache_hits": m}``, the builds the request made
-  (:mod:`graphbisect.backends.cost`), and ``"peak_memory"``: the worker's peak resident bytes so far plus its
-  largest child's (a compiler it ran), or null where the platform does not say (:func:`peak_memory`). With
+  (:mod:`graphbisect.backends.cost`), and ``"peak_memory"``: an upper bound of the resident bytes the worker and
+  a child of it (a compiler it ran) held at once so far, or null where the platform does not say
+  (:func:`peak_memory`). With
   ``"compare": {"store": dir, "tolerance": {...}, "keep": [names]}`` the outputs the oracle's activation store
   at ``dir`` holds are compared with it here (:func:`compare_to_store`) and come back as ``"stats"``
   (``{"fields", "rows"}``: one ``TensorStats.to_row`` per tensor) instead of files; only ``keep`` and the
