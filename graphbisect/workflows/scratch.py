@@ -3,8 +3,8 @@
 A temporary folder holds the oracle's activation store (hundreds of MB on an OCR model). It is removed when
 the workflow returns or raises, and when the CLI is terminated (``SIGTERM``/``SIGHUP`` unwind like an
 exception, see :mod:`graphbisect.cli.main`). A process killed outright (``SIGKILL``, the OOM killer) cannot
-clean up, so each temporary folder names its owner process in ``.graphbisect-owner``, and the next work
-folder made on this machine removes the folders whose owner is gone.
+clean up, so each temporary folder names its owner process (:mod:`graphbisect.tempfolders`), and the next
+work folder made on this machine removes the folders whose owner is gone.
 
 **A caller's folder is graphbisect's own for the run** (issue 24 case 5): it must be new, empty, or one an
 earlier run marked (``.graphbisect-workdir``), so no file of the user's is overwritten; and the run holds an
@@ -16,23 +16,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from graphbisect.errors import InputError
 from graphbisect.lockfile import folder_lock
+from graphbisect.tempfolders import OWNER_FILE, PREFIX, claim, reclaim_abandoned
 
-__all__ = ["MARK_FILE", "check_work_folder", "own_folder", "reclaim_abandoned", "work_folder"]
+__all__ = ["MARK_FILE", "OWNER_FILE", "check_work_folder", "own_folder", "reclaim_abandoned", "work_folder"]
 
 logger = logging.getLogger(__name__)
 
-OWNER_FILE = ".graphbisect-owner"
 #: Marks a caller's work folder as graphbisect's: a later run may use it again.
 MARK_FILE = ".graphbisect-workdir"
-_PREFIX = "graphbisect-"
 
 
 @contextlib.contextmanager
@@ -53,8 +50,8 @@ def work_folder(workdir: Path | None, prefix: str, *,
             yield folder, True
         return
     reclaim_abandoned()
-    with tempfile.TemporaryDirectory(prefix=f"{_PREFIX}{prefix}-") as tmp:
-        (Path(tmp) / OWNER_FILE).write_text(f"{os.getpid()}\n", encoding="utf-8")
+    with tempfile.TemporaryDirectory(prefix=f"{PREFIX}{prefix}-") as tmp:
+        claim(Path(tmp))
         yield Path(tmp), False
 
 
@@ -80,39 +77,6 @@ def own_folder(workdir: Path, *, what: str, protect: Iterable[Path | None] = ())
         mark.write_text("a graphbisect work folder: a later run may replace what it holds\n", encoding="utf-8")
     with folder_lock(workdir, what=what, hint="wait for it to finish, or choose another --workdir"):
         yield workdir
-
-
-def reclaim_abandoned(root: Path | None = None) -> list[Path]:
-    """Remove this user's temporary work folders (under ``root``, default the temp folder) whose owner
-    process no longer exists; return them. Folders without an owner file are never touched."""
-    removed: list[Path] = []
-    base = Path(root or tempfile.gettempdir())
-    with contextlib.suppress(OSError):
-        for folder in base.glob(f"{_PREFIX}*"):
-            try:
-                if folder.is_symlink() or not folder.is_dir() or folder.stat().st_uid != os.getuid():
-                    continue
-                pid = int((folder / OWNER_FILE).read_text(encoding="utf-8").strip())
-            except (OSError, ValueError):
-                continue
-            if _alive(pid):
-                continue
-            shutil.rmtree(folder, ignore_errors=True)
-            logger.info("removed %s, left by process %d, which no longer exists", folder, pid)
-            removed.append(folder)
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return True  # not ours to judge
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # EPERM: it exists under another user
-        return True
-    return True
 
 
 def check_work_folder(workdir: Path, protect: Iterable[Path | None]) -> None:
