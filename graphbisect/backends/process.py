@@ -41,11 +41,13 @@ from typing import Any
 import numpy as np
 
 from graphbisect import errors
+from graphbisect.backends import zygote
 from graphbisect.backends.base import RAN_WITH, BackendSpec, Capability, Phase, RunResult, RunStatus
 from graphbisect.backends.children import kill_recorded_groups
 from graphbisect.backends.cost import Cost
 from graphbisect.backends.registry import HOST_OPTIONS, Availability, BackendInfo, resolve, spec_timeout
 from graphbisect.backends.worker import InputsWriter
+from graphbisect.backends.zygote import ForkedProcess
 from graphbisect.compare.metrics import STATS_FIELDS, TensorStats, Tolerance
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
 from graphbisect.packfile import PackReader, StaleDataError
@@ -106,16 +108,23 @@ class _WorkerTimeout(Exception):
 class _Worker:
     """One worker process and its two pipes."""
 
-    def __init__(self, argv: list[str], env: Mapping[str, str], cwd: Path, log_path: Path) -> None:
+    def __init__(self, python: str, args: list[str], env: Mapping[str, str], *, cwd: Path, log_path: Path,
+                 package: Path | None) -> None:
+        """``python -m graphbisect.backends.worker *args`` with its two pipes, forked from a zygote where one
+        can (:mod:`.zygote`: numpy and graphbisect already imported), else started as a new interpreter."""
         request_r, request_w = os.pipe()
         reply_r, reply_w = os.pipe()
-        argv = [*argv, "--requests", str(request_r), "--replies", str(reply_w)]
+        args = [*args, "--requests", str(request_r), "--replies", str(reply_w)]
         try:
-            with open(log_path, "ab") as log:
-                self.proc = subprocess.Popen(
-                    argv, pass_fds=(request_r, reply_w), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                    env=dict(env), cwd=cwd, start_new_session=True,  # own process group: killpg stops children
-                )
+            proc: subprocess.Popen[bytes] | ForkedProcess | None = zygote.spawn(
+                python, args, env, cwd=cwd, log=log_path, package=package, fds=(request_r, reply_w))
+            if proc is None:
+                with open(log_path, "ab") as log:
+                    proc = subprocess.Popen(
+                        [python, "-m", "graphbisect.backends.worker", *args], pass_fds=(request_r, reply_w),
+                        stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=dict(env), cwd=cwd,
+                        start_new_session=True,  # own process group: killpg stops children
+                    )
         except BaseException:
             for fd in (request_w, reply_r):
                 os.close(fd)
@@ -123,6 +132,7 @@ class _Worker:
         finally:
             os.close(request_r)
             os.close(reply_w)
+        self.proc = proc
         os.set_blocking(request_w, False)
         self.folder = Path(cwd)  # the worker's folder: where it records the groups of programs it runs
         self._out, self._in = request_w, reply_r
@@ -501,10 +511,11 @@ class BackendProcess:
             self._validated = True
 
     def _start(self) -> None:
-        argv = [self.python, "-m", "graphbisect.backends.worker", "--workdir", str(self.workdir),
-                "--log", str(self.log_path), "--log-level", logging.getLevelName(_effective_level())]
+        args = ["--workdir", str(self.workdir), "--log", str(self.log_path),
+                "--log-level", logging.getLevelName(_effective_level())]
         try:
-            worker = _Worker(argv, self._worker_env(), self.workdir, self.log_path)
+            worker = _Worker(self.python, args, self._worker_env(), cwd=self.workdir, log_path=self.log_path,
+                             package=_package_path(self.workdir))
         except OSError as exc:
             raise SpecError(f"cannot start a worker for {self.spec} with {self.python}: {exc}",
                             hint="python= must name an executable Python interpreter") from exc

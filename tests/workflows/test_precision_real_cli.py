@@ -9,10 +9,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from graphbisect.backends import zygote
 from graphbisect.workflows.scratch import OWNER_FILE, reclaim_abandoned
 from tests.real_models import rapidocr_model
 
@@ -80,8 +82,13 @@ def test_a_killed_runs_folder_is_reclaimed(tmp_path: Path) -> None:
     proc = _start_and_wait_for_search(tmp)
     proc.kill()  # SIGKILL: nothing can clean up in the process itself
     proc.wait(timeout=60)
-    left = list(tmp.glob("graphbisect-*"))
+    # the run's work folder is left; its worker zygote's goes with the zygote, which sees the run gone
+    left = [p for p in tmp.glob("graphbisect-*") if not p.name.startswith(zygote.FOLDER_PREFIX)]
     assert len(left) == 1 and (left[0] / OWNER_FILE).is_file()
+    deadline = time.monotonic() + 30
+    while list(tmp.glob(f"{zygote.FOLDER_PREFIX}*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not list(tmp.glob(f"{zygote.FOLDER_PREFIX}*"))
     mine = tmp / "graphbisect-alive-x"
     mine.mkdir()
     (mine / OWNER_FILE).write_text(f"{os.getpid()}\n")  # a live owner: kept

@@ -286,18 +286,40 @@ def test_the_oracle_capture_that_resume_reads_reaches_the_disk(tmp_path: Path, m
 
 
 _RUN_SPY = """
-import os, sys
+import importlib.abc, importlib.util, os, sys
 _log = os.environ.get("GB_TEST_RUN_LOG")
-if _log and "--workdir" in sys.argv:  # a backend worker: note where each ONNX Runtime run starts
-    import onnxruntime
-    _where, _run = sys.argv[sys.argv.index("--workdir") + 1], onnxruntime.InferenceSession.run
+
+
+def _patch(onnxruntime):
+    _run = onnxruntime.InferenceSession.run
 
     def run(self, *args, **kwargs):
-        with open(_log, "a") as log:
-            log.write(_where + "\\n")
+        if "--workdir" in sys.argv:  # a backend worker (started or forked): note where each run starts
+            with open(_log, "a") as log:
+                log.write(sys.argv[sys.argv.index("--workdir") + 1] + "\\n")
         return _run(self, *args, **kwargs)
 
     onnxruntime.InferenceSession.run = run
+
+
+class _WhenImported(importlib.abc.MetaPathFinder):  # patch onnxruntime wherever it is imported, and only then
+    def find_spec(self, name, path, target=None):
+        if name != "onnxruntime":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        load = spec.loader.exec_module
+
+        def exec_module(module):
+            load(module)
+            _patch(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+if _log:
+    sys.meta_path.insert(0, _WhenImported())
 """
 
 

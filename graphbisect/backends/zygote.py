@@ -1,0 +1,428 @@
+"""Starting backend workers by forking a process that has already imported what every worker imports.
+
+A worker (:mod:`graphbisect.backends.worker`) started as a new interpreter spends ~0.15 s of CPU importing
+numpy and graphbisect before it loads its backend library; a reduction starts about nine, the test suite
+thousands. A *zygote* is one interpreter per (interpreter, environment) that has done those imports and forks a
+worker on request: the worker is a new process, in its own process group, with its own pipes, folder, log and
+exact environment, that has imported nothing of its backend yet. The backend library is still imported by
+the worker after the fork, so no backend state (sessions, thread pools, kernel caches, the library's own
+threads) is ever shared or inherited: a forked worker is as fresh as a started one.
+
+Two rules keep a fork as faithful as an exec:
+
+* a zygote forks only while it has one thread (``/proc/self/task``): a library that started a thread at
+  import (numpy's OpenBLAS for a backend that computes with numpy, a ``sitecustomize`` that imports a
+  runtime) makes it refuse, and that environment's workers are started as new interpreters, as before;
+* the zygote is keyed by the interpreter and the whole environment except graphbisect's own per-worker
+  variables (:data:`PER_WORKER`), which the worker reads at run time and gets exactly.
+
+The host is not the worker's parent: the zygote reaps its workers and sends each exit status back, so a
+worker killed by a signal is reported as one (:class:`ForkedProcess` answers ``poll``/``wait`` as
+``subprocess.Popen`` does). Linux only; ``GRAPHBISECT_WORKER_START=exec`` starts every worker as a new
+interpreter.
+
+Protocol: the host and its zygote share a ``SOCK_SEQPACKET`` Unix socket pair; each message is one JSON
+object. The zygote says ``{"ready": true, "threads": n}`` once it has imported, then answers
+``{"op": "spawn", "argv": [...], "env": {...}, "cwd": dir, "log": path, "package": dir, "id": n}`` (with the
+worker's request and reply pipes attached as ``SCM_RIGHTS``) with ``{"id": n, "pid": p}`` or
+``{"id": n, "refused": why}``, and sends ``{"exited": p, "status": s}`` (``subprocess``'s returncode: minus
+the signal) for each worker it reaped. It exits when the host closes its end.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from graphbisect.tempfolders import PREFIX, claim
+
+__all__ = ["ENV", "PER_WORKER", "ForkedProcess", "spawn"]
+
+logger = logging.getLogger(__name__)
+
+#: ``exec``: start every worker as a new interpreter (no zygote); anything else: fork where a zygote can.
+ENV = "GRAPHBISECT_WORKER_START"
+#: Variables graphbisect sets per worker and reads only at run time: not part of a zygote's key.
+PER_WORKER = frozenset({"GRAPHBISECT_CALLER_CWD", "GRAPHBISECT_COMPILE_CACHE"})
+#: The modules a zygote imports before it forks (what every worker imports before its backend library).
+PRELOAD = ("graphbisect.backends.worker",)
+#: Seconds a zygote may take to import :data:`PRELOAD` and say it is ready, and to answer one spawn.
+READY_SECONDS, SPAWN_SECONDS = 120.0, 30.0
+#: Zygotes without a live worker beyond this many are closed (each holds ~40 MB of imported modules).
+MAX_IDLE = 4
+#: The exit status reported for a worker whose zygote died before it could reap it (the true one is lost).
+UNKNOWN_STATUS = 255
+_MAX_MESSAGE = 1 << 20
+#: A zygote's temporary folder (its link to graphbisect, its log), removed by the zygote when it ends (or,
+#: should it be killed, by a later workflow: the folder names the zygote as its owner, :mod:`graphbisect.tempfolders`).
+FOLDER_PREFIX = f"{PREFIX}zygote-"
+
+
+class _Zygote:
+    """The host's end of one zygote process."""
+
+    def __init__(self, python: str, env: Mapping[str, str], folder: Path, package: Path) -> None:
+        host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.folder = folder
+        try:
+            with open(folder / "zygote.log", "ab") as log:
+                self.proc = subprocess.Popen(
+                    [python, "-c", "import sys; from graphbisect.backends.zygote import main; sys.exit(main())",
+                     "--socket", str(child.fileno()), "--package", str(package)],
+                    pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    env=dict(env), cwd=folder, start_new_session=True)
+        finally:
+            child.close()
+        self._sock = host
+        self._lock = threading.Lock()  # one spawn at a time
+        self._changed = threading.Condition()
+        self._replies: dict[int, dict[str, Any]] = {}
+        self._exits: dict[int, int] = {}
+        self.live: set[int] = set()
+        self.dead = False
+        self.used = time.monotonic()
+        self._next = 0
+        self.ready = self._handshake()
+        if self.ready:
+            threading.Thread(target=self._read, name="graphbisect-zygote", daemon=True).start()
+
+    def _handshake(self) -> bool:
+        if not select.select([self._sock], [], [], READY_SECONDS)[0]:
+            self.close()
+            return False
+        data = self._sock.recv(_MAX_MESSAGE)
+        message = json.loads(data) if data else {}
+        if not message.get("ready") or message.get("threads") != 1:  # it could never fork
+            logger.debug("zygote %d is not usable: %s", self.proc.pid, message or "no answer")
+            self.close()
+            return False
+        return True
+
+    def spawn(self, argv: Sequence[str], env: Mapping[str, str], *, cwd: Path, log: Path, package: Path | None,
+              fds: Sequence[int]) -> ForkedProcess | None:
+        """Fork a worker; None when the zygote refused (more than one thread) or is gone."""
+        with self._lock:
+            self._next += 1
+            ident = self._next
+            request = {"op": "spawn", "id": ident, "argv": list(argv), "env": dict(env), "cwd": str(cwd),
+                       "log": str(log), "package": str(package) if package is not None else None}
+            try:
+                socket.send_fds(self._sock, [json.dumps(request).encode()], list(fds))
+            except OSError:
+                self._gone()
+                return None
+            deadline = time.monotonic() + SPAWN_SECONDS
+            with self._changed:
+                while ident not in self._replies and not self.dead:
+                    if not self._changed.wait(deadline - time.monotonic()):
+                        break
+                reply = self._replies.pop(ident, None)
+            if reply is None:  # no answer in time: do not trust this zygote again
+                self.close()
+                return None
+            if "pid" not in reply:
+                logger.debug("zygote %d refused a worker: %s", self.proc.pid, reply.get("refused"))
+                return None
+            pid = int(reply["pid"])
+            with self._changed:
+                self.live.add(pid)
+            self.used = time.monotonic()
+            return ForkedProcess(pid, self)
+
+    def status(self, pid: int, timeout: float | None) -> int | None:
+        """The worker's exit status, waiting up to ``timeout`` seconds (None: until it is known)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while True:
+                if pid in self._exits:
+                    self.live.discard(pid)
+                    return self._exits.pop(pid)
+                if self.dead and not _exists(pid):
+                    logger.warning("worker %d ended after its zygote was gone: its exit status is unknown", pid)
+                    self.live.discard(pid)
+                    return UNKNOWN_STATUS
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                # a dead zygote reports nothing: look again for the orphan's end now and then
+                self._changed.wait(0.1 if self.dead else remaining)
+
+    def close(self) -> None:
+        """Close the socket: the zygote exits (its workers run on; the host stops them itself)."""
+        with contextlib.suppress(OSError):  # shutdown first: the reader thread's recv holds the socket open
+            self._sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self._sock.close()
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        if self.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                self.proc.kill()
+        self._gone()
+
+    def _gone(self) -> None:
+        with self._changed:
+            self.dead = True
+            self._changed.notify_all()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self._sock.recv(_MAX_MESSAGE)
+            except OSError:
+                data = b""
+            if not data:
+                self._gone()
+                return
+            message = json.loads(data)
+            with self._changed:
+                if "exited" in message:
+                    self._exits[int(message["exited"])] = int(message["status"])
+                else:
+                    self._replies[int(message["id"])] = message
+                self._changed.notify_all()
+
+
+class ForkedProcess:
+    """A worker a zygote forked: ``pid``, ``returncode``, ``poll()`` and ``wait()`` as ``subprocess.Popen``'s."""
+
+    def __init__(self, pid: int, zygote: _Zygote) -> None:
+        self.pid, self._zygote = pid, zygote
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._zygote.status(self.pid, 0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = self._zygote.status(self.pid, timeout)
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0)
+        return self.returncode
+
+
+def _exists(pid: int) -> bool:
+    """The process runs (a zombie nobody reaps, as under a container's init, has ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+# --------------------------------------------------------------------------------------------- host side
+_zygotes: dict[tuple[Any, ...], _Zygote | None] = {}  # None: this key's zygote could not fork (use exec)
+_registry_lock = threading.Lock()
+
+
+def spawn(python: str, argv: Sequence[str], env: Mapping[str, str], *, cwd: Path, log: Path,
+          package: Path | None, fds: Sequence[int]) -> ForkedProcess | None:
+    """Fork the worker ``python -m graphbisect.backends.worker *argv`` from the zygote for ``python`` and
+    ``env`` (started on first use), with the pipes ``fds`` (their numbers in ``argv`` are the host's and are
+    renumbered), in ``cwd``, its fds 1 and 2 appended to ``log``, its environment exactly ``env``. ``package``
+    is the folder on ``env``'s PYTHONPATH that holds graphbisect for this worker (it differs between workers
+    and is not part of the key). None where no zygote can fork it: the caller starts the worker itself."""
+    if not _usable(env):
+        return None
+    base = {k: v for k, v in env.items() if k not in PER_WORKER}
+    if package is not None:  # each worker's link to this graphbisect: the zygote has its own
+        entries = base.get("PYTHONPATH", "").split(os.pathsep)
+        if entries and entries[0] == str(package):
+            base["PYTHONPATH"] = os.pathsep.join(entries[1:])
+    key = (os.getpid(), python, tuple(sorted(base.items())))
+    with _registry_lock:
+        if key in _zygotes and (_zygotes[key] is None or not _zygotes[key].dead):  # type: ignore[union-attr]
+            zygote = _zygotes[key]
+        else:
+            zygote = _start(python, base)
+            _zygotes[key] = zygote
+            _close_idle(keep=zygote)
+    if zygote is None:
+        return None
+    process = zygote.spawn(argv, env, cwd=cwd, log=log, package=package, fds=fds)
+    if process is None and not zygote.dead:  # refused: it has threads, and will keep them
+        with _registry_lock:
+            _zygotes[key] = None
+    return process
+
+
+def _usable(env: Mapping[str, str]) -> bool:
+    return (sys.platform.startswith("linux") and hasattr(socket, "send_fds")
+            and env.get(ENV, "").strip().lower() != "exec")
+
+
+def _start(python: str, base: Mapping[str, str]) -> _Zygote | None:
+    from graphbisect.backends.process import _package_path  # the same link a worker's PYTHONPATH holds
+
+    try:
+        folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX))  # the zygote removes it when it ends
+    except OSError as exc:
+        logger.debug("no folder for a zygote: %s", exc)
+        return None
+    try:
+        env, package = dict(base), _package_path(folder)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(package), base.get("PYTHONPATH")) if p)
+        zygote = _Zygote(python, env, folder, package)
+    except OSError as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        logger.debug("cannot start a zygote with %s: %s", python, exc)
+        return None
+    if not zygote.ready:
+        logger.debug("no zygote with %s; its log: %s", python,
+                     (folder / "zygote.log").read_text(errors="replace")[-2000:] if folder.exists() else "")
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+    return zygote
+
+
+def _close_idle(keep: _Zygote | None) -> None:
+    idle = sorted((z for z in _zygotes.values() if z is not None and z is not keep and not z.dead and not z.live),
+                  key=lambda z: z.used)
+    for zygote in idle[:max(0, len(idle) - MAX_IDLE)]:
+        zygote.close()
+
+
+def _close_all() -> None:
+    with _registry_lock:
+        for zygote in _zygotes.values():
+            if zygote is not None:
+                zygote.close()
+        _zygotes.clear()
+
+
+atexit.register(_close_all)  # each zygote removes its folder and exits before this process does
+
+
+# ------------------------------------------------------------------------------------------- zygote side
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 0  # cannot tell: refuse
+
+
+def _send(sock: socket.socket, message: Mapping[str, Any]) -> None:
+    sock.send(json.dumps(message).encode())
+
+
+def _child(request: Mapping[str, Any], fds: Sequence[int], sock: socket.socket, wakeup: Sequence[int],
+           package: str) -> None:
+    """In the forked worker: become what ``subprocess.Popen`` would have started, then serve."""
+    code = 70
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        sock.close()
+        for fd in wakeup:
+            os.close(fd)
+        os.setpgid(0, 0)  # its own process group (the zygote sets it too, so it is one before the host knows the pid)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        if request.get("package"):  # later imports go through the worker's own link, as they would
+            sys.path[:] = [request["package"] if p == package else p for p in sys.path]
+        argv = list(request["argv"])
+        for name, fd in zip(("--requests", "--replies"), fds):
+            os.set_inheritable(fd, True)  # as Popen's pass_fds leaves them
+            argv[argv.index(name) + 1] = str(fd)
+        from graphbisect.backends import worker
+
+        sys.argv = [worker.__file__, *argv]
+        worker.serve_and_exit(argv)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            traceback.print_exc()
+            sys.stderr.flush()
+    os._exit(code)
+
+
+def _serve(sock: socket.socket, package: str) -> int:
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    os.set_blocking(wake_r, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd hears it
+    while True:
+        ready = select.select([sock.fileno(), wake_r], [], [])[0]
+        if wake_r in ready:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(wake_r, 4096):
+                    pass
+        while True:  # reap every ended worker and say how it ended
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            with contextlib.suppress(OSError):
+                _send(sock, {"exited": pid, "status": os.waitstatus_to_exitcode(status)})
+        if sock.fileno() not in ready:
+            continue
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 4)
+        except OSError:
+            return 0
+        if not data:
+            return 0  # the host closed its end
+        request = json.loads(data)
+        threads = _threads()
+        if threads != 1:
+            for fd in fds:
+                os.close(fd)
+            _send(sock, {"id": request["id"], "refused": f"the zygote has {threads} threads"})
+            continue
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        pid = os.fork()
+        if pid == 0:
+            _child(request, fds, sock, (wake_r, wake_w), package)
+        with contextlib.suppress(OSError):  # EACCES: the child already exec'd; ESRCH: it is gone
+            os.setpgid(pid, pid)
+        for fd in fds:
+            os.close(fd)
+        _send(sock, {"id": request["id"], "pid": pid})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of a zygote: ``python -c '...main()' --socket FD --package DIR``, run in its own temporary
+    folder (which holds ``DIR``), which it removes when the host closes the socket or is gone."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    sock = socket.socket(fileno=int(args[args.index("--socket") + 1]))
+    package = args[args.index("--package") + 1]
+    folder = Path(package).parent  # DIR is <folder>/pythonpath
+    try:
+        claim(folder)
+        for name in PRELOAD:
+            __import__(name)
+        _send(sock, {"ready": True, "threads": _threads()})
+        return _serve(sock, package)
+    finally:
+        if folder.name.startswith(FOLDER_PREFIX):
+            shutil.rmtree(folder, ignore_errors=True)
+

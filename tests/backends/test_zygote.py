@@ -1,0 +1,168 @@
+"""Workers forked from a zygote (:mod:`graphbisect.backends.zygote`) are what a started worker is: a new
+process in its own process group, in its own folder, with its own environment, that has imported nothing of its
+backend before it was forked, and whose death by a signal is reported as that signal."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from graphbisect.backends import BackendProcess, RunStatus
+from graphbisect.backends.process import compile_cache
+from graphbisect.backends.registry import get, register_row, unregister_backend
+from graphbisect.backends.zygote import ENV
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked on Linux only")
+
+# ONNX Runtime's runtime, saying where and how its worker runs; an input of -123 kills the worker by SIGSEGV.
+PROBE = '''
+import os, signal, sys
+from graphbisect.backends.onnxruntime import OnnxRuntime
+
+
+class Probe(OnnxRuntime):
+    def run(self, inputs):
+        if float(next(iter(inputs.values())).flat[0]) == -123:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return super().run(inputs)
+
+    def info(self):
+        return {**super().info(), "pid": os.getpid(), "ppid": os.getppid(), "pgid": os.getpgid(0),
+                "cwd": os.getcwd(), "cache": os.environ.get("GRAPHBISECT_COMPILE_CACHE"),
+                "caller_cwd": os.environ.get("GRAPHBISECT_CALLER_CWD")}
+'''
+
+
+@pytest.fixture
+def probe(tmp_path: Path) -> Iterator[str]:
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE)
+    # ONNX Runtime's row (numpy needs no BLAS threads there), run by the probe class
+    register_row(dataclasses.replace(get("ort"), name="probe", aliases=(), runtime=f"{script}:Probe"))
+    try:
+        yield "probe"
+    finally:
+        unregister_backend("probe")
+
+
+@pytest.fixture
+def relu(tmp_path: Path) -> Path:
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    path = tmp_path / "relu.onnx"
+    onnx.save(helper.make_model(graph), path)
+    return path
+
+
+X = {"x": np.array([[-1.0, 0.0, 2.0, 3.0]], np.float32)}
+
+
+def _maps(pid: int) -> str:
+    return Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_workers_are_forked_fresh_each_in_its_own_session_folder_and_environment(
+        probe: str, relu: Path, tmp_path: Path) -> None:
+    infos = []
+    for name in ("a", "b"):
+        with compile_cache(tmp_path / f"cache-{name}"), \
+                BackendProcess(probe, workdir=tmp_path / name) as proc:
+            result = proc.run(relu, X)
+            assert result.ok, result.describe()
+            np.testing.assert_array_equal(result.outputs["y"], np.maximum(X["x"], 0))
+            infos.append(result.info)
+            zygote = result.info["ppid"]
+            assert zygote != os.getpid()  # forked by a zygote, not started by this process
+            assert "onnxruntime" not in _maps(zygote)  # which never loaded the backend library: the worker did
+            assert "onnxruntime" in _maps(result.info["pid"])
+    a, b = infos
+    assert a["ppid"] == b["ppid"] and a["pid"] != b["pid"]  # one zygote, two workers
+    for info, name in zip(infos, ("a", "b")):
+        assert info["pgid"] == info["pid"]  # its own group: killing it stops only this worker and its children
+        assert info["cwd"] == str(tmp_path / name)
+        assert info["cache"] == str(tmp_path / f"cache-{name}")  # its own environment, not the zygote's
+        assert info["caller_cwd"] == os.getcwd()
+
+
+def test_a_forked_worker_killed_by_a_signal_is_a_crash_with_that_signal(probe: str, relu: Path,
+                                                                        tmp_path: Path) -> None:
+    with BackendProcess(probe, workdir=tmp_path / "w") as proc:
+        first = proc.run(relu, X)
+        assert first.info["ppid"] != os.getpid()
+        crash = proc.run(relu, {"x": np.full((1, 4), -123, np.float32)})
+        assert (crash.status, crash.exit_code, crash.error_type) == (RunStatus.CRASH, -signal.SIGSEGV, "SIGSEGV")
+        again = proc.run(relu, X)  # a new worker, forked again
+        assert again.ok and again.info["pid"] != first.info["pid"]
+
+
+def test_worker_start_exec_starts_a_new_interpreter(probe: str, relu: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV, "exec")
+    with BackendProcess(probe, workdir=tmp_path / "w") as proc:
+        assert proc.run(relu, X).info["ppid"] == os.getpid()
+
+
+def test_a_zygote_that_has_a_thread_never_forks(probe: str, relu: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thread a library started at import would be missing in a forked child (with any lock it held):
+    such an environment's workers are started as new interpreters."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    with BackendProcess(probe, workdir=tmp_path / "w") as proc:
+        result = proc.run(relu, X)
+        assert result.ok and result.info["ppid"] == os.getpid()
+
+
+def test_a_worker_outlives_its_killed_zygote_and_is_stopped_and_replaced(probe: str, relu: Path,
+                                                                         tmp_path: Path) -> None:
+    with BackendProcess(probe, workdir=tmp_path / "w") as proc:
+        first = proc.run(relu, X)
+        os.kill(first.info["ppid"], signal.SIGKILL)
+        assert proc.run(relu, X).info["pid"] == first.info["pid"]  # the worker serves on
+    assert not _running(first.info["pid"])  # and was stopped, though no zygote could say how it ended
+    with BackendProcess(probe, workdir=tmp_path / "w2") as proc:  # a new zygote
+        second = proc.run(relu, X)
+        assert second.ok and second.info["ppid"] not in (first.info["ppid"], os.getpid())
+
+
+def test_the_zygote_and_its_workers_end_with_the_process_that_started_them(probe: str, relu: Path,
+                                                                          tmp_path: Path) -> None:
+    script = textwrap.dedent(f"""
+        import dataclasses, json, numpy as np
+        from graphbisect.backends import BackendProcess
+        from graphbisect.backends.registry import get, register_row
+        register_row(dataclasses.replace(get("ort"), name="probe", aliases=(), runtime="{tmp_path}/probe.py:Probe"))
+        proc = BackendProcess("probe", workdir="{tmp_path}/w")
+        info = proc.run("{relu}", {{"x": np.ones((1, 4), np.float32)}}).info
+        print(json.dumps([info["pid"], info["ppid"]]), flush=True)
+    """)  # exits without closing anything
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    pids = [int(p) for p in done.stdout.strip().splitlines()[-1].strip("[]").split(",")]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_running(pid) for pid in pids):
+        time.sleep(0.05)
+    assert not any(_running(pid) for pid in pids)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
