@@ -4,6 +4,10 @@ Cases (``graphbisect/examples/iree_bugs.py``, each a public IREE 3.13 report emb
 ``--blocks`` residual blocks of a CNN: 36 blocks → 154–157 nodes): ``maxunpool`` (nod-ai/AMD-SHARK-ModelDev#718,
 ``torch.aten.max_unpool2d`` has no lowering: an ``iree-compile`` diagnostic) and ``unique`` (iree-org/iree#24230,
 ``iree-compile`` SIGSEGV). Nothing is injected into IREE: the compiler really rejects or crashes on the model.
+``yolov8n`` (with ``--yolov8n PATH``) is a whole real model: Ultralytics YOLOv8n exported with dynamic batch,
+height and width (``make_yolov8n.py``, 321 nodes), which IREE 3.13 fails to compile
+(``'iree_codegen.workgroup_count_hint' op failed to resolve workgroup count hint``, issue 27); it is run at
+1x3x640x640 with uniform [0, 1) inputs (seed 0).
 Target IREE on llvm-cpu (host CPU), oracle ONNX Runtime with optimizations disabled.
 
 Rows, one invocation, per case (**before/after in one run**):
@@ -28,8 +32,8 @@ diagnostic, names removed).
 goal: ≤ 60 s on a 155-node model), with its runs, compiles and cache hits; ``--only-passes`` times just that
 (``--blocks 37``: 156 nodes).
 
-Run: ``python benchmarks/iree_compile_bench.py [--quick] [--cases maxunpool unique] [--blocks 36]
-[--configs before compile-only cache] [--no-polygraphy] [--passes | --only-passes] [--json PATH]``
+Run: ``python benchmarks/iree_compile_bench.py [--quick] [--cases maxunpool unique yolov8n] [--blocks 36]
+[--yolov8n PATH] [--configs before compile-only cache] [--no-polygraphy] [--passes | --only-passes] [--json PATH]``
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 from _common import add_size_args, describe_machine, print_table, write_json
 from _minimality import MinimalityChecker
@@ -60,9 +65,10 @@ from graphbisect.oracle.tester import COMPILE_ONLY_ENV
 from graphbisect.workflows.passes import PassesOptions, find_culprit_passes
 from graphbisect.workflows.reduce import ReduceOptions, ReduceResult, reduce_model, work_dir_for
 
-CASES = ("maxunpool", "unique")
+CASES = ("maxunpool", "unique", "yolov8n")
 #: The part of each diagnostic that names the bug (what the Polygraphy check must see).
-EXPECT_MESSAGE = {"unique": "iree-compile crashed (signal 11)", "maxunpool": "torch.aten.max_unpool2d"}
+EXPECT_MESSAGE = {"unique": "iree-compile crashed (signal 11)", "maxunpool": "torch.aten.max_unpool2d",
+                  "yolov8n": "failed to resolve workgroup count hint"}
 #: row label -> (GRAPHBISECT_COMPILE_ONLY, compile cache on)
 CONFIGS = {"before": ("off", False), "compile-only": ("", False), "cache": ("", True)}
 LABELS = {"before": "graphbisect before", "compile-only": "graphbisect", "cache": "graphbisect +cache"}
@@ -154,6 +160,13 @@ def passes_row(blocks: int, root: Path) -> dict[str, Any]:
             "wall_s": time.perf_counter() - started, "truth": truth.url}
 
 
+def _yolov8n(path: Path) -> tuple[onnx.ModelProto, dict[str, Any]]:
+    """The exported model and its input at 1x3x640x640 (its dims are dynamic: batch, height, width)."""
+    model = onnx.load(str(path))
+    (name,) = [i.name for i in model.graph.input]
+    return model, {name: np.random.default_rng(0).random((1, 3, 640, 640), dtype=np.float32)}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_size_args(parser)
@@ -164,8 +177,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--passes", action="store_true", help="also time passes --target iree once")
     parser.add_argument("--only-passes", action="store_true", help="time passes --target iree once, nothing else")
     parser.add_argument("--pg-timeout", type=float, default=1800.0, help="seconds per Polygraphy run")
+    parser.add_argument("--yolov8n", type=Path, help="YOLOv8n with dynamic dims, from make_yolov8n.py (case yolov8n)")
     args = parser.parse_args(argv)
-    cases = [] if args.only_passes else args.cases or (["maxunpool"] if args.quick else list(CASES))
+    default = [c for c in CASES if c != "yolov8n" or args.yolov8n is not None]
+    cases = [] if args.only_passes else args.cases or (["maxunpool"] if args.quick else default)
+    if "yolov8n" in cases and args.yolov8n is None:
+        parser.error("case yolov8n needs --yolov8n PATH (made by benchmarks/make_yolov8n.py)")
     blocks = args.blocks or (3 if args.quick else 36)
     if "compile-only" not in args.configs and not args.no_polygraphy:
         parser.error("Polygraphy's 1-minimality check reads the activations of the compile-only row: keep it")
@@ -174,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="iree-compile-bench-") as tmp:
         root = Path(tmp)
         for case in cases:
-            model, inputs, _ = iree_bug_model(case, blocks=blocks)
+            model, inputs = _yolov8n(args.yolov8n) if case == "yolov8n" else iree_bug_model(case, blocks=blocks)[:2]
             results = {}
             for config in args.configs:
                 row, results[config] = graphbisect_row(case, config, model, inputs, root)

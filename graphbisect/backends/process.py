@@ -2,8 +2,9 @@
 
 Backends segfault (often that *is* the bug), hang, leak, print to fd 1/2 from C++, and two versions of one
 library cannot share an interpreter. So every backend runs in a worker process
-(``python -m graphbisect.backends.worker``, see :mod:`.worker` for the protocol), started lazily and reused
-for many invocations. A crash, a signal or a hang kills the worker, never the caller: it becomes a
+(``python -m graphbisect.backends.worker``, see :mod:`.worker` for the protocol; on Linux forked from a process
+that has imported numpy and graphbisect and no backend, :mod:`.zygote`), started lazily and reused for many
+invocations. A crash, a signal or a hang kills the worker, never the caller: it becomes a
 :class:`~graphbisect.backends.base.RunResult` with status ``crash`` or ``timeout``, and the next call starts
 a fresh worker.
 

@@ -239,9 +239,20 @@ def spawn(python: str, argv: Sequence[str], env: Mapping[str, str], *, cwd: Path
     ``env`` (started on first use), with the pipes ``fds`` (their numbers in ``argv`` are the host's and are
     renumbered), in ``cwd``, its fds 1 and 2 appended to ``log``, its environment exactly ``env``. ``package``
     is the folder on ``env``'s PYTHONPATH that holds graphbisect for this worker (it differs between workers
-    and is not part of the key). None where no zygote can fork it: the caller starts the worker itself."""
+    and is not part of the key). None where no zygote can fork it: the caller starts the worker itself (a
+    zygote's failure never keeps a worker from starting)."""
     if not _usable(env):
         return None
+    try:
+        return _spawn(python, argv, env, cwd=cwd, log=log, package=package, fds=fds)
+    except Exception as exc:  # whatever went wrong, the worker is started the plain way
+        logger.warning("could not fork a worker from a zygote (%s: %s); starting it as a new interpreter",
+                       type(exc).__name__, exc)
+        return None
+
+
+def _spawn(python: str, argv: Sequence[str], env: Mapping[str, str], *, cwd: Path, log: Path,
+           package: Path | None, fds: Sequence[int]) -> ForkedProcess | None:
     base = {k: v for k, v in env.items() if k not in PER_WORKER}
     if package is not None:  # each worker's link to this graphbisect: the zygote has its own
         entries = base.get("PYTHONPATH", "").split(os.pathsep)
