@@ -668,7 +668,11 @@ def import_library(options):
 def load_target(model_path, options):
     """Import and compile exactly as graphbisect did (same target CPU and iree-compile flags); a failure of
     either raises IreeImportError / IreeCompileError whose first paragraph is the compiler's stable diagnostic."""
+    import atexit
+    import shutil
+
     work = Path(tempfile.mkdtemp(prefix="repro-iree-"))
+    atexit.register(shutil.rmtree, work, True)  # the compiled module is used until the script ends
     entry, inputs, outputs = import_onnx(model_path, work / "model.mlir", None, options["opset"])
     compile_vmfb(compile_command(work / "model.mlir", work / "model.vmfb", options["cpu"], options["flags"]))
     context, function = load_module(work / "model.vmfb", entry, options["device"])

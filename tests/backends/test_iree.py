@@ -10,6 +10,7 @@ needed, ``passes`` must name the compiler feature to switch off, and the bundle 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -131,10 +132,13 @@ def test_maxunpool_compile_failure_reduces_to_the_unpool_and_replays(tmp_path: P
     assert "IreeCompileError: failed to legalize operation 'torch.aten.max_unpool2d'" in report["signature"]["detail"]
     assert report["original_nodes"] == 22 and report["kept"] == ["site/unpool"]
     assert report["one_minimal"] and report["invocations"]["target"] <= 20
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     done = subprocess.run([sys.executable, str(bundle / "repro.py")], check=False, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env={**os.environ, "TMPDIR": str(tmp)})
     assert done.returncode == 1, done.stdout + done.stderr
     assert "REPRODUCED" in done.stdout
+    assert not list(tmp.iterdir())  # the script's imported and compiled module are removed when it ends
 
 
 @iree_installed

@@ -23,6 +23,7 @@ from graphbisect.backends import BackendProcess, RunStatus
 from graphbisect.backends.process import compile_cache
 from graphbisect.backends.registry import get, register_row, unregister_backend
 from graphbisect.backends.zygote import ENV
+from graphbisect.backends.zygote import _exists as _running  # runs, and is no zombie
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked on Linux only")
 
@@ -158,11 +159,3 @@ def test_the_zygote_and_its_workers_end_with_the_process_that_started_them(probe
     while time.monotonic() < deadline and any(_running(pid) for pid in pids):
         time.sleep(0.05)
     assert not any(_running(pid) for pid in pids)
-
-
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
