@@ -1,6 +1,6 @@
 """Starting backend workers by forking a process that has already imported what every worker imports.
 
-A worker (:mod:`graphbisect.backends.worker`) started as a new interpreter spends ~0.15 s of CPU importing
+A worker (:mod:`graphbisect.backends.worker`) started as a new interpreter spends ~0.1 s of CPU importing
 numpy and graphbisect before it loads its backend library; a reduction starts about nine, the test suite
 thousands. A *zygote* is one interpreter per (interpreter, environment) that has done those imports and forks a
 worker on request: the worker is a new process, in its own process group, with its own pipes, folder, log and
