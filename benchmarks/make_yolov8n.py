@@ -6,8 +6,8 @@ hint in terms of workload ordinals``, the failure issue 27 reports); ``iree_comp
 --yolov8n PATH`` reduces it. Weights do not matter to a compile failure, so none are fetched.
 
 Needs ``torch`` and ``ultralytics`` (not graphbisect dependencies): run it with another environment's Python, e.g.
-``python -m venv /tmp/yolo && /tmp/yolo/bin/pip install torch ultralytics onnx onnxslim`` and then
-``YOLO_OFFLINE=1 /tmp/yolo/bin/python benchmarks/make_yolov8n.py yolov8n-dynamic.onnx``.
+``python -m venv yolo-venv && yolo-venv/bin/pip install torch ultralytics onnx onnxslim`` and then
+``YOLO_OFFLINE=1 yolo-venv/bin/python benchmarks/make_yolov8n.py yolov8n-dynamic.onnx``.
 """
 
 from __future__ import annotations

@@ -40,9 +40,10 @@ BACKENDS = ("onnxruntime", "reference", "openvino", "iree", "onnxoptimizer")
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _cpu(pid: int) -> float:
+def _stat(pid: int) -> tuple[int, float]:
+    """(parent pid, user + system CPU seconds) of a process, from ``/proc/PID/stat``."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICKS
 
 
 def _relu(folder: Path) -> Path:
@@ -64,8 +65,9 @@ def _starts(spec: str, model: Path, folder: Path, repeats: int) -> tuple[list[fl
             walls.append(time.perf_counter() - started)
             assert result.ok, result.describe()
             assert proc.pid is not None
-            cpus.append(_cpu(proc.pid))
-            forked += int(Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[1] != str(os.getpid()))
+            parent, cpu = _stat(proc.pid)
+            cpus.append(cpu)
+            forked += parent != os.getpid()
     return walls, cpus, forked
 
 

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-__all__ = ["OWNER_FILE", "PREFIX", "claim", "reclaim_abandoned"]
+__all__ = ["OWNER_FILE", "PREFIX", "alive", "claim", "reclaim_abandoned"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def reclaim_abandoned(root: Path | None = None) -> list[Path]:
                 pid = int((folder / OWNER_FILE).read_text(encoding="utf-8").strip())
             except (OSError, ValueError):
                 continue
-            if _alive(pid):
+            if alive(pid):
                 continue
             shutil.rmtree(folder, ignore_errors=True)
             logger.info("removed %s, left by process %d, which no longer exists", folder, pid)
@@ -50,7 +50,9 @@ def reclaim_abandoned(root: Path | None = None) -> list[Path]:
     return removed
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs: a zombie (ended, not yet reaped by its parent, or never by a
+    container's init) does not; one of another user does."""
     if pid <= 0:
         return True  # not ours to judge
     try:
@@ -59,4 +61,6 @@ def _alive(pid: int) -> bool:
         return False
     except OSError:  # EPERM: it exists under another user
         return True
+    with contextlib.suppress(OSError, IndexError):  # Linux: the state after the command's name
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     return True

@@ -110,7 +110,7 @@ class _Worker:
     """One worker process and its two pipes."""
 
     def __init__(self, python: str, args: list[str], env: Mapping[str, str], *, cwd: Path, log_path: Path,
-                 package: Path | None) -> None:
+                 package: Path) -> None:
         """``python -m graphbisect.backends.worker *args`` with its two pipes, forked from a zygote where one
         can (:mod:`.zygote`: numpy and graphbisect already imported), else started as a new interpreter."""
         request_r, request_w = os.pipe()

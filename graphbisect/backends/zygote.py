@@ -50,7 +50,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from graphbisect.tempfolders import PREFIX, claim
+from graphbisect.tempfolders import PREFIX, alive, claim
 
 __all__ = ["ENV", "PER_WORKER", "ForkedProcess", "spawn"]
 
@@ -79,7 +79,6 @@ class _Zygote:
 
     def __init__(self, python: str, env: Mapping[str, str], folder: Path, package: Path) -> None:
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.folder = folder
         try:
             with open(folder / "zygote.log", "ab") as log:
                 self.proc = subprocess.Popen(
@@ -114,14 +113,14 @@ class _Zygote:
             return False
         return True
 
-    def spawn(self, argv: Sequence[str], env: Mapping[str, str], *, cwd: Path, log: Path, package: Path | None,
+    def spawn(self, argv: Sequence[str], env: Mapping[str, str], *, cwd: Path, log: Path, package: Path,
               fds: Sequence[int]) -> ForkedProcess | None:
         """Fork a worker; None when the zygote refused (more than one thread) or is gone."""
         with self._lock:
             self._next += 1
             ident = self._next
             request = {"op": "spawn", "id": ident, "argv": list(argv), "env": dict(env), "cwd": str(cwd),
-                       "log": str(log), "package": str(package) if package is not None else None}
+                       "log": str(log), "package": str(package)}
             try:
                 socket.send_fds(self._sock, [json.dumps(request).encode()], list(fds))
             except OSError:
@@ -153,7 +152,7 @@ class _Zygote:
                 if pid in self._exits:
                     self.live.discard(pid)
                     return self._exits.pop(pid)
-                if self.dead and not _exists(pid):
+                if self.dead and not alive(pid):
                     logger.warning("worker %d ended after its zygote was gone: its exit status is unknown", pid)
                     self.live.discard(pid)
                     return UNKNOWN_STATUS
@@ -187,8 +186,10 @@ class _Zygote:
                 data = self._sock.recv(_MAX_MESSAGE)
             except OSError:
                 data = b""
-            if not data:
+            if not data:  # the zygote ended (or was closed): reap it, so its pid no longer counts as alive
                 self._gone()
+                with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=5)
                 return
             message = json.loads(data)
             with self._changed:
@@ -219,22 +220,13 @@ class ForkedProcess:
         return self.returncode
 
 
-def _exists(pid: int) -> bool:
-    """The process runs (a zombie nobody reaps, as under a container's init, has ended)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
 # --------------------------------------------------------------------------------------------- host side
 _zygotes: dict[tuple[Any, ...], _Zygote | None] = {}  # None: this key's zygote could not fork (use exec)
 _registry_lock = threading.Lock()
 
 
 def spawn(python: str, argv: Sequence[str], env: Mapping[str, str], *, cwd: Path, log: Path,
-          package: Path | None, fds: Sequence[int]) -> ForkedProcess | None:
+          package: Path, fds: Sequence[int]) -> ForkedProcess | None:
     """Fork the worker ``python -m graphbisect.backends.worker *argv`` from the zygote for ``python`` and
     ``env`` (started on first use), with the pipes ``fds`` (their numbers in ``argv`` are the host's and are
     renumbered), in ``cwd``, its fds 1 and 2 appended to ``log``, its environment exactly ``env``. ``package``
@@ -252,12 +244,11 @@ def spawn(python: str, argv: Sequence[str], env: Mapping[str, str], *, cwd: Path
 
 
 def _spawn(python: str, argv: Sequence[str], env: Mapping[str, str], *, cwd: Path, log: Path,
-           package: Path | None, fds: Sequence[int]) -> ForkedProcess | None:
+           package: Path, fds: Sequence[int]) -> ForkedProcess | None:
     base = {k: v for k, v in env.items() if k not in PER_WORKER}
-    if package is not None:  # each worker's link to this graphbisect: the zygote has its own
-        entries = base.get("PYTHONPATH", "").split(os.pathsep)
-        if entries and entries[0] == str(package):
-            base["PYTHONPATH"] = os.pathsep.join(entries[1:])
+    entries = base.get("PYTHONPATH", "").split(os.pathsep)
+    if entries[0] == str(package):  # each worker's link to this graphbisect: the zygote has its own
+        base["PYTHONPATH"] = os.pathsep.join(entries[1:])
     key = (os.getpid(), python, tuple(sorted(base.items())))
     with _registry_lock:
         if key in _zygotes and (_zygotes[key] is None or not _zygotes[key].dead):  # type: ignore[union-attr]
@@ -355,8 +346,8 @@ def _child(request: Mapping[str, Any], fds: Sequence[int], sock: socket.socket, 
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        if request.get("package"):  # later imports go through the worker's own link, as they would
-            sys.path[:] = [request["package"] if p == package else p for p in sys.path]
+        # later imports go through the worker's own link to graphbisect, as they would, not the zygote's
+        sys.path[:] = [request["package"] if p == package else p for p in sys.path]
         argv = list(request["argv"])
         for name, fd in zip(("--requests", "--replies"), fds):
             os.set_inheritable(fd, True)  # as Popen's pass_fds leaves them

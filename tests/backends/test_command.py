@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import sys
 import time
@@ -16,6 +14,7 @@ import pytest
 from graphbisect.backends import BackendProcess, Phase, RunStatus
 from graphbisect.backends.command import Command
 from graphbisect.errors import SpecError
+from graphbisect.tempfolders import alive  # a zombie is dead: not reaped yet by whoever adopted it
 
 Mode = Callable[[str], Path]
 
@@ -106,9 +105,9 @@ def test_a_descendant_holding_stderr_does_not_hold_the_run(command_script: Path,
     assert took < 8, took
     daemon = int(pidfile.read_text())
     deadline = time.monotonic() + 5
-    while _alive(daemon) and time.monotonic() < deadline:
+    while alive(daemon) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(daemon)  # killed with the program's process group
+    assert not alive(daemon)  # killed with the program's process group
 
 
 def test_a_timeout_kills_what_the_program_started(tmp_path: Path, mode_file: Mode, x23: np.ndarray) -> None:
@@ -119,9 +118,9 @@ def test_a_timeout_kills_what_the_program_started(tmp_path: Path, mode_file: Mod
     assert result.status is RunStatus.TIMEOUT
     shell = int(pidfile.read_text())
     deadline = time.monotonic() + 5
-    while _alive(shell) and time.monotonic() < deadline:
+    while alive(shell) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(shell)  # the worker was killed, and the program's own process group with it
+    assert not alive(shell)  # the worker was killed, and the program's own process group with it
 
 
 def test_a_gigabyte_of_stderr_is_not_held_in_memory(tmp_path: Path, mode_file: Mode, x23: np.ndarray) -> None:
@@ -140,17 +139,6 @@ def _peak_rss_kib(pid: int | None) -> int:
         if line.startswith("VmHWM:"):
             return int(line.split()[1])
     raise AssertionError("no VmHWM")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with contextlib.suppress(OSError):  # a zombie is dead: not reaped yet by whoever adopted it
-        if Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].startswith("Z"):
-            return False
-    return True
 
 
 def test_a_program_the_worker_ran_counts_in_its_peak_memory(command_spec: str, mode_file: Mode, x23: np.ndarray,

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -22,8 +23,8 @@ from onnx import TensorProto, helper
 from graphbisect.backends import BackendProcess, RunStatus
 from graphbisect.backends.process import compile_cache
 from graphbisect.backends.registry import get, register_row, unregister_backend
-from graphbisect.backends.zygote import ENV
-from graphbisect.backends.zygote import _exists as _running  # runs, and is no zombie
+from graphbisect.backends.zygote import ENV, FOLDER_PREFIX
+from graphbisect.tempfolders import alive, reclaim_abandoned
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked on Linux only")
 
@@ -75,7 +76,7 @@ def _maps(pid: int) -> str:
     return Path(f"/proc/{pid}/maps").read_text()
 
 
-def test_workers_are_forked_fresh_each_in_its_own_session_folder_and_environment(
+def test_workers_are_forked_fresh_each_in_its_own_group_folder_and_environment(
         probe: str, relu: Path, tmp_path: Path) -> None:
     infos = []
     for name in ("a", "b"):
@@ -130,13 +131,19 @@ def test_a_zygote_that_has_a_thread_never_forks(probe: str, relu: Path, tmp_path
         assert result.ok and result.info["ppid"] == os.getpid()
 
 
-def test_a_worker_outlives_its_killed_zygote_and_is_stopped_and_replaced(probe: str, relu: Path,
-                                                                         tmp_path: Path) -> None:
+def test_a_worker_outlives_its_killed_zygote_and_is_stopped_and_replaced(
+        probe: str, relu: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    temp = tmp_path / "temp"  # where this test's own zygote (a variable no other test sets) keeps its folder
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.setenv("GB_TEST_OWN_ZYGOTE", str(tmp_path))
     with BackendProcess(probe, workdir=tmp_path / "w") as proc:
         first = proc.run(relu, X)
         os.kill(first.info["ppid"], signal.SIGKILL)
         assert proc.run(relu, X).info["pid"] == first.info["pid"]  # the worker serves on
-    assert not _running(first.info["pid"])  # and was stopped, though no zygote could say how it ended
+    assert not alive(first.info["pid"])  # and was stopped, though no zygote could say how it ended
+    (left,) = list(temp.glob(f"{FOLDER_PREFIX}*"))  # the killed zygote could not remove its folder ...
+    assert reclaim_abandoned(temp) == [left]  # ... which names it as owner: the next workflow removes it
     with BackendProcess(probe, workdir=tmp_path / "w2") as proc:  # a new zygote
         second = proc.run(relu, X)
         assert second.ok and second.info["ppid"] not in (first.info["ppid"], os.getpid())
@@ -156,6 +163,6 @@ def test_the_zygote_and_its_workers_end_with_the_process_that_started_them(probe
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
     pids = [int(p) for p in done.stdout.strip().splitlines()[-1].strip("[]").split(",")]
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_running(pid) for pid in pids):
+    while time.monotonic() < deadline and any(alive(pid) for pid in pids):
         time.sleep(0.05)
-    assert not any(_running(pid) for pid in pids)
+    assert not any(alive(pid) for pid in pids)
