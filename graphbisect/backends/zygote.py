@@ -14,7 +14,10 @@ Two rules keep a fork as faithful as an exec:
   import (numpy's OpenBLAS for a backend that computes with numpy, a ``sitecustomize`` that imports a
   runtime) makes it refuse, and that environment's workers are started as new interpreters, as before;
 * the zygote is keyed by the interpreter and the whole environment except graphbisect's own per-worker
-  variables (:data:`PER_WORKER`), which the worker reads at run time and gets exactly.
+  variables (:data:`PER_WORKER`), which the worker reads at run time and gets exactly;
+* a worker's environment is the one the zygote's interpreter started with (so what a wrapper script given as
+  the interpreter, or its ``sitecustomize``, set is there, as for a started worker), with only what differs
+  per worker replaced: the :data:`PER_WORKER` variables and the worker's own link to graphbisect.
 
 The host is not the worker's parent: the zygote reaps its workers and sends each exit status back, so a
 worker killed by a signal is reported as one (:class:`ForkedProcess` answers ``poll``/``wait`` as
@@ -69,6 +72,10 @@ MAX_IDLE = 4
 #: The exit status reported for a worker whose zygote died before it could reap it (the true one is lost).
 UNKNOWN_STATUS = 255
 _MAX_MESSAGE = 1 << 20
+#: A zygote's program: its environment as the interpreter started it (wrapper and ``sitecustomize`` included),
+#: taken before graphbisect is imported, is what its workers start from.
+_BOOT = ("import os, sys; launched = dict(os.environ); from graphbisect.backends.zygote import main; "
+         "sys.exit(main(launched=launched))")
 #: A zygote's temporary folder (its link to graphbisect, its log), removed by the zygote when it ends (or,
 #: should it be killed, by a later workflow: the folder names the zygote as its owner, :mod:`graphbisect.tempfolders`).
 FOLDER_PREFIX = f"{PREFIX}zygote-"
@@ -82,7 +89,7 @@ class _Zygote:
         try:
             with open(folder / "zygote.log", "ab") as log:
                 self.proc = subprocess.Popen(
-                    [python, "-c", "import sys; from graphbisect.backends.zygote import main; sys.exit(main())",
+                    [python, "-c", _BOOT,
                      "--socket", str(child.fileno()), "--package", str(package)],
                     pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                     env=dict(env), cwd=folder, start_new_session=True)
@@ -325,8 +332,21 @@ def _send(sock: socket.socket, message: Mapping[str, Any]) -> None:
     sock.send(json.dumps(message).encode())
 
 
+def _worker_env(launched: Mapping[str, str], requested: Mapping[str, str], package: str,
+                worker_package: str) -> dict[str, str]:
+    """The environment a worker started as ``python`` with ``requested`` would have: the zygote's own start-up
+    environment (the same key, so the same interpreter start: a wrapper's variables, ``sitecustomize``'s),
+    with the per-worker variables as requested and the zygote's link to graphbisect replaced by the worker's."""
+    env = {k: v for k, v in launched.items() if k not in PER_WORKER}
+    env.update({k: v for k, v in requested.items() if k in PER_WORKER})
+    if "PYTHONPATH" in env:
+        env["PYTHONPATH"] = os.pathsep.join(worker_package if p == package else p
+                                            for p in env["PYTHONPATH"].split(os.pathsep))
+    return env
+
+
 def _child(request: Mapping[str, Any], fds: Sequence[int], sock: socket.socket, wakeup: Sequence[int],
-           package: str) -> None:
+           package: str, launched: Mapping[str, str]) -> None:
     """In the forked worker: become what ``subprocess.Popen`` would have started, then serve."""
     code = 70
     try:
@@ -345,7 +365,7 @@ def _child(request: Mapping[str, Any], fds: Sequence[int], sock: socket.socket, 
         os.close(log)
         os.chdir(request["cwd"])
         os.environ.clear()
-        os.environ.update(request["env"])
+        os.environ.update(_worker_env(launched, request["env"], package, request["package"]))
         # later imports go through the worker's own link to graphbisect, as they would, not the zygote's
         sys.path[:] = [request["package"] if p == package else p for p in sys.path]
         argv = list(request["argv"])
@@ -363,7 +383,7 @@ def _child(request: Mapping[str, Any], fds: Sequence[int], sock: socket.socket, 
     os._exit(code)
 
 
-def _serve(sock: socket.socket, package: str) -> int:
+def _serve(sock: socket.socket, package: str, launched: Mapping[str, str]) -> int:
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     os.set_blocking(wake_r, False)
@@ -403,7 +423,7 @@ def _serve(sock: socket.socket, package: str) -> int:
             stream.flush()
         pid = os.fork()
         if pid == 0:
-            _child(request, fds, sock, (wake_r, wake_w), package)
+            _child(request, fds, sock, (wake_r, wake_w), package, launched)
         with contextlib.suppress(OSError):  # EACCES: the child already exec'd; ESRCH: it is gone
             os.setpgid(pid, pid)
         for fd in fds:
@@ -411,10 +431,12 @@ def _serve(sock: socket.socket, package: str) -> int:
         _send(sock, {"id": request["id"], "pid": pid})
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of a zygote: ``python -c '...main()' --socket FD --package DIR``, run in its own temporary
-    folder (which holds ``DIR``), which it removes when the host closes the socket or is gone."""
+def main(argv: Sequence[str] | None = None, launched: Mapping[str, str] | None = None) -> int:
+    """Entry point of a zygote: ``python -c _BOOT --socket FD --package DIR``, run in its own temporary
+    folder (which holds ``DIR``), which it removes when the host closes the socket or is gone. ``launched``:
+    the environment the interpreter started with (default: the present one)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    launched = dict(os.environ if launched is None else launched)
     sock = socket.socket(fileno=int(args[args.index("--socket") + 1]))
     package = args[args.index("--package") + 1]
     folder = Path(package).parent  # DIR is <folder>/pythonpath
@@ -423,7 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in PRELOAD:
             __import__(name)
         _send(sock, {"ready": True, "threads": _threads()})
-        return _serve(sock, package)
+        return _serve(sock, package, launched)
     finally:
         if folder.name.startswith(FOLDER_PREFIX):
             shutil.rmtree(folder, ignore_errors=True)

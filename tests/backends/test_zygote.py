@@ -43,7 +43,8 @@ class Probe(OnnxRuntime):
     def info(self):
         return {**super().info(), "pid": os.getpid(), "ppid": os.getppid(), "pgid": os.getpgid(0),
                 "cwd": os.getcwd(), "cache": os.environ.get("GRAPHBISECT_COMPILE_CACHE"),
-                "caller_cwd": os.environ.get("GRAPHBISECT_CALLER_CWD")}
+                "caller_cwd": os.environ.get("GRAPHBISECT_CALLER_CWD"), "wrapped": os.environ.get("GB_WRAPPED"),
+                "pythonpath": os.environ.get("PYTHONPATH", "")}
 '''
 
 
@@ -97,6 +98,28 @@ def test_workers_are_forked_fresh_each_in_its_own_group_folder_and_environment(
         assert info["cwd"] == str(tmp_path / name)
         assert info["cache"] == str(tmp_path / f"cache-{name}")  # its own environment, not the zygote's
         assert info["caller_cwd"] == os.getcwd()
+
+
+@pytest.mark.parametrize("start", ["fork", "exec"])
+def test_a_wrapper_interpreter_s_environment_reaches_the_worker(
+        probe: str, relu: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start: str) -> None:
+    """``python=`` may name a script that sets variables and execs the interpreter (a venv or GPU library
+    wrapper). A started worker runs through it; a forked one must have what it set too. Forked workers used to
+    get the host's environment: a variable the wrapper set (read by its sitecustomize at run time) was missing."""
+    site = tmp_path / "site"
+    site.mkdir()
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f"#!/bin/sh\nGB_WRAPPED=yes PYTHONPATH='{site}'${{PYTHONPATH:+:$PYTHONPATH}} "
+                       f"exec '{sys.executable}' \"$@\"\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv(ENV, start)
+    with BackendProcess(f"{probe}:python={wrapper}", workdir=tmp_path / "w") as proc:
+        result = proc.run(relu, X)
+    assert result.ok, result.describe()
+    assert (result.info["ppid"] != os.getpid()) == (start == "fork")
+    assert result.info["wrapped"] == "yes"
+    entries = result.info["pythonpath"].split(os.pathsep)
+    assert entries[0] == str(site) and entries[1] == str(tmp_path / "w" / "pythonpath")  # the worker's own link
 
 
 def test_a_forked_worker_killed_by_a_signal_is_a_crash_with_that_signal(probe: str, relu: Path,
