@@ -346,7 +346,7 @@ def _worker_env(launched: Mapping[str, str], requested: Mapping[str, str], packa
 
 
 def _child(request: Mapping[str, Any], fds: Sequence[int], sock: socket.socket, wakeup: Sequence[int],
-           package: str, launched: Mapping[str, str]) -> None:
+           package: str, *, launched: Mapping[str, str]) -> None:
     """In the forked worker: become what ``subprocess.Popen`` would have started, then serve."""
     code = 70
     try:
@@ -423,7 +423,7 @@ def _serve(sock: socket.socket, package: str, launched: Mapping[str, str]) -> in
             stream.flush()
         pid = os.fork()
         if pid == 0:
-            _child(request, fds, sock, (wake_r, wake_w), package, launched)
+            _child(request, fds, sock, (wake_r, wake_w), package, launched=launched)
         with contextlib.suppress(OSError):  # EACCES: the child already exec'd; ESRCH: it is gone
             os.setpgid(pid, pid)
         for fd in fds:
