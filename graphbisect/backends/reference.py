@@ -58,6 +58,9 @@ class Reference:
         self._inputs: set[str] = set()
         self._declared: dict[str, int] = {}
         self._done, self._total, self._current = 0, 0, ""
+        self._proto: Any = None
+        self._shapes: dict[str, tuple[int, ...]] = {}
+        self._expected: dict[tuple[tuple[str, tuple[int, ...]], ...], str | None] = {}
 
     def load(self, model: str, outputs: Sequence[str] | None) -> None:
         """Build the evaluator; ``outputs`` may name any tensor of the main graph."""
@@ -72,6 +75,7 @@ class Reference:
         self._inputs = set(evaluator.input_names)
         self._required = [name for name in evaluator.input_names if name not in initializers]
         self._evaluator, self._outputs = evaluator, requested
+        self._proto, self._expected = proto, {}
         graph = proto.graph
         self._declared = {info.name: info.type.tensor_type.elem_type for info in (*graph.output, *graph.value_info)
                           if info.type.HasField("tensor_type")}
@@ -103,9 +107,21 @@ class Reference:
         """``(nodes done, nodes, the node running)`` of the run going on, for the worker's progress events."""
         return (self._done, self._total, self._current) if self._total else None
 
+    def expected(self) -> str | None:
+        """How long the run going on takes at this machine's pace, where a Python-loop operator makes it long
+        (:mod:`graphbisect.backends.reference_cost`); asked only once a run has lasted a progress period."""
+        from graphbisect.backends.reference_cost import estimate
+
+        key = tuple(sorted(self._shapes.items()))
+        if key not in self._expected:
+            cost = estimate(self._proto, self._shapes, min_steps=1) if self._proto is not None else None
+            self._expected[key] = None if cost is None else cost.describe()
+        return self._expected[key]
+
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Evaluate; feeds the model does not declare are ignored, missing ones are an InputError."""
         feed = {name: self._native(value) for name, value in select_feeds(inputs, self._required, self._inputs).items()}
+        self._shapes = {name: tuple(np.shape(value)) for name, value in feed.items() if not isinstance(value, list)}
         self._done, self._current = 0, ""
         values = self._evaluator.run(self._outputs, feed)
         # to_memory: sequences stay lists, onnx < 1.18's structured bfloat16/float8/int4 become ml_dtypes arrays;

@@ -23,6 +23,7 @@ Protocol (one JSON object per line, on two dedicated pipes whose descriptors are
   events ``{"event": "start"}`` (request received), ``{"event": "loaded"}`` (session built), every
   :data:`PROGRESS_SECONDS` while it builds or runs ``{"event": "progress", "seconds": s, "phase": "load" | "run"}``
   with ``"done"``, ``"total"`` and ``"node"`` where the runtime counts its nodes (``progress()``: onnx.reference),
+  and ``"expected"`` where it foresees the run's length (``expected()``: onnx.reference's Python loops),
   then ``{"event": "done", "status": "ok" | "crash", ...}``; a ``done`` reply's ``info`` holds ``load_seconds``,
   ``run_seconds`` and ``session_reused`` (true when the run used a session built before this request, by an
   earlier run of the same model file or a ``load``, false when it built one); a ``done`` reply (and a ``load``'s)
@@ -566,7 +567,8 @@ class _Channel:
 
 class _Progress:
     """While a run request is served: every ``period`` seconds a ``progress`` event with the time so far, the
-    phase, and the runtime's own count where it keeps one (``progress() -> (done, total, node)``). Stopped (and
+    phase, the runtime's own count where it keeps one (``progress() -> (done, total, node)``) and its foresight
+    of the run's length where it has one (``expected() -> str | None``). Stopped (and
     joined) before the request's reply, so no event follows a ``done``."""
 
     def __init__(self, channel: _Channel, runtime: Any, period: float) -> None:
@@ -589,10 +591,14 @@ class _Progress:
             event: dict[str, Any] = {"event": "progress", "seconds": round(time.monotonic() - self._started, 1),
                                      "phase": self.phase}
             counted = getattr(self.runtime, "progress", None)
+            expected = getattr(self.runtime, "expected", None)
             with contextlib.suppress(Exception):  # a count is a courtesy: never a reason to fail the run
                 found = counted() if counted is not None and self.phase == "run" else None
                 if found is not None:
                     event["done"], event["total"], event["node"] = int(found[0]), int(found[1]), str(found[2])
+                foreseen = expected() if expected is not None and self.phase == "run" else None
+                if foreseen:
+                    event["expected"] = str(foreseen)
             if self._stop.is_set():
                 return
             self.channel.send(event)

@@ -30,7 +30,7 @@ import onnx
 
 from graphbisect.artifacts.model_text import onnx_text
 from graphbisect.artifacts.repro_min import render_repro_min
-from graphbisect.backends import BackendProcess, BackendSpec, RunResult, resolve
+from graphbisect.backends import BackendProcess, BackendSpec, RunResult, reference_cost, resolve
 from graphbisect.backends.cost import CallTally
 from graphbisect.compare import Tolerance, compare_outputs
 from graphbisect.oracle.signature import CHECK_REJECTED, FailureKind, ModelNames, Signature
@@ -170,7 +170,7 @@ def _gather(runs: _Runs, out: MaintainerFacts, *, model: onnx.ModelProto, feeds:
     stage("cross-checking the oracle with onnx.reference (the ONNX specification)")
     judged_by = ("`--fail-regex`" if signature.kind is FailureKind.REGEX else
                  "the Python output check" if signature.detail == CHECK_REJECTED else None)
-    spec = _spec_check(runs, expected, target_outputs, oracle, tolerance, crash=crash,
+    spec = _spec_check(runs, expected, target_outputs, oracle, tolerance, model=model, crash=crash,
                        refusal=signature.kind is FailureKind.UNSUPPORTED, judged_by=judged_by)
     out.facts["spec_check"] = spec
     out.sections["The specification's word"] = spec["text"]
@@ -199,7 +199,7 @@ def _gather(runs: _Runs, out: MaintainerFacts, *, model: onnx.ModelProto, feeds:
 
 
 def _spec_check(runs: _Runs, expected: Mapping[str, np.ndarray], target_outputs: Mapping[str, np.ndarray],
-                oracle: BackendSpec, tol: Tolerance, *, crash: bool, refusal: bool = False,
+                oracle: BackendSpec, tol: Tolerance, *, model: onnx.ModelProto, crash: bool, refusal: bool = False,
                 judged_by: str | None = None) -> dict[str, Any]:
     """What ``onnx.reference`` says of the reduced model's values, and what that says of the failure.
 
@@ -207,10 +207,19 @@ def _spec_check(runs: _Runs, expected: Mapping[str, np.ndarray], target_outputs:
     failure matched by ``judged_by`` (``--fail-regex``, a Python output check) or a target that produced no
     outputs gets the comparison as a fact, with no side called wrong (the target's missing outputs once made
     "agrees with the oracle and not with the target" of a crash matched by a regex).
+
+    A model onnx.reference would not finish within :data:`SPEC_TIMEOUT` by twice over (its ``Resize`` is a
+    Python loop per output element: :mod:`graphbisect.backends.reference_cost`) is not run: the fact says so
+    and why, instead of the bundle waiting out the limit for nothing.
     """
     if oracle.name == "reference":
         return {"verdict": "oracle-is-reference", "text": "The oracle is `onnx.reference` itself, the ONNX "
                 "specification's reference implementation: the expected values are the specification's."}
+    cost = reference_cost.estimate(model, {name: np.shape(value) for name, value in runs.feeds.items()})
+    if cost is not None and cost.seconds > 2 * SPEC_TIMEOUT:
+        return {"verdict": "unavailable", "reference_estimate": cost.to_json(),
+                "text": f"`onnx.reference` was not run on the reduced model: it would take {cost.describe()}, "
+                f"beyond this check's limit of {SPEC_TIMEOUT:.0f} s; the specification's word is not known here."}
     run = runs.run(BackendSpec("reference"), "reference", "spec-check", list(expected))
     spec_values = dict(run.outputs)
     if not run.ok:

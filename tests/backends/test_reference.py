@@ -121,5 +121,8 @@ def test_a_long_run_says_it_is_running_and_which_node(tmp_path: Path, monkeypatc
     # never "4 of 4 done" with a node still said to run
     assert any(re.search(r" node [0-3] of 4 done \(now Resize '(up|down)[01]'\)", r) for r in counted), records
     assert not any(" 4 of 4 done (now" in r for r in counted), records
+    # and how long the whole run takes: its Resizes are Python loops, each step measured on this machine
+    assert any(re.search(r"; the whole run takes about [0-9.]+ s at this machine's pace \(Resize 'up[01]' "
+                         r"interpolates 6\.9e\+03 times in Python, [0-9]+ µs each\)", r) for r in counted), records
     assert main(["compare", str(model), "--oracle", "reference", "--no-layerwise"]) == 0
     assert "… reference: still running, " in capsys.readouterr().err
