@@ -56,6 +56,7 @@ from _common import (
     write_json,
 )
 
+from graphbisect.backends import zygote
 from graphbisect.examples import HostNetwork, host_network, wide_model
 
 MODES = ("compare+layerwise", "compare+all-tensors", "compare", "baseline")
@@ -130,6 +131,7 @@ def measure_here(mode: str, model_path: Path, inputs_path: Path, workdir: Path) 
         else:
             info = _run_compare(model_path, inputs, workdir, mode)
         wall = time.perf_counter() - started
+    zygote.close_all()  # the workers it forked are counted in RUSAGE_CHILDREN once it is reaped
     kib = 1024  # ru_maxrss is in KiB on Linux
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return {

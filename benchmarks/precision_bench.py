@@ -49,6 +49,7 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.paddle_models: the exported test nets
 from _common import MemorySampler, add_size_args, describe_machine, print_table, write_json
 
+from graphbisect.backends import zygote
 from graphbisect.compare import Tolerance
 from graphbisect.examples import transformer_inputs
 from graphbisect.examples.precision_models import cancelling_net, cnn_inputs, residual_cnn, sensitive_transformer
@@ -159,6 +160,7 @@ def one_model(model: onnx.ModelProto, name: str, mode: str, feeds: dict[str, np.
     with MemorySampler(0.5) as memory:
         result = find_precision(load_model(model), mode=mode, inputs=feeds, tolerance=Tolerance(atol=1e-2, rtol=1e-2),
                                 max_invocations=max_invocations or None, **({"jobs": jobs} if jobs > 1 else {}))
+    zygote.close_all()  # its forked workers' CPU is counted once it is reaped
     wall, cpu, workers = time.monotonic() - wall, time.process_time() - cpu, _children_cpu() - workers
     cpu -= memory.cpu_seconds  # the sampler's own reading of /proc
     runs = sum(result.invocations[k] for k in ("oracle", "target", "verification"))  # workers all exited by now

@@ -35,6 +35,7 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import MemorySampler, add_size_args, describe_machine, mib, print_table, write_json
 
+from graphbisect.backends import zygote
 from graphbisect.examples import host_network
 from graphbisect.model import load_model
 from graphbisect.workflows.reduce import ReduceOptions, reduce_model
@@ -124,6 +125,7 @@ def large_here(source: Path, inputs: Path, out: Path, profile: Path | None) -> d
     wall = time.monotonic() - started
     if profiler is not None and profile is not None:
         profiler.dump_stats(str(profile))
+    zygote.close_all()  # the workers it forked are counted in RUSAGE_CHILDREN once it is reaped
     self_usage, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     phases = dict(outcome.phases)
     if bundle_seconds and "reduce" in phases:

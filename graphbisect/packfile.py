@@ -52,6 +52,7 @@ import functools
 import json
 import logging
 import math
+import mmap
 import os
 import tempfile
 import zlib
@@ -342,6 +343,16 @@ class PackedData:
                                hint=_FIX.format(folder=self.path.parent))
         self._map, self._plain = base, base.view(np.ndarray)
         return base
+
+    def release(self) -> None:
+        """Let go of the pages of the map this process has read (``MADV_DONTNEED``): views stay valid and read
+        the file again when touched. For a reader that passes over more data than it should keep resident
+        (a comparison of every tensor of a large model, a window at a time); a no-op where not supported."""
+        handle = getattr(self._map, "_mmap", None)
+        advise = getattr(handle, "madvise", None)
+        if advise is not None and hasattr(mmap, "MADV_DONTNEED"):
+            with contextlib.suppress(OSError, ValueError):
+                advise(mmap.MADV_DONTNEED)
 
     def array(self, entry: Mapping[str, Any], *, copy_max: int = SMALL_BYTES) -> np.ndarray:
         """The raw tensor ``entry`` (``offset``, ``dtype``, ``shape``) describes, read-only: copied into

@@ -114,7 +114,11 @@ class Reference:
 
         key = tuple(sorted(self._shapes.items()))
         if key not in self._expected:
-            cost = estimate(self._proto, self._shapes, min_steps=1) if self._proto is not None else None
+            try:
+                cost = estimate(self._proto, self._shapes, min_steps=1) if self._proto is not None else None
+            except Exception as exc:  # a foresight is a courtesy: asked once, never a reason to fail the run
+                logger.debug("no estimate of this run: %s", exc)
+                cost = None
             self._expected[key] = None if cost is None else cost.describe()
         return self._expected[key]
 

@@ -55,7 +55,7 @@ from typing import Any
 
 from graphbisect.tempfolders import PREFIX, alive, claim
 
-__all__ = ["ENV", "PER_WORKER", "ForkedProcess", "spawn"]
+__all__ = ["ENV", "PER_WORKER", "ForkedProcess", "close_all", "spawn"]
 
 logger = logging.getLogger(__name__)
 
@@ -309,7 +309,10 @@ def _close_idle(keep: _Zygote | None) -> None:
         zygote.close()
 
 
-def _close_all() -> None:
+def close_all() -> None:
+    """Close every zygote of this process (each ends once its workers have; a later worker starts a new one).
+    Then the CPU time of every worker a zygote forked is in this process's ``RUSAGE_CHILDREN``, as a started
+    worker's is once it ends: for a benchmark that measures its workers' CPU."""
     with _registry_lock:
         for zygote in _zygotes.values():
             if zygote is not None:
@@ -317,7 +320,7 @@ def _close_all() -> None:
         _zygotes.clear()
 
 
-atexit.register(_close_all)  # each zygote removes its folder and exits before this process does
+atexit.register(close_all)  # each zygote removes its folder and exits before this process does
 
 
 # ------------------------------------------------------------------------------------------- zygote side

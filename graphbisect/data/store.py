@@ -238,6 +238,12 @@ class ActivationStore:
 
     # --- reading ------------------------------------------------------------------------------------------
 
+    def release(self) -> None:
+        """Let go of the data file's pages this process has read (:meth:`PackedData.release
+        <graphbisect.packfile.PackedData.release>`); what was read stays readable."""
+        if self._data is not None:
+            self._data.release()
+
     def get(self, name: str) -> Any:
         """The tensor stored under ``name``, read-only: a view of the data file's memory map, or an
         in-memory array up to 64 KiB.
@@ -296,6 +302,10 @@ class ActivationStore:
     def names(self) -> list[str]:
         """Stored tensor names, in the order they were first stored."""
         return list(self._entries)
+
+    def tensor_nbytes(self, name: str) -> int:
+        """Size of the data stored under ``name`` (from the index: nothing is read)."""
+        return entry_nbytes(self._entries[name])
 
     @property
     def nbytes(self) -> int:

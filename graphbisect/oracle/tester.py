@@ -46,6 +46,7 @@ import onnx
 
 from graphbisect.backends import BackendProcess, BackendSpec, RunResult
 from graphbisect.backends.cost import Cost
+from graphbisect.backends.process import CompareTo
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.engine import Outcome, TestResult
 from graphbisect.engine.journal import KILLED_DETAIL
@@ -142,10 +143,10 @@ class WorkerPool:
             self._free.put(proc)
 
     def run(self, model: str | Path, inputs: Mapping[str, np.ndarray] | str | Path,
-            outputs: Sequence[str] | None = None) -> RunResult:
+            outputs: Sequence[str] | None = None, *, compare_to: CompareTo | None = None) -> RunResult:
         """Run ``model`` on the next free worker (callers in parallel threads each get their own)."""
         with self.acquire() as proc:
-            return proc.run(model, inputs, outputs)
+            return proc.run(model, inputs, outputs, compare_to=compare_to)
 
     @property
     def invocations(self) -> int:

@@ -39,6 +39,7 @@ import numpy as np
 
 from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import RunResult
+from graphbisect.backends.process import CompareTo
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.engine import Evaluator, Outcome, SearchResult, TestResult, bisect_prefix, probdd
 from graphbisect.localize.layerwise import LayerwiseReport
@@ -66,7 +67,7 @@ class ModelRunner(Protocol):
     """Runs a model file on the target: a :class:`~graphbisect.backends.BackendProcess`, or a
     :class:`~graphbisect.oracle.tester.WorkerPool` of them for candidates tested in parallel."""
 
-    def run(self, model: str | Path, inputs: Path) -> RunResult: ...
+    def run(self, model: str | Path, inputs: Path, *, compare_to: CompareTo | None = None) -> RunResult: ...
 
 
 @dataclass(frozen=True)
@@ -117,8 +118,11 @@ class PrecisionTester:
         self.peak_memory: int | None = None
         workdir.mkdir(parents=True, exist_ok=True)
 
-    def measure(self, keep: frozenset[int], expose: Sequence[str] = ()) -> Measurement:
-        """Run the model with ``keep`` in FP32 (``expose``: also return these float32 intermediates)."""
+    def measure(self, keep: frozenset[int], expose: Sequence[str] = (), *,
+                compare_to: CompareTo | None = None) -> Measurement:
+        """Run the model with ``keep`` in FP32 (``expose``: also return these float32 intermediates; with
+        ``compare_to`` their statistics against the oracle's store instead, measured by the target's worker:
+        a probe of every tensor of a large model never holds them all in this process)."""
         digest = hashlib.sha1(",".join(map(str, sorted(keep))).encode()).hexdigest()[:16]
         path = self.workdir / f"lowered-{digest}{'-probe' if expose else ''}.onnx"
         if self.pin_file is not None:
@@ -128,7 +132,7 @@ class PrecisionTester:
         else:
             save_proto(self.lowering.lower(keep, expose), path, durable=False)  # deleted after its run: no fsync
             try:
-                run = self.proc.run(path, self.inputs)
+                run = self.proc.run(path, self.inputs, **({"compare_to": compare_to} if compare_to else {}))
             finally:
                 remove_model(path)
         if run.peak_memory is not None:

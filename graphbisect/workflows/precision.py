@@ -73,6 +73,7 @@ from graphbisect.artifacts.overrides import PrecisionOverrides, sensitivity_char
 from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, resolve
 from graphbisect.backends.cost import CallTally, Cost
+from graphbisect.backends.process import CompareTo
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
 from graphbisect.compare import Tolerance
 from graphbisect.data import (
@@ -87,7 +88,7 @@ from graphbisect.data import (
 from graphbisect.data.inputs import available_memory
 from graphbisect.engine import Budget, BudgetExhausted, Evaluator, Outcome, ProgressEvent
 from graphbisect.errors import BackendError, InputError
-from graphbisect.localize.layerwise import analyze_layers
+from graphbisect.localize.layerwise import LayerwiseReport, analyze_layers
 from graphbisect.model import Model
 from graphbisect.model.io import save_proto
 from graphbisect.options import INVOCATIONS, JOBS, cap_jobs, cap_jobs_to_memory, check_value
@@ -589,16 +590,27 @@ def _baseline_error(target: str, lowering: Lowering, tester: PrecisionTester, un
 def _evidence_priors(session: _Session, lowering: Lowering, tester: PrecisionTester,
                      tol: Tolerance) -> dict[int, float] | None:
     """Priors from one probed run of the fully lowered model (layerwise amplification)."""
+    report = _layerwise(session, tester, frozenset(), tol, what="the probed lowered model",
+                        otherwise="no layerwise priors")
+    return None if report is None else layerwise_priors(report, lowering)
+
+
+def _layerwise(session: _Session, tester: PrecisionTester, keep: frozenset[int], tol: Tolerance, *, what: str,
+               otherwise: str) -> LayerwiseReport | None:
+    """The model with ``keep`` in FP32 (``tester``'s lowering) with every captured tensor exposed, compared
+    layer by layer with the oracle's capture; None without a capture or when it does not run. The target's
+    worker compares each tensor with the store and sends only statistics: a 1,500-node detector at 800×608
+    exposes ~1 GiB, which this process held twice (the lowered run's values beside the mapped capture)."""
     if session.store is None:
         return None
     names = [n for n in session.model.intermediate_names() if n in session.store]
-    measured = tester.measure(frozenset(), expose=names)
-    if not measured.run.ok:
-        log.info("the probed lowered model does not run (%s); no layerwise priors", measured.run.describe())
+    outputs = tuple(session.model.output_names)
+    probed = tester.measure(keep, expose=names, compare_to=CompareTo(session.store.directory, tol, keep=outputs))
+    if not probed.run.ok:
+        log.info("%s does not run (%s): %s", what, probed.run.describe(), otherwise)
         return None
-    report = analyze_layers(session.model.nodes, session.store, measured.run.outputs, tol,
-                            outputs=session.model.output_names)
-    return layerwise_priors(report, lowering)
+    return analyze_layers(session.model.nodes, session.store, probed.run.outputs, tol, outputs=outputs,
+                          measured=probed.run.stats)
 
 
 _REPAIR_ROUNDS = 3
@@ -664,15 +676,9 @@ def _verify_typed(session: _Session, lowering: Lowering, proc: ModelRunner, tol:
 def _most_amplifying(session: _Session, typed: Lowering, tester: PrecisionTester, tol: Tolerance,
                      keep: frozenset[int]) -> int | None:
     """The lowered unit of the typed model whose output error grows most over its inputs' (None: no evidence)."""
-    if session.store is None:
+    report = _layerwise(session, tester, keep, tol, what="the probed typed model", otherwise="no repair")
+    if report is None:
         return None
-    names = [n for n in session.model.intermediate_names() if n in session.store]
-    probed = tester.measure(keep, expose=names)
-    if not probed.run.ok:
-        log.info("the probed typed model does not run (%s): no repair", probed.run.describe())
-        return None
-    report = analyze_layers(session.model.nodes, session.store, probed.run.outputs, tol,
-                            outputs=session.model.output_names)
     priors = {u: p for u, p in layerwise_priors(report, typed).items() if u not in keep}
     return max(priors, key=lambda u: (priors[u], -u)) if priors else None
 

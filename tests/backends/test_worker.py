@@ -7,10 +7,12 @@ first divergence, root causes, the probed verdict — on real failing models and
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from graphbisect.backends import BackendProcess, BackendSpec
@@ -106,3 +108,29 @@ def test_the_worker_compares_with_numpy_only() -> None:
             "print(sorted(m for m in ('onnx', 'networkx', 'onnxruntime') if m in sys.modules))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split("\n")[:2] == ["ok", "[]"], done.stderr
+
+
+def test_comparing_with_a_large_store_keeps_a_window_of_it_resident(tmp_path: Path) -> None:
+    """A layerwise probe's tensors are compared with the oracle's capture in the worker. The capture's pages
+    stayed resident as they were read: ~1 GiB of a 1,500-node detector's capture beside the run's own ~1 GiB
+    of outputs. Now each window (at most 64 MiB of stored data) is let go before the next. Here 24 tensors of
+    16 MiB (384 MiB) are compared in a fresh interpreter; its high-water mark grew by ~390 MiB before."""
+    store = ActivationStore(tmp_path / "store")
+    for i in range(24):
+        store.put(f"t{i}", np.full((1, 64, 256, 256), i, np.float32))
+    store.close()
+    script = (
+        "import json, numpy as np\n"
+        "from graphbisect.backends.worker import compare_to_store\n"
+        "def hwm():\n"
+        "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM')) * 1024\n"
+        "outputs = {f't{i}': np.broadcast_to(np.float32(i), (1, 64, 256, 256)) for i in range(24)}\n"
+        "before = hwm()\n"
+        f"store = {str(tmp_path / 'store')!r}\n"
+        "rows = compare_to_store(outputs, list(outputs), store, {'atol': 0, 'rtol': 0})['rows']\n"
+        "print(json.dumps({'grown': hwm() - before, 'passed': [row[1] for row in rows]}))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["passed"] == [True] * 24  # every tensor compared, and equal
+    assert found["grown"] < 160 * 2**20, found  # a window or two of the 384 MiB, not all of it

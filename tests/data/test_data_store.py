@@ -441,3 +441,18 @@ def test_a_store_with_values_not_published_or_of_the_older_layout_is_sent_as_val
     assert "store" not in sent and not any(isinstance(f, str) for f in sent["feeds"])
     received = InputsReader().read(sent)
     assert np.array_equal(received["big"], values["big"])
+
+
+def test_a_released_store_still_reads_what_it_had_read(tmp_path: Path) -> None:
+    """``release`` lets go of the mapped pages (a pass over a large capture): a view taken before reads the
+    file again, the same values."""
+    store = ActivationStore(tmp_path / "acts")
+    value = np.arange(1 << 20, dtype=np.float32).reshape(1024, 1024)
+    store.put("big", value)
+    store.close()
+    view = store.get("big")
+    assert isinstance(view, np.memmap) and float(view.sum()) == float(value.sum())
+    store.release()
+    np.testing.assert_array_equal(view, value)
+    np.testing.assert_array_equal(store.get("big"), value)
+    assert store.tensor_nbytes("big") == value.nbytes

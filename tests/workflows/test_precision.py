@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -483,3 +485,52 @@ def test_typed_node_read_by_an_emulated_node_writes_a_typed_model_onnxruntime_ru
     typed = ort.InferenceSession(str(out / "mixed_precision_typed.onnx"), providers=["CPUExecutionProvider"])
     got = typed.run(None, feeds)[0]
     assert np.all(np.abs(got - want) <= 1e-2 + 1e-2 * np.abs(want))
+
+
+_LARGE_CAPTURE = '''
+import json, resource, sys
+from pathlib import Path
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+from graphbisect.compare import Tolerance
+from graphbisect.model import load_model
+from graphbisect.workflows.precision import find_precision
+
+# (Mul 1.001, Add 0.5, Relu) x 8 on 1x64x256x256, with a x1e5 / x1e-5 pair in the middle that overflows float16
+nodes, x = [], "x"
+for i in range(8):
+    nodes += [helper.make_node("Mul", [x, "scale"], [f"m{i}"]), helper.make_node("Add", [f"m{i}", "shift"], [f"a{i}"]),
+              helper.make_node("Relu", [f"a{i}"], [f"r{i}"])]
+    x = f"r{i}"
+    if i == 4:
+        nodes += [helper.make_node("Mul", [x, "big"], ["up"], name="up"),
+                  helper.make_node("Mul", ["up", "small"], ["down"], name="down")]
+        x = "down"
+constants = [numpy_helper.from_array(np.array(v, np.float32), n)
+             for n, v in (("scale", 1.001), ("shift", 0.5), ("big", 1e5), ("small", 1e-5))]
+graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 256, 256])],
+                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 64, 256, 256])], constants)
+model = load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+feeds = {"x": np.random.default_rng(0).uniform(-1, 1, (1, 64, 256, 256)).astype(np.float32)}
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+result = find_precision(model, mode="fp16", inputs=feeds, tolerance=Tolerance(atol=1e-3, rtol=1e-3),
+                        workdir=Path(sys.argv[1]))
+grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+print(json.dumps({"grown": grown, "keep": list(result.keep_fp32), "meets": result.meets_tolerance}))
+'''
+
+
+def test_the_search_process_never_holds_the_whole_capture(tmp_path: Path) -> None:
+    """The layerwise probes (the priors from the fully lowered model, the typed model's repair) expose every
+    tensor. Their values came back to the searching process and were compared beside the mapped capture: a
+    1,493-node PicoDet at 800x608 (~1 GiB of tensors) held 3.0 GiB there. Now the target's worker compares
+    them with the capture and sends statistics. Here 26 tensors of 16 MiB (416 MiB): the process grew by
+    ~885 MiB before, ~80 MiB now."""
+    script = tmp_path / "large_capture.py"
+    script.write_text(_LARGE_CAPTURE)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "work")], capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["keep"] == ["up", "down"] and found["meets"], found  # the pair whose 1e5 overflows float16
+    assert found["grown"] < 208 * 2**20, found  # less than half the capture, once
