@@ -72,7 +72,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, NoReturn, overload
 
@@ -447,32 +447,16 @@ def compare_to_store(outputs: Mapping[str, Any], names: Sequence[str], store_dir
     # of names at a time so that the stored values read for it stay few: the window's pages of the store are
     # let go before the next (a 1,500-node detector's capture is ~1 GiB, which stayed resident beside the
     # run's own outputs).
-    for window in _windows(store, stored):
+    for window in store.windows(stored, count=COMPARE_WINDOW):
         items = [(name, store.get(name), _as_stored(outputs[name])) for name in window]
         rows.extend(s.to_row() for s in compare_many(items, tol))
         del items
-        store.release()
     return {"fields": list(STATS_FIELDS), "rows": rows}
 
 
-#: Tensors whose stored values :func:`compare_to_store` reads at one time, and their most bytes.
-COMPARE_WINDOW, COMPARE_WINDOW_BYTES = 4096, 64 << 20
-
-
-def _windows(store: Any, names: Sequence[str]) -> Iterator[list[str]]:
-    """``names`` in order, in runs of at most :data:`COMPARE_WINDOW` tensors and, past the first tensor of a
-    run, :data:`COMPARE_WINDOW_BYTES` of stored data."""
-    window: list[str] = []
-    held = 0
-    for name in names:
-        size = store.tensor_nbytes(name)
-        if window and (len(window) >= COMPARE_WINDOW or held + size > COMPARE_WINDOW_BYTES):
-            yield window
-            window, held = [], 0
-        window.append(name)
-        held += size
-    if window:
-        yield window
+#: Tensors whose stored values :func:`compare_to_store` reads at one time (and at most
+#: :data:`~graphbisect.data.store.WINDOW_BYTES` of them).
+COMPARE_WINDOW = 4096
 
 
 def _as_stored(value: Any) -> Any:

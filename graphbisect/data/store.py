@@ -33,7 +33,7 @@ import difflib
 import functools
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,8 @@ __all__ = ["MANIFEST_NAME", "ActivationStore", "StoredFeeds", "StoredTensor"]
 logger = logging.getLogger(__name__)
 
 MANIFEST_NAME = INDEX_NAME
+#: The most stored bytes :meth:`ActivationStore.windows` keeps resident at a time.
+WINDOW_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -243,6 +245,26 @@ class ActivationStore:
         <graphbisect.packfile.PackedData.release>`); what was read stays readable."""
         if self._data is not None:
             self._data.release()
+
+    def windows(self, names: Iterable[str], *, count: int = 4096, nbytes: int = WINDOW_BYTES
+                ) -> Iterator[list[str]]:
+        """``names`` in order, in runs of at most ``count`` tensors and (past a run's first tensor) ``nbytes`` of
+        stored data; the pages a run read are let go (:meth:`release`) once the caller asks for the next. For a
+        pass over a capture larger than the memory it should hold (a 1,500-node detector's is ~1 GiB): its
+        resident part stays one window."""
+        window: list[str] = []
+        held = 0
+        for name in names:
+            size = self.tensor_nbytes(name)
+            if window and (len(window) >= count or held + size > nbytes):
+                yield window
+                self.release()
+                window, held = [], 0
+            window.append(name)
+            held += size
+        if window:
+            yield window
+            self.release()
 
     def get(self, name: str) -> Any:
         """The tensor stored under ``name``, read-only: a view of the data file's memory map, or an

@@ -307,8 +307,11 @@ def _lowering(session: _Session, mode: PrecisionMode, method: CalibrationMethod,
     if session.store is None:
         raise InputError("int8 calibration needs the oracle's intermediate tensors",
                          hint="use an oracle that exposes intermediates (onnxruntime, reference)")
-    tensors = {**feeds, **{name: session.store[name] for name in session.store.names()}}
-    return Lowering(session.model, mode, Calibration.from_tensors(tensors, method=method))
+    # the capture a window at a time: its pages are let go after each (a detector's is ~1 GiB)
+    ranges = dict(Calibration.from_tensors(feeds, method=method).ranges)
+    for window in session.store.windows(session.store.names()):
+        ranges.update(Calibration.from_tensors({name: session.store[name] for name in window}, method=method).ranges)
+    return Lowering(session.model, mode, Calibration(ranges, method))
 
 
 def find_precision(
