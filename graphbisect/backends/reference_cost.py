@@ -9,10 +9,11 @@ where ONNX Runtime takes a millisecond. A spec check or an oracle run of such a 
 time.
 
 :func:`estimate` counts those steps per node at the given input shapes (shape inference with the inputs'
-concrete dims) and multiplies them by this machine's pace, measured once per process on a small ``Resize``
-(the fastest of three runs in CPU time, ~0.3 s). Measured against onnx.reference's own runs of 7–40 s (nearest and
-linear, 2 to 16 channels): the estimate was 0.96–1.16× the time taken, so a caller that stops a run at a
-limit can skip one estimated at twice the limit and lose nothing.
+concrete dims, :func:`graphbisect.model.normalize.concrete_shapes`: large weights are not copied) and multiplies
+them by this machine's pace, measured once per process on a small ``Resize`` (the fastest of three runs in CPU
+time, ~0.3 s). Measured against onnx.reference's own runs of 7–40 s (nearest and linear, 2 to 16 channels): the
+estimate was 0.97–1.17× the time taken, so a caller that stops a run at a limit can skip one estimated at twice
+the limit and lose nothing.
 
 Example:
     >>> cost = estimate(onnx.load("yolo_piece.onnx"), {"x": (1, 256, 20, 20)})   # doctest: +SKIP
@@ -32,6 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from graphbisect.model.normalize import concrete_shapes
 
 __all__ = ["ReferenceCost", "estimate"]
 
@@ -70,7 +73,7 @@ def estimate(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]], 
     least = MIN_STEPS if min_steps is None else min_steps
     if not any(node.op_type in STEPS for node in model.graph.node):
         return None
-    shapes = _shapes(model, input_shapes)
+    shapes = concrete_shapes(model, input_shapes)
     counted = []
     for node in model.graph.node:
         count = STEPS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
@@ -102,39 +105,13 @@ STEPS: dict[str, Callable[[onnx.NodeProto, Mapping[str, tuple[int, ...]]], int |
 _VERBS = {"Resize": "interpolates"}
 
 
-def _shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
-    """Every tensor's concrete shape that shape inference finds with the inputs' dims fixed."""
-    skeleton = onnx.ModelProto()
-    skeleton.CopyFrom(model)
-    del skeleton.graph.value_info[:]
-    for info in skeleton.graph.input:
-        dims = input_shapes.get(info.name)
-        if dims is not None and info.type.HasField("tensor_type"):
-            shape = info.type.tensor_type.shape
-            shape.Clear()
-            for dim in dims:
-                shape.dim.add().dim_value = int(dim)
-    try:
-        inferred = onnx.shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
-    except Exception as exc:  # onnx raises several kinds on models it cannot follow
-        logger.debug("no shapes for onnx.reference's cost: %s", exc)
-        return {}
-    found = {init.name: tuple(init.dims) for init in model.graph.initializer}
-    for info in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):
-        tensor = info.type.tensor_type
-        if info.type.HasField("tensor_type") and tensor.HasField("shape") and \
-                all(d.HasField("dim_value") for d in tensor.shape.dim):
-            found[info.name] = tuple(d.dim_value for d in tensor.shape.dim)
-    return found
-
-
 @functools.cache
 def _pace(op_type: str) -> float:
     """Seconds per step of ``op_type`` in this process's onnx.reference: the fastest of three runs of a small
     model (its thread's CPU time), divided by its steps."""
     model, feeds = _PACE_MODELS[op_type]()
     shapes = {name: value.shape for name, value in feeds.items()}
-    steps = STEPS[op_type](model.graph.node[0], _shapes(model, shapes))
+    steps = STEPS[op_type](model.graph.node[0], concrete_shapes(model, shapes))
     from onnx.reference import ReferenceEvaluator
 
     evaluator = ReferenceEvaluator(model)

@@ -15,6 +15,8 @@ Two rules keep a fork as faithful as an exec:
   runtime) makes it refuse, and that environment's workers are started as new interpreters, as before;
 * the zygote is keyed by the interpreter and the whole environment except graphbisect's own per-worker
   variables (:data:`PER_WORKER`), which the worker reads at run time and gets exactly;
+* a worker reseeds numpy's global generator (a started worker seeds it at import; a forked one would share
+  the zygote's state with every other worker);
 * a worker's environment is the one the zygote's interpreter started with (so what a wrapper script given as
   the interpreter, or its ``sitecustomize``, set is there, as for a started worker), with only what differs
   per worker replaced: the :data:`PER_WORKER` variables and the worker's own link to graphbisect.
@@ -371,6 +373,11 @@ def _child(request: Mapping[str, Any], fds: Sequence[int], sock: socket.socket, 
         os.environ.update(_worker_env(launched, request["env"], package, request["package"]))
         # later imports go through the worker's own link to graphbisect, as they would, not the zygote's
         sys.path[:] = [request["package"] if p == package else p for p in sys.path]
+        # numpy's global generator was seeded when the zygote imported numpy and is not reseeded at fork (the
+        # random module is): each worker draws its own, as a started one does (e.g. a runtime's random ops)
+        numpy = sys.modules.get("numpy")
+        if numpy is not None:
+            numpy.random.seed()
         argv = list(request["argv"])
         for name, fd in zip(("--requests", "--replies"), fds):
             os.set_inheritable(fd, True)  # as Popen's pass_fds leaves them

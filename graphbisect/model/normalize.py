@@ -41,6 +41,7 @@ __all__ = [
     "assign_node_names",
     "check_loadable",
     "check_single_assignment",
+    "concrete_shapes",
     "default_opset",
     "fingerprint",
     "infer_types",
@@ -422,6 +423,37 @@ def infer_types(proto: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
         return {}
     found = {value.name: value for value in inferred.graph.value_info if value.type.ByteSize() > 0}
     found.update((value.name, value) for value in inferred.graph.output if value.type.ByteSize() > 0)
+    return found
+
+
+def concrete_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
+    """Every tensor's shape that onnx's shape inference finds fully known when the graph inputs ``shapes``
+    names have those dims (initializers' shapes included); ``proto`` is not modified, and its large
+    initializers are not copied (:func:`_skeleton`). Empty when inference fails.
+
+    Example:
+        >>> concrete_shapes(proto, {"x": (1, 3, 640, 640)})["/model.10/Resize_output_0"]   # doctest: +SKIP
+        (1, 256, 40, 40)
+    """
+    skeleton = _skeleton(proto)
+    del skeleton.graph.value_info[:]
+    for value in skeleton.graph.input:
+        if value.name in shapes and value.type.HasField("tensor_type"):
+            shape = value.type.tensor_type.shape
+            shape.ClearField("dim")
+            for size in shapes[value.name]:
+                shape.dim.add().dim_value = int(size)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as exc:  # onnx raises InferenceError, ValidationError or a RuntimeError of its C++ side
+        logger.debug("no concrete shapes: %s: %s", type(exc).__name__, exc)
+        return {}
+    found = {tensor.name: tuple(tensor.dims) for tensor in proto.graph.initializer}
+    for value in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):
+        tensor = value.type.tensor_type
+        if value.type.HasField("tensor_type") and tensor.HasField("shape") and \
+                all(dim.HasField("dim_value") for dim in tensor.shape.dim):
+            found[value.name] = tuple(dim.dim_value for dim in tensor.shape.dim)
     return found
 
 

@@ -31,6 +31,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="wo
 # ONNX Runtime's runtime, saying where and how its worker runs; an input of -123 kills the worker by SIGSEGV.
 PROBE = '''
 import os, signal, sys
+import numpy as np
 from graphbisect.backends.onnxruntime import OnnxRuntime
 
 
@@ -44,7 +45,7 @@ class Probe(OnnxRuntime):
         return {**super().info(), "pid": os.getpid(), "ppid": os.getppid(), "pgid": os.getpgid(0),
                 "cwd": os.getcwd(), "cache": os.environ.get("GRAPHBISECT_COMPILE_CACHE"),
                 "caller_cwd": os.environ.get("GRAPHBISECT_CALLER_CWD"), "wrapped": os.environ.get("GB_WRAPPED"),
-                "pythonpath": os.environ.get("PYTHONPATH", "")}
+                "pythonpath": os.environ.get("PYTHONPATH", ""), "draw": float(np.random.random())}
 '''
 
 
@@ -93,6 +94,7 @@ def test_workers_are_forked_fresh_each_in_its_own_group_folder_and_environment(
             assert "onnxruntime" in _maps(result.info["pid"])
     a, b = infos
     assert a["ppid"] == b["ppid"] and a["pid"] != b["pid"]  # one zygote, two workers
+    assert a["draw"] != b["draw"]  # each seeded numpy's global generator afresh, as a started worker does
     for info, name in zip(infos, ("a", "b")):
         assert info["pgid"] == info["pid"]  # its own group: killing it stops only this worker and its children
         assert info["cwd"] == str(tmp_path / name)
