@@ -94,7 +94,6 @@ def test_workers_are_forked_fresh_each_in_its_own_group_folder_and_environment(
             assert "onnxruntime" in _maps(result.info["pid"])
     a, b = infos
     assert a["ppid"] == b["ppid"] and a["pid"] != b["pid"]  # one zygote, two workers
-    assert a["draw"] != b["draw"]  # each seeded numpy's global generator afresh, as a started worker does
     for info, name in zip(infos, ("a", "b")):
         assert info["pgid"] == info["pid"]  # its own group: killing it stops only this worker and its children
         assert info["cwd"] == str(tmp_path / name)
@@ -122,6 +121,24 @@ def test_a_wrapper_interpreter_s_environment_reaches_the_worker(
     assert result.info["wrapped"] == "yes"
     entries = result.info["pythonpath"].split(os.pathsep)
     assert entries[0] == str(site) and entries[1] == str(tmp_path / "w" / "pythonpath")  # the worker's own link
+
+
+def test_forked_workers_do_not_share_numpy_s_random_draws(probe: str, relu: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """numpy's global generator is seeded when numpy.random is imported and is not reseeded at fork: where
+    the zygote has imported it (here its sitecustomize does), forked workers drew the same numbers, where
+    started ones each draw their own."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import numpy.random\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    draws = []
+    for name in ("a", "b"):
+        with BackendProcess(probe, workdir=tmp_path / name) as proc:
+            info = proc.run(relu, X).info
+            assert info["ppid"] != os.getpid()  # forked
+            draws.append(info["draw"])
+    assert draws[0] != draws[1]
 
 
 def test_a_forked_worker_killed_by_a_signal_is_a_crash_with_that_signal(probe: str, relu: Path,
