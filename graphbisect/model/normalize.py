@@ -397,6 +397,18 @@ def _skeleton(proto: onnx.ModelProto) -> onnx.ModelProto:
     return skeleton
 
 
+def _skeleton_at(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> onnx.ModelProto:
+    """:func:`_skeleton` with the graph inputs ``shapes`` names given those concrete dims."""
+    skeleton = _skeleton(proto)
+    for value in skeleton.graph.input:
+        if value.name in shapes and value.type.HasField("tensor_type"):
+            shape = value.type.tensor_type.shape
+            shape.ClearField("dim")
+            for size in shapes[value.name]:
+                shape.dim.add().dim_value = int(size)
+    return skeleton
+
+
 def _run_shape_inference(skeleton: onnx.ModelProto) -> onnx.ModelProto | None:
     for data_prop in (True, False):
         try:
@@ -435,14 +447,8 @@ def concrete_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]])
         >>> concrete_shapes(proto, {"x": (1, 3, 640, 640)})["/model.10/Resize_output_0"]   # doctest: +SKIP
         (1, 256, 40, 40)
     """
-    skeleton = _skeleton(proto)
+    skeleton = _skeleton_at(proto, shapes)
     del skeleton.graph.value_info[:]
-    for value in skeleton.graph.input:
-        if value.name in shapes and value.type.HasField("tensor_type"):
-            shape = value.type.tensor_type.shape
-            shape.ClearField("dim")
-            for size in shapes[value.name]:
-                shape.dim.add().dim_value = int(size)
     try:
         inferred = onnx.shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
     except Exception as exc:  # onnx raises InferenceError, ValidationError or a RuntimeError of its C++ side
@@ -473,13 +479,7 @@ def shape_conflicts(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]])
         >>> shape_conflicts(proto, {"x": (16, 16)}), shape_conflicts(proto, {"x": (2, 16)})   # doctest: +SKIP
         (frozenset(), frozenset({'Sub:/norm/Sub', 'Pow:/norm/Pow'}))
     """
-    skeleton = _skeleton(proto)
-    for value in skeleton.graph.input:
-        if value.name in shapes and value.type.HasField("tensor_type"):
-            shape = value.type.tensor_type.shape
-            shape.ClearField("dim")
-            for size in shapes[value.name]:
-                shape.dim.add().dim_value = int(size)
+    skeleton = _skeleton_at(proto, shapes)
     try:
         onnx.shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=True, data_prop=True)
     except Exception as exc:  # onnx raises InferenceError, ValidationError or a RuntimeError of its C++ side
