@@ -100,7 +100,9 @@ def _resize_steps(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]]) -
 
 
 #: op type → its Python-loop steps at the inferred shapes (None: unknown). The operators not here run as
-#: numpy on whole tensors, or loop at a few µs per output element (pooling): not what makes a run last hours.
+#: numpy on whole tensors, or loop once per output element, measured here (onnx 1.17): MaxPool and AveragePool
+#: 6–7 µs, ConvTranspose 2 µs, RoiAlign 5 µs, GridSample 7 µs (nearest) to 75–140 µs (linear, growing with
+#: the input) per output element. A GridSample of a million outputs takes minutes and is not foreseen yet.
 STEPS: dict[str, Callable[[onnx.NodeProto, Mapping[str, tuple[int, ...]]], int | None]] = {"Resize": _resize_steps}
 _VERBS = {"Resize": "interpolates"}
 
