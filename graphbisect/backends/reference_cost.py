@@ -12,8 +12,8 @@ time.
 concrete dims, :func:`graphbisect.model.normalize.concrete_shapes`: large weights are not copied) and multiplies
 them by this machine's pace, measured once per process on a small ``Resize`` (the fastest of three runs in CPU
 time, ~0.3 s). Measured against onnx.reference's own runs of 7–40 s (nearest and linear, 2 to 16 channels): the
-estimate was 0.97–1.17× the time taken, so a caller that stops a run at a limit can skip one estimated at twice
-the limit and lose nothing.
+estimate was 0.97–1.17× the time taken, so a caller that stops a run at a limit can skip one estimated at three
+times the limit and lose nothing (a margin for a CPU that runs faster later than when it was paced).
 
 Example:
     >>> cost = estimate(onnx.load("yolo_piece.onnx"), {"x": (1, 256, 20, 20)})   # doctest: +SKIP

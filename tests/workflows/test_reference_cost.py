@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphbisect
 from graphbisect.backends import reference_cost
+from graphbisect.workflows.maintainer import SPEC_MARGIN
 
 
 def _upsampler(channels: int, side: int, mode: str = "cubic") -> onnx.ModelProto:
@@ -31,8 +32,9 @@ def _upsampler(channels: int, side: int, mode: str = "cubic") -> onnx.ModelProto
 
 
 def test_the_estimate_is_never_far_above_what_onnx_reference_takes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A run the estimate puts at twice a limit is skipped by the spec check: the estimate must not exceed
-    twice the time onnx.reference really takes, or a run that would have finished is lost."""
+    """A run the estimate puts at three times a limit is skipped by the spec check: the estimate must not
+    exceed three times what onnx.reference really takes, or a run that would have finished is lost (measured:
+    0.97-1.17 times)."""
     from onnx.reference import ReferenceEvaluator
 
     monkeypatch.setattr(reference_cost, "MIN_STEPS", 1)  # this small model is estimated too
@@ -43,7 +45,7 @@ def test_the_estimate_is_never_far_above_what_onnx_reference_takes(monkeypatch: 
     evaluator = ReferenceEvaluator(model)
     started = time.perf_counter()
     evaluator.run(None, {"x": np.ones((1, 4, 8, 8), np.float32)})
-    assert cost.seconds <= 2 * (time.perf_counter() - started)
+    assert cost.seconds <= SPEC_MARGIN * (time.perf_counter() - started)
 
 
 def test_a_model_without_a_slow_loop_has_no_estimate() -> None:
@@ -65,6 +67,6 @@ def test_a_bundle_does_not_wait_for_a_spec_check_of_hours(tmp_path: Path) -> Non
     report = json.loads((tmp_path / "bug" / "report.json").read_text())
     spec = report["spec_check"]
     assert spec["verdict"] == "unavailable" and spec["reference_estimate"]["node"] == "up"
-    assert spec["reference_estimate"]["seconds"] > 240 and "was not run" in spec["text"]
+    assert spec["reference_estimate"]["seconds"] > SPEC_MARGIN * 120 and "was not run" in spec["text"]
     assert "reference" not in report["report_runs"]  # no onnx.reference run was started
     assert "interpolates" in (tmp_path / "bug" / "report.md").read_text()
