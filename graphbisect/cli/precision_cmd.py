@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 from typing import TYPE_CHECKING
 
 from graphbisect.atomic import atomic_write_text
+from graphbisect.backends import BackendSpec
 from graphbisect.backends.cost import describe_calls
 from graphbisect.cli.common import (
     add_model_arguments,
@@ -81,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         )
     finally:
         progress.close()
-    print_result(result, rows=args.rows)
+    print_result(result, rows=args.rows, data=_data_flags(args))
     if args.json is not None:
         atomic_write_text(args.json, json.dumps(result.to_json(), indent=2) + "\n")
         print(f"wrote {args.json}")
@@ -94,7 +96,16 @@ def _num(value: float) -> str:
     return f"{value:.3g}" if math.isfinite(value) else str(value)
 
 
-def print_result(result: PrecisionResult, *, rows: int) -> None:
+def _data_flags(args: argparse.Namespace) -> list[str] | None:
+    """The flags that give another command this run's inputs (None: the bundled example's, in memory only)."""
+    if getattr(args, "example_inputs", None) is not None:
+        return None
+    if args.inputs is not None:
+        return ["--inputs", str(args.inputs)]
+    return [*(["--seed", str(args.seed)] if args.seed else []), *(f"--shape={shape}" for shape in args.shape or ())]
+
+
+def print_result(result: PrecisionResult, *, rows: int, data: list[str] | None = None) -> None:
     print(f"mode    {result.mode.value}: {result.lowering}")
     op_types = result.extra.get("unit") == "op_type"
     if op_types:
@@ -150,7 +161,7 @@ def print_result(result: PrecisionResult, *, rows: int) -> None:
     print(f"\n{'verified' if emulated_meets else 'NOT verified'}: the model with these overrides {verdict} "
           f"(score {_num(result.final_metrics['score'])}, cosine {_num(result.final_metrics['cosine'])})")
     if isinstance(typed, dict):
-        _print_typed(typed, result.mode.value, str(typed.get("target", "TARGET")))
+        _print_typed(typed, result.mode.value, str(typed.get("target", "TARGET")), data=data)
     calls = {role: n for role, n in result.invocations.items() if role in result.backend_calls} or \
         dict(result.invocations)  # search_tests counts the search's tests, not backend calls
     tests = result.invocations.get("search_tests")
@@ -160,7 +171,7 @@ def print_result(result: PrecisionResult, *, rows: int) -> None:
         print(f"note: {result.dims_note}")
 
 
-def _print_typed(typed: dict[str, object], mode: str, target: str) -> None:
+def _print_typed(typed: dict[str, object], mode: str, target: str, *, data: list[str] | None = None) -> None:
     """The typed model's own verdict (``typed_model``, see ``workflows/precision._verify_typed``), and what to do
     when it misses the tolerance: the word "verified" only for a typed model measured to meet it."""
     what = "mixed_precision_typed.onnx (float16 types, the model to deploy)"
@@ -178,6 +189,19 @@ def _print_typed(typed: dict[str, object], mode: str, target: str) -> None:
     tried = (f"; keeping {', '.join(map(shown, added))} in FP32 as well did not bring it within the tolerance"
              if added else "")
     print(f"NOT verified: {what} {how}{tried}")
+    plain = typed.get("unoptimized")
+    if isinstance(plain, dict) and plain.get("meets"):
+        level = plain["opt_level"]
+        unoptimized = BackendSpec.parse(target).with_options(opt_level=str(level))
+        print(f"  with the target's optimizations off (opt_level={level}) it meets the tolerance (score "
+              f"{_num(float(str(plain['score'])))}): an optimization pass breaks it, not a float16 kernel")
+        command = shlex.join(["graphbisect", "passes", "mixed_precision_typed.onnx", "--oracle", str(unoptimized),
+                              "--target", target, *(data or [])])
+        print(f"what to do: deploy the typed model on {unoptimized} (measured above), or find the pass: "
+              f"`{command}` (in the output folder{'' if data is not None else ', with the same inputs'}; it compares "
+              "the two builds of the typed model at its own tight default tolerance) names it and the option that "
+              "disables it")
+        return
     print(f"what to do: do not deploy the typed model as it is: `graphbisect compare mixed_precision_typed.onnx "
           f"--target {target}` shows where the target's float16 kernels diverge (those nodes must stay in FP32 as "
           f"well); the overrides were verified only by emulation ({mode} storage, float32 arithmetic inside each "
