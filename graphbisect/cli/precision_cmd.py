@@ -194,13 +194,15 @@ def _print_typed(typed: dict[str, object], mode: str, target: str, *, data: list
         level = plain["opt_level"]
         unoptimized = BackendSpec.parse(target).with_options(opt_level=str(level))
         print(f"  with the target's optimizations off (opt_level={level}) it meets the tolerance (score "
-              f"{_num(float(str(plain['score'])))}): an optimization pass breaks it, not a float16 kernel")
+              f"{_num(float(str(plain['score'])))}): the target's optimizations break it, not its plain float16 "
+              "kernels")
         command = shlex.join(["graphbisect", "passes", "mixed_precision_typed.onnx", "--oracle", str(unoptimized),
                               "--target", target, *(data or [])])
-        print(f"what to do: deploy the typed model on {unoptimized} (measured above), or find the pass: "
-              f"`{command}` (in the output folder{'' if data is not None else ', with the same inputs'}; it compares "
-              "the two builds of the typed model at its own tight default tolerance) names it and the option that "
-              "disables it")
+        print(f"what to do: deploy the typed model on {unoptimized} (measured above to meet the tolerance), or "
+              f"look for the pass: `{command}` (in the output folder"
+              f"{'' if data is not None else ', with the same inputs'}) lists the passes that change its values "
+              "between the two builds, at that command's own tight default tolerance, so it may also name passes "
+              "whose effect alone is within yours")
         return
     print(f"what to do: do not deploy the typed model as it is: `graphbisect compare mixed_precision_typed.onnx "
           f"--target {target}` shows where the target's float16 kernels diverge (those nodes must stay in FP32 as "

@@ -653,7 +653,8 @@ def _typed_unoptimized(session: _Session, lowering: Lowering, proc: BackendProce
     Why: a graph optimization may be what breaks a float16 model, not a kernel. On the 1,493-node PicoDet,
     ONNX Runtime's ConvBNFusion folds each BatchNormalization into float16 Conv weights: the typed model scores
     1.82 tolerances at ``opt_level=all`` and 0.30 at ``disable``. The repair cannot see it (its probe exposes the
-    Conv outputs, which prevents the fusion); `graphbisect passes` names the pass.
+    Conv outputs, which prevents the fusion); `graphbisect passes` on the typed model (oracle: the target at
+    ``disable``) at the search's tolerance named ConvBNFusion there.
     """
     spec = BackendSpec.parse(target)
     _, info = resolve(spec, require_available=False)
