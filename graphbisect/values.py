@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import pickle
 import zipfile
 from collections.abc import Callable, Mapping
@@ -450,7 +451,12 @@ def entry_nbytes(entry: Mapping[str, Any]) -> int:
         return sum(entry_nbytes(item) for item in entry["sequence"])
     if "optional" in entry:
         return 0 if entry["optional"] is None else entry_nbytes(entry["optional"])
-    return int(np.dtype(entry["dtype"]).itemsize * int(np.prod(entry["shape"], dtype=np.int64)))
+    return _itemsize(entry["dtype"]) * math.prod(int(dim) for dim in entry["shape"])
+
+
+@functools.lru_cache(maxsize=256)
+def _itemsize(dtype: str) -> int:
+    return np.dtype(dtype).itemsize
 
 
 def bit_identical(a: Any, b: Any) -> bool:

@@ -450,7 +450,6 @@ def compare_to_store(outputs: Mapping[str, Any], names: Sequence[str], store_dir
     for window in store.windows(stored, count=COMPARE_WINDOW):
         items = [(name, store.get(name), _as_stored(outputs[name])) for name in window]
         rows.extend(s.to_row() for s in compare_many(items, tol))
-        del items
     return {"fields": list(STATS_FIELDS), "rows": rows}
 
 

@@ -8,7 +8,7 @@ exact environment, that has imported nothing of its backend yet. The backend lib
 the worker after the fork, so no backend state (sessions, thread pools, kernel caches, the library's own
 threads) is ever shared or inherited: a forked worker is as fresh as a started one.
 
-Two rules keep a fork as faithful as an exec:
+These rules keep a fork as faithful as an exec:
 
 * a zygote forks only while it has one thread (``/proc/self/task``): a library that started a thread at
   import (numpy's OpenBLAS for a backend that computes with numpy, a ``sitecustomize`` that imports a
@@ -28,8 +28,8 @@ interpreter.
 
 Protocol: the host and its zygote share a ``SOCK_SEQPACKET`` Unix socket pair; each message is one JSON
 object. The zygote says ``{"ready": true, "threads": n}`` once it has imported, then answers
-``{"op": "spawn", "argv": [...], "env": {...}, "cwd": dir, "log": path, "package": dir, "id": n}`` (with the
-worker's request and reply pipes attached as ``SCM_RIGHTS``) with ``{"id": n, "pid": p}`` or
+``{"op": "spawn", "argv": [...], "env": {...}, "cwd": dir, "log": path, "package": dir, "id": n}`` (``env``:
+the :data:`PER_WORKER` variables; with the worker's request and reply pipes attached as ``SCM_RIGHTS``) with ``{"id": n, "pid": p}`` or
 ``{"id": n, "refused": why}``, and sends ``{"exited": p, "status": s}`` (``subprocess``'s returncode: minus
 the signal) for each worker it reaped. It exits when the host closes its end.
 """
@@ -128,7 +128,8 @@ class _Zygote:
         with self._lock:
             self._next += 1
             ident = self._next
-            request = {"op": "spawn", "id": ident, "argv": list(argv), "env": dict(env), "cwd": str(cwd),
+            own = {k: v for k, v in env.items() if k in PER_WORKER}  # the rest is the zygote's own start's
+            request = {"op": "spawn", "id": ident, "argv": list(argv), "env": own, "cwd": str(cwd),
                        "log": str(log), "package": str(package)}
             try:
                 socket.send_fds(self._sock, [json.dumps(request).encode()], list(fds))
@@ -238,7 +239,8 @@ def spawn(python: str, argv: Sequence[str], env: Mapping[str, str], *, cwd: Path
           package: Path, fds: Sequence[int]) -> ForkedProcess | None:
     """Fork the worker ``python -m graphbisect.backends.worker *argv`` from the zygote for ``python`` and
     ``env`` (started on first use), with the pipes ``fds`` (their numbers in ``argv`` are the host's and are
-    renumbered), in ``cwd``, its fds 1 and 2 appended to ``log``, its environment exactly ``env``. ``package``
+    renumbered), in ``cwd``, its fds 1 and 2 appended to ``log``, its environment what ``python`` started with
+    ``env`` has (:func:`_worker_env`). ``package``
     is the folder on ``env``'s PYTHONPATH that holds graphbisect for this worker (it differs between workers
     and is not part of the key). None where no zygote can fork it: the caller starts the worker itself (a
     zygote's failure never keeps a worker from starting)."""
