@@ -29,9 +29,9 @@ interpreter.
 Protocol: the host and its zygote share a ``SOCK_SEQPACKET`` Unix socket pair; each message is one JSON
 object. The zygote says ``{"ready": true, "threads": n}`` once it has imported, then answers
 ``{"op": "spawn", "argv": [...], "env": {...}, "cwd": dir, "log": path, "package": dir, "id": n}`` (``env``:
-the :data:`PER_WORKER` variables; with the worker's request and reply pipes attached as ``SCM_RIGHTS``) with ``{"id": n, "pid": p}`` or
-``{"id": n, "refused": why}``, and sends ``{"exited": p, "status": s}`` (``subprocess``'s returncode: minus
-the signal) for each worker it reaped. It exits when the host closes its end.
+the :data:`PER_WORKER` variables; with the worker's request and reply pipes attached as ``SCM_RIGHTS``) with
+``{"id": n, "pid": p}`` or ``{"id": n, "refused": why}``, and sends ``{"exited": p, "status": s}``
+(``subprocess``'s returncode: minus the signal) for each worker it reaped. It exits when the host closes its end.
 """
 
 from __future__ import annotations
