@@ -11,6 +11,7 @@ from __future__ import annotations
 from graphbisect.model.graph import Model, TensorType
 from graphbisect.model.io import (
     ExternalRef,
+    WeightsPool,
     copy_model,
     save_proto,
     strip_to_external,
@@ -23,6 +24,7 @@ __all__ = [
     "ExternalRef",
     "Model",
     "TensorType",
+    "WeightsPool",
     "copy_model",
     "fingerprint",
     "load_model",

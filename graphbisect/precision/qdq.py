@@ -82,6 +82,17 @@ class QdqConstants:
         self._activations: dict[str, tuple[float, int, _Constants] | None] = {}
         self._weights: dict[tuple[str, int | None], tuple[np.ndarray, _Constants]] = {}
         self._biases: dict[tuple[str, bytes], _Constants] = {}
+        self._names: dict[str, int] = {}  # per tensor name, how many keys have derived tensors from it
+
+    def _derived(self, name: str) -> str:
+        """The base name of the tensors derived from ``name`` for a new key: ``name`` for its first key,
+        ``name__k1``, ``name__k2``... for later ones (a weight two nodes read along other axes, a bias two
+        Convs scale differently), so a name always carries one value: within a candidate (where a later key
+        would otherwise take the first one's tensor) and in the weights file the candidates share
+        (:class:`~graphbisect.model.io.WeightsPool`)."""
+        seen = self._names.get(name, 0)
+        self._names[name] = seen + 1
+        return name if seen == 0 else f"{name}__k{seen}"
 
     def value(self, g: GraphRewriter, name: str) -> np.ndarray | None:
         """Initializer ``name``'s value (None for a computed tensor), read from the model once."""
@@ -108,20 +119,22 @@ class QdqConstants:
                 shape[axis] = -1
             q = np.clip(np.round(value / scales.reshape(shape)), -127, 127).astype(np.int8)
             zero = np.zeros_like(scales, dtype=np.int8) if axis is not None else np.int8(0)
+            base = self._derived(name)
             self._weights[key] = scales, (
-                numpy_helper.from_array(q, name + "__int8"),
-                numpy_helper.from_array(scales if axis is not None else np.float32(scales), name + "__wscale"),
-                numpy_helper.from_array(np.asarray(zero), name + "__wzp"))
+                numpy_helper.from_array(q, base + "__int8"),
+                numpy_helper.from_array(scales if axis is not None else np.float32(scales), base + "__wscale"),
+                numpy_helper.from_array(np.asarray(zero), base + "__wzp"))
         return self._weights[key]
 
     def bias(self, name: str, value: np.ndarray, scale: np.ndarray) -> _Constants:
         """INT32 bias ``name`` at ``scale`` (input scale × weight scales): [int32, scale, zero]."""
         key = (name, scale.astype(np.float32).tobytes())
         if key not in self._biases:
+            base = self._derived(name)
             self._biases[key] = (
-                numpy_helper.from_array(np.round(value / scale).astype(np.int32), name + "__int32"),
-                numpy_helper.from_array(scale.astype(np.float32), name + "__bscale"),
-                numpy_helper.from_array(np.zeros(scale.shape, dtype=np.int32), name + "__bzp"))
+                numpy_helper.from_array(np.round(value / scale).astype(np.int32), base + "__int32"),
+                numpy_helper.from_array(scale.astype(np.float32), base + "__bscale"),
+                numpy_helper.from_array(np.zeros(scale.shape, dtype=np.int32), base + "__bzp"))
         return self._biases[key]
 
 
@@ -152,7 +165,7 @@ class _QdqLowering:
     def weight(self, node: onnx.NodeProto, name: str, value: np.ndarray) -> tuple[str, np.ndarray]:
         axis = weight_axis(node, value.ndim, self.opset)
         scales, tensors = self.constants.weight(name, value, axis)
-        out = name + "__dqw"
+        out = tensors[0].name.removesuffix("__int8") + "__dqw"  # per key, as the tensors are named
         attrs: dict[str, int] = {"axis": axis} if axis is not None else {}
 
         def make() -> None:
@@ -162,10 +175,11 @@ class _QdqLowering:
         return self.g.once(out, make), scales
 
     def bias(self, name: str, value: np.ndarray, scale: np.ndarray) -> str:
-        out = name + "__dqb"
+        tensors = self.constants.bias(name, value, scale)
+        out = tensors[0].name.removesuffix("__int32") + "__dqb"  # per key, as the tensors are named
 
         def make() -> None:
-            b, s, z = (self.g.add_initializer(t) for t in self.constants.bias(name, value, scale))
+            b, s, z = (self.g.add_initializer(t) for t in tensors)
             self.g.node("DequantizeLinear", [b, s, z], [out], axis=0)
 
         return self.g.once(out, make)

@@ -43,7 +43,7 @@ from graphbisect.backends.process import CompareTo
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.engine import Evaluator, Outcome, SearchResult, TestResult, bisect_prefix, probdd
 from graphbisect.localize.layerwise import LayerwiseReport
-from graphbisect.model.io import remove_model, save_proto
+from graphbisect.model.io import WeightsPool, remove_model, save_proto
 from graphbisect.precision.lowering import Lowering
 
 __all__ = [
@@ -103,11 +103,16 @@ class PrecisionTester:
     the runtime's ``load_key`` makes the worker reload when the pins change). Measurements may run in
     parallel threads (``proc`` a worker pool) when the lowering rewrites the model (one file per keep-set);
     runtime pins share the one pin file, so they must not.
+
+    Candidates share one weights file (``share_weights``, :class:`~graphbisect.model.io.WeightsPool`): each
+    is saved as its graph, its large initializers read from that file by ONNX external data. A tester whose
+    one model is what a user gets (a verification) passes False and runs the model as it is delivered,
+    its weights inline.
     """
 
     def __init__(self, lowering: Lowering, proc: ModelRunner, workdir: Path, inputs: Path, *,
                  expected: Mapping[str, np.ndarray], tol: Tolerance, pin_file: Path | None = None,
-                 run_model: Path | None = None) -> None:
+                 run_model: Path | None = None, share_weights: bool = True) -> None:
         if lowering.runtime_pins and pin_file is None:
             raise ValueError("a runtime-pins lowering needs the pin_file its target reads")
         if run_model is not None and not lowering.runtime_pins:
@@ -117,6 +122,7 @@ class PrecisionTester:
         #: the largest peak memory a target worker reported for a measurement (``RunResult.peak_memory``)
         self.peak_memory: int | None = None
         workdir.mkdir(parents=True, exist_ok=True)
+        self._pool = WeightsPool(workdir) if share_weights and run_model is None else None
 
     def measure(self, keep: frozenset[int], expose: Sequence[str] = (), *,
                 compare_to: CompareTo | None = None) -> Measurement:
@@ -130,7 +136,10 @@ class PrecisionTester:
         if self.run_model is not None:
             run = self.proc.run(self.run_model, self.inputs)
         else:
-            save_proto(self.lowering.lower(keep, expose), path, durable=False)  # deleted after its run: no fsync
+            proto = self.lowering.lower(keep, expose)
+            if self._pool is not None:
+                proto = self._pool.strip(proto)
+            save_proto(proto, path, durable=False)  # deleted after its run: no fsync
             try:
                 run = self.proc.run(path, self.inputs, **({"compare_to": compare_to} if compare_to else {}))
             finally:

@@ -633,7 +633,7 @@ def _verify(session: _Session, lowering: Lowering, target: str, tol: Tolerance, 
     with BackendProcess(target, workdir=session.workdir / "verify") as proc:
         measured = PrecisionTester(lowering, proc, session.workdir / "verify-candidates", session.inputs_path,
                                    expected=session.expected, tol=tol, pin_file=session.pin_file,
-                                   run_model=session.run_model).measure(keep)
+                                   run_model=session.run_model, share_weights=False).measure(keep)
         typed_verdict: dict[str, Any] | None = None
         typed_keep = keep
         if _writes_typed(lowering):
@@ -669,7 +669,7 @@ def _typed_unoptimized(session: _Session, lowering: Lowering, proc: BackendProce
     proc.reconfigure(lowest)
     try:
         found = PrecisionTester(typed, proc, session.workdir / "verify-typed-unoptimized", session.inputs_path,
-                                expected=session.expected, tol=tol).measure(keep)
+                                expected=session.expected, tol=tol, share_weights=False).measure(keep)
     finally:
         proc.reconfigure(spec)
     if not found.run.ok:
@@ -695,7 +695,7 @@ def _verify_typed(session: _Session, lowering: Lowering, proc: ModelRunner, tol:
     """
     typed = Lowering(lowering.model, lowering.mode, typed=True)
     tester = PrecisionTester(typed, proc, session.workdir / "verify-typed", session.inputs_path,
-                             expected=session.expected, tol=tol)
+                             expected=session.expected, tol=tol, share_weights=False)  # the model as delivered
     found = tester.measure(keep)
     added: list[int] = []
     while not found.meets and found.run.ok and len(added) < _REPAIR_ROUNDS:

@@ -11,6 +11,7 @@ from model_builders import chain_model, run, weighted_model
 
 from graphbisect.model import (
     ExternalRef,
+    WeightsPool,
     load_model,
     save_proto,
     strip_to_external,
@@ -115,3 +116,37 @@ def test_loading_a_candidate_resolves_the_shared_weights(tmp_path: Path) -> None
     refs = write_weights_file(model, tmp_path / "weights.bin")
     path = save_proto(strip_to_external(model.proto, refs), tmp_path / "candidate.onnx")
     assert load_model(path).fingerprint == model.fingerprint
+
+
+def test_a_weights_pool_writes_each_initializer_once_as_candidates_bring_them(tmp_path: Path) -> None:
+    """A lowering makes weights as candidates come (a weight's int8 copy): the pool appends what it has not
+    seen, a candidate costs its graph, and a name seen again with another shape is refused (one name, one
+    value: else a candidate would silently read another tensor's bytes)."""
+    model = load_model(weighted_model(256))
+    pool = WeightsPool(tmp_path)
+    x = np.random.default_rng(2).standard_normal((1, 256)).astype(np.float32)
+    first = save_proto(pool.strip(model.proto), tmp_path / "a.onnx")
+    size = pool.path.stat().st_size
+    assert size >= 2 * 256 * 256 * 4 and first.stat().st_size < 2048
+    np.testing.assert_array_equal(run(first, {"x": x})["y"], run(model.proto, {"x": x})["y"])
+
+    grown = onnx.ModelProto()
+    grown.CopyFrom(model.proto)  # a candidate that brings a new weight: y = (...) @ W3
+    w3 = np.random.default_rng(3).standard_normal((256, 256)).astype(np.float32)
+    grown.graph.initializer.append(onnx.numpy_helper.from_array(w3, "W3"))
+    grown.graph.node[-1].output[0] = "y0"
+    grown.graph.node.append(onnx.helper.make_node("MatMul", ["y0", "W3"], ["y"], name="mm3"))
+    second = save_proto(pool.strip(grown), tmp_path / "b.onnx")
+    assert pool.path.stat().st_size >= size + 256 * 256 * 4 and second.stat().st_size < 2048
+    np.testing.assert_allclose(run(second, {"x": x})["y"], run(grown, {"x": x})["y"], rtol=1e-6)
+    grown_size = pool.path.stat().st_size
+    again = save_proto(pool.strip(model.proto), tmp_path / "c.onnx")  # nothing new: nothing written
+    assert pool.path.stat().st_size == grown_size and again.stat().st_size < 2048
+
+    other = onnx.ModelProto()
+    other.CopyFrom(model.proto)
+    other.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(np.ones((256, 128), np.float32), "W1"))
+    with pytest.raises(ValueError, match="'W1'"):
+        pool.strip(other)
+    pool.close()
+    assert not pool.path.exists()

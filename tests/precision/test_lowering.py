@@ -126,3 +126,34 @@ def _values(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], tmp: Path, spe
         run = proc.run(path, feeds)
         assert run.ok, run.describe()
         return np.asarray(run.outputs["y"])
+
+
+def test_a_weight_two_nodes_quantize_along_different_axes_gets_a_tensor_for_each(tmp_path: Path) -> None:
+    """Gemm(transB=1) quantizes its weight per row, MatMul per column: one initializer read by both must give
+    two INT8 tensors, each with its own scales, and the MatMul must read its own (not the Gemm's)."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 8)).astype(np.float32) * np.arange(1, 9, dtype=np.float32)  # scales differ by axis
+    nodes = [onnx.helper.make_node("Gemm", ["x", "W"], ["h"], name="gemm", transB=1),
+             onnx.helper.make_node("MatMul", ["h", "W"], ["y"], name="matmul")]
+    graph = onnx.helper.make_graph(
+        nodes, "shared_weight", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8])],
+        [onnx.numpy_helper.from_array(w, "W")])
+    model = load_model(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]))
+    x = rng.standard_normal((1, 8)).astype(np.float32)
+    h = x @ w.T
+    low = Lowering(model, PrecisionMode.INT8, Calibration.from_tensors({"x": x, "h": h, "y": h @ w}))
+    proto = low.lower(keep_fp32=())
+    int8 = {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer
+            if t.data_type == onnx.TensorProto.INT8 and t.name.endswith("__int8")}
+    assert len(int8) == 2, sorted(int8)
+    dq = {n.output[0]: n for n in proto.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in int8}
+    reads = {n.name: next(i for i in n.input if i in dq) for n in proto.graph.node if n.op_type in ("Gemm", "MatMul")}
+    axes = {name: next(a.i for a in dq[out].attribute if a.name == "axis") for name, out in reads.items()}
+    assert axes == {"gemm": 0, "matmul": 1}
+    for name, axis in axes.items():  # each dequantized weight is W on its own per-channel grid
+        scales = np.abs(w).max(axis=1 - axis) / 127
+        grid = np.round(w / np.expand_dims(scales, 1 - axis)) * np.expand_dims(scales, 1 - axis)
+        weight, scale = dq[reads[name]].input[:2]
+        stored = onnx.numpy_helper.to_array(next(t for t in proto.graph.initializer if t.name == scale))
+        np.testing.assert_allclose(int8[weight] * np.expand_dims(stored, 1 - axis), grid, rtol=1e-6, atol=1e-7)

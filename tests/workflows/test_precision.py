@@ -75,7 +75,7 @@ def _check_necessary(model: Model, mode: PrecisionMode, feeds: dict[str, np.ndar
         model.output_names, _oracle(model, feeds))}
     with BackendProcess(target, workdir=tmp / "check") as proc:
         tester = PrecisionTester(low, proc, tmp / "cands", tmp / "inputs.npz", expected=expected, tol=tol,
-                                 pin_file=pin_file)
+                                 pin_file=pin_file, share_weights=False)  # not the search's weights file
         assert tester.measure(keep).meets
         for u in keep:
             assert not tester.measure(keep - {u}).meets, f"{low.names([u])} is not necessary"
@@ -126,6 +126,30 @@ def test_minimal_fp32_set_is_verified_necessary_and_beats_the_prefix(case: str, 
     _check_necessary(model, mode, feeds, result, tmp_path)
     assert (tmp_path / "out" / "mixed_precision.onnx").is_file()
     onnx.checker.check_model(str(tmp_path / "out" / "mixed_precision.onnx"))
+
+
+@pytest.mark.parametrize("mode", [PrecisionMode.INT8, PrecisionMode.FP16], ids=["int8", "fp16"])
+def test_candidates_read_through_the_shared_weights_file_compute_what_the_inline_model_computes(
+        mode: PrecisionMode, tmp_path: Path) -> None:
+    """The search saves each candidate as its graph over one weights file (its int8 weights appended as they
+    are made); the target must compute bit for bit what it computes from the model with its weights inline."""
+    model, feeds = load_model(residual_cnn()), cnn_inputs()
+    low = _lowering(model, mode, feeds)
+    np.savez(tmp_path / "inputs.npz", **feeds)
+    expected = {name: np.asarray(v) for name, v in zip(model.output_names, _oracle(model, feeds))}
+    n = len(low.units)
+    with BackendProcess(TARGET, workdir=tmp_path / "w") as proc:
+        shared, inline = (PrecisionTester(low, proc, tmp_path / what, tmp_path / "inputs.npz", expected=expected,
+                                          tol=TOL, share_weights=what == "shared") for what in ("shared", "inline"))
+        for keep in (frozenset(), frozenset(range(0, n, 2)), frozenset(range(1, n, 3)), frozenset(range(n))):
+            a, b = shared.measure(keep), inline.measure(keep)
+            assert a.run.ok and b.run.ok
+            for name in expected:
+                np.testing.assert_array_equal(a.run.outputs[name], b.run.outputs[name])
+    pool = list((tmp_path / "shared").glob("weights-*.bin"))
+    assert len(pool) == 1 and pool[0].stat().st_size > sum(
+        t.ByteSize() for t in model.proto.graph.initializer if t.ByteSize() > 4096)
+    assert not list((tmp_path / "inline").glob("weights-*.bin"))
 
 
 def test_transformer_fp16_finds_the_layernorm_variance_branch(tmp_path: Path) -> None:
