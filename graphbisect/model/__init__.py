@@ -11,7 +11,6 @@ from __future__ import annotations
 from graphbisect.model.graph import Model, TensorType
 from graphbisect.model.io import (
     ExternalRef,
-    WeightsPool,
     copy_model,
     save_proto,
     strip_to_external,
@@ -24,7 +23,6 @@ __all__ = [
     "ExternalRef",
     "Model",
     "TensorType",
-    "WeightsPool",
     "copy_model",
     "fingerprint",
     "load_model",

@@ -47,6 +47,7 @@ from graphbisect.model.io import WeightsPool, remove_model, save_proto
 from graphbisect.precision.lowering import Lowering
 
 __all__ = [
+    "DENSE_AFTER",
     "Measurement",
     "ModelRunner",
     "PrecisionTester",
@@ -158,6 +159,13 @@ class PrecisionTester:
         return TestResult(Outcome.FAIL if found.meets else Outcome.PASS, detail=found.metrics()["score"])
 
 
+DENSE_AFTER = 32
+"""ProbDD's tests after which the search estimates how many units must stay in FP32 and, when most must,
+leaves them to the one-by-one sweep (:mod:`graphbisect.engine.probdd`, "Dense answers"): int8 error is
+cumulative, so an answer can be most of the model (the 502-unit CRNN keeps ~two thirds). Reduce's answers are a
+few nodes; it does not check."""
+
+
 def search_keep_fp32(ev: Evaluator, prior: Mapping[int, float] | None = None) -> SearchResult:
     """A 1-minimal set of units to keep in FP32 (``ev`` must test keep-sets with :class:`PrecisionTester`).
 
@@ -166,7 +174,7 @@ def search_keep_fp32(ev: Evaluator, prior: Mapping[int, float] | None = None) ->
     """
     if ev.evaluate(frozenset(), phase="all-lowered").outcome is Outcome.FAIL:
         return probdd(ev, start=frozenset(), phase="probdd")
-    return probdd(ev, prior=prior, phase="probdd", margin=error_margin)
+    return probdd(ev, prior=prior, phase="probdd", margin=error_margin, dense_after=DENSE_AFTER)
 
 
 def error_margin(result: TestResult) -> float | None:

@@ -8,9 +8,10 @@ Steps and their backend runs:
    the oracle without any lowering: use ``compare``/``reduce``), then everything lowered (1 run);
 3. **evidence**: ``sensitivity=True`` → 2 runs per unit (ranked table, chart, priors); otherwise 1 probed
    run of the fully lowered model → layerwise error amplification → priors;
-4. **search**: ProbDD with those priors and the 1-minimality sweep; which kept nodes break the tolerance
-   alone (``|keep|`` runs, free with sensitivity; by default only when at most :data:`ALONE_AUTO_MAX` nodes
-   are kept, see "Single-node checks"); Polygraphy's prefix answer (≈ log2 n runs);
+4. **search**: ProbDD with those priors and the 1-minimality sweep (where most units must stay FP32, ProbDD
+   hands over to the sweep early: :data:`~graphbisect.strategies.precision.DENSE_AFTER`); which kept nodes
+   break the tolerance alone (``|keep|`` runs, free with sensitivity; by default only when at most
+   :data:`ALONE_AUTO_MAX` nodes are kept, see "Single-node checks"); Polygraphy's prefix answer (≈ log2 n runs);
 5. **verification** in a fresh target worker: the model with the answer applied meets the tolerance; for
    FP16 the typed model written with it (real float16 kernels) is run there too and gets its own verdict,
    which the result's ``meets_tolerance`` requires (it is what a user deploys); when it misses, a bounded

@@ -13,6 +13,7 @@ import pytest
 from engine_helpers import Recorder, any_clause, assert_one_minimal, dependency_closure, random_function
 
 from graphbisect.engine import Evaluator, Outcome, SearchResult, TestResult, ddmin, probdd, sweep
+from graphbisect.engine.probdd import UNGAR, density_estimate
 
 ALGORITHMS = {"ddmin": ddmin, "probdd": probdd}
 
@@ -172,6 +173,41 @@ def test_probdd_priors_steer_the_search() -> None:
     informed = probdd(Evaluator(Recorder({culprit}), 1024), prior={culprit: 0.9, culprit + 1: 0.5})
     assert informed.keep == plain.keep == {culprit}
     assert informed.stats.tests < plain.stats.tests
+
+
+@pytest.mark.parametrize("n, needed, seed", [(200, 140, 0), (502, 352, 1), (502, 150, 2), (100, 45, 3)])
+def test_probdd_hands_a_dense_answer_to_the_sweep_with_fewer_tests(n: int, needed: int, seed: int) -> None:
+    """Where most units are needed (int8 precision keeps ~70 % in FP32) ProbDD's group removals nearly all fail;
+    with ``dense_after`` it estimates that and leaves the rest to one-by-one removal: the same answer (a
+    monotone failure has one), at least a fifth fewer tests."""
+    culprits = set(random.Random(seed).sample(range(n), needed))
+    plain = probdd(Evaluator(Recorder(culprits), n))
+    dense = probdd(Evaluator(Recorder(culprits), n), dense_after=32)
+    assert dense.keep == plain.keep == culprits and dense.minimal
+    assert dense.stats.tests < 0.8 * plain.stats.tests, (dense.stats.tests, plain.stats.tests)
+
+
+@pytest.mark.parametrize("n, needed, seed", [(200, 1, 0), (200, 9, 1), (1000, 9, 2), (1000, 30, 3), (3000, 6, 4),
+                                             (24, 13, 5), (100, 20, 6)])
+def test_probdd_keeps_searching_by_groups_when_few_units_are_needed(n: int, needed: int, seed: int) -> None:
+    """A sparse answer (a reduction's few nodes) or a nearly finished search: the check changes nothing."""
+    culprits = set(random.Random(seed).sample(range(n), needed))
+    plain, dense = (Recorder(culprits), Recorder(culprits))
+    assert probdd(Evaluator(plain, n)).keep == probdd(Evaluator(dense, n), dense_after=32).keep == culprits
+    assert dense.calls == plain.calls
+
+
+def test_density_estimate_is_the_maximum_likelihood_of_the_removals() -> None:
+    assert density_estimate([(1, True)] * 3 + [(1, False)] * 7) == pytest.approx(0.7, abs=1e-6)
+    assert density_estimate([(300, False), (100, False), (4, False)]) == 1.0  # no removal ever succeeded
+    rng = random.Random(7)
+    for rho in (0.05, 0.4, 0.7):
+        removals = []
+        for _ in range(4000):
+            g = rng.choice((1, 2, 3, 5, 8))
+            removals.append((g, all(rng.random() >= rho for _ in range(g))))
+        assert density_estimate(removals) == pytest.approx(rho, abs=0.03)
+    assert pytest.approx(0.381966, abs=1e-6) == UNGAR
 
 
 @pytest.mark.parametrize("name", [*ALGORITHMS, "sweep"])

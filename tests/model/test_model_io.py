@@ -11,13 +11,13 @@ from model_builders import chain_model, run, weighted_model
 
 from graphbisect.model import (
     ExternalRef,
-    WeightsPool,
     load_model,
     save_proto,
     strip_to_external,
     write_weights_file,
 )
 from graphbisect.model import io as model_io
+from graphbisect.model.io import WeightsPool
 
 
 def test_save_roundtrips_and_leaves_no_temporary_files(tmp_path: Path) -> None:

@@ -26,14 +26,21 @@ from graphbisect.cli.main import main
 from graphbisect.compare import Tolerance
 from graphbisect.errors import InputError
 from graphbisect.examples import transformer_inputs
-from graphbisect.examples.precision_models import cancelling_net, cnn_inputs, residual_cnn, sensitive_transformer
+from graphbisect.examples.precision_models import (
+    cancelling_net,
+    cnn_inputs,
+    drift_chain,
+    drift_chain_inputs,
+    residual_cnn,
+    sensitive_transformer,
+)
 from graphbisect.model import Model, load_model
 from graphbisect.options import usable_cpus
 from graphbisect.oracle.tester import WorkerPool
 from graphbisect.precision.calibration import Calibration, CalibrationMethod
 from graphbisect.precision.lowering import Lowering
 from graphbisect.precision.modes import PrecisionMode
-from graphbisect.strategies.precision import PrecisionTester
+from graphbisect.strategies.precision import DENSE_AFTER, PrecisionTester
 from graphbisect.workflows.precision import PrecisionResult, find_precision
 
 TOL = Tolerance(atol=0.05, rtol=0.05)
@@ -150,6 +157,20 @@ def test_candidates_read_through_the_shared_weights_file_compute_what_the_inline
     assert len(pool) == 1 and pool[0].stat().st_size > sum(
         t.ByteSize() for t in model.proto.graph.initializer if t.ByteSize() > 4096)
     assert not list((tmp_path / "inline").glob("weights-*.bin"))
+
+
+def test_a_dense_int8_answer_is_left_to_one_by_one_removal_and_is_one_minimal_on_real_int8_kernels(
+        tmp_path: Path) -> None:
+    """Int8 error that adds up (``drift_chain``): most units must stay FP32. ProbDD hands over to the sweep after
+    DENSE_AFTER tests; the answer meets the tolerance in a fresh worker and, checked apart from the search,
+    none of its nodes can be lowered."""
+    model, feeds = load_model(drift_chain()), drift_chain_inputs()
+    tol = Tolerance(atol=0.015, rtol=0.0)
+    result = find_precision(model, mode=PrecisionMode.INT8, inputs=feeds, tolerance=tol)
+    assert result.meets_tolerance and result.minimal
+    assert len(result.keep_fp32) >= 0.6 * len(result.units), len(result.keep_fp32)
+    assert result.extra["tests_by_phase"]["probdd"] == DENSE_AFTER  # type: ignore[index]
+    _check_necessary(model, PrecisionMode.INT8, feeds, result, tmp_path, tol=tol)
 
 
 def test_transformer_fp16_finds_the_layernorm_variance_branch(tmp_path: Path) -> None:
