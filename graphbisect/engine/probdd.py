@@ -28,7 +28,7 @@ one test per atom plus its proof pass. Removing one atom at a time is the best g
 needed with probability at least :data:`UNGAR` ((3 - √5) / 2 ≈ 0.38; Ungar, 1960). With ``dense_after``,
 ProbDD estimates that probability once, after that many tests, by maximum likelihood over the groups it
 removed (a removal of ``g`` atoms succeeds with probability ``(1 - ρ)**g``), and above :data:`UNGAR` it stops
-and leaves the rest to the sweep. On that CRNN: 2,049 → 1,250 tests for a 1-minimal answer (329 units, not
+and leaves the rest to the sweep. On that CRNN: 2,049 → 1,282 tests for a 1-minimal answer (329 units, not
 352: another local minimum). Before enough tests the estimate is unreliable (all removals of large groups fail
 for any density above ~1/size), so the check is made once, late enough that groups have shrunk.
 

@@ -296,7 +296,7 @@ class WeightsPool:
     copy), one set per node it lowers, so which exist is known only as candidates come: :meth:`strip`
     appends each initializer the pool has not seen (by name, at least ``min_bytes``, raw-storable) and
     returns the candidate with every pooled initializer pointing into the file — a few hundred KB to save
-    instead of the model's size (a 19 MB int8 CRNN: 50-70 ms of serializing and writing per candidate,
+    instead of the model's size (a 19 MB int8 CRNN: 44-68 ms of serializing and writing per candidate,
     and the target parses less).
 
     A name must always carry the same value (a lowering names each tensor it makes after everything the

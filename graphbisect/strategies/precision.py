@@ -151,6 +151,11 @@ class PrecisionTester:
         comparison = compare_outputs(self.expected, run.outputs, self.tol, names) if run.ok else None
         return Measurement(run, comparison)
 
+    def close(self) -> None:
+        """Remove the candidates' shared weights file (the tester can measure no more)."""
+        if self._pool is not None:
+            self._pool.close()
+
     def __call__(self, keep: frozenset[int]) -> TestResult:
         found = self.measure(keep)
         if not found.run.ok:

@@ -426,16 +426,17 @@ def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tole
     """The search; ``lowering`` None: op-type pins, whose units the target reports (see the module docs)."""
     workers = (contextlib.closing(WorkerPool(target, jobs, session.workdir / "target")) if jobs > 1
                else BackendProcess(target, workdir=session.workdir / "target"))
-    with workers as proc:
+    with workers as proc, contextlib.ExitStack() as cleanup:
         known: dict[frozenset[int], Measurement] = {}
         if lowering is None:
             assert mode is not None
             stage(f"asking the target which op types it computes in {mode.value}")
             lowering, known = _discover_op_types(session, mode, proc, target, tol)
         n = len(lowering.units)
-        tester = PrecisionTester(lowering, proc, session.workdir / "candidates", session.inputs_path,
-                                 expected=session.expected, tol=tol, pin_file=session.pin_file,
-                                 run_model=session.run_model)
+        tester = cleanup.enter_context(contextlib.closing(  # closed: its candidates' weights file is scratch
+            PrecisionTester(lowering, proc, session.workdir / "candidates", session.inputs_path,
+                            expected=session.expected, tol=tol, pin_file=session.pin_file,
+                            run_model=session.run_model)))
         ev = Evaluator(tester, n, allow_empty=True, budget=Budget(max_invocations=max_invocations),
                        on_progress=on_progress, jobs=jobs)
         for keep, measured in known.items():  # runs the discovery made already

@@ -166,8 +166,9 @@ def test_a_dense_int8_answer_is_left_to_one_by_one_removal_and_is_one_minimal_on
     none of its nodes can be lowered."""
     model, feeds = load_model(drift_chain()), drift_chain_inputs()
     tol = Tolerance(atol=0.015, rtol=0.0)
-    result = find_precision(model, mode=PrecisionMode.INT8, inputs=feeds, tolerance=tol)
+    result = find_precision(model, mode=PrecisionMode.INT8, inputs=feeds, tolerance=tol, workdir=tmp_path / "work")
     assert result.meets_tolerance and result.minimal
+    assert (tmp_path / "work").is_dir() and not list((tmp_path / "work").rglob("weights-*.bin"))  # scratch gone
     assert len(result.keep_fp32) >= 0.6 * len(result.units), len(result.keep_fp32)
     assert result.extra["tests_by_phase"]["probdd"] == DENSE_AFTER  # type: ignore[index]
     _check_necessary(model, PrecisionMode.INT8, feeds, result, tmp_path, tol=tol)
