@@ -187,7 +187,8 @@ class ProgressEvent:
 
     ``proof_runs``: the runs the current best set still needs before it can be called 1-minimal (its
     single removals not tested yet), were it the answer; None while it has more than
-    :data:`~graphbisect.engine.search.PROOF_SHOWN_UP_TO` atoms or no search holds one. A smaller failing
+    :data:`~graphbisect.engine.search.PROOF_SHOWN_UP_TO` atoms (``PROOF_SHOWN_UP_TO_SINGLE`` when every atom is
+    one unit and there is no closure, as in ``precision``) or no search holds one. A smaller failing
     set found meanwhile needs its own. ``seconds_per_run``: this session's elapsed time per invocation so
     far (None before the first), so ``proof_runs * seconds_per_run`` is what that proof would take at the
     pace so far: the expected remaining cost of a search that has found its answer.

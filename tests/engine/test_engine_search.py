@@ -13,7 +13,9 @@ import pytest
 from engine_helpers import Recorder, any_clause, assert_one_minimal, dependency_closure, random_function
 
 from graphbisect.engine import Evaluator, Outcome, SearchResult, TestResult, ddmin, probdd, sweep
+from graphbisect.engine.cache import encode_key
 from graphbisect.engine.probdd import UNGAR, density_estimate
+from graphbisect.engine.search import PROOF_SHOWN_UP_TO, SearchRun, _removal_keys
 
 ALGORITHMS = {"ddmin": ddmin, "probdd": probdd}
 
@@ -208,6 +210,32 @@ def test_density_estimate_is_the_maximum_likelihood_of_the_removals() -> None:
             removals.append((g, all(rng.random() >= rho for _ in range(g))))
         assert density_estimate(removals) == pytest.approx(rho, abs=0.03)
     assert pytest.approx(0.381966, abs=1e-6) == UNGAR
+
+
+def test_removal_keys_are_the_cache_keys_of_each_single_removal() -> None:
+    for seed in range(200):
+        rng = random.Random(seed)
+        keep = frozenset(u for u in range(rng.randint(1, 90)) if rng.random() < rng.random())
+        units = sorted(keep, key=lambda _: rng.random())
+        assert _removal_keys(keep, units) == [encode_key(keep - {u}) for u in units], sorted(keep)
+
+
+@pytest.mark.parametrize("n", [200, 502])
+def test_the_proof_runs_of_a_precision_sized_set_are_counted(n: int) -> None:
+    """Single-unit atoms and no closure (precision's 502-unit CRNN): the progress line's "1-minimal in N runs" is
+    counted up to PROOF_SHOWN_UP_TO_SINGLE atoms, and the count is the one the general way gives."""
+    ev = Evaluator(lambda keep: Outcome.PASS, n)
+    keep = frozenset(u for u in range(n) if u % 3)
+    run = SearchRun(ev, keep, None, "sweep")
+    assert run.proof_runs() == len(keep)
+    for u in sorted(keep)[::7]:
+        ev.evaluate(keep - {u})
+    expected = len(keep) - len(sorted(keep)[::7])
+    assert run.proof_runs() == expected
+    general = Evaluator(lambda keep: Outcome.PASS, n, closure=lambda k: k)
+    general.cache = ev.cache
+    general_run = SearchRun(general, keep, None, "sweep")
+    assert general_run.proof_runs() == (expected if len(keep) <= PROOF_SHOWN_UP_TO else None)
 
 
 @pytest.mark.parametrize("name", [*ALGORITHMS, "sweep"])
