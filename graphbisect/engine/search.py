@@ -346,7 +346,7 @@ def _removal_keys(keep: frozenset[int], units: Iterable[int]) -> list[str]:
             runs[-1] = (runs[-1][0], unit)
         else:
             runs.append((unit, unit))
-    parts = [str(a) if a == b else f"{a}-{b}" for a, b in runs]
+    parts = [_span(a, b) for a, b in runs]
     starts = [a for a, _ in runs]
     keys = []
     for unit in units:
