@@ -74,7 +74,8 @@ class Lowering:
         """The model with every unit lowered except ``keep_fp32`` (unit numbers, not node indices)."""
         if self.runtime_pins:
             return self.model.with_outputs(list(expose))  # the target lowers; see pinned()
-        lowered = {node for u, node in enumerate(self.units) if u not in set(keep_fp32)}
+        kept = set(keep_fp32)  # once: in the condition it was built again for every unit
+        lowered = {node for u, node in enumerate(self.units) if u not in kept}
         if self.mode is PrecisionMode.INT8:
             assert self._qdq is not None
             return lower_qdq(self.model, lowered, self._qdq, expose)
