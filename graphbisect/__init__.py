@@ -21,6 +21,7 @@ import graphbisect.tactics
 import graphbisect.triage  # noqa: F401
 from graphbisect._version import __version__
 from graphbisect.api import (
+    audit,
     compare,
     load_model,
     passes,
@@ -52,6 +53,7 @@ __all__ = [
     "Runtime",
     "SpecError",
     "__version__",
+    "audit",
     "compare",
     "load_model",
     "passes",

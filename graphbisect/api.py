@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     import numpy as np
     import onnx
 
+    from graphbisect.checker import Audit
     from graphbisect.compare import Tolerance
     from graphbisect.data import ChosenDim
     from graphbisect.engine import ProgressEvent
@@ -58,6 +59,7 @@ __all__ = [
     "ModelSource",
     "OutputCheck",
     "Tactics",
+    "audit",
     "compare",
     "load_model",
     "passes",
@@ -326,6 +328,23 @@ def verify(bundle: str | os.PathLike[str], *, target: str | None = None, trust: 
         if model is not None:
             result = recheck_original(result, loaded, Path(model), inputs=inputs)
         return result
+
+
+def audit(bundle: str | os.PathLike[str], *, trust: bool = False) -> Audit:
+    """Re-establish each claim of a bundle (folder or .zip) with plain runs (``graphbisect audit``): the target
+    fails on its model, the recorded way and as strongly; ``oracle_outputs.npz`` is what the oracle computes;
+    1-minimal; (not) flaky; the lowest failing optimization level; the ONNX specification's word. The checker
+    (:mod:`graphbisect.checker`) shares no code with the search that wrote the bundle. ``claims``: each with
+    ``holds`` True, False or None (not established) and its ``evidence``; ``holds`` of the result is False when
+    any claim is false. The recorded specs run only when known to be inert, else only with ``trust=True``.
+
+    Example:
+        >>> [(c.id, c.holds) for c in audit("bug-report").claims]            # doctest: +SKIP
+        [('expected_outputs', True), ('failure', True), ('identity', True), ('magnitude', True), ...]
+    """
+    from graphbisect.checker import audit_bundle
+
+    return audit_bundle(Path(bundle), trust=trust)
 
 
 def triage(

@@ -40,6 +40,7 @@ RESULTS: tuple[tuple[str, str], ...] = (
     ("graphbisect.workflows.passes", "PassesResult"),
     ("graphbisect.workflows.precision", "PrecisionResult"),
     ("graphbisect.workflows.verify", "Verification"),
+    ("graphbisect.checker", "Audit"),
     ("graphbisect.workflows.triage", "TriageResult"),
     ("graphbisect.workflows.tactics", "RecordResult"),
     ("graphbisect.workflows.tactics", "ReplayResult"),
@@ -114,6 +115,7 @@ TYPE_MODULES: tuple[str, ...] = (
     "graphbisect.workflows.probe", "graphbisect.workflows.alone", "graphbisect.workflows.precision",
     "graphbisect.precision", "graphbisect.precision.lowering", "graphbisect.tactics", "graphbisect.tactics.diff",
     "graphbisect.strategies.tactics", "graphbisect.triage.outcome", "graphbisect.triage.dedup",
+    "graphbisect.checker",
 )
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

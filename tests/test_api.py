@@ -29,6 +29,7 @@ PINNED = {
     "compare": "(model, *, oracle='onnxruntime:opt_level=disable', target='onnxruntime:opt_level=all', inputs=None, "
                "shapes=None, seed=0, atol=0.0001, rtol=0.001, tolerance=None, layerwise=True, all_tensors=False, "
                "workdir=None, check=None, on_stage=None)",
+    "audit": "(bundle, *, trust=False)",
     "load_model": "(source)",
     "passes": "(model, *, oracle='onnxruntime:opt_level=disable', target='onnxruntime:opt_level=all', inputs=None, "
               "shapes=None, seed=0, atol=0.0001, rtol=0.001, tolerance=None, strict_band=False, max_invocations=None, "

@@ -54,6 +54,8 @@ COMMANDS: tuple[Command, ...] = (
             "sensitivity ranking and overrides for TensorRT, ORT, Paddle, OpenVINO", "graphbisect.cli.precision_cmd"),
     Command("verify", "re-run a bundle's target: does its recorded failure still reproduce (exit 1) or is it fixed "
             "(exit 0)?", "graphbisect.cli.verify_cmd"),
+    Command("audit", "re-establish each claim of a bundle (fails, the same way, 1-minimal, flaky, lowest level...) "
+            "with plain runs, by a checker that shares no code with the search", "graphbisect.cli.audit_cmd"),
     Command("tactics", "record, replay and diff per-node kernel choices; isolate the choices that make a build "
             "fail, confirmed by replay", "graphbisect.cli.tactics_cmd"),
     Command("triage", "compare, reduce, ablate passes and bundle every model of a folder, then group the failures "

@@ -1,0 +1,483 @@
+"""Re-establish each claim a bundle makes, with plain runs only.
+
+A bundle's ``report.json`` states facts: the target fails on ``model.onnx``, in the recorded way and as strongly
+as recorded; ``oracle_outputs.npz`` is what the oracle computes; the model is 1-minimal; the target is (not)
+flaky; the lowest optimization level that fails; what the ONNX specification's reference says. :func:`audit`
+checks each one it finds with plain runs (:mod:`.runs`), compares with its own rule (:mod:`.values`) and builds
+its own removals (:mod:`.removal`). Each claim ends as holds (True), does not hold (False) or not established
+(None: the checker could not run what would decide it, and says why).
+
+**The same failure.** A value failure is the same when it fails in the same class (float values beyond
+tolerance, exact values, non-finite values, structure), on the same outputs, with the worst score within a
+decade of the recorded one, and — where the bundle records what the target compiled the failing region as
+and the target can describe its compiled graph — with a compiled node of that kind (made by that pass) in it.
+A crash is the same when its message, normalized (:func:`normalize_message`), is the recorded one's.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from graphbisect.backends.base import BackendSpec, Phase
+from graphbisect.backends.registry import resolve
+from graphbisect.checker.removal import exposed, produced_names, removal
+from graphbisect.checker.runs import Run, Runner
+from graphbisect.checker.values import Limits, bit_identical, compare_outputs, worst
+
+__all__ = ["Audit", "BundleFiles", "Claim", "audit_files", "normalize_message"]
+
+#: Bundles with more nodes than this are not checked for 1-minimality (one removal costs an oracle and a
+#: target run); the claim is then "not established" and says so.
+MAX_REMOVALS = 64
+#: Fresh target runs that decide the flakiness claim (the first is also the failure's run).
+FRESH_RUNS = 3
+#: The reference backend that stands for the ONNX specification.
+REFERENCE = "reference"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One statement of a bundle, and what the checker found."""
+
+    id: str  # stable key: failure, expected_outputs, identity, magnitude, one_minimal, flaky, lowest_level, ...
+    statement: str  # what the bundle says, in words
+    holds: bool | None  # None: not established
+    evidence: str
+
+    @property
+    def verdict(self) -> str:
+        return {True: "holds", False: "does not hold", None: "not established"}[self.holds]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "claim": self.statement, "holds": self.holds, "evidence": self.evidence}
+
+
+@dataclass(frozen=True)
+class Audit:
+    """Every claim checked, with the runs it took."""
+
+    bundle: str
+    claims: tuple[Claim, ...]
+    runs: Mapping[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def holds(self) -> bool | None:
+        """False when any claim does not hold; True when every one holds; None otherwise."""
+        if any(c.holds is False for c in self.claims):
+            return False
+        return True if all(c.holds for c in self.claims) else None
+
+    def claim(self, claim_id: str) -> Claim | None:
+        return next((c for c in self.claims if c.id == claim_id), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bundle": self.bundle, "holds": self.holds, "claims": [c.to_json() for c in self.claims],
+                "runs": dict(self.runs), "seconds": round(self.seconds, 3)}
+
+
+@dataclass(frozen=True)
+class BundleFiles:
+    """What the checker reads of a bundle: its folder, report, specs and values (as written, unparsed)."""
+
+    folder: Path
+    report: Mapping[str, Any]
+    oracle: BackendSpec
+    target: BackendSpec
+    inputs: Mapping[str, Any]
+    oracle_outputs: Mapping[str, Any]
+    target_outputs: Mapping[str, Any]
+
+    @property
+    def model_path(self) -> Path:
+        return self.folder / "model.onnx"
+
+
+def normalize_message(text: str, names: Sequence[str] = ()) -> str:
+    """A crash message's stable part: the model's names, quoted strings, paths, addresses and numbers replaced,
+    spaces collapsed, lower case."""
+    for name in sorted((n for n in names if len(n) > 2), key=len, reverse=True):
+        text = text.replace(name, "<name>")
+    text = re.sub(r"0x[0-9a-fA-F]+", "#", text)
+    text = re.sub(r"(?:[A-Za-z]:)?(?:[\w.\-]*/)+([\w.\-]+)", r"\1", text)
+    text = re.sub(r"'[^']*'|\"[^\"]*\"", "'?'", text)
+    text = re.sub(r"[\w.\-]+\.onnx\b", "model.onnx", text)
+    text = re.sub(r"\d+", "#", text)
+    return re.sub(r"\s+", " ", text).strip().lower()
+
+
+# ------------------------------------------------------------------------------------------------ the failure
+@dataclass(frozen=True)
+class _Expected:
+    """The recorded failure, read from report.json."""
+
+    kind: str  # mismatch | nan | structure | crash-load | crash-run | unsupported | timeout | regex | ...
+    value_class: str | None  # mismatch: "mismatch" (float) or "exact"
+    outputs: frozenset[str]  # the outputs recorded as failing
+    score: float | None  # the worst recorded score
+    band: int | None
+    message: str | None  # a crash's recorded message
+    regex: str | None
+    compiled_kind: str | None
+    made_by: str | None
+
+    @classmethod
+    def of(cls, report: Mapping[str, Any]) -> _Expected:
+        signature = report.get("signature") or {}
+        kind = str(signature.get("kind", ""))
+        detail = str(signature.get("detail") or "")
+        rows = [row for row in report.get("outputs") or [] if isinstance(row, Mapping) and not row.get("passed")]
+        scores = [float(row["score"]) for row in rows if isinstance(row.get("score"), (int, float))]
+        identity = report.get("identity") or {}
+        band = signature.get("band")
+        return cls(kind, ("exact" if detail.startswith("integer/boolean") else "mismatch") if kind == "mismatch"
+                   else None, frozenset(str(row.get("name")) for row in rows), max(scores) if scores else None,
+                   int(band) if isinstance(band, (int, float)) else None,
+                   report.get("target_message") or (detail if kind in _CRASHES else None),
+                   detail if kind == "regex" else None, identity.get("compiled_kind"), identity.get("made_by"))
+
+    @property
+    def by_values(self) -> bool:
+        return self.kind in ("mismatch", "nan", "structure")
+
+
+_CRASHES = ("crash-load", "crash-run", "unsupported", "timeout")
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """How one target run compares with the recorded failure."""
+
+    fails: bool
+    same: bool | None  # None: the compiled graph would decide, and the target did not describe it
+    text: str
+
+
+class _Judge:
+    """Judges target runs against the oracle's and the recorded failure."""
+
+    def __init__(self, expected: _Expected, limits: Limits, names: Sequence[str]) -> None:
+        self.expected, self.limits, self.names = expected, limits, names
+
+    def judge(self, oracle: Mapping[str, Any], run: Run, *, outputs: frozenset[str] | None = None) -> _Seen:
+        """``run`` against ``oracle``'s outputs. ``outputs``: the outputs that must fail for the same failure
+        (default: the recorded ones; a removal's are its own)."""
+        e = self.expected
+        if not run.ok:
+            text = run.crash_text()
+            if e.regex is not None:
+                return _Seen(True, bool(re.search(e.regex, text + "\n" + run.result.log)), _short(text))
+            if not e.by_values and e.kind in _CRASHES:
+                same = self._same_crash(run)
+                return _Seen(True, same, _short(text))
+            return _Seen(True, False, f"{_phase(run)}: {_short(text)}")
+        if e.regex is not None:
+            return _Seen(bool(re.search(e.regex, run.result.log)), bool(re.search(e.regex, run.result.log)),
+                         "completed")
+        differences = compare_outputs(oracle, run.outputs, self.limits)
+        bad = worst(differences)
+        if bad is None:
+            top = max((d.score for d in differences), default=0.0)
+            return _Seen(False, False, f"within tolerance (worst score {top:.3g})")
+        text = "; ".join(d.describe() for d in differences if d.failed)
+        if not e.by_values:
+            return _Seen(True, False, text)
+        failing = frozenset(d.name for d in differences if d.failed)
+        same_kind = bad.kind == (e.value_class or e.kind)
+        same_place = failing == (e.outputs if outputs is None else outputs)
+        same_size = _within_decade(bad.score, e.score)
+        same = same_kind and same_place and same_size
+        if same and e.compiled_kind is not None:
+            if run.compiled is None:
+                return _Seen(True, None, text + "; the target did not describe what it compiled")
+            made = [n for k, n in run.compiled if k == e.compiled_kind and (not e.made_by or e.made_by in n)]
+            if not made:
+                kinds = sorted({k for k, n in run.compiled if e.made_by is None or k != e.compiled_kind})
+                return _Seen(True, False, f"{text}; compiled without a {_compiled(e)} (compiled: "
+                             f"{', '.join(kinds[:8])})")
+        return _Seen(True, same, text)
+
+    def _same_crash(self, run: Run) -> bool:
+        e = self.expected
+        if e.kind == "timeout":
+            return run.result.status.value == "timeout"
+        if e.kind == "crash-load" and run.result.phase is not Phase.LOAD:
+            return False
+        if e.kind == "crash-run" and run.result.phase is not Phase.RUN:
+            return False
+        return normalize_message(run.crash_text(), self.names) == normalize_message(e.message or "", self.names)
+
+
+def _compiled(e: _Expected) -> str:
+    return f"{e.compiled_kind}" + (f" made by {e.made_by}" if e.made_by else "")
+
+
+def _within_decade(observed: float, recorded: float | None) -> bool:
+    if recorded is None:
+        return True
+    if math.isinf(observed) or math.isinf(recorded):
+        return math.isinf(observed) and math.isinf(recorded)
+    if observed <= 0 or recorded <= 0:
+        return observed == recorded
+    return abs(math.log10(observed) - math.log10(recorded)) <= 1.0
+
+
+def _phase(run: Run) -> str:
+    return f"crash at {run.result.phase.value}" if run.result.phase else run.result.status.value
+
+
+def _short(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# ------------------------------------------------------------------------------------------------ the audit
+def audit_files(files: BundleFiles, *, progress: Callable[[str], None] | None = None,
+                max_removals: int = MAX_REMOVALS) -> Audit:
+    """Every claim of the bundle ``files``, checked with plain runs (see the module docstring)."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="graphbisect-audit-") as scratch:
+        checker = _Checker(files, Path(scratch), progress or (lambda _text: None))
+        try:
+            claims = checker.claims(max_removals)
+        finally:
+            checker.close()
+    return Audit(str(files.folder), tuple(claims), dict(checker.runs), time.monotonic() - started)
+
+
+class _Checker:
+    """One audit: the bundle, its two runners, and the runs counted per role."""
+
+    def __init__(self, files: BundleFiles, scratch: Path, say: Callable[[str], None]) -> None:
+        self.files, self.scratch, self.say = files, scratch, say
+        self.expected = _Expected.of(files.report)
+        self.limits = Limits.from_report(files.report.get("tolerance"))
+        self.model = onnx.load(str(files.model_path))
+        names = [n for node in self.model.graph.node for n in (node.name, *node.output, *node.input) if n]
+        self.judge = _Judge(self.expected, self.limits, names)
+        self.describe = self.expected.compiled_kind is not None
+        self.oracle = Runner(files.oracle)
+        self.target = Runner(files.target, describe=self.describe)
+        self.runs: dict[str, int] = {}
+
+    def close(self) -> None:
+        for role, runner in (("oracle", self.oracle), ("target", self.target)):
+            self._count(role, runner.runs)
+            runner.close()
+
+    def _count(self, role: str, runs: int) -> None:
+        self.runs[role] = self.runs.get(role, 0) + runs
+
+    def claims(self, max_removals: int) -> list[Claim]:
+        files, report = self.files, self.files.report
+        self.say(f"running the oracle {files.oracle} and the target {files.target} on model.onnx (plain runs)")
+        self.plain = plain = self.oracle.run(files.model_path, dict(files.inputs))
+        self.first = first = self.target.fresh(files.model_path, dict(files.inputs))
+        claims = [self._expected_outputs(), *self._failure()]
+        if isinstance(report.get("flaky"), bool):
+            self.say(f"running the target {FRESH_RUNS - 1} more times, each in a fresh worker")
+            again = [self.target.fresh(files.model_path, dict(files.inputs)) for _ in range(FRESH_RUNS - 1)]
+            claims.append(_flaky(bool(report["flaky"]), [first, *again]))
+        if not plain.ok:
+            return claims
+        if report.get("one_minimal") is True:
+            self.say(f"removing each of the {len(self.model.graph.node)} nodes in turn (an oracle and a target run "
+                     "each)")
+            claims.append(self._one_minimal(max_removals))
+        levels = report.get("optimization_levels")
+        if isinstance(levels, Mapping) and levels.get("lowest_failing"):
+            self.say("running the target at each optimization level up to the recorded lowest failing one")
+            claims.append(self._lowest_level(str(levels["lowest_failing"])))
+        spec_check = report.get("spec_check")
+        if isinstance(spec_check, Mapping) and isinstance(spec_check.get("agrees_with_oracle"), bool):
+            self.say("running the ONNX specification's reference (onnx.reference)")
+            claims.append(self._specification(spec_check))
+        return claims
+
+    # ------------------------------------------------------------------------------------------- claims
+    def _expected_outputs(self) -> Claim:
+        files, plain = self.files, self.plain
+        statement = "oracle_outputs.npz holds what the oracle computes on model.onnx"
+        if not plain.ok:
+            return Claim("expected_outputs", statement, False,
+                         f"the oracle {files.oracle} does not run model.onnx: {_short(plain.crash_text())}")
+        if not files.oracle_outputs:
+            return Claim("expected_outputs", statement, None, "the bundle holds no oracle_outputs.npz")
+        recorded = dict(files.oracle_outputs)
+        if bit_identical(recorded, {k: plain.outputs.get(k) for k in recorded}):
+            return Claim("expected_outputs", statement, True, "a plain oracle run gives the same values, bit for bit")
+        differences = compare_outputs(plain.outputs, recorded, self.limits)
+        bad = worst(differences)
+        if bad is not None:
+            return Claim("expected_outputs", statement, False,
+                         f"a plain oracle run computes other values: {bad.describe()} against the recorded ones")
+        top = max((d.score for d in differences), default=0.0)
+        return Claim("expected_outputs", statement, True,
+                     f"a plain oracle run agrees within tolerance, not bit for bit (worst score {top:.3g})")
+
+    def _failure(self) -> list[Claim]:
+        e, plain, first = self.expected, self.plain, self.first
+        statement = f"the target fails on model.onnx ({e.kind})"
+        if not plain.ok:
+            return [Claim("failure", statement, None, "the oracle does not run model.onnx, so nothing decides")]
+        seen = self.judge.judge(plain.outputs, first)
+        kind_ok = first.ok if e.by_values else (not first.ok) if e.kind in _CRASHES else True
+        claims = [Claim("failure", statement, seen.fails and kind_ok, f"plain runs: {seen.text}")]
+        where = f" on {', '.join(sorted(e.outputs))}" if e.outputs else ""
+        compiled = f", compiled as {_compiled(e)}" if e.compiled_kind else ""
+        claims.append(Claim("identity", f"it fails as recorded{where}{compiled}", seen.same if seen.fails else False,
+                            _identity_evidence(e, seen)))
+        if e.by_values and e.band is not None:
+            claims.append(self._magnitude())
+        return claims
+
+    def _magnitude(self) -> Claim:
+        e, first = self.expected, self.first
+        statement = f"the error is ~1e{e.band}× tolerance"
+        if not first.ok:
+            return Claim("magnitude", statement, False, "the target did not complete")
+        bad = worst(compare_outputs(self.plain.outputs, first.outputs, self.limits))
+        if bad is None:
+            return Claim("magnitude", statement, False, "the target is within tolerance")
+        band = math.floor(math.log10(bad.score)) if math.isfinite(bad.score) and bad.score > 0 else None
+        holds = band == e.band if band is not None else math.isinf(bad.score) and e.band is None
+        return Claim("magnitude", statement, holds, f"worst score {bad.score:.4g} ({bad.name}): "
+                     + (f"~1e{band}× tolerance" if band is not None else "not a finite multiple of the tolerance"))
+
+    def _one_minimal(self, max_removals: int) -> Claim:
+        model = self.model
+        statement = "1-minimal: removing any one node makes the recorded failure disappear"
+        count = len(model.graph.node)
+        if count > max_removals:
+            return Claim("one_minimal", statement, None, f"{count} nodes: the checker runs single removals of "
+                         f"bundles of at most {max_removals} nodes")
+        if count == 1:
+            return Claim("one_minimal", statement, True, "one node: removing it leaves nothing to run")
+        values = self._intermediates()
+        if isinstance(values, str):
+            return Claim("one_minimal", statement, None, values)
+        same: list[str] = []
+        other: list[str] = []
+        untested: list[str] = []
+        for index in range(count):
+            outcome = self._removal(index, values)
+            {"same": same, "other": other, "gone": []}.get(outcome[0], untested).append(outcome[1])
+        evidence = f"{count - len(untested)} of {count} single removals built and run"
+        if same:
+            return Claim("one_minimal", statement, False,
+                         f"{evidence}; still failing as recorded without: {', '.join(same)}")
+        if other:
+            evidence += f"; {len(other)} fail another way (without {', '.join(other)}): true for the recorded " \
+                "failure only"
+        if untested:
+            return Claim("one_minimal", statement, None, f"{evidence}; not tested: {'; '.join(untested)}")
+        return Claim("one_minimal", statement, True, evidence)
+
+    def _intermediates(self) -> Mapping[str, Any] | str:
+        """The oracle's value of every intermediate tensor, or why it cannot be had."""
+        names = produced_names(self.model)
+        if not names:
+            return {}
+        path = self.scratch / "exposed.onnx"
+        onnx.save(exposed(self.model, names), str(path))
+        probe = self.oracle.run(path, dict(self.files.inputs))
+        if not probe.ok:
+            return ("the oracle cannot output the model's intermediate tensors (which feed the removals): "
+                    f"{_short(probe.crash_text())}")
+        if not bit_identical({k: probe.outputs.get(k) for k in self.plain.outputs}, self.plain.outputs):
+            return ("the oracle computes other outputs when it also outputs the intermediate tensors, so their "
+                    "values cannot feed the removals")
+        return probe.outputs
+
+    def _removal(self, index: int, values: Mapping[str, Any]) -> tuple[str, str]:
+        """``(same | other | gone | untested, what to say)`` of the model without node ``index``."""
+        cut = removal(self.model, index, self.files.inputs, values)
+        if cut.why_not is not None:
+            return "untested", f"{cut.node} ({cut.why_not})"
+        if cut.model is None:
+            return "gone", cut.node
+        path = self.scratch / f"removal-{index}.onnx"
+        onnx.save(cut.model, str(path))
+        expected = self.oracle.run(path, dict(cut.feeds))
+        if not expected.ok:
+            return "untested", f"{cut.node} (the oracle: {_short(expected.crash_text(), 120)})"
+        must_fail = self.expected.outputs & frozenset(expected.outputs)
+        seen = self.judge.judge(expected.outputs, self.target.run(path, dict(cut.feeds)),
+                                outputs=must_fail or frozenset(expected.outputs))
+        if seen.same is None:
+            return "untested", f"{cut.node} (it fails; only the compiled graph, not described, would tell which way)"
+        return ("same" if seen.same else "other" if seen.fails else "gone"), cut.node
+
+    def _lowest_level(self, lowest: str) -> Claim:
+        files = self.files
+        statement = f"the lowest optimization level that fails the same way is opt_level={lowest}"
+        _, row = resolve(files.target, require_available=False)
+        if lowest not in row.opt_levels:
+            return Claim("lowest_level", statement, None, f"{row.name} has no opt_level {lowest!r}")
+        order = list(row.opt_levels)
+        checked: list[str] = []
+        holds: bool | None = True
+        for level in order[: order.index(lowest) + 1]:
+            with Runner(files.target.with_options(opt_level=level), describe=self.describe) as runner:
+                seen = self.judge.judge(self.plain.outputs, runner.run(files.model_path, dict(files.inputs)))
+                self._count("target", runner.runs)
+            checked.append(f"{level}: " + ("fails the same way" if seen.same else "passes" if not seen.fails
+                                           else "fails another way" if seen.same is False else
+                                           "fails (which way: not described)"))
+            fails_same = seen.same if seen.fails else False
+            if level == lowest:
+                holds = None if fails_same is None or holds is None else holds and fails_same
+            elif fails_same is not False:
+                holds = False if fails_same else None if holds else holds
+        return Claim("lowest_level", statement, holds, "plain runs: " + "; ".join(checked))
+
+    def _specification(self, spec_check: Mapping[str, Any]) -> Claim:
+        with_oracle, with_target = bool(spec_check["agrees_with_oracle"]), bool(spec_check.get("agrees_with_target"))
+        statement = (f"onnx.reference {'agrees' if with_oracle else 'disagrees'} with the oracle and "
+                     f"{'agrees' if with_target else 'disagrees'} with the target")
+        with Runner(BackendSpec(REFERENCE)) as runner:
+            reference = runner.run(self.files.model_path, dict(self.files.inputs))
+            self._count("reference", runner.runs)
+        if not reference.ok:
+            return Claim("spec_check", statement, None,
+                         f"onnx.reference does not run model.onnx: {_short(reference.crash_text())}")
+        oracle_bad = worst(compare_outputs(reference.outputs, self.plain.outputs, self.limits))
+        target_bad = worst(compare_outputs(reference.outputs, self.first.outputs, self.limits)) \
+            if self.first.ok else None
+        agrees_oracle, agrees_target = oracle_bad is None, self.first.ok and target_bad is None
+        evidence = (f"oracle: {oracle_bad.describe() if oracle_bad else 'agrees'}; target: "
+                    + (target_bad.describe() if target_bad else "agrees" if self.first.ok else "did not complete"))
+        return Claim("spec_check", statement, agrees_oracle == with_oracle and agrees_target == with_target, evidence)
+
+
+def _flaky(recorded: bool, runs: Sequence[Run]) -> Claim:
+    statement = "the target is flaky" if recorded else "the target is not flaky"
+    first = runs[0]
+    differ = [i for i, run in enumerate(runs[1:], 1)
+              if run.ok != first.ok or (run.ok and not bit_identical(run.outputs, first.outputs))
+              or (not run.ok and normalize_message(run.crash_text()) != normalize_message(first.crash_text()))]
+    same = "the same outputs, bit for bit" if first.ok else "the same crash"
+    evidence = f"{len(runs)} runs, each in a fresh worker: " + (
+        f"run {differ[0] + 1} differs from the first" if differ else same)
+    return Claim("flaky", statement, bool(differ) == recorded, evidence)
+
+
+def _identity_evidence(expected: _Expected, seen: _Seen) -> str:
+    if expected.kind in _CRASHES or expected.regex is not None:
+        return f"matched by the normalized message: {seen.text}"
+    scope = "class, failing outputs and score within a decade"
+    if expected.compiled_kind:
+        scope += ", and what the target compiled"
+    else:
+        scope += " (no compiled region recorded: no location inside the model is matched)"
+    return f"matched by {scope}: {seen.text}"
+
