@@ -6,9 +6,10 @@ bundle's tolerance, and compares the resulting failure signature with the record
 
 Exit codes: 1 = the recorded failure reproduces (or a *different* failure appeared, which is printed loudly),
 0 = fixed (the target agrees with the oracle), 2 = the bundle or the spec is unusable — a bundle whose files
-do not match the sha256 its report.json records is *damaged*, and one whose recorded target sets an option not
-known to be inert (a program, an interpreter, a session config key or compiler flag naming a file) is run only
-with ``--trust`` (the trust rule, see docs/security.md) — and 2 when
+do not match the sha256 its report.json records is *damaged*, and a recorded spec that is about to run (the
+target; with ``--model`` the oracle) and sets an option not known to be inert (a program, an interpreter, a
+session config key or compiler flag naming a file) runs only with ``--trust`` (the trust rule, see
+docs/security.md; ``--target``/``--oracle`` name your own instead) — and 2 when
 the target ran but the recorded failure is the verdict of a Python output check (``graphbisect.reduce(check=
 callable)``), which a bundle cannot hold and a command line cannot pass: *undecided*, never "fixed" by the
 tolerance; ``graphbisect.verify(BUNDLE, check=...)`` re-judges it.
@@ -28,6 +29,7 @@ from graphbisect.atomic import atomic_write_text
 from graphbisect.backends.base import cause_line
 from graphbisect.backends.cost import describe_calls
 from graphbisect.cli.common import backend_spec, output_file, refuse_inside, seed
+from graphbisect.errors import InputError
 from graphbisect.oracle.signature import Signature
 from graphbisect.workflows.verify import (
     FIXED,
@@ -35,7 +37,7 @@ from graphbisect.workflows.verify import (
     UNDECIDED,
     Verification,
     recheck_original,
-    untrusted_target,
+    require_trust,
     verify_bundle,
 )
 
@@ -50,32 +52,53 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=output_file, metavar="PATH", help="write the verdict as JSON")
     parser.add_argument("--model", type=Path, metavar="ORIGINAL",
                         help="also re-check the model the bundle was reduced from, on the same target, oracle and "
-                        "tolerance: a fixed bundle is not a fixed model (exit 1 while it fails)")
+                        "tolerance: a fixed bundle is not a fixed model (exit 1 while it fails). The oracle runs "
+                        "on it: the recorded one (held to the trust rule, as the target is), or --oracle")
+    parser.add_argument("--oracle", type=backend_spec, metavar="SPEC",
+                        help="with --model: run this oracle on ORIGINAL instead of the recorded one, e.g. "
+                        "'onnxruntime:opt_level=disable' (the bundle itself is compared with its recorded oracle "
+                        "outputs: no oracle runs on it)")
     parser.add_argument("--inputs", type=Path, metavar="FILE",
                         help="with --model: its inputs (default: the seeded random inputs reduce draws)")
     parser.add_argument("--seed", type=seed, default=0, help="with --model: seed of its random inputs (default 0)")
     parser.add_argument("--trust", action="store_true",
-                        help="run the recorded target even when it sets options not known to be inert: a program "
-                        "(command:), an interpreter (python=), a session config key or compiler flag that names a "
-                        "file... (a bundle is a download: read its report.json first)")
+                        help="run the bundle's recorded specs (the target; with --model the oracle) even when they "
+                        "set options not known to be inert: a program (command:), an interpreter (python=), a "
+                        "session config key or compiler flag that names a file... (a bundle is a download: read "
+                        "its report.json first)")
 
 
 def run(args: argparse.Namespace) -> int:
     refuse_inside({"--json": args.json}, Path(args.bundle) if Path(args.bundle).is_dir() else None, "the bundle")
+    if args.oracle is not None and args.model is None:
+        raise InputError("--oracle names the oracle that runs on --model ORIGINAL; without --model no oracle runs "
+                         "(the bundle is compared with its recorded oracle outputs)",
+                         hint="add --model ORIGINAL.onnx, or leave out --oracle")
     with load_bundle(args.bundle) as bundle:
+        # Every recorded spec that will run, checked before anything runs (a spec named here is the user's own).
+        recorded = [role for role, named, runs in (("target", args.target, True),
+                                                   ("oracle", args.oracle, args.model is not None))
+                    if runs and named is None]
+        trusted = require_trust(bundle, recorded, trust=args.trust)
         print(f"bundle    {args.bundle}")
-        print(f"oracle    {bundle.oracle}   (recorded outputs)")
+        # what runs: the bundle is compared with the oracle's recorded outputs; --model runs an oracle on ORIGINAL
+        runs = f"runs on {args.model}" if args.model is not None and args.oracle is None else "not run"
+        print(f"oracle    {bundle.oracle}   (its recorded outputs; {runs})")
+        if args.model is not None and args.oracle is not None:
+            print(f"          on {args.model} runs {args.oracle} (--oracle)")
         print(f"target    {args.target or bundle.target}")
-        if args.trust and not args.target:
-            for untrusted in untrusted_target(bundle):
-                print(f"warning: --trust: running {untrusted.describe()}, named by the bundle", file=sys.stderr)
+        for role, untrusted in trusted.items():
+            for option in untrusted:
+                print(f"warning: --trust: running the recorded {role}'s {option.describe()}, named by the bundle",
+                      file=sys.stderr)
         verification = verify_bundle(bundle, args.target, trust=args.trust)
         if args.model is not None:
             from graphbisect.data import load_inputs
             from graphbisect.model import load_model
 
             feeds = load_inputs(args.inputs, load_model(args.model)) if args.inputs is not None else None
-            verification = recheck_original(verification, bundle, args.model, inputs=feeds, seed=args.seed)
+            verification = recheck_original(verification, bundle, args.model, inputs=feeds, seed=args.seed,
+                                             oracle=args.oracle, trust=args.trust)
     _print(verification)
     if args.json is not None:
         atomic_write_text(args.json, json.dumps(verification.to_json(), indent=1) + "\n")

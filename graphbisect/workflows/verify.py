@@ -10,9 +10,11 @@ bundle of a Python output check (``reduce(check=callable)``, which no bundle hol
 caller passes it again (``check=``), else a completed run is ``undecided``: the tolerance may accept what the
 check rejected, so it must not call the bug fixed (nor reproduced).
 
-A bundle is data (the trust rule): the recorded target runs only when every option of it is known to be inert
-(:func:`~graphbisect.backends.registry.untrusted_options`: no program, interpreter, library or file it
-names), else only with ``trust``. A target the caller names is the caller's own choice.
+A bundle is data (the trust rule), and so is every spec it records: the recorded target (which this re-runs)
+and the recorded oracle (which :func:`recheck_original` runs on the user's model) run only when every option
+of them is known to be inert (:func:`~graphbisect.backends.registry.untrusted_options`: no program,
+interpreter, library or file it names), else only with ``trust``. One check decides for each of them,
+wherever it is about to run: :func:`require_trust`. A spec the caller names is the caller's own choice.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import tempfile
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,8 +53,8 @@ from graphbisect.oracle.signature import FailureKind, ModelNames, Signature
 from graphbisect.oracle.tester import Judgement, OutputCheck, judge
 from graphbisect.workflows.probe import describing_spec
 
-__all__ = ["DIFFERENT", "FIXED", "REPRODUCES", "UNDECIDED", "Verification", "recheck_original", "untrusted_target",
-           "verify_bundle"]
+__all__ = ["DIFFERENT", "FIXED", "RECORDED_ROLES", "REPRODUCES", "UNDECIDED", "Verification", "recheck_original",
+           "recorded_spec", "require_trust", "untrusted_target", "verify_bundle"]
 
 REPRODUCES, FIXED, DIFFERENT = "reproduces", "fixed", "different"
 #: The target ran, but the recorded failure is a Python check's verdict and no check was given to re-judge it.
@@ -129,7 +131,7 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None,
     """Re-run ``target`` (default: the recorded one) on the bundle and classify the result.
 
     The recorded target runs only with ``trust`` when an option of it is not known to be inert (a program,
-    an interpreter, a session config key or compiler flag that names a file: :func:`untrusted_target`): the
+    an interpreter, a session config key or compiler flag that names a file: :func:`require_trust`): the
     bundle's author chose it (raises :class:`BundleError` naming each one). A ``target`` given here is the
     caller's own choice.
     ``check``: the Python output check the bundle was reduced with (``reduce(check=...)``), which judges a
@@ -137,15 +139,7 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None,
     :class:`~graphbisect.errors.InputError` for a ``check`` on a bundle that no Python check judged.
     """
     spec = BackendSpec.parse(target) if isinstance(target, str) else (target or bundle.target)
-    untrusted = untrusted_target(bundle) if target is None and not trust else []
-    if untrusted:
-        listed = "".join(f"\n  {u.describe()}" for u in untrusted)
-        raise BundleError(
-            f"the bundle's recorded target {spec} sets options not known to be inert (they may run a program, "
-            f"load a library or write a file), chosen by whoever wrote the bundle:{listed}",
-            hint="read the bundle's report.json; to run it anyway pass --trust, or name the target yourself "
-            "with --target SPEC",
-        )
+    require_trust(bundle, ["target"] if target is None else [], trust=trust)
     # The bundle model's names leave every crash message compared here, the recorded one too (a bundle written
     # before names were taken out still has them in its signature).
     names = ModelNames(onnx.load(str(bundle.model_path), load_external_data=False))
@@ -196,22 +190,31 @@ def _other_identity(bundle: LoadedBundle, identity: IdentityCheck | None, verdic
 
 
 def recheck_original(verification: Verification, bundle: LoadedBundle, model: Path, *,
-                     inputs: Mapping[str, Any] | None = None, seed: int = 0) -> Verification:
+                     inputs: Mapping[str, Any] | None = None, seed: int = 0, oracle: BackendSpec | str | None = None,
+                     trust: bool = False) -> Verification:
     """``verification`` with the model the bundle was reduced from re-checked on the same target, oracle and
     tolerance (``graphbisect verify --model``): a fixed bundle does not mean a fixed model (the same defect may
     reach it through a sibling pass, or another site fail). ``inputs``: the model's inputs (default: the seeded
-    random inputs `reduce` draws without ``--inputs``)."""
+    random inputs `reduce` draws without ``--inputs``).
+
+    The oracle runs here (the bundle's check compared its recorded outputs): ``oracle``, the caller's own
+    choice, else the bundle's recorded one, which runs only with ``trust`` when an option of it is not known to
+    be inert (:func:`require_trust`; raises :class:`BundleError` naming each one). The target is
+    ``verification``'s, which :func:`verify_bundle` already held to the rule.
+    """
     from graphbisect.model import load_model
     from graphbisect.workflows.compare import compare_models
 
+    require_trust(bundle, ["oracle"] if oracle is None else [], trust=trust)
+    oracle_spec = BackendSpec.parse(oracle) if isinstance(oracle, str) else (oracle or bundle.oracle)
     loaded = load_model(model)
     recorded = bundle.report.get("original_model") or {}
     same = recorded.get("fingerprint") in (None, loaded.fingerprint)
-    result = compare_models(loaded, oracle=bundle.oracle, target=verification.target, inputs=inputs,
+    result = compare_models(loaded, oracle=oracle_spec, target=verification.target, inputs=inputs,
                             tolerance=bundle.tolerance, seed=seed)
     first = result.layerwise.first_divergence if result.layerwise is not None else None
     original = {
-        "model": str(model), "failed": not result.passed, "outcome": str(result.outcome),
+        "model": str(model), "oracle": str(oracle_spec), "failed": not result.passed, "outcome": str(result.outcome),
         "recorded_model": same,
         "first_divergence": None if first is None else {
             "node": first.node, "tensor": first.tensor, "score": first.stats.score,
@@ -223,10 +226,55 @@ def recheck_original(verification: Verification, bundle: LoadedBundle, model: Pa
     return dataclasses.replace(verification, original=original, backend_calls=calls.to_json())
 
 
+#: The roles of the specs a bundle records (``report.json``) that ``verify`` may run: the target (re-run on the
+#: bundle) and the oracle (run on the user's model by :func:`recheck_original`). A bundle records no other spec
+#: that graphbisect runs: the control of the passes section (``passes.bundle_control``) is a fact of the report,
+#: and the control ``repro.py`` runs is in ``repro_config.json``, which ``repro.py`` holds to the same rules.
+RECORDED_ROLES = ("target", "oracle")
+
+
+def recorded_spec(bundle: LoadedBundle, role: str) -> BackendSpec:
+    """The spec ``bundle`` records for ``role`` (one of :data:`RECORDED_ROLES`)."""
+    if role not in RECORDED_ROLES:
+        raise ValueError(f"a bundle records no spec that runs as {role!r} (roles: {', '.join(RECORDED_ROLES)})")
+    spec: BackendSpec = getattr(bundle, role)
+    return spec
+
+
+def require_trust(bundle: LoadedBundle, roles: Iterable[str], *, trust: bool = False) -> dict[str, list[Untrusted]]:
+    """The trust rule for every spec a bundle supplies, one check wherever a recorded spec is about to run.
+
+    ``roles``: the roles (:data:`RECORDED_ROLES`) whose recorded spec is about to run; a spec the caller names
+    instead is the caller's own choice, so leave its role out. Returns role -> the options of its recorded spec
+    that are not known to be inert (:func:`~graphbisect.backends.registry.untrusted_options`; the bundle's own
+    tactic record is inert), roles with none left out: what runs on the caller's word with ``trust``, to warn
+    of. Without ``trust`` raises :class:`BundleError` naming each, before anything runs.
+    """
+    own_files = [str(bundle.path / TACTICS_FILE)]
+    found = {role: untrusted for role in dict.fromkeys(roles)
+             if (untrusted := untrusted_options(recorded_spec(bundle, role), own_files=own_files))}
+    if found and not trust:
+        listed = "".join(f"\n  recorded {role} {recorded_spec(bundle, role)}:" + "".join(
+            f"\n    {u.describe()}" for u in untrusted) for role, untrusted in found.items())
+        names = " and ".join(found)
+        yourself = " and ".join(_NAME_IT[role] for role in found)
+        raise BundleError(
+            f"the bundle's recorded {names} {'sets' if len(found) == 1 else 'set'} options not known to be inert "
+            f"(they may run a program, load a library or write a file), chosen by whoever wrote the bundle:{listed}",
+            hint=f"read the bundle's report.json; to run it anyway pass --trust (trust=True), or name the "
+            f"{names} yourself with {yourself}",
+        )
+    return found
+
+
+#: How a caller names the spec of a role instead of the recorded one.
+_NAME_IT = {"target": "--target SPEC", "oracle": "--oracle SPEC"}
+
+
 def untrusted_target(bundle: LoadedBundle) -> list[Untrusted]:
-    """The options of the bundle's recorded target that are not known to be inert (the trust rule,
-    :func:`~graphbisect.backends.registry.untrusted_options`); the bundle's own tactic record is inert."""
-    return untrusted_options(bundle.target, own_files=[str(bundle.path / TACTICS_FILE)])
+    """The options of the bundle's recorded target that are not known to be inert (:func:`require_trust`'s
+    rule for the target)."""
+    return require_trust(bundle, ["target"], trust=True).get("target", [])
 
 
 def _classify(bundle: LoadedBundle, spec: BackendSpec, result: RunResult, comparison: Comparison | None,
