@@ -20,8 +20,24 @@ values fed are concrete) and outputs, and the ``value_info`` of every kept tenso
 inferred is added to a tensor the model already has; only a cut point, which the original has no
 declaration for as a graph input, is declared with the user's ``value_info`` when there is one, else with
 the type inference found in the whole model (symbolic dimensions stay symbolic: what a runtime knows about
-that tensor inside the original), never the concrete shape of one run. Inputs, initializers and outputs
-the original has keep its order. The whole node set therefore materializes to the original model itself,
+that tensor inside the original), never the concrete shape of one run.
+
+**Every candidate is a valid model, whatever its tensors' types.** onnx's shape inference leaves the outputs
+of many operators untyped or typed without a shape (``ai.onnx.ml``'s Scaler, Normalizer and Imputer, every
+``com.microsoft`` operator, and what follows them: an SVMClassifier's labels, a LabelEncoder's strings), and
+``onnx.checker`` refuses a graph input or output without both. Such a cut point or frontier output is
+declared from the oracle's captured value: its element type (strings and every other type; a sequence as a
+sequence of its elements' type) where nothing declares one, and its **rank** where nothing declares a
+shape, each dimension unknown. Not its sizes: nothing the original declares or onnx infers fixes them,
+and a concrete size is the shape of one run, which a compiler may specialize on (a runtime's own shape
+propagation may know more inside the original, but what it knows cannot be read from the model). The rank
+is the least the format requires (a declaration without a shape is refused), and a tensor's rank does not
+change between runs in practice. The original's own graph inputs, and its outputs as outputs, keep the
+user's declaration as written (the whole model stays the original; one without a shape makes the whole
+model fail the checker, which then vetoes no candidate). Only a value that cannot be typed (an empty
+sequence, an empty optional) leaves a tensor undeclarable: its candidate is not built, and reduce counts
+such a removal as untested, never as proof that a node is needed. Inputs, initializers and outputs the
+original has keep its order. The whole node set therefore materializes to the original model itself,
 byte for byte (when every input and initializer is read), and every candidate, declarations included, is
 exactly what the target ran before it was accepted.
 
@@ -394,10 +410,17 @@ class SubgraphSpace:
                 self._cut.refused(cut, self._checker)
         ids, made = [], []
         for index in np.flatnonzero(self._index.written).tolist():
-            known = self.model.boundary_type(names[index])
-            if known is not None and (not known.type.HasField("tensor_type") or known.type.tensor_type.elem_type):
-                ids.append(index)
+            name = names[index]
+            known = self.model.boundary_type(name)
+            if known is None or (known.type.HasField("tensor_type") and not known.type.tensor_type.elem_type):
+                continue  # typed by its value, on first touch
+            if name in self._outputs or _has_shape(known):
                 made.append(_Made(known, _OUTPUT))
+            elif (described := store.describe(name)) is not None:  # the rank it lacks, from the index
+                made.append(_Made(self._output_type(name, len(described[1])), _OUTPUT))
+            else:
+                continue
+            ids.append(index)
         if ids:
             out = np.array(ids, dtype=np.int64)
             self._out.fill(out, made)
@@ -454,31 +477,44 @@ class SubgraphSpace:
 
     def _input_type(self, name: str, value: Any) -> onnx.ValueInfoProto:
         """How a fed value is declared: the model's own type (module docstring) when the value fits it; a
-        sequence or optional always as the model declares it (an empty one holds no element to type it by)."""
+        sequence or optional as the model declares it, else by its elements' type (an empty one holds no
+        element to type it by: KeyError)."""
         if isinstance(value, np.ndarray):
             return self._declared_type(name, value.dtype, value.shape)
         known = self.model.boundary_type(name)
         if known is not None and not known.type.HasField("tensor_type"):
             return known
-        log.debug("no usable type for cut tensor %r; declaring only its element type", name)
-        return helper.make_tensor_value_info(name, _elem_type(name, value), None)
+        log.debug("no usable type for cut value %r; declaring it by its elements' type", name)
+        return _value_type(name, value)
 
     def _declared_type(self, name: str, dtype: np.dtype, shape: Sequence[int]) -> onnx.ValueInfoProto:
-        """How a fed tensor of ``dtype`` and ``shape`` is declared (:meth:`_input_type`)."""
+        """How a fed tensor of ``dtype`` and ``shape`` is declared (:meth:`_input_type`): the model's type when
+        it fits, given the value's rank where it declares no shape (the original's own graph inputs aside: they
+        stay as the user wrote them); else the value's element type and rank (module docstring)."""
         known = self.model.boundary_type(name)
         if known is not None and _fits(known, dtype, shape):
-            return known
-        log.debug("no usable type for cut tensor %r; declaring only its element type", name)
+            return known if name in self._inputs else _with_rank(known, len(shape))
+        log.debug("no usable type for cut tensor %r; declaring its element type and rank", name)
         code = dtype_elem_type(dtype)
         if code is None:
             raise KeyError(f"the model declares no type for {name!r}, and its value ({dtype}) gives none")
-        return helper.make_tensor_value_info(name, code, None)
+        return helper.make_tensor_value_info(name, code, [None] * len(shape))
 
-    def _output_type(self, name: str) -> onnx.ValueInfoProto:
+    def _output_type(self, name: str, rank: int | None = None) -> onnx.ValueInfoProto:
+        """How an output is declared: the model's type (its own outputs' exactly as the user wrote them), given
+        the value's rank where it declares no shape; else the captured value's type (module docstring).
+        ``rank``: the value's, when known without reading it (the store's index)."""
         known = self.model.boundary_type(name)
         if known is not None and (not known.type.HasField("tensor_type") or known.type.tensor_type.elem_type):
-            return known
-        return helper.make_tensor_value_info(name, _elem_type(name, self.values(name)), None)
+            if name in self._outputs or _has_shape(known):
+                return known
+            if rank is None:
+                value = self.values(name)
+                if not isinstance(value, np.ndarray):
+                    return known  # declared a tensor, captured otherwise: the declaration stands, as before
+                rank = value.ndim
+            return _with_rank(known, rank)
+        return _value_type(name, self.values(name))
 
     def cone(self, keep: Iterable[int], tensors: Iterable[str]) -> frozenset[int]:
         """The nodes of ``keep`` that the given tensors depend on (within ``keep``)."""
@@ -704,12 +740,56 @@ def check_file(path: Path) -> str | None:
     return None
 
 
-def _elem_type(name: str, value: Any) -> int:
-    """The ONNX element type of a tensor value (every type: ``ml_dtypes`` arrays, strings); KeyError otherwise."""
-    code = dtype_elem_type(value.dtype) if isinstance(value, np.ndarray) else None
-    if code is None:
-        raise KeyError(f"the model declares no type for {name!r}, and its value ({type(value).__name__}) gives none")
-    return code
+def _value_type(name: str, value: Any) -> onnx.ValueInfoProto:
+    """A declaration of ``name`` from its captured value alone (module docstring): a tensor (every element type:
+    ``ml_dtypes`` arrays, strings) by its element type and rank, each dimension unknown; a non-empty sequence of
+    tensors of one element type as a sequence of them (of their rank when they share one). KeyError for what
+    gives no type (an empty sequence or optional, a type ONNX lacks).
+
+    Example:
+        >>> print(helper.printable_value_info(_value_type("words", np.array([["a", "b"]], dtype=object))))
+        %words[STRING, ?x?]
+    """
+    if isinstance(value, np.ndarray):
+        code = dtype_elem_type(value.dtype)
+        if code is not None:
+            return helper.make_tensor_value_info(name, code, [None] * value.ndim)
+    elif isinstance(value, list) and value and all(isinstance(item, np.ndarray) for item in value):
+        codes = {dtype_elem_type(item.dtype) for item in value}
+        ranks = {item.ndim for item in value}
+        code = codes.pop() if len(codes) == 1 else None
+        if code is not None:
+            element = helper.make_tensor_type_proto(code, [None] * ranks.pop() if len(ranks) == 1 else None)
+            return helper.make_value_info(name, helper.make_sequence_type_proto(element))
+    raise KeyError(f"the model declares no type for {name!r}, and its value ({_kind(value)}) gives none")
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return str(value.dtype)
+    if isinstance(value, list):
+        return "an empty sequence" if not value else "a sequence of " + ", ".join(sorted({_kind(v) for v in value}))
+    return "an empty optional" if value is None else type(value).__name__
+
+
+def _has_shape(info: onnx.ValueInfoProto) -> bool:
+    """Whether a declaration is complete as a graph input or output for ``onnx.checker``: not a tensor type, or
+    one with a shape (of any rank, dimensions known or not)."""
+    return not info.type.HasField("tensor_type") or info.type.tensor_type.HasField("shape")
+
+
+def _with_rank(info: onnx.ValueInfoProto, rank: int) -> onnx.ValueInfoProto:
+    """``info`` itself when it has a shape (:func:`_has_shape`), else a copy declaring ``rank`` unknown dimensions
+    (module docstring: the rank of the captured value, never its sizes)."""
+    if _has_shape(info):
+        return info
+    copy = onnx.ValueInfoProto()
+    copy.CopyFrom(info)
+    shape = copy.type.tensor_type.shape
+    shape.SetInParent()  # a scalar's: present and empty
+    for _ in range(rank):
+        shape.dim.add()
+    return copy
 
 
 def _has_dynamic_dim(info: onnx.ValueInfoProto | None) -> bool:

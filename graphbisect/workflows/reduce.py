@@ -918,6 +918,8 @@ def _reduce(r: _Run, inputs: Mapping[str, np.ndarray] | None, *, resume: bool, z
                                                                     scope="flaky")
     if result.minimal and (flaky or verification.flaky):
         result = _minimality_on_flaky(r, evaluator, result)
+    if result.minimal:
+        result = _minimality_untested(r, evaluator, result)
     stats = evaluator.stats()
     return _finish(r, space, result, {"tests": stats.tests, "cache_hits": stats.cache_hits}, base=base, floor=floor,
                    flaky=flaky or verification.flaky, verification=verification, zip_bundle=zip_bundle, amend=amend)
@@ -935,6 +937,33 @@ def _minimality_on_flaky(r: _Run, evaluator: Evaluator, result: SearchResult) ->
     r.notes.append(f"1-minimality is not claimed on a flaky target: removing {len(unproven)} of the "
                    f"{len(result.keep)} nodes gave a different or an unrepeated failure rather than a pass, which "
                    f"does not prove them needed ({names})")
+    return replace(result, minimal=False)
+
+
+#: How :class:`CandidateTester` details a candidate it could not build (invoked=False): its model is refused by
+#: ``onnx.checker``, or a value it must be fed is unknown. Its removal tested nothing.
+_UNBUILT = ("invalid model: ", "no oracle value for cut tensor ")
+
+
+def _minimality_untested(r: _Run, evaluator: Evaluator, result: SearchResult) -> SearchResult:
+    """A single-node removal whose candidate could not be built (an invalid model, a cut value missing) was not
+    tested: the engine treats it as "the failure disappears", but nothing ran. 1-minimality is claimed only when
+    no removal of the result is such; otherwise it is not established, and a note says which and why (issue 35:
+    3 nodes called 1-minimal where the one in the middle alone fails, its neighbours' removals never built)."""
+    untested: dict[int, str] = {}
+    for unit in sorted(result.keep):
+        found = evaluator.cache.get(result.keep - {unit})
+        if found is not None and found.outcome is Outcome.UNRESOLVED and not found.invoked and \
+                isinstance(found.detail, str) and found.detail.startswith(_UNBUILT):
+            untested[unit] = found.detail
+    if not untested:
+        return result
+    names = ", ".join(r.model.node_names[u] for u in list(untested)[:8]) + (" …" if len(untested) > 8 else "")
+    reasons = list(dict.fromkeys(untested.values()))
+    r.notes.append(f"1-minimality is not established: the removal of {len(untested)} of the {len(result.keep)} "
+                   f"nodes ({names}) was not tested, as its candidate could not be built ({reasons[0]}"
+                   + (f"; and {len(reasons) - 1} other reason(s)" if len(reasons) > 1 else "")
+                   + "): they may not be needed")
     return replace(result, minimal=False)
 
 

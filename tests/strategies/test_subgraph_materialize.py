@@ -93,8 +93,18 @@ def _declaration(model: Model, name: str, value: Any) -> onnx.ValueInfoProto:
                 not tensor.HasField("shape") or (len(dims) == value.ndim and all(
                     not d.HasField("dim_value") or d.dim_value in (n, -1)  # -1: a converter's dynamic dim
                     for d, n in zip(dims, value.shape, strict=True)))):
-            return known
-    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype), None)
+            # a declaration without a shape gets the value's rank (the original's own graph inputs aside)
+            return known if name in model.input_names else _ranked(known, value.ndim)
+    # nothing usable declared: the value's element type and rank, every dimension unknown
+    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype), [None] * value.ndim)
+
+
+def _ranked(known: onnx.ValueInfoProto, rank: int) -> onnx.ValueInfoProto:
+    """``known``, or where it is a tensor type without a shape, a copy with ``rank`` unknown dimensions."""
+    if not known.type.HasField("tensor_type") or known.type.tensor_type.HasField("shape"):
+        return known
+    tensor = known.type.tensor_type
+    return helper.make_tensor_value_info(known.name, tensor.elem_type, [None] * rank)
 
 
 def _dynamic(model: Model, name: str) -> bool:
@@ -108,8 +118,9 @@ def _dynamic(model: Model, name: str) -> bool:
 def _output(model: Model, name: str, values: Any) -> onnx.ValueInfoProto:
     known = model.boundary_type(name)
     if known is not None and known.type.tensor_type.elem_type:
-        return known
-    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(values(name).dtype), None)
+        return known if name in model.output_names else _ranked(known, values(name).ndim)
+    value = values(name)
+    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype), [None] * value.ndim)
 
 
 # ---------------------------------------------------------------------------------------------- the models
@@ -280,8 +291,8 @@ def test_candidates_made_in_threads_equal_those_made_one_by_one(tmp_path: Path) 
 
 def _unknown_rank_model() -> onnx.ModelProto:
     """An Unsqueeze by computed axes: inference finds no shape for ``u`` and ``r`` (the model's inputs and
-    outputs are declared in full), so a candidate cut at them declares a graph input by its element type
-    only, which ``onnx.checker`` refuses (runtimes accept it)."""
+    outputs are declared in full). A candidate cut at them declared a graph input by its element type only,
+    which ``onnx.checker`` refuses (runtimes accept it); it now declares the captured value's rank (issue 35)."""
     nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
              helper.make_node("Slice", ["s", "zero", "one"], ["ax"], name="slice"),
              helper.make_node("Unsqueeze", ["x", "ax"], ["u"], name="unsqueeze"),
@@ -295,8 +306,20 @@ def _unknown_rank_model() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
+def _refused_declaration_model() -> onnx.ModelProto:
+    """relu → neg, the user declaring ``u`` as an optional without its element type: ``onnx.checker`` passes the
+    model (it does not look at ``value_info``) and refuses ``u`` as a graph output, as the declaration says."""
+    declared = onnx.ValueInfoProto(name="u")
+    declared.type.optional_type.SetInParent()
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["u"], name="relu"),
+                               helper.make_node("Neg", ["u"], ["y"], name="neg")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], value_info=[declared])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
 @pytest.mark.parametrize("stored", [False, True], ids=["values", "store"])
-@pytest.mark.parametrize("name", ["unknown-rank", "host-300", "silero-vad", "magika"])
+@pytest.mark.parametrize("name", ["unknown-rank", "refused-declaration", "host-300", "silero-vad", "magika"])
 def test_piecewise_check_gives_the_checkers_verdict_on_every_candidate(name: str, stored: bool,
                                                                         tmp_path: Path) -> None:
     """Given that the whole model passes the checker (the tester's gate), ``check`` refuses exactly the
@@ -305,9 +328,15 @@ def test_piecewise_check_gives_the_checkers_verdict_on_every_candidate(name: str
         model = load_model(_unknown_rank_model())
         inputs = {"x": np.arange(6, dtype=np.float32).reshape(2, 3) - 2}
         assert model.boundary_type("u") is not None and not model.boundary_type("u").type.tensor_type.HasField("shape")
+    elif name == "refused-declaration":
+        model = load_model(_refused_declaration_model())
+        inputs = {"x": np.arange(6, dtype=np.float32).reshape(2, 3) - 2}
     else:
         model, inputs = MODELS[name]()
-    values = _oracle_values(model, inputs)
+    if name == "refused-declaration":  # ONNX Runtime would not load the probe exposing ``u`` as declared
+        values = {**inputs, "u": np.maximum(inputs["x"], 0), "y": -np.maximum(inputs["x"], 0)}
+    else:
+        values = _oracle_values(model, inputs)
     space = _space(model, inputs, values, tmp_path, stored=stored)
     whole = space.materialize(range(space.size)).save(space.workdir / "whole.onnx")
     if check_file(whole) is not None:
@@ -321,6 +350,8 @@ def test_piecewise_check_gives_the_checkers_verdict_on_every_candidate(name: str
         assert space.check(candidate, path) == check_file(path), f"{name}: nodes {sorted(keep)[:8]}"
         refused += check_file(path) is not None
     if name == "unknown-rank":
+        assert not refused  # an unshaped cut point or output is declared with its value's rank (issue 35)
+    if name == "refused-declaration":
         assert refused  # the rule the test is about did fire, and check saw it
 
 
