@@ -8,6 +8,10 @@
    apart from ONNX at hundreds of values, beside a weight-only-int8 MatMul (``fc``) that its dynamic quantization
    puts tens of LSB off at its int16 QuantizeLinear: quantized tensors are compared in quantization steps, so the
    1-LSB rounding passes and the planted node is localized first; without the dynamic quantization no row fails.
+
+OpenVINO quantizes activations dynamically only on a CPU with AVX2-VNNI or AVX512-VNNI: elsewhere it computes the
+int8-weight FullyConnected in f32 whatever the group size, and the tests that need the wrong result skip, saying
+so (:func:`tests.cpu_premises.openvino_dynamic_quantization` checks it on the real backend).
 """
 
 from __future__ import annotations
@@ -29,12 +33,19 @@ from graphbisect.examples.quantized import QDQ_PLANTED, int8_weight_model, qdq_m
 from graphbisect.model import load_model
 from graphbisect.workflows.compare import compare_models
 from graphbisect.workflows.verify import verify_bundle
+from tests.cpu_premises import require_openvino_dynamic_quantization
 
 pytest.importorskip("openvino")
 pytestmark = pytest.mark.openvino
 
 ORACLE = "onnxruntime:opt_level=disable"
 NO_DYNAMIC_QUANTIZATION = "openvino:config=DYNAMIC_QUANTIZATION_GROUP_SIZE=0"
+
+
+@pytest.fixture
+def dynamic_quantization() -> None:
+    """The premise of a test needing OpenVINO's wrong result: it quantizes int8-weight activations on this CPU."""
+    require_openvino_dynamic_quantization()
 
 
 def _repro(bundle: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -44,7 +55,8 @@ def _repro(bundle: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 # --- item 1: what the backend really computed, and OpenVINO config keys -------------------------------------
-def test_int8_weights_fail_by_default_and_pass_without_dynamic_quantization(tmp_path: Path) -> None:
+def test_int8_weights_fail_by_default_and_pass_without_dynamic_quantization(tmp_path: Path,
+                                                                             dynamic_quantization: None) -> None:
     model, inputs = int8_weight_model()
     loaded = load_model(model)
     failing = compare_models(loaded, oracle=ORACLE, target="openvino", inputs=inputs, workdir=tmp_path / "a")
@@ -68,23 +80,26 @@ def test_int8_weights_fail_by_default_and_pass_without_dynamic_quantization(tmp_
     assert fixed.compiled is not None and not fixed.compiled.lower_precision  # i8 weights, computed in f32
 
 
-def test_compare_prints_the_precision_the_target_ran(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("target", ["openvino", "onnxruntime"])  # ONNX Runtime's MatMulNBits (accuracy_level 4)
+def test_compare_prints_the_precision_the_target_ran(target: str, tmp_path: Path,  # computes in i8 too
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    if target == "openvino":  # the ONNX Runtime half does not depend on OpenVINO's premise
+        require_openvino_dynamic_quantization()
     model, inputs = int8_weight_model()
     onnx.save(model, tmp_path / "m.onnx")
     np.savez(tmp_path / "in.npz", **inputs)
-    for target in ("openvino", "onnxruntime"):  # ONNX Runtime's MatMulNBits (accuracy_level 4) does it too
-        assert main(["compare", str(tmp_path / "m.onnx"), "--inputs", str(tmp_path / "in.npz"), "--oracle", ORACLE,
-                     "--target", target, "--csv", str(tmp_path / f"{target}.csv")]) == 1
-        out = capsys.readouterr().out
-        assert "1 ran in a lower precision than the model" in out  # the compiled graph's summary
-        assert "i8<f32" in out  # the table's "ran in" column
-        assert "the target ran in i8 where the model computes f32" in out
-        assert ("DYNAMIC_QUANTIZATION_GROUP_SIZE=0" if target == "openvino"
-                else "session.qdq_matmulnbits_accuracy_level=0") in out
-        assert "ran in i8, the model f32" in (tmp_path / f"{target}.csv").read_text()
+    assert main(["compare", str(tmp_path / "m.onnx"), "--inputs", str(tmp_path / "in.npz"), "--oracle", ORACLE,
+                 "--target", target, "--csv", str(tmp_path / f"{target}.csv")]) == 1
+    out = capsys.readouterr().out
+    assert "1 ran in a lower precision than the model" in out  # the compiled graph's summary
+    assert "i8<f32" in out  # the table's "ran in" column
+    assert "the target ran in i8 where the model computes f32" in out
+    assert ("DYNAMIC_QUANTIZATION_GROUP_SIZE=0" if target == "openvino"
+            else "session.qdq_matmulnbits_accuracy_level=0") in out
+    assert "ran in i8, the model f32" in (tmp_path / f"{target}.csv").read_text()
 
 
-def test_a_bundle_records_the_config_key_and_repro_applies_it(tmp_path: Path) -> None:
+def test_a_bundle_records_the_config_key_and_repro_applies_it(tmp_path: Path, dynamic_quantization: None) -> None:
     from graphbisect.api import reduce
     from graphbisect.artifacts import load_bundle
 
@@ -113,7 +128,7 @@ def test_a_bundle_records_the_config_key_and_repro_applies_it(tmp_path: Path) ->
 
 
 # --- item 2: integer tensors in quantization steps -----------------------------------------------------------------
-def test_a_qdq_model_localizes_the_planted_node_first(tmp_path: Path) -> None:
+def test_a_qdq_model_localizes_the_planted_node_first(tmp_path: Path, dynamic_quantization: None) -> None:
     model, inputs = qdq_model()
     result = compare_models(load_model(model), oracle=ORACLE, target="openvino", inputs=inputs, workdir=tmp_path)
     assert not result.passed and result.layerwise is not None
@@ -154,7 +169,7 @@ def test_a_passing_qdq_run_marks_no_row_failed(tmp_path: Path) -> None:
     assert "<tr class='fail'>" not in page and "<tr class='first'>" not in page  # the legend still names them
 
 
-def test_a_qdq_bundle_compares_its_quantized_output_in_steps(tmp_path: Path) -> None:
+def test_a_qdq_bundle_compares_its_quantized_output_in_steps(tmp_path: Path, dynamic_quantization: None) -> None:
     from graphbisect.api import reduce
 
     model, inputs = qdq_model()
