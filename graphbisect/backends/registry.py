@@ -188,6 +188,11 @@ class BackendInfo:
     #: computes cannot depend on which tensors a run exposes. A backend with ``opt_levels`` does so at its
     #: lowest level (:meth:`computes_as_written`).
     rewrites_graph: bool = True
+    #: Element types the backend rewrites around even at its lowest ``opt_level``: ONNX Runtime's CPU EP inserts
+    #: casts around float16/bfloat16 nodes it has no kernel for and removes float32→float16→float32 pairs, which
+    #: an exposed float16 tensor keeps (a mixed-precision model's oracle computed other outputs in its capture
+    #: than in its plain run: issue 35, case 1). A model holding one of them is not computed as written.
+    rewrites_types: frozenset[int] = frozenset()
     #: The accelerator a run uses, from the spec's options: ``"gpu:N"``, None for the CPU only, or
     #: :data:`UNKNOWN_DEVICE` (the default: a row that does not say). :meth:`accelerator`.
     device_of: Callable[[Mapping[str, str]], str | None] = _undeclared
@@ -227,12 +232,15 @@ class BackendInfo:
         """
         return self.device_of(spec.options)
 
-    def computes_as_written(self, spec: BackendSpec) -> bool:
+    def computes_as_written(self, spec: BackendSpec, elem_types: Iterable[int] = ()) -> bool:
         """Whether a run of ``spec`` computes the graph as written, so exposing its intermediate tensors
-        cannot change its outputs (``reference``; ``onnxruntime:opt_level=disable``). Only then may one
-        run exposing every tensor serve as its plain run as well (``compare``'s oracle)."""
+        cannot change its outputs (``reference``; ``onnxruntime:opt_level=disable`` on a model whose
+        ``elem_types`` (:func:`graphbisect.model.normalize.elem_types`) hold none of :attr:`rewrites_types`).
+        Only then may one run exposing every tensor serve as its plain run as well (``compare``'s oracle)."""
         if not self.rewrites_graph:
             return True
+        if self.rewrites_types and not self.rewrites_types.isdisjoint(elem_types):
+            return False
         return bool(self.opt_levels) and spec.options.get("opt_level") == self.opt_levels[0]
 
     def availability(self, *, version: bool = True) -> Availability:
@@ -280,6 +288,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         distributions=("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino"),
         extra=None,
         opt_levels=("disable", "basic", "extended", "all"),
+        rewrites_types=frozenset({10, 16}),  # TensorProto.FLOAT16, BFLOAT16 (onnx is not imported here)
         capabilities=frozenset({C.INTERMEDIATES, C.PASSES, C.FOREIGN_PYTHON, C.ONNX_INPUT, C.COMPILED_GRAPH}),
         compiled_option=("save_optimized", "1"),
         reconfigurable=True,  # every option is a SessionOptions field or an argument of InferenceSession

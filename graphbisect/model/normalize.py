@@ -332,7 +332,9 @@ def topological_sort(graph: onnx.GraphProto) -> bool:
 # --- step 5: IR version ---------------------------------------------------------------------------------
 
 
-def _elem_types(proto: onnx.ModelProto) -> Iterable[int]:
+def elem_types(proto: onnx.ModelProto) -> Iterable[int]:
+    """Every element type ``proto``'s main graph declares or makes: initializers, declared values, tensor
+    attributes, and the ``to``/``output_dtype`` of casting nodes (with repeats)."""
     graph = proto.graph
     yield from (tensor.data_type for tensor in graph.initializer)
     for value in (*graph.input, *graph.output, *graph.value_info):
@@ -356,7 +358,7 @@ def minimum_ir_version(proto: onnx.ModelProto) -> int:
         return proto.ir_version
     if proto.functions:
         needed = max(needed, _IR_FOR_LOCAL_FUNCTIONS)
-    for elem_type in _elem_types(proto):
+    for elem_type in elem_types(proto):
         needed = max(needed, _IR_FOR_ELEM_TYPE.get(elem_type, 0))
     return needed
 

@@ -61,6 +61,7 @@ from graphbisect.localize.layerwise import (
     tensor_stats,
 )
 from graphbisect.model import Model
+from graphbisect.model.normalize import elem_types
 from graphbisect.oracle.as_built import (
     CaptureDifference,
     OracleIncomplete,
@@ -590,7 +591,8 @@ def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: B
             _save_proto(model.with_outputs(names), probe_path)
             return capture_as_built(lambda path, out: oracle_proc.run(path, inputs_path, output_dir=out), probe_path,
                                     oracle_model, outputs=model.output_names, tolerance=tolerance, spec=oracle_spec,
-                                    rewrites=not oracle_info.computes_as_written(oracle_spec), capture_dir=store_dir)
+                                    rewrites=not oracle_info.computes_as_written(oracle_spec, elem_types(model.proto)),
+                                    capture_dir=store_dir)
     else:
         stage(f"running oracle {oracle_spec} and target {target_spec}")
 

@@ -53,6 +53,7 @@ from graphbisect.errors import GraphBisectError
 from graphbisect.localize.compiled import compiled_graph
 from graphbisect.model import Model
 from graphbisect.model.io import remove_model, save_proto
+from graphbisect.model.normalize import elem_types
 from graphbisect.options import INVOCATIONS, TIMEOUT, check_fields, option
 from graphbisect.oracle.as_built import capture_as_built
 from graphbisect.oracle.floor import NoiseFloor, floor_spec, measure_floor, no_floor
@@ -237,7 +238,8 @@ class _Session:
             runs = capture_as_built(
                 run, model, self.onnx_path, outputs=self.model.output_names, tolerance=self.options.tolerance,
                 spec=self.oracle_spec,
-                rewrites=bool(intermediates) and not self.oracle_info.computes_as_written(self.oracle_spec),
+                rewrites=bool(intermediates) and not self.oracle_info.computes_as_written(
+                    self.oracle_spec, elem_types(self.model.proto)),
                 capture_dir=self.work / "oracle-values", plain_dir=self.work / "oracle-plain",
                 on_plain=lambda: self.stage(f"running the oracle {self.oracle_spec} on the model as built (it "
                                             "rewrites the graph)"))

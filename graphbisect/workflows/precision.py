@@ -92,6 +92,7 @@ from graphbisect.errors import BackendError, InputError
 from graphbisect.localize.layerwise import LayerwiseReport, analyze_layers
 from graphbisect.model import Model
 from graphbisect.model.io import save_proto
+from graphbisect.model.normalize import elem_types
 from graphbisect.options import INVOCATIONS, JOBS, cap_jobs, cap_jobs_to_memory, check_value
 from graphbisect.oracle.as_built import capture_as_built
 from graphbisect.oracle.tester import WorkerPool
@@ -269,8 +270,8 @@ def _capture(model: Model, oracle: str, feeds: Mapping[str, np.ndarray], workdir
     probe = workdir / "probe.onnx"
     save_proto(model.with_outputs(names), probe)
     captures = len(names) > len(model.output_names)
-    plain_path = model.save(workdir / "oracle-model.onnx") if captures and not info.computes_as_written(spec) \
-        else probe
+    as_written = info.computes_as_written(spec, elem_types(model.proto))
+    plain_path = model.save(workdir / "oracle-model.onnx") if captures and not as_written else probe
     with BackendProcess(spec, workdir=workdir / "oracle") as proc:
         # An oracle that rewrites the graph may build the probe otherwise than the model: the expected outputs
         # are its run of the model as built; the capture still gives the calibration ranges and the layerwise

@@ -11,11 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
+import graphbisect
+from graphbisect.backends.base import BackendSpec
+from graphbisect.backends.registry import get
 from graphbisect.errors import GraphBisectError
 from graphbisect.model import load_model
+from graphbisect.model.normalize import elem_types
 from graphbisect.workflows.passes import PassesOptions, find_culprit_passes
 from graphbisect.workflows.reduce import ReduceOptions, reduce_model, work_dir_for
 from tests.workflows.test_compare import _layernorm_keepdims0
@@ -124,3 +129,53 @@ def test_compare_measures_a_rewriting_oracles_capture_that_agrees_and_keeps_quie
     assert result.passed and not result.probe_masking and result.layerwise_note is None
     capture = result.to_json()["oracle_capture"]
     assert isinstance(capture, dict) and capture["differs"] is False
+
+
+def _mixed_precision_exp() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """tf2onnx's mixed-precision shape: a float16 Conv between float32↔float16 Casts, then Exp (which turns the
+    float16 rounding of the Conv's output into errors beyond tolerance). ONNX Runtime's CPU EP has no float16
+    Conv: even at opt_level=disable it computes it in float32 between inserted Casts and removes the
+    float32→float16→float32 pair — unless the float16 tensor is exposed as an output, which keeps the rounding."""
+    rng = np.random.default_rng(0)
+    weights = (rng.standard_normal((8, 4, 3, 3)) * 0.5).astype(np.float16)
+    nodes = [helper.make_node("Cast", ["x"], ["x16"], to=TensorProto.FLOAT16, name="cast_in"),
+             helper.make_node("Conv", ["x16", "W"], ["c16"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Cast", ["c16"], ["c32"], to=TensorProto.FLOAT, name="cast_out"),
+             helper.make_node("Exp", ["c32"], ["y"], name="exp")]
+    graph = helper.make_graph(nodes, "mixed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])],
+                              [numpy_helper.from_array(weights, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return model, {"x": (rng.standard_normal((1, 4, 8, 8)) * 1.5).astype(np.float32)}
+
+
+def test_a_float16_model_is_judged_by_the_oracles_plain_run_not_its_capture() -> None:
+    """Issue 35, case 1: `compare` said FAIL against ONNX Runtime, where plain opt_level=all and plain
+    opt_level=disable agree, because the oracle's capture (every intermediate exposed) computes other outputs
+    than its plain run. The verdict is the plain run's; the capture is measured against it."""
+    import onnxruntime as ort
+
+    model, feeds = _mixed_precision_exp()
+
+    def plain(level: ort.GraphOptimizationLevel, proto: onnx.ModelProto) -> np.ndarray:
+        options = ort.SessionOptions()
+        options.graph_optimization_level = level
+        session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return session.run(["y"], feeds)[0]
+
+    disable = plain(ort.GraphOptimizationLevel.ORT_DISABLE_ALL, model)
+    everything = plain(ort.GraphOptimizationLevel.ORT_ENABLE_ALL, model)
+    assert np.allclose(everything, disable, rtol=1e-3, atol=1e-4)  # the target is right
+    exposed = onnx.ModelProto()
+    exposed.CopyFrom(model)
+    exposed.graph.output.extend(onnx.ValueInfoProto(name=name) for name in ("x16", "c16", "c32"))
+    captured = plain(ort.GraphOptimizationLevel.ORT_DISABLE_ALL, exposed)
+    assert not np.allclose(captured, disable, rtol=1e-3, atol=1e-4)  # the premise: the capture differs
+
+    result = graphbisect.compare(model, inputs=feeds)
+    assert result.passed, result.to_json()["outputs"]
+    assert result.invocations["oracle"] == 2  # the capture, and the plain run that is the verdict
+    info = get("onnxruntime")
+    assert not info.computes_as_written(BackendSpec.parse("onnxruntime:opt_level=disable"), elem_types(model))
+    assert info.computes_as_written(BackendSpec.parse("onnxruntime:opt_level=disable"),
+                                    elem_types(_layernorm_keepdims0()))
