@@ -29,6 +29,7 @@ from graphbisect.artifacts.environment import describe_ran_with, environment_sum
 from graphbisect.artifacts.repro import JUDGE_PYTHON_CHECK, has_standalone_repro, judged_by, tactic_files
 from graphbisect.backends.cost import describe_calls
 from graphbisect.compare import Comparison, TensorStats, compare_outputs
+from graphbisect.compare.metrics import decade
 from graphbisect.oracle.outcome import headline as message_headline
 from graphbisect.shareable import file_name as path_name
 from graphbisect.shareable import shareable_report, shareable_text
@@ -234,7 +235,8 @@ _HEADLINE_CHARS = 110
 
 def headline(content: BundleContent) -> str:
     """A short human title for the failure, e.g. ``wrong values on output 'y' (error ~1e3× tolerance)``: the
-    magnitude said as the signature says it (:meth:`Signature.describe`), one way in the whole report.
+    magnitude of this bundle's own worst output, its nearest power of ten (:func:`~graphbisect.compare.metrics.
+    decade`; none where that score is not finite, as for integers that differ).
 
     Crash messages are long (ONNX Runtime prefixes the C++ signature), and what matters is at their end, so
     a long first line is shortened from the left; the line is the informative one
@@ -255,9 +257,8 @@ def headline(content: BundleContent) -> str:
         return f"{where}: {text}"
     worst = _comparison_worst(content)
     name = f" on output {worst.name!r}" if worst is not None else ""
-    if kind == "mismatch":  # the magnitude as the failure's signature says it (the exact score is in its table)
-        band = sig.band if sig.band is not None or worst is None or not math.isfinite(worst.score) or \
-            worst.score <= 0 else math.floor(math.log10(worst.score))
+    if kind == "mismatch":  # the magnitude this bundle's model fails by (the exact score is in its table)
+        band = decade(worst.score) if worst is not None else sig.band  # none for an infinite score
         return f"wrong values{name}" + (f" (error ~1e{band}× tolerance)" if band is not None else "")
     if kind == "nan":
         return f"NaN/Inf{name} where the oracle is finite"

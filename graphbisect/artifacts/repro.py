@@ -885,7 +885,7 @@ def identity_differs(config, outcome):
         if anchor not in failing:
             return f"{ident['tensor']!r}, where the recorded failure starts, does not fail here"
         score = anchor.get("score", 0.0)
-        band = math.floor(math.log10(score)) if 0.0 < score < math.inf else None
+        band = math.floor(math.log10(score) + 0.5) if 0.0 < score < math.inf else None
         if band is not None and abs(band - ident["band"]) > 1:
             return f"{ident['tensor']!r} is off by ~1e{band}x tolerance, not ~1e{ident['band']}x"
     if ident.get("compiled_kind") and outcome.get("compiled") is not None:

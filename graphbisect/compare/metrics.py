@@ -48,6 +48,7 @@ __all__ = [
     "compare_tensors",
     "compare_values",
     "comparison_of",
+    "decade",
     "warn_vacuous_outputs",
 ]
 
@@ -834,3 +835,10 @@ def warn_vacuous_outputs(stats: Iterable[TensorStats], tol: Tolerance) -> list[s
             _vacuous_warned.add(message)
             logger.warning(message)
     return messages
+
+
+def decade(score: float) -> int | None:
+    """A score's order of magnitude in tolerances, the nearest power of ten (``~1eN×``): 7,393 → 4, 977 → 3,
+    1.64 → 0; None when the score is not finite and positive. Every "error ~1eN× tolerance" graphbisect prints,
+    and a failure signature's ``band``, is this (it was the power of ten below, which called 7,393 "~1e3×")."""
+    return math.floor(math.log10(score) + 0.5) if math.isfinite(score) and score > 0 else None

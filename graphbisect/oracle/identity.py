@@ -32,7 +32,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from typing import Any
 import onnx
 
 from graphbisect.compare import TensorStats
+from graphbisect.compare.metrics import decade
 from graphbisect.localize.compiled import CompiledGraph
 
 __all__ = ["Identity", "IdentityCheck", "band_of", "pass_of"]
@@ -63,8 +63,8 @@ def pass_of(compiled_name: str) -> str | None:
 
 
 def band_of(score: float) -> int | None:
-    """An error's order of magnitude in tolerances (None when not a finite positive score)."""
-    return math.floor(math.log10(score)) if math.isfinite(score) and score > 0 else None
+    """An error's order of magnitude in tolerances (:func:`graphbisect.compare.metrics.decade`)."""
+    return decade(score)
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ shrink a wrong-result bug into an unrelated crash. A candidate is accepted only 
   Runtime's ReshapeFusion swaps ids for a shape, which a Cast turns into a float error downstream), the
   baseline's detail is :data:`EXACT_ROOTED` and both classes are that failure — the integer error, or the
   float error it causes — so the reduction may end where the integers go wrong.
-  A mismatch also records its **band**
-  (``floor(log10(score))``, the error's order of magnitude in tolerances) for the report; bands are not
-  compared unless asked (``strict_band``), because the error legitimately grows or shrinks when the
-  comparison point moves from a final output to the culprit's own output.
+  A mismatch also records its **band** (:func:`~graphbisect.compare.metrics.decade`, the error's order of
+  magnitude in tolerances) for the report; bands are not compared unless asked (``strict_band``) or the failure
+  is matched by kind alone (``reduce``), because the error legitimately grows or shrinks when the comparison
+  point moves from a final output to the culprit's own output.
 * ``crash`` at ``load`` (session/engine creation) or ``run``: exception class plus the message normalized
   (addresses, paths, long numbers, temp names removed, and every name the backend chose — the model's node and
   tensor names, OpenVINO's per-process numbers and renamed outputs — replaced by ``<name>``:
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import math
 import re
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -41,6 +40,7 @@ import onnx
 
 from graphbisect.backends.base import Phase, RunResult, RunStatus, message_cause
 from graphbisect.compare import Comparison, MismatchKind, TensorStats
+from graphbisect.compare.metrics import decade
 from graphbisect.oracle.floor import NoiseFloor
 from graphbisect.oracle.names import erase_names, found_names
 from graphbisect.oracle.outcome import is_unsupported
@@ -199,7 +199,7 @@ class Signature:
 
     kind: FailureKind
     detail: str = ""  # crash: "<ErrorType>: <normalized message>" or "exit <code>"; mismatch: worst kind
-    band: int | None = None  # mismatch: floor(log10(score))
+    band: int | None = None  # mismatch: the score's nearest power of ten (compare.metrics.decade)
 
     @property
     def failed(self) -> bool:
@@ -318,8 +318,7 @@ def signature_of(
     if not floats:
         return Signature(FailureKind.MISMATCH, EXACT_VALUES)
     worst = max(floats, key=lambda s: s.score)
-    band = math.floor(math.log10(worst.score)) if math.isfinite(worst.score) and worst.score > 0 else None
-    return Signature(FailureKind.MISMATCH, FLOAT_VALUES, band)
+    return Signature(FailureKind.MISMATCH, FLOAT_VALUES, decade(worst.score))
 
 
 def failing_above(comparison: Comparison | None, floor: NoiseFloor | None) -> tuple[TensorStats, ...]:

@@ -44,7 +44,7 @@ def test_tf32_reduce_keeps_the_mis_fused_layernorm_not_a_noisy_matmul(tmp_path: 
     result = gb.reduce(example_model_path(), tmp_path / "bug", target=TF32, inputs=_example_inputs())
     assert result.kept_nodes == EXAMPLE_LN and result.one_minimal and result.verified
     report = json.loads((tmp_path / "bug" / "report.json").read_text())
-    assert report["identity"]["made_by"] == "LayerNormFusion" and report["identity"]["band"] == 3
+    assert report["identity"]["made_by"] == "LayerNormFusion" and report["identity"]["band"] == 4
     floor = report["noise_floor"]
     assert floor["measured"] and floor["spec"] == "tf32ort:opt_level=disable"
     assert result.invocations["target"] <= 20
