@@ -326,7 +326,7 @@ def verify(bundle: str | os.PathLike[str], *, target: str | None = None, trust: 
     with load_bundle(Path(bundle)) as loaded:
         result = verify_bundle(loaded, target, trust=trust, check=check)
         if model is not None:
-            result = recheck_original(result, loaded, Path(model), inputs=inputs)
+            result = recheck_original(result, loaded, Path(model), inputs=inputs, trust=trust)
         return result
 
 

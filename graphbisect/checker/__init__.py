@@ -22,7 +22,15 @@ from pathlib import Path
 
 from graphbisect.artifacts.bundle import BundleError, load_bundle
 from graphbisect.backends.registry import untrusted_options
-from graphbisect.checker.audit import MAX_REMOVALS, Audit, BundleFiles, Claim, audit_files, normalize_message
+from graphbisect.checker.audit import (
+    MAX_REMOVALS,
+    Audit,
+    BundleFiles,
+    Claim,
+    OutputCheck,
+    audit_files,
+    normalize_message,
+)
 
 __all__ = ["Audit", "Claim", "audit_bundle", "normalize_message"]
 
@@ -31,20 +39,24 @@ _OWN_FILES = ("tactics.json",)
 
 
 def audit_bundle(bundle: str | os.PathLike[str], *, trust: bool = False,
-                 progress: Callable[[str], None] | None = None, max_removals: int = MAX_REMOVALS) -> Audit:
+                 progress: Callable[[str], None] | None = None, max_removals: int = MAX_REMOVALS,
+                 workdir: Path | None = None, check: OutputCheck | None = None) -> Audit:
     """Check every claim of ``bundle`` (a folder or ``.zip`` written by ``graphbisect reduce``) with plain runs.
 
     The bundle is data (the trust rule): its recorded oracle and target run only when every option of theirs is
     known to be inert, else only with ``trust``. Raises :class:`~graphbisect.artifacts.bundle.BundleError` for a
-    bundle that cannot be read, is damaged, or names an untrusted spec without ``trust``.
+    bundle that cannot be read, is damaged, or names an untrusted spec without ``trust``. The checker's scratch
+    files and workers' folders go in ``workdir`` (default: the system's temporary folder), removed after.
+    ``check``: the Python output check of a bundle reduced with ``reduce(check=...)``, which judges its runs.
     """
     with load_bundle(Path(bundle)) as loaded:
         if not trust:
             _check_trust(loaded.path, {"oracle": loaded.oracle, "target": loaded.target})
         files = BundleFiles(loaded.path, loaded.report, loaded.oracle, loaded.target, loaded.inputs,
                             loaded.oracle_outputs, loaded.target_outputs)
-        result = audit_files(files, progress=progress, max_removals=max_removals)
-    return Audit(str(bundle), result.claims, result.runs, result.seconds)
+        result = audit_files(files, progress=progress, max_removals=max_removals, workdir=workdir,
+                             check=check)
+    return Audit(str(bundle), result.claims, result.calls, result.seconds)
 
 
 def _check_trust(folder: Path, specs: dict[str, object]) -> None:

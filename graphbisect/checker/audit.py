@@ -67,8 +67,14 @@ class Audit:
 
     bundle: str
     claims: tuple[Claim, ...]
-    runs: Mapping[str, int] = field(default_factory=dict)
+    #: role -> {"runs", "compiles"}: every backend call the checker made (oracle, target, reference)
+    calls: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     seconds: float = 0.0
+
+    @property
+    def runs(self) -> dict[str, int]:
+        """{role: runs}."""
+        return {role: int(calls["runs"]) for role, calls in self.calls.items()}
 
     @property
     def holds(self) -> bool | None:
@@ -82,7 +88,8 @@ class Audit:
 
     def to_json(self) -> dict[str, Any]:
         return {"bundle": self.bundle, "holds": self.holds, "claims": [c.to_json() for c in self.claims],
-                "runs": dict(self.runs), "seconds": round(self.seconds, 3)}
+                "runs": self.runs, "calls": {role: dict(c) for role, c in self.calls.items()},
+                "seconds": round(self.seconds, 3)}
 
 
 @dataclass(frozen=True)
@@ -121,10 +128,9 @@ class _Expected:
     """The recorded failure, read from report.json."""
 
     kind: str  # mismatch | nan | structure | crash-load | crash-run | unsupported | timeout | regex | ...
-    value_class: str | None  # mismatch: "mismatch" (float) or "exact"
+    value_class: str | None  # mismatch: "mismatch" (float), "exact", "rooted" or "check" (see _value_class)
     outputs: frozenset[str]  # the outputs recorded as failing
     score: float | None  # the worst recorded score
-    band: int | None
     message: str | None  # a crash's recorded message
     regex: str | None
     compiled_kind: str | None
@@ -138,12 +144,15 @@ class _Expected:
         rows = [row for row in report.get("outputs") or [] if isinstance(row, Mapping) and not row.get("passed")]
         scores = [float(row["score"]) for row in rows if isinstance(row.get("score"), (int, float))]
         identity = report.get("identity") or {}
-        band = signature.get("band")
-        return cls(kind, ("exact" if detail.startswith("integer/boolean") else "mismatch") if kind == "mismatch"
-                   else None, frozenset(str(row.get("name")) for row in rows), max(scores) if scores else None,
-                   int(band) if isinstance(band, (int, float)) else None,
+        return cls(kind, _value_class(detail) if kind == "mismatch" else None,
+                   frozenset(str(row.get("name")) for row in rows), max(scores) if scores else None,
                    report.get("target_message") or (detail if kind in _CRASHES else None),
                    detail if kind == "regex" else None, identity.get("compiled_kind"), identity.get("made_by"))
+
+    @property
+    def by_check(self) -> bool:
+        """Whether a Python output check judged the failure (``graphbisect.reduce(check=...)``)."""
+        return self.kind == "mismatch" and self.value_class == "check"
 
     @property
     def by_values(self) -> bool:
@@ -151,6 +160,16 @@ class _Expected:
 
 
 _CRASHES = ("crash-load", "crash-run", "unsupported", "timeout")
+#: A Python output check: ``check(outputs, expected)`` is True when the target's outputs are acceptable.
+OutputCheck = Callable[[dict[str, Any], dict[str, Any]], bool]
+
+
+def _value_class(detail: str) -> str:
+    """A mismatch's class from its recorded detail: ``exact`` (integer or boolean values differ), ``rooted`` (an
+    integer error and the float error computed from it: either is that failure), else ``mismatch`` (floats)."""
+    if detail.startswith("integer/boolean"):
+        return "rooted" if "float values computed from them" in detail else "exact"
+    return "check" if detail == "the Python check rejected the outputs" else "mismatch"
 
 
 @dataclass(frozen=True)
@@ -165,8 +184,9 @@ class _Seen:
 class _Judge:
     """Judges target runs against the oracle's and the recorded failure."""
 
-    def __init__(self, expected: _Expected, limits: Limits, names: Sequence[str]) -> None:
-        self.expected, self.limits, self.names = expected, limits, names
+    def __init__(self, expected: _Expected, limits: Limits, names: Sequence[str],
+                 check: OutputCheck | None = None) -> None:
+        self.expected, self.limits, self.names, self.check = expected, limits, names, check
 
     def judge(self, oracle: Mapping[str, Any], run: Run, *, outputs: frozenset[str] | None = None) -> _Seen:
         """``run`` against ``oracle``'s outputs. ``outputs``: the outputs that must fail for the same failure
@@ -183,6 +203,13 @@ class _Judge:
         if e.regex is not None:
             return _Seen(bool(re.search(e.regex, run.result.log)), bool(re.search(e.regex, run.result.log)),
                          "completed")
+        if e.by_check and self.check is not None:
+            try:
+                rejected = not self.check(dict(run.outputs), dict(oracle))
+            except Exception as exc:  # a user's check written for the whole model's outputs, on a removal's
+                return _Seen(True, None, f"the Python check raised {type(exc).__name__}: {_short(str(exc), 120)}")
+            return _Seen(rejected, rejected, "the Python check " + ("rejects" if rejected else "accepts") +
+                         " the outputs")
         differences = compare_outputs(oracle, run.outputs, self.limits)
         bad = worst(differences)
         if bad is None:
@@ -192,7 +219,7 @@ class _Judge:
         if not e.by_values:
             return _Seen(True, False, text)
         failing = frozenset(d.name for d in differences if d.failed)
-        same_kind = bad.kind == (e.value_class or e.kind)
+        same_kind = bad.kind in (("exact", "mismatch") if e.value_class == "rooted" else (e.value_class or e.kind,))
         same_place = failing == (e.outputs if outputs is None else outputs)
         same_size = _within_decade(bad.score, e.score)
         same = same_kind and same_place and same_size
@@ -242,51 +269,69 @@ def _short(text: str, limit: int = 300) -> str:
 
 # ------------------------------------------------------------------------------------------------ the audit
 def audit_files(files: BundleFiles, *, progress: Callable[[str], None] | None = None,
-                max_removals: int = MAX_REMOVALS) -> Audit:
-    """Every claim of the bundle ``files``, checked with plain runs (see the module docstring)."""
+                max_removals: int = MAX_REMOVALS, workdir: Path | None = None,
+                check: OutputCheck | None = None) -> Audit:
+    """Every claim of the bundle ``files``, checked with plain runs (see the module docstring). Scratch files
+    and workers' folders go in ``workdir`` (default: the system's temporary folder) and are removed after.
+    ``check``: the Python output check a bundle reduced with ``reduce(check=...)`` was judged by (a bundle cannot
+    hold it); without it the claims that check decided are not established."""
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="graphbisect-audit-") as scratch:
-        checker = _Checker(files, Path(scratch), progress or (lambda _text: None))
+    with tempfile.TemporaryDirectory(prefix="graphbisect-audit-", dir=workdir) as scratch:
+        checker = _Checker(files, Path(scratch), progress or (lambda _text: None), check)
         try:
             claims = checker.claims(max_removals)
         finally:
             checker.close()
-    return Audit(str(files.folder), tuple(claims), dict(checker.runs), time.monotonic() - started)
+    return Audit(str(files.folder), tuple(claims), dict(checker.calls), time.monotonic() - started)
 
 
 class _Checker:
     """One audit: the bundle, its two runners, and the runs counted per role."""
 
-    def __init__(self, files: BundleFiles, scratch: Path, say: Callable[[str], None]) -> None:
+    def __init__(self, files: BundleFiles, scratch: Path, say: Callable[[str], None],
+                 check: OutputCheck | None = None) -> None:
         self.files, self.scratch, self.say = files, scratch, say
         self.expected = _Expected.of(files.report)
         self.limits = Limits.from_report(files.report.get("tolerance"))
         self.model = onnx.load(str(files.model_path))
         names = [n for node in self.model.graph.node for n in (node.name, *node.output, *node.input) if n]
-        self.judge = _Judge(self.expected, self.limits, names)
+        self.judge = _Judge(self.expected, self.limits, names, check)
         self.describe = self.expected.compiled_kind is not None
-        self.oracle = Runner(files.oracle)
-        self.target = Runner(files.target, describe=self.describe)
-        self.runs: dict[str, int] = {}
+        self.oracle = Runner(files.oracle, folder=scratch)
+        self.target = Runner(files.target, describe=self.describe, folder=scratch)
+        self.calls: dict[str, dict[str, int]] = {}
 
     def close(self) -> None:
         for role, runner in (("oracle", self.oracle), ("target", self.target)):
-            self._count(role, runner.runs)
+            self._count(role, runner)
             runner.close()
 
-    def _count(self, role: str, runs: int) -> None:
-        self.runs[role] = self.runs.get(role, 0) + runs
+    def _count(self, role: str, runner: Runner) -> None:
+        calls = self.calls.setdefault(role, {"runs": 0, "compiles": 0})
+        calls["runs"] += runner.runs
+        calls["compiles"] += runner.compiles
 
     def claims(self, max_removals: int) -> list[Claim]:
         files, report = self.files, self.files.report
         self.say(f"running the oracle {files.oracle} and the target {files.target} on model.onnx (plain runs)")
         self.plain = plain = self.oracle.run(files.model_path, dict(files.inputs))
-        self.first = first = self.target.fresh(files.model_path, dict(files.inputs))
-        claims = [self._expected_outputs(), *self._failure()]
+        runs = [self.target.fresh(files.model_path, dict(files.inputs))]
         if isinstance(report.get("flaky"), bool):
             self.say(f"running the target {FRESH_RUNS - 1} more times, each in a fresh worker")
-            again = [self.target.fresh(files.model_path, dict(files.inputs)) for _ in range(FRESH_RUNS - 1)]
-            claims.append(_flaky(bool(report["flaky"]), [first, *again]))
+            runs += [self.target.fresh(files.model_path, dict(files.inputs)) for _ in range(FRESH_RUNS - 1)]
+        self.first, self.target_runs = runs[0], runs
+        differ = _differing(runs)
+        #: why one run of the target cannot decide a claim (None: it can)
+        self.undecidable: str | None = None
+        if self.expected.by_check and self.judge.check is None:
+            self.undecidable = ("the recorded failure is a Python check's verdict (graphbisect.reduce(check=...)), "
+                                "which a bundle cannot hold")
+        elif differ or report.get("flaky") is True:
+            how = f"run {differ[0] + 1} of {len(runs)} differs from the first" if differ else "as the bundle says"
+            self.undecidable = f"the target is flaky ({how}): one run of it decides nothing"
+        claims = [self._expected_outputs(), *self._failure()]
+        if isinstance(report.get("flaky"), bool):
+            claims.append(_flaky(bool(report["flaky"]), runs, differ))
         if not plain.ok:
             return claims
         if report.get("one_minimal") is True:
@@ -325,33 +370,53 @@ class _Checker:
                      f"a plain oracle run agrees within tolerance, not bit for bit (worst score {top:.3g})")
 
     def _failure(self) -> list[Claim]:
-        e, plain, first = self.expected, self.plain, self.first
+        e, plain = self.expected, self.plain
         statement = f"the target fails on model.onnx ({e.kind})"
-        if not plain.ok:
-            return [Claim("failure", statement, None, "the oracle does not run model.onnx, so nothing decides")]
-        seen = self.judge.judge(plain.outputs, first)
-        kind_ok = first.ok if e.by_values else (not first.ok) if e.kind in _CRASHES else True
-        claims = [Claim("failure", statement, seen.fails and kind_ok, f"plain runs: {seen.text}")]
         where = f" on {', '.join(sorted(e.outputs))}" if e.outputs else ""
         compiled = f", compiled as {_compiled(e)}" if e.compiled_kind else ""
-        claims.append(Claim("identity", f"it fails as recorded{where}{compiled}", seen.same if seen.fails else False,
-                            _identity_evidence(e, seen)))
-        if e.by_values and e.band is not None:
-            claims.append(self._magnitude())
+        identity = f"it fails as recorded{where}{compiled}"
+        said = re.search(r"~1e(-?\d+)× tolerance", str(self.files.report.get("headline") or ""))
+        magnitude = f"the error is ~1e{said.group(1)}× tolerance" if e.by_values and said is not None else None
+        if self.expected.by_check and magnitude is not None:  # the tolerance's word, which judged nothing here
+            magnitude = None
+        if not plain.ok or (self.undecidable is not None and self.expected.by_check):
+            why = "the oracle does not run model.onnx, so nothing decides" if not plain.ok else str(self.undecidable)
+            return [Claim(i, text, None, why) for i, text in
+                    (("failure", statement), ("identity", identity), ("magnitude", magnitude)) if text]
+        seen = [self.judge.judge(plain.outputs, run) for run in self.target_runs]
+        kinds = [s.fails and (run.ok if e.by_values else not run.ok if e.kind in _CRASHES else True)
+                 for s, run in zip(seen, self.target_runs)]
+        shown = next((s for s, k in zip(seen, kinds) if k), seen[0])
+        runs = f"{len(seen)} plain runs" if len(seen) > 1 else "plain runs"
+        claims = [Claim("failure", statement, self._decided(any(kinds)), f"{runs}: {shown.text}")]
+        same = [s.same for s in seen if s.fails]
+        held = True if True in same else None if None in same else False
+        claims.append(Claim("identity", identity, self._decided(held) if held is not None else None,
+                            _identity_evidence(e, shown)))
+        if magnitude is not None:
+            claims.append(self._magnitude(int(said.group(1)), magnitude))  # type: ignore[union-attr]
         return claims
 
-    def _magnitude(self) -> Claim:
-        e, first = self.expected, self.first
-        statement = f"the error is ~1e{e.band}× tolerance"
-        if not first.ok:
-            return Claim("magnitude", statement, False, "the target did not complete")
-        bad = worst(compare_outputs(self.plain.outputs, first.outputs, self.limits))
-        if bad is None:
-            return Claim("magnitude", statement, False, "the target is within tolerance")
-        band = math.floor(math.log10(bad.score)) if math.isfinite(bad.score) and bad.score > 0 else None
-        holds = band == e.band if band is not None else math.isinf(bad.score) and e.band is None
-        return Claim("magnitude", statement, holds, f"worst score {bad.score:.4g} ({bad.name}): "
-                     + (f"~1e{band}× tolerance" if band is not None else "not a finite multiple of the tolerance"))
+    def _decided(self, held: bool) -> bool | None:
+        """A claim decided by the target's runs: what they show, except that a flaky target's runs establish
+        only what some run showed (a fault they did not show may still be there)."""
+        return held if held or self.undecidable is None else None
+
+    def _magnitude(self, decade: int, statement: str) -> Claim:
+        """The title's "error ~1eN× tolerance": N is the nearest power of ten of this model's worst score."""
+        scores = []
+        for run in self.target_runs:
+            bad = worst(compare_outputs(self.plain.outputs, run.outputs, self.limits)) if run.ok else None
+            if bad is not None and math.isfinite(bad.score) and bad.score > 0:
+                scores.append((bad.score, bad.name))
+        if not scores:
+            return Claim("magnitude", statement, self._decided(False),
+                         "no run of the target failed with a finite score")
+        seen = sorted({round(math.log10(score)) for score, _ in scores})
+        score, name = scores[0]
+        evidence = f"worst score {score:.4g} ({name}): ~1e{round(math.log10(score))}× tolerance" + (
+            f"; over {len(scores)} runs ~1e{seen[0]}..1e{seen[-1]}×" if len(seen) > 1 else "")
+        return Claim("magnitude", statement, self._decided(decade in seen), evidence)
 
     def _one_minimal(self, max_removals: int) -> Claim:
         model = self.model
@@ -362,6 +427,8 @@ class _Checker:
                          f"bundles of at most {max_removals} nodes")
         if count == 1:
             return Claim("one_minimal", statement, True, "one node: removing it leaves nothing to run")
+        if self.undecidable is not None:
+            return Claim("one_minimal", statement, None, self.undecidable)
         values = self._intermediates()
         if isinstance(values, str):
             return Claim("one_minimal", statement, None, values)
@@ -423,13 +490,16 @@ class _Checker:
         _, row = resolve(files.target, require_available=False)
         if lowest not in row.opt_levels:
             return Claim("lowest_level", statement, None, f"{row.name} has no opt_level {lowest!r}")
+        if self.undecidable is not None:
+            return Claim("lowest_level", statement, None, self.undecidable)
         order = list(row.opt_levels)
         checked: list[str] = []
         holds: bool | None = True
         for level in order[: order.index(lowest) + 1]:
-            with Runner(files.target.with_options(opt_level=level), describe=self.describe) as runner:
+            with Runner(files.target.with_options(opt_level=level), describe=self.describe,
+                        folder=self.scratch) as runner:
                 seen = self.judge.judge(self.plain.outputs, runner.run(files.model_path, dict(files.inputs)))
-                self._count("target", runner.runs)
+                self._count("target", runner)
             checked.append(f"{level}: " + ("fails the same way" if seen.same else "passes" if not seen.fails
                                            else "fails another way" if seen.same is False else
                                            "fails (which way: not described)"))
@@ -444,9 +514,9 @@ class _Checker:
         with_oracle, with_target = bool(spec_check["agrees_with_oracle"]), bool(spec_check.get("agrees_with_target"))
         statement = (f"onnx.reference {'agrees' if with_oracle else 'disagrees'} with the oracle and "
                      f"{'agrees' if with_target else 'disagrees'} with the target")
-        with Runner(BackendSpec(REFERENCE)) as runner:
+        with Runner(BackendSpec(REFERENCE), folder=self.scratch) as runner:
             reference = runner.run(self.files.model_path, dict(self.files.inputs))
-            self._count("reference", runner.runs)
+            self._count("reference", runner)
         if not reference.ok:
             return Claim("spec_check", statement, None,
                          f"onnx.reference does not run model.onnx: {_short(reference.crash_text())}")
@@ -456,19 +526,33 @@ class _Checker:
         agrees_oracle, agrees_target = oracle_bad is None, self.first.ok and target_bad is None
         evidence = (f"oracle: {oracle_bad.describe() if oracle_bad else 'agrees'}; target: "
                     + (target_bad.describe() if target_bad else "agrees" if self.first.ok else "did not complete"))
-        return Claim("spec_check", statement, agrees_oracle == with_oracle and agrees_target == with_target, evidence)
+        if agrees_oracle != with_oracle:
+            return Claim("spec_check", statement, False, evidence)
+        if self.undecidable is not None:  # the target's half
+            return Claim("spec_check", statement, None, f"{evidence}; {self.undecidable}")
+        return Claim("spec_check", statement, agrees_target == with_target, evidence)
 
 
-def _flaky(recorded: bool, runs: Sequence[Run]) -> Claim:
+def _differing(runs: Sequence[Run]) -> list[int]:
+    """The runs (indices) whose outcome differs from the first's: other output values, a crash against a
+    completed run, or another crash."""
+    first = runs[0]
+    return [i for i, run in enumerate(runs[1:], 1)
+            if run.ok != first.ok or (run.ok and not bit_identical(run.outputs, first.outputs))
+            or (not run.ok and normalize_message(run.crash_text()) != normalize_message(first.crash_text()))]
+
+
+def _flaky(recorded: bool, runs: Sequence[Run], differ: Sequence[int]) -> Claim:
+    """Flaky only from differing outcomes (:func:`_differing`): runs that differ establish it, and refute "not
+    flaky"; runs that agree establish "not flaky" as far as they go, and leave "flaky" not established (a fault
+    at rate p hides from n runs with probability (1-p)^n)."""
     statement = "the target is flaky" if recorded else "the target is not flaky"
     first = runs[0]
-    differ = [i for i, run in enumerate(runs[1:], 1)
-              if run.ok != first.ok or (run.ok and not bit_identical(run.outputs, first.outputs))
-              or (not run.ok and normalize_message(run.crash_text()) != normalize_message(first.crash_text()))]
     same = "the same outputs, bit for bit" if first.ok else "the same crash"
     evidence = f"{len(runs)} runs, each in a fresh worker: " + (
         f"run {differ[0] + 1} differs from the first" if differ else same)
-    return Claim("flaky", statement, bool(differ) == recorded, evidence)
+    holds = (True if differ else None) if recorded else not differ
+    return Claim("flaky", statement, holds, evidence)
 
 
 def _identity_evidence(expected: _Expected, seen: _Seen) -> str:

@@ -60,14 +60,17 @@ def describing(spec: BackendSpec) -> BackendSpec | None:
 
 
 class Runner:
-    """Plain runs of one spec; every run counted in :attr:`runs`."""
+    """Plain runs of one spec: each counted in :attr:`runs`, its builds in :attr:`compiles`. Its workers'
+    folders are made in ``folder`` (default: the system's temporary folder) and removed when it closes."""
 
-    def __init__(self, spec: BackendSpec, *, describe: bool = False, timeout: float | None = None) -> None:
+    def __init__(self, spec: BackendSpec, *, describe: bool = False, timeout: float | None = None,
+                 folder: Path | None = None) -> None:
         self.spec = spec
         self.run_spec = (describing(spec) or spec) if describe else spec
         self.timeout = timeout
         self.runs = 0
-        self._folder = Path(tempfile.mkdtemp(prefix="graphbisect-check-"))
+        self.compiles = 0  # builds of a model the workers made for these runs (as they counted them)
+        self._folder = Path(tempfile.mkdtemp(prefix="graphbisect-check-", dir=folder))
         self._process: BackendProcess | None = None
 
     def run(self, model: Path, inputs: Mapping[str, Any] | Path) -> Run:
@@ -86,6 +89,7 @@ class Runner:
     def _run(self, process: BackendProcess, model: Path, inputs: Mapping[str, Any] | Path) -> Run:
         self.runs += 1
         result = process.run(model, inputs)
+        self.compiles += result.compiles
         outputs = {name: _copy(value) for name, value in result.outputs.items()}
         return Run(result, outputs, compiled_nodes(result.info))
 

@@ -4,8 +4,10 @@ Written apart from :mod:`graphbisect.compare` on purpose (the checker shares no 
 the rule is the one every report states, ``|t - o| <= atol + rtol·|o|`` per element (``numpy.allclose``),
 and a tensor's **score** is its worst element's error in tolerances, ``max |t - o| / (atol + rtol·|o|)``, so a
 score of 40 is "40× over tolerance". NaN against NaN and an infinity against the same infinity agree; any other
-non-finite value where the other side is finite is a ``nan`` difference. Integer tensors allow ``int_atol``
-(their score is the worst difference ÷ ``int_atol``), booleans and strings must be equal, and a different
+non-finite value where the other side is finite is a ``nan`` difference. Integers, booleans and strings must be
+equal (indices, labels, shapes: a score of infinity when they differ), except a tensor the tolerance lists as
+quantized (``quantized``: name → its step): it may be ``int_atol`` steps off (its score is the worst difference
+÷ ``int_atol``), and a float tensor on such a grid gets ``int_atol`` steps more absolute tolerance. A different
 shape, or a different dtype where the tolerance checks dtypes, is a structural difference of infinite score.
 ``min_cosine`` fails a float tensor whose cosine similarity with the oracle's is lower.
 """
@@ -32,8 +34,8 @@ class Limits:
     check_dtype: bool = True
     min_cosine: float | None = None
     per_output: Mapping[str, tuple[float, float]] | None = None
-    #: outputs the search compared in quantization steps: a rule this checker does not implement
-    quantized: tuple[str, ...] = ()
+    #: tensors on a quantization grid: name -> its step
+    quantized: Mapping[str, float] | None = None
 
     @classmethod
     def from_report(cls, data: Any) -> Limits:
@@ -46,10 +48,12 @@ class Limits:
                    int_atol=float(data.get("int_atol", 1.0)), check_dtype=bool(data.get("check_dtype", True)),
                    min_cosine=None if cosine is None else float(cosine),
                    per_output={str(k): (float(v[0]), float(v[1])) for k, v in dict(per).items()},
-                   quantized=tuple(str(k) for k in dict(data.get("quantized") or {})))
+                   quantized={str(k): float(v) for k, v in dict(data.get("quantized") or {}).items()})
 
     def of(self, name: str) -> tuple[float, float]:
-        return (self.per_output or {}).get(name, (self.atol, self.rtol))
+        """A float tensor's (atol, rtol): its own, plus ``int_atol`` steps where it is on a quantization grid."""
+        atol, rtol = (self.per_output or {}).get(name, (self.atol, self.rtol))
+        return atol + self.int_atol * (self.quantized or {}).get(name, 0.0), rtol
 
 
 @dataclass(frozen=True)
@@ -124,13 +128,19 @@ def _compare(name: str, oracle: Any, target: Any, limits: Limits) -> Difference:
     if o.dtype.kind in "OUSb" or t.dtype.kind in "OUSb":
         differ = int((o != t).sum()) if o.size else 0
         return Difference(name, "exact" if differ else "ok", math.inf if differ else 0.0, differ, int(o.size))
-    if o.dtype.kind in "iu" and t.dtype.kind in "iu":
+    if _integer(o.dtype) and _integer(t.dtype):
         gap = np.abs(o.astype(np.float64) - t.astype(np.float64))
-        over = int((gap > limits.int_atol).sum())
+        allowed = limits.int_atol if name in (limits.quantized or {}) else 0.0
+        over = int((gap > allowed).sum())
         top = float(gap.max()) if gap.size else 0.0
-        score = top / limits.int_atol if limits.int_atol > 0 else (math.inf if top > 0 else 0.0)
+        score = top / allowed if allowed > 0 else (math.inf if top > 0 else 0.0)
         return Difference(name, "exact" if over else "ok", score, over, int(o.size))
     return _compare_float(name, o.astype(np.float64), t.astype(np.float64), limits)
+
+
+def _integer(dtype: np.dtype) -> bool:
+    """numpy's integers, and the sub-byte ones ml_dtypes adds (int4, uint4, int2, uint2: numpy kind 'V')."""
+    return dtype.kind in "iu" or dtype.name in ("int4", "uint4", "int2", "uint2")
 
 
 def _compare_float(name: str, o: np.ndarray, t: np.ndarray, limits: Limits) -> Difference:

@@ -235,7 +235,8 @@ def _report(result: ReduceResult, args: argparse.Namespace) -> int:
     facts = f"; report facts: {describe_calls({}, result.report_calls)}" if result.report_calls else ""
     print(f"invocations: {describe_calls(result.invocations, result.backend_calls)}{facts}; {result.seconds:.1f} s")
     if result.one_minimal:
-        print("1-minimal: yes (no single node can be removed), re-verified in fresh workers")
+        print("1-minimal: yes (every single removal run, by the search and again by the checker), re-verified in "
+              "fresh workers")
     elif result.stop_reason:  # the search was stopped: resuming it can finish it
         print(f"1-minimal: NOT PROVEN ({result.stop_reason}); this is the best result so far. "
               f"Resume: graphbisect reduce --resume {shlex.quote(str(args.output or args.resume))}")
@@ -244,6 +245,11 @@ def _report(result: ReduceResult, args: argparse.Namespace) -> int:
         print(f"1-minimal: NOT PROVEN ({why})")
     for note in result.notes:
         print(f"note: {note}")
+    if result.audit is not None:
+        claims = result.audit["claims"]
+        held = sum(claim["holds"] is True for claim in claims)
+        print(f"audit: {held} of {len(claims)} claims re-established with plain runs by the checker "
+              "(report.md's Audit section; graphbisect audit BUNDLE re-runs it)")
     print(f"bundle: {result.bundle}  (reproduce: python {shlex.quote(str(Path(str(result.bundle)) / 'repro.py'))})")
     if result.interrupted:  # the bundle is written; the exit code says Ctrl-C, as everywhere else
         print("graphbisect: interrupted", file=sys.stderr)

@@ -60,7 +60,8 @@ from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunRes
 from graphbisect.backends.cost import CallTally, Cost
 from graphbisect.backends.process import CompareTo
 from graphbisect.backends.registry import BACKEND_SPEC
-from graphbisect.compare import Tolerance
+from graphbisect.compare import Tolerance, compare_outputs
+from graphbisect.compare.metrics import decade
 from graphbisect.compare.quantization import with_quantization
 from graphbisect.data import ActivationStore, ChosenDim, dims_note, save_inputs, validate_inputs
 from graphbisect.data.inputs import available_memory
@@ -84,6 +85,7 @@ from graphbisect.lockfile import folder_lock
 from graphbisect.model import Model
 from graphbisect.model.diff import model_differences
 from graphbisect.model.io import remove_model, save_proto
+from graphbisect.model.normalize import elem_types
 from graphbisect.options import (
     EXIT_CODE,
     INVOCATIONS,
@@ -235,6 +237,9 @@ class ReduceResult:
     #: the same for the runs that measured the bundle's report facts (the report's ``report_runs``: the
     #: specification's word, the optimization levels, a control run), which :attr:`invocations` leaves out
     report_calls: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: the trusted checker's word on each claim of the bundle (:meth:`graphbisect.checker.Audit.to_json`): the
+    #: report's ``audit``; None when the run was interrupted before it
+    audit: Mapping[str, Any] | None = None
 
     @property
     def dims_note(self) -> str | None:
@@ -255,6 +260,7 @@ class ReduceResult:
             "interrupted": self.interrupted,
             "backend_calls": {role: dict(calls) for role, calls in self.backend_calls.items()},
             "report_calls": {role: dict(calls) for role, calls in self.report_calls.items()},
+            "audit": None if self.audit is None else dict(self.audit),
         }
 
 
@@ -435,7 +441,7 @@ class _Run:
         its values decide the verdict (not for an external check or a ``fail_regex``, which compare none)."""
         if self.options.check or self.options.fail_regex:
             return False
-        return not self.oracle_info.computes_as_written(self.oracle_spec)
+        return not self.oracle_info.computes_as_written(self.oracle_spec, elem_types(self.model.proto))
 
     def _oracle_runner(self, proc: BackendProcess) -> Runner:
         """One counted oracle run in ``proc`` on the work folder's inputs (:func:`capture_as_built`'s runner);
@@ -792,7 +798,8 @@ class _Run:
         # inline (its files stay where it ran), so candidates match the whole identity wherever they ran.
         describing = self.candidate_spec(base.identity)
         tester = CandidateTester(space, pool, base.signature, self.tol, fail_regex=self.regex,
-                                 strict_band=self.options.strict_band, compare=not self.options.check,
+                                 strict_band=base.strict_band(self.options.strict_band),
+                                 compare=not self.options.check,
                                  check=self.options.output_check, repeats=FLAKY_REPEATS if flaky else 0,
                                  floor=floor, identity=self.identity_check(base.identity),
                                  describing=pool_of(describing, "target-describing")
@@ -1055,6 +1062,12 @@ class _Baseline:
     priors: dict[int, float]  # node → prior probability of being needed (ProbDD)
     identity: Identity | None = None  # where it first goes wrong (None: matched by kind alone)
 
+    def strict_band(self, asked: bool) -> bool:
+        """Whether candidates must keep the failure's magnitude (its band within a decade): when asked, and
+        always for a wrong result matched by kind alone, since nothing else then tells the recorded failure from
+        a weaker sibling (TF32 rounding at 1.64× where the bug is 7,393×: issue 35, case 3)."""
+        return asked or (self.identity is None and self.signature.band is not None)
+
 
 @dataclass(frozen=True)
 class _Verification:
@@ -1085,7 +1098,7 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], base: _Baseline
         run = _verify_attempt(r, proc, path, candidate.feeds, compile_only=tester.compile_only)
         verdict = judge(run, values, r.compared(candidate.outputs), r.tol, r.regex, check=r.options.output_check,
                         floor=floor, names=r.names)
-        same = baseline.matches(verdict.signature, strict_band=r.options.strict_band)
+        same = baseline.matches(verdict.signature, strict_band=base.strict_band(r.options.strict_band))
         if same:
             why = tester.identity_differs(verdict, candidate)
             if why is not None:
@@ -1229,14 +1242,19 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
     content = BundleContent(
         model=candidate.proto, inputs=dict(candidate.feeds), oracle_outputs=oracle_outputs,
         target_outputs=verification.target_outputs, oracle=r.oracle_spec, target=r.target_spec,
-        tolerance=r.tol.restricted(candidate.outputs), signature=baseline, target_message=verification.message,
-        report=report,
+        tolerance=r.tol.restricted(candidate.outputs), target_message=verification.message, report=report,
+        signature=_own_band(baseline, oracle_outputs, verification.target_outputs, r.tol.restricted(candidate.outputs)),
         charts={"journey": size_journey_svg(journey)}, sections=facts.sections, files=facts.files,
     )
     if amend is not None:
         content = amend(content)
+    finished = one_minimal  # the search is over: nothing in its work folder is needed to resume it
+    if result.stop_reason is not StopReason.INTERRUPTED and not facts.facts.get("interrupted"):
+        content = _checked(r, content)
+        one_minimal, verified, flaky = (bool(content.report["one_minimal"]), bool(content.report["verified"]),
+                                        bool(content.report["flaky"]))
     bundle = write_bundle(content, r.bundle_dir, zip=zip_bundle, force=r.force)
-    if one_minimal and not r.options.keep_work:
+    if finished and not r.options.keep_work:
         shutil.rmtree(r.work, ignore_errors=True)
     return ReduceResult(
         failed=True, original_nodes=len(r.model.nodes), final_nodes=len(result.keep), kept_nodes=names,
@@ -1245,7 +1263,62 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
         journey=journey, notes=tuple(r.notes), identity=base.identity, noise_floor=floor, chosen_dims=r.chosen,
         interrupted=result.stop_reason is StopReason.INTERRUPTED or bool(facts.facts.get("interrupted")),
         backend_calls=r.tally().to_json(), report_calls=_report_calls(content.report),
+        audit=content.report.get("audit"),
     )
+
+
+def _own_band(signature: Signature, expected: Mapping[str, Any], actual: Mapping[str, Any],
+              tolerance: Tolerance) -> Signature:
+    """The baseline's signature with the magnitude the bundle's own model fails by: the band was measured on the
+    original's outputs, and a bundle that says "~1e3×" over its own table's 7,393× says something false."""
+    if signature.band is None or not actual:
+        return signature
+    worst = compare_outputs(expected, actual, tolerance).worst
+    return replace(signature, band=decade(worst.score)) if worst is not None and not worst.passed else signature
+
+
+def _checked(r: _Run, content: BundleContent) -> BundleContent:
+    """``content`` with its claims as the trusted checker finds them (:mod:`graphbisect.checker`): the bundle
+    is written once into the work folder and audited with plain runs; a claim the checker does not re-establish
+    is withdrawn (1-minimal, verified) or corrected from what it measured (flaky), with a note saying why, and
+    the audit is kept in ``report.json`` (``audit``) and as the report's "Audit" section."""
+    from graphbisect.checker import audit_bundle
+
+    r.stage("auditing the bundle's claims with plain runs (graphbisect audit)")
+    draft = write_bundle(content, r.work / "audited", force=True)
+    # the user's own specs, which this run has been running
+    folder = r.work / "audit"
+    folder.mkdir(exist_ok=True)
+    audit = audit_bundle(draft, trust=True, workdir=folder, check=r.options.output_check)
+    shutil.rmtree(draft, ignore_errors=True)
+    report = dict(content.report)
+    held = {claim.id: claim for claim in audit.claims}
+    notes = list(report.get("notes") or [])
+    for key, ids in (("one_minimal", ("one_minimal",)), ("verified", ("expected_outputs", "failure", "identity"))):
+        doubted = [held[i] for i in ids if i in held and held[i].holds is not True]
+        if report.get(key) and doubted:
+            report[key] = False
+            notes.extend(f"not claimed: {c.statement} — the checker: {c.verdict} ({c.evidence})" for c in doubted)
+    flaky = held.get("flaky")
+    if flaky is not None and flaky.holds is False:  # "not flaky", and the checker's fresh runs differed
+        report["flaky"] = True
+        notes.append(f"flaky: yes, as the checker measured ({flaky.evidence})")
+    for claim in audit.claims:
+        if claim.id not in ("one_minimal", "flaky", "expected_outputs", "failure", "identity") and claim.holds is False:
+            notes.append(f"the checker does not confirm: {claim.statement} ({claim.evidence})")
+    r.notes[:] = notes
+    record = audit.to_json()
+    del record["bundle"]  # the draft's folder, in the reporter's work folder: not the bundle's business
+    calls = {**(report.get("report_calls") or {}),
+             **{f"audit {role}": {**c, "compile_cache_hits": 0} for role, c in audit.calls.items()}}
+    report.update(notes=notes, audit=record, report_calls=calls,
+                  report_runs={role: int(c["runs"]) for role, c in calls.items()})
+    section = "\n".join(f"| {c.statement} | {c.verdict} | {c.evidence} |" for c in audit.claims)
+    runs = ", ".join(f"{role} {count}" for role, count in audit.runs.items())
+    sections = {**content.sections, "Audit": (
+        "Each claim of this report re-established by `graphbisect audit` (a checker that shares no code with the "
+        f"search), with plain runs ({runs}):\n\n| Claim | Checker | Evidence |\n|---|---|---|\n{section}\n")}
+    return replace(content, report=report, sections=sections)
 
 
 def _recorded_calls(state: Mapping[str, Any], fresh: CallTally) -> tuple[CallTally, Cost]:

@@ -85,7 +85,9 @@ def test_passes_bundle_repro_reproduces_and_control_passes(ln_all: tuple[int, di
     row = next(line for line in report_md.splitlines() if line.startswith("| Backend invocations |"))
     cost = describe_calls(searched["invocations"], searched["backend_calls"])
     assert row.startswith(f"| Backend invocations | {cost} for the pass search; ")
-    assert re.search(r"control 1 \(1 compile\) for measuring the sections below \|$", row), row
+    # the checker's plain runs (the Audit section) last
+    assert re.search(r"control 1 \(1 compile\)(, audit \w+ \d+ \(\d+ compiles?\))+ for measuring the sections below "
+                     r"\|$", row), row
 
 
 def test_reduce_with_passes_at_basic_names_only_layernormfusion(tmp_path: Path) -> None:
@@ -118,8 +120,8 @@ def _counting_python(folder: Path) -> tuple[Path, Path]:
 
 def test_a_passes_bundle_counts_every_target_run(tmp_path: Path) -> None:
     """``reduce(passes=True)``: the pass search, the reduction, the report's facts and the control run
-    (culprit passes disabled) plus the compiled view of the reduced model all run the target. The bundle
-    counted all but those last two runs (``report_runs`` left them out)."""
+    (culprit passes disabled) plus the compiled view of the reduced model, and the checker's audit, all run the
+    target. The bundle counted all but the control and the compiled view (``report_runs`` left them out)."""
     import graphbisect
 
     python, log = _counting_python(tmp_path)
@@ -130,7 +132,7 @@ def test_a_passes_bundle_counts_every_target_run(tmp_path: Path) -> None:
     assert result.failed and result.verified
     report = json.loads((tmp_path / "bundle" / "report.json").read_text())
     counted = (report["passes"]["invocations"]["target"] + report["invocations"]["target"]
-               + sum(n for role, n in report["report_runs"].items() if role in ("target", "control")))
+               + sum(n for role, n in report["report_runs"].items() if role in ("target", "control", "audit target")))
     assert counted == len(log.read_text().splitlines())
     assert report["report_runs"]["control"] == 1
     # the same runs with what they compiled: one session each (the control, the compiled view, the facts' runs)

@@ -362,7 +362,11 @@ def test_kill_9_mid_run_then_resume_gives_the_same_result_and_counts_every_run(
     resumed = json.loads((tmp_path / "r.json").read_text())
     assert resumed["kept_nodes"] == list(expected.kept_nodes) and resumed["one_minimal"]
     by_folder = Counter(Path(line).relative_to(work_dir_for(out)).parts[0] for line in runs.read_text().splitlines())
-    assert set(by_folder) <= {*_TARGET_FOLDERS, *_ORACLE_FOLDERS, "facts"}, by_folder  # facts: report_calls
+    # facts and the checker's audit: report_calls
+    assert set(by_folder) <= {*_TARGET_FOLDERS, *_ORACLE_FOLDERS, "facts", "audit"}, by_folder
+    # every run the spy saw in the checker's folder is counted (a model that fails to load is a run it never sees)
+    assert 0 < by_folder["audit"] <= sum(c["runs"] for role, c in resumed["report_calls"].items()
+                                         if role.startswith("audit "))
     target = sum(by_folder[folder] for folder in _TARGET_FOLDERS)
     assert killed_session > 6  # the killed session had run candidates
     assert target <= resumed["backend_calls"]["target"]["runs"] <= target + 1
