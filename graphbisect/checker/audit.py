@@ -228,9 +228,9 @@ class _Judge:
                 return _Seen(True, None, text + "; the target did not describe what it compiled")
             made = [n for k, n in run.compiled if k == e.compiled_kind and (not e.made_by or e.made_by in n)]
             if not made:
-                kinds = sorted({k for k, n in run.compiled if e.made_by is None or k != e.compiled_kind})
-                return _Seen(True, False, f"{text}; compiled without a {_compiled(e)} (compiled: "
-                             f"{', '.join(kinds[:8])})")
+                kinds = sorted({kind for kind, _ in run.compiled})
+                return _Seen(True, False, f"{text}; compiled without a {_compiled(e)} (compiled kinds: "
+                             f"{', '.join(kinds[:8])}{' …' if len(kinds) > 8 else ''})")
         return _Seen(True, same, text)
 
     def _same_crash(self, run: Run) -> bool:
