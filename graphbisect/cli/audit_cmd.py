@@ -51,7 +51,8 @@ def _print(result: Audit) -> None:
     for claim in result.claims:
         print(f"{_MARK[claim.holds]}  {shown(claim.statement)}")
         print(f"{'':17}  {shown(claim.evidence)}")
-    runs = ", ".join(f"{role} {c['runs']} ({c['compiles']} compiles)" for role, c in result.calls.items())
+    runs = ", ".join(f"{role} {c['runs']} ({c['compiles']} compile{'' if c['compiles'] == 1 else 's'})"
+                     for role, c in result.calls.items())
     false = sum(c.holds is False for c in result.claims)
     unknown = sum(c.holds is None for c in result.claims)
     held = len(result.claims) - false - unknown
