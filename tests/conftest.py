@@ -137,24 +137,19 @@ def two_distributions_python() -> Path:
         pytest.skip(f"cannot make the environment with two onnxruntime distributions: {exc}")
 
 
-#: Claims of a reduce bundle that the bundle withdraws or corrects when the checker does not re-establish them
-#: (graphbisect/workflows/reduce.py `_checked`): 1-minimal, verified (the failure, its identity, the expected
-#: outputs), flaky. Any other claim the checker finds false would stay in the bundle as written.
-_WITHDRAWN = {"one_minimal", "expected_outputs", "failure", "identity", "flaky"}
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _every_bundle_audited() -> Iterator[None]:
     """Every bundle ``reduce`` writes in this process is audited by the trusted checker (it always is); here its
-    claims must hold, or be withdrawn or corrected by the bundle: a test whose bundle states a claim the checker
-    finds false fails, whatever the test itself asserts."""
+    claims must hold, or be withdrawn or corrected by the bundle (``WITHDRAWN_CLAIMS``): a test whose bundle
+    states a claim the checker finds false fails, whatever the test itself asserts."""
     import graphbisect.workflows.reduce as reduce_workflow
 
     checked = reduce_workflow._checked
 
     def audited(run, content):  # type: ignore[no-untyped-def]
         content = checked(run, content)
-        false = [c for c in content.report["audit"]["claims"] if c["holds"] is False and c["id"] not in _WITHDRAWN]
+        false = [c for c in content.report["audit"]["claims"]
+                 if c["holds"] is False and c["id"] not in reduce_workflow.WITHDRAWN_CLAIMS]
         assert not false, f"the bundle states claims the checker finds false: {false}"
         return content
 

@@ -55,6 +55,7 @@ import numpy as np
 
 from graphbisect.artifacts.bundle import BundleContent, check_destination, write_bundle
 from graphbisect.artifacts.charts import size_journey_svg
+from graphbisect.artifacts.report import md_cell
 from graphbisect.atomic import atomic_write_text, not_regular
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
 from graphbisect.backends.cost import CallTally, Cost
@@ -1277,6 +1278,11 @@ def _own_band(signature: Signature, expected: Mapping[str, Any], actual: Mapping
     return replace(signature, band=decade(worst.score)) if worst is not None and not worst.passed else signature
 
 
+#: The claims a bundle withdraws (1-minimal; verified: the failure, its identity, the expected outputs) or corrects
+#: (flaky) when the checker does not re-establish them; any other claim it finds false stays, with a note.
+WITHDRAWN_CLAIMS = frozenset({"one_minimal", "expected_outputs", "failure", "identity", "flaky"})
+
+
 def _checked(r: _Run, content: BundleContent) -> BundleContent:
     """``content`` with its claims as the trusted checker finds them (:mod:`graphbisect.checker`): the bundle
     is written once into the work folder and audited with plain runs; a claim the checker does not re-establish
@@ -1304,7 +1310,7 @@ def _checked(r: _Run, content: BundleContent) -> BundleContent:
         report["flaky"] = True
         notes.append(f"flaky: yes, as the checker measured ({flaky.evidence})")
     for claim in audit.claims:
-        if claim.id not in ("one_minimal", "flaky", "expected_outputs", "failure", "identity") and claim.holds is False:
+        if claim.id not in WITHDRAWN_CLAIMS and claim.holds is False:
             notes.append(f"the checker does not confirm: {claim.statement} ({claim.evidence})")
     r.notes[:] = notes
     record = audit.to_json()
@@ -1313,7 +1319,8 @@ def _checked(r: _Run, content: BundleContent) -> BundleContent:
              **{f"audit {role}": {**c, "compile_cache_hits": 0} for role, c in audit.calls.items()}}
     report.update(notes=notes, audit=record, report_calls=calls,
                   report_runs={role: int(c["runs"]) for role, c in calls.items()})
-    section = "\n".join(f"| {c.statement} | {c.verdict} | {c.evidence} |" for c in audit.claims)
+    # statements and evidence carry the model's node and tensor names: made safe for a table cell
+    section = "\n".join(f"| {md_cell(c.statement)} | {c.verdict} | {md_cell(c.evidence)} |" for c in audit.claims)
     runs = ", ".join(f"{role} {count}" for role, count in audit.runs.items())
     sections = {**content.sections, "Audit": (
         "Each claim of this report re-established by `graphbisect audit` (a checker that shares no code with the "

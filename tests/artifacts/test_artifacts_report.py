@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from artifacts_builders import HOSTILE, LN_INPUT, MISMATCH_TARGET, layernorm_model
 
 from graphbisect.artifacts import collect_environment
 from graphbisect.artifacts.environment import backend_facts, environment_summary, package_versions
@@ -107,3 +108,18 @@ def test_public_api_is_pinned() -> None:
     ]
     for name in artifacts.__all__:
         assert getattr(artifacts, name) is not None
+
+
+def test_the_audit_section_keeps_hostile_names_inside_their_cells(tmp_path: Path) -> None:
+    """The checker's statements and evidence name the model's tensors; in report.md's Audit table a name with
+    ``|``, newlines or markup stays text inside its cell (reduce on the LayerNormFusion bug with hostile names)."""
+    import graphbisect
+
+    names = {**HOSTILE, "y": "y | <b>out</b>\n| PASS |"}  # the output: the name the evidence carries
+    graphbisect.reduce(layernorm_model(names), tmp_path / "bug", inputs={names["x"]: LN_INPUT},
+                       target=MISMATCH_TARGET)
+    markdown = (tmp_path / "bug" / "report.md").read_text()
+    section = markdown.split("## Audit", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert len(rows) >= 5 and all(line.count(" | ") == 2 and line.endswith(" |") for line in rows), rows
+    assert "<b>" not in section and any("&lt;b&gt;" in row for row in rows)
