@@ -308,7 +308,9 @@ def verify(bundle: str | os.PathLike[str], *, target: str | None = None, trust: 
            check: OutputCheck | None = None, model: str | os.PathLike[str] | None = None,
            inputs: Mapping[str, np.ndarray] | None = None) -> Verification:
     """Re-run a bundle (folder or .zip) on its recorded target or on ``target`` (``graphbisect verify``):
-    ``outcome`` is ``"reproduces"``, ``"fixed"`` or ``"different"``. A recorded target that sets an option not
+    ``outcome`` is ``"reproduces"``, ``"fixed"``, ``"different"``, or ``"fixed-reduced"``: the reduced model
+    passes but nothing shows the user's model fixed (its failure was matched by kind alone; ``model=`` decides,
+    and makes it ``"fixed"`` when the original passes). A recorded target that sets an option not
     known to be inert (a program, an interpreter, a session config key or compiler flag naming a file) runs
     only with ``trust=True`` (a bundle is a download; see docs/security.md).
     A bundle reduced with a Python ``check`` is judged by the ``check`` given here (the same callable); without

@@ -5,7 +5,11 @@ Re-runs the target (the bundle's spec, or ``--target``: e.g. a newer ONNX Runtim
 bundle's tolerance, and compares the resulting failure signature with the recorded one.
 
 Exit codes: 1 = the recorded failure reproduces (or a *different* failure appeared, which is printed loudly),
-0 = fixed (the target agrees with the oracle), 2 = the bundle or the spec is unusable — a bundle whose files
+0 = fixed (the target agrees with the oracle, and that shows the user's model fixed: the bundle is the whole
+model, its failure's identity was re-established through the reduction, or ``--model`` re-checked the original
+and it passes), 4 = fixed on the reduced model, not shown for the original (the bundle's failure was matched by
+its kind alone, which may have drifted to another defect of the same kind: re-check with ``--model ORIGINAL``),
+2 = the bundle or the spec is unusable — a bundle whose files
 do not match the sha256 its report.json records is *damaged*, and a recorded spec that is about to run (the
 target; with ``--model`` the oracle) and sets an option not known to be inert (a program, an interpreter, a
 session config key or compiler flag naming a file) runs only with ``--trust`` (the trust rule, see
@@ -33,6 +37,7 @@ from graphbisect.errors import InputError
 from graphbisect.oracle.signature import Signature
 from graphbisect.workflows.verify import (
     FIXED,
+    FIXED_REDUCED,
     REPRODUCES,
     UNDECIDED,
     Verification,
@@ -105,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {args.json}")
     if verification.original is not None and verification.original["failed"]:
         return 1  # the user's model still fails, whatever the bundle does
-    return {FIXED: 0, UNDECIDED: 2}.get(verification.outcome, 1)
+    return {FIXED: 0, FIXED_REDUCED: 4, UNDECIDED: 2}.get(verification.outcome, 1)
 
 
 _FIXED_BY = {JUDGE_EXIT_STATUS: "no longer fails: the check command exits 0",
@@ -137,6 +142,9 @@ def _print(v: Verification) -> None:
         print(f"\nREPRODUCES: the recorded failure still happens on {v.target}.")
     elif v.outcome == FIXED:
         print(f"\nFIXED: {v.target} {_FIXED_BY.get(v.judged_by, 'now agrees with the oracle')}.")
+    elif v.outcome == FIXED_REDUCED:
+        print(f"\nFIXED ON THE REDUCED MODEL ONLY: {v.target} {_FIXED_BY.get(v.judged_by, 'agrees with the oracle')} "
+              "on this bundle; not shown for the original (exit 4, see the note).")
     elif v.outcome == UNDECIDED:
         print(f"\nUNDECIDED: {v.target} ran; the tolerance's comparison above decides nothing (see the note).")
     else:

@@ -1362,6 +1362,8 @@ def _identity_record(r: _Run, base: _Baseline, outputs: Sequence[str]) -> dict[s
         why = ("a crash is matched by its normalized message" if signature.kind.raised else
                "a Python check judges the outputs, and where it first goes wrong is the tolerance's view"
                if r.options.output_check is not None else
+               "layerwise localization was turned off (--no-layerwise), so nothing says where it first goes wrong"
+               if not r.options.layerwise and signature.kind in (FailureKind.MISMATCH, FailureKind.NAN) else
                "no layerwise evidence of where it first goes wrong (the target exposes no intermediates, the probe "
                "masked the failure, or the target is flaky)"
                if signature.kind in (FailureKind.MISMATCH, FailureKind.NAN) else

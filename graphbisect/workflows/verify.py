@@ -53,10 +53,14 @@ from graphbisect.oracle.signature import FailureKind, ModelNames, Signature
 from graphbisect.oracle.tester import Judgement, OutputCheck, judge
 from graphbisect.workflows.probe import describing_spec
 
-__all__ = ["DIFFERENT", "FIXED", "RECORDED_ROLES", "REPRODUCES", "UNDECIDED", "Verification", "recheck_original",
-           "recorded_spec", "require_trust", "untrusted_target", "verify_bundle"]
+__all__ = ["DIFFERENT", "FIXED", "FIXED_REDUCED", "RECORDED_ROLES", "REPRODUCES", "UNDECIDED", "Verification",
+           "recheck_original", "recorded_spec", "require_trust", "untrusted_target", "verify_bundle"]
 
 REPRODUCES, FIXED, DIFFERENT = "reproduces", "fixed", "different"
+#: The reduced model no longer fails, but nothing shows that the user's model is fixed: the bundle's failure was
+#: matched by its kind alone (a reduction by kind may drift to another defect of the same kind, e.g. a sibling
+#: fusion's), and the original was not re-checked (``--model``). Never "fixed" to a CI job (exit 4).
+FIXED_REDUCED = "fixed-reduced"
 #: The target ran, but the recorded failure is a Python check's verdict and no check was given to re-judge it.
 UNDECIDED = "undecided"
 
@@ -65,7 +69,7 @@ UNDECIDED = "undecided"
 class Verification:
     """The outcome of re-running a bundle's target."""
 
-    outcome: str  # reproduces | fixed | different | undecided
+    outcome: str  # reproduces | fixed | fixed-reduced | different | undecided
     recorded: Signature
     observed: Signature
     target: BackendSpec
@@ -223,7 +227,11 @@ def recheck_original(verification: Verification, bundle: LoadedBundle, model: Pa
     }
     calls = CallTally.from_json(verification.backend_calls)
     calls.merge(CallTally.from_json(result.backend_calls))  # the comparison's oracle and target runs
-    return dataclasses.replace(verification, original=original, backend_calls=calls.to_json())
+    outcome, note = verification.outcome, verification.note
+    if outcome == FIXED_REDUCED and same and result.passed:  # the user's own model shows it: fixed
+        outcome, note = FIXED, None
+    return dataclasses.replace(verification, outcome=outcome, note=note, original=original,
+                               backend_calls=calls.to_json())
 
 
 #: The roles of the specs a bundle records (``report.json``) that ``verify`` may run: the target (re-run on the
@@ -292,6 +300,9 @@ def _classify(bundle: LoadedBundle, spec: BackendSpec, result: RunResult, compar
         return verdict(REPRODUCES, "the crash message differs from the recorded one only in volatile details "
                        "(paths, line numbers, names)")
     if not observed.failed:
+        unshown = _fix_not_shown(bundle.report, recorded)
+        if unshown is not None:
+            return verdict(FIXED_REDUCED, unshown)
         return verdict(FIXED, recheck_note(bundle.report))
     return verdict(DIFFERENT, "the recorded failure is gone but the target fails differently: the bug may be "
                    "fixed while another one shows")
@@ -300,6 +311,34 @@ def _classify(bundle: LoadedBundle, spec: BackendSpec, result: RunResult, compar
 def _identity_text(bundle: LoadedBundle) -> str:
     record = bundle.report.get("identity") or {}
     return str(record.get("describe") or bundle.signature.describe())
+
+
+def _fix_not_shown(report: Mapping[str, Any], recorded: Signature) -> str | None:
+    """Why the reduced model's passing run does not show the user's model fixed (None: it does).
+
+    It does when the bundle is the whole model, or when its failure carries an identity that every run of the
+    reduction re-established (where it first goes wrong and what made it, or a crash's normalized message) and
+    the checker (``report.json`` ``audit``) did not find that identity false. A failure matched by its kind alone
+    does not: the reduction may have kept another defect of the same kind (a sibling pass's fusion) and
+    dropped the user's."""
+    original, final = report.get("original_nodes"), report.get("final_nodes")
+    if not isinstance(original, int) or not isinstance(final, int) or original <= final:
+        return None  # not reduced: the bundle's model is the user's
+    identity = report.get("identity")
+    by_identity = isinstance(identity, Mapping) and identity.get("matched_by") == "identity"
+    audit = report.get("audit")
+    claims = audit.get("claims") if isinstance(audit, Mapping) else None
+    refuted = any(isinstance(c, Mapping) and c.get("id") == "identity" and c.get("holds") is False
+                  for c in claims or ())
+    if (by_identity or recorded.kind.raised) and not refuted:
+        return None
+    how = (str(identity.get("describe")) if isinstance(identity, Mapping) and identity.get("describe")
+           else "the failure's kind")
+    why = "the checker found the recorded identity false" if refuted else f"its failure was matched by kind: {how}"
+    return (f"fixed on the reduced model, not shown for the original: this bundle is {final} of the {original} "
+            f"nodes of the model it was reduced from, and {why}. The same kind of failure on a part of the model "
+            "may be another defect than the user's; re-check the original: graphbisect verify BUNDLE --model "
+            "ORIGINAL.onnx (exit 0 only when it passes)")
 
 
 def recheck_note(report: Mapping[str, Any]) -> str | None:
