@@ -58,6 +58,7 @@ from reduce_bench import bisect_then_linear
 
 from graphbisect.backends import BackendProcess
 from graphbisect.backends.iree import CACHE_ENV
+from graphbisect.backends.process import compile_cache
 from graphbisect.examples.iree_bugs import iree_bug_model
 from graphbisect.model import load_model
 from graphbisect.oracle.signature import ModelNames, Signature, signature_of
@@ -105,9 +106,10 @@ def graphbisect_row(case: str, config: str, model: onnx.ModelProto, inputs: Mapp
                     ) -> tuple[dict[str, Any], ReduceResult]:
     only, cached = CONFIGS[config]
     folder = root / case / config
-    cache = str(folder / "compile-cache") if cached else "off"
+    # the cache is this run's own folder (compile_cache): a folder named by the environment is never used
+    own = compile_cache(folder / "compile-cache") if cached else contextlib.nullcontext()
     started = time.perf_counter()
-    with environment({COMPILE_ONLY_ENV: only, CACHE_ENV: cache}):
+    with environment({COMPILE_ONLY_ENV: only, CACHE_ENV: "" if cached else "off"}), own:
         result = reduce_model(load_model(model), folder / "bundle", inputs=inputs,
                               options=ReduceOptions(target="iree", keep_work=True))
     wall = time.perf_counter() - started

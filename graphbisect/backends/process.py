@@ -45,6 +45,7 @@ from graphbisect import errors
 from graphbisect.backends import zygote
 from graphbisect.backends.base import RAN_WITH, BackendSpec, Capability, Phase, RunResult, RunStatus
 from graphbisect.backends.children import kill_recorded_groups
+from graphbisect.backends.command import CALLER_CWD_ENV
 from graphbisect.backends.cost import Cost
 from graphbisect.backends.registry import HOST_OPTIONS, Availability, BackendInfo, resolve, spec_timeout
 from graphbisect.backends.worker import InputsWriter
@@ -75,8 +76,10 @@ POLL_SECONDS = 0.5
 #: The folder of the compile cache that workers started in this context share (:func:`compile_cache`).
 _COMPILE_CACHE: contextvars.ContextVar[Path | None] = contextvars.ContextVar("graphbisect_compile_cache",
                                                                             default=None)
-#: The environment variable a worker's runtime reads the compile cache's folder from (``off``: no cache);
-#: set in the host's environment, it overrides :func:`compile_cache` for every worker (``off`` disables it).
+#: The environment variable a worker's runtime reads the compile cache's folder from, set by the host for its
+#: workers only. In the host's own environment only ``off`` (or ``0``, ``no``) is read: no cache. A folder named
+#: there is never used: a cache this run did not create may hold planted entries (a module or a compile error
+#: that a key never compiled to), which a worker would take as its compile's result (docs/security.md).
 COMPILE_CACHE_ENV = "GRAPHBISECT_COMPILE_CACHE"
 
 
@@ -96,6 +99,22 @@ def compile_cache(folder: Path | None) -> Iterator[None]:
         yield
     finally:
         _COMPILE_CACHE.reset(token)
+
+
+def _cache_switched_off() -> bool:
+    """True when the host's own environment says ``GRAPHBISECT_COMPILE_CACHE=off`` (the one value read there);
+    any other value is inherited state, not this run's own, and is ignored (logged once)."""
+    value = os.environ.get(COMPILE_CACHE_ENV, "").strip()
+    if value.lower() in ("0", "off", "no"):
+        return True
+    if value and value not in _IGNORED_CACHE_VALUES:
+        _IGNORED_CACHE_VALUES.add(value)
+        logger.warning("%s=%s in the environment is ignored: a compile cache is a run's own folder, never one "
+                       "it inherits (only 'off' is read there)", COMPILE_CACHE_ENV, value)
+    return False
+
+
+_IGNORED_CACHE_VALUES: set[str] = set()
 
 
 class _WorkerDied(Exception):
@@ -261,7 +280,8 @@ class BackendProcess:
         self.python = self.spec.options.get("python") or sys.executable
         _check_foreign_python(self.spec, self.backend)
         self.runtime_options = {k: v for k, v in self.spec.options.items() if k not in HOST_OPTIONS}
-        self.compile_cache = _COMPILE_CACHE.get()  # the cache of the block that made it (compile_cache)
+        # the cache of the block that made it (compile_cache), unless the host's environment says off
+        self.compile_cache = None if _cache_switched_off() else _COMPILE_CACHE.get()
         self.invocations = 0
         self.compiles = 0  # builds of a model, ahead of a run (load) or in one, as the workers counted them
         self.compile_cache_hits = 0
@@ -539,9 +559,11 @@ class BackendProcess:
         env["PYTHONUNBUFFERED"] = "1"
         if not self.backend.numpy_blas:  # numpy there needs no BLAS threads (BackendInfo.numpy_blas)
             env.setdefault("OPENBLAS_NUM_THREADS", "1")
-        env.setdefault("GRAPHBISECT_CALLER_CWD", os.getcwd())  # where a `command` backend runs its program
-        if self.compile_cache is not None:  # the host's own setting of the variable wins (off: none)
-            env.setdefault(COMPILE_CACHE_ENV, str(self.compile_cache))
+        # graphbisect's own variables for its workers: always this run's values, never inherited ones
+        env[CALLER_CWD_ENV] = os.getcwd()  # where a `command` backend runs its program
+        env.pop(COMPILE_CACHE_ENV, None)
+        if self.compile_cache is not None:
+            env[COMPILE_CACHE_ENV] = str(self.compile_cache)
         return env
 
     def _call_checked(self, message: Mapping[str, Any], seconds: float) -> dict[str, Any]:

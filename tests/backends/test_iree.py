@@ -21,7 +21,7 @@ import onnx
 import pytest
 
 from graphbisect.backends import BackendSpec, resolve
-from graphbisect.backends.iree import FEATURES, IreeOptions, compile_diagnostic, dispatch_nodes
+from graphbisect.backends.iree import CACHE_ENV, FEATURES, IreeOptions, compile_diagnostic, dispatch_nodes
 from graphbisect.cli.main import main
 from graphbisect.errors import SpecError
 from graphbisect.examples.iree_bugs import iree_bug_model
@@ -226,6 +226,45 @@ def test_iree_passes_counts_the_feature_listing_compiles_and_the_cache_hits(f64_
     assert target["compiles"] + target["compile_cache_hits"] == target["runs"] + 2 + len(FEATURES)
     # candidates disabling one feature compile what the listing compiled: served by the cache
     assert target["compile_cache_hits"] >= 1
+
+
+@pytest.fixture(scope="module")
+def own_cache_entries(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
+    """A folder with two models (Relu, Sigmoid) and the entry each left in its own compare's compile cache."""
+    folder = tmp_path_factory.mktemp("own-cache")
+    entries = {}
+    for op in ("Relu", "Sigmoid"):
+        path, feeds = _tiny(folder, op.lower(), [onnx.helper.make_node(op, ["x"], ["y"])],
+                            [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8, 1])])
+        assert main(["compare", str(path), "--inputs", str(feeds), "--target", "iree", "--no-layerwise",
+                     "--workdir", str(folder / f"work-{op}")]) == 0
+        (entries[op],) = (folder / f"work-{op}" / "compile-cache").glob("*.vmfb")
+    return folder, entries
+
+
+@iree_installed
+@pytest.mark.parametrize("planted", ["error", "module"])
+def test_an_inherited_compile_cache_is_never_used(own_cache_entries: tuple[Path, dict[str, Path]], tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                                  planted: str) -> None:
+    """A compile cache is a run's own folder. One named by an inherited GRAPHBISECT_COMPILE_CACHE was used by
+    ``compare`` (issue 36): a planted ``<key>.error`` made a passing model crash at load, another model's module
+    copied under the key (native code IREE loads) made it differ. Both are ignored now; the folder is untouched."""
+    models, entries = own_cache_entries
+    cache = tmp_path / "planted"
+    cache.mkdir()
+    key = entries["Relu"].name
+    if planted == "error":
+        (cache / key).with_suffix(".error").write_text("planted: not what iree-compile said", encoding="utf-8")
+    else:
+        (cache / key).write_bytes(entries["Sigmoid"].read_bytes())
+    monkeypatch.setenv(CACHE_ENV, str(cache))
+    capsys.readouterr()
+    assert main(["compare", str(models / "relu.onnx"), "--inputs", str(models / "relu.npz"),
+                 "--target", "iree", "--no-layerwise"]) == 0
+    assert "PASS: outputs match" in capsys.readouterr().out
+    assert [f.name for f in cache.iterdir()] == [(cache / key).with_suffix(".error").name if planted == "error"
+                                                 else key]
 
 
 def _tiny(tmp_path: Path, name: str, nodes: list[onnx.NodeProto], outputs: list[onnx.ValueInfoProto], *,

@@ -123,6 +123,26 @@ def test_a_wrapper_interpreter_s_environment_reaches_the_worker(
     assert entries[0] == str(site) and entries[1] == str(tmp_path / "w" / "pythonpath")  # the worker's own link
 
 
+@pytest.mark.parametrize("start", ["fork", "exec"])
+def test_graphbisect_s_own_variables_are_never_inherited_by_its_workers(
+        probe: str, relu: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start: str) -> None:
+    """GRAPHBISECT_COMPILE_CACHE and GRAPHBISECT_CALLER_CWD are what the host sets for its workers. Inherited
+    from the user's environment they used to win: a cache folder holding planted modules and compile errors
+    was used by every worker (issue 36), and a command ran in another folder. Only ``off`` is read there."""
+    monkeypatch.setenv(ENV, start)
+    monkeypatch.setenv("GRAPHBISECT_COMPILE_CACHE", str(tmp_path / "planted"))
+    monkeypatch.setenv("GRAPHBISECT_CALLER_CWD", str(tmp_path / "elsewhere"))
+    with BackendProcess(probe, workdir=tmp_path / "none") as proc:  # no cache of this run's own: none
+        info = proc.run(relu, X).info
+    assert (info["cache"], info["caller_cwd"]) == (None, os.getcwd())
+    with compile_cache(tmp_path / "own"), BackendProcess(probe, workdir=tmp_path / "own-w") as proc:
+        assert proc.run(relu, X).info["cache"] == str(tmp_path / "own")  # the run's own, not the inherited one
+    monkeypatch.setenv("GRAPHBISECT_COMPILE_CACHE", "off")  # the one value read from the environment
+    with compile_cache(tmp_path / "own"), BackendProcess(probe, workdir=tmp_path / "off-w") as proc:
+        assert proc.run(relu, X).info["cache"] is None
+    assert not (tmp_path / "planted").exists()
+
+
 def test_forked_workers_do_not_share_numpy_s_random_draws(probe: str, relu: Path, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """numpy's global generator is seeded when numpy.random is imported and is not reseeded at fork: where
