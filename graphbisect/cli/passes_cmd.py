@@ -110,6 +110,10 @@ def run(args: argparse.Namespace) -> int:
     refuse_inside({"--json": args.json}, args.output, "the bundle folder")
     refuse_inside({"--json": args.json}, args.output and work_dir_for(args.output), "the work folder")
     refuse_inside({"--json": args.json}, args.workdir, "the work folder")
+    if args.output is not None:  # the reduction's work folder, known before the pass search runs
+        from graphbisect.workflows.workfolder import check_own
+
+        check_own(work_dir_for(args.output))
     progress = ProgressLine(label="passes")
     model, feeds, result = run_passes(args, progress)
     progress.close()

@@ -91,6 +91,7 @@ def _options(args: argparse.Namespace) -> ReduceOptions:
 def run(args: argparse.Namespace) -> int:
     from graphbisect.artifacts.bundle import check_destination
     from graphbisect.workflows.reduce import reduce_model, work_dir_for
+    from graphbisect.workflows.workfolder import check_own
 
     for folder in filter(None, (args.output, args.resume)):
         refuse_inside({"--json": args.json}, folder, "the bundle folder")
@@ -101,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output is None:
         raise InputError("reduce needs an output folder", hint="add -o DIR (e.g. -o bug-report)")
     check_destination(args.output, force=args.force)  # before the pass search runs anything
+    check_own(work_dir_for(args.output))
     if args.passes:
         return _with_passes(args, progress)
     model = load_model_arg(args)
@@ -143,7 +145,9 @@ def _with_passes(args: argparse.Namespace, progress: ProgressLine) -> int:
 
 def _resume(args: argparse.Namespace, progress: ProgressLine) -> int:
     from graphbisect.workflows.reduce import ReduceOptions, resume_reduction, work_dir_for
+    from graphbisect.workflows.workfolder import check_own
 
+    check_own(work_dir_for(args.resume))  # before its run.json is read: never through a link
     state_path = work_dir_for(args.resume) / "run.json"
     if state_path.exists():  # else resume_reduction says there is nothing to resume
         state = json.loads(state_path.read_text())

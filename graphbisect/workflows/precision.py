@@ -70,6 +70,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from graphbisect.artifacts.output_folder import check_output_folder, claim_output_folder
 from graphbisect.artifacts.overrides import PrecisionOverrides, sensitivity_chart_svg, write_overrides
 from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, resolve
@@ -380,6 +381,8 @@ def _find_precision(
     method = calibration if isinstance(calibration, CalibrationMethod) else CalibrationMethod.parse(calibration)
     stage = on_stage or (lambda _msg: None)
     _refuse_unpinnable(target, mode)  # before the oracle's run
+    if out_dir is not None:  # new, empty or an earlier precision run's: never the user's files (issue 36)
+        check_output_folder(out_dir, **_OUTPUT_RULE)
     if jobs > 1 and runtime_pins_mode(target) is not None:
         raise InputError(f"--jobs {jobs} with {target}: the target reads its FP32 pins from one file, so its "
                          "candidates cannot run at once", hint="leave --jobs out (1) with a target that pins "
@@ -726,6 +729,11 @@ def _most_amplifying(session: _Session, typed: Lowering, tester: PrecisionTester
     return max(priors, key=lambda u: (priors[u], -u)) if priors else None
 
 
+#: ``-o``'s output rule (:mod:`graphbisect.artifacts.output_folder`): the mark of a precision run's folder.
+_OUTPUT_RULE = {"mark": ".graphbisect-precision", "command": "precision",
+                "writes": "overrides.json, snippets.py, keep_fp32.txt, trtexec.txt, mixed_precision*.onnx"}
+
+
 def _writes_typed(lowering: Lowering) -> bool:
     """Whether the artifacts include the typed FP16 model (``mixed_precision_typed.onnx``)."""
     return lowering.mode is PrecisionMode.FP16 and not lowering.runtime_pins and lowering.op_types is None
@@ -735,7 +743,7 @@ def _write_artifacts(out_dir: Path, lowering: Lowering, keep: frozenset[int], ro
                      typed_keep: frozenset[int]) -> list[Path]:
     """The overrides and ``mixed_precision.onnx`` with ``keep`` in FP32, the typed model with ``typed_keep`` (what
     its verification ran, :func:`_verify_typed`), the sensitivity chart."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    claim_output_folder(out_dir, **_OUTPUT_RULE)  # again: the folder may have changed while the search ran
     model = lowering.model
     keep_names = lowering.names(keep)
     overrides = PrecisionOverrides(

@@ -125,6 +125,7 @@ from graphbisect.values import load_values_npz
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
 from graphbisect.workflows.maintainer import MaintainerFacts, maintainer_facts
 from graphbisect.workflows.probe import compiled_of, describing_spec, plan_probe
+from graphbisect.workflows.workfolder import check_own, remove_own
 
 __all__ = ["BASELINE_MAX_RUNS", "CRASH_BASELINE_RUNS", "FLAKY_REPEATS", "VERIFY_RUNS",
            "VERIFY_RUNS_NONDETERMINISTIC", "ReduceOptions", "ReduceResult", "reduce_model", "resume_reduction",
@@ -342,7 +343,9 @@ class _Run:
     def _start_clean(self, state: Path, fingerprint: str) -> None:
         """A run without ``--resume`` uses nothing an earlier run left in the work folder (issue 24 case 4: a
         stopped run's ``model.onnx`` was run as the new model's and certified its bug). The folder's earlier
-        content is removed after saying so; a folder graphbisect did not make (no ``run.json``) is refused."""
+        content is removed after saying so; a folder graphbisect did not make (no ``run.json``) is refused, and
+        so is one holding anything graphbisect did not write (:func:`~graphbisect.workflows.workfolder.check_own`,
+        checked before the lock)."""
         left = sorted(p.name for p in self.work.iterdir() if p.name != "lock")
         if not left:
             return
@@ -360,9 +363,7 @@ class _Run:
                    f"(graphbisect reduce --resume {self.bundle_dir} continues an interrupted run instead)")
         log.info("%s", message)
         self.stage(message)
-        for path in self.work.iterdir():
-            if path.name != "lock":
-                shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        remove_own(self.work, keep=frozenset({"lock"}))
 
     def run_fingerprint(self) -> str:
         """What makes two runs the same reduction (budget, parallelism and clean-up do not change the result)."""
@@ -874,6 +875,7 @@ def reduce_model(
     if problem is not None:  # known now: not after the whole run
         raise InputError(f"cannot write the bundle's zip {zip_path}: {problem}",
                          hint=f"move {zip_path} away, or drop --zip")
+    check_own(r.work)  # never through a link, never over a file of the user's (issue 36)
     fresh = not r.work.exists()
     try:
         with folder_lock(r.work, what=f"a reduction writing {r.bundle_dir}"):
@@ -881,7 +883,7 @@ def reduce_model(
     except GraphBisectError:
         # Nothing to resume from (no candidate was tried): leave no work folder behind.
         if fresh and not resume and not (r.work / "journal.jsonl").exists():
-            shutil.rmtree(r.work, ignore_errors=True)
+            remove_own(r.work)
         raise
 
 
@@ -1030,6 +1032,7 @@ def resume_reduction(
     """
     from graphbisect.model import load_model
 
+    check_own(work_dir_for(bundle_dir))  # its state is read only from a folder of graphbisect's own
     state_path = work_dir_for(bundle_dir) / "run.json"
     if not state_path.exists():
         raise InputError(f"nothing to resume: {state_path} does not exist",
@@ -1256,7 +1259,7 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
                                         bool(content.report["flaky"]))
     bundle = write_bundle(content, r.bundle_dir, zip=zip_bundle, force=r.force)
     if finished and not r.options.keep_work:
-        shutil.rmtree(r.work, ignore_errors=True)
+        remove_own(r.work)
     return ReduceResult(
         failed=True, original_nodes=len(r.model.nodes), final_nodes=len(result.keep), kept_nodes=names,
         signature=baseline, invocations=dict(r.invocations), one_minimal=one_minimal, stop_reason=stop,
@@ -1387,7 +1390,7 @@ def _no_failure(r: _Run, baseline: Signature, flaky: bool) -> ReduceResult:
               "message": "the target agrees with the oracle on the original model: nothing to reduce",
               "chosen_dims": [dim.to_json() for dim in r.chosen], "notes": list(r.notes)}
     atomic_write_text(r.bundle_dir / "report.json", json.dumps(report, indent=2, allow_nan=False))
-    shutil.rmtree(r.work, ignore_errors=True)
+    remove_own(r.work)
     return ReduceResult(
         failed=False, original_nodes=len(r.model.nodes), final_nodes=len(r.model.nodes), kept_nodes=(),
         signature=baseline, invocations=dict(r.invocations), one_minimal=False, stop_reason=None, verified=False,

@@ -117,6 +117,42 @@ def test_triage_refuses_a_folder_of_other_files(tmp_path: Path, capsys: pytest.C
     assert [p.name for p in out.iterdir()] == ["summary.md"] and (out / "summary.md").read_text() == "my summary"
 
 
+def _listing(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def test_precision_never_replaces_the_users_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``precision -o DIR`` overwrote the user's own overrides.json and trtexec.txt (issue 36 item 4), where
+    passes, reduce and triage refuse a folder of other files; now it is refused before anything runs."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "overrides.json").write_text("my overrides")
+    (out / "trtexec.txt").write_text("my flags")
+    before = _listing(out)
+    assert main(["precision", "--example", "-o", str(out), "--max-invocations", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "holds files that are not an earlier `graphbisect precision`'s (overrides.json, trtexec.txt)" in err
+    assert "choose a new or empty folder" in err
+    assert _listing(out) == before
+
+
+def test_precision_writes_nothing_into_a_reduce_bundle(bundle: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _listing(bundle)  # it added five files to the bundle (mixed_precision.onnx, snippets.py, ...)
+    assert main(["precision", "--example", "-o", str(bundle), "--max-invocations", "5"]) == 2
+    assert "holds files that are not an earlier `graphbisect precision`'s" in capsys.readouterr().err
+    assert _listing(bundle) == before
+
+
+def test_precision_replaces_its_own_earlier_output_and_keeps_other_files(tmp_path: Path) -> None:
+    out = tmp_path / "fp16"
+    assert main(["precision", "--example", "-o", str(out), "--max-invocations", "5"]) in (0, 1)
+    assert (out / "overrides.json").is_file() and (out / ".graphbisect-precision").is_file()
+    (out / "NOTES.md").write_text("mine")  # added to the marked folder: a later run keeps it
+    (out / "overrides.json").write_text("stale")
+    assert main(["precision", "--example", "-o", str(out), "--max-invocations", "5"]) in (0, 1)
+    assert (out / "NOTES.md").read_text() == "mine" and (out / "overrides.json").read_text() != "stale"
+
+
 def test_hard_linked_external_data_of_another_owner_is_refused(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("giving a file to another owner needs root")
