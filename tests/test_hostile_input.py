@@ -412,7 +412,7 @@ def test_item9_workdir_in_the_models_folder_never_overwrites_the_model(command: 
 
 
 def test_item9_trtexec_flags_are_shell_quoted(tmp_path: Path) -> None:
-    hostile = "a b;touch $HOME/x 'q'"
+    hostile = 'a b;touch $HOME/x "q"'  # a "'" trtexec cannot take at all (issue 36): tests/cli/test_name_injection.py
     line = PrecisionOverrides("fp16", keep_fp32=(hostile, "ln/Pow"), keep_op_types=(), lowered=()).trtexec()
     words = shlex.split(line)  # what a shell passes to trtexec
     assert f"--layerPrecisions={hostile}:fp32,ln/Pow:fp32" in words

@@ -41,6 +41,7 @@ import re
 import shutil
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,7 @@ from graphbisect.artifacts.charts import size_journey_svg
 from graphbisect.artifacts.content import BundleContent
 from graphbisect.artifacts.environment import backend_facts, collect_environment
 from graphbisect.artifacts.report import jsonable, render_markdown, report_data
+from graphbisect.artifacts.report_schema import report_problem
 from graphbisect.artifacts.repro import CONTROL_TACTICS_FILE, TACTICS_FILE, render_repro, repro_config, tactic_files
 from graphbisect.backends import BackendSpec
 from graphbisect.backends.worker import load_npz, save_npz
@@ -63,7 +65,7 @@ from graphbisect.tactics.record import load_record, save_record
 
 __all__ = [
     "BUNDLE_FORMAT", "BundleContent", "BundleError", "LoadedBundle", "check_destination", "is_bundle", "load_bundle",
-    "write_bundle",
+    "read_json", "write_bundle",
 ]
 
 logger = logging.getLogger(__name__)
@@ -110,10 +112,21 @@ def write_bundle(content: BundleContent, out_dir: Path, *, zip: bool = False, fo
 def is_bundle(path: Path) -> bool:
     """Whether ``path`` is a folder holding a graphbisect bundle (its report.json says so)."""
     try:
-        data = json.loads((Path(path) / "report.json").read_text(encoding="utf-8"))
+        data = read_json(Path(path) / "report.json")
     except (OSError, ValueError):
         return False
     return isinstance(data, dict) and data.get("format") == BUNDLE_FORMAT
+
+
+def read_json(path: Path) -> Any:
+    """The JSON value in the file ``path``. Raises ``ValueError`` for text that is not JSON, not UTF-8, or
+    nested too deeply to read (``[[[...`` 200,000 deep raised ``RecursionError``: "a graphbisect bug", issue 36
+    item 7), ``OSError`` when it cannot be read."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        return json.loads(text)
+    except RecursionError as exc:
+        raise ValueError(f"{path.name} is nested too deeply to be read as JSON") from exc
 
 
 def check_destination(out_dir: Path, *, fingerprint: str | None = None, force: bool = False) -> None:
@@ -159,7 +172,7 @@ def _check_writable(folder: Path) -> None:
 def _previous_result(folder: Path) -> dict[str, Any] | None:
     """The report.json of a previous bundle, or of ``reduce``'s no-failure report, in ``folder``; else None."""
     try:
-        data = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+        data = read_json(folder / "report.json")
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict):
@@ -422,13 +435,35 @@ def _extract(archive: Path, dest: Path) -> Path:
                 if member.filename.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
                     raise BundleError(f"{archive}: unsafe member path {member.filename!r}",
                                       hint="this zip was not written by graphbisect")
+                _check_readable(archive, member)
                 zf.extract(member, dest)
-    except zipfile.BadZipFile as exc:
-        raise BundleError(f"{archive} is not a readable zip file: {exc}") from exc
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:  # a corrupt member: CRC, deflate stream, truncation
+        raise BundleError(f"{archive} is not a readable zip file: {exc}",
+                          hint="download or copy the bundle again, or extract it yourself and pass the folder") \
+            from exc
     candidates = [p.parent for p in (*dest.glob("report.json"), *dest.glob("*/report.json"))]
     if not candidates:
         raise BundleError(f"{archive} holds no report.json", hint="pass a zip written by `graphbisect reduce --zip`")
     return candidates[0]
+
+
+#: The compression methods Python's zipfile reads (graphbisect writes deflate).
+_READABLE_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate", zipfile.ZIP_BZIP2: "bzip2",
+                     zipfile.ZIP_LZMA: "lzma"}
+
+
+def _check_readable(archive: Path, member: zipfile.ZipInfo) -> None:
+    """Refuse a member zipfile cannot extract: encrypted, or compressed with another method (93, Zstandard):
+    they raised RuntimeError / NotImplementedError, reported as "a graphbisect bug" (issue 36 item 7)."""
+    if member.flag_bits & 0x1:
+        raise BundleError(f"{archive}: member {member.filename!r} is encrypted",
+                          hint="graphbisect writes bundles unencrypted: extract it yourself (with its password) and "
+                          "pass the folder")
+    if member.compress_type not in _READABLE_METHODS:
+        raise BundleError(f"{archive}: member {member.filename!r} is compressed with method {member.compress_type}, "
+                          f"which Python's zipfile does not read (it reads {', '.join(_READABLE_METHODS.values())})",
+                          hint="extract it with a tool that reads that method and pass the folder, or re-zip it "
+                          "with deflate (graphbisect reduce --zip does)")
 
 
 def _check_space(archive: Path, members: list[zipfile.ZipInfo], dest: Path) -> None:
@@ -448,10 +483,21 @@ _HASHED = ("model.onnx", "inputs.npz", "oracle_outputs.npz")
 
 
 def _read(folder: Path, source: Path, cleanup: Any) -> LoadedBundle:
-    if not is_bundle(folder):
+    try:
+        report = read_json(folder / "report.json")
+    except (OSError, ValueError) as exc:
+        report = None
+        if (folder / "report.json").is_file():
+            raise BundleError(f"bundle {source} is damaged: its report.json cannot be read: {exc}",
+                              hint="download or copy the bundle again, or re-create it with `graphbisect reduce`") \
+                from exc
+    if not isinstance(report, dict) or report.get("format") != BUNDLE_FORMAT:
         raise BundleError(f"{source} is not a graphbisect bundle (no report.json of format {BUNDLE_FORMAT!r})",
                           hint="pass the folder (or .zip) that `graphbisect reduce` wrote")
-    report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+    problem = report_problem(report)
+    if problem is not None:  # a field of another shape was an AttributeError in a reader: exit 3 (issue 36)
+        raise BundleError(f"bundle {source} is damaged: report.json {problem}",
+                          hint="download or copy the bundle again, or re-create it with `graphbisect reduce`")
     missing = [name for name in ("model.onnx", "inputs.npz", "oracle_outputs.npz") if not (folder / name).is_file()]
     if missing:
         raise BundleError(f"bundle {source} lacks {', '.join(missing)}", hint="the bundle is incomplete: re-create it")
@@ -529,7 +575,7 @@ def _optional_npz(path: Path) -> dict[str, np.ndarray]:
 
 def _optional_json(path: Path) -> dict[str, Any]:
     with contextlib.suppress(OSError, ValueError):
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path)
         if isinstance(data, dict):
             return data
     return {}

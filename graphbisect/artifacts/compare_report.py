@@ -34,7 +34,8 @@ from graphbisect.atomic import atomic_write_text
 if TYPE_CHECKING:
     from graphbisect.workflows.compare import CompareResult
 
-__all__ = ["CSV_COLUMNS", "chart_points", "render_html", "write_csv", "write_html", "write_json"]
+__all__ = ["CSV_COLUMNS", "chart_points", "render_html", "spreadsheet_text", "write_csv", "write_html",
+           "write_json"]
 
 CSV_COLUMNS = ("index", "op_type", "node", "tensor", "kind", "oracle_shape", "target_shape", "mismatches", "numel",
                "max_abs", "max_rel", "cosine", "snr_db", "score", "input_score", "amplification",
@@ -55,14 +56,33 @@ def write_csv(result: CompareResult, path: Path) -> None:
 
 
 def _cell(column: str, value: object) -> object:
-    """A CSV cell: shapes as ``1x3x224x224``, value ranges as ``[-2.5, 1.9]`` (not ``-2.5x1.9``: a shape)."""
+    """A CSV cell: shapes as ``1x3x224x224``, value ranges as ``[-2.5, 1.9]`` (not ``-2.5x1.9``: a shape);
+    text is :func:`spreadsheet_text`."""
     if isinstance(value, dict) and column == "compiled_as":  # the compiled node: kind, name, originals
-        return f"{value['kind']} {value['name']} ({len(value['originals'])} nodes)" + _ran_in(value)
+        return spreadsheet_text(f"{value['kind']} {value['name']} ({len(value['originals'])} nodes)" + _ran_in(value))
+    if isinstance(value, str):
+        return spreadsheet_text(value)
     if isinstance(value, list) and column.endswith("_range"):
         return "[" + ", ".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in value) + "]"
     if isinstance(value, list):
         return "x".join(str(v) for v in value)
     return value
+
+
+#: What makes a spreadsheet read a cell as a formula (OWASP, "CSV Injection"): =, +, -, @, tab, carriage return.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_text(text: str) -> str:
+    """``text`` as a CSV cell no spreadsheet evaluates: one starting like a formula gets a leading ``'``, as
+    OWASP recommends (a node named ``=HYPERLINK(...)`` reached a cell spreadsheets run, issue 36 item 6).
+    Numbers are written as numbers, never through here.
+
+    Example:
+        >>> spreadsheet_text("=1+2"), spreadsheet_text("-x"), spreadsheet_text("conv/Relu")
+        ("'=1+2", "'-x", 'conv/Relu')
+    """
+    return "'" + text if text.startswith(_FORMULA_START) else text
 
 
 def _ran_in(compiled: dict[str, object]) -> str:

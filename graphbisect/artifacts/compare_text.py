@@ -17,6 +17,7 @@ import math
 from typing import TYPE_CHECKING
 
 from graphbisect.backends.cost import describe_calls
+from graphbisect.printable import shown
 
 if TYPE_CHECKING:
     from graphbisect.localize.compiled import CompiledNode
@@ -110,11 +111,11 @@ def first_divergence_lines(result: CompareResult, *, originals: int | None = ORI
         lines = [f"first divergence: {first.node} ({first.op_type}) → tensor {first.tensor}, "
                  f"{num(first.stats.score)}× tolerance"]
     else:
-        shown = fused.originals if originals is None else fused.originals[:originals]
+        listed = fused.originals if originals is None else fused.originals[:originals]
         lines = [f"first divergence: compiled node {fused.kind} {fused.name!r} → tensor {first.tensor}, "
                  f"{num(first.stats.score)}× tolerance",
-                 f"it replaced {len(fused.originals)} original nodes: {', '.join(shown)}"
-                 + (", ..." if len(shown) < len(fused.originals) else "")
+                 f"it replaced {len(fused.originals)} original nodes: {', '.join(listed)}"
+                 + (", ..." if len(listed) < len(fused.originals) else "")
                  + (f" ({fused.inferred_note()}: the target did not name them)" if fused.inferred else "")]
     if first.lsb is not None:
         lines.append(f"a quantized tensor: {num(first.lsb)} quantization steps (LSB) off"
@@ -176,7 +177,7 @@ def floor_rows_note(result: CompareResult) -> str | None:
 
 def verdict_line(result: CompareResult) -> str:
     """The result in one line: PASS, or FAIL with the outcome, the backend runs and the time."""
-    verdict = "PASS: outputs match" if result.passed else f"FAIL: {result.outcome}"
+    verdict = "PASS: outputs match" if result.passed else f"FAIL: {shown(str(result.outcome))}"  # one line
     return (f"{verdict}  (invocations: {describe_calls(result.invocations, result.backend_calls)}; "
             f"{result.seconds:.1f} s)")
 

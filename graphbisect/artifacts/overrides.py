@@ -38,8 +38,9 @@ from pathlib import Path
 
 from graphbisect.artifacts.charts import ErrorPoint, error_chart_svg
 from graphbisect.atomic import atomic_write_text
+from graphbisect.printable import shown
 
-__all__ = ["OPENVINO_NOTE", "PrecisionOverrides", "sensitivity_chart_svg", "write_overrides"]
+__all__ = ["OPENVINO_NOTE", "PrecisionOverrides", "sensitivity_chart_svg", "trtexec_cannot_name", "write_overrides"]
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +120,22 @@ _PADDLE_OPS = {
 _TRT_TYPES = {"fp16": "--fp16", "bf16": "--bf16", "int8": "--int8"}
 
 
+def trtexec_cannot_name(name: str) -> bool:
+    """Whether trtexec's ``--layerPrecisions``/``--layerOutputTypes`` cannot name the layer ``name``.
+
+    TensorRT's ``samples/common/sampleOptions.cpp`` splits the list at every ``,`` (with no quoting), reads a
+    ``'`` as the start of its ``'name':value`` form, takes ``*`` as every layer, and splits a pair at its
+    **last** ``:``, so ``a:b:fp32`` pins ``a:b`` (a ``:`` in a name is fine). A node named ``a,b`` became two
+    entries, ``a`` (no precision: trtexec refuses the line) and ``b:fp32``, a pin of another layer (issue 36
+    item 6).
+
+    Example:
+        >>> [trtexec_cannot_name(n) for n in ("ln/Pow", "a:b", "a,b", "it's", "*", "")]
+        [False, False, True, True, True, True]
+    """
+    return not name or name == "*" or "," in name or "'" in name
+
+
 @dataclass(frozen=True)
 class PrecisionOverrides:
     """The answer of a precision search, ready to be written in several tools' formats."""
@@ -148,12 +165,35 @@ class PrecisionOverrides:
         return f"config.enable_mkldnn()\nconfig.enable_mkldnn_bfloat16()\nconfig.set_bfloat16_op({{{allowed}}}){kept}"
 
     def trtexec(self) -> str:
-        """trtexec flags pinning the nodes to FP32, shell-quoted (node names may hold spaces, quotes, ``$``)."""
+        """trtexec flags pinning the nodes to FP32, shell-quoted (node names may hold spaces, quotes, ``$``);
+        the nodes trtexec cannot name (:attr:`trtexec_left_out`) are not in them.
+
+        Example:
+            >>> PrecisionOverrides("fp16", ("a,b", "c:d"), (), ()).trtexec()
+            '--fp16 --precisionConstraints=obey --layerPrecisions=c:d:fp32 --layerOutputTypes=c:d:fp32'
+        """
         flag = _TRT_TYPES[self.mode]
-        if not self.keep_fp32:
+        named = [name for name in self.keep_fp32 if name not in self.trtexec_left_out]
+        if not named:
             return flag
-        pins = shlex.quote(",".join(f"{name}:fp32" for name in self.keep_fp32))
+        pins = shlex.quote(",".join(f"{name}:fp32" for name in named))
         return f"{flag} --precisionConstraints=obey --layerPrecisions={pins} --layerOutputTypes={pins}"
+
+    @property
+    def trtexec_left_out(self) -> tuple[str, ...]:
+        """The FP32 nodes trtexec's ``--layerPrecisions`` list cannot name (:func:`trtexec_cannot_name`)."""
+        return tuple(name for name in self.keep_fp32 if trtexec_cannot_name(name))
+
+    def trtexec_note(self) -> str | None:
+        """What the trtexec line leaves out and where those nodes are instead; None when it names every node."""
+        left = self.trtexec_left_out
+        if not left:
+            return None
+        return (f"trtexec cannot name {len(left)} of the {len(self.keep_fp32)} FP32 node(s) in --layerPrecisions "
+                f"(it splits the list at ',' with no quoting, a quote starts its own quoted form, '*' means every "
+                f"layer): {', '.join(shown(n) for n in left)}. trtexec.txt leaves them out, so TensorRT may lower "
+                "them; pin them by their TensorRT layer names, or use the typed mixed-precision model with "
+                "--stronglyTyped. overrides.json, keep_fp32.txt and the snippets keep every node.")
 
     def openvino_target(self, pin_file: Path | str = "/abs/path/keep_fp32.txt") -> str | None:
         """The graphbisect target spec that runs these pins from ``pin_file`` (None for int8).
@@ -200,7 +240,8 @@ class PrecisionOverrides:
                     "lowered": list(self.lowered), "paddle_set_bfloat16_op": list(self.lowered),
                     "paddle_config": self.paddle_cpu_bf16(), "paddle_target": target, "snippets": self.snippets()}
         return {"mode": self.mode, "keep_fp32": list(self.keep_fp32), "lowered": list(self.lowered),
-                "trtexec": self.trtexec(), "onnxconverter_common_node_block_list": list(self.keep_fp32),
+                "trtexec": self.trtexec(), "trtexec_left_out": list(self.trtexec_left_out),
+                "trtexec_note": self.trtexec_note(), "onnxconverter_common_node_block_list": list(self.keep_fp32),
                 "onnxruntime_nodes_to_exclude": list(self.keep_fp32),
                 "paddle_exp_disable_mixed_precision_ops": self.paddle_ops(),
                 "openvino": {"note": OPENVINO_NOTE, "keep_fp32": list(self.keep_fp32),
@@ -224,6 +265,9 @@ def write_overrides(overrides: PrecisionOverrides, folder: Path) -> list[Path]:
     else:
         paths.append(folder / "trtexec.txt")
         atomic_write_text(paths[-1], overrides.trtexec() + "\n")
+        note = overrides.trtexec_note()
+        if note is not None:
+            logger.warning("%s", note)
     return paths
 
 

@@ -76,6 +76,7 @@ from graphbisect.oracle.signature import (
     names_in,
     normalize_message,
 )
+from graphbisect.printable import script_text as printable_script_text
 
 if TYPE_CHECKING:
     from graphbisect.artifacts.content import BundleContent
@@ -378,6 +379,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -423,9 +425,42 @@ _COMMON = r'''
 def read_config():
     """repro_config.json: backend options, tensor names, tolerances and the recorded failure."""
     try:
-        return json.loads((HERE / "repro_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CannotRun(f"cannot read repro_config.json next to this script: {exc}") from exc
+        config = json.loads((HERE / "repro_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise CannotRun(f"cannot read repro_config.json next to this script: {type(exc).__name__}: {exc}") from exc
+    check_config(config)
+    return config
+
+
+# What this script reads from repro_config.json, with its shape (a JSON object, list or string), and graphbisect's
+# bound on any duration: a config of another shape cannot run (exit 2). A timeout_seconds of 1e308 or "abc"
+# ended in a traceback, exit 1, which reads "the failure reproduces" (issue 36 item 7).
+CONFIG_FIELDS = {"target_spec": str, "options": dict, "inputs": list, "outputs": list, "tolerance": dict,
+                 "expect": dict}
+JSON_KINDS = {str: "string", dict: "object", list: "list", int: "number", float: "number", bool: "boolean"}
+MAX_SECONDS = 1e7
+
+
+def check_config(config):
+    """Raise CannotRun naming the first field of repro_config.json this script could not use."""
+    if not isinstance(config, dict):
+        raise CannotRun("repro_config.json holds no JSON object: the bundle is damaged (copy it again)")
+    control = config.get("control")
+    checks = [(field, config.get(field), kind) for field, kind in CONFIG_FIELDS.items()]
+    checks.append(("expect.kind", config["expect"].get("kind") if isinstance(config.get("expect"), dict) else "", str))
+    if control is not None:
+        checks += [("control", control, dict)] + ([("control.target_spec", control.get("target_spec"), str),
+                                                   ("control.options", control.get("options"), dict)]
+                                                  if isinstance(control, dict) else [])
+    for field, value, kind in checks:
+        if not isinstance(value, kind):
+            found = "missing" if value is None else f"a JSON {JSON_KINDS.get(type(value), type(value).__name__)}"
+            raise CannotRun(f"repro_config.json: {field} must be a JSON {JSON_KINDS[kind]}, not {found}: the bundle "
+                            "is damaged (copy it again, or re-create it with graphbisect reduce)")
+    timeout = config.get("timeout_seconds")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_SECONDS:
+        raise CannotRun(f"repro_config.json: timeout_seconds must be a number of seconds > 0 and <= {MAX_SECONDS:.0e} "
+                        f"(it is {json.dumps(timeout)[:80]}): set it, e.g. 600")
 
 
 def load_arrays(path, names=None):
@@ -634,7 +669,7 @@ def plain(value):
     return [float(value.real), float(value.imag)] if np.iscomplexobj(value) else float(value)
 
 
-def shown(value):
+def number_text(value):
     """A number as the report prints it (a complex one as 1.5-2j)."""
     return format(complex(*value) if isinstance(value, list) else value, ".6g")
 
@@ -917,8 +952,8 @@ def describe(result):
     line = f"  {kind.upper():<9} {name}: {result.get('mismatches', '?')} of {result['numel']} elements beyond tolerance"
     if "worst_index" in result:
         line += (f" (atol {result['atol']:g}, rtol {result['rtol']:g}); max abs error {result['max_abs']:.4g}; "
-                 f"at index {result['worst_index']}: expected {shown(result['expected_value'])}, "
-                 f"got {shown(result['actual_value'])}")
+                 f"at index {result['worst_index']}: expected {number_text(result['expected_value'])}, "
+                 f"got {number_text(result['actual_value'])}")
     return line
 
 
@@ -1063,8 +1098,49 @@ def run_as_child(config, status_file):
     return 0
 
 
+def guarded_main(argv=None):
+    """main(), where an error of this script itself exits 2 ("cannot run", nothing judged) with its traceback:
+    Python's status for a traceback, 1, would read "the failure reproduces". A child's error is its parent's
+    to judge (the status file says how far it got)."""
+    try:
+        return main(argv)
+    except Exception:
+        if "--child" in (sys.argv[1:] if argv is None else argv):
+            raise
+        traceback.print_exc()
+        print("repro.py cannot run: the error above is this script's own, not the backend's; nothing was judged "
+              "(check repro_config.json, or run graphbisect verify on this folder)", file=sys.stderr)
+        return CANNOT_RUN
+
+
+# ---------------------------------------------------------------------------------------- terminal
+# graphbisect/printable.py, verbatim: names and messages from files as this script prints them (graphbisect's rule)
+''' + printable_script_text() + r'''
+
+
+class Printable:
+    """A stream that shows control characters escaped (a backend's log or a recorded message cannot retitle or
+    clear the terminal) and what the terminal's encoding lacks as \\x escapes (PYTHONIOENCODING=ascii and a
+    "×" in a recorded message ended in a traceback)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text):
+        text = escape_controls(text)
+        try:
+            return self.stream.write(text)
+        except UnicodeEncodeError:
+            encoding = getattr(self.stream, "encoding", None) or "ascii"
+            return self.stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.stdout, sys.stderr = Printable(sys.stdout), Printable(sys.stderr)
+    sys.exit(guarded_main())
 '''
 
 _NO_STANDALONE = r'''#!/usr/bin/env python3

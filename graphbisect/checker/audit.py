@@ -32,6 +32,7 @@ from graphbisect.backends.registry import resolve
 from graphbisect.checker.removal import exposed, produced_names, removal
 from graphbisect.checker.runs import Run, Runner
 from graphbisect.checker.values import Limits, bit_identical, compare_outputs, worst
+from graphbisect.printable import shown
 
 __all__ = ["Audit", "BundleFiles", "Claim", "audit_files", "normalize_message"]
 
@@ -414,7 +415,7 @@ class _Checker:
                          "no run of the target failed with a finite score")
         seen = sorted({round(math.log10(score)) for score, _ in scores})
         score, name = scores[0]
-        evidence = f"worst score {score:.4g} ({name}): ~1e{round(math.log10(score))}× tolerance" + (
+        evidence = f"worst score {score:.4g} ({shown(name)}): ~1e{round(math.log10(score))}× tolerance" + (
             f"; over {len(scores)} runs ~1e{seen[0]}..1e{seen[-1]}×" if len(seen) > 1 else "")
         return Claim("magnitude", statement, self._decided(decade in seen), evidence)
 

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from graphbisect.printable import shown
+
 __all__ = ["Difference", "Limits", "bit_identical", "compare_outputs", "worst"]
 
 
@@ -74,9 +76,9 @@ class Difference:
 
     def describe(self) -> str:
         if not self.failed:
-            return f"'{self.name}' within tolerance (score {self.score:.3g})"
+            return f"'{shown(self.name)}' within tolerance (score {self.score:.3g})"
         count = f", {self.mismatches}/{self.numel} elements" if self.numel else ""
-        return f"'{self.name}' {self.kind} (score {self.score:.4g}{count})"
+        return f"'{shown(self.name)}' {self.kind} (score {self.score:.4g}{count})"
 
 
 def compare_outputs(expected: Mapping[str, Any], actual: Mapping[str, Any], limits: Limits) -> list[Difference]:

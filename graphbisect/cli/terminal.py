@@ -3,7 +3,10 @@
 Tensor and node names come from files anyone may have written. Printed raw, ``\\x1b]0;...\\x07`` retitles
 the terminal, ``\\x1b[2J`` clears it, and U+202E reorders what the user reads. The CLI's stdout and
 stderr go through :class:`SafeStream`, which shows every such character escaped (``\\x1b``) and keeps
-newlines, tabs and carriage returns (the progress line). Files graphbisect writes keep the exact names.
+newlines, tabs and carriage returns (the progress line); a name put into a line goes through
+:func:`~graphbisect.printable.shown`, which escapes those too (:mod:`graphbisect.printable`, one rule for
+every command and ``repro.py``). Files graphbisect writes keep the exact names. A character the terminal's
+encoding cannot show (``×`` under ``PYTHONIOENCODING=ascii``) is written as a ``\\xd7`` escape, not an error.
 
 A reader that goes away (``graphbisect backends | head -1``) makes a write or flush raise
 :class:`OutputClosed`, which names the stream, so ``main`` can tell it from a broken pipe to a backend
@@ -18,42 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import re
 import sys
 from collections.abc import Iterator
 from typing import TextIO
 
+from graphbisect.printable import escape_controls, shown
+
 __all__ = ["OutputClosed", "SafeStream", "escape_controls", "safe_terminal", "shown"]
-
-# C0 controls but \t \n \r, DEL, C1 controls, and the bidirectional overrides/isolates.
-_CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def escape_controls(text: str) -> str:
-    """``text`` with terminal control characters written as ``\\xNN`` / ``\\uNNNN`` escapes."""
-    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else
-                         f"\\u{ord(m.group()):04x}", text)
-
-
-# every control character and line or paragraph separator: a name shown on one line stays on it
-_NAME_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
-def shown(name: object) -> str:
-    """A name from a model or a file as the CLI prints it in a line or a table: every control character
-    escaped, newlines and carriage returns included (the stream keeps those of the CLI's own text, so a node
-    named ``"a\\nPASS: outputs match"`` forged a verdict line in the table; issue 24).
-
-    Example:
-        >>> shown("relu\\nPASS\\r")
-        'relu\\\\nPASS\\\\r'
-    """
-    text = str(name)
-    return _NAME_CONTROLS.sub(lambda m: _NAMED.get(m.group()) or (f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
-                                                                  else f"\\u{ord(m.group()):04x}"), text)
-
-
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 class OutputClosed(BrokenPipeError):
@@ -75,8 +49,13 @@ class SafeStream:
         self.stream = stream
 
     def write(self, text: str) -> int:
+        safe = escape_controls(text)
         try:
-            self.stream.write(escape_controls(text))
+            try:
+                self.stream.write(safe)
+            except UnicodeEncodeError:  # PYTHONIOENCODING=ascii, a C locale: "×" ended in exit 3 (issue 36)
+                encoding = getattr(self.stream, "encoding", None) or "ascii"
+                self.stream.write(safe.encode(encoding, "backslashreplace").decode(encoding))
         except BrokenPipeError as exc:
             raise OutputClosed(self.stream) from exc
         return len(text)

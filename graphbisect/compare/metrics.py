@@ -34,6 +34,7 @@ import numpy as np
 
 from graphbisect.compare.nonfinite import warn_masked_outputs
 from graphbisect.errors import InputError
+from graphbisect.printable import shown
 from graphbisect.values import comparable, is_exact
 
 __all__ = [
@@ -829,7 +830,7 @@ def warn_vacuous_outputs(stats: Iterable[TensorStats], tol: Tolerance) -> list[s
             messages.append(
                 f"output {s.name!r}: every oracle value is within atol of 0 (largest |value| {largest:.3g} <= atol "
                 f"{atol:g}), so the check passes almost whatever the target computes there; lower --atol "
-                f"(or --tol {s.name}:ATOL) below the output's scale, or use real inputs and weights")
+                f"(or --tol {shown(s.name)}:ATOL) below the output's scale, or use real inputs and weights")
     for message in messages:
         if message not in _vacuous_warned:
             _vacuous_warned.add(message)

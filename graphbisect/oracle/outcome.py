@@ -36,6 +36,7 @@ import onnx
 from graphbisect.backends.base import Phase, RunResult, RunStatus, message_cause
 from graphbisect.compare import Comparison, MismatchKind, TensorStats
 from graphbisect.oracle.floor import NoiseFloor
+from graphbisect.printable import shown
 
 __all__ = ["RANDOM_OPS", "UNSUPPORTED_PATTERN", "Outcome", "OutcomeClass", "Refusal", "classify_comparison",
            "classify_failed_run", "headline", "is_unsupported", "random_ops", "refusal_of"]
@@ -224,7 +225,7 @@ def random_ops(nodes: Iterable[onnx.NodeProto]) -> list[str]:
     found = []
     for node in nodes:
         if node.op_type in RANDOM_OPS or (node.op_type == "Dropout" and len(node.input) >= 3 and node.input[2]):
-            found.append(f"{node.op_type} {node.name}".strip())
+            found.append(f"{node.op_type} {shown(node.name)}".strip())
     return found
 
 
@@ -263,9 +264,9 @@ def _describe_failing(failing: Sequence[TensorStats]) -> str:
     parts = []
     for stats in failing[:3]:
         if stats.kind in (MismatchKind.MISMATCH, MismatchKind.NAN):
-            parts.append(f"{stats.name} ({stats.kind.value}, {stats.mismatches}/{stats.numel} elements)")
+            parts.append(f"{shown(stats.name)} ({stats.kind.value}, {stats.mismatches}/{stats.numel} elements)")
         else:
-            parts.append(f"{stats.name} ({stats.kind.value}: oracle {stats.oracle_shape} {stats.oracle_dtype or ''}, "
-                         f"target {stats.target_shape} {stats.target_dtype or ''})")
+            parts.append(f"{shown(stats.name)} ({stats.kind.value}: oracle {stats.oracle_shape} "
+                         f"{stats.oracle_dtype or ''}, target {stats.target_shape} {stats.target_dtype or ''})")
     more = f" and {len(failing) - 3} more" if len(failing) > 3 else ""
     return "outputs differ: " + ", ".join(parts) + more

@@ -74,6 +74,7 @@ from graphbisect.oracle.floor import NoiseFloor, floor_spec, measure_floor
 from graphbisect.oracle.outcome import Outcome, OutcomeClass, classify_comparison, classify_failed_run
 from graphbisect.oracle.signature import CHECK_REJECTED
 from graphbisect.oracle.tester import OutputCheck, check_accepts
+from graphbisect.printable import shown
 from graphbisect.values import bit_identical
 from graphbisect.workflows.alone import MAX_REGIONS, AloneCheck, run_alone
 from graphbisect.workflows.probe import (
@@ -493,7 +494,7 @@ def _unprobed_bodies(model: Model) -> str | None:
     for node in model.nodes:
         bodies = [g for a in node.attribute for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)]
         if bodies:
-            holders.append(f"{node.op_type} {node.name}")
+            holders.append(f"{node.op_type} {shown(node.name)}")
             inside += sum(_body_nodes(g) for g in bodies)
     if not holders:
         return None
