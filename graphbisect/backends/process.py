@@ -200,14 +200,19 @@ class _Worker:
         return returncode
 
     def stop(self, grace: float = 5.0) -> None:
-        """Ask the worker to exit; kill it if it does not within ``grace`` seconds."""
-        if self.proc.poll() is None:
-            with contextlib.suppress(_WorkerDied, _WorkerTimeout, OSError, ValueError):
-                deadline = time.monotonic() + grace
-                self.send({"op": "exit"}, deadline)
-                self.receive(deadline)
-                self.proc.wait(timeout=_remaining(deadline))
-        self.kill()
+        """Ask the worker to exit; kill it if it does not within ``grace`` seconds. It is killed whatever
+        happens meanwhile (a worker still building answers with progress events, not with the exit: issue 36
+        found ``TimeoutExpired`` escaping here, exit 3 and the worker left running)."""
+        try:
+            if self.proc.poll() is None:
+                with contextlib.suppress(_WorkerDied, _WorkerTimeout, OSError, ValueError, subprocess.TimeoutExpired):
+                    deadline = time.monotonic() + grace
+                    self.send({"op": "exit"}, deadline)
+                    while "event" in self.receive(deadline):  # an earlier request's events are no answer
+                        pass
+                    self.proc.wait(timeout=_remaining(deadline))
+        finally:
+            self.kill()
 
     def _close_fds(self) -> None:
         for fd in (self._out, self._in):
@@ -239,13 +244,24 @@ class _State:
     worker: _Worker | None = None
     owned_workdir: Path | None = None
     inputs: InputsWriter | None = None
+    #: Held by the thread that drives the worker (``BackendProcess`` serializes its calls with it).
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
     def shutdown(self) -> None:
         if self.inputs is not None:
             self.inputs.discard()
-        if self.worker is not None:
-            self.worker.stop()
-            self.worker = None
+        worker, self.worker = self.worker, None
+        if worker is not None:
+            if self.lock.acquire(blocking=False):
+                try:
+                    worker.stop()
+                finally:
+                    self.lock.release()
+            else:
+                # Another thread waits on it (a build in the background while Ctrl-C or SIGTERM unwinds the
+                # main thread): it would answer an exit only after that build, minutes later. That thread's
+                # call fails as closed (BackendProcess._lost_worker).
+                worker.kill()
         if self.owned_workdir is not None:
             shutil.rmtree(self.owned_workdir, ignore_errors=True)
             self.owned_workdir = None
@@ -296,7 +312,7 @@ class BackendProcess:
         self.log_path = self.workdir / "worker.log"
         self._validated = False
         self._configured = False  # the running worker's runtime was made with runtime_options
-        self._lock = threading.Lock()
+        self._lock = self._state.lock  # close() kills at once a worker a call holds (_State.shutdown)
         self._finalizer = weakref.finalize(self, _State.shutdown, self._state)
 
     # ------------------------------------------------------------------------------------------ public
@@ -541,6 +557,10 @@ class BackendProcess:
             raise SpecError(f"cannot start a worker for {self.spec} with {self.python}: {exc}",
                             hint="python= must name an executable Python interpreter") from exc
         self._state.worker = worker
+        if not self._finalizer.alive:  # close() ran while it started (another thread unwinding a signal)
+            self._discard_worker()
+            raise BackendError(f"backend {self.spec} was closed while its worker started",
+                               hint="the run is ending (Ctrl-C, SIGTERM); nothing was measured")
         self._inputs.close()  # it holds none of the values sent before (even should the pid be reused)
         logger.debug("started worker %d for %s", worker.pid, self.spec)
 
@@ -713,7 +733,9 @@ class BackendProcess:
 
     def _lost_worker(self, exc: Exception, offset: int, seconds: float) -> RunResult:
         worker = self._state.worker
-        assert worker is not None
+        if worker is None:  # close() killed it while this call waited (another thread, unwinding a signal)
+            raise BackendError(f"backend {self.spec} was closed while a call was waiting for its worker",
+                               hint="the run is ending (Ctrl-C, SIGTERM); nothing was measured")
         ran_with = self.ran_with  # the worker that died: its versions are what ran
         self._state.worker = None
         phase = worker.phase

@@ -66,7 +66,9 @@ import json
 import logging
 import os
 import platform
+import select
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -903,6 +905,35 @@ def peak_memory() -> int | None:
     return int(own + children)
 
 
+def _end_with_host(requests_fd: int, workdir: Path) -> None:
+    """End this worker, and what it started, as soon as its host is gone, even in the middle of a build.
+
+    The host holds the only write end of the request pipe, so the pipe hangs up when the host ends, whatever
+    ends it (``SIGKILL``, a second Ctrl-C, the OOM killer, ``timeout -s KILL``). A worker building a model
+    reads no request for minutes (ONNX Runtime took over 5 minutes on a model with 1e6 unused initializers)
+    and used to build on, orphaned, with its gigabytes (issue 36). A daemon thread waits for the hang-up
+    (``poll`` reads nothing from the pipe) and kills the programs the worker recorded
+    (:mod:`~graphbisect.backends.children`) and the worker's own process group, when it leads one (as
+    every worker the host starts does); else the worker alone."""
+    from graphbisect.backends.children import kill_recorded_groups
+
+    def watch() -> None:
+        poller = select.poll()
+        poller.register(requests_fd, select.POLLHUP | select.POLLERR)
+        while True:
+            with contextlib.suppress(InterruptedError):
+                if any(event & (select.POLLHUP | select.POLLERR | select.POLLNVAL)
+                       for _, event in poller.poll()):
+                    break
+        kill_recorded_groups(workdir)
+        if os.getpgrp() == os.getpid():
+            os.killpg(os.getpid(), signal.SIGKILL)
+        os._exit(128 + signal.SIGKILL)
+
+    if hasattr(select, "poll"):  # POSIX
+        threading.Thread(target=watch, name="graphbisect-host-watch", daemon=True).start()
+
+
 def main(argv: Iterable[str] | None = None) -> int:
     """Entry point of the worker process."""
     args = _parse_args(argv)
@@ -910,6 +941,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     faulthandler.enable()  # a segfault prints the Python stack to the log
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
+    _end_with_host(args.requests, Path(args.workdir))
     return _Server(_Channel(args.requests, args.replies), Path(args.workdir)).serve()
 
 

@@ -3,7 +3,8 @@
 The CLI is the only layer that prints. Exit codes: 0 = no failure found, 1 = a failure was found (a mismatch, a
 crash, a failing artifact), 2 = usage or input error, or the machine's (out of memory or disk, a path that cannot
 be written; with a hint how to fix it), 3 = an unexpected internal error (a graphbisect bug: never 1, which a
-script would read as "failure found"), 130 = Ctrl-C, 141 = the reader of stdout (or stderr) went away
+script would read as "failure found"), 130 = Ctrl-C, 143 = ``SIGTERM`` (129 ``SIGHUP``), in every phase
+(docs/security.md, "Signals"), 141 = the reader of stdout (or stderr) went away
 (``graphbisect backends | head -1``): the status a shell shows for git and other programs that SIGPIPE ends,
 reached quietly, without a message.
 """

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -50,9 +52,31 @@ def work_folder(workdir: Path | None, prefix: str, *,
             yield folder, True
         return
     reclaim_abandoned()
-    with tempfile.TemporaryDirectory(prefix=f"{PREFIX}{prefix}-") as tmp:
-        claim(Path(tmp))
-        yield Path(tmp), False
+    tmp = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{prefix}-"))
+    try:
+        claim(tmp)
+        yield tmp, False
+    finally:
+        _remove(tmp)
+
+
+def _remove(folder: Path, tries: int = 5) -> None:
+    """Remove a temporary work folder that a background thread may still be writing into.
+
+    Ctrl-C or SIGTERM unwinds the main thread while another (compare's oracle thread, saving its probe model)
+    still writes there: ``rmtree`` then failed with "Directory not empty", exit 3 (issue 36). So the folder
+    is renamed first (that thread's next file fails on its own, old path) and removed in a few tries; should
+    it stay, the next run reclaims it (its owner file names this process)."""
+    gone = folder.with_name(f"{folder.name}-removed")
+    with contextlib.suppress(OSError):
+        folder.rename(gone)
+        folder = gone
+    for _ in range(tries):
+        shutil.rmtree(folder, ignore_errors=True)
+        if not folder.exists():
+            return
+        time.sleep(0.1)
+    logger.warning("could not remove the temporary folder %s; the next graphbisect run removes it", folder)
 
 
 @contextlib.contextmanager
