@@ -648,24 +648,52 @@ class _Run:
                   floor: NoiseFloor) -> tuple[Signature, str]:
         """Runs of the original disagree: run it again until one outcome has a majority of BASELINE_MAX_RUNS
         runs (2 of 3 agreeing runs of a flaky target decide too little); returns that outcome and a note, or
-        raises when no outcome has a majority of the runs made."""
-        def count(signature: Signature) -> int:
-            return sum(1 for other in runs if _same(signature, other))
+        raises when no outcome has a majority of the runs made.
+
+        A death (crash, timeout) that other runs of the same model survive is the target's flakiness, never the
+        baseline, however often it came (a 40 % crash is the majority of 5 runs a third of the time, and a
+        search for it certifies nothing): the baseline is then the majority of the completed runs, at least
+        two of them agreeing, and when they do not fail there is no failure to reduce, which is said."""
+        def count(signature: Signature, among: Sequence[Signature] = runs) -> int:
+            return sum(1 for other in among if _same(signature, other))
+
+        def again(why: str) -> None:
+            runs.append(self._run_original(values, None, f"running the target on the original model again "
+                                                         f"(flaky: run {len(runs) + 1} {why})", floor)[0])
 
         while len(runs) < BASELINE_MAX_RUNS and max(count(s) for s in runs) * 2 <= BASELINE_MAX_RUNS:
-            runs.append(self._run_original(values, None, f"running the target on the original model again "
-                                                         f"(flaky: run {len(runs) + 1} for a majority)", floor)[0])
-        ranked = sorted(runs, key=lambda s: (-count(s), not s.failed))
-        chosen = ranked[0]
+            again("for a majority")
+
+        def completed() -> list[Signature]:
+            return [s for s in runs if not _dies(s)]
+
+        survived = 0 < len(completed()) < len(runs)
+        while survived and len(runs) < 2 * BASELINE_MAX_RUNS and max(count(s, completed()) for s in completed()) < 2:
+            again("for two completed runs that agree")
         outcomes = dict.fromkeys(s.describe() for s in runs)
         tally = "; ".join(f"{d}: {sum(1 for s in runs if s.describe() == d)}" for d in outcomes)
         gave = f"flaky target: {len(runs)} runs of the same original model gave {len(outcomes)} different results"
+        among = completed() if survived else runs
+        chosen = sorted(among, key=lambda s: (-count(s, among), not s.failed))[0]
+        hint = ("make the target deterministic (fixed seeds, one thread, an idle device), or reduce with a "
+                "--check script that runs it several times and fails only when most runs fail")
+        if survived:
+            died = len(runs) - len(among)
+            if count(chosen, among) < 2 or count(chosen, among) * 2 <= len(among) or not chosen.failed:
+                raise GraphBisectError(
+                    f"{gave} ({tally}): it died in {died} of {len(runs)} runs of the same model and completed in the "
+                    "others, so the death is the target's flakiness, not a failure of this model to reduce (a "
+                    "reduction would certify whichever part happened to die), and the completed runs show "
+                    + ("no failure" if not chosen.failed and count(chosen, among) >= 2 else
+                       "no failure that two of them agree on"),
+                    hint=f"report the flaky crash with the runs above; {hint}")
+            return chosen, (f"{gave} ({tally}); a death that other runs of the same model survive is flakiness, "
+                            f"never the baseline: the completed runs' majority, {chosen.describe()}, is, and a "
+                            f"candidate is accepted only when it fails that way in {FLAKY_REPEATS + 1} runs in a row")
         if count(chosen) * 2 <= len(runs):  # no outcome is the target's behaviour on this model
             raise GraphBisectError(
                 f"{gave} ({tally}) and none has a majority: there is no failure to reduce that the next run "
-                "would show again",
-                hint="make the target deterministic (fixed seeds, one thread, an idle device), or reduce with a "
-                "--check script that runs it several times and fails only when most runs fail")
+                "would show again", hint=hint)
         if not chosen.failed:
             return chosen, (f"{gave} ({tally}); the majority does not fail, so there is no failure to reduce "
                             "(the target is flaky on this model)")
@@ -1193,6 +1221,11 @@ def _values_vary(runs: list[Any]) -> bool:
 
 def _floating(value: Any) -> bool:
     return np.asarray(value).dtype.kind in "fc"
+
+
+def _dies(signature: Signature) -> bool:
+    """Whether a run died: raised, crashed or timed out, with no outputs to compare."""
+    return signature.kind.raised or signature.kind is FailureKind.TIMEOUT
 
 
 def _same(a: Signature, b: Signature) -> bool:
