@@ -39,7 +39,7 @@ import json
 import math
 import pickle
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -47,10 +47,12 @@ from typing import IO, Any
 import numpy as np
 
 from graphbisect.errors import GraphBisectError, InputError
+from graphbisect.npzguard import npz_refusal
 
 __all__ = [
     "EXTENSION_TYPES",
     "ElemType",
+    "NpzRefused",
     "as_elem_type",
     "bit_identical",
     "comparable",
@@ -554,11 +556,22 @@ def load_npy(path: str | Path) -> np.ndarray:
         return _object_strings(stream, str(path))
 
 
-def load_values_npz(path: str | Path) -> dict[str, Any]:
+def load_values_npz(path: str | Path, declared: Mapping[str, Sequence[int | None] | None] | None = None,
+                    ) -> dict[str, Any]:
     """Read every value of an ``.npz`` written by :func:`save_values_npz` (or ``np.savez``), no pickles: an object
     array of ``str`` (``np.array(["a", "b"], dtype=object)``, as pandas and tokenizers give strings) is read by
     an unpickler that knows only an array's parts, and any other object array is refused saying how to save it.
+
+    Limits first (:func:`graphbisect.npzguard.npz_refusal`): before anything is decompressed, the members'
+    number, their ``.npy`` headers against ``declared`` (value name -> the model's dims, None where dynamic;
+    pass it where the model is known) and their total against the memory available; raises
+    :class:`~graphbisect.errors.InputError` (:class:`NpzRefused`) naming the file and the member.
     """
+    refusal = npz_refusal(path, declared)
+    if refusal is not None:
+        raise NpzRefused(f"{path}: {refusal} (refused before decompressing it)",
+                         hint="pass values of the shapes the model declares; a file sent by someone else may be "
+                         "a decompression bomb")
     with np.load(path, allow_pickle=False) as loaded:
         data = _StringMembers(loaded, str(path))
         described: dict[str, Any] = {}
@@ -579,6 +592,11 @@ def load_values_npz(path: str | Path) -> dict[str, Any]:
             if name not in result:
                 result[name] = read_value(entry, read)
         return result
+
+
+class NpzRefused(InputError):
+    """An ``.npz`` refused before it is read: too many members, a member larger than the value it names may be,
+    or more than the memory available (:mod:`graphbisect.npzguard`)."""
 
 
 class _StringMembers:

@@ -57,11 +57,14 @@ from graphbisect.artifacts.report import jsonable, render_markdown, report_data
 from graphbisect.artifacts.report_schema import report_problem
 from graphbisect.artifacts.repro import CONTROL_TACTICS_FILE, TACTICS_FILE, render_repro, repro_config, tactic_files
 from graphbisect.backends import BackendSpec
-from graphbisect.backends.worker import load_npz, save_npz
+from graphbisect.backends.worker import save_npz
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.errors import GraphBisectError, ModelError
+from graphbisect.model.load import external_data_file, external_tensors, file_kind
+from graphbisect.npzguard import MAX_BUNDLE_MEMBERS, value_dims, zip_member_count
 from graphbisect.oracle.signature import Signature
 from graphbisect.tactics.record import load_record, save_record
+from graphbisect.values import NpzRefused, load_values_npz
 
 __all__ = [
     "BUNDLE_FORMAT", "BundleContent", "BundleError", "LoadedBundle", "check_destination", "is_bundle", "load_bundle",
@@ -426,7 +429,12 @@ def _load_zip(archive: Path) -> LoadedBundle:
 
 
 def _extract(archive: Path, dest: Path) -> Path:
-    """Extract ``archive`` safely (no absolute paths, no ``..``) and return the folder with report.json."""
+    """Extract ``archive`` safely (no absolute paths, no ``..``, at most :data:`MAX_BUNDLE_MEMBERS` members) and
+    return the folder with report.json."""
+    count = zip_member_count(archive, MAX_BUNDLE_MEMBERS)  # before listing them: 100,000 took 117 s (issue 36)
+    if count is not None and count > MAX_BUNDLE_MEMBERS:
+        raise BundleError(f"{archive} holds more than {MAX_BUNDLE_MEMBERS} members; a bundle is a dozen files",
+                          hint="this zip was not written by `graphbisect reduce --zip`: do not extract it blindly")
     try:
         with zipfile.ZipFile(archive) as zf:
             _check_space(archive, zf.infolist(), dest)
@@ -494,6 +502,7 @@ def _read(folder: Path, source: Path, cleanup: Any) -> LoadedBundle:
     if not isinstance(report, dict) or report.get("format") != BUNDLE_FORMAT:
         raise BundleError(f"{source} is not a graphbisect bundle (no report.json of format {BUNDLE_FORMAT!r})",
                           hint="pass the folder (or .zip) that `graphbisect reduce` wrote")
+    _check_format_version(report, source)  # first: a newer format's fields may have other shapes
     problem = report_problem(report)
     if problem is not None:  # a field of another shape was an AttributeError in a reader: exit 3 (issue 36)
         raise BundleError(f"bundle {source} is damaged: report.json {problem}",
@@ -502,6 +511,7 @@ def _read(folder: Path, source: Path, cleanup: Any) -> LoadedBundle:
     if missing:
         raise BundleError(f"bundle {source} lacks {', '.join(missing)}", hint="the bundle is incomplete: re-create it")
     _check_integrity(folder, source, report)
+    declared = _declared(folder, source, report)
     try:
         return LoadedBundle(
             path=folder, source=source, report=report,
@@ -510,15 +520,79 @@ def _read(folder: Path, source: Path, cleanup: Any) -> LoadedBundle:
             tolerance=_tolerance(report.get("tolerance") or {}),
             signature=Signature.from_json(report["signature"], report.get("target_message")),
             target_message=report.get("target_message"),
-            inputs=load_npz(folder / "inputs.npz"),
-            oracle_outputs=load_npz(folder / "oracle_outputs.npz"),
-            target_outputs=_optional_npz(folder / "target_outputs.npz"),
+            inputs=_values(folder / "inputs.npz", declared.inputs, source),
+            oracle_outputs=_values(folder / "oracle_outputs.npz", declared.outputs, source),
+            target_outputs=_optional_npz(folder / "target_outputs.npz", declared.any_shape_outputs, source),
             environment=_optional_json(folder / "environment.json"),
             _cleanup=cleanup,
         )
     except (KeyError, TypeError, ValueError, OSError) as exc:
         raise BundleError(f"bundle {source} is damaged: {type(exc).__name__}: {exc}",
                           hint="re-create it with `graphbisect reduce`") from exc
+
+
+def _check_format_version(report: Mapping[str, Any], source: Path) -> None:
+    """Refuse a bundle of a newer format than this graphbisect reads (format_version 999 verified silently)."""
+    version = report.get("format_version")
+    if isinstance(version, int) and not isinstance(version, bool) and version > BUNDLE_VERSION:
+        from graphbisect._version import __version__
+
+        raise BundleError(
+            f"bundle {source} has format version {version}, newer than this graphbisect {__version__} reads "
+            f"(up to {BUNDLE_VERSION}): what it records may mean something else here",
+            hint="upgrade graphbisect (pip install -U graphbisect), or verify it with the version that wrote it "
+            f"(report.json: graphbisect_version {str(report.get('graphbisect_version'))[:40]!r})")
+
+
+#: What to do with a bundle that would read data from outside itself, or more than its model declares.
+_UNSAFE_HINT = ("graphbisect did not write this bundle so (its model carries its weights inline, its values have "
+                "the model's shapes); do not run it: ask its sender for the bundle again, or re-create it with "
+                "`graphbisect reduce`")
+
+
+@dataclass(frozen=True)
+class _Declared:
+    """What a bundle's model.onnx declares: {input or output name: dims (None where dynamic) or None}."""
+
+    inputs: dict[str, Any]
+    outputs: dict[str, Any]
+
+    @property
+    def any_shape_outputs(self) -> dict[str, Any]:
+        """The outputs, of any shape: the target's own outputs may have a wrong shape (its bug)."""
+        return dict.fromkeys(self.outputs)
+
+
+def _declared(folder: Path, source: Path, report: Mapping[str, Any]) -> _Declared:
+    """The inputs and outputs model.onnx declares, after checking its external data: a bundle carries its
+    weights inline, so a reference outside the bundle (refused by every library, and then reported as "a
+    different failure, the bug may be fixed") makes it unsafe, one to a file report.json does not hash damaged."""
+    path = folder / "model.onnx"
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:
+        raise BundleError(f"bundle {source} is damaged: model.onnx is not a readable ONNX model: "
+                          f"{type(exc).__name__}: {exc}",
+                          hint="download or copy the bundle again, or re-create it with `graphbisect reduce`") from exc
+    hashed = {str(entry.get("name")) for entry in report.get("files") or []
+              if isinstance(entry, Mapping) and "sha256" in entry}
+    for tensor in external_tensors(proto):
+        try:
+            file = external_data_file(tensor, path, error=BundleError)
+        except BundleError as exc:
+            raise BundleError(f"unsafe bundle {source}: {exc.message}", hint=_UNSAFE_HINT) from exc
+        kind = file_kind(file)
+        location = file.relative_to(folder).as_posix()
+        if kind is not None and kind != "missing":
+            raise BundleError(f"unsafe bundle {source}: model.onnx reads the external data of tensor "
+                              f"{tensor.name!r} from {location!r}, which is {kind}, not a file", hint=_UNSAFE_HINT)
+        if location not in hashed:
+            raise BundleError(
+                f"bundle {source} is damaged: model.onnx reads the external data of tensor {tensor.name!r} from "
+                f"{location!r}, {'which is missing' if kind else 'whose bytes its report.json does not record'}",
+                hint="download or copy the bundle again, or re-create it with `graphbisect reduce`")
+    return _Declared(inputs={v.name: value_dims(v) for v in proto.graph.input},
+                     outputs={v.name: value_dims(v) for v in proto.graph.output})
 
 
 def _check_integrity(folder: Path, source: Path, report: Mapping[str, Any]) -> None:
@@ -569,8 +643,18 @@ def _tolerance(data: Mapping[str, Any]) -> Tolerance:
                      quantized={str(k): float(v) for k, v in (data.get("quantized") or {}).items()})
 
 
-def _optional_npz(path: Path) -> dict[str, np.ndarray]:
-    return load_npz(path) if path.is_file() else {}
+def _optional_npz(path: Path, declared: Mapping[str, Any], source: Path) -> dict[str, np.ndarray]:
+    return _values(path, declared, source) if path.is_file() else {}
+
+
+def _values(path: Path, declared: Mapping[str, Any], source: Path) -> dict[str, Any]:
+    """The values of the bundle's ``.npz`` ``path``, refused before any is decompressed when a member is larger
+    than the value model.onnx declares (a 2 MB deflate bomb was decompressed to 2.1 GB, then run and called
+    "a different failure, the bug may be fixed": issue 36), or all of them more than the memory available."""
+    try:
+        return load_values_npz(path, declared)
+    except NpzRefused as exc:
+        raise BundleError(f"unsafe bundle {source}: {exc.message}", hint=_UNSAFE_HINT) from exc
 
 
 def _optional_json(path: Path) -> dict[str, Any]:

@@ -65,6 +65,8 @@ from graphbisect.backends.command import check_mode
 from graphbisect.backends.inert import untrusted_values
 from graphbisect.backends.registry import HOST_OPTIONS
 from graphbisect.errors import SpecError
+from graphbisect.npzguard import script_text as npzguard_script_text
+from graphbisect.npzguard import value_dims
 from graphbisect.oracle.floor import FLOOR_CAP
 from graphbisect.oracle.names import script_text as names_script_text
 from graphbisect.oracle.outcome import UNSUPPORTED_PATTERN
@@ -245,6 +247,9 @@ def repro_config(content: BundleContent) -> dict[str, Any]:
         "timeout_seconds": float(timeout) if timeout else DEFAULT_TIMEOUT_SECONDS,
         "inputs": list(content.inputs),
         "outputs": list(content.oracle_outputs),
+        # the dims model.onnx declares (null where dynamic): the .npz members are held to them before reading
+        "declared": {"inputs": {v.name: _dims_json(v) for v in content.model.graph.input},
+                     "outputs": {v.name: _dims_json(v) for v in content.model.graph.output}},
         "tolerance": {
             "atol": tol.atol,
             "rtol": tol.rtol,
@@ -268,6 +273,11 @@ def repro_config(content: BundleContent) -> dict[str, Any]:
         "standalone": backend.code is not None,
         **({"control": _control_config(content.control)} if content.control is not None else {}),
     }
+
+
+def _dims_json(value_info: Any) -> list[int | None] | None:
+    dims = value_dims(value_info)
+    return None if dims is None else list(dims)
 
 
 def _identity_config(report: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -463,10 +473,19 @@ def check_config(config):
                         f"(it is {json.dumps(timeout)[:80]}): set it, e.g. 600")
 
 
-def load_arrays(path, names=None):
+def load_arrays(path, names=None, declared=None):
     """The values of an .npz by name (optionally checking that ``names`` are all there). Values a plain .npy
     cannot hold are described in its member __values__.json: raw bits or values plus the ONNX element type
-    (bfloat16, float8, int4..., read with ml_dtypes), strings, sequences (lists), empty optionals (None)."""
+    (bfloat16, float8, int4..., read with ml_dtypes), strings, sequences (lists), empty optionals (None).
+    Before anything is decompressed, its members are held to the dims the model ``declared`` and to the memory
+    available (npz_refusal, graphbisect's own rule): a 2 MB file may decompress to gigabytes."""
+    try:
+        refusal = npz_refusal(path, declared)
+    except OSError as exc:
+        raise CannotRun(f"cannot read {path}: {exc}") from exc
+    if refusal is not None:
+        raise CannotRun(f"{Path(path).name}: {refusal} (refused before decompressing it). This bundle is unsafe: "
+                        "graphbisect writes the values of the shapes its model declares; ask its sender for it again")
     try:
         with np.load(path, allow_pickle=False) as data:
             described = json.loads(data["__values__.json"])["values"] if "__values__.json" in data.files else {}
@@ -484,6 +503,27 @@ def load_arrays(path, names=None):
         raise CannotRun(f"{Path(path).name} has no array for {', '.join(map(json.dumps, missing))}")
     return arrays
 
+
+def declared_dims(config, role):
+    """{name: dims (None where dynamic) or None} that repro_config.json records for model.onnx's ``role``
+    ("inputs", "outputs"); None when it records none (a bundle written before it did, or not a mapping)."""
+    declared = config.get("declared")
+    declared = declared.get(role) if isinstance(declared, dict) else None
+    if not isinstance(declared, dict):
+        return None
+
+    def dims(value):
+        if isinstance(value, list) and all(d is None or (isinstance(d, int) and not isinstance(d, bool))
+                                           for d in value):
+            return value
+        return None
+
+    return {str(name): dims(value) for name, value in declared.items()}
+
+
+# ---------------------------------------------------------------------------------------- npz limits
+# graphbisect/npzguard.py, verbatim: each member's declared size against the model, before reading it
+''' + npzguard_script_text() + r'''
 
 # ONNX element types numpy lacks: (ml_dtypes name, stored as raw bits (else as integer values), storage dtype)
 ELEM_TYPES = {16: ("bfloat16", True, "<u2"), 17: ("float8_e4m3fn", True, "u1"), 18: ("float8_e4m3fnuz", True, "u1"),
@@ -739,8 +779,8 @@ def attempt(config, status_file=None):
         if not (HERE / name).is_file():
             raise CannotRun(f"{name} is missing next to this script")
     note(library_version=import_library(config["options"]))
-    inputs = load_arrays(HERE / "inputs.npz", config["inputs"])
-    expected = load_arrays(HERE / "oracle_outputs.npz", config["outputs"])
+    inputs = load_arrays(HERE / "inputs.npz", config["inputs"], declared_dims(config, "inputs"))
+    expected = load_arrays(HERE / "oracle_outputs.npz", config["outputs"], declared_dims(config, "outputs"))
     note(phase="load")
     try:
         target = load_target(HERE / "model.onnx", config["options"])

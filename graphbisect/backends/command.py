@@ -45,9 +45,10 @@ import numpy as np
 
 from graphbisect.backends.base import UnsupportedType
 from graphbisect.backends.children import run_program
-from graphbisect.backends.worker import load_npz, option_flag, save_npz
+from graphbisect.backends.worker import option_flag, save_npz
 from graphbisect.errors import SpecError
-from graphbisect.values import EXTENSION_TYPES, elem_type_of
+from graphbisect.onnxwire import declared_outputs
+from graphbisect.values import EXTENSION_TYPES, NpzRefused, elem_type_of, load_values_npz
 
 __all__ = ["CALLER_CWD_ENV", "Command", "CommandFailed", "cannot_run", "check_mode"]
 
@@ -95,11 +96,13 @@ class Command:
         _check_template(self.template)
         self._model = ""
         self._outputs: list[str] | None = None
+        self._declared: dict[str, Any] | None = None
         self._last: str = ""
 
     def load(self, model: str, outputs: Sequence[str] | None) -> None:
         """Remember the model path and wanted outputs (the program does the real work in :meth:`run`)."""
         self._model, self._outputs = model, list(outputs) if outputs is not None else None
+        self._declared = _declared_outputs(model, self._outputs)
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Write the inputs, run the program, read its outputs; raise :class:`CommandFailed` if it failed."""
@@ -151,8 +154,10 @@ class Command:
     def _read_outputs(self, path: Path) -> dict[str, np.ndarray]:
         if not path.is_file():
             raise CommandFailed(f"command exited 0 but wrote no outputs file {path.name} (the {{outputs}} path)", 0)
-        try:
-            arrays = load_npz(path)
+        try:  # each member against the output it names, before it is decompressed (graphbisect.npzguard)
+            arrays = load_values_npz(path, self._declared)
+        except NpzRefused as exc:  # 2 MB of deflated zeros declaring 1x2^29 float32 were read in full (issue 36)
+            raise CommandFailed(f"command wrote an outputs file graphbisect does not read: {exc.message}", 0) from exc
         except (OSError, ValueError) as exc:
             raise CommandFailed(f"command wrote an unreadable outputs file: {exc}", 0) from exc
         wanted = self._outputs if self._outputs is not None else list(arrays)
@@ -167,6 +172,20 @@ class Command:
                                       "numpy cannot record a bfloat16/float8/int4 array's type in an .npz; write "
                                       "it with graphbisect.values.save_values_npz, or as float32")
         return {name: arrays[name] for name in wanted}
+
+
+def _declared_outputs(model: str, wanted: Sequence[str] | None) -> dict[str, Any] | None:
+    """{output name: the dims ``model`` declares for it (None where dynamic)}: what an outputs file may hold
+    (a wanted name the model does not declare, of any shape); None when ``model`` cannot be read as ONNX (no
+    limit but the memory cap then)."""
+    try:
+        declared: dict[str, Any] = dict(declared_outputs(model))
+    except (OSError, ValueError) as exc:  # not an ONNX file (a check of anything): the program's to read
+        logger.debug("the outputs %s declares are unknown: %s", model, exc)
+        return None
+    for name in wanted or ():
+        declared.setdefault(name, None)
+    return declared
 
 
 def _refuse_typed_inputs(inputs: Mapping[str, Any]) -> None:

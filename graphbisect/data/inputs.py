@@ -31,9 +31,7 @@ import io
 import json
 import logging
 import math
-import os
 import re
-import zipfile
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -47,10 +45,11 @@ from graphbisect.atomic import atomic_path
 from graphbisect.compare.nonfinite import warn_nonfinite_inputs
 from graphbisect.data.protos import parse_value
 from graphbisect.data.ranges import compared_values
-from graphbisect.errors import GraphBisectError, InputError
+from graphbisect.errors import InputError
 from graphbisect.model.graph import Model, TensorType
 from graphbisect.model.load import external_data_file
 from graphbisect.model.normalize import shape_conflicts
+from graphbisect.npzguard import available_memory, size_text
 from graphbisect.options import SEED, check_value
 from graphbisect.values import (
     as_elem_type,
@@ -128,77 +127,25 @@ def _reader_for(path: Path) -> Any:
 
 
 def _read_npz(path: Path, model: Model) -> dict[str, Any]:
-    _check_npz_sizes(path, model)  # before anything is decompressed
-    arrays = load_values_npz(path)  # plain np.savez files, and graphbisect's own (sequences, bfloat16, ...)
+    # before anything is decompressed, each member against the input it names (graphbisect.npzguard)
+    arrays = load_values_npz(path, _declared(model))  # plain np.savez files, and graphbisect's own
     positional = [f"arr_{i}" for i in range(len(arrays))]
     if sorted(arrays) == sorted(positional) and not set(arrays) & set(model.input_names):
         return _positional(path, [arrays[key] for key in positional], model)
     return arrays
 
 
-#: Bytes an .npy member may hold beyond its array (the header, padded to 64 bytes; a long dtype description).
-_NPY_HEADER_SLACK = 64 * 1024
-
-
-def _check_npz_sizes(path: Path, model: Model) -> None:
-    """Refuse an .npz whose members would decompress to more than the model's inputs can hold (a 2 MB file of
-    zeros decompressed to 2.1 GB before the shape check, issue 24): a member named after an input of static
-    shape may hold that input's bytes; all of them together, at most the memory available."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            members = [(info.filename, info.file_size) for info in archive.infolist()]
-    except (OSError, zipfile.BadZipFile):
-        return  # not a zip: numpy's own error names the file
-    positional = [f"arr_{i}.npy" for i in range(len(members))]
-    by_position = sorted(name for name, _ in members) == sorted(positional)
-    for name, size in members:
-        key = name[:-4] if name.endswith(".npy") else name
-        if by_position and key not in model.input_names and key.startswith("arr_"):
-            index = int(key[4:])
-            key = model.input_names[index] if index < len(model.input_names) else key
-        needs = _static_nbytes(model, key)
-        if needs is not None and size > needs + _NPY_HEADER_SLACK:
-            raise InputError(
-                f"{path}: member {name!r} would decompress to {_bytes(size)}, but input {key!r} of the model holds "
-                f"{_bytes(needs)}: it is not that input's value (refused before decompressing it)",
-                hint=f"save the input with its declared shape and type ({_input_type(model, key)})")
-    total = sum(size for _, size in members)
-    check_allocation(total, f"{path}: its members decompress to {_bytes(total)}",
-                     "pass smaller inputs, or run on a machine with more memory")
-
-
-def _static_nbytes(model: Model, name: str) -> int | None:
-    """The bytes input ``name`` holds when its type and shape are static (None: not an input, or dynamic)."""
-    if name not in model.input_names:
-        return None
-    ttype = model.tensor_type(name)
-    if ttype is None or not ttype.elem_type or ttype.shape is None:
-        return None
-    dims = [d for d in ttype.shape if isinstance(d, int) and d >= 0]
-    if len(dims) != len(ttype.shape):
-        return None
-    try:
-        dtype = np.dtype(ttype.numpy_dtype)
-    except GraphBisectError:
-        return None
-    if dtype == np.dtype(object):  # strings: any length
-        return None
-    count: int = math.prod(dims)
-    return count * max(dtype.itemsize, 1)
-
-
-def available_memory() -> int:
-    """Bytes of memory this machine has available now (``MemAvailable``; else its physical memory)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (OSError, ValueError, AttributeError):
-        return 1 << 62  # unknown: no limit
+def _declared(model: Model) -> dict[str, tuple[int | None, ...] | None]:
+    """{input name: its declared dims (None where dynamic), or None when its shape is not declared}, the
+    positional names ``np.savez(path, a, b)`` writes (``arr_0``...) included."""
+    declared: dict[str, tuple[int | None, ...] | None] = {}
+    for index, name in enumerate(model.input_names):
+        ttype = model.tensor_type(name)
+        dims = None if ttype is None or ttype.shape is None else tuple(
+            d if isinstance(d, int) and d >= 0 else None for d in ttype.shape)
+        declared[name] = dims
+        declared.setdefault(f"arr_{index}", dims)
+    return declared
 
 
 def check_allocation(nbytes: int, what: str, hint: str) -> None:
@@ -209,11 +156,8 @@ def check_allocation(nbytes: int, what: str, hint: str) -> None:
         raise InputError(f"{what}, more than the {_bytes(available)} of memory available here", hint=hint)
 
 
-def _bytes(n: int) -> str:
-    for unit, size in (("TB", 1 << 40), ("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} bytes"
+#: Bytes for people (``2.0 GB``).
+_bytes = size_text
 
 
 def _read_npy(path: Path, model: Model) -> dict[str, np.ndarray]:

@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import posixpath
+import stat
 from collections.abc import Iterator
 from pathlib import Path, PureWindowsPath
 from types import ModuleType
@@ -26,7 +27,7 @@ from graphbisect.model.external import LAZY_MIN_BYTES, make_source_stub, source_
 from graphbisect.model.graph import Model
 from graphbisect.model.normalize import normalize_model, subgraphs
 
-__all__ = ["external_data_file", "load_model", "outside_folder"]
+__all__ = ["external_data_file", "external_tensors", "file_kind", "load_model", "outside_folder"]
 
 logger = logging.getLogger(__name__)
 
@@ -359,16 +360,48 @@ def outside_folder(file: Path, folder: Path) -> Path | None:
     return None if real == root or root in real.parents else real
 
 
+def file_kind(path: Path) -> str | None:
+    """What ``path`` is when it is not a regular file (symbolic links followed): ``"missing"``, ``"a folder"``,
+    ``"a named pipe"``, ``"a character device"``, ``"a block device"``, ``"a socket"``; None for a regular file.
+
+    Example:
+        >>> file_kind(Path("/dev/null")), file_kind(Path("/")), file_kind(Path("/no/such/file"))
+        ('a character device', 'a folder', 'missing')
+    """
+    try:
+        mode = path.stat().st_mode
+    except (OSError, ValueError):
+        return "missing"
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def external_tensors(proto: onnx.ModelProto) -> list[onnx.TensorProto]:
+    """Every tensor of ``proto`` (initializers, attributes, subgraphs, functions) that keeps its data in an
+    external file."""
+    return [tensor for tensor in _model_tensors(proto) if _uses_external_data(tensor)]
+
+
 def _plan_read(tensor: onnx.TensorProto, path: Path) -> tuple[Path, int, int | None]:
     """Validate one external-data reference; returns (file, offset, length or None for 'to the end')."""
     info = {entry.key: entry.value for entry in tensor.external_data}
     location = info.get("location", "")
     file = external_data_file(tensor, path)
-    if not file.is_file():
+    kind = file_kind(file)
+    if kind == "missing":
         raise ModelError(
             f"{path}: external data of tensor {tensor.name!r} is missing: expected the file {file}",
             hint=f"copy {location!r} next to the model file (external data is resolved relative to the "
             "model's folder), or load the model from the folder that holds its data",
+        )
+    if kind is not None:  # a named pipe would block the read, a device never end: it was called "missing"
+        raise ModelError(
+            f"{path}: external data of tensor {tensor.name!r} (location {location!r}) is {kind}, not a file; "
+            "graphbisect refuses to read it",
+            hint=f"put the model's data file at {file} (external data is a regular file beside the model)",
         )
     try:
         offset = int(info.get("offset", 0))
