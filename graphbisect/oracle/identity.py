@@ -34,14 +34,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import onnx
 
 from graphbisect.compare import TensorStats
 from graphbisect.compare.metrics import decade
-from graphbisect.localize.compiled import CompiledGraph
+from graphbisect.localize.compiled import CompiledGraph, CompiledNode
 
 __all__ = ["Identity", "IdentityCheck", "band_of", "pass_of"]
 
@@ -159,6 +159,11 @@ class IdentityCheck:
                 compiled: CompiledGraph | None = None) -> str | None:
         """Why a run whose above-floor failures are ``failing`` (``compared``: every output's statistics by name)
         is not this failure, or None when it is. ``compiled``: what the target compiled for that run."""
+        return self.place_differs(failing, compared) or self.compiled_differs(compiled)
+
+    def place_differs(self, failing: Iterable[TensorStats], compared: Mapping[str, TensorStats]) -> str | None:
+        """Why a run's values fail otherwise than this failure (where it first goes wrong, how strongly), or None:
+        the part of :meth:`differs` a run's output values decide."""
         ident = self.identity
         failing = list(failing)
         elsewhere = [s.name for s in failing if s.name not in self.after]
@@ -174,13 +179,37 @@ class IdentityCheck:
             band = band_of(anchor.score)
             if band is not None and abs(band - ident.band) > 1:
                 return f"{ident.tensor!r} is off by ~1e{band}× tolerance, not ~1e{ident.band}×"
+        return None
+
+    def compiled_differs(self, compiled: CompiledGraph | None) -> str | None:
+        """Why what the target says it compiled for a run (``compiled``) is not what this identity recorded, or
+        None when it is, or when either says nothing: the part of :meth:`differs` a description decides."""
+        ident = self.identity
         if ident.compiled_kind is None or compiled is None:
             return None
-        region = set(ident.region)
-        covering = [node for node in compiled.nodes if region.intersection(node.originals)]
+        covering = self.covering(compiled)
         if any(node.kind == ident.compiled_kind and pass_of(node.name) == ident.made_by for node in covering):
             return None
         made = ", ".join(dict.fromkeys(
             f"{node.kind}" + (f" made by {pass_of(node.name)}" if pass_of(node.name) else "") for node in covering))
         wanted = ident.compiled_kind + (f" made by {ident.made_by}" if ident.made_by else "")
         return f"the target compiled the region as {made or 'nothing it named'}, not {wanted}"
+
+    def covering(self, compiled: CompiledGraph) -> list[CompiledNode]:
+        """The compiled nodes of ``compiled`` that cover some of the region, the one covering the identity's node
+        first."""
+        region = set(self.identity.region) | {self.identity.node}
+        covering = [node for node in compiled.nodes if region.intersection(node.originals)]
+        return sorted(covering, key=lambda node: self.identity.node not in node.originals)
+
+    def as_compiled(self, compiled: CompiledGraph | None) -> Identity:
+        """This identity with what ``compiled`` (a run of another model holding the region) compiled the identity's
+        node as, instead of what the original model compiled it as; without a compiled kind when ``compiled``
+        says nothing of it. The place, region and strength stay: they are what the runs' values decide."""
+        ident = self.identity
+        node = next(iter(self.covering(compiled)), None) if compiled is not None else None
+        if node is None:
+            return replace(ident, compiled_kind=None, compiled_name=None, made_by=None, ran_in=None)
+        note = node.precision_note()
+        return replace(ident, compiled_kind=node.kind, compiled_name=node.name, made_by=pass_of(node.name),
+                       ran_in=note or None)

@@ -233,9 +233,10 @@ class CandidateTester:
 
         ``describing``: where candidates run that must say what they compiled (the target's
         ``describing_spec``), when the identity names a compiled node: those that keep a part of its region,
-        whose nodes may then be fused otherwise. A candidate keeping the whole region compiles it as the
-        model did (the same nodes and declarations), so it runs plain: describing costs ONNX Runtime a copy of
-        every weight per run. The final model is re-verified describing (reduce's ``_verify``)."""
+        whose nodes may then be fused otherwise. A candidate keeping the whole region runs plain (describing costs
+        ONNX Runtime a copy of every weight per run), though it may compile the region as another kernel kind
+        (OpenVINO: a PRelu fed by a MatMul is an ``Eltwise``, alone a Snippets ``Subgraph``). The final model is
+        re-verified describing (reduce's ``_verify``), which records what it compiles the region as."""
         self.space, self.pool, self.baseline, self.tol = space, pool, baseline, tol
         self.names: Collection[str] = ModelNames(space.model.proto) if names is None else names
         self.fail_regex, self.strict_band, self.compare, self.check = fail_regex, strict_band, compare, check
@@ -331,13 +332,21 @@ class CandidateTester:
     def identity_differs(self, verdict: Judgement, candidate: Candidate) -> str | None:
         """Why a run that fails like the baseline by kind is another failure (None: it is the same one). What
         the target compiled is matched too when the run described it."""
+        place, made, _ = self.identity_parts(verdict, candidate)
+        return place or made
+
+    def identity_parts(self, verdict: Judgement, candidate: Candidate,
+                       ) -> tuple[str | None, str | None, CompiledGraph | None]:
+        """:meth:`identity_differs` in its two parts: (why the run's values fail elsewhere or otherwise, why what
+        it says it compiled is not what the identity recorded, what it compiled: None when it did not say)."""
         if self.identity is None or verdict.comparison is None:
-            return None
+            return None, None, None
         compiled = None
         if self.identity.identity.compiled_kind is not None:
             compiled = candidate_compiled(candidate, verdict.run)
         compared = {s.name: s for s in verdict.comparison.outputs}
-        return self.identity.differs(verdict.failing, compared, compiled)
+        return (self.identity.place_differs(verdict.failing, compared), self.identity.compiled_differs(compiled),
+                compiled)
 
     def _checker_gates(self) -> bool:
         """Whether ``onnx.checker`` may veto candidates: only when the model itself passes it. Runtimes load

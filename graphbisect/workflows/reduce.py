@@ -112,6 +112,7 @@ from graphbisect.oracle.names import found_names
 from graphbisect.oracle.signature import FailureKind, ModelNames, Signature, rooted_in_integers
 from graphbisect.oracle.tester import (
     CandidateTester,
+    Judgement,
     OutputCheck,
     TargetPool,
     WorkerPool,
@@ -120,7 +121,7 @@ from graphbisect.oracle.tester import (
     model_digest,
 )
 from graphbisect.packfile import TornRunError
-from graphbisect.strategies.subgraph import SubgraphSpace, plan
+from graphbisect.strategies.subgraph import Candidate, SubgraphSpace, plan
 from graphbisect.values import load_values_npz
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
 from graphbisect.workflows.maintainer import MaintainerFacts, maintainer_facts
@@ -1108,6 +1109,8 @@ class _Verification:
     message: str | None  # the target's crash message, if it crashed
     flaky: bool = False  # the same model gave two different outcomes
     why: str | None = None  # why the target's fresh runs did not all fail like the baseline (a note)
+    #: the identity as the final model's runs describe what the target compiled, when not as recorded
+    identity: Identity | None = None
 
 
 def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], base: _Baseline, floor: NoiseFloor, *,
@@ -1124,20 +1127,17 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], base: _Baseline
     r.stage(f"re-verifying the result in fresh workers ({VERIFY_RUNS} runs)")
     runs: list[tuple[RunResult, Signature]] = []
     matching: list[bool] = []
-    others: list[str] = []  # why a run of the baseline's kind had another identity
+    by_kind: list[bool] = []  # the run failed like the baseline by kind (its values)
+    seen = _IdentitySeen(tester)
 
     def verify_run(proc: BackendProcess) -> None:
         run = _verify_attempt(r, proc, path, candidate.feeds, compile_only=tester.compile_only)
         verdict = judge(run, values, r.compared(candidate.outputs), r.tol, r.regex, check=r.options.output_check,
                         floor=floor, names=r.names)
         same = baseline.matches(verdict.signature, strict_band=base.strict_band(r.options.strict_band))
-        if same:
-            why = tester.identity_differs(verdict, candidate)
-            if why is not None:
-                others.append(why)
-                same = False
+        by_kind.append(same)
         runs.append((run, verdict.signature))
-        matching.append(same)
+        matching.append(same and seen.same(verdict, candidate))
 
     with BackendProcess(r.candidate_spec(base.identity), workdir=r.work / "verify-target",
                         timeout=r.options.timeout) as proc:
@@ -1148,12 +1148,14 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], base: _Baseline
         # VERIFY_RUNS_NONDETERMINISTIC agreeing runs (a fault at rate p passes them all with p**7).
         while varying and len(runs) < VERIFY_RUNS_NONDETERMINISTIC and all(matching):
             verify_run(proc)
-    if others:
-        r.notes.append(f"re-verification: {len(others)} run(s) failed with another identity: {others[0]}")
+    if seen.others:
+        r.notes.append(f"re-verification: {len(seen.others)} run(s) failed with another identity: {seen.others[0]}")
     target_ok = all(matching)
+    identity = _identity_described(r, tester, seen.described) if target_ok else None
     flaky, why = False, None
     if not target_ok:
-        flaky, why = _why_not_verified(r, space, keep, candidate.proto, tester=tester, baseline=baseline, runs=runs)
+        flaky, why = _why_not_verified(r, space, keep, candidate.proto, tester=tester, baseline=baseline, runs=runs,
+                                       by_kind=by_kind, described_only=bool(seen.others) and not seen.placed)
         r.notes.append(why)
     elif varying:
         r.notes.append(f"the target's output values differ between runs of the same model (non-deterministic); "
@@ -1173,7 +1175,71 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], base: _Baseline
     said = [line.strip() for line in (message or "").splitlines()[1:] if line.strip()]
     if r.options.check and said:  # the exit status is the verdict; what the check printed says what it saw
         r.notes.append(f"the check's last stderr line: {said[-1]}")
-    return _Verification(target_ok and oracle_ok, outputs, message, flaky, why)
+    return _Verification(target_ok and oracle_ok, outputs, message, flaky, why, identity)
+
+
+@dataclass
+class _IdentitySeen:
+    """The identity of the re-verification runs that failed like the baseline by kind.
+
+    What a target compiles a region as depends on the model around it (OpenVINO 2026.4 compiles a PRelu fed by a
+    MatMul as an ``Eltwise``, and the same node alone as a Snippets ``Subgraph``): a run whose values fail as
+    recorded (the place, the strength) is the same failure whatever kind of kernel it says it compiled there,
+    which the bundle then records (:func:`_identity_described`). Another pass making the region (ONNX Runtime
+    names it) is another failure: a sibling fusion, which a fix of the recorded one leaves failing."""
+
+    tester: CandidateTester
+    others: list[str] = field(default_factory=list)  # why a run of the baseline's kind had another identity
+    placed: list[str] = field(default_factory=list)  # those of them its values decide
+    #: (why what it compiled is not as recorded, or None; what it compiled) per run whose values fail as recorded
+    described: list[tuple[str | None, CompiledGraph]] = field(default_factory=list)
+
+    def same(self, verdict: Judgement, candidate: Candidate) -> bool:
+        """Whether a run that failed like the baseline by kind has its identity."""
+        place, made, compiled = self.tester.identity_parts(verdict, candidate)
+        if place is not None:
+            self.placed.append(place)
+            self.others.append(place)
+            return False
+        if compiled is None:
+            return True
+        self.described.append((made, compiled))
+        assert self.tester.identity is not None
+        if made is not None and self.tester.identity.as_compiled(compiled).made_by != \
+                self.tester.identity.identity.made_by:
+            self.others.append(made)
+            return False
+        return True
+
+
+def _identity_described(r: _Run, tester: CandidateTester,
+                        described: Sequence[tuple[str | None, CompiledGraph]]) -> Identity | None:
+    """The identity as the final model's re-verification runs describe it, when their descriptions are not the
+    recorded one (None: they are, or nothing was described). Every run failed as recorded by its values (the
+    place, the strength, the pass): what the target compiled the region as is then what the final model compiles
+    it as, which the bundle records, or, when its runs describe it differently, left out of the identity. Both
+    are said in a note. Never flakiness: that is only output values differing between runs of one model."""
+    if tester.identity is None or not any(made is not None for made, _ in described):
+        return None
+    recorded = tester.identity.identity
+    seen = [tester.identity.as_compiled(compiled) for _, compiled in described]
+    kinds = list(dict.fromkeys(_compiled_text(i) for i in seen))
+    if len(kinds) == 1:
+        r.notes.append(f"the reduced model compiles the region as {kinds[0]} where the original compiled it as "
+                       f"{_compiled_text(recorded)} (what the target compiles a node as depends on the nodes around "
+                       f"it): the same failure by where it goes wrong and how strongly, in all {len(described)} "
+                       "re-verification runs; the bundle records what its own model compiles")
+        return seen[0]
+    r.notes.append(f"what the target says it compiled the region as changes between runs of the same model "
+                   f"({'; '.join(kinds)}): it is left out of the bundle's identity, which is matched by where it goes "
+                   "wrong and how strongly")
+    return replace(recorded, compiled_kind=None, compiled_name=None, made_by=None, ran_in=None)
+
+
+def _compiled_text(identity: Identity) -> str:
+    if identity.compiled_kind is None:
+        return "nothing it named"
+    return identity.compiled_kind + (f" made by {identity.made_by}" if identity.made_by else "")
 
 
 def _verify_attempt(r: _Run, proc: BackendProcess, path: Path, feeds: Mapping[str, np.ndarray], *,
@@ -1192,11 +1258,20 @@ def _verify_attempt(r: _Run, proc: BackendProcess, path: Path, feeds: Mapping[st
 
 def _why_not_verified(r: _Run, space: SubgraphSpace, keep: frozenset[int], verified: Any, *,
                       tester: CandidateTester, baseline: Signature, runs: list[tuple[Any, Signature]],
-                      ) -> tuple[bool, str]:
+                      by_kind: Sequence[bool] = (), described_only: bool = False) -> tuple[bool, str]:
     """(flaky, the reason) for a final model that did not fail like the baseline in every fresh run: the
-    model that failed (the accepted candidate, or the original itself) is compared with the one re-run."""
+    model that failed (the accepted candidate, or the original itself) is compared with the one re-run.
+
+    Flaky only from output values that differ: when every run failed like the baseline by kind (``by_kind``),
+    with the same values bit for bit, and its identity differed only by what the target says it compiled
+    (``described_only``: another pass made the region), the values agree with what the search accepted: the
+    model is another failure, which the search's run did not describe, not a flaky target."""
     outcomes = "; ".join(sig.describe() for _, sig in runs)
     gave = f"{len(runs)} fresh runs of the final model gave: {outcomes}"
+    if described_only and by_kind and all(by_kind) and not _values_vary([run for run, _ in runs]):
+        return False, (f"NOT re-verified: {gave}, the same values bit for bit, failing as recorded but compiled "
+                       "by another pass than the original's: another failure, which the search's run of it did not "
+                       "describe; the target is not flaky")
     if keep == frozenset(range(space.size)) and keep not in tester.tested:
         tested, what = r.model.proto, "the original model, which failed at baseline"
         differences = model_differences(tested, verified)
@@ -1255,7 +1330,7 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
         "verified": verified, "flaky": flaky, "notes": list(r.notes),
         "search": dict(search_stats),
         "versions": r.versions(),
-        "identity": _identity_record(r, base, candidate.outputs),
+        "identity": _identity_record(r, base, candidate.outputs, verification.identity),
         "noise_floor": floor.for_tensors(candidate.outputs).to_json(),
     }
     oracle_outputs = {name: np.asarray(space.values(name)) for name in candidate.outputs}
@@ -1390,10 +1465,12 @@ def _report_calls(report: Mapping[str, Any]) -> dict[str, dict[str, int]]:
     return CallTally.from_json(calls).to_json() if isinstance(calls, Mapping) else {}
 
 
-def _identity_record(r: _Run, base: _Baseline, outputs: Sequence[str]) -> dict[str, Any]:
+def _identity_record(r: _Run, base: _Baseline, outputs: Sequence[str], final: Identity | None = None,
+                     ) -> dict[str, Any]:
     """What the bundle's failure is and how it was matched (report.json ``identity``; verify and repro.py
-    match on it): the identity, or the kind alone and why."""
-    identity, signature = base.identity, base.signature
+    match on it): the identity (``final``: as the final model's runs described it, when not as recorded), or
+    the kind alone and why."""
+    identity, signature = final or base.identity, base.signature
     if identity is None:
         why = ("a crash is matched by its normalized message" if signature.kind.raised else
                "a Python check judges the outputs, and where it first goes wrong is the tolerance's view"
