@@ -202,6 +202,31 @@ def _group_size(compiled: Any) -> int | None:
         return None
 
 
+#: /proc/cpuinfo flags of the integer dot products OpenVINO's CPU plugin quantizes activations with: its oneDNN
+#: FullyConnected executor does it only with ``mayiuse(avx2_vnni) || mayiuse(avx512_core_vnni)`` (an AMX CPU has
+#: AVX512-VNNI too); elsewhere it decompresses int8 weights and computes in f32 whatever the group size.
+_VNNI_FLAGS = frozenset({"avx_vnni", "avx512_vnni"})
+
+
+def _cpu_quantizes_dynamically(cpuinfo: str | None = None) -> bool | None:
+    """Whether this CPU has what OpenVINO's dynamic quantization needs (None: its flags cannot be read, e.g. not
+    Linux or not x86). ``cpuinfo``: the text of ``/proc/cpuinfo`` (read when None).
+
+    Example:
+        >>> _cpu_quantizes_dynamically("flags : fpu avx2 fma"), _cpu_quantizes_dynamically("flags : avx2 avx_vnni")
+        (False, True)
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            return bool(_VNNI_FLAGS.intersection(line.partition(":")[2].split()))
+    return None
+
+
 def _last_line(text: str) -> str:
     """The informative line of an OpenVINO exception (the others name its source files)."""
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("Exception from ")]
@@ -383,6 +408,8 @@ class OpenVino:
             # OpenVINO's execution graph says runtimePrecision i8 for an int8-weight FullyConnected whether it
             # quantizes the activations (group size > 0, the CPU default) or decompresses the weights (0)
             "dynamic_quantization_group_size": _group_size(compiled),
+            # ...and only where the CPU has VNNI: without it the group size is set and nothing is quantized
+            "dynamic_quantization_cpu": _cpu_quantizes_dynamically() if self._device == "CPU" else None,
             "outputs": {name: sorted(compiled.outputs[i].get_names()) for name, i in selected.items()},
         }
         self._info.update(tactics)

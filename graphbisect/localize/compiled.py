@@ -292,8 +292,10 @@ def compiled_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[st
                                     original=original() if original is not None else None)
     exec_graph = info.get("exec_graph")
     if isinstance(exec_graph, list):
-        return from_exec_graph(nodes, graph_outputs, exec_graph,
-                               dynamic_quantization=info.get("dynamic_quantization_group_size"))
+        group = info.get("dynamic_quantization_group_size")
+        if info.get("dynamic_quantization_cpu") is False:  # a CPU without VNNI: the group size quantizes nothing
+            group = 0
+        return from_exec_graph(nodes, graph_outputs, exec_graph, dynamic_quantization=group)
     layers = info.get("layers")
     if isinstance(layers, list):
         return from_engine_layers(nodes, graph_outputs, layers)
@@ -386,7 +388,8 @@ def from_exec_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[s
     MiniLM) or decompresses the weights and computes in its output's precision (group size 0: within
     tolerance), with the very same execution graph. So with ``dynamic_quantization`` 0 (the compiled
     model's group size, run info ``dynamic_quantization_group_size``) such a kernel computed in its
-    ``outputPrecisions``.
+    ``outputPrecisions``; so it did on a CPU without VNNI whatever the group size (run info
+    ``dynamic_quantization_cpu`` False, which :func:`compiled_graph` passes on as group size 0).
     """
     from graphbisect.tactics.openvino import NodeNames, onnx_node_of
 
