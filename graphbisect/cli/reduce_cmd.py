@@ -228,7 +228,8 @@ def _report(result: ReduceResult, args: argparse.Namespace) -> int:
         for note in result.notes:  # a flaky target's tally among them
             print(f"note: {note}")
         return 0
-    print(f"failure: {result.signature.describe()}")
+    # The original's outputs: the bundle's own (its title, report.md) may be off by another magnitude
+    print(f"failure: {result.signature.describe()} (at the original model's outputs)")
     if result.identity is not None:
         print(f"identity: {shown(result.identity.describe())} (every candidate matched on it)")
     if result.noise_floor is not None and result.noise_floor.measured:
