@@ -253,3 +253,25 @@ def value_dims(value_info: Any) -> tuple[int | None, ...] | None:
     if tensor is None or not tensor.HasField("shape"):
         return None
     return tuple(d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None for d in tensor.shape.dim)
+
+
+Dims = tuple[int | None, ...] | None
+
+
+def model_declared(proto: Any) -> tuple[dict[str, Dims], dict[str, Dims]]:
+    """({input: dims}, {output: dims}) an ONNX ``ModelProto`` declares (:func:`value_dims`), an output declared
+    without a shape as ONNX's shape inference infers it from the inputs (a bundle's inputs are static, so its
+    outputs' sizes are known before reading them)."""
+    inputs = {v.name: value_dims(v) for v in proto.graph.input}
+    outputs = {v.name: value_dims(v) for v in proto.graph.output}
+    if any(dims is None for dims in outputs.values()):
+        import onnx
+
+        try:
+            inferred = onnx.shape_inference.infer_shapes(proto).graph.output
+        except Exception:  # inference cannot say: those outputs are held to the memory cap alone
+            inferred = []
+        for value in inferred:
+            if outputs.get(value.name, ()) is None:
+                outputs[value.name] = value_dims(value)
+    return inputs, outputs

@@ -61,7 +61,7 @@ from graphbisect.backends.worker import save_npz
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.errors import GraphBisectError, ModelError
 from graphbisect.model.load import external_data_file, external_tensors, file_kind
-from graphbisect.npzguard import MAX_BUNDLE_MEMBERS, value_dims, zip_member_count
+from graphbisect.npzguard import MAX_BUNDLE_MEMBERS, model_declared, zip_member_count
 from graphbisect.oracle.signature import Signature
 from graphbisect.tactics.record import load_record, save_record
 from graphbisect.values import NpzRefused, load_values_npz
@@ -591,8 +591,8 @@ def _declared(folder: Path, source: Path, report: Mapping[str, Any]) -> _Declare
                 f"bundle {source} is damaged: model.onnx reads the external data of tensor {tensor.name!r} from "
                 f"{location!r}, {'which is missing' if kind else 'whose bytes its report.json does not record'}",
                 hint="download or copy the bundle again, or re-create it with `graphbisect reduce`")
-    return _Declared(inputs={v.name: value_dims(v) for v in proto.graph.input},
-                     outputs={v.name: value_dims(v) for v in proto.graph.output})
+    inputs, outputs = model_declared(proto)
+    return _Declared(inputs=inputs, outputs=outputs)
 
 
 def _check_integrity(folder: Path, source: Path, report: Mapping[str, Any]) -> None:

@@ -65,8 +65,8 @@ from graphbisect.backends.command import check_mode
 from graphbisect.backends.inert import untrusted_values
 from graphbisect.backends.registry import HOST_OPTIONS
 from graphbisect.errors import SpecError
+from graphbisect.npzguard import model_declared
 from graphbisect.npzguard import script_text as npzguard_script_text
-from graphbisect.npzguard import value_dims
 from graphbisect.oracle.floor import FLOOR_CAP
 from graphbisect.oracle.names import script_text as names_script_text
 from graphbisect.oracle.outcome import UNSUPPORTED_PATTERN
@@ -248,8 +248,8 @@ def repro_config(content: BundleContent) -> dict[str, Any]:
         "inputs": list(content.inputs),
         "outputs": list(content.oracle_outputs),
         # the dims model.onnx declares (null where dynamic): the .npz members are held to them before reading
-        "declared": {"inputs": {v.name: _dims_json(v) for v in content.model.graph.input},
-                     "outputs": {v.name: _dims_json(v) for v in content.model.graph.output}},
+        "declared": {role: {name: None if dims is None else list(dims) for name, dims in declared.items()}
+                     for role, declared in zip(("inputs", "outputs"), model_declared(content.model), strict=True)},
         "tolerance": {
             "atol": tol.atol,
             "rtol": tol.rtol,
@@ -273,11 +273,6 @@ def repro_config(content: BundleContent) -> dict[str, Any]:
         "standalone": backend.code is not None,
         **({"control": _control_config(content.control)} if content.control is not None else {}),
     }
-
-
-def _dims_json(value_info: Any) -> list[int | None] | None:
-    dims = value_dims(value_info)
-    return None if dims is None else list(dims)
 
 
 def _identity_config(report: Mapping[str, Any]) -> dict[str, Any] | None:
