@@ -117,6 +117,9 @@ def first_divergence_lines(result: CompareResult, *, originals: int | None = ORI
                  f"it replaced {len(fused.originals)} original nodes: {', '.join(listed)}"
                  + (", ..." if len(listed) < len(fused.originals) else "")
                  + (f" ({fused.inferred_note()}: the target did not name them)" if fused.inferred else "")]
+    if first.passes_on:
+        lines.append(f"an exact tensor whose node reads an input already off ({num(first.input_score)}× tolerance, "
+                     "accepted): an exact op passes any difference on, so the error starts before it")
     if first.lsb is not None:
         lines.append(f"a quantized tensor: {num(first.lsb)} quantization steps (LSB) off"
                      + (f" (step {num(first.step)})" if first.step else "")

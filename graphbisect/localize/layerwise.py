@@ -40,6 +40,7 @@ error of 1,229× tolerance already upstream. Each :class:`RootCause` says what i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -106,6 +107,24 @@ class LayerRow:
             return None
         integer = (self.stats.oracle_dtype or "").startswith(("int", "uint"))
         return self.stats.max_abs if integer else self.stats.max_abs / self.step if self.step > 0 else None
+
+    @property
+    def passes_on(self) -> bool:
+        """An exact tensor (integer or boolean, not quantized) that differs while an input its node reads already
+        differs, within the tolerance: an exact op maps equal inputs to equal outputs, so any input difference
+        shows as its "inf×" and the error starts before it (a MatMulInteger reading a 1-LSB rounding flip).
+
+        Example:
+            >>> from graphbisect.compare import compare_tensors
+            >>> s = compare_tensors("y", np.zeros(2, np.int32), np.array([0, 5], np.int32))
+            >>> LayerRow(0, "mm", "MatMulInteger", "y", s, 0.5, math.nan).passes_on
+            True
+            >>> LayerRow(0, "mm", "MatMulInteger", "y", s, 0.0, math.inf).passes_on
+            False
+        """
+        exact = (self.stats.oracle_dtype or "").startswith(("int", "uint", "bool"))
+        return self.compared and not self.stats.passed and exact and self.step is None and \
+            0.0 < self.input_score <= 1.0
 
     @property
     def compared(self) -> bool:
@@ -278,6 +297,8 @@ def analyze_layers(
             row = LayerRow(index, node.name, node.op_type, tensor, stats, input_score, amplification, group,
                            constant, floor.scores.get(tensor) if floor is not None and floor.measured else None,
                            noise, tol.quantized.get(tensor) if tol.quantized else None, hidden)
+            if row.passes_on:  # its "inf×" measures the difference it read, not one it made: unknown
+                row = dataclasses.replace(row, amplification=math.nan)
             rows.append(row)
             if on_row is not None:
                 on_row(row)
@@ -392,7 +413,7 @@ def _rank_root_causes(rows: Sequence[LayerRow], limit: int, alone: Mapping[str, 
 def _cause(row: LayerRow, alone: TensorStats | None, floor: NoiseFloor | None) -> RootCause:
     """The row as a root cause: its inputs measured, or hidden and settled by its run alone (``alone``) or not."""
     if not row.hidden_inputs:
-        evidence, is_root, score = MEASURED, row.input_score <= 1.0, row.amplification
+        evidence, is_root, score = MEASURED, row.input_score <= 1.0 and not row.passes_on, row.amplification
     elif alone is None or alone.kind is MismatchKind.MISSING:
         evidence, is_root, score = UNCONFIRMED, False, row.amplification
     elif not alone.passed and not (floor is not None and floor.at_floor(alone)):
