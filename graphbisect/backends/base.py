@@ -127,10 +127,19 @@ class BackendSpec:
         ('onnxruntime', 'all', ['LayerNormFusionL1', 'GeluFusionL1'])
         >>> str(spec)
         'onnxruntime:disabled=LayerNormFusionL1;GeluFusionL1,opt_level=all'
+
+    ``written`` is the text it was parsed from, kept through :func:`~graphbisect.backends.registry.resolve` and
+    through :meth:`with_options` calls that only add options the text did not set (``save_optimized=1`` for a
+    described run): an error names the spec as the user wrote it (:meth:`as_written`), never options they
+    did not write. Not part of the spec's identity (equality, hash, ``str``).
+
+        >>> BackendSpec.parse("ort:opt_level=max").with_options(save_optimized="1").as_written()
+        'ort:opt_level=max'
     """
 
     name: str
     options: Mapping[str, str] = field(default_factory=dict)
+    written: str | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def parse(cls, text: str) -> BackendSpec:
@@ -150,7 +159,7 @@ class BackendSpec:
             if key in options:
                 raise SpecError(f"backend spec {text!r}: option {key!r} given twice")
             options[key.strip()] = value.strip()
-        return cls(name.strip().lower(), dict(sorted(options.items())))
+        return cls(name.strip().lower(), dict(sorted(options.items())), written=text)
 
     def option_list(self, key: str) -> list[str]:
         """The ``;``-separated list stored under ``key`` (empty when absent)."""
@@ -180,7 +189,14 @@ class BackendSpec:
                 options.pop(key, None)
             else:
                 options[key] = value
-        return dataclasses.replace(self, options=dict(sorted(options.items())))
+        written = self.written
+        if written is not None and any(key in BackendSpec.parse(written).options for key in changes):
+            written = None  # it changes what the user wrote: the text no longer says what runs
+        return dataclasses.replace(self, options=dict(sorted(options.items())), written=written)
+
+    def as_written(self) -> str:
+        """The spec as the user wrote it where it was parsed from their text, else its canonical form."""
+        return self.written if self.written is not None else str(self)
 
     def __str__(self) -> str:
         if not self.options:

@@ -622,7 +622,7 @@ class BackendProcess:
         if error.get("usage"):
             cls = getattr(errors, kind, None)
             if isinstance(cls, type) and issubclass(cls, errors.GraphBisectError):
-                return cls(f"{self.spec}: {message}", hint=hint)
+                return cls(f"{self.spec.as_written()}: {message}", hint=hint)
         if kind in ("ModuleNotFoundError", "ImportError") and op == "init":
             library = self.backend.import_name or "its library"
             return BackendUnavailableError(
@@ -722,7 +722,7 @@ class BackendProcess:
         """``reference: still running, 20 s so far, node 812 of 1493 done (now Conv '/backbone/conv')`` for a
         progress event, and what the run takes where the runtime foresees it (onnx.reference's Python loops)."""
         stage = "building the model" if event.get("phase") == "load" else "running"
-        text = f"{self.spec}: still {stage}, {float(event.get('seconds', 0)):.0f} s so far"
+        text = f"{self.spec.as_written()}: still {stage}, {float(event.get('seconds', 0)):.0f} s so far"
         if event.get("total"):
             text += f", node {event.get('done')} of {event.get('total')} done"
             if event.get("node") and int(event.get("done") or 0) < int(event["total"]):  # all done: none runs now

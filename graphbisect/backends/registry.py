@@ -727,7 +727,7 @@ def resolve(spec: BackendSpec | str, *, require_available: bool = True) -> tuple
     if isinstance(spec, str):
         spec = BackendSpec.parse(spec)
     info = get(spec.name)
-    spec = BackendSpec(info.name, spec.options)
+    spec = BackendSpec(info.name, spec.options, written=spec.written)
     allowed = {**HOST_OPTIONS, **info.options}
     for key in spec.options:
         if key not in allowed and not ("." in key and info.scoped_options):
