@@ -25,7 +25,6 @@ Example (inside a worker, or directly):
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import logging
 from collections.abc import Mapping, Sequence
@@ -36,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from graphbisect.backends.onnxruntime import OnnxRuntime
-from graphbisect.backends.worker import option_flag
+from graphbisect.backends.worker import option_flag, unknown_names_hint
 from graphbisect.errors import SpecError
 
 __all__ = ["OnnxOptimizer", "OptimizerOptions", "check_pass_names"]
@@ -95,11 +94,9 @@ def check_pass_names(names: Sequence[str], available: Sequence[str], option: str
     unknown = [name for name in names if name not in set(available)]
     if not unknown:
         return
-    close = {name: difflib.get_close_matches(name, available, n=3, cutoff=0.6) for name in unknown}
-    hint = "; ".join(f"for {name!r} did you mean {' or '.join(c)}?" if c else f"{name!r} has no close match"
-                     for name, c in close.items())
     raise SpecError(f"onnxoptimizer has no pass {', '.join(map(repr, unknown))} (option {option}=)",
-                    hint=f"{hint}. Valid names: {', '.join(sorted(available))}")
+                    hint=unknown_names_hint(unknown, available, "`python -c \"import onnxoptimizer; "
+                                                               "print(onnxoptimizer.get_available_passes())\"`"))
 
 
 class OnnxOptimizer:

@@ -59,7 +59,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
-import difflib
 import hashlib
 import importlib
 import io
@@ -85,7 +84,7 @@ from graphbisect.backends.ort_providers import (
     providers_of,
     session_providers,
 )
-from graphbisect.backends.worker import option_flag, select_feeds
+from graphbisect.backends.worker import close_names, option_flag, select_feeds, unknown_names_hint
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
 from graphbisect.values import (
     EXTENSION_TYPES,
@@ -356,7 +355,7 @@ def check_provider_options(ort: Any, options: OrtOptions) -> None:
         raise SpecError(
             f"provider option {option.spec_key}={option.value}: {option.provider} of onnxruntime {ort.__version__} "
             f"has no option {option.key!r}",
-            hint=_suggestions(option.key, sorted(known)) + f". Its options: {', '.join(sorted(known))}")
+            hint=close_names(option.key, sorted(known)) + f". Its options: {', '.join(sorted(known))}")
     _PROVIDERS_CHECKED.add(key)
 
 
@@ -422,15 +421,8 @@ class OptimizerCatalog:
         raise SpecError(
             f"onnxruntime {self.version} has no optimizer named {', '.join(map(repr, unknown))} "
             "(ORT silently ignores unknown names in disabled_optimizers, so nothing would be disabled)",
-            hint="; ".join(_suggestions(name, self.names()) for name in unknown)
-            + f". Valid names here: {', '.join(sorted(known))}",
+            hint=unknown_names_hint(unknown, self.names(), "`graphbisect backends --passes onnxruntime`"),
         )
-
-
-def _suggestions(name: str, known: Sequence[str]) -> str:
-    close = [k for k in known if k.lower().startswith(name.lower()) or name.lower() in k.lower()]
-    close += [k for k in difflib.get_close_matches(name, known, n=3, cutoff=0.6) if k not in close]
-    return f"for {name!r} did you mean {' or '.join(close[:5])}?" if close else f"{name!r} has no close match"
 
 
 _CATALOGS: dict[str, OptimizerCatalog] = {}

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import faulthandler
 import hashlib
 import importlib
@@ -100,8 +101,8 @@ from graphbisect.values import (
     save_values_npz,
 )
 
-__all__ = ["MANIFEST", "PROTOCOL_VERSION", "InputsReader", "InputsWriter", "compare_to_store", "library_version",
-           "load_npz", "main", "option_flag", "save_npz", "write_outputs"]
+__all__ = ["MANIFEST", "PROTOCOL_VERSION", "InputsReader", "InputsWriter", "close_names", "compare_to_store",
+           "library_version", "load_npz", "main", "option_flag", "save_npz", "unknown_names_hint", "write_outputs"]
 
 logger = logging.getLogger(__name__)
 
@@ -519,6 +520,30 @@ def option_int(options: Mapping[str, str], key: str, low: int, high: int | None 
         bound = f"{low}..{high}" if high is not None else f">= {low}"
         raise SpecError(f"option {key}={number} is out of range", hint=f"use a value in {bound}")
     return number
+
+
+def unknown_names_hint(unknown: Sequence[str], known: Sequence[str], listing: str) -> str:
+    """The hint for pass names ``backend`` does not have: the closest valid names for each (a name it is
+    part of, then :func:`difflib.get_close_matches`), and the command that lists them all (``listing``);
+    never the whole list, which for ONNX Runtime is some 70 names on one line.
+
+    Example:
+        >>> unknown_names_hint(["eliminate_identiy"], ["eliminate_identity", "nop"], "`lister`")
+        "for 'eliminate_identiy' did you mean eliminate_identity?; `lister` lists all 2"
+    """
+    return "; ".join([*(close_names(name, known) for name in unknown), f"{listing} lists all {len(set(known))}"])
+
+
+def close_names(name: str, known: Sequence[str]) -> str:
+    """``for 'X' did you mean A or B?``: the names ``name`` is part of, then :func:`difflib.get_close_matches`.
+
+    Example:
+        >>> close_names("LayerNormFuson", ["LayerNormFusionL1", "GeluFusionL1"])
+        "for 'LayerNormFuson' did you mean LayerNormFusionL1?"
+    """
+    close = [k for k in known if k.lower().startswith(name.lower()) or name.lower() in k.lower()]
+    close += [k for k in difflib.get_close_matches(name, known, n=3, cutoff=0.6) if k not in close]
+    return f"for {name!r} did you mean {' or '.join(close[:5])}?" if close else f"{name!r} has no close match"
 
 
 def select_feeds(inputs: Mapping[str, np.ndarray], required: Sequence[str],

@@ -10,6 +10,7 @@ from typing import Any
 
 from graphbisect.backends.base import Capability
 from graphbisect.backends.registry import HOST_OPTIONS, Availability, BackendInfo, all_backends
+from graphbisect.errors import SpecError
 
 __all__ = ["add_arguments", "run"]
 
@@ -19,10 +20,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--options", action="store_true", help="also list every backend's spec options")
     parser.add_argument("--python", metavar="PATH",
                         help="show what this interpreter (as a spec's python= names it) can run, with its versions")
+    parser.add_argument("--passes", metavar="SPEC",
+                        help="list the optimization passes SPEC's backend can switch off (the names disabled= "
+                             "takes), one a line, e.g. --passes onnxruntime")
 
 
 def run(args: argparse.Namespace) -> int:
     from graphbisect.backends.process import availability_under
+
+    if args.passes:
+        return _list_passes(args.passes)
 
     # Every library is imported in a child process (this one's interpreter, or --python's): the version shown
     # is its __version__, from the files `import` loads, whichever distribution installed them.
@@ -62,6 +69,20 @@ def run(args: argparse.Namespace) -> int:
           "  onnxruntime:opt_level=all,disabled=LayerNormFusionL1;SimplifiedLayerNormFusion\n"
           "ONNX Runtime provider options: <ep>.<key>=<value> for a provider of providers=, e.g.\n"
           "  onnxruntime:providers=CUDAExecutionProvider,cuda.use_tf32=0")
+    return 0
+
+
+def _list_passes(text: str) -> int:
+    """Print the passes ``text``'s backend lists under that spec (its worker's library: ``python=`` counts)."""
+    from graphbisect.backends.process import BackendProcess
+
+    print(f"starting a worker for {text} ...", file=sys.stderr, flush=True)
+    with BackendProcess(text) as process:
+        names = process.registered_passes()
+    if names is None:
+        raise SpecError(f"backend {process.backend.name!r} cannot list its passes",
+                        hint="`graphbisect backends` shows the backends that can: capability passes")
+    print("\n".join(names))
     return 0
 
 

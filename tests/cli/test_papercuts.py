@@ -23,3 +23,16 @@ def test_a_spec_keeps_its_written_text_only_while_it_says_what_runs() -> None:
     # A change to what the user wrote: the text would no longer say what runs, so the canonical form is shown.
     assert written.with_options(opt_level="disable").as_written() == "ort:opt_level=disable"
     assert written.with_options(opt_level="disable") == BackendSpec("ort", {"opt_level": "disable"})
+
+
+def test_a_misspelled_pass_gets_the_closest_names_not_all_seventy(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", "--example", "--target", "ort:disabled=LayerNormFuson"]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean LayerNormFusionL2 or LayerNormFusionL1" in err, err
+    # The hint went on with "Valid names here: AttentionFusion, BiasDropoutFusion, ..." (~70 names, one line).
+    assert "AttentionFusion" not in err
+    assert max(len(line) for line in err.splitlines()) < 240, err
+    assert "`graphbisect backends --passes onnxruntime` lists all" in err
+    assert main(["backends", "--passes", "ort"]) == 0
+    listed = capsys.readouterr().out.split()
+    assert "LayerNormFusionL1" in listed and "AttentionFusion" in listed and len(listed) > 50
