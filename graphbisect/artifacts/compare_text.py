@@ -119,7 +119,8 @@ def first_divergence_lines(result: CompareResult, *, originals: int | None = ORI
                  + (f" ({fused.inferred_note()}: the target did not name them)" if fused.inferred else "")]
     if first.passes_on:
         lines.append(f"an exact tensor whose node reads an input already off ({num(first.input_score)}× tolerance, "
-                     "accepted): an exact op passes any difference on, so the error starts before it")
+                     "accepted): an exact op passes any difference on, so whether the error starts here or before "
+                     "it only a run of it alone says (its root-cause evidence below)")
     if first.lsb is not None:
         lines.append(f"a quantized tensor: {num(first.lsb)} quantization steps (LSB) off"
                      + (f" (step {num(first.step)})" if first.step else "")
@@ -141,7 +142,10 @@ def root_cause_line(rc: RootCause) -> str:
     when fused, what the target compiled it as."""
     where = f"  compiled as {rc.compiled_as.describe()}" if rc.compiled_as is not None and rc.compiled_as.fused \
         else ""
-    return f"{rc.node} ({rc.op_type}): {num(rc.score)}  [{rc.role}{_EVIDENCE.get(rc.evidence, '')}]{where}"
+    evidence = _EVIDENCE.get(rc.evidence, "")
+    if evidence and not rc.hidden_inputs:  # an exact output reading an accepted difference (LayerRow.passes_on)
+        evidence = evidence.replace("inputs not exposed", "exact, its inputs already off (accepted)")
+    return f"{rc.node} ({rc.op_type}): {num(rc.score)}  [{rc.role}{evidence}]{where}"
 
 
 def root_cause_lines(result: CompareResult, *, limit: int | None = 5) -> list[str]:

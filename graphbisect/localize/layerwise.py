@@ -111,8 +111,11 @@ class LayerRow:
     @property
     def passes_on(self) -> bool:
         """An exact tensor (integer or boolean, not quantized) that differs while an input its node reads already
-        differs, within the tolerance: an exact op maps equal inputs to equal outputs, so any input difference
-        shows as its "inf×" and the error starts before it (a MatMulInteger reading a 1-LSB rounding flip).
+        differs, within the tolerance: an exact op maps equal inputs to equal outputs, so the input's difference
+        alone shows as its "inf×" (a MatMulInteger reading a 1-LSB rounding flip), and whether the node adds an
+        error of its own only a run of it alone on the oracle's inputs says (ONNX Runtime's u8×s8 MatMulInteger
+        saturates on AVX2 without VNNI: that one does). Like a node whose inputs were not exposed, it is never a
+        root on this run's word.
 
         Example:
             >>> from graphbisect.compare import compare_tensors
@@ -401,7 +404,8 @@ def _rank_root_causes(rows: Sequence[LayerRow], limit: int, alone: Mapping[str, 
         key = row.compiled_as.name if row.compiled_as is not None else row.node
         if failing and (key not in best or row.amplification > best[key].amplification):
             best[key] = row
-    causes = [_cause(row, alone.get(row.tensor) if row.hidden_inputs else None, floor) for row in best.values()]
+    causes = [_cause(row, alone.get(row.tensor) if row.hidden_inputs or row.passes_on else None, floor)
+              for row in best.values()]
     # Roots first (the error starts there: the largest error made first); among the others, higher
     # amplification, then earlier in the graph.
     ranked = sorted(zip(causes, best.values(), strict=True),
@@ -411,9 +415,11 @@ def _rank_root_causes(rows: Sequence[LayerRow], limit: int, alone: Mapping[str, 
 
 
 def _cause(row: LayerRow, alone: TensorStats | None, floor: NoiseFloor | None) -> RootCause:
-    """The row as a root cause: its inputs measured, or hidden and settled by its run alone (``alone``) or not."""
-    if not row.hidden_inputs:
-        evidence, is_root, score = MEASURED, row.input_score <= 1.0 and not row.passes_on, row.amplification
+    """The row as a root cause: its inputs measured, or hidden (or an exact output passing on an accepted input
+    difference, :attr:`LayerRow.passes_on`: whether it adds an error of its own is not in this run) and settled
+    by its run alone (``alone``) or not."""
+    if not row.hidden_inputs and not row.passes_on:
+        evidence, is_root, score = MEASURED, row.input_score <= 1.0, row.amplification
     elif alone is None or alone.kind is MismatchKind.MISSING:
         evidence, is_root, score = UNCONFIRMED, False, row.amplification
     elif not alone.passed and not (floor is not None and floor.at_floor(alone)):

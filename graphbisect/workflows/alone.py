@@ -74,6 +74,7 @@ class AloneCheck:
             '1 confirmed as root (the error starts inside), 1 received its error'
         """
         text = (f"{len(self.confirmed) + len(self.received)} failing node(s) whose inputs the target did not expose "
+                "(or that compute exactly on inputs already off) "
                 f"were run alone on the oracle's values ({self.regions} regions, {self.nodes} nodes, "
                 f"{self.target_runs} target run): {len(self.confirmed)} confirmed as root (the error starts inside), "
                 f"{len(self.received)} received its error")

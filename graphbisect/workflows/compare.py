@@ -436,6 +436,7 @@ def _settle_uncertain(model: Model, report: LayerwiseReport, *, compiled: Compil
         return report, AloneCheck(str(spec), 0, 0, 0, unconfirmed=tuple(uncertain),
                                   note=f"not run alone: {why}")
     stage(f"running {min(len(uncertain), MAX_REGIONS)} failing node(s) whose inputs the target did not expose "
+          "(or that compute exactly on inputs already off) "
           "alone on the oracle's values (one target run)")
     described = proc.spec
     plain = described != spec and proc.can_reconfigure(spec)
