@@ -3,6 +3,10 @@
 Every error names the thing that is wrong (a file, a node, a tensor, a backend spec) and carries a
 ``hint`` that says how to fix it. The CLI prints both and exits with code 2. Wrap lower-level
 exceptions with ``raise GraphBisectError(...) from exc``: a debugging tool must never erase the cause.
+
+Code that both front ends reach speaks each one's language: ``hint`` names the API's arguments
+(``oracle=``), and ``cli_hint``, where the fix is written otherwise on the command line, names the flags
+(``--oracle``); the CLI prints ``cli_hint`` in place of ``hint``.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ class GraphBisectError(Exception):
         'model.onnx is not an ONNX model\\n  hint: pass a .onnx file or a Paddle model'
     """
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
+    def __init__(self, message: str, *, hint: str | None = None, cli_hint: str | None = None) -> None:
         self.message = message
         self.hint = hint
+        self.cli_hint = cli_hint
         super().__init__(message if hint is None else f"{message}\n  hint: {hint}")
 
 

@@ -282,7 +282,7 @@ def _parse_tol(item: str, default_rtol: float) -> tuple[str, tuple[float, float]
                 continue
             pair = (numbers[0], numbers[1] if count == 2 else default_rtol)
             for what, value in zip(("atol", "rtol"), pair, strict=True):
-                check_tolerance_value(f"--tol {item!r}: {what}", value)
+                check_tolerance_value(f"--tol {item!r}: {what}", value, f"--tol {parts[0]}:1e-2:1e-3")
             return parts[0], pair
     raise InputError(f"--tol {item!r} is not NAME:ATOL[:RTOL]", hint="e.g. --tol logits:1e-2:1e-3")
 

@@ -14,7 +14,16 @@ from typing import Any
 
 from graphbisect.atomic import atomic_write_text
 from graphbisect.backends.cost import describe_calls
-from graphbisect.cli.common import backend_spec, count, output_file, output_path, seed, tolerance
+from graphbisect.cli.common import (
+    EXAMPLES,
+    backend_spec,
+    count,
+    load_model_arg,
+    output_file,
+    output_path,
+    seed,
+    tolerance,
+)
 from graphbisect.cli.terminal import shown
 
 __all__ = ["add_arguments", "run"]
@@ -51,7 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _model_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="ONNX model")
+    parser.add_argument("model", nargs="?", help="ONNX model; or --example")
+    parser.add_argument("--example", action="store_const", const="bug", default=None,
+                        help=f"use {EXAMPLES['bug']} instead of MODEL")
     parser.add_argument("--target", default=_DEFAULT_TARGET, type=backend_spec, metavar="SPEC",
                         help=f"backend with the tactics capability (default {_DEFAULT_TARGET})")
     parser.add_argument("--inputs", type=Path, metavar="FILE", help="model inputs (default: seeded random)")
@@ -73,9 +84,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     from graphbisect.data import load_inputs, parse_shapes, random_inputs
-    from graphbisect.model import load_model
 
-    model = load_model(Path(args.model))
+    model = load_model_arg(args)  # the model, or --example's (with its inputs)
     feeds = load_inputs(args.inputs, model) if args.inputs else random_inputs(
         model, shapes=parse_shapes(args.shape), seed=args.seed)
     return model, feeds

@@ -92,17 +92,18 @@ class Tolerance:
     def __post_init__(self) -> None:
         # A NaN tolerance makes every comparison pass (NaN comparisons are False) and an infinite one
         # accepts any value: either would certify a failing model as passing.
+        # The hints name arguments: this is what the API checks (the CLI's argument types check its flags first).
         check_tolerance_value("atol", self.atol)
         check_tolerance_value("rtol", self.rtol)
         for name, (atol, rtol) in self.per_output.items():
-            check_tolerance_value(f"atol of {name!r}", atol)
-            check_tolerance_value(f"rtol of {name!r}", rtol)
-        check_tolerance_value("int_atol", self.int_atol)
+            check_tolerance_value(f"atol of {name!r}", atol, f"per_output={{{name!r}: (1e-4, 1e-3)}}")
+            check_tolerance_value(f"rtol of {name!r}", rtol, f"per_output={{{name!r}: (1e-4, 1e-3)}}")
+        check_tolerance_value("int_atol", self.int_atol, "int_atol=1")
         for name, step in self.quantized.items():
-            check_tolerance_value(f"quantization step of {name!r}", step)
+            check_tolerance_value(f"quantization step of {name!r}", step, f"quantized={{{name!r}: 0.1}}")
         if self.min_cosine is not None and not -1.0 <= self.min_cosine <= 1.0:
             raise InputError(f"min_cosine {self.min_cosine!r} is not a cosine similarity",
-                             hint="give a number between -1 and 1, e.g. --min-cosine 0.999")
+                             hint="give a number between -1 and 1, e.g. min_cosine=0.999")
 
     def for_tensor(self, name: str) -> tuple[float, float]:
         return self.per_output.get(name, (self.atol, self.rtol))
@@ -155,15 +156,24 @@ class Tolerance:
                    quantized={str(name): float(step) for name, step in dict(data.get("quantized") or {}).items()})
 
 
-def check_tolerance_value(what: str, value: float) -> None:
-    """Raise :class:`InputError` unless ``value`` is a finite number ≥ 0 (a usable atol or rtol)."""
+def check_tolerance_value(what: str, value: float, example: str = "atol=1e-4, rtol=1e-3") -> None:
+    """Raise :class:`InputError` unless ``value`` is a finite number ≥ 0 (a usable atol or rtol); ``example``
+    is written as the caller's front end spells it (arguments for the API, flags for the CLI).
+
+    Example:
+        >>> check_tolerance_value("atol", -1)
+        Traceback (most recent call last):
+        ...
+        graphbisect.errors.InputError: atol -1 is not a tolerance: it must be a finite number >= 0
+          hint: e.g. atol=1e-4, rtol=1e-3 (NaN or inf would make every comparison pass)
+    """
     try:
         number = float(value)
     except (TypeError, ValueError):
         number = math.nan
     if isinstance(value, bool) or not math.isfinite(number) or number < 0:
         raise InputError(f"{what} {value!r} is not a tolerance: it must be a finite number >= 0",
-                         hint="e.g. --atol 1e-4 --rtol 1e-3 (NaN or inf would make every comparison pass)")
+                         hint=f"e.g. {example} (NaN or inf would make every comparison pass)")
 
 
 @dataclass(frozen=True)

@@ -361,11 +361,13 @@ def _reference(model: Model, oracle: BackendSpec | str | None, tolerance: Tolera
         return _Judge(run.outputs, tolerance or Tolerance(), model.output_names)
     if good is None:
         raise SpecError("isolating tactics among builds needs an oracle",
-                        hint="pass --oracle SPEC, or give the good and the bad record")
+                        hint="pass oracle=SPEC, or give the good and the bad record (good=, bad=)",
+                        cli_hint="pass --oracle SPEC, or give the good and the bad record (--good, --bad)")
     replay = builder.build(good)
     if not replay.run.ok:
         raise BackendError(f"the good build, replayed, fails: {replay.run.describe()}",
-                           hint="swap the records, or give an --oracle")
+                           hint="swap the records, or give an oracle (oracle=SPEC)",
+                           cli_hint="swap the records, or give an --oracle")
     reference = {k: np.array(v) for k, v in replay.run.outputs.items()}
     return _Judge(reference, tolerance or EXACT, model.output_names)
 
@@ -375,8 +377,10 @@ def _pick_pair(builder: _Builder, verdict: _Judge, good: TacticRecord | None, ba
     if good is not None and bad is not None:
         return (good, bad), [{"index": 0, "role": "good", "given": True}, {"index": 1, "role": "bad", "given": True}]
     if builds < 2:
-        raise SpecError("isolate needs a good and a bad record, or --builds N (N >= 2)",
-                        hint="e.g. graphbisect tactics isolate model.onnx --good a.json --bad b.json")
+        raise SpecError("isolate needs a good and a bad record, or N >= 2 builds to sort",
+                        hint="e.g. graphbisect.tactics.isolate('model.onnx', good=a, bad=b), or builds=4",
+                        cli_hint="e.g. graphbisect tactics isolate model.onnx --good a.json --bad b.json, "
+                                 "or --builds 4")
     return _classify_builds(builder, verdict, builds, perturb, seed)
 
 
@@ -410,8 +414,40 @@ def _classify_builds(builder: _Builder, verdict: _Judge, builds: int, perturb: S
             good = record
     if good is None or bad is None:
         raise BackendError(f"all {builds} builds were {'bad' if good is None else 'good'}: nothing to bisect",
-                           hint="build more often (--builds), perturb the kernels (--perturb ref_any), or give records")
+                           hint=_no_pair_hint(all_bad=good is None, builds=builds, perturb=perturb, cli=False),
+                           cli_hint=_no_pair_hint(all_bad=good is None, builds=builds, perturb=perturb, cli=True))
     return (good, bad), rows
+
+
+#: What ``perturb`` may ask for where nothing else is known to work: the reference kernel every OpenVINO CPU
+#: node has (an unknown name fails the build).
+_PERTURB_DEFAULT = "ref_any"
+
+
+def _no_pair_hint(*, all_bad: bool, builds: int, perturb: Sequence[str], cli: bool) -> str:
+    """What to try when the builds gave no good and bad pair: never the perturbation that was just tried.
+
+    Example:
+        >>> _no_pair_hint(all_bad=False, builds=4, perturb=["ref_any"], cli=True).split(", or ")
+        ['no build chose a failing kernel: build more often (--builds 8)', 'perturb with other implementations \
+than ref_any (--perturb NAME;NAME, names a record of this target shows: graphbisect tactics record)', 'give --good \
+and --bad records']
+    """
+    more = "--builds" if cli else "builds="
+    more = f"{more} {2 * builds}" if cli else f"{more}{2 * builds}"
+    if perturb:
+        flag = "--perturb NAME;NAME" if cli else "perturb=[NAME, ...]"
+        lister = "graphbisect tactics record" if cli else "graphbisect.tactics.record(model)"
+        kernels = (f"perturb with other implementations than {';'.join(perturb)} ({flag}, names a record of this "
+                   f"target shows: {lister})")
+    else:
+        kernels = f"perturb the kernels ({'--perturb ' if cli else 'perturb=['}{_PERTURB_DEFAULT}{'' if cli else ']'})"
+    records = "--good and --bad records" if cli else "the good and the bad record (good=, bad=)"
+    if all_bad:
+        tolerance = "--atol/--rtol" if cli else "atol=/rtol="
+        return (f"every build fails against the oracle: if that is the target's own noise, loosen {tolerance}; "
+                f"else {kernels}, or give {records}")
+    return f"no build chose a failing kernel: build more often ({more}), or {kernels}, or give {records}"
 
 
 def _count(items: object) -> int | None:

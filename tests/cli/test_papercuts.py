@@ -3,10 +3,17 @@
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import graphbisect
 from graphbisect.backends.base import BackendSpec
 from graphbisect.cli.main import main
+from graphbisect.errors import BackendError, InputError
+from graphbisect.examples.bundled import example_model_path
 
 
 def test_an_error_names_the_spec_as_the_user_wrote_it(capsys: pytest.CaptureFixture[str]) -> None:
@@ -36,3 +43,47 @@ def test_a_misspelled_pass_gets_the_closest_names_not_all_seventy(capsys: pytest
     assert main(["backends", "--passes", "ort"]) == 0
     listed = capsys.readouterr().out.split()
     assert "LayerNormFusionL1" in listed and "AttentionFusion" in listed and len(listed) > 50
+
+
+def _relu_model(folder: Path) -> Path:
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, folder / "relu.onnx")
+    return folder / "relu.onnx"
+
+
+def test_api_errors_speak_arguments_and_cli_errors_speak_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(InputError) as caught:
+        graphbisect.compare(str(example_model_path()), atol=-1)
+    # The hint was "e.g. --atol 1e-4 --rtol 1e-3": a flag the Python caller has no way to pass.
+    assert caught.value.hint is not None and "--" not in caught.value.hint and "atol=1e-4" in caught.value.hint
+    assert main(["compare", "--example", "--tol", "y:-1"]) == 2
+    assert "--tol y:1e-2:1e-3" in capsys.readouterr().err
+
+
+@pytest.mark.openvino
+def test_tactics_never_suggests_the_perturbation_just_tried(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("openvino")
+    model = _relu_model(tmp_path)
+    argv = ["tactics", "isolate", str(model), "--builds", "2", "--perturb", "ref_any", "--oracle", "reference",
+            "--atol", "1", "--rtol", "1", "--workdir", str(tmp_path / "w")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "all 2 builds were good" in err
+    # It said "perturb the kernels (--perturb ref_any)" to a user who had just passed --perturb ref_any.
+    assert "--perturb ref_any" not in err and "other implementations than ref_any" in err, err
+    assert "--builds 4" in err
+    with pytest.raises(BackendError) as caught:
+        graphbisect.tactics.isolate(str(model), builds=2, perturb=["ref_any"], oracle="reference", atol=1, rtol=1)
+    assert caught.value.hint is not None and "--" not in caught.value.hint and "builds=4" in caught.value.hint
+
+
+@pytest.mark.openvino
+def test_tactics_has_an_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("openvino")
+    assert main(["tactics", "record", "--example", "-o", str(tmp_path / "rec.json")]) == 0
+    assert "kernel choices of openvino" in capsys.readouterr().out
+    assert (tmp_path / "rec.json").is_file()
