@@ -1,9 +1,9 @@
 """Every backend call is counted by kind: runs, and the compiles behind them (graphbisect/backends/cost.py).
 
 On real backends: ONNX Runtime builds one session for two runs of one model, and counts the sessions it builds
-only to find which rewrite rules fired or which optimizer names it has; IREE's ``report_passes=1``
-compiles once per feature more inside one run, and a command's compile cache serves a repeat compile of the
-same model and options.
+only to find which rewrite rules fired, but not those that list the optimizer names it has (once per build);
+IREE's ``report_passes=1`` compiles once per feature more inside one run, and a command's compile cache serves
+a repeat compile of the same model and options.
 """
 
 from __future__ import annotations
@@ -69,23 +69,32 @@ def test_ort_sessions_made_to_find_the_fired_rules_count_as_compiles(models: dic
         assert proc.run(models["relu_clip32"], {"x": x}).compiles == 1  # without the listing: one session
 
 
-def test_ort_sessions_that_list_the_optimizer_names_count_as_compiles(models: dict[str, Path], tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    # a new ORT version's optimizer names are found by building sessions of a probe model (then cached on disk):
-    # the `passes` listing and the validation of disabled= names before the first run
+def test_ort_sessions_that_list_the_optimizer_names_are_not_the_targets_compiles(
+        models: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A new ORT build's optimizer names are found by building ~400 sessions of a one-node probe model (then
+    # cached on disk): the `passes` listing, the validation of disabled= names, report_passes=1. They are not
+    # the target's work on the model: the first bundle on a fresh machine said "target 4 (414 compiles)" for four
+    # runs of a 9-node model (issue 35). Counted apart (probe_sessions), never as the target's compiles.
     monkeypatch.setenv("GRAPHBISECT_CACHE", str(tmp_path / "cache"))
     with BackendProcess("onnxruntime", workdir=tmp_path / "listing") as proc:
         names = proc.registered_passes()
         assert names and "FuseReluClip" in names
-        assert proc.cost.runs == 0 and proc.cost.compiles > len(names)  # every name was found by sessions
-    with BackendProcess("onnxruntime", workdir=tmp_path / "cached") as proc:
-        assert proc.registered_passes() == names and proc.cost == Cost()  # read from the disk cache
+        assert proc.cost == Cost()  # every name was found by probe sessions: no model was compiled
+    assert any((tmp_path / "cache").rglob("*.json"))  # the listing did happen, in that worker
     monkeypatch.setenv("GRAPHBISECT_CACHE", str(tmp_path / "other-cache"))
+    x = np.ones((2, 3), np.float32)
     with BackendProcess("onnxruntime:disabled=FuseReluClip", workdir=tmp_path / "validated") as proc:
-        run = proc.run(models["relu_clip32"], {"x": np.ones((2, 3), np.float32)})
-        # the names are checked before the first run: the sessions that found them are that run's compiles
-        assert run.ok and run.compiles > 1
-        assert proc.cost == Cost(runs=1, compiles=run.compiles)
+        run = proc.run(models["relu_clip32"], {"x": x})
+        assert run.ok and run.compiles == 1  # the names were listed before the first run: not its compiles
+        assert proc.cost == Cost(runs=1, compiles=1)
+    monkeypatch.setenv("GRAPHBISECT_CACHE", str(tmp_path / "third-cache"))
+    with BackendProcess("onnxruntime:opt_level=basic,report_passes=1", workdir=tmp_path / "fired") as proc:
+        fired = proc.run(models["relu_clip32"], {"x": x})
+    with BackendProcess("onnxruntime:opt_level=basic,report_passes=1", workdir=tmp_path / "fired-again") as proc:
+        again = proc.run(models["relu_clip32"], {"x": x})  # the catalogue is on disk now
+    assert fired.ok and fired.info["fired_passes"] == ["FuseReluClip"] and fired.compiles == again.compiles
+
+
 def _relu_clip_crash(tmp_path: Path) -> tuple[Path, dict]:
     """A real ONNX Runtime failure at session creation: its ReluClip fusion rejects a float64 Clip."""
     from graphbisect.examples.hosts import host_network
