@@ -159,8 +159,44 @@ class IreeImportError(Exception):
     """The ONNX model could not be imported into MLIR (first paragraph: the importer's error, stable part)."""
 
 
+_UNCONVERTED_OP = re.compile(r'"torch\.operator"[^\n]*?<\{name = "onnx\.(?P<op>\w+)"\}>')
+
+
+def newer_opset_hint(model_path: str | Path, message: str, opset: int | None) -> str | None:
+    """For a compile that failed on an ONNX op the importer left unconverted: the ``opset=`` that upgrades the
+    model to that op's latest version, when the model imports an older one (None otherwise). IREE's importer
+    converts some ops only in their newer form: an opset-12 ``Softmax`` is refused, ``iree:opset=13`` runs it.
+
+    Example:
+        >>> newer_opset_hint("sm12.onnx", '"torch.operator" <{name = "onnx.Softmax"}>', None)  # doctest: +SKIP
+        "IREE's importer may convert onnx.Softmax in its latest form, from opset 13 (the model imports opset 12): \
+try iree:opset=13"
+    """
+    found = _UNCONVERTED_OP.search(message)
+    if found is None:
+        return None
+    import onnx
+
+    model = onnx.load(str(model_path), load_external_data=False)
+    imported = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    current = max(opset or 0, imported or 0)
+    try:
+        latest = onnx.defs.get_schema(found["op"], onnx.defs.onnx_opset_version(), "").since_version
+        used = onnx.defs.get_schema(found["op"], current, "").since_version
+    except onnx.defs.SchemaError:
+        return None
+    if latest <= used:
+        return None
+    return (f"IREE's importer may convert onnx.{found['op']} in its latest form, from opset {latest} (the model "
+            f"imports opset {current}): try iree:opset={latest}")
+
+
 class IreeCompileError(Exception):
-    """``iree-compile`` failed (first paragraph: the stable part of its diagnostic; then the full output)."""
+    """``iree-compile`` failed (first paragraph: the stable part of its diagnostic; then the full output).
+    ``hint``: what would compile it, where graphbisect knows (:func:`newer_opset_hint`); the crash's
+    ``info["error_hint"]``."""
+
+    hint: str | None = None
 
 
 def import_onnx(model_path: Path | str, mlir_path: Path | str, outputs: list | None = None,
@@ -474,7 +510,11 @@ class Iree:
         flags = self.options.compile_flags()
         self._info = {"entry": entry, "cpu": self.options.cpu, "compile_flags": flags,
                       "import_seconds": imported - started}
-        self._compile(mlir, vmfb, flags, dump)
+        try:
+            self._compile(mlir, vmfb, flags, dump)
+        except IreeCompileError as exc:
+            exc.hint = newer_opset_hint(model, str(exc), self.options.opset)  # the verdict's line shows it
+            raise
         self._info["compile_seconds"] = time.perf_counter() - imported
         if self.options.report_passes:
             self._info.update(self._fired(mlir, vmfb))

@@ -829,7 +829,7 @@ class _Server:
             self.loaded = None  # rebuild the session next time: a failed run may have left it broken
             crash = _crash("run", exc)
             with contextlib.suppress(Exception):  # what the load learned (fired passes) survives a run crash
-                crash["info"] = _jsonable(self.runtime.info())
+                crash["info"] = {**_jsonable(self.runtime.info()), **crash.get("info", {})}
             return crash
         pack = {key: value for key, value in index.items() if key != "tensors"}
         return {"event": "done", "status": "ok", "outputs": index["tensors"], "pack": pack,
@@ -877,8 +877,11 @@ def library_version(name: str | None, distributions: Sequence[str]) -> dict[str,
 def _crash(phase: str, exc: BaseException) -> dict[str, Any]:
     traceback.print_exc()
     error = describe_exception(exc)
-    return {"event": "done", "status": "crash", "phase": phase, "error_type": error["type"],
-            "message": error["message"], "exit_code": error["exit_code"]}
+    crash = {"event": "done", "status": "crash", "phase": phase, "error_type": error["type"],
+             "message": error["message"], "exit_code": error["exit_code"]}
+    if isinstance(error["hint"], str) and error["hint"]:  # a backend error that says what would run the model
+        crash["info"] = {"error_hint": error["hint"]}
+    return crash
 
 
 def _jsonable(info: Mapping[str, Any]) -> dict[str, Any]:

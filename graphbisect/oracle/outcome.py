@@ -234,7 +234,8 @@ def classify_failed_run(run: RunResult, role: str) -> Outcome:
     if run.status is RunStatus.TIMEOUT:
         return Outcome(OutcomeClass(f"{role}-timeout"), run.describe())
     if is_unsupported(run.error_type, run.message):
-        return Outcome(OutcomeClass(f"{role}-unsupported"), run.describe())
+        hint = run.info.get("error_hint")  # what the backend knows would run it (IREE: a newer opset)
+        return Outcome(OutcomeClass(f"{role}-unsupported"), run.describe() + (f" (hint: {hint})" if hint else ""))
     phase = "while loading the model" if run.phase is Phase.LOAD else "while running it"
     return Outcome(OutcomeClass(f"{role}-crash"), f"{phase}: {run.describe()}")
 

@@ -87,3 +87,18 @@ def test_tactics_has_an_example(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["tactics", "record", "--example", "-o", str(tmp_path / "rec.json")]) == 0
     assert "kernel choices of openvino" in capsys.readouterr().out
     assert (tmp_path / "rec.json").is_file()
+
+
+def test_iree_refusing_an_old_softmax_says_which_opset_runs_it(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("iree.compiler")
+    graph = helper.make_graph([helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=1)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)]), tmp_path / "sm12.onnx")
+    assert main(["compare", str(tmp_path / "sm12.onnx"), "--target", "iree", "--no-layerwise"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL: target-unsupported" in out
+    # It said only that IREE cannot legalize onnx.Softmax: nothing told that an opset upgrade runs it.
+    assert "try iree:opset=13" in out, out
+    assert main(["compare", str(tmp_path / "sm12.onnx"), "--target", "iree:opset=13", "--no-layerwise"]) == 0
