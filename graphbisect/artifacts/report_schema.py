@@ -101,7 +101,7 @@ REPORT_SCHEMA: dict[str, Shape] = {
     "notes": STRS,
     "versions": _opt(_map(_opt(Shape("object")))),
     "audit": _opt(_obj(holds=_opt(BOOL), claims=_list(_obj(id=STR, claim=_opt(STR), holds=_opt(BOOL),
-                                                           evidence=_opt(STR))))),
+                                                           evidence=_opt(STR), fail_otherwise=_opt(STRS))))),
     "optimization_levels": _opt(_obj(lowest_failing=_opt(STR))),
     "spec_check": _opt(_obj(verdict=_opt(STR), agrees_with_oracle=_opt(BOOL), agrees_with_target=_opt(BOOL),
                             text=_opt(STR))),

@@ -53,13 +53,16 @@ class Claim:
     statement: str  # what the bundle says, in words
     holds: bool | None  # None: not established
     evidence: str
+    #: 1-minimal: the nodes whose removal still fails, another way (1-minimal holds for the recorded failure only)
+    fail_otherwise: tuple[str, ...] = ()
 
     @property
     def verdict(self) -> str:
         return {True: "holds", False: "does not hold", None: "not established"}[self.holds]
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "claim": self.statement, "holds": self.holds, "evidence": self.evidence}
+        record = {"id": self.id, "claim": self.statement, "holds": self.holds, "evidence": self.evidence}
+        return {**record, "fail_otherwise": list(self.fail_otherwise)} if self.fail_otherwise else record
 
 
 @dataclass(frozen=True)
@@ -447,8 +450,9 @@ class _Checker:
             evidence += f"; {len(other)} fail another way (without {', '.join(other)}): true for the recorded " \
                 "failure only"
         if untested:
-            return Claim("one_minimal", statement, None, f"{evidence}; not tested: {'; '.join(untested)}")
-        return Claim("one_minimal", statement, True, evidence)
+            return Claim("one_minimal", statement, None, f"{evidence}; not tested: {'; '.join(untested)}",
+                         tuple(other))
+        return Claim("one_minimal", statement, True, evidence, tuple(other))
 
     def _intermediates(self) -> Mapping[str, Any] | str:
         """The oracle's value of every intermediate tensor, or why it cannot be had."""

@@ -7,7 +7,7 @@ import contextlib
 import json
 import shlex
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -240,8 +240,12 @@ def _report(result: ReduceResult, args: argparse.Namespace) -> int:
     facts = f"; report facts: {describe_calls({}, result.report_calls)}" if result.report_calls else ""
     print(f"invocations: {describe_calls(result.invocations, result.backend_calls)}{facts}; {result.seconds:.1f} s")
     if result.one_minimal:
+        claim: Mapping[str, Any] = next(
+            (c for c in (result.audit or {}).get("claims", []) if c.get("id") == "one_minimal"), {})
+        otherwise = ", ".join(map(shown, claim.get("fail_otherwise") or ()))
         print("1-minimal: yes (every single removal run, by the search and again by the checker), re-verified in "
-              "fresh workers")
+              "fresh workers" + (f"; for the recorded failure only: without {otherwise} the model still fails "
+                                 "another way" if otherwise else ""))
     elif result.stop_reason:  # the search was stopped: resuming it can finish it
         print(f"1-minimal: NOT PROVEN ({result.stop_reason}); this is the best result so far. "
               f"Resume: graphbisect reduce --resume {shlex.quote(str(args.output or args.resume))}")

@@ -77,6 +77,21 @@ def test_every_claim_of_the_main_jobs_bundle_holds(example_bundle: Path) -> None
     assert result.runs["oracle"] >= 10 and result.runs["target"] >= 12
 
 
+def test_report_md_says_one_minimal_of_the_recorded_failure_only(example_bundle: Path) -> None:
+    """report.md said "removing any one kept node makes the failure disappear" where removing the ReduceMean, Sub or
+    Add_1 still fails (the sibling pass SimplifiedLayerNormFusion fuses the rest): true for this identity only
+    (issue 35, case 6). The checker records those removals, and the Summary row names them."""
+    report = json.loads((example_bundle / "report.json").read_text())
+    (claim,) = [c for c in report["audit"]["claims"] if c["id"] == "one_minimal"]
+    assert claim["holds"] is True
+    assert sorted(claim["fail_otherwise"]) == ["/blk10/norm/Add_1", "/blk10/norm/ReduceMean", "/blk10/norm/Sub"]
+    (row,) = [line for line in (example_bundle / "report.md").read_text().splitlines()
+              if line.startswith("| 1-minimal |")]
+    assert "makes the failure disappear" not in row
+    assert "for the recorded failure" in row and "still fails another way" in row
+    assert all(f"`{name}`" in row for name in claim["fail_otherwise"]), row
+
+
 def test_the_cli_prints_each_claim_and_writes_json(example_bundle: Path, tmp_path: Path) -> None:
     out = tmp_path / "audit.json"
     done = subprocess.run([sys.executable, "-m", "graphbisect", "audit", str(example_bundle), "--json", str(out)],
