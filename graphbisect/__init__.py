@@ -17,6 +17,7 @@ from __future__ import annotations
 # only the standard library and numpy here.
 import graphbisect.compare
 import graphbisect.precision
+import graphbisect.releases
 import graphbisect.tactics
 import graphbisect.triage  # noqa: F401
 from graphbisect._version import __version__
@@ -27,6 +28,7 @@ from graphbisect.api import (
     passes,
     precision,
     reduce,
+    releases,
     tactics,
     triage,
     verify,
@@ -60,6 +62,7 @@ __all__ = [
     "precision",
     "reduce",
     "register_backend",
+    "releases",
     "tactics",
     "triage",
     "unregister_backend",

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from graphbisect.workflows.passes import PassesResult
     from graphbisect.workflows.precision import PrecisionResult
     from graphbisect.workflows.reduce import ReduceResult
+    from graphbisect.workflows.releases import ReleaseSearch
     from graphbisect.workflows.tactics import IsolateResult, RecordResult, ReplayResult
     from graphbisect.workflows.triage import TriageResult
     from graphbisect.workflows.verify import Verification
@@ -65,6 +66,7 @@ __all__ = [
     "passes",
     "precision",
     "reduce",
+    "releases",
     "tactics",
     "triage",
     "verify",
@@ -330,6 +332,33 @@ def verify(bundle: str | os.PathLike[str], *, target: str | None = None, trust: 
         if model is not None:
             result = recheck_original(result, loaded, Path(model), inputs=inputs, trust=trust)
         return result
+
+
+def releases(bundle: str | os.PathLike[str], *, package: str, within: str | None = None,
+             versions: Sequence[str] | None = None, pre: bool = False, target: str | None = None, find: str = "bad",
+             cache: str | os.PathLike[str] | None = None, jobs: int = 2, repeat: int = 3, trust: bool = False,
+             on_progress: Callable[[str], None] | None = None) -> ReleaseSearch:
+    """The first release of ``package`` where a bundle's failure appears (``find="bad"``: ``last_good``,
+    ``first_bad``) or is gone (``find="fixed"``: ``last_bad``, ``first_fixed``): ``graphbisect releases``.
+
+    Each release runs the bundle's target (or ``target``) with ``python=`` its own cached environment, against
+    the bundle's recorded expected outputs, judged as :func:`verify` judges it; a release that cannot install,
+    cannot run the model or fails differently is a skip with its reason. ``versions``: the releases to search
+    (default: the package index's for this Python, final ones unless ``pre``), within ``within`` (``"A..B"``).
+    ``cache``: where environments are kept (default ``$GRAPHBISECT_CACHE/releases``); ``jobs`` installs at once;
+    ``repeat`` runs, voted, of each release the answer rests on. Only ``onnxruntime`` so far.
+
+    Example:
+        >>> found = releases("bug-report", package="onnxruntime", within="1.17..1.22.1")   # doctest: +SKIP
+        >>> found.last_good, found.first_bad, found.releases_run, found.paragraph               # doctest: +SKIP
+    """
+    from graphbisect.artifacts.bundle import load_bundle
+    from graphbisect.workflows.releases import search_releases
+
+    with load_bundle(Path(bundle)) as loaded:
+        return search_releases(loaded, package, versions=versions, within=within, pre=pre, target=target,
+                               find=find, cache=_path(cache), jobs=jobs, repeat=repeat, trust=trust,
+                               on_progress=on_progress)
 
 
 def audit(bundle: str | os.PathLike[str], *, trust: bool = False) -> Audit:

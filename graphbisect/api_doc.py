@@ -40,6 +40,7 @@ RESULTS: tuple[tuple[str, str], ...] = (
     ("graphbisect.workflows.passes", "PassesResult"),
     ("graphbisect.workflows.precision", "PrecisionResult"),
     ("graphbisect.workflows.verify", "Verification"),
+    ("graphbisect.workflows.releases", "ReleaseSearch"),
     ("graphbisect.checker", "Audit"),
     ("graphbisect.workflows.triage", "TriageResult"),
     ("graphbisect.workflows.tactics", "RecordResult"),

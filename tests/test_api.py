@@ -50,6 +50,8 @@ PINNED = {
               "candidate_jobs=1, max_invocations=None, timeout=None, on_model=None)",
     "unregister_backend": "(name)",
     "verify": "(bundle, *, target=None, trust=False, check=None, model=None, inputs=None)",
+    "releases": "(bundle, *, package, within=None, versions=None, pre=False, target=None, find='bad', cache=None, "
+                "jobs=2, repeat=3, trust=False, on_progress=None)",
     "tactics.record": "(model, *, target=None, inputs=None, shapes=None, seed=0)",
     "tactics.replay": "(model, record, *, target=None, inputs=None, shapes=None, seed=0)",
     "tactics.isolate": "(model, *, good=None, bad=None, builds=0, perturb=(), target=None, oracle=None, atol=None, "
@@ -89,10 +91,12 @@ def test_names_survive_importing_the_subpackages_they_share() -> None:
     """``graphbisect.compare`` stays the function after graphbisect.compare.* modules are imported."""
     import graphbisect.compare.metrics
     import graphbisect.precision.lowering
+    import graphbisect.releases.search
     import graphbisect.tactics.openvino
     import graphbisect.triage.dedup
 
     assert callable(graphbisect.compare) and callable(graphbisect.precision) and callable(graphbisect.triage)
+    assert callable(graphbisect.releases)
     assert callable(graphbisect.tactics.record)
 
 

@@ -55,6 +55,9 @@ COMMANDS: tuple[Command, ...] = (
             "sensitivity ranking and overrides for TensorRT, ORT, Paddle, OpenVINO", "graphbisect.cli.precision_cmd"),
     Command("verify", "re-run a bundle's target: does its recorded failure still reproduce (exit 1) or is it fixed "
             "(exit 0)?", "graphbisect.cli.verify_cmd"),
+    Command("releases", "the first release of the backend package where a bundle's failure appears (or is fixed), "
+            "each release in its own cached environment, judged by the failure's identity",
+            "graphbisect.cli.releases_cmd"),
     Command("audit", "re-establish each claim of a bundle (fails, the same way, 1-minimal, flaky, lowest level...) "
             "with plain runs, by a checker that shares no code with the search", "graphbisect.cli.audit_cmd"),
     Command("tactics", "record, replay and diff per-node kernel choices; isolate the choices that make a build "
@@ -231,8 +234,8 @@ def _report(args: argparse.Namespace, exc: Exception) -> int:
         return EXIT_USAGE
     if isinstance(exc, GraphBisectError):
         print(f"graphbisect {args.command}: error: {exc.message}", file=sys.stderr)
-        if exc.cli_hint or exc.hint:  # the hint in flags where the code that raised wrote one (errors.py)
-            print(f"  hint: {exc.cli_hint or exc.hint}", file=sys.stderr)
+        if exc.hint:
+            print(f"  hint: {exc.hint}", file=sys.stderr)
         if args.verbose and exc.__cause__ is not None:
             print(f"  caused by: {type(exc.__cause__).__name__}: {exc.__cause__}", file=sys.stderr)
         return EXIT_USAGE

@@ -1,0 +1,101 @@
+"""`graphbisect releases BUNDLE --package onnxruntime`: the first release where the bundle's failure appears
+(``--find bad``, the default) or is gone (``--find fixed``).
+
+Each release runs the bundle's target in its own cached virtual environment (``python=``), against the bundle's
+recorded expected outputs (the oracle stays fixed), and is judged as ``verify`` judges it: bad when the recorded
+failure reproduces with the same identity, good when the target agrees with the oracle, a skip with its reason
+when the release cannot be installed, cannot run the model, or fails differently. Both ends are checked first;
+the search steps around skips and runs at most ceil(log2 N) + 2 releases (skips excepted); the releases the
+answer rests on are run ``--repeat`` times and voted.
+
+Exit codes: 0 = found (the last good and first bad release, or the last bad and first fixed), 1 = none found:
+the failure is present in every release tested (or, with ``--find fixed``, already gone in the oldest), absent
+in the newest (not fixed in any), or every release was a skip; 2 = usage or input (no such package here, fewer
+than two releases, the index cannot be read, the bundle is unusable or its recorded target needs ``--trust``).
+
+Not built yet: a model instead of a bundle (with an oracle that runs), packages other than ``onnxruntime``
+(openvino, onnxruntime-gpu, iree, paddlepaddle, ``command:`` targets), the bundle's report "Releases" section,
+and what changed between the two releases at the failing region.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from graphbisect.artifacts.bundle import load_bundle
+from graphbisect.atomic import atomic_write_text
+from graphbisect.cli.common import backend_spec, count, output_file, output_path, refuse_inside
+from graphbisect.releases.environments import PACKAGES, cache_root
+from graphbisect.workflows.releases import FINDS, SKIP, ReleaseSearch, search_releases
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bundle", type=Path, help="bundle folder or .zip written by `graphbisect reduce` (a model "
+                        "is not taken yet)")
+    parser.add_argument("--package", required=True, choices=sorted(PACKAGES),
+                        help="the package whose releases to search (only onnxruntime so far)")
+    parser.add_argument("--range", dest="within", metavar="A..B",
+                        help="the releases from A to B, both included; either end may be left out (default: every "
+                        "release the package index has for this Python and platform)")
+    parser.add_argument("--versions", metavar="A,B,C",
+                        help="search exactly these releases instead of asking the package index (offline with "
+                        "cached environments; a release that has no wheel here is a skip)")
+    parser.add_argument("--pre", action="store_true", help="include pre-releases and development releases")
+    parser.add_argument("--find", choices=FINDS, default="bad",
+                        help="bad: the first release where the failure appears (default); fixed: the first where "
+                        "it is gone")
+    parser.add_argument("--target", type=backend_spec, metavar="SPEC",
+                        help="the spec each release runs, python= set to that release's environment (default: "
+                        "the bundle's recorded target), e.g. 'onnxruntime:opt_level=all'")
+    parser.add_argument("--repeat", type=count(1), default=3,
+                        help="runs of each release the answer rests on, voted (default 3; 1: no vote)")
+    parser.add_argument("--jobs", type=count(1), default=2, help="environments installed at once (default 2)")
+    parser.add_argument("--cache", type=output_path, metavar="DIR",
+                        help=f"where release environments are kept (default {cache_root()})")
+    parser.add_argument("--json", type=output_file, metavar="PATH", help="write the search as JSON")
+    parser.add_argument("--trust", action="store_true",
+                        help="run the bundle's recorded target even when it sets options not known to be inert "
+                        "(its python= is always replaced)")
+
+
+def run(args: argparse.Namespace) -> int:
+    refuse_inside({"--json": args.json}, Path(args.bundle) if Path(args.bundle).is_dir() else None, "the bundle")
+    versions = [v.strip() for v in args.versions.split(",") if v.strip()] if args.versions else None
+    with load_bundle(args.bundle) as bundle:
+        print(f"bundle    {args.bundle}")
+        print(f"recorded  {bundle.signature.describe()}")
+        print(f"oracle    {bundle.oracle}   (its recorded outputs; not run)")
+        result = search_releases(bundle, args.package, versions=versions, within=args.within, pre=args.pre,
+                                 target=args.target, find=args.find, cache=args.cache, jobs=args.jobs,
+                                 repeat=args.repeat, trust=args.trust, on_progress=print)
+    _print(result)
+    if args.json is not None:
+        atomic_write_text(args.json, json.dumps(result.to_json(), indent=1) + "\n")
+        print(f"wrote {args.json}")
+    return 0 if result.found else 1
+
+
+def _print(r: ReleaseSearch) -> None:
+    print(f"\n{'release':<10} {'verdict':<7} {'runs':>4}  observed")
+    for version in r.versions:
+        tested = r.tested.get(version)
+        if tested is None:
+            print(f"{version:<10} {'-':<7} {'':>4}  not run")
+            continue
+        magnitude = f", {tested.magnitude:.3g}× tolerance" if tested.magnitude is not None and tested.observed else ""
+        what = tested.reason if tested.verdict == SKIP else (tested.observed or "passes") + magnitude
+        flaky = f" (flaky: {', '.join(f'{n} {v}' for v, n in tested.votes.items())})" if tested.flaky else ""
+        print(f"{version:<10} {tested.verdict:<7} {tested.runs:>4}  {what}{flaky}")
+    if r.found:
+        pair = (("last good", r.last_good), ("first bad", r.first_bad)) if r.find == "bad" else \
+            (("last bad", r.last_bad), ("first fixed", r.first_fixed))
+        print("\n" + "   ".join(f"{name}: {version}" for name, version in pair))
+    else:
+        print(f"\nNOT FOUND ({r.status})")
+    print(f"installs: {r.installs}   releases run: {r.releases_run} of {len(r.versions)} "
+          f"(bound ceil(log2 N)+2 = {r.bound}, skips excepted)   runs: {r.runs}")
+    print(f"\n{r.paragraph}")

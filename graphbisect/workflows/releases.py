@@ -1,0 +1,364 @@
+"""`releases`: the first release of a backend package where a bundle's failure appears (``find="bad"``), or
+the first where it is gone (``find="fixed"``).
+
+The oracle stays fixed: the bundle's recorded expected outputs. Only the target moves: each release runs the
+bundle's target (or ``target``) with ``python=`` that release's cached environment
+(:mod:`graphbisect.releases.environments`), and is judged as ``verify`` judges it
+(:func:`~graphbisect.workflows.verify.verify_bundle`): **bad** when the recorded failure reproduces (the same
+identity, not merely the same kind), **good** when the target agrees with the oracle, and a **skip**, with its
+reason, when the release cannot be installed, cannot run the model, or fails *differently* (another bug:
+never counted as this one, the commonest way an automated bisection lands on the wrong release). The search
+(:func:`~graphbisect.releases.search.find_change`) checks both ends first and steps around skips; the releases
+its answer rests on are run ``repeat`` times and their verdict voted, a disagreement reported as flaky (and a
+verdict the vote overturns searched again).
+
+Not built yet: a model (with an oracle that runs) instead of a bundle, packages other than ``onnxruntime``,
+the bundle's report.md/report.json "Releases" section, and what changed between the two releases at the
+failing region (the passes that fired in one and not the other).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import platform
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from graphbisect.artifacts.bundle import BundleError, LoadedBundle
+from graphbisect.artifacts.repro import TACTICS_FILE
+from graphbisect.backends import BackendSpec, registry
+from graphbisect.errors import GraphBisectError, InputError
+from graphbisect.releases.environments import Environment, prepare_environments, recipe_of
+from graphbisect.releases.index import VersionRange, index_versions, select_versions
+from graphbisect.releases.search import FOUND, NEWEST_UNCHANGED, OLDEST_CHANGED, Answer, Change, find_change
+from graphbisect.workflows.verify import DIFFERENT, FIXED, FIXED_REDUCED, REPRODUCES, Verification, verify_bundle
+
+__all__ = ["BAD", "FINDS", "GOOD", "SKIP", "ReleaseRun", "ReleaseSearch", "search_releases"]
+
+log = logging.getLogger(__name__)
+
+GOOD, BAD, SKIP = "good", "bad", "skip"
+#: What a search looks for: the first release where the failure appears, or the first where it is gone.
+FINDS = ("bad", "fixed")
+
+
+@dataclass(frozen=True)
+class ReleaseRun:
+    """One release's verdict: ``good``, ``bad`` or ``skip`` (with ``reason``), from ``runs`` runs (``votes``:
+    verdict -> runs; ``flaky`` when they disagree). ``observed``: the failure it showed (its identity), and
+    ``magnitude``: the largest output mismatch in multiples of the tolerance (None without a comparison)."""
+
+    version: str
+    verdict: str
+    reason: str | None = None
+    observed: str | None = None
+    magnitude: float | None = None
+    library_version: str | None = None
+    runs: int = 0
+    votes: Mapping[str, int] = field(default_factory=dict)
+    flaky: bool = False
+    installed: bool = False
+    install_seconds: float = 0.0
+    run_seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "reason": self.reason, "observed": self.observed,
+                "magnitude": self.magnitude, "library_version": self.library_version, "runs": self.runs,
+                "votes": dict(self.votes), "flaky": self.flaky, "installed": self.installed,
+                "install_seconds": round(self.install_seconds, 1), "run_seconds": round(self.run_seconds, 1)}
+
+
+@dataclass(frozen=True)
+class ReleaseSearch:
+    """Where the bundle's failure appears (``find="bad"``: ``last_good``, ``first_bad``) or is gone
+    (``find="fixed"``: ``last_bad``, ``first_fixed``) among ``versions`` (oldest first) of ``package``.
+
+    ``status``: ``found``; ``present-in-oldest`` (the oldest testable release is already bad, or already fixed:
+    nothing to bisect); ``absent-in-newest`` (the newest testable release is not bad, or not fixed); or
+    ``untestable`` (every release was a skip). ``skipped_between``: releases between the two answers that were
+    skips (the change may be in one of them). ``tested``: version -> :class:`ReleaseRun`, for every release
+    run or skipped. ``installs``: environments installed by this search (0 when all were cached); ``runs``: the
+    target's runs; ``releases_run``: the releases that ran (the search's cost).
+    """
+
+    package: str
+    find: str
+    target: str
+    recorded: str
+    versions: tuple[str, ...]
+    status: str
+    last_good: str | None
+    first_bad: str | None
+    last_bad: str | None
+    first_fixed: str | None
+    skipped_between: tuple[str, ...]
+    tested: Mapping[str, ReleaseRun]
+    installs: int
+    runs: int
+    releases_run: int
+    python: str
+
+    @property
+    def found(self) -> bool:
+        """Whether the release where it changed was found."""
+        return self.status == "found"
+
+    @property
+    def bound(self) -> int:
+        """``ceil(log2 N) + 2``: the most releases a search of N runs, skips and their replacements excepted."""
+        return math.ceil(math.log2(max(len(self.versions), 1))) + 2
+
+    @property
+    def flaky(self) -> list[str]:
+        """The releases whose runs disagreed."""
+        return [version for version, run in self.tested.items() if run.flaky]
+
+    @property
+    def paragraph(self) -> str:
+        """One paragraph ready to paste into an issue."""
+        return _paragraph(self)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "package": self.package, "find": self.find, "target": self.target, "recorded": self.recorded,
+            "python": self.python, "versions": list(self.versions), "status": self.status,
+            "last_good": self.last_good, "first_bad": self.first_bad, "last_bad": self.last_bad,
+            "first_fixed": self.first_fixed, "skipped_between": list(self.skipped_between),
+            "tested": {version: run.to_json() for version, run in self.tested.items()},
+            "installs": self.installs, "runs": self.runs, "releases_run": self.releases_run,
+            "bound": self.bound, "flaky": self.flaky, "paragraph": self.paragraph,
+        }
+
+
+def search_releases(bundle: LoadedBundle, package: str, *, versions: Sequence[str] | None = None,
+                    within: VersionRange | str | None = None, pre: bool = False,
+                    target: BackendSpec | str | None = None, find: str = "bad", cache: Path | str | None = None,
+                    jobs: int = 2, repeat: int = 3, trust: bool = False,
+                    on_progress: Callable[[str], None] | None = None) -> ReleaseSearch:
+    """Search the releases of ``package`` for where ``bundle``'s failure appears (``find="bad"``) or is gone
+    (``find="fixed"``).
+
+    ``versions``: the releases to search (default: the package index's for this Python, final releases unless
+    ``pre``), within ``within`` (``"A..B"``). ``target``: the spec each release runs (default the bundle's
+    recorded one, held to the trust rule: its options other than ``python=``, which this replaces, must be
+    inert, else ``trust``). Every environment is made ahead of the search, ``jobs`` at a time, in ``cache``
+    (:func:`~graphbisect.releases.environments.cache_root`). Raises :class:`InputError` for an unknown
+    package, a target of another backend, fewer than two releases, or an index that cannot be read.
+    """
+    if find not in FINDS:
+        raise InputError(f"find={find!r}: look for {' or '.join(FINDS)}", hint="--find bad or --find fixed")
+    if repeat < 1 or jobs < 1:
+        raise InputError("repeat and jobs count runs: at least 1", hint="--repeat 3, --jobs 2")
+    say = on_progress or (lambda line: log.info("%s", line))
+    recipe = recipe_of(package)
+    spec = _target(bundle, target, trust=trust)
+    if registry.get(spec.name).name not in recipe.backends:
+        raise InputError(f"the target {spec} is not run by {package}", hint=f"--target one of "
+                         f"{', '.join(recipe.backends)}, or --package the package of {spec.name}")
+    window = within if isinstance(within, VersionRange) else VersionRange.parse(within)
+    listed = list(versions) if versions is not None else index_versions(package, pre=pre)
+    chosen = select_versions(listed, window, pre=pre or versions is not None)
+    if len(chosen) < 2:
+        raise InputError(f"{len(chosen)} release(s) of {package} in {window or 'the index'} "
+                         f"({', '.join(chosen) or 'none'}): a search needs two",
+                         hint="widen --range, or name the releases with --versions A,B,C")
+    say(f"{len(chosen)} releases of {package} ({chosen[0]} … {chosen[-1]}); environments in "
+        f"{cache or 'the cache'}, {jobs} at a time")
+    start = time.monotonic()
+
+    def ready(env: Environment) -> None:
+        what = (f"cannot install: {env.error}" if env.error else f"installed in {env.seconds:.0f} s" if env.installed
+                else "this interpreter" if env.python is None else "cached")
+        say(f"  {package} {env.version}: {what}")
+
+    envs = prepare_environments(package, chosen, cache=cache, jobs=jobs, on_ready=ready)
+    installs = sum(env.installed for env in envs.values())
+    say(f"environments ready in {time.monotonic() - start:.0f} s ({installs} installed)")
+    runner = _Runner(bundle, spec, envs, repeat=repeat, find=find, say=say)
+    change = runner.search(chosen)
+    return _result(package, find, spec, bundle, chosen, change=change, runner=runner, installs=installs)
+
+
+def _target(bundle: LoadedBundle, target: BackendSpec | str | None, *, trust: bool) -> BackendSpec:
+    """The spec every release runs, without ``python=``. The recorded one is held to the trust rule."""
+    if target is not None:
+        spec = BackendSpec.parse(target) if isinstance(target, str) else target
+        return spec.with_options(python=None)
+    spec = bundle.target.with_options(python=None)
+    from graphbisect.backends.registry import untrusted_options
+
+    untrusted = untrusted_options(spec, own_files=[str(bundle.path / TACTICS_FILE)])
+    if untrusted and not trust:
+        raise BundleError(f"the bundle's recorded target {spec} sets options not known to be inert (they may run a "
+                          "program, load a library or write a file):" + "".join(f"\n    {u.describe()}"
+                                                                              for u in untrusted),
+                          hint="read the bundle's report.json; to run it anyway pass --trust, or name the target "
+                          "yourself with --target SPEC")
+    return spec
+
+
+class _Runner:
+    """Runs releases for the search: one verdict per release, cached; the decisive ones confirmed by a vote."""
+
+    def __init__(self, bundle: LoadedBundle, spec: BackendSpec, envs: Mapping[str, Environment], *, repeat: int,
+                 find: str, say: Callable[[str], None]) -> None:
+        self.bundle, self.spec, self.envs, self.repeat, self.find, self.say = bundle, spec, envs, repeat, find, say
+        self.tested: dict[str, ReleaseRun] = {}
+        self.confirmed: set[str] = set()
+        self.runs = 0
+
+    def search(self, versions: Sequence[str]) -> Change:
+        while True:
+            change = find_change(len(versions), lambda i: self.answer(versions[i]))
+            decisive = [versions[i] for i in (change.last_no, change.first_yes) if i is not None]
+            overturned = [v for v in decisive if v not in self.confirmed and self.confirm(v)]
+            if not overturned:
+                return change
+            self.say(f"the vote overturned {', '.join(overturned)}: searching again")
+
+    def answer(self, version: str) -> Answer:
+        if version not in self.tested:
+            self.tested[version] = self.run(version)
+        verdict = self.tested[version].verdict
+        if verdict == SKIP:
+            return Answer.UNKNOWN
+        changed = BAD if self.find == "bad" else GOOD
+        return Answer.YES if verdict == changed else Answer.NO
+
+    def confirm(self, version: str) -> bool:
+        """Run ``version`` until it has ``repeat`` runs and vote; True when the vote overturns its verdict."""
+        self.confirmed.add(version)
+        first = self.tested[version]
+        if self.repeat <= 1 or first.runs == 0:  # nothing ran (cannot install): nothing to repeat
+            return False
+        results = [first, *(self.run(version) for _ in range(self.repeat - 1))]
+        votes = Counter(r.verdict for r in results)
+        verdict, count = votes.most_common(1)[0]
+        flaky = len(votes) > 1
+        chosen = next(r for r in results if r.verdict == verdict)
+        reason = chosen.reason
+        if count * 2 <= len(results):
+            verdict, reason = SKIP, f"flaky: no majority in {len(results)} runs ({_votes(votes)})"
+        elif flaky:
+            self.say(f"  {version} is flaky: {_votes(votes)}; the vote says {verdict}")
+        self.tested[version] = ReleaseRun(
+            version, verdict, reason, chosen.observed, chosen.magnitude, chosen.library_version,
+            runs=len(results), votes=dict(votes), flaky=flaky, installed=first.installed,
+            install_seconds=first.install_seconds, run_seconds=sum(r.run_seconds for r in results))
+        return verdict != first.verdict
+
+    def run(self, version: str) -> ReleaseRun:
+        env = self.envs[version]
+        if not env.usable:
+            run = ReleaseRun(version, SKIP, f"cannot install: {env.error}", install_seconds=env.seconds)
+            self.say(f"  {version}: skip ({run.reason})")
+            return run
+        spec = self.spec if env.python is None else self.spec.with_options(python=str(env.python))
+        start = time.monotonic()
+        self.runs += 1
+        try:
+            verification = verify_bundle(self.bundle, spec)
+        except GraphBisectError as exc:
+            run = ReleaseRun(version, SKIP, f"cannot run: {exc.message}", runs=1, installed=env.installed,
+                             install_seconds=env.seconds, run_seconds=time.monotonic() - start)
+        else:
+            run = _judged(version, verification, env, time.monotonic() - start)
+        self.say(f"  {version}: {run.verdict}" + (f" ({run.reason})" if run.reason else "")
+                 + (f", {run.observed}" if run.observed and run.verdict == BAD else "")
+                 + f" [{run.run_seconds:.1f} s]")
+        return run
+
+
+def _judged(version: str, v: Verification, env: Environment, seconds: float) -> ReleaseRun:
+    """A release's verdict from ``verify``'s outcome."""
+    library = v.library.get("library_version")
+    magnitude = max((s.score for s in v.outputs), default=None)
+    common = {"observed": _short(v.observed.describe()) if v.observed.failed else None,
+              "magnitude": None if magnitude is None else float(magnitude), "library_version": library,
+              "runs": 1, "installed": env.installed, "install_seconds": env.seconds, "run_seconds": seconds}
+    if library is not None and str(library) != version:
+        return ReleaseRun(version, SKIP, f"its environment runs {library}, not {version}", **common)  # type: ignore[arg-type]
+    if v.outcome == REPRODUCES:
+        return ReleaseRun(version, BAD, None, **common)  # type: ignore[arg-type]
+    if v.outcome in (FIXED, FIXED_REDUCED):
+        return ReleaseRun(version, GOOD, None, **common)  # type: ignore[arg-type]
+    why = v.note or v.outcome
+    if v.outcome == DIFFERENT:  # verify's note says how (another identity: which pass, which node)
+        why = f"fails differently: {_short(v.observed.describe())}" + (f"; {_short(v.note, 400)}" if v.note else "")
+    return ReleaseRun(version, SKIP, why, **common)  # type: ignore[arg-type]
+
+
+def _short(text: str, limit: int = 200) -> str:
+    """``text`` on one line, at most ``limit`` characters (a crash message can fill a screen)."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
+def _votes(votes: Mapping[str, int]) -> str:
+    return ", ".join(f"{count} {verdict}" for verdict, count in sorted(votes.items()))
+
+
+_STATUS = {FOUND: "found", OLDEST_CHANGED: "present-in-oldest", NEWEST_UNCHANGED: "absent-in-newest"}
+
+
+def _result(package: str, find: str, spec: BackendSpec, bundle: LoadedBundle, versions: Sequence[str], *,
+            change: Change, runner: _Runner, installs: int) -> ReleaseSearch:
+    def at(index: int | None) -> str | None:
+        return None if index is None else versions[index]
+
+    # only a found change has a last good and a first bad: the oldest of all-bad releases is not the first bad one
+    before, after = (at(change.last_no), at(change.first_yes)) if change.status == FOUND else (None, None)
+    if find == "bad":
+        last_good, first_bad, last_bad, first_fixed = before, after, None, None
+    else:
+        last_good, first_bad, last_bad, first_fixed = None, None, before, after
+    tested = {v: runner.tested[v] for v in versions if v in runner.tested}
+    return ReleaseSearch(
+        package=package, find=find, target=str(spec), recorded=_short(bundle.signature.describe()),
+        versions=tuple(versions), status=_STATUS.get(change.status, "untestable"), last_good=last_good,
+        first_bad=first_bad, last_bad=last_bad, first_fixed=first_fixed,
+        skipped_between=tuple(versions[i] for i in change.unknown_between), tested=tested, installs=installs,
+        runs=runner.runs, releases_run=sum(1 for run in tested.values() if run.runs > 0),
+        python=f"Python {sys.version_info.major}.{sys.version_info.minor}, {platform.system()} {platform.machine()}")
+
+
+def _paragraph(r: ReleaseSearch) -> str:
+    span = f"{r.package} {r.versions[0]} to {r.versions[-1]} ({len(r.versions)} releases, {r.python})"
+    skips = [v for v, run in r.tested.items() if run.verdict == SKIP]
+    cost = (f"{r.releases_run} releases run ({r.runs} runs), {len(skips)} skipped"
+            + (f" ({', '.join(skips)})" if skips else "") + f"; found with graphbisect releases on target {r.target}")
+    failure = f"The failure ({r.recorded})"
+    if r.found:
+        new, old = (r.first_bad, r.last_good) if r.find == "bad" else (r.first_fixed, r.last_bad)
+        bad = r.tested[new if r.find == "bad" else old]  # type: ignore[index]
+        how = f" (max {bad.magnitude:.3g}× the tolerance)" if bad.magnitude is not None else ""
+        verb = "first appears in" if r.find == "bad" else "is fixed in"
+        where = f"{failure} {verb} {r.package} {new}: {old} is the last {'good' if r.find == 'bad' else 'bad'} " \
+                f"release, {new} the first {'bad' if r.find == 'bad' else 'fixed'}; the bad one fails the same " \
+                f"way{how}."
+        if r.skipped_between:
+            where += f" Releases between them could not be tested ({', '.join(r.skipped_between)}): the change " \
+                     "may be in one of them."
+        return f"{where} Searched {span}: {cost}."
+    if r.status == "present-in-oldest":
+        oldest = next(v for v, run in r.tested.items() if run.verdict != SKIP)
+        text = (f"{failure} is present in every release tested, from the oldest testable, {oldest}, to the newest: "
+                "no release in the range is good, so there is nothing to bisect; the regression is older than "
+                "the range" if r.find == "bad" else
+                f"{failure} is already gone in the oldest testable release, {oldest}: nothing to bisect (the fix "
+                "is older than the range)")
+        return f"{text}. Searched {span}: {cost}."
+    if r.status == "absent-in-newest":
+        newest = next(v for v, run in reversed(list(r.tested.items())) if run.verdict != SKIP)
+        text = (f"{failure} does not reproduce on the newest testable release, {newest}: nothing to bisect for "
+                "the first bad release (look with --find fixed, or check the bundle's target)" if r.find == "bad"
+                else f"{failure} is not fixed in any release tested: the newest testable, {newest}, still fails "
+                "the same way")
+        return f"{text}. Searched {span}: {cost}."
+    return f"No release could be tested: every one was a skip. Searched {span}: {cost}."

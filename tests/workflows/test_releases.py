@@ -1,0 +1,151 @@
+"""`graphbisect releases` on real ONNX Runtime releases, each in its cached environment (tests/ort_releases.py's
+folder, shared: 1.17.3, 1.20.1 and 1.22.1 from there, 1.21.0, 1.21.1 and 1.22.0 made here once; the newest is
+the release installed in this interpreter). Skipped where an environment cannot be made (no package index).
+
+Measured per release on CPU, Python 3.11 (docs/releases.md):
+* the keepdims=0 LayerNorm mis-fusion (onnxruntime#30513) fails in every release from 1.17.3 to 1.32.0, but 1.17.3
+  does not attribute the fusion to the pass a bundle made on a newer release records, so it is not shown to be
+  the same failure (a skip);
+* a model stamped opset 22 does not load before 1.21.0 ("Current official support for domain ai.onnx is till
+  opset 21"): ONNX Runtime 1.21 is the release that added ONNX 1.17 (opset 22), as its compatibility table says;
+* onnxruntime 1.14.1 has no wheel for Python 3.11 (the oldest on the index is 1.15.0).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+import onnx
+import pytest
+
+import graphbisect as gb
+from graphbisect.artifacts.bundle import load_bundle
+from graphbisect.cli.main import main
+from graphbisect.errors import InputError
+from graphbisect.examples.patterns import pattern_model
+from graphbisect.releases.environments import prepare_environments
+from graphbisect.releases.index import index_versions
+from graphbisect.workflows.releases import search_releases
+from tests.ort_releases import _root
+
+HOST = metadata.version("onnxruntime")
+#: Made here when missing (the other releases come from tests/ort_releases.py).
+MORE = ("1.21.0", "1.21.1", "1.22.0")
+#: No wheel for this Python on the index.
+NO_WHEEL = "1.14.1"
+
+
+@pytest.fixture(scope="module")
+def cache(ort_release_pythons: dict[str, Path]) -> Path:
+    """The shared release environments, with :data:`MORE` made (skipped where they cannot be)."""
+    try:
+        envs = prepare_environments("onnxruntime", list(MORE), cache=_root(), use_host=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"cannot make the release environments: {exc}")
+    missing = [f"{v}: {env.error}" for v, env in envs.items() if env.error]
+    if missing:
+        pytest.skip(f"cannot make the release environments: {missing}")
+    return _root()
+
+
+def _at_opset_22(model: onnx.ModelProto) -> onnx.ModelProto:
+    return onnx.helper.make_model(model.graph, opset_imports=[onnx.helper.make_opsetid("", 22)], ir_version=10)
+
+
+@pytest.fixture(scope="module")
+def layernorm_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """onnxruntime#30513 reduced on this interpreter's release (a wrong result, matched by its identity)."""
+    out = tmp_path_factory.mktemp("releases") / "layernorm"
+    gb.reduce(pattern_model("layernorm_keepdims0"), out, target="onnxruntime:opt_level=all")
+    return out
+
+
+@pytest.fixture(scope="module")
+def opset22_bundle(tmp_path_factory: pytest.TempPathFactory, ort_release_pythons: dict[str, Path]) -> Path:
+    """A healthy model stamped opset 22, reduced on 1.20.1, which refuses to load it."""
+    out = tmp_path_factory.mktemp("releases") / "opset22"
+    gb.reduce(_at_opset_22(pattern_model("relu_clip_f32")), out,
+              target=f"onnxruntime:opt_level=all,python={ort_release_pythons['1.20.1']}")
+    return out
+
+
+def test_a_failure_in_every_release_is_said_not_bisected_and_a_release_without_a_wheel_is_a_skip(
+        layernorm_bundle: Path, cache: Path) -> None:
+    versions = [NO_WHEEL, "1.17.3", "1.20.1", "1.22.1", HOST]
+    with load_bundle(layernorm_bundle) as bundle:
+        found = search_releases(bundle, "onnxruntime", versions=versions, cache=cache)
+    assert found.status == "present-in-oldest" and not found.found
+    assert found.first_bad is None and found.last_good is None
+    assert found.tested[NO_WHEEL].verdict == "skip"
+    assert "cannot install" in (found.tested[NO_WHEEL].reason or "")
+    assert "No matching distribution" in (found.tested[NO_WHEEL].reason or "")
+    # 1.17.3 fuses it too, but its fusion is not attributed to the pass the bundle records (LayerNormFusionL1
+    # from 1.20): not shown to be the same failure, so a skip with verify's reason, never "bad"
+    assert found.tested["1.17.3"].verdict == "skip"
+    assert "fails differently" in (found.tested["1.17.3"].reason or "")
+    assert "LayerNormFusion" in (found.tested["1.17.3"].reason or "")
+    # both ends checked (the oldest that runs the same failure stands in), nothing between them run
+    assert set(found.tested) == {NO_WHEEL, "1.17.3", "1.20.1", HOST}
+    assert found.tested[HOST].verdict == found.tested["1.20.1"].verdict == "bad"
+    assert found.tested["1.20.1"].runs == 3 and not found.tested["1.20.1"].flaky  # the answer rests on it: voted
+    assert found.tested["1.20.1"].magnitude is not None and found.tested["1.20.1"].magnitude > 1
+    assert found.releases_run == 3 and found.installs == 0
+    assert "from the oldest testable, 1.20.1" in found.paragraph
+    assert "present in every release tested" in found.paragraph
+
+
+def test_the_release_that_fixed_it_is_found_and_a_second_run_installs_nothing(opset22_bundle: Path,
+                                                                              cache: Path, tmp_path: Path) -> None:
+    versions = ["1.20.1", *MORE, "1.22.1"]
+    out = tmp_path / "fixed.json"
+    code = main(["releases", str(opset22_bundle), "--package", "onnxruntime", "--versions", ",".join(versions),
+                 "--find", "fixed", "--cache", str(cache), "--json", str(out)])
+    assert code == 0
+    found = json.loads(out.read_text())
+    assert (found["last_bad"], found["first_fixed"]) == ("1.20.1", "1.21.0")
+    assert found["first_bad"] is None and found["installs"] == 0
+    assert found["tested"]["1.20.1"]["verdict"] == "bad" and found["tested"]["1.21.0"]["verdict"] == "good"
+    assert found["releases_run"] <= found["bound"] == 5
+    assert "is fixed in onnxruntime 1.21.0" in found["paragraph"]
+    # looked at the other way, the failure is gone in the newest release: said, not bisected (exit 1)
+    assert main(["releases", str(opset22_bundle), "--package", "onnxruntime", "--versions", ",".join(versions),
+                 "--cache", str(cache), "--json", str(out)]) == 1
+    other = json.loads(out.read_text())
+    assert other["status"] == "absent-in-newest" and other["first_bad"] is None
+    assert list(other["tested"]) == ["1.22.1"]
+
+
+def test_a_release_failing_another_way_is_a_skip_never_bad(cache: Path, ort_release_pythons: dict[str, Path],
+                                                           tmp_path: Path) -> None:
+    """FuseReluClip's float64 Clip crash in a model stamped opset 22, recorded on 1.22.1: 1.17.3 and 1.20.1 cannot
+    load the model, and the newest release raises the crash as another error type (``Fail``, status 1, where 1.22.1
+    raised ``RuntimeException``, status 6): all three fail differently, so they are skips, stepped around at both
+    ends, and the oldest release that fails the same way, 1.21.0, is named."""
+    bundle_path = tmp_path / "clip22"
+    gb.reduce(_at_opset_22(pattern_model("relu_clip_f64")), bundle_path,
+              target=f"onnxruntime:opt_level=all,python={ort_release_pythons['1.22.1']}")
+    with load_bundle(bundle_path) as bundle:
+        found = search_releases(bundle, "onnxruntime", versions=["1.17.3", "1.20.1", "1.21.0", "1.22.1", HOST],
+                                cache=cache, repeat=1)
+    assert found.status == "present-in-oldest"
+    for version in ("1.17.3", "1.20.1", HOST):
+        assert found.tested[version].verdict == "skip"
+        assert (found.tested[version].reason or "").startswith("fails differently")
+    assert "Opset 22" in (found.tested["1.20.1"].reason or "") and "Fail" in (found.tested[HOST].reason or "")
+    assert found.tested["1.21.0"].verdict == found.tested["1.22.1"].verdict == "bad"
+    assert "from the oldest testable, 1.21.0" in found.paragraph
+
+
+def test_the_range_comes_from_the_package_index(opset22_bundle: Path, cache: Path) -> None:
+    try:
+        listed = index_versions("onnxruntime")
+    except InputError as exc:
+        pytest.skip(f"no package index: {exc}")
+    if not {"1.20.1", *MORE, "1.22.1"} <= set(listed):
+        pytest.skip(f"the index lacks a release of the range: {listed}")
+    found = gb.releases(opset22_bundle, package="onnxruntime", within="1.20.1..1.22.1", find="fixed", cache=cache)
+    assert found.versions == ("1.20.1", *MORE, "1.22.1")
+    assert (found.last_bad, found.first_fixed, found.installs) == ("1.20.1", "1.21.0", 0)
