@@ -38,6 +38,7 @@ from graphbisect.artifacts.repro import (
     crash_key,
     death_exit_code,
     judged_by,
+    require_recorded_backend,
 )
 from graphbisect.backends import BackendProcess, BackendSpec, RunResult
 from graphbisect.backends.cost import CallTally
@@ -228,8 +229,13 @@ def recheck_original(verification: Verification, bundle: LoadedBundle, model: Pa
     calls = CallTally.from_json(verification.backend_calls)
     calls.merge(CallTally.from_json(result.backend_calls))  # the comparison's oracle and target runs
     outcome, note = verification.outcome, verification.note
-    if outcome == FIXED_REDUCED and same and result.passed:  # the user's own model shows it: fixed
-        outcome, note = FIXED, None
+    if outcome in (FIXED, FIXED_REDUCED):
+        note = None  # their notes advise re-checking the original (recheck_note, _fix_not_shown): done now
+        if outcome == FIXED_REDUCED and same and result.passed:  # the user's own model shows it: fixed
+            outcome = FIXED
+        elif outcome == FIXED_REDUCED and not same:
+            note = (f"{model} is not the model this bundle was reduced from (another fingerprint): its run shows "
+                    "nothing about that model; re-check with the original")
     return dataclasses.replace(verification, outcome=outcome, note=note, original=original,
                                backend_calls=calls.to_json())
 
@@ -258,6 +264,8 @@ def require_trust(bundle: LoadedBundle, roles: Iterable[str], *, trust: bool = F
     tactic record is inert), roles with none left out: what runs on the caller's word with ``trust``, to warn
     of. Without ``trust`` raises :class:`BundleError` naming each, before anything runs.
     """
+    for role in dict.fromkeys(roles):  # a custom backend this process lacks: say how to register it (exit 2)
+        require_recorded_backend(recorded_spec(bundle, role), bundle.path, bundle.source)
     own_files = [str(bundle.path / TACTICS_FILE)]
     found = {role: untrusted for role in dict.fromkeys(roles)
              if (untrusted := untrusted_options(recorded_spec(bundle, role), own_files=own_files))}
