@@ -32,7 +32,10 @@ def run(args: argparse.Namespace) -> int:
         return _list_passes(args.passes)
 
     # Every library is imported in a child process (this one's interpreter, or --python's): the version shown
-    # is its __version__, from the files `import` loads, whichever distribution installed them.
+    # is its __version__, from the files `import` loads, whichever distribution installed them. That takes
+    # tens of seconds (TensorRT, Paddle, OpenVINO): say so at once, not after a silence.
+    print(f"importing every backend's library under {args.python or sys.executable} (some take seconds) ...",
+          file=sys.stderr, flush=True)
     measured = availability_under(args.python)
     rows: list[dict[str, Any]] = []
     for info in all_backends():

@@ -102,3 +102,21 @@ def test_iree_refusing_an_old_softmax_says_which_opset_runs_it(tmp_path: Path,
     # It said only that IREE cannot legalize onnx.Softmax: nothing told that an opset upgrade runs it.
     assert "try iree:opset=13" in out, out
     assert main(["compare", str(tmp_path / "sm12.onnx"), "--target", "iree:opset=13", "--no-layerwise"]) == 0
+
+
+def test_backends_says_what_it_does_before_the_long_imports(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    started = time.monotonic()
+    child = subprocess.Popen([sys.executable, "-m", "graphbisect", "backends"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    assert child.stderr is not None
+    first = child.stderr.readline()
+    seconds = time.monotonic() - started
+    out, _ = child.communicate(timeout=300)
+    # Nothing was printed for the ~25 s the imports took.
+    assert first.startswith("importing every backend's library"), first
+    assert seconds < 15, seconds
+    assert "onnxruntime" in out
