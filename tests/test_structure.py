@@ -64,3 +64,53 @@ def test_repro_backends_do_not_import_repro() -> None:
         wrong = {m for m in _imports(path) if m.startswith("graphbisect.artifacts.")
                  and not m.startswith("graphbisect.artifacts.repro_backends")}
         assert not wrong, f"{path.name} imports {sorted(wrong)}"
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Every module of the package → the modules it imports (anywhere in it: lazily in a function, under
+    ``TYPE_CHECKING``). A package's ``__init__`` is its façade of re-exports and counts as no module; a name
+    imported from a package that is one of its modules is that module."""
+    modules = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts): p for p in PACKAGE.rglob("*.py")
+               if p.name != "__init__.py"}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("graphbisect"):
+                targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            found |= {t for t in targets if t in modules and t != name}
+        graph[name] = found
+    return graph
+
+
+def test_no_import_circle_anywhere() -> None:
+    """No two modules import each other, directly or around a circle, not even lazily (issue 38: process ↔
+    zygote, metrics ↔ nonfinite, compiled ↔ paddle_hooks were)."""
+    graph = _module_graph()
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            assert state.get(nxt) != 1, f"import circle: {' -> '.join([*path, node, nxt])}"
+            if nxt not in state:
+                visit(nxt, [*path, node])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [])
+
+
+#: The modules at the package root. It should hold only the public surface (issue 38: the on-disk layer belongs
+#: in a room of its own); a new module goes into the room that owns its concept.
+ROOT_MODULES = {"__init__", "__main__", "_version", "api", "api_doc", "atomic", "errors", "lockfile", "npyfile",
+                "npzguard", "onnxwire", "options", "packfile", "printable", "shareable", "tempfolders", "values"}
+
+
+def test_no_new_module_at_the_package_root() -> None:
+    found = {p.stem for p in PACKAGE.glob("*.py")}
+    assert found <= ROOT_MODULES, f"new module(s) at the package root: {sorted(found - ROOT_MODULES)}"

@@ -49,9 +49,10 @@ from graphbisect.backends.command import CALLER_CWD_ENV
 from graphbisect.backends.cost import Cost
 from graphbisect.backends.registry import HOST_OPTIONS, Availability, BackendInfo, resolve, spec_timeout
 from graphbisect.backends.worker import InputsWriter
-from graphbisect.backends.zygote import ForkedProcess
+from graphbisect.backends.zygote import ForkedProcess, package_path
 from graphbisect.compare.metrics import STATS_FIELDS, TensorStats, Tolerance
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
+from graphbisect.machine import memory_hint, out_of_memory, path_text, unusable_path
 from graphbisect.packfile import PackReader, StaleDataError
 
 __all__ = ["DEFAULT_TIMEOUT", "LOG_TAIL_BYTES", "BackendProcess", "CompareTo", "availability_under", "compile_cache"]
@@ -304,9 +305,11 @@ class BackendProcess:
         self.worker_info: dict[str, Any] = {}
         self._state = _State()
         if workdir is None:
+            _require_usable_folder(Path(tempfile.gettempdir()), "the temporary folder")
             workdir = Path(tempfile.mkdtemp(prefix=f"graphbisect-{self.backend.name}-"))
             self._state.owned_workdir = workdir
         self.workdir = Path(workdir).absolute()
+        _require_usable_folder(self.workdir, "the work folder")
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._state.inputs = self._inputs = InputsWriter(self.workdir)
         self.log_path = self.workdir / "worker.log"
@@ -552,7 +555,7 @@ class BackendProcess:
                 "--log-level", logging.getLevelName(_effective_level())]
         try:
             worker = _Worker(self.python, args, self._worker_env(), cwd=self.workdir, log_path=self.log_path,
-                             package=_package_path(self.workdir))
+                             package=package_path(self.workdir))
         except OSError as exc:
             raise SpecError(f"cannot start a worker for {self.spec} with {self.python}: {exc}",
                             hint="python= must name an executable Python interpreter") from exc
@@ -623,6 +626,9 @@ class BackendProcess:
             cls = getattr(errors, kind, None)
             if isinstance(cls, type) and issubclass(cls, errors.GraphBisectError):
                 return cls(f"{self.spec.as_written()}: {message}", hint=hint)
+        if out_of_memory(f"{kind}: {message}"):  # the machine's memory (ulimit -v), not a missing library
+            return BackendError(f"the worker for {self.spec} ran out of memory during {op}: {kind}: {message}",
+                                hint=memory_hint())
         if kind in ("ModuleNotFoundError", "ImportError") and op == "init":
             library = self.backend.import_name or "its library"
             return BackendUnavailableError(
@@ -858,10 +864,14 @@ def _check_foreign_python(spec: BackendSpec, backend: BackendInfo) -> None:
 
 
 def _importing_env(workdir: Path) -> dict[str, str]:
-    """This environment, with this graphbisect importable by any interpreter (see :func:`_package_path`)."""
+    """This environment, with this graphbisect importable by any interpreter
+    (see :func:`~graphbisect.backends.zygote.package_path`)."""
     env = dict(os.environ)
-    path = _package_path(workdir)
+    path = package_path(workdir)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(path), env.get("PYTHONPATH")) if p)
+    # ONNX Runtime's telemetry writes ~/.cache/Microsoft/DeveloperTools/.onnxruntime/ (a device id, an event
+    # database) at import, outside every place the user named (docs/security.md); a value of yours is kept
+    env.setdefault("ORT_DISABLE_TELEMETRY", "1")
     return env
 
 
@@ -948,28 +958,14 @@ def _imported(avail: Availability, facts: Mapping[str, Any] | None, library: str
                         note=facts.get("note"))
 
 
-def _package_path(workdir: Path) -> Path:
-    """A folder holding only a link to this graphbisect package, for the worker's PYTHONPATH.
-
-    Not the package's parent folder: for a regular install that is site-packages, and putting it first on a
-    foreign interpreter's path would shadow that interpreter's own numpy and backend library.
-    """
-    package = Path(__file__).resolve().parents[1]
-    folder = workdir / "pythonpath"
-    link = folder / "graphbisect"
-    if link.is_symlink() and link.resolve() == package:
-        return folder
-    folder.mkdir(exist_ok=True)
-    tmp = folder / f".graphbisect-{os.getpid()}-{threading.get_ident()}"
-    try:
-        tmp.symlink_to(package, target_is_directory=True)
-        os.replace(tmp, link)  # atomic, also when another process did the same
-    except OSError:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        shutil.rmtree(link, ignore_errors=True)
-        shutil.copytree(package, link, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
-    return folder
+def _require_usable_folder(folder: Path, what: str) -> None:
+    """Refuse ``folder`` (``what`` it is) when backend libraries cannot open files under it: a name that is not
+    UTF-8 made ONNX Runtime refuse the model's path, reported as "the oracle failed" (issue 36)."""
+    why = unusable_path(folder)
+    if why is not None:
+        raise InputError(f"{what} {path_text(folder)} cannot hold the models backends read: {why}",
+                         hint="choose a folder whose path is valid UTF-8 (rename it, or name another with -o or "
+                         "--workdir in the CLI, output= or workdir= in Python, or set TMPDIR to one)")
 
 
 def _effective_level() -> int:

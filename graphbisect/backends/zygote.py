@@ -57,7 +57,7 @@ from typing import Any
 
 from graphbisect.tempfolders import PREFIX, alive, claim
 
-__all__ = ["ENV", "PER_WORKER", "ForkedProcess", "close_all", "spawn"]
+__all__ = ["ENV", "PER_WORKER", "ForkedProcess", "close_all", "package_path", "spawn"]
 
 logger = logging.getLogger(__name__)
 
@@ -277,21 +277,43 @@ def _spawn(python: str, argv: Sequence[str], env: Mapping[str, str], *, cwd: Pat
     return process
 
 
+def package_path(workdir: Path) -> Path:
+    """A folder holding only a link to this graphbisect package, for the worker's PYTHONPATH.
+
+    Not the package's parent folder: for a regular install that is site-packages, and putting it first on a
+    foreign interpreter's path would shadow that interpreter's own numpy and backend library.
+    """
+    package = Path(__file__).resolve().parents[1]
+    folder = workdir / "pythonpath"
+    link = folder / "graphbisect"
+    if link.is_symlink() and link.resolve() == package:
+        return folder
+    folder.mkdir(exist_ok=True)
+    tmp = folder / f".graphbisect-{os.getpid()}-{threading.get_ident()}"
+    try:
+        tmp.symlink_to(package, target_is_directory=True)
+        os.replace(tmp, link)  # atomic, also when another process did the same
+    except OSError:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        shutil.rmtree(link, ignore_errors=True)
+        shutil.copytree(package, link, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
+    return folder
+
+
 def _usable(env: Mapping[str, str]) -> bool:
     return (sys.platform.startswith("linux") and hasattr(socket, "send_fds")
             and env.get(ENV, "").strip().lower() != "exec")
 
 
 def _start(python: str, base: Mapping[str, str]) -> _Zygote | None:
-    from graphbisect.backends.process import _package_path  # the same link a worker's PYTHONPATH holds
-
     try:
         folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX))  # the zygote removes it when it ends
     except OSError as exc:
         logger.debug("no folder for a zygote: %s", exc)
         return None
     try:
-        env, package = dict(base), _package_path(folder)
+        env, package = dict(base), package_path(folder)  # the same link a worker's PYTHONPATH holds
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(package), base.get("PYTHONPATH")) if p)
         zygote = _Zygote(python, env, folder, package)
     except OSError as exc:

@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from graphbisect.compare.metrics import TensorStats
 
 __all__ = ["nonfinite_counts", "warn_masked_outputs", "warn_nonfinite_inputs"]
 
@@ -63,7 +60,20 @@ def warn_nonfinite_inputs(inputs: Mapping[str, Any]) -> list[str]:
     return messages
 
 
-def warn_masked_outputs(stats: Iterable[TensorStats]) -> list[str]:
+class _Compared(Protocol):
+    """What :func:`warn_masked_outputs` reads of a compared tensor (a :class:`~graphbisect.compare.TensorStats`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def numel(self) -> int: ...
+
+    @property
+    def masked(self) -> bool: ...
+
+
+def warn_masked_outputs(stats: Iterable[_Compared]) -> list[str]:
     """Warn about every compared tensor that is NaN/Inf everywhere on both sides; returns the warnings."""
     messages = [f"output {s.name!r} is NaN/Inf in all {s.numel} values on both backends: they agree, but "
                 "nothing was compared (check the inputs for NaN/Inf)" for s in stats if s.masked]

@@ -301,14 +301,16 @@ def compiled_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[st
         return from_engine_layers(nodes, graph_outputs, layers)
     hooked, program = info.get("hooked"), info.get("model_file")
     if isinstance(hooked, list) and isinstance(program, str):
-        from graphbisect.localize.paddle_hooks import compiled_from_hooks
+        from graphbisect.localize.paddle_hooks import hooked_nodes
         from graphbisect.model.paddle import program_ops
 
         ops = program_ops(program, {name for node in nodes for name in node.output if name})
         if ops is None:
             log.warning("%s is not a PIR program: its hooked tensors cannot be mapped to ONNX names", program)
             return None
-        return compiled_from_hooks(nodes, ops, hooked)[0]
+        named, values = hooked_nodes(ops, hooked)
+        graph = from_named_outputs(nodes, named, "optimized program (output hooks)")
+        return dataclasses.replace(graph, values=values)
     dispatches = info.get("dispatches")
     if isinstance(dispatches, Mapping):
         types = info.get("dispatch_types")

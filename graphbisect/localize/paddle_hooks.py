@@ -20,9 +20,9 @@ optimized op replaced, so this module **aligns** the two op sequences, both in p
   no agreeing anchor stays unmapped.
 
 Ops Paddle inserts (``quantize``, layout transforms) anchor nowhere and are reported as unmapped, never
-guessed. The result is a :class:`~graphbisect.localize.compiled.CompiledGraph` (one compiled node per
-mapped hooked op, covering the ONNX nodes between its inputs and its mapped tensor) and the hooked key of
-each ONNX tensor.
+guessed. The result (:func:`hooked_nodes`) is what :func:`~graphbisect.localize.compiled.compiled_graph` makes a
+compiled graph of (one compiled node per mapped hooked op, covering the ONNX nodes between its inputs and its
+mapped tensor), and the hooked key of each ONNX tensor.
 
 Example:
     >>> from graphbisect.model.paddle import PaddleOp
@@ -37,18 +37,14 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import onnx
-
-from graphbisect.localize.compiled import CompiledGraph, from_named_outputs
 from graphbisect.model.paddle import PaddleOp
 
-__all__ = ["Alignment", "align", "compiled_from_hooks"]
+__all__ = ["Alignment", "align", "hooked_nodes"]
 
 log = logging.getLogger(__name__)
 
@@ -173,9 +169,10 @@ def _chain(ops: Sequence[PaddleOp], readers: Mapping[int, list[int]], anchor: in
     return chain
 
 
-def compiled_from_hooks(nodes: Sequence[onnx.NodeProto], ops: Sequence[PaddleOp],
-                        hooked: Sequence[Mapping[str, Any]]) -> tuple[CompiledGraph, dict[str, str]]:
-    """The optimized program as a compiled graph of the ONNX model, and ONNX tensor → hooked key."""
+def hooked_nodes(ops: Sequence[PaddleOp], hooked: Sequence[Mapping[str, Any]]
+                 ) -> tuple[list[tuple[str, str, list[str]]], dict[str, str]]:
+    """The optimized program's ops as compiled nodes of the ONNX model — (kernel label, op type, the ONNX tensors
+    it computes), for :func:`~graphbisect.localize.compiled.from_named_outputs` — and ONNX tensor → hooked key."""
     aligned = align(ops, hooked)
     mapped = {a.key for a in aligned}
 
@@ -184,6 +181,4 @@ def compiled_from_hooks(nodes: Sequence[onnx.NodeProto], ops: Sequence[PaddleOp]
 
     named = [(label(a.key), a.op.rpartition(".")[2], [a.tensor]) for a in aligned]
     named += [(label(str(e["key"])), str(e["op"]).rpartition(".")[2], []) for e in hooked if e["key"] not in mapped]
-    graph = from_named_outputs(nodes, named, "optimized program (output hooks)")
-    values = {a.tensor: a.key for a in aligned}
-    return dataclasses.replace(graph, values=values), values
+    return named, {a.tensor: a.key for a in aligned}
