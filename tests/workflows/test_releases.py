@@ -2,7 +2,7 @@
 folder, shared: 1.17.3, 1.20.1 and 1.22.1 from there, 1.21.0, 1.21.1 and 1.22.0 made here once; the newest is
 the release installed in this interpreter). Skipped where an environment cannot be made (no package index).
 
-Measured per release on CPU, Python 3.11 (docs/releases.md):
+Measured per release on CPU, Python 3.11 (docs/guide/releases.md):
 * the keepdims=0 LayerNorm mis-fusion (onnxruntime#30513) fails in every release from 1.17.3 to 1.32.0, but 1.17.3
   does not attribute the fusion to the pass a bundle made on a newer release records, so it is not shown to be
   the same failure (a skip);
