@@ -56,6 +56,7 @@ import logging
 import pprint
 import re
 from collections.abc import Collection, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graphbisect.artifacts.repro_backends import REPRO_BACKENDS, TACTICS_FILE, ReproBackend
@@ -63,7 +64,7 @@ from graphbisect.artifacts.repro_backends._common import _raw_options
 from graphbisect.backends import BackendSpec, get
 from graphbisect.backends.command import check_mode
 from graphbisect.backends.inert import untrusted_values
-from graphbisect.backends.registry import HOST_OPTIONS
+from graphbisect.backends.registry import HOST_OPTIONS, custom_origin, how_to_register, require_backend
 from graphbisect.errors import SpecError
 from graphbisect.npzguard import model_declared
 from graphbisect.npzguard import script_text as npzguard_script_text
@@ -99,6 +100,7 @@ __all__ = [
     "render_repro",
     "repro_config",
     "repro_options",
+    "require_recorded_backend",
     "tactic_files",
 ]
 
@@ -271,8 +273,28 @@ def repro_config(content: BundleContent) -> dict[str, Any]:
         # what a refusal says (graphbisect's rule): an error matching it is "unsupported", not a crash
         "unsupported_pattern": UNSUPPORTED_PATTERN,
         "standalone": backend.code is not None,
+        # a custom backend: how it was registered, so that another process can register it again (how_to_register)
+        **({"custom_backend": origin} if (origin := custom_origin(spec.name)) is not None else {}),
         **({"control": _control_config(content.control)} if content.control is not None else {}),
     }
+
+
+def require_recorded_backend(spec: BackendSpec, folder: Path, shown: Path | str) -> None:
+    """Raise :class:`SpecError` when the backend of a bundle's recorded ``spec`` is not in this process's table,
+    with how to register it where the bundle (``folder``, given as ``shown``) recorded a custom backend's origin
+    (:func:`~graphbisect.backends.registry.require_backend`)."""
+    require_backend(spec, _recorded_origin(folder), str(shown))
+
+
+def _recorded_origin(folder: Path) -> Mapping[str, Any] | None:
+    """``repro_config.json``'s ``custom_backend`` record, or None (absent, unreadable, not a record)."""
+    try:
+        with (folder / "repro_config.json").open(encoding="utf-8") as handle:
+            config = json.loads(handle.read(1 << 20))
+    except (OSError, ValueError):
+        return None
+    origin = config.get("custom_backend") if isinstance(config, Mapping) else None
+    return origin if isinstance(origin, Mapping) else None
 
 
 def _identity_config(report: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -322,7 +344,7 @@ def render_repro(content: BundleContent) -> str:
     if backend.code is None:  # said once per bundle, here: the other callers only read the section's facts
         logger.warning("repro.py has no section for backend %r: the bundle's repro.py points to "
                        "`graphbisect verify` (sections exist for %s)", backend.name, ", ".join(sorted(REPRO_BACKENDS)))
-        return _NO_STANDALONE
+        return _NO_STANDALONE.replace("@HOW_TO_REGISTER@", inspect.getsource(how_to_register).rstrip())
     return "".join((_HEADER.replace("@LIBRARY@", backend.label), _COMMON_IMPORTS, backend.code,
                     _trust_section(backend), _COMMON))
 
@@ -491,8 +513,11 @@ def load_arrays(path, names=None, declared=None):
                       if name != "__values__.json" and (name in described or f"{name}.npy" not in hidden)}
             for name, entry in described.items():
                 arrays[name] = decode_value(entry, lambda file: data[file[:-4]])
-    except (OSError, ValueError, KeyError) as exc:
-        raise CannotRun(f"cannot read {path}: {exc}") from exc
+    # __values__.json of another shape (a list, entries that are strings, nested 100,000 deep) is a damaged file
+    # too: a RecursionError from it ended in the child's traceback (the bundle fuzzer, issue 36)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError) as exc:
+        raise CannotRun(f"cannot read {path}: {type(exc).__name__}: {str(exc)[:300]} (the bundle is damaged: "
+                        "copy it again)") from exc
     missing = [name for name in names or () if name not in arrays]
     if missing:
         raise CannotRun(f"{Path(path).name} has no array for {', '.join(map(json.dumps, missing))}")
@@ -1184,8 +1209,12 @@ _NO_STANDALONE = r'''#!/usr/bin/env python3
     graphbisect verify DIR     # exit 1: the failure reproduces, 0: fixed, 2: cannot run
 
 DIR is the folder of this script. model.onnx, inputs.npz, oracle_outputs.npz and repro_config.json beside it
-hold the case; this script only says so and exits 2 (nothing was tested).
+hold the case; this script only says so and exits 2 (nothing was tested). A custom backend must be known to
+the process that verifies: repro_config.json's custom_backend says how it was registered, and this script
+prints what to run.
 """
+
+from __future__ import annotations
 
 import json
 import shlex
@@ -1194,6 +1223,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 CANNOT_RUN = 2
+ENTRY_POINT_GROUP = "graphbisect.backends"
+
+
+@HOW_TO_REGISTER@
 
 
 def main():
@@ -1201,9 +1234,15 @@ def main():
         config = json.loads((HERE / "repro_config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         config = {}
-    print(f"repro.py cannot replay {config.get('target_spec', 'this target')} standalone: there is no standalone "
-          f"script for the {config.get('backend', 'target')!r} backend. Replay the bundle through graphbisect's "
-          f"isolated backends:\n\n    graphbisect verify {shlex.quote(str(HERE))}\n", file=sys.stderr)
+    config = config if isinstance(config, dict) else {}
+    origin = config.get("custom_backend")
+    print(f"repro.py cannot replay {config.get('target_spec', 'this target')!r} standalone: there is no standalone "
+          f"script for the {config.get('backend', 'target')!r} backend.", file=sys.stderr)
+    if isinstance(origin, dict):
+        print(f"It is a custom backend; {how_to_register(origin, str(HERE))}", file=sys.stderr)
+    else:
+        print(f"Replay the bundle through graphbisect's isolated backends:\n\n    graphbisect verify "
+              f"{shlex.quote(str(HERE))}\n", file=sys.stderr)
     return CANNOT_RUN
 
 

@@ -17,13 +17,16 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import json
 import logging
 import math
+import shlex
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from graphbisect.backends import ort_providers
 from graphbisect.backends.base import BackendSpec, Capability
@@ -55,10 +58,13 @@ __all__ = [
     "Availability",
     "BackendInfo",
     "all_backends",
+    "custom_origin",
     "get",
+    "how_to_register",
     "import_runtime",
     "register_backend",
     "register_row",
+    "require_backend",
     "resolve",
     "shared_accelerator",
     "spec_timeout",
@@ -698,6 +704,78 @@ def _row(runtime: type | str, *, name: str | None, summary: str | None,
         aliases=tuple(a.lower() for a in aliases), path=folders,
         inert_options=dict(inert_options if inert_options is not None else getattr(cls, "inert_options", {})),
     )
+
+
+def custom_origin(name: str) -> dict[str, Any] | None:
+    """How the custom backend ``name`` came into this process's table, for a bundle to say how to get it back in
+    another process (:func:`how_to_register`); None for a built-in backend.
+
+    ``registered``: ``"entry point"`` (an installed distribution declares it: ``entry_point``, ``distribution``)
+    or ``"register_backend"`` (a script registered it at run time: only that script's processes know it);
+    ``runtime`` and ``path``: the class a worker imports and the folders it imports it from.
+
+    Example:
+        >>> custom_origin("onnxruntime") is None
+        True
+    """
+    info = get(name)
+    if any(info is row for row in BACKENDS):
+        return None
+    origin: dict[str, Any] = {"name": info.name, "runtime": info.runtime, "path": list(info.path),
+                              "registered": "register_backend", "entry_point": None, "distribution": None}
+    if _REGISTERED.get(info.name) is not info:
+        from importlib import metadata
+
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if ep.name.strip().lower() == info.name:
+                origin.update(registered="entry point", entry_point=f"{ep.name} = {ep.value}",
+                              distribution=ep.dist.name if ep.dist else None)
+                break
+    return origin
+
+
+def how_to_register(origin: Mapping[str, Any], bundle: str) -> str:
+    """What to run so that ``graphbisect verify bundle`` finds the custom backend :func:`custom_origin` recorded:
+    install the distribution that declares its entry point, or register its class in the process that verifies
+    (a backend registered by a script is known to that script's processes only). Values are a bundle's data:
+    quoted for the shell and for Python, never pasted raw.
+
+    Example:
+        >>> print(how_to_register({"name": "team", "registered": "entry point", "distribution": "team-backend",
+        ...                        "entry_point": "team = team_backend:TeamRuntime"}, "bug"))
+        install the distribution that declares it ('team-backend', entry point 'team = team_backend:TeamRuntime' in \
+the 'graphbisect.backends' group), then: graphbisect verify bug
+    """
+    name, command = str(origin.get("name", "")), f"graphbisect verify {shlex.quote(bundle)}"
+    if origin.get("registered") == "entry point":
+        dist = f"{str(origin.get('distribution'))!r}, " if origin.get("distribution") else ""
+        return (f"install the distribution that declares it ({dist}entry point {str(origin.get('entry_point'))!r} "
+                f"in the {ENTRY_POINT_GROUP!r} group), then: {command}")
+    runtime, path = str(origin.get("runtime", "")), [str(p) for p in origin.get("path") or ()]
+    code = ("import sys, graphbisect; from graphbisect.backends.registry import import_runtime; "
+            "from graphbisect.cli.main import main; "
+            f"graphbisect.register_backend(import_runtime({json.dumps(runtime)}, {json.dumps(path)}), "
+            f"name={json.dumps(name)}); "
+            "sys.exit(main([\"verify\", *sys.argv[1:]]))")
+    return (f"the backend {name!r} was registered at run time (graphbisect.register_backend, class {runtime!r}): "
+            f"only the process that registered it knows it. Register it, then verify, in one process:\n"
+            f"    python -c {shlex.quote(code)} {shlex.quote(bundle)}\n"
+            f"(an entry point in the {ENTRY_POINT_GROUP!r} group of an installed distribution makes it known to "
+            f"every process: then {command})")
+
+
+def require_backend(spec: BackendSpec, origin: Mapping[str, Any] | None, bundle: str) -> None:
+    """Raise :class:`SpecError` when ``spec``'s backend is not in this process's table; where the bundle recorded the
+    custom backend's ``origin`` (:func:`custom_origin`, repro_config.json ``custom_backend``), the hint says how to
+    register it (:func:`how_to_register`): a backend a script registered is known to that script alone, and
+    ``graphbisect verify`` elsewhere said only "unknown backend" (issue 35)."""
+    try:
+        get(spec.name)
+    except SpecError as exc:
+        if origin is None or str(origin.get("name", "")).lower() != spec.name.lower():
+            raise
+        raise SpecError(f"{exc.message}: the bundle's {spec.name!r} is a custom backend this process has not "
+                        "registered", hint=how_to_register(origin, bundle)) from exc
 
 
 def _entry_point_backends() -> list[BackendInfo]:

@@ -4,6 +4,11 @@ gets isolated workers, specs and every command, like the built-in ones."""
 from __future__ import annotations
 
 import importlib
+import json
+import os
+import shlex
+import subprocess
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,6 +102,15 @@ def test_an_entry_point_backend_runs_reduce_end_to_end(plugin_dist: Path, tmp_pa
     report = (tmp_path / "bug" / "report.json").read_text()
     assert "team:level=all" in report
     assert graphbisect.verify(tmp_path / "bug").outcome == "reproduces"
+    # repro.py has no section for a plug-in: it says to verify with the distribution that declares it installed
+    config = json.loads((tmp_path / "bug" / "repro_config.json").read_text())
+    recorded = {k: v for k, v in config["custom_backend"].items() if k != "path"}  # the module's folder: where found
+    assert recorded == {"name": "team", "runtime": "team_backend:TeamRuntime", "registered": "entry point",
+                        "entry_point": "team = team_backend:TeamRuntime", "distribution": "team-backend"}
+    said = subprocess.run([sys.executable, str(tmp_path / "bug" / "repro.py")], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert said.returncode == 2 and "install the distribution that declares it ('team-backend'" in said.stderr
+    assert f"then: graphbisect verify {tmp_path / 'bug'}" in said.stderr
     # The plug-in describes nothing it compiled: the bundle's failure is matched by kind, so its passing on
     # level=basic does not show the model fixed — and it is not: the model still fails there (LayerNormFusion
     # runs at basic; the bundle, matched by kind, passes there). Before, verify said "fixed".
@@ -132,3 +146,43 @@ def test_register_backend_at_run_time(tmp_path: Path, monkeypatch: pytest.Monkey
         graphbisect.unregister_backend("mine")
     with pytest.raises(SpecError, match="unknown backend 'mine'"):
         resolve("mine")
+
+
+def test_a_bundle_of_a_backend_registered_by_a_script_says_how_to_register_it(tmp_path: Path) -> None:
+    """A backend a script registers is known to that script's processes only: its bundle's repro.py told the
+    maintainer to run `graphbisect verify BUNDLE`, which exited 2 "unknown backend" (issue 35, case 6). repro.py
+    and verify now name the class the bundle recorded and print the command that registers it and verifies; that
+    command reproduces the failure."""
+    (tmp_path / "mod").mkdir()
+    (tmp_path / "mod" / "my_runtime.py").write_text(RUNTIME)
+    script = tmp_path / "make_bundle.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(tmp_path / "mod")!r})
+        import graphbisect, my_runtime
+        from graphbisect.examples.patterns import pattern_model
+        graphbisect.register_backend(my_runtime.TeamRuntime, name="mine")
+        result = graphbisect.reduce(pattern_model("layernorm_keepdims0"), {str(tmp_path / "bug")!r}, target="mine")
+        sys.exit(0 if result.failed else 3)
+    """))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    made = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, check=False,
+                          env=env)
+    assert made.returncode == 0, made.stdout + made.stderr
+    bundle = tmp_path / "bug"
+    config = json.loads((bundle / "repro_config.json").read_text())
+    assert config["custom_backend"]["registered"] == "register_backend"
+    assert config["custom_backend"]["runtime"] == "my_runtime:TeamRuntime"
+    said = subprocess.run([sys.executable, str(bundle / "repro.py")], capture_output=True, text=True, timeout=60,
+                          check=False, env=env)
+    assert said.returncode == 2 and "registered at run time" in said.stderr and "my_runtime:TeamRuntime" in said.stderr
+    verified = subprocess.run([sys.executable, "-m", "graphbisect", "verify", str(bundle)], capture_output=True,
+                              text=True, timeout=120, check=False, env=env, cwd=tmp_path)
+    assert verified.returncode == 2 and "unknown backend 'mine'" in verified.stderr
+    (command,) = [line.strip() for line in verified.stderr.splitlines() if line.strip().startswith("python -c")]
+    assert command in said.stderr  # repro.py and verify say the same
+    argv = shlex.split(command)
+    assert argv[-1] == str(bundle)
+    rerun = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, timeout=300, check=False,
+                           env=env, cwd=tmp_path)
+    assert rerun.returncode == 1 and "REPRODUCES" in rerun.stdout, rerun.stdout + rerun.stderr
