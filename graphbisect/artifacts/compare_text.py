@@ -50,13 +50,29 @@ def num(value: float) -> str:
     return f"{value:.3g}" if math.isfinite(value) else "-" if math.isnan(value) else str(value)
 
 
-def compiled_as_cell(node: CompiledNode | None) -> str:
-    """The layer table's "compiled as" cell: the compiled node, and how many original nodes it covers."""
+def compiled_as_cell(node: CompiledNode | None, width: int | None = None) -> str:
+    """The layer table's "compiled as" cell: the compiled node, and how many original nodes it covers.
+
+    ``width``: at most that many characters (the terminal's column), the kind shortened with ``…`` so that the
+    count stays: cutting the cell's end cut the count off ("SkipSimplifiedLayerNormalizatio").
+
+    Example:
+        >>> from graphbisect.localize.compiled import CompiledNode
+        >>> node = CompiledNode("n", "SkipSimplifiedLayerNormalization", ("a", "b", "c"), ("y",), inferred=("c",))
+        >>> compiled_as_cell(node), compiled_as_cell(node, width=30)
+        ('SkipSimplifiedLayerNormalization ×3 (1 inferred)', 'SkipSimplifie… ×3 (1 inferred)')
+    """
     if node is None:
-        return "- (not in compiled graph)"
-    if not node.fused:
-        return node.kind
-    return f"{node.kind} ×{len(node.originals)}" + (f" ({len(node.inferred)} inferred)" if node.inferred else "")
+        return "- (not in compiled graph)"[:width]
+    suffix = f" ×{len(node.originals)}" if node.fused else ""
+    inferred = f" ({len(node.inferred)} inferred)" if node.fused and node.inferred else ""
+    if width is not None and len(node.kind) + len(suffix) + len(inferred) > width:
+        if width - len(suffix) - len(inferred) < 8:
+            inferred = ""  # the count matters more than how many of its nodes were inferred
+        room = width - len(suffix) - len(inferred)
+        kind = node.kind if len(node.kind) <= room else node.kind[:max(room - 1, 1)] + "…"
+        return (kind + suffix + inferred)[:width]
+    return node.kind + suffix + inferred
 
 
 def ran_in_cell(node: CompiledNode | None) -> str:

@@ -149,7 +149,7 @@ def _print_layers(result: CompareResult, rows: int) -> None:
         orng = f"[{num(s.oracle_range[0])}, {num(s.oracle_range[1])}]" if s.oracle_range else "-"
         print(f"{row_mark(r, first):<2}{r.index:>3} {shown(r.op_type)[:14]:<14} {shown(r.node)[:28]:<28} "
               f"{shape[:14]:<14} {f'{s.mismatches}/{s.numel}':>13} {num(s.max_abs):>9} {num(s.max_rel):>9} "
-              f"{num(s.cosine):>8}  " + (f"{shown(compiled_as_cell(r.compiled_as))[:30]:<30} " if compiled else "")
+              f"{num(s.cosine):>8}  " + (f"{shown(compiled_as_cell(r.compiled_as, width=30)):<30} " if compiled else "")
               + (f"{ran_in_cell(r.compiled_as)[:9]:<9} " if ran else "") + f"{rng} ({orng})")
     for note in (constants_note(result), floor_rows_note(result)):
         if note:

@@ -120,3 +120,17 @@ def test_backends_says_what_it_does_before_the_long_imports(tmp_path: Path) -> N
     assert first.startswith("importing every backend's library"), first
     assert seconds < 15, seconds
     assert "onnxruntime" in out
+
+
+def test_the_compiled_as_column_keeps_the_count_when_the_kind_is_cut() -> None:
+    from graphbisect.artifacts.compare_text import compiled_as_cell
+    from graphbisect.localize.compiled import CompiledNode
+
+    node = CompiledNode("n", "SkipSimplifiedLayerNormalization", tuple(f"a{i}" for i in range(12)), ("y",))
+    # The table cut the cell at 30 characters: "SkipSimplifiedLayerNormalizati", the count ×12 gone.
+    cell = compiled_as_cell(node, width=30)
+    assert cell == "SkipSimplifiedLayerNormal… ×12" and len(cell) <= 30, cell
+    inferred = CompiledNode("n", "SkipSimplifiedLayerNormalization", ("a", "b", "c"), ("y",), inferred=("c",))
+    assert compiled_as_cell(inferred, width=30) == "SkipSimplifie… ×3 (1 inferred)"
+    assert compiled_as_cell(CompiledNode("n", "Relu", ("r",), ("y",)), width=30) == "Relu"
+    assert compiled_as_cell(node) == "SkipSimplifiedLayerNormalization ×12"  # the HTML page's cell, whole
