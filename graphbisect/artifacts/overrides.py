@@ -5,7 +5,11 @@
   (TensorRT's ONNX parser names layers after ONNX nodes; with ``--stronglyTyped`` use the typed
   mixed-precision ONNX model instead, whose Cast nodes carry the precision);
 * onnxconverter-common ``float16.convert_float_to_float16(model, node_block_list=[...])``;
-* ONNX Runtime quantization ``quantize_static(..., nodes_to_exclude=[...])``;
+* ONNX Runtime quantization ``quantize_static(..., nodes_to_exclude=[...])`` with the quantization the int8 search
+  measured (:meth:`PrecisionOverrides.onnxruntime_quantization`): QDQ, uint8 activations, int8 weights *per
+  channel*, the same calibration method and op types. It said per tensor before (ORT's default), a coarser
+  quantization than the one verified: on a MatMul whose weight columns differ 50× in magnitude the snippet's
+  model missed the tolerance the answer met (issue 35);
 * Paddle Inference ``config.exp_disable_mixed_precision_ops({...})``: Paddle disables mixed precision per
   *op type*, not per node, so this is coarser (every node of those types stays FP32). That is Paddle's GPU
   mixed precision: on CPU it does nothing to oneDNN bf16 (measured, Paddle 3.3.1: a legacy MobileNetV2
@@ -146,6 +150,52 @@ class PrecisionOverrides:
     lowered: tuple[str, ...]
     #: What ``keep_fp32``/``lowered`` name: ONNX ``node`` names, or ``paddle_op_type`` (a search on Paddle).
     unit: str = "node"
+    #: int8: nodes the lowering kept in float in every run, not searched (a bias beyond int32); the int8 formats
+    #: (ORT, NNCF, trtexec) keep them out of int8 as well, since no run measured them quantized.
+    float_nodes: tuple[str, ...] = ()
+    #: int8: the calibration method the search used (``minmax``, ``percentile``, ``entropy``).
+    calibration: str = "minmax"
+    #: int8: the op types the search quantizes (:data:`graphbisect.precision.modes.INT8_OPS`); empty: ORT's own.
+    int8_op_types: tuple[str, ...] = ()
+
+    @property
+    def pinned_fp32(self) -> tuple[str, ...]:
+        """The nodes the formats keep out of reduced precision: ``keep_fp32``, then ``float_nodes``."""
+        return tuple(dict.fromkeys((*self.keep_fp32, *self.float_nodes)))
+
+    def onnxruntime_quantization(self) -> str:
+        """``quantize_static`` with the quantization the int8 search measured (graphbisect.precision.qdq).
+
+        Example:
+            >>> print(PrecisionOverrides("int8", ("fc",), ("Gemm",), ("conv",), int8_op_types=("Conv", "Gemm"))
+            ...       .onnxruntime_quantization())  # doctest: +NORMALIZE_WHITESPACE
+            from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+            # graphbisect's int8: QDQ, uint8 activations per tensor (asymmetric), int8 weights per output channel
+            # (symmetric), int32 biases; calibration: the inputs `reader` yields
+            quantize_static(fp32_path, int8_path, reader, quant_format=QuantFormat.QDQ, per_channel=True,
+                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                            calibrate_method=CalibrationMethod.MinMax, op_types_to_quantize=["Conv", "Gemm"],
+                            nodes_to_exclude=["fc"],
+                            extra_options={"ActivationSymmetric": False, "WeightSymmetric": True})
+        """
+        method, extra, note = "MinMax", "", ""
+        if self.calibration == "percentile":
+            method, extra = "Percentile", ', "CalibPercentile": 99.99'
+        elif self.calibration == "entropy":
+            method = "Entropy"
+        if self.calibration in ("percentile", "entropy"):
+            note = (f"\n# ORT's {method} calibrator computes its ranges from its own histograms: close to "
+                    "graphbisect's, not the same (MinMax ranges are)")
+        ops = f" op_types_to_quantize={json.dumps(list(self.int8_op_types))}," if self.int8_op_types else ""
+        return ("from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static\n"
+                "# graphbisect's int8: QDQ, uint8 activations per tensor (asymmetric), int8 weights per output "
+                "channel\n# (symmetric), int32 biases; calibration: the inputs `reader` yields" + note + "\n"
+                "quantize_static(fp32_path, int8_path, reader, quant_format=QuantFormat.QDQ, per_channel=True,\n"
+                "                activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,\n"
+                f"                calibrate_method=CalibrationMethod.{method},{ops}\n"
+                f"                nodes_to_exclude={json.dumps(list(self.pinned_fp32))},\n"
+                '                extra_options={"ActivationSymmetric": False, "WeightSymmetric": True'
+                f"{extra}}})")
 
     def paddle_cpu_bf16(self) -> str:
         """Paddle Inference config lines for CPU bf16 with the kept op types in FP32 (``unit="paddle_op_type"``).
@@ -173,7 +223,7 @@ class PrecisionOverrides:
             '--fp16 --precisionConstraints=obey --layerPrecisions=c:d:fp32 --layerOutputTypes=c:d:fp32'
         """
         flag = _TRT_TYPES[self.mode]
-        named = [name for name in self.keep_fp32 if name not in self.trtexec_left_out]
+        named = [name for name in self.pinned_fp32 if name not in self.trtexec_left_out]
         if not named:
             return flag
         pins = shlex.quote(",".join(f"{name}:fp32" for name in named))
@@ -182,14 +232,14 @@ class PrecisionOverrides:
     @property
     def trtexec_left_out(self) -> tuple[str, ...]:
         """The FP32 nodes trtexec's ``--layerPrecisions`` list cannot name (:func:`trtexec_cannot_name`)."""
-        return tuple(name for name in self.keep_fp32 if trtexec_cannot_name(name))
+        return tuple(name for name in self.pinned_fp32 if trtexec_cannot_name(name))
 
     def trtexec_note(self) -> str | None:
         """What the trtexec line leaves out and where those nodes are instead; None when it names every node."""
         left = self.trtexec_left_out
         if not left:
             return None
-        return (f"trtexec cannot name {len(left)} of the {len(self.keep_fp32)} FP32 node(s) in --layerPrecisions "
+        return (f"trtexec cannot name {len(left)} of the {len(self.pinned_fp32)} FP32 node(s) in --layerPrecisions "
                 f"(it splits the list at ',' with no quoting, a quote starts its own quoted form, '*' means every "
                 f"layer): {', '.join(shown(n) for n in left)}. trtexec.txt leaves them out, so TensorRT may lower "
                 "them; pin them by their TensorRT layer names, or use the typed mixed-precision model with "
@@ -211,15 +261,17 @@ class PrecisionOverrides:
         return sorted({_PADDLE_OPS.get(op, op.lower()) for op in self.keep_op_types})
 
     def snippets(self) -> dict[str, str]:
-        """Python snippets for onnxconverter-common, ORT quantization, Paddle and OpenVINO (op types: Paddle's)."""
+        """Python snippets for onnxconverter-common, ORT quantization (int8), Paddle and OpenVINO (op types:
+        Paddle's)."""
         if self.unit == "paddle_op_type":
             return {"paddle_cpu_bf16": self.paddle_cpu_bf16()}
         names = json.dumps(list(self.keep_fp32))
+        # ORT's quantizer only for an int8 answer: an fp16/bf16 search measured no int8 quantization
+        ort_int8 = {"onnxruntime_quantization": self.onnxruntime_quantization()} if self.mode == "int8" else {}
         return {
             "onnxconverter_common": "from onnxconverter_common import float16\n"
             f"model16 = float16.convert_float_to_float16(model, keep_io_types=True, node_block_list={names})",
-            "onnxruntime_quantization": "from onnxruntime.quantization import quantize_static, QuantFormat\n"
-            f"quantize_static(fp32_path, int8_path, reader, quant_format=QuantFormat.QDQ, nodes_to_exclude={names})",
+            **ort_int8,
             "paddle": f"config.enable_use_gpu(256, 0, PrecisionType.Half)\n"
             f"config.exp_disable_mixed_precision_ops(set({json.dumps(self.paddle_ops())}))",
             "openvino": self.openvino(),
@@ -227,9 +279,9 @@ class PrecisionOverrides:
 
     def openvino(self) -> str:
         """The OpenVINO snippet: per-node FP32 pins for fp16/bf16 (defines ``compiled``), NNCF's for int8."""
-        names = json.dumps(list(self.keep_fp32))
         if self.mode == "int8":
-            return _OPENVINO_INT8.format(names=names)
+            return _OPENVINO_INT8.format(names=json.dumps(list(self.pinned_fp32)))
+        names = json.dumps(list(self.keep_fp32))
         return _OPENVINO_PINS.format(names=names, hint="f16" if self.mode == "fp16" else "bf16")
 
     def to_json(self, pin_file: Path | None = None) -> dict[str, object]:
@@ -242,7 +294,7 @@ class PrecisionOverrides:
         return {"mode": self.mode, "keep_fp32": list(self.keep_fp32), "lowered": list(self.lowered),
                 "trtexec": self.trtexec(), "trtexec_left_out": list(self.trtexec_left_out),
                 "trtexec_note": self.trtexec_note(), "onnxconverter_common_node_block_list": list(self.keep_fp32),
-                "onnxruntime_nodes_to_exclude": list(self.keep_fp32),
+                "onnxruntime_nodes_to_exclude": list(self.pinned_fp32), "int8_float_nodes": list(self.float_nodes),
                 "paddle_exp_disable_mixed_precision_ops": self.paddle_ops(),
                 "openvino": {"note": OPENVINO_NOTE, "keep_fp32": list(self.keep_fp32),
                              "target": self.openvino_target(pin_file) if pin_file else self.openvino_target()},

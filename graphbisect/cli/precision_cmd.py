@@ -120,7 +120,8 @@ def print_result(result: PrecisionResult, *, rows: int, data: list[str] | None =
             print(f"{mark}{shown(row.node)[:42]:<42} {shown(row.op_type)[:12]:<12} {_num(row.score):>9} "
                   f"{_num(row.lowered['cosine']):>9} {_num(row.lowered['snr_db']):>8}  {_num(row.kept['score'])}")
     if result.all_lowered_meets:
-        print("\nthe fully lowered model meets the tolerance: no node needs FP32")
+        searched = " searched" if result.extra.get("int8_float_nodes") else ""  # the others stayed float
+        print(f"\nthe fully lowered model meets the tolerance: no{searched} node needs FP32")
     stopped = f": the search stopped early ({result.stop_reason})" if result.stop_reason else ""
     print(f"tolerance atol {result.tolerance.atol:g}, rtol {result.tolerance.rtol:g}")
     if str(result.extra.get("oracle_expected", "")).endswith("differ)"):
@@ -141,6 +142,12 @@ def print_result(result: PrecisionResult, *, rows: int, data: list[str] | None =
                                "--alone checks them"}
         print(f"which of them break the tolerance alone: not checked "
               f"({why.get(str(result.extra.get('alone_checked')), 'not run')})")
+    floats = result.extra.get("int8_float_nodes")
+    if isinstance(floats, list) and floats:
+        print(f"kept in float by the int8 lowering in every run, not searched ({len(floats)}; the overrides "
+              "exclude them from quantization too):")
+        for entry in floats:
+            print(f"  {shown(str(entry['node']))}: {entry['why']}")
     if result.prefix_keep_fp32 is not None:
         print(f"Polygraphy-style prefix answer: the first {len(result.prefix_keep_fp32)} nodes in FP32")
     for key, what in (("runtime_pins_not_applied", f"ran in {result.mode.value} anyway"),

@@ -149,9 +149,25 @@ class Calibration:
     @classmethod
     def from_tensors(cls, tensors: Mapping[str, np.ndarray], names: Iterable[str] | None = None, *,
                      method: CalibrationMethod = CalibrationMethod.MINMAX, percentile: float = 99.99) -> Calibration:
-        """Ranges of ``names`` (default: all) read from ``tensors`` (a dict or an ActivationStore)."""
+        """Ranges of the float tensors among ``names`` (default: all) read from ``tensors`` (a dict or an
+        ActivationStore).
+
+        Only floating-point tensors have a range: int8 quantizes float32 activations, and strings, integers
+        and booleans (a ``LabelEncoder``'s keys, token ids, masks) are left as they are. Casting them to float32
+        raised on the first string (issue 35: a model with a string input exited 3).
+
+        Example:
+            >>> sorted(Calibration.from_tensors({"x": np.ones(3, np.float32), "s": np.array(["a"])}).ranges)
+            ['x']
+        """
         wanted = list(tensors) if names is None else [n for n in names if n in tensors]
-        ranges = {name: _range(tensors[name], method, percentile) for name in wanted}
+        ranges: dict[str, tuple[float, float]] = {}
+        for name in wanted:
+            values = np.asarray(tensors[name])
+            if values.dtype.kind != "f":
+                logger.debug("not calibrating %r: %s values stay as they are", name, values.dtype)
+                continue
+            ranges[name] = _range(values, method, percentile)
         logger.debug("calibrated %d activations (%s)", len(ranges), method.value)
         return cls(ranges, method)
 

@@ -24,7 +24,7 @@ from graphbisect.model import Model
 from graphbisect.precision.calibration import Calibration
 from graphbisect.precision.casts import is_typed, lower_casts
 from graphbisect.precision.modes import PrecisionMode, lowerable_nodes
-from graphbisect.precision.qdq import QdqConstants, lower_qdq
+from graphbisect.precision.qdq import QdqConstants, int32_bias_overflows, lower_qdq
 
 __all__ = ["Lowering"]
 
@@ -42,6 +42,9 @@ class Lowering:
     Attributes:
         units: indices (topological order) of the lowerable nodes; a search's unit ``i`` is ``units[i]``
             (with ``op_types``: ``0..len(op_types)-1``, unit ``i`` is ``op_types[i]``).
+        float_nodes: node name → why, for the nodes ``mode`` could lower but this lowering keeps in float
+            whatever the keep-set (INT8: a bias int32 cannot hold at the calibrated scales,
+            :func:`~graphbisect.precision.qdq.int32_bias_overflows`); they are not units.
     """
 
     def __init__(self, model: Model, mode: PrecisionMode, calibration: Calibration | None = None, *,
@@ -54,8 +57,15 @@ class Lowering:
         self.model, self.mode, self.calibration, self.typed = model, mode, calibration, typed
         self.runtime_pins = runtime_pins
         self.op_types: tuple[str, ...] | None = tuple(op_types) if op_types is not None else None
-        self.units: tuple[int, ...] = (tuple(range(len(self.op_types))) if self.op_types is not None
-                                       else tuple(lowerable_nodes(model, mode)))
+        units = range(len(self.op_types)) if self.op_types is not None else lowerable_nodes(model, mode)
+        self.float_nodes: dict[str, str] = {}
+        if mode is PrecisionMode.INT8 and calibration is not None and not runtime_pins:
+            overflows = int32_bias_overflows(model, units, calibration)
+            self.float_nodes = {model.node_names[index]: why for index, why in overflows.items()}
+            for name, why in self.float_nodes.items():
+                logger.info("int8 keeps %r in float: %s", name, why)
+            units = [index for index in units if index not in overflows]
+        self.units: tuple[int, ...] = tuple(units)
         self._qdq = QdqConstants(calibration) if calibration is not None else None  # shared by every candidate
 
     def names(self, units: Collection[int]) -> list[str]:

@@ -5,8 +5,9 @@ For every lowered node:
 * each float **activation** input is read through ``QuantizeLinear → DequantizeLinear`` (UINT8, per-tensor
   scale and zero point from :class:`~graphbisect.precision.calibration.Calibration`), made once per tensor;
 * the **weight** of Conv/ConvTranspose/MatMul/Gemm is stored as INT8 per output channel (symmetric) with a
-  DequantizeLinear; a Conv bias as INT32 with scale ``x_scale * w_scale``; other float initializers with
-  more than one element as per-tensor INT8; scalars (epsilons, exponents) stay float;
+  DequantizeLinear; a Conv/ConvTranspose/Gemm bias as INT32 with scale ``x_scale * w_scale`` (ONNX Runtime's
+  quantizer does the same, and only with an INT32 bias does ORT fuse a Gemm into QGemm); other float
+  initializers with more than one element as per-tensor INT8; scalars (epsilons, exponents) stay float;
 * the output of Conv/ConvTranspose/MatMul/Gemm is quantized as well (its QDQ pair is part of the node), so
   ONNX Runtime (``opt_level`` extended or higher; verified: QLinearConv, QLinearAdd)
   fuses the ``DQ → op → Q`` groups into real int8 kernels:
@@ -14,6 +15,15 @@ For every lowered node:
   QDQ pairs, exactly as in a model produced by ``onnxruntime.quantization.quantize_static``.
 
 A tensor without a calibrated range (e.g. only in a Paddle model's probe) stays float; the lowering logs it.
+
+**A bias int32 cannot hold.** ``bias / (x_scale * w_scale)`` beyond ±(2³¹-1), less ORT's 0.01 % margin (a tiny
+input range times tiny weights under a large bias: 8.3e9), would wrap to another value in the INT32 cast, with
+only a numpy warning.
+:func:`int32_bias_overflows` finds those nodes from the calibration before any candidate is made, and
+:class:`~graphbisect.precision.lowering.Lowering` keeps them in float (not units, named with the reason);
+:meth:`QdqConstants.bias` refuses to write one. (ONNX Runtime's ``quantize_static`` instead enlarges the weight
+scale until the bias fits, a quantization the search never measured; the overrides therefore exclude these
+nodes there too.)
 
 **Cost per candidate.** A search lowers the same model hundreds of times with different node sets, and a
 node's quantized constants do not depend on the set: :class:`QdqConstants` (one per
@@ -39,8 +49,9 @@ from graphbisect.model import Model
 from graphbisect.precision.calibration import Calibration, weight_scales
 from graphbisect.precision.modes import WEIGHT_OPS
 from graphbisect.precision.rewrite import GraphRewriter
+from graphbisect.printable import shown
 
-__all__ = ["QdqConstants", "lower_qdq", "weight_axis"]
+__all__ = ["QdqConstants", "bias_scale", "int32_bias_overflows", "lower_qdq", "weight_axis"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +61,79 @@ initializers are parameters that stay float."""
 
 _DATA_INPUTS = {"Resize": 1, "Clip": 1, "LayerNormalization": 1, "InstanceNormalization": 1}
 """How many leading inputs of these ops are data (quantized); the rest stay float."""
+
+
+_BIAS_OPS = frozenset({"Conv", "ConvTranspose", "Gemm"})
+"""Ops whose third input, an initializer, is a bias quantized to INT32 (input 2, as ONNX Runtime's quantizer)."""
+
+_INT32_MAX = float(np.iinfo(np.int32).max)
+_BIAS_LIMIT = _INT32_MAX / 1.0001
+"""The most steps an INT32 bias may take: int32's range less ONNX Runtime's margin (``quantize_static`` enlarges a
+weight's scale beyond it, ``qdq_quantizer._adjust_weight_scale_for_int32_bias``), so every node the search quantizes
+is quantized the same way by the overrides' ``quantize_static`` line, and every node it would rescale stays float."""
+
+
+def _attr(node: onnx.NodeProto, name: str, default: float) -> float:
+    found = next((a for a in node.attribute if a.name == name), None)
+    return default if found is None else float(onnx.helper.get_attribute_value(found))
+
+
+def bias_scale(node: onnx.NodeProto, act_scale: float, w_scales: np.ndarray, bias: np.ndarray) -> np.ndarray | None:
+    """The INT32 scale of ``node``'s bias ``bias`` (``act_scale * w_scales``, float32), or None where it is not
+    quantized to INT32: not a Conv/ConvTranspose/Gemm, a Gemm with ``beta`` other than 1, or a bias whose shape is
+    not the weight scales' (a grouped ConvTranspose, a 2-D Gemm ``C``): that one is a per-tensor INT8 initializer.
+
+    Example:
+        >>> conv = onnx.helper.make_node("Conv", ["x", "w", "b"], ["y"])
+        >>> bias_scale(conv, 0.5, np.array([0.1, 0.2], np.float32), np.zeros(2, np.float32))
+        array([0.05, 0.1 ], dtype=float32)
+    """
+    if node.op_type not in _BIAS_OPS or (node.op_type == "Gemm" and _attr(node, "beta", 1.0) != 1.0):
+        return None
+    if w_scales.shape != bias.shape:
+        return None
+    return np.asarray(np.float32(act_scale) * w_scales, dtype=np.float32)
+
+
+def _int32_bias(value: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """``round(value / scale)`` computed in float64, as a float64 array (no cast: the caller checks the range)."""
+    return np.round(np.asarray(value, dtype=np.float64) / np.asarray(scale, dtype=np.float64))
+
+
+def int32_bias_overflows(model: Model, nodes: Collection[int], calibration: Calibration) -> dict[int, str]:
+    """Of the node indices ``nodes``, those whose INT32 bias would overflow when lowered, with the reason.
+
+    The bias is quantized exactly as :class:`_QdqLowering` does: at ``x_scale * w_scale`` (:func:`bias_scale`),
+    ``x_scale`` the calibrated scale of input 0, ``w_scale`` the weight's (per channel).
+
+    Example:
+        >>> int32_bias_overflows(model, lowerable_nodes(model, PrecisionMode.INT8), cal)   # doctest: +SKIP
+        {0: "bias 'conv.bias' is 8.3e+09 steps of its scale 3.1e-12 (input scale × weight scale) ..."}
+    """
+    weights = model.inline_initializers
+    found: dict[int, str] = {}
+    for index in nodes:
+        node = model.nodes[index]
+        if node.op_type not in _BIAS_OPS or len(node.input) < 3 or not node.input[2]:
+            continue
+        x, w, b = node.input[0], node.input[1], node.input[2]
+        params = calibration.activation(x) if x not in weights else None
+        if params is None or w not in weights or b not in weights:
+            continue
+        value, bias = numpy_helper.to_array(weights[w]), numpy_helper.to_array(weights[b])
+        if value.ndim < 2:
+            continue
+        scale = bias_scale(node, params[0], weight_scales(value, weight_axis(node, value.ndim, model.opset)), bias)
+        if scale is None:
+            continue
+        steps = np.abs(_int32_bias(bias, scale))
+        worst = int(np.argmax(steps)) if steps.size else 0
+        if steps.size and steps.reshape(-1)[worst] > _BIAS_LIMIT:
+            at = float(np.asarray(scale).reshape(-1)[worst])
+            found[index] = (f"its bias {shown(b)} is {steps.reshape(-1)[worst]:.3g} steps of its INT32 scale {at:.3g} "
+                            f"(input scale {params[0]:.3g} × weight scale), beyond int32 (±{_INT32_MAX:.3g}): "
+                            "an int8 kernel cannot add this bias")
+    return found
 
 
 def weight_axis(node: onnx.NodeProto, rank: int, opset: int) -> int | None:
@@ -127,12 +211,19 @@ class QdqConstants:
         return self._weights[key]
 
     def bias(self, name: str, value: np.ndarray, scale: np.ndarray) -> _Constants:
-        """INT32 bias ``name`` at ``scale`` (input scale × weight scales): [int32, scale, zero]."""
+        """INT32 bias ``name`` at ``scale`` (input scale × weight scales): [int32, scale, zero].
+
+        Raises ValueError for a bias beyond int32 at ``scale`` (never wrapped; such a node stays float, see
+        :func:`int32_bias_overflows`)."""
         key = (name, scale.astype(np.float32).tobytes())
         if key not in self._biases:
+            steps = _int32_bias(value, scale)
+            if steps.size and float(np.abs(steps).max()) > _BIAS_LIMIT:
+                raise ValueError(f"the INT32 bias {name!r} overflows ({float(np.abs(steps).max()):.3g} steps of its "
+                                 "scale): its node should have been kept in float by int32_bias_overflows")
             base = self._derived(name)
             self._biases[key] = (
-                numpy_helper.from_array(np.round(value / scale).astype(np.int32), base + "__int32"),
+                numpy_helper.from_array(steps.astype(np.int32), base + "__int32"),
                 numpy_helper.from_array(scale.astype(np.float32), base + "__bscale"),
                 numpy_helper.from_array(np.zeros(scale.shape, dtype=np.int32), base + "__bzp"))
         return self._biases[key]
@@ -199,9 +290,9 @@ class _QdqLowering:
                 act_scale = scale if i == 0 else act_scale
             elif node.op_type in WEIGHT_OPS and i == 1 and value.ndim >= 2:
                 inputs[i], w_scales = self.weight(node, name, value)
-            elif node.op_type == "Conv" and i == 2 and act_scale is not None and w_scales is not None \
-                    and w_scales.shape == value.shape:
-                inputs[i] = self.bias(name, value, act_scale * w_scales)
+            elif i == 2 and act_scale is not None and w_scales is not None \
+                    and (b_scale := bias_scale(node, act_scale, w_scales, value)) is not None:
+                inputs[i] = self.bias(name, value, b_scale)
             elif value.size > 1:
                 inputs[i], _ = self.weight(node, name, value)  # per-tensor INT8 (ndim < 2 → no axis)
         if node.op_type not in WEIGHT_OPS:

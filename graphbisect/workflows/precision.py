@@ -99,7 +99,8 @@ from graphbisect.oracle.as_built import capture_as_built
 from graphbisect.oracle.tester import WorkerPool
 from graphbisect.precision.calibration import Calibration, CalibrationMethod
 from graphbisect.precision.lowering import Lowering
-from graphbisect.precision.modes import PrecisionMode
+from graphbisect.precision.modes import INT8_OPS, PrecisionMode
+from graphbisect.printable import shown
 from graphbisect.strategies.precision import (
     Measurement,
     ModelRunner,
@@ -307,13 +308,16 @@ def _lowering(session: _Session, mode: PrecisionMode, method: CalibrationMethod,
     if mode is not PrecisionMode.INT8:
         return Lowering(session.model, mode, typed=typed)
     feeds = load_values_npz(session.inputs_path)
-    if session.store is None:
+    if session.store is None and set(session.model.intermediate_names()) - set(session.model.output_names):
         raise InputError("int8 calibration needs the oracle's intermediate tensors",
                          hint="use an oracle that exposes intermediates (onnxruntime, reference)")
-    # the capture a window at a time: its pages are let go after each (a detector's is ~1 GiB)
-    ranges = dict(Calibration.from_tensors(feeds, method=method).ranges)
-    for window in session.store.windows(session.store.names()):
-        ranges.update(Calibration.from_tensors({name: session.store[name] for name in window}, method=method).ranges)
+    # inputs and outputs, then the capture (none for a model without intermediates) a window at a time: its pages
+    # are let go after each (a detector's is ~1 GiB)
+    ranges = dict(Calibration.from_tensors({**feeds, **session.expected}, method=method).ranges)
+    if session.store is not None:
+        store = session.store
+        for window in store.windows(store.names()):
+            ranges.update(Calibration.from_tensors({name: store[name] for name in window}, method=method).ranges)
     return Lowering(session.model, mode, Calibration(ranges, method))
 
 
@@ -413,8 +417,11 @@ def _find_precision(
                            max_invocations=max_invocations, stage=stage, on_progress=on_progress, mode=mode,
                            alone=alone)
         if not lowering.units:
-            raise InputError(f"the model has no node that {mode.value} can lower",
+            kept = "".join(f"; {shown(name)} stays float: {why}" for name, why in lowering.float_nodes.items())
+            raise InputError(f"the model has no node that {mode.value} can lower{kept}",
                              hint="only float32 arithmetic nodes are lowered; data movement stays as is")
+        for name, why in lowering.float_nodes.items():
+            stage(f"int8 keeps {shown(name)} in float (not searched): {why}")
         tol = tolerance or Tolerance(atol=1e-2, rtol=1e-2)
         return _search(session, lowering, target, tol, started=started, oracle_runs=oracle_runs,
                        out_dir=out_dir, with_sensitivity=with_sensitivity, with_prefix=with_prefix,
@@ -482,8 +489,7 @@ def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tole
     calls = CallTally({"oracle": oracle_runs, "target": search_runs, "verification": verify_runs})
     extra: dict[str, object] = {"tests_by_phase": {name: c.tests for name, c in ev.stats().phases},
                                 "alone_checked": alone_checked, "oracle_expected": session.oracle_verdict}
-    if typed is not None:
-        extra["typed_model"] = typed
+    extra.update(_model_notes(lowering, typed))
     if lowering.runtime_pins:
         pins = verify_info.get(_PIN_OPTION) or {}
         extra.update(target=target, runtime_pins_not_applied=list(pins.get("not_applied", [])),
@@ -506,6 +512,17 @@ def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tole
         lowering=_describe_lowering(lowering), seconds=time.monotonic() - started, files=tuple(files), extra=extra,
         tolerance=tol, stop_reason=None if result.stop_reason is None else result.stop_reason.value,
     )
+
+
+def _model_notes(lowering: Lowering, typed: dict[str, Any] | None) -> dict[str, object]:
+    """``--json`` fields about the models run: ``typed_model`` (the typed FP16 model's verdict) and
+    ``int8_float_nodes`` (nodes no keep-set lowers, a bias beyond int32, in every run: never searched)."""
+    notes: dict[str, object] = {}
+    if typed is not None:
+        notes["typed_model"] = typed
+    if lowering.float_nodes:
+        notes["int8_float_nodes"] = [{"node": name, "why": why} for name, why in lowering.float_nodes.items()]
+    return notes
 
 
 def _discover_op_types(session: _Session, mode: PrecisionMode, proc: ModelRunner, target: str,
@@ -749,7 +766,10 @@ def _write_artifacts(out_dir: Path, lowering: Lowering, keep: frozenset[int], ro
     overrides = PrecisionOverrides(
         lowering.mode.value, tuple(keep_names), tuple(sorted({lowering.op_type(u) for u in keep})),
         tuple(lowering.names(set(range(len(lowering.units))) - keep)),
-        unit="paddle_op_type" if lowering.op_types is not None else "node")
+        unit="paddle_op_type" if lowering.op_types is not None else "node",
+        float_nodes=tuple(lowering.float_nodes),
+        calibration=lowering.calibration.method.value if lowering.calibration is not None else "minmax",
+        int8_op_types=tuple(sorted(INT8_OPS)))
     files = write_overrides(overrides, out_dir)
     if not lowering.runtime_pins:
         files.append(save_proto(lowering.lower(keep), out_dir / "mixed_precision.onnx", link=False))
@@ -774,7 +794,8 @@ def _describe_lowering(lowering: Lowering) -> str:
                 "(OpenVINO: DisablePrecisionConversion, checked against its execution graph)")
     if lowering.mode is PrecisionMode.INT8:
         method = lowering.calibration.method.value if lowering.calibration else "?"
-        return f"int8 QDQ (uint8 per-tensor activations, int8 per-channel weights, {method} calibration)"
+        return (f"int8 QDQ (uint8 per-tensor activations, int8 per-channel weights, int32 biases, {method} "
+                "calibration)")
     if lowering.typed and lowering.mode is PrecisionMode.FP16:
         return "fp16 typed: lowered nodes compute in float16 between Cast nodes (the target runs the types as given)"
     return (f"{lowering.mode.value} emulated: inputs and outputs of lowered nodes rounded through "

@@ -97,3 +97,13 @@ def test_calibration_method_names() -> None:
     with pytest.raises(InputError) as info:
         CalibrationMethod.parse("kl")
     assert "entropy" in (info.value.hint or "")
+
+
+def test_only_float_tensors_are_calibrated_strings_integers_and_booleans_are_left_as_they_are() -> None:
+    """Every tensor was cast to float32: a string tensor (a LabelEncoder's input) raised ValueError, exit 3
+    (issue 35); integers and booleans got ranges no int8 lowering uses."""
+    cal = Calibration.from_tensors({"text": np.array(["a", "b"]), "ids": np.arange(4, dtype=np.int64),
+                                    "mask": np.array([True, False]), "x": np.linspace(-1, 3, 8, dtype=np.float32),
+                                    "half": np.ones(3, np.float16)})
+    assert sorted(cal.ranges) == ["half", "x"] and cal.ranges["x"] == (-1.0, 3.0)
+    assert cal.activation("text") is None
