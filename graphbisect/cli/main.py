@@ -54,7 +54,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("precision", "the fewest nodes that must stay FP32 when the rest runs in fp16, bf16 or int8, with "
             "sensitivity ranking and overrides for TensorRT, ORT, Paddle, OpenVINO", "graphbisect.cli.precision_cmd"),
     Command("verify", "re-run a bundle's target: does its recorded failure still reproduce (exit 1) or is it fixed "
-            "(exit 0)?", "graphbisect.cli.verify_cmd"),
+            "(exit 0; 4: fixed on the reduced model only, not shown for the original)?", "graphbisect.cli.verify_cmd"),
     Command("releases", "the first release of the backend package where a bundle's failure appears (or is fixed), "
             "each release in its own cached environment, judged by the failure's identity",
             "graphbisect.cli.releases_cmd"),
