@@ -25,13 +25,17 @@ so ``import graphbisect`` stays cheap (backend workers import the package too).
 
 from __future__ import annotations
 
+import functools
+import inspect
+import numbers
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, Union
 
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
+from graphbisect.options import EXIT_CODE, INVOCATIONS, JOBS, SEED, TIMEOUT, Allowed, pattern, real, seconds, whole
 
 if TYPE_CHECKING:
     import numpy as np
@@ -81,7 +85,126 @@ InputsSource = Union[Mapping[str, "np.ndarray"], str, "os.PathLike[str]", None]
 #: ``reduce``); ``expected``: the oracle's values of the same tensors. True when the outputs are acceptable.
 OutputCheck = Callable[[Mapping[str, "np.ndarray"], Mapping[str, "np.ndarray"]], bool]
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
+
+# ----------------------------------------------------------------------------------- the arguments' types
+# Every argument of the functions below is checked against what it accepts before anything runs, by name, in
+# this one table (issue 36: a number for a path, a list for a tolerance or ``check=42`` raised AttributeError or
+# numpy's ValueError, the last only after both backends had run; ``trust="no"`` trusted). A parameter whose
+# default is None accepts None too. Ranges are the options' own (graphbisect/options.py).
+def _is_path(value: Any) -> bool:
+    return isinstance(value, (str, os.PathLike))
+
+
+def _is_model_source(value: Any) -> bool:
+    if _is_path(value):
+        return True
+    import onnx
+
+    from graphbisect.model import Model
+
+    return isinstance(value, (onnx.ModelProto, Model))
+
+
+def _is_arrays(value: Any) -> bool:
+    return isinstance(value, Mapping) and all(isinstance(name, str) for name in value)
+
+
+def _is_dims(value: Any) -> bool:
+    return (isinstance(value, Sequence) and not isinstance(value, (str, bytes))
+            and all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and int(d) >= 0 for d in value))
+
+
+def _is_tolerance(value: Any) -> bool:
+    from graphbisect.compare import Tolerance
+
+    return isinstance(value, Tolerance)
+
+
+def _is_spec(value: Any) -> bool:
+    from graphbisect.backends.base import BackendSpec
+
+    return isinstance(value, (str, BackendSpec))
+
+
+def _is_record(value: Any) -> bool:
+    from graphbisect.tactics import TacticRecord
+
+    return _is_path(value) or isinstance(value, TacticRecord)
+
+
+def _is_bool(value: Any) -> bool:  # numpy's bool too; not "no", which is true
+    return isinstance(value, bool) or (type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"))
+
+
+def _path_to(example: str) -> Allowed:
+    return Allowed("a path (a str or os.PathLike)", _is_path, repr(example))
+
+
+_FLAG = Allowed("True or False", _is_bool, "True")
+_CALLBACK = Allowed("a callable", callable, "print")
+_CHECK = Allowed("a callable check(outputs, expected) -> bool", callable, "lambda outputs, expected: True")
+#: What each argument accepts, by name (see :func:`_checked`).
+_ARGUMENTS: dict[str, Allowed] = {
+    "model": Allowed("a model: the path (a str or os.PathLike) of an ONNX file or Paddle model, an "
+                     "onnx.ModelProto or a graphbisect Model", _is_model_source, "'model.onnx'"),
+    "output": _path_to("bug-report"), "bundle": _path_to("bug-report"), "input_dir": _path_to("models/"),
+    "workdir": _path_to("work"), "cache": _path_to("cache"),
+    "inputs": Allowed("a mapping of input names to arrays, or the path (a str or os.PathLike) of an inputs file "
+                      "(.npz, .npy, .pb, JSON)", lambda v: _is_path(v) or _is_arrays(v), "'inputs.npz'"),
+    "shapes": Allowed("a mapping of input names to sequences of whole numbers >= 0 (the dims)",
+                      lambda v: _is_arrays(v) and all(_is_dims(dims) for dims in v.values()),
+                      "{'x': [1, 3, 224, 224]}"),
+    "seed": SEED, "atol": real(), "rtol": real(example="1e-3"),
+    "tolerance": Allowed("a graphbisect.compare.Tolerance", _is_tolerance, "Tolerance(atol=1e-4, rtol=1e-3)"),
+    "oracle": Allowed("a backend spec (a str such as 'reference', or a BackendSpec)", _is_spec, "'reference'"),
+    "target": Allowed("a backend spec (a str such as 'onnxruntime:opt_level=all', or a BackendSpec)", _is_spec,
+                      "'onnxruntime:opt_level=all'"),
+    "check": _CHECK, "on_stage": _CALLBACK, "on_progress": _CALLBACK, "on_model": _CALLBACK,
+    **dict.fromkeys(("layerwise", "all_tensors", "keep_work", "zip", "resume", "force", "passes", "strict_band",
+                     "sensitivity", "prefix", "alone", "trust", "pre"), _FLAG),
+    "mode": Allowed("a precision mode name (fp16, bf16 or int8)", lambda v: isinstance(v, str), "'fp16'"),
+    "calibration": Allowed("a calibration method name", lambda v: isinstance(v, str), "'minmax'"),
+    "executor": Allowed("an executor name ('local' or 'ray')", lambda v: isinstance(v, str), "'local'"),
+    "fail_regex": pattern, "fail_code": EXIT_CODE, "max_invocations": INVOCATIONS, "timeout": TIMEOUT,
+    "deadline": seconds(), "jobs": JOBS, "candidate_jobs": JOBS, "builds": whole(0), "repeat": whole(1),
+    "record": Allowed("a TacticRecord or the path of its JSON file", _is_record, "'tactics.json'"),
+    "good": Allowed("a TacticRecord or the path of its JSON file", _is_record, "'good.json'"),
+    "bad": Allowed("a TacticRecord or the path of its JSON file", _is_record, "'bad.json'"),
+    "perturb": Allowed("a sequence of str", lambda v: isinstance(v, Sequence) and not isinstance(v, str)
+                       and all(isinstance(item, str) for item in v), "('fp16',)"),
+}
+
+
+def _checked(*, owner: str | None = None, **overrides: Allowed) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    """Check each argument of the decorated function against :data:`_ARGUMENTS` (or ``overrides``: the same
+    name accepting other values here) before it runs: :class:`~graphbisect.errors.OptionError` (an
+    :class:`~graphbisect.errors.InputError`) names the function, the argument and what it accepts."""
+
+    def decorate(function: Callable[_P, _R]) -> Callable[_P, _R]:
+        signature = inspect.signature(function)
+        name = owner or function.__name__
+        checks = {}
+        for parameter in signature.parameters.values():
+            allowed = overrides.get(parameter.name) or _ARGUMENTS.get(parameter.name)
+            if allowed is not None:
+                checks[parameter.name] = allowed.or_none("the default") if parameter.default is None else allowed
+
+        @functools.wraps(function)
+        def checked(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            for argument, value in signature.bind(*args, **kwargs).arguments.items():
+                if argument in checks:
+                    checks[argument].check(name, argument, value)
+            return function(*args, **kwargs)
+
+        return checked
+
+    return decorate
+
+
+@_checked(source=_ARGUMENTS["model"])
 def load_model(source: ModelSource) -> Model:
     """Load and normalize a model: an ONNX path, a ``ModelProto`` (copied, never modified), a Paddle inference
     model (folder or prefix; converted with paddle2onnx and cached), or a :class:`Model` (returned as is).
@@ -100,6 +223,7 @@ def load_model(source: ModelSource) -> Model:
     return _load(source if not isinstance(source, os.PathLike) else Path(source))
 
 
+@_checked()
 def compare(
     model: ModelSource,
     *,
@@ -142,6 +266,8 @@ def compare(
                           layerwise=layerwise, all_tensors=all_tensors, seed=seed, on_stage=on_stage)
 
 
+@_checked(check=Allowed("a shell command (a str) or a callable check(outputs, expected) -> bool",
+                        lambda v: isinstance(v, str) or callable(v), "'./check.sh {model} {inputs}'"))
 def reduce(
     model: ModelSource,
     output: str | os.PathLike[str],
@@ -226,6 +352,7 @@ def reduce(
                                  force=force, on_stage=on_stage, on_progress=on_progress)
 
 
+@_checked()
 def passes(
     model: ModelSource,
     *,
@@ -262,6 +389,7 @@ def passes(
                                on_progress=on_progress, chosen=chosen)
 
 
+@_checked()
 def precision(
     model: ModelSource,
     *,
@@ -306,6 +434,8 @@ def precision(
                           on_stage=on_stage, on_progress=on_progress, alone=alone, jobs=jobs)
 
 
+@_checked(model=_path_to("model.onnx"),
+          inputs=Allowed("a mapping of input names to arrays", _is_arrays, "{'x': array}"))
 def verify(bundle: str | os.PathLike[str], *, target: str | None = None, trust: bool = False,
            check: OutputCheck | None = None, model: str | os.PathLike[str] | None = None,
            inputs: Mapping[str, np.ndarray] | None = None) -> Verification:
@@ -361,6 +491,7 @@ def releases(bundle: str | os.PathLike[str], *, package: str, within: str | None
                                on_progress=on_progress)
 
 
+@_checked()
 def audit(bundle: str | os.PathLike[str], *, trust: bool = False) -> Audit:
     """Re-establish each claim of a bundle (folder or .zip) with plain runs (``graphbisect audit``): the target
     fails on its model, the recorded way and as strongly; ``oracle_outputs.npz`` is what the oracle computes;
@@ -378,6 +509,7 @@ def audit(bundle: str | os.PathLike[str], *, trust: bool = False) -> Audit:
     return audit_bundle(Path(bundle), trust=trust)
 
 
+@_checked()
 def triage(
     input_dir: str | os.PathLike[str],
     output: str | os.PathLike[str],
@@ -424,6 +556,7 @@ class Tactics:
 
     default_target: str = "openvino"
 
+    @_checked(owner="tactics.record")
     def record(self, model: ModelSource, *, target: str | None = None, inputs: InputsSource = None,
                shapes: Mapping[str, Sequence[int]] | None = None, seed: int = 0) -> RecordResult:
         """Build and run the model once; ``.record`` is the build's kernel choice per ONNX node."""
@@ -432,6 +565,7 @@ class Tactics:
         loaded = load_model(model)
         return record_tactics(loaded, target or self.default_target, inputs=_feeds(loaded, inputs, shapes, seed)[0])
 
+    @_checked(owner="tactics.replay")
     def replay(self, model: ModelSource, record: TacticRecord | str | os.PathLike[str], *, target: str | None = None,
                inputs: InputsSource = None, shapes: Mapping[str, Sequence[int]] | None = None,
                seed: int = 0) -> ReplayResult:
@@ -442,6 +576,7 @@ class Tactics:
         return replay_tactics(loaded, target or self.default_target, _record(record),
                               inputs=_feeds(loaded, inputs, shapes, seed)[0])
 
+    @_checked(owner="tactics.isolate")
     def isolate(self, model: ModelSource, *, good: TacticRecord | str | os.PathLike[str] | None = None,
                 bad: TacticRecord | str | os.PathLike[str] | None = None, builds: int = 0,
                 perturb: Sequence[str] = (), target: str | None = None, oracle: str | None = None,
@@ -482,12 +617,19 @@ def _feeds(model: Model, inputs: InputsSource, shapes: Mapping[str, Sequence[int
     """The model's inputs from what the user gave (arrays, validated; a file) or seeded random values, and the
     dynamic dims graphbisect sized for the latter (:func:`graphbisect.data.chosen_dims`)."""
     from graphbisect.data import chosen_dims, load_inputs, random_inputs, validate_inputs
+    from graphbisect.errors import GraphBisectError, InputError
 
     if inputs is None:
         return random_inputs(model, shapes=shapes, seed=seed), chosen_dims(model, shapes=shapes)
     if isinstance(inputs, (str, os.PathLike)):
         return load_inputs(Path(inputs), model), ()
-    return validate_inputs(model, inputs), ()
+    try:
+        return validate_inputs(model, inputs), ()
+    except GraphBisectError:
+        raise
+    except (TypeError, ValueError) as exc:  # numpy's, e.g. a ragged list for a tensor: the argument, not a bug
+        raise InputError(f"inputs: a value cannot be read as the array the model takes ({exc})",
+                         hint="give each input as a numpy array of the dtype and shape the model declares") from exc
 
 
 def _record(record: TacticRecord | str | os.PathLike[str]) -> TacticRecord:

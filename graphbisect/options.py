@@ -51,6 +51,7 @@ __all__ = [
     "option",
     "parses",
     "pattern",
+    "real",
     "seconds",
     "usable_cpus",
     "whole",
@@ -113,6 +114,16 @@ def whole(minimum: int, maximum: int | None = None, *, example: int | None = Non
     words = f"a whole number >= {minimum}" if maximum is None else f"a whole number from {minimum} to {maximum}"
     return Allowed(words, lambda v: _integer(v) and v >= minimum and (maximum is None or v <= maximum),
                    str(minimum if example is None else example))
+
+
+def real(minimum: float = 0.0, *, example: str = "1e-4") -> Allowed:
+    """A finite number ``>= minimum`` (an int or a float; not a bool, NaN or infinity).
+
+    Example:
+        >>> real().reason(float("nan"))
+        ('it must be a finite number >= 0', None)
+    """
+    return Allowed(f"a finite number >= {minimum:g}", lambda v: _real(v) and v >= minimum, example)
 
 
 #: The longest duration an option may give (about 115 days): more means "never", which no option means,

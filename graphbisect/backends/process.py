@@ -47,12 +47,12 @@ from graphbisect.backends.base import RAN_WITH, BackendSpec, Capability, Phase, 
 from graphbisect.backends.children import kill_recorded_groups
 from graphbisect.backends.command import CALLER_CWD_ENV
 from graphbisect.backends.cost import Cost
+from graphbisect.backends.machine import memory_hint, out_of_memory, path_text, unusable_path
 from graphbisect.backends.registry import HOST_OPTIONS, Availability, BackendInfo, resolve, spec_timeout
 from graphbisect.backends.worker import InputsWriter
 from graphbisect.backends.zygote import ForkedProcess, package_path
 from graphbisect.compare.metrics import STATS_FIELDS, TensorStats, Tolerance
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
-from graphbisect.machine import memory_hint, out_of_memory, path_text, unusable_path
 from graphbisect.packfile import PackReader, StaleDataError
 
 __all__ = ["DEFAULT_TIMEOUT", "LOG_TAIL_BYTES", "BackendProcess", "CompareTo", "availability_under", "compile_cache"]

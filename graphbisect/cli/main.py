@@ -24,6 +24,7 @@ from typing import Any
 
 from graphbisect._version import __version__
 from graphbisect.atomic import NotARegularFile
+from graphbisect.backends.machine import memory_hint, out_of_memory
 from graphbisect.cli.progress import show_backend_progress
 from graphbisect.cli.terminal import OutputClosed, safe_terminal
 from graphbisect.engine.arena import share_main_arena
@@ -210,9 +211,9 @@ def environment_error(exc: BaseException) -> tuple[str, str] | None:
 
 
 def _machine_error(exc: BaseException) -> tuple[str, str] | None:
-    if isinstance(exc, MemoryError):
-        return ("out of memory" + (f": {exc}" if str(exc) else ""),
-                "give smaller inputs or shapes, close other programs, or run on a machine with more memory")
+    if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and out_of_memory(str(exc))):
+        # RuntimeError: "can't start new thread", under ulimit -v (it was exit 3, "a graphbisect bug")
+        return "out of memory" + (f": {exc}" if str(exc) else ""), memory_hint()
     if isinstance(exc, NotARegularFile):
         return str(exc), "name a new or regular file"
     if isinstance(exc, OSError) and exc.errno in _ENVIRONMENT:

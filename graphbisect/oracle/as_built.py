@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from graphbisect.backends.base import Phase, RunResult, RunStatus
+from graphbisect.backends.machine import memory_hint, out_of_memory
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.errors import BackendError
 from graphbisect.values import bit_identical
@@ -145,16 +146,20 @@ def require_as_built(run: RunResult, spec: object) -> None:
 def oracle_failed_hint(spec: object, run: RunResult) -> str:
     """The hint for the oracle ``spec`` whose ``run`` of the model failed, one for every workflow.
 
-    It names an oracle other than ``spec`` (it used to offer the one that had just failed). A crash while
-    running may be the inputs' fault, not the oracle's: a value the model cannot take (an index past the axis
-    it indexes, two inputs whose sizes disagree) crashes every correct backend alike, and seeded random inputs,
-    used when none are given, are where that happens (an embedding table given as an input has no size to
-    draw its indices below).
+    It names an oracle other than ``spec`` (it used to offer the one that had just failed). A crash that says
+    memory ran out (:func:`graphbisect.backends.machine.out_of_memory`: under ``ulimit -v`` a library cannot map its
+    code or allocate a buffer) is the machine's: the hint says to raise the limit, not to choose another
+    oracle. A crash while running may be the inputs' fault, not the oracle's: a value the model cannot take
+    (an index past the axis it indexes, two inputs whose sizes disagree) crashes every correct backend alike,
+    and seeded random inputs, used when none are given, are where that happens (an embedding table given as an
+    input has no size to draw its indices below).
 
     Example:
         >>> oracle_failed_hint("reference", RunResult(RunStatus.CRASH, phase=Phase.LOAD))
         'the oracle must run the model correctly; choose another oracle, e.g. --oracle onnxruntime:opt_level=disable'
     """
+    if run.status is RunStatus.CRASH and out_of_memory(f"{run.error_type}: {run.message}"):
+        return memory_hint()  # the machine's memory, not the oracle: another oracle would not help (issue 36)
     name = getattr(spec, "name", None) or str(spec).partition(":")[0]
     other = "onnxruntime:opt_level=disable" if name == "reference" else "reference"
     another = f"choose another oracle, e.g. --oracle {other}"

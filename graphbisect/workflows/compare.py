@@ -61,6 +61,7 @@ from graphbisect.localize.layerwise import (
     tensor_stats,
 )
 from graphbisect.model import Model
+from graphbisect.model.graph import warn_unused_initializers
 from graphbisect.model.normalize import elem_types
 from graphbisect.oracle.as_built import (
     CaptureDifference,
@@ -292,6 +293,7 @@ def compare_models(
     Raises :class:`OracleFailed` (with its :class:`Outcome`) when the oracle cannot run the model.
     """
     started = time.monotonic()
+    warn_unused_initializers(model)  # before a build that may take minutes
     # quantized tensors are compared in quantization steps (compare/quantization.py)
     tol = with_quantization(tolerance or Tolerance(), model)
     oracle_spec, oracle_info = resolve(oracle)
