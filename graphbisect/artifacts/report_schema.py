@@ -86,7 +86,7 @@ REPORT_SCHEMA: dict[str, Shape] = {
                              scores=_map(_opt(ANY_NUM)))),
     "identity": _opt(_obj(matched_by=STR, node=STR, tensor=STR, band=_opt(INT), region=STRS,
                           compiled_kind=_opt(STR), compiled_name=_opt(STR), made_by=_opt(STR), source=_opt(STR),
-                          ran_in=_opt(STR), after=STRS, describe=_opt(STR))),
+                          ran_in=_opt(STR), after=STRS, describe=_opt(STR), disable=_opt(STRS))),
     "files": _list(_obj(name=STR, bytes=INT, sha256=STR)),
     "outputs": _list(_obj(name=STR, passed=BOOL, kind=STR, score=_opt(ANY_NUM))),
     "model": _opt(_obj(inputs=STRS, outputs=STRS)),

@@ -139,6 +139,7 @@ class _Expected:
     regex: str | None
     compiled_kind: str | None
     made_by: str | None
+    disable: tuple[str, ...] = ()  # the target's disabled= names of made_by, where they are not made_by itself
 
     @classmethod
     def of(cls, report: Mapping[str, Any]) -> _Expected:
@@ -148,10 +149,12 @@ class _Expected:
         rows = [row for row in report.get("outputs") or [] if isinstance(row, Mapping) and not row.get("passed")]
         scores = [float(row["score"]) for row in rows if isinstance(row.get("score"), (int, float))]
         identity = report.get("identity") or {}
+        disable = identity.get("disable")
         return cls(kind, _value_class(detail) if kind == "mismatch" else None,
                    frozenset(str(row.get("name")) for row in rows), max(scores) if scores else None,
                    report.get("target_message") or (detail if kind in _CRASHES else None),
-                   detail if kind == "regex" else None, identity.get("compiled_kind"), identity.get("made_by"))
+                   detail if kind == "regex" else None, identity.get("compiled_kind"), identity.get("made_by"),
+                   tuple(str(n) for n in disable) if isinstance(disable, list) else ())
 
     @property
     def by_check(self) -> bool:
@@ -249,7 +252,10 @@ class _Judge:
 
 
 def _compiled(e: _Expected) -> str:
-    return f"{e.compiled_kind}" + (f" made by {e.made_by}" if e.made_by else "")
+    """``LayerNormalization made by LayerNormFusion (disabled=LayerNormFusionL1;LayerNormFusionL2)``: the pass as the
+    compiled node names it, and as the target's disabled= takes it where that differs."""
+    names = f" (disabled={';'.join(e.disable)})" if e.disable and e.disable != (e.made_by,) else ""
+    return f"{e.compiled_kind}" + (f" made by {e.made_by}{names}" if e.made_by else "")
 
 
 def _within_decade(observed: float, recorded: float | None) -> bool:

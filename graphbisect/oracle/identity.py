@@ -43,7 +43,7 @@ from graphbisect.compare import TensorStats
 from graphbisect.compare.metrics import decade
 from graphbisect.localize.compiled import CompiledGraph, CompiledNode
 
-__all__ = ["Identity", "IdentityCheck", "band_of", "pass_of"]
+__all__ = ["Identity", "IdentityCheck", "band_of", "disable_names", "pass_of"]
 
 #: ONNX Runtime's name for a node a pass made: ``<base node>/<PassName>/``, maybe ``_token_N`` after it.
 _MADE_BY = re.compile(r"/([A-Za-z_][\w.]*)/(?:_token_\d+)?$")
@@ -60,6 +60,24 @@ def pass_of(compiled_name: str) -> str | None:
     """
     found = _MADE_BY.search(compiled_name)
     return found.group(1) if found else None
+
+
+def disable_names(made_by: str, names: Iterable[str]) -> tuple[str, ...]:
+    """The optimizer names among ``names`` (the target's, as its ``disabled=`` takes them) that are the pass
+    ``made_by`` (:func:`pass_of`) names: the name itself, or its per-level variants. A compiled node's name
+    says ``LayerNormFusion`` where ONNX Runtime 1.31+ registers the pass at two levels, ``LayerNormFusionL1`` and
+    ``LayerNormFusionL2``, and refuses ``disabled=LayerNormFusion``.
+
+    Example:
+        >>> disable_names("LayerNormFusion", ["GeluFusionL1", "LayerNormFusionL1", "LayerNormFusionL2"])
+        ('LayerNormFusionL1', 'LayerNormFusionL2')
+        >>> disable_names("QuickGeluFusion", ["QuickGeluFusion"]), disable_names("Mystery", ["QuickGeluFusion"])
+        (('QuickGeluFusion',), ())
+    """
+    names = list(names)
+    if made_by in names:
+        return (made_by,)
+    return tuple(n for n in names if re.fullmatch(re.escape(made_by) + r"L\d+", n))
 
 
 def band_of(score: float) -> int | None:
@@ -82,6 +100,9 @@ class Identity:
     #: what the target says it computed the compiled node in, when narrower than the model's ("ran in i8 where
     #: the model computes f32": issue 26); shown, never matched (a fix may change the kernel's precision)
     ran_in: str | None = None
+    #: the target's optimizer names for ``made_by``, as its ``disabled=`` takes them (:func:`disable_names`); None
+    #: when the target was not asked (it lists none), () when it has none of that name
+    disable: tuple[str, ...] | None = None
 
     def describe(self) -> str:
         strength = f", ~1e{self.band}× tolerance" if self.band is not None else ""
@@ -89,17 +110,27 @@ class Identity:
         if self.compiled_kind is not None:
             text += f", compiled as {self.compiled_kind}"
             if self.made_by:
-                text += f" made by {self.made_by}"
+                text += f" made by {self.made_by}" + self._disable_text()
             if len(self.region) > 1:
                 text += f", covering {len(self.region)} nodes"
             if self.ran_in:
                 text += f", {self.ran_in}"
         return text
 
+    def _disable_text(self) -> str:
+        """How the target's ``disabled=`` names the pass, where that is not ``made_by`` itself: the name a
+        compiled node carries is no option a user can pass (ORT 1.32 refuses ``disabled=LayerNormFusion``)."""
+        if self.disable is None or self.disable == (self.made_by,):
+            return ""
+        if not self.disable:
+            return " (a name in the compiled node, not one the target's disabled= takes)"
+        return f" (disabled={';'.join(self.disable)})"
+
     def to_json(self) -> dict[str, Any]:
-        return {"node": self.node, "tensor": self.tensor, "band": self.band, "region": list(self.region),
-                "compiled_kind": self.compiled_kind, "compiled_name": self.compiled_name, "made_by": self.made_by,
-                "source": self.source, "ran_in": self.ran_in}
+        record = {"node": self.node, "tensor": self.tensor, "band": self.band, "region": list(self.region),
+                  "compiled_kind": self.compiled_kind, "compiled_name": self.compiled_name, "made_by": self.made_by,
+                  "source": self.source, "ran_in": self.ran_in}
+        return record if self.disable is None else {**record, "disable": list(self.disable)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Identity | None:
@@ -108,10 +139,18 @@ class Identity:
         if not data or "node" not in data or data.get("matched_by", "identity") != "identity":
             return None
         band = data.get("band")
+        disable = data.get("disable")
         return cls(str(data["node"]), str(data["tensor"]), int(band) if isinstance(band, (int, float)) else None,
                    tuple(str(n) for n in data.get("region", ())), data.get("compiled_kind"),
                    data.get("compiled_name"), data.get("made_by"), str(data.get("source", "layerwise")),
-                   data.get("ran_in"))
+                   data.get("ran_in"), tuple(str(n) for n in disable) if isinstance(disable, list) else None)
+
+    def with_disable_names(self, names: Iterable[str] | None) -> Identity:
+        """This identity with the target's ``disabled=`` names of ``made_by`` (:func:`disable_names`), from the
+        optimizer names the target lists (``names``; None: it lists none, and nothing is said)."""
+        if not self.made_by or names is None:
+            return replace(self, disable=None)
+        return replace(self, disable=disable_names(self.made_by, names))
 
     @classmethod
     def of_row(cls, node: str, tensor: str, score: float, compiled: Any | None, source: str | None) -> Identity:
@@ -209,7 +248,8 @@ class IdentityCheck:
         ident = self.identity
         node = next(iter(self.covering(compiled)), None) if compiled is not None else None
         if node is None:
-            return replace(ident, compiled_kind=None, compiled_name=None, made_by=None, ran_in=None)
+            return replace(ident, compiled_kind=None, compiled_name=None, made_by=None, ran_in=None, disable=None)
         note = node.precision_note()
-        return replace(ident, compiled_kind=node.kind, compiled_name=node.name, made_by=pass_of(node.name),
-                       ran_in=note or None)
+        made_by = pass_of(node.name)
+        return replace(ident, compiled_kind=node.kind, compiled_name=node.name, made_by=made_by,
+                       ran_in=note or None, disable=ident.disable if made_by == ident.made_by else None)

@@ -85,7 +85,6 @@ from graphbisect.localize.layerwise import LayerRow, analyze_layers
 from graphbisect.lockfile import folder_lock
 from graphbisect.model import Model
 from graphbisect.model.diff import model_differences
-from graphbisect.model.graph import warn_unused_initializers
 from graphbisect.model.io import remove_model, save_proto
 from graphbisect.model.normalize import elem_types
 from graphbisect.options import (
@@ -311,6 +310,7 @@ class _Run:
         #: worker: RunResult.peak_memory), which caps how many candidate workers run at once (-j)
         self.peak_memory: int | None = None
         self._messages: dict[Signature, str] = {}  # a crash of the original -> the message it gave (crash hints)
+        self._pass_names: list[str] | None = None  # the target's disabled= names (_listed_passes)
 
     # --- state on disk -------------------------------------------------------------------------------
     def prepare(self, feeds: Mapping[str, np.ndarray] | None, *, resume: bool) -> None:
@@ -572,7 +572,8 @@ class _Run:
             probe_sig, hints, priors, notes, root = self._collect_evidence(store, values, compiled, floor)
             if root is not None and self.options.output_check is None:  # a check's verdict is not the tolerance's
                 identity = Identity.of_row(root.node, root.tensor, root.stats.score, root.compiled_as,
-                                           compiled.source if compiled is not None else None)
+                                           compiled.source if compiled is not None else None
+                                           ).with_disable_names(self._pass_names)
             if probe_sig is not None and first.matches(probe_sig):
                 again = probe_sig
         if first.kind.raised and not hints:
@@ -716,6 +717,8 @@ class _Run:
         workdir = self.work / ("baseline-saving" if spec is not None else "baseline")
         with BackendProcess(spec or self.target_spec, workdir=workdir, timeout=self.options.timeout) as proc:
             run = proc.run(self.work / "model.onnx", self.work / "inputs.npz")
+            if spec is not None and run.ok:
+                self._pass_names = self._listed_passes(proc)
         self.count("target", Cost.of_run(run), run=run)
         if run.peak_memory is not None:
             self.peak_memory = max(self.peak_memory or 0, run.peak_memory)
@@ -729,6 +732,18 @@ class _Run:
         if spec is not None:  # ORT wrote a copy of every weight beside the optimized graph: read, then gone
             shutil.rmtree(workdir, ignore_errors=True)
         return signature, compiled, run.ok
+
+    def _listed_passes(self, proc: BackendProcess) -> list[str] | None:
+        """The optimizer names the target's ``disabled=`` takes (its worker lists them: ORT's catalogue, cached
+        per build and no compile of the model), for the identity to name the pass that made its compiled node as
+        the user can disable it; None where the target cannot ablate passes or list them."""
+        if not resolve(self.target_spec, require_available=False)[1].has(Capability.PASSES):
+            return None
+        try:
+            return proc.registered_passes()
+        except GraphBisectError as exc:
+            log.info("the target lists no optimizer names: %s", exc.message)
+            return None
 
     def _located(self, crash: Signature) -> list[frozenset[int]]:
         """The nodes the message of ``crash`` names, by node or output name as a token (IREE's ``loc("...")``,
@@ -896,7 +911,6 @@ def reduce_model(
         raise ModelError(f"{model.origin or 'the model'} has no nodes: there is nothing to reduce",
                          hint="a graph whose outputs are its inputs is already minimal: report it as it is "
                          "(`graphbisect compare` shows the verdict)")
-    warn_unused_initializers(model)  # before a build that may take minutes
     r = _Run(model, options, bundle_dir, on_progress, on_stage or (lambda _msg: None))
     r.force = force
     r.chosen = tuple(chosen)

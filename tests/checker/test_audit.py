@@ -92,6 +92,30 @@ def test_report_md_says_one_minimal_of_the_recorded_failure_only(example_bundle:
     assert all(f"`{name}`" in row for name in claim["fail_otherwise"]), row
 
 
+def test_the_pass_said_to_make_the_compiled_node_is_named_as_disabled_takes_it(example_bundle: Path,
+                                                                               tmp_path: Path) -> None:
+    """The identity said "made by LayerNormFusion", the name in ORT's compiled node, where ORT 1.32's disabled=
+    takes LayerNormFusionL1/LayerNormFusionL2 and graphbisect refuses the printed name (issue 35, case 6). The
+    identity now names the target's own optimizer names, checked here on the installed ORT by disabling them."""
+    from graphbisect.backends import BackendProcess
+    from graphbisect.oracle.identity import pass_of
+
+    identity = json.loads((example_bundle / "report.json").read_text())["identity"]
+    assert identity["made_by"] == "LayerNormFusion"
+    assert identity["disable"] == ["LayerNormFusionL1", "LayerNormFusionL2"]
+    assert "made by LayerNormFusion (disabled=LayerNormFusionL1;LayerNormFusionL2)" in identity["describe"]
+    assert "(disabled=LayerNormFusionL1;LayerNormFusionL2)" in (example_bundle / "report.md").read_text()
+    with BackendProcess("onnxruntime:disabled=LayerNormFusion", workdir=tmp_path / "refused") as proc, \
+            pytest.raises(graphbisect.GraphBisectError, match="no optimizer named 'LayerNormFusion'"):
+        proc.validate()  # the compiled node's name is no disabled= name
+    spec = f"onnxruntime:opt_level=all,save_optimized=1,disabled={';'.join(identity['disable'])}"
+    with BackendProcess(spec, workdir=tmp_path / "disabled") as proc:
+        run = proc.run(example_bundle / "model.onnx", example_bundle / "inputs.npz")
+        assert run.ok, run.describe()
+        compiled = onnx.load(run.info["optimized_model"], load_external_data=False).graph.node
+    assert not [node.name for node in compiled if pass_of(node.name) == identity["made_by"]]  # switched off
+
+
 def test_the_cli_prints_each_claim_and_writes_json(example_bundle: Path, tmp_path: Path) -> None:
     out = tmp_path / "audit.json"
     done = subprocess.run([sys.executable, "-m", "graphbisect", "audit", str(example_bundle), "--json", str(out)],
