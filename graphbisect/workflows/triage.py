@@ -168,6 +168,7 @@ def discover_models(input_dir: Path) -> list[tuple[str, Path, Path | None]]:
         else:
             skipped.append(path)
     paired = {inputs for _, _, inputs in found if inputs is not None}
+    paired |= {data for _, path, _ in found if path.is_file() for data in _external_data_files(path)}
     unused = [path.name for path in skipped if path not in paired]
     if unused:  # said, not skipped silently (issue 24): a model.ONNX, a broken link, a folder without a model
         log.warning("triage: %d entr%s of %s %s not a model and not a model's inputs, so not triaged: %s%s "
@@ -179,6 +180,21 @@ def discover_models(input_dir: Path) -> list[tuple[str, Path, Path | None]]:
                          hint="triage reads every *.onnx file and every Paddle model folder (with .pdmodel/.json "
                          "and .pdiparams) directly inside INPUT_DIR")
     return found
+
+
+def _external_data_files(path: Path) -> set[Path]:
+    """The files beside the ONNX model ``path`` that hold its external data (its weights are part of it: said not
+    to be triaged, ``model.onnx.data`` read as a stray entry); none when it cannot be parsed (it gets an error row)."""
+    import onnx
+
+    from graphbisect.model.load import external_tensors
+
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception:  # not a model: load_model says why, in its row
+        return set()
+    locations = {e.value for t in external_tensors(proto) for e in t.external_data if e.key == "location"}
+    return {path.parent / location for location in locations}
 
 
 def _inputs_for(path: Path) -> Path | None:

@@ -39,6 +39,20 @@ def test_discover_lists_models_with_their_inputs(triage_input: Path) -> None:
     assert found["ln_main"] == triage_input / "ln_main.npz" and found["broken"] is None
 
 
+def test_a_models_external_data_is_not_called_a_stray_entry(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """triage warned that a model's own weights, model.onnx.data beside it, were "not a model and not a model's
+    inputs, so not triaged" (issue 35, case 6: a folder whose model keeps its weights as external data)."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    onnx.save(pattern_model("layernorm_keepdims0"), folder / "model.onnx", save_as_external_data=True,
+              all_tensors_to_one_file=True, location="model.onnx.data", size_threshold=0)
+    (folder / "notes.txt").write_text("not a model")
+    with caplog.at_level("WARNING", logger="graphbisect.workflows.triage"):
+        assert [name for name, _, _ in discover_models(folder)] == ["model"]
+    assert (folder / "model.onnx.data").is_file()
+    assert "'notes.txt'" in caplog.text and "model.onnx.data" not in caplog.text
+
+
 def test_local_triage_deduplicates_real_bugs(local_triage: TriageResult) -> None:
     result = local_triage
     assert len(result.bugs) == 2
