@@ -14,6 +14,9 @@ chose: a graph output named ``"y\\n\\nPASS: outputs match"`` made a forged ``PAS
   ``shown(name)``; the files graphbisect writes for programs (``report.json``, ``repro_config.json``) keep the
   exact names.
 
+And one for the words around them: :func:`plural` agrees a count with its noun ("1 node", "2 nodes"), so no
+line says "a model of 1 nodes" or "1 distinct bugs".
+
 This module uses only the standard library: ``repro.py`` embeds its text verbatim (:func:`script_text`), so a
 bundle's script prints names the same way.
 
@@ -29,7 +32,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-__all__ = ["escape_controls", "script_text", "shown"]
+__all__ = ["escape_controls", "plural", "script_text", "shown"]
 
 # C0 controls but \t \n \r, DEL, C1 controls, and the bidirectional overrides/isolates.
 _CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -58,6 +61,26 @@ def shown(name: object) -> str:
         'relu\\\\nPASS\\\\r'
     """
     return _NAME_CONTROLS.sub(lambda m: _escape(m.group()), str(name))
+
+
+def plural(count: int, noun: str, many: str | None = None) -> str:
+    """``count`` and ``noun``, agreed: the noun as given for 1, else ``many`` (default: the noun with ``s``,
+    ``es`` after s, x, ch or sh, ``ies`` for a consonant's ``y``).
+
+    Example:
+        >>> plural(1, "node"), plural(0, "node"), plural(2, "pass"), plural(3, "entry"), plural(2, "bug", "bugs")
+        ('1 node', '0 nodes', '2 passes', '3 entries', '2 bugs')
+    """
+    if count == 1:
+        return f"{count} {noun}"
+    if many is None:
+        if noun.endswith(("s", "x", "ch", "sh")):
+            many = noun + "es"
+        elif noun.endswith("y") and noun[-2:-1] not in ("a", "e", "i", "o", "u", ""):
+            many = noun[:-1] + "ies"
+        else:
+            many = noun + "s"
+    return f"{count} {many}"
 
 
 def script_text() -> str:

@@ -30,6 +30,7 @@ from graphbisect.artifacts.compare_text import (
     verdict_line,
 )
 from graphbisect.atomic import atomic_write_text
+from graphbisect.printable import plural
 
 if TYPE_CHECKING:
     from graphbisect.workflows.compare import CompareResult
@@ -59,7 +60,8 @@ def _cell(column: str, value: object) -> object:
     """A CSV cell: shapes as ``1x3x224x224``, value ranges as ``[-2.5, 1.9]`` (not ``-2.5x1.9``: a shape);
     text is :func:`spreadsheet_text`."""
     if isinstance(value, dict) and column == "compiled_as":  # the compiled node: kind, name, originals
-        return spreadsheet_text(f"{value['kind']} {value['name']} ({len(value['originals'])} nodes)" + _ran_in(value))
+        covers = plural(len(value["originals"]), "node")
+        return spreadsheet_text(f"{value['kind']} {value['name']} ({covers})" + _ran_in(value))
     if isinstance(value, str):
         return spreadsheet_text(value)
     if isinstance(value, list) and column.endswith("_range"):
@@ -166,7 +168,8 @@ def _e(value: object) -> str:
 def _header(result: CompareResult) -> str:
     from graphbisect.artifacts.environment import describe_ran_with
 
-    lines = [f"model <code>{_e(result.model.origin or 'ModelProto')}</code> ({len(result.model.nodes)} nodes, "
+    lines = [f"model <code>{_e(result.model.origin or 'ModelProto')}</code> "
+             f"({plural(len(result.model.nodes), 'node')}, "
              f"<code>{_e(result.model.fingerprint[:12])}</code>)"]
     lines += [f"{role} <code>{_e(spec)}</code> [{_e(describe_ran_with(result.versions.get(role)))}]"
               for role, spec in (("oracle", result.oracle), ("target", result.target))]
@@ -245,7 +248,7 @@ def _layers(result: CompareResult) -> str:
     unobserved = len(layers.rows) - layers.compared
     lines = [f"layerwise ({layers.compared} tensors compared):"]
     if unobserved:
-        lines.append(f"{unobserved} tensor(s) not observed: the target fused them away or folded them, so it "
+        lines.append(f"{plural(unobserved, 'tensor')} not observed: the target fused them away or folded them, so it "
                      "exposes no value to compare (grey italic rows, never counted as mismatches)")
     if result.compiled is not None:
         lines.append(f"target probed where its compiled graph keeps tensors: {result.compiled.summary()}")

@@ -17,7 +17,7 @@ import math
 from typing import TYPE_CHECKING
 
 from graphbisect.backends.cost import describe_calls
-from graphbisect.printable import shown
+from graphbisect.printable import plural, shown
 
 if TYPE_CHECKING:
     from graphbisect.localize.compiled import CompiledNode
@@ -184,7 +184,7 @@ def constants_note(result: CompareResult) -> str | None:
     constants = result.layerwise.differing_constants if result.layerwise is not None else ()
     if not constants:
         return None
-    return (f"c: {len(constants)} constant tensor(s) (computed from no input, folded by the target) differ as "
+    return (f"c: {plural(len(constants), 'constant tensor')} (computed from no input, folded by the target) differ as "
             "the target exposes them, e.g. an int64 INT64_MIN stored as INT32_MIN or an empty tensor as [1]; "
             "not ranked as causes (a wrongly folded constant shows at its consumer)")
 
@@ -194,7 +194,7 @@ def floor_rows_note(result: CompareResult) -> str | None:
     noise = [r for r in result.layerwise.rows if r.at_floor] if result.layerwise is not None else []
     if not noise or result.noise_floor is None:
         return None
-    return (f"f: {len(noise)} tensor(s) beyond the tolerance but within {num(result.noise_floor.margin)}× the "
+    return (f"f: {plural(len(noise), 'tensor')} beyond the tolerance but within {num(result.noise_floor.margin)}× the "
             "target's noise floor (its error with optimizations off): kernel precision, not divergences")
 
 

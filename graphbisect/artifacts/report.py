@@ -31,6 +31,7 @@ from graphbisect.backends.cost import describe_calls
 from graphbisect.compare import Comparison, TensorStats, compare_outputs
 from graphbisect.compare.metrics import decade
 from graphbisect.oracle.outcome import headline as message_headline
+from graphbisect.printable import plural
 from graphbisect.shareable import file_name as path_name
 from graphbisect.shareable import shareable_report, shareable_text
 
@@ -225,8 +226,8 @@ def _title(content: BundleContent) -> str:
             "timeout": "times out on `model.onnx`",
             "unsupported": "refuses `model.onnx` as unsupported (an op, a type or an opset it lacks)"}.get(
         content.signature.kind.value, f"disagrees with the oracle {md_code(_shown(content.oracle))} on `model.onnx`")
-    lines.append(f"The target {md_code(_shown(content.target))} {what}, a model of {len(content.model.graph.node)} "
-                 f"nodes reduced by graphbisect {__version__}.")
+    lines.append(f"The target {md_code(_shown(content.target))} {what}, a model of "
+                 f"{plural(len(content.model.graph.node), 'node')} reduced by graphbisect {__version__}.")
     return "\n".join(lines)
 
 

@@ -21,6 +21,7 @@ from graphbisect.artifacts.environment import describe_ran_with
 from graphbisect.atomic import atomic_write_text
 from graphbisect.oracle.outcome import headline
 from graphbisect.oracle.signature import FailureKind
+from graphbisect.printable import plural
 from graphbisect.triage.dedup import BugGroup
 from graphbisect.triage.outcome import ERROR, FAILED, PASSED, ModelOutcome, total_calls
 
@@ -104,7 +105,7 @@ def _bug_rows(data: Mapping[str, Any], out_dir: Path) -> list[list[str]]:
     return [[bug["key"], str(bug["count"]), signature_cell(bug["signature"], bug.get("lacks")),
              ", ".join(bug["culprits"]) or "—",
              " → ".join(bug["op_types"]) or "—", _relative(bug["smallest_bundle"], out_dir)
-             + (f" ({bug['smallest_nodes']} nodes)" if bug["smallest_nodes"] is not None else ""),
+             + (f" ({plural(bug['smallest_nodes'], 'node')})" if bug["smallest_nodes"] is not None else ""),
              ", ".join(bug["models"])] for bug in data["bugs"]]
 
 
@@ -118,9 +119,9 @@ def _markdown(data: Mapping[str, Any], out_dir: Path) -> str:
         return "| " + " | ".join(cell.replace("|", "\\|").replace("\n", " ") for cell in cells) + " |"
 
     lines = ["# graphbisect triage", "",
-             f"{c['models']} models: **{c['distinct_bugs']} distinct bugs** in {c['failed']} failing models, "
-             f"{c['passed']} passed, {c['errors']} errors. Target `{meta.get('target')}` vs oracle "
-             f"`{meta.get('oracle')}`, executor `{meta.get('executor')}`.", "",
+             f"{plural(c['models'], 'model')}: **{plural(c['distinct_bugs'], 'distinct bug')}** in "
+             f"{plural(c['failed'], 'failing model')}, {c['passed']} passed, {plural(c['errors'], 'error')}. "
+             f"Target `{meta.get('target')}` vs oracle `{meta.get('oracle')}`, executor `{meta.get('executor')}`.", "",
              *(f"- {role} ran with {'; '.join(texts)}" for role, texts in data["ran_with"].items()), "",
              "## Bugs", "",
              row(_BUG_HEADER), row(["---"] * len(_BUG_HEADER))]
@@ -145,8 +146,8 @@ def _html(data: Mapping[str, Any], out_dir: Path) -> str:
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
         "padding:4px 8px;text-align:left;vertical-align:top}</style></head><body>",
         "<h1>graphbisect triage</h1>",
-        f"<p>{c['models']} models: <b>{c['distinct_bugs']} distinct bugs</b> in {c['failed']} failing models, "
-        f"{c['passed']} passed, {c['errors']} errors.</p>",
+        f"<p>{plural(c['models'], 'model')}: <b>{plural(c['distinct_bugs'], 'distinct bug')}</b> in "
+        f"{plural(c['failed'], 'failing model')}, {c['passed']} passed, {plural(c['errors'], 'error')}.</p>",
         *(f"<p>{html.escape(role)} ran with {html.escape('; '.join(texts))}</p>"
           for role, texts in data["ran_with"].items()),
         "<h2>Bugs</h2>", table(_BUG_HEADER, _bug_rows(data, out_dir)),

@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from graphbisect.printable import plural
+
 if TYPE_CHECKING:
     from graphbisect.backends.base import RunResult
 
@@ -76,7 +78,7 @@ class Cost:
 
     def describe(self) -> str:
         """``2 (18 compiles, 3 cached)``: the runs, then the compiles and the cache hits when there were any."""
-        extra = [f"{self.compiles} compile{'s' if self.compiles != 1 else ''}"] if self.compiles else []
+        extra = [plural(self.compiles, "compile")] if self.compiles else []
         if self.compile_cache_hits:
             extra.append(f"{self.compile_cache_hits} cached")
         return f"{self.runs}" + (f" ({', '.join(extra)})" if extra else "")

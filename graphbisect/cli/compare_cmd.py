@@ -22,6 +22,7 @@ from graphbisect.cli.common import (
     tolerance_from_args,
 )
 from graphbisect.cli.terminal import shown
+from graphbisect.printable import plural
 
 if TYPE_CHECKING:
     from graphbisect.workflows.compare import CompareResult
@@ -89,7 +90,8 @@ def print_result(result: CompareResult, *, rows: int) -> None:
     from graphbisect.artifacts.compare_text import dims_line, verdict_line
     from graphbisect.artifacts.environment import describe_ran_with
 
-    print(f"model   {shown(result.model.origin)}  ({len(result.model.nodes)} nodes, {result.model.fingerprint[:12]})")
+    print(f"model   {shown(result.model.origin)}  ({plural(len(result.model.nodes), 'node')}, "
+          f"{result.model.fingerprint[:12]})")
     for role, spec in (("oracle", result.oracle), ("target", result.target)):
         print(f"{role}  {spec}  [{describe_ran_with(result.versions.get(role))}]")
     if not result.target_run.ok:

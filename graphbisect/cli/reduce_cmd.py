@@ -30,6 +30,7 @@ from graphbisect.cli.common import (
 from graphbisect.cli.progress import ProgressLine
 from graphbisect.cli.terminal import shown
 from graphbisect.errors import InputError
+from graphbisect.printable import plural
 
 if TYPE_CHECKING:
     from graphbisect.workflows.reduce import ReduceOptions, ReduceResult
@@ -235,7 +236,7 @@ def _report(result: ReduceResult, args: argparse.Namespace) -> int:
     if result.noise_floor is not None and result.noise_floor.measured:
         print(result.noise_floor.describe())
     kept = ", ".join(map(shown, result.kept_nodes[:12]))
-    print(f"reduced {result.original_nodes} → {result.final_nodes} nodes: {kept}"
+    print(f"reduced {result.original_nodes} → {plural(result.final_nodes, 'node')}: {kept}"
           + (" …" if len(result.kept_nodes) > 12 else ""))
     facts = f"; report facts: {describe_calls({}, result.report_calls)}" if result.report_calls else ""
     print(f"invocations: {describe_calls(result.invocations, result.backend_calls)}{facts}; {result.seconds:.1f} s")

@@ -25,6 +25,7 @@ from graphbisect.cli.common import (
     tolerance,
 )
 from graphbisect.cli.terminal import shown
+from graphbisect.printable import plural
 
 __all__ = ["add_arguments", "run"]
 
@@ -135,14 +136,16 @@ def _replay(args: argparse.Namespace) -> int:
     count = sum(1 for choice in result.requested.choices if choice.node in names)
     skipped = len(result.requested.choices) - count
     if skipped:
-        print(f"{skipped} choice(s) of the record name nodes this model does not have: not replayed")
+        print(f"{plural(skipped, 'choice')} of the record name nodes this model does not have: not replayed")
     if not result.run.ok:
-        print(f"replaying {count} choices: the build {result.run.describe()}")
+        print(f"replaying {plural(count, 'choice')}: the build {result.run.describe()}")
     elif result.not_applied:
-        print(f"replayed {count} choices: the build ran, but {len(result.not_applied)} choice(s) were NOT APPLIED "
+        missed = len(result.not_applied)
+        print(f"replayed {plural(count, 'choice')}: the build ran, but {plural(missed, 'choice')} "
+              f"{'was' if missed == 1 else 'were'} NOT APPLIED "
               "(the backend silently used another kernel):")
     else:
-        print(f"replayed {count} choices: every choice took effect")
+        print(f"replayed {plural(count, 'choice')}: every choice took effect")
     for item in result.not_applied:
         print(f"  NOT APPLIED {shown(item.node)}: asked for {item.requested}, the backend used {item.used}")
     print(f"invocations: {describe_calls(result.invocations, result.backend_calls)}")
@@ -160,7 +163,7 @@ def _diff(args: argparse.Namespace) -> int:
         print(f"  {shown(node):40s} only in {args.a}")
     for node in diff.only_b:
         print(f"  {shown(node):40s} only in {args.b}")
-    print(f"{len(diff.changed)} node(s) with another kernel")
+    print(f"{plural(len(diff.changed), 'node')} with another kernel")
     _write_json(args.json, diff.to_json())
     return 0 if diff.empty else 1
 

@@ -21,6 +21,7 @@ from graphbisect.cli.common import (
     tolerance,
 )
 from graphbisect.cli.terminal import shown
+from graphbisect.printable import plural
 from graphbisect.triage.outcome import total_calls
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 def _print_outcome(outcome: ModelOutcome) -> None:
     calls = _model_calls(outcome)
     if outcome.status == "failed":
-        where = f"{outcome.final_nodes} nodes in {outcome.bundle}" if outcome.bundle else "no bundle"
+        where = f"{plural(outcome.final_nodes or 0, 'node')} in {outcome.bundle}" if outcome.bundle else "no bundle"
         culprits = f", culprits {', '.join(outcome.culprits)}" if outcome.culprits else ""
         kind = outcome.signature.get("kind") if outcome.signature else "?"
         print(f"{shown(outcome.name)}: FAILED ({kind}{culprits}) → {where}{calls}", flush=True)
@@ -96,9 +97,10 @@ def _model_calls(outcome: ModelOutcome) -> str:
 
 def _report(result: TriageResult) -> int:
     failed = result.by_status("failed")
-    print(f"\n{len(result.outcomes)} models ({len(result.skipped)} finished earlier) on {result.executor} in "
-          f"{result.seconds:.1f} s: {len(result.bugs)} distinct bugs in {len(failed)} failing models, "
-          f"{len(result.by_status('passed'))} passed, {len(result.by_status('error'))} errors")
+    print(f"\n{plural(len(result.outcomes), 'model')} ({len(result.skipped)} finished earlier) on {result.executor} "
+          f"in {result.seconds:.1f} s: {plural(len(result.bugs), 'distinct bug')} in "
+          f"{plural(len(failed), 'failing model')}, {len(result.by_status('passed'))} passed, "
+          f"{plural(len(result.by_status('error')), 'error')}")
     from graphbisect.artifacts.triage_report import signature_cell
 
     for bug in result.bugs:

@@ -51,6 +51,7 @@ from graphbisect.model.load import external_data_file
 from graphbisect.model.normalize import shape_conflicts
 from graphbisect.npzguard import available_memory, size_text
 from graphbisect.options import SEED, check_value
+from graphbisect.printable import plural
 from graphbisect.values import (
     as_elem_type,
     comparable,
@@ -163,7 +164,7 @@ _bytes = size_text
 def _read_npy(path: Path, model: Model) -> dict[str, np.ndarray]:
     if len(model.input_names) != 1:
         raise InputError(
-            f"{path} holds one array, but the model has {len(model.input_names)} inputs: "
+            f"{path} holds one array, but the model has {plural(len(model.input_names), 'input')}: "
             f"{', '.join(model.input_names) or '(none)'}",
             hint="save the inputs together by name: np.savez('inputs.npz', **{name: array, ...})",
         )
@@ -173,7 +174,8 @@ def _read_npy(path: Path, model: Model) -> dict[str, np.ndarray]:
 def _positional(path: Path, arrays: list[np.ndarray], model: Model) -> dict[str, np.ndarray]:
     if len(arrays) > len(model.input_names):
         raise InputError(
-            f"{path} holds {len(arrays)} unnamed arrays, but the model has only {len(model.input_names)} inputs: "
+            f"{path} holds {len(arrays)} unnamed arrays, but the model has only "
+            f"{plural(len(model.input_names), 'input')}: "
             f"{', '.join(model.input_names)}",
             hint="name the arrays after the model's inputs",
         )
@@ -247,7 +249,7 @@ def _read_pb_folder(path: Path, model: Model) -> dict[str, Any]:
         else:
             raise InputError(
                 f"{file}: tensor {stored_name!r} matches no input and the model has only "
-                f"{len(model.input_names)} inputs: {', '.join(model.input_names)}",
+                f"{plural(len(model.input_names), 'input')}: {', '.join(model.input_names)}",
                 hint="name the tensors after the model's inputs or remove the extra files",
             )
         arrays[name] = value

@@ -64,6 +64,7 @@ from graphbisect.localize.runtime_precision import (
     optimized_precisions,
     precision_name,
 )
+from graphbisect.printable import plural
 
 __all__ = [
     "CompiledGraph",
@@ -152,7 +153,7 @@ class CompiledNode:
             return f"{text} ({ran})" if ran else text
         shown = ", ".join(self.originals[:limit]) + (", ..." if len(self.originals) > limit else "")
         notes = "; ".join(filter(None, (self.inferred_note(limit), ran)))
-        return f"{text} ← {len(self.originals)} nodes: {shown}" + (f" ({notes})" if notes else "")
+        return f"{text} ← {plural(len(self.originals), 'node')}: {shown}" + (f" ({notes})" if notes else "")
 
     def inferred_note(self, limit: int = 12) -> str:
         """``membership of a, b inferred from the graph`` (the first ``limit``), or "" when the backend named all."""

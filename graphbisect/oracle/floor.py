@@ -41,6 +41,7 @@ from typing import Any
 from graphbisect.backends import BackendInfo, BackendSpec
 from graphbisect.backends.cost import Cost
 from graphbisect.compare import MismatchKind, TensorStats, Tolerance
+from graphbisect.printable import plural
 
 __all__ = ["FLOOR_CAP", "FLOOR_MARGIN", "NoiseFloor", "floor_spec", "measure_floor", "no_floor"]
 
@@ -104,8 +105,8 @@ class NoiseFloor:
         if not worst:
             return f"noise floor ({self.spec}): within the tolerance at every tensor"
         name, score = worst[0]
-        return (f"noise floor ({self.spec}): {len(worst)} tensor(s) beyond the tolerance with the optimizations "
-                f"off, worst {name!r} at {score:.3g}× (kernel precision); a failure counts only above "
+        return (f"noise floor ({self.spec}): {plural(len(worst), 'tensor')} beyond the tolerance with the "
+                f"optimizations off, worst {name!r} at {score:.3g}× (kernel precision); a failure counts only above "
                 f"{self.margin:g}× its floor")
 
     def to_json(self) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from graphbisect.artifacts.bundle import BundleError, LoadedBundle
 from graphbisect.artifacts.repro import TACTICS_FILE
 from graphbisect.backends import BackendSpec, registry
 from graphbisect.errors import GraphBisectError, InputError
+from graphbisect.printable import plural
 from graphbisect.releases.environments import Environment, prepare_environments, recipe_of
 from graphbisect.releases.index import VersionRange, index_versions, select_versions
 from graphbisect.releases.search import FOUND, NEWEST_UNCHANGED, OLDEST_CHANGED, Answer, Change, find_change
@@ -165,7 +166,7 @@ def search_releases(bundle: LoadedBundle, package: str, *, versions: Sequence[st
     listed = list(versions) if versions is not None else index_versions(package, pre=pre)
     chosen = select_versions(listed, window, pre=pre or versions is not None)
     if len(chosen) < 2:
-        raise InputError(f"{len(chosen)} release(s) of {package} in {window or 'the index'} "
+        raise InputError(f"{plural(len(chosen), 'release')} of {package} in {window or 'the index'} "
                          f"({', '.join(chosen) or 'none'}): a search needs two",
                          hint="widen --range, or name the releases with --versions A,B,C")
     say(f"{len(chosen)} releases of {package} ({chosen[0]} … {chosen[-1]}); environments in "
@@ -329,7 +330,7 @@ def _result(package: str, find: str, spec: BackendSpec, bundle: LoadedBundle, ve
 
 
 def _paragraph(r: ReleaseSearch) -> str:
-    span = f"{r.package} {r.versions[0]} to {r.versions[-1]} ({len(r.versions)} releases, {r.python})"
+    span = f"{r.package} {r.versions[0]} to {r.versions[-1]} ({plural(len(r.versions), 'release')}, {r.python})"
     skips = [v for v, run in r.tested.items() if run.verdict == SKIP]
     cost = (f"{r.releases_run} releases run ({r.runs} runs), {len(skips)} skipped"
             + (f" ({', '.join(skips)})" if skips else "") + f"; found with graphbisect releases on target {r.target}")

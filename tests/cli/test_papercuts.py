@@ -134,3 +134,15 @@ def test_the_compiled_as_column_keeps_the_count_when_the_kind_is_cut() -> None:
     assert compiled_as_cell(inferred, width=30) == "SkipSimplifie… ×3 (1 inferred)"
     assert compiled_as_cell(CompiledNode("n", "Relu", ("r",), ("y",)), width=30) == "Relu"
     assert compiled_as_cell(node) == "SkipSimplifiedLayerNormalization ×12"  # the HTML page's cell, whole
+
+
+def test_a_count_agrees_with_its_noun(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from graphbisect.printable import plural
+
+    assert [plural(n, "node") for n in (0, 1, 2)] == ["0 nodes", "1 node", "2 nodes"]
+    assert (plural(2, "pass"), plural(2, "entry"), plural(2, "key")) == ("2 passes", "2 entries", "2 keys")
+    model = _relu_model(tmp_path)
+    assert main(["compare", str(model), "--oracle", "reference", "--target", "ort", "--no-layerwise"]) == 0
+    out = capsys.readouterr().out
+    # The header said "(1 nodes, 3f2a...)".
+    assert "relu.onnx  (1 node, " in out, out

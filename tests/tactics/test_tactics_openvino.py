@@ -14,6 +14,7 @@ pytest.importorskip("openvino")
 
 from graphbisect.backends.openvino import OpenVino
 from graphbisect.cli.main import main
+from graphbisect.printable import plural
 from graphbisect.tactics import TacticRecord, save_record
 from graphbisect.tactics.openvino import NodeNames, mapping_of, onnx_node_of
 from tests.tactics.tactics_builders import save_cnn, save_int64_output
@@ -197,5 +198,5 @@ def test_replay_counts_only_the_choices_this_model_has(
     record = save_record(whole, tmp_path / "whole.json")
     main(["tactics", "replay", str(cut), str(record)])
     out = capsys.readouterr().out
-    assert f"{len(absent)} choice(s) of the record name nodes this model does not have: not replayed" in out
-    assert f"replayed {len(whole.choices) - len(absent)} choices" in out
+    assert f"{plural(len(absent), 'choice')} of the record name nodes this model does not have: not replayed" in out
+    assert f"replayed {plural(len(whole.choices) - len(absent), 'choice')}" in out
