@@ -269,7 +269,10 @@ def _write_charts(folder: Path, content: BundleContent) -> dict[str, str]:
     charts = dict(content.charts)
     journey = content.report.get("journey")
     if "journey" not in charts and isinstance(journey, (list, tuple)) and journey:
-        charts["journey"] = size_journey_svg([(int(x), int(y)) for x, y in journey])
+        trail = content.report.get("trail")
+        charts["journey"] = size_journey_svg([(int(x), int(y)) for x, y in journey],
+                                             [(int(x), int(y), bool(f)) for x, y, f in trail]
+                                             if isinstance(trail, (list, tuple)) else ())
     files: dict[str, str] = {}
     for name, svg in charts.items():
         stem = re.sub(r"[^\w.\-]+", "_", name).strip("._") or "chart"

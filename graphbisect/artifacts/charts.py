@@ -7,6 +7,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from graphbisect.printable import plural
+
 __all__ = ["ErrorPoint", "error_chart_svg", "size_journey_svg"]
 
 
@@ -159,15 +161,26 @@ class _LabelRows:
         return all(span[1] <= a or span[0] >= b for a, b in row)
 
 
-def size_journey_svg(journey: Sequence[tuple[int, int]],
+def size_journey_svg(journey: Sequence[tuple[int, int]], trail: Sequence[tuple[int, int, bool]] = (),
                      title: str = "best failing size (nodes) against the search's target runs") -> str:
     """A step chart of the best candidate's size (nodes) against the target runs the *search* spent (the
     report's "tests"; the runs on the original model and the re-verification come on top of them; a resumed
-    search counts the runs of the sessions before it, which its journal replays)."""
+    search counts the runs of the sessions before it, which its journal replays), and a dot per candidate
+    the search ran (``trail``: ``(runs so far, size, failed)``): filled where it failed the same way, hollow
+    where it did not. The axis runs to the last run, so the runs that proved the answer 1-minimal show: a
+    search that found its answer at once and then tested ten removals drew one step at run 1, labelled "1
+    search runs", though it had made ten.
+
+    Example:
+        >>> svg = size_journey_svg([(0, 200), (1, 9)], [(1, 9, True), *((n, 8, False) for n in range(2, 11))])
+        >>> "10 search runs of the target" in svg, svg.count("<circle"), "1 failed the same way" in svg
+        (True, 10, True)
+    """
     if not journey:
         journey = [(0, 0)]
-    max_x = max(*(x for x, _ in journey), 1)
-    max_y = max(*(y for _, y in journey), 1)
+    runs = max(*(x for x, _ in journey), *(x for x, _, _ in trail), 0)
+    max_x = max(runs, 1)  # the scale; the label says the runs
+    max_y = max(*(y for _, y in journey), *(y for _, y, _ in trail), 1)
     height, pad_t, pad_r = 320, 24, 16  # no label band: nothing is labelled on this chart
     plot_w, plot_h = _W - _PAD_L - pad_r, height - pad_t - _PAD_B
 
@@ -177,13 +190,25 @@ def size_journey_svg(journey: Sequence[tuple[int, int]],
     steps: list[str] = []
     for (x, y), (nx, _) in zip(journey, [*journey[1:], (max_x, journey[-1][1])]):
         steps += [pt(x, y), pt(nx, y)]
+    dots = []
+    for x, y, failed in trail:
+        cx, cy = pt(x, y).split(",")
+        dots.append(f'<circle cx="{cx}" cy="{cy}" r="3" ' + ('fill="#d62728"/>' if failed
+                                                           else 'fill="none" stroke="#7f7f7f"/>'))
+    failing = sum(1 for _, _, failed in trail if failed)
+    legend = (f"{plural(len(trail), 'candidate')} run: {failing} failed the same way (filled; "
+              f"{plural(len(journey) - 1, 'step')} smaller than the best so far), {len(trail) - failing} did not"
+              if trail else "")
     return "\n".join([
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{height}" viewBox="0 0 {_W} {height}" '
         'font-family="sans-serif" font-size="11">',
         f'<text x="{_PAD_L}" y="14" font-size="13">{html.escape(title)}</text>',
         f'<polyline points="{" ".join(steps)}" fill="none" stroke="#1f77b4" stroke-width="2"/>',
+        *dots,
         f'<text x="{_PAD_L - 6}" y="{pad_t + 4}" text-anchor="end">{max_y}</text>',
         f'<text x="{_PAD_L - 6}" y="{pad_t + plot_h}" text-anchor="end">0</text>',
-        f'<text x="{_W - pad_r}" y="{height - 28}" text-anchor="end">{max_x} search runs of the target</text>',
+        f'<text x="{_W - pad_r}" y="{height - 28}" text-anchor="end">{plural(runs, "search run")} of the target'
+        "</text>",
+        *([f'<text x="{_PAD_L}" y="{height - 10}">{html.escape(legend)}</text>'] if legend else []),
         "</svg>",
     ])

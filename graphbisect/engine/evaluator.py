@@ -144,6 +144,10 @@ class Evaluator:
         #: ``(runs, size)`` at the start and at each new smallest failing set, across every search this
         #: evaluator serves (a plan's hints, slices and sweeps alike), runs as :attr:`runs` counts them
         self.journey: list[tuple[int, int]] = []
+        #: ``(runs, size, failed)`` for every candidate run, in the order the runs ended (runs as :attr:`runs`
+        #: counts them, an earlier session's replayed from the journal where this one used it): what the
+        #: search tested, of which :attr:`journey` holds the accepted steps
+        self.trail: list[tuple[int, int, bool]] = []
         #: the runs the current best set still needs to be proven 1-minimal (a :class:`SearchRun
         #: <graphbisect.engine.search.SearchRun>` sets it; :class:`ProgressEvent` ``proof_runs``)
         self.proof_runs: Callable[[], int | None] | None = None
@@ -311,15 +315,17 @@ class Evaluator:
                 continue
             key = entry[0]
             tally.tests += 1
+            result = self.cache.get(key)
+            assert result is not None
             if key in unclaimed:
                 unclaimed.discard(key)
             else:
                 tally.cache_hits += 1
                 if self.cache.was_replayed(key):
                     tally.replayed += 1
-                    self._reused.add(key)
-            result = self.cache.get(key)
-            assert result is not None
+                    if key not in self._reused:
+                        self._reused.add(key)
+                        self.trail.append((self.runs, len(entry[1]), result.outcome is Outcome.FAIL))
             if result.outcome is Outcome.FAIL:
                 tally.speculative += len(unclaimed)
                 return i
@@ -344,7 +350,7 @@ class Evaluator:
         except BaseException:
             self._abort(key)
             raise
-        return self._store(key, raw, phase)
+        return self._store(key, raw, phase, len(keep))
 
     def _run_submitted(
         self, executor: SubmitExecutor, batch: list[tuple[str, frozenset[int]]], phase: str
@@ -352,13 +358,14 @@ class Evaluator:
         futures: dict[Future[Any], str] = {}
         done: dict[str, TestResult] = {}
         try:
+            sizes = {key: len(keep) for key, keep in batch}
             for key, keep in batch:
                 self._begin(key)
                 futures[executor.submit(self.test, keep)] = key
             # Record each result as soon as it exists: if we die later, it is not lost.
             for future in as_completed(futures):
                 key = futures[future]
-                done[key] = self._store(key, future.result(), phase)
+                done[key] = self._store(key, future.result(), phase, sizes[key])
         except BaseException:
             self._abandon(futures, done)
             raise
@@ -373,8 +380,8 @@ class Evaluator:
                 self._begin(key)
             # strict=False: a short answer is reported below with a clearer message than zip's.
             results = mapper(self.test, [keep for _, keep in batch])
-            for (key, _), raw in zip(batch, results, strict=False):
-                done[key] = self._store(key, raw, phase)
+            for (key, keep), raw in zip(batch, results, strict=False):
+                done[key] = self._store(key, raw, phase, len(keep))
         except BaseException:
             for key, _ in batch:
                 if key not in done:
@@ -398,7 +405,7 @@ class Evaluator:
             self._owned_pool = ThreadPoolExecutor(self.jobs, thread_name_prefix="graphbisect-test")
         return self._owned_pool
 
-    def _store(self, key: str, raw: Any, phase: str) -> TestResult:
+    def _store(self, key: str, raw: Any, phase: str, size: int) -> TestResult:
         try:
             result = TestResult.of(raw)
         except TypeError:
@@ -407,6 +414,7 @@ class Evaluator:
         self.cache.put(key, result)
         self._tally(phase).count_run(result)
         self.meter.charge(int(result.invoked), failed=result.outcome is Outcome.FAIL)
+        self.trail.append((self.runs, size, result.outcome is Outcome.FAIL))
         if self.journal is not None:
             self.journal.finish(key, result, scope=self.scope)
         logger.debug("%s: {%s} -> %s", phase, key, result.outcome.value)

@@ -164,7 +164,9 @@ class SearchResult:
     stopped and ``keep`` is the best failing set found so far. ``history`` is the journey of best sizes
     as ``(backend runs so far, size)`` pairs, runs replayed from a journal included (``Evaluator.runs``).
     ``found`` is set by the bisection helpers: the prefix length (:func:`bisect_prefix`) or the culprit
-    unit (:func:`find_one`).
+    unit (:func:`find_one`). ``trail``: every candidate the search ran, as ``(runs so far, size, failed)``
+    (``Evaluator.trail``), where ``history`` holds only the accepted steps; set by a plan over a whole
+    evaluator (:func:`graphbisect.strategies.subgraph.plan`), () otherwise.
 
     Example:
         >>> r = SearchResult(frozenset({3}), minimal=True, stop_reason=None, stats=SearchStats(),
@@ -179,6 +181,7 @@ class SearchResult:
     stats: SearchStats
     history: tuple[tuple[int, int], ...]
     found: int | None = None
+    trail: tuple[tuple[int, int, bool], ...] = ()
 
 
 @dataclass(frozen=True)

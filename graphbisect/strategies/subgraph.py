@@ -848,10 +848,12 @@ def plan(evaluator: Evaluator, space: SubgraphSpace, *, hints: Sequence[frozense
             best.append(_cone(evaluator, space, best[-1]))
             evaluator.set_best(len(best[-1]), phase="cone")
     except BudgetExhausted as exc:
-        return SearchResult(best[-1], False, exc.reason, evaluator.stats(), tuple(evaluator.journey))
+        return SearchResult(best[-1], False, exc.reason, evaluator.stats(), tuple(evaluator.journey),
+                            trail=tuple(evaluator.trail))
     except KeyboardInterrupt:  # Ctrl-C between the engine's searches: the run stops with its best-so-far
         evaluator.meter.interrupt()
-        return SearchResult(best[-1], False, StopReason.INTERRUPTED, evaluator.stats(), tuple(evaluator.journey))
+        return SearchResult(best[-1], False, StopReason.INTERRUPTED, evaluator.stats(), tuple(evaluator.journey),
+                            trail=tuple(evaluator.trail))
     if len(best[-1]) <= _SWEEP_ONLY_MAX:
         # A slice this small is usually minimal already: the proof (one run per node) is all that is left,
         # and ProbDD's group removals before its own closing sweep only add runs.
@@ -859,7 +861,7 @@ def plan(evaluator: Evaluator, space: SubgraphSpace, *, hints: Sequence[frozense
     else:
         result = probdd(evaluator, best[-1], prior=dict(priors) if priors else None, phase="probdd")
     # the journey of the whole plan (its hints, slice and cone too), not only of its last search's steps
-    return dataclasses.replace(result, history=tuple(evaluator.journey))
+    return dataclasses.replace(result, history=tuple(evaluator.journey), trail=tuple(evaluator.trail))
 
 
 def _outside_in(keep: frozenset[int]) -> list[frozenset[int]]:

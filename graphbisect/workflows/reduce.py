@@ -1334,6 +1334,7 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
     verified = verification.ok
     one_minimal = result.minimal and verified
     journey = ((0, len(r.model.nodes)), *((int(a), int(b)) for a, b in result.history if b < len(r.model.nodes)))
+    trail = [[int(runs), int(size), bool(failed)] for runs, size, failed in result.trail]  # every candidate run
     report = {
         "original_model": {"path": str(r.model.origin) if r.model.origin else None,
                            **({"converted": str(r.model.path)} if r.model.paddle_source and r.model.path else {}),
@@ -1342,7 +1343,7 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
         "kept_nodes": [{"name": n, "op_type": r.model.nodes[i].op_type} for n, i in zip(names, sorted(result.keep))],
         "invocations": dict(r.invocations), "backend_calls": r.tally().to_json(),
         "seconds": round(time.monotonic() - r.started, 3),
-        "journey": [list(p) for p in journey], "one_minimal": one_minimal, "stop_reason": stop,
+        "journey": [list(p) for p in journey], "trail": trail, "one_minimal": one_minimal, "stop_reason": stop,
         "verified": verified, "flaky": flaky, "notes": list(r.notes),
         "search": dict(search_stats),
         "versions": r.versions(),
@@ -1372,7 +1373,7 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
         target_outputs=verification.target_outputs, oracle=r.oracle_spec, target=r.target_spec,
         tolerance=r.tol.restricted(candidate.outputs), target_message=verification.message, report=report,
         signature=_own_band(baseline, oracle_outputs, verification.target_outputs, r.tol.restricted(candidate.outputs)),
-        charts={"journey": size_journey_svg(journey)}, sections=facts.sections, files=facts.files,
+        charts={"journey": size_journey_svg(journey, result.trail)}, sections=facts.sections, files=facts.files,
     )
     if amend is not None:
         content = amend(content)

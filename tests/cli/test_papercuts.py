@@ -136,6 +136,26 @@ def test_the_compiled_as_column_keeps_the_count_when_the_kind_is_cut() -> None:
     assert compiled_as_cell(node) == "SkipSimplifiedLayerNormalization ×12"  # the HTML page's cell, whole
 
 
+def test_the_journey_chart_of_the_main_job_shows_every_run_of_the_search(tmp_path: Path) -> None:
+    import json
+    import re
+
+    out = tmp_path / "bug"
+    assert main(["reduce", "--example", "-o", str(out)]) == 1
+    report = json.loads((out / "report.json").read_text())
+    svg = (out / "journey.svg").read_text()
+    tests = report["search"]["tests"]
+    assert tests > 2 and report["search"].get("cache_hits", 0) == 0
+    # It drew the two accepted steps, 200 → 9 at run 1, and said "1 search runs of the target": the 9 runs that
+    # proved the 9 nodes 1-minimal were not on it.
+    assert f">{tests} search runs of the target<" in svg, svg
+    assert len(report["trail"]) == tests and [run for run, _, _ in report["trail"]] == list(range(1, tests + 1))
+    assert svg.count("<circle") == tests and svg.count('fill="#d62728"') == sum(f for _, _, f in report["trail"])
+    assert re.search(r">\d+ candidates run: \d+ failed the same way \(filled; 1 step smaller than the best so far\)",
+                     svg), svg
+    assert "a model of 9 nodes reduced by graphbisect" in (out / "report.md").read_text()
+
+
 def test_a_count_agrees_with_its_noun(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from graphbisect.printable import plural
 
