@@ -68,7 +68,7 @@ def run_passes(args: argparse.Namespace, progress: ProgressLine) -> tuple[Any, d
 def print_passes(result: PassesResult) -> None:
     """The pass findings, for people."""
     from graphbisect.artifacts.environment import describe_ran_with
-    from graphbisect.workflows.passes import NOT_LISTED
+    from graphbisect.workflows.passes import NOT_LISTED, NOT_NEEDED
 
     print(f"failure: {result.signature.describe()}  (target {result.target})")
     for role, facts in result.versions.items():
@@ -81,6 +81,9 @@ def print_passes(result: PassesResult) -> None:
               f"{scope['region_target_runs']} on the region")
     if result.source == NOT_LISTED:
         print("fired passes: not listed (the target does not fail, so no pass was searched)")
+    elif result.source == NOT_NEEDED:
+        print(f"fired passes: not listed (not needed: with all {len(result.searched)} disable-able passes disabled "
+              "the failure stays)")
     else:
         print(f"fired passes ({len(result.fired)}, {result.source}{' on the region' if on_region else ''}): "
               + ", ".join(result.fired[:20]) + (" …" if len(result.fired) > 20 else ""))

@@ -14,7 +14,8 @@ engine (:func:`~graphbisect.engine.probdd`, which ends with a one-by-one sweep, 
 
 Both ends are known before the search: all fired passes disabled passes (checked first), none disabled is
 the baseline failure; they are seeded into the evaluators, so one culprit among ``n`` fired passes costs
-O(log n) target runs.
+O(log n) target runs. Where listing what fired costs builds of its own (:attr:`PassControl.listing_builds`,
+IREE), the run that decides the answer comes before it: every disable-able pass disabled.
 
 **Backend knowledge** lives in :data:`PASS_CONTROLS`, one row per backend with the PASSES capability: the
 option listing disabled passes, the options that make the runtime report fired passes, and the fired
@@ -71,12 +72,17 @@ class PassControl:
     #: The backend's own setting that disables these passes, for a user outside graphbisect (IREE: the
     #: iree-compile flags); None when the spec option is that setting already.
     native: Callable[[Sequence[str]], str] | None = None
+    #: Listing what fired costs builds of its own (IREE compiles the model once more per feature), where the
+    #: other backends report it from the run itself. ``passes`` then decides first with every disable-able
+    #: pass disabled (one build) and lists what fired only when that removes the failure.
+    listing_builds: bool = False
 
 
 PASS_CONTROLS: Mapping[str, PassControl] = {
     "onnxruntime": PassControl("disabled", {"report_passes": "1"}),
     "onnxoptimizer": PassControl("disabled"),
-    "iree": PassControl("disabled", {"report_passes": "1"}, native=feature_flags),  # features: iree-compile flags
+    "iree": PassControl("disabled", {"report_passes": "1"}, native=feature_flags,  # features: iree-compile flags
+                        listing_builds=True),
     "paddle": PassControl("delete_pass", not_disableable={
         "dead_code_elimination_pass": "bookkeeping: deleting it breaks predictor creation "
         "(Cannot find constant_folding@... in scope)",

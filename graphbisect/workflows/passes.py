@@ -10,9 +10,15 @@ model. Candidates run one spec after another in one warm worker where the backen
 2. the target as given, asked to report which passes fired (ORT ``report_passes=1``; Paddle and
    onnxoptimizer always report): the baseline signature and the fired list. A target that crashes before
    reporting (ORT's FuseReluClip on float64 fails session creation) is searched over every optimizer the
-   installed ORT registers instead (its catalogue);
+   installed ORT registers instead (its catalogue). Where the listing costs builds of its own
+   (:attr:`~graphbisect.strategies.passes.PassControl.listing_builds`: IREE compiles the model once more per
+   feature) the order is by cost (:func:`_decide_first`): the target runs plainly, then with every disable-able
+   pass disabled, the one build that decides whether any set of passes explains the failure; when it stays,
+   that is the answer and what fired is not listed (``source`` :data:`NOT_NEEDED`); only when it goes are
+   the fired passes listed;
 3. the two ends: every fired, disable-able pass disabled must make the failure disappear (else it is not a
-   pass bug, or a pass fired only once others were disabled: those are added and the end re-checked);
+   pass bug, or a pass fired only once others were disabled: those are added and the end re-checked; where
+   every disable-able pass disabled was measured to remove it, the search runs over all of them instead);
 4. the minimal **disable-set** and the minimal **enable-set** (:mod:`graphbisect.strategies.passes`),
    and which culprits reproduce the failure alone (interactions: passes masking each other);
 5. with a bundle folder: :func:`reduce_under_culprits` reduces the model with only the enable-set enabled,
@@ -42,6 +48,7 @@ import numpy as np
 
 from graphbisect.artifacts.bundle import BundleContent
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
+from graphbisect.backends.base import brief_spec
 from graphbisect.backends.cost import CallTally, Cost
 from graphbisect.backends.process import compile_cache
 from graphbisect.backends.registry import BACKEND_SPEC
@@ -80,7 +87,7 @@ from graphbisect.workflows.scratch import own_folder
 if TYPE_CHECKING:  # imported where a reduction runs (reduce_under_culprits), as the rest of passes needs none
     from graphbisect.workflows.reduce import ReduceOptions
 
-__all__ = ["NOT_LISTED", "PassesOptions", "PassesResult", "find_culprit_passes", "reduce_under_culprits"]
+__all__ = ["NOT_LISTED", "NOT_NEEDED", "PassesOptions", "PassesResult", "find_culprit_passes", "reduce_under_culprits"]
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +98,10 @@ MAX_FIRED_ROUNDS = 3
 
 #: ``PassesResult.source`` of a target that does not fail and whose fired passes were not asked for.
 NOT_LISTED = "not listed"
+
+#: ``PassesResult.source`` of a failure that stays with every disable-able pass disabled, on a target whose
+#: listing costs builds of its own: that run is the answer, so which passes fired was not measured.
+NOT_NEEDED = "not needed"
 
 
 @dataclass(frozen=True)
@@ -121,8 +132,10 @@ class PassesResult:
     fired: tuple[str, ...] = ()  # as the target reported them (or its catalogue, see ``source``)
     searched: tuple[str, ...] = ()  # the units: fired and disable-able
     excluded: Mapping[str, str] = field(default_factory=dict)  # fired but never disabled, and why
-    #: "reported", "catalogue" (the target crashed before reporting) or :data:`NOT_LISTED` (the target does
+    #: "reported", "catalogue" (the target crashed before reporting), :data:`NOT_LISTED` (the target does
     #: not fail and was not asked which passes fired: ``fired`` is empty because it is unknown, not because none did)
+    #: or :data:`NOT_NEEDED` (the failure stays with every disable-able pass disabled, and listing what fired
+    #: costs builds: ``fired`` is empty because it was not measured; ``searched`` holds the passes disabled)
     source: str = "reported"
     culprits: tuple[str, ...] = ()  # minimal disable-set
     required: tuple[str, ...] = ()  # minimal enable-set
@@ -134,7 +147,8 @@ class PassesResult:
     control_target: str | None = None  # ``culprit_target`` with the culprits disabled as well
     invocations: Mapping[str, int] = field(default_factory=dict)  # role -> runs
     #: role -> {"runs", "compiles", "compile_cache_hits"}: every backend call by kind, compiles included
-    #: (:mod:`graphbisect.backends.cost`; IREE compiles once per feature to list what fired)
+    #: (:mod:`graphbisect.backends.cost`; IREE compiles once per feature to list what fired, when the answer
+    #: needs that list)
     backend_calls: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     versions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # role -> RunResult.ran_with
     search: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
@@ -287,7 +301,7 @@ class _Session:
         else:
             probe = self.work / "probe-floor.onnx"
             save_proto(self.model.with_outputs(list(names)), probe)
-            self.stage(f"measuring the target's noise floor: {decided} (its optimizations off)")
+            self.stage(f"measuring the target's noise floor: {brief_spec(decided)} (its optimizations off)")
             self.invocations["target"] += 1
             try:
                 self.floor = measure_floor(decided, probe, self.inputs_path, self.work / "oracle-values",
@@ -484,16 +498,23 @@ def _region(s: _Session, run: RunResult, compiled: Any, oracle: Mapping[str, Any
 
 
 def _search(s: _Session, on_progress: Callable[[ProgressEvent], None] | None) -> PassesResult:
-    s.stage(f"running the target {s.target_spec} and listing the passes that fired")
-    baseline_run = s.run(s.reporting(s.target_spec))
+    costly = s.control.listing_builds  # listing what fired costs builds: it waits until it is needed
+    s.stage(f"running the target {s.target_spec}" + ("" if costly else " and listing the passes that fired"))
+    baseline_run = s.run(s.target_spec if costly else s.reporting(s.target_spec))
     baseline = s.signature(baseline_run)
     if not baseline.failed:  # what fired was asked for: say so even though nothing is searched
-        fired = _reported(baseline_run)
+        fired = None if costly else _reported(baseline_run)
         return PassesResult(False, baseline, str(s.target_spec), fired=tuple(fired or ()),
                             source="reported" if fired is not None else NOT_LISTED)
+    decided = _decide_first(s, baseline) if costly else None
+    if isinstance(decided, PassesResult):
+        return decided
+    if costly:
+        s.stage(f"running the target {s.target_spec} and listing the passes that fired")
+        baseline_run = s.run(s.reporting(s.target_spec))  # its own build is the baseline's: a cache hit
     fired, excluded, source = _fired(s, baseline_run)
     units = [name for name in fired if name not in excluded]
-    units, end = _confirm_ends(s, baseline, units, excluded)
+    units, end = _confirm_ends(s, baseline, units, excluded, decided)
     common = {"failed": True, "signature": baseline, "target": str(s.target_spec), "fired": tuple(fired),
               "excluded": excluded, "source": source}
     if end is None:
@@ -510,6 +531,40 @@ def _search(s: _Session, on_progress: Callable[[ProgressEvent], None] | None) ->
         fixed_flags=s.control.native(space.names(culprits.keep)) if s.control.native else None,
         control_target=str(space.spec_disabling(every)), search=stats,
     )
+
+
+def _decide_first(s: _Session, baseline: Signature) -> PassesResult | tuple[list[str], Signature] | None:
+    """The run that decides the answer, before any listing of what fired: every disable-able pass disabled.
+
+    The failure stays (the same failure): the answer, "no set of passes explains it", without the listing
+    (``source`` :data:`NOT_NEEDED`). It goes: every disable-able pass and that passing end, which the search
+    falls back on when the fired passes alone do not remove it. None: undecided (the target cannot list the
+    passes it registers, or fails another way with them all disabled): the fired passes are listed and searched.
+    """
+    names = s.runners["target"].registered_passes(s.target_spec)
+    if names is None:
+        return None
+    already = set(s.target_spec.option_list(s.control.disable_option))
+    every = [name for name in names if name not in s.control.not_disableable and name not in already
+             and not _RULE_SET.fullmatch(name)]
+    space = PassSpace(s.target_spec, every)
+    s.stage(f"disabling every one of the {space.size} disable-able passes (does any set of passes explain it?)")
+    end = s.signature(s.run(space.spec_disabling(frozenset(range(space.size)))))
+    if not end.failed:
+        return space.passes, end
+    if not baseline.matches(end, strict_band=s.options.strict_band):
+        s.notes.append(f"with every disable-able pass disabled the target fails differently ({end.describe()}): "
+                       "the passes that fired are listed and searched")
+        return None
+    _unexplained(s, f"every disable-able pass ({space.size})", "the failure stays")
+    s.notes.append("which passes fired was not listed: not needed for this answer (listing them costs "
+                   f"{s.target_spec.name} builds of their own)")
+    return PassesResult(True, baseline, str(s.target_spec), searched=tuple(space.passes), source=NOT_NEEDED)
+
+
+def _unexplained(s: _Session, disabled: str, why: str) -> None:
+    s.notes.append(f"with {disabled} disabled {why}: no set of passes explains the failure "
+                   "(a kernel bug, or a pass that cannot be disabled); reduce the model instead")
 
 
 def _fired(s: _Session, run: RunResult) -> tuple[list[str], dict[str, str], str]:
@@ -557,13 +612,17 @@ def _catalogue(s: _Session, run: RunResult) -> list[str]:
     return names
 
 
-def _confirm_ends(s: _Session, baseline: Signature, units: list[str],
-                  excluded: Mapping[str, str]) -> tuple[list[str], Signature | None]:
+def _confirm_ends(s: _Session, baseline: Signature, units: list[str], excluded: Mapping[str, str],
+                  decided: tuple[list[str], Signature] | None = None) -> tuple[list[str], Signature | None]:
     """Disable every unit: the failure must go away. Returns the (maybe extended) units and that end's signature.
 
     A pass that fires only once others are disabled is added and the end re-checked (up to
     :data:`MAX_FIRED_ROUNDS` times). ``None``: disabling every fired pass does not remove the failure.
+    ``decided``: every disable-able pass, measured to remove the failure when disabled (:func:`_decide_first`):
+    not run again when the units are those passes, and searched instead when the units' end does not pass.
     """
+    if decided is not None and set(units) == set(decided[0]):
+        return decided
     for _ in range(MAX_FIRED_ROUNDS):
         space = PassSpace(s.target_spec, units)
         s.stage(f"disabling all {len(units)} fired passes (the failure must disappear)")
@@ -584,8 +643,11 @@ def _confirm_ends(s: _Session, baseline: Signature, units: list[str],
         s.notes.append(f"with the fired passes disabled, {', '.join(new)} fired too: added to the search")
         units = units + new
     why = ("the failure stays" if baseline.matches(end) else f"the target fails differently ({end.describe()})")
-    s.notes.append(f"with every fired, disable-able pass disabled {why}: no set of passes explains the failure "
-                   "(a kernel bug, or a pass that cannot be disabled); reduce the model instead")
+    if decided is not None:
+        s.notes.append(f"with the {len(units)} fired passes disabled {why}, with every disable-able pass disabled "
+                       f"it goes: the search runs over all {len(decided[0])} disable-able passes")
+        return decided
+    _unexplained(s, "every fired, disable-able pass", why)
     return units, None
 
 
@@ -682,6 +744,7 @@ def _with_control(content: BundleContent, passes: PassesResult, options: ReduceO
         # the runs below are report facts: counted with the reduction's (report_calls, report_runs)
         runs = _report_calls(content.report)
         measured: list[dict[str, str]] = []
+        floor = content.report.get("noise_floor")  # the culprit spec's, which a short target's may replace
         content = _shortest_target(content, passes, options=options, folder=folder, runs=runs, measured=measured,
                                    stage=stage)
         control, run, control_sig = _control(content, passes, options=options, folder=folder, runs=runs,
@@ -689,6 +752,7 @@ def _with_control(content: BundleContent, passes: PassesResult, options: ReduceO
         optimized = _optimized_nodes(culprit, model_path, inputs_path, folder, options.timeout, runs=runs)
     facts = {**passes.to_json(), "control_verdict": control_sig.describe(), "control_passes": not control_sig.failed,
              "bundle_target": str(content.target), "bundle_control": str(control), "measured_specs": measured,
+             "culprit_floor": floor,
              "reduced_nodes": [f"{n.op_type} {n.name}" for n in content.model.graph.node],
              "optimized_nodes": optimized}
     versions = content.report.get("versions")
