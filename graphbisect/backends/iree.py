@@ -31,7 +31,11 @@ whose locations it contains (see :func:`dispatch_nodes`), so a wrong dispatch ma
 the flag that switches it off (``const-eval`` → ``--iree-opt-const-eval=false``). ``disabled=A;B`` adds
 those flags; ``report_passes=1`` compiles once more per feature that is still enabled and reports in
 ``fired_passes`` the features whose flag changes the compiled module (the ``.vmfb`` bytes): the ones that
-changed *this* program.
+changed *this* program. That listing is 2 + one compile per feature, so ``passes`` asks for it only when its
+answer needs it (:attr:`graphbisect.strategies.passes.PassControl.listing_builds`). One compile reporting which
+MLIR passes changed the IR (``--mlir-print-ir-after-change``) would not replace it: most features are options of
+passes that run either way (fusion heuristics, LLVM's vectorizers, the ukernel choice), so a pass that changed
+the IR does not say which flag changed the module.
 
 The functions marked *repro* below are self-contained (stdlib, numpy, the IREE packages, onnx): the bundle's
 ``repro.py`` embeds their source, so the standalone script runs exactly this pipeline.
