@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from graphbisect.artifacts.compare_text import num
+from graphbisect.backends.base import brief_spec
 from graphbisect.cli.common import (
     add_model_arguments,
     count,
@@ -93,7 +94,7 @@ def print_result(result: CompareResult, *, rows: int) -> None:
     print(f"model   {shown(result.model.origin)}  ({plural(len(result.model.nodes), 'node')}, "
           f"{result.model.fingerprint[:12]})")
     for role, spec in (("oracle", result.oracle), ("target", result.target)):
-        print(f"{role}  {spec}  [{describe_ran_with(result.versions.get(role))}]")
+        print(f"{role}  {brief_spec(spec)}  [{describe_ran_with(result.versions.get(role))}]")
     if not result.target_run.ok:
         print(f"\nTARGET FAILED: {result.target_run.describe()}")
     if result.comparison is not None:

@@ -234,7 +234,7 @@ def _report(result: ReduceResult, args: argparse.Namespace) -> int:
     if result.identity is not None:
         print(f"identity: {shown(result.identity.describe())} (every candidate matched on it)")
     if result.noise_floor is not None and result.noise_floor.measured:
-        print(result.noise_floor.describe())
+        print(result.noise_floor.describe(where="report.json"))
     kept = ", ".join(map(shown, result.kept_nodes[:12]))
     print(f"reduced {result.original_nodes} → {plural(result.final_nodes, 'node')}: {kept}"
           + (" …" if len(result.kept_nodes) > 12 else ""))

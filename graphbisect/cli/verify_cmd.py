@@ -30,7 +30,7 @@ from graphbisect.artifacts.bundle import load_bundle
 from graphbisect.artifacts.environment import describe_ran_with
 from graphbisect.artifacts.repro import JUDGE_EXIT_STATUS, JUDGE_PYTHON_CHECK
 from graphbisect.atomic import atomic_write_text
-from graphbisect.backends.base import cause_line
+from graphbisect.backends.base import brief_spec, cause_line
 from graphbisect.backends.cost import describe_calls
 from graphbisect.cli.common import backend_spec, output_file, refuse_inside, seed
 from graphbisect.errors import InputError
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"oracle    {bundle.oracle}   (its recorded outputs; {runs})")
         if args.model is not None and args.oracle is not None:
             print(f"          on {args.model} runs {args.oracle} (--oracle)")
-        print(f"target    {args.target or bundle.target}")
+        print(f"target    {brief_spec(args.target or bundle.target, where=None if args.target else 'report.json')}")
         for role, untrusted in trusted.items():
             for option in untrusted:
                 print(f"warning: --trust: running the recorded {role}'s {option.describe()}, named by the bundle",
@@ -138,17 +138,18 @@ def _print(v: Verification) -> None:
         for s in v.comparison.outputs:
             print(f"  {s.kind.value:<9} {json.dumps(s.name)}: {s.mismatches}/{s.numel} mismatched, "
                   f"max abs {s.max_abs:.4g}, {s.score:.3g}× tolerance")
+    target = brief_spec(v.target)
     if v.outcome == REPRODUCES:
-        print(f"\nREPRODUCES: the recorded failure still happens on {v.target}.")
+        print(f"\nREPRODUCES: the recorded failure still happens on {target}.")
     elif v.outcome == FIXED:
-        print(f"\nFIXED: {v.target} {_FIXED_BY.get(v.judged_by, 'now agrees with the oracle')}.")
+        print(f"\nFIXED: {target} {_FIXED_BY.get(v.judged_by, 'now agrees with the oracle')}.")
     elif v.outcome == FIXED_REDUCED:
-        print(f"\nFIXED ON THE REDUCED MODEL ONLY: {v.target} {_FIXED_BY.get(v.judged_by, 'agrees with the oracle')} "
+        print(f"\nFIXED ON THE REDUCED MODEL ONLY: {target} {_FIXED_BY.get(v.judged_by, 'agrees with the oracle')} "
               "on this bundle; not shown for the original (exit 4, see the note).")
     elif v.outcome == UNDECIDED:
-        print(f"\nUNDECIDED: {v.target} ran; the tolerance's comparison above decides nothing (see the note).")
+        print(f"\nUNDECIDED: {target} ran; the tolerance's comparison above decides nothing (see the note).")
     else:
-        print(f"\n*** DIFFERENT FAILURE on {v.target}: recorded {v.recorded.describe()}, "
+        print(f"\n*** DIFFERENT FAILURE on {target}: recorded {v.recorded.describe()}, "
               f"now {v.observed.describe()} ***")
     if v.note:
         print(f"note: {v.note}")

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from graphbisect.backends import BackendInfo, BackendSpec
+from graphbisect.backends.base import brief_spec
 from graphbisect.backends.cost import Cost
 from graphbisect.compare import MismatchKind, TensorStats, Tolerance
 from graphbisect.printable import plural
@@ -97,15 +98,24 @@ class NoiseFloor:
         return NoiseFloor(self.spec, {n: self.scores[n] for n in names if n in self.scores}, self.note,
                           self.measured, self.margin)
 
-    def describe(self) -> str:
-        """One line for terminals and reports."""
+    def describe(self, where: str | None = None) -> str:
+        """One line for terminals and reports; its spec as :func:`~graphbisect.backends.base.brief_spec` shows
+        it (``where``: where the full spec is, said when the line leaves passes out).
+
+        Example:
+            >>> NoiseFloor("ort:disabled=A;B;C;D;E,opt_level=disable", {"y": 0.5}, "", measured=True).describe()
+            'noise floor (ort:disabled=<5 passes>,opt_level=disable): within the tolerance at every tensor'
+        """
         if not self.measured:
             return f"noise floor: {self.note}"
+        spec = brief_spec(self.spec or "")
+        if where and spec != self.spec:
+            spec += f"; the full spec: {where}"
         worst = self.above_tolerance()
         if not worst:
-            return f"noise floor ({self.spec}): within the tolerance at every tensor"
+            return f"noise floor ({spec}): within the tolerance at every tensor"
         name, score = worst[0]
-        return (f"noise floor ({self.spec}): {plural(len(worst), 'tensor')} beyond the tolerance with the "
+        return (f"noise floor ({spec}): {plural(len(worst), 'tensor')} beyond the tolerance with the "
                 f"optimizations off, worst {name!r} at {score:.3g}× (kernel precision); a failure counts only above "
                 f"{self.margin:g}× its floor")
 

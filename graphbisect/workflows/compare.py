@@ -35,6 +35,7 @@ import numpy as np
 import onnx
 
 from graphbisect.backends import BackendInfo, BackendProcess, BackendSpec, Capability, Phase, RunResult, resolve
+from graphbisect.backends.base import brief_spec
 from graphbisect.backends.cost import CallTally, Cost
 from graphbisect.backends.process import CompareTo, compile_cache
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET, shared_accelerator
@@ -75,7 +76,7 @@ from graphbisect.oracle.floor import NoiseFloor, floor_spec, measure_floor
 from graphbisect.oracle.outcome import Outcome, OutcomeClass, classify_comparison, classify_failed_run
 from graphbisect.oracle.signature import CHECK_REJECTED
 from graphbisect.oracle.tester import OutputCheck, check_accepts
-from graphbisect.printable import shown
+from graphbisect.printable import plural, shown
 from graphbisect.values import bit_identical
 from graphbisect.workflows.alone import MAX_REGIONS, AloneCheck, run_alone
 from graphbisect.workflows.probe import (
@@ -466,7 +467,8 @@ def _noise_floor(model: Model, folder: Path, inputs_path: Path, store: Activatio
     names = [n for n in _every_intermediate(model) if n in store]
     probe = folder / "probe-floor.onnx"
     _save_proto(model.with_outputs(names), probe)
-    stage(f"measuring the target's noise floor: {decided} (its optimizations off) on {len(names)} tensors")
+    stage(f"measuring the target's noise floor: {brief_spec(decided)} (its optimizations off) on "
+          f"{plural(len(names), 'tensor')}")
     try:
         return measure_floor(decided, probe, inputs_path, store.directory, tol, workdir=folder / "floor")
     finally:

@@ -58,6 +58,7 @@ from graphbisect.artifacts.charts import size_journey_svg
 from graphbisect.artifacts.report import md_cell
 from graphbisect.atomic import atomic_write_text, not_regular
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
+from graphbisect.backends.base import brief_spec
 from graphbisect.backends.cost import CallTally, Cost
 from graphbisect.backends.process import CompareTo
 from graphbisect.backends.registry import BACKEND_SPEC
@@ -121,6 +122,7 @@ from graphbisect.oracle.tester import (
     model_digest,
 )
 from graphbisect.packfile import TornRunError
+from graphbisect.printable import plural
 from graphbisect.strategies.subgraph import Candidate, SubgraphSpace, plan
 from graphbisect.values import load_values_npz
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
@@ -429,7 +431,8 @@ class _Run:
         names = [n for n in self.model.intermediate_names() if n in store]
         probe = self.work / "probe-floor.onnx"
         save_proto(self.model.with_outputs(names), probe)
-        self.stage(f"measuring the target's noise floor: {spec} (its optimizations off) on {len(names)} tensors")
+        self.stage(f"measuring the target's noise floor: {brief_spec(spec)} (its optimizations off) on "
+                   f"{plural(len(names), 'tensor')}")
         floor: NoiseFloor | None = None
         try:
             floor = measure_floor(spec, probe, self.work / "inputs.npz", store.directory, self.tol,

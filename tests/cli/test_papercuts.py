@@ -166,3 +166,26 @@ def test_a_count_agrees_with_its_noun(tmp_path: Path, capsys: pytest.CaptureFixt
     out = capsys.readouterr().out
     # The header said "(1 nodes, 3f2a...)".
     assert "relu.onnx  (1 node, " in out, out
+
+
+def test_a_spec_with_every_other_pass_disabled_is_printed_as_a_count(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from graphbisect.backends.base import brief_spec
+
+    assert brief_spec("ort:disabled=A;B;C;D;E,opt_level=all", where="report.json") == \
+        "ort:disabled=<5 passes>,opt_level=all (the full spec: report.json)"
+    assert brief_spec("ort:disabled=A;B,opt_level=all", where="report.json") == "ort:disabled=A;B,opt_level=all"
+    out = tmp_path / "bug"
+    assert main(["reduce", "--example", "--passes", "-o", str(out)]) == 1
+    printed = capsys.readouterr()
+    floor = json.loads((out / "report.json").read_text())["passes"]["culprit_floor"]["spec"]
+    disabled = BackendSpec.parse(floor).option_list("disabled")
+    assert len(disabled) > 50
+    # The floor's spec, every disabled optimizer listed, made two ~1,900-character lines.
+    lines = [line for line in (printed.out + printed.err).splitlines() if "opt_level=" in line]  # a spec's
+    assert lines and max(map(len, lines)) < 200, max(lines, key=len)
+    assert f"noise floor (onnxruntime:disabled=<{len(disabled)} passes>,opt_level=disable; the full spec: " \
+           "report.json)" in printed.out, printed.out
+    assert f"measuring the target's noise floor: onnxruntime:disabled=<{len(disabled)} passes>" in printed.err
