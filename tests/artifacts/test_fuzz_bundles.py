@@ -43,6 +43,7 @@ import zipfile
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -242,6 +243,13 @@ def _npz_flagged(flag: int, method: int | None) -> Callable[[Path, Path], Path]:
     return make
 
 
+def _npz_bad_crc(bundle: Path, folder: Path) -> Path:
+    buffer = bytearray((bundle / "inputs.npz").read_bytes())
+    for signature, crc_at in ((b"PK\x03\x04", 14), (b"PK\x01\x02", 16)):
+        struct.pack_into("<I", buffer, buffer.find(signature) + crc_at, 0xDEADBEEF)
+    return _sent(bundle, folder, "inputs.npz", bytes(buffer))
+
+
 def _bytes_input(bundle: Path, folder: Path) -> Path:
     buffer = io.BytesIO()
     np.savez(buffer, x=np.array(["\U0001f600".encode()] * 4, dtype="S4"))
@@ -259,13 +267,16 @@ def _zip_file_and_folder(bundle: Path, folder: Path) -> Path:
 
 @pytest.mark.xfail(strict=True, reason="issue 36 items 5 and 7 (npzguard/values and bundle.py, in progress "
                    "elsewhere): found by the long run, each exits 3, 'a graphbisect bug'")
-@pytest.mark.parametrize("make", [_npz_flagged(1, None), _npz_flagged(0, 93), _bytes_input, _zip_file_and_folder],
-                         ids=["npz-member-encrypted", "npz-member-method-93", "bytes-for-a-double-input",
+@pytest.mark.parametrize("make", [_npz_flagged(1, None), _npz_flagged(0, 93), _npz_bad_crc, _bytes_input,
+                                  _zip_file_and_folder],
+                         ids=["npz-member-encrypted", "npz-member-method-93", "npz-member-bad-crc",
+                              "bytes-for-a-double-input",
                               "zip-file-and-folder"])
 def test_found_by_the_long_run_a_damaged_bundle_exits_2(make: Callable[[Path, Path], Path],
                                                        bundles: dict[str, Path], tmp_path: Path) -> None:
     """An ``inputs.npz`` member with the encrypted flag (``RuntimeError: ... password required``) or compression
-    method 93 (``NotImplementedError``), an ``inputs.npz`` holding bytes (``|S4``) for the model's double input
+    method 93 (``NotImplementedError``, also method 1) or a wrong CRC (``BadZipFile``), an ``inputs.npz`` holding
+    bytes (``|S4``) for the model's double input
     (a ``UnicodeDecodeError`` writing it for the worker, in ``audit``), a bundle zip holding ``model.onnx`` as
     a file and as a folder (``FileExistsError`` extracting it): each is a damaged bundle, exit 2."""
     sent = make(bundles["crash"], tmp_path)
@@ -275,12 +286,21 @@ def test_found_by_the_long_run_a_damaged_bundle_exits_2(make: Callable[[Path, Pa
         assert done.returncode == 2, (command, done.returncode, done.stderr[-2000:])
 
 
-@pytest.mark.xfail(strict=True, reason="issue 36 item 7 (repro.py's check of repro_config.json): found by the "
-                   "long run: options without 'providers' end in a KeyError traceback (exit 2)")
-def test_found_by_the_long_run_repro_py_names_a_missing_option(bundles: dict[str, Path], tmp_path: Path) -> None:
-    copy = shutil.copytree(bundles["crash"], tmp_path / "sent")
+#: repro_config.json edits the long run found, each a traceback from repro.py (case 272; cases 296, 302 and 338,
+#: a string for tolerance.per_output and identity, -Infinity for unsupported_pattern, are the same class).
+CONFIG_EDITS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "no-providers": lambda config: config["options"].pop("providers"),
+}
+
+
+@pytest.mark.xfail(strict=True, reason="issue 36 item 7 (repro.py's check of repro_config.json, check_config, "
+                   "looks at the top-level fields only): found by the long run: a KeyError traceback (exit 2)")
+@pytest.mark.parametrize("edit", sorted(CONFIG_EDITS))
+def test_found_by_the_long_run_repro_py_names_a_config_field_it_cannot_use(edit: str, bundles: dict[str, Path],
+                                                                          tmp_path: Path) -> None:
+    copy = shutil.copytree(bundles["mismatch"], tmp_path / "sent")
     config = json.loads((copy / "repro_config.json").read_text())
-    del config["options"]["providers"]
+    CONFIG_EDITS[edit](config)
     (copy / "repro_config.json").write_text(json.dumps(config))
     done = run_repro(copy)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
