@@ -281,9 +281,10 @@ def test_triage_counts_every_steps_calls_per_model_and_in_sum(tmp_path: Path, ca
                 total[role] = {kind: summed[kind] + n for kind, n in cost.items()}
     _runs_are_the_invocations(failed["invocations"], failed["backend_calls"])  # the reduction's
     assert failed["backend_calls"] == failed["step_backend_calls"]["reduce"]
-    # the pass search lists the optimizer names (once per ORT version) by building sessions of a probe model
+    # the pass search lists the optimizer names (once per ORT version) by building ~400 sessions of a probe model:
+    # not the target's compiles of this model (they read "target 4 (414 compiles)": issue 35 case 6)
     passes = failed["step_backend_calls"]["passes"]["target"]
-    assert passes["compiles"] > passes["runs"]
+    assert passes["compiles"] <= passes["runs"]
     assert summary["backend_calls"] == total  # the sum over models and steps
     out = capsys.readouterr().out
     assert f"invocations: {describe_calls({}, total)}" in out
