@@ -527,10 +527,12 @@ def triage(
     max_invocations: int | None = None,
     timeout: float | None = None,
     on_model: Callable[[ModelOutcome], None] | None = None,
+    on_stage: Callable[[str], None] | None = None,
 ) -> TriageResult:
     """Compare, ablate passes, reduce and bundle every model of ``input_dir`` into ``output``, then group the
     failures into distinct bugs (``graphbisect triage``); re-running on the same ``output`` skips finished
-    models. ``on_model`` gets each model's outcome as it arrives.
+    models. ``on_model`` gets each model's outcome as it arrives; ``on_stage`` a line at once saying what is
+    triaged, then one every 30 s while no model ends (what the CLI prints on stderr).
 
     Example:
         >>> t = triage("failing-models/", "triage-out", jobs=2)     # doctest: +SKIP
@@ -542,7 +544,8 @@ def triage(
     options = TriageOptions(oracle=oracle, target=target, tolerance=_tolerance(tolerance, atol, rtol),
                             passes=passes, seed=seed, candidate_jobs=candidate_jobs,
                             max_invocations=max_invocations, timeout=timeout)
-    return _triage(Path(input_dir), Path(output), options=options, executor=executor, jobs=jobs, on_model=on_model)
+    return _triage(Path(input_dir), Path(output), options=options, executor=executor, jobs=jobs, on_model=on_model,
+                   on_stage=on_stage)
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ PINNED = {
                         "import_name=None, distributions=(), replace=False, inert_options=None)",
     "triage": "(input_dir, output, *, oracle='onnxruntime:opt_level=disable', target='onnxruntime:opt_level=all', "
               "atol=0.0001, rtol=0.001, tolerance=None, passes=True, seed=0, executor='local', jobs=None, "
-              "candidate_jobs=1, max_invocations=None, timeout=None, on_model=None)",
+              "candidate_jobs=1, max_invocations=None, timeout=None, on_model=None, on_stage=None)",
     "unregister_backend": "(name)",
     "verify": "(bundle, *, target=None, trust=False, check=None, model=None, inputs=None)",
     "releases": "(bundle, *, package, within=None, versions=None, pre=False, target=None, find='bad', cache=None, "

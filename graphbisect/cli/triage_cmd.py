@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -67,12 +68,16 @@ def run(args: argparse.Namespace) -> int:
     result = api.triage(args.input_dir, args.output, oracle=args.oracle, target=args.target, atol=args.atol,
                         rtol=args.rtol, passes=not args.no_passes, seed=args.seed, executor=args.executor,
                         jobs=args.jobs, candidate_jobs=args.candidate_jobs, max_invocations=args.max_invocations,
-                        timeout=args.timeout, on_model=_print_outcome)
+                        timeout=args.timeout, on_model=_print_outcome, on_stage=_print_stage)
     if args.json is not None:
         from graphbisect.atomic import atomic_write_text
 
         atomic_write_text(args.json, json.dumps(json.loads(result.summary["json"].read_text()), indent=2) + "\n")
     return _report(result)
+
+
+def _print_stage(line: str) -> None:
+    print(f"… {line}", file=sys.stderr, flush=True)
 
 
 def _print_outcome(outcome: ModelOutcome) -> None:

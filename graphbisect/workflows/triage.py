@@ -36,7 +36,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,7 @@ from graphbisect.lockfile import folder_lock
 from graphbisect.model import Model
 from graphbisect.options import INVOCATIONS, JOBS, SEED, TIMEOUT, check_fields, option
 from graphbisect.oracle.signature import Signature
+from graphbisect.printable import plural
 from graphbisect.triage.dedup import BugGroup, group_bugs, lacking, pattern_hash
 from graphbisect.triage.outcome import ERROR, FAILED, PASSED, ModelOutcome, total_calls
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
@@ -402,12 +403,15 @@ def triage(
     executor: Executor | str = "local",
     jobs: int | None = None,
     on_model: Callable[[ModelOutcome], None] | None = None,
+    on_stage: Callable[[str], None] | None = None,
 ) -> TriageResult:
     """Triage every model in ``input_dir`` into ``out_dir`` and write the deduplicated summary.
 
     ``executor`` is an :class:`~graphbisect.executors.Executor` (kept open) or a spec (``local``, ``ray``,
     ``ray:ADDRESS``: made with ``jobs`` workers and closed afterwards). ``on_model`` is called with each
-    outcome as it arrives (finished models from an earlier run first).
+    outcome as it arrives (finished models from an earlier run first). ``on_stage`` gets a line at once (what
+    is triaged, and how), then one every :data:`HEARTBEAT_SECONDS` while no model ends: a model takes tens of
+    seconds, and the CLI printed nothing until the first one ended.
 
     Example:
         >>> r = triage(Path("failing/"), Path("triage-out"), executor="local", jobs=4)   # doctest: +SKIP
@@ -421,7 +425,7 @@ def triage(
     with folder_lock(out_dir, what=f"a triage writing {out_dir}",
                      hint="wait for it to finish, or choose another -o folder"):
         return _triage(input_dir, out_dir, options, executor=executor, jobs=jobs, on_model=on_model,
-                       started=started)
+                       on_stage=on_stage or (lambda _line: None), started=started)
 
 
 #: Marks a triage output folder: a later triage into it goes on (skipping recorded models).
@@ -457,7 +461,8 @@ def _summary_format(out_dir: Path) -> object:
 
 
 def _triage(input_dir: Path, out_dir: Path, options: TriageOptions, *, executor: Executor | str, jobs: int | None,
-            on_model: Callable[[ModelOutcome], None] | None, started: float) -> TriageResult:
+            on_model: Callable[[ModelOutcome], None] | None, on_stage: Callable[[str], None],
+            started: float) -> TriageResult:
     """The body of :func:`triage`, under its lock."""
     from graphbisect.artifacts.triage_report import write_triage_summary
 
@@ -467,10 +472,15 @@ def _triage(input_dir: Path, out_dir: Path, options: TriageOptions, *, executor:
     report = on_model or (lambda _o: None)
     for outcome in finished:
         report(outcome)
+    if todo:
+        on_stage(f"triaging {plural(len(todo), 'model')} of {input_dir}"
+                 + (f" ({len(finished)} more finished earlier)" if finished else "")
+                 + f" on {executor if isinstance(executor, str) else executor.name}: each is compared, its passes "
+                 "searched, then reduced to a bundle; a line per model as it ends")
     owned = isinstance(executor, str)
     ex = make_executor(executor, jobs=jobs, gpus_per_task=_gpus(options)) if isinstance(executor, str) else executor
     try:
-        fresh = _run_all(ex, todo, report)
+        fresh = _run_all(ex, todo, report, on_stage)
     finally:
         if owned:
             ex.close()
@@ -527,14 +537,25 @@ def _read_record(task: ModelTask) -> ModelOutcome | None:
         return None
 
 
-def _run_all(ex: Executor, tasks: Sequence[ModelTask], report: Callable[[ModelOutcome], None]
-             ) -> list[ModelOutcome]:
+#: Seconds without a model ending after which :func:`triage` says it is still at work.
+HEARTBEAT_SECONDS = 30.0
+
+
+def _run_all(ex: Executor, tasks: Sequence[ModelTask], report: Callable[[ModelOutcome], None],
+             on_stage: Callable[[str], None]) -> list[ModelOutcome]:
     futures: dict[Future[ModelOutcome], ModelTask] = {ex.submit(triage_one, task): task for task in tasks}
-    outcomes = []
-    for future in as_completed(futures):
-        outcome = _collect(future, futures[future])
-        report(outcome)
-        outcomes.append(outcome)
+    outcomes: list[ModelOutcome] = []
+    pending = set(futures)
+    started = time.monotonic()
+    while pending:
+        done, pending = wait(pending, timeout=HEARTBEAT_SECONDS, return_when=FIRST_COMPLETED)
+        if not done:
+            on_stage(f"{len(outcomes)} of {plural(len(futures), 'model')} done after "
+                     f"{time.monotonic() - started:.0f} s; {len(pending)} still being triaged")
+        for future in done:
+            outcome = _collect(future, futures[future])
+            report(outcome)
+            outcomes.append(outcome)
     return outcomes
 
 

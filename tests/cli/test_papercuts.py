@@ -168,6 +168,29 @@ def test_a_count_agrees_with_its_noun(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "relu.onnx  (1 node, " in out, out
 
 
+def test_triage_says_at_once_what_it_is_doing(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    shutil.copy(example_model_path(), folder / "ex.onnx")
+    started = time.monotonic()
+    child = subprocess.Popen([sys.executable, "-m", "graphbisect", "triage", str(folder), "-o", str(tmp_path / "out")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stderr is not None
+    first = child.stderr.readline()
+    seconds = time.monotonic() - started
+    out, _ = child.communicate(timeout=600)
+    # Nothing was printed for the first ~20 s of a ~35 s run (the first line was the model's outcome).
+    assert first.startswith(f"… triaging 1 model of {folder} on local: "), first
+    assert seconds < 15, seconds
+    assert child.returncode == 1
+    assert "1 model (0 finished earlier)" in out and "1 distinct bug in 1 failing model, 0 passed, 0 errors" in out, out
+
+
 def test_a_spec_with_every_other_pass_disabled_is_printed_as_a_count(tmp_path: Path,
                                                                        capsys: pytest.CaptureFixture[str]) -> None:
     import json
