@@ -7,6 +7,7 @@ Regenerate with ``python -m graphbisect.api_doc [PATH]`` (default ``docs/api.md`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import enum
 import importlib
@@ -107,7 +108,8 @@ def _result_section(module: str, name: str) -> list[str]:
     return [*lines, ""]
 
 
-#: Modules whose classes the results' attributes hold (and theirs, transitively): the types documented.
+#: Modules whose classes (and type aliases) the public signatures name and the results' attributes hold (and
+#: theirs, transitively): the types documented.
 TYPE_MODULES: tuple[str, ...] = (
     "graphbisect.compare", "graphbisect.compare.metrics", "graphbisect.localize.layerwise",
     "graphbisect.localize.compiled", "graphbisect.oracle.outcome", "graphbisect.oracle.signature",
@@ -116,7 +118,7 @@ TYPE_MODULES: tuple[str, ...] = (
     "graphbisect.workflows.probe", "graphbisect.workflows.alone", "graphbisect.workflows.precision",
     "graphbisect.precision", "graphbisect.precision.lowering", "graphbisect.tactics", "graphbisect.tactics.diff",
     "graphbisect.strategies.tactics", "graphbisect.triage.outcome", "graphbisect.triage.dedup",
-    "graphbisect.checker",
+    "graphbisect.checker", "graphbisect.engine", "graphbisect.backends.registry", "graphbisect.backends.inert",
 )
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -145,19 +147,67 @@ def _referenced(cls: type, index: dict[str, type]) -> Iterator[type]:
                 yield index[name]
 
 
-def _types_in_results() -> list[type]:
-    """Every graphbisect class reachable from the result types' attributes, in the order first reached."""
+def _public_signatures() -> Iterator[str]:
+    """The signature of every public function, of each public class's methods and of each public object's."""
+    import graphbisect
+
+    for name in graphbisect.__all__:
+        obj = getattr(graphbisect, name)
+        if name.startswith("__") or (inspect.isclass(obj) and issubclass(obj, BaseException)):
+            continue
+        if inspect.isclass(obj) or not callable(obj):
+            owner = obj if inspect.isclass(obj) else type(obj)
+            for method in sorted(m for m in vars(owner) if not m.startswith("_") or m == "__init__"):
+                with contextlib.suppress(TypeError, ValueError):
+                    yield _inline_signature(method, getattr(obj, method))
+        else:
+            yield _signature(name, obj)
+
+
+def _types_documented() -> list[type]:
+    """Every graphbisect class reachable from the result types' attributes, then every one a public signature
+    names that is not a public name of its own (``ProgressEvent``, ``BackendInfo``, ``Capability``), and
+    theirs, in the order first reached."""
+    import graphbisect
+
     index = _type_index()
     results = [getattr(importlib.import_module(module), name) for module, name in RESULTS]
+    public = {id(getattr(graphbisect, name)) for name in graphbisect.__all__}
     seen: dict[type, None] = {}
-    pending = list(results)
-    while pending:
-        cls = pending.pop(0)
-        for found in _referenced(cls, index):
-            if found not in seen and found not in results:
-                seen[found] = None
-                pending.append(found)
+
+    def reach(pending: list[type]) -> None:
+        while pending:
+            cls = pending.pop(0)
+            for found in _referenced(cls, index):
+                if found not in seen and found not in results and id(found) not in public:
+                    seen[found] = None
+                    pending.append(found)
+
+    reach(list(results))
+    named = [index[name] for text in _public_signatures() for name in _NAME.findall(text) if name in index]
+    fresh = [cls for cls in dict.fromkeys(named) if cls not in seen and cls not in results and id(cls) not in public]
+    seen.update(dict.fromkeys(fresh))
+    reach(fresh)
     return list(seen)
+
+
+def _alias_sections() -> list[str]:
+    """A section per type alias a public signature names (``Rule``), defined at the top of a module of
+    :data:`TYPE_MODULES`: its definition and the ``#:`` comment above it."""
+    names = dict.fromkeys(name for text in _public_signatures() for name in _NAME.findall(text))
+    lines: list[str] = []
+    for module_name in TYPE_MODULES:
+        source = inspect.getsource(importlib.import_module(module_name)).splitlines()
+        for name in names:
+            at = next((i for i, line in enumerate(source) if line.startswith(f"{name} = ")), None)
+            if at is None:
+                continue
+            start = at
+            while start > 0 and source[start - 1].startswith("#:"):
+                start -= 1
+            doc = " ".join(line[2:].strip() for line in source[start:at])
+            lines += [f"### `{name}` ({module_name})", "", "```python", source[at], "```", "", doc, ""]
+    return lines
 
 
 def _type_section(cls: type) -> list[str]:
@@ -259,10 +309,12 @@ def render() -> str:
     lines += ["## Result types", ""]
     for module, cls in RESULTS:
         lines += _result_section(module, cls)
-    lines += ["## Types in the results", "",
-              "Every graphbisect class a result attribute holds (and theirs), as reached from the results above.", ""]
-    for found in _types_in_results():
+    lines += ["## Types in the signatures and results", "",
+              "Every graphbisect class a result attribute holds (and theirs), as reached from the results above, "
+              "then every one a public signature names (and theirs), and the type aliases the signatures name.", ""]
+    for found in _types_documented():
         lines += _type_section(found)
+    lines += _alias_sections()
     lines += _aliases()
     lines += _examples()
     return "\n".join(lines).rstrip() + "\n"

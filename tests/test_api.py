@@ -7,10 +7,12 @@ import dataclasses
 import importlib
 import inspect
 import json
+import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -274,3 +276,57 @@ def test_the_api_page_documents_every_public_type_and_each_documented_name_exist
     check = page.split("### `OutputCheck`")[1].split("\n## ")[0]
     assert "Mapping[str, \"np.ndarray\"]" in check and "``outputs``: the target's values" in check
     assert "### `graphbisect.examples.example_model_path`" in page and "example_model_path(\n) -> Path" in page
+
+
+def test_every_type_a_public_signature_names_is_documented() -> None:
+    """`ProgressEvent` (on_progress), `Capability`, `Rule` and `BackendInfo` (register_backend) appeared in the
+    page's signatures and nowhere else on it: a custom backend's author could not learn what they are."""
+    page = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    signatures = "".join(re.findall(r"```python\n(.*?)```", page.split("## Result types")[0], re.S))
+    named = set(re.findall(r"\b[A-Z]\w*", signatures)) - {"Callable", "Iterable", "Mapping", "Sequence", "PathLike",
+                                                          "None", "True", "False"}
+    documented = {name for _, name in documented_names(page)} | set(re.findall(r"^### `(\w+)`$", page, re.M))
+    assert {"ProgressEvent", "Capability", "Rule", "BackendInfo"} <= named
+    assert named <= documented, sorted(named - documented)
+
+
+def test_each_capability_says_what_it_promises_and_enables() -> None:
+    """The capability strings a Runtime may declare were not listed anywhere a custom backend's author reads."""
+    from graphbisect.backends import Capability
+
+    page = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    section = page.split("### `Capability` (graphbisect.backends.base)")[1].split("\n### ")[0]
+    for capability in Capability:
+        assert f"* ``{capability.value}`` — " in section, capability
+    assert "what keeps a reduction" in section and "compiled_option" in section
+
+
+class DescribingRuntime:
+    """A runtime that saves the optimized model it ran (its class attributes are what the test reads)."""
+
+    capabilities = ("onnx-input", "compiled-graph")
+    options: ClassVar[dict[str, str]] = {"save_optimized": "1: report the optimized model's path (run info "
+                                                           "optimized_model)"}
+    compiled_option = ("save_optimized", "1")
+
+
+class SilentRuntime:
+    """A runtime that says it describes its compiled graph, and not how to ask it."""
+
+    capabilities = ("onnx-input", "compiled-graph")
+
+
+def test_a_custom_backend_declaring_compiled_graph_names_its_option() -> None:
+    """compiled-graph on a registered class was kept, but the option that asks a run to describe its compiled
+    graph could not be given: nothing was described, and nothing said so."""
+    from graphbisect.backends.base import Capability
+    from graphbisect.errors import SpecError
+
+    info = graphbisect.register_backend(DescribingRuntime, name="describes")
+    try:
+        assert info.has(Capability.COMPILED_GRAPH) and info.compiled_option == ("save_optimized", "1")
+    finally:
+        graphbisect.unregister_backend("describes")
+    with pytest.raises(SpecError, match="declares compiled-graph without a compiled_option") as caught:
+        graphbisect.register_backend(SilentRuntime, name="silent")
+    assert caught.value.hint is not None and "compiled_option = (OPTION, VALUE)" in caught.value.hint

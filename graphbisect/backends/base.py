@@ -92,15 +92,52 @@ def cause_line(message: str | None, limit: int = 600) -> str:
 
 
 class Capability(str, enum.Enum):
-    """What a backend can do beyond running a model; strategies ask for these, never for names."""
+    """What a backend can do beyond running a model; strategies ask for these, never for names. A backend
+    declares them in its row (:class:`~graphbisect.backends.registry.BackendInfo`), a custom one in its
+    runtime's ``capabilities`` attribute or :func:`~graphbisect.backends.registry.register_backend`'s
+    ``capabilities`` (default: ``onnx-input`` alone). Each value, what a backend declaring it promises, and
+    what graphbisect does with it:
 
-    INTERMEDIATES = "intermediates"  # can expose any intermediate tensor as an output
-    PASSES = "passes"  # can list fired optimization passes and disable them by name
-    PRECISION = "precision"  # honours per-node precision pins
-    TACTICS = "tactics"  # can record and replay per-node kernel choices
-    FOREIGN_PYTHON = "foreign-python"  # can run under another interpreter (spec option python=...)
-    ONNX_INPUT = "onnx-input"  # runs ONNX models (candidates); Paddle runs only its own format
-    COMPILED_GRAPH = "compiled-graph"  # describes what it compiled (registry row's compiled_option asks for it)
+    * ``onnx-input`` — its runtime loads ONNX files (the candidates graphbisect writes). Enables ``reduce``
+      (its target and its oracle both need it), the reduction under culprit passes and ``precision``'s
+      emulated pins; without it (Paddle) ``compare``, ``passes`` and ``precision``'s own pins run the model in
+      its own format.
+    * ``intermediates`` — ``load(model, outputs)`` returns any tensor named in ``outputs``, not only the
+      graph's outputs. Enables layerwise evidence: the oracle's capture (the values a candidate's cut points
+      are fed), ``compare``'s per-tensor table and first divergence, and in ``reduce`` the first candidates
+      from the target's evidence and the failure's identity (where it first goes wrong), so a candidate that
+      fails elsewhere is not accepted. Without it a reduction matches failures by their kind only.
+    * ``compiled-graph`` — with its row's ``compiled_option`` set in the spec (a custom runtime: the
+      ``compiled_option = (OPTION, VALUE)`` class attribute, e.g. ``("save_optimized", "1")``), ``info()``
+      describes the graph it compiled: ``optimized_model`` (the path of the optimized ONNX model it ran),
+      ``exec_graph`` (execution nodes with ``originalLayersNames``) or ``layers`` (engine layers naming their
+      ONNX nodes); :mod:`graphbisect.localize.compiled` reads them. Enables the probe that exposes only the
+      tensors surviving in that graph (a bug inside a fusion stays visible), "compiled as" in ``compare``,
+      and the identity's compiled node and the pass that made it: what keeps a reduction, and ``verify``,
+      on the bug that was reported rather than another failure at the same place (a sibling fusion, a
+      kernel's noise). Without it the identity is the first divergent tensor alone.
+    * ``passes`` — options list the optimization passes that fired and disable them by name; needs a row of
+      :data:`graphbisect.strategies.passes.PASS_CONTROLS` (a custom runtime: a ``family`` of a built-in
+      backend, :func:`~graphbisect.backends.registry.register_row`). Enables ``passes``, ``reduce --passes``
+      and triage's pass search; ``reduce`` also names the pass that made the compiled node as ``disabled=``
+      takes it.
+    * ``tactics`` — with ``report_tactics=1`` its ``info()`` holds ``tactic_record``, and ``tactics=PATH``
+      forces a recorded set of per-node kernel choices. Enables ``tactics record|replay|diff|isolate``.
+    * ``precision`` — honours per-node precision pins (``keep_fp32=``). Shown by ``graphbisect backends``;
+      ``precision`` measures whether the pins took effect rather than trusting it.
+    * ``foreign-python`` — its runtime can run in a worker under another interpreter. Enables the spec
+      option ``python=PATH`` (another release of its library in another environment, ``graphbisect
+      releases``); refused for a backend without it.
+    * ``needs-gpu`` — a run needs a GPU. Executors ask Ray for one GPU per task (``--executor ray``, triage).
+    """
+
+    INTERMEDIATES = "intermediates"
+    PASSES = "passes"
+    PRECISION = "precision"
+    TACTICS = "tactics"
+    FOREIGN_PYTHON = "foreign-python"
+    ONNX_INPUT = "onnx-input"
+    COMPILED_GRAPH = "compiled-graph"
     NEEDS_GPU = "needs-gpu"
 
 
@@ -313,6 +350,11 @@ class Runtime(Protocol):
     returns the builds it made itself since it was created, ``{"compiles": n, "compile_cache_hits": m}`` (a
     compiler that compiles variants in one load, or serves them from a cache); without it every ``load`` the
     worker calls counts as one compile (:mod:`graphbisect.backends.cost`).
+
+    Class attributes :func:`~graphbisect.backends.registry.register_backend` reads (each optional): ``name``,
+    ``capabilities`` (:class:`Capability` values: what the backend promises, and what that enables),
+    ``options`` (spec option → what it does), ``inert_options`` (their trust rules) and ``compiled_option``
+    (the option that makes ``info()`` describe the compiled graph, with ``compiled-graph``).
     """
 
     def __init__(self, options: Mapping[str, str], workdir: str) -> None: ...

@@ -54,7 +54,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: A rule for one option's values (JSON: ``repro.py`` carries the rules of its backend).
+#: A rule for one option's values, saying which of them are inert (cannot run a program, load a library or
+#: write a file), in JSON (``repro.py`` carries the rules of its backend): ``"any"`` (every value), ``"names"``
+#: (a ``;``-list of names, not ``@FILE``), ``"bundle-file"`` (a file the bundle holds), or a mapping made by
+#: ``never(why)``, ``entries(keys, why)``, ``flags(names, why)`` or ``nested(rules)`` of this module.
 Rule = str | Mapping[str, Any]
 
 ANY: Rule = "any"

@@ -158,7 +158,14 @@ class Availability:
 
 @dataclass(frozen=True)
 class BackendInfo:
-    """One row of the backend table."""
+    """One row of the backend table (``graphbisect backends`` lists them; :func:`register_backend` returns the
+    row it added): the backend's ``name`` and ``aliases`` in a spec, the ``runtime`` class its workers import
+    (``"module:Class"``), the library and distributions it needs, its ``capabilities`` (what it promises, and
+    what graphbisect does with each: :class:`~graphbisect.backends.base.Capability`), its documented spec
+    ``options`` (others are refused), ``compiled_option`` (the option that makes a run describe the graph it
+    compiled), ``opt_levels`` from none to all, and ``inert_options``: the options a downloaded bundle may set
+    without ``--trust``, each with its :data:`~graphbisect.backends.inert.Rule`.
+    """
 
     name: str
     summary: str
@@ -592,6 +599,8 @@ def register_backend(
     ``inert_options`` (default: its ``inert_options`` attribute, else none) are the options whose values cannot
     run a program, load a library or write a file, with their rules (:mod:`~graphbisect.backends.inert`): a
     bundle's recorded spec setting any other option runs only with ``--trust`` (:func:`untrusted_options`).
+    A runtime declaring ``compiled-graph`` sets ``compiled_option`` too (its class attribute: the spec option
+    that makes its ``info()`` describe the graph it compiled; see :class:`~graphbisect.backends.base.Capability`).
 
     Example:
         >>> class Doubling:
@@ -696,14 +705,32 @@ def _row(runtime: type | str, *, name: str | None, summary: str | None,
         raise SpecError(f"backend name {name!r} cannot be used in a spec", hint="use letters, digits, '-' and '_'")
     doc = (cls.__doc__ or "").strip().splitlines()
     caps = capabilities if capabilities is not None else getattr(cls, "capabilities", (Capability.ONNX_INPUT,))
+    options = dict(options if options is not None else getattr(cls, "options", {}))
     return BackendInfo(
         name=name, summary=summary or (doc[0] if doc else f"custom backend {path}"), runtime=path,
         import_name=import_name, distributions=tuple(distributions), extra=None,
-        capabilities=frozenset(Capability(c) for c in caps),
-        options=dict(options if options is not None else getattr(cls, "options", {})),
+        capabilities=frozenset(Capability(c) for c in caps), options=options,
         aliases=tuple(a.lower() for a in aliases), path=folders,
         inert_options=dict(inert_options if inert_options is not None else getattr(cls, "inert_options", {})),
+        compiled_option=_compiled_option(cls, name, frozenset(Capability(c) for c in caps), options),
     )
+
+
+def _compiled_option(cls: type, name: str, caps: frozenset[Capability], options: Mapping[str, str],
+                     ) -> tuple[str, str] | None:
+    """A custom runtime's ``compiled_option`` class attribute: the spec option (name, value) that makes a run
+    describe what it compiled. ``compiled-graph`` without it described nothing, and said nothing of it."""
+    found = getattr(cls, "compiled_option", None)
+    if Capability.COMPILED_GRAPH not in caps:
+        return None
+    fix = ("set the runtime's class attribute compiled_option = (OPTION, VALUE): the spec option that makes its "
+           "info() describe the graph it compiled (optimized_model, exec_graph or layers; see Capability), e.g. "
+           "(\"save_optimized\", \"1\"), with OPTION among its options")
+    if not (isinstance(found, (tuple, list)) and len(found) == 2 and all(isinstance(v, str) for v in found)):
+        raise SpecError(f"backend {name!r} declares compiled-graph without a compiled_option", hint=fix)
+    if found[0] not in options:
+        raise SpecError(f"backend {name!r}: its compiled_option {found[0]!r} is not one of its options", hint=fix)
+    return (found[0], found[1])
 
 
 def custom_origin(name: str) -> dict[str, Any] | None:

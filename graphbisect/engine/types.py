@@ -186,8 +186,14 @@ class SearchResult:
 
 @dataclass(frozen=True)
 class ProgressEvent:
-    """A snapshot for progress bars, sent to :class:`ProgressCallback` after every batch of tests.
+    """A snapshot for progress bars, sent to :class:`ProgressCallback` after every batch of tests (the
+    ``on_progress`` callback of ``graphbisect.reduce``, ``passes`` and ``precision``: what the CLI's progress line
+    draws).
 
+    ``phase``: the step of the search (``hints``, ``cone``, ``probdd``, ``sweep``...); ``tests``: candidates
+    tested so far, cache hits included; ``invocations``: backend runs they took; ``start_size`` and
+    ``best_size``: the units (nodes, passes) at the start and in the smallest failing set so far (None before
+    one is known); ``elapsed_seconds``; ``max_invocations`` and ``deadline_seconds``: the budget, when set.
     ``proof_runs``: the runs the current best set still needs before it can be called 1-minimal (its
     single removals not tested yet), were it the answer; None while it has more than
     :data:`~graphbisect.engine.search.PROOF_SHOWN_UP_TO` atoms (``PROOF_SHOWN_UP_TO_SINGLE`` when every atom is
