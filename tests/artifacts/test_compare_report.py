@@ -169,8 +169,8 @@ def test_rows_say_mismatch_noise_floor_or_not_observed(result: CompareResult, pa
     for mark, cls, meaning in MARKS:
         assert f"{mark} {meaning}" in text
         assert f".{cls}{{" in page.read_text()  # styled apart
-    assert "80 tensor(s) not observed: the target fused them away" in text
-    assert "f: 71 tensor(s) beyond the tolerance but within 10× the target's noise floor" in text
+    assert "80 tensors not observed: the target fused them away" in text
+    assert "f: 71 tensors beyond the tolerance but within 10× the target's noise floor" in text
 
 
 def _label_boxes(svg: str) -> list[tuple[float, float, float, float, str]]:
