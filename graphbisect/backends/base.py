@@ -259,7 +259,7 @@ def brief_spec(spec: BackendSpec | str, *, where: str | None = None, items: int 
         >>> brief_spec("ort:disabled=LayerNormFusionL1;GeluFusionL1")
         'ort:disabled=LayerNormFusionL1;GeluFusionL1'
     """
-    text = spec.as_written() if isinstance(spec, BackendSpec) else spec
+    text = str(spec)  # a BackendSpec as it runs (canonical), as these lines showed it before
     try:
         parsed = BackendSpec.parse(text)
     except SpecError:
