@@ -438,7 +438,7 @@ def _settle_uncertain(model: Model, report: LayerwiseReport, *, compiled: Compil
                else "the target runs only its own model format")
         return report, AloneCheck(str(spec), 0, 0, 0, unconfirmed=tuple(uncertain),
                                   note=f"not run alone: {why}")
-    stage(f"running {min(len(uncertain), MAX_REGIONS)} failing node(s) whose inputs the target did not expose "
+    stage(f"running {plural(min(len(uncertain), MAX_REGIONS), 'failing node')} whose inputs the target did not expose "
           "(or that compute exactly on inputs already off) "
           "alone on the oracle's values (one target run)")
     described = proc.spec
@@ -747,7 +747,7 @@ def _probe(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, target
     else:
         _save_proto(model.with_outputs(names), target_probe)
     stage(f"running the target with {plan.describe()} exposed" if len(names) == len(plan.names)
-          else f"running the target with {len(names)} tensors exposed")
+          else f"running the target with {plural(len(names), 'tensor')} exposed")
     if oracle.store is not None:
         target_run = target.proc.run(target_probe, inputs_path, compare_to=CompareTo(oracle.store.directory, tol))
     else:  # the oracle's values came from its hooks: no store for the worker to read
@@ -803,10 +803,12 @@ def _replay(model: Model, inputs_path: Path, store: ActivationStore, target: _Si
         if missing:
             untyped = [name for name in missing if not _typed(model, name)]
             if untyped:
-                return (f"{len(untyped)} surviving tensor(s) have no type onnx could infer ({_listed(untyped)}): "
+                return (f"{plural(len(untyped), 'surviving tensor')} {'has' if len(untyped) == 1 else 'have'} "
+                        f"no type onnx could infer ({_listed(untyped)}): "
                         "the replay declares each tensor it exposes with the model's element type, so that ORT "
                         "refuses one its optimized graph computes in another")
-            return (f"{len(missing)} surviving tensor(s) ({_listed(missing)}) are not tensors of the optimized "
+            return (f"{plural(len(missing), 'surviving tensor')} ({_listed(missing)}) "
+                    f"{'is not a tensor' if len(missing) == 1 else 'are not tensors'} of the optimized "
                     "model it saved (e.g. kept only in ONNX Runtime's blocked NCHWc layout)")
         if ahead is not None and not prebuilt:  # the replay of exactly these tensors (ahead's checked its inputs)
             replay_model(Path(saved), model, names, replay_path)

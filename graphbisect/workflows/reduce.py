@@ -399,7 +399,7 @@ class _Run:
         names = [n for n in self.model.intermediate_names()]
         probe = self.work / "probe.onnx"
         save_proto(self.model.with_outputs(names), probe)
-        self.stage(f"capturing {len(names)} tensors with the oracle {self.oracle_spec}")
+        self.stage(f"capturing {plural(len(names), 'tensor')} with the oracle {self.oracle_spec}")
         try:
             with BackendProcess(self.oracle_spec, workdir=self.work / "oracle", timeout=self.options.timeout) as proc:
                 # the plain run shares the capture's worker: no second start
@@ -860,7 +860,7 @@ class _Run:
                         max_stall=self.options.max_stall)
         evaluator = Evaluator(tester, space.size, journal=journal, scope=scope, budget=budget, jobs=jobs,
                               on_progress=self.on_progress)
-        self.stage(f"reducing {space.size} nodes" + (" (flaky target: a candidate must fail "
+        self.stage(f"reducing {plural(space.size, 'node')}" + (" (flaky target: a candidate must fail "
                                                      f"{FLAKY_REPEATS + 1} times in a row)" if flaky else ""))
         try:
             result = plan(evaluator, space, hints=base.hints, priors=base.priors)
@@ -1033,10 +1033,10 @@ def _search_and_verify(r: _Run, space: SubgraphSpace, base: _Baseline, floor: No
     for pool in filter(None, (tester.pool, tester.describing)):
         pool.close()  # its calls are counted from the journal (_Run.search)
     if tester.other_identity:
-        r.notes.append(f"{tester.other_identity} candidate(s) failed with the baseline's kind but another identity "
-                       "(e.g. a sibling pass fusing the same nodes otherwise): not accepted")
+        r.notes.append(f"{plural(tester.other_identity, 'candidate')} failed with the baseline's kind but another "
+                       "identity (e.g. a sibling pass fusing the same nodes otherwise): not accepted")
     if tester.unrepeated:
-        r.notes.append(f"{tester.unrepeated} candidate(s) failed like the baseline once and not when re-run: "
+        r.notes.append(f"{plural(tester.unrepeated, 'candidate')} failed like the baseline once and not when re-run: "
                        "not accepted")
     if result.stop_reason is StopReason.NO_PROGRESS:
         stall = evaluator.meter.stall_limit()
@@ -1168,7 +1168,8 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], base: _Baseline
         while varying and len(runs) < VERIFY_RUNS_NONDETERMINISTIC and all(matching):
             verify_run(proc)
     if seen.others:
-        r.notes.append(f"re-verification: {len(seen.others)} run(s) failed with another identity: {seen.others[0]}")
+        r.notes.append(f"re-verification: {plural(len(seen.others), 'run')} failed with another identity: "
+                       f"{seen.others[0]}")
     target_ok = all(matching)
     identity = _identity_described(r, tester, seen.described) if target_ok else None
     flaky, why = False, None
