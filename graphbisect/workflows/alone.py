@@ -40,6 +40,7 @@ from graphbisect.localize.layerwise import LayerRow, LayerwiseReport
 from graphbisect.model import Model
 from graphbisect.model.io import remove_model
 from graphbisect.oracle.floor import NoiseFloor
+from graphbisect.printable import plural
 from graphbisect.values import load_values_npz
 from graphbisect.workflows.probe import discard_description
 
@@ -73,10 +74,12 @@ class AloneCheck:
             >>> AloneCheck("ort", 1, 2, 10, ("a",), ("b",)).describe().split(": ")[1]
             '1 confirmed as root (the error starts inside), 1 received its error'
         """
-        text = (f"{len(self.confirmed) + len(self.received)} failing node(s) whose inputs the target did not expose "
-                "(or that compute exactly on inputs already off) "
-                f"were run alone on the oracle's values ({self.regions} regions, {self.nodes} nodes, "
-                f"{self.target_runs} target run): {len(self.confirmed)} confirmed as root (the error starts inside), "
+        run = len(self.confirmed) + len(self.received)
+        text = (f"{plural(run, 'failing node')} whose inputs the target did not expose (or that compute exactly on "
+                f"inputs already off) {'was' if run == 1 else 'were'} run alone on the oracle's values "
+                f"({plural(self.regions, 'region')}, {plural(self.nodes, 'node')}, "
+                f"{plural(self.target_runs, 'target run')}): {len(self.confirmed)} confirmed as root (the error "
+                "starts inside), "
                 f"{len(self.received)} received its error")
         if self.unconfirmed:
             text += f"; {len(self.unconfirmed)} not settled (never ranked as roots)"
