@@ -36,6 +36,7 @@ Example:
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import struct
@@ -246,6 +247,9 @@ def script_text() -> str:
     return code[:code.index("\ndef script_text(")].rstrip() + "\n"
 
 
+logger = logging.getLogger(__name__)
+
+
 def value_dims(value_info: Any) -> tuple[int | None, ...] | None:
     """The dims an ONNX ``ValueInfoProto`` declares (None for a dynamic dimension), or None when it declares no
     tensor shape (untyped, a sequence, no shape)."""
@@ -257,20 +261,86 @@ def value_dims(value_info: Any) -> tuple[int | None, ...] | None:
 
 Dims = tuple[int | None, ...] | None
 
+#: Seconds ONNX's shape inference may take on a model from outside graphbisect, in its child process.
+INFER_TIMEOUT = 60.0
 
-def model_declared(proto: Any) -> tuple[dict[str, Dims], dict[str, Dims]]:
+#: What that child runs: the model file's outputs as inferred, written to stdout as a GraphProto holding only
+#: them. Not the current folder on ``sys.path`` first (an ``onnx.py`` beside the user must not be imported).
+_INFER_SCRIPT = (
+    "import sys\n"
+    "del sys.path[0]\n"
+    "import onnx\n"
+    "model = onnx.load(sys.argv[1], load_external_data=False)\n"
+    "outputs = onnx.shape_inference.infer_shapes(model).graph.output\n"
+    "sys.stdout.buffer.write(onnx.helper.make_graph([], 'outputs', [], list(outputs)).SerializeToString())\n")
+
+
+def inferred_outputs(path: str | os.PathLike[str], timeout: float = INFER_TIMEOUT) -> list[Any]:
+    """The ``ValueInfoProto`` of each output ONNX's shape inference gives the model file ``path``, inferred in a
+    child process; [] when it cannot say (an error, a crash, past ``timeout`` seconds: a warning says which).
+
+    Why a child: ONNX's shape inference is C++ that trusts the model it is given. On a bundle's model (a
+    download) it died of SIGSEGV in graphbisect's own process, before a word, on a ``Scan`` node without its
+    body and on a local function that calls itself (issue 36, found by the bundle fuzzer). In a child such a
+    crash costs only the inferred shapes: those outputs are then held to the memory cap alone.
+    """
+    import signal
+    import subprocess
+    import sys
+
+    import onnx
+
+    what = f"ONNX's shape inference of {os.fspath(path)!r}"
+    try:
+        done = subprocess.run([sys.executable, "-c", _INFER_SCRIPT, os.fspath(path)], stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        logger.warning("%s ran past %.0f s: its outputs declared without a shape are held to the memory cap alone",
+                       what, timeout)
+        return []
+    except OSError as exc:
+        logger.warning("%s could not start (%s): its outputs declared without a shape are held to the memory cap "
+                       "alone", what, exc)
+        return []
+    if done.returncode != 0:
+        how = f"failed (exit {done.returncode})"
+        if done.returncode < 0:
+            try:
+                how = f"died of {signal.Signals(-done.returncode).name}"
+            except ValueError:
+                how = f"died of signal {-done.returncode}"
+        last = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+        logger.warning("%s %s%s: its outputs declared without a shape are held to the memory cap alone", what, how,
+                       f" ({last[0][:300]!r})" if last[0] else "")
+        return []
+    try:
+        return list(onnx.GraphProto.FromString(done.stdout).output)
+    except Exception as exc:  # a child that wrote something else: no shapes from it
+        logger.warning("%s wrote no readable answer (%s)", what, exc)
+        return []
+
+
+def model_declared(proto: Any, path: str | os.PathLike[str] | None = None) -> tuple[dict[str, Dims], dict[str, Dims]]:
     """({input: dims}, {output: dims}) an ONNX ``ModelProto`` declares (:func:`value_dims`), an output declared
     without a shape as ONNX's shape inference infers it from the inputs (a bundle's inputs are static, so its
-    outputs' sizes are known before reading them)."""
+    outputs' sizes are known before reading them).
+
+    ``path``: the file ``proto`` was read from, when it comes from outside graphbisect (a bundle's model.onnx):
+    the inference then runs in a child process (:func:`inferred_outputs`), never here. Without it (a model
+    graphbisect built and has run through the same inference already) it runs here.
+    """
     inputs = {v.name: value_dims(v) for v in proto.graph.input}
     outputs = {v.name: value_dims(v) for v in proto.graph.output}
     if any(dims is None for dims in outputs.values()):
-        import onnx
+        if path is not None:
+            inferred = inferred_outputs(path)
+        else:
+            import onnx
 
-        try:
-            inferred = onnx.shape_inference.infer_shapes(proto).graph.output
-        except Exception:  # inference cannot say: those outputs are held to the memory cap alone
-            inferred = []
+            try:
+                inferred = list(onnx.shape_inference.infer_shapes(proto).graph.output)
+            except Exception:  # inference cannot say: those outputs are held to the memory cap alone
+                inferred = []
         for value in inferred:
             if outputs.get(value.name, ()) is None:
                 outputs[value.name] = value_dims(value)

@@ -594,7 +594,7 @@ def _declared(folder: Path, source: Path, report: Mapping[str, Any]) -> _Declare
                 f"bundle {source} is damaged: model.onnx reads the external data of tensor {tensor.name!r} from "
                 f"{location!r}, {'which is missing' if kind else 'whose bytes its report.json does not record'}",
                 hint="download or copy the bundle again, or re-create it with `graphbisect reduce`")
-    inputs, outputs = model_declared(proto)
+    inputs, outputs = model_declared(proto, path)  # inferred in a child: a download may crash it
     return _Declared(inputs=inputs, outputs=outputs)
 
 
