@@ -235,8 +235,8 @@ def _report(args: argparse.Namespace, exc: Exception) -> int:
         return EXIT_USAGE
     if isinstance(exc, GraphBisectError):
         print(f"graphbisect {args.command}: error: {exc.message}", file=sys.stderr)
-        if exc.hint:
-            print(f"  hint: {exc.hint}", file=sys.stderr)
+        if exc.cli_hint or exc.hint:  # the hint in flags where the code that raised wrote one (errors.py)
+            print(f"  hint: {exc.cli_hint or exc.hint}", file=sys.stderr)
         if args.verbose and exc.__cause__ is not None:
             print(f"  caused by: {type(exc.__cause__).__name__}: {exc.__cause__}", file=sys.stderr)
         return EXIT_USAGE

@@ -86,6 +86,7 @@ from graphbisect.localize.layerwise import LayerRow, analyze_layers
 from graphbisect.lockfile import folder_lock
 from graphbisect.model import Model
 from graphbisect.model.diff import model_differences
+from graphbisect.model.graph import warn_unused_initializers
 from graphbisect.model.io import remove_model, save_proto
 from graphbisect.model.normalize import elem_types
 from graphbisect.options import (
@@ -914,6 +915,7 @@ def reduce_model(
         raise ModelError(f"{model.origin or 'the model'} has no nodes: there is nothing to reduce",
                          hint="a graph whose outputs are its inputs is already minimal: report it as it is "
                          "(`graphbisect compare` shows the verdict)")
+    warn_unused_initializers(model)  # before a build that may take minutes
     r = _Run(model, options, bundle_dir, on_progress, on_stage or (lambda _msg: None))
     r.force = force
     r.chosen = tuple(chosen)

@@ -216,3 +216,10 @@ def test_a_spec_with_every_other_pass_disabled_is_printed_as_a_count(tmp_path: P
     assert f"noise floor (onnxruntime:disabled=<{len(disabled)} passes>,opt_level=disable; the full spec: " \
            "report.json)" in printed.out, printed.out
     assert f"measuring the target's noise floor: onnxruntime:disabled=<{len(disabled)} passes>" in printed.err
+
+
+def test_the_cli_prints_the_hint_in_its_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    """An error raised with a hint for each road (errors.py): the CLI shows the flags, not the API's arguments."""
+    assert main(["tactics", "isolate", "--example"]) == 2
+    err = capsys.readouterr().err
+    assert "hint: pass --oracle SPEC" in err and "oracle=" not in err

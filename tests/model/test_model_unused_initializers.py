@@ -58,3 +58,19 @@ def test_compare_warns_before_it_builds(tmp_path: Path, capsys: pytest.CaptureFi
         assert main(["compare", str(path), "--no-layerwise"]) == 0
     warned = [r for r in caplog.records if "initializers that no node reads" in r.getMessage()]
     assert len(warned) == 1 and "10,000" in warned[0].getMessage()
+
+
+def test_reduce_warns_before_it_builds(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from graphbisect.workflows.reduce import reduce_model
+
+    class Built(Exception):
+        """Raised at reduce's first stage: the warning must come before any build."""
+
+    def stop(_stage: str) -> None:
+        raise Built
+
+    with caplog.at_level(logging.WARNING), pytest.raises(Built):
+        reduce_model(load_model(_model(MANY_UNUSED_INITIALIZERS, used=False)), tmp_path / "bug",
+                     inputs={"x": np.zeros([1, 4], np.float32)}, on_stage=stop)
+    warned = [r for r in caplog.records if "initializers that no node reads" in r.getMessage()]
+    assert len(warned) == 1 and "10,000" in warned[0].getMessage()
