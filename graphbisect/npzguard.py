@@ -41,6 +41,7 @@ import math
 import os
 import struct
 import zipfile
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
@@ -55,6 +56,25 @@ SMALL_BYTES = 64 << 10
 #: The largest ``__values__.json`` manifest read (an entry per value is a few hundred bytes).
 MANIFEST_MAX_BYTES = 16 << 20
 NPZ_MANIFEST = "__values__.json"
+#: The compression methods Python's zipfile reads (numpy's ``savez`` stores, graphbisect's bundles deflate).
+READABLE_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate", zipfile.ZIP_BZIP2: "bzip2",
+                    zipfile.ZIP_LZMA: "lzma"}
+#: What reading a damaged zip raises (beyond the ``OSError`` of a file that cannot be read): a wrong CRC, a cut or
+#: broken stream or directory (``BadZipFile``, ``zlib.error``, ``EOFError``), local-header flags zipfile does
+#: not handle (``NotImplementedError``).
+MEMBER_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError)
+
+
+def member_unreadable(info: zipfile.ZipInfo) -> str | None:
+    """Why Python's zipfile cannot read the zip member ``info`` at all, which its entry says before it is read,
+    or None: it is encrypted (``RuntimeError: ... password required``) or compressed with a method zipfile does
+    not read (93, Zstandard: ``NotImplementedError``). Both ended in "a graphbisect bug" (issue 36 item 7)."""
+    if info.flag_bits & 0x1:
+        return f"member {info.filename!r} is encrypted"
+    if info.compress_type not in READABLE_METHODS:
+        return (f"member {info.filename!r} is compressed with method {info.compress_type}, which Python's zipfile "
+                f"does not read (it reads {', '.join(READABLE_METHODS.values())})")
+    return None
 
 
 def zip_member_count(path: str | os.PathLike[str], limit: int) -> int | None:

@@ -47,11 +47,12 @@ from typing import IO, Any
 import numpy as np
 
 from graphbisect.errors import GraphBisectError, InputError
-from graphbisect.npzguard import npz_refusal
+from graphbisect.npzguard import MEMBER_ERRORS, member_unreadable, npz_refusal
 
 __all__ = [
     "EXTENSION_TYPES",
     "ElemType",
+    "NpzDamaged",
     "NpzRefused",
     "as_elem_type",
     "bit_identical",
@@ -572,31 +573,53 @@ def load_values_npz(path: str | Path, declared: Mapping[str, Sequence[int | None
         raise NpzRefused(f"{path}: {refusal} (refused before decompressing it)",
                          hint="pass values of the shapes the model declares; a file sent by someone else may be "
                          "a decompression bomb")
-    with np.load(path, allow_pickle=False) as loaded:
-        data = _StringMembers(loaded, str(path))
-        described: dict[str, Any] = {}
-        if NPZ_MANIFEST in data.files:
-            described = json.loads(data[NPZ_MANIFEST])["values"]
-        members = {f"{key}.npy": key for key in data.files}
-        hidden = {file for entry in described.values() for file in entry_files(entry)}
+    reading = "its zip directory"
+    try:
+        with np.load(path, allow_pickle=False) as loaded:
+            for info in loaded.zip.infolist():  # encrypted, another method: said before reading any
+                if (problem := member_unreadable(info)) is not None:
+                    raise NpzDamaged(f"{path}: {problem}", hint=_DAMAGED_HINT)
+            data = _StringMembers(loaded, str(path))
+            described: dict[str, Any] = {}
+            if NPZ_MANIFEST in data.files:
+                reading = f"member {NPZ_MANIFEST!r}"
+                described = json.loads(data[NPZ_MANIFEST])["values"]
+            members = {f"{key}.npy": key for key in data.files}
+            hidden = {file for entry in described.values() for file in entry_files(entry)}
 
-        def read(entry: Mapping[str, Any]) -> np.ndarray:
-            return np.asarray(data[members[str(entry["file"])]])
+            def member(key: str) -> Any:
+                nonlocal reading
+                reading = f"member {key + '.npy'!r}"
+                return data[key]
 
-        result: dict[str, Any] = {}
-        for key in data.files:
-            if key == NPZ_MANIFEST or (f"{key}.npy" in hidden and key not in described):
-                continue
-            result[key] = read_value(described[key], read) if key in described else data[key]
-        for name, entry in described.items():
-            if name not in result:
-                result[name] = read_value(entry, read)
-        return result
+            def read(entry: Mapping[str, Any]) -> np.ndarray:
+                return np.asarray(member(members[str(entry["file"])]))
+
+            result: dict[str, Any] = {}
+            for key in data.files:
+                if key == NPZ_MANIFEST or (f"{key}.npy" in hidden and key not in described):
+                    continue
+                result[key] = read_value(described[key], read) if key in described else member(key)
+            for name, entry in described.items():
+                if name not in result:
+                    result[name] = read_value(entry, read)
+            return result
+    except MEMBER_ERRORS as exc:  # a wrong CRC, a cut stream: a BadZipFile was "a graphbisect bug" (issue 36)
+        raise NpzDamaged(f"{path}: {reading} cannot be read: {type(exc).__name__}: {exc}",
+                         hint=_DAMAGED_HINT) from exc
+
+
+_DAMAGED_HINT = "the file is damaged: copy it again, or write it again (numpy.savez)"
 
 
 class NpzRefused(InputError):
     """An ``.npz`` refused before it is read: too many members, a member larger than the value it names may be,
     or more than the memory available (:mod:`graphbisect.npzguard`)."""
+
+
+class NpzDamaged(InputError):
+    """An ``.npz`` whose member cannot be read: encrypted, compressed with a method zipfile does not read, a
+    wrong CRC or a cut stream (:data:`graphbisect.npzguard.MEMBER_ERRORS`)."""
 
 
 class _StringMembers:

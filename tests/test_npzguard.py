@@ -8,6 +8,8 @@ live: user inputs here, bundles and ``repro.py`` in ``tests/artifacts/test_bundl
 
 from __future__ import annotations
 
+import re
+import struct
 import zipfile
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from graphbisect.data.inputs import load_inputs
 from graphbisect.errors import InputError
 from graphbisect.model import load_model
 from graphbisect.npzguard import MAX_NPZ_MEMBERS, SMALL_BYTES, npz_refusal, zip_member_count
-from graphbisect.values import NpzRefused, load_values_npz, save_values_npz
+from graphbisect.values import NpzDamaged, NpzRefused, load_values_npz, save_values_npz
 
 
 def forged_npz(path: Path, name: str, shape: tuple[int, ...], *, dtype: str = "<f4", data: int | None = None) -> Path:
@@ -80,6 +82,27 @@ def test_user_inputs_for_a_partly_dynamic_model_are_refused_before_decompressing
     fine = tmp_path / "fine.npz"
     np.savez(fine, x=np.ones((3, 4), np.float32))
     assert load_inputs(fine, model)["x"].shape == (3, 4)
+
+
+@pytest.mark.parametrize(("at", "value", "said"), [
+    (6, 1, "member 'x.npy' is encrypted"),  # the flags of the local and the central header
+    (8, 93, "member 'x.npy' is compressed with method 93, which Python's zipfile does not read"),
+    (14, 0xDEADBEEF, "member 'x.npy' cannot be read: BadZipFile: Bad CRC-32 for file 'x.npy'")],
+    ids=["encrypted", "method-93", "bad-crc"])
+def test_a_member_zipfile_cannot_read_is_a_damaged_file(at: int, value: int, said: str, tmp_path: Path) -> None:
+    """RuntimeError, NotImplementedError, BadZipFile: each escaped every reader as "a graphbisect bug" (issue 36,
+    the bundle fuzzer); user inputs, a bundle's files and a command target's outputs read them here."""
+    path = tmp_path / "damaged.npz"
+    np.savez(path, x=np.ones((3, 4), np.float32))
+    data = bytearray(path.read_bytes())
+    size = "<I" if value > 0xFFFF else "<H"
+    for signature, offset in ((b"PK\x03\x04", at), (b"PK\x01\x02", at + 2)):
+        struct.pack_into(size, data, data.find(signature) + offset, value)
+    path.write_bytes(bytes(data))
+    with pytest.raises(NpzDamaged, match=re.escape(f"{path}: {said}")):
+        load_values_npz(path)
+    with pytest.raises(InputError, match=re.escape(said)):
+        load_inputs(path, load_model(relu_model(tmp_path, [3, 4])))
 
 
 def test_small_members_are_left_to_the_readers_own_checks(tmp_path: Path) -> None:

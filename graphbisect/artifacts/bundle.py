@@ -61,10 +61,10 @@ from graphbisect.backends.worker import save_npz
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.errors import GraphBisectError, ModelError
 from graphbisect.model.load import external_data_file, external_tensors, file_kind
-from graphbisect.npzguard import MAX_BUNDLE_MEMBERS, model_declared, zip_member_count
+from graphbisect.npzguard import MAX_BUNDLE_MEMBERS, member_unreadable, model_declared, zip_member_count
 from graphbisect.oracle.signature import Signature
 from graphbisect.tactics.record import load_record, save_record
-from graphbisect.values import NpzRefused, load_values_npz
+from graphbisect.values import NpzDamaged, NpzRefused, load_values_npz
 
 __all__ = [
     "BUNDLE_FORMAT", "BundleContent", "BundleError", "LoadedBundle", "check_destination", "is_bundle", "load_bundle",
@@ -458,23 +458,14 @@ def _extract(archive: Path, dest: Path) -> Path:
     return candidates[0]
 
 
-#: The compression methods Python's zipfile reads (graphbisect writes deflate).
-_READABLE_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate", zipfile.ZIP_BZIP2: "bzip2",
-                     zipfile.ZIP_LZMA: "lzma"}
-
-
 def _check_readable(archive: Path, member: zipfile.ZipInfo) -> None:
     """Refuse a member zipfile cannot extract: encrypted, or compressed with another method (93, Zstandard):
     they raised RuntimeError / NotImplementedError, reported as "a graphbisect bug" (issue 36 item 7)."""
-    if member.flag_bits & 0x1:
-        raise BundleError(f"{archive}: member {member.filename!r} is encrypted",
-                          hint="graphbisect writes bundles unencrypted: extract it yourself (with its password) and "
-                          "pass the folder")
-    if member.compress_type not in _READABLE_METHODS:
-        raise BundleError(f"{archive}: member {member.filename!r} is compressed with method {member.compress_type}, "
-                          f"which Python's zipfile does not read (it reads {', '.join(_READABLE_METHODS.values())})",
-                          hint="extract it with a tool that reads that method and pass the folder, or re-zip it "
-                          "with deflate (graphbisect reduce --zip does)")
+    problem = member_unreadable(member)
+    if problem is not None:
+        raise BundleError(f"{archive}: {problem}",
+                          hint="graphbisect writes bundles unencrypted and deflated: extract it with a tool that "
+                          "reads it (with its password) and pass the folder")
 
 
 def _check_space(archive: Path, members: list[zipfile.ZipInfo], dest: Path) -> None:
@@ -658,6 +649,9 @@ def _values(path: Path, declared: Mapping[str, Any], source: Path) -> dict[str, 
         return load_values_npz(path, declared)
     except NpzRefused as exc:
         raise BundleError(f"unsafe bundle {source}: {exc.message}", hint=_UNSAFE_HINT) from exc
+    except NpzDamaged as exc:  # encrypted, another method, a wrong CRC: exit 3 before (issue 36, the fuzzer)
+        raise BundleError(f"bundle {source} is damaged: {exc.message}",
+                          hint="download or copy the bundle again, or re-create it with `graphbisect reduce`") from exc
 
 
 def _optional_json(path: Path) -> dict[str, Any]:

@@ -505,6 +505,10 @@ def load_arrays(path, names=None, declared=None):
                         "graphbisect writes the values of the shapes its model declares; ask its sender for it again")
     try:
         with np.load(path, allow_pickle=False) as data:
+            for info in data.zip.infolist():  # encrypted, another method: npzguard's rule, said before reading
+                problem = member_unreadable(info)
+                if problem is not None:
+                    raise CannotRun(f"cannot read {path}: {problem} (the bundle is damaged: copy it again)")
             described = json.loads(data["__values__.json"])["values"] if "__values__.json" in data.files else {}
             hidden = set()
             for entry in described.values():
@@ -514,8 +518,10 @@ def load_arrays(path, names=None, declared=None):
             for name, entry in described.items():
                 arrays[name] = decode_value(entry, lambda file: data[file[:-4]])
     # __values__.json of another shape (a list, entries that are strings, nested 100,000 deep) is a damaged file
-    # too: a RecursionError from it ended in the child's traceback (the bundle fuzzer, issue 36)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError) as exc:
+    # too: a RecursionError from it ended in the child's traceback, and so did a member's wrong CRC (BadZipFile:
+    # MEMBER_ERRORS, npzguard's list; the bundle fuzzer, issue 36)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError) + MEMBER_ERRORS \
+            as exc:
         raise CannotRun(f"cannot read {path}: {type(exc).__name__}: {str(exc)[:300]} (the bundle is damaged: "
                         "copy it again)") from exc
     missing = [name for name in names or () if name not in arrays]

@@ -48,7 +48,7 @@ from graphbisect.backends.children import run_program
 from graphbisect.backends.worker import option_flag, save_npz
 from graphbisect.errors import SpecError
 from graphbisect.onnxwire import declared_outputs
-from graphbisect.values import EXTENSION_TYPES, NpzRefused, elem_type_of, load_values_npz
+from graphbisect.values import EXTENSION_TYPES, NpzDamaged, NpzRefused, elem_type_of, load_values_npz
 
 __all__ = ["CALLER_CWD_ENV", "Command", "CommandFailed", "cannot_run", "check_mode"]
 
@@ -158,6 +158,8 @@ class Command:
             arrays = load_values_npz(path, self._declared)
         except NpzRefused as exc:  # 2 MB of deflated zeros declaring 1x2^29 float32 were read in full (issue 36)
             raise CommandFailed(f"command wrote an outputs file graphbisect does not read: {exc.message}", 0) from exc
+        except NpzDamaged as exc:  # encrypted, another method, a wrong CRC
+            raise CommandFailed(f"command wrote an unreadable outputs file: {exc.message}", 0) from exc
         except (OSError, ValueError) as exc:
             raise CommandFailed(f"command wrote an unreadable outputs file: {exc}", 0) from exc
         wanted = self._outputs if self._outputs is not None else list(arrays)

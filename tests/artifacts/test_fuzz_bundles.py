@@ -268,25 +268,40 @@ def _zip_file_and_folder(bundle: Path, folder: Path) -> Path:
     return archive
 
 
-@pytest.mark.xfail(strict=True, reason="issue 36 items 5 and 7 (npzguard/values and bundle.py, in progress "
-                   "elsewhere): found by the long run, each exits 3, 'a graphbisect bug'")
-@pytest.mark.parametrize("make", [_npz_flagged(1, None), _npz_flagged(0, 93), _npz_bad_crc, _bytes_input,
-                                  _zip_file_and_folder],
-                         ids=["npz-member-encrypted", "npz-member-method-93", "npz-member-bad-crc",
-                              "bytes-for-a-double-input",
-                              "zip-file-and-folder"])
-def test_found_by_the_long_run_a_damaged_bundle_exits_2(make: Callable[[Path, Path], Path],
+_OPEN = pytest.mark.xfail(strict=True, reason="issue 36 items 5 and 7 (values and bundle.py, in progress): found by "
+                          "the long run, each exits 3, 'a graphbisect bug'")
+
+
+@pytest.mark.parametrize(("make", "said"), [
+    (_npz_flagged(1, None), "is damaged: {inputs}: member 'x.npy' is encrypted"),
+    (_npz_flagged(0, 93), "is damaged: {inputs}: member 'x.npy' is compressed with method 93, which Python's "
+                          "zipfile does not read"),
+    (_npz_flagged(0, 1), "is damaged: {inputs}: member 'x.npy' is compressed with method 1"),
+    (_npz_bad_crc, "is damaged: {inputs}: member 'x.npy' cannot be read: BadZipFile: Bad CRC-32 for file 'x.npy'"),
+    pytest.param(_bytes_input, "", marks=_OPEN),
+    pytest.param(_zip_file_and_folder, "", marks=_OPEN)],
+    ids=["npz-member-encrypted", "npz-member-method-93", "npz-member-method-1", "npz-member-bad-crc",
+         "bytes-for-a-double-input", "zip-file-and-folder"])
+def test_found_by_the_long_run_a_damaged_bundle_exits_2(make: Callable[[Path, Path], Path], said: str,
                                                        bundles: dict[str, Path], tmp_path: Path) -> None:
     """An ``inputs.npz`` member with the encrypted flag (``RuntimeError: ... password required``) or compression
     method 93 (``NotImplementedError``, also method 1) or a wrong CRC (``BadZipFile``), an ``inputs.npz`` holding
     bytes (``|S4``) for the model's double input
     (a ``UnicodeDecodeError`` writing it for the worker, in ``audit``), a bundle zip holding ``model.onnx`` as
-    a file and as a folder (``FileExistsError`` extracting it): each is a damaged bundle, exit 2."""
+    a file and as a folder (``FileExistsError`` extracting it): each was exit 3, "a graphbisect bug" (and a
+    traceback from ``repro.py``). Each is a damaged bundle, exit 2, saying what is wrong."""
     sent = make(bundles["crash"], tmp_path)
-    for command in ("audit",) if make is _bytes_input else ("verify", "audit"):  # verify runs it: exit 1
+    said = said.format(inputs=sent / "inputs.npz")
+    for command in ("verify", "audit"):
         done = subprocess.run([sys.executable, "-m", "graphbisect", command, str(sent)], capture_output=True,
                               text=True, timeout=120, check=False)
         assert done.returncode == 2, (command, done.returncode, done.stderr[-2000:])
+        assert said in done.stderr and "graphbisect bug" not in done.stderr, done.stderr
+    if sent.is_dir():
+        done = run_repro(sent)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert "repro.py cannot run: " in done.stderr and said.rsplit(": ", 1)[1] in done.stderr, done.stderr
+        assert "the bundle is damaged" in done.stderr, done.stderr
 
 
 #: repro_config.json edits the long run found, each a traceback from repro.py (case 272; cases 296, 302 and 338,
