@@ -149,6 +149,24 @@ def shape_fits(shape: Sequence[int], dims: Sequence[int | None]) -> bool:
     return len(shape) == len(dims) and all(d is None or d == s for s, d in zip(shape, dims))
 
 
+def dtype_text(dtype: np.dtype) -> str:
+    """A value's dtype as :func:`type_problem` compares it with the model's: its name (``float64``, ``bfloat16``),
+    ``string`` for every string kind numpy has (``object``, unicode, bytes)."""
+    return "string" if dtype.kind in "OUS" else dtype.name
+
+
+def type_problem(values: Mapping[str, Any], dtypes: Mapping[str, str]) -> str | None:
+    """The first tensor in ``values`` whose dtype is not the one the model declares for it, as a sentence, or
+    None: ``dtypes`` is {input name: :func:`dtype_text` of the declared element type}. Bytes for a double input
+    reached a worker (``audit``: a UnicodeDecodeError, "a graphbisect bug"; issue 36, the bundle fuzzer)."""
+    for name, expected in dtypes.items():
+        value = values.get(name)
+        if isinstance(value, np.ndarray) and dtype_text(value.dtype) != expected:
+            return (f"input {name!r} holds values of dtype {value.dtype.str} ({dtype_text(value.dtype)}), but "
+                    f"model.onnx declares it {expected}")
+    return None
+
+
 def npy_header(stream: IO[bytes]) -> tuple[tuple[int, ...], np.dtype] | None:
     """``(shape, dtype)`` from the ``.npy`` header at the start of ``stream`` (reading only the header), or None
     when it is not one numpy reads without pickles' help (numpy's own error then says what it is)."""

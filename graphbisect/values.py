@@ -57,6 +57,7 @@ __all__ = [
     "as_elem_type",
     "bit_identical",
     "comparable",
+    "declared_dtypes",
     "decode_tensor",
     "dtype_elem_type",
     "elem_type_name",
@@ -165,6 +166,28 @@ def _extension(dtype: np.dtype) -> ElemType | None:
     return _BY_ML_NAME.get(dtype.name) if dtype.names is None and dtype.kind in "Vf" else None
 
 
+def declared_dtypes(proto: Any) -> dict[str, str]:
+    """{input name: the dtype its value must have, as :func:`graphbisect.npzguard.dtype_text` names it} for each
+    tensor input the ONNX ``ModelProto`` declares with an element type graphbisect knows.
+
+    Example:
+        >>> from onnx import TensorProto, helper
+        >>> x = helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [2])
+        >>> declared_dtypes(helper.make_model(helper.make_graph([], "g", [x], [x])))
+        {'x': 'bfloat16'}
+    """
+    found: dict[str, str] = {}
+    for value in proto.graph.input:
+        code = value.type.tensor_type.elem_type if value.type.HasField("tensor_type") else 0
+        if code == STRING:
+            found[value.name] = "string"
+        elif code in _NATIVE:
+            found[value.name] = np.dtype(_NATIVE[code]).name
+        elif code in EXTENSION_TYPES:
+            found[value.name] = EXTENSION_TYPES[code].ml_name
+    return found
+
+
 def elem_type_of(array: np.ndarray) -> int | None:
     """The ONNX element type an in-memory array holds (None for dtypes ONNX has no type for).
 
@@ -217,8 +240,12 @@ def encode_tensor(array: np.ndarray) -> tuple[np.ndarray, int | None]:
     array = np.asarray(array)
     code = elem_type_of(array)
     if code == STRING:
-        if array.dtype.kind == "S":
-            return array.astype(np.str_), STRING
+        if array.dtype.kind == "S":  # bytes: as UTF-8 (astype(str) reads ASCII: a UnicodeDecodeError, exit 3)
+            try:
+                return np.char.decode(array, "utf-8"), STRING
+            except UnicodeDecodeError as exc:
+                raise GraphBisectError(f"a string tensor holds bytes that are not UTF-8: {exc}",
+                                       hint="give str elements, or bytes in UTF-8") from exc
         try:
             return array.astype(np.str_), STRING
         except (TypeError, ValueError) as exc:

@@ -61,10 +61,16 @@ from graphbisect.backends.worker import save_npz
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.errors import GraphBisectError, ModelError
 from graphbisect.model.load import external_data_file, external_tensors, file_kind
-from graphbisect.npzguard import MAX_BUNDLE_MEMBERS, member_unreadable, model_declared, zip_member_count
+from graphbisect.npzguard import (
+    MAX_BUNDLE_MEMBERS,
+    member_unreadable,
+    model_declared,
+    type_problem,
+    zip_member_count,
+)
 from graphbisect.oracle.signature import Signature
 from graphbisect.tactics.record import load_record, save_record
-from graphbisect.values import NpzDamaged, NpzRefused, load_values_npz
+from graphbisect.values import NpzDamaged, NpzRefused, declared_dtypes, load_values_npz
 
 __all__ = [
     "BUNDLE_FORMAT", "BundleContent", "BundleError", "LoadedBundle", "check_destination", "is_bundle", "load_bundle",
@@ -507,6 +513,12 @@ def _read(folder: Path, source: Path, cleanup: Any) -> LoadedBundle:
     _check_integrity(folder, source, report)
     declared = _declared(folder, source, report)
     try:
+        inputs = _values(folder / "inputs.npz", declared.inputs, source)
+        problem = type_problem(inputs, declared.types)
+        if problem is not None:  # fed as they were, bytes for a double input were exit 3 in audit (issue 36)
+            raise BundleError(f"bundle {source} is damaged: its inputs do not match the types model.onnx declares: "
+                              f"inputs.npz: {problem}",
+                              hint="download or copy the bundle again, or re-create it with `graphbisect reduce`")
         return LoadedBundle(
             path=folder, source=source, report=report,
             oracle=BackendSpec.parse(report["oracle"]),
@@ -514,7 +526,7 @@ def _read(folder: Path, source: Path, cleanup: Any) -> LoadedBundle:
             tolerance=_tolerance(report.get("tolerance") or {}),
             signature=Signature.from_json(report["signature"], report.get("target_message")),
             target_message=report.get("target_message"),
-            inputs=_values(folder / "inputs.npz", declared.inputs, source),
+            inputs=inputs,
             oracle_outputs=_values(folder / "oracle_outputs.npz", declared.outputs, source),
             target_outputs=_optional_npz(folder / "target_outputs.npz", declared.any_shape_outputs, source),
             environment=_optional_json(folder / "environment.json"),
@@ -546,10 +558,12 @@ _UNSAFE_HINT = ("graphbisect did not write this bundle so (its model carries its
 
 @dataclass(frozen=True)
 class _Declared:
-    """What a bundle's model.onnx declares: {input or output name: dims (None where dynamic) or None}."""
+    """What a bundle's model.onnx declares: {input or output name: dims (None where dynamic) or None}, and
+    {input name: the dtype of its value} (:func:`~graphbisect.values.declared_dtypes`)."""
 
     inputs: dict[str, Any]
     outputs: dict[str, Any]
+    types: dict[str, str]
 
     @property
     def any_shape_outputs(self) -> dict[str, Any]:
@@ -586,7 +600,7 @@ def _declared(folder: Path, source: Path, report: Mapping[str, Any]) -> _Declare
                 f"{location!r}, {'which is missing' if kind else 'whose bytes its report.json does not record'}",
                 hint="download or copy the bundle again, or re-create it with `graphbisect reduce`")
     inputs, outputs = model_declared(proto, path)  # inferred in a child: a download may crash it
-    return _Declared(inputs=inputs, outputs=outputs)
+    return _Declared(inputs=inputs, outputs=outputs, types=declared_dtypes(proto))
 
 
 def _check_integrity(folder: Path, source: Path, report: Mapping[str, Any]) -> None:

@@ -80,6 +80,7 @@ from graphbisect.oracle.signature import (
     normalize_message,
 )
 from graphbisect.printable import script_text as printable_script_text
+from graphbisect.values import declared_dtypes
 
 if TYPE_CHECKING:
     from graphbisect.artifacts.content import BundleContent
@@ -250,8 +251,10 @@ def repro_config(content: BundleContent) -> dict[str, Any]:
         "inputs": list(content.inputs),
         "outputs": list(content.oracle_outputs),
         # the dims model.onnx declares (null where dynamic): the .npz members are held to them before reading
-        "declared": {role: {name: None if dims is None else list(dims) for name, dims in declared.items()}
-                     for role, declared in zip(("inputs", "outputs"), model_declared(content.model), strict=True)},
+        "declared": {**{role: {name: None if dims is None else list(dims) for name, dims in declared.items()}
+                        for role, declared in zip(("inputs", "outputs"), model_declared(content.model), strict=True)},
+                     # and the dtype each input's value must have (npzguard.type_problem)
+                     "types": declared_dtypes(content.model)},
         "tolerance": {
             "atol": tol.atol,
             "rtol": tol.rtol,
@@ -547,6 +550,16 @@ def declared_dims(config, role):
     return {str(name): dims(value) for name, value in declared.items()}
 
 
+def declared_types(config):
+    """{input name: the dtype its value must have} that repro_config.json records (declared.types), {} when it
+    records none (a bundle written before it did) or not as names."""
+    declared = config.get("declared")
+    types = declared.get("types") if isinstance(declared, dict) else None
+    if not isinstance(types, dict):
+        return {}
+    return {str(name): value for name, value in types.items() if isinstance(value, str)}
+
+
 # ---------------------------------------------------------------------------------------- npz limits
 # graphbisect/npzguard.py, verbatim: each member's declared size against the model, before reading it
 ''' + npzguard_script_text() + r'''
@@ -806,6 +819,10 @@ def attempt(config, status_file=None):
             raise CannotRun(f"{name} is missing next to this script")
     note(library_version=import_library(config["options"]))
     inputs = load_arrays(HERE / "inputs.npz", config["inputs"], declared_dims(config, "inputs"))
+    problem = type_problem(inputs, declared_types(config))
+    if problem is not None:  # graphbisect refuses such a bundle too (bytes for a double input: issue 36)
+        raise CannotRun(f"inputs.npz: {problem}: the bundle is damaged (copy it again, or re-create it with "
+                        "graphbisect reduce)")
     expected = load_arrays(HERE / "oracle_outputs.npz", config["outputs"], declared_dims(config, "outputs"))
     note(phase="load")
     try:

@@ -323,3 +323,15 @@ def test_repro_reads_every_type_without_graphbisect(tmp_path: Path) -> None:
         else:
             assert out[name][0] == str(value.dtype) and out[name][1] == value.shape, name
             assert out[name][2] == [str(e) for e in value.ravel().tolist()], name
+
+
+def test_bytes_for_a_string_tensor_are_read_as_utf8_and_other_bytes_refused() -> None:
+    """``astype(str)`` read bytes as ASCII: a UnicodeDecodeError, "a graphbisect bug" (issue 36, the bundle
+    fuzzer, which fed ``|S4`` emoji bytes)."""
+    from graphbisect.errors import GraphBisectError
+    from graphbisect.values import encode_tensor
+
+    raw, code = encode_tensor(np.array(["é".encode(), b"ab"], dtype="S4"))
+    assert code == onnx.TensorProto.STRING and raw.tolist() == ["é", "ab"]
+    with pytest.raises(GraphBisectError, match="a string tensor holds bytes that are not UTF-8"):
+        encode_tensor(np.array([b"\xff\xfe"], dtype="S4"))
