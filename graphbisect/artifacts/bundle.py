@@ -447,6 +447,7 @@ def _extract(archive: Path, dest: Path) -> Path:
     try:
         with zipfile.ZipFile(archive) as zf:
             _check_space(archive, zf.infolist(), dest)
+            _check_layout(archive, zf.infolist())
             for member in zf.infolist():
                 parts = Path(member.filename).parts
                 if member.filename.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
@@ -472,6 +473,31 @@ def _check_readable(archive: Path, member: zipfile.ZipInfo) -> None:
         raise BundleError(f"{archive}: {problem}",
                           hint="graphbisect writes bundles unencrypted and deflated: extract it with a tool that "
                           "reads it (with its password) and pass the folder")
+
+
+def _check_layout(archive: Path, members: list[zipfile.ZipInfo]) -> None:
+    """Refuse a zip that names one path twice, or as a file and as a folder (``model.onnx`` and ``model.onnx/``:
+    a FileExistsError extracting it, "a graphbisect bug", issue 36), before extracting any: which of two entries
+    a reader takes is the reader's choice, so what ran would not be what another tool shows."""
+    files: dict[tuple[str, ...], str] = {}
+    folders: set[tuple[str, ...]] = set()
+    for member in members:
+        # the path zipfile extracts it to: empty, "." and ".." parts dropped
+        parts = tuple(part for part in member.filename.split("/") if part not in ("", ".", ".."))
+        folders.update(parts[:end] for end in range(1, len(parts)))
+        if member.is_dir():
+            folders.add(parts)
+        elif parts in files:
+            raise BundleError(f"{archive} holds {member.filename!r} twice", hint=_LAYOUT_HINT)
+        else:
+            files[parts] = member.filename
+    for parts, name in files.items():
+        if parts in folders:
+            raise BundleError(f"{archive} holds {name!r} both as a file and as a folder", hint=_LAYOUT_HINT)
+
+
+_LAYOUT_HINT = ("graphbisect writes each file of a bundle once: this zip was not written by `graphbisect reduce "
+                "--zip`; ask its sender for the bundle again, or extract it yourself and pass the folder")
 
 
 def _check_space(archive: Path, members: list[zipfile.ZipInfo], dest: Path) -> None:
