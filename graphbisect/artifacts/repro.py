@@ -349,7 +349,19 @@ def render_repro(content: BundleContent) -> str:
                        "`graphbisect verify` (sections exist for %s)", backend.name, ", ".join(sorted(REPRO_BACKENDS)))
         return _NO_STANDALONE.replace("@HOW_TO_REGISTER@", inspect.getsource(how_to_register).rstrip())
     return "".join((_HEADER.replace("@LIBRARY@", backend.label), _COMMON_IMPORTS, backend.code,
-                    _trust_section(backend), _COMMON))
+                    _trust_section(backend), _option_fields(backend), _COMMON))
+
+
+def _option_fields(backend: ReproBackend) -> str:
+    """``OPTION_FIELDS``: the kinds of the settings the backend's section reads, as its defaults have them (a
+    setting whose default is null may be anything: its kind depends on the spec). Constant per backend."""
+    def shape(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {f"{key}?" if item is None else key: shape(item) for key, item in value.items()}
+        return {list: "list", bool: "boolean", int: "number", float: "number", str: "string"}.get(type(value), "any")
+
+    return f"# the kinds of this backend's settings (repro_config.json options): check_config\n" \
+           f"OPTION_FIELDS = {pprint.pformat(shape(backend.options({})), width=110)}\n\n\n"
 
 
 def _trust_section(backend: ReproBackend) -> str:
@@ -462,31 +474,94 @@ def read_config():
     return config
 
 
-# What this script reads from repro_config.json, with its shape (a JSON object, list or string), and graphbisect's
-# bound on any duration: a config of another shape cannot run (exit 2). A timeout_seconds of 1e308 or "abc"
-# ended in a traceback, exit 1, which reads "the failure reproduces" (issue 36 item 7).
-CONFIG_FIELDS = {"target_spec": str, "options": dict, "inputs": list, "outputs": list, "tolerance": dict,
-                 "expect": dict}
+# What this script reads from repro_config.json, with the JSON kind of each field, nested fields too, and
+# graphbisect's bound on any duration: a config of another shape cannot run (exit 2). A timeout_seconds of 1e308
+# or "abc" ended in a traceback, exit 1, which reads "the failure reproduces" (issue 36 item 7); so did options
+# without providers, a string for tolerance.per_output or identity, -Infinity for unsupported_pattern (the bundle
+# fuzzer). A field ending in "?" may be missing or null; {"*": kind}: every value of an object; [kind]: every
+# item of a list; [kind, kind]: a list of exactly those; "regex": a string Python's re reads; "any": anything.
+# OPTION_FIELDS (above) are this backend's settings, as graphbisect writes them by default.
+CONFIG_FIELDS = {
+    "target_spec": "string", "options": OPTION_FIELDS, "inputs": ["string"], "outputs": ["string"],
+    "tolerance": {"atol": "number", "rtol": "number", "min_cosine?": "number", "check_dtype": "any",
+                  "per_output": {"*": ["number", "number"]}, "int_atol?": "number", "quantized?": {"*": "number"}},
+    "expect": {"kind": "string", "regex?": "regex", "message_key?": "string", "names?": ["string"]},
+    "identity?": {"describe": "any", "tensor": "any", "band?": "number", "compiled_kind?": "string",
+                  "made_by?": "string", "after": ["string"]},
+    "noise_floor?": {"scores": {"*": "number"}, "margin": "number", "cap?": "number"},
+    "unsupported_pattern?": "regex", "kept_nodes?": "list",
+    "control?": {"target_spec": "string", "options": OPTION_FIELDS},
+}
 JSON_KINDS = {str: "string", dict: "object", list: "list", int: "number", float: "number", bool: "boolean"}
 MAX_SECONDS = 1e7
+
+
+def kind_text(schema):
+    """What ``schema`` (a CONFIG_FIELDS entry) asks for, in words."""
+    if isinstance(schema, dict):
+        return "a JSON object"
+    if isinstance(schema, list):
+        return "a JSON list" if len(schema) == 1 else f"a JSON list of {len(schema)} {schema[0]}s"
+    return {"regex": "a regular expression (a JSON string)", "any": "set"}.get(schema, f"a JSON {schema}")
+
+
+def field_problem(value, schema, path):
+    """(field, what it must be, what it is) of the first field under ``path`` that is not what ``schema`` asks
+    for, or None."""
+    found = "missing" if value is None else f"a JSON {JSON_KINDS.get(type(value), type(value).__name__)}"
+    if isinstance(schema, dict):
+        if not isinstance(value, dict):
+            return path, kind_text(schema), found
+        for key, inner in schema.items():
+            name = key.rstrip("?")
+            if name == "*":
+                items = [(f"{path}[{json.dumps(k)[:60]}]", v) for k, v in value.items()]
+            elif value.get(name) is None and key.endswith("?"):
+                continue
+            else:
+                items = [(f"{path}.{name}" if path else name, value.get(name))]
+            for where, item in items:
+                problem = field_problem(item, inner, where)
+                if problem is not None:
+                    return problem
+        return None
+    if isinstance(schema, list):
+        if not isinstance(value, list) or len(schema) > 1 and len(value) != len(schema):
+            return path, kind_text(schema), found if not isinstance(value, list) else f"a list of {len(value)}"
+        for index, item in enumerate(value):
+            problem = field_problem(item, schema[0] if len(schema) == 1 else schema[index], f"{path}[{index}]")
+            if problem is not None:
+                return problem
+        return None
+    if schema == "any":
+        return None if value is not None else (path, kind_text(schema), found)
+    if schema == "regex":
+        if not isinstance(value, str):
+            return path, kind_text(schema), found
+        try:
+            re.compile(value)
+        except (re.error, RecursionError, OverflowError) as exc:
+            return path, kind_text(schema), f"one Python's re refuses ({exc})"
+        return None
+    wanted = {"string": str, "number": (int, float), "boolean": bool, "list": list}[schema]
+    if not isinstance(value, wanted) or isinstance(value, bool) and schema != "boolean":
+        return path, kind_text(schema), found
+    return None
 
 
 def check_config(config):
     """Raise CannotRun naming the first field of repro_config.json this script could not use."""
     if not isinstance(config, dict):
         raise CannotRun("repro_config.json holds no JSON object: the bundle is damaged (copy it again)")
-    control = config.get("control")
-    checks = [(field, config.get(field), kind) for field, kind in CONFIG_FIELDS.items()]
-    checks.append(("expect.kind", config["expect"].get("kind") if isinstance(config.get("expect"), dict) else "", str))
-    if control is not None:
-        checks += [("control", control, dict)] + ([("control.target_spec", control.get("target_spec"), str),
-                                                   ("control.options", control.get("options"), dict)]
-                                                  if isinstance(control, dict) else [])
-    for field, value, kind in checks:
-        if not isinstance(value, kind):
-            found = "missing" if value is None else f"a JSON {JSON_KINDS.get(type(value), type(value).__name__)}"
-            raise CannotRun(f"repro_config.json: {field} must be a JSON {JSON_KINDS[kind]}, not {found}: the bundle "
-                            "is damaged (copy it again, or re-create it with graphbisect reduce)")
+    problem = field_problem(config, CONFIG_FIELDS, "")
+    if problem is not None:
+        field, wanted, found = problem
+        raise CannotRun(f"repro_config.json: {field} must be {wanted}, not {found}: the bundle is damaged (copy it "
+                        "again, or re-create it with graphbisect reduce)")
+    if config["expect"]["kind"] == "regex" and not isinstance(config["expect"].get("regex"), str):
+        raise CannotRun("repro_config.json: expect.regex must be a regular expression (a JSON string), not "
+                        f"{json.dumps(config['expect'].get('regex'))[:80]}: the bundle is damaged (copy it again, or "
+                        "re-create it with graphbisect reduce)")
     timeout = config.get("timeout_seconds")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_SECONDS:
         raise CannotRun(f"repro_config.json: timeout_seconds must be a number of seconds > 0 and <= {MAX_SECONDS:.0e} "
