@@ -57,6 +57,7 @@ from graphbisect.artifacts.report import jsonable, render_markdown, report_data
 from graphbisect.artifacts.report_schema import report_problem
 from graphbisect.artifacts.repro import CONTROL_TACTICS_FILE, TACTICS_FILE, render_repro, repro_config, tactic_files
 from graphbisect.backends import BackendSpec
+from graphbisect.backends.registry import require_backend
 from graphbisect.backends.worker import save_npz
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.errors import GraphBisectError, ModelError
@@ -73,8 +74,17 @@ from graphbisect.tactics.record import load_record, save_record
 from graphbisect.values import NpzDamaged, NpzRefused, declared_dtypes, load_values_npz
 
 __all__ = [
-    "BUNDLE_FORMAT", "BundleContent", "BundleError", "LoadedBundle", "check_destination", "is_bundle", "load_bundle",
-    "read_json", "write_bundle",
+    "BUNDLE_FORMAT",
+    "BundleContent",
+    "BundleError",
+    "LoadedBundle",
+    "check_destination",
+    "is_bundle",
+    "load_bundle",
+    "read_json",
+    "recorded_origin",
+    "require_recorded_backend",
+    "write_bundle",
 ]
 
 logger = logging.getLogger(__name__)
@@ -700,3 +710,22 @@ def _optional_json(path: Path) -> dict[str, Any]:
         if isinstance(data, dict):
             return data
     return {}
+
+
+def recorded_origin(folder: Path) -> Mapping[str, Any] | None:
+    """The custom backend's origin a bundle recorded (``repro_config.json`` ``custom_backend``), or None (absent,
+    unreadable, not a record): how to register it, for repro.py, verify and the checker."""
+    try:
+        with (folder / "repro_config.json").open(encoding="utf-8") as handle:
+            config = json.loads(handle.read(1 << 20))
+    except (OSError, ValueError):
+        return None
+    origin = config.get("custom_backend") if isinstance(config, Mapping) else None
+    return origin if isinstance(origin, Mapping) else None
+
+
+def require_recorded_backend(spec: BackendSpec, folder: Path, shown: Path | str) -> None:
+    """Raise :class:`SpecError` when the backend of a bundle's recorded ``spec`` is not in this process's table,
+    with how to register it where the bundle (``folder``, given as ``shown``) recorded a custom backend's origin
+    (:func:`~graphbisect.backends.registry.require_backend`)."""
+    require_backend(spec, recorded_origin(folder), str(shown))

@@ -56,7 +56,6 @@ import logging
 import pprint
 import re
 from collections.abc import Collection, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graphbisect.artifacts.repro_backends import REPRO_BACKENDS, TACTICS_FILE, ReproBackend
@@ -64,7 +63,7 @@ from graphbisect.artifacts.repro_backends._common import _raw_options
 from graphbisect.backends import BackendSpec, get
 from graphbisect.backends.command import check_mode
 from graphbisect.backends.inert import untrusted_values
-from graphbisect.backends.registry import HOST_OPTIONS, custom_origin, how_to_register, require_backend
+from graphbisect.backends.registry import HOST_OPTIONS, custom_origin, how_to_register
 from graphbisect.errors import SpecError
 from graphbisect.npzguard import model_declared
 from graphbisect.npzguard import script_text as npzguard_script_text
@@ -101,7 +100,6 @@ __all__ = [
     "render_repro",
     "repro_config",
     "repro_options",
-    "require_recorded_backend",
     "tactic_files",
 ]
 
@@ -280,24 +278,6 @@ def repro_config(content: BundleContent) -> dict[str, Any]:
         **({"custom_backend": origin} if (origin := custom_origin(spec.name)) is not None else {}),
         **({"control": _control_config(content.control)} if content.control is not None else {}),
     }
-
-
-def require_recorded_backend(spec: BackendSpec, folder: Path, shown: Path | str) -> None:
-    """Raise :class:`SpecError` when the backend of a bundle's recorded ``spec`` is not in this process's table,
-    with how to register it where the bundle (``folder``, given as ``shown``) recorded a custom backend's origin
-    (:func:`~graphbisect.backends.registry.require_backend`)."""
-    require_backend(spec, _recorded_origin(folder), str(shown))
-
-
-def _recorded_origin(folder: Path) -> Mapping[str, Any] | None:
-    """``repro_config.json``'s ``custom_backend`` record, or None (absent, unreadable, not a record)."""
-    try:
-        with (folder / "repro_config.json").open(encoding="utf-8") as handle:
-            config = json.loads(handle.read(1 << 20))
-    except (OSError, ValueError):
-        return None
-    origin = config.get("custom_backend") if isinstance(config, Mapping) else None
-    return origin if isinstance(origin, Mapping) else None
 
 
 def _identity_config(report: Mapping[str, Any]) -> dict[str, Any] | None:

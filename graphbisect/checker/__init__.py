@@ -16,13 +16,11 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from graphbisect.artifacts.bundle import BundleError, load_bundle
+from graphbisect.artifacts.bundle import BundleError, load_bundle, recorded_origin
 from graphbisect.backends.registry import require_backend, untrusted_options
 from graphbisect.checker.audit import (
     MAX_REMOVALS,
@@ -53,7 +51,7 @@ def audit_bundle(bundle: str | os.PathLike[str], *, trust: bool = False,
     """
     with load_bundle(Path(bundle)) as loaded:
         for spec in (loaded.oracle, loaded.target):  # a custom backend this process lacks: how to register it
-            require_backend(spec, _recorded_origin(loaded.path), str(loaded.source))
+            require_backend(spec, recorded_origin(loaded.path), str(loaded.source))
         if not trust:
             _check_trust(loaded.path, {"oracle": loaded.oracle, "target": loaded.target})
         files = BundleFiles(loaded.path, loaded.report, loaded.oracle, loaded.target, loaded.inputs,
@@ -71,14 +69,3 @@ def _check_trust(folder: Path, specs: dict[str, object]) -> None:
         raise BundleError(f"the bundle's recorded specs set options not known to be inert (they may run a program, "
                           f"load a library or write a file), chosen by whoever wrote the bundle:{listed}",
                           hint="read the bundle's report.json; to run them anyway pass --trust (trust=True)")
-
-
-def _recorded_origin(folder: Path) -> Mapping[str, Any] | None:
-    """The custom target backend's origin the bundle recorded (``repro_config.json`` ``custom_backend``), or None."""
-    try:
-        with (folder / "repro_config.json").open(encoding="utf-8") as handle:
-            config = json.loads(handle.read(1 << 20))
-    except (OSError, ValueError):
-        return None
-    origin = config.get("custom_backend") if isinstance(config, Mapping) else None
-    return origin if isinstance(origin, Mapping) else None

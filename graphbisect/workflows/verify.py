@@ -29,7 +29,7 @@ from typing import Any
 
 import onnx
 
-from graphbisect.artifacts.bundle import BundleError, LoadedBundle
+from graphbisect.artifacts.bundle import BundleError, LoadedBundle, require_recorded_backend
 from graphbisect.artifacts.repro import (
     JUDGE_EXIT_STATUS,
     JUDGE_PYTHON_CHECK,
@@ -38,7 +38,6 @@ from graphbisect.artifacts.repro import (
     crash_key,
     death_exit_code,
     judged_by,
-    require_recorded_backend,
 )
 from graphbisect.backends import BackendProcess, BackendSpec, RunResult
 from graphbisect.backends.cost import CallTally
