@@ -459,7 +459,8 @@ def read_config():
 # or "abc" ended in a traceback, exit 1, which reads "the failure reproduces" (issue 36 item 7); so did options
 # without providers, a string for tolerance.per_output or identity, -Infinity for unsupported_pattern (the bundle
 # fuzzer). A field ending in "?" may be missing or null; {"*": kind}: every value of an object; [kind]: every
-# item of a list; [kind, kind]: a list of exactly those; "regex": a string Python's re reads; "any": anything.
+# item of a list; [kind, kind]: a list of exactly those; "regex": a string Python's re reads; "any": anything;
+# "score": a number, or "inf"/"nan" (how graphbisect writes a score JSON has no number for: a floor of inf).
 # OPTION_FIELDS (above) are this backend's settings, as graphbisect writes them by default.
 CONFIG_FIELDS = {
     "target_spec": "string", "options": OPTION_FIELDS, "inputs": ["string"], "outputs": ["string"],
@@ -468,7 +469,7 @@ CONFIG_FIELDS = {
     "expect": {"kind": "string", "regex?": "regex", "message_key?": "string", "names?": ["string"]},
     "identity?": {"describe": "any", "tensor": "any", "band?": "number", "compiled_kind?": "string",
                   "made_by?": "string", "after": ["string"]},
-    "noise_floor?": {"scores": {"*": "number"}, "margin": "number", "cap?": "number"},
+    "noise_floor?": {"scores": {"*": "score"}, "margin": "number", "cap?": "number"},
     "unsupported_pattern?": "regex", "kept_nodes?": "list",
     "control?": {"target_spec": "string", "options": OPTION_FIELDS},
 }
@@ -482,7 +483,8 @@ def kind_text(schema):
         return "a JSON object"
     if isinstance(schema, list):
         return "a JSON list" if len(schema) == 1 else f"a JSON list of {len(schema)} {schema[0]}s"
-    return {"regex": "a regular expression (a JSON string)", "any": "set"}.get(schema, f"a JSON {schema}")
+    return {"regex": "a regular expression (a JSON string)", "any": "set",
+            "score": 'a JSON number, "inf" or "nan"'}.get(schema, f"a JSON {schema}")
 
 
 def field_problem(value, schema, path):
@@ -523,7 +525,9 @@ def field_problem(value, schema, path):
         except (re.error, RecursionError, OverflowError) as exc:
             return path, kind_text(schema), f"one Python's re refuses ({exc})"
         return None
-    wanted = {"string": str, "number": (int, float), "boolean": bool, "list": list}[schema]
+    if schema == "score" and value in ("inf", "-inf", "nan"):
+        return None
+    wanted = {"string": str, "number": (int, float), "score": (int, float), "boolean": bool, "list": list}[schema]
     if not isinstance(value, wanted) or isinstance(value, bool) and schema != "boolean":
         return path, kind_text(schema), found
     return None

@@ -328,6 +328,11 @@ CONFIG_EDITS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
                                            "not a JSON number"),
     "per-output-pair-of-three": (lambda config: config["tolerance"].update(per_output={"y": [1, 2, 3]}),
                                  'tolerance.per_output["y"] must be a JSON list of 2 numbers, not a list of 3'),
+    # graphbisect writes a floor score of inf as "inf" (JSON has no number for it), which repro.py reads; a word
+    # it does not is named
+    "floor-score-a-word": (lambda config: config.update(noise_floor={"spec": "onnxruntime", "margin": 10.0,
+                                                                     "scores": {"y": "big"}}),
+                           'noise_floor.scores["y"] must be a JSON number, "inf" or "nan", not a JSON string'),
 }
 
 
