@@ -1,13 +1,17 @@
-"""The README a newcomer reads in ten minutes, and guides that are references (issue 38).
+"""The README a newcomer reads in ten minutes, and documents that are references, not diaries (issue 38).
 
-The README stays short (≤ 250 lines) and has a section for every command the CLI has; every relative link in it
-and in docs/ reaches a file; and no document has dated section headings (a project's documents describe it
-as it is; its history is in git).
+The README stays short (≤ 250 lines) and has a section for every command the CLI has; docs/architecture.md is
+the current design in ≤ 400 lines; every relative link reaches a file; no document has dated section headings
+or tells which issue of this project a thing came from (a project's documents describe it as it is; its
+history is in git). benchmarks/README.md is one section per benchmark script, whose tables name, on every
+row, the command that regenerates it and the commit it was measured at.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,7 +20,9 @@ from graphbisect.cli.main import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-DOCS = sorted([README, *(ROOT / "docs").rglob("*.md")])
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+BENCHMARKS = ROOT / "benchmarks" / "README.md"
+DOCS = sorted([README, BENCHMARKS, ROOT / "examples" / "README.md", *(ROOT / "docs").rglob("*.md")])
 _LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 
@@ -43,3 +49,114 @@ def test_no_dated_section_headings(document: Path) -> None:
     dated = [line for line in document.read_text().splitlines()
              if line.startswith("#") and re.search(r"\b20\d\d-\d\d-\d\d\b", line)]
     assert not dated, f"{document.relative_to(ROOT)} has dated headings: {dated[:3]}"
+
+
+def test_the_architecture_is_short() -> None:
+    lines = ARCHITECTURE.read_text().count("\n")
+    assert lines <= 400, f"docs/architecture.md is {lines} lines: it is the current design, not its history"
+
+
+#: "issue 38", "Issues 25 and 27", "issue #12": this project's issues. Another project's are linked by name
+#: (onnxruntime#30513, iree-org/iree/issues/24230) and stay.
+_ISSUE = re.compile(r"\bissues?\s+#?\d+", re.I)
+
+
+def issue_references(text: str) -> list[str]:
+    """The lines of ``text`` that name an issue of this project by number."""
+    return [line.strip() for line in text.splitlines() if _ISSUE.search(line)]
+
+
+@pytest.mark.parametrize("document", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_issue_history(document: Path) -> None:
+    found = issue_references(document.read_text())
+    assert not found, f"{document.relative_to(ROOT)} tells which issue a thing came from (git has it): {found[:3]}"
+
+
+_COMMAND = re.compile(r"^- `(c\d+)`: `", re.M)
+_COMMIT = re.compile(r"[0-9a-f]{7,40}")
+_SEPARATOR = re.compile(r"^\|[\s:|-]+\|$")
+
+
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+
+def benchmark_table_problems(text: str) -> list[str]:
+    """What breaks the convention of benchmarks/README.md: every table sits in a ``## `script` `` section with
+    a ``Machine:`` line above it and has the columns **Regenerate** (a key of the section's ``- `cN`: `command` ``
+    list) and **Measured at** (a commit), filled on every row. Dated headings are checked with every document."""
+    problems = []
+    for section in re.split(r"^(?=## )", text, flags=re.M)[1:]:
+        title = section.splitlines()[0]
+        commands = set(_COMMAND.findall(section))
+        lines = section.splitlines()
+        header: list[str] | None = None
+        for number, line in enumerate(lines):
+            if not line.startswith("|"):
+                header = None
+                continue
+            if header is None:
+                header = _cells(line)
+                if "Regenerate" not in header or "Measured at" not in header:
+                    problems.append(f"{title}: a table without the Regenerate and Measured at columns: {line[:80]}")
+                    header = []
+                if not any(earlier.startswith("Machine:") for earlier in lines[:number]):
+                    problems.append(f"{title}: a table with no Machine: line above it")
+                continue
+            if not header or _SEPARATOR.match(line.strip()):
+                continue
+            row = dict(zip(header, _cells(line), strict=False))
+            if row.get("Regenerate", "") not in commands:
+                problems.append(f"{title}: a row whose Regenerate is not a command of the section: {line[:80]}")
+            if not _COMMIT.fullmatch(row.get("Measured at", "")):
+                problems.append(f"{title}: a row without the commit it was measured at: {line[:80]}")
+    return problems
+
+
+def test_each_benchmark_figure_names_its_command_and_commit() -> None:
+    problems = benchmark_table_problems(BENCHMARKS.read_text())
+    assert not problems, "benchmarks/README.md:\n" + "\n".join(problems)
+
+
+def test_each_benchmark_script_has_a_section() -> None:
+    """Helpers start with ``_``; ``make_*.py`` builds a model for a benchmark."""
+    scripts = {p.name for p in (ROOT / "benchmarks").glob("*.py")
+               if not p.name.startswith(("_", "make_"))}
+    titles = "\n".join(re.findall(r"^## .*$", BENCHMARKS.read_text(), re.M))
+    assert not {s for s in scripts if f"`{s}`" not in titles}, "benchmarks/README.md has no section for them"
+
+
+def test_the_commits_named_exist() -> None:
+    """A figure's commit is one of this repository's (not checked in a shallow clone or without git)."""
+    git = shutil.which("git")
+    if git is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    shallow = subprocess.run([git, "rev-parse", "--is-shallow-repository"], cwd=ROOT, capture_output=True,
+                             text=True, check=False)
+    if shallow.returncode != 0 or shallow.stdout.strip() != "false":
+        pytest.skip("a shallow clone does not hold the history")
+    text = BENCHMARKS.read_text()
+    named = sorted(set(re.findall(r"\| ([0-9a-f]{7,40}) \|", text))
+                   | set(re.findall(r"measured at ([0-9a-f]{7,40})", text)))
+    found = subprocess.run([git, "cat-file", "--batch-check"], cwd=ROOT, capture_output=True, text=True, check=True,
+                           input="".join(f"{c}^{{commit}}\n" for c in named)).stdout.splitlines()
+    missing = [commit for commit, answer in zip(named, found, strict=True) if answer.endswith("missing")]
+    assert named and not missing, f"benchmarks/README.md names commits this repository lacks: {missing}"
+
+
+def test_the_checks_can_fail() -> None:
+    """Each convention above, broken once, is found."""
+    assert issue_references("fixed in issue 14\nsee Issues 25 and 27\nonnxruntime#30513 stays") == [
+        "fixed in issue 14", "see Issues 25 and 27"]
+    good = ("## `x_bench.py`\n\n- `c1`: `python benchmarks/x_bench.py`\n\nMachine: 2 cores, quiet.\n\n"
+            "| case | s | Regenerate | Measured at |\n|---|---:|---|---|\n| a | 1.0 | c1 | abc1234 |\n")
+    assert benchmark_table_problems(good) == []
+    broken = {
+        "no command": good.replace("| a | 1.0 | c1 |", "| a | 1.0 | |"),
+        "an unknown command": good.replace("| a | 1.0 | c1 |", "| a | 1.0 | c2 |"),
+        "no commit": good.replace("abc1234", "today"),
+        "no columns": good.replace("| Regenerate | Measured at |", "| x | y |"),
+        "no machine": good.replace("Machine: 2 cores, quiet.", ""),
+    }
+    for what, text in broken.items():
+        assert benchmark_table_problems(text), what
