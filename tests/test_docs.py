@@ -86,8 +86,8 @@ def benchmark_table_problems(text: str) -> list[str]:
     a ``Machine:`` line above it and has the columns **Regenerate** (a key of the section's ``- `cN`: `command` ``
     list) and **Measured at** (a commit), filled on every row. Dated headings are checked with every document."""
     problems = []
-    for section in re.split(r"^(?=## )", text, flags=re.M)[1:]:
-        title = section.splitlines()[0]
+    for section in re.split(r"^(?=## )", text, flags=re.M):  # the text above the first section too
+        title = section.splitlines()[0] if section.strip() else "(top)"
         commands = set(_COMMAND.findall(section))
         lines = section.splitlines()
         header: list[str] | None = None
@@ -157,6 +157,8 @@ def test_the_checks_can_fail() -> None:
         "no commit": good.replace("abc1234", "today"),
         "no columns": good.replace("| Regenerate | Measured at |", "| x | y |"),
         "no machine": good.replace("Machine: 2 cores, quiet.", ""),
+        "a table above the sections": "| s | Regenerate | Measured at |\n|---|---|---|\n| 1.0 | c1 | abc1234 |\n\n"
+                                      + good,
     }
     for what, text in broken.items():
         assert benchmark_table_problems(text), what
