@@ -44,7 +44,7 @@ from graphbisect.data.protos import parse_value  # noqa: E402
 from graphbisect.errors import GraphBisectError  # noqa: E402
 from graphbisect.model import Model, load_model  # noqa: E402
 from graphbisect.oracle.outcome import OutcomeClass  # noqa: E402
-from graphbisect.values import as_elem_type  # noqa: E402
+from graphbisect.storage.values import as_elem_type  # noqa: E402
 from graphbisect.workflows.compare import CompareResult, OracleFailed, compare_models  # noqa: E402
 
 CORPUS = Path(onnx.__file__).parent / "backend" / "test" / "data" / "node"

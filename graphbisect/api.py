@@ -35,7 +35,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, Union
 
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
-from graphbisect.options import EXIT_CODE, INVOCATIONS, JOBS, SEED, TIMEOUT, Allowed, pattern, real, seconds, whole
+from graphbisect.settings.options import (
+    EXIT_CODE,
+    INVOCATIONS,
+    JOBS,
+    SEED,
+    TIMEOUT,
+    Allowed,
+    pattern,
+    real,
+    seconds,
+    whole,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -93,7 +104,7 @@ _R = TypeVar("_R")
 # Every argument of the functions below is checked against what it accepts before anything runs, by name, in
 # this one table (issue 36: a number for a path, a list for a tolerance or ``check=42`` raised AttributeError or
 # numpy's ValueError, the last only after both backends had run; ``trust="no"`` trusted). A parameter whose
-# default is None accepts None too. Ranges are the options' own (graphbisect/options.py).
+# default is None accepts None too. Ranges are the options' own (graphbisect/settings/options.py).
 def _is_path(value: Any) -> bool:
     return isinstance(value, (str, os.PathLike))
 

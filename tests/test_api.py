@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import graphbisect
-from graphbisect.api_doc import RESULTS, documented_names, render
 from graphbisect.cli.main import main
+from graphbisect.docs.api_doc import RESULTS, documented_names, render
 from graphbisect.errors import InputError, ModelError
 from graphbisect.examples import example_inputs_path, example_model_path, host_network
 from graphbisect.examples.patterns import pattern_model
@@ -104,12 +104,12 @@ def test_names_survive_importing_the_subpackages_they_share() -> None:
 
 def test_api_page_is_in_sync_with_the_docstrings() -> None:
     page = ROOT / "docs" / "api.md"
-    assert page.read_text(encoding="utf-8") == render(), "regenerate it: python -m graphbisect.api_doc"
+    assert page.read_text(encoding="utf-8") == render(), "regenerate it: python -m graphbisect.docs.api_doc"
 
 
 def test_api_doc_check_flag_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``--check`` and ``--help`` are options, not page paths (they once wrote files named "--check" and "--help")."""
-    from graphbisect.api_doc import main
+    from graphbisect.docs.api_doc import main
 
     stale = tmp_path / "api.md"
     stale.write_text("old\n", encoding="utf-8")

@@ -30,8 +30,8 @@ from graphbisect.data import load_inputs, save_inputs
 from graphbisect.errors import InputError, ModelError
 from graphbisect.examples import host_network
 from graphbisect.examples.bundled import example_inputs_path, example_model_path
-from graphbisect.lockfile import folder_lock
 from graphbisect.model import load_model
+from graphbisect.storage.lockfile import folder_lock
 from graphbisect.workflows.reduce import work_dir_for
 
 _ROOT = str(Path(__file__).resolve().parents[1])

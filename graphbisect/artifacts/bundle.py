@@ -62,16 +62,16 @@ from graphbisect.backends.worker import save_npz
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.errors import GraphBisectError, ModelError
 from graphbisect.model.load import external_data_file, external_tensors, file_kind
-from graphbisect.npzguard import (
+from graphbisect.oracle.signature import Signature
+from graphbisect.storage.npzguard import (
     MAX_BUNDLE_MEMBERS,
     member_unreadable,
     model_declared,
     type_problem,
     zip_member_count,
 )
-from graphbisect.oracle.signature import Signature
+from graphbisect.storage.values import NpzDamaged, NpzRefused, declared_dtypes, load_values_npz
 from graphbisect.tactics.record import load_record, save_record
-from graphbisect.values import NpzDamaged, NpzRefused, declared_dtypes, load_values_npz
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -595,7 +595,7 @@ _UNSAFE_HINT = ("graphbisect did not write this bundle so (its model carries its
 @dataclass(frozen=True)
 class _Declared:
     """What a bundle's model.onnx declares: {input or output name: dims (None where dynamic) or None}, and
-    {input name: the dtype of its value} (:func:`~graphbisect.values.declared_dtypes`)."""
+    {input name: the dtype of its value} (:func:`~graphbisect.storage.values.declared_dtypes`)."""
 
     inputs: dict[str, Any]
     outputs: dict[str, Any]

@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from graphbisect.printable import plural
+from graphbisect.text.printable import plural
 
 __all__ = ["ErrorPoint", "error_chart_svg", "size_journey_svg"]
 

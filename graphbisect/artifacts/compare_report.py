@@ -29,8 +29,8 @@ from graphbisect.artifacts.compare_text import (
     row_mark,
     verdict_line,
 )
-from graphbisect.atomic import atomic_write_text
-from graphbisect.printable import plural
+from graphbisect.storage.atomic import atomic_write_text
+from graphbisect.text.printable import plural
 
 if TYPE_CHECKING:
     from graphbisect.workflows.compare import CompareResult

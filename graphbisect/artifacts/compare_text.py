@@ -17,7 +17,7 @@ import math
 from typing import TYPE_CHECKING
 
 from graphbisect.backends.cost import describe_calls
-from graphbisect.printable import plural, shown
+from graphbisect.text.printable import plural, shown
 
 if TYPE_CHECKING:
     from graphbisect.localize.compiled import CompiledNode

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from graphbisect._version import __version__
-from graphbisect.shareable import file_name, shareable_ran_with
+from graphbisect.text.shareable import file_name, shareable_ran_with
 
 __all__ = ["DISTRIBUTIONS", "SHARED_MODULES", "backend_facts", "collect_environment", "describe_ran_with",
            "environment_summary", "shared_installs"]

@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graphbisect.artifacts.charts import ErrorPoint, error_chart_svg
-from graphbisect.atomic import atomic_write_text
-from graphbisect.printable import shown
+from graphbisect.storage.atomic import atomic_write_text
+from graphbisect.text.printable import shown
 
 __all__ = ["OPENVINO_NOTE", "PrecisionOverrides", "sensitivity_chart_svg", "trtexec_cannot_name", "write_overrides"]
 

@@ -31,9 +31,9 @@ from graphbisect.backends.cost import describe_calls
 from graphbisect.compare import Comparison, TensorStats, compare_outputs
 from graphbisect.compare.metrics import decade
 from graphbisect.oracle.outcome import headline as message_headline
-from graphbisect.printable import plural
-from graphbisect.shareable import file_name as path_name
-from graphbisect.shareable import shareable_report, shareable_text
+from graphbisect.text.printable import plural
+from graphbisect.text.shareable import file_name as path_name
+from graphbisect.text.shareable import shareable_report, shareable_text
 
 if TYPE_CHECKING:
     from graphbisect.artifacts.content import BundleContent

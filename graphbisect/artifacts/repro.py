@@ -65,8 +65,6 @@ from graphbisect.backends.command import check_mode
 from graphbisect.backends.inert import untrusted_values
 from graphbisect.backends.registry import HOST_OPTIONS, custom_origin, how_to_register
 from graphbisect.errors import SpecError
-from graphbisect.npzguard import model_declared
-from graphbisect.npzguard import script_text as npzguard_script_text
 from graphbisect.oracle.floor import FLOOR_CAP
 from graphbisect.oracle.names import script_text as names_script_text
 from graphbisect.oracle.outcome import UNSUPPORTED_PATTERN
@@ -78,8 +76,10 @@ from graphbisect.oracle.signature import (
     names_in,
     normalize_message,
 )
-from graphbisect.printable import script_text as printable_script_text
-from graphbisect.values import declared_dtypes
+from graphbisect.storage.npzguard import model_declared
+from graphbisect.storage.npzguard import script_text as npzguard_script_text
+from graphbisect.storage.values import declared_dtypes
+from graphbisect.text.printable import script_text as printable_script_text
 
 if TYPE_CHECKING:
     from graphbisect.artifacts.content import BundleContent
@@ -620,7 +620,7 @@ def declared_types(config):
 
 
 # ---------------------------------------------------------------------------------------- npz limits
-# graphbisect/npzguard.py, verbatim: each member's declared size against the model, before reading it
+# graphbisect/storage/npzguard.py, verbatim: each member's declared size against the model, before reading it
 ''' + npzguard_script_text() + r'''
 
 # ONNX element types numpy lacks: (ml_dtypes name, stored as raw bits (else as integer values), storage dtype)
@@ -1256,7 +1256,7 @@ def guarded_main(argv=None):
 
 
 # ---------------------------------------------------------------------------------------- terminal
-# graphbisect/printable.py, verbatim: names and messages from files as this script prints them (graphbisect's rule)
+# graphbisect/text/printable.py, verbatim: names and messages from files as this script prints them (graphbisect's rule)
 ''' + printable_script_text() + r'''
 
 

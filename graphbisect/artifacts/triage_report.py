@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from graphbisect.artifacts.environment import describe_ran_with
-from graphbisect.atomic import atomic_write_text
 from graphbisect.oracle.outcome import headline
 from graphbisect.oracle.signature import FailureKind
-from graphbisect.printable import plural
+from graphbisect.storage.atomic import atomic_write_text
+from graphbisect.text.printable import plural
 from graphbisect.triage.dedup import BugGroup
 from graphbisect.triage.outcome import ERROR, FAILED, PASSED, ModelOutcome, total_calls
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from graphbisect.compare.metrics import TensorStats
 from graphbisect.errors import SpecError
-from graphbisect.printable import plural
+from graphbisect.text.printable import plural
 
 __all__ = [
     "RAN_WITH",

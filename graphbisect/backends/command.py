@@ -14,9 +14,9 @@ of the crash signature, so a reduction never drifts to a different exit code.
 
 **Types numpy lacks.** An ``.npz`` cannot say that a tensor is bfloat16, float8 or int4: graphbisect stores
 those as raw bits (``uint16``, ``uint8``) or values (``int8``) and names the type in an ``__values__.json``
-member (:mod:`graphbisect.values`), which a program that reads the arrays with plain numpy would take as
+member (:mod:`graphbisect.storage.values`), which a program that reads the arrays with plain numpy would take as
 numbers. So such an input is refused as unsupported (naming it and its type) unless ``typed=1`` says the
-program reads that manifest (``graphbisect.values.load_values_npz`` does); an output written as untyped
+program reads that manifest (``graphbisect.storage.values.load_values_npz`` does); an output written as untyped
 bytes (``np.savez`` of an ``ml_dtypes`` array gives numpy ``void``) is refused too, never compared.
 
 **Where it runs.** The program runs in the directory graphbisect was started from (the host passes it to its
@@ -47,8 +47,8 @@ from graphbisect.backends.base import UnsupportedType
 from graphbisect.backends.children import run_program
 from graphbisect.backends.worker import option_flag, save_npz
 from graphbisect.errors import SpecError
-from graphbisect.onnxwire import declared_outputs
-from graphbisect.values import EXTENSION_TYPES, NpzDamaged, NpzRefused, elem_type_of, load_values_npz
+from graphbisect.storage.onnxwire import declared_outputs
+from graphbisect.storage.values import EXTENSION_TYPES, NpzDamaged, NpzRefused, elem_type_of, load_values_npz
 
 __all__ = ["CALLER_CWD_ENV", "Command", "CommandFailed", "cannot_run", "check_mode"]
 
@@ -154,7 +154,7 @@ class Command:
     def _read_outputs(self, path: Path) -> dict[str, np.ndarray]:
         if not path.is_file():
             raise CommandFailed(f"command exited 0 but wrote no outputs file {path.name} (the {{outputs}} path)", 0)
-        try:  # each member against the output it names, before it is decompressed (graphbisect.npzguard)
+        try:  # each member against the output it names, before it is decompressed (graphbisect.storage.npzguard)
             arrays = load_values_npz(path, self._declared)
         except NpzRefused as exc:  # 2 MB of deflated zeros declaring 1x2^29 float32 were read in full (issue 36)
             raise CommandFailed(f"command wrote an outputs file graphbisect does not read: {exc.message}", 0) from exc
@@ -172,7 +172,7 @@ class Command:
             if isinstance(value, np.ndarray) and value.dtype.kind == "V":
                 raise UnsupportedType("command", "output", name, f"untyped bytes (numpy {value.dtype.str})",
                                       "numpy cannot record a bfloat16/float8/int4 array's type in an .npz; write "
-                                      "it with graphbisect.values.save_values_npz, or as float32")
+                                      "it with graphbisect.storage.values.save_values_npz, or as float32")
         return {name: arrays[name] for name in wanted}
 
 
@@ -199,7 +199,8 @@ def _refuse_typed_inputs(inputs: Mapping[str, Any]) -> None:
             raise UnsupportedType("command", "input", name, ext.onnx_name,
                                   "a numpy .npz cannot say so, and a program reading it with plain numpy would "
                                   f"take the stored {ext.storage} as numbers; add typed=1 to the spec if the "
-                                  "program reads graphbisect's __values__.json (graphbisect.values.load_values_npz)")
+                                  "program reads graphbisect's __values__.json "
+                                  "(graphbisect.storage.values.load_values_npz)")
 
 
 def _check_template(template: str) -> None:

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from graphbisect.printable import plural
+from graphbisect.text.printable import plural
 
 if TYPE_CHECKING:
     from graphbisect.backends.base import RunResult

@@ -89,7 +89,7 @@ from graphbisect.backends.ort_providers import (
 )
 from graphbisect.backends.worker import close_names, option_flag, select_feeds, unknown_names_hint
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
-from graphbisect.values import (
+from graphbisect.storage.values import (
     EXTENSION_TYPES,
     elem_type_of,
     encode_tensor,

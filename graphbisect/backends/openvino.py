@@ -86,7 +86,7 @@ import numpy as np
 
 from graphbisect.backends.base import UnsupportedType
 from graphbisect.errors import BackendError, InputError, ModelError, SpecError
-from graphbisect.values import EXTENSION_TYPES, elem_type_of, from_raw_bytes, raw_bytes
+from graphbisect.storage.values import EXTENSION_TYPES, elem_type_of, from_raw_bytes, raw_bytes
 
 __all__ = ["OpenVino", "config_entries", "ir_layers", "ov_layer_nodes", "pin_fp32_ir_xml"]
 

@@ -83,7 +83,7 @@ import numpy as np
 from graphbisect.backends.base import UnsupportedType
 from graphbisect.backends.worker import option_flag, option_int
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
-from graphbisect.values import EXTENSION_TYPES, elem_type_of, sub_byte_bits
+from graphbisect.storage.values import EXTENSION_TYPES, elem_type_of, sub_byte_bits
 
 __all__ = [
     "BF16_CPU_FLAGS",

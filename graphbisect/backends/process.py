@@ -53,7 +53,7 @@ from graphbisect.backends.worker import InputsWriter
 from graphbisect.backends.zygote import ForkedProcess, package_path
 from graphbisect.compare.metrics import STATS_FIELDS, TensorStats, Tolerance
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
-from graphbisect.packfile import PackReader, StaleDataError
+from graphbisect.storage.packfile import PackReader, StaleDataError
 
 __all__ = ["DEFAULT_TIMEOUT", "LOG_TAIL_BYTES", "BackendProcess", "CompareTo", "availability_under", "compile_cache"]
 
@@ -333,7 +333,7 @@ class BackendProcess:
 
         ``outputs`` names the tensors to return (``None`` = the model's outputs); intermediate tensors must be
         outputs of ``model`` (pass a probe model). The outputs are written into ``output_dir`` as one packed
-        run (``values.bin`` and its index ``manifest.json``, :mod:`graphbisect.packfile`) and read from it
+        run (``values.bin`` and its index ``manifest.json``, :mod:`graphbisect.storage.packfile`) and read from it
         when asked for; without ``output_dir`` they go to a scratch folder that is deleted at once (they are
         read first; large ones stay mapped, which POSIX allows). ``durable`` (with ``output_dir``) has the
         worker fsync them before it replies: for outputs a later session reads back (``reduce --resume``).
@@ -836,10 +836,10 @@ class CompareTo:
 
 
 class OutputFiles(PackReader):
-    """Outputs kept on disk (the worker's packed run, :mod:`graphbisect.packfile`), read when asked for.
+    """Outputs kept on disk (the worker's packed run, :mod:`graphbisect.storage.packfile`), read when asked for.
 
     A probe run of a 50,000-node model returns 50,000 tensors; readers such as the layerwise comparison
-    touch each once and drop it. A :class:`~graphbisect.packfile.PackReader` of the index the worker replied
+    touch each once and drop it. A :class:`~graphbisect.storage.packfile.PackReader` of the index the worker replied
     (its ``outputs`` entries and its ``pack``: data file, size, token), so the run's data file is mapped once,
     on the first read (one descriptor, however many tensors); tensors up to 64 KiB are copied out of the map,
     larger ones are views of it. A later run into the same folder is refused, never misread.

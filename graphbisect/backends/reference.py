@@ -28,7 +28,7 @@ import numpy as np
 from graphbisect.backends.reference_casts import bfloat16_bits, rounding_casts
 from graphbisect.backends.worker import select_feeds
 from graphbisect.errors import ModelError, SpecError
-from graphbisect.values import EXTENSION_TYPES, as_elem_type, elem_type_of, encode_tensor, to_memory
+from graphbisect.storage.values import EXTENSION_TYPES, as_elem_type, elem_type_of, encode_tensor, to_memory
 
 __all__ = ["Reference", "bfloat16_bits", "unpatched_differences"]
 

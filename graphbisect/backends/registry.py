@@ -44,7 +44,7 @@ from graphbisect.backends.inert import (
     untrusted_values,
 )
 from graphbisect.errors import BackendUnavailableError, SpecError
-from graphbisect.options import MAX_SECONDS, parses
+from graphbisect.settings.options import MAX_SECONDS, parses
 
 __all__ = [
     "BACKENDS",

@@ -46,7 +46,7 @@ A request that fails because of *our* or the user's mistake (a :class:`~graphbis
 raised by the runtime: bad option, missing input, tensor that is not an output) is answered with
 ``{"ok": false, "error": {...}}`` and re-raised by the host; a backend exception is a crash *result*.
 
-Outputs are written into ``output_dir`` as one packed run (:mod:`graphbisect.packfile`): ``values.bin``
+Outputs are written into ``output_dir`` as one packed run (:mod:`graphbisect.storage.packfile`): ``values.bin``
 (every tensor's raw bytes; tensor names never become paths) and its index ``manifest.json``, written last.
 A new run replaces ``values.bin`` by rename, so memory maps of an earlier run stay valid. The ``done``
 reply carries the index: ``"outputs"`` its tensor entries, ``"pack"`` the rest (data file, size, token)::
@@ -83,7 +83,7 @@ import numpy as np
 
 from graphbisect.data.store import StoredFeeds
 from graphbisect.errors import GraphBisectError, InputError, SpecError
-from graphbisect.packfile import (
+from graphbisect.storage.packfile import (
     COPY_MAX_BYTES,
     DATA_NAME,
     INDEX_NAME,
@@ -93,7 +93,7 @@ from graphbisect.packfile import (
     PackWriter,
     read_index,
 )
-from graphbisect.values import (
+from graphbisect.storage.values import (
     decode_tensor,
     encode_tensor,
     is_native,
@@ -115,7 +115,7 @@ PROGRESS_SECONDS = 10.0
 
 # --------------------------------------------------------------------------------------------- arrays
 def save_npz(path: str | Path, arrays: Mapping[str, Any]) -> Path:
-    """Write ``arrays`` (any ONNX values: see :mod:`graphbisect.values`) to an ``.npz`` atomically, for any
+    """Write ``arrays`` (any ONNX values: see :mod:`graphbisect.storage.values`) to an ``.npz`` atomically, for any
     tensor names (``np.savez`` rejects ``file``).
 
     Example:
@@ -144,7 +144,7 @@ def load_npz(path: str | Path) -> dict[str, Any]:
 
 def write_outputs(outputs: Mapping[str, Any], names: Sequence[str], output_dir: Path, *,
                   durable: bool = False) -> dict[str, Any]:
-    """Write ``names`` from ``outputs`` into ``output_dir`` as one packed run (:mod:`graphbisect.packfile`):
+    """Write ``names`` from ``outputs`` into ``output_dir`` as one packed run (:mod:`graphbisect.storage.packfile`):
     ``values.bin`` plus its index ``manifest.json``, written last. Return the index document.
 
     ``durable`` fsyncs the data and the index before returning: for a run a later session reads back (the
@@ -152,7 +152,7 @@ def write_outputs(outputs: Mapping[str, Any], names: Sequence[str], output_dir: 
     in the middle of the data unwritten under an index that the tail checksum does not catch. Scratch
     outputs, read at once or deleted with their session, skip it.
 
-    Types numpy lacks are stored raw with their ONNX element type (:mod:`graphbisect.values`). A value that
+    Types numpy lacks are stored raw with their ONNX element type (:mod:`graphbisect.storage.values`). A value that
     cannot be stored is a ``TypeError`` naming the output (a crash of the run, not of graphbisect).
     """
     entries = []
@@ -299,7 +299,7 @@ def _pairs(inputs: Mapping[str, Any]) -> tuple[Iterable[tuple[str, Any]], dict[s
 _COLUMNS = ("ids", "names", "offsets", "dtypes", "shapes", "hold")
 #: A feed of :class:`StoredFeeds` that the worker reads from the store (not in the writer's hands).
 _STORED = object()
-#: The keys of a plain tensor's entry (numpy holds its type; :mod:`graphbisect.values`).
+#: The keys of a plain tensor's entry (numpy holds its type; :mod:`graphbisect.storage.values`).
 _PLAIN = {"offset", "dtype", "shape"}
 
 
@@ -369,7 +369,7 @@ class InputsReader:
 
 class _StoreView:
     """An activation store as a worker reads feeds from it (:class:`InputsReader`): opened once per store, its
-    index checked exactly as the host checks it (:func:`~graphbisect.packfile.read_index`: the data file's
+    index checked exactly as the host checks it (:func:`~graphbisect.storage.packfile.read_index`: the data file's
     header, size and tail checksum) and equal to what the host read (``reference``:
     :meth:`ActivationStore.reference`), so a torn, replaced or changed store is refused, never misread."""
 

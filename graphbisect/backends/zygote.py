@@ -55,7 +55,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from graphbisect.tempfolders import PREFIX, alive, claim
+from graphbisect.storage.tempfolders import PREFIX, alive, claim
 
 __all__ = ["ENV", "PER_WORKER", "ForkedProcess", "close_all", "package_path", "spawn"]
 
@@ -79,7 +79,8 @@ _MAX_MESSAGE = 1 << 20
 _BOOT = ("import os, sys; launched = dict(os.environ); from graphbisect.backends.zygote import main; "
          "sys.exit(main(launched=launched))")
 #: A zygote's temporary folder (its link to graphbisect, its log), removed by the zygote when it ends (or,
-#: should it be killed, by a later workflow: the folder names the zygote as its owner, :mod:`graphbisect.tempfolders`).
+#: should it be killed, by a later workflow: the folder names the zygote as its owner,
+#: :mod:`graphbisect.storage.tempfolders`).
 FOLDER_PREFIX = f"{PREFIX}zygote-"
 
 

@@ -32,7 +32,7 @@ from graphbisect.backends.registry import resolve
 from graphbisect.checker.removal import exposed, produced_names, removal
 from graphbisect.checker.runs import Run, Runner
 from graphbisect.checker.values import Limits, bit_identical, compare_outputs, worst
-from graphbisect.printable import shown
+from graphbisect.text.printable import shown
 
 __all__ = ["Audit", "BundleFiles", "Claim", "audit_files", "normalize_message"]
 

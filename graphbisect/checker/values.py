@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from graphbisect.printable import shown
+from graphbisect.text.printable import shown
 
 __all__ = ["Difference", "Limits", "bit_identical", "compare_outputs", "worst"]
 

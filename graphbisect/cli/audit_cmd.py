@@ -17,10 +17,10 @@ import json
 import sys
 from pathlib import Path
 
-from graphbisect.atomic import atomic_write_text
 from graphbisect.checker import Audit, audit_bundle
 from graphbisect.cli.common import output_file, refuse_inside
 from graphbisect.cli.terminal import shown
+from graphbisect.storage.atomic import atomic_write_text
 
 __all__ = ["add_arguments", "run"]
 

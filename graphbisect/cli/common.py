@@ -11,13 +11,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphbisect import options
 from graphbisect.backends.registry import BACKEND_SPEC, DEFAULT_ORACLE, DEFAULT_TARGET
 from graphbisect.compare import Tolerance
 from graphbisect.compare.metrics import check_tolerance_value
 from graphbisect.errors import InputError
 from graphbisect.executors.base import EXECUTOR
-from graphbisect.options import Allowed
+from graphbisect.settings import options
+from graphbisect.settings.options import Allowed
 
 if TYPE_CHECKING:
     import numpy as np
@@ -83,7 +83,7 @@ def cosine(text: str) -> float:
 
 def _argument(allowed: Allowed, convert: Callable[[str], Any]) -> Callable[[str], Any]:
     """An argument type: ``convert`` the text, then check it against ``allowed``, the range the options
-    objects themselves declare (``graphbisect/options.py``), so the CLI and the Python API agree."""
+    objects themselves declare (``graphbisect/settings/options.py``), so the CLI and the Python API agree."""
 
     def parse(text: str) -> Any:
         try:
@@ -173,7 +173,7 @@ def not_a_regular_file(path: Path) -> str | None:
         >>> not_a_regular_file(Path("/dev/null"))
         'it is a character device: graphbisect replaces the file it writes, so name a new or regular file'
     """
-    from graphbisect.atomic import not_regular
+    from graphbisect.storage.atomic import not_regular
 
     return not_regular(path)
 

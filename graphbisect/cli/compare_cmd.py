@@ -23,7 +23,7 @@ from graphbisect.cli.common import (
     tolerance_from_args,
 )
 from graphbisect.cli.terminal import shown
-from graphbisect.printable import plural
+from graphbisect.text.printable import plural
 
 if TYPE_CHECKING:
     from graphbisect.workflows.compare import CompareResult

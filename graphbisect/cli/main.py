@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphbisect._version import __version__
-from graphbisect.atomic import NotARegularFile
 from graphbisect.backends.machine import memory_hint, out_of_memory
 from graphbisect.cli.progress import show_backend_progress
 from graphbisect.cli.terminal import OutputClosed, safe_terminal
 from graphbisect.engine.arena import share_main_arena
 from graphbisect.errors import GraphBisectError
+from graphbisect.storage.atomic import NotARegularFile
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 

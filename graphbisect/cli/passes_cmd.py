@@ -107,7 +107,7 @@ def print_passes(result: PassesResult) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphbisect.atomic import atomic_write_text
+    from graphbisect.storage.atomic import atomic_write_text
     from graphbisect.workflows.reduce import work_dir_for
 
     refuse_inside({"--json": args.json}, args.output, "the bundle folder")

@@ -8,7 +8,6 @@ import math
 import shlex
 from typing import TYPE_CHECKING
 
-from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import BackendSpec
 from graphbisect.backends.cost import describe_calls
 from graphbisect.cli.common import (
@@ -24,6 +23,7 @@ from graphbisect.cli.common import (
 )
 from graphbisect.cli.progress import ProgressLine
 from graphbisect.cli.terminal import shown
+from graphbisect.storage.atomic import atomic_write_text
 
 if TYPE_CHECKING:
     from graphbisect.workflows.precision import PrecisionResult

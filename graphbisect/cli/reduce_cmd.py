@@ -30,7 +30,7 @@ from graphbisect.cli.common import (
 from graphbisect.cli.progress import ProgressLine
 from graphbisect.cli.terminal import shown
 from graphbisect.errors import InputError
-from graphbisect.printable import plural
+from graphbisect.text.printable import plural
 
 if TYPE_CHECKING:
     from graphbisect.workflows.reduce import ReduceOptions, ReduceResult
@@ -208,7 +208,7 @@ def _inputs_differ(args: argparse.Namespace) -> bool:
     """Whether ``--inputs`` holds other values than the resumed run's recorded ``inputs.npz``."""
     from graphbisect.data import load_inputs, validate_inputs
     from graphbisect.model import load_model
-    from graphbisect.values import bit_identical, load_values_npz
+    from graphbisect.storage.values import bit_identical, load_values_npz
     from graphbisect.workflows.reduce import work_dir_for
 
     work = work_dir_for(args.resume)
@@ -219,7 +219,7 @@ def _inputs_differ(args: argparse.Namespace) -> bool:
 
 
 def _report(result: ReduceResult, args: argparse.Namespace) -> int:
-    from graphbisect.atomic import atomic_write_text
+    from graphbisect.storage.atomic import atomic_write_text
 
     if args.json is not None:
         atomic_write_text(args.json, json.dumps(result.to_json(), indent=2, allow_nan=False) + "\n")

@@ -25,9 +25,9 @@ import json
 from pathlib import Path
 
 from graphbisect.artifacts.bundle import load_bundle
-from graphbisect.atomic import atomic_write_text
 from graphbisect.cli.common import backend_spec, count, output_file, output_path, refuse_inside
 from graphbisect.releases.environments import PACKAGES, cache_root
+from graphbisect.storage.atomic import atomic_write_text
 from graphbisect.workflows.releases import FINDS, SKIP, ReleaseSearch, search_releases
 
 __all__ = ["add_arguments", "run"]

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from graphbisect.atomic import atomic_write_text
 from graphbisect.backends.cost import describe_calls
 from graphbisect.cli.common import (
     EXAMPLES,
@@ -25,7 +24,8 @@ from graphbisect.cli.common import (
     tolerance,
 )
 from graphbisect.cli.terminal import shown
-from graphbisect.printable import plural
+from graphbisect.storage.atomic import atomic_write_text
+from graphbisect.text.printable import plural
 
 __all__ = ["add_arguments", "run"]
 

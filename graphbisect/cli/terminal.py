@@ -4,7 +4,7 @@ Tensor and node names come from files anyone may have written. Printed raw, ``\\
 the terminal, ``\\x1b[2J`` clears it, and U+202E reorders what the user reads. The CLI's stdout and
 stderr go through :class:`SafeStream`, which shows every such character escaped (``\\x1b``) and keeps
 newlines, tabs and carriage returns (the progress line); a name put into a line goes through
-:func:`~graphbisect.printable.shown`, which escapes those too (:mod:`graphbisect.printable`, one rule for
+:func:`~graphbisect.text.printable.shown`, which escapes those too (:mod:`graphbisect.text.printable`, one rule for
 every command and ``repro.py``). Files graphbisect writes keep the exact names. A character the terminal's
 encoding cannot show (``×`` under ``PYTHONIOENCODING=ascii``) is written as a ``\\xd7`` escape, not an error.
 
@@ -25,7 +25,7 @@ import sys
 from collections.abc import Iterator
 from typing import TextIO
 
-from graphbisect.printable import escape_controls, shown
+from graphbisect.text.printable import escape_controls, shown
 
 __all__ = ["OutputClosed", "SafeStream", "escape_controls", "safe_terminal", "shown"]
 

@@ -22,7 +22,7 @@ from graphbisect.cli.common import (
     tolerance,
 )
 from graphbisect.cli.terminal import shown
-from graphbisect.printable import plural
+from graphbisect.text.printable import plural
 from graphbisect.triage.outcome import total_calls
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
                         jobs=args.jobs, candidate_jobs=args.candidate_jobs, max_invocations=args.max_invocations,
                         timeout=args.timeout, on_model=_print_outcome, on_stage=_print_stage)
     if args.json is not None:
-        from graphbisect.atomic import atomic_write_text
+        from graphbisect.storage.atomic import atomic_write_text
 
         atomic_write_text(args.json, json.dumps(json.loads(result.summary["json"].read_text()), indent=2) + "\n")
     return _report(result)

@@ -29,12 +29,12 @@ from pathlib import Path
 from graphbisect.artifacts.bundle import load_bundle
 from graphbisect.artifacts.environment import describe_ran_with
 from graphbisect.artifacts.repro import JUDGE_EXIT_STATUS, JUDGE_PYTHON_CHECK
-from graphbisect.atomic import atomic_write_text
 from graphbisect.backends.base import brief_spec, cause_line
 from graphbisect.backends.cost import describe_calls
 from graphbisect.cli.common import backend_spec, output_file, refuse_inside, seed
 from graphbisect.errors import InputError
 from graphbisect.oracle.signature import Signature
+from graphbisect.storage.atomic import atomic_write_text
 from graphbisect.workflows.verify import (
     FIXED,
     FIXED_REDUCED,

@@ -34,8 +34,8 @@ import numpy as np
 
 from graphbisect.compare.nonfinite import warn_masked_outputs
 from graphbisect.errors import InputError
-from graphbisect.printable import shown
-from graphbisect.values import comparable, is_exact
+from graphbisect.storage.values import comparable, is_exact
+from graphbisect.text.printable import shown
 
 __all__ = [
     "STATS_FIELDS",
@@ -737,7 +737,7 @@ def _compare_strings(name: str, o: np.ndarray, t: np.ndarray, shapes: Mapping[st
 
 
 def compare_values(name: str, oracle: Any, target: Any, tol: Tolerance | None = None) -> TensorStats:
-    """Compare any ONNX values (:mod:`graphbisect.values`): tensors, sequences (lists, item by item, folded
+    """Compare any ONNX values (:mod:`graphbisect.storage.values`): tensors, sequences (lists, item by item, folded
     into one row) and optionals (``None`` is an empty optional: it equals only another empty one).
 
     Example:

@@ -41,7 +41,6 @@ from typing import Any
 import numpy as np
 import onnx
 
-from graphbisect.atomic import atomic_path
 from graphbisect.compare.nonfinite import warn_nonfinite_inputs
 from graphbisect.data.protos import parse_value
 from graphbisect.data.ranges import compared_values
@@ -49,10 +48,10 @@ from graphbisect.errors import InputError
 from graphbisect.model.graph import Model, TensorType
 from graphbisect.model.load import external_data_file
 from graphbisect.model.normalize import shape_conflicts
-from graphbisect.npzguard import available_memory, size_text
-from graphbisect.options import SEED, check_value
-from graphbisect.printable import plural
-from graphbisect.values import (
+from graphbisect.settings.options import SEED, check_value
+from graphbisect.storage.atomic import atomic_path
+from graphbisect.storage.npzguard import available_memory, size_text
+from graphbisect.storage.values import (
     as_elem_type,
     comparable,
     is_exact,
@@ -61,6 +60,7 @@ from graphbisect.values import (
     save_values_npz,
     to_memory,
 )
+from graphbisect.text.printable import plural
 
 __all__ = [
     "SUPPORTED_FORMATS",
@@ -128,7 +128,7 @@ def _reader_for(path: Path) -> Any:
 
 
 def _read_npz(path: Path, model: Model) -> dict[str, Any]:
-    # before anything is decompressed, each member against the input it names (graphbisect.npzguard)
+    # before anything is decompressed, each member against the input it names (graphbisect.storage.npzguard)
     arrays = load_values_npz(path, _declared(model))  # plain np.savez files, and graphbisect's own
     positional = [f"arr_{i}" for i in range(len(arrays))]
     if sorted(arrays) == sorted(positional) and not set(arrays) & set(model.input_names):
@@ -879,7 +879,7 @@ def validate_inputs(model: Model, inputs: Mapping[str, Any]) -> dict[str, Any]:
     """Check names, dtypes (exact), ranks and static dims; return the values in the model's input order.
 
     Values are arrays (``ml_dtypes`` arrays for bfloat16, float8, int4..., ``object`` arrays of ``str``
-    for strings), lists for sequence inputs and ``None`` for an empty optional (:mod:`graphbisect.values`).
+    for strings), lists for sequence inputs and ``None`` for an empty optional (:mod:`graphbisect.storage.values`).
     An array holding the raw elements of a type numpy lacks (``np.save`` writes ``ml_dtypes`` arrays as
     ``V2``/``V1``) or a unicode/bytes array for a string input is read as the model's type.
 
@@ -956,7 +956,7 @@ def save_inputs(path: str | Path, inputs: Mapping[str, Any]) -> Path:
 
     Written entry by entry (any input name works, including ``file``), readable with ``np.load``; values a
     plain ``.npy`` cannot hold (strings, bfloat16, float8, int4, sequences, optionals) are stored raw and
-    described in the archive's ``__values__.json`` (:mod:`graphbisect.values`).
+    described in the archive's ``__values__.json`` (:mod:`graphbisect.storage.values`).
     """
     path = Path(path)
     with atomic_path(path) as tmp:

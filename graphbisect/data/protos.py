@@ -3,7 +3,7 @@
 ``onnx.numpy_helper`` answers differently per onnx release for the types numpy lacks (onnx 1.17 returns
 bfloat16 as plain ``uint16``, float8 and int4 as structured dtypes; onnx ≥ 1.18 returns ``ml_dtypes``
 arrays), so every conversion goes through here and yields graphbisect's in-memory form
-(:mod:`graphbisect.values`): ``ml_dtypes`` arrays, ``object`` arrays of ``str``, lists for sequences,
+(:mod:`graphbisect.storage.values`): ``ml_dtypes`` arrays, ``object`` arrays of ``str``, lists for sequences,
 ``None`` for an empty optional.
 
 Example:
@@ -23,7 +23,15 @@ import onnx
 from onnx import numpy_helper
 
 from graphbisect.errors import InputError
-from graphbisect.values import EXTENSION_TYPES, decode_tensor, elem_type_of, encode_tensor, pack, sub_byte_bits, unpack
+from graphbisect.storage.values import (
+    EXTENSION_TYPES,
+    decode_tensor,
+    elem_type_of,
+    encode_tensor,
+    pack,
+    sub_byte_bits,
+    unpack,
+)
 
 __all__ = ["array_from_tensor", "parse_value", "tensor_from_array", "value_from_proto"]
 

@@ -2,7 +2,7 @@
 
 Why one data file and a memory map: the oracle's dump of every intermediate tensor of a large model does
 not fit in RAM, candidates only need a few of them at a time, and a file per tensor made a 50,000-node run
-~99,000 files (22 s just to delete). The layout is :mod:`graphbisect.packfile`'s, the one the backend
+~99,000 files (22 s just to delete). The layout is :mod:`graphbisect.storage.packfile`'s, the one the backend
 worker writes its outputs in, so a worker's output folder *is* a store as it stands::
 
     values.bin      every tensor's raw bytes (small ones packed, those above 64 KiB page-aligned)
@@ -12,7 +12,7 @@ worker writes its outputs in, so a worker's output folder *is* a store as it sta
 :meth:`ActivationStore.get` returns tensors above 64 KiB as read-only views of one map of the data file
 (only the pages touched are read) and smaller ones copied into memory. A store whose data and index do not
 belong together (a run killed mid-write, a truncated or replaced file) is refused with
-:class:`~graphbisect.packfile.TornRunError`, never misread.
+:class:`~graphbisect.storage.packfile.TornRunError`, never misread.
 
 Stores written by graphbisect before the packed layout (one ``.npy`` file per tensor, manifest version 1)
 are still read, so ``--resume`` of an older work folder works; they are not added to.
@@ -41,8 +41,8 @@ from typing import Any
 import numpy as np
 
 from graphbisect.errors import GraphBisectError
-from graphbisect.npyfile import load_memmap, read_npy
-from graphbisect.packfile import (
+from graphbisect.storage.npyfile import load_memmap, read_npy
+from graphbisect.storage.packfile import (
     DATA_NAME,
     INDEX_NAME,
     LEGACY_VERSION,
@@ -50,7 +50,7 @@ from graphbisect.packfile import (
     PackWriter,
     read_index,
 )
-from graphbisect.values import elem_type_name, entry_files, entry_nbytes, is_native, read_value
+from graphbisect.storage.values import elem_type_name, entry_files, entry_nbytes, is_native, read_value
 
 __all__ = ["MANIFEST_NAME", "ActivationStore", "StoredFeeds", "StoredTensor"]
 
@@ -66,7 +66,7 @@ class StoredTensor:
     """One index entry: where a tensor's bytes are (``file`` relative to the store's folder, and ``offset``
     in it; ``offset`` is None for a version 1 store's ``.npy`` file), its stored dtype and shape.
 
-    ``elem_type`` is the ONNX element type of a tensor numpy lacks (stored raw, :mod:`graphbisect.values`);
+    ``elem_type`` is the ONNX element type of a tensor numpy lacks (stored raw, :mod:`graphbisect.storage.values`);
     ``layout`` is the whole entry of a sequence or an empty optional (``file`` is then the file holding its
     first item, or empty).
     """
@@ -115,7 +115,7 @@ class ActivationStore:
     map above 64 KiB).
 
     ``ActivationStore(directory)`` creates the folder if needed and reads an existing index (raising
-    :class:`~graphbisect.packfile.TornRunError` for a torn one). :meth:`put` appends to the data file; the
+    :class:`~graphbisect.storage.packfile.TornRunError` for a torn one). :meth:`put` appends to the data file; the
     index is written by :meth:`flush`, after every put unless ``autoflush=False`` (faster for thousands of
     puts). :meth:`close` (or a ``with`` block) flushes and closes the data file.
     """
@@ -188,7 +188,7 @@ class ActivationStore:
     # --- writing ------------------------------------------------------------------------------------------
 
     def put(self, name: str, array: Any) -> None:
-        """Store ``array`` (any ONNX value, :mod:`graphbisect.values`) under ``name``, replacing an earlier
+        """Store ``array`` (any ONNX value, :mod:`graphbisect.storage.values`) under ``name``, replacing an earlier
         value of that name (whose maps stay valid: its bytes are never overwritten)."""
         writer = self._open_writer()
         try:
@@ -242,7 +242,7 @@ class ActivationStore:
 
     def release(self) -> None:
         """Let go of the data file's pages this process has read (:meth:`PackedData.release
-        <graphbisect.packfile.PackedData.release>`); what was read stays readable."""
+        <graphbisect.storage.packfile.PackedData.release>`); what was read stays readable."""
         if self._data is not None:
             self._data.release()
 
@@ -271,7 +271,7 @@ class ActivationStore:
         in-memory array up to 64 KiB.
 
         Sequences are lists, empty optionals ``None``, types numpy lacks ``ml_dtypes`` arrays
-        (:mod:`graphbisect.values`).
+        (:mod:`graphbisect.storage.values`).
         """
         entry = self._entries.get(name)
         if entry is None:
@@ -301,7 +301,7 @@ class ActivationStore:
     def describe(self, name: str) -> tuple[np.dtype, tuple[int, ...]] | None:
         """(dtype, shape) of the tensor ``get(name)`` returns, from the index alone (no value read), for a
         tensor of a packed store stored as itself (a numpy type ONNX has natively,
-        :func:`graphbisect.values.is_native`); None otherwise (a name not stored, a sequence, an optional, a
+        :func:`graphbisect.storage.values.is_native`); None otherwise (a name not stored, a sequence, an optional, a
         type numpy lacks, a version 1 store)."""
         entry = self._entries.get(name)
         if entry is None or self._data is None or "offset" not in entry or "elem_type" in entry:
@@ -313,7 +313,7 @@ class ActivationStore:
         """What identifies this store's published data, for another process to read tensors from it by name
         (:class:`graphbisect.backends.worker.InputsReader`): ``folder`` (absolute), and the index's ``token``,
         ``size`` and ``tail_crc32``, which the reader checks against the index it reads, exactly as
-        :func:`~graphbisect.packfile.read_index` checks a store here. None for a version 1 store or one with
+        :func:`~graphbisect.storage.packfile.read_index` checks a store here. None for a version 1 store or one with
         values not yet published (:meth:`flush`)."""
         if self._legacy or self._index is None or self._dirty:
             return None

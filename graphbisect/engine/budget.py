@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from graphbisect.engine.types import StopReason
-from graphbisect.options import INVOCATIONS, check_fields, option, seconds, whole
+from graphbisect.settings.options import INVOCATIONS, check_fields, option, seconds, whole
 
 __all__ = ["Budget", "BudgetMeter"]
 

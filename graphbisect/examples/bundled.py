@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from graphbisect.atomic import atomic_write_bytes
 from graphbisect.examples.hosts import HostNetwork, host_network
+from graphbisect.storage.atomic import atomic_write_bytes
 
 logger = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 
 from graphbisect.errors import GraphBisectError, SpecError
-from graphbisect.options import parses
+from graphbisect.settings.options import parses
 
 __all__ = ["DEFAULT_RETRIES", "EXECUTOR", "Executor", "ExecutorSpec", "WorkerLostError"]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from graphbisect.executors.base import DEFAULT_RETRIES, Executor, ExecutorSpec
-from graphbisect.options import JOBS, check_value
+from graphbisect.settings.options import JOBS, check_value
 
 __all__ = ["make_executor"]
 

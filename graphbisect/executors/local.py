@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from graphbisect.executors.base import DEFAULT_RETRIES, WorkerLostError
-from graphbisect.options import cap_jobs, usable_cpus
+from graphbisect.settings.options import cap_jobs, usable_cpus
 
 __all__ = ["LocalExecutor"]
 

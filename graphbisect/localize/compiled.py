@@ -64,7 +64,7 @@ from graphbisect.localize.runtime_precision import (
     optimized_precisions,
     precision_name,
 )
-from graphbisect.printable import plural
+from graphbisect.text.printable import plural
 
 __all__ = [
     "CompiledGraph",

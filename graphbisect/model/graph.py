@@ -23,8 +23,8 @@ from graphbisect.errors import GraphBisectError, ModelError
 from graphbisect.model.external import inline_tensor, source_of
 from graphbisect.model.io import ExternalRef, copy_model, save_proto, strip_to_external
 from graphbisect.model.normalize import default_opset, fingerprint, infer_types, node_dependencies, normalize_model
-from graphbisect.printable import shown
-from graphbisect.values import numpy_dtype
+from graphbisect.storage.values import numpy_dtype
+from graphbisect.text.printable import shown
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -55,7 +55,7 @@ class TensorType:
     @property
     def numpy_dtype(self) -> np.dtype:
         """The in-memory dtype of this element type: ``ml_dtypes`` for bfloat16, float8, int4...,
-        ``object`` for strings (:func:`graphbisect.values.numpy_dtype`); :class:`ModelError` when unknown."""
+        ``object`` for strings (:func:`graphbisect.storage.values.numpy_dtype`); :class:`ModelError` when unknown."""
         try:
             return numpy_dtype(self.elem_type)
         except (KeyError, TypeError, ValueError, GraphBisectError) as exc:

@@ -33,9 +33,9 @@ import numpy as np
 import onnx
 from google.protobuf.message import Message
 
-from graphbisect.atomic import atomic_path
 from graphbisect.errors import ModelError
 from graphbisect.model.external import SourceRef, copy_source, has_sources, link_file, source_of
+from graphbisect.storage.atomic import atomic_path
 
 
 class HasProto(Protocol):
@@ -376,7 +376,7 @@ def save_proto(proto: onnx.ModelProto, path: str | Path, *, durable: bool = True
     (:mod:`graphbisect.model.external`: a loaded model's large external weights) are referenced from files
     beside ``path``, hard links to the user's data files where possible (``<name>.data.<k>``), else copied
     into ``<name>.data`` by the kernel; never read into memory. ``proto`` is not modified.
-    ``durable=False`` skips the fsync (see :func:`graphbisect.atomic.atomic_path`), for scratch models.
+    ``durable=False`` skips the fsync (see :func:`graphbisect.storage.atomic.atomic_path`), for scratch models.
     ``link=False`` always copies: for a deliverable the user keeps, a hard link would share the user's
     weights file with it, and a tool that later rewrites the deliverable's data in place (``onnx.save`` with
     the same ``location`` appends to it) would modify the user's file.

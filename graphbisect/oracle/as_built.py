@@ -36,7 +36,7 @@ from graphbisect.backends.base import Phase, RunResult, RunStatus
 from graphbisect.backends.machine import memory_hint, out_of_memory
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
 from graphbisect.errors import BackendError
-from graphbisect.values import bit_identical
+from graphbisect.storage.values import bit_identical
 
 __all__ = ["CaptureDifference", "OracleIncomplete", "OracleRuns", "Runner", "capture_as_built", "capture_difference",
            "oracle_failed_hint", "require_as_built", "require_outputs"]

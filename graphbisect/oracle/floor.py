@@ -42,7 +42,7 @@ from graphbisect.backends import BackendInfo, BackendSpec
 from graphbisect.backends.base import brief_spec
 from graphbisect.backends.cost import Cost
 from graphbisect.compare import MismatchKind, TensorStats, Tolerance
-from graphbisect.printable import plural
+from graphbisect.text.printable import plural
 
 __all__ = ["FLOOR_CAP", "FLOOR_MARGIN", "NoiseFloor", "floor_spec", "measure_floor", "no_floor"]
 
@@ -130,7 +130,7 @@ class NoiseFloor:
                    float(data.get("margin", FLOOR_MARGIN)))
 
     def save(self, path: Path) -> None:
-        from graphbisect.atomic import atomic_write_text
+        from graphbisect.storage.atomic import atomic_write_text
 
         atomic_write_text(path, json.dumps(self.to_json()))
 

@@ -36,7 +36,7 @@ import onnx
 from graphbisect.backends.base import Phase, RunResult, RunStatus, message_cause
 from graphbisect.compare import Comparison, MismatchKind, TensorStats
 from graphbisect.oracle.floor import NoiseFloor
-from graphbisect.printable import shown
+from graphbisect.text.printable import shown
 
 __all__ = ["RANDOM_OPS", "UNSUPPORTED_PATTERN", "Outcome", "OutcomeClass", "Refusal", "classify_comparison",
            "classify_failed_run", "headline", "is_unsupported", "random_ops", "refusal_of"]

@@ -65,8 +65,8 @@ from graphbisect.oracle.signature import (
     failing_above,
     signature_of,
 )
+from graphbisect.storage.values import is_exact, numpy_dtype
 from graphbisect.strategies.subgraph import Candidate, SubgraphSpace, check_file
-from graphbisect.values import is_exact, numpy_dtype
 
 __all__ = ["COMPILE_ONLY_ENV", "CandidateTester", "Judgement", "OutputCheck", "TargetPool", "WorkerPool",
            "check_accepts", "compiles_only", "journal_cost", "judge", "model_digest"]

@@ -49,7 +49,7 @@ from graphbisect.model import Model
 from graphbisect.precision.calibration import Calibration, weight_scales
 from graphbisect.precision.modes import WEIGHT_OPS
 from graphbisect.precision.rewrite import GraphRewriter
-from graphbisect.printable import shown
+from graphbisect.text.printable import shown
 
 __all__ = ["QdqConstants", "bias_scale", "int32_bias_overflows", "lower_qdq", "weight_axis"]
 

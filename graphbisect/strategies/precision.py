@@ -37,7 +37,6 @@ from typing import Protocol
 
 import numpy as np
 
-from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import RunResult
 from graphbisect.backends.process import CompareTo
 from graphbisect.compare import Comparison, Tolerance, compare_outputs
@@ -45,6 +44,7 @@ from graphbisect.engine import Evaluator, Outcome, SearchResult, TestResult, bis
 from graphbisect.localize.layerwise import LayerwiseReport
 from graphbisect.model.io import WeightsPool, remove_model, save_proto
 from graphbisect.precision.lowering import Lowering
+from graphbisect.storage.atomic import atomic_write_text
 
 __all__ = [
     "DENSE_AFTER",

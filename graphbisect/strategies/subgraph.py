@@ -73,7 +73,6 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from graphbisect.atomic import atomic_path
 from graphbisect.data.protos import tensor_from_array
 from graphbisect.data.store import ActivationStore, StoredFeeds
 from graphbisect.engine import (
@@ -91,7 +90,8 @@ from graphbisect.model import Model
 from graphbisect.model.io import ExternalRef, copy_model, strip_to_external, write_weights_file
 from graphbisect.model.normalize import node_dependencies, subgraphs
 from graphbisect.model.wire import GRAPH_FIELDS, GraphLayout, entry, entry_payload
-from graphbisect.values import dtype_elem_type
+from graphbisect.storage.atomic import atomic_path
+from graphbisect.storage.values import dtype_elem_type
 
 __all__ = ["Candidate", "SubgraphSpace", "check_file", "plan"]
 
@@ -236,7 +236,7 @@ class SubgraphSpace:
         """The oracle's value of ``name``. Small values are kept: candidates reuse the same boundary tensors,
         and re-mapping a stored ``.npy`` (open, parse the header, map) was most of a candidate's build time.
 
-        A value is any ONNX value (:mod:`graphbisect.values`): an array, a list (sequence) or None (an
+        A value is any ONNX value (:mod:`graphbisect.storage.values`): an array, a list (sequence) or None (an
         empty optional)."""
         cached = self._small.get(name)
         if cached is not None:

@@ -40,8 +40,8 @@ from graphbisect.localize.layerwise import LayerRow, LayerwiseReport
 from graphbisect.model import Model
 from graphbisect.model.io import remove_model
 from graphbisect.oracle.floor import NoiseFloor
-from graphbisect.printable import plural
-from graphbisect.values import load_values_npz
+from graphbisect.storage.values import load_values_npz
+from graphbisect.text.printable import plural
 from graphbisect.workflows.probe import discard_description
 
 __all__ = ["MAX_REGIONS", "AloneCheck", "run_alone"]

@@ -76,8 +76,8 @@ from graphbisect.oracle.floor import NoiseFloor, floor_spec, measure_floor
 from graphbisect.oracle.outcome import Outcome, OutcomeClass, classify_comparison, classify_failed_run
 from graphbisect.oracle.signature import CHECK_REJECTED
 from graphbisect.oracle.tester import OutputCheck, check_accepts
-from graphbisect.printable import plural, shown
-from graphbisect.values import bit_identical
+from graphbisect.storage.values import bit_identical
+from graphbisect.text.printable import plural, shown
 from graphbisect.workflows.alone import MAX_REGIONS, AloneCheck, run_alone
 from graphbisect.workflows.probe import (
     ProbePlan,

@@ -35,7 +35,7 @@ from graphbisect.backends.cost import CallTally
 from graphbisect.compare import Tolerance, compare_outputs
 from graphbisect.oracle.signature import CHECK_REJECTED, FailureKind, ModelNames, Signature
 from graphbisect.oracle.tester import OutputCheck, judge
-from graphbisect.shareable import shareable_command
+from graphbisect.text.shareable import shareable_command
 
 __all__ = ["MaintainerFacts", "command_line", "maintainer_facts"]
 
@@ -106,7 +106,7 @@ class MaintainerFacts:
 
 def command_line() -> str:
     """The command line of this process, as a shell would take it (``graphbisect reduce ...`` for the CLI),
-    its files relative to the folder it ran in or by name (:func:`~graphbisect.shareable.shareable_command`:
+    its files relative to the folder it ran in or by name (:func:`~graphbisect.text.shareable.shareable_command`:
     a bundle does not say where the reporter's files live)."""
     argv = list(sys.argv)
     if not argv or not argv[0]:

@@ -61,13 +61,13 @@ from graphbisect.localize.compiled import compiled_graph
 from graphbisect.model import Model
 from graphbisect.model.io import remove_model, save_proto
 from graphbisect.model.normalize import elem_types
-from graphbisect.options import INVOCATIONS, TIMEOUT, check_fields, option
 from graphbisect.oracle.as_built import capture_as_built
 from graphbisect.oracle.floor import NoiseFloor, floor_spec, measure_floor, no_floor
 from graphbisect.oracle.identity import Identity, IdentityCheck
 from graphbisect.oracle.signature import FailureKind, Signature
 from graphbisect.oracle.tester import Judgement, judge
-from graphbisect.shareable import shareable_text
+from graphbisect.settings.options import INVOCATIONS, TIMEOUT, check_fields, option
+from graphbisect.storage.values import load_values_npz
 from graphbisect.strategies.passes import (
     DISABLE,
     ENABLE,
@@ -78,7 +78,7 @@ from graphbisect.strategies.passes import (
     minimal_set,
     run_spec,
 )
-from graphbisect.values import load_values_npz
+from graphbisect.text.shareable import shareable_text
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET, model_for_backend
 from graphbisect.workflows.pass_region import Region, diverging_region, replay_model, replay_spec
 from graphbisect.workflows.probe import compiled_of, describing_spec, discard_description, plan_probe

@@ -72,7 +72,6 @@ import numpy as np
 
 from graphbisect.artifacts.output_folder import check_output_folder, claim_output_folder
 from graphbisect.artifacts.overrides import PrecisionOverrides, sensitivity_chart_svg, write_overrides
-from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, resolve
 from graphbisect.backends.cost import CallTally, Cost
 from graphbisect.backends.process import CompareTo
@@ -94,13 +93,14 @@ from graphbisect.localize.layerwise import LayerwiseReport, analyze_layers
 from graphbisect.model import Model
 from graphbisect.model.io import save_proto
 from graphbisect.model.normalize import elem_types
-from graphbisect.options import INVOCATIONS, JOBS, cap_jobs, cap_jobs_to_memory, check_value
 from graphbisect.oracle.as_built import capture_as_built
 from graphbisect.oracle.tester import WorkerPool
 from graphbisect.precision.calibration import Calibration, CalibrationMethod
 from graphbisect.precision.lowering import Lowering
 from graphbisect.precision.modes import INT8_OPS, PrecisionMode
-from graphbisect.printable import shown
+from graphbisect.settings.options import INVOCATIONS, JOBS, cap_jobs, cap_jobs_to_memory, check_value
+from graphbisect.storage.atomic import atomic_write_text
+from graphbisect.storage.values import load_values_npz
 from graphbisect.strategies.precision import (
     Measurement,
     ModelRunner,
@@ -113,7 +113,7 @@ from graphbisect.strategies.precision import (
     sensitivity,
     sensitivity_priors,
 )
-from graphbisect.values import load_values_npz
+from graphbisect.text.printable import shown
 from graphbisect.workflows.compare import model_for_backend
 from graphbisect.workflows.scratch import work_folder
 

@@ -56,7 +56,6 @@ import numpy as np
 from graphbisect.artifacts.bundle import BundleContent, check_destination, write_bundle
 from graphbisect.artifacts.charts import size_journey_svg
 from graphbisect.artifacts.report import md_cell
-from graphbisect.atomic import atomic_write_text, not_regular
 from graphbisect.backends import BackendProcess, BackendSpec, Capability, RunResult, resolve
 from graphbisect.backends.base import brief_spec
 from graphbisect.backends.cost import CallTally, Cost
@@ -83,25 +82,11 @@ from graphbisect.executors import EXECUTOR
 from graphbisect.executors.candidates import ExecutorPool
 from graphbisect.localize.compiled import CompiledGraph
 from graphbisect.localize.layerwise import LayerRow, analyze_layers
-from graphbisect.lockfile import folder_lock
 from graphbisect.model import Model
 from graphbisect.model.diff import model_differences
 from graphbisect.model.graph import warn_unused_initializers
 from graphbisect.model.io import remove_model, save_proto
 from graphbisect.model.normalize import elem_types
-from graphbisect.options import (
-    EXIT_CODE,
-    INVOCATIONS,
-    JOBS,
-    TIMEOUT,
-    cap_jobs,
-    cap_jobs_to_memory,
-    check_fields,
-    option,
-    pattern,
-    seconds,
-    whole,
-)
 from graphbisect.oracle.as_built import (
     Runner,
     capture_as_built,
@@ -122,10 +107,25 @@ from graphbisect.oracle.tester import (
     judge,
     model_digest,
 )
-from graphbisect.packfile import TornRunError
-from graphbisect.printable import plural
+from graphbisect.settings.options import (
+    EXIT_CODE,
+    INVOCATIONS,
+    JOBS,
+    TIMEOUT,
+    cap_jobs,
+    cap_jobs_to_memory,
+    check_fields,
+    option,
+    pattern,
+    seconds,
+    whole,
+)
+from graphbisect.storage.atomic import atomic_write_text, not_regular
+from graphbisect.storage.lockfile import folder_lock
+from graphbisect.storage.packfile import TornRunError
+from graphbisect.storage.values import load_values_npz
 from graphbisect.strategies.subgraph import Candidate, SubgraphSpace, plan
-from graphbisect.values import load_values_npz
+from graphbisect.text.printable import plural
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
 from graphbisect.workflows.maintainer import MaintainerFacts, maintainer_facts
 from graphbisect.workflows.probe import compiled_of, describing_spec, plan_probe

@@ -34,10 +34,10 @@ from graphbisect.artifacts.bundle import BundleError, LoadedBundle
 from graphbisect.artifacts.repro import TACTICS_FILE
 from graphbisect.backends import BackendSpec, registry
 from graphbisect.errors import GraphBisectError, InputError
-from graphbisect.printable import plural
 from graphbisect.releases.environments import Environment, prepare_environments, recipe_of
 from graphbisect.releases.index import VersionRange, index_versions, select_versions
 from graphbisect.releases.search import FOUND, NEWEST_UNCHANGED, OLDEST_CHANGED, Answer, Change, find_change
+from graphbisect.text.printable import plural
 from graphbisect.workflows.verify import DIFFERENT, FIXED, FIXED_REDUCED, REPRODUCES, Verification, verify_bundle
 
 __all__ = ["BAD", "FINDS", "GOOD", "SKIP", "ReleaseRun", "ReleaseSearch", "search_releases"]

@@ -3,12 +3,12 @@
 A temporary folder holds the oracle's activation store (hundreds of MB on an OCR model). It is removed when
 the workflow returns or raises, and when the CLI is terminated (``SIGTERM``/``SIGHUP`` unwind like an
 exception, see :mod:`graphbisect.cli.main`). A process killed outright (``SIGKILL``, the OOM killer) cannot
-clean up, so each temporary folder names its owner process (:mod:`graphbisect.tempfolders`), and the next
+clean up, so each temporary folder names its owner process (:mod:`graphbisect.storage.tempfolders`), and the next
 work folder made on this machine removes the folders whose owner is gone.
 
 **A caller's folder is graphbisect's own for the run** (issue 24 case 5): it must be new, empty, or one an
 earlier run marked (``.graphbisect-workdir``), so no file of the user's is overwritten; and the run holds an
-exclusive lock on it (:func:`graphbisect.lockfile.folder_lock`), so a second run on the same ``--workdir``
+exclusive lock on it (:func:`graphbisect.storage.lockfile.folder_lock`), so a second run on the same ``--workdir``
 stops at once instead of reading the first one's values.
 """
 
@@ -23,8 +23,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from graphbisect.errors import InputError
-from graphbisect.lockfile import folder_lock
-from graphbisect.tempfolders import OWNER_FILE, PREFIX, claim, reclaim_abandoned
+from graphbisect.storage.lockfile import folder_lock
+from graphbisect.storage.tempfolders import OWNER_FILE, PREFIX, claim, reclaim_abandoned
 
 __all__ = ["MARK_FILE", "OWNER_FILE", "check_work_folder", "own_folder", "reclaim_abandoned", "work_folder"]
 
@@ -83,7 +83,7 @@ def _remove(folder: Path, tries: int = 5) -> None:
 def own_folder(workdir: Path, *, what: str, protect: Iterable[Path | None] = ()) -> Iterator[Path]:
     """Hold the caller's ``workdir`` for the block: created if missing, refused (:class:`InputError`) when it
     is the folder of one of the ``protect`` files, a link or a file, or holds files without graphbisect's
-    mark; locked, so a second run using it stops at once (:class:`~graphbisect.lockfile.LockedError`)."""
+    mark; locked, so a second run using it stops at once (:class:`~graphbisect.storage.lockfile.LockedError`)."""
     workdir = Path(workdir)
     check_work_folder(workdir, protect)
     if workdir.is_symlink() or (workdir.exists() and not workdir.is_dir()):

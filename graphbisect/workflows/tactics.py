@@ -39,10 +39,10 @@ from graphbisect.engine import Budget, Evaluator, Outcome, TestResult
 from graphbisect.errors import BackendError, SpecError
 from graphbisect.model import Model
 from graphbisect.model.io import save_proto, strip_to_external, write_weights_file
-from graphbisect.options import INVOCATIONS, Allowed, check_value, whole
 from graphbisect.oracle.as_built import oracle_failed_hint, require_outputs
 from graphbisect.oracle.signature import Signature
 from graphbisect.oracle.tester import judge
+from graphbisect.settings.options import INVOCATIONS, Allowed, check_value, whole
 from graphbisect.strategies.tactics import Isolation, TacticSpace, isolate
 from graphbisect.tactics.diff import ChoiceChange, NotApplied
 from graphbisect.tactics.record import TacticRecord, save_record

@@ -43,18 +43,18 @@ from typing import Any
 
 import numpy as np
 
-from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import Capability, resolve
 from graphbisect.backends.cost import CallTally
 from graphbisect.backends.registry import BACKEND_SPEC
 from graphbisect.compare import Tolerance
 from graphbisect.errors import GraphBisectError, InputError
 from graphbisect.executors import Executor, WorkerLostError, make_executor
-from graphbisect.lockfile import folder_lock
 from graphbisect.model import Model
-from graphbisect.options import INVOCATIONS, JOBS, SEED, TIMEOUT, check_fields, option
 from graphbisect.oracle.signature import Signature
-from graphbisect.printable import plural
+from graphbisect.settings.options import INVOCATIONS, JOBS, SEED, TIMEOUT, check_fields, option
+from graphbisect.storage.atomic import atomic_write_text
+from graphbisect.storage.lockfile import folder_lock
+from graphbisect.text.printable import plural
 from graphbisect.triage.dedup import BugGroup, group_bugs, lacking, pattern_hash
 from graphbisect.triage.outcome import ERROR, FAILED, PASSED, ModelOutcome, total_calls
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET

@@ -133,7 +133,7 @@ np.savez(outputs, y=x * x)
 TYPED = """
 import sys, onnx
 from onnx.reference import ReferenceEvaluator
-from graphbisect.values import load_values_npz, save_values_npz
+from graphbisect.storage.values import load_values_npz, save_values_npz
 model, inputs, outputs = sys.argv[1:4]
 proto = onnx.load(model)
 results = ReferenceEvaluator(proto).run(None, load_values_npz(inputs))
@@ -177,7 +177,7 @@ def test_command_repro_writes_inputs_as_graphbisect_does(tmp_path: Path) -> None
 
     from graphbisect.artifacts.repro import render_repro
     from graphbisect.backends.base import BackendSpec
-    from graphbisect.values import load_values_npz
+    from graphbisect.storage.values import load_values_npz
 
     content = SimpleNamespace(target=BackendSpec.parse("command:cmd=true"))
     script = tmp_path / "repro.py"

@@ -14,7 +14,7 @@ import pytest
 from graphbisect.backends import BackendProcess, Phase, RunStatus
 from graphbisect.backends.command import Command
 from graphbisect.errors import SpecError
-from graphbisect.tempfolders import alive  # a zombie is dead: not reaped yet by whoever adopted it
+from graphbisect.storage.tempfolders import alive  # a zombie is dead: not reaped yet by whoever adopted it
 
 Mode = Callable[[str], Path]
 

@@ -24,7 +24,7 @@ from graphbisect.backends import BackendProcess, RunStatus
 from graphbisect.backends.process import compile_cache
 from graphbisect.backends.registry import get, register_row, unregister_backend
 from graphbisect.backends.zygote import ENV, FOLDER_PREFIX
-from graphbisect.tempfolders import alive, reclaim_abandoned
+from graphbisect.storage.tempfolders import alive, reclaim_abandoned
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked on Linux only")
 

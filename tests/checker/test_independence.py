@@ -13,7 +13,7 @@ ALLOWED = {
     "graphbisect.backends.base",
     "graphbisect.backends.process",  # the isolated worker that runs one model
     "graphbisect.backends.registry",  # the backend table: options, opt_levels, the trust rule
-    "graphbisect.printable",  # escaping names for a terminal line (the standard library only); no claim
+    "graphbisect.text.printable",  # escaping names for a terminal line (the standard library only); no claim
 }
 #: The rooms of the search: never imported by the checker, directly or by a module it is allowed.
 SEARCH = ("graphbisect.engine", "graphbisect.strategies", "graphbisect.localize", "graphbisect.oracle",
@@ -45,7 +45,7 @@ KNOWN = {
     "graphbisect.backends.base": {"graphbisect.compare.metrics"},
     "graphbisect.backends.process": {"graphbisect.compare.metrics"},
     "graphbisect.backends.registry": set(),
-    "graphbisect.printable": set(),
+    "graphbisect.text.printable": set(),
 }
 
 

@@ -161,7 +161,7 @@ def test_the_journey_chart_of_the_main_job_shows_every_run_of_the_search(tmp_pat
 
 
 def test_a_count_agrees_with_its_noun(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from graphbisect.printable import plural
+    from graphbisect.text.printable import plural
 
     assert [plural(n, "node") for n in (0, 1, 2)] == ["0 nodes", "1 node", "2 nodes"]
     assert (plural(2, "pass"), plural(2, "entry"), plural(2, "key")) == ("2 passes", "2 entries", "2 keys")

@@ -19,7 +19,7 @@ from graphbisect.backends.worker import InputsReader, InputsWriter, write_output
 from graphbisect.data import ActivationStore
 from graphbisect.data.store import StoredFeeds
 from graphbisect.errors import GraphBisectError
-from graphbisect.packfile import TornRunError
+from graphbisect.storage.packfile import TornRunError
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 4), (64, 1024)])  # read (96 bytes), memory-mapped (256 KiB)
@@ -288,7 +288,7 @@ _WRITING = """
 import sys, time
 from pathlib import Path
 import numpy as np
-from graphbisect.packfile import PackWriter
+from graphbisect.storage.packfile import PackWriter
 
 writer = PackWriter(Path(sys.argv[1]))
 writer.add(np.arange(10_000, dtype=np.float32))

@@ -1,5 +1,5 @@
 """Every ONNX value type through every place a value is held: inputs files, .npz, the activation store, the
-worker transport, cut-point feeds and repro.py's reader (graphbisect.values, graphbisect.data.protos)."""
+worker transport, cut-point feeds and repro.py's reader (graphbisect.storage.values, graphbisect.data.protos)."""
 
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ from graphbisect.compare import compare_values
 from graphbisect.data import ActivationStore, load_inputs, save_inputs
 from graphbisect.data.protos import array_from_tensor, tensor_from_array
 from graphbisect.model import load_model
-from graphbisect.packfile import PackWriter, StaleDataError
+from graphbisect.storage.packfile import PackWriter, StaleDataError
+from graphbisect.storage.values import is_native, load_values_npz, save_values_npz
 from graphbisect.strategies.subgraph import SubgraphSpace
-from graphbisect.values import is_native, load_values_npz, save_values_npz
 
 T = onnx.TensorProto
 
@@ -329,7 +329,7 @@ def test_bytes_for_a_string_tensor_are_read_as_utf8_and_other_bytes_refused() ->
     """``astype(str)`` read bytes as ASCII: a UnicodeDecodeError, "a graphbisect bug" (issue 36, the bundle
     fuzzer, which fed ``|S4`` emoji bytes)."""
     from graphbisect.errors import GraphBisectError
-    from graphbisect.values import encode_tensor
+    from graphbisect.storage.values import encode_tensor
 
     raw, code = encode_tensor(np.array(["é".encode(), b"ab"], dtype="S4"))
     assert code == onnx.TensorProto.STRING and raw.tolist() == ["é", "ab"]

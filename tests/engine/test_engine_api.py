@@ -89,9 +89,9 @@ def test_engine_modules_import_only_the_standard_library() -> None:
     from pathlib import Path
 
     folder = Path(engine.__file__).parent
-    # graphbisect.options (declared option ranges) is a leaf like graphbisect.errors: it imports only them.
-    leaves = ("graphbisect.errors", "graphbisect.options")
-    for path in [*sorted(folder.glob("*.py")), folder.parent / "options.py"]:
+    # graphbisect.settings.options (declared option ranges) is a leaf like graphbisect.errors: it imports only them.
+    leaves = ("graphbisect.errors", "graphbisect.settings.options")
+    for path in [*sorted(folder.glob("*.py")), folder.parent / "settings" / "options.py"]:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]

@@ -14,9 +14,9 @@ pytest.importorskip("openvino")
 
 from graphbisect.backends.openvino import OpenVino
 from graphbisect.cli.main import main
-from graphbisect.printable import plural
 from graphbisect.tactics import TacticRecord, save_record
 from graphbisect.tactics.openvino import NodeNames, mapping_of, onnx_node_of
+from graphbisect.text.printable import plural
 from tests.tactics.tactics_builders import save_cnn, save_int64_output
 
 pytestmark = pytest.mark.openvino

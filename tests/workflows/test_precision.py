@@ -35,11 +35,11 @@ from graphbisect.examples.precision_models import (
     sensitive_transformer,
 )
 from graphbisect.model import Model, load_model
-from graphbisect.options import usable_cpus
 from graphbisect.oracle.tester import WorkerPool
 from graphbisect.precision.calibration import Calibration, CalibrationMethod
 from graphbisect.precision.lowering import Lowering
 from graphbisect.precision.modes import PrecisionMode
+from graphbisect.settings.options import usable_cpus
 from graphbisect.strategies.precision import DENSE_AFTER, PrecisionTester
 from graphbisect.workflows.precision import PrecisionResult, find_precision
 

@@ -27,8 +27,8 @@ from graphbisect.model import load_model
 from graphbisect.oracle.identity import Identity, IdentityCheck
 from graphbisect.oracle.signature import EXACT_VALUES, FLOAT_VALUES, FailureKind, Signature
 from graphbisect.oracle.tester import CandidateTester, WorkerPool, model_digest
+from graphbisect.storage.values import write_value
 from graphbisect.strategies.subgraph import SubgraphSpace
-from graphbisect.values import write_value
 from graphbisect.workflows.reduce import (
     CRASH_BASELINE_RUNS,
     VERIFY_RUNS,

@@ -3,7 +3,7 @@
 The lock is an ``flock`` on ``<folder>/lock``, held by an open file descriptor, so the kernel releases it
 when the process ends however it ends (``kill -9`` included): a stale lock file never blocks a later run.
 The file records the holder's pid for the error message. :func:`try_lock` is the same kind of lock on any
-open file: :mod:`graphbisect.packfile` holds one on each temporary data file it writes, so a later run can
+open file: :mod:`graphbisect.storage.packfile` holds one on each temporary data file it writes, so a later run can
 tell a dead writer's leftover (its lock is free) from a live writer's file.
 
 Example:

@@ -1,6 +1,6 @@
 """Issue 36 item 5: an ``.npz`` is held to the model's declared shapes and to caps before it is read.
 
-The rule itself (:func:`graphbisect.npzguard.npz_refusal`) on small forged files: a member's ``.npy`` header
+The rule itself (:func:`graphbisect.storage.npzguard.npz_refusal`) on small forged files: a member's ``.npy`` header
 declares a shape larger than the member holds or the model allows, which the readers before the rule
 decompressed in full (a 2 MB deflate bomb became 2.1 GB). The readers that use it are tested where they
 live: user inputs here, bundles and ``repro.py`` in ``tests/artifacts/test_bundle_limits.py``.
@@ -21,8 +21,8 @@ from onnx import TensorProto, helper
 from graphbisect.data.inputs import load_inputs
 from graphbisect.errors import InputError
 from graphbisect.model import load_model
-from graphbisect.npzguard import MAX_NPZ_MEMBERS, SMALL_BYTES, npz_refusal, zip_member_count
-from graphbisect.values import NpzDamaged, NpzRefused, load_values_npz, save_values_npz
+from graphbisect.storage.npzguard import MAX_NPZ_MEMBERS, SMALL_BYTES, npz_refusal, zip_member_count
+from graphbisect.storage.values import NpzDamaged, NpzRefused, load_values_npz, save_values_npz
 
 
 def forged_npz(path: Path, name: str, shape: tuple[int, ...], *, dtype: str = "<f4", data: int | None = None) -> Path:

@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from graphbisect.onnxwire import FIELDS, declared_outputs
+from graphbisect.storage.onnxwire import FIELDS, declared_outputs
 
 
 def test_the_field_numbers_are_onnxs() -> None:

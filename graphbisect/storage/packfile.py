@@ -10,7 +10,7 @@ took 22 s. Packed, a run is two files however many tensors it holds::
                     {"version": 2, "data": "values.bin", "size": 9216, "token": "9f0c...", "tail_crc32": 1234,
                      "tensors": [{"name": "conv1/out", "offset": 64, "dtype": "<f4", "shape": [1, 8]}, ...]}
 
-Tensor entries are :mod:`graphbisect.values` entries with an ``offset`` into the data file where the
+Tensor entries are :mod:`graphbisect.storage.values` entries with an ``offset`` into the data file where the
 per-tensor layout had a ``file``; sequences, empty optionals and the types numpy lacks are described the
 same way. Reading maps the data file once (one descriptor per run, not one per tensor): tensors above
 64 KiB come back as read-only views of that map (zero copy: only touched pages are read), smaller ones are
@@ -62,10 +62,10 @@ from typing import IO, Any
 
 import numpy as np
 
-from graphbisect.atomic import atomic_path
 from graphbisect.errors import GraphBisectError
-from graphbisect.lockfile import try_lock
-from graphbisect.values import read_value, write_value
+from graphbisect.storage.atomic import atomic_path
+from graphbisect.storage.lockfile import try_lock
+from graphbisect.storage.values import read_value, write_value
 
 __all__ = ["DATA_NAME", "INDEX_NAME", "INDEX_VERSION", "PackReader", "PackWriter", "PackedData", "StaleDataError",
            "TornRunError", "read_index", "remove_abandoned"]
@@ -178,7 +178,7 @@ class PackWriter:
         return self._pending or self.folder / DATA_NAME
 
     def add(self, value: Any) -> dict[str, Any]:
-        """Append ``value`` (tensor, sequence or ``None``: :mod:`graphbisect.values`); return its entry."""
+        """Append ``value`` (tensor, sequence or ``None``: :mod:`graphbisect.storage.values`); return its entry."""
         return write_value(value, "", self._write)
 
     def _write(self, _name: str, raw: np.ndarray) -> dict[str, Any]:
@@ -196,7 +196,7 @@ class PackWriter:
 
     def add_small(self, arrays: Sequence[np.ndarray]) -> list[int]:
         """Append tensors of at most :data:`SMALL_BYTES` each that are stored as themselves (a numpy type
-        ONNX has natively: :func:`graphbisect.values.is_native`; checked by the caller), in one write;
+        ONNX has natively: :func:`graphbisect.storage.values.is_native`; checked by the caller), in one write;
         return their offsets. The bytes are what :meth:`add` writes for each, one after another; a handoff
         of thousands of new cut tensors costs a few µs less per tensor than :meth:`add` each.
         """
@@ -260,7 +260,7 @@ def remove_abandoned(folder: Path) -> list[Path]:
     killed run's; a writer that ends normally removes its own); return them. Called when a new run starts.
 
     Only files provably such are removed: named as :class:`PackWriter` names them, starting with its header
-    and with their lock free. A writer locks its file (:func:`graphbisect.lockfile.try_lock`) before it writes
+    and with their lock free. A writer locks its file (:func:`graphbisect.storage.lockfile.try_lock`) before it writes
     the header, and the kernel releases the lock only when the writer's process ends, however it ends; so a
     live writer's file, in this process or another run's writing the same folder at the same time, is left
     alone, and so is a file that has no header yet (one whose writer has not locked it yet, or died in that
@@ -402,7 +402,7 @@ class PackedData:
         return [plain[offset:end].view(dtype).reshape(shape) for offset, end, dtype, shape in where]
 
     def value(self, entry: Mapping[str, Any], *, mapped: bool = True) -> Any:
-        """The value ``entry`` describes (:func:`graphbisect.values.read_value`). ``mapped=False`` copies
+        """The value ``entry`` describes (:func:`graphbisect.storage.values.read_value`). ``mapped=False`` copies
         values up to 64 MiB into memory (the file may then go away)."""
         copy_max = SMALL_BYTES if mapped else COPY_MAX_BYTES
         return read_value(entry, lambda item: self.array(item, copy_max=copy_max))

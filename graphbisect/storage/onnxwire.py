@@ -1,12 +1,12 @@
 """The outputs a serialized ONNX model declares, read from its bytes without ``onnx`` or ``protobuf``.
 
 Why: a ``command`` target's worker holds the program's outputs file to the shapes the model declares
-(:mod:`graphbisect.npzguard`) before reading it, and it imports neither ``onnx`` nor ``protobuf`` (40 MB more
+(:mod:`graphbisect.storage.npzguard`) before reading it, and it imports neither ``onnx`` nor ``protobuf`` (40 MB more
 in every such worker, which a child program's memory bound then counts: ``backends/worker.py``
 ``peak_memory``). Protobuf's wire format lets a reader step over every field it does not need by its
 length, so the graph's nodes and initializers (a 2 GB model's weights) are never parsed or copied: reading
 the outputs of any model is a walk over its top-level fields. The field numbers are ONNX's
-(``onnx/onnx.proto``; ``tests/test_onnxwire.py`` checks them against ``onnx``'s own descriptors).
+(``onnx/onnx.proto``; ``tests/storage/test_onnxwire.py`` checks them against ``onnx``'s own descriptors).
 
 Example:
     >>> import tempfile, onnx

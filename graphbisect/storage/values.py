@@ -11,7 +11,7 @@ On disk every tensor is stored as numpy reads it without pickles and without ``m
 numpy lacks as their raw bits (``uint16`` for bfloat16, one ``uint8`` per float8 or float4 element) or
 their integer values (one ``int8``/``uint8`` per int4/int2 element), strings as a unicode array, and the
 entry names the ONNX element type. An entry says where the raw array is: an ``offset`` in a run's packed
-data file (the worker's output folders and the activation store, :mod:`graphbisect.packfile`) or a
+data file (the worker's output folders and the activation store, :mod:`graphbisect.storage.packfile`) or a
 ``file`` (a member of ``inputs.npz`` in work folders and bundles, described in its ``__values__.json``;
 the per-tensor ``.npy`` files of stores written before the packed layout)::
 
@@ -47,7 +47,7 @@ from typing import IO, Any
 import numpy as np
 
 from graphbisect.errors import GraphBisectError, InputError
-from graphbisect.npzguard import MEMBER_ERRORS, member_unreadable, npz_refusal
+from graphbisect.storage.npzguard import MEMBER_ERRORS, member_unreadable, npz_refusal
 
 __all__ = [
     "EXTENSION_TYPES",
@@ -167,7 +167,7 @@ def _extension(dtype: np.dtype) -> ElemType | None:
 
 
 def declared_dtypes(proto: Any) -> dict[str, str]:
-    """{input name: the dtype its value must have, as :func:`graphbisect.npzguard.dtype_text` names it} for each
+    """{input name: the dtype its value must have, as :func:`graphbisect.storage.npzguard.dtype_text` names it} for each
     tensor input the ONNX ``ModelProto`` declares with an element type graphbisect knows.
 
     Example:
@@ -439,7 +439,7 @@ def write_value(value: Any, stem: str, write: ArrayWriter) -> dict[str, Any]:
     """Write ``value`` (tensor, list, None) through ``write(file, raw_array)``; return its manifest entry.
 
     ``write`` returns where the array went: ``{"file": file}`` for a member of an ``.npz``, ``{"offset": n}``
-    in a packed data file (:mod:`graphbisect.packfile`). Files are named ``<stem>.npy``, sequence items
+    in a packed data file (:mod:`graphbisect.storage.packfile`). Files are named ``<stem>.npy``, sequence items
     ``<stem>.<i>.npy`` (recursively).
     """
     if value is None:
@@ -590,7 +590,7 @@ def load_values_npz(path: str | Path, declared: Mapping[str, Sequence[int | None
     array of ``str`` (``np.array(["a", "b"], dtype=object)``, as pandas and tokenizers give strings) is read by
     an unpickler that knows only an array's parts, and any other object array is refused saying how to save it.
 
-    Limits first (:func:`graphbisect.npzguard.npz_refusal`): before anything is decompressed, the members'
+    Limits first (:func:`graphbisect.storage.npzguard.npz_refusal`): before anything is decompressed, the members'
     number, their ``.npy`` headers against ``declared`` (value name -> the model's dims, None where dynamic;
     pass it where the model is known) and their total against the memory available; raises
     :class:`~graphbisect.errors.InputError` (:class:`NpzRefused`) naming the file and the member.
@@ -641,12 +641,12 @@ _DAMAGED_HINT = "the file is damaged: copy it again, or write it again (numpy.sa
 
 class NpzRefused(InputError):
     """An ``.npz`` refused before it is read: too many members, a member larger than the value it names may be,
-    or more than the memory available (:mod:`graphbisect.npzguard`)."""
+    or more than the memory available (:mod:`graphbisect.storage.npzguard`)."""
 
 
 class NpzDamaged(InputError):
     """An ``.npz`` whose member cannot be read: encrypted, compressed with a method zipfile does not read, a
-    wrong CRC or a cut stream (:data:`graphbisect.npzguard.MEMBER_ERRORS`)."""
+    wrong CRC or a cut stream (:data:`graphbisect.storage.npzguard.MEMBER_ERRORS`)."""
 
 
 class _StringMembers:

@@ -17,7 +17,7 @@ member's header (a few KiB of it decompressed), and refuses:
 * a member whose header declares more data than the member holds (numpy would allocate it first);
 * members that would take more than the memory available here, all together.
 
-One rule for every reader: :func:`graphbisect.values.load_values_npz` applies it (so every ``.npz``
+One rule for every reader: :func:`graphbisect.storage.values.load_values_npz` applies it (so every ``.npz``
 graphbisect reads has the member and memory caps) with the model's declared shapes where the caller knows
 them (user inputs, a bundle's files, a ``command`` target's outputs). ``repro.py``, which must run without
 graphbisect, embeds this module's code (:func:`script_text`), as it embeds :mod:`graphbisect.oracle.names`.

@@ -1,7 +1,7 @@
 """Reading ``.npy`` files whose dtype and shape are already known (from a manifest), fast and read-only.
 
 Used by the activation store to read stores of the per-tensor layout graphbisect wrote before the packed
-one (manifest version 1, :mod:`graphbisect.packfile`), and to adopt ``.npy`` files; imports only numpy.
+one (manifest version 1, :mod:`graphbisect.storage.packfile`), and to adopt ``.npy`` files; imports only numpy.
 
 Example:
     >>> import tempfile, os
