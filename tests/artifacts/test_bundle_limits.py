@@ -24,7 +24,6 @@ import numpy as np
 import onnx
 import pytest
 from artifacts_builders import run_repro
-from tests.test_npzguard import forged_npz, relu_model
 
 from graphbisect.artifacts import BundleContent, load_bundle, write_bundle
 from graphbisect.artifacts.bundle import BundleError
@@ -33,6 +32,7 @@ from graphbisect.cli.main import main
 from graphbisect.errors import ModelError
 from graphbisect.model import load_model
 from graphbisect.storage.npzguard import script_text
+from tests.storage.test_npzguard import forged_npz, relu_model
 
 #: A child's own peak memory (VmHWM: ru_maxrss survives exec, so it would report pytest's), printed last.
 _PEAK = ("import re, sys; from graphbisect.cli.main import main; code = main(sys.argv[1:]); "
