@@ -20,7 +20,8 @@ Example:
     >>> bug.final_nodes, bug.bundle                                           # doctest: +SKIP
 
 This module imports only the standard library at import time: every workflow is imported when called,
-so ``import graphbisect`` stays cheap (backend workers import the package too).
+so ``import graphbisect`` stays cheap (backend workers import the package too). The CLI does not go through
+this module: both call the workflows (:mod:`graphbisect.cli`).
 """
 
 from __future__ import annotations

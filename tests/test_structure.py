@@ -122,3 +122,33 @@ def test_the_storage_layer_imports_only_itself_and_errors() -> None:
     for path in sorted((PACKAGE / "storage").glob("*.py")):
         wrong = {m for m in _imports(path) if not m.startswith("graphbisect.storage.") and m != "graphbisect.errors"}
         assert not wrong, f"storage/{path.name} imports {sorted(wrong)}"
+
+
+def _front_end_imports(path: Path) -> set[str]:
+    """The modules of the package ``path`` imports, and ``graphbisect.api`` where it imports one of the API's
+    functions through the package itself (``from graphbisect import compare`` is ``api.compare``)."""
+    import graphbisect.api
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == "graphbisect":
+            found |= {f"graphbisect.{a.name}" for a in node.names}
+            if {a.name for a in node.names} & set(graphbisect.api.__all__):
+                found.add("graphbisect.api")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("graphbisect."):
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("graphbisect.")}
+    return found
+
+
+def test_the_cli_and_the_api_are_two_siblings_over_the_workflows() -> None:
+    """One road from a front end to the workflows (issue 38: compare, passes, precision and triage went through
+    ``api.py`` and reduce did not, so an option was parsed and checked on two roads): the CLI calls the workflows
+    and never the API; the workflows know neither front end."""
+    for path in sorted((PACKAGE / "cli").glob("*.py")):
+        wrong = {m for m in _front_end_imports(path) if m == "graphbisect.api" or m.startswith("graphbisect.api.")}
+        assert not wrong, f"cli/{path.name} imports the API ({sorted(wrong)}): call the workflow it calls instead"
+    for path in sorted((PACKAGE / "workflows").glob("*.py")):
+        wrong = {m for m in _front_end_imports(path) if m == "graphbisect.api" or m.startswith("graphbisect.cli")}
+        assert not wrong, f"workflows/{path.name} imports a front end: {sorted(wrong)}"

@@ -7,7 +7,7 @@ import math
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +34,6 @@ __all__ = [
     "count",
     "executor",
     "exit_code",
-    "feeds_for_api",
     "load_feeds",
     "load_model_arg",
     "not_a_regular_file",
@@ -331,17 +330,6 @@ def check_tolerance_names(args: argparse.Namespace, model: Model) -> None:
         if not model.has_tensor(name):
             raise InputError(f"{what}: the model has no tensor {name!r}",
                              hint=f"outputs are: {', '.join(model.output_names)}")
-
-
-def feeds_for_api(args: argparse.Namespace, feeds: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """How a command hands :func:`load_feeds`' result to the API: the arrays of an inputs file or the example,
-    or, for seeded random inputs, the shapes and seed that draw the same arrays again, so the API knows which
-    dynamic dims graphbisect sized (``chosen_dims``) and every verdict that passed on them says so."""
-    from graphbisect.data import parse_shapes
-
-    if getattr(args, "example_inputs", None) is not None or args.inputs is not None:
-        return {"inputs": feeds}
-    return {"inputs": None, "shapes": parse_shapes(args.shape), "seed": args.seed}
 
 
 def chosen_for(args: argparse.Namespace, model: Model) -> tuple[ChosenDim, ...]:

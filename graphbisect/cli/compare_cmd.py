@@ -12,8 +12,8 @@ from graphbisect.artifacts.compare_text import num
 from graphbisect.backends.base import brief_spec
 from graphbisect.cli.common import (
     add_model_arguments,
+    chosen_for,
     count,
-    feeds_for_api,
     load_feeds,
     load_model_arg,
     output_file,
@@ -50,8 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphbisect import api
     from graphbisect.artifacts.compare_report import write_csv, write_html, write_json
+    from graphbisect.workflows.compare import compare_models
 
     outputs = {"--json": args.json, "--html": args.html, "--csv": args.csv}
     refuse_inside(outputs, args.workdir, "the work folder")
@@ -72,10 +72,10 @@ def run(args: argparse.Namespace) -> int:
         extra.update(random_inputs=notes, input_shapes=shapes, seed=args.seed)
     else:
         extra["inputs"] = str(Path(args.inputs).absolute())
-    result = api.compare(
-        model, oracle=args.oracle, target=args.target, **feeds_for_api(args, feeds),
+    result = compare_models(
+        model, oracle=args.oracle, target=args.target, inputs=feeds, chosen=chosen_for(args, model),
         tolerance=tolerance_from_args(args), workdir=args.workdir, layerwise=not args.no_layerwise,
-        all_tensors=args.all_tensors,
+        all_tensors=args.all_tensors, seed=args.seed,
         on_stage=lambda msg: print(f"… {msg}", file=sys.stderr),
     )
     result = dataclasses.replace(result, extra={**result.extra, **extra})

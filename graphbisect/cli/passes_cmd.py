@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 from graphbisect.backends.cost import describe_calls
 from graphbisect.cli.common import (
     add_model_arguments,
+    chosen_for,
     count,
-    feeds_for_api,
     load_feeds,
     load_model_arg,
     output_file,
@@ -53,15 +53,13 @@ def passes_options(args: argparse.Namespace) -> PassesOptions:
 
 def run_passes(args: argparse.Namespace, progress: ProgressLine) -> tuple[Any, dict[str, Any], PassesResult]:
     """Load the model and inputs of ``args`` and run the pass search; returns (model, feeds, result)."""
-    from graphbisect import api
+    from graphbisect.workflows.passes import find_culprit_passes
 
     model = load_model_arg(args)
     feeds = load_feeds(args, model)
-    options = passes_options(args)
-    result = api.passes(model, oracle=options.oracle, target=options.target, **feeds_for_api(args, feeds),
-                        tolerance=options.tolerance, strict_band=options.strict_band,
-                        max_invocations=options.max_invocations, timeout=options.timeout,
-                        workdir=getattr(args, "workdir", None), on_stage=progress.stage, on_progress=progress)
+    result = find_culprit_passes(model, inputs=feeds, options=passes_options(args),
+                                 workdir=getattr(args, "workdir", None), on_stage=progress.stage,
+                                 on_progress=progress, chosen=chosen_for(args, model))
     return model, feeds, result
 
 

@@ -12,8 +12,8 @@ from graphbisect.backends import BackendSpec
 from graphbisect.backends.cost import describe_calls
 from graphbisect.cli.common import (
     add_model_arguments,
+    chosen_for,
     count,
-    feeds_for_api,
     load_feeds,
     load_model_arg,
     output_file,
@@ -66,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Exit 0 when the verified answer meets the tolerance (for FP16, the typed model to deploy too), else 1."""
-    from graphbisect import api
+    from graphbisect.workflows.precision import find_precision
 
     refuse_inside({"--json": args.json}, args.output, "the output folder")
     refuse_inside({"--json": args.json}, args.workdir, "the work folder")
@@ -74,12 +74,12 @@ def run(args: argparse.Namespace) -> int:
     feeds = load_feeds(args, model)
     progress = ProgressLine(label="precision", unit="nodes in FP32")
     try:
-        result = api.precision(
-            model, mode=args.mode, oracle=args.oracle, target=args.target, **feeds_for_api(args, feeds),
-            tolerance=tolerance_from_args(args), workdir=args.workdir, output=args.output,
-            sensitivity=args.sensitivity, prefix=not args.no_prefix, calibration=args.calibration,
-            max_invocations=args.max_invocations, on_stage=progress.stage, on_progress=progress,
-            alone=args.alone, jobs=args.jobs,
+        result = find_precision(
+            model, mode=args.mode, oracle=args.oracle, target=args.target, inputs=feeds,
+            chosen=chosen_for(args, model), tolerance=tolerance_from_args(args), workdir=args.workdir,
+            out_dir=args.output, with_sensitivity=args.sensitivity, with_prefix=not args.no_prefix,
+            calibration=args.calibration, max_invocations=args.max_invocations, seed=args.seed,
+            on_stage=progress.stage, on_progress=progress, alone=args.alone, jobs=args.jobs,
         )
     finally:
         progress.close()

@@ -60,15 +60,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphbisect import api
+    from graphbisect.compare import Tolerance
     from graphbisect.executors import ExecutorSpec
+    from graphbisect.workflows.triage import TriageOptions, triage
 
     ExecutorSpec.parse(args.executor)  # a usage error before any work
     refuse_inside({"--json": args.json}, args.output, "the triage folder")
-    result = api.triage(args.input_dir, args.output, oracle=args.oracle, target=args.target, atol=args.atol,
-                        rtol=args.rtol, passes=not args.no_passes, seed=args.seed, executor=args.executor,
-                        jobs=args.jobs, candidate_jobs=args.candidate_jobs, max_invocations=args.max_invocations,
-                        timeout=args.timeout, on_model=_print_outcome, on_stage=_print_stage)
+    options = TriageOptions(oracle=args.oracle, target=args.target, tolerance=Tolerance(atol=args.atol, rtol=args.rtol),
+                            passes=not args.no_passes, seed=args.seed, candidate_jobs=args.candidate_jobs,
+                            max_invocations=args.max_invocations, timeout=args.timeout)
+    result = triage(args.input_dir, args.output, options=options, executor=args.executor, jobs=args.jobs,
+                    on_model=_print_outcome, on_stage=_print_stage)
     if args.json is not None:
         from graphbisect.storage.atomic import atomic_write_text
 
