@@ -41,7 +41,6 @@ import re
 import shutil
 import tempfile
 import zipfile
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +64,8 @@ from graphbisect.model.load import external_data_file, external_tensors, file_ki
 from graphbisect.oracle.signature import Signature
 from graphbisect.storage.npzguard import (
     MAX_BUNDLE_MEMBERS,
+    MEMBER_ERRORS,
+    damaged_stream,
     member_unreadable,
     model_declared,
     type_problem,
@@ -465,8 +466,14 @@ def _extract(archive: Path, dest: Path) -> Path:
                                       hint="this zip was not written by graphbisect")
                 _check_readable(archive, member)
                 zf.extract(member, dest)
-    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:  # a corrupt member: CRC, deflate stream, truncation
+    except OSError as exc:  # a corrupt member: CRC, a deflate, bzip2 or lzma stream, truncation
+        if not damaged_stream(exc):
+            raise
         raise BundleError(f"{archive} is not a readable zip file: {exc}",
+                          hint="download or copy the bundle again, or extract it yourself and pass the folder") \
+            from exc
+    except MEMBER_ERRORS as exc:
+        raise BundleError(f"{archive} is not a readable zip file: {type(exc).__name__}: {exc}",
                           hint="download or copy the bundle again, or extract it yourself and pass the folder") \
             from exc
     candidates = [p.parent for p in (*dest.glob("report.json"), *dest.glob("*/report.json"))]
@@ -718,7 +725,7 @@ def recorded_origin(folder: Path) -> Mapping[str, Any] | None:
     try:
         with (folder / "repro_config.json").open(encoding="utf-8") as handle:
             config = json.loads(handle.read(1 << 20))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # nested 200,000 deep: not a record either
         return None
     origin = config.get("custom_backend") if isinstance(config, Mapping) else None
     return origin if isinstance(origin, Mapping) else None

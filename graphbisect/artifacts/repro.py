@@ -572,6 +572,9 @@ def load_arrays(path, names=None, declared=None):
                 if problem is not None:
                     raise CannotRun(f"cannot read {path}: {problem} (the bundle is damaged: copy it again)")
             described = json.loads(data["__values__.json"])["values"] if "__values__.json" in data.files else {}
+            if not isinstance(described, dict) or not all(isinstance(e, dict) for e in described.values()):
+                raise CannotRun(f"cannot read {path}: member '__values__.json' is not graphbisect's manifest (the "
+                                "bundle is damaged: copy it again)")
             hidden = set()
             for entry in described.values():
                 hidden.update(entry_files(entry))
@@ -987,7 +990,7 @@ def exit_text(code):
 # --------------------------------------------------------------------------------------- verdict
 VOLATILE = [  # the stable part of a crash message; the same list as graphbisect.artifacts.repro.crash_key
     (r"0x[0-9a-fA-F]+", "0x?"),  # addresses
-    (r"(?:[A-Za-z]:)?(?:[\w.\-]*/)+([\w.\-]+)", r"\1"),  # paths -> basename
+    (r"(?<![\w.\-/])(?:[A-Za-z]:)?(?:[\w.\-]*/)+([\w.\-]+)", r"\1"),  # paths -> basename
     (r"\b\d{5,}\b", "N"),  # pids, sizes, timestamps
     (r"tmp[\w\-]{6,}", "tmp?"),  # temporary names
     (r"(\.(?:cc|cpp|cxx|cu|c|hpp|h|py)):\d+", r"\1"),  # source line numbers move between builds

@@ -119,7 +119,7 @@ def normalize_message(text: str, names: Sequence[str] = ()) -> str:
     for name in sorted((n for n in names if len(n) > 2), key=len, reverse=True):
         text = text.replace(name, "<name>")
     text = re.sub(r"0x[0-9a-fA-F]+", "#", text)
-    text = re.sub(r"(?:[A-Za-z]:)?(?:[\w.\-]*/)+([\w.\-]+)", r"\1", text)
+    text = re.sub(r"(?<![\w.\-/])(?:[A-Za-z]:)?(?:[\w.\-]*/)+([\w.\-]+)", r"\1", text)
     text = re.sub(r"'[^']*'|\"[^\"]*\"", "'?'", text)
     text = re.sub(r"[\w.\-]+\.onnx\b", "model.onnx", text)
     text = re.sub(r"\d+", "#", text)

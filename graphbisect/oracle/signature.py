@@ -72,7 +72,7 @@ _STRUCTURAL = {MismatchKind.SHAPE, MismatchKind.DTYPE, MismatchKind.MISSING}
 # The stable part of a crash message. The generated repro.py carries a copy (a test keeps them equal).
 _NORMALIZERS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"0x[0-9a-fA-F]+"), "0x?"),  # addresses
-    (re.compile(r"(?:[A-Za-z]:)?(?:[\w.\-]*/)+([\w.\-]+)"), r"\1"),  # paths → basename
+    (re.compile(r"(?<![\w.\-/])(?:[A-Za-z]:)?(?:[\w.\-]*/)+([\w.\-]+)"), r"\1"),  # paths → basename
     (re.compile(r"\b\d{5,}\b"), "N"),  # long numbers: pids, sizes, timestamps
     (re.compile(r"tmp[\w\-]{6,}"), "tmp?"),  # temporary names
     (re.compile(r"(\.(?:cc|cpp|cxx|cu|c|hpp|h|py)):\d+"), r"\1"),  # source line numbers move between builds

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
+import lzma
 import math
 import os
 import struct
@@ -60,9 +61,17 @@ NPZ_MANIFEST = "__values__.json"
 READABLE_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate", zipfile.ZIP_BZIP2: "bzip2",
                     zipfile.ZIP_LZMA: "lzma"}
 #: What reading a damaged zip raises (beyond the ``OSError`` of a file that cannot be read): a wrong CRC, a cut or
-#: broken stream or directory (``BadZipFile``, ``zlib.error``, ``EOFError``), local-header flags zipfile does
-#: not handle (``NotImplementedError``).
-MEMBER_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError)
+#: broken stream or directory (``BadZipFile``, ``zlib.error``, ``lzma.LZMAError``, ``EOFError``), local-header
+#: flags zipfile does not handle (``NotImplementedError``); a broken bzip2 stream raises a plain ``OSError``
+#: without an errno (:func:`damaged_stream`).
+MEMBER_ERRORS = (zipfile.BadZipFile, zlib.error, lzma.LZMAError, EOFError, NotImplementedError)
+
+
+def damaged_stream(exc: BaseException) -> bool:
+    """True when ``exc``, raised reading a zip member, says its bytes are damaged (:data:`MEMBER_ERRORS`, or the
+    errno-less ``OSError("Invalid data stream")`` of bz2), not that the file system failed (an ``OSError`` with
+    an errno: no space, no permission), which is the machine's problem and is raised as it is."""
+    return isinstance(exc, MEMBER_ERRORS) or (isinstance(exc, OSError) and exc.errno is None)
 
 
 def member_unreadable(info: zipfile.ZipInfo) -> str | None:

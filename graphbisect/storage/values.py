@@ -47,7 +47,7 @@ from typing import IO, Any
 import numpy as np
 
 from graphbisect.errors import GraphBisectError, InputError
-from graphbisect.storage.npzguard import MEMBER_ERRORS, member_unreadable, npz_refusal
+from graphbisect.storage.npzguard import MEMBER_ERRORS, damaged_stream, member_unreadable, npz_refusal
 
 __all__ = [
     "EXTENSION_TYPES",
@@ -610,7 +610,7 @@ def load_values_npz(path: str | Path, declared: Mapping[str, Sequence[int | None
             described: dict[str, Any] = {}
             if NPZ_MANIFEST in data.files:
                 reading = f"member {NPZ_MANIFEST!r}"
-                described = json.loads(data[NPZ_MANIFEST])["values"]
+                described = _manifest_values(json.loads(data[NPZ_MANIFEST]), path)
             members = {f"{key}.npy": key for key in data.files}
             hidden = {file for entry in described.values() for file in entry_files(entry)}
 
@@ -631,9 +631,21 @@ def load_values_npz(path: str | Path, declared: Mapping[str, Sequence[int | None
                 if name not in result:
                     result[name] = read_value(entry, read)
             return result
-    except MEMBER_ERRORS as exc:  # a wrong CRC, a cut stream: a BadZipFile was "a graphbisect bug" (issue 36)
+    except (*MEMBER_ERRORS, OSError) as exc:  # a wrong CRC, a cut stream: a BadZipFile was "a graphbisect bug"
+        if not damaged_stream(exc):
+            raise
         raise NpzDamaged(f"{path}: {reading} cannot be read: {type(exc).__name__}: {exc}",
                          hint=_DAMAGED_HINT) from exc
+
+
+def _manifest_values(manifest: Any, path: object) -> dict[str, Any]:
+    """The ``values`` object of an ``.npz``'s manifest: value name -> its entry (a JSON object); raises
+    :class:`NpzDamaged` for any other shape (a number there was "a graphbisect bug": the bundle fuzzer)."""
+    values = manifest.get("values") if isinstance(manifest, dict) else None
+    if not isinstance(values, dict) or not all(isinstance(entry, dict) for entry in values.values()):
+        raise NpzDamaged(f"{path}: member {NPZ_MANIFEST!r} is not graphbisect's manifest (an object whose 'values' "
+                         "maps each value's name to an object)", hint=_DAMAGED_HINT)
+    return values
 
 
 _DAMAGED_HINT = "the file is damaged: copy it again, or write it again (numpy.savez)"

@@ -280,6 +280,38 @@ def _zip_member_twice(bundle: Path, folder: Path) -> Path:
     return archive
 
 
+def _npz_manifest_values_a_number(bundle: Path, folder: Path) -> Path:
+    """Seed 37 case 177: ``__values__.json`` whose ``values`` is a number (-1e99999, read as -inf)."""
+    with zipfile.ZipFile(bundle / "inputs.npz") as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+        archive.writestr("__values__.json", '{"values": -1e99999}')
+    return _sent(bundle, folder, "inputs.npz", buffer.getvalue())
+
+
+def _zip_member_method(method: int) -> Callable[[Path, Path], Path]:
+    """Seed 37 case 16: a bundle zip whose ``inputs.npz`` member says bzip2 (12) or lzma (14) over deflated bytes."""
+    def make(bundle: Path, folder: Path) -> Path:
+        archive = folder / "bundle.zip"
+        with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as out:
+            for file in sorted(bundle.iterdir()):
+                out.write(file, f"bundle/{file.name}")
+        data = bytearray(archive.read_bytes())
+        for signature, method_at in ((b"PK\x03\x04", 8), (b"PK\x01\x02", 10)):
+            at = data.find(signature)
+            while at >= 0:
+                name_at = at + (30 if signature == b"PK\x03\x04" else 46)
+                if data[name_at:name_at + len(b"bundle/inputs.npz")] == b"bundle/inputs.npz":
+                    struct.pack_into("<H", data, at + method_at, method)
+                at = data.find(signature, at + 4)
+        archive.write_bytes(bytes(data))
+        return archive
+    return make
+
+
 @pytest.mark.parametrize(("make", "said"), [
     (_npz_flagged(1, None), "is damaged: {inputs}: member 'x.npy' is encrypted"),
     (_npz_flagged(0, 93), "is damaged: {inputs}: member 'x.npy' is compressed with method 93, which Python's "
@@ -289,9 +321,15 @@ def _zip_member_twice(bundle: Path, folder: Path) -> Path:
     (_bytes_input, "is damaged: its inputs do not match the types model.onnx declares: inputs.npz: input 'x' holds "
                    "values of dtype |S4 (string), but model.onnx declares it float64"),
     (_zip_file_and_folder, "bundle.zip holds 'bundle/model.onnx' both as a file and as a folder"),
-    (_zip_member_twice, "bundle.zip holds 'bundle/model.onnx' twice")],
+    (_zip_member_twice, "bundle.zip holds 'bundle/model.onnx' twice"),
+    (_npz_flagged(0, 12), "is damaged: {inputs}: member 'x.npy' cannot be read: OSError: Invalid data stream"),
+    (_npz_manifest_values_a_number, "is damaged: {inputs}: member '__values__.json' is not graphbisect's manifest"),
+    (_zip_member_method(12), "bundle.zip is not a readable zip file: Invalid data stream"),
+    (_zip_member_method(14), "bundle.zip is not a readable zip file")],
     ids=["npz-member-encrypted", "npz-member-method-93", "npz-member-method-1", "npz-member-bad-crc",
-         "bytes-for-a-double-input", "zip-file-and-folder", "zip-member-twice"])
+         "bytes-for-a-double-input", "zip-file-and-folder", "zip-member-twice", "npz-member-bzip2-damaged",
+         "npz-manifest-values-a-number", "zip-member-bzip2-damaged",
+         "zip-member-lzma-damaged"])
 def test_found_by_the_long_run_a_damaged_bundle_exits_2(make: Callable[[Path, Path], Path], said: str,
                                                        bundles: dict[str, Path], tmp_path: Path) -> None:
     """An ``inputs.npz`` member with the encrypted flag (``RuntimeError: ... password required``) or compression
@@ -349,3 +387,37 @@ def test_found_by_the_long_run_repro_py_names_a_config_field_it_cannot_use(edit:
     done = run_repro(copy)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert f"repro.py cannot run: repro_config.json: {said}: the bundle is damaged" in done.stderr, done.stderr
+
+
+def _deep_config_entry(bundle: Path) -> None:
+    """Seed 37 case 230: a repro_config.json entry nested 100,000 deep (read where a custom backend's origin is
+    looked up: a RecursionError, exit 3)."""
+    text = (bundle / "repro_config.json").read_text()
+    at = text.rindex("}")
+    (bundle / "repro_config.json").write_text(text[:at] + ', "extra": ' + '{"a":' * 100_000 + "1" + "}" * 100_000
+                                              + text[at:])
+    rehash(bundle, "repro_config.json")
+
+
+def _long_node_name(bundle: Path) -> None:
+    """Seed 37 case 239: a node named with 100,002 characters (here 1,000,002), which the crash message holds:
+    normalizing it took a minute per message (a path pattern tried from every character of the name), and verify
+    ran past 180 s; now linear."""
+    model = onnx.load(str(bundle / "model.onnx"))
+    next(node for node in model.graph.node if node.op_type == "Clip").name = "x" * 1_000_002
+    onnx.save(model, str(bundle / "model.onnx"))
+    rehash(bundle, "model.onnx")
+
+
+@pytest.mark.parametrize("edit", [_deep_config_entry, _long_node_name], ids=["deep-config-entry", "long-node-name"])
+def test_found_by_the_long_run_a_bundle_still_verifies(edit: Callable[[Path], None], bundles: dict[str, Path],
+                                                       tmp_path: Path) -> None:
+    """Edits that leave what verify and audit run intact: they run it (exit 0 or 1), not "a graphbisect bug" or
+    past the fuzzer's limit (here: 120 s for what takes seconds)."""
+    sent = shutil.copytree(bundles["crash"], tmp_path / "sent")
+    edit(sent)
+    for command in ("verify", "audit"):
+        done = subprocess.run([sys.executable, "-m", "graphbisect", command, str(sent)], capture_output=True,
+                              text=True, timeout=120, check=False)
+        assert done.returncode in (0, 1), (command, done.returncode, done.stderr[-2000:])
+        assert "graphbisect bug" not in done.stderr, done.stderr
