@@ -302,84 +302,143 @@ def compare_models(
     stage = on_stage or (lambda _msg: None)
     with work_folder(workdir, "compare", protect=(model.path, model.paddle_source)) as (folder, kept), \
             compile_cache(folder / "compile-cache"):
-        # The target describes what it compiled on both its runs (the probe's description is not used); a
-        # backend that cannot run a probe model (Paddle) returns its compiled graph's tensors from the plain run.
-        described = describing_spec(target_spec) \
-            if layerwise and (not all_tensors or not target_info.has(Capability.ONNX_INPUT)) else None
-        oracle_described = describing_spec(oracle_spec) \
-            if layerwise and not oracle_info.has(Capability.ONNX_INPUT) else None
-        if workers is not None:  # the caller's workers decide what they describe
-            oracle_described = workers[0].spec if workers[0].spec != oracle_spec else None
-            described = workers[1].spec if workers[1].spec != target_spec else None
+        oracle_described, described = _describing_specs(oracle_spec, oracle_info, target_spec, target_info,
+                                                        layerwise=layerwise, all_tensors=all_tensors, workers=workers)
         with contextlib.ExitStack() as stack:
             oracle_proc, target_proc = workers or (
                 stack.enter_context(BackendProcess(oracle_described or oracle_spec, workdir=folder / "oracle")),
                 stack.enter_context(BackendProcess(described or target_spec, workdir=folder / "target")))
             inputs_path = _write_inputs_and_model(model, folder, inputs, seed, starting=(oracle_proc, target_proc))
-            cost_before = (oracle_proc.cost, target_proc.cost)
-            # The target's worker starts first with nothing else on the CPU: the oracle's probe model (shape
-            # inference) is made once it is ready, while the target builds, which takes longer (it optimizes).
-            target_proc.validate()
-            if described is not None and "save_optimized" in described.options:
-                # what mapping its saved optimized model needs of the model is made while the target builds
-                _in_background(lambda: original_graph(model), "graphbisect-original")
-            oracle_side, target_run = _plain_runs(model, folder, inputs_path, oracle_proc=oracle_proc,
-                                                  target_proc=target_proc, oracle_spec=oracle_spec,
-                                                  oracle_info=oracle_info, target_spec=target_spec,
-                                                  oracle_described=oracle_described is not None,
-                                                  probe=layerwise and _probe_possible(oracle_info, target_info),
-                                                  tolerance=tol, stage=stage)
-            oracle_run = oracle_side.run
-            # The oracle has done its part: its worker exits while the target works (less memory, and its
-            # interpreter's teardown is off the critical path). A caller's workers stay open.
-            oracle_closed = _in_background(oracle_proc.close) if workers is None else (lambda: None)
-            comparison, check_passed = _verdict(model, oracle_run, target_run, tol, check)
-            plan, probed = _plan_and_probe(model, folder, inputs_path, oracle_side,
-                                           _Side(target_proc, target_info, target_run, None, spec=target_proc.spec),
-                                           described=described is not None, enabled=layerwise, tol=tol, stage=stage)
-            layer_report = probed_comparison = alone = None
-            note = probed.note
-            floor = None
-            if oracle_side.store is not None and comparison is not None and not comparison.passed:
-                floor = _noise_floor(model, folder, inputs_path, oracle_side.store, target_spec=target_spec,
-                                     target_info=target_info, oracle_spec=oracle_spec, tol=tol, stage=stage)
-            if probed.oracle is not None and (probed.target is not None or probed.measured is not None):
-                layer_report, probed_comparison, alone = _layers(
-                    model, probed, plan.compiled, comparison, oracle_side, tol=tol, floor=floor, stage=stage,
-                    proc=target_proc, spec=target_spec, info=target_info, inputs_path=inputs_path, folder=folder)
-                bodies = _unprobed_bodies(model)
-                note = f"{note}; {bodies}" if note and bodies else note or bodies
-            # The target has done its part: its worker exits while the verdicts are put together.
-            target_closed = _in_background(target_proc.close, "graphbisect-target") if workers is None \
-                else (lambda: None)
-            plain_failed = comparison is None or not comparison.passed
-            masking = probed_comparison is not None and (not probed_comparison.passed) != plain_failed
-            capture_note, the_oracles = _capture_note(model, oracle_side, target_run, probed_comparison, tol)
-            masking = masking and not the_oracles  # the oracle's capture is no masking by the target's probe
-            if masking:
-                note = _masking_note(plain_failed, plan)
-            if capture_note:
-                note = capture_note if the_oracles else "; ".join(filter(None, (note, capture_note)))
-            calls = CallTally({"oracle": oracle_proc.cost - cost_before[0],
-                               "target": target_proc.cost - cost_before[1]
-                               + (floor.cost if floor is not None else Cost())})
-            invocations = calls.runs()
-            oracle_closed()
-            target_closed()
-        versions = {"oracle": dict(oracle_run.ran_with), "target": dict(target_run.ran_with)}  # measured in the workers
-        return CompareResult(
-            model=model, oracle=oracle_spec, target=target_spec, versions=versions, inputs_path=inputs_path,
-            oracle_run=oracle_run, target_run=target_run, comparison=comparison, layerwise=layer_report,
-            layerwise_note=note, probe_masking=masking, probed_comparison=probed_comparison,
-            invocations=invocations, backend_calls=calls.to_json(), seconds=time.monotonic() - started,
+            found = _compare_in(model, folder, inputs_path, oracle_proc, target_proc, oracle_spec=oracle_spec,
+                                oracle_info=oracle_info, target_spec=target_spec, target_info=target_info,
+                                oracle_described=oracle_described is not None, described=described,
+                                own_workers=workers is None, layerwise=layerwise, tol=tol, check=check, stage=stage)
+        return replace(
+            found, seconds=time.monotonic() - started,
             store_dir=folder / "activations" if kept and (folder / "activations").is_dir() else None,
-            compiled=plan.compiled, target_probe=probed.probe,
-            oracle_capture=oracle_side.as_built.difference if oracle_side.as_built is not None else None,
-            outcome=_checked(classify_comparison(target_run, comparison, model.nodes, floor), check_passed),
-            noise_floor=floor, tolerance=tol,
-            root_cause_check=alone, chosen_dims=tuple(chosen) if inputs is not None else chosen_dims(model),
-            check_passed=check_passed,
-        )
+            chosen_dims=tuple(chosen) if inputs is not None else chosen_dims(model))
+
+
+def _describing_specs(oracle_spec: BackendSpec, oracle_info: BackendInfo, target_spec: BackendSpec,
+                      target_info: BackendInfo, *, layerwise: bool, all_tensors: bool,
+                      workers: tuple[BackendProcess, BackendProcess] | None
+                      ) -> tuple[BackendSpec | None, BackendSpec | None]:
+    """(the oracle's, the target's) spec asked to describe what it compiles, None for one that runs as given.
+
+    The target describes what it compiled on both its runs (the probe's description is not used); a backend
+    that cannot run a probe model (Paddle) returns its compiled graph's tensors from the plain run. The caller's
+    ``workers`` decide what they describe.
+    """
+    if workers is not None:
+        return (workers[0].spec if workers[0].spec != oracle_spec else None,
+                workers[1].spec if workers[1].spec != target_spec else None)
+    described = describing_spec(target_spec) \
+        if layerwise and (not all_tensors or not target_info.has(Capability.ONNX_INPUT)) else None
+    oracle_described = describing_spec(oracle_spec) \
+        if layerwise and not oracle_info.has(Capability.ONNX_INPUT) else None
+    return oracle_described, described
+
+
+def _compare_in(model: Model, folder: Path, inputs_path: Path, oracle_proc: BackendProcess,
+                target_proc: BackendProcess, *, oracle_spec: BackendSpec, oracle_info: BackendInfo,
+                target_spec: BackendSpec, target_info: BackendInfo, oracle_described: bool,
+                described: BackendSpec | None, own_workers: bool, layerwise: bool, tol: Tolerance,
+                check: OutputCheck | None, stage: Callable[[str], None]) -> CompareResult:
+    """The comparison in started workers: the verdict's runs, then the localization; each worker of our own
+    is closed once it has done its part. The caller fills in the time taken, the kept store and the dims."""
+    cost_before = (oracle_proc.cost, target_proc.cost)
+    # The target's worker starts first with nothing else on the CPU: the oracle's probe model (shape
+    # inference) is made once it is ready, while the target builds, which takes longer (it optimizes).
+    target_proc.validate()
+    if described is not None and "save_optimized" in described.options:
+        # what mapping its saved optimized model needs of the model is made while the target builds
+        _in_background(lambda: original_graph(model), "graphbisect-original")
+    oracle_side, target_run = _plain_runs(model, folder, inputs_path, oracle_proc=oracle_proc,
+                                          target_proc=target_proc, oracle_spec=oracle_spec,
+                                          oracle_info=oracle_info, target_spec=target_spec,
+                                          oracle_described=oracle_described,
+                                          probe=layerwise and _probe_possible(oracle_info, target_info),
+                                          tolerance=tol, stage=stage)
+    # The oracle has done its part: its worker exits while the target works (less memory, and its
+    # interpreter's teardown is off the critical path). A caller's workers stay open.
+    oracle_closed = _in_background(oracle_proc.close) if own_workers else (lambda: None)
+    comparison, check_passed = _verdict(model, oracle_side.run, target_run, tol, check)
+    target = _Side(target_proc, target_info, target_run, None, spec=target_proc.spec)
+    local = _localize(model, folder, inputs_path, oracle_side, target, comparison=comparison,
+                      described=described is not None, enabled=layerwise, oracle_spec=oracle_spec,
+                      target_spec=target_spec, tol=tol, stage=stage)
+    # The target has done its part: its worker exits while the verdicts are put together.
+    target_closed = _in_background(target_proc.close, "graphbisect-target") if own_workers else (lambda: None)
+    note, masking = _layerwise_note(model, local, oracle_side, target_run, comparison=comparison, tol=tol)
+    calls = CallTally({"oracle": oracle_proc.cost - cost_before[0],
+                       "target": target_proc.cost - cost_before[1]
+                       + (local.floor.cost if local.floor is not None else Cost())})
+    oracle_closed()
+    target_closed()
+    return CompareResult(
+        model=model, oracle=oracle_spec, target=target_spec, inputs_path=inputs_path,
+        versions={"oracle": dict(oracle_side.run.ran_with), "target": dict(target_run.ran_with)},  # measured there
+        oracle_run=oracle_side.run, target_run=target_run, comparison=comparison, layerwise=local.layers,
+        layerwise_note=note, probe_masking=masking, probed_comparison=local.probed_comparison,
+        invocations=calls.runs(), backend_calls=calls.to_json(), seconds=0.0,
+        compiled=local.plan.compiled, target_probe=local.probed.probe,
+        oracle_capture=oracle_side.as_built.difference if oracle_side.as_built is not None else None,
+        outcome=_checked(classify_comparison(target_run, comparison, model.nodes, local.floor), check_passed),
+        noise_floor=local.floor, tolerance=tol, root_cause_check=local.alone, check_passed=check_passed,
+    )
+
+
+@dataclass(frozen=True)
+class _Localized:
+    """What localizing the divergence found: the target's probe plan and what probing gave, the target's noise
+    floor, the layerwise table with the outputs as probed and the uncertain root causes run alone, and what the
+    table cannot show."""
+
+    plan: ProbePlan
+    probed: _Probed
+    floor: NoiseFloor | None = None
+    layers: LayerwiseReport | None = None
+    probed_comparison: Comparison | None = None
+    alone: AloneCheck | None = None
+    note: str | None = None
+
+
+def _localize(model: Model, folder: Path, inputs_path: Path, oracle: _Side, target: _Side, *,
+              comparison: Comparison | None, described: bool, enabled: bool, oracle_spec: BackendSpec,
+              target_spec: BackendSpec, tol: Tolerance, stage: Callable[[str], None]) -> _Localized:
+    """Probe the target, measure its noise floor when the outputs fail, and compare layer by layer."""
+    spec, info = target_spec, target.info
+    plan, probed = _plan_and_probe(model, folder, inputs_path, oracle, target, described=described,
+                                   enabled=enabled, tol=tol, stage=stage)
+    floor = None
+    if oracle.store is not None and comparison is not None and not comparison.passed:
+        floor = _noise_floor(model, folder, inputs_path, oracle.store, target_spec=spec, target_info=info,
+                             oracle_spec=oracle_spec, tol=tol, stage=stage)
+    if probed.oracle is None or (probed.target is None and probed.measured is None):
+        return _Localized(plan, probed, floor, note=probed.note)
+    layers, probed_comparison, alone = _layers(
+        model, probed, plan.compiled, comparison, oracle, tol=tol, floor=floor, stage=stage,
+        proc=target.proc, spec=spec, info=info, inputs_path=inputs_path, folder=folder)
+    bodies = _unprobed_bodies(model)
+    note = f"{probed.note}; {bodies}" if probed.note and bodies else probed.note or bodies
+    return _Localized(plan, probed, floor, layers, probed_comparison, alone, note)
+
+
+def _layerwise_note(model: Model, local: _Localized, oracle: _Side, target_run: RunResult, *,
+                    comparison: Comparison | None, tol: Tolerance) -> tuple[str | None, bool]:
+    """(the layerwise note, whether the probe masks the failure): the outputs as probed give the other verdict
+    than the plain run's, which the note then says, unless the oracle's capture is what differs."""
+    note = local.note
+    plain_failed = comparison is None or not comparison.passed
+    probed = local.probed_comparison
+    masking = probed is not None and (not probed.passed) != plain_failed
+    capture_note, the_oracles = _capture_note(model, oracle, target_run, probed, tol)
+    masking = masking and not the_oracles  # the oracle's capture is no masking by the target's probe
+    if masking:
+        note = _masking_note(plain_failed, local.plan)
+    if capture_note:
+        note = capture_note if the_oracles else "; ".join(filter(None, (note, capture_note)))
+    return note, masking
 
 
 def _verdict(model: Model, oracle: RunResult, target: RunResult, tol: Tolerance, check: OutputCheck | None
@@ -707,13 +766,9 @@ def _probe(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, target
         return _Probed(note="layerwise comparison was not requested")
     oracle_values: TensorSource | None = _hooked_values(model, oracle)
     target_values: Mapping[str, np.ndarray] | None = _hooked_values(model, target)
-    for role, side, values in (("oracle", oracle, oracle_values), ("target", target, target_values)):
-        if values is None and not _probeable(side.info):
-            why = ("it described what it compiled, but graphbisect could not map that to the ONNX model "
-                   "(the log says why)"
-                   if side.info.has(Capability.COMPILED_GRAPH) and side.run.ok else "it cannot expose them")
-            return _Probed(note=f"the {role} backend {side.info.name!r} gave no intermediate tensors: {why}; "
-                           "only final outputs were compared")
+    refused = _without_intermediates(oracle, oracle_values, target, target_values)
+    if refused is not None:
+        return refused
     if oracle_values is None:
         if oracle.store is None:
             failure = oracle.probe_failure.describe() if oracle.probe_failure is not None else "not run"
@@ -739,6 +794,30 @@ def _probe(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, target
                     fallback)
     if ahead is not None:
         ahead.finish()  # the target's worker serves the plain spec again
+    return _probe_model(model, workdir, inputs_path, oracle, target, oracle_values=oracle_values, names=names,
+                        plan=plan, fallback=fallback, tol=tol, stage=stage)
+
+
+def _without_intermediates(oracle: _Side, oracle_values: TensorSource | None, target: _Side,
+                           target_values: Mapping[str, np.ndarray] | None) -> _Probed | None:
+    """Why there is no layerwise table when a backend whose plain run returned no intermediate tensors cannot
+    expose them either; None when both sides can give theirs."""
+    for role, side, values in (("oracle", oracle, oracle_values), ("target", target, target_values)):
+        if values is None and not _probeable(side.info):
+            why = ("it described what it compiled, but graphbisect could not map that to the ONNX model "
+                   "(the log says why)"
+                   if side.info.has(Capability.COMPILED_GRAPH) and side.run.ok else "it cannot expose them")
+            return _Probed(note=f"the {role} backend {side.info.name!r} gave no intermediate tensors: {why}; "
+                           "only final outputs were compared")
+    return None
+
+
+def _probe_model(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, target: _Side, *,
+                 oracle_values: TensorSource, names: list[str], plan: ProbePlan, fallback: str | None,
+                 tol: Tolerance, stage: Callable[[str], None]) -> _Probed:
+    """The target's run of the probe model exposing ``names``: its worker compares them with the oracle's store
+    and returns their statistics (or writes its values, when the oracle's came from hooks). ``fallback``: why
+    the replay of its optimized model was not used instead (None: none was tried)."""
     probe = TargetProbe("probe model", str(target.proc.spec), len(names), fallback)
     probe_path = workdir / "probe.onnx"
     target_probe = workdir / "probe-target.onnx"
@@ -788,33 +867,9 @@ def _replay(model: Model, inputs_path: Path, store: ActivationStore, target: _Si
         return "the target's plain run saved no optimized model"
     replay_path = Path(saved).with_name("replay.onnx")
     try:
-        if ahead is not None:  # written for every captured tensor the optimized model computes: ``names`` too
-            exposed = ahead.exposure(names)
-            prebuilt = ahead.wait() and exposed == ahead.exposed
-        else:
-            try:
-                exposed = replay_model(Path(saved), model, names, replay_path)
-            except Exception as exc:  # e.g. an optimized model onnx cannot read: the probe model is built instead
-                log.info("cannot write the replay of %s", saved, exc_info=True)
-                return f"its saved optimized model could not be read or rewritten ({type(exc).__name__}: {exc})"
-            prebuilt = False
-        found = set(exposed)
-        missing = [name for name in names if name not in found]
-        if missing:
-            untyped = [name for name in missing if not _typed(model, name)]
-            if untyped:
-                return (f"{plural(len(untyped), 'surviving tensor')} {'has' if len(untyped) == 1 else 'have'} "
-                        f"no type onnx could infer ({_listed(untyped)}): "
-                        "the replay declares each tensor it exposes with the model's element type, so that ORT "
-                        "refuses one its optimized graph computes in another")
-            return (f"{plural(len(missing), 'surviving tensor')} ({_listed(missing)}) "
-                    f"{'is not a tensor' if len(missing) == 1 else 'are not tensors'} of the optimized "
-                    "model it saved (e.g. kept only in ONNX Runtime's blocked NCHWc layout)")
-        if ahead is not None and not prebuilt:  # the replay of exactly these tensors (ahead's checked its inputs)
-            replay_model(Path(saved), model, names, replay_path)
-        unfed = unfed_inputs(replay_path, model) if ahead is None else []
-        if unfed:
-            return f"the optimized model it saved reads {len(unfed)} input(s) the model lacks ({_listed(unfed)})"
+        exposed = _write_replay(model, Path(saved), replay_path, names, ahead)
+        if isinstance(exposed, str):
+            return exposed
         stage(f"running the target's own optimized model ({spec}) with {plan.describe()} exposed")
         target.proc.reconfigure(spec)
         try:
@@ -833,6 +888,45 @@ def _replay(model: Model, inputs_path: Path, store: ActivationStore, target: _Si
                 "may not compute what the plain build computed")
     return _Probed(oracle=store, target=run.outputs, measured=run.stats,
                    probe=TargetProbe("replay", str(spec), len(exposed)))
+
+
+def _write_replay(model: Model, saved: Path, replay_path: Path, names: list[str], ahead: _ReplayAhead | None
+                  ) -> list[str] | str:
+    """Write the replay of ``saved`` exposing ``names`` at ``replay_path`` (or keep ``ahead``'s when it exposes
+    the same); return what it exposes, or why it cannot stand for the plain build's probe."""
+    if ahead is not None:  # written for every captured tensor the optimized model computes: ``names`` too
+        exposed = ahead.exposure(names)
+        prebuilt = ahead.wait() and exposed == ahead.exposed
+    else:
+        try:
+            exposed = replay_model(saved, model, names, replay_path)
+        except Exception as exc:  # e.g. an optimized model onnx cannot read: the probe model is built instead
+            log.info("cannot write the replay of %s", saved, exc_info=True)
+            return f"its saved optimized model could not be read or rewritten ({type(exc).__name__}: {exc})"
+        prebuilt = False
+    found = set(exposed)
+    missing = [name for name in names if name not in found]
+    if missing:
+        return _not_exposed(model, missing)
+    if ahead is not None and not prebuilt:  # the replay of exactly these tensors (ahead's checked its inputs)
+        replay_model(saved, model, names, replay_path)
+    unfed = unfed_inputs(replay_path, model) if ahead is None else []
+    if unfed:
+        return f"the optimized model it saved reads {len(unfed)} input(s) the model lacks ({_listed(unfed)})"
+    return exposed
+
+
+def _not_exposed(model: Model, missing: list[str]) -> str:
+    """Why the replay cannot expose the planned tensors ``missing``."""
+    untyped = [name for name in missing if not _typed(model, name)]
+    if untyped:
+        return (f"{plural(len(untyped), 'surviving tensor')} {'has' if len(untyped) == 1 else 'have'} "
+                f"no type onnx could infer ({_listed(untyped)}): "
+                "the replay declares each tensor it exposes with the model's element type, so that ORT "
+                "refuses one its optimized graph computes in another")
+    return (f"{plural(len(missing), 'surviving tensor')} ({_listed(missing)}) "
+            f"{'is not a tensor' if len(missing) == 1 else 'are not tensors'} of the optimized "
+            "model it saved (e.g. kept only in ONNX Runtime's blocked NCHWc layout)")
 
 
 class _ReplayAhead:
