@@ -379,12 +379,37 @@ def _find_precision(
 ) -> PrecisionResult:
     """:func:`find_precision` without the dims it reports."""
     started = time.monotonic()
+    stage = on_stage or (lambda _msg: None)
+    mode, method, jobs = _checked_options(target, mode, calibration, out_dir=out_dir,
+                                          max_invocations=max_invocations, jobs=jobs, stage=stage)
+    tol = tolerance or Tolerance(atol=1e-2, rtol=1e-2)
+    with work_folder(workdir, "precision", protect=(model.path, model.paddle_source)) as (folder, _kept):
+        feeds = validate_inputs(model, inputs) if inputs is not None else random_inputs(model, seed=seed)
+        stage(f"capturing the FP32 oracle's activations ({oracle})")
+        session, oracle_runs = _capture(model, oracle, feeds, folder, tol)
+        lowering: Lowering | None
+        if runtime_pins_mode(target) is not None:
+            target, lowering = _runtime_pins(session, target, mode)
+        else:
+            lowering = _lowering(session, mode, method, typed=_typed_target(target))
+        if lowering is not None:
+            _check_lowerable(lowering, mode, stage)
+        return _search(session, lowering, target, tol, started=started, oracle_runs=oracle_runs,
+                       out_dir=out_dir, with_sensitivity=with_sensitivity, with_prefix=with_prefix,
+                       max_invocations=max_invocations, stage=stage, on_progress=on_progress, mode=mode,
+                       alone=alone, jobs=jobs)
+
+
+def _checked_options(target: str, mode: PrecisionMode | str, calibration: CalibrationMethod | str, *,
+                     out_dir: Path | None, max_invocations: int | None, jobs: int, stage: Callable[[str], None]
+                     ) -> tuple[PrecisionMode, CalibrationMethod, int]:
+    """The options checked before the oracle's run: (the mode, the calibration method, the target workers
+    to use: ``jobs`` capped to the CPUs)."""
     check_value("find_precision", "max_invocations", max_invocations, INVOCATIONS)
     check_value("find_precision", "jobs", jobs, JOBS)
     mode = mode if isinstance(mode, PrecisionMode) else PrecisionMode.parse(mode)
     method = calibration if isinstance(calibration, CalibrationMethod) else CalibrationMethod.parse(calibration)
-    stage = on_stage or (lambda _msg: None)
-    _refuse_unpinnable(target, mode)  # before the oracle's run
+    _refuse_unpinnable(target, mode)
     if out_dir is not None:  # new, empty or an earlier precision run's: never the user's files (issue 36)
         check_output_folder(out_dir, **_OUTPUT_RULE)
     if jobs > 1 and runtime_pins_mode(target) is not None:
@@ -394,39 +419,32 @@ def _find_precision(
     jobs, capped = cap_jobs(jobs, "--jobs")  # as reduce: more workers than CPUs only share them
     if capped is not None:
         stage(capped)
-    with work_folder(workdir, "precision", protect=(model.path, model.paddle_source)) as (folder, _kept):
-        feeds = validate_inputs(model, inputs) if inputs is not None else random_inputs(model, seed=seed)
-        stage(f"capturing the FP32 oracle's activations ({oracle})")
-        session, oracle_runs = _capture(model, oracle, feeds, folder, tolerance or Tolerance(atol=1e-2, rtol=1e-2))
-        op_type_pins = False
-        if runtime_pins_mode(target) is not None:
-            session.pin_file = folder / "keep_fp32.txt"
-            target = _pinned_target(target, mode, session.pin_file)
-            session.pin_file.write_text("", encoding="utf-8")  # the spec is checked before the first run
-            spec, info = resolve(target, require_available=False)
-            if not info.has(Capability.ONNX_INPUT):
-                session.run_model = Path(model_for_backend(model, spec, Path(model.path or "")))
-            op_type_pins = info.pin_unit == "op_type"
-            lowering = Lowering(session.model, mode, runtime_pins=True)
-        else:
-            lowering = _lowering(session, mode, method, typed=_typed_target(target))
-        if op_type_pins:
-            tol = tolerance or Tolerance(atol=1e-2, rtol=1e-2)
-            return _search(session, None, target, tol, started=started, oracle_runs=oracle_runs,
-                           out_dir=out_dir, with_sensitivity=with_sensitivity, with_prefix=with_prefix,
-                           max_invocations=max_invocations, stage=stage, on_progress=on_progress, mode=mode,
-                           alone=alone)
-        if not lowering.units:
-            kept = "".join(f"; {shown(name)} stays float: {why}" for name, why in lowering.float_nodes.items())
-            raise InputError(f"the model has no node that {mode.value} can lower{kept}",
-                             hint="only float32 arithmetic nodes are lowered; data movement stays as is")
-        for name, why in lowering.float_nodes.items():
-            stage(f"int8 keeps {shown(name)} in float (not searched): {why}")
-        tol = tolerance or Tolerance(atol=1e-2, rtol=1e-2)
-        return _search(session, lowering, target, tol, started=started, oracle_runs=oracle_runs,
-                       out_dir=out_dir, with_sensitivity=with_sensitivity, with_prefix=with_prefix,
-                       max_invocations=max_invocations, stage=stage, on_progress=on_progress, alone=alone,
-                       jobs=jobs)
+    return mode, method, jobs
+
+
+def _runtime_pins(session: _Session, target: str, mode: PrecisionMode) -> tuple[str, Lowering | None]:
+    """A target that lowers by itself, reading its FP32 pins from a file in the work folder: (its spec naming
+    that file, the lowering: None for op-type pins, whose units the target reports)."""
+    session.pin_file = session.workdir / "keep_fp32.txt"
+    target = _pinned_target(target, mode, session.pin_file)
+    session.pin_file.write_text("", encoding="utf-8")  # the spec is checked before the first run
+    spec, info = resolve(target, require_available=False)
+    model = session.model
+    if not info.has(Capability.ONNX_INPUT):
+        session.run_model = Path(model_for_backend(model, spec, Path(model.path or "")))
+    if info.pin_unit == "op_type":
+        return target, None
+    return target, Lowering(model, mode, runtime_pins=True)
+
+
+def _check_lowerable(lowering: Lowering, mode: PrecisionMode, stage: Callable[[str], None]) -> None:
+    """Refuse a model with no node to lower; say which nodes int8 keeps in float, unsearched."""
+    if not lowering.units:
+        kept = "".join(f"; {shown(name)} stays float: {why}" for name, why in lowering.float_nodes.items())
+        raise InputError(f"the model has no node that {mode.value} can lower{kept}",
+                         hint="only float32 arithmetic nodes are lowered; data movement stays as is")
+    for name, why in lowering.float_nodes.items():
+        stage(f"int8 keeps {shown(name)} in float (not searched): {why}")
 
 
 def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tolerance, *, started: float,
@@ -452,30 +470,10 @@ def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tole
                        on_progress=on_progress, jobs=jobs)
         for keep, measured in known.items():  # runs the discovery made already
             ev.record(keep, Outcome.FAIL if measured.meets else Outcome.PASS)
-        unit_word = "op types" if lowering.op_types is not None else "nodes"
-        stage(f"checking the FP32 baseline and the fully lowered model ({n} lowerable {unit_word})")
-        try:
-            if ev.evaluate(ev.universe, phase="baseline").outcome is not Outcome.FAIL:
-                raise _baseline_error(target, lowering, tester, ev.universe)
-            # The all-FP32 model's run measured what a target worker needs; the candidates run in parallel
-            # only from the next test on (each is the model with fewer nodes in FP32), so -j is sized now.
-            ev.jobs, memory = cap_jobs_to_memory(ev.jobs, tester.peak_memory, available_memory(), "--jobs")
-            if memory is not None:
-                stage(memory)
-            all_lowered = ev.evaluate(frozenset(), phase="all-lowered").outcome is Outcome.FAIL
-        except BudgetExhausted as exc:
-            raise InputError(f"--max-invocations {max_invocations} ends before the search starts: the FP32 "
-                             "baseline and the fully lowered model take 2 target runs",
-                             hint="give at least 3 (each search step is one more run)") from exc
-        rows: list[SensitivityRow] = []
-        prior: dict[int, float] | None = None
-        if with_sensitivity:
-            stage(f"sensitivity: 2 runs per node for {n} nodes")
-            rows = sensitivity(tester, n)
-            prior = sensitivity_priors(rows, n)
-        elif not all_lowered and not lowering.runtime_pins:
-            prior = _evidence_priors(session, lowering, tester, tol)
-        stage(f"searching the fewest {unit_word} to keep in FP32")
+        all_lowered = _ends(ev, tester, lowering, target, max_invocations=max_invocations, stage=stage)
+        rows, prior = _evidence(session, lowering, tester, tol, with_sensitivity=with_sensitivity,
+                                all_lowered=all_lowered, stage=stage)
+        stage(f"searching the fewest {_unit_word(lowering)} to keep in FP32")
         result = search_keep_fp32(ev, prior)
         # After the search, what the budget leaves: the answer is kept whatever the extras could not finish.
         breakers, alone_checked = _alone(ev, result.keep, rows, alone, stage)
@@ -488,19 +486,9 @@ def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tole
     files = _write_artifacts(out_dir, lowering, result.keep, rows, typed_keep) if out_dir is not None else ()
     calls = CallTally({"oracle": oracle_runs, "target": search_runs, "verification": verify_runs})
     extra: dict[str, object] = {"tests_by_phase": {name: c.tests for name, c in ev.stats().phases},
-                                "alone_checked": alone_checked, "oracle_expected": session.oracle_verdict}
-    extra.update(_model_notes(lowering, typed))
-    if lowering.runtime_pins:
-        pins = verify_info.get(_PIN_OPTION) or {}
-        extra.update(target=target, runtime_pins_not_applied=list(pins.get("not_applied", [])),
-                     runtime_pins_partly_applied=list(pins.get("partly_applied", [])),
-                     runtime_pins_unverified=list(pins.get("unverified", [])))
-    if lowering.op_types is not None:  # what the verified run computed in reduced precision, and its config
-        keep_types = tuple(lowering.names(result.keep))
-        lowered_types = tuple(lowering.names(set(range(n)) - result.keep))
-        extra.update(unit="op_type", low_precision_op_types=list(pins.get("low_precision_op_types", [])),
-                     paddle_config=PrecisionOverrides(lowering.mode.value, keep_types, keep_types, lowered_types,
-                                                      unit="paddle_op_type").paddle_cpu_bf16())
+                                "alone_checked": alone_checked, "oracle_expected": session.oracle_verdict,
+                                **_model_notes(lowering, typed), **_pin_notes(lowering, target, result.keep,
+                                                                              verify_info)}
     return PrecisionResult(
         mode=lowering.mode, units=tuple(lowering.names(range(n))), keep_fp32=tuple(lowering.names(result.keep)),
         minimal=result.minimal, alone=None if breakers is None else tuple(lowering.names(breakers)),
@@ -512,6 +500,65 @@ def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tole
         lowering=_describe_lowering(lowering), seconds=time.monotonic() - started, files=tuple(files), extra=extra,
         tolerance=tol, stop_reason=None if result.stop_reason is None else result.stop_reason.value,
     )
+
+
+def _unit_word(lowering: Lowering) -> str:
+    return "op types" if lowering.op_types is not None else "nodes"
+
+
+def _ends(ev: Evaluator, tester: PrecisionTester, lowering: Lowering, target: str, *, max_invocations: int | None,
+          stage: Callable[[str], None]) -> bool:
+    """Check both ends of the search: the all-FP32 model must meet the tolerance (else refused, with why); return
+    whether the fully lowered model meets it too. Sizes the target workers once the first run measured one."""
+    stage(f"checking the FP32 baseline and the fully lowered model ({len(lowering.units)} lowerable "
+          f"{_unit_word(lowering)})")
+    try:
+        if ev.evaluate(ev.universe, phase="baseline").outcome is not Outcome.FAIL:
+            raise _baseline_error(target, lowering, tester, ev.universe)
+        # The all-FP32 model's run measured what a target worker needs; the candidates run in parallel
+        # only from the next test on (each is the model with fewer nodes in FP32), so -j is sized now.
+        ev.jobs, memory = cap_jobs_to_memory(ev.jobs, tester.peak_memory, available_memory(), "--jobs")
+        if memory is not None:
+            stage(memory)
+        return ev.evaluate(frozenset(), phase="all-lowered").outcome is Outcome.FAIL
+    except BudgetExhausted as exc:
+        raise InputError(f"--max-invocations {max_invocations} ends before the search starts: the FP32 "
+                         "baseline and the fully lowered model take 2 target runs",
+                         hint="give at least 3 (each search step is one more run)") from exc
+
+
+def _evidence(session: _Session, lowering: Lowering, tester: PrecisionTester, tol: Tolerance, *,
+              with_sensitivity: bool, all_lowered: bool, stage: Callable[[str], None]
+              ) -> tuple[list[SensitivityRow], dict[int, float] | None]:
+    """(the sensitivity table, empty unless asked for; the search's priors, None: uniform)."""
+    n = len(lowering.units)
+    if with_sensitivity:
+        stage(f"sensitivity: 2 runs per node for {n} nodes")
+        rows = sensitivity(tester, n)
+        return rows, sensitivity_priors(rows, n)
+    if not all_lowered and not lowering.runtime_pins:
+        return [], _evidence_priors(session, lowering, tester, tol)
+    return [], None
+
+
+def _pin_notes(lowering: Lowering, target: str, keep: frozenset[int], verify_info: Mapping[str, Any]
+               ) -> dict[str, object]:
+    """``--json`` fields of runtime pins: the pins the verified run did not apply (or not all of), or could
+    not confirm; with op-type pins, what it computed in reduced precision and the target's configuration."""
+    if not lowering.runtime_pins:
+        return {}
+    pins = verify_info.get(_PIN_OPTION) or {}
+    notes: dict[str, object] = {
+        "target": target, "runtime_pins_not_applied": list(pins.get("not_applied", [])),
+        "runtime_pins_partly_applied": list(pins.get("partly_applied", [])),
+        "runtime_pins_unverified": list(pins.get("unverified", []))}
+    if lowering.op_types is not None:  # what the verified run computed in reduced precision, and its config
+        keep_types = tuple(lowering.names(keep))
+        lowered_types = tuple(lowering.names(set(range(len(lowering.units))) - keep))
+        notes.update(unit="op_type", low_precision_op_types=list(pins.get("low_precision_op_types", [])),
+                     paddle_config=PrecisionOverrides(lowering.mode.value, keep_types, keep_types, lowered_types,
+                                                      unit="paddle_op_type").paddle_cpu_bf16())
+    return notes
 
 
 def _model_notes(lowering: Lowering, typed: dict[str, Any] | None) -> dict[str, object]:
