@@ -276,32 +276,7 @@ def convert_paddle_model(
     log_path = root / f"{key}.log"
     started = time.monotonic()
     try:
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-c", _CONVERT_SCRIPT, str(model_file), str(params_file), str(tmp_path), str(opset)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                timeout=CONVERT_TIMEOUT_S,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise ModelError(
-                f"paddle2onnx {converter_version} did not finish converting {model_file} within "
-                f"{CONVERT_TIMEOUT_S:.0f} s",
-                hint="convert it yourself (paddle2onnx --model_dir ... --save_file model.onnx) and pass the .onnx file",
-            ) from exc
-        log = proc.stdout.decode("utf-8", errors="replace")
-        converted = proc.returncode == 0 and tmp_path.is_file() and tmp_path.stat().st_size > 0
-        if not converted:
-            log_path.write_text(log, encoding="utf-8")
-            how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
-            raise ModelError(
-                f"paddle2onnx {converter_version} could not convert {model_file} ({how}):\n    "
-                f"{_converter_message(log)}",
-                hint=f"full converter log: {log_path}. An unsupported operator needs a newer paddle2onnx "
-                "or a higher opset (--opset); otherwise convert the model yourself and pass the .onnx file",
-            )
+        _convert_to(tmp_path, model_file, params_file, opset, converter_version, log_path=log_path)
         os.replace(tmp_path, onnx_path)
         meta = {
             "source": str(model_file),
@@ -316,6 +291,38 @@ def convert_paddle_model(
         tmp_path.unlink(missing_ok=True)
     logger.info("converted %s in %.1f s -> %s", model_file, time.monotonic() - started, onnx_path)
     return onnx_path, model_file
+
+
+def _convert_to(tmp_path: Path, model_file: Path, params_file: Path, opset: int, converter_version: str, *,
+                log_path: Path) -> None:
+    """Run paddle2onnx in a child interpreter, writing ``tmp_path``; a failure writes its log to ``log_path``
+    and raises :class:`ModelError` quoting it."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _CONVERT_SCRIPT, str(model_file), str(params_file), str(tmp_path), str(opset)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=CONVERT_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise ModelError(
+            f"paddle2onnx {converter_version} did not finish converting {model_file} within "
+            f"{CONVERT_TIMEOUT_S:.0f} s",
+            hint="convert it yourself (paddle2onnx --model_dir ... --save_file model.onnx) and pass the .onnx file",
+        ) from exc
+    log = proc.stdout.decode("utf-8", errors="replace")
+    converted = proc.returncode == 0 and tmp_path.is_file() and tmp_path.stat().st_size > 0
+    if not converted:
+        log_path.write_text(log, encoding="utf-8")
+        how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
+        raise ModelError(
+            f"paddle2onnx {converter_version} could not convert {model_file} ({how}):\n    "
+            f"{_converter_message(log)}",
+            hint=f"full converter log: {log_path}. An unsupported operator needs a newer paddle2onnx "
+            "or a higher opset (--opset); otherwise convert the model yourself and pass the .onnx file",
+        )
 
 
 @dataclass(frozen=True)
