@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from graphbisect.workflows.compare import CompareResult
     from graphbisect.workflows.passes import PassesResult
     from graphbisect.workflows.precision import PrecisionResult
-    from graphbisect.workflows.reduce import ReduceResult
+    from graphbisect.workflows.reduce import ReduceOptions, ReduceResult
     from graphbisect.workflows.releases import ReleaseSearch
     from graphbisect.workflows.tactics import IsolateResult, RecordResult, ReplayResult
     from graphbisect.workflows.triage import TriageResult
@@ -280,36 +280,15 @@ def compare(
 
 @_checked(check=Allowed("a shell command (a str) or a callable check(outputs, expected) -> bool",
                         lambda v: isinstance(v, str) or callable(v), "'./check.sh {model} {inputs}'"))
-def reduce(
-    model: ModelSource,
-    output: str | os.PathLike[str],
-    *,
-    oracle: str = DEFAULT_ORACLE,
-    target: str = DEFAULT_TARGET,
-    inputs: InputsSource = None,
-    shapes: Mapping[str, Sequence[int]] | None = None,
-    seed: int = 0,
-    atol: float = 1e-4,
-    rtol: float = 1e-3,
-    tolerance: Tolerance | None = None,
-    check: str | OutputCheck | None = None,
-    fail_code: int | None = None,
-    fail_regex: str | None = None,
-    passes: bool = False,
-    strict_band: bool = False,
-    max_invocations: int | None = None,
-    deadline: float | None = None,
-    jobs: int = 1,
-    executor: str | None = None,
-    timeout: float | None = None,
-    layerwise: bool = True,
-    keep_work: bool = False,
-    zip: bool = False,
-    resume: bool = False,
-    force: bool = False,
-    on_stage: Callable[[str], None] | None = None,
-    on_progress: Callable[[ProgressEvent], None] | None = None,
-) -> ReduceResult:
+def reduce(model: ModelSource, output: str | os.PathLike[str], *, oracle: str = DEFAULT_ORACLE,
+           target: str = DEFAULT_TARGET, inputs: InputsSource = None, shapes: Mapping[str, Sequence[int]] | None = None,
+           seed: int = 0, atol: float = 1e-4, rtol: float = 1e-3, tolerance: Tolerance | None = None,
+           check: str | OutputCheck | None = None, fail_code: int | None = None, fail_regex: str | None = None,
+           passes: bool = False, strict_band: bool = False, max_invocations: int | None = None,
+           deadline: float | None = None, jobs: int = 1, executor: str | None = None, timeout: float | None = None,
+           layerwise: bool = True, keep_work: bool = False, zip: bool = False, resume: bool = False,
+           force: bool = False, on_stage: Callable[[str], None] | None = None,
+           on_progress: Callable[[ProgressEvent], None] | None = None) -> ReduceResult:
     """Shrink a failing model to a 1-minimal subgraph that fails the same way and write the bug-report bundle
     to ``output`` (``graphbisect reduce``).
 
@@ -348,19 +327,29 @@ def reduce(
     if not passes:
         return reduce_model(loaded, bundle, inputs=feeds, options=options, zip_bundle=zip, force=force,
                             on_stage=on_stage, on_progress=on_progress, chosen=chosen)
+    return _reduce_under_passes(loaded, bundle, feeds, chosen, options, zip_bundle=zip, force=force,
+                                on_stage=on_stage, on_progress=on_progress)
+
+
+def _reduce_under_passes(model: Model, bundle: Path, feeds: Mapping[str, Any], chosen: Sequence[ChosenDim],
+                         options: ReduceOptions, *, zip_bundle: bool, force: bool,
+                         on_stage: Callable[[str], None] | None,
+                         on_progress: Callable[[ProgressEvent], None] | None) -> ReduceResult:
+    """``reduce(passes=True)``: the culprit passes under the reduction's own options (refused when there are
+    none), then the reduction with only the passes they leave enabled."""
     from graphbisect.artifacts.bundle import check_destination
     from graphbisect.errors import InputError
     from graphbisect.workflows.passes import PassesOptions, find_culprit_passes, reduce_under_culprits
 
     check_destination(bundle, force=force)  # before the pass search runs anything
-    found = find_culprit_passes(loaded, inputs=feeds, options=PassesOptions(
-        oracle=oracle, target=target, tolerance=options.tolerance, strict_band=strict_band, timeout=timeout),
-        on_stage=on_stage, on_progress=on_progress, chosen=chosen)
+    found = find_culprit_passes(model, inputs=feeds, options=PassesOptions(
+        oracle=options.oracle, target=options.target, tolerance=options.tolerance, strict_band=options.strict_band,
+        timeout=options.timeout), on_stage=on_stage, on_progress=on_progress, chosen=chosen)
     if not found.culprits:
-        raise InputError(f"no culprit optimization passes on {target} ({found.signature.describe()}): nothing to "
-                         "reduce under them", hint="reduce without passes=True"
+        raise InputError(f"no culprit optimization passes on {options.target} ({found.signature.describe()}): "
+                         "nothing to reduce under them", hint="reduce without passes=True"
                          + (f"; {found.dims_note}" if found.dims_note else ""))
-    return reduce_under_culprits(loaded, bundle, found, inputs=feeds, reduce_options=options, zip_bundle=zip,
+    return reduce_under_culprits(model, bundle, found, inputs=feeds, reduce_options=options, zip_bundle=zip_bundle,
                                  force=force, on_stage=on_stage, on_progress=on_progress)
 
 
