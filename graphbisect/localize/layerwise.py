@@ -275,6 +275,19 @@ def analyze_layers(
         ('n', 'n')
     """
     tol = tol or Tolerance()
+    rows = _layer_rows(nodes, oracle, target, tol, on_row=on_row, compiled=compiled, measured=measured,
+                       first_only=first_only, outputs=outputs, floor=floor)
+    first = next((row for row in rows if _diverges(row)), None)
+    causes, uncertain = _rank_root_causes(rows, max_root_causes, alone or {}, floor)
+    return LayerwiseReport(tuple(rows), first, causes, uncertain)
+
+
+def _layer_rows(nodes: Sequence[onnx.NodeProto], oracle: TensorSource, target: TensorSource | None,
+                tol: Tolerance, *, on_row: Callable[[LayerRow], None] | None, compiled: CompiledGraph | None,
+                measured: Mapping[str, TensorStats] | None, first_only: bool, outputs: Collection[str],
+                floor: NoiseFloor | None) -> list[LayerRow]:
+    """The table of :func:`analyze_layers`: a row per captured node output, each with the worst error among
+    the inputs its node (or compiled group) reads and how much it amplifies it."""
     scores: dict[str, float] = {}  # tensor → its score; absent = graph input / initializer / not compared
     rows: list[LayerRow] = []
     groups = compiled.by_original() if compiled is not None else {}
@@ -307,9 +320,7 @@ def analyze_layers(
                 on_row(row)
         if first_only and rows and _diverges(rows[-1]):
             break
-    first = next((row for row in rows if _diverges(row)), None)
-    causes, uncertain = _rank_root_causes(rows, max_root_causes, alone or {}, floor)
-    return LayerwiseReport(tuple(rows), first, causes, uncertain)
+    return rows
 
 
 def _input_error(inputs: Sequence[str], scores: Mapping[str, float], carried: Mapping[str, float]
