@@ -406,6 +406,19 @@ def _on_region(s: _Session, on_progress: Callable[[ProgressEvent], None] | None)
     if isinstance(region, str):
         s.notes.append(f"no region to search the passes on ({region}): searching the whole model")
         return None
+    found = _search_region(s, region, on_progress)
+    if not (found.failed and found.culprits and found.fixed_target):
+        s.notes.append(f"the region ({region.compiled_as}) "
+                       + ("does not fail on its own" if not found.failed else "names no culprit passes")
+                       + ": searching the whole model")
+        return None
+    return _confirmed_on_whole_model(s, region, found, baseline)
+
+
+def _search_region(s: _Session, region: Region, on_progress: Callable[[ProgressEvent], None] | None
+                   ) -> PassesResult:
+    """The pass search on ``region``, in a session of its own with the whole model's warm target worker and
+    noise floor; its runs, notes and where it ran are added to ``s``."""
     sub = _Session(region.model, s.options, s.work / "region", s.stage)
     sub.runners = s.runners  # the same warm target worker
     sub.floor = s.floor  # the region's tensors are the model's: the same floor
@@ -419,18 +432,20 @@ def _on_region(s: _Session, on_progress: Callable[[ProgressEvent], None] | None)
         s.calls.add("target", sub.calls.get("target"))
         s.ran_with.update(sub.ran_with)
     s.notes.extend(f"on the region: {note}" for note in sub.notes)
+    s.scope.update(region_nodes=region.names(s.model), compiled_as=region.compiled_as,
+                   region_target_runs=sub.invocations["target"])
+    return found
+
+
+def _confirmed_on_whole_model(s: _Session, region: Region, found: PassesResult, baseline: Signature
+                              ) -> PassesResult | None:
+    """The region's answer ``found`` when it holds on the whole model: disabling its culprits removes the
+    failure, and enabling only its required passes reproduces it (``baseline``); None, with a note, otherwise."""
     scope = s.scope
-    scope.update(region_nodes=region.names(s.model), compiled_as=region.compiled_as,
-                 region_target_runs=sub.invocations["target"])
-    if not (found.failed and found.culprits and found.fixed_target):
-        s.notes.append(f"the region ({region.compiled_as}) "
-                       + ("does not fail on its own" if not found.failed else "names no culprit passes")
-                       + ": searching the whole model")
-        return None
+    region_runs = scope["region_target_runs"]
     s.stage(f"confirming on the whole model: {', '.join(found.culprits)} disabled")
-    confirm = s.signature(s.run(BackendSpec.parse(found.fixed_target)))
-    scope.update(whole_model_target_runs=s.invocations["target"] - sub.invocations["target"],
-                 confirmed=not confirm.failed)
+    confirm = s.signature(s.run(BackendSpec.parse(found.fixed_target or "")))
+    scope.update(whole_model_target_runs=s.invocations["target"] - region_runs, confirmed=not confirm.failed)
     if confirm.failed:
         s.notes.append(f"the culprits found on the region ({', '.join(found.culprits)}) do not fix the whole model "
                        f"({confirm.describe()}): searching the whole model")
@@ -438,7 +453,7 @@ def _on_region(s: _Session, on_progress: Callable[[ProgressEvent], None] | None)
     only = _only_required(s, found)
     s.stage(f"confirming on the whole model: only {', '.join(found.required)} enabled")
     alone = s.signature(s.run(BackendSpec.parse(only.culprit_target or "")))
-    scope.update(whole_model_target_runs=s.invocations["target"] - sub.invocations["target"],
+    scope.update(whole_model_target_runs=s.invocations["target"] - region_runs,
                  required_reproduces=baseline.matches(alone, strict_band=s.options.strict_band))
     if not scope["required_reproduces"]:
         s.notes.append(f"with only {', '.join(found.required)} enabled the whole model does not fail like the "
