@@ -106,6 +106,9 @@ def _data_flags(args: argparse.Namespace) -> list[str] | None:
 
 
 def print_result(result: PrecisionResult, *, rows: int, data: list[str] | None = None) -> None:
+    """The run's report: the units searched, the sensitivity table (its first ``rows``; 0: all), the FP32 set,
+    what the lowering and the target's pins did, and the verdict (``data``: the flags that give another command
+    this run's inputs, :func:`_data_flags`)."""
     print(f"mode    {result.mode.value}: {result.lowering}")
     op_types = result.extra.get("unit") == "op_type"
     if op_types:
@@ -122,17 +125,25 @@ def print_result(result: PrecisionResult, *, rows: int, data: list[str] | None =
     if result.all_lowered_meets:
         searched = " searched" if result.extra.get("int8_float_nodes") else ""  # the others stayed float
         print(f"\nthe fully lowered model meets the tolerance: no{searched} node needs FP32")
-    stopped = f": the search stopped early ({result.stop_reason})" if result.stop_reason else ""
     print(f"tolerance atol {result.tolerance.atol:g}, rtol {result.tolerance.rtol:g}")
     if str(result.extra.get("oracle_expected", "")).endswith("differ)"):
         print("note: the oracle computes the model differently when its intermediates are exposed; the expected "
               "outputs are its run of the model as built (an oracle that computes the graph as written, e.g. "
               "--oracle reference, avoids this)")
+    _print_keep(result, op_types=op_types)
+    _print_not_searched(result)
+    _print_pins(result, op_types=op_types)
+    _print_verdict(result, data=data)
+
+
+def _print_keep(result: PrecisionResult, *, op_types: bool) -> None:
+    """The FP32 set, each member marked when it breaks the tolerance alone, or why that was not checked."""
+    from graphbisect.workflows.precision import ALONE_AUTO_MAX
+
+    stopped = f": the search stopped early ({result.stop_reason})" if result.stop_reason else ""
     print(f"\nkeep in FP32 ({len(result.keep_fp32)}{' op types' if op_types else ''}"
           f"{', 1-minimal' if result.minimal else ', NOT proven minimal'}"
           f"{stopped}):")
-    from graphbisect.workflows.precision import ALONE_AUTO_MAX
-
     breakers = set(result.alone or ())
     for name in result.keep_fp32:
         print(f"  {shown(name)}{'   (breaks the tolerance alone)' if name in breakers else ''}")
@@ -142,6 +153,10 @@ def print_result(result: PrecisionResult, *, rows: int, data: list[str] | None =
                                "--alone checks them"}
         print(f"which of them break the tolerance alone: not checked "
               f"({why.get(str(result.extra.get('alone_checked')), 'not run')})")
+
+
+def _print_not_searched(result: PrecisionResult) -> None:
+    """The nodes the int8 lowering keeps in float in every run, and Polygraphy's prefix answer."""
     floats = result.extra.get("int8_float_nodes")
     if isinstance(floats, list) and floats:
         print(f"kept in float by the int8 lowering in every run, not searched ({len(floats)}; the overrides "
@@ -150,6 +165,11 @@ def print_result(result: PrecisionResult, *, rows: int, data: list[str] | None =
             print(f"  {shown(str(entry['node']))}: {entry['why']}")
     if result.prefix_keep_fp32 is not None:
         print(f"Polygraphy-style prefix answer: the first {len(result.prefix_keep_fp32)} nodes in FP32")
+
+
+def _print_pins(result: PrecisionResult, *, op_types: bool) -> None:
+    """With runtime pins: those the target did not apply (or only partly, or left no trace of); with op-type
+    pins, what the verified run computed in reduced precision and the target's configuration."""
     for key, what in (("runtime_pins_not_applied", f"ran in {result.mode.value} anyway"),
                       ("runtime_pins_partly_applied", f"ran partly in {result.mode.value} (fused into a neighbour)"),
                       ("runtime_pins_unverified", "left no trace in the execution graph")):
@@ -162,6 +182,11 @@ def print_result(result: PrecisionResult, *, rows: int, data: list[str] | None =
         if isinstance(low, list):
             print(f"the verified run computed in {result.mode.value}: {', '.join(map(str, low)) or 'no op type'}")
         print(f"Paddle Inference config:\n{result.extra.get('paddle_config', '')}")
+
+
+def _print_verdict(result: PrecisionResult, *, data: list[str] | None) -> None:
+    """Whether the model with the overrides meets the tolerance (the typed model's own verdict beside it), and
+    what the run cost."""
     typed = result.extra.get("typed_model")
     emulated_meets = result.meets_tolerance or (isinstance(typed, dict) and not typed["meets"])
     verdict = "meets the tolerance" if emulated_meets else "DOES NOT meet the tolerance"
