@@ -410,55 +410,15 @@ class TensorRT:
         if self._trt is None or self._cuda is None:
             raise BackendError("TensorRT.run called before load", hint="call load(model, outputs) first")
         if self._engine is None or self._needs_rebuild(inputs):
-            network, _ = self._parse()
-            run_shapes = {
-                network.get_input(i).name: tuple(np.shape(inputs[network.get_input(i).name]))
-                for i in range(network.num_inputs)
-                if any(d < 0 for d in network.get_input(i).shape) and network.get_input(i).name in inputs
-            }
-            self._build(network, run_shapes)
-        trt, cuda, context = self._trt, self._cuda, self._context
+            self._build_for(inputs)
+        cuda = self._cuda
         input_names, output_names = self._io_names()
-        missing = [n for n in input_names if n not in inputs]
-        extra = [n for n in inputs if n not in input_names]
-        if missing or extra:
-            raise InputError(
-                f"TensorRT engine inputs are {', '.join(input_names)}"
-                + (f"; missing: {', '.join(missing)}" if missing else "")
-                + (f"; unknown: {', '.join(extra)}" if extra else ""),
-                hint="feed exactly the model's graph inputs",
-            )
+        _check_feeds(input_names, inputs)
         allocations: list[int] = []
         try:
-            for name in input_names:
-                dtype = np.dtype(trt.nptype(self._engine.get_tensor_dtype(name)))
-                array = np.asarray(inputs[name], order="C")  # keeps 0-d (np.ascontiguousarray makes it [1])
-                if array.dtype != dtype:
-                    logger.debug("casting input %s from %s to the engine's %s", name, array.dtype, dtype)
-                    array = np.ascontiguousarray(array.astype(dtype))
-                if not context.set_input_shape(name, tuple(array.shape)):
-                    raise InputError(
-                        f"TensorRT refused shape {tuple(array.shape)} for input {name} "
-                        f"(engine shape {tuple(self._engine.get_tensor_shape(name))})",
-                        hint="feed the shape the engine was built for, or set shapes= accordingly",
-                    )
-                address = cuda.alloc(array.nbytes)
-                allocations.append(address)
-                cuda.to_device(address, array)
-                context.set_tensor_address(name, address)
-            out_buffers: dict[str, tuple[int, tuple[int, ...], np.dtype[Any]]] = {}
-            for name in output_names:
-                shape = tuple(context.get_tensor_shape(name))
-                if any(d < 0 for d in shape):
-                    raise TensorRTBuildError(
-                        f"output {name} has a data-dependent shape {shape}, which this runtime does not support yet"
-                    )
-                dtype = np.dtype(trt.nptype(self._engine.get_tensor_dtype(name)))
-                address = cuda.alloc(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
-                allocations.append(address)
-                context.set_tensor_address(name, address)
-                out_buffers[name] = (address, shape, dtype)
-            if not context.execute_async_v3(cuda.stream_handle):
+            self._bind_inputs(input_names, inputs, allocations)
+            out_buffers = self._bind_outputs(output_names, allocations)
+            if not self._context.execute_async_v3(cuda.stream_handle):
                 raise RuntimeError("TensorRT execute_async_v3 returned False:\n  " + "\n  ".join(self._log.errors()))
             cuda.synchronize()
             wanted = self._requested if self._requested is not None else output_names
@@ -473,6 +433,57 @@ class TensorRT:
         finally:
             for address in allocations:
                 cuda.free(address)
+
+    def _build_for(self, inputs: Mapping[str, np.ndarray]) -> None:
+        """Build the engine for the shapes of ``inputs`` on the network's dynamic inputs."""
+        network, _ = self._parse()
+        run_shapes = {
+            network.get_input(i).name: tuple(np.shape(inputs[network.get_input(i).name]))
+            for i in range(network.num_inputs)
+            if any(d < 0 for d in network.get_input(i).shape) and network.get_input(i).name in inputs
+        }
+        self._build(network, run_shapes)
+
+    def _bind_inputs(self, input_names: list[str], inputs: Mapping[str, np.ndarray], allocations: list[int]) -> None:
+        """Copy each input, in the engine's dtype, to a device buffer (appended to ``allocations``) and bind it."""
+        trt, cuda, context = self._trt, self._cuda, self._context
+        assert cuda is not None  # run() checked
+        for name in input_names:
+            dtype = np.dtype(trt.nptype(self._engine.get_tensor_dtype(name)))
+            array = np.asarray(inputs[name], order="C")  # keeps 0-d (np.ascontiguousarray makes it [1])
+            if array.dtype != dtype:
+                logger.debug("casting input %s from %s to the engine's %s", name, array.dtype, dtype)
+                array = np.ascontiguousarray(array.astype(dtype))
+            if not context.set_input_shape(name, tuple(array.shape)):
+                raise InputError(
+                    f"TensorRT refused shape {tuple(array.shape)} for input {name} "
+                    f"(engine shape {tuple(self._engine.get_tensor_shape(name))})",
+                    hint="feed the shape the engine was built for, or set shapes= accordingly",
+                )
+            address = cuda.alloc(array.nbytes)
+            allocations.append(address)
+            cuda.to_device(address, array)
+            context.set_tensor_address(name, address)
+
+    def _bind_outputs(self, output_names: list[str], allocations: list[int]
+                      ) -> dict[str, tuple[int, tuple[int, ...], np.dtype[Any]]]:
+        """Bind a device buffer (appended to ``allocations``) to each output, once the input shapes are set;
+        return each output's (address, shape, dtype)."""
+        trt, cuda, context = self._trt, self._cuda, self._context
+        assert cuda is not None  # run() checked
+        out_buffers: dict[str, tuple[int, tuple[int, ...], np.dtype[Any]]] = {}
+        for name in output_names:
+            shape = tuple(context.get_tensor_shape(name))
+            if any(d < 0 for d in shape):
+                raise TensorRTBuildError(
+                    f"output {name} has a data-dependent shape {shape}, which this runtime does not support yet"
+                )
+            dtype = np.dtype(trt.nptype(self._engine.get_tensor_dtype(name)))
+            address = cuda.alloc(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+            allocations.append(address)
+            context.set_tensor_address(name, address)
+            out_buffers[name] = (address, shape, dtype)
+        return out_buffers
 
     def _needs_rebuild(self, inputs: Mapping[str, np.ndarray]) -> bool:
         if not self._built_shapes:
@@ -540,3 +551,16 @@ def _make_logger(trt: Any) -> Any:
             self.messages.clear()
 
     return _Logger()
+
+
+def _check_feeds(input_names: list[str], inputs: Mapping[str, np.ndarray]) -> None:
+    """Refuse feeds that are not exactly the engine's inputs."""
+    missing = [n for n in input_names if n not in inputs]
+    extra = [n for n in inputs if n not in input_names]
+    if missing or extra:
+        raise InputError(
+            f"TensorRT engine inputs are {', '.join(input_names)}"
+            + (f"; missing: {', '.join(missing)}" if missing else "")
+            + (f"; unknown: {', '.join(extra)}" if extra else ""),
+            hint="feed exactly the model's graph inputs",
+        )
