@@ -552,13 +552,7 @@ class _Run:
         """
         path = self.work / "baseline.json"
         if path.exists():
-            data = json.loads(path.read_text())
-            self.notes.extend(data.get("notes", []))  # a work folder of an older version has no evidence here
-            self.peak_memory = data.get("peak_memory")
-            return _Baseline(Signature.from_json(data["signature"], names=self.names), bool(data["flaky"]),
-                             [frozenset(h) for h in data.get("hints", [])],
-                             {int(k): v for k, v in data.get("priors", {}).items()},
-                             Identity.from_json(data.get("identity")))
+            return self._saved_baseline(path)
         saving = self._saving_spec()
         first, compiled, ran = self._run_original(values, saving, "running the target on the original model", floor)
         notes: list[str] = []
@@ -582,6 +576,35 @@ class _Run:
                 again = probe_sig
         if first.kind.raised and not hints:
             hints = self._located(first)
+        runs = self._repeated(first, again, values, floor)
+        flaky = not all(_same(first, run) for run in runs)
+        if flaky:
+            first, note = self._majority(runs, values, floor)
+            notes.append(note)
+            self.stage(note)  # said at once: every result of this reduction rests on it
+            identity = None  # the evidence came from one run of a target whose runs disagree
+        first = self._as_asked(first, root, notes)
+        self.notes.extend(notes)
+        atomic_write_text(path, json.dumps({"signature": first.to_json(), "flaky": flaky, "notes": notes,
+                                            "hints": [sorted(h) for h in hints], "priors": priors,
+                                            "identity": None if identity is None else identity.to_json(),
+                                            "peak_memory": self.peak_memory}))
+        return _Baseline(first, flaky, hints, priors, identity)
+
+    def _saved_baseline(self, path: Path) -> _Baseline:
+        """The baseline an earlier run of this reduction saved at ``path`` (its notes join this run's)."""
+        data = json.loads(path.read_text())
+        self.notes.extend(data.get("notes", []))  # a work folder of an older version has no evidence here
+        self.peak_memory = data.get("peak_memory")
+        return _Baseline(Signature.from_json(data["signature"], names=self.names), bool(data["flaky"]),
+                         [frozenset(h) for h in data.get("hints", [])],
+                         {int(k): v for k, v in data.get("priors", {}).items()},
+                         Identity.from_json(data.get("identity")))
+
+    def _repeated(self, first: Signature, again: Signature | None, values: Callable[[str], np.ndarray],
+                  floor: NoiseFloor) -> list[Signature]:
+        """The baseline's runs that must agree: ``first`` and its re-run (``again``, a run already made that
+        serves as one, else one more run when ``first`` failed); a crash takes :data:`CRASH_BASELINE_RUNS`."""
         if first.failed and again is None:
             again = self._run_original(values, None, "running the target on the original model again (flakiness)",
                                        floor)[0]
@@ -593,30 +616,23 @@ class _Run:
                 runs.append(self._run_original(
                     values, None, f"running the target on the original model again (a crash: run {len(runs) + 1} "
                     f"of {CRASH_BASELINE_RUNS} that must agree)", floor)[0])
-        flaky = not all(_same(first, run) for run in runs)
-        if flaky:
-            first, note = self._majority(runs, values, floor)
-            notes.append(note)
-            self.stage(note)  # said at once: every result of this reduction rests on it
-            identity = None  # the evidence came from one run of a target whose runs disagree
+        return runs
+
+    def _as_asked(self, first: Signature, root: LayerRow | None, notes: list[str]) -> Signature:
+        """The failure to reduce: none when it is not the ``--fail-code`` asked for; when the first divergence
+        (``root``) is an integer tensor, a failure rooted there. Each change is added to ``notes``."""
         if self.options.fail_code is not None and first.failed and \
                 f"exited with code {self.options.fail_code}" not in first.detail:
             notes.append(f"the check failed ({first.describe()}) but not with exit code "
                          f"{self.options.fail_code}; that is not the failure asked for")
-            first = Signature(FailureKind.NONE)
+            return Signature(FailureKind.NONE)
         rooted = rooted_in_integers(first, root.stats.oracle_dtype if root is not None else None)
         if rooted is not first:
             assert root is not None
             notes.append(f"the first divergence is the {root.stats.oracle_dtype} tensor {root.tensor!r} "
                          f"({root.node}): the float error at the outputs follows from it, so a candidate whose "
                          f"integer outputs differ fails the same way")
-            first = rooted
-        self.notes.extend(notes)
-        atomic_write_text(path, json.dumps({"signature": first.to_json(), "flaky": flaky, "notes": notes,
-                                            "hints": [sorted(h) for h in hints], "priors": priors,
-                                            "identity": None if identity is None else identity.to_json(),
-                                            "peak_memory": self.peak_memory}))
-        return _Baseline(first, flaky, hints, priors, identity)
+        return rooted
 
     def floor_only(self, values: Callable[[str], np.ndarray], floor: NoiseFloor) -> GraphBisectError | None:
         """The error to stop with when the original fails the tolerance only within the target's noise floor
@@ -1146,29 +1162,8 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], base: _Baseline
     path = space.workdir / "final.onnx"
     save_proto(candidate.proto, path)
     r.stage(f"re-verifying the result in fresh workers ({VERIFY_RUNS} runs)")
-    runs: list[tuple[RunResult, Signature]] = []
-    matching: list[bool] = []
-    by_kind: list[bool] = []  # the run failed like the baseline by kind (its values)
-    seen = _IdentitySeen(tester)
-
-    def verify_run(proc: BackendProcess) -> None:
-        run = _verify_attempt(r, proc, path, candidate.feeds, compile_only=tester.compile_only)
-        verdict = judge(run, values, r.compared(candidate.outputs), r.tol, r.regex, check=r.options.output_check,
-                        floor=floor, names=r.names)
-        same = baseline.matches(verdict.signature, strict_band=base.strict_band(r.options.strict_band))
-        by_kind.append(same)
-        runs.append((run, verdict.signature))
-        matching.append(same and seen.same(verdict, candidate))
-
-    with BackendProcess(r.candidate_spec(base.identity), workdir=r.work / "verify-target",
-                        timeout=r.options.timeout) as proc:
-        for _ in range(VERIFY_RUNS):
-            verify_run(proc)
-        varying = all(matching) and _values_vary([run for run, _ in runs])
-        # Values that change between runs of one model: a random fault may be what failed, so a claim needs
-        # VERIFY_RUNS_NONDETERMINISTIC agreeing runs (a fault at rate p passes them all with p**7).
-        while varying and len(runs) < VERIFY_RUNS_NONDETERMINISTIC and all(matching):
-            verify_run(proc)
+    runs, matching, by_kind, seen, varying = _target_runs(r, path, candidate, base, floor, values=values,
+                                                          tester=tester)
     if seen.others:
         r.notes.append(f"re-verification: {plural(len(seen.others), 'run')} failed with another identity: "
                        f"{seen.others[0]}")
@@ -1198,6 +1193,39 @@ def _verify(r: _Run, space: SubgraphSpace, keep: frozenset[int], base: _Baseline
     if r.options.check and said:  # the exit status is the verdict; what the check printed says what it saw
         r.notes.append(f"the check's last stderr line: {said[-1]}")
     return _Verification(target_ok and oracle_ok, outputs, message, flaky, why, identity)
+
+
+def _target_runs(r: _Run, path: Path, candidate: Candidate, base: _Baseline, floor: NoiseFloor, *,
+                 values: Callable[[str], np.ndarray], tester: CandidateTester
+                 ) -> tuple[list[tuple[RunResult, Signature]], list[bool], list[bool], _IdentitySeen, bool]:
+    """The target's re-verification runs of the final model at ``path`` in a fresh worker: (each run with its
+    signature, whether each failed like the baseline with its identity, whether each failed like it by kind,
+    the identities seen, whether the values varied between runs: then more runs were needed to agree)."""
+    baseline = base.signature
+    runs: list[tuple[RunResult, Signature]] = []
+    matching: list[bool] = []
+    by_kind: list[bool] = []  # the run failed like the baseline by kind (its values)
+    seen = _IdentitySeen(tester)
+
+    def verify_run(proc: BackendProcess) -> None:
+        run = _verify_attempt(r, proc, path, candidate.feeds, compile_only=tester.compile_only)
+        verdict = judge(run, values, r.compared(candidate.outputs), r.tol, r.regex, check=r.options.output_check,
+                        floor=floor, names=r.names)
+        same = baseline.matches(verdict.signature, strict_band=base.strict_band(r.options.strict_band))
+        by_kind.append(same)
+        runs.append((run, verdict.signature))
+        matching.append(same and seen.same(verdict, candidate))
+
+    with BackendProcess(r.candidate_spec(base.identity), workdir=r.work / "verify-target",
+                        timeout=r.options.timeout) as proc:
+        for _ in range(VERIFY_RUNS):
+            verify_run(proc)
+        varying = all(matching) and _values_vary([run for run, _ in runs])
+        # Values that change between runs of one model: a random fault may be what failed, so a claim needs
+        # VERIFY_RUNS_NONDETERMINISTIC agreeing runs (a fault at rate p passes them all with p**7).
+        while varying and len(runs) < VERIFY_RUNS_NONDETERMINISTIC and all(matching):
+            verify_run(proc)
+    return runs, matching, by_kind, seen, varying
 
 
 @dataclass
@@ -1333,6 +1361,8 @@ def _same(a: Signature, b: Signature) -> bool:
 def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: Mapping[str, int], *,
             base: _Baseline, floor: NoiseFloor, flaky: bool, verification: _Verification, zip_bundle: bool,
             amend: Callable[[BundleContent], BundleContent] | None) -> ReduceResult:
+    """The search's result as a bundle: its report, the maintainer facts, the checker's word on it (unless
+    interrupted), written; the work folder removed when nothing in it is needed to resume."""
     baseline = base.signature
     candidate = space.materialize(result.keep, inline_weights=True)
     names = tuple(r.model.node_names[i] for i in sorted(result.keep))
@@ -1356,6 +1386,32 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
         "identity": _identity_record(r, base, candidate.outputs, verification.identity),
         "noise_floor": floor.for_tensors(candidate.outputs).to_json(),
     }
+    content, facts = _content(r, space, result, candidate, report, baseline=baseline, verification=verification,
+                              journey=journey, amend=amend)
+    finished = one_minimal  # the search is over: nothing in its work folder is needed to resume it
+    if result.stop_reason is not StopReason.INTERRUPTED and not facts.facts.get("interrupted"):
+        content = _checked(r, content)
+        one_minimal, verified, flaky = (bool(content.report["one_minimal"]), bool(content.report["verified"]),
+                                        bool(content.report["flaky"]))
+    bundle = write_bundle(content, r.bundle_dir, zip=zip_bundle, force=r.force)
+    if finished and not r.options.keep_work:
+        remove_own(r.work)
+    return ReduceResult(
+        failed=True, original_nodes=len(r.model.nodes), final_nodes=len(result.keep), kept_nodes=names,
+        signature=baseline, invocations=dict(r.invocations), one_minimal=one_minimal, stop_reason=stop,
+        verified=verified, flaky=flaky, bundle=bundle, work_dir=r.work, seconds=time.monotonic() - r.started,
+        journey=journey, notes=tuple(r.notes), identity=base.identity, noise_floor=floor, chosen_dims=r.chosen,
+        interrupted=result.stop_reason is StopReason.INTERRUPTED or bool(facts.facts.get("interrupted")),
+        backend_calls=r.tally().to_json(), report_calls=_report_calls(content.report),
+        audit=content.report.get("audit"),
+    )
+
+
+def _content(r: _Run, space: SubgraphSpace, result: SearchResult, candidate: Candidate, report: dict[str, Any], *,
+             baseline: Signature, verification: _Verification, journey: Sequence[tuple[int, int]],
+             amend: Callable[[BundleContent], BundleContent] | None) -> tuple[BundleContent, MaintainerFacts]:
+    """The bundle of the final model: ``report`` completed with the facts measured for maintainers (none after a
+    Ctrl-C, which promised no more backend runs), and those facts."""
     oracle_outputs = {name: np.asarray(space.values(name)) for name in candidate.outputs}
     if result.stop_reason is StopReason.INTERRUPTED:  # Ctrl-C promised no more backend runs
         facts = MaintainerFacts()
@@ -1381,25 +1437,7 @@ def _finish(r: _Run, space: SubgraphSpace, result: SearchResult, search_stats: M
         signature=_own_band(baseline, oracle_outputs, verification.target_outputs, r.tol.restricted(candidate.outputs)),
         charts={"journey": size_journey_svg(journey, result.trail)}, sections=facts.sections, files=facts.files,
     )
-    if amend is not None:
-        content = amend(content)
-    finished = one_minimal  # the search is over: nothing in its work folder is needed to resume it
-    if result.stop_reason is not StopReason.INTERRUPTED and not facts.facts.get("interrupted"):
-        content = _checked(r, content)
-        one_minimal, verified, flaky = (bool(content.report["one_minimal"]), bool(content.report["verified"]),
-                                        bool(content.report["flaky"]))
-    bundle = write_bundle(content, r.bundle_dir, zip=zip_bundle, force=r.force)
-    if finished and not r.options.keep_work:
-        remove_own(r.work)
-    return ReduceResult(
-        failed=True, original_nodes=len(r.model.nodes), final_nodes=len(result.keep), kept_nodes=names,
-        signature=baseline, invocations=dict(r.invocations), one_minimal=one_minimal, stop_reason=stop,
-        verified=verified, flaky=flaky, bundle=bundle, work_dir=r.work, seconds=time.monotonic() - r.started,
-        journey=journey, notes=tuple(r.notes), identity=base.identity, noise_floor=floor, chosen_dims=r.chosen,
-        interrupted=result.stop_reason is StopReason.INTERRUPTED or bool(facts.facts.get("interrupted")),
-        backend_calls=r.tally().to_json(), report_calls=_report_calls(content.report),
-        audit=content.report.get("audit"),
-    )
+    return (amend(content) if amend is not None else content), facts
 
 
 def _own_band(signature: Signature, expected: Mapping[str, Any], actual: Mapping[str, Any],
