@@ -237,6 +237,26 @@ def _spec_check(runs: _Runs, expected: Mapping[str, np.ndarray], target_outputs:
                 "specification's word is not known here."}
     with_oracle = _agrees(spec_values, expected, tol)
     with_target = None if crash or not target_outputs else _agrees(spec_values, target_outputs, tol)
+    verdict, text = _spec_verdict(with_oracle, with_target, crash=crash, refusal=refusal, judged_by=judged_by)
+    found: dict[str, Any] = {"verdict": verdict, "agrees_with_oracle": with_oracle, "agrees_with_target": with_target}
+    accused = {"target": ("oracle", oracle), "oracle": ("target", target)}.get(verdict)
+    flip = None if accused is None or accused[1] is None else _rounding_flip(runs, model, accused[1], accused[0],
+                                                                             tol)
+    if flip is not None:
+        found.update(verdict="rounding", rounding=flip)
+        text = (f"`onnx.reference` agrees with the {'target' if verdict == 'target' else 'oracle'} and not with the "
+                f"{flip['side']}, but the difference starts as a rounding flip: {flip['op']} {flip['node']!r} turns "
+                f"inputs on which the {flip['side']} and `onnx.reference` agree within the tolerance (not bit for "
+                f"bit: max abs {flip['input_max_abs']:.3g}) into other values ({flip['differing']} of "
+                f"{flip['elements']} elements of {flip['tensor']!r}). Both roundings are of inputs the specification "
+                "allows, so by the specification neither side is shown wrong here.")
+    return {**found, "text": text + " (Compared under the bundle's tolerance on the reduced model's outputs.)"}
+
+
+def _spec_verdict(with_oracle: bool, with_target: bool | None, *, crash: bool, refusal: bool,
+                  judged_by: str | None) -> tuple[str, str]:
+    """(the verdict, its sentence) from whether ``onnx.reference`` agrees with the oracle and with the target
+    (None: the target gave no outputs to compare), before any rounding flip is looked for."""
     if crash:
         verdict = "spec-runs-it" if with_oracle else "spec-runs-it-differently"
         text = ("`onnx.reference` runs the reduced model without error"
@@ -265,19 +285,7 @@ def _spec_check(runs: _Runs, expected: Mapping[str, np.ndarray], target_outputs:
     else:
         verdict, text = "neither", ("`onnx.reference` agrees with neither the oracle nor the target under this "
                                     "tolerance.")
-    found: dict[str, Any] = {"verdict": verdict, "agrees_with_oracle": with_oracle, "agrees_with_target": with_target}
-    accused = {"target": ("oracle", oracle), "oracle": ("target", target)}.get(verdict)
-    flip = None if accused is None or accused[1] is None else _rounding_flip(runs, model, accused[1], accused[0],
-                                                                             tol)
-    if flip is not None:
-        found.update(verdict="rounding", rounding=flip)
-        text = (f"`onnx.reference` agrees with the {'target' if verdict == 'target' else 'oracle'} and not with the "
-                f"{flip['side']}, but the difference starts as a rounding flip: {flip['op']} {flip['node']!r} turns "
-                f"inputs on which the {flip['side']} and `onnx.reference` agree within the tolerance (not bit for "
-                f"bit: max abs {flip['input_max_abs']:.3g}) into other values ({flip['differing']} of "
-                f"{flip['elements']} elements of {flip['tensor']!r}). Both roundings are of inputs the specification "
-                "allows, so by the specification neither side is shown wrong here.")
-    return {**found, "text": text + " (Compared under the bundle's tolerance on the reduced model's outputs.)"}
+    return verdict, text
 
 
 #: A model with more node outputs than this is not probed for a rounding flip (every one is exposed).
