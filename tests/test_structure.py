@@ -152,3 +152,39 @@ def test_the_cli_and_the_api_are_two_siblings_over_the_workflows() -> None:
     for path in sorted((PACKAGE / "workflows").glob("*.py")):
         wrong = {m for m in _front_end_imports(path) if m == "graphbisect.api" or m.startswith("graphbisect.cli")}
         assert not wrong, f"workflows/{path.name} imports a front end: {sorted(wrong)}"
+
+
+#: The most lines a function or method may take, from its ``def`` line to its last line, docstring included: a
+#: reader should see its steps at once (issue 38: 14 were longer, ``compare_models`` 117 lines).
+MAX_FUNCTION_LINES = 60
+
+
+def _long_functions(root: Path, most: int) -> list[str]:
+    """Every function and method under ``root`` (nested ones too) over ``most`` lines, as ``path:line name (n
+    lines)``."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > most:
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.name} ({lines} lines)")
+    return found
+
+
+def test_no_function_over_60_lines() -> None:
+    long = _long_functions(PACKAGE, MAX_FUNCTION_LINES)
+    assert not long, (f"{len(long)} function(s) over {MAX_FUNCTION_LINES} lines, def to last line; split each "
+                      f"into steps a reader can name: {'; '.join(long)}")
+
+
+def test_long_functions_are_found(tmp_path: Path) -> None:
+    """The count runs from the ``def`` line (a decorator above it is not counted) to the last line, and takes in
+    methods: ``fits`` is 60 lines (61 with its decorator), ``over`` 61."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    body = "".join(f"    x{i} = {i}\n" for i in range(58))
+    (package / "m.py").write_text(f"@decorator\ndef fits():\n    '''Doc.'''\n{body}\n\n"
+                                  f"class C:\n    def over(self):\n        '''Doc.'''\n"
+                                  + "".join(f"        x{i} = {i}\n" for i in range(59)))
+    assert _long_functions(package, MAX_FUNCTION_LINES) == ["pkg/m.py:65 over (61 lines)"]
