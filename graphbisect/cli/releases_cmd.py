@@ -87,7 +87,8 @@ def _print(r: ReleaseSearch) -> None:
             print(f"{version:<10} {'-':<7} {'':>4}  not run")
             continue
         magnitude = f", {tested.magnitude:.3g}× tolerance" if tested.magnitude is not None and tested.observed else ""
-        what = tested.reason if tested.verdict == SKIP else (tested.observed or "passes") + magnitude
+        what = tested.reason if tested.verdict == SKIP else (tested.observed or "passes") + magnitude + (
+            f"; {tested.reason}" if tested.reason else "")
         flaky = f" (flaky: {', '.join(f'{n} {v}' for v, n in tested.votes.items())})" if tested.flaky else ""
         print(f"{version:<10} {tested.verdict:<7} {tested.runs:>4}  {what}{flaky}")
     if r.found:

@@ -16,9 +16,18 @@ of the pass the user hit leaves failing), a renamed node. The identity of a wron
 A candidate (or a bundle's re-run) has the same identity when every tensor it fails on above the floor lies at
 or after the region (nothing goes wrong before or beside it), the region's tensor, when the candidate exposes
 it, fails in the same band (±1), and, where the identity names a compiled node, the candidate's compiled graph
-has a node of that kind, made by that pass, covering some of the region (:meth:`IdentityCheck.differs`).
+has a node of that kind, made by the same pass, covering some of the region (:meth:`IdentityCheck.differs`).
+Two pass names are the same pass when they name the same optimizer (:func:`same_optimizer`: equal once the
+level suffix a release registers it under is dropped, ``LayerNormFusionL1`` = ``LayerNormFusion``).
 Where the target exposes nothing (a ``command``, a probe that masks the failure) no identity is recorded and
 failures match by kind, as the report says.
+
+**Across releases** of the target (a bundle re-run on another version: ``verify``, ``graphbisect releases``)
+the names a release gives its nodes change while the bug stays: ONNX Runtime 1.17 names its fused LayerNorm
+``LayerNormalization`` where 1.20 names it ``<node>/LayerNormFusion/``. The pass is then compared only where
+both releases name one; where either names none, what it made must instead cover exactly the recorded region
+(the same original nodes, as far as the model still holds them), beside the same kind, place and strength
+(``across_releases``). A sibling fusion (another kind, or another set of nodes) stays another failure.
 
 Example:
     >>> ident = Identity("/n/Div", "/n/Div_out", 3, ("/n/Sub", "/n/Div"), "LayerNormalization",
@@ -43,7 +52,7 @@ from graphbisect.compare import TensorStats
 from graphbisect.compare.metrics import decade
 from graphbisect.localize.compiled import CompiledGraph, CompiledNode
 
-__all__ = ["Identity", "IdentityCheck", "band_of", "disable_names", "pass_of"]
+__all__ = ["Identity", "IdentityCheck", "band_of", "disable_names", "optimizer_of", "pass_of", "same_optimizer"]
 
 #: ONNX Runtime's name for a node a pass made: ``<base node>/<PassName>/``, maybe ``_token_N`` after it.
 _MADE_BY = re.compile(r"/([A-Za-z_][\w.]*)/(?:_token_\d+)?$")
@@ -78,6 +87,33 @@ def disable_names(made_by: str, names: Iterable[str]) -> tuple[str, ...]:
     if made_by in names:
         return (made_by,)
     return tuple(n for n in names if re.fullmatch(re.escape(made_by) + r"L\d+", n))
+
+
+_LEVEL = re.compile(r"(?<=[a-z])L\d+$")
+
+
+def optimizer_of(pass_name: str) -> str:
+    """The optimizer a pass name is registered for, without the level suffix a release appends when it registers
+    one optimizer at several levels (ONNX Runtime 1.20+: ``LayerNormFusionL1``, ``LayerNormFusionL2``).
+
+    Example:
+        >>> optimizer_of("LayerNormFusionL1"), optimizer_of("LayerNormFusion"), optimizer_of("ConvAddFusion")
+        ('LayerNormFusion', 'LayerNormFusion', 'ConvAddFusion')
+    """
+    return _LEVEL.sub("", pass_name)
+
+
+def same_optimizer(a: str | None, b: str | None) -> bool:
+    """Whether two pass names (either None: not named) name the same optimizer (:func:`optimizer_of`).
+
+    Example:
+        >>> same_optimizer("LayerNormFusionL1", "LayerNormFusion"), same_optimizer("LayerNormFusion",
+        ...                                                                        "SimplifiedLayerNormFusion")
+        (True, False)
+    """
+    if a is None or b is None:
+        return a is b
+    return optimizer_of(a) == optimizer_of(b)
 
 
 def band_of(score: float) -> int | None:
@@ -195,10 +231,13 @@ class IdentityCheck:
         return None if identity is None else cls(identity, after=record.get("after", ()))
 
     def differs(self, failing: Iterable[TensorStats], compared: Mapping[str, TensorStats],
-                compiled: CompiledGraph | None = None) -> str | None:
+                compiled: CompiledGraph | None = None, *, across_releases: bool = False) -> str | None:
         """Why a run whose above-floor failures are ``failing`` (``compared``: every output's statistics by name)
-        is not this failure, or None when it is. ``compiled``: what the target compiled for that run."""
-        return self.place_differs(failing, compared) or self.compiled_differs(compiled)
+        is not this failure, or None when it is. ``compiled``: what the target compiled for that run;
+        ``across_releases``: that run is of another release of the target than the recorded one (its names
+        may differ: see the module docstring)."""
+        return self.place_differs(failing, compared) or self.compiled_differs(compiled,
+                                                                              across_releases=across_releases)
 
     def place_differs(self, failing: Iterable[TensorStats], compared: Mapping[str, TensorStats]) -> str | None:
         """Why a run's values fail otherwise than this failure (where it first goes wrong, how strongly), or None:
@@ -220,19 +259,72 @@ class IdentityCheck:
                 return f"{ident.tensor!r} is off by ~1e{band}× tolerance, not ~1e{ident.band}×"
         return None
 
-    def compiled_differs(self, compiled: CompiledGraph | None) -> str | None:
+    def compiled_differs(self, compiled: CompiledGraph | None, *, across_releases: bool = False) -> str | None:
         """Why what the target says it compiled for a run (``compiled``) is not what this identity recorded, or
-        None when it is, or when either says nothing: the part of :meth:`differs` a description decides."""
+        None when it is, or when either says nothing: the part of :meth:`differs` a description decides.
+        ``across_releases``: the run is of another release, whose node names may not name the pass (module
+        docstring): a node of the kind that names none (or matched against an identity that names none) is this
+        failure when it covers exactly the recorded region."""
         ident = self.identity
         if ident.compiled_kind is None or compiled is None:
             return None
         covering = self.covering(compiled)
-        if any(node.kind == ident.compiled_kind and pass_of(node.name) == ident.made_by for node in covering):
+        if any(node.kind == ident.compiled_kind and same_optimizer(pass_of(node.name), ident.made_by)
+               for node in covering):
+            return None
+        if across_releases and self.unnamed_match(compiled) is not None:
             return None
         made = ", ".join(dict.fromkeys(
-            f"{node.kind}" + (f" made by {pass_of(node.name)}" if pass_of(node.name) else "") for node in covering))
+            f"{node.kind}" + (f" made by {pass_of(node.name)}" if pass_of(node.name) else "") + (
+                f" covering {len(node.originals)} nodes" if across_releases and node.kind == ident.compiled_kind
+                else "") for node in covering))
         wanted = ident.compiled_kind + (f" made by {ident.made_by}" if ident.made_by else "")
+        if across_releases and ident.made_by:
+            wanted += f" (or, named by no pass, covering exactly the {len(self.region_in(compiled))} region nodes)"
         return f"the target compiled the region as {made or 'nothing it named'}, not {wanted}"
+
+    def unnamed_match(self, compiled: CompiledGraph) -> CompiledNode | None:
+        """The node of ``compiled`` that is this identity's across releases although the pass cannot be
+        compared (one side names none): of the recorded kind, covering exactly the recorded region as far as
+        ``compiled`` holds it (:meth:`region_in`). None when there is none."""
+        ident = self.identity
+        region = self.region_in(compiled)
+        for node in self.covering(compiled):
+            named = pass_of(node.name)
+            if node.kind == ident.compiled_kind and (named is None or ident.made_by is None) and \
+                    ident.node in node.originals and frozenset(node.originals) == region:
+                return node
+        return None
+
+    def region_in(self, compiled: CompiledGraph) -> frozenset[str]:
+        """The recorded region's nodes that ``compiled`` covers at all (a bundle's model may hold fewer of them
+        than the model the identity was recorded on)."""
+        known = compiled.by_original()
+        return frozenset(n for n in (*self.identity.region, self.identity.node) if n in known)
+
+    def release_note(self, compiled: CompiledGraph | None) -> str | None:
+        """How a run of another release matched this identity where the names differ (None: by the same
+        names, or not matched): said with the verdict, so a reader sees what the match rests on."""
+        ident = self.identity
+        if ident.compiled_kind is None or compiled is None:
+            return None
+        covering = self.covering(compiled)
+        for node in covering:
+            named = pass_of(node.name)
+            if node.kind == ident.compiled_kind and named == ident.made_by:
+                return None
+        for node in covering:
+            named = pass_of(node.name)
+            if node.kind == ident.compiled_kind and named and ident.made_by and same_optimizer(named, ident.made_by):
+                return (f"its {node.kind} is made by {named}, the recorded {ident.made_by} under this release's "
+                        "name of the same optimizer")
+        unnamed = self.unnamed_match(compiled)
+        if unnamed is None:
+            return None
+        who = "this release names no pass in" if pass_of(unnamed.name) is None else \
+            "the bundle's release named no pass in"
+        return (f"{who} its {unnamed.kind} ({unnamed.name!r}); the same kind covering exactly the recorded "
+                f"{len(unnamed.originals)} nodes, failing at the same place and strength")
 
     def covering(self, compiled: CompiledGraph) -> list[CompiledNode]:
         """The compiled nodes of ``compiled`` that cover some of the region, the one covering the identity's node

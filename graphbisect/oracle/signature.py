@@ -46,7 +46,7 @@ from graphbisect.oracle.names import erase_names, found_names
 from graphbisect.oracle.outcome import is_unsupported
 
 __all__ = ["FailureKind", "ModelNames", "Signature", "crash_names", "failing_above", "names_in", "normalize_message",
-           "rooted_in_integers", "signature_of"]
+           "rooted_in_integers", "signature_of", "without_status"]
 
 
 class FailureKind(str, enum.Enum):
@@ -109,6 +109,26 @@ def normalize_message(message: str | None, names: Collection[str] = ()) -> str:
 
     """
     return erase_names(_volatile(message_cause(message)), names)
+
+
+#: A status a backend prints before its message: ONNX Runtime's ``[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION :``.
+_STATUS = re.compile(r"\[\w+\]\s*:\s*\d+\s*:\s*[A-Z][A-Z_]*\s*:\s*")
+
+
+def without_status(detail: str) -> str:
+    """A crash's ``"<ErrorType>: <message>"`` (normalized) without the error type and the status codes a backend
+    prints before the message: what stays the same when a release renames the error a failure raises (ONNX
+    Runtime raised FuseReluClip's float64 crash as ``RuntimeException``, status 6, up to 1.22 and as ``Fail``,
+    status 1, from 1.31). Across releases a crash is the same failure when this is the same (``verify``).
+
+    Example:
+        >>> without_status("RuntimeException: [ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Exception during "
+        ...                "initialization: relu_clip_fusion.cc Unexpected data type")
+        'Exception during initialization: relu_clip_fusion.cc Unexpected data type'
+    """
+    error_type, sep, message = detail.partition(": ")
+    text = message if sep and re.fullmatch(r"[A-Za-z_][\w.]*", error_type) else detail
+    return _STATUS.sub("", text).strip()
 
 
 def names_in(message: str | None, names: Collection[str]) -> list[str]:

@@ -51,7 +51,8 @@ FINDS = ("bad", "fixed")
 
 @dataclass(frozen=True)
 class ReleaseRun:
-    """One release's verdict: ``good``, ``bad`` or ``skip`` (with ``reason``), from ``runs`` runs (``votes``:
+    """One release's verdict: ``good``, ``bad`` or ``skip`` (with ``reason``; a ``bad`` one's says how it was matched
+    where its release names the failure otherwise), from ``runs`` runs (``votes``:
     verdict -> runs; ``flaky`` when they disagree). ``observed``: the failure it showed (its identity), and
     ``magnitude``: the largest output mismatch in multiples of the tolerance (None without a comparison)."""
 
@@ -285,8 +286,8 @@ def _judged(version: str, v: Verification, env: Environment, seconds: float) -> 
               "runs": 1, "installed": env.installed, "install_seconds": env.seconds, "run_seconds": seconds}
     if library is not None and str(library) != version:
         return ReleaseRun(version, SKIP, f"its environment runs {library}, not {version}", **common)  # type: ignore[arg-type]
-    if v.outcome == REPRODUCES:
-        return ReleaseRun(version, BAD, None, **common)  # type: ignore[arg-type]
+    if v.outcome == REPRODUCES:  # the note says how, where the release names the failure otherwise
+        return ReleaseRun(version, BAD, v.note, **common)  # type: ignore[arg-type]
     if v.outcome in (FIXED, FIXED_REDUCED):
         return ReleaseRun(version, GOOD, None, **common)  # type: ignore[arg-type]
     why = v.note or v.outcome
@@ -296,9 +297,18 @@ def _judged(version: str, v: Verification, env: Environment, seconds: float) -> 
 
 
 def _short(text: str, limit: int = 200) -> str:
-    """``text`` on one line, at most ``limit`` characters (a crash message can fill a screen)."""
+    """``text`` on one line, at most ``limit`` characters (a crash message can fill a screen): its start and its
+    end, where a crash message says why (ONNX Runtime puts a C++ signature between them).
+
+    Example:
+        >>> _short("Fail: Load model failed: model.cc Model::Model(" + "x" * 300 + ") Unsupported IR version: 10", 80)
+        'Fail: Load model failed: model.cc Model … xxxxxxxxxx) Unsupported IR version: 10'
+    """
     line = " ".join(text.split())
-    return line if len(line) <= limit else line[:limit - 1] + "…"
+    if len(line) <= limit:
+        return line
+    tail = (limit - 3) // 2
+    return f"{line[:limit - 3 - tail].rstrip()} … {line[-tail:].lstrip()}"
 
 
 def _votes(votes: Mapping[str, int]) -> str:

@@ -49,12 +49,13 @@ from graphbisect.errors import InputError
 from graphbisect.localize.compiled import compiled_graph
 from graphbisect.oracle.floor import NoiseFloor
 from graphbisect.oracle.identity import IdentityCheck
-from graphbisect.oracle.signature import FailureKind, ModelNames, Signature
+from graphbisect.oracle.signature import FailureKind, ModelNames, Signature, without_status
 from graphbisect.oracle.tester import Judgement, OutputCheck, judge
 from graphbisect.workflows.probe import describing_spec
 
 __all__ = ["DIFFERENT", "FIXED", "FIXED_REDUCED", "RECORDED_ROLES", "REPRODUCES", "UNDECIDED", "Verification",
-           "recheck_original", "recorded_spec", "require_trust", "untrusted_target", "verify_bundle"]
+           "another_release", "recheck_original", "recorded_spec", "require_trust", "untrusted_target",
+           "verify_bundle"]
 
 REPRODUCES, FIXED, DIFFERENT = "reproduces", "fixed", "different"
 #: The reduced model no longer fails, but nothing shows that the user's model is fixed: the bundle's failure was
@@ -165,7 +166,9 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None,
         result = backend.run(bundle.model_path, bundle.inputs_path, outputs)
         verdict = judge(result, bundle.oracle_outputs.__getitem__, outputs, bundle.tolerance, regex, check=check,
                         floor=floor, names=names)
-        other = _other_identity(bundle, identity, verdict) if recorded.matches(verdict.signature) else None
+        releases = another_release(bundle, result)
+        other, how = _other_identity(bundle, identity, verdict, across_releases=releases is not None) \
+            if recorded.matches(verdict.signature) else (None, None)
         # Copy what we need before the outputs' memory maps lose their folder.
         copied = {name: value.copy() for name, value in result.outputs.items()}
         calls = {"target": backend.cost.to_json()}
@@ -177,20 +180,48 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None,
                             "graphbisect.verify(BUNDLE, check=your_check)", bundle.target_message, judged,
                             backend_calls=calls)
     return dataclasses.replace(_classify(bundle, spec, result, verdict.comparison, verdict.signature,
-                                         recorded=recorded, names=names, other_identity=other), judged_by=judged,
-                               backend_calls=calls)
+                                         recorded=recorded, names=names, other_identity=other, releases=releases,
+                                         same_note=how), judged_by=judged, backend_calls=calls)
 
 
-def _other_identity(bundle: LoadedBundle, identity: IdentityCheck | None, verdict: Judgement) -> str | None:
-    """Why a run failing like the bundle by kind is another failure (None: the same, or no identity recorded)."""
-    if identity is None or verdict.comparison is None:
+def another_release(bundle: LoadedBundle, result: RunResult) -> str | None:
+    """``"1.22.1 → 1.32.0"`` when ``result`` ran another release of the target's library than the bundle
+    records, else None (the same, or either unknown). On another release the names a failure shows may change
+    while the failure stays (a fused node's name, an error type): it is then matched by what stays
+    (:mod:`graphbisect.oracle.identity`, :func:`~graphbisect.oracle.signature.without_status`)."""
+    ran = {**result.info, **result.ran_with}
+    library, version = ran.get("library"), ran.get("library_version")
+    recorded = _recorded_library_version(bundle.report, str(library) if library else None)
+    if version is None or recorded is None or str(version) == recorded:
         return None
+    return f"{recorded} → {version}"
+
+
+def _recorded_library_version(report: Mapping[str, Any], library: str | None) -> str | None:
+    """The version of ``library`` the bundle's target ran (``report.json`` ``versions.target``), or None."""
+    versions = report.get("versions")
+    target = versions.get("target") if isinstance(versions, Mapping) else None
+    if not isinstance(target, Mapping) or not isinstance(target.get("library_version"), str):
+        return None
+    if library is not None and target.get("library") not in (None, library):
+        return None
+    return str(target["library_version"])
+
+
+def _other_identity(bundle: LoadedBundle, identity: IdentityCheck | None, verdict: Judgement, *,
+                    across_releases: bool = False) -> tuple[str | None, str | None]:
+    """(why a run failing like the bundle by kind is another failure, how it matched on another release where the
+    names differ): (None, None) for the same failure by the same names, or no identity recorded."""
+    if identity is None or verdict.comparison is None:
+        return None, None
     compiled = None
     if identity.identity.compiled_kind is not None and verdict.run.ok:
         proto = onnx.load(str(bundle.model_path), load_external_data=False)
         compiled = compiled_graph(proto.graph.node, list(bundle.oracle_outputs), verdict.run.info,
                                   constants={t.name: t for t in proto.graph.initializer})
-    return identity.differs(verdict.failing, {s.name: s for s in verdict.comparison.outputs}, compiled)
+    differs = identity.differs(verdict.failing, {s.name: s for s in verdict.comparison.outputs}, compiled,
+                               across_releases=across_releases)
+    return differs, None if differs is not None else identity.release_note(compiled)
 
 
 def recheck_original(verification: Verification, bundle: LoadedBundle, model: Path, *,
@@ -294,7 +325,8 @@ def untrusted_target(bundle: LoadedBundle) -> list[Untrusted]:
 
 def _classify(bundle: LoadedBundle, spec: BackendSpec, result: RunResult, comparison: Comparison | None,
               observed: Signature, *, recorded: Signature, names: Collection[str],
-              other_identity: str | None = None) -> Verification:
+              other_identity: str | None = None, releases: str | None = None,
+              same_note: str | None = None) -> Verification:
     def verdict(outcome: str, note: str | None = None) -> Verification:
         return Verification(outcome, recorded, observed, spec, result, comparison, note, bundle.target_message)
 
@@ -302,10 +334,14 @@ def _classify(bundle: LoadedBundle, spec: BackendSpec, result: RunResult, compar
         return verdict(DIFFERENT, f"the same kind of failure, but not the recorded one ({_identity_text(bundle)}): "
                        f"{other_identity}. The recorded bug may be fixed while another one shows")
     if recorded.matches(observed):
-        return verdict(REPRODUCES)
+        return verdict(REPRODUCES, None if same_note is None else f"on another release ({releases}): {same_note}")
     if _same_crash(bundle, recorded, observed, result, names):
         return verdict(REPRODUCES, "the crash message differs from the recorded one only in volatile details "
                        "(paths, line numbers, names)")
+    if releases is not None and _same_crash(bundle, recorded, observed, result, names, statuses=False):
+        return verdict(REPRODUCES, f"on another release ({releases}) the same crash is raised as "
+                       f"{result.error_type or 'another error'} where the bundle records "
+                       f"{_split(recorded.detail)[0]}: the message is the same without the error type and status")
     if not observed.failed:
         unshown = _fix_not_shown(bundle.report, recorded)
         if unshown is not None:
@@ -359,8 +395,9 @@ def recheck_note(report: Mapping[str, Any]) -> str | None:
 
 
 def _same_crash(bundle: LoadedBundle, recorded: Signature, observed: Signature, result: RunResult,
-                names: Collection[str]) -> bool:
-    """Same crash kind, and the recorded message's stable part is in the new one (see repro.crash_key)."""
+                names: Collection[str], *, statuses: bool = True) -> bool:
+    """Same crash kind, and the recorded message's stable part is in the new one (see repro.crash_key); without
+    ``statuses``, both without their error type and status codes (:func:`without_status`: another release)."""
     if recorded.kind is not observed.kind or not recorded.kind.raised:
         return False
     status = death_exit_code(recorded.detail, *_split(recorded.detail))
@@ -368,6 +405,8 @@ def _same_crash(bundle: LoadedBundle, recorded: Signature, observed: Signature, 
         return death_exit_code(observed.detail, result.error_type or "", result.message or "") == status
     expected = crash_key(bundle.target_message or recorded.detail, names)
     actual = crash_key(f"{result.error_type}: {result.message}", names)
+    if not statuses:
+        expected, actual = without_status(expected), without_status(actual)
     return bool(expected) and expected in actual
 
 

@@ -3,9 +3,12 @@ folder, shared: 1.17.3, 1.20.1 and 1.22.1 from there, 1.21.0, 1.21.1 and 1.22.0 
 the release installed in this interpreter). Skipped where an environment cannot be made (no package index).
 
 Measured per release on CPU, Python 3.11 (docs/guide/releases.md):
-* the keepdims=0 LayerNorm mis-fusion (onnxruntime#30513) fails in every release from 1.17.3 to 1.32.0, but 1.17.3
-  does not attribute the fusion to the pass a bundle made on a newer release records, so it is not shown to be
-  the same failure (a skip);
+* the keepdims=0 LayerNorm mis-fusion (onnxruntime#30513) fails in every release from 1.17.3 to 1.32.0; 1.17.3 names
+  its fused node ``LayerNormalization`` where 1.20 names it ``<node>/LayerNormFusion/``, and is matched across
+  releases by the kind and the exact region it covers; with LayerNormFusion disabled, 1.17.3's
+  SimplifiedLayerNormFusion mis-fuses the core of the same pattern: another failure, a skip;
+* FuseReluClip's float64 crash is raised as ``RuntimeException`` (status 6) up to 1.22.1 and as ``Fail`` (status 1)
+  by 1.32.0: the same message, the same failure;
 * a model stamped opset 22 does not load before 1.21.0 ("Current official support for domain ai.onnx is till
   opset 21"): ONNX Runtime 1.21 is the release that added ONNX 1.17 (opset 22), as its compatibility table says;
 * onnxruntime 1.14.1 has no wheel for Python 3.11 (the oldest on the index is 1.15.0).
@@ -82,24 +85,46 @@ def test_a_failure_in_every_release_is_said_not_bisected_and_a_release_without_a
     assert found.tested[NO_WHEEL].verdict == "skip"
     assert "cannot install" in (found.tested[NO_WHEEL].reason or "")
     assert "No matching distribution" in (found.tested[NO_WHEEL].reason or "")
-    # 1.17.3 fuses it too, but its fusion is not attributed to the pass the bundle records (LayerNormFusionL1
-    # from 1.20): not shown to be the same failure, so a skip with verify's reason, never "bad"
-    assert found.tested["1.17.3"].verdict == "skip"
-    assert "fails differently" in (found.tested["1.17.3"].reason or "")
-    assert "LayerNormFusion" in (found.tested["1.17.3"].reason or "")
-    # both ends checked (the oldest that runs the same failure stands in), nothing between them run
-    assert set(found.tested) == {NO_WHEEL, "1.17.3", "1.20.1", HOST}
-    assert found.tested[HOST].verdict == found.tested["1.20.1"].verdict == "bad"
-    assert found.tested["1.20.1"].runs == 3 and not found.tested["1.20.1"].flaky  # the answer rests on it: voted
-    assert found.tested["1.20.1"].magnitude is not None and found.tested["1.20.1"].magnitude > 1
-    assert found.releases_run == 3 and found.installs == 0
-    assert "from the oldest testable, 1.20.1" in found.paragraph
+    # 1.17.3 fuses it too and names no pass in its fused node ('LayerNormalization', where the bundle's release
+    # names '/norm/Mul/LayerNormFusion/'): the same kind covering exactly the recorded region, the same failure
+    old = found.tested["1.17.3"]
+    assert old.verdict == "bad", old.reason
+    assert "names no pass" in (old.reason or "") and "exactly the recorded 9 nodes" in (old.reason or "")
+    # both ends checked (the oldest that runs stands in), nothing between them run
+    assert set(found.tested) == {NO_WHEEL, "1.17.3", HOST}
+    assert found.tested[HOST].verdict == "bad" and found.tested[HOST].reason is None  # the bundle's own names
+    assert old.runs == 3 and not old.flaky  # the answer rests on it: voted
+    assert old.magnitude is not None and old.magnitude > 1
+    assert found.releases_run == 2 and found.installs == 0
+    assert "from the oldest testable, 1.17.3" in found.paragraph
     assert "present in every release tested" in found.paragraph
+
+
+def test_a_sibling_fusion_on_a_release_that_names_no_pass_is_still_another_failure(layernorm_bundle: Path,
+                                                                                   cache: Path) -> None:
+    """With LayerNormFusion disabled, 1.17.3 mis-fuses the 6-node core of the same pattern by
+    SimplifiedLayerNormFusion, names that node without its pass too, and fails at the same output: the rule that
+    lets an unnamed node stand for the recorded pass still wants the recorded kind over exactly the recorded
+    region, so it is a skip. 1.20.1 registers the pass as LayerNormFusionL1 and refuses the name: a skip that
+    cannot run."""
+    with load_bundle(layernorm_bundle) as bundle:
+        found = search_releases(bundle, "onnxruntime", versions=["1.17.3", "1.20.1"], cache=cache, repeat=1,
+                                target="onnxruntime:opt_level=all,disabled=LayerNormFusion")
+    assert found.status == "untestable" and not found.found
+    old = found.tested["1.17.3"]
+    assert old.verdict == "skip" and (old.reason or "").startswith("fails differently"), old.reason
+    assert "SimplifiedLayerNormalization" in (old.reason or "")
+    assert "not LayerNormalization made by LayerNormFusion" in (old.reason or "")
+    assert "exactly the 9 region nodes" in (old.reason or "")
+    assert found.tested["1.20.1"].verdict == "skip"
+    assert "no optimizer named 'LayerNormFusion'" in (found.tested["1.20.1"].reason or "")
 
 
 def test_the_release_that_fixed_it_is_found_and_a_second_run_installs_nothing(opset22_bundle: Path,
                                                                               cache: Path, tmp_path: Path) -> None:
-    versions = ["1.20.1", *MORE, "1.22.1"]
+    """1.17.3 refuses the model too, with the same error type and status, for another reason (its IR version):
+    a crash of another message is another failure on another release, a skip."""
+    versions = ["1.17.3", "1.20.1", *MORE, "1.22.1"]
     out = tmp_path / "fixed.json"
     code = main(["releases", str(opset22_bundle), "--package", "onnxruntime", "--versions", ",".join(versions),
                  "--find", "fixed", "--cache", str(cache), "--json", str(out)])
@@ -108,7 +133,10 @@ def test_the_release_that_fixed_it_is_found_and_a_second_run_installs_nothing(op
     assert (found["last_bad"], found["first_fixed"]) == ("1.20.1", "1.21.0")
     assert found["first_bad"] is None and found["installs"] == 0
     assert found["tested"]["1.20.1"]["verdict"] == "bad" and found["tested"]["1.21.0"]["verdict"] == "good"
-    assert found["releases_run"] <= found["bound"] == 5
+    old = found["tested"]["1.17.3"]
+    assert old["verdict"] == "skip" and old["reason"].startswith("fails differently"), old
+    assert "IR version" in old["reason"]
+    assert found["releases_run"] <= found["bound"] + 1 and found["bound"] == 5  # one skip costs one more
     assert "is fixed in onnxruntime 1.21.0" in found["paragraph"]
     # looked at the other way, the failure is gone in the newest release: said, not bisected (exit 1)
     assert main(["releases", str(opset22_bundle), "--package", "onnxruntime", "--versions", ",".join(versions),
@@ -118,12 +146,12 @@ def test_the_release_that_fixed_it_is_found_and_a_second_run_installs_nothing(op
     assert list(other["tested"]) == ["1.22.1"]
 
 
-def test_a_release_failing_another_way_is_a_skip_never_bad(cache: Path, ort_release_pythons: dict[str, Path],
-                                                           tmp_path: Path) -> None:
+def test_a_release_failing_another_way_is_a_skip_and_a_renamed_error_type_is_not(
+        cache: Path, ort_release_pythons: dict[str, Path], tmp_path: Path) -> None:
     """FuseReluClip's float64 Clip crash in a model stamped opset 22, recorded on 1.22.1: 1.17.3 and 1.20.1 cannot
-    load the model, and the newest release raises the crash as another error type (``Fail``, status 1, where 1.22.1
-    raised ``RuntimeException``, status 6): all three fail differently, so they are skips, stepped around at both
-    ends, and the oldest release that fails the same way, 1.21.0, is named."""
+    load the model (another failure: skips, stepped around), and the newest release raises the same crash as
+    another error type (``Fail``, status 1, where 1.22.1 raised ``RuntimeException``, status 6): the same
+    message without them, so bad. The oldest release that fails the same way, 1.21.0, is named."""
     bundle_path = tmp_path / "clip22"
     gb.reduce(_at_opset_22(pattern_model("relu_clip_f64")), bundle_path,
               target=f"onnxruntime:opt_level=all,python={ort_release_pythons['1.22.1']}")
@@ -131,11 +159,15 @@ def test_a_release_failing_another_way_is_a_skip_never_bad(cache: Path, ort_rele
         found = search_releases(bundle, "onnxruntime", versions=["1.17.3", "1.20.1", "1.21.0", "1.22.1", HOST],
                                 cache=cache, repeat=1)
     assert found.status == "present-in-oldest"
-    for version in ("1.17.3", "1.20.1", HOST):
+    for version in ("1.17.3", "1.20.1"):
         assert found.tested[version].verdict == "skip"
         assert (found.tested[version].reason or "").startswith("fails differently")
-    assert "unsupported (Fail" in (found.tested["1.20.1"].reason or "") and "Fail" in (found.tested[HOST].reason or "")
-    assert found.tested["1.21.0"].verdict == found.tested["1.22.1"].verdict == "bad"
+    assert "unsupported (Fail" in (found.tested["1.20.1"].reason or "")
+    newest = found.tested[HOST]
+    assert newest.verdict == "bad", newest.reason
+    assert "raised as Fail where the bundle records RuntimeException" in (newest.reason or "")
+    assert "crash-load (Fail: [ONNXRuntimeError] : 1 : FAIL" in (newest.observed or "")
+    assert found.tested["1.21.0"].verdict == "bad"
     assert "from the oldest testable, 1.21.0" in found.paragraph
 
 
