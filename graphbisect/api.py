@@ -465,31 +465,48 @@ def verify(bundle: str | os.PathLike[str], *, target: str | None = None, trust: 
         return result
 
 
-def releases(bundle: str | os.PathLike[str], *, package: str, within: str | None = None,
+def releases(source: str | os.PathLike[str] | ModelSource, *, package: str, within: str | None = None,
              versions: Sequence[str] | None = None, pre: bool = False, target: str | None = None, find: str = "bad",
              cache: str | os.PathLike[str] | None = None, jobs: int = 2, repeat: int = 3, trust: bool = False,
+             oracle: str = DEFAULT_ORACLE, inputs: InputsSource = None, seed: int = 0, atol: float = 1e-4,
+             rtol: float = 1e-3, failure_bundle: str | os.PathLike[str] | None = None,
+             workdir: str | os.PathLike[str] | None = None,
              on_progress: Callable[[str], None] | None = None) -> ReleaseSearch:
-    """The first release of ``package`` where a bundle's failure appears (``find="bad"``: ``last_good``,
-    ``first_bad``) or is gone (``find="fixed"``: ``last_bad``, ``first_fixed``): ``graphbisect releases``.
+    """The first release of ``package`` where a failure appears (``find="bad"``: ``last_good``, ``first_bad``) or
+    is gone (``find="fixed"``: ``last_bad``, ``first_fixed``): ``graphbisect releases``.
 
-    Each release runs the bundle's target (or ``target``) with ``python=`` its own cached environment, against
-    the bundle's recorded expected outputs, judged as :func:`verify` judges it; a release that cannot install,
-    cannot run the model or fails differently is a skip with its reason. ``versions``: the releases to search
-    (default: the package index's for this Python, final ones unless ``pre``), within ``within`` (``"A..B"``).
-    ``cache``: where environments are kept (default ``$GRAPHBISECT_CACHE/releases``); ``jobs`` installs at once;
-    ``repeat`` runs, voted, of each release the answer rests on. Only ``onnxruntime`` so far.
+    ``source``: a bundle (folder or .zip), whose recorded outputs are the oracle and whose failure is searched
+    for; or a model, on which ``oracle`` (this interpreter's) runs once and whose failure is the baseline
+    release's (the newest that installs, the oldest with ``find="fixed"``), or ``failure_bundle``'s; ``inputs``
+    (default: seeded random ones, ``seed``), ``atol``/``rtol`` and ``workdir`` are the model's. Each release runs
+    the target (the bundle's, or ``target``; ``onnxruntime:opt_level=all`` on a model) with ``python=`` its own
+    cached environment, judged as :func:`verify` judges a bundle; a release that cannot install, cannot run the
+    model or fails differently is a skip with its reason. ``versions``: the releases to search (default: the
+    package index's for this Python, final ones unless ``pre``), within ``within`` (``"A..B"``). ``cache``: where
+    environments are kept (default ``$GRAPHBISECT_CACHE/releases``); ``jobs`` installs at once; ``repeat`` runs,
+    voted, of each release the answer rests on. Only ``onnxruntime`` so far.
 
     Example:
         >>> found = releases("bug-report", package="onnxruntime", within="1.17..1.22.1")   # doctest: +SKIP
         >>> found.last_good, found.first_bad, found.releases_run, found.paragraph               # doctest: +SKIP
+        >>> releases("model.onnx", package="onnxruntime", versions=["1.20.1", "1.22.1"]).status  # doctest: +SKIP
     """
-    from graphbisect.artifacts.bundle import load_bundle
-    from graphbisect.workflows.releases import search_releases
+    from graphbisect.artifacts.bundle import load_bundle, names_bundle
+    from graphbisect.workflows.releases import search_releases, search_releases_model
 
-    with load_bundle(Path(bundle)) as loaded:
-        return search_releases(loaded, package, versions=versions, within=within, pre=pre, target=target,
-                               find=find, cache=_path(cache), jobs=jobs, repeat=repeat, trust=trust,
-                               on_progress=on_progress)
+    common: dict[str, Any] = {"versions": versions, "within": within, "pre": pre, "find": find,
+                              "cache": _path(cache), "jobs": jobs, "repeat": repeat, "on_progress": on_progress}
+    if isinstance(source, (str, os.PathLike)) and names_bundle(Path(source)):
+        with load_bundle(Path(source)) as loaded:
+            return search_releases(loaded, package, target=target, trust=trust, **common)
+    model = load_model(source)
+    feeds, _ = _feeds(model, inputs, None, seed)
+    arguments = {"oracle": oracle, "target": target, "inputs": feeds, "seed": seed,
+                 "tolerance": _tolerance(None, atol, rtol), "workdir": _path(workdir), **common}
+    if failure_bundle is None:
+        return search_releases_model(model, package, **arguments)
+    with load_bundle(Path(failure_bundle)) as failure:
+        return search_releases_model(model, package, bundle=failure, **arguments)
 
 
 @_checked()

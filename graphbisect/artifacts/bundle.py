@@ -138,6 +138,18 @@ def is_bundle(path: Path) -> bool:
     return isinstance(data, dict) and data.get("format") == BUNDLE_FORMAT
 
 
+def names_bundle(path: Path) -> bool:
+    """Whether :func:`load_bundle` would read ``path`` as a bundle rather than it being something else (a model):
+    a bundle folder, a ``.zip`` (a model file is never one), or ``DIR`` when only ``DIR.zip`` exists."""
+    path = Path(path)
+    if path.is_dir():
+        return is_bundle(path)
+    if path.is_file():
+        return zipfile.is_zipfile(path)
+    named = path.absolute()
+    return bool(named.name) and named.with_name(named.name + ".zip").is_file()
+
+
 def read_json(path: Path) -> Any:
     """The JSON value in the file ``path``. Raises ``ValueError`` for text that is not JSON, not UTF-8, or
     nested too deeply to read (``[[[...`` 200,000 deep raised ``RecursionError``: "a graphbisect bug", issue 36

@@ -1,21 +1,22 @@
-"""`graphbisect releases BUNDLE --package onnxruntime`: the first release where the bundle's failure appears
+"""`graphbisect releases MODEL-or-BUNDLE --package onnxruntime`: the first release where a failure appears
 (``--find bad``, the default) or is gone (``--find fixed``).
 
-Each release runs the bundle's target in its own cached virtual environment (``python=``), against the bundle's
-recorded expected outputs (the oracle stays fixed), and is judged as ``verify`` judges it: bad when the recorded
-failure reproduces with the same identity, good when the target agrees with the oracle, a skip with its reason
-when the release cannot be installed, cannot run the model, or fails differently. Both ends are checked first;
-the search steps around skips and runs at most ceil(log2 N) + 2 releases (skips excepted); the releases the
-answer rests on are run ``--repeat`` times and voted.
+Each release runs the target in its own cached virtual environment (``python=``) against a fixed oracle, and is
+judged as ``verify`` judges a bundle: bad when the failure reproduces with the same identity, good when the target
+agrees with the oracle, a skip with its reason when the release cannot be installed, cannot run the model, or
+fails differently. On a bundle the oracle is its recorded outputs and the failure its recorded one; on a model
+``--oracle`` runs once and the failure is the baseline release's (the newest that installs, the oldest with
+``--find fixed``) or ``--bundle``'s. Both ends are checked first; the search steps around skips and runs at most
+ceil(log2 N) + 2 releases (skips excepted); the releases the answer rests on are run ``--repeat`` times and voted.
 
 Exit codes: 0 = found (the last good and first bad release, or the last bad and first fixed), 1 = none found:
 the failure is present in every release tested (or, with ``--find fixed``, already gone in the oldest), absent
 in the newest (not fixed in any), or every release was a skip; 2 = usage or input (no such package here, fewer
-than two releases, the index cannot be read, the bundle is unusable or its recorded target needs ``--trust``).
+than two releases, the index cannot be read, the bundle is unusable or its recorded target needs ``--trust``,
+the oracle cannot run the model).
 
-Not built yet: a model instead of a bundle (with an oracle that runs), packages other than ``onnxruntime``
-(openvino, onnxruntime-gpu, iree, paddlepaddle, ``command:`` targets), the bundle's report "Releases" section,
-and what changed between the two releases at the failing region.
+Not built yet: packages other than ``onnxruntime`` (openvino, onnxruntime-gpu, iree, paddlepaddle, ``command:``
+targets), and what changed between the two releases at the failing region.
 """
 
 from __future__ import annotations
@@ -23,19 +24,23 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
-from graphbisect.artifacts.bundle import load_bundle
-from graphbisect.cli.common import backend_spec, count, output_file, output_path, refuse_inside
+from graphbisect.artifacts.bundle import load_bundle, names_bundle
+from graphbisect.backends.registry import DEFAULT_ORACLE
+from graphbisect.cli.common import backend_spec, count, output_file, output_path, refuse_inside, tolerance
+from graphbisect.compare import Tolerance
 from graphbisect.releases.environments import PACKAGES, cache_root
 from graphbisect.storage.atomic import atomic_write_text
-from graphbisect.workflows.releases import FINDS, SKIP, ReleaseSearch, search_releases
+from graphbisect.workflows.releases import FINDS, SKIP, ReleaseSearch, search_releases, search_releases_model
 
 __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("bundle", type=Path, help="bundle folder or .zip written by `graphbisect reduce` (a model "
-                        "is not taken yet)")
+    parser.add_argument("source", type=Path, metavar="MODEL-or-BUNDLE",
+                        help="a bundle folder or .zip written by `graphbisect reduce` (its recorded outputs are the "
+                        "oracle), or an ONNX model (--oracle runs on it once)")
     parser.add_argument("--package", required=True, choices=sorted(PACKAGES),
                         help="the package whose releases to search (only onnxruntime so far)")
     parser.add_argument("--range", dest="within", metavar="A..B",
@@ -50,33 +55,69 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "it is gone")
     parser.add_argument("--target", type=backend_spec, metavar="SPEC",
                         help="the spec each release runs, python= set to that release's environment (default: "
-                        "the bundle's recorded target), e.g. 'onnxruntime:opt_level=all'")
+                        "the bundle's recorded target; with a model onnxruntime:opt_level=all)")
     parser.add_argument("--repeat", type=count(1), default=3,
                         help="runs of each release the answer rests on, voted (default 3; 1: no vote)")
     parser.add_argument("--jobs", type=count(1), default=2, help="environments installed at once (default 2)")
     parser.add_argument("--cache", type=output_path, metavar="DIR",
                         help=f"where release environments are kept (default {cache_root()})")
     parser.add_argument("--json", type=output_file, metavar="PATH", help="write the search as JSON")
+    model = parser.add_argument_group("with a MODEL")
+    model.add_argument("--oracle", type=backend_spec, metavar="SPEC", default=DEFAULT_ORACLE,
+                       help=f"the backend trusted to be right, this interpreter's, run once (default {DEFAULT_ORACLE})")
+    model.add_argument("--bundle", type=Path, metavar="BUNDLE",
+                       help="search for this bundle's failure (its signature and identity) on the model, instead of "
+                       "the baseline release's (the newest that installs; the oldest with --find fixed)")
+    model.add_argument("--inputs", type=Path, metavar="FILE",
+                       help="model inputs (.npz, .npy, .pb, JSON); default: seeded random inputs")
+    model.add_argument("--seed", type=count(0), default=0, help="seed for random inputs (default 0)")
+    model.add_argument("--atol", type=tolerance, default=1e-4, help="absolute tolerance (default 1e-4)")
+    model.add_argument("--rtol", type=tolerance, default=1e-3, help="relative tolerance (default 1e-3)")
+    model.add_argument("--workdir", type=output_path, metavar="DIR",
+                       help="keep the normalized model, inputs and the oracle's activations here")
     parser.add_argument("--trust", action="store_true",
                         help="run the bundle's recorded target even when it sets options not known to be inert "
                         "(its python= is always replaced)")
 
 
 def run(args: argparse.Namespace) -> int:
-    refuse_inside({"--json": args.json}, Path(args.bundle) if Path(args.bundle).is_dir() else None, "the bundle")
+    source = Path(args.source)
+    refuse_inside({"--json": args.json}, source if source.is_dir() else None, "the bundle")
     versions = [v.strip() for v in args.versions.split(",") if v.strip()] if args.versions else None
-    with load_bundle(args.bundle) as bundle:
-        print(f"bundle    {args.bundle}")
-        print(f"recorded  {bundle.signature.describe()}")
-        print(f"oracle    {bundle.oracle}   (its recorded outputs; not run)")
-        result = search_releases(bundle, args.package, versions=versions, within=args.within, pre=args.pre,
-                                 target=args.target, find=args.find, cache=args.cache, jobs=args.jobs,
-                                 repeat=args.repeat, trust=args.trust, on_progress=print)
+    common = {"versions": versions, "within": args.within, "pre": args.pre, "find": args.find, "cache": args.cache,
+              "jobs": args.jobs, "repeat": args.repeat, "on_progress": print}
+    if names_bundle(source):
+        with load_bundle(source) as bundle:
+            print(f"bundle    {source}")
+            print(f"recorded  {bundle.signature.describe()}")
+            print(f"oracle    {bundle.oracle}   (its recorded outputs; not run)")
+            result = search_releases(bundle, args.package, target=args.target, trust=args.trust, **common)
+    else:
+        result = _on_model(args, source, common)
     _print(result)
     if args.json is not None:
         atomic_write_text(args.json, json.dumps(result.to_json(), indent=1) + "\n")
         print(f"wrote {args.json}")
     return 0 if result.found else 1
+
+
+def _on_model(args: argparse.Namespace, source: Path, common: dict[str, Any]) -> ReleaseSearch:
+    from graphbisect.data import load_inputs
+    from graphbisect.model import load_model
+
+    model = load_model(source)
+    inputs = load_inputs(args.inputs, model) if args.inputs is not None else None
+    tol = Tolerance(atol=args.atol, rtol=args.rtol)
+    print(f"model     {source}  ({len(model.nodes)} nodes)")
+    print(f"oracle    {args.oracle}   (this interpreter's; runs once)")
+    print(f"inputs    {args.inputs or f'seeded random (seed {args.seed})'}")
+    if args.bundle is None:
+        return search_releases_model(model, args.package, oracle=args.oracle, target=args.target, inputs=inputs,
+                                     seed=args.seed, tolerance=tol, workdir=args.workdir, **common)
+    with load_bundle(args.bundle) as bundle:
+        print(f"failure   {bundle.signature.describe()}   (the bundle's)")
+        return search_releases_model(model, args.package, oracle=args.oracle, target=args.target, inputs=inputs,
+                                     seed=args.seed, tolerance=tol, bundle=bundle, workdir=args.workdir, **common)
 
 
 def _print(r: ReleaseSearch) -> None:

@@ -12,9 +12,12 @@ never counted as this one, the commonest way an automated bisection lands on the
 its answer rests on are run ``repeat`` times and their verdict voted, a disagreement reported as flaky (and a
 verdict the vote overturns searched again).
 
-Not built yet: a model (with an oracle that runs) instead of a bundle, packages other than ``onnxruntime``,
-the bundle's report.md/report.json "Releases" section, and what changed between the two releases at the
-failing region (the passes that fired in one and not the other).
+On a model (:func:`search_releases_model`) the reference a bundle carries is made once, the oracle's outputs and
+the failure of a baseline release (:mod:`graphbisect.workflows.releases_model`), and each release is judged
+against it the same way.
+
+Not built yet: packages other than ``onnxruntime``, the bundle's report.md/report.json "Releases" section, and
+what changed between the two releases at the failing region (the passes that fired in one and not the other).
 """
 
 from __future__ import annotations
@@ -30,17 +33,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from graphbisect.artifacts.bundle import BundleError, LoadedBundle
 from graphbisect.artifacts.repro import TACTICS_FILE
 from graphbisect.backends import BackendSpec, registry
+from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
+from graphbisect.compare import Tolerance
 from graphbisect.errors import GraphBisectError, InputError
+from graphbisect.model import Model
 from graphbisect.releases.environments import Environment, prepare_environments, recipe_of
 from graphbisect.releases.index import VersionRange, index_versions, select_versions
 from graphbisect.releases.search import FOUND, NEWEST_UNCHANGED, OLDEST_CHANGED, Answer, Change, find_change
 from graphbisect.text.printable import plural
+from graphbisect.workflows.releases_model import ModelReference, describe_reference, model_reference
+from graphbisect.workflows.scratch import work_folder
 from graphbisect.workflows.verify import DIFFERENT, FIXED, FIXED_REDUCED, REPRODUCES, Verification, verify_bundle
 
-__all__ = ["BAD", "FINDS", "GOOD", "SKIP", "ReleaseRun", "ReleaseSearch", "search_releases"]
+__all__ = ["BAD", "FINDS", "GOOD", "SKIP", "ReleaseRun", "ReleaseSearch", "search_releases", "search_releases_model"]
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +115,9 @@ class ReleaseSearch:
     runs: int
     releases_run: int
     python: str
+    #: the oracle that ran on a model (once: ``oracle_runs``), or None: a bundle's recorded outputs
+    oracle: str | None = None
+    oracle_runs: int = 0
 
     @property
     def found(self) -> bool:
@@ -133,6 +146,7 @@ class ReleaseSearch:
             "last_good": self.last_good, "first_bad": self.first_bad, "last_bad": self.last_bad,
             "first_fixed": self.first_fixed, "skipped_between": list(self.skipped_between),
             "tested": {version: run.to_json() for version, run in self.tested.items()},
+            "oracle": self.oracle, "oracle_runs": self.oracle_runs,
             "installs": self.installs, "runs": self.runs, "releases_run": self.releases_run,
             "bound": self.bound, "flaky": self.flaky, "paragraph": self.paragraph,
         }
@@ -153,16 +167,103 @@ def search_releases(bundle: LoadedBundle, package: str, *, versions: Sequence[st
     (:func:`~graphbisect.releases.environments.cache_root`). Raises :class:`InputError` for an unknown
     package, a target of another backend, fewer than two releases, or an index that cannot be read.
     """
+    say = _checked_arguments(find, repeat, jobs, on_progress)
+    spec = _of_package(_target(bundle, target, trust=trust), package)
+    chosen, envs, installs = _environments(package, versions, within, pre=pre, cache=cache, jobs=jobs, say=say)
+    runner = _Runner(bundle, spec, envs, repeat=repeat, find=find, say=say)
+    change = runner.search(chosen)
+    return _result(package, find, spec, _short(bundle.signature.describe()), chosen, change=change, runner=runner,
+                   installs=installs)
+
+
+def search_releases_model(model: Model | Path | str, package: str, *, oracle: BackendSpec | str = DEFAULT_ORACLE,
+                          target: BackendSpec | str | None = None, inputs: Mapping[str, np.ndarray] | None = None,
+                          seed: int = 0, tolerance: Tolerance | None = None, bundle: LoadedBundle | None = None,
+                          versions: Sequence[str] | None = None, within: VersionRange | str | None = None,
+                          pre: bool = False, find: str = "bad", cache: Path | str | None = None, jobs: int = 2,
+                          repeat: int = 3, workdir: Path | None = None,
+                          on_progress: Callable[[str], None] | None = None) -> ReleaseSearch:
+    """:func:`search_releases` on a model: ``oracle`` (this interpreter's, fixed) runs once on ``model`` and its
+    outputs are every release's expectation; ``target`` (default ``onnxruntime:opt_level=all``) moves, ``python=``
+    each release's environment. The failure searched for is the baseline release's (the newest that installs
+    with ``find="bad"``, the oldest with ``find="fixed"``), or ``bundle``'s: see
+    :mod:`graphbisect.workflows.releases_model`. ``inputs``: the model's (default: seeded random ones, ``seed``);
+    ``workdir``: where the normalized model, the inputs and the oracle's activations are kept (default: a
+    temporary folder). Raises :class:`InputError` as :func:`search_releases` does, and
+    :class:`~graphbisect.workflows.compare.OracleFailed` when the oracle cannot run the model."""
+    from graphbisect.model import load_model
+
+    say = _checked_arguments(find, repeat, jobs, on_progress)
+    spec = _of_package(BackendSpec.parse(target or DEFAULT_TARGET) if not isinstance(target, BackendSpec)
+                       else target, package).with_options(python=None)
+    oracle_spec = BackendSpec.parse(oracle) if isinstance(oracle, str) else oracle
+    loaded = model if isinstance(model, Model) else load_model(Path(model))
+    chosen, envs, installs = _environments(package, versions, within, pre=pre, cache=cache, jobs=jobs, say=say)
+    usable = [v for v in chosen if envs[v].usable]
+    if not usable:
+        runner = _Runner(None, spec, envs, repeat=repeat, find=find, say=say)
+        return _result(package, find, spec, "nothing: no release could be installed", chosen,
+                       change=runner.search(chosen), runner=runner, installs=installs, oracle=str(oracle_spec))
+    baseline = usable[-1] if find == "bad" else usable[0]
+    with work_folder(workdir, "releases", protect=(loaded.path, loaded.origin)) as (folder, _):
+        say(f"the reference: the oracle {oracle_spec} and {package} {baseline} on {loaded.origin or loaded.path}"
+            + (f"; the failure is {bundle.source}'s" if bundle is not None else ""))
+        start = time.monotonic()
+        ref = model_reference(loaded, oracle=oracle_spec, target=_in_environment(spec, envs[baseline]),
+                              workdir=folder / "reference", inputs=inputs, seed=seed, tolerance=tolerance,
+                              bundle=bundle)
+        say(f"  {baseline}: {describe_reference(ref) if ref.failed else 'passes'} "
+            f"[{time.monotonic() - start:.1f} s, oracle {ref.oracle_runs} run, target {ref.target_runs}]")
+        runner = _Runner(ref.bundle, spec, envs, repeat=repeat, find=find, say=say)
+        runner.runs += ref.target_runs
+        if bundle is None:  # the baseline's run is the failure: bad by definition (its repeats are voted)
+            runner.tested[baseline] = _baseline_run(baseline, ref, envs[baseline], time.monotonic() - start)
+        change = runner.search(chosen)
+    return _result(package, find, spec, _short(describe_reference(ref) if ref.failed or bundle is not None
+                                               else "no failure on the baseline release " + baseline, 400),
+                   chosen, change=change, runner=runner, installs=installs, oracle=str(oracle_spec),
+                   oracle_runs=ref.oracle_runs)
+
+
+def _checked_arguments(find: str, repeat: int, jobs: int,
+                       on_progress: Callable[[str], None] | None) -> Callable[[str], None]:
+    """``on_progress`` (else the log), once ``find``, ``repeat`` and ``jobs`` are known to be usable."""
     if find not in FINDS:
         raise InputError(f"find={find!r}: look for {' or '.join(FINDS)}", hint="--find bad or --find fixed")
     if repeat < 1 or jobs < 1:
         raise InputError("repeat and jobs count runs: at least 1", hint="--repeat 3, --jobs 2")
-    say = on_progress or (lambda line: log.info("%s", line))
+    return on_progress or (lambda line: log.info("%s", line))
+
+
+def _of_package(spec: BackendSpec, package: str) -> BackendSpec:
+    """``spec``, when a release of ``package`` runs it; else :class:`InputError`."""
     recipe = recipe_of(package)
-    spec = _target(bundle, target, trust=trust)
     if registry.get(spec.name).name not in recipe.backends:
         raise InputError(f"the target {spec} is not run by {package}", hint=f"--target one of "
                          f"{', '.join(recipe.backends)}, or --package the package of {spec.name}")
+    return spec
+
+
+def _in_environment(spec: BackendSpec, env: Environment) -> BackendSpec:
+    """``spec`` run by ``env``'s interpreter (this one's: ``spec`` itself)."""
+    return spec if env.python is None else spec.with_options(python=str(env.python))
+
+
+def _baseline_run(version: str, ref: ModelReference, env: Environment, seconds: float) -> ReleaseRun:
+    """The baseline release's verdict from the comparison that made the reference: bad when it failed."""
+    compared = ref.baseline
+    magnitude = max((s.score for s in compared.outputs), default=None)
+    library = compared.versions.get("target", {}).get("library_version")
+    return ReleaseRun(version, BAD if ref.failed else GOOD, None,
+                      _short(ref.bundle.signature.describe()) if ref.failed else None,
+                      None if magnitude is None else float(magnitude), None if library is None else str(library),
+                      runs=1, installed=env.installed, install_seconds=env.seconds, run_seconds=seconds)
+
+
+def _environments(package: str, versions: Sequence[str] | None, within: VersionRange | str | None, *, pre: bool,
+                  cache: Path | str | None, jobs: int,
+                  say: Callable[[str], None]) -> tuple[list[str], dict[str, Environment], int]:
+    """The releases searched (oldest first), their environments, and how many were installed now."""
     window = within if isinstance(within, VersionRange) else VersionRange.parse(within)
     listed = list(versions) if versions is not None else index_versions(package, pre=pre)
     chosen = select_versions(listed, window, pre=pre or versions is not None)
@@ -182,9 +283,7 @@ def search_releases(bundle: LoadedBundle, package: str, *, versions: Sequence[st
     envs = prepare_environments(package, chosen, cache=cache, jobs=jobs, on_ready=ready)
     installs = sum(env.installed for env in envs.values())
     say(f"environments ready in {time.monotonic() - start:.0f} s ({installs} installed)")
-    runner = _Runner(bundle, spec, envs, repeat=repeat, find=find, say=say)
-    change = runner.search(chosen)
-    return _result(package, find, spec, bundle, chosen, change=change, runner=runner, installs=installs)
+    return chosen, envs, installs
 
 
 def _target(bundle: LoadedBundle, target: BackendSpec | str | None, *, trust: bool) -> BackendSpec:
@@ -208,8 +307,9 @@ def _target(bundle: LoadedBundle, target: BackendSpec | str | None, *, trust: bo
 class _Runner:
     """Runs releases for the search: one verdict per release, cached; the decisive ones confirmed by a vote."""
 
-    def __init__(self, bundle: LoadedBundle, spec: BackendSpec, envs: Mapping[str, Environment], *, repeat: int,
-                 find: str, say: Callable[[str], None]) -> None:
+    def __init__(self, bundle: LoadedBundle | None, spec: BackendSpec, envs: Mapping[str, Environment], *,
+                 repeat: int, find: str, say: Callable[[str], None]) -> None:
+        """``bundle``: the reference each release is judged against (None only when no release can run)."""
         self.bundle, self.spec, self.envs, self.repeat, self.find, self.say = bundle, spec, envs, repeat, find, say
         self.tested: dict[str, ReleaseRun] = {}
         self.confirmed: set[str] = set()
@@ -261,9 +361,10 @@ class _Runner:
             run = ReleaseRun(version, SKIP, f"cannot install: {env.error}", install_seconds=env.seconds)
             self.say(f"  {version}: skip ({run.reason})")
             return run
-        spec = self.spec if env.python is None else self.spec.with_options(python=str(env.python))
+        spec = _in_environment(self.spec, env)
         start = time.monotonic()
         self.runs += 1
+        assert self.bundle is not None, "a release that installs is judged against a reference"
         try:
             verification = verify_bundle(self.bundle, spec)
         except GraphBisectError as exc:
@@ -318,8 +419,9 @@ def _votes(votes: Mapping[str, int]) -> str:
 _STATUS = {FOUND: "found", OLDEST_CHANGED: "present-in-oldest", NEWEST_UNCHANGED: "absent-in-newest"}
 
 
-def _result(package: str, find: str, spec: BackendSpec, bundle: LoadedBundle, versions: Sequence[str], *,
-            change: Change, runner: _Runner, installs: int) -> ReleaseSearch:
+def _result(package: str, find: str, spec: BackendSpec, recorded: str, versions: Sequence[str], *,
+            change: Change, runner: _Runner, installs: int, oracle: str | None = None,
+            oracle_runs: int = 0) -> ReleaseSearch:
     def at(index: int | None) -> str | None:
         return None if index is None else versions[index]
 
@@ -331,19 +433,21 @@ def _result(package: str, find: str, spec: BackendSpec, bundle: LoadedBundle, ve
         last_good, first_bad, last_bad, first_fixed = None, None, before, after
     tested = {v: runner.tested[v] for v in versions if v in runner.tested}
     return ReleaseSearch(
-        package=package, find=find, target=str(spec), recorded=_short(bundle.signature.describe()),
+        package=package, find=find, target=str(spec), recorded=recorded,
         versions=tuple(versions), status=_STATUS.get(change.status, "untestable"), last_good=last_good,
         first_bad=first_bad, last_bad=last_bad, first_fixed=first_fixed,
         skipped_between=tuple(versions[i] for i in change.unknown_between), tested=tested, installs=installs,
         runs=runner.runs, releases_run=sum(1 for run in tested.values() if run.runs > 0),
-        python=f"Python {sys.version_info.major}.{sys.version_info.minor}, {platform.system()} {platform.machine()}")
+        python=f"Python {sys.version_info.major}.{sys.version_info.minor}, {platform.system()} {platform.machine()}",
+        oracle=oracle, oracle_runs=oracle_runs)
 
 
 def _paragraph(r: ReleaseSearch) -> str:
     span = f"{r.package} {r.versions[0]} to {r.versions[-1]} ({plural(len(r.versions), 'release')}, {r.python})"
     skips = [v for v, run in r.tested.items() if run.verdict == SKIP]
     cost = (f"{r.releases_run} releases run ({r.runs} runs), {len(skips)} skipped"
-            + (f" ({', '.join(skips)})" if skips else "") + f"; found with graphbisect releases on target {r.target}")
+            + (f" ({', '.join(skips)})" if skips else "") + f"; found with graphbisect releases on target {r.target}"
+            + (f" against the oracle {r.oracle} (run once)" if r.oracle else ""))
     failure = f"The failure ({r.recorded})"
     if r.found:
         new, old = (r.first_bad, r.last_good) if r.find == "bad" else (r.first_fixed, r.last_bad)

@@ -181,3 +181,59 @@ def test_the_range_comes_from_the_package_index(opset22_bundle: Path, cache: Pat
     found = gb.releases(opset22_bundle, package="onnxruntime", within="1.20.1..1.22.1", find="fixed", cache=cache)
     assert found.versions == ("1.20.1", *MORE, "1.22.1")
     assert (found.last_bad, found.first_fixed, found.installs) == ("1.20.1", "1.21.0", 0)
+
+
+@pytest.fixture(scope="module")
+def layernorm_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("releases") / "layernorm.onnx"
+    onnx.save(pattern_model("layernorm_keepdims0"), path)
+    return path
+
+
+def test_on_a_model_the_oracle_runs_once_and_the_newest_release_says_what_the_failure_is(
+        layernorm_model: Path, cache: Path, tmp_path: Path) -> None:
+    """The model (no bundle): this interpreter's oracle runs once, the newest release's run is the failure
+    (identity: the fused LayerNorm), and the releases are judged against both."""
+    out = tmp_path / "model.json"
+    code = main(["releases", str(layernorm_model), "--package", "onnxruntime", "--versions", f"1.17.3,1.22.1,{HOST}",
+                 "--cache", str(cache), "--json", str(out)])
+    assert code == 1  # present in every release: nothing to bisect
+    found = json.loads(out.read_text())
+    assert found["oracle"] == "onnxruntime:opt_level=disable" and found["oracle_runs"] == 1
+    assert "compiled as LayerNormalization made by LayerNormFusion" in found["recorded"]
+    assert found["status"] == "present-in-oldest"
+    assert found["tested"][HOST]["verdict"] == "bad" and found["tested"][HOST]["magnitude"] > 1
+    old = found["tested"]["1.17.3"]
+    assert old["verdict"] == "bad" and "names no pass" in old["reason"] and old["runs"] == 3
+    assert "1.22.1" not in found["tested"]  # both ends decided it
+    assert "against the oracle onnxruntime:opt_level=disable (run once)" in found["paragraph"]
+
+
+def test_on_a_model_a_bundles_failure_is_searched_for_and_a_sibling_is_not_it(
+        layernorm_model: Path, cache: Path, tmp_path: Path) -> None:
+    """``--bundle``: the failure of a bundle reduced with the LayerNorm fusion disabled (SimplifiedLayerNormFusion's
+    6-node core) searched on the whole model, where every release fuses the 9 nodes by LayerNormFusion instead:
+    another failure everywhere, so every release is a skip and nothing is found."""
+    sibling = tmp_path / "sibling"
+    gb.reduce(pattern_model("layernorm_keepdims0"), sibling,
+              target="onnxruntime:opt_level=all,disabled=LayerNormFusionL1;LayerNormFusionL2")
+    found = gb.releases(layernorm_model, package="onnxruntime", versions=["1.17.3", HOST], cache=cache, repeat=1,
+                        failure_bundle=sibling)
+    assert found.status == "untestable" and not found.found
+    assert "SimplifiedLayerNormalization made by SimplifiedLayerNormFusion" in found.recorded
+    for version in ("1.17.3", HOST):
+        assert (found.tested[version].reason or "").startswith("fails differently"), found.tested[version]
+    assert found.oracle_runs == 1
+
+
+def test_on_a_model_the_release_that_fixed_it_is_found_from_the_oldest_releases_failure(
+        cache: Path, tmp_path: Path) -> None:
+    """``find="fixed"`` on a model stamped opset 22: the oldest release (1.20.1) refuses it, and that refusal is
+    the failure; 1.21.0 is the first release that loads it."""
+    model = tmp_path / "opset22.onnx"
+    onnx.save(_at_opset_22(pattern_model("relu_clip_f32")), model)
+    found = gb.releases(model, package="onnxruntime", versions=["1.20.1", *MORE, "1.22.1"], find="fixed",
+                        cache=cache)
+    assert (found.last_bad, found.first_fixed) == ("1.20.1", "1.21.0")
+    assert found.recorded.startswith("unsupported") and "till opset 21" in found.recorded
+    assert found.tested["1.20.1"].runs == 3 and found.oracle_runs == 1 and found.installs == 0
