@@ -468,17 +468,19 @@ def verify(bundle: str | os.PathLike[str], *, target: str | None = None, trust: 
 def releases(source: str | os.PathLike[str] | ModelSource, *, package: str, within: str | None = None,
              versions: Sequence[str] | None = None, pre: bool = False, target: str | None = None, find: str = "bad",
              cache: str | os.PathLike[str] | None = None, jobs: int = 2, repeat: int = 3, trust: bool = False,
-             oracle: str = DEFAULT_ORACLE, inputs: InputsSource = None, seed: int = 0, atol: float = 1e-4,
-             rtol: float = 1e-3, failure_bundle: str | os.PathLike[str] | None = None,
+             section: bool = True, oracle: str = DEFAULT_ORACLE, inputs: InputsSource = None, seed: int = 0,
+             atol: float = 1e-4, rtol: float = 1e-3, failure_bundle: str | os.PathLike[str] | None = None,
              workdir: str | os.PathLike[str] | None = None,
              on_progress: Callable[[str], None] | None = None) -> ReleaseSearch:
     """The first release of ``package`` where a failure appears (``find="bad"``: ``last_good``, ``first_bad``) or
     is gone (``find="fixed"``: ``last_bad``, ``first_fixed``): ``graphbisect releases``.
 
     ``source``: a bundle (folder or .zip), whose recorded outputs are the oracle and whose failure is searched
-    for; or a model, on which ``oracle`` (this interpreter's) runs once and whose failure is the baseline
-    release's (the newest that installs, the oldest with ``find="fixed"``), or ``failure_bundle``'s; ``inputs``
-    (default: seeded random ones, ``seed``), ``atol``/``rtol`` and ``workdir`` are the model's. Each release runs
+    for (``section``: add what was found to its report.md and report.json, beside a .zip:
+    :mod:`graphbisect.artifacts.releases_section`); or a model, on which ``oracle`` (this interpreter's) runs once
+    and whose failure is the baseline release's (the newest that installs, the oldest with ``find="fixed"``), or
+    ``failure_bundle``'s; ``inputs`` (default: seeded random ones, ``seed``), ``atol``/``rtol`` and ``workdir``
+    are the model's. Each release runs
     the target (the bundle's, or ``target``; ``onnxruntime:opt_level=all`` on a model) with ``python=`` its own
     cached environment, judged as :func:`verify` judges a bundle; a release that cannot install, cannot run the
     model or fails differently is a skip with its reason. ``versions``: the releases to search (default: the
@@ -498,7 +500,12 @@ def releases(source: str | os.PathLike[str] | ModelSource, *, package: str, with
                               "cache": _path(cache), "jobs": jobs, "repeat": repeat, "on_progress": on_progress}
     if isinstance(source, (str, os.PathLike)) and names_bundle(Path(source)):
         with load_bundle(Path(source)) as loaded:
-            return search_releases(loaded, package, target=target, trust=trust, **common)
+            found = search_releases(loaded, package, target=target, trust=trust, **common)
+        if section:
+            from graphbisect.artifacts.releases_section import add_releases_section
+
+            add_releases_section(Path(source), found.to_json())
+        return found
     model = load_model(source)
     feeds, _ = _feeds(model, inputs, None, seed)
     arguments = {"oracle": oracle, "target": target, "inputs": feeds, "seed": seed,

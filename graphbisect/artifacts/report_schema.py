@@ -107,6 +107,8 @@ REPORT_SCHEMA: dict[str, Shape] = {
                             text=_opt(STR))),
     "report_runs": _opt(_map(INT)),
     "report_calls": _opt(_map(Shape("object"))),
+    # what `graphbisect releases` found on the bundle, by --find (graphbisect.artifacts.releases_section)
+    "releases": _opt(_map(Shape("object"))),
 }
 
 #: The fields no bundle can lack: what runs (``oracle``, ``target``) and what it is checked against.

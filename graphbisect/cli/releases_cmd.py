@@ -6,8 +6,10 @@ judged as ``verify`` judges a bundle: bad when the failure reproduces with the s
 agrees with the oracle, a skip with its reason when the release cannot be installed, cannot run the model, or
 fails differently. On a bundle the oracle is its recorded outputs and the failure its recorded one; on a model
 ``--oracle`` runs once and the failure is the baseline release's (the newest that installs, the oldest with
-``--find fixed``) or ``--bundle``'s. Both ends are checked first; the search steps around skips and runs at most
-ceil(log2 N) + 2 releases (skips excepted); the releases the answer rests on are run ``--repeat`` times and voted.
+``--find fixed``) or ``--bundle``'s. On a bundle, what was found is added to its report.md and report.json
+(beside a .zip: :mod:`graphbisect.artifacts.releases_section`). Both ends are checked first; the search steps
+around skips and runs at most ceil(log2 N) + 2 releases (skips excepted); the releases the answer rests on are
+run ``--repeat`` times and voted.
 
 Exit codes: 0 = found (the last good and first bad release, or the last bad and first fixed), 1 = none found:
 the failure is present in every release tested (or, with ``--find fixed``, already gone in the oldest), absent
@@ -23,10 +25,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from graphbisect.artifacts.bundle import load_bundle, names_bundle
+from graphbisect.artifacts.releases_section import add_releases_section
 from graphbisect.backends.registry import DEFAULT_ORACLE
 from graphbisect.cli.common import backend_spec, count, output_file, output_path, refuse_inside, tolerance
 from graphbisect.compare import Tolerance
@@ -62,6 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache", type=output_path, metavar="DIR",
                         help=f"where release environments are kept (default {cache_root()})")
     parser.add_argument("--json", type=output_file, metavar="PATH", help="write the search as JSON")
+    parser.add_argument("--no-section", action="store_true",
+                        help="do not add the Releases section to the bundle's report.md and report.json (a .zip "
+                        "bundle: NAME.releases.md and NAME.releases.json beside it)")
     model = parser.add_argument_group("with a MODEL")
     model.add_argument("--oracle", type=backend_spec, metavar="SPEC", default=DEFAULT_ORACLE,
                        help=f"the backend trusted to be right, this interpreter's, run once (default {DEFAULT_ORACLE})")
@@ -92,13 +99,26 @@ def run(args: argparse.Namespace) -> int:
             print(f"recorded  {bundle.signature.describe()}")
             print(f"oracle    {bundle.oracle}   (its recorded outputs; not run)")
             result = search_releases(bundle, args.package, target=args.target, trust=args.trust, **common)
+        _print(result)
+        if not args.no_section:
+            _add_section(source, result)
     else:
         result = _on_model(args, source, common)
-    _print(result)
+        _print(result)
     if args.json is not None:
         atomic_write_text(args.json, json.dumps(result.to_json(), indent=1) + "\n")
         print(f"wrote {args.json}")
     return 0 if result.found else 1
+
+
+def _add_section(source: Path, result: ReleaseSearch) -> None:
+    try:
+        written = add_releases_section(source, result.to_json())
+    except OSError as exc:  # the answer is printed: a read-only bundle loses only its copy of it
+        print(f"warning: could not add the Releases section to {source}: {exc}", file=sys.stderr)
+        return
+    where = "the bundle's" if source.is_dir() else "beside the .zip, which is left as it is:"
+    print(f"added the Releases section to {where} {' and '.join(str(path) for path in written)}")
 
 
 def _on_model(args: argparse.Namespace, source: Path, common: dict[str, Any]) -> ReleaseSearch:

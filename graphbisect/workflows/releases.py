@@ -16,8 +16,11 @@ On a model (:func:`search_releases_model`) the reference a bundle carries is mad
 the failure of a baseline release (:mod:`graphbisect.workflows.releases_model`), and each release is judged
 against it the same way.
 
-Not built yet: packages other than ``onnxruntime``, the bundle's report.md/report.json "Releases" section, and
-what changed between the two releases at the failing region (the passes that fired in one and not the other).
+What a search of a bundle found is added to the bundle by its callers (the CLI, ``graphbisect.releases``):
+:mod:`graphbisect.artifacts.releases_section`.
+
+Not built yet: packages other than ``onnxruntime``, and what changed between the two releases at the failing
+region (the passes that fired in one and not the other).
 """
 
 from __future__ import annotations

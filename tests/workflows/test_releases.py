@@ -16,8 +16,10 @@ Measured per release on CPU, Python 3.11 (docs/guide/releases.md):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
+import zipfile
 from importlib import metadata
 from pathlib import Path
 
@@ -26,6 +28,7 @@ import pytest
 
 import graphbisect as gb
 from graphbisect.artifacts.bundle import load_bundle
+from graphbisect.artifacts.releases_section import add_releases_section
 from graphbisect.cli.main import main
 from graphbisect.errors import InputError
 from graphbisect.examples.patterns import pattern_model
@@ -138,12 +141,48 @@ def test_the_release_that_fixed_it_is_found_and_a_second_run_installs_nothing(op
     assert "IR version" in old["reason"]
     assert found["releases_run"] <= found["bound"] + 1 and found["bound"] == 5  # one skip costs one more
     assert "is fixed in onnxruntime 1.21.0" in found["paragraph"]
+    # the bundle says so itself: a Releases section at the end of report.md, and report.json's releases.fixed
+    report_md = (opset22_bundle / "report.md").read_text()
+    assert report_md.rstrip().endswith("<!-- /graphbisect releases find=fixed -->")
+    assert "| 1.21.0 | good | 3 | passes |" in report_md and "**last bad 1.20.1, first fixed 1.21.0**" in report_md
+    assert "> " + found["paragraph"] in report_md
+    recorded = json.loads((opset22_bundle / "report.json").read_text())
+    assert recorded["releases"]["fixed"]["first_fixed"] == "1.21.0"
     # looked at the other way, the failure is gone in the newest release: said, not bisected (exit 1)
     assert main(["releases", str(opset22_bundle), "--package", "onnxruntime", "--versions", ",".join(versions),
                  "--cache", str(cache), "--json", str(out)]) == 1
     other = json.loads(out.read_text())
     assert other["status"] == "absent-in-newest" and other["first_bad"] is None
     assert list(other["tested"]) == ["1.22.1"]
+    # a second section beside the first; the rest of both files as reduce wrote them, and the bundle still whole
+    both = (opset22_bundle / "report.md").read_text()
+    assert both.startswith(report_md[:report_md.index("<!-- graphbisect releases find=fixed -->")])
+    assert both.count("<!-- graphbisect releases find=") == 2 and "**Not found (absent-in-newest)**" in both
+    again = json.loads((opset22_bundle / "report.json").read_text())
+    assert set(again["releases"]) == {"fixed", "bad"}
+    assert {k: v for k, v in again.items() if k not in ("releases", "files")} == \
+        {k: v for k, v in recorded.items() if k not in ("releases", "files")}
+    with load_bundle(opset22_bundle) as reread:  # report.md's recorded sha256 follows it
+        assert reread.report["releases"]["bad"]["status"] == "absent-in-newest"
+    # the same search again replaces its own section
+    add_releases_section(opset22_bundle, other)
+    assert (opset22_bundle / "report.md").read_text() == both
+
+
+def test_a_zipped_bundle_is_left_as_it_is_and_the_section_written_beside_it(opset22_bundle: Path, cache: Path,
+                                                                            tmp_path: Path) -> None:
+    archive = tmp_path / "opset22.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for path in sorted(opset22_bundle.iterdir()):
+            zf.write(path, f"opset22/{path.name}")
+    before = archive.read_bytes()
+    assert main(["releases", str(archive), "--package", "onnxruntime", "--versions", "1.20.1,1.21.0",
+                 "--find", "fixed", "--repeat", "1", "--cache", str(cache)]) == 0
+    assert archive.read_bytes() == before
+    beside = json.loads((tmp_path / "opset22.releases.json").read_text())
+    assert beside["bundle"] == "opset22.zip" and beside["sha256"] == hashlib.sha256(before).hexdigest()
+    assert beside["releases"]["fixed"]["first_fixed"] == "1.21.0"
+    assert "**last bad 1.20.1, first fixed 1.21.0**" in (tmp_path / "opset22.releases.md").read_text()
 
 
 def test_a_release_failing_another_way_is_a_skip_and_a_renamed_error_type_is_not(
