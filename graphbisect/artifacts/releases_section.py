@@ -66,6 +66,9 @@ def section_markdown(search: Mapping[str, Any]) -> str:
         pair = (("last good", "last_good"), ("first bad", "first_bad")) if find == "bad" else \
             (("last bad", "last_bad"), ("first fixed", "first_fixed"))
         lines.append("**" + ", ".join(f"{name} {search.get(key)}" for name, key in pair) + "**")
+        changed = search.get("changed")
+        if isinstance(changed, dict) and changed.get("describe"):
+            lines += ["", f"What changed: {changed['describe']}"]
     else:
         lines.append(f"**Not found ({search.get('status')})**")
     lines += ["", f"Installs: {search.get('installs')}; releases run: {search.get('releases_run')} of "

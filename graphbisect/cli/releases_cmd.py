@@ -18,7 +18,7 @@ than two releases, the index cannot be read, the bundle is unusable or its recor
 the oracle cannot run the model).
 
 Not built yet: packages other than ``onnxruntime`` (openvino, onnxruntime-gpu, iree, paddlepaddle, ``command:``
-targets), and what changed between the two releases at the failing region.
+targets).
 """
 
 from __future__ import annotations
@@ -156,6 +156,8 @@ def _print(r: ReleaseSearch) -> None:
         pair = (("last good", r.last_good), ("first bad", r.first_bad)) if r.find == "bad" else \
             (("last bad", r.last_bad), ("first fixed", r.first_fixed))
         print("\n" + "   ".join(f"{name}: {version}" for name, version in pair))
+        if r.changed is not None:
+            print(f"what changed: {r.changed.describe()}")
     else:
         print(f"\nNOT FOUND ({r.status})")
     print(f"installs: {r.installs}   releases run: {r.releases_run} of {len(r.versions)} "

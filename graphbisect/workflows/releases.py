@@ -19,8 +19,10 @@ against it the same way.
 What a search of a bundle found is added to the bundle by its callers (the CLI, ``graphbisect.releases``):
 :mod:`graphbisect.artifacts.releases_section`.
 
-Not built yet: packages other than ``onnxruntime``, and what changed between the two releases at the failing
-region (the passes that fired in one and not the other).
+Where the target can say (ONNX Runtime), a found answer also says what changed between its two releases: the passes
+that fired in one and not the other, and what each compiled the failing region as (:mod:`.releases_change`).
+
+Not built yet: packages other than ``onnxruntime``.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from graphbisect.releases.environments import Environment, prepare_environments,
 from graphbisect.releases.index import VersionRange, index_versions, select_versions
 from graphbisect.releases.search import FOUND, NEWEST_UNCHANGED, OLDEST_CHANGED, Answer, Change, find_change
 from graphbisect.text.printable import plural
+from graphbisect.workflows.releases_change import ReleaseChange, release_change, reports_passes
 from graphbisect.workflows.releases_model import ModelReference, describe_reference, model_reference
 from graphbisect.workflows.scratch import work_folder
 from graphbisect.workflows.verify import DIFFERENT, FIXED, FIXED_REDUCED, REPRODUCES, Verification, verify_bundle
@@ -121,6 +124,8 @@ class ReleaseSearch:
     #: the oracle that ran on a model (once: ``oracle_runs``), or None: a bundle's recorded outputs
     oracle: str | None = None
     oracle_runs: int = 0
+    #: what changed between the two releases found, where the target says (:mod:`.releases_change`)
+    changed: ReleaseChange | None = None
 
     @property
     def found(self) -> bool:
@@ -150,6 +155,7 @@ class ReleaseSearch:
             "first_fixed": self.first_fixed, "skipped_between": list(self.skipped_between),
             "tested": {version: run.to_json() for version, run in self.tested.items()},
             "oracle": self.oracle, "oracle_runs": self.oracle_runs,
+            "changed": None if self.changed is None else self.changed.to_json(),
             "installs": self.installs, "runs": self.runs, "releases_run": self.releases_run,
             "bound": self.bound, "flaky": self.flaky, "paragraph": self.paragraph,
         }
@@ -327,6 +333,17 @@ class _Runner:
                 return change
             self.say(f"the vote overturned {', '.join(overturned)}: searching again")
 
+    def what_changed(self, older: str, newer: str) -> ReleaseChange | None:
+        """What changed between the two releases found (:mod:`.releases_change`), where the target can say."""
+        if self.bundle is None or not reports_passes(self.spec):
+            return None
+        self.say(f"what changed between {older} and {newer}: their passes and optimized graphs")
+        change = release_change(self.bundle, (older, _in_environment(self.spec, self.envs[older])),
+                                (newer, _in_environment(self.spec, self.envs[newer])))
+        self.runs += change.runs
+        self.say(f"  {change.describe()}")
+        return change
+
     def answer(self, version: str) -> Answer:
         if version not in self.tested:
             self.tested[version] = self.run(version)
@@ -435,6 +452,7 @@ def _result(package: str, find: str, spec: BackendSpec, recorded: str, versions:
     else:
         last_good, first_bad, last_bad, first_fixed = None, None, before, after
     tested = {v: runner.tested[v] for v in versions if v in runner.tested}
+    changed = runner.what_changed(before, after) if before is not None and after is not None else None
     return ReleaseSearch(
         package=package, find=find, target=str(spec), recorded=recorded,
         versions=tuple(versions), status=_STATUS.get(change.status, "untestable"), last_good=last_good,
@@ -442,7 +460,7 @@ def _result(package: str, find: str, spec: BackendSpec, recorded: str, versions:
         skipped_between=tuple(versions[i] for i in change.unknown_between), tested=tested, installs=installs,
         runs=runner.runs, releases_run=sum(1 for run in tested.values() if run.runs > 0),
         python=f"Python {sys.version_info.major}.{sys.version_info.minor}, {platform.system()} {platform.machine()}",
-        oracle=oracle, oracle_runs=oracle_runs)
+        oracle=oracle, oracle_runs=oracle_runs, changed=changed)
 
 
 def _paragraph(r: ReleaseSearch) -> str:
@@ -463,6 +481,8 @@ def _paragraph(r: ReleaseSearch) -> str:
         if r.skipped_between:
             where += f" Releases between them could not be tested ({', '.join(r.skipped_between)}): the change " \
                      "may be in one of them."
+        if r.changed is not None:
+            where += f" {r.changed.describe()}"
         return f"{where} Searched {span}: {cost}."
     if r.status == "present-in-oldest":
         oldest = next(v for v, run in r.tested.items() if run.verdict != SKIP)

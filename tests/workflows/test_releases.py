@@ -29,12 +29,14 @@ import pytest
 import graphbisect as gb
 from graphbisect.artifacts.bundle import load_bundle
 from graphbisect.artifacts.releases_section import add_releases_section
+from graphbisect.backends import BackendSpec
 from graphbisect.cli.main import main
 from graphbisect.errors import InputError
 from graphbisect.examples.patterns import pattern_model
 from graphbisect.releases.environments import prepare_environments
 from graphbisect.releases.index import index_versions
 from graphbisect.workflows.releases import search_releases
+from graphbisect.workflows.releases_change import release_change
 from tests.ort_releases import _root
 
 HOST = metadata.version("onnxruntime")
@@ -141,6 +143,10 @@ def test_the_release_that_fixed_it_is_found_and_a_second_run_installs_nothing(op
     assert "IR version" in old["reason"]
     assert found["releases_run"] <= found["bound"] + 1 and found["bound"] == 5  # one skip costs one more
     assert "is fixed in onnxruntime 1.21.0" in found["paragraph"]
+    # what changed between them: the last bad release cannot build the model, so no passes to compare (said)
+    assert found["changed"]["older"]["version"] == "1.20.1" and found["changed"]["older"]["fired"] is None
+    assert found["changed"]["newer"]["fired"] is not None  # 1.21.0 built it and said what fired
+    assert "1.20.1 cannot build the model" in found["paragraph"]
     # the bundle says so itself: a Releases section at the end of report.md, and report.json's releases.fixed
     report_md = (opset22_bundle / "report.md").read_text()
     assert report_md.rstrip().endswith("<!-- /graphbisect releases find=fixed -->")
@@ -276,3 +282,21 @@ def test_on_a_model_the_release_that_fixed_it_is_found_from_the_oldest_releases_
     assert (found.last_bad, found.first_fixed) == ("1.20.1", "1.21.0")
     assert found.recorded.startswith("unsupported") and "till opset 21" in found.recorded
     assert found.tested["1.20.1"].runs == 3 and found.oracle_runs == 1 and found.installs == 0
+
+
+def test_what_changed_between_two_releases_compares_passes_as_optimizers(layernorm_bundle: Path,
+                                                                        ort_release_pythons: dict[str, Path]) -> None:
+    """1.17.3 and 1.20.1 both mis-fuse the LayerNorm, the pass registered as LayerNormFusion in one and
+    LayerNormFusionL1 in the other: not a change. 1.17.3 also fires ConstantSharing and SkipLayerNormFusion on it,
+    and names no pass in its fused node."""
+    def at(version: str) -> tuple[str, BackendSpec]:
+        return version, BackendSpec.parse(f"onnxruntime:opt_level=all,python={ort_release_pythons[version]}")
+
+    with load_bundle(layernorm_bundle) as bundle:
+        change = release_change(bundle, at("1.17.3"), at("1.20.1"))
+    assert "LayerNormFusion" in (change.older.fired or ()) and "LayerNormFusionL1" in (change.newer.fired or ())
+    assert change.only_newer == ()
+    assert "LayerNormFusion" not in change.only_older and "ConstantSharing" in change.only_older
+    assert change.older.region == ("LayerNormalization (named by no pass)",)
+    assert change.newer.region == ("LayerNormalization made by LayerNormFusion",)
+    assert "in 1.20.1 and not in 1.17.3: none" in change.describe()
