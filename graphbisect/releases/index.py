@@ -113,15 +113,18 @@ def select_versions(versions: Iterable[str], within: VersionRange = VersionRange
 
 
 def index_versions(package: str, *, pre: bool = False, pip: Sequence[str] | None = None) -> list[str]:
-    """The releases of ``package`` the configured package index has for this interpreter (as pip lists them).
+    """The releases of ``package`` the configured package index has for this interpreter (as pip lists them:
+    ``--json``, or, from a pip without it, its ``Available versions:`` line).
 
     Raises :class:`InputError` when pip cannot list them (no network, no such package, no pip)."""
     command = [*(pip or [sys.executable, "-m", "pip"]), "index", "versions", package, "--json",
                "--disable-pip-version-check", *(["--pre"] if pre else [])]
-    try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=INDEX_TIMEOUT, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise InputError(f"cannot list the releases of {package}: {exc}", hint=_INDEX_HINT) from exc
+    proc = _pip(command, package)
+    if proc.returncode != 0 and "no such option: --json" in proc.stderr:  # pip before --json: its text line
+        proc = _pip([part for part in command if part != "--json"], package)
+        listed = re.search(r"^Available versions:(.*)$", proc.stdout, re.M) if proc.returncode == 0 else None
+        if listed is not None:
+            return [v.strip() for v in listed.group(1).split(",") if v.strip()]
     if proc.returncode != 0:
         errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")] or proc.stderr.splitlines()
         raise InputError(f"cannot list the releases of {package} from the package index: "
@@ -130,8 +133,15 @@ def index_versions(package: str, *, pre: bool = False, pip: Sequence[str] | None
         listed = json.loads(proc.stdout)["versions"]
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(f"pip index versions {package} gave no list of versions: {proc.stdout[:200]!r}",
-                         hint="use pip 23.2 or newer (pip index versions --json)") from exc
+                         hint="check pip index versions PACKAGE --json by hand") from exc
     return [str(version) for version in listed]
+
+
+def _pip(command: Sequence[str], package: str) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(list(command), capture_output=True, text=True, timeout=INDEX_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InputError(f"cannot list the releases of {package}: {exc}", hint=_INDEX_HINT) from exc
 
 
 _INDEX_HINT = ("check the network and pip's index (pip config list), or name the releases yourself with "
