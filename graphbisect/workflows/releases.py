@@ -228,10 +228,11 @@ def search_releases_model(model: Model | Path | str, package: str, *, oracle: Ba
         if bundle is None:  # the baseline's run is the failure: bad by definition (its repeats are voted)
             runner.tested[baseline] = _baseline_run(baseline, ref, envs[baseline], time.monotonic() - start)
         change = runner.search(chosen)
-    return _result(package, find, spec, _short(describe_reference(ref) if ref.failed or bundle is not None
-                                               else "no failure on the baseline release " + baseline, 400),
-                   chosen, change=change, runner=runner, installs=installs, oracle=str(oracle_spec),
-                   oracle_runs=ref.oracle_runs)
+        # inside the work folder: what changed between the two releases found is asked of the reference's model
+        return _result(package, find, spec, _short(describe_reference(ref) if ref.failed or bundle is not None
+                                                   else "no failure on the baseline release " + baseline, 400),
+                       chosen, change=change, runner=runner, installs=installs, oracle=str(oracle_spec),
+                       oracle_runs=ref.oracle_runs)
 
 
 def _checked_arguments(find: str, repeat: int, jobs: int,

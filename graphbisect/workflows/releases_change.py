@@ -31,6 +31,7 @@ from graphbisect.backends import BackendProcess, BackendSpec, resolve
 from graphbisect.errors import GraphBisectError
 from graphbisect.localize.compiled import CompiledGraph, compiled_graph
 from graphbisect.oracle.identity import IdentityCheck, optimizer_of, pass_of
+from graphbisect.oracle.signature import normalize_message
 
 __all__ = ["ReleaseBuild", "ReleaseChange", "build_of", "release_change", "reports_passes"]
 
@@ -69,8 +70,8 @@ class ReleaseChange:
         old, new = self.older, self.newer
         broken = [b for b in (old, new) if b.fired is None]
         if broken:
-            return " ".join(f"{b.version} cannot build the model ({b.error or 'no passes reported'}): nothing to "
-                            "compare its passes with." for b in broken)
+            return " ".join(f"{b.version} cannot build the model, so it has no passes to compare ("
+                            f"{b.error or 'it reported none'})." for b in broken)
         text = (f"Passes that fired in {new.version} and not in {old.version}: "
                 f"{', '.join(self.only_newer) or 'none'}; in {old.version} and not in {new.version}: "
                 f"{', '.join(self.only_older) or 'none'} (compared as optimizers: a level suffix such as L1 is "
@@ -111,7 +112,8 @@ def build_of(reference: LoadedBundle, version: str, spec: BackendSpec) -> Releas
                 BackendProcess(asking, workdir=Path(workdir)) as backend:
             result = backend.run(reference.model_path, reference.inputs_path, outputs)
             if not result.ok and result.message is not None and not result.info.get("fired_passes"):
-                return ReleaseBuild(version, error=_short(f"{result.error_type}: {result.message}"))
+                return ReleaseBuild(version, error=_short(f"{result.error_type}: "
+                                                          f"{normalize_message(result.message)}"))
             fired = result.info.get("fired_passes")
             proto = onnx.load(str(reference.model_path), load_external_data=False)
             compiled = compiled_graph(proto.graph.node, outputs, result.info,
@@ -140,7 +142,7 @@ def _difference(these: Sequence[str], those: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(name for name in these if optimizer_of(name) not in others))
 
 
-def _short(text: str, limit: int = 240) -> str:
+def _short(text: str, limit: int = 160) -> str:
     """``text`` on one line: its start and its end (where a crash says why), at most about ``limit`` characters."""
     line = " ".join(text.split())
     return line if len(line) <= limit else f"{line[:limit // 2].rstrip()} … {line[-limit // 2:].lstrip()}"

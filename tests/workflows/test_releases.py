@@ -146,7 +146,7 @@ def test_the_release_that_fixed_it_is_found_and_a_second_run_installs_nothing(op
     # what changed between them: the last bad release cannot build the model, so no passes to compare (said)
     assert found["changed"]["older"]["version"] == "1.20.1" and found["changed"]["older"]["fired"] is None
     assert found["changed"]["newer"]["fired"] is not None  # 1.21.0 built it and said what fired
-    assert "1.20.1 cannot build the model" in found["paragraph"]
+    assert "1.20.1 cannot build the model, so it has no passes to compare" in found["paragraph"]
     # the bundle says so itself: a Releases section at the end of report.md, and report.json's releases.fixed
     report_md = (opset22_bundle / "report.md").read_text()
     assert report_md.rstrip().endswith("<!-- /graphbisect releases find=fixed -->")
@@ -282,6 +282,9 @@ def test_on_a_model_the_release_that_fixed_it_is_found_from_the_oldest_releases_
     assert (found.last_bad, found.first_fixed) == ("1.20.1", "1.21.0")
     assert found.recorded.startswith("unsupported") and "till opset 21" in found.recorded
     assert found.tested["1.20.1"].runs == 3 and found.oracle_runs == 1 and found.installs == 0
+    # what changed, asked of the model while its reference is still there: 1.20.1 cannot build it, 1.21.0 can
+    assert found.changed is not None and found.changed.older.fired is None and found.changed.newer.fired is not None
+    assert "till opset 21" in (found.changed.older.error or "") and "/tmp" not in (found.changed.older.error or "")
 
 
 def test_what_changed_between_two_releases_compares_passes_as_optimizers(layernorm_bundle: Path,
