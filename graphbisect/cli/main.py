@@ -56,8 +56,8 @@ COMMANDS: tuple[Command, ...] = (
             "sensitivity ranking and overrides for TensorRT, ORT, Paddle, OpenVINO", "graphbisect.cli.precision_cmd"),
     Command("verify", "re-run a bundle's target: does its recorded failure still reproduce (exit 1) or is it fixed "
             "(exit 0; 4: fixed on the reduced model only, not shown for the original)?", "graphbisect.cli.verify_cmd"),
-    Command("releases", "the first release of the backend package where a bundle's failure appears (or is fixed), "
-            "each release in its own cached environment, judged by the failure's identity",
+    Command("releases", "the first release of the backend package where a bundle's or a model's failure appears "
+            "(or is fixed), each release in its own cached environment, judged by the failure's identity",
             "graphbisect.cli.releases_cmd"),
     Command("audit", "re-establish each claim of a bundle (fails, the same way, 1-minimal, flaky, lowest level...) "
             "with plain runs, by a checker that shares no code with the search", "graphbisect.cli.audit_cmd"),

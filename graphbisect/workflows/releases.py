@@ -94,7 +94,7 @@ class ReleaseRun:
 
 @dataclass(frozen=True)
 class ReleaseSearch:
-    """Where the bundle's failure appears (``find="bad"``: ``last_good``, ``first_bad``) or is gone
+    """Where the failure (a bundle's, or a model's) appears (``find="bad"``: ``last_good``, ``first_bad``) or is gone
     (``find="fixed"``: ``last_bad``, ``first_fixed``) among ``versions`` (oldest first) of ``package``.
 
     ``status``: ``found``; ``present-in-oldest`` (the oldest testable release is already bad, or already fixed:
