@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CONV_NET_INPUT", "export_cast_net", "export_conv_net", "export_mobilenet_v2", "export_transformer_block",
-           "ort_run"]
+__all__ = ["CONV_NET_INPUT", "DECODER_INPUT", "export_cast_net", "export_conv_net", "export_greedy_decoder",
+           "export_mobilenet_v2", "export_transformer_block", "ort_run"]
 
 #: Input name and shape of :func:`export_conv_net` models (batch is dynamic in the exported program).
 CONV_NET_INPUT = ("x", (2, 3, 16, 16))
@@ -141,6 +141,45 @@ def export_transformer_block(directory: Path, *, seq: int = 8, d_model: int = 32
     net.eval()
     prefix = Path(directory) / "inference"
     paddle.jit.save(net, str(prefix), input_spec=[paddle.static.InputSpec([None, seq, d_model], "float32", "x")])
+    return prefix
+
+
+#: Input name and shape of :func:`export_greedy_decoder` models (batch is dynamic in the exported program).
+DECODER_INPUT = ("tokens", (2, 4))
+
+
+def export_greedy_decoder(directory: Path, *, steps: int, vocab: int = 16, d_model: int = 8, seed: int = 0) -> Path:
+    """Export a greedy decoder whose one ``nn.Embedding`` is called twice: on the prompt (``tokens``, int64
+    ``[batch, 4]``), then inside a ``while`` loop on each decoded token, ``steps`` times; one ``nn.Linear``
+    scores the prompt, each step and, after the loop, twice the state. Outputs (logits, last token).
+
+    Paddle 3.3.1 runs the loop body as a block of its own, whose op labels restart at 0: with a CPU build the
+    prompt's ``pd_op.embedding:0`` and the body's are one label, hooked once before the loop and once per
+    iteration. Returns the prefix.
+    """
+    import paddle
+
+    class Decoder(paddle.nn.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embedding = paddle.nn.Embedding(vocab, d_model)
+            self.proj = paddle.nn.Linear(d_model, vocab)
+
+        def forward(self, tokens: Any) -> tuple[Any, Any]:
+            h = paddle.tanh(self.embedding(tokens).mean(axis=1))
+            token = paddle.argmax(self.proj(h), axis=-1)
+            i = paddle.zeros([1], dtype="int64")
+            while i < steps:  # dygraph-to-static: a while op with the body as its block
+                h = h + self.embedding(token)
+                token = paddle.argmax(self.proj(h), axis=-1)
+                i = i + 1
+            return self.proj(h * 2.0), token
+
+    paddle.seed(seed)
+    net = Decoder()
+    net.eval()
+    prefix = Path(directory) / "inference"
+    paddle.jit.save(net, str(prefix), input_spec=[paddle.static.InputSpec([None, 4], "int64", DECODER_INPUT[0])])
     return prefix
 
 

@@ -33,8 +33,15 @@ Both spellings are accepted in ``outputs``.
 ops only, the program Paddle actually executes — under its op label (``onednn_op.fused_conv2d:0``: op
 name and position) and a variable name of no use outside Paddle (``..._inner_var_8``). Each run returns
 them too, keyed ``paddle-hook/<op label>`` (bf16 values as float32), and ``info()["hooked"]`` lists them
-in execution order (``key``, ``op``, ``shape``, ``dtype``); the host maps them to the converted ONNX
-model's tensors (:mod:`graphbisect.localize.paddle_hooks`). Hooks observe; they do not change the
+in execution order (``key``, ``op``, ``shape``, ``dtype``, ``block``, ``times``); the host maps them to the
+converted ONNX model's tensors (:mod:`graphbisect.localize.paddle_hooks`). An op label is unique within a block
+only: Paddle 3.3.1 runs each block (the program, a ``while`` body, an ``if`` branch) in an interpreter of its own
+that numbers its ops from 0 and names its values ``<interpreter>_inner_var_<n>``, so a loop body's
+``pd_op.embedding:0`` has the label of the program's first op and is hooked once per iteration. Each entry
+says which block ran it (:func:`hook_blocks`: 0 the program, 1, 2, ... the others, None when the run cannot
+tell); an op of another block is keyed ``paddle-hook/<op label>@block<k>``, and ``times`` counts the tensors
+hooked under its key (one per iteration in a loop body, one per output of an op with several). A key
+hooked more than once holds no single value: the run returns no value for it. Hooks observe; they do not change the
 program, so this probe cannot mask anything. ``bf16=1`` (or ``precision=bf16``) runs oneDNN bf16 kernels
 (``enable_mkldnn_bfloat16``), refused on CPUs without bf16 (AVX512-BF16/AMX), naming the missing flags.
 
@@ -73,6 +80,7 @@ import os
 import re
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +99,7 @@ __all__ = [
     "PaddleInference",
     "PassLog",
     "bf16_cpu_refusal",
+    "hook_blocks",
     "normalize_pass_name",
     "onnx_output_names",
     "parse_pass_log",
@@ -293,6 +302,38 @@ def _glog_info_on() -> None:
     os.environ["GLOG_minloglevel"] = "0"  # noqa: SIM112
 
 
+#: A value of a Paddle 3.3.1 PIR interpreter: ``<interpreter>_inner_var_<n>`` (``<interpreter>``: its address and
+#: creation time); the program's named values (feeds, fetches) carry their own names.
+_INNER_VAR = re.compile(r"^(.+)_inner_var_\d+$")
+
+
+def hook_blocks(var_names: Sequence[str]) -> list[int | None]:
+    """The block that ran each hooked op, from the variables it wrote (execution order): 0 for the program,
+    1, 2, ... for the other blocks (loop bodies, branches) in order of first appearance, None when it cannot be told.
+
+    Each block runs in an interpreter of its own, which names its values ``<interpreter>_inner_var_<n>``; a
+    named value (``fetch_name_0``) is the program's. A body's ops run inside its control-flow op, before that op's
+    own hook, so the program's interpreter is the one of the first op hooked and of the last: when those two
+    differ (the program starts with a loop, or ends with one whose outputs are all fetched), which interpreter is
+    the program's is not known and every interpreter's ops are None.
+
+    Example:
+        >>> hook_blocks(["0xa1_inner_var_3", "0xb2_inner_var_0", "0xb2_inner_var_1", "0xa1_inner_var_4",
+        ...              "fetch_name_0"])
+        [0, 1, 1, 0, 0]
+        >>> hook_blocks(["0xb2_inner_var_0", "0xa1_inner_var_4"])
+        [None, None]
+    """
+    interpreters = [match.group(1) if (match := _INNER_VAR.match(name)) else None for name in var_names]
+    seen = [i for i in interpreters if i is not None]
+    if not seen:
+        return [0] * len(var_names)
+    if seen[0] != seen[-1]:
+        return [None if i is not None else 0 for i in interpreters]
+    number = {i: k for k, i in enumerate(dict.fromkeys(seen))}
+    return [0 if i is None else number[i] for i in interpreters]
+
+
 def _op_type(label: str) -> str:
     """The op type of an output hook's op label: PIR ``onednn_op.fused_conv2d:3`` -> ``onednn_op.fused_conv2d``;
     legacy programs label ops by type alone (``fused_conv2d``).
@@ -426,7 +467,7 @@ class PaddleInference:
             raise SpecError(f"paddle option keep_fp32={self._keep_fp32}: the file must be an absolute path",
                             hint="write keep_fp32=@/abs/path.txt (one Paddle op type per line) or keep_fp32=TYPE;TYPE")
         self._written: dict[str, str] = {}  # op type -> dtype of its last output (keep_fp32 runs)
-        self._hooked: list[tuple[str, str, np.ndarray]] = []
+        self._hooked: list[tuple[str, str, str, np.ndarray]] = []  # op label, variable, dtype, value
         raw_deleted = [p for p in self._options.get("delete_pass", "").split(";") if p.strip()]
         self._deleted = list(dict.fromkeys(normalize_pass_name(p) for p in raw_deleted))
         self._predictor: Any = None
@@ -573,11 +614,18 @@ class PaddleInference:
         outputs = {name: _paddle_output(name, self._predictor.get_output_handle(paddle_name))
                    for name, paddle_name in self._outputs.items()}
         if self._hooks:
-            outputs.update({HOOK_PREFIX + label: array for label, _, array in self._hooked})
-            self._info["hooked"] = [{"key": HOOK_PREFIX + label, "op": label.rpartition(":")[0],
-                                     "shape": list(array.shape), "dtype": dtype}
-                                    for label, dtype, array in self._hooked]
-            for label, dtype, _ in self._hooked:
+            blocks = hook_blocks([var for _, var, _, _ in self._hooked])
+            keys = [HOOK_PREFIX + label + (f"@block{block}" if block else "")
+                    for (label, _, _, _), block in zip(self._hooked, blocks, strict=True)]
+            times = Counter(keys)
+            # a key hooked more than once (a loop body's op, an op with several outputs) has no single value
+            outputs.update({key: array for key, (_, _, _, array) in zip(keys, self._hooked, strict=True)
+                            if times[key] == 1})
+            self._info["hooked"] = [{"key": key, "op": label.rpartition(":")[0], "shape": list(array.shape),
+                                     "dtype": dtype, "block": block, "times": times[key]}
+                                    for key, block, (label, _, dtype, array)
+                                    in zip(keys, blocks, self._hooked, strict=True)]
+            for label, _, dtype, _ in self._hooked:
                 self._note_dtype(label, dtype)
         if self._keep_fp32 is not None:
             self._info["keep_fp32"] = self._pin_facts()
@@ -633,7 +681,7 @@ class PaddleInference:
         if self._written.get(kind) != "bfloat16":  # one bf16 output marks the type as computed in bf16
             self._written[kind] = dtype
 
-    def _hook(self, op_label: str, _var: str, tensor: Any) -> None:
+    def _hook(self, op_label: str, var: str, tensor: Any) -> None:
         """Output hook: keep a copy of one op output of the optimized program (bf16 read as float32).
 
         A oneDNN op's output is in oneDNN's memory layout (e.g. blocked ``nChw8c``): ``numpy()`` returns
@@ -648,7 +696,7 @@ class PaddleInference:
         except Exception as exc:  # a tensor Paddle cannot copy out is skipped, not fatal
             logger.debug("output hook: cannot read %s (%s): %s", op_label, dtype, exc)
             return
-        self._hooked.append((op_label, dtype, np.array(value, copy=True)))
+        self._hooked.append((op_label, var, dtype, np.array(value, copy=True)))
 
     def info(self) -> dict[str, Any]:
         """Facts about the last load: versions, effective config, passes run/fired, output name mapping."""

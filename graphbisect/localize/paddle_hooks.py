@@ -20,7 +20,15 @@ optimized op replaced, so this module **aligns** the two op sequences, both in p
   no agreeing anchor stays unmapped.
 
 Ops Paddle inserts (``quantize``, layout transforms) anchor nowhere and are reported as unmapped, never
-guessed. The result (:func:`hooked_nodes`) is what :func:`~graphbisect.localize.compiled.compiled_graph` makes a
+guessed. So is every op that stands for no one tensor of the ONNX model's main graph (all that
+:func:`~graphbisect.model.paddle.program_ops` lists): an op of another block than the program's (a ``while``
+body, an ``if`` branch: its ``block`` is not 0, or unknown) and an op hooked more than once under its key
+(``times`` above 1: a loop body's op once per iteration, an op with several outputs once per output). Paddle
+numbers ops per block, so a loop body's ``pd_op.embedding:0`` has the label of the program's first op; aligned
+by type and shape, a greedy decoder's body, sharing the prompt's embedding, landed on the prompt's tensors.
+Such ops take no part in the alignment: they neither anchor nor end a fused op's chain.
+
+The result (:func:`hooked_nodes`) is what :func:`~graphbisect.localize.compiled.compiled_graph` makes a
 compiled graph of (one compiled node per mapped hooked op, covering the ONNX nodes between its inputs and its
 mapped tensor), and the hooked key of each ONNX tensor.
 
@@ -33,11 +41,18 @@ Example:
     ...           {"key": "h/1", "op": "onednn_op.mean", "shape": [2]}]
     >>> [(a.key, a.tensor, a.covers) for a in align(ops, hooked)]
     [('h/0', 'r', (1, 2)), ('h/1', 'm', (3,))]
+
+    The same op run by a loop body, twice, before the program's own (the body's key holds no value):
+
+    >>> body = [{"key": "h/1@block1", "op": "onednn_op.mean", "shape": [2], "block": 1, "times": 2}] * 2
+    >>> [(a.key, a.tensor) for a in align(ops, [hooked[0], *body, hooked[1]])]
+    [('h/0', 'r'), ('h/1', 'm')]
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -104,6 +119,8 @@ def align(ops: Sequence[PaddleOp], hooked: Sequence[Mapping[str, Any]]) -> list[
     claimed: set[int] = set()
     result: list[Alignment] = []
     pos = 0
+    keys = Counter(str(e["key"]) for e in hooked)
+    hooked = [entry for entry in hooked if _in_main_graph(entry, keys)]
     for h, entry in enumerate(hooked):
         label, shape = str(entry["op"]), entry["shape"]
         wanted = _names(label)
@@ -128,6 +145,18 @@ def align(ops: Sequence[PaddleOp], hooked: Sequence[Mapping[str, Any]]) -> list[
         else:
             log.debug("hooked %s %s not mapped to the converted model", label, shape)
     return result
+
+
+def _in_main_graph(entry: Mapping[str, Any], keys: Counter[str]) -> bool:
+    """Whether the hooked ``entry`` may stand for one tensor of the main graph: an op of the program's own block
+    (``block`` 0; a run that does not say is taken as one block) whose key holds one tensor of this run
+    (``times``; ``keys``: how often each key is listed)."""
+    times = max(int(entry.get("times", 1)), keys[str(entry["key"])])
+    if entry.get("block", 0) == 0 and times == 1:
+        return True
+    where = "another block (a loop body or branch)" if entry.get("block", 0) != 0 else f"{times} times"
+    log.debug("hooked %s ran in %s: no one tensor of the converted model's graph stands for it", entry["key"], where)
+    return False
 
 
 def _operands_fit(op_label: str, op: PaddleOp) -> bool:
@@ -180,5 +209,6 @@ def hooked_nodes(ops: Sequence[PaddleOp], hooked: Sequence[Mapping[str, Any]]
         return key.rpartition("/")[2]  # "onednn_op.fused_conv2d:0"
 
     named = [(label(a.key), a.op.rpartition(".")[2], [a.tensor]) for a in aligned]
-    named += [(label(str(e["key"])), str(e["op"]).rpartition(".")[2], []) for e in hooked if e["key"] not in mapped]
+    unmapped = {str(e["key"]): str(e["op"]) for e in hooked if e["key"] not in mapped}  # one per op, not per run
+    named += [(label(key), op.rpartition(".")[2], []) for key, op in unmapped.items()]
     return named, {a.tensor: a.key for a in aligned}

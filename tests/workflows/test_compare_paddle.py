@@ -89,3 +89,17 @@ def test_compare_names_the_users_paddle_model_not_the_converted_cache(
     assert header.split()[1] == str(model.paddle_source) and "paddle2onnx" not in header, header
     data = json.loads((tmp_path / "c.json").read_text())["model"]
     assert data["path"] == str(model.paddle_source) and data["converted"] == str(model.path)
+
+
+def test_a_loop_body_sharing_the_prompts_embedding_shows_no_divergence_on_a_pass(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 35, case 6: a greedy decoder calls one embedding on the prompt and again inside a ``while`` loop.
+    Paddle labels the body's ops by their position in the body (``pd_op.embedding:0`` twice), so the loop's last
+    embedding was compared as the prompt's: "first divergence: Gather … inf×" on a PASS."""
+    from tests.paddle_models import export_greedy_decoder
+
+    prefix = export_greedy_decoder(tmp_path / "decoder", steps=3)
+    assert main(["compare", str(prefix), "--target", "paddle", "--oracle", ORACLE, "--rows", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "PASS" in out and "first divergence" not in out, out
+    assert "no intermediate tensor diverges" in out, out
