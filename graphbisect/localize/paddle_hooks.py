@@ -17,7 +17,10 @@ optimized op replaced, so this module **aligns** the two op sequences, both in p
   few executed ops stands for;
 * the mapped tensor is the output of the last op of that chain whose static shape (``-1`` dynamic) agrees
   with the hooked tensor's shape; an anchor whose chain never agrees is skipped, and a hooked tensor with
-  no agreeing anchor stays unmapped.
+  no agreeing anchor stays unmapped;
+* a constant (an op computed from weights and constants only, a ``full``) anchors only where no other
+  constant of its type and shape is a candidate: Paddle folds some constants into their readers and keeps
+  others, so the order does not say which one ran.
 
 Ops Paddle inserts (``quantize``, layout transforms) anchor nowhere and are reported as unmapped, never
 guessed. So is every op that stands for no one tensor of the ONNX model's main graph (all that
@@ -129,7 +132,11 @@ def align(ops: Sequence[PaddleOp], hooked: Sequence[Mapping[str, Any]]) -> list[
         # Paddle may run independent ops in another order (attention's V projection after Q·Kᵀ): look a
         # little behind the last match too, among the ops no hooked tensor claimed yet.
         window = range(max(0, pos - _WINDOW), min(len(ops), pos + _WINDOW))
-        for anchor in (j for j in window if j not in claimed and ops[j].op in wanted and _operands_fit(label, ops[j])):
+        anchors = [j for j in window if j not in claimed and ops[j].op in wanted and _operands_fit(label, ops[j])]
+        for anchor in anchors:
+            if _ambiguous_constant(ops, anchor, anchors, constant, shape):
+                log.debug("hooked %s %s: several constants of the program fit it", label, shape)
+                break
             chain = _chain(ops, readers, anchor, following, constant=constant) if _fused(label) else [anchor]
             fits = [k for k, j in enumerate(chain) if ops[j].onnx_names[:1] != (None,) and ops[j].shapes
                     and _shape_ok(ops[j].shapes[0], shape)]
@@ -169,6 +176,18 @@ def _operands_fit(op_label: str, op: PaddleOp) -> bool:
     if name in ("matmul", "fused_matmul") and op.op == "matmul":
         return not op.weights
     return True
+
+
+def _ambiguous_constant(ops: Sequence[PaddleOp], anchor: int, anchors: Sequence[int], constant: frozenset[int],
+                        shape: Sequence[int]) -> bool:
+    """Whether ``anchor`` computes a constant (a ``full``) and another of ``anchors`` computes one that fits the
+    hooked ``shape`` too: Paddle folds some constants into their readers and keeps others, so which one ran is not
+    told by the order (a decoder's loop counter ``full`` [0] was aligned with an ``argmax``'s axis ``full`` [-1])."""
+    def fits_constant(j: int) -> bool:
+        return bool(ops[j].outputs) and ops[j].outputs[0] in constant and bool(ops[j].shapes) \
+            and _shape_ok(ops[j].shapes[0], shape)
+
+    return fits_constant(anchor) and any(fits_constant(j) for j in anchors if j != anchor)
 
 
 def _constant_values(ops: Sequence[PaddleOp]) -> frozenset[int]:
