@@ -133,6 +133,11 @@ def first_divergence_lines(result: CompareResult, *, originals: int | None = ORI
                  f"it replaced {len(fused.originals)} original nodes: {', '.join(listed)}"
                  + (", ..." if len(listed) < len(fused.originals) else "")
                  + (f" ({fused.inferred_note()}: the target did not name them)" if fused.inferred else "")]
+    aligned = result.compiled is not None and result.compiled.aligned and first.tensor in result.compiled.values
+    if aligned and result.passed:
+        lines.append("the outputs match, and the target names no tensor of the model: its value here was matched to "
+                     "this tensor by inference (op order, type and shape), so the alignment may be wrong, not the "
+                     "target")
     if first.passes_on:
         lines.append(f"an exact tensor whose node reads an input already off ({num(first.input_score)}× tolerance, "
                      "accepted): an exact op passes any difference on, so whether the error starts here or before "

@@ -185,6 +185,9 @@ class CompiledGraph:
     #: Original tensor → output key of the describing run that already holds its value (Paddle's output
     #: hooks): such a target needs no probe run.
     values: Mapping[str, str] = field(default_factory=dict)
+    #: Whether :attr:`values` were matched to the original tensors by inference (Paddle's hooks: op order, type
+    #: and shape, :mod:`graphbisect.localize.paddle_hooks`) rather than named by the target.
+    aligned: bool = False
 
     @property
     def surviving(self) -> frozenset[str]:
@@ -255,12 +258,13 @@ class CompiledGraph:
 
     def to_json(self) -> dict[str, object]:
         return {"source": self.source, "nodes": [n.to_json() for n in self.nodes], "unmapped": list(self.unmapped),
-                "inferred": list(self.inferred), "values": dict(self.values)}
+                "inferred": list(self.inferred), "values": dict(self.values), "aligned": self.aligned}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CompiledGraph:
         return cls(str(data["source"]), tuple(CompiledNode.from_json(n) for n in data["nodes"]),
-                   tuple(data.get("unmapped", ())), tuple(data.get("inferred", ())), dict(data.get("values", {})))
+                   tuple(data.get("unmapped", ())), tuple(data.get("inferred", ())), dict(data.get("values", {})),
+                   bool(data.get("aligned", False)))
 
 
 #: The run-info keys that carry a description of what was compiled (see :func:`compiled_graph`).
@@ -311,7 +315,7 @@ def compiled_graph(nodes: Sequence[onnx.NodeProto], graph_outputs: Collection[st
             return None
         named, values = hooked_nodes(ops, hooked)
         graph = from_named_outputs(nodes, named, "optimized program (output hooks)")
-        return dataclasses.replace(graph, values=values)
+        return dataclasses.replace(graph, values=values, aligned=True)
     dispatches = info.get("dispatches")
     if isinstance(dispatches, Mapping):
         types = info.get("dispatch_types")

@@ -220,7 +220,9 @@ class CompareResult:
             "first_divergence": None if first is None else {
                 "node": first.node, "op_type": first.op_type, "tensor": first.tensor,
                 "index": first.index, "score": first.stats.to_json()["score"],
-                "compiled_as": None if first.compiled_as is None else first.compiled_as.to_json()},
+                "compiled_as": None if first.compiled_as is None else first.compiled_as.to_json(),
+                # the target's value was matched to this tensor by inference (Paddle's hooks), not named by it
+                "aligned": compiled is not None and compiled.aligned and first.tensor in compiled.values},
             "root_causes": [rc.to_json() for rc in self.root_causes],
             "layers": [row.to_json() for row in self.layers],
             "layerwise_note": self.layerwise_note,
