@@ -223,8 +223,9 @@ class CompiledGraph:
         """
         fused = [n for n in self.nodes if n.fused]
         covered = sum(len(n.originals) for n in fused)
-        unmapped = f", {len(self.unmapped)} with no original tensor of its own (layout, copies, a fusion's inner " \
-            "nodes)" if self.unmapped else ""
+        why = "layout, copies, a fusion's inner nodes" + (", ops of a loop body or branch, ops hooked more than once"
+                                                          if self.aligned else "")
+        unmapped = f", {len(self.unmapped)} with no original tensor of its own ({why})" if self.unmapped else ""
         text = (f"{self.source}: {len(self.nodes) + len(self.unmapped)} compiled nodes, {len(fused)} of them fused "
                 f"(covering {covered} original nodes){unmapped}, {len(self.surviving)} surviving tensors")
         lower = self.lower_precision
