@@ -161,8 +161,10 @@ def _in_main_graph(entry: Mapping[str, Any], keys: Counter[str]) -> bool:
     times = max(int(entry.get("times", 1)), keys[str(entry["key"])])
     if entry.get("block", 0) == 0 and times == 1:
         return True
-    where = "another block (a loop body or branch)" if entry.get("block", 0) != 0 else f"{times} times"
-    log.debug("hooked %s ran in %s: no one tensor of the converted model's graph stands for it", entry["key"], where)
+    block = entry.get("block", 0)
+    why = f"ran {times} times" if block == 0 else "ran in a block the run could not tell" if block is None \
+        else "ran in another block (a loop body or branch)"
+    log.debug("hooked %s %s: no one tensor of the converted model's graph stands for it", entry["key"], why)
     return False
 
 
