@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CONV_NET_INPUT", "DECODER_INPUT", "export_cast_net", "export_conv_net", "export_greedy_decoder",
-           "export_mobilenet_v2", "export_transformer_block", "ort_run"]
+__all__ = ["CONV_NET_INPUT", "DECODER_INPUT", "export_branch_net", "export_cast_net", "export_conv_net",
+           "export_greedy_decoder", "export_mobilenet_v2", "export_transformer_block", "ort_run"]
 
 #: Input name and shape of :func:`export_conv_net` models (batch is dynamic in the exported program).
 CONV_NET_INPUT = ("x", (2, 3, 16, 16))
@@ -177,6 +177,35 @@ def export_greedy_decoder(directory: Path, *, steps: int, vocab: int = 16, d_mod
 
     paddle.seed(seed)
     net = Decoder()
+    net.eval()
+    prefix = Path(directory) / "inference"
+    paddle.jit.save(net, str(prefix), input_spec=[paddle.static.InputSpec([None, 4], "int64", DECODER_INPUT[0])])
+    return prefix
+
+
+def export_branch_net(directory: Path, *, vocab: int = 16, d_model: int = 8, seed: int = 0) -> Path:
+    """Export a net whose one ``nn.Embedding`` is called on ``tokens`` (int64 ``[batch, 4]``) and again, on the
+    first token, in the taken branch of a data-dependent ``if`` (a block of its own, run once); the branch's
+    condition reads ``sum``, a 0-D tensor of the program that paddle2onnx writes as [1]. Output: logits.
+    Returns the prefix."""
+    import paddle
+
+    class BranchNet(paddle.nn.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embedding = paddle.nn.Embedding(vocab, d_model)
+            self.proj = paddle.nn.Linear(d_model, vocab)
+
+        def forward(self, tokens: Any) -> Any:
+            h = paddle.tanh(self.embedding(tokens).mean(axis=1))
+            if h.sum() > -100.0:  # noqa: SIM108 (dygraph-to-static: an if op with each branch as its block)
+                h = h + self.embedding(tokens[:, 0])
+            else:
+                h = h - 1.0
+            return self.proj(h * 2.0)
+
+    paddle.seed(seed)
+    net = BranchNet()
     net.eval()
     prefix = Path(directory) / "inference"
     paddle.jit.save(net, str(prefix), input_spec=[paddle.static.InputSpec([None, 4], "int64", DECODER_INPUT[0])])

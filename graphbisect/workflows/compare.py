@@ -63,7 +63,7 @@ from graphbisect.localize.layerwise import (
 )
 from graphbisect.model import Model
 from graphbisect.model.graph import warn_unused_initializers
-from graphbisect.model.normalize import elem_types
+from graphbisect.model.normalize import elem_types, infer_types
 from graphbisect.oracle.as_built import (
     CaptureDifference,
     OracleIncomplete,
@@ -722,11 +722,22 @@ def _at_once(job: Callable[[], _T]) -> Callable[[], _T]:
 
 
 def _hooked_values(model: Model, side: _Side) -> dict[str, np.ndarray] | None:
-    """The values a backend's plain run already returned for its compiled graph's tensors (Paddle's hooks)."""
+    """The values a backend's plain run already returned for its compiled graph's tensors (Paddle's hooks).
+
+    paddle2onnx gives a 0-D tensor of the program the shape [1] (a ``sum`` becomes ReduceSum → Reshape): a hooked
+    0-D value of a tensor the model declares or infers as [1] is read as [1], the same value (compared as it is, it
+    was a shape mismatch, "inf×", on a PASS)."""
     if side.compiled is None or not side.compiled.values or not side.run.ok:
         return None
     outputs = side.run.outputs
     values = {tensor: outputs[key] for tensor, key in side.compiled.values.items() if key in outputs}
+    scalars = [tensor for tensor, value in values.items() if np.ndim(value) == 0]
+    if scalars:
+        types = infer_types(model.proto)
+        for tensor in scalars:
+            dims = list(types[tensor].type.tensor_type.shape.dim) if tensor in types else []
+            if len(dims) == 1 and dims[0].HasField("dim_value") and dims[0].dim_value == 1:
+                values[tensor] = np.reshape(values[tensor], (1,))
     values.update({name: outputs[name] for name in model.output_names if name in outputs})
     return values
 

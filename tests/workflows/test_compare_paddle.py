@@ -124,3 +124,17 @@ def test_a_first_divergence_on_a_pass_says_its_alignment_is_inferred(
     assert "matched to this tensor by inference (op order, type and shape), so the alignment may be wrong" in out
     first = json.loads((tmp_path / "c.json").read_text())["first_divergence"]
     assert first is not None and first["aligned"] is True
+
+
+def test_a_branch_and_a_0d_tensor_show_no_divergence_on_a_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                               ) -> None:
+    """The embedding's second call in an ``if`` branch (a block of its own) stays unmapped, and the ``sum`` its
+    condition reads, 0-D in Paddle and [1] in the converted model, compares as the same value: on main, "first
+    divergence: compiled node sum … inf×" on a PASS (shape 1 against a scalar)."""
+    from tests.paddle_models import export_branch_net
+
+    prefix = export_branch_net(tmp_path / "branch")
+    assert main(["compare", str(prefix), "--target", "paddle", "--oracle", ORACLE, "--rows", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "PASS" in out and "first divergence" not in out, out
+    assert "no intermediate tensor diverges" in out, out
