@@ -287,9 +287,6 @@ class BackendInfo:
                             or None, installed=tuple(dataclasses.asdict(i) for i in installs),
                             note=installed.note(self.import_name, installs))
 
-    def load_runtime_class(self) -> type:
-        return import_runtime(self.runtime, self.path)
-
 
 BACKENDS: tuple[BackendInfo, ...] = (
     BackendInfo(
