@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from graphbisect.artifacts.bundle import BundleError, load_bundle, recorded_origin
+from graphbisect.artifacts.bundle_read import BundleError, read_bundle, recorded_origin
 from graphbisect.backends.registry import require_backend, untrusted_options
 from graphbisect.checker.audit import (
     MAX_REMOVALS,
@@ -44,12 +44,12 @@ def audit_bundle(bundle: str | os.PathLike[str], *, trust: bool = False,
     """Check every claim of ``bundle`` (a folder or ``.zip`` written by ``graphbisect reduce``) with plain runs.
 
     The bundle is data (the trust rule): its recorded oracle and target run only when every option of theirs is
-    known to be inert, else only with ``trust``. Raises :class:`~graphbisect.artifacts.bundle.BundleError` for a
+    known to be inert, else only with ``trust``. Raises :class:`~graphbisect.artifacts.bundle_read.BundleError` for a
     bundle that cannot be read, is damaged, or names an untrusted spec without ``trust``. The checker's scratch
     files and workers' folders go in ``workdir`` (default: the system's temporary folder), removed after.
     ``check``: the Python output check of a bundle reduced with ``reduce(check=...)``, which judges its runs.
     """
-    with load_bundle(Path(bundle)) as loaded:
+    with read_bundle(Path(bundle)) as loaded:
         for spec in (loaded.oracle, loaded.target):  # a custom backend this process lacks: how to register it
             require_backend(spec, recorded_origin(loaded.path), str(loaded.source))
         if not trust:

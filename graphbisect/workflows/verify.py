@@ -29,7 +29,8 @@ from typing import Any
 
 import onnx
 
-from graphbisect.artifacts.bundle import BundleError, LoadedBundle, require_recorded_backend
+from graphbisect.artifacts.bundle import BundleError, LoadedBundle
+from graphbisect.artifacts.bundle_read import require_recorded_backend
 from graphbisect.artifacts.repro import (
     JUDGE_EXIT_STATUS,
     JUDGE_PYTHON_CHECK,
