@@ -1,0 +1,223 @@
+"""Claims about configurations of a target — which specs, on which models, fail or pass — checked with plain runs.
+
+``graphbisect passes`` and ``graphbisect precision`` answer with configurations: the target with some passes
+disabled (``onnxruntime:opt_level=all,disabled=A;B``), a mixed-precision model the target runs. Each claim they
+print is a list of ``(configuration, verdict)`` pairs the search says it measured; :func:`check_configurations`
+runs each configuration once, plainly (:class:`~graphbisect.checker.runs.Runner`: its own worker, no compile
+cache, the model's own outputs), compares with the checker's rule (:mod:`.values`) against one plain oracle run
+and says of each claim holds / does not hold / not established, with the evidence. It takes spec strings and
+model files, never the search's objects: what the search built is data to the checker, as a bundle is.
+
+Verdicts (:data:`PASSES`, :data:`FAILS`, :data:`FAILS_SAME`, :data:`NOT_SAME`): "the same failure" is the
+``reference`` configuration's failure as the checker itself observed it (not the search's signature): the same
+class (float values, exact values, non-finite values, structure), on the same outputs, the worst score within a
+decade, or a crash with the same normalized message; where ``compiled_as`` is given and the target describes
+what it compiled, also a compiled node of that kind (made by that pass) — the rule
+:mod:`graphbisect.checker.audit` applies to a bundle.
+
+Example:
+    >>> target = "onnxruntime:opt_level=all"
+    >>> claims = [ConfigurationClaim("workaround", "disabling A removes the failure",
+    ...                              ((Configuration(f"{target},disabled=A", "m.onnx"), PASSES),))]
+    >>> check_configurations("reference", "m.onnx", feeds, claims, Limits(),
+    ...                      reference=Configuration(target, "m.onnx"))                   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from graphbisect.backends.base import BackendSpec, Phase
+from graphbisect.checker.audit import _CRASHES, Audit, Claim, _Expected, _Judge, _Seen, _short
+from graphbisect.checker.runs import Run, Runner
+from graphbisect.checker.values import Limits, compare_outputs, worst
+
+__all__ = ["FAILS", "FAILS_SAME", "NOT_SAME", "PASSES", "Configuration", "ConfigurationClaim",
+           "check_configurations"]
+
+#: The target's outputs are within the tolerance of the oracle's.
+PASSES = "passes"
+#: The target fails, any way (beyond tolerance, non-finite, another structure, a crash).
+FAILS = "fails"
+#: The target fails the way the ``reference`` configuration fails.
+FAILS_SAME = "fails the same way"
+#: The target does not fail the way the reference fails: it passes, or fails another way.
+NOT_SAME = "does not fail the same way"
+VERDICTS = (PASSES, FAILS, FAILS_SAME, NOT_SAME)
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One thing a user could run: ``spec`` (a backend spec string) on ``model`` (a file)."""
+
+    spec: str
+    model: str | os.PathLike[str]
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return str(BackendSpec.parse(self.spec)), str(Path(self.model).resolve())
+
+
+@dataclass(frozen=True)
+class ConfigurationClaim:
+    """A claim: each configuration shows its verdict. ``label`` names each configuration in the evidence
+    (default: its spec), e.g. ``"without LayerNormFusionL1"``."""
+
+    id: str
+    statement: str
+    configurations: tuple[tuple[Configuration, str], ...]
+    labels: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for _, verdict in self.configurations:
+            if verdict not in VERDICTS:
+                raise ValueError(f"unknown verdict {verdict!r}: one of {', '.join(VERDICTS)}")
+
+
+def check_configurations(oracle: str, oracle_model: str | os.PathLike[str], inputs: Mapping[str, Any],
+                         claims: Sequence[ConfigurationClaim], limits: Limits, *,
+                         reference: Configuration | None = None, compiled_as: tuple[str, str | None] | None = None,
+                         timeout: float | None = None, workdir: Path | None = None,
+                         progress: Callable[[str], None] | None = None) -> Audit:
+    """Each of ``claims`` checked with plain runs: ``oracle`` once on ``oracle_model``, each distinct
+    configuration once (the reference's run serves every claim that names it too), compared under ``limits``.
+
+    ``reference``: the configuration whose failure :data:`FAILS_SAME` and :data:`NOT_SAME` mean (None: those
+    verdicts are not established). ``compiled_as``: ``(compiled kind, made by)`` the failure is recorded as,
+    checked where the target describes its compiled graph. Returns an :class:`~graphbisect.checker.audit.Audit`
+    whose ``calls`` count the runs (``oracle``, ``target``)."""
+    started = time.monotonic()
+    say = progress or (lambda _text: None)
+    with tempfile.TemporaryDirectory(prefix="graphbisect-claims-", dir=workdir) as scratch:
+        checker = _Configurations(oracle, Path(oracle_model), dict(inputs), limits, compiled_as=compiled_as,
+                                  timeout=timeout, scratch=Path(scratch))
+        try:
+            say(f"checking {len(claims)} claims with plain runs (the checker)")
+            result = tuple(checker.claim(c, reference) for c in claims)
+        finally:
+            checker.close()
+    return Audit(str(oracle_model), result, checker.calls(), time.monotonic() - started)
+
+
+class _Configurations:
+    """One check: the oracle's plain run and each configuration's, made once."""
+
+    def __init__(self, oracle: str, model: Path, inputs: dict[str, Any], limits: Limits, *,
+                 compiled_as: tuple[str, str | None] | None, timeout: float | None, scratch: Path) -> None:
+        self.inputs, self.limits, self.compiled_as = inputs, limits, compiled_as
+        self.timeout, self.scratch = timeout, scratch
+        self.oracle = Runner(BackendSpec.parse(oracle), timeout=timeout, folder=scratch)
+        self.plain = self.oracle.run(model, inputs)
+        self.runs: dict[tuple[str, str], Run] = {}
+        self.target_runs = self.target_compiles = 0
+        self.judges: dict[tuple[str, str], _Judge | str] = {}
+
+    def close(self) -> None:
+        self.oracle.close()
+
+    def calls(self) -> dict[str, dict[str, int]]:
+        return {"oracle": {"runs": self.oracle.runs, "compiles": self.oracle.compiles},
+                "target": {"runs": self.target_runs, "compiles": self.target_compiles}}
+
+    def run(self, configuration: Configuration) -> Run:
+        """The configuration's plain run (once per spec and model), in a worker of its own."""
+        key = configuration.key
+        if key not in self.runs:
+            with Runner(BackendSpec.parse(configuration.spec), describe=self.compiled_as is not None,
+                        timeout=self.timeout, folder=self.scratch) as runner:
+                self.runs[key] = runner.run(Path(configuration.model), self.inputs)
+                self.target_runs += runner.runs
+                self.target_compiles += runner.compiles
+        return self.runs[key]
+
+    def judge(self, reference: Configuration | None) -> _Judge | str:
+        """The judge of "the same failure" as ``reference``'s plain run, or why there is none."""
+        if reference is None:
+            return "no reference failure was given"
+        key = reference.key
+        if key not in self.judges:
+            run = self.run(reference)
+            expected = _observed(run, self.plain.outputs, self.limits, self.compiled_as)
+            self.judges[key] = expected if isinstance(expected, str) else _Judge(expected, self.limits, ())
+        return self.judges[key]
+
+    def claim(self, claim: ConfigurationClaim, reference: Configuration | None) -> Claim:
+        if not self.plain.ok:
+            return Claim(claim.id, claim.statement, None,
+                         f"the oracle does not run the model, so nothing decides: {_short(self.plain.crash_text())}")
+        if not claim.configurations:
+            return Claim(claim.id, claim.statement, None, "no configuration to run")
+        labels = claim.labels or tuple(c.spec for c, _ in claim.configurations)
+        held: list[bool | None] = []
+        parts: list[str] = []
+        for (configuration, verdict), label in zip(claim.configurations, labels):
+            holds, text = self.verdict(configuration, verdict, reference)
+            held.append(holds)
+            mark = {True: "as claimed", False: "NOT as claimed", None: "undecided"}[holds]
+            parts.append(f"{label}: {text} ({mark})")
+        result = False if False in held else None if None in held else True
+        count = len(claim.configurations)
+        runs = "a plain run" if count == 1 else f"{count} plain runs"
+        return Claim(claim.id, claim.statement, result, f"{runs}: " + "; ".join(parts))
+
+    def verdict(self, configuration: Configuration, verdict: str, reference: Configuration | None
+                ) -> tuple[bool | None, str]:
+        """Whether ``configuration``'s plain run shows ``verdict``, and what it showed."""
+        run = self.run(configuration)
+        if verdict in (PASSES, FAILS):
+            seen = _plain_seen(run, self.plain.outputs, self.limits)
+            return (not seen.fails) if verdict == PASSES else seen.fails, seen.text
+        judge = self.judge(reference)
+        if isinstance(judge, str):
+            return None, f"{_plain_seen(run, self.plain.outputs, self.limits).text}; which failure: {judge}"
+        seen = judge.judge(self.plain.outputs, run)
+        if not seen.fails:
+            return verdict == NOT_SAME, seen.text
+        if seen.same is None:
+            return None, seen.text
+        if seen.same and self.compiled_as is not None:
+            kind, made_by = self.compiled_as
+            return verdict == FAILS_SAME, f"{seen.text}; compiled with a {kind}" + (f" made by {made_by}" if made_by
+                                                                                     else "")
+        return (seen.same if verdict == FAILS_SAME else not seen.same), \
+            seen.text + ("" if seen.same else " — another failure than the reference's")
+
+
+def _plain_seen(run: Run, oracle: Mapping[str, Any], limits: Limits) -> _Seen:
+    """Whether ``run`` fails at all against ``oracle``'s outputs."""
+    if not run.ok:
+        phase = f"crash at {run.result.phase.value}" if run.result.phase else run.result.status.value
+        return _Seen(True, None, f"{phase}: {_short(run.crash_text(), 200)}")
+    differences = compare_outputs(oracle, run.outputs, limits)
+    bad = worst(differences)
+    if bad is None:
+        top = max((d.score for d in differences), default=0.0)
+        return _Seen(False, None, f"within tolerance (worst score {top:.3g})")
+    return _Seen(True, None, "; ".join(d.describe() for d in differences if d.failed))
+
+
+def _observed(run: Run, oracle: Mapping[str, Any], limits: Limits,
+              compiled_as: tuple[str, str | None] | None) -> _Expected | str:
+    """The reference's failure as the checker observed it, in the audit's terms; or why it is no failure."""
+    kind, made_by = compiled_as or (None, None)
+    if not run.ok:
+        status = run.result.status.value
+        crash = "timeout" if status == "timeout" else "crash-load" if run.result.phase is Phase.LOAD else "crash-run"
+        assert crash in _CRASHES
+        return _Expected(crash, None, frozenset(), None, run.crash_text(), None, kind, made_by)
+    differences = compare_outputs(oracle, run.outputs, limits)
+    bad = worst(differences)
+    if bad is None:
+        return f"the reference configuration does not fail ({_plain_seen(run, oracle, limits).text})"
+    failing = frozenset(d.name for d in differences if d.failed)
+    score = None if math.isnan(bad.score) else bad.score
+    if bad.kind in ("mismatch", "exact"):
+        return _Expected("mismatch", bad.kind, failing, score, None, None, kind, made_by)
+    return _Expected(bad.kind, None, failing, score, None, None, kind, made_by)
