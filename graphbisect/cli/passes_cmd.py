@@ -63,12 +63,23 @@ def run_passes(args: argparse.Namespace, progress: ProgressLine) -> tuple[Any, d
     return model, feeds, result
 
 
+def _checked(result: PassesResult, claim_id: str) -> str:
+    """`` — the checker: does not hold`` (or ``not established``) after a line stating claim ``claim_id``; ``""``
+    when it holds or was not checked."""
+    claim = result.claim(claim_id)
+    if claim is None or claim.get("holds") is True:
+        return ""
+    return "  — the checker: " + ("DOES NOT HOLD" if claim.get("holds") is False else "not established")
+
+
 def print_passes(result: PassesResult) -> None:
-    """The pass findings, for people."""
+    """The pass findings, for people: each statement as the trusted checker found it (``result.audit``)."""
     from graphbisect.artifacts.environment import describe_ran_with
     from graphbisect.workflows.passes import NOT_LISTED, NOT_NEEDED
+    from graphbisect.workflows.passes_claims import MINIMALITY
 
-    print(f"failure: {result.signature.describe()}  (target {result.target})")
+    print(f"failure: {result.signature.describe()}  (target {result.target})"
+          + _checked(result, "failure" if result.failed else "no_failure"))
     for role, facts in result.versions.items():
         print(f"{role} ran with {describe_ran_with(facts)}")
     scope = result.scope
@@ -81,27 +92,49 @@ def print_passes(result: PassesResult) -> None:
         print("fired passes: not listed (the target does not fail, so no pass was searched)")
     elif result.source == NOT_NEEDED:
         print(f"fired passes: not listed (not needed: with all {len(result.searched)} disable-able passes disabled "
-              "the failure stays)")
+              "the failure stays)" + _checked(result, "unexplained"))
     else:
         print(f"fired passes ({len(result.fired)}, {result.source}{' on the region' if on_region else ''}): "
               + ", ".join(result.fired[:20]) + (" …" if len(result.fired) > 20 else ""))
     for name, why in result.excluded.items():
         print(f"  never disabled: {name} ({why})")
     if result.culprits:
-        print(f"culprits (minimal set to disable): {', '.join(result.culprits)}")
-        print(f"required (minimal set to enable):  {', '.join(result.required)}")
+        print(f"culprits (minimal set to disable): {', '.join(result.culprits)}" + _checked(result, "disable_minimal"))
+        print(f"required (minimal set to enable):  {', '.join(result.required)}"
+              + (_checked(result, "reproduces") or _checked(result, "enable_minimal")))
         alone = ", ".join(result.each_alone) or "none"
-        print(f"reproduce the failure on their own: {alone}")
+        print(f"reproduce the failure on their own: {alone}" + _checked(result, "alone"))
         if len(result.culprits) > 1:
             print("  interaction: these passes mask each other; disabling only some of them leaves the failure")
-        print(f"workaround: --target '{result.fixed_target}'")
+        workaround = _checked(result, "workaround")
+        print(f"workaround{' (NOT confirmed)' if workaround else ''}: --target '{result.fixed_target}'{workaround}")
         if result.fixed_flags:
             print(f"  outside graphbisect: {result.fixed_flags}")
-        print("minimal: " + ("yes (1-minimal, both sets)" if result.minimal else "NOT PROVEN (see notes)"))
+        withdrawn = any((claim := result.claim(i)) is not None and claim.get("holds") is not True
+                        for i in MINIMALITY)
+        print("minimal: " + ("yes (1-minimal, both sets)" if result.minimal else
+                             "not claimed: the checker does not confirm it" if withdrawn else "NOT PROVEN (see notes)"))
+    elif result.failed and result.searched and result.source != NOT_NEEDED:
+        print(f"no set of passes explains the failure (all {len(result.searched)} searched passes disabled, it "
+              "stays)" + _checked(result, "unexplained"))
+    _print_audit(result)
     print("invocations: " + describe_calls(result.invocations, result.backend_calls)
           + f"; {result.seconds:.1f} s")
     for note in result.notes:
         print(f"note: {note}")
+
+
+def _print_audit(result: PassesResult) -> None:
+    """The checker's verdict on each claim above, with the evidence of those that do not hold."""
+    audit = result.audit
+    if audit is None:
+        return
+    runs = ", ".join(f"{role} {n}" for role, n in (audit.get("runs") or {}).items())
+    print(f"checked ({runs} plain runs, a checker that shares no code with the search):")
+    for claim in audit.get("claims") or ():
+        verdict = {True: "holds", False: "DOES NOT HOLD", None: "not established"}[claim.get("holds")]
+        evidence = "" if claim.get("holds") is True else f" — {claim.get('evidence')}"
+        print(f"  {verdict}: {claim.get('claim')}{evidence}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -81,6 +81,7 @@ from graphbisect.strategies.passes import (
 from graphbisect.text.shareable import shareable_text
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET, model_for_backend
 from graphbisect.workflows.pass_region import Region, diverging_region, replay_model, replay_spec
+from graphbisect.workflows.passes_claims import check_passes
 from graphbisect.workflows.probe import compiled_of, describing_spec, discard_description, plan_probe
 from graphbisect.workflows.scratch import own_folder
 
@@ -160,11 +161,19 @@ class PassesResult:
     seconds: float = 0.0
     #: the inputs' dynamic dims graphbisect sized (see :attr:`dims_note`)
     chosen_dims: tuple[ChosenDim, ...] = ()
+    #: the trusted checker's verdict on each claim of this answer (:mod:`graphbisect.workflows.passes_claims`):
+    #: ``{"holds", "claims": [{"id", "claim", "holds", "evidence"}], "runs", "calls", "seconds"}``; None: not checked
+    audit: Mapping[str, Any] | None = None
 
     @property
     def dims_note(self) -> str | None:
         """What a verdict on sizes graphbisect chose must say (:func:`graphbisect.data.dims_note`), or None."""
         return dims_note(self.chosen_dims)
+
+    def claim(self, claim_id: str) -> Mapping[str, Any] | None:
+        """The checker's record of one claim (``audit``'s), or None when it was not checked."""
+        claims = (self.audit or {}).get("claims") or ()
+        return next((c for c in claims if c.get("id") == claim_id), None)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -367,13 +376,28 @@ def find_culprit_passes(
                 **tried, "searched_on": "whole model",
                 "whole_model_target_runs": s.invocations["target"] - tried.get("region_target_runs", 0)})
         note = dims_note(chosen) if not result.failed else None
-        return dataclasses.replace(result, invocations=dict(s.invocations), backend_calls=s.calls.to_json(),
-                                   notes=(*s.notes, *filter(None, [note])),
-                                   versions=dict(s.ran_with), seconds=time.monotonic() - started,
-                                   chosen_dims=tuple(chosen))
+        result = dataclasses.replace(result, invocations=dict(s.invocations), backend_calls=s.calls.to_json(),
+                                     notes=(*s.notes, *filter(None, [note])),
+                                     versions=dict(s.ran_with), chosen_dims=tuple(chosen))
+        return dataclasses.replace(_checked(s, result), seconds=time.monotonic() - started)
     finally:
         s.close()
         holder.close()
+
+
+def _checked(s: _Session, result: PassesResult) -> PassesResult:
+    """``result`` with its claims as the trusted checker finds them: each claim's configurations run plainly on
+    the whole model against one plain oracle run (:mod:`graphbisect.workflows.passes_claims`)."""
+
+    def model_of(spec: str) -> Path:
+        return model_for_backend(s.model, BackendSpec.parse(spec), s.onnx_path)
+
+    # the failure's compiled identity, where the search matched by it (on a region it confirmed)
+    compiled = result.scope.get("compiled_kind") if result.scope.get("searched_on") == "region" else None
+    compiled_as = (str(compiled), result.scope.get("made_by")) if compiled else None
+    return check_passes(result, oracle=str(s.oracle_spec), model_of=model_of, inputs=load_values_npz(s.inputs_path),
+                        tolerance=s.options.tolerance, compiled_as=compiled_as, timeout=s.options.timeout,
+                        workdir=s.work, stage=s.stage)
 
 
 def _on_region(s: _Session, on_progress: Callable[[ProgressEvent], None] | None) -> PassesResult | None:
@@ -434,6 +458,8 @@ def _search_region(s: _Session, region: Region, on_progress: Callable[[ProgressE
     s.notes.extend(f"on the region: {note}" for note in sub.notes)
     s.scope.update(region_nodes=region.names(s.model), compiled_as=region.compiled_as,
                    region_target_runs=sub.invocations["target"])
+    if region.identity is not None and region.identity.compiled_kind:  # what the checker matches the failure by
+        s.scope.update(compiled_kind=region.identity.compiled_kind, made_by=region.identity.made_by)
     return found
 
 
@@ -905,6 +931,12 @@ def passes_markdown(facts: Mapping[str, Any]) -> str:
              f"- reproduce alone: {', '.join(f'`{n}`' for n in facts['each_alone']) or 'none'}"]
     for name, why in facts.get("excluded", {}).items():
         lines.append(f"- never disabled: `{name}` ({why})")
+    audit = facts.get("audit")
+    if isinstance(audit, Mapping):  # the trusted checker's plain runs on the whole model (passes_claims)
+        runs = ", ".join(f"{role} {n}" for role, n in (audit.get("runs") or {}).items())
+        lines += ["", f"Checked on the whole model with plain runs ({runs}) by the checker:", ""]
+        lines += [f"- {({True: 'holds', False: 'DOES NOT HOLD', None: 'not established'})[c.get('holds')]}: "
+                  f"{c.get('claim')}" for c in audit.get("claims") or ()]
     culprit = str(facts.get("culprit_target") or "")
     lines += ["", "The reduction ran under the culprit spec, the target with every pass it registers disabled but "
               f"the enable-set ({culprit.count(';') + 1 if culprit else 0} passes disabled; the spec is "

@@ -119,9 +119,10 @@ def _counting_python(folder: Path) -> tuple[Path, Path]:
 
 
 def test_a_passes_bundle_counts_every_target_run(tmp_path: Path) -> None:
-    """``reduce(passes=True)``: the pass search, the reduction, the report's facts and the control run
-    (culprit passes disabled) plus the compiled view of the reduced model, and the checker's audit, all run the
-    target. The bundle counted all but the control and the compiled view (``report_runs`` left them out)."""
+    """``reduce(passes=True)``: the pass search and the checker's plain runs of its answer, the reduction, the
+    report's facts and the control run (culprit passes disabled) plus the compiled view of the reduced model, and
+    the checker's audit, all run the target. The bundle counted all but the control and the compiled view
+    (``report_runs`` left them out)."""
     import graphbisect
 
     python, log = _counting_python(tmp_path)
@@ -131,7 +132,8 @@ def test_a_passes_bundle_counts_every_target_run(tmp_path: Path) -> None:
                                 target=f"onnxruntime:opt_level=all,python={python}", passes=True)
     assert result.failed and result.verified
     report = json.loads((tmp_path / "bundle" / "report.json").read_text())
-    counted = (report["passes"]["invocations"]["target"] + report["invocations"]["target"]
+    counted = (report["passes"]["invocations"]["target"] + report["passes"]["invocations"]["audit target"]
+               + report["invocations"]["target"]
                + sum(n for role, n in report["report_runs"].items() if role in ("target", "control", "audit target")))
     assert counted == len(log.read_text().splitlines())
     assert report["report_runs"]["control"] == 1
