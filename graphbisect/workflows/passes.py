@@ -52,6 +52,7 @@ from graphbisect.backends.base import brief_spec
 from graphbisect.backends.cost import CallTally, Cost
 from graphbisect.backends.process import compile_cache
 from graphbisect.backends.registry import BACKEND_SPEC
+from graphbisect.checker.configurations import Configuration, check_configurations
 from graphbisect.compare import Tolerance
 from graphbisect.compare.quantization import with_quantization
 from graphbisect.data import ChosenDim, dims_note, save_inputs, validate_inputs
@@ -81,14 +82,15 @@ from graphbisect.strategies.passes import (
 from graphbisect.text.shareable import shareable_text
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET, model_for_backend
 from graphbisect.workflows.pass_region import Region, diverging_region, replay_model, replay_spec
-from graphbisect.workflows.passes_claims import check_passes
+from graphbisect.workflows.passes_claims import audited_fields, limits_of, passes_claims
 from graphbisect.workflows.probe import compiled_of, describing_spec, discard_description, plan_probe
 from graphbisect.workflows.scratch import own_folder
 
 if TYPE_CHECKING:  # imported where a reduction runs (reduce_under_culprits), as the rest of passes needs none
     from graphbisect.workflows.reduce import ReduceOptions
 
-__all__ = ["NOT_LISTED", "NOT_NEEDED", "PassesOptions", "PassesResult", "find_culprit_passes", "reduce_under_culprits"]
+__all__ = ["NOT_LISTED", "NOT_NEEDED", "PassesOptions", "PassesResult", "check_passes", "find_culprit_passes",
+           "reduce_under_culprits"]
 
 log = logging.getLogger(__name__)
 
@@ -398,6 +400,29 @@ def _checked(s: _Session, result: PassesResult) -> PassesResult:
     return check_passes(result, oracle=str(s.oracle_spec), model_of=model_of, inputs=load_values_npz(s.inputs_path),
                         tolerance=s.options.tolerance, compiled_as=compiled_as, timeout=s.options.timeout,
                         workdir=s.work, stage=s.stage)
+
+
+def check_passes(result: PassesResult, *, oracle: str, model_of: Callable[[str], Path], inputs: Mapping[str, Any],
+                 tolerance: Tolerance, compiled_as: tuple[str, str | None] | None = None,
+                 timeout: float | None = None, workdir: Path | None = None,
+                 stage: Callable[[str], None] | None = None) -> PassesResult:
+    """``result`` with its claims (:func:`~graphbisect.workflows.passes_claims.passes_claims`) checked by plain
+    runs of ``oracle`` and the target on ``model_of(spec)`` with ``inputs``, under ``tolerance``; ``minimal`` only
+    where they hold (:func:`~graphbisect.workflows.passes_claims.audited_fields`).
+
+    Example:
+        >>> checked = check_passes(found, oracle="onnxruntime:opt_level=disable",                # doctest: +SKIP
+        ...                        model_of=lambda spec: Path("model.onnx"), inputs=feeds, tolerance=Tolerance())
+        >>> [(c["id"], c["holds"]) for c in checked.audit["claims"]]                            # doctest: +SKIP
+        [('failure', True), ('workaround', True), ...]
+    """
+    claims = passes_claims(result.to_json(), model_of, compiled_as)
+    if stage is not None:
+        stage(f"checking the answer's {len(claims)} claims with plain runs (the checker)")
+    audit = check_configurations(oracle, model_of(oracle), inputs, claims, limits_of(tolerance),
+                                 reference=Configuration(result.target, model_of(result.target)),
+                                 compiled_as=compiled_as, timeout=timeout, workdir=workdir)
+    return dataclasses.replace(result, **audited_fields(result.to_json(), audit))
 
 
 def _on_region(s: _Session, on_progress: Callable[[ProgressEvent], None] | None) -> PassesResult | None:

@@ -5,7 +5,7 @@ an outcome cache. Its answer is a few configurations of the target — the targe
 (culprits disabled), the culprit spec (only the enable-set enabled) and their single-pass neighbours — and
 :func:`passes_claims` writes each claim the command prints as those configurations with the verdict the search
 claims for them; :func:`graphbisect.checker.configurations.check_configurations` runs each once plainly, on the
-whole model, against one plain oracle run. :func:`with_audit` then states only what holds: ``minimal`` is true
+whole model, against one plain oracle run. :func:`audited_fields` then states only what holds: ``minimal`` is true
 only when both minimality claims hold, and every claim that does not hold (or could not be run) gets a note.
 
 The claims and their configurations (``T`` the target as given, ``F`` the workaround, ``C`` the culprit spec):
@@ -30,10 +30,9 @@ The configurations are run distinct (``F`` minus its only culprit is ``T``): abo
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from graphbisect.backends import BackendSpec
 from graphbisect.checker.audit import Audit
@@ -44,16 +43,12 @@ from graphbisect.checker.configurations import (
     PASSES,
     Configuration,
     ConfigurationClaim,
-    check_configurations,
 )
 from graphbisect.checker.values import Limits
 from graphbisect.compare import Tolerance
 from graphbisect.strategies.passes import control_for
 
-if TYPE_CHECKING:
-    from graphbisect.workflows.passes import PassesResult
-
-__all__ = ["check_passes", "limits_of", "passes_claims", "with_audit"]
+__all__ = ["MINIMALITY", "audited_fields", "limits_of", "passes_claims", "with_disabled"]
 
 #: The claims ``minimal`` rests on: both sets do what they are said to (the workaround passes, the culprit spec
 #: fails the same way) and each of their passes is needed; any that does not hold withdraws it.
@@ -79,101 +74,82 @@ def with_disabled(spec_text: str, *, add: Sequence[str] = (), remove: Sequence[s
 
     Example:
         >>> with_disabled("onnxruntime:opt_level=all,disabled=A;B", remove=["A"], add=["C"])
-        'onnxruntime:opt_level=all,disabled=B;C'
+        'onnxruntime:disabled=B;C,opt_level=all'
     """
     spec, option, names = _disabled(spec_text)
     kept = [n for n in dict.fromkeys([*names, *add]) if n not in set(remove)]
     return str(spec.with_options(**{option: ";".join(kept) or None}))
 
 
-def passes_claims(result: PassesResult, model_of: Callable[[str], Path],
+def passes_claims(data: Mapping[str, Any], model_of: Callable[[str], Path],
                   compiled_as: tuple[str, str | None] | None = None) -> list[ConfigurationClaim]:
-    """The claims ``result`` states, as configurations for the checker. ``model_of(spec)``: the file a spec
-    runs (the ONNX model, or the Paddle model for Paddle Inference). ``compiled_as``: what the search matched
-    the failure by (the compiled node's kind, the pass that made it), where it did."""
+    """The claims an answer states — its ``--json`` ``data`` (``PassesResult.to_json()``), what a user reads — as
+    configurations for the checker. ``model_of(spec)``: the file a spec runs (the ONNX model, or the Paddle model
+    for Paddle Inference). ``compiled_as``: what the search matched the failure by (the compiled node's kind, the
+    pass that made it), where it did."""
 
     def config(spec: str) -> Configuration:
         return Configuration(spec, model_of(spec))
 
-    target = config(result.target)
-    if not result.failed:
-        return [ConfigurationClaim("no_failure", f"the target {result.target} does not fail", ((target, PASSES),),
+    target = str(data["target"])
+    given = config(target)
+    if not data["failed"]:
+        return [ConfigurationClaim("no_failure", f"the target {target} does not fail", ((given, PASSES),),
                                    ("the target as given",))]
-    claims = [ConfigurationClaim("failure", f"the target {result.target} fails ({result.signature.kind.value})",
-                                 ((target, FAILS),), ("the target as given",))]
+    kind = data["signature"]["kind"]
+    claims = [ConfigurationClaim("failure", f"the target {target} fails ({kind})", ((given, FAILS),),
+                                 ("the target as given",))]
     if compiled_as is not None:
-        kind, made_by = compiled_as
+        compiled, made_by = compiled_as
         made = f" made by {made_by}" if made_by else ""
-        claims.append(ConfigurationClaim("identity", f"the target compiles the failing region as {kind}{made}",
-                                         ((target, FAILS_SAME),), ("the target as given",)))
-    if not result.culprits or result.fixed_target is None or result.culprit_target is None:
-        if result.searched and result.source != "not listed":
-            every = config(with_disabled(result.target, add=result.searched))
+        claims.append(ConfigurationClaim("identity", f"the target compiles the failing region as {compiled}{made}",
+                                         ((given, FAILS_SAME),), ("the target as given",)))
+    culprits, required, alone = list(data["culprits"]), list(data["required"]), list(data["each_alone"])
+    fixed, culprit, searched = data["fixed_target"], data["culprit_target"], list(data["searched"])
+    if not culprits or fixed is None or culprit is None:
+        if searched and data["source"] != "not listed":
+            every = config(with_disabled(target, add=searched))
             claims.append(ConfigurationClaim(
-                "unexplained", f"with all {len(result.searched)} searched passes disabled the target still fails: "
-                "no set of passes explains the failure", ((every, FAILS),), ("every searched pass disabled",)))
+                "unexplained", f"with all {len(searched)} searched passes disabled the target still fails: no set "
+                "of passes explains the failure", ((every, FAILS),), ("every searched pass disabled",)))
         return claims
-    fixed, culprit = result.fixed_target, result.culprit_target
-    claims.append(ConfigurationClaim("workaround", f"with {', '.join(result.culprits)} disabled the failure "
-                                     "disappears", ((config(fixed), PASSES),), (f"the workaround {fixed}",)))
-    if result.minimal:
+    claims.append(ConfigurationClaim("workaround", f"with {', '.join(culprits)} disabled the failure disappears",
+                                     ((config(fixed), PASSES),), (f"the workaround {fixed}",)))
+    if data["minimal"]:
         claims.append(ConfigurationClaim(
             "disable_minimal", "each culprit is needed: with any one of them enabled again the target still fails",
-            tuple((config(with_disabled(fixed, remove=[c])), FAILS) for c in result.culprits),
-            tuple(f"{c} enabled again" for c in result.culprits)))
+            tuple((config(with_disabled(fixed, remove=[c])), FAILS) for c in culprits),
+            tuple(f"{c} enabled again" for c in culprits)))
     claims.append(ConfigurationClaim(
-        "reproduces", f"with only {', '.join(result.required)} enabled (of the passes searched) the target fails "
-        "the same way", ((config(culprit), FAILS_SAME),), (f"only {', '.join(result.required)} enabled",)))
-    if result.minimal:
+        "reproduces", f"with only {', '.join(required)} enabled (of the passes searched) the target fails the same "
+        "way", ((config(culprit), FAILS_SAME),), (f"only {', '.join(required)} enabled",)))
+    if data["minimal"]:
         claims.append(ConfigurationClaim(
             "enable_minimal", "each required pass is needed: with any one of them disabled too the failure "
-            "disappears or changes", tuple((config(with_disabled(culprit, add=[r])), NOT_SAME)
-                                           for r in result.required),
-            tuple(f"{r} disabled too" for r in result.required)))
-    if result.each_alone:
-        everything = [*_disabled(culprit)[2], *result.required]
+            "disappears or changes", tuple((config(with_disabled(culprit, add=[r])), NOT_SAME) for r in required),
+            tuple(f"{r} disabled too" for r in required)))
+    if alone:
+        everything = [*_disabled(culprit)[2], *required]
         claims.append(ConfigurationClaim(
-            "alone", f"{', '.join(result.each_alone)} reproduce{'s' if len(result.each_alone) == 1 else ''} the "
-            "failure as the only pass enabled (of those searched)",
-            tuple((config(with_disabled(culprit, add=everything, remove=[c])), FAILS_SAME) for c in result.each_alone),
-            tuple(f"only {c} enabled" for c in result.each_alone)))
+            "alone", f"{', '.join(alone)} reproduce{'s' if len(alone) == 1 else ''} the failure as the only pass "
+            "enabled (of those searched)",
+            tuple((config(with_disabled(culprit, add=everything, remove=[c])), FAILS_SAME) for c in alone),
+            tuple(f"only {c} enabled" for c in alone)))
     return claims
 
 
-def with_audit(result: PassesResult, audit: Audit) -> PassesResult:
-    """``result`` as the checker found it: ``minimal`` only when its claims hold (a note says why not), the
-    checker's record in ``audit`` and its runs counted as ``audit oracle`` / ``audit target``."""
+def audited_fields(data: Mapping[str, Any], audit: Audit) -> dict[str, Any]:
+    """The fields of an answer (its ``--json`` ``data``) as the checker found it: ``minimal`` only when its claims
+    hold (a note says why not), the checker's record as ``audit``, its runs counted in ``invocations`` and
+    ``backend_calls`` as ``audit oracle`` / ``audit target``."""
     held = {claim.id: claim for claim in audit.claims}
     doubted = [held[i] for i in MINIMALITY if i in held and held[i].holds is not True]
-    notes = list(result.notes)
-    if result.minimal and doubted:
+    notes = list(data["notes"])
+    if data["minimal"] and doubted:
         notes.extend(f"not claimed 1-minimal: {c.statement} — the checker: {c.verdict} ({c.evidence})" for c in doubted)
     record: dict[str, Any] = audit.to_json()
     del record["bundle"]
     runs = {f"audit {role}": n for role, n in audit.runs.items()}
     calls = {f"audit {role}": {**c, "compile_cache_hits": 0} for role, c in audit.calls.items()}
-    return dataclasses.replace(result, minimal=result.minimal and not doubted, notes=tuple(notes), audit=record,
-                               invocations={**result.invocations, **runs},
-                               backend_calls={**result.backend_calls, **calls})
-
-
-def check_passes(result: PassesResult, *, oracle: str, model_of: Callable[[str], Path], inputs: Mapping[str, Any],
-                 tolerance: Tolerance, compiled_as: tuple[str, str | None] | None = None,
-                 timeout: float | None = None, workdir: Path | None = None,
-                 stage: Callable[[str], None] | None = None) -> PassesResult:
-    """``result`` with its claims (:func:`passes_claims`) checked by plain runs of ``oracle`` and the target on
-    ``model_of(spec)`` with ``inputs``, under ``tolerance`` (:func:`with_audit`).
-
-    Example:
-        >>> checked = check_passes(found, oracle="onnxruntime:opt_level=disable",                # doctest: +SKIP
-        ...                        model_of=lambda spec: Path("model.onnx"), inputs=feeds, tolerance=Tolerance())
-        >>> [(c["id"], c["holds"]) for c in checked.audit["claims"]]                            # doctest: +SKIP
-        [('failure', True), ('workaround', True), ...]
-    """
-    claims = passes_claims(result, model_of, compiled_as)
-    if stage is not None:
-        stage(f"checking the answer's {len(claims)} claims with plain runs (the checker)")
-    audit = check_configurations(oracle, model_of(oracle), inputs, claims, limits_of(tolerance),
-                                 reference=Configuration(result.target, model_of(result.target)),
-                                 compiled_as=compiled_as, timeout=timeout, workdir=workdir)
-    return with_audit(result, audit)
+    return {"minimal": bool(data["minimal"]) and not doubted, "notes": tuple(notes), "audit": record,
+            "invocations": {**data["invocations"], **runs}, "backend_calls": {**data["backend_calls"], **calls}}

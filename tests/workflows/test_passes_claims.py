@@ -30,8 +30,8 @@ from graphbisect.cli.passes_cmd import print_passes
 from graphbisect.compare import Tolerance
 from graphbisect.examples.hosts import host_inputs, host_network
 from graphbisect.model import load_model
-from graphbisect.workflows.passes import PassesOptions, PassesResult, find_culprit_passes
-from graphbisect.workflows.passes_claims import check_passes, with_disabled
+from graphbisect.workflows.passes import PassesOptions, PassesResult, check_passes, find_culprit_passes
+from graphbisect.workflows.passes_claims import with_disabled
 
 TARGET = "onnxruntime:opt_level=all"
 ORACLE = "onnxruntime:opt_level=disable"  # the default oracle
