@@ -3,10 +3,11 @@
 ``graphbisect passes`` and ``graphbisect precision`` answer with configurations: the target with some passes
 disabled (``onnxruntime:opt_level=all,disabled=A;B``), a mixed-precision model the target runs. Each claim they
 print is a list of ``(configuration, verdict)`` pairs the search says it measured; :func:`check_configurations`
-runs each configuration once, plainly (:class:`~graphbisect.checker.runs.Runner`: its own worker, no compile
-cache, the model's own outputs), compares with the checker's rule (:mod:`.values`) against one plain oracle run
-and says of each claim holds / does not hold / not established, with the evidence. It takes spec strings and
-model files, never the search's objects: what the search built is data to the checker, as a bundle is.
+runs each configuration once, plainly (:class:`~graphbisect.checker.runs.Runner`: a worker per spec, which the
+models of that spec share, no compile cache, the model's own outputs), compares with the checker's rule
+(:mod:`.values`) against one plain oracle run and says of each claim holds / does not hold / not established,
+with the evidence. It takes spec strings and model files, never the search's objects: what the search built is
+data to the checker, as a bundle is.
 
 Verdicts (:data:`PASSES`, :data:`FAILS`, :data:`FAILS_SAME`, :data:`NOT_SAME`): "the same failure" is the
 ``reference`` configuration's failure as the checker itself observed it (not the search's signature): the same
@@ -116,25 +117,30 @@ class _Configurations:
         self.oracle = Runner(BackendSpec.parse(oracle), timeout=timeout, folder=scratch)
         self.plain = self.oracle.run(model, inputs)
         self.runs: dict[tuple[str, str], Run] = {}
-        self.target_runs = self.target_compiles = 0
+        #: one worker per spec, started on its first run: the models a spec runs share it (as a user's script
+        #: runs several models in one process), never a compile cache
+        self.runners: dict[str, Runner] = {}
         self.judges: dict[tuple[str, str], _Judge | str] = {}
 
     def close(self) -> None:
         self.oracle.close()
+        for runner in self.runners.values():
+            runner.close()
 
     def calls(self) -> dict[str, dict[str, int]]:
+        runners = self.runners.values()
         return {"oracle": {"runs": self.oracle.runs, "compiles": self.oracle.compiles},
-                "target": {"runs": self.target_runs, "compiles": self.target_compiles}}
+                "target": {"runs": sum(r.runs for r in runners), "compiles": sum(r.compiles for r in runners)}}
 
     def run(self, configuration: Configuration) -> Run:
-        """The configuration's plain run (once per spec and model), in a worker of its own."""
+        """The configuration's plain run (once per spec and model)."""
         key = configuration.key
         if key not in self.runs:
-            with Runner(BackendSpec.parse(configuration.spec), describe=self.compiled_as is not None,
-                        timeout=self.timeout, folder=self.scratch) as runner:
-                self.runs[key] = runner.run(Path(configuration.model), self.inputs)
-                self.target_runs += runner.runs
-                self.target_compiles += runner.compiles
+            spec = key[0]
+            if spec not in self.runners:
+                self.runners[spec] = Runner(BackendSpec.parse(spec), describe=self.compiled_as is not None,
+                                            timeout=self.timeout, folder=self.scratch)
+            self.runs[key] = self.runners[spec].run(Path(configuration.model), self.inputs)
         return self.runs[key]
 
     def judge(self, reference: Configuration | None) -> _Judge | str:
