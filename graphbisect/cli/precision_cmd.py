@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import shlex
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from graphbisect.backends import BackendSpec
@@ -141,9 +142,10 @@ def _print_keep(result: PrecisionResult, *, op_types: bool) -> None:
     from graphbisect.workflows.precision import ALONE_AUTO_MAX
 
     stopped = f": the search stopped early ({result.stop_reason})" if result.stop_reason else ""
-    print(f"\nkeep in FP32 ({len(result.keep_fp32)}{' op types' if op_types else ''}"
-          f"{', 1-minimal' if result.minimal else ', NOT proven minimal'}"
-          f"{stopped}):")
+    one = result.claim("one_minimal")  # the checker's: 1-minimal only where it holds
+    minimal = ", 1-minimal" if result.minimal else \
+        f", 1-minimal {_not_held(one)}" if one is not None else ", NOT proven minimal"
+    print(f"\nkeep in FP32 ({len(result.keep_fp32)}{' op types' if op_types else ''}{minimal}{stopped}):")
     breakers = set(result.alone or ())
     for name in result.keep_fp32:
         print(f"  {shown(name)}{'   (breaks the tolerance alone)' if name in breakers else ''}")
@@ -187,13 +189,7 @@ def _print_pins(result: PrecisionResult, *, op_types: bool) -> None:
 def _print_verdict(result: PrecisionResult, *, data: list[str] | None) -> None:
     """Whether the model with the overrides meets the tolerance (the typed model's own verdict beside it), and
     what the run cost."""
-    typed = result.extra.get("typed_model")
-    emulated_meets = result.meets_tolerance or (isinstance(typed, dict) and not typed["meets"])
-    verdict = "meets the tolerance" if emulated_meets else "DOES NOT meet the tolerance"
-    print(f"\n{'verified' if emulated_meets else 'NOT verified'}: the model with these overrides {verdict} "
-          f"(score {_num(result.final_metrics['score'])}, cosine {_num(result.final_metrics['cosine'])})")
-    if isinstance(typed, dict):
-        _print_typed(typed, result.mode.value, str(typed.get("target", "TARGET")), data=data)
+    _print_verdicts(result, data)
     calls = {role: n for role, n in result.invocations.items() if role in result.backend_calls} or \
         dict(result.invocations)  # search_tests counts the search's tests, not backend calls
     tests = result.invocations.get("search_tests")
@@ -201,6 +197,48 @@ def _print_verdict(result: PrecisionResult, *, data: list[str] | None) -> None:
           + (f"; {tests} search tests" if tests is not None else "") + f"; {result.seconds:.1f} s")
     if result.meets_tolerance and result.dims_note:
         print(f"note: {result.dims_note}")
+
+
+def _print_verdicts(result: PrecisionResult, data: list[str] | None) -> None:
+    """Whether the answer (and, for FP16, the typed model) meets the tolerance: the search's word where the
+    checker's plain run of the file confirms it, else how the checker left it; then the checker's claims."""
+    typed = result.extra.get("typed_model")
+    emulated_meets = result.extra.get("answer_meets")  # the search's verdict on the answer (not the typed model)
+    if not isinstance(emulated_meets, bool):
+        emulated_meets = result.meets_tolerance or (isinstance(typed, dict) and not typed["meets"])
+    checked = result.claim("verified")
+    if checked is not None and checked.get("holds") is not True:  # the checker's plain run does not confirm it
+        print(f"\nNOT verified: {checked.get('claim')}: {_not_held(checked)} ({checked.get('evidence')})")
+    else:
+        verdict = "meets the tolerance" if emulated_meets else "DOES NOT meet the tolerance"
+        print(f"\n{'verified' if emulated_meets else 'NOT verified'}: the model with these overrides {verdict} "
+              f"(score {_num(result.final_metrics['score'])}, cosine {_num(result.final_metrics['cosine'])})")
+    if isinstance(typed, dict):
+        typed_claim = result.claim("typed")
+        if typed_claim is not None and typed_claim.get("holds") is not True:
+            print(f"NOT verified: {typed_claim.get('claim')}: {_not_held(typed_claim)} "
+                  f"({typed_claim.get('evidence')})")
+        else:
+            _print_typed(typed, result.mode.value, str(typed.get("target", "TARGET")), data=data)
+    _print_audit(result)
+
+
+def _not_held(claim: Mapping[str, object] | None) -> str:
+    """How the checker left a claim it did not confirm."""
+    holds = None if claim is None else claim.get("holds")
+    return "does NOT hold (the checker)" if holds is False else "not established by the checker"
+
+
+def _print_audit(result: PrecisionResult) -> None:
+    """The checker's verdict on each claim, with the evidence of those that do not hold."""
+    from graphbisect.workflows.precision_claims import claim_lines
+
+    if result.audit is None:
+        return
+    runs = ", ".join(f"{role} {n}" for role, n in (result.audit.get("runs") or {}).items())
+    print(f"checked ({runs} plain runs of the files written, a checker that shares no code with the search):")
+    for line in claim_lines(result.audit):
+        print(line)
 
 
 def _print_typed(typed: dict[str, object], mode: str, target: str, *, data: list[str] | None = None) -> None:

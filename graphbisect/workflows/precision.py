@@ -76,6 +76,7 @@ from graphbisect.backends import BackendProcess, BackendSpec, Capability, resolv
 from graphbisect.backends.cost import CallTally, Cost
 from graphbisect.backends.process import CompareTo
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
+from graphbisect.checker.configurations import check_configurations
 from graphbisect.compare import Tolerance
 from graphbisect.data import (
     ActivationStore,
@@ -115,9 +116,11 @@ from graphbisect.strategies.precision import (
 )
 from graphbisect.text.printable import shown
 from graphbisect.workflows.compare import model_for_backend
+from graphbisect.workflows.passes_claims import limits_of
+from graphbisect.workflows.precision_claims import Answer, audited_fields, precision_claims
 from graphbisect.workflows.scratch import work_folder
 
-__all__ = ["ALONE_AUTO_MAX", "PrecisionResult", "find_precision", "runtime_pins_mode"]
+__all__ = ["ALONE_AUTO_MAX", "PrecisionResult", "check_precision", "find_precision", "runtime_pins_mode"]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -154,6 +157,14 @@ class PrecisionResult:
     #: (``oracle``, ``target``, ``verification``; ``search_tests`` counts tests, not calls) by kind
     #: (:mod:`graphbisect.backends.cost`)
     backend_calls: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: the trusted checker's verdict on each claim (:mod:`graphbisect.workflows.precision_claims`): ``{"holds",
+    #: "claims": [{"id", "claim", "holds", "evidence"}], "runs", "calls", "seconds"}``; None: not checked
+    audit: Mapping[str, Any] | None = None
+
+    def claim(self, claim_id: str) -> Mapping[str, Any] | None:
+        """The checker's record of one claim (``audit``'s), or None when it was not checked."""
+        claims = (self.audit or {}).get("claims") or ()
+        return next((c for c in claims if c.get("id") == claim_id), None)
 
     @property
     def dims_note(self) -> str | None:
@@ -194,6 +205,7 @@ class PrecisionResult:
             "backend_calls": {role: dict(calls) for role, calls in self.backend_calls.items()},
             "seconds": round(self.seconds, 3), "files": [str(p) for p in self.files],
             "chosen_dims": [dim.to_json() for dim in self.chosen_dims], "dims_note": self.dims_note, **self.extra,
+            "audit": None if self.audit is None else dict(self.audit),
         }
 
 
@@ -207,6 +219,7 @@ class _Session:
     pin_file: Path | None = None  # runtime pins: the keep_fp32=@FILE the target reads
     run_model: Path | None = None  # a target that runs its own format (Paddle): the file it runs
     oracle_verdict: str = "capture"  # where ``expected`` comes from (``--json`` ``oracle_expected``, _capture)
+    oracle: str = DEFAULT_ORACLE  # the oracle's spec, which the checker runs too
 
 
 _PIN_OPTION = "keep_fp32"
@@ -290,7 +303,7 @@ def _capture(model: Model, oracle: str, feeds: Mapping[str, np.ndarray], workdir
             verdict = "model as built" + (" (its capture's outputs differ)" if runs.differs else "")
             if runs.differs:
                 log.warning("%s; the expected outputs are its run of the model as built", runs.difference.why(spec))
-        session = _Session(model, workdir, Path(inputs_path), expected, store, oracle_verdict=verdict)
+        session = _Session(model, workdir, Path(inputs_path), expected, store, oracle_verdict=verdict, oracle=oracle)
         return session, proc.cost
 
 
@@ -487,9 +500,9 @@ def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tole
     calls = CallTally({"oracle": oracle_runs, "target": search_runs, "verification": verify_runs})
     extra: dict[str, object] = {"tests_by_phase": {name: c.tests for name, c in ev.stats().phases},
                                 "alone_checked": alone_checked, "oracle_expected": session.oracle_verdict,
-                                **_model_notes(lowering, typed), **_pin_notes(lowering, target, result.keep,
-                                                                              verify_info)}
-    return PrecisionResult(
+                                "answer_meets": verified, **_model_notes(lowering, typed),
+                                **_pin_notes(lowering, target, result.keep, verify_info)}
+    found = PrecisionResult(
         mode=lowering.mode, units=tuple(lowering.names(range(n))), keep_fp32=tuple(lowering.names(result.keep)),
         minimal=result.minimal, alone=None if breakers is None else tuple(lowering.names(breakers)),
         prefix_keep_fp32=None if prefix is None or prefix.found is None else tuple(lowering.names(range(prefix.found))),
@@ -500,6 +513,45 @@ def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tole
         lowering=_describe_lowering(lowering), seconds=time.monotonic() - started, files=tuple(files), extra=extra,
         tolerance=tol, stop_reason=None if result.stop_reason is None else result.stop_reason.value,
     )
+    return dataclasses.replace(
+        _checked(session, found, lowering, target, result.keep, tol=tol, stage=stage, out_dir=out_dir,
+                 verified=verified, typed_keep=typed_keep if typed is not None else None,
+                 typed_meets=None if typed is None else bool(typed["meets"])), seconds=time.monotonic() - started)
+
+
+def _checked(session: _Session, found: PrecisionResult, lowering: Lowering, target: str, keep: frozenset[int], *,
+             tol: Tolerance, stage: Callable[[str], None], **facts: Any) -> PrecisionResult:
+    """``found`` as the trusted checker finds it (:mod:`graphbisect.workflows.precision_claims`), running the
+    written artifacts, the FP32 model (the oracle's) and the rest saved to a scratch folder; ``facts``: the
+    :class:`~graphbisect.workflows.precision_claims.Answer` fields the search decided."""
+    scratch = session.workdir / "checker"
+    scratch.mkdir(parents=True, exist_ok=True)
+    answer = Answer(lowering, keep, target, fp32_model=session.model.save(scratch / "fp32.onnx"), scratch=scratch,
+                    run_model=session.run_model, **facts)
+    return check_precision(found, answer, oracle=session.oracle, inputs=load_values_npz(session.inputs_path),
+                           tolerance=tol, stage=stage)
+
+
+def check_precision(result: PrecisionResult, answer: Answer, *, oracle: str, inputs: Mapping[str, Any],
+                    tolerance: Tolerance, stage: Callable[[str], None] | None = None) -> PrecisionResult:
+    """``result`` with its claims (:func:`~graphbisect.workflows.precision_claims.precision_claims`) checked by
+    plain runs: ``oracle`` on ``answer.fp32_model``, the target on each file, compared under ``tolerance``;
+    ``meets_tolerance`` and ``minimal`` only where they hold
+    (:func:`~graphbisect.workflows.precision_claims.audited_fields`).
+
+    Example:
+        >>> checked = check_precision(found, answer, oracle="onnxruntime:opt_level=disable",     # doctest: +SKIP
+        ...                           inputs=feeds, tolerance=Tolerance(atol=1e-2, rtol=1e-2))
+        >>> [(c["id"], c["holds"]) for c in checked.audit["claims"]]                           # doctest: +SKIP
+        [('verified', True), ('one_minimal', True)]
+    """
+    claims = precision_claims(answer, minimal=result.minimal)
+    if stage is not None:
+        runs = sum(len(c.configurations) for c in claims)
+        stage(f"checking the answer's {len(claims)} claims with {runs + 1} plain runs (the checker)")
+    audit = check_configurations(oracle, answer.fp32_model, inputs, claims, limits_of(tolerance),
+                                 workdir=answer.scratch)
+    return dataclasses.replace(result, **audited_fields(result.to_json(), audit))
 
 
 def _unit_word(lowering: Lowering) -> str:
