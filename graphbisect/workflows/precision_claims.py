@@ -33,12 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from graphbisect.atomic import atomic_write_text
 from graphbisect.backends import BackendSpec
 from graphbisect.checker.audit import Audit
 from graphbisect.checker.configurations import FAILS, PASSES, Configuration, ConfigurationClaim
 from graphbisect.model.io import save_proto
 from graphbisect.precision.lowering import Lowering
+from graphbisect.storage.atomic import atomic_write_text
 
 __all__ = ["MAX_KEPT", "Answer", "audited_fields", "claim_lines", "precision_claims"]
 
