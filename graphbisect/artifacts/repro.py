@@ -59,14 +59,14 @@ from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from graphbisect.artifacts.repro_backends import REPRO_BACKENDS, TACTICS_FILE, ReproBackend
-from graphbisect.artifacts.repro_backends._common import _raw_options
+from graphbisect.artifacts.repro_backends._common import _raw_options, embedded_source
 from graphbisect.backends import BackendSpec, get
 from graphbisect.backends.command import check_mode
 from graphbisect.backends.inert import untrusted_values
 from graphbisect.backends.registry import HOST_OPTIONS, custom_origin, how_to_register
 from graphbisect.errors import SpecError
+from graphbisect.oracle import names
 from graphbisect.oracle.floor import FLOOR_CAP
-from graphbisect.oracle.names import script_text as names_script_text
 from graphbisect.oracle.outcome import UNSUPPORTED_PATTERN
 from graphbisect.oracle.signature import (
     CHECK_REJECTED,
@@ -76,10 +76,10 @@ from graphbisect.oracle.signature import (
     names_in,
     normalize_message,
 )
+from graphbisect.storage import npzguard
 from graphbisect.storage.npzguard import model_declared
-from graphbisect.storage.npzguard import script_text as npzguard_script_text
 from graphbisect.storage.values import declared_dtypes
-from graphbisect.text.printable import script_text as printable_script_text
+from graphbisect.text import printable
 
 if TYPE_CHECKING:
     from graphbisect.artifacts.content import BundleContent
@@ -624,7 +624,7 @@ def declared_types(config):
 
 # ---------------------------------------------------------------------------------------- npz limits
 # graphbisect/storage/npzguard.py, verbatim: each member's declared size against the model, before reading it
-''' + npzguard_script_text() + r'''
+''' + embedded_source(npzguard) + r'''
 
 # ONNX element types numpy lacks: (ml_dtypes name, stored as raw bits (else as integer values), storage dtype)
 ELEM_TYPES = {16: ("bfloat16", True, "<u2"), 17: ("float8_e4m3fn", True, "u1"), 18: ("float8_e4m3fnuz", True, "u1"),
@@ -1027,7 +1027,7 @@ def crash_key(message, names=()):
 
 
 # graphbisect/oracle/names.py, verbatim: how graphbisect takes the names a backend chose out of a message
-''' + names_script_text() + r'''
+''' + embedded_source(names) + r'''
 
 
 def is_recorded_failure(expect, outcome):
@@ -1260,7 +1260,7 @@ def guarded_main(argv=None):
 
 # ---------------------------------------------------------------------------------------- terminal
 # graphbisect/text/printable.py, verbatim: names and messages from files as this script prints them (graphbisect's rule)
-''' + printable_script_text() + r'''
+''' + embedded_source(printable) + r'''
 
 
 class Printable:

@@ -7,13 +7,12 @@ probes the installed onnx with one cast and returns ``new_ops`` overrides for ``
 it truncates.
 
 **Standalone on purpose:** numpy and onnx only, no graphbisect import and no other module state. ``repro.py``'s
-``reference`` section embeds this file's text (:func:`script_text`), so a bundle's script runs exactly the
+``reference`` section embeds this file's text (``embedded_source``), so a bundle's script runs exactly the
 evaluator graphbisect ran, on whichever onnx the reader has.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -73,11 +72,3 @@ def rounding_casts() -> tuple[list[type], list[str]]:
     ops = "/".join(cls.__name__ for cls in classes)
     return classes, [f"{ops} to bfloat16 round to nearest even, as ONNX Runtime, OpenVINO and onnx>=1.19's "
                      "reference do (this onnx truncates)"]
-
-
-def script_text() -> str:
-    """This module's code as a standalone script embeds it: without its ``from __future__`` line (the script
-    starts with its own) and without :func:`script_text` itself."""
-    text = Path(__file__).read_text(encoding="utf-8")
-    code = text[text.index("\nfrom __future__ import annotations\n") + len("\nfrom __future__ import annotations\n"):]
-    return code[:code.index("\ndef script_text(")].rstrip() + "\n"

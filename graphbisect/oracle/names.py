@@ -25,7 +25,7 @@ candidates that fail the same way normalize to the same text:
 What stays is the op type of the failing node, the element types and shapes, the check that failed and the
 reason, so two genuinely different errors stay different.
 
-This module uses only the standard library: ``repro.py`` embeds its text verbatim (:func:`script_text`), so a
+This module uses only the standard library: ``repro.py`` embeds its text verbatim (``embedded_source``), so a
 bundle's script and ``graphbisect verify`` normalize alike.
 
 Example:
@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterator
-from pathlib import Path
 
 NAME = "<name>"
 
@@ -101,12 +100,3 @@ def _erased(token: str, names: Collection[str]) -> str:
     if core and (core in names or GENERATED.fullmatch(core)):
         return NAME + token[len(core):]
     return token
-
-
-def script_text() -> str:
-    """This module's code as ``repro.py`` embeds it: without its ``from __future__`` line (the script starts
-    with its own) and without :func:`script_text` itself."""
-    text = Path(__file__).read_text(encoding="utf-8")
-    start = "\nfrom __future__ import annotations\n"
-    code = text[text.index(start) + len(start):]
-    return code[:code.index("\ndef script_text(")].rstrip() + "\n"

@@ -20,7 +20,7 @@ member's header (a few KiB of it decompressed), and refuses:
 One rule for every reader: :func:`graphbisect.storage.values.load_values_npz` applies it (so every ``.npz``
 graphbisect reads has the member and memory caps) with the model's declared shapes where the caller knows
 them (user inputs, a bundle's files, a ``command`` target's outputs). ``repro.py``, which must run without
-graphbisect, embeds this module's code (:func:`script_text`), as it embeds :mod:`graphbisect.oracle.names`.
+graphbisect, embeds this module's code (``embedded_source``), as it embeds :mod:`graphbisect.oracle.names`.
 This module therefore imports only the standard library and numpy.
 
 Example:
@@ -284,14 +284,7 @@ def npz_refusal(path: str | os.PathLike[str], declared: Mapping[str, Sequence[in
     return None
 
 
-def script_text() -> str:
-    """This module's code as ``repro.py`` embeds it: without its ``from __future__`` line (the script starts
-    with its own) and without :func:`script_text` and what follows (graphbisect's own helpers)."""
-    with open(__file__, encoding="utf-8") as source:
-        text = source.read()
-    start = "\nfrom __future__ import annotations\n"
-    code = text[text.index(start) + len(start):]
-    return code[:code.index("\ndef script_text(")].rstrip() + "\n"
+# ---- end of what a standalone script embeds (embedded_source): graphbisect's own helpers follow
 
 
 logger = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ chose: a graph output named ``"y\\n\\nPASS: outputs match"`` made a forged ``PAS
 And one for the words around them: :func:`plural` agrees a count with its noun ("1 node", "2 nodes"), so no
 line says "a model of 1 nodes" or "1 distinct bugs".
 
-This module uses only the standard library: ``repro.py`` embeds its text verbatim (:func:`script_text`), so a
+This module uses only the standard library: ``repro.py`` embeds its text verbatim (``embedded_source``), so a
 bundle's script prints names the same way.
 
 Example:
@@ -30,9 +30,8 @@ Example:
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-__all__ = ["escape_controls", "plural", "script_text", "shown"]
+__all__ = ["escape_controls", "plural", "shown"]
 
 # C0 controls but \t \n \r, DEL, C1 controls, and the bidirectional overrides/isolates.
 _CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -81,12 +80,3 @@ def plural(count: int, noun: str, many: str | None = None) -> str:
         else:
             many = noun + "s"
     return f"{count} {many}"
-
-
-def script_text() -> str:
-    """This module's code as ``repro.py`` embeds it: without its ``from __future__`` line (the script starts
-    with its own) and without :func:`script_text` itself."""
-    text = Path(__file__).read_text(encoding="utf-8")
-    start = "\nfrom __future__ import annotations\n"
-    code = text[text.index(start) + len(start):]
-    return code[:code.index("\ndef script_text(")].rstrip() + "\n"

@@ -28,10 +28,11 @@ from artifacts_builders import run_repro
 from graphbisect.artifacts import BundleContent, load_bundle, write_bundle
 from graphbisect.artifacts.bundle import BundleError
 from graphbisect.artifacts.repro import render_repro
+from graphbisect.artifacts.repro_backends._common import embedded_source
 from graphbisect.cli.main import main
 from graphbisect.errors import ModelError
 from graphbisect.model import load_model
-from graphbisect.storage.npzguard import script_text
+from graphbisect.storage import npzguard
 from tests.storage.test_npzguard import forged_npz, relu_model
 
 #: A child's own peak memory (VmHWM: ru_maxrss survives exec, so it would report pytest's), printed last.
@@ -99,7 +100,7 @@ def test_repro_py_refuses_an_inputs_bomb(bundle: Path, tmp_path: Path) -> None:
 
 def test_repro_py_carries_the_rule_verbatim(mismatch_content: BundleContent) -> None:
     script = render_repro(mismatch_content)
-    assert script_text() in script and "def npz_refusal(" in script
+    assert embedded_source(npzguard) in script and "def npz_refusal(" in script
 
 
 def test_a_command_targets_outputs_bomb_is_not_decompressed(tmp_path: Path, capsys: pytest.CaptureFixture[str],

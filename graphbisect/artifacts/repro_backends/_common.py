@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from graphbisect.backends.inert import ANY, ORT_SESSION_CONFIG, Rule
@@ -152,3 +154,18 @@ def from_ortvalue(value):
         return typed(unpack(data, code, shape), code)
     return typed(data.view(STORAGE[code]).reshape(shape), code)
 '''
+
+
+#: Where a module's code stops being what a standalone script embeds (:func:`embedded_source`).
+EMBED_END = "\n# ---- end of what a standalone script embeds"
+
+
+def embedded_source(module: ModuleType) -> str:
+    """``module``'s code as a standalone script (``repro.py``, a backend's section of it) embeds it: without its
+    ``from __future__`` line (the script starts with its own), up to :data:`EMBED_END` where the module has one
+    (graphbisect's own helpers follow it), else to its end. The module must import nothing of graphbisect's."""
+    text = Path(str(module.__file__)).read_text(encoding="utf-8")
+    start = "\nfrom __future__ import annotations\n"
+    code = text[text.index(start) + len(start):]
+    end = code.find(EMBED_END)
+    return (code if end < 0 else code[:end]).rstrip() + "\n"

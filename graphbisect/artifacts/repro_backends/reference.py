@@ -10,8 +10,8 @@ same overrides, probed on the reader's onnx, and prints that it did.
 
 from __future__ import annotations
 
-from graphbisect.artifacts.repro_backends._common import ReproBackend, _no_options
-from graphbisect.backends.reference_casts import script_text
+from graphbisect.artifacts.repro_backends._common import ReproBackend, _no_options, embedded_source
+from graphbisect.backends import reference_casts
 
 _REFERENCE_CODE = r'''
 # ------------------------------------------------------------------- the target: onnx.reference (numpy)
@@ -43,7 +43,7 @@ def run_target(evaluator, inputs, output_names):
 
 
 # graphbisect/backends/reference_casts.py, verbatim: the overrides graphbisect's reference backend uses
-''' + script_text() + "\n"
+''' + embedded_source(reference_casts) + "\n"
 
 
 BACKEND = ReproBackend("reference", "onnx (onnx.reference)", "onnx", _no_options, _REFERENCE_CODE)
