@@ -470,7 +470,7 @@ CONFIG_FIELDS = {
     "identity?": {"describe": "any", "tensor": "any", "band?": "number", "compiled_kind?": "string",
                   "made_by?": "string", "after": ["string"]},
     "noise_floor?": {"scores": {"*": "score"}, "margin": "number", "cap?": "number"},
-    "unsupported_pattern?": "regex", "kept_nodes?": "list",
+    "unsupported_pattern?": "regex", "kept_nodes?": "list", "library?": "string", "python?": "string",
     "control?": {"target_spec": "string", "options": OPTION_FIELDS},
 }
 JSON_KINDS = {str: "string", dict: "object", list: "list", int: "number", float: "number", bool: "boolean"}
@@ -1106,9 +1106,10 @@ def print_outcome(config, outcome):
     """What ran, what was recorded and what happened now."""
     version = outcome.get("library_version")
     recorded = config.get("recorded_library_version")
-    print(f"target    {config['target_spec']}" + (f"  ({config['library']} {version})" if version else ""))
+    library = config.get("library") or config["target_spec"].split(":", 1)[0]
+    print(f"target    {config['target_spec']}" + (f"  ({library} {version})" if version else ""))
     if recorded and version and not str(version).startswith(str(recorded)):
-        print(f"          (the failure was recorded with {config['library']} {recorded})")
+        print(f"          (the failure was recorded with {library} {recorded})")
     if config.get("python"):
         print(f"          graphbisect ran this backend under {config['python']}: run this script with it")
     expect = config["expect"]

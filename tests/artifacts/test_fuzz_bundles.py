@@ -366,6 +366,8 @@ CONFIG_EDITS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
                                            "not a JSON number"),
     "per-output-pair-of-three": (lambda config: config["tolerance"].update(per_output={"y": [1, 2, 3]}),
                                  'tolerance.per_output["y"] must be a JSON list of 2 numbers, not a list of 3'),
+    # seed 38 case 224: a KeyError printing what ran; library is optional (the spec names the backend)
+    "library-a-number": (lambda config: config.update(library=5), "library must be a JSON string, not a JSON number"),
     # graphbisect writes a floor score of inf as "inf" (JSON has no number for it), which repro.py reads; a word
     # it does not is named
     "floor-score-a-word": (lambda config: config.update(noise_floor={"spec": "onnxruntime", "margin": 10.0,
@@ -421,3 +423,16 @@ def test_found_by_the_long_run_a_bundle_still_verifies(edit: Callable[[Path], No
                               text=True, timeout=120, check=False)
         assert done.returncode in (0, 1), (command, done.returncode, done.stderr[-2000:])
         assert "graphbisect bug" not in done.stderr, done.stderr
+
+
+def test_found_by_the_long_run_repro_py_runs_without_the_library_field(bundles: dict[str, Path],
+                                                                      tmp_path: Path) -> None:
+    """Seed 38 case 224: repro_config.json without ``library`` (only printed) was a KeyError traceback after the
+    run; the backend's name comes from the spec then."""
+    copy = shutil.copytree(bundles["mismatch"], tmp_path / "sent")
+    config = json.loads((copy / "repro_config.json").read_text())
+    config.pop("library")
+    (copy / "repro_config.json").write_text(json.dumps(config))
+    done = run_repro(copy)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    assert "REPRODUCED" in done.stdout, done.stdout
