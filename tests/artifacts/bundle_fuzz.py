@@ -523,6 +523,12 @@ def zip_bundle(bundle: Path, archive: Path, rng: random.Random, places: dict[str
 
 
 # ------------------------------------------------------------------------------------------------ the model
+def _storable(text: str) -> str:
+    """``text`` as a protobuf string field can hold it (UTF-8: a lone surrogate, hostile in JSON, becomes '?'),
+    so the case is the mutation, not the harness's own UnicodeEncodeError (seed 39 case 17)."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
 def mutate_model(path: Path, values: Values) -> str:
     """One mutation of an ONNX model file (:data:`MODEL_MUTATIONS`, or its bytes cut or flipped): what was done."""
     rng = values.rng
@@ -536,7 +542,7 @@ def mutate_model(path: Path, values: Values) -> str:
         path.write_bytes(bytes(data))
         return "model.onnx bytes flipped"
     model = onnx.load(path)
-    name = values.string() if rng.random() < 0.8 else "x" * 100_000
+    name = _storable(values.string()) if rng.random() < 0.8 else "x" * 100_000
     how = rng.choice(sorted(MODEL_MUTATIONS))
     said = MODEL_MUTATIONS[how](model, values, name)
     path.write_bytes(model.SerializeToString())
@@ -659,7 +665,7 @@ def _external(model: onnx.ModelProto, values: Values, name: str) -> str:
 def _metadata(model: onnx.ModelProto, values: Values, name: str) -> str:
     model.doc_string = name
     entry = model.metadata_props.add()
-    entry.key, entry.value = values.string(), name
+    entry.key, entry.value = _storable(values.string()), name
     return f"metadata {short(name)}"
 
 
