@@ -197,10 +197,12 @@ def test_precision_counts_a_compile_per_iree_candidate_and_verification_run(tmp_
           "--json", str(tmp_path / "p.json")])
     result = json.loads((tmp_path / "p.json").read_text())
     calls = result["backend_calls"]
-    assert set(calls) == {"oracle", "target", "verification"}  # search_tests counts tests, not backend calls
+    # search_tests counts tests, not backend calls; the checker's plain runs of the files written are its own
+    assert set(calls) == {"oracle", "target", "verification", "audit oracle", "audit target"}
     _runs_are_the_invocations({role: result["invocations"][role] for role in calls}, calls)
-    # every candidate and every verification run (the typed model's repair included) is another module
-    for role in ("target", "verification"):
+    # every candidate, every verification run (the typed model's repair included) and every run of the checker
+    # (no compile cache) is another module
+    for role in ("target", "verification", "audit target"):
         assert calls[role]["compiles"] + calls[role]["compile_cache_hits"] >= calls[role]["runs"] > 0
     verification = calls["verification"]
     assert f"verification {verification['runs']} ({verification['compiles']} compiles)" in capsys.readouterr().out
