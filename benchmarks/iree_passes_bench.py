@@ -16,8 +16,8 @@ for: on a shared machine a command with more threads gets more of the cores, so 
 parallel listing; CPU seconds do not) and **CPU ×**; the **answer** (the culprits, or "no set of passes explains
 it") and where the fired list came from (``source``).
 
-Before/after: ``git worktree add /tmp/before COMMIT`` and
-``python benchmarks/iree_passes_bench.py --tree before=/tmp/before --tree after=.``
+Before/after: ``git worktree add ../before COMMIT`` and
+``python benchmarks/iree_passes_bench.py --tree before=../before --tree after=.``
 """
 
 from __future__ import annotations
