@@ -91,8 +91,11 @@ def openvino_dynamic_quantization() -> DynamicQuantization:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "int8_weights.onnx"
         onnx.save(model, path)
-        default = core.compile_model(core.read_model(str(path)), "CPU")
-        plain = core.compile_model(core.read_model(str(path)), "CPU", {"DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"})
+        # f32 as graphbisect's openvino backend asks (its default precision=f32): a CPU with AMX-BF16 would
+        # otherwise compile in bf16 (brgemm_avx512_amx_bf16), where nothing is quantized either way
+        f32 = {"INFERENCE_PRECISION_HINT": "f32"}
+        default = core.compile_model(core.read_model(str(path)), "CPU", f32)
+        plain = core.compile_model(core.read_model(str(path)), "CPU", {**f32, "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"})
         apart = float(np.abs(np.asarray(default(inputs)[0]) - np.asarray(plain(inputs)[0])).max())
     kernels = [op.get_rt_info()["primitiveType"].astype(str) for op in default.get_runtime_model().get_ordered_ops()
                if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"]

@@ -136,9 +136,12 @@ class OriginalGraph:
                     self.readers.setdefault(name, []).append(node)
         self.known = set(self.producer) | set(self.readers) | set(constants or {})
         self.numbers = value_numbers(nodes, constants or {})
-        self.classes: dict[int, list[str]] = {}
+        members: dict[int, list[str]] = {}
         for name, value in self.numbers.items():
-            self.classes.setdefault(value, []).append(name)
+            members.setdefault(value, []).append(name)
+        # one frozenset per class, shared by every member: a class of n equal constants (a model's thousand
+        # identical biases) costs n, not n² (each member its own copy of the class)
+        self.classes: dict[int, frozenset[str]] = {value: frozenset(names) for value, names in members.items()}
         # Initializers and what nodes compute from them alone; without the initializers this depends on the
         # optimized graph's inputs (:class:`_Mapper`).
         self.constant = _constant_tensors(nodes, constants) if constants is not None else None
@@ -170,7 +173,7 @@ class _Mapper:
     def alike(self, name: str) -> frozenset[str]:
         """The original tensors certainly equal to ``name`` (itself included)."""
         value = self.numbers.get(name)
-        return frozenset(self.classes[value]) if value is not None else frozenset({name})
+        return self.classes[value] if value is not None else frozenset({name})
 
     def run(self) -> OptimizedTensors:
         for node in self.optimized.node:  # a ReorderOutput names its blocked input before that input's producer
@@ -181,7 +184,8 @@ class _Mapper:
         for node in self.optimized.node:
             outputs = self._outputs(node)
             named.append((node.name or node.op_type, node.op_type, tuple(outputs)))
-        held = frozenset(name for names in self.held.values() for name in names if name in self.producer)
+        distinct = {id(names): names for names in self.held.values()}.values()  # classes are shared sets
+        held = frozenset(name for names in distinct for name in names if name in self.producer)
         return OptimizedTensors(tuple(named), held)
 
     def _outputs(self, node: onnx.NodeProto) -> list[str]:
