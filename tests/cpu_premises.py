@@ -113,8 +113,9 @@ def require_openvino_dynamic_quantization() -> None:
         pytest.skip(premise.reason)
 
 
-def _nchwc_convs(channels: int) -> int:
-    """How many NCHWc Convs ONNX Runtime (``all``) builds for one 3x3 Conv of ``channels`` in and out."""
+def _nchwc_weight_rows(channels: int) -> int:
+    """The output channels of the NCHWc Conv ONNX Runtime (``all``) builds for one 3x3 Conv of ``channels`` in
+    and out, padded to MLAS's block (0: no NCHWc Conv)."""
     import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
@@ -133,13 +134,16 @@ def _nchwc_convs(channels: int) -> int:
         options.log_severity_level = 3  # its warning that the saved NCHWc model is CPU-specific
         ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         optimized = onnx.load(options.optimized_model_filepath)
-    return sum(node.domain == "com.microsoft.nchwc" and node.op_type == "Conv" for node in optimized.graph.node)
+    blocked = [node for node in optimized.graph.node if node.domain == "com.microsoft.nchwc" and node.op_type == "Conv"]
+    if not blocked:
+        return 0
+    weights = {t.name: t for t in optimized.graph.initializer}
+    return int(weights[blocked[0].input[1]].dims[0])
 
 
 @functools.cache
 def onnxruntime_nchwc_block_size() -> int:
-    """MLAS's NCHWc block size as ONNX Runtime applies it: 8 where a Conv of 8 channels is blocked (AVX2 only),
-    16 where only one of 16 is (AVX-512F), 1 where neither is (no NCHWc kernels)."""
-    if _nchwc_convs(8):
-        return 8
-    return 16 if _nchwc_convs(16) else 1
+    """MLAS's NCHWc block size as ONNX Runtime applies it: 8 (AVX2 only) or 16 (AVX-512F), read from the rows an
+    8-channel Conv's weights are padded to (a Conv whose input has fewer channels than a block still becomes NCHWc,
+    reading NCHW: counting blocked Convs cannot tell the two apart); 1 where there are no NCHWc kernels."""
+    return _nchwc_weight_rows(8) or 1
