@@ -74,7 +74,9 @@ def _module(command: Command) -> object:
     return importlib.import_module(command.module)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``command``, only that command's arguments (the others are listed, their
+    modules not imported: a run of one command does not pay for the imports of the nine others)."""
     parser = argparse.ArgumentParser(
         prog="graphbisect",
         description="Turn 'my model gives wrong results (or crashes) on backend X' into a minimal failing "
@@ -83,11 +85,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"graphbisect {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in COMMANDS:
-        p = sub.add_parser(command.name, help=command.summary, description=command.summary)
-        _module(command).add_arguments(p)  # type: ignore[attr-defined]
-        p.set_defaults(_run=_module(command).run)  # type: ignore[attr-defined]
+    for known in COMMANDS:
+        p = sub.add_parser(known.name, help=known.summary, description=known.summary)
+        if command is None or known.name == command:
+            module = _module(known)
+            module.add_arguments(p)  # type: ignore[attr-defined]
+            p.set_defaults(_run=module.run)  # type: ignore[attr-defined]
     return parser
+
+
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names (its first word that is not an option: the global options take no value),
+    or None (none, or not a command: then the whole parser says so)."""
+    words = [word for word in argv if not word.startswith("-")]
+    return words[0] if words and words[0] in {known.name for known in COMMANDS} else None
 
 
 def _unwind_on_termination() -> dict[int, Any]:
@@ -153,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = build_parser()
+    parser = build_parser(chosen_command(sys.argv[1:] if argv is None else argv))
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # a usage error (2, printed by argparse), --help or --version (0)
