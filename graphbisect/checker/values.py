@@ -137,7 +137,7 @@ def _compare(name: str, oracle: Any, target: Any, limits: Limits) -> Difference:
         top = float(gap.max()) if gap.size else 0.0
         score = top / allowed if allowed > 0 else (math.inf if top > 0 else 0.0)
         return Difference(name, "exact" if over else "ok", score, over, int(o.size))
-    return _compare_float(name, o.astype(np.float64), t.astype(np.float64), limits)
+    return _compare_float(name, o, t, limits)
 
 
 def _integer(dtype: np.dtype) -> bool:
@@ -145,25 +145,40 @@ def _integer(dtype: np.dtype) -> bool:
     return dtype.kind in "iu" or dtype.name in ("int4", "uint4", "int2", "uint2")
 
 
+#: Elements compared at a time: a float output is compared a slice at a time in float64, so the checker holds a
+#: few times this many elements beside the two outputs, never several float64 copies of a large output.
+_CHUNK = 1 << 18
+
+
 def _compare_float(name: str, o: np.ndarray, t: np.ndarray, limits: Limits) -> Difference:
     atol, rtol = limits.of(name)
-    o_fin, t_fin = np.isfinite(o), np.isfinite(t)
-    same_special = ~o_fin & ~t_fin & ((np.isnan(o) & np.isnan(t)) | (o == t))
-    nonfinite = (~t_fin & o_fin).sum() + (~o_fin & ~same_special).sum()
-    both = o_fin & t_fin
-    gap = np.abs(o[both] - t[both])
-    bound = atol + rtol * np.abs(o[both])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(gap == 0, 0.0, gap / bound)
-    over = int((gap > bound).sum())
-    score = float(ratio.max()) if ratio.size else 0.0
+    nonfinite = over = 0
+    score = dot = o_norm = t_norm = 0.0
+    flat_o, flat_t = o.reshape(-1), t.reshape(-1)
+    for start in range(0, flat_o.size, _CHUNK):
+        oc = flat_o[start:start + _CHUNK].astype(np.float64)
+        tc = flat_t[start:start + _CHUNK].astype(np.float64)
+        o_fin, t_fin = np.isfinite(oc), np.isfinite(tc)
+        same_special = ~o_fin & ~t_fin & ((np.isnan(oc) & np.isnan(tc)) | (oc == tc))
+        nonfinite += int((~t_fin & o_fin).sum() + (~o_fin & ~same_special).sum())
+        both = o_fin & t_fin
+        ob, tb = oc[both], tc[both]
+        gap = np.abs(ob - tb)
+        bound = atol + rtol * np.abs(ob)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(gap == 0, 0.0, gap / bound)
+        over += int((gap > bound).sum())
+        score = max(score, float(ratio.max()) if ratio.size else 0.0)
+        dot += float(np.dot(ob, tb))
+        o_norm += float(np.dot(ob, ob))
+        t_norm += float(np.dot(tb, tb))
     if nonfinite:
-        return Difference(name, "nan", math.inf, int(nonfinite) + over, int(o.size))
+        return Difference(name, "nan", math.inf, nonfinite + over, int(o.size))
     if over:
         return Difference(name, "mismatch", score, over, int(o.size))
     if limits.min_cosine is not None and o.size:
-        denominator = float(np.linalg.norm(o[both]) * np.linalg.norm(t[both]))
-        cosine = float(np.dot(o[both], t[both]) / denominator) if denominator else 1.0
+        denominator = math.sqrt(o_norm) * math.sqrt(t_norm)
+        cosine = dot / denominator if denominator else 1.0
         if cosine < limits.min_cosine:
             return Difference(name, "mismatch", score, 0, int(o.size))
     return Difference(name, "ok", score, 0, int(o.size))
