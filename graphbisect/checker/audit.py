@@ -29,6 +29,7 @@ import onnx
 
 from graphbisect.backends.base import BackendSpec, Phase
 from graphbisect.backends.registry import resolve
+from graphbisect.checker.floor import Floor, FloorRule, floor_rule
 from graphbisect.checker.removal import exposed, produced_names, removal
 from graphbisect.checker.runs import Run, Runner
 from graphbisect.checker.values import Limits, bit_identical, compare_outputs, worst
@@ -195,9 +196,11 @@ class _Judge:
                  check: OutputCheck | None = None) -> None:
         self.expected, self.limits, self.names, self.check = expected, limits, names, check
 
-    def judge(self, oracle: Mapping[str, Any], run: Run, *, outputs: frozenset[str] | None = None) -> _Seen:
+    def judge(self, oracle: Mapping[str, Any], run: Run, *, outputs: frozenset[str] | None = None,
+              floor: Floor | None = None) -> _Seen:
         """``run`` against ``oracle``'s outputs. ``outputs``: the outputs that must fail for the same failure
-        (default: the recorded ones; a removal's are its own)."""
+        (default: the recorded ones; a removal's are its own). ``floor``: the target's noise floor measured on the
+        same model, above which alone an output fails (None: the tolerance alone)."""
         e = self.expected
         if not run.ok:
             text = run.crash_text()
@@ -218,9 +221,16 @@ class _Judge:
             return _Seen(rejected, rejected, "the Python check " + ("rejects" if rejected else "accepts") +
                          " the outputs")
         differences = compare_outputs(oracle, run.outputs, self.limits)
+        noisy: list[str] = []
+        if floor is not None:
+            noisy = [d.name for d in differences if d.failed and not floor.counts(d)]
+            differences = floor.above(differences)
         bad = worst(differences)
         if bad is None:
             top = max((d.score for d in differences), default=0.0)
+            if noisy:
+                return _Seen(False, False, f"beyond the tolerance only within the target's noise floor on "
+                             f"{', '.join(map(shown, noisy))} (worst score {top:.3g})")
             return _Seen(False, False, f"within tolerance (worst score {top:.3g})")
         text = "; ".join(d.describe() for d in differences if d.failed)
         if not e.by_values:
@@ -268,6 +278,10 @@ def _within_decade(observed: float, recorded: float | None) -> bool:
     return abs(math.log10(observed) - math.log10(recorded)) <= 1.0
 
 
+def _no_floor(why: str | None) -> str:
+    return f"the noise floor the bundle states cannot be measured again ({why}), and it decides this"
+
+
 def _phase(run: Run) -> str:
     return f"crash at {run.result.phase.value}" if run.result.phase else run.result.status.value
 
@@ -309,12 +323,29 @@ class _Checker:
         self.describe = self.expected.compiled_kind is not None
         self.oracle = Runner(files.oracle, folder=scratch)
         self.target = Runner(files.target, describe=self.describe, folder=scratch)
+        judged_by_values = self.expected.by_values and not self.expected.by_check and self.expected.regex is None
+        #: the noise floor the bundle states (its spec run again by the checker: :mod:`.floor`)
+        self.rule = floor_rule(files.report, files.target) if judged_by_values else FloorRule(None)
+        self.floor_runner = Runner(self.rule.spec, folder=scratch) if self.rule.spec is not None else None
+        #: the floor measured on model.onnx (None: no floor, or it could not be measured: ``floor_missing``)
+        self.floor: Floor | None = None
+        self.floor_missing: str | None = self.rule.why_not
         self.calls: dict[str, dict[str, int]] = {}
 
     def close(self) -> None:
-        for role, runner in (("oracle", self.oracle), ("target", self.target)):
-            self._count(role, runner)
-            runner.close()
+        for role, runner in (("oracle", self.oracle), ("target", self.target), ("target", self.floor_runner)):
+            if runner is not None:
+                self._count(role, runner)
+                runner.close()
+
+    def _measure_floor(self, model: Path, feeds: Mapping[str, Any], oracle: Mapping[str, Any]) -> Floor | str:
+        """The target's noise floor on ``model`` (fed ``feeds``; ``oracle``: the plain oracle's outputs there): a
+        plain run of the floor spec the bundle states, or why it could not be measured."""
+        assert self.floor_runner is not None
+        run = self.floor_runner.run(model, dict(feeds))
+        if not run.ok:
+            return f"the target with its optimizations off ({self.rule.spec}) does not run: {_short(run.crash_text())}"
+        return self.rule.measure(oracle, run.outputs, self.limits)
 
     def _count(self, role: str, runner: Runner) -> None:
         calls = self.calls.setdefault(role, {"runs": 0, "compiles": 0})
@@ -331,6 +362,10 @@ class _Checker:
             runs += [self.target.fresh(files.model_path, dict(files.inputs)) for _ in range(FRESH_RUNS - 1)]
         self.first, self.target_runs = runs[0], runs
         differ = _differing(runs)
+        if self.floor_runner is not None and plain.ok:
+            self.say(f"measuring the target's noise floor again: {self.rule.spec} on model.onnx (a plain run)")
+            measured = self._measure_floor(files.model_path, files.inputs, plain.outputs)
+            self.floor, self.floor_missing = (measured, None) if isinstance(measured, Floor) else (None, measured)
         #: why one run of the target cannot decide a claim (None: it can)
         self.undecidable: str | None = None
         if self.expected.by_check and self.judge.check is None:
@@ -389,16 +424,18 @@ class _Checker:
         magnitude = f"the error is ~1e{said.group(1)}× tolerance" if e.by_values and said is not None else None
         if self.expected.by_check and magnitude is not None:  # the tolerance's word, which judged nothing here
             magnitude = None
-        if not plain.ok or (self.undecidable is not None and self.expected.by_check):
-            why = "the oracle does not run model.onnx, so nothing decides" if not plain.ok else str(self.undecidable)
+        if not plain.ok or self.floor_missing is not None or (self.undecidable is not None and e.by_check):
+            why = ("the oracle does not run model.onnx, so nothing decides" if not plain.ok else
+                   _no_floor(self.floor_missing) if self.floor_missing is not None else str(self.undecidable))
             return [Claim(i, text, None, why) for i, text in
                     (("failure", statement), ("identity", identity), ("magnitude", magnitude)) if text]
-        seen = [self.judge.judge(plain.outputs, run) for run in self.target_runs]
+        seen = [self.judge.judge(plain.outputs, run, floor=self.floor) for run in self.target_runs]
         kinds = [s.fails and (run.ok if e.by_values else not run.ok if e.kind in _CRASHES else True)
                  for s, run in zip(seen, self.target_runs)]
         shown = next((s for s, k in zip(seen, kinds) if k), seen[0])
         runs = f"{len(seen)} plain runs" if len(seen) > 1 else "plain runs"
-        claims = [Claim("failure", statement, self._decided(any(kinds)), f"{runs}: {shown.text}")]
+        floor = f"; noise floor ({self.rule.spec}) measured again: {self.floor.describe()}" if self.floor else ""
+        claims = [Claim("failure", statement, self._decided(any(kinds)), f"{runs}: {shown.text}{floor}")]
         same = [s.same for s in seen if s.fails]
         held = True if True in same else None if None in same else False
         claims.append(Claim("identity", identity, self._decided(held) if held is not None else None,
@@ -416,7 +453,8 @@ class _Checker:
         """The title's "error ~1eN× tolerance": N is the nearest power of ten of this model's worst score."""
         scores = []
         for run in self.target_runs:
-            bad = worst(compare_outputs(self.plain.outputs, run.outputs, self.limits)) if run.ok else None
+            differences = compare_outputs(self.plain.outputs, run.outputs, self.limits) if run.ok else []
+            bad = worst(self.floor.above(differences) if self.floor is not None else differences)
             if bad is not None and math.isfinite(bad.score) and bad.score > 0:
                 scores.append((bad.score, bad.name))
         if not scores:
@@ -437,8 +475,8 @@ class _Checker:
                          f"bundles of at most {max_removals} nodes")
         if count == 1:
             return Claim("one_minimal", statement, True, "one node: removing it leaves nothing to run")
-        if self.undecidable is not None:
-            return Claim("one_minimal", statement, None, self.undecidable)
+        if self.undecidable is not None or self.floor_missing is not None:
+            return Claim("one_minimal", statement, None, self.undecidable or _no_floor(self.floor_missing))
         values = self._intermediates()
         if isinstance(values, str):
             return Claim("one_minimal", statement, None, values)
@@ -488,9 +526,15 @@ class _Checker:
         expected = self.oracle.run(path, dict(cut.feeds))
         if not expected.ok:
             return "untested", f"{cut.node} (the oracle: {_short(expected.crash_text(), 120)})"
+        floor = None
+        if self.floor_runner is not None:  # the removal's own noise floor, measured on it
+            measured = self._measure_floor(path, cut.feeds, expected.outputs)
+            if isinstance(measured, str):
+                return "untested", f"{cut.node} ({_short(measured, 120)})"
+            floor = measured
         must_fail = self.expected.outputs & frozenset(expected.outputs)
         seen = self.judge.judge(expected.outputs, self.target.run(path, dict(cut.feeds)),
-                                outputs=must_fail or frozenset(expected.outputs))
+                                outputs=must_fail or frozenset(expected.outputs), floor=floor)
         if seen.same is None:
             return "untested", f"{cut.node} (it fails; only the compiled graph, not described, would tell which way)"
         return ("same" if seen.same else "other" if seen.fails else "gone"), cut.node
@@ -501,15 +545,16 @@ class _Checker:
         _, row = resolve(files.target, require_available=False)
         if lowest not in row.opt_levels:
             return Claim("lowest_level", statement, None, f"{row.name} has no opt_level {lowest!r}")
-        if self.undecidable is not None:
-            return Claim("lowest_level", statement, None, self.undecidable)
+        if self.undecidable is not None or self.floor_missing is not None:
+            return Claim("lowest_level", statement, None, self.undecidable or _no_floor(self.floor_missing))
         order = list(row.opt_levels)
         checked: list[str] = []
         holds: bool | None = True
         for level in order[: order.index(lowest) + 1]:
             with Runner(files.target.with_options(opt_level=level), describe=self.describe,
                         folder=self.scratch) as runner:
-                seen = self.judge.judge(self.plain.outputs, runner.run(files.model_path, dict(files.inputs)))
+                seen = self.judge.judge(self.plain.outputs, runner.run(files.model_path, dict(files.inputs)),
+                                        floor=self.floor)
                 self._count("target", runner)
             checked.append(f"{level}: " + ("fails the same way" if seen.same else "passes" if not seen.fails
                                            else "fails another way" if seen.same is False else

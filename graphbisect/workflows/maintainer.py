@@ -33,6 +33,7 @@ from graphbisect.artifacts.repro_min import render_repro_min
 from graphbisect.backends import BackendProcess, BackendSpec, RunResult, reference_cost, resolve
 from graphbisect.backends.cost import CallTally
 from graphbisect.compare import Tolerance, compare_outputs
+from graphbisect.oracle.floor import NoiseFloor
 from graphbisect.oracle.signature import CHECK_REJECTED, FailureKind, ModelNames, Signature
 from graphbisect.oracle.tester import OutputCheck, judge
 from graphbisect.text.shareable import shareable_command
@@ -136,12 +137,14 @@ def maintainer_facts(
     fail_regex: re.Pattern[str] | None = None,
     check: OutputCheck | None = None,
     names: Collection[str] | None = None,
+    floor: NoiseFloor | None = None,
 ) -> MaintainerFacts:
     """Everything of the module docstring for the reduced ``model`` (``run_model``: a runnable copy of it).
 
     ``fail_regex`` and ``check`` are the reduction's own verdict (``--fail-regex``, a Python output check):
     the optimization levels are judged with them, as every candidate was; ``names``, the names taken out of
-    crash messages, are the ones ``signature`` was computed with (default: the reduced model's).
+    crash messages, are the ones ``signature`` was computed with (default: the reduced model's); ``floor``, the
+    target's noise floor the reduction judged above, judges the optimization levels too.
 
     Ctrl-C while they are gathered stops them: the facts measured so far are kept, ``interrupted`` says the
     rest were not measured, and the bundle is still written (its result is already re-verified).
@@ -151,7 +154,7 @@ def maintainer_facts(
     try:
         _gather(runs, out, model=model, feeds=feeds, expected=expected, target_outputs=target_outputs,
                 oracle=oracle, target=target, tolerance=tolerance, signature=signature, stage=stage,
-                fail_regex=fail_regex, check=check, names=ModelNames(model) if names is None else names)
+                fail_regex=fail_regex, check=check, names=ModelNames(model) if names is None else names, floor=floor)
     except KeyboardInterrupt:
         out.facts["interrupted"] = True
         out.sections["Not measured"] = ("Ctrl-C stopped the gathering of these facts: the sections that are "
@@ -165,7 +168,8 @@ def maintainer_facts(
 def _gather(runs: _Runs, out: MaintainerFacts, *, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
             expected: Mapping[str, np.ndarray], target_outputs: Mapping[str, np.ndarray], oracle: BackendSpec,
             target: BackendSpec, tolerance: Tolerance, signature: Signature, stage: Callable[[str], None],
-            fail_regex: re.Pattern[str] | None, check: OutputCheck | None, names: Collection[str]) -> None:
+            fail_regex: re.Pattern[str] | None, check: OutputCheck | None, names: Collection[str],
+            floor: NoiseFloor | None = None) -> None:
     out.facts["command_line"] = command_line()
     out.sections["Command line"] = f"```sh\n{out.facts['command_line']}\n```"
     text = onnx_text(model)
@@ -184,7 +188,8 @@ def _gather(runs: _Runs, out: MaintainerFacts, *, model: onnx.ModelProto, feeds:
         out.sections["The target's compiled model"] = (
             f"What the target compiled the reduced model into (its saved optimized graph):\n\n```\n{compiled}\n```")
     stage("finding the lowest optimization level that fails")
-    levels = _levels(runs, expected, target, tolerance, signature, fail_regex=fail_regex, check=check, names=names)
+    levels = _levels(runs, expected, target, tolerance, signature, fail_regex=fail_regex, check=check, names=names,
+                     floor=floor)
     if levels is not None:
         out.facts["optimization_levels"] = levels
         out.sections["Optimization levels"] = levels["text"]
@@ -371,12 +376,13 @@ def _agrees(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], tol: Toler
 
 def _levels(runs: _Runs, expected: Mapping[str, np.ndarray], target: BackendSpec, tol: Tolerance,
             signature: Signature, *, fail_regex: re.Pattern[str] | None = None, check: OutputCheck | None = None,
-            names: Collection[str] = ()) -> dict[str, Any] | None:
+            names: Collection[str] = (), floor: NoiseFloor | None = None) -> dict[str, Any] | None:
     """The target at each optimization level below its own (its row's ``opt_levels``), lowest first.
 
-    Each run is judged as the reduction judged (:func:`~graphbisect.oracle.tester.judge` with its regex and
-    check): judged by the tolerance alone, a ``--fail-regex`` failure read "crash-load (...)" or "passes" at
-    the very level the result was verified at, and no level was "the lowest failing".
+    Each run is judged as the reduction judged (:func:`~graphbisect.oracle.tester.judge` with its regex, check
+    and noise floor): judged by the tolerance alone, a ``--fail-regex`` failure read "crash-load (...)" or
+    "passes" at the very level the result was verified at, and no level was "the lowest failing"; and the lowest
+    level, the target's own noise floor, "failed" by the kernel precision the reduction had judged no failure.
     """
     _, info = resolve(target, require_available=False)
     levels: Sequence[str] = info.opt_levels
@@ -387,7 +393,8 @@ def _levels(runs: _Runs, expected: Mapping[str, np.ndarray], target: BackendSpec
     lowest = None
     for level in levels[: levels.index(current) + 1]:
         run = runs.run(target.with_options(opt_level=level), "target", f"level-{level}")
-        observed = judge(run, expected.__getitem__, list(expected), tol, fail_regex, check=check, names=names).signature
+        observed = judge(run, expected.__getitem__, list(expected), tol, fail_regex, check=check, names=names,
+                         floor=floor).signature
         same = signature.matches(observed)
         tried[level] = "fails the same way" if same else ("passes" if not observed.failed else observed.describe())
         if same:

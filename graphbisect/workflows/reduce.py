@@ -1421,7 +1421,7 @@ def _content(r: _Run, space: SubgraphSpace, result: SearchResult, candidate: Can
             expected=oracle_outputs, target_outputs=verification.target_outputs, oracle=r.oracle_spec,
             target=r.target_spec, tolerance=r.tol, signature=baseline, workdir=r.work / "facts",
             timeout=r.options.timeout, stage=r.stage, fail_regex=r.regex, check=r.options.output_check,
-            names=r.names)
+            names=r.names, floor=NoiseFloor.from_json(report["noise_floor"]) if report.get("noise_floor") else None)
     if facts.facts.get("interrupted"):  # said where the user looks, not only in report.json (issue 24)
         r.notes.append("interrupted (Ctrl-C) while measuring the facts for maintainers: the result is re-verified "
                        "and bundled, but the report lacks what was not measured (the specification's word, the "
