@@ -31,6 +31,7 @@ from graphbisect.backends.base import BackendSpec, Phase
 from graphbisect.backends.registry import resolve
 from graphbisect.checker.floor import Floor, FloorRule, floor_rule
 from graphbisect.checker.removal import exposed, produced_names, removal
+from graphbisect.checker.rounding import check_flip
 from graphbisect.checker.runs import Run, Runner
 from graphbisect.checker.values import Limits, bit_identical, compare_outputs, worst
 from graphbisect.text.printable import shown
@@ -570,9 +571,20 @@ class _Checker:
         with_oracle, with_target = bool(spec_check["agrees_with_oracle"]), bool(spec_check.get("agrees_with_target"))
         statement = (f"onnx.reference {'agrees' if with_oracle else 'disagrees'} with the oracle and "
                      f"{'agrees' if with_target else 'disagrees'} with the target")
+        flip = spec_check.get("rounding") if spec_check.get("verdict") == "rounding" else None
+        if isinstance(flip, Mapping):
+            statement += (f"; the difference starts as a rounding flip of the {flip.get('side')} at "
+                          f"{flip.get('op')} {flip.get('node')!r}")
         with Runner(BackendSpec(REFERENCE), folder=self.scratch) as runner:
             reference = runner.run(self.files.model_path, dict(self.files.inputs))
+            claim = self._agreements(statement, with_oracle, with_target, reference)
+            if claim.holds and isinstance(flip, Mapping):
+                claim = self._flip(claim, flip, runner, reference)
             self._count("reference", runner)
+        return claim
+
+    def _agreements(self, statement: str, with_oracle: bool, with_target: bool, reference: Run) -> Claim:
+        """Whether onnx.reference's plain run agrees with the oracle's and the target's as recorded."""
         if not reference.ok:
             return Claim("spec_check", statement, None,
                          f"onnx.reference does not run model.onnx: {_short(reference.crash_text())}")
@@ -587,6 +599,17 @@ class _Checker:
         if self.undecidable is not None:  # the target's half
             return Claim("spec_check", statement, None, f"{evidence}; {self.undecidable}")
         return Claim("spec_check", statement, agrees_target == with_target, evidence)
+
+    def _flip(self, claim: Claim, flip: Mapping[str, Any], reference_runner: Runner, reference: Run) -> Claim:
+        """The recorded rounding flip (:mod:`.rounding`), re-established with the accused side's runs."""
+        side = flip.get("side")
+        if side not in ("oracle", "target"):
+            return Claim("spec_check", claim.statement, False, f"{claim.evidence}; the flip names no side ({side!r})")
+        plain, runner = (self.plain, self.oracle) if side == "oracle" else (self.first, self.target)
+        holds, evidence = check_flip(self.model, flip, side=runner, reference=reference_runner,
+                                     feeds=self.files.inputs, plain=(plain.outputs, reference.outputs),
+                                     limits=self.limits, scratch=self.scratch)
+        return Claim("spec_check", claim.statement, holds, f"{claim.evidence}; the rounding flip: {evidence}")
 
 
 def _differing(runs: Sequence[Run]) -> list[int]:

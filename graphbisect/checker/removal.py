@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-__all__ = ["Removal", "exposed", "produced_names", "reads", "removal"]
+__all__ = ["Removal", "declare", "exposed", "produced_names", "reads", "removal"]
 
 # numpy dtype -> ONNX element type, for the values the checker declares (bfloat16 and the like come back from
 # the runtimes as ml_dtypes arrays, whose names match)
@@ -85,8 +85,8 @@ def removal(model: onnx.ModelProto, index: int, inputs: Mapping[str, Any], value
     if not outputs and not frontier:
         return Removal(label, None, {})
     try:
-        new_inputs = [_declare(name, values[name]) for name in fed]
-        new_outputs = [_declare(name, values[name]) for name in frontier]
+        new_inputs = [declare(name, values[name]) for name in fed]
+        new_outputs = [declare(name, values[name]) for name in frontier]
     except (KeyError, TypeError) as exc:
         return Removal(label, None, {}, f"no declarable oracle value for {exc}")
     initializers = [t for t in graph.initializer if t.name in read_by_kept]
@@ -110,7 +110,8 @@ def produced_names(model: onnx.ModelProto) -> list[str]:
     return [name for node in model.graph.node for name in node.output if name and name not in outputs]
 
 
-def _declare(name: str, value: Any) -> onnx.ValueInfoProto:
+def declare(name: str, value: Any) -> onnx.ValueInfoProto:
+    """A graph input or output ``name`` typed and shaped as ``value``; raises TypeError when it cannot be."""
     if isinstance(value, list) or value is None:
         raise TypeError(f"'{name}' (a sequence or optional)")
     array = np.asarray(value)

@@ -10,7 +10,9 @@ wrong here" — of an oracle whose only difference is an ulp the specification a
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import graphbisect
+from graphbisect.checker import audit_bundle
 
 pytest.importorskip("openvino")
 
@@ -89,4 +92,25 @@ def test_an_ulp_of_erf_turned_into_a_rounding_flip_is_not_blamed_on_the_oracle(t
     text = (result.bundle / "report.md").read_text()
     assert "the oracle is wrong" not in text and "neither side is shown wrong" in text
     claims = {c["id"]: c for c in report["audit"]["claims"]}
+    # the checker re-establishes the flip itself, not only the agreements it rests on
     assert claims["spec_check"]["holds"] is True
+    assert "rounding flip of the oracle at DynamicQuantizeLinear 'quant'" in claims["spec_check"]["claim"]
+    assert "the difference starts only at 'quant'" in claims["spec_check"]["evidence"]
+    assert "it rounds as onnx.reference does" in claims["spec_check"]["evidence"]
+    _wrong_flips_are_caught(result.bundle, tmp_path)
+
+
+def _wrong_flips_are_caught(bundle: Path, tmp_path: Path) -> None:
+    """The same bundle with its flip put at another node, or on the side that agrees with the specification."""
+    for name, change in (("elsewhere", {"node": "scale_out", "op": "Mul"}), ("other-side", {"side": "target"})):
+        copy = tmp_path / name
+        shutil.copytree(bundle, copy)
+        path = copy / "report.json"
+        report = json.loads(path.read_text())
+        report["spec_check"]["rounding"].update(change)
+        for entry in (e for e in report["files"] if "sha256" in e):
+            data = (copy / entry["name"]).read_bytes()
+            entry["bytes"], entry["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+        path.write_text(json.dumps(report))
+        claim = audit_bundle(copy).claim("spec_check")
+        assert claim is not None and claim.holds is False, (name, claim)
