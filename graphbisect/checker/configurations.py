@@ -37,6 +37,7 @@ from typing import Any
 
 from graphbisect.backends.base import BackendSpec, Phase
 from graphbisect.checker.audit import _CRASHES, Audit, Claim, _Expected, _Judge, _Seen, _short
+from graphbisect.checker.floor import Floor, FloorRule, rule_of
 from graphbisect.checker.runs import Run, Runner
 from graphbisect.checker.values import Limits, compare_outputs, worst
 
@@ -86,19 +87,25 @@ def check_configurations(oracle: str, oracle_model: str | os.PathLike[str], inpu
                          claims: Sequence[ConfigurationClaim], limits: Limits, *,
                          reference: Configuration | None = None, compiled_as: tuple[str, str | None] | None = None,
                          timeout: float | None = None, workdir: Path | None = None,
-                         progress: Callable[[str], None] | None = None) -> Audit:
+                         progress: Callable[[str], None] | None = None,
+                         floor: tuple[str, float] | None = None) -> Audit:
     """Each of ``claims`` checked with plain runs: ``oracle`` once on ``oracle_model``, each distinct
     configuration once (the reference's run serves every claim that names it too), compared under ``limits``.
 
     ``reference``: the configuration whose failure :data:`FAILS_SAME` and :data:`NOT_SAME` mean (None: those
     verdicts are not established). ``compiled_as``: ``(compiled kind, made by)`` the failure is recorded as,
-    checked where the target describes its compiled graph. Returns an :class:`~graphbisect.checker.audit.Audit`
-    whose ``calls`` count the runs (``oracle``, ``target``)."""
+    checked where the target describes its compiled graph. ``floor``: ``(spec, margin)`` of the noise floor the
+    search judged above (:mod:`.floor`; accepted only as the reference's target with its optimizations off),
+    measured again by one plain run of that spec per model, against the same oracle run. Returns an
+    :class:`~graphbisect.checker.audit.Audit` whose ``calls`` count the runs (``oracle``, ``target``)."""
     started = time.monotonic()
     say = progress or (lambda _text: None)
     with tempfile.TemporaryDirectory(prefix="graphbisect-claims-", dir=workdir) as scratch:
+        rule = FloorRule(None) if floor is None else \
+            rule_of(floor[0], floor[1], BackendSpec.parse(reference.spec)) if reference is not None else \
+            FloorRule(None, why_not="no reference target to check the floor's spec against")
         checker = _Configurations(oracle, Path(oracle_model), dict(inputs), limits, compiled_as=compiled_as,
-                                  timeout=timeout, scratch=Path(scratch))
+                                  timeout=timeout, scratch=Path(scratch), floor=rule)
         try:
             say(f"checking {len(claims)} claims with plain runs (the checker)")
             result = tuple(checker.claim(c, reference) for c in claims)
@@ -111,7 +118,8 @@ class _Configurations:
     """One check: the oracle's plain run and each configuration's, made once."""
 
     def __init__(self, oracle: str, model: Path, inputs: dict[str, Any], limits: Limits, *,
-                 compiled_as: tuple[str, str | None] | None, timeout: float | None, scratch: Path) -> None:
+                 compiled_as: tuple[str, str | None] | None, timeout: float | None, scratch: Path,
+                 floor: FloorRule) -> None:
         self.inputs, self.limits, self.compiled_as = inputs, limits, compiled_as
         self.timeout, self.scratch = timeout, scratch
         self.oracle = Runner(BackendSpec.parse(oracle), timeout=timeout, folder=scratch)
@@ -121,14 +129,31 @@ class _Configurations:
         #: runs several models in one process), never a compile cache
         self.runners: dict[str, Runner] = {}
         self.judges: dict[tuple[str, str], _Judge | str] = {}
+        self.rule = floor
+        self.floor_runner = Runner(floor.spec, timeout=timeout, folder=scratch) if floor.spec is not None else None
+        self.floors: dict[str, Floor | str] = {}
 
     def close(self) -> None:
         self.oracle.close()
-        for runner in self.runners.values():
+        for runner in [*self.runners.values(), *([self.floor_runner] if self.floor_runner else [])]:
             runner.close()
 
+    def floor(self, model: str | os.PathLike[str]) -> Floor | str | None:
+        """The target's noise floor on ``model`` (one plain run of the floor spec), why it cannot be had, or None
+        where no floor is stated."""
+        if self.rule.why_not is not None:
+            return f"the noise floor cannot be measured again: {self.rule.why_not}"
+        if self.floor_runner is None:
+            return None
+        key = str(Path(model).resolve())
+        if key not in self.floors:
+            run = self.floor_runner.run(Path(model), self.inputs)
+            self.floors[key] = self.rule.measure(self.plain.outputs, run.outputs, self.limits) if run.ok else \
+                f"the noise floor's run ({self.rule.spec}) does not complete: {_short(run.crash_text(), 160)}"
+        return self.floors[key]
+
     def calls(self) -> dict[str, dict[str, int]]:
-        runners = self.runners.values()
+        runners = [*self.runners.values(), *([self.floor_runner] if self.floor_runner else [])]
         return {"oracle": {"runs": self.oracle.runs, "compiles": self.oracle.compiles},
                 "target": {"runs": sum(r.runs for r in runners), "compiles": sum(r.compiles for r in runners)}}
 
@@ -149,8 +174,9 @@ class _Configurations:
             return "no reference failure was given"
         key = reference.key
         if key not in self.judges:
-            run = self.run(reference)
-            expected = _observed(run, self.plain.outputs, self.limits, self.compiled_as)
+            run, floor = self.run(reference), self.floor(reference.model)
+            expected = floor if isinstance(floor, str) and run.ok else \
+                _observed(run, self.plain.outputs, self.limits, self.compiled_as, _of(floor))
             self.judges[key] = expected if isinstance(expected, str) else _Judge(expected, self.limits, ())
         return self.judges[key]
 
@@ -177,13 +203,16 @@ class _Configurations:
                 ) -> tuple[bool | None, str]:
         """Whether ``configuration``'s plain run shows ``verdict``, and what it showed."""
         run = self.run(configuration)
+        floor = self.floor(configuration.model) if run.ok else None
+        if isinstance(floor, str):
+            return None, f"{_plain_seen(run, self.plain.outputs, self.limits, None).text}; {floor}"
         if verdict in (PASSES, FAILS):
-            seen = _plain_seen(run, self.plain.outputs, self.limits)
+            seen = _plain_seen(run, self.plain.outputs, self.limits, floor)
             return (not seen.fails) if verdict == PASSES else seen.fails, seen.text
         judge = self.judge(reference)
         if isinstance(judge, str):
-            return None, f"{_plain_seen(run, self.plain.outputs, self.limits).text}; which failure: {judge}"
-        seen = judge.judge(self.plain.outputs, run)
+            return None, f"{_plain_seen(run, self.plain.outputs, self.limits, floor).text}; which failure: {judge}"
+        seen = judge.judge(self.plain.outputs, run, floor=floor)
         if not seen.fails:
             return verdict == NOT_SAME, seen.text
         if seen.same is None:
@@ -196,21 +225,29 @@ class _Configurations:
             seen.text + ("" if seen.same else " — another failure than the reference's")
 
 
-def _plain_seen(run: Run, oracle: Mapping[str, Any], limits: Limits) -> _Seen:
-    """Whether ``run`` fails at all against ``oracle``'s outputs."""
+def _of(floor: Floor | str | None) -> Floor | None:
+    return floor if isinstance(floor, Floor) else None
+
+
+def _plain_seen(run: Run, oracle: Mapping[str, Any], limits: Limits, floor: Floor | None) -> _Seen:
+    """Whether ``run`` fails at all against ``oracle``'s outputs (above ``floor``, where there is one)."""
     if not run.ok:
         phase = f"crash at {run.result.phase.value}" if run.result.phase else run.result.status.value
         return _Seen(True, None, f"{phase}: {_short(run.crash_text(), 200)}")
     differences = compare_outputs(oracle, run.outputs, limits)
+    noisy = [d.name for d in differences if d.failed and floor is not None and not floor.counts(d)]
+    differences = floor.above(differences) if floor is not None else differences
     bad = worst(differences)
     if bad is None:
         top = max((d.score for d in differences), default=0.0)
-        return _Seen(False, None, f"within tolerance (worst score {top:.3g})")
+        within = f"beyond the tolerance only within the target's noise floor on {', '.join(noisy)}" if noisy \
+            else "within tolerance"
+        return _Seen(False, None, f"{within} (worst score {top:.3g})")
     return _Seen(True, None, "; ".join(d.describe() for d in differences if d.failed))
 
 
 def _observed(run: Run, oracle: Mapping[str, Any], limits: Limits,
-              compiled_as: tuple[str, str | None] | None) -> _Expected | str:
+              compiled_as: tuple[str, str | None] | None, floor: Floor | None = None) -> _Expected | str:
     """The reference's failure as the checker observed it, in the audit's terms; or why it is no failure."""
     kind, made_by = compiled_as or (None, None)
     if not run.ok:
@@ -219,9 +256,10 @@ def _observed(run: Run, oracle: Mapping[str, Any], limits: Limits,
         assert crash in _CRASHES
         return _Expected(crash, None, frozenset(), None, run.crash_text(), None, kind, made_by)
     differences = compare_outputs(oracle, run.outputs, limits)
+    differences = floor.above(differences) if floor is not None else differences
     bad = worst(differences)
     if bad is None:
-        return f"the reference configuration does not fail ({_plain_seen(run, oracle, limits).text})"
+        return f"the reference configuration does not fail ({_plain_seen(run, oracle, limits, floor).text})"
     failing = frozenset(d.name for d in differences if d.failed)
     score = None if math.isnan(bad.score) else bad.score
     if bad.kind in ("mismatch", "exact"):

@@ -26,7 +26,7 @@ from graphbisect.backends.base import BackendSpec
 from graphbisect.backends.registry import resolve
 from graphbisect.checker.values import Difference, Limits, compare_outputs
 
-__all__ = ["CAP", "Floor", "FloorRule", "floor_rule"]
+__all__ = ["CAP", "Floor", "FloorRule", "floor_rule", "rule_of"]
 
 #: The largest floor that is precision: a target wrong by this many tolerances with its optimizations off is a
 #: kernel computing wrong, and that floor hides nothing (the criterion bundles state).
@@ -83,7 +83,16 @@ def floor_rule(report: Mapping[str, Any], target: BackendSpec) -> FloorRule:
         return FloorRule(None)  # none measured: the tolerance alone judges, as the bundle says
     try:
         margin = float(record.get("margin", 10.0))
-        spec = BackendSpec.parse(str(record.get("spec")))
+    except (TypeError, ValueError) as exc:
+        return FloorRule(None, why_not=f"the recorded noise floor's margin cannot be read ({exc})")
+    return rule_of(str(record.get("spec")), margin, target)
+
+
+def rule_of(spec_text: str, margin: float, target: BackendSpec) -> FloorRule:
+    """The floor ``spec_text`` with ``margin``, accepted only as ``target`` with its optimizations off: the same
+    backend, its lowest ``opt_level``, no option the target does not set to the same value."""
+    try:
+        spec = BackendSpec.parse(spec_text)
         _, row = resolve(target, require_available=False)
         _, floor_row = resolve(spec, require_available=False)
     except Exception as exc:  # a malformed record or an unknown backend: the bundle's data, not a checker fault

@@ -399,16 +399,18 @@ def _checked(s: _Session, result: PassesResult) -> PassesResult:
     compiled_as = (str(compiled), result.scope.get("made_by")) if compiled else None
     return check_passes(result, oracle=str(s.oracle_spec), model_of=model_of, inputs=load_values_npz(s.inputs_path),
                         tolerance=s.options.tolerance, compiled_as=compiled_as, timeout=s.options.timeout,
-                        workdir=s.work, stage=s.stage)
+                        workdir=s.work, stage=s.stage,
+                        floor=(str(s.floor.spec), s.floor.margin) if s.floor is not None and s.floor.measured else None)
 
 
 def check_passes(result: PassesResult, *, oracle: str, model_of: Callable[[str], Path], inputs: Mapping[str, Any],
                  tolerance: Tolerance, compiled_as: tuple[str, str | None] | None = None,
                  timeout: float | None = None, workdir: Path | None = None,
-                 stage: Callable[[str], None] | None = None) -> PassesResult:
+                 stage: Callable[[str], None] | None = None, floor: tuple[str, float] | None = None) -> PassesResult:
     """``result`` with its claims (:func:`~graphbisect.workflows.passes_claims.passes_claims`) checked by plain
     runs of ``oracle`` and the target on ``model_of(spec)`` with ``inputs``, under ``tolerance``; ``minimal`` only
-    where they hold (:func:`~graphbisect.workflows.passes_claims.audited_fields`).
+    where they hold (:func:`~graphbisect.workflows.passes_claims.audited_fields`). ``floor``: ``(spec, margin)`` of
+    the noise floor the search judged above, which the checker measures again.
 
     Example:
         >>> checked = check_passes(found, oracle="onnxruntime:opt_level=disable",                # doctest: +SKIP
@@ -421,7 +423,7 @@ def check_passes(result: PassesResult, *, oracle: str, model_of: Callable[[str],
         stage(f"checking the answer's {len(claims)} claims with plain runs (the checker)")
     audit = check_configurations(oracle, model_of(oracle), inputs, claims, limits_of(tolerance),
                                  reference=Configuration(result.target, model_of(result.target)),
-                                 compiled_as=compiled_as, timeout=timeout, workdir=workdir)
+                                 compiled_as=compiled_as, timeout=timeout, workdir=workdir, floor=floor)
     return dataclasses.replace(result, **audited_fields(result.to_json(), audit))
 
 
