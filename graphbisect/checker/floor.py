@@ -4,10 +4,10 @@ A bundle whose ``report.json`` records a measured ``noise_floor`` states a crite
 fails only when its error is beyond the tolerance *and*, for a float value mismatch, beyond ``margin`` times the
 target's own error with its optimizations off (its **floor**, in tolerances) — unless that floor is
 :data:`CAP` tolerances or more, which is a kernel computing wrong, not precision, and hides nothing. A NaN, an
-integer that differs or another shape always fails. The checker reads from the bundle only which spec the floor
-is (the target with its optimizations off: the same backend, its lowest ``opt_level``, no option the target
-does not set) and the margin; the floor itself it measures again, on the very model it judges (the bundle's,
-or a single removal of it), as one plain run of that spec against the plain oracle's outputs.
+integer that differs or another shape always fails. The checker reads from the bundle only that a floor was
+measured, at which level (it must be the target's backend at its lowest ``opt_level``) and the margin; the floor
+itself it measures again, on the very model it judges (the bundle's, or a single removal of it), as one plain
+run of the bundle's target at that level against the plain oracle's outputs.
 
 Example:
     >>> floor = Floor({"y": 2.0}, margin=10.0)
@@ -89,8 +89,9 @@ def floor_rule(report: Mapping[str, Any], target: BackendSpec) -> FloorRule:
 
 
 def rule_of(spec_text: str, margin: float, target: BackendSpec) -> FloorRule:
-    """The floor ``spec_text`` with ``margin``, accepted only as ``target`` with its optimizations off: the same
-    backend, its lowest ``opt_level``, no option the target does not set to the same value."""
+    """The floor ``spec_text`` states, with ``margin``: accepted when it is ``target``'s backend at its lowest
+    ``opt_level``, and then run as ``target`` itself at that level (its options, which the trust rule checked;
+    the recorded spec's pass options, e.g. a culprit spec's ``disabled=``, select nothing at that level)."""
     try:
         spec = BackendSpec.parse(spec_text)
         _, row = resolve(target, require_available=False)
@@ -98,9 +99,13 @@ def rule_of(spec_text: str, margin: float, target: BackendSpec) -> FloorRule:
     except Exception as exc:  # a malformed record or an unknown backend: the bundle's data, not a checker fault
         return FloorRule(None, why_not=f"the recorded noise floor cannot be read ({type(exc).__name__}: {exc})")
     lowest = row.opt_levels[0] if row.opt_levels else None
-    extra = {k: v for k, v in spec.options.items() if k != "opt_level" and target.options.get(k) != v}
-    if floor_row.name != row.name or lowest is None or spec.options.get("opt_level") != lowest or extra \
+    if floor_row.name != row.name or lowest is None or spec.options.get("opt_level") != lowest \
             or not (math.isfinite(margin) and margin >= 1.0):
-        return FloorRule(None, why_not=f"the recorded noise floor ({spec}, margin {margin:g}) is not the target "
-                         f"{target} with its optimizations off (opt_level={lowest})")
-    return FloorRule(spec, margin)
+        return FloorRule(None, why_not=f"the recorded noise floor ({_brief(spec)}, margin {margin:g}) is not the "
+                         f"target {_brief(target)} with its optimizations off (opt_level={lowest})")
+    return FloorRule(target.with_options(opt_level=lowest), margin)
+
+
+def _brief(spec: BackendSpec) -> str:
+    text = str(spec)
+    return text if len(text) <= 160 else text[:159] + "…"
