@@ -12,6 +12,11 @@ tolerance, exact values, non-finite values, structure), on the same outputs, wit
 decade of the recorded one, and — where the bundle records what the target compiled the failing region as
 and the target can describe its compiled graph — with a compiled node of that kind (made by that pass) in it.
 A crash is the same when its message, normalized (:func:`normalize_message`), is the recorded one's.
+
+**Above the noise floor.** Where ``report.json`` records a measured ``noise_floor``, an output fails only above
+the target's own error with its optimizations off, which the checker measures again on each model it judges
+(:mod:`.floor`); when it cannot, the claims it decides are not established. A ``rounding`` verdict of the
+specification's check is re-established by :mod:`.rounding`.
 """
 
 from __future__ import annotations
