@@ -54,6 +54,7 @@ class Floor:
         return [d if not d.failed or self.counts(d) else replace(d, kind="ok") for d in differences]
 
     def describe(self) -> str:
+        """One line for a claim's evidence: the worst output beyond the tolerance with optimizations off."""
         noisy = sorted(((n, s) for n, s in self.scores.items() if 1.0 < s < CAP), key=lambda item: -item[1])
         if not noisy:
             return "within the tolerance at every output"
