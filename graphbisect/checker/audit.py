@@ -62,6 +62,9 @@ class Claim:
     evidence: str
     #: 1-minimal: the nodes whose removal still fails, another way (1-minimal holds for the recorded failure only)
     fail_otherwise: tuple[str, ...] = ()
+    #: a claim over several configurations (:func:`~graphbisect.checker.configurations.check_configurations`):
+    #: whether each, in order, showed its verdict (None: undecided); empty for a bundle's claims
+    each: tuple[bool | None, ...] = ()
 
     @property
     def verdict(self) -> str:

@@ -41,7 +41,7 @@ from graphbisect.checker.floor import Floor, FloorRule, rule_of
 from graphbisect.checker.runs import Run, Runner
 from graphbisect.checker.values import Limits, compare_outputs, worst
 
-__all__ = ["FAILS", "FAILS_SAME", "NOT_SAME", "PASSES", "Configuration", "ConfigurationClaim",
+__all__ = ["FAILS", "FAILS_SAME", "KINDS", "NOT_SAME", "PASSES", "Configuration", "ConfigurationClaim",
            "check_configurations"]
 
 #: The target's outputs are within the tolerance of the oracle's.
@@ -53,6 +53,12 @@ FAILS_SAME = "fails the same way"
 #: The target does not fail the way the reference fails: it passes, or fails another way.
 NOT_SAME = "does not fail the same way"
 VERDICTS = (PASSES, FAILS, FAILS_SAME, NOT_SAME)
+#: The kinds of failure a :data:`FAILS` claim may name, and what the checker's plain run must show for each: a
+#: failing output of that class (``mismatch``: float values beyond tolerance or exact values that differ;
+#: ``nan``: non-finite values where the oracle's are finite; ``structure``: a missing output, another shape or
+#: dtype), a crash while loading (``crash-load``) or running (``crash-run``), a refusal (``unsupported``: a crash
+#: at either; that its message is a refusal stays the claimant's reading), a ``timeout``.
+KINDS = ("mismatch", "nan", "structure", "crash-load", "crash-run", "unsupported", "timeout")
 
 
 @dataclass(frozen=True)
@@ -76,11 +82,15 @@ class ConfigurationClaim:
     statement: str
     configurations: tuple[tuple[Configuration, str], ...]
     labels: tuple[str, ...] = ()
+    #: with :data:`FAILS`: the kind of failure claimed too (one of :data:`KINDS`)
+    kind: str | None = None
 
     def __post_init__(self) -> None:
         for _, verdict in self.configurations:
             if verdict not in VERDICTS:
                 raise ValueError(f"unknown verdict {verdict!r}: one of {', '.join(VERDICTS)}")
+        if self.kind is not None and self.kind not in KINDS:
+            raise ValueError(f"unknown kind {self.kind!r}: one of {', '.join(KINDS)}")
 
 
 def check_configurations(oracle: str, oracle_model: str | os.PathLike[str], inputs: Mapping[str, Any],
@@ -191,13 +201,15 @@ class _Configurations:
         parts: list[str] = []
         for (configuration, verdict), label in zip(claim.configurations, labels):
             holds, text = self.verdict(configuration, verdict, reference)
+            if holds and verdict == FAILS and claim.kind is not None:
+                holds, text = _kind_shown(self.run(configuration), self.plain.outputs, self.limits, claim.kind)
             held.append(holds)
             mark = {True: "as claimed", False: "NOT as claimed", None: "undecided"}[holds]
             parts.append(f"{label}: {text} ({mark})")
         result = False if False in held else None if None in held else True
         count = len(claim.configurations)
         runs = "a plain run" if count == 1 else f"{count} plain runs"
-        return Claim(claim.id, claim.statement, result, f"{runs}: " + "; ".join(parts))
+        return Claim(claim.id, claim.statement, result, f"{runs}: " + "; ".join(parts), each=tuple(held))
 
     def verdict(self, configuration: Configuration, verdict: str, reference: Configuration | None
                 ) -> tuple[bool | None, str]:
@@ -265,3 +277,17 @@ def _observed(run: Run, oracle: Mapping[str, Any], limits: Limits,
     if bad.kind in ("mismatch", "exact"):
         return _Expected("mismatch", bad.kind, failing, score, None, None, kind, made_by)
     return _Expected(bad.kind, None, failing, score, None, None, kind, made_by)
+
+
+def _kind_shown(run: Run, oracle: Mapping[str, Any], limits: Limits, kind: str) -> tuple[bool, str]:
+    """Whether the failing ``run`` fails as ``kind`` (:data:`KINDS`), and what it showed."""
+    seen = _plain_seen(run, oracle, limits).text
+    if not run.ok:
+        status = run.result.status.value
+        shown = "timeout" if status == "timeout" else "crash-load" if run.result.phase is Phase.LOAD else "crash-run"
+        holds = shown == kind or (kind == "unsupported" and shown in ("crash-load", "crash-run"))
+    else:
+        classes = {d.kind for d in compare_outputs(oracle, run.outputs, limits) if d.failed}
+        shown = ", ".join(sorted(classes))
+        holds = bool(classes & ({"mismatch", "exact"} if kind == "mismatch" else {kind}))
+    return holds, f"{seen} ({shown}{'' if holds else f', not {kind}'})"

@@ -146,10 +146,16 @@ def _print_keep(result: PrecisionResult, *, op_types: bool) -> None:
     minimal = ", 1-minimal" if result.minimal else \
         f", 1-minimal {_not_held(one)}" if one is not None else ", NOT proven minimal"
     print(f"\nkeep in FP32 ({len(result.keep_fp32)}{' op types' if op_types else ''}{minimal}{stopped}):")
-    breakers = set(result.alone or ())
+    breakers = set(result.alone or ())  # the checker's: each run alone
     for name in result.keep_fp32:
         print(f"  {shown(name)}{'   (breaks the tolerance alone)' if name in breakers else ''}")
-    if result.alone is None and result.keep_fp32:
+    search = result.extra.get("alone_search")
+    if isinstance(search, dict):  # the search's word, where the checker's plain runs did not find it
+        said = ", ".join(map(shown, search.get("breaks_alone") or ())) or "none"
+        verdict = "does NOT hold (the checker)" if search.get("holds") is False else "not established by the checker"
+        print(f"the search found these to break the tolerance alone: {said} — {verdict}"
+              + ("; marked above: the checker's runs" if result.alone is not None else ""))
+    elif result.alone is None and result.keep_fp32:
         why = {"budget": "the run budget ended first", "skipped": "--no-alone",
                "skipped_many": f"{len(result.keep_fp32)} kept; by default only up to {ALONE_AUTO_MAX}, "
                                "--alone checks them"}
@@ -165,8 +171,13 @@ def _print_not_searched(result: PrecisionResult) -> None:
               "exclude them from quantization too):")
         for entry in floats:
             print(f"  {shown(str(entry['node']))}: {entry['why']}")
-    if result.prefix_keep_fp32 is not None:
+    if result.prefix_keep_fp32 is not None:  # the checker's: the prefix meets the tolerance, one node less not
         print(f"Polygraphy-style prefix answer: the first {len(result.prefix_keep_fp32)} nodes in FP32")
+    search = result.extra.get("prefix_search")
+    if isinstance(search, dict):
+        verdict = "does NOT hold (the checker)" if search.get("holds") is False else "not established by the checker"
+        print(f"Polygraphy-style prefix answer (the search's): the first {search.get('prefix_keep_fp32')} nodes in "
+              f"FP32 — {verdict}")
 
 
 def _print_pins(result: PrecisionResult, *, op_types: bool) -> None:

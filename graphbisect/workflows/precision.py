@@ -117,7 +117,7 @@ from graphbisect.strategies.precision import (
 from graphbisect.text.printable import shown
 from graphbisect.workflows.compare import model_for_backend
 from graphbisect.workflows.passes_claims import limits_of
-from graphbisect.workflows.precision_claims import Answer, audited_fields, precision_claims
+from graphbisect.workflows.precision_claims import Answer, audited_fields, checked_beliefs, precision_claims
 from graphbisect.workflows.scratch import work_folder
 
 __all__ = ["ALONE_AUTO_MAX", "PrecisionResult", "check_precision", "find_precision", "runtime_pins_mode"]
@@ -516,7 +516,9 @@ def _search(session: _Session, lowering: Lowering | None, target: str, tol: Tole
     return dataclasses.replace(
         _checked(session, found, lowering, target, result.keep, tol=tol, stage=stage, out_dir=out_dir,
                  verified=verified, typed_keep=typed_keep if typed is not None else None,
-                 typed_meets=None if typed is None else bool(typed["meets"])), seconds=time.monotonic() - started)
+                 typed_meets=None if typed is None else bool(typed["meets"]),
+                 alone=None if breakers is None else frozenset(breakers),
+                 prefix=None if prefix is None else prefix.found), seconds=time.monotonic() - started)
 
 
 def _checked(session: _Session, found: PrecisionResult, lowering: Lowering, target: str, keep: frozenset[int], *,
@@ -551,7 +553,9 @@ def check_precision(result: PrecisionResult, answer: Answer, *, oracle: str, inp
         stage(f"checking the answer's {len(claims)} claims with {runs + 1} plain runs (the checker)")
     audit = check_configurations(oracle, answer.fp32_model, inputs, claims, limits_of(tolerance),
                                  workdir=answer.scratch)
-    return dataclasses.replace(result, **audited_fields(result.to_json(), audit))
+    beliefs = checked_beliefs(audit, claims, result.alone, result.prefix_keep_fp32)
+    return dataclasses.replace(result, **audited_fields(result.to_json(), audit),
+                               **{**beliefs, "extra": {**result.extra, **beliefs["extra"]}})
 
 
 def _unit_word(lowering: Lowering) -> str:

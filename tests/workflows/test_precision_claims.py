@@ -58,15 +58,17 @@ def test_every_claim_of_a_real_answer_holds_and_is_what_is_printed(
     assert result.keep_fp32 and result.minimal and result.meets_tolerance
     audit = result.audit
     assert audit is not None and audit["holds"] is True
-    assert [c["id"] for c in audit["claims"]] == ["verified", "typed", "one_minimal"]
+    assert [c["id"] for c in audit["claims"]] == ["verified", "typed", "one_minimal", "breaks_alone", "prefix"]
     assert all(c["holds"] is True for c in audit["claims"])
-    # one oracle run; the answer, the typed model, and the answer with each kept node lowered
-    assert audit["runs"] == {"oracle": 1, "target": 2 + len(result.keep_fp32)}
-    assert result.invocations["audit target"] == 2 + len(result.keep_fp32)
+    # one oracle run; the answer, the typed model, the answer with each kept node lowered, each kept node lowered
+    # alone, the prefix answer and one node less
+    runs = 2 + 2 * len(result.keep_fp32) + 2
+    assert audit["runs"] == {"oracle": 1, "target": runs}
+    assert result.invocations["audit target"] == runs
     assert json.loads(json.dumps(result.to_json()))["audit"]["claims"] == audit["claims"]
     print_result(result, rows=0)
     printed = capsys.readouterr().out
-    assert f"checked (oracle 1, target {2 + len(result.keep_fp32)} plain runs of the files written" in printed
+    assert f"checked (oracle 1, target {runs} plain runs of the files written" in printed
     for claim in audit["claims"]:
         assert f"  holds: {claim['claim']}" in printed
     assert f"keep in FP32 ({len(result.keep_fp32)}, 1-minimal):" in printed
@@ -135,3 +137,66 @@ def test_the_cli_exit_code_and_json_are_the_checkers(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "r.json").read_text())
     assert code == 0 and data["meets_tolerance"] is True and data["audit"]["holds"] is True
     assert data["invocations"]["audit oracle"] == 1
+
+
+def test_breaks_alone_and_the_prefix_answer_are_the_checkers(
+        cnn: tuple[PrecisionResult, Path, dict[str, Any]], capsys: pytest.CaptureFixture[str]) -> None:
+    """The honest answer: each kept node of block3 breaks the tolerance alone, and the prefix answer meets it
+    where one node less does not, each confirmed by a plain run (3 + 2 target runs)."""
+    result, _, _ = cnn
+    assert result.breaks_alone == result.keep_fp32 and result.prefix_keep_fp32
+    for claim_id in ("breaks_alone", "prefix"):
+        claim = result.claim(claim_id)
+        assert claim is not None and claim["holds"] is True, claim
+    assert result.claim("only_together") is None  # every kept node breaks alone: no other to check
+    assert "alone_search" not in result.extra and "prefix_search" not in result.extra
+    assert result.to_json()["prefix_keep_fp32"] == len(result.prefix_keep_fp32)
+    print_result(result, rows=0)
+    printed = capsys.readouterr().out
+    assert f"Polygraphy-style prefix answer: the first {len(result.prefix_keep_fp32)} nodes in FP32\n" in printed
+    assert "  holds: each of the 3 nodes found to break the tolerance alone" in printed
+
+
+def test_a_wrong_breaks_alone_and_prefix_answer_of_the_search_are_caught(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The search's answer made wrong (its result objects, not the backend): it says only the first kept node and
+    a block1 node break the tolerance alone, and that the first 5 nodes in FP32 meet it. The checker's plain runs
+    find otherwise; what is printed and written is what they found, the search's word marked as not holding."""
+    from graphbisect.engine.types import SearchResult, SearchStats
+    from graphbisect.workflows import precision
+
+    lowering = Lowering(load_model(residual_cnn()), PrecisionMode.FP16)
+    names = lowering.names(range(len(lowering.units)))
+    spare = next(u for u, name in enumerate(names) if name.startswith("block1"))
+
+    def wrong_breakers(ev: Any, keep: frozenset[int]) -> list[int]:
+        return [min(keep), spare]
+
+    def wrong_prefix(ev: Any) -> SearchResult:
+        return SearchResult(frozenset(range(5)), minimal=True, stop_reason=None, stats=SearchStats(),
+                            history=(), found=5)
+
+    monkeypatch.setattr(precision, "alone_breakers", wrong_breakers)
+    monkeypatch.setattr(precision, "prefix_answer", wrong_prefix)
+    result = find_precision(load_model(residual_cnn()), mode=PrecisionMode.FP16, inputs=cnn_inputs(), tolerance=TOL,
+                            workdir=tmp_path / "work")
+    breaks, together, prefix = (result.claim(i) for i in ("breaks_alone", "only_together", "prefix"))
+    assert breaks is not None and breaks["holds"] is False and f"{names[spare]} lowered alone: within" in \
+        breaks["evidence"]
+    assert together is not None and together["holds"] is False  # the other kept nodes do break alone
+    assert prefix is not None and prefix["holds"] is False
+    assert result.breaks_alone == result.keep_fp32  # what the checker's runs showed, not the search's list
+    assert result.prefix_keep_fp32 is None and result.to_json()["prefix_keep_fp32"] is None
+    data = json.loads(json.dumps(result.to_json()))
+    assert set(data["alone_search"]["breaks_alone"]) == {result.keep_fp32[0], names[spare]}
+    assert data["alone_search"]["holds"] is False
+    assert data["prefix_search"]["prefix_keep_fp32"] == 5 and data["prefix_search"]["holds"] is False
+    print_result(result, rows=0)
+    printed = capsys.readouterr().out
+    assert "Polygraphy-style prefix answer (the search's): the first 5 nodes in FP32 — does NOT hold (the checker)" \
+        in printed
+    assert "NOT hold (the checker); marked above: the checker's runs" in printed
+    assert f"the search found these to break the tolerance alone: {names[spare]}, {result.keep_fp32[0]} — does " \
+        "NOT hold (the checker)" in printed
+    assert "  DOES NOT HOLD: Polygraphy-style prefix answer" in printed
+
