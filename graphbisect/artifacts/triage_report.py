@@ -106,10 +106,19 @@ def _bug_rows(data: Mapping[str, Any], out_dir: Path) -> list[list[str]]:
              ", ".join(bug["culprits"]) or "—",
              " → ".join(bug["op_types"]) or "—", _relative(bug["smallest_bundle"], out_dir)
              + (f" ({plural(bug['smallest_nodes'], 'node')})" if bug["smallest_nodes"] is not None else ""),
-             ", ".join(bug["models"])] for bug in data["bugs"]]
+             ", ".join(bug["models"]), _checked_cell(bug.get("checked") or {})] for bug in data["bugs"]]
 
 
-_BUG_HEADER = ["bug", "models", "signature", "culprit passes", "minimal pattern", "smallest bundle", "affects"]
+def _checked_cell(checked: Mapping[str, Any]) -> str:
+    """How many of a bug's models the checker's plain runs saw fail this way, and what grouped them."""
+    if not checked:
+        return "not checked"
+    confirmed, others = len(checked.get("confirmed") or ()), checked.get("not_confirmed") or []
+    return f"{confirmed} of {confirmed + len(others)} re-established by plain runs; grouped by {checked['grouped_by']}"
+
+
+_BUG_HEADER = ["bug", "models", "signature", "culprit passes", "minimal pattern", "smallest bundle", "affects",
+               "checked"]
 
 
 def _markdown(data: Mapping[str, Any], out_dir: Path) -> str:

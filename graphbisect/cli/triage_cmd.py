@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from graphbisect.backends.cost import describe_calls
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
@@ -84,16 +85,47 @@ def _print_stage(line: str) -> None:
 
 def _print_outcome(outcome: ModelOutcome) -> None:
     calls = _model_calls(outcome)
+    checked = _checked(outcome)
     if outcome.status == "failed":
         where = f"{plural(outcome.final_nodes or 0, 'node')} in {outcome.bundle}" if outcome.bundle else "no bundle"
         culprits = f", culprits {', '.join(outcome.culprits)}" if outcome.culprits else ""
         kind = outcome.signature.get("kind") if outcome.signature else "?"
-        print(f"{shown(outcome.name)}: FAILED ({kind}{culprits}) → {where}{calls}", flush=True)
+        print(f"{shown(outcome.name)}: FAILED ({kind}{culprits}) → {where}{calls}{checked}", flush=True)
     elif outcome.status == "passed":
-        print(f"{shown(outcome.name)}: passed{calls}", flush=True)
+        print(f"{shown(outcome.name)}: passed{calls}{checked}", flush=True)
     else:
         print(f"{shown(outcome.name)}: ERROR {outcome.message}" + (f" (hint: {outcome.hint})" if outcome.hint else ""),
               flush=True)
+
+
+def _checked(outcome: ModelOutcome) -> str:
+    """'' where the checker's plain run re-established the verdict, else how it left it (:mod:`graphbisect.
+    workflows.triage_claims`)."""
+    from graphbisect.workflows.triage_claims import outcome_claim
+
+    claim = outcome_claim(outcome)
+    if claim is None:
+        return "\n  the verdict is the search's: not checked by plain runs (recorded by an older triage)"
+    if claim.get("holds") is True:
+        return ""
+    verdict = "DOES NOT HOLD" if claim.get("holds") is False else "not established"
+    return f"\n  the checker: {verdict}: {claim.get('claim')} — {claim.get('evidence')}"
+
+
+def _grouping(checked: Mapping[str, Any]) -> str:
+    """What a bug's grouping rests on: the members' failures the checker re-established, the search's key."""
+    if not checked:
+        return "grouped by the search; not checked"
+    confirmed = len(checked.get("confirmed") or ())
+    others = checked.get("not_confirmed") or []
+    failed = [str(m["model"]) for m in others if m.get("holds") is False]
+    open_ = [str(m["model"]) for m in others if m.get("holds") is not False]
+    text = f"checker: {confirmed} of {confirmed + len(others)} fail this way in a plain run"
+    text += f"; DOES NOT HOLD for {', '.join(map(shown, failed))}" if failed else ""
+    text += f"; not established for {', '.join(map(shown, open_))}" if open_ else ""
+    bundles = {True: "every bundle audited, all claims holding", False: "a bundle's audit found a false claim",
+               None: "bundles not all audited"}[checked.get("bundles_audited")]
+    return f"{text}; grouped by {checked.get('grouped_by')} ({bundles})"
 
 
 def _model_calls(outcome: ModelOutcome) -> str:
@@ -114,6 +146,18 @@ def _report(result: TriageResult) -> int:
         print(f"  bug {bug.key} ×{bug.count}: {signature_cell(bug.signature, bug.lacks)}"
               f"{' [' + ', '.join(bug.culprits) + ']' if bug.culprits else ''} "
               f"{' → '.join(bug.op_types)}; smallest: {bug.smallest_bundle}")
+        print(f"    {_grouping(bug.checked)}")
+    if failed:
+        confirmed = sum((_claim_holds(o) is True) for o in failed)
+        print(f"failures re-established by plain runs (the checker): {confirmed} of {len(failed)}; the grouping "
+              "into distinct bugs is the search's")
     print(f"invocations: {describe_calls(result.invocations, result.backend_calls)}")
     print(f"summary: {result.summary['md']}")
     return 1 if failed else 0
+
+
+def _claim_holds(outcome: ModelOutcome) -> bool | None:
+    from graphbisect.workflows.triage_claims import outcome_claim
+
+    claim = outcome_claim(outcome)
+    return None if claim is None else claim.get("holds")

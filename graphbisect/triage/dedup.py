@@ -33,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -171,6 +172,9 @@ class BugGroup:
     smallest_bundle: str | None
     smallest_nodes: int | None
     lacks: str | None = None  # an unsupported refusal's group: what the target lacks (:func:`lacking`)
+    #: what the grouping rests on, the checker's share marked (:func:`graphbisect.workflows.triage_claims.
+    #: grouping_check`); empty: not checked
+    checked: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def count(self) -> int:
@@ -180,7 +184,7 @@ class BugGroup:
         return {"key": self.key, "count": self.count, "signature": self.signature, "culprits": list(self.culprits),
                 "pattern": self.pattern, "op_types": list(self.op_types), "models": list(self.models),
                 "smallest": self.smallest, "smallest_bundle": self.smallest_bundle,
-                "smallest_nodes": self.smallest_nodes, "lacks": self.lacks}
+                "smallest_nodes": self.smallest_nodes, "lacks": self.lacks, "checked": dict(self.checked)}
 
 
 def group_bugs(outcomes: Iterable[ModelOutcome]) -> list[BugGroup]:

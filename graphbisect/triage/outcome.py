@@ -52,6 +52,10 @@ class ModelOutcome:
     backend_calls: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     #: :attr:`step_invocations` by kind: step -> role -> {"runs", "compiles", "compile_cache_hits"}
     step_backend_calls: Mapping[str, Mapping[str, Mapping[str, int]]] = field(default_factory=dict)
+    #: the trusted checker's record of this model's verdict (:mod:`graphbisect.workflows.triage_claims`:
+    #: ``holds``, ``claims``, ``runs``, ``calls``; ``passes_audit`` / ``bundle_audit``: the holds of the passes
+    #: search's and the bundle's own audits); None: not checked (an error, or a record of an older triage)
+    audit: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

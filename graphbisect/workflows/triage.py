@@ -10,7 +10,9 @@ Per model (one task, :func:`triage_one`, run by an :mod:`~graphbisect.executors`
 4. where the target runs ONNX, reduce to a 1-minimal failing model and write the bundle to
    ``OUT_DIR/bundles/<name>/`` (under only the culprit passes when there are some); a failure the
    reduction's own run does not see again stays ``failed``, without a bundle, with a note saying so;
-5. record the outcome in ``OUT_DIR/results/<name>.json`` (atomically: a model is finished when its record
+5. check the verdict (passed, or failed with its kind) with plain runs of the user's model file by the trusted
+   checker (:mod:`~graphbisect.workflows.triage_claims`: one oracle and one target run, the ``audit`` step);
+6. record the outcome in ``OUT_DIR/results/<name>.json`` (atomically: a model is finished when its record
    exists).
 
 Then :func:`~graphbisect.triage.dedup.group_bugs` groups the failures into distinct bugs and
@@ -58,6 +60,7 @@ from graphbisect.text.printable import plural
 from graphbisect.triage.dedup import BugGroup, group_bugs, lacking, pattern_hash
 from graphbisect.triage.outcome import ERROR, FAILED, PASSED, ModelOutcome, total_calls
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
+from graphbisect.workflows.triage_claims import check_outcome, grouping_check, with_other_audits
 
 __all__ = ["ModelTask", "TriageOptions", "TriageResult", "discover_models", "model_identity", "triage",
            "triage_one"]
@@ -274,9 +277,11 @@ def _triage_model(task: ModelTask, base: ModelOutcome) -> ModelOutcome:
     runs["compare"] = CallTally.from_json(calls["compare"]).runs()
     base = dataclasses.replace(base, versions=versions)
     if verdict is None:
+        passed = dataclasses.replace(base, status=PASSED, phases=phases, step_invocations=runs,
+                                     step_backend_calls=calls)
+        checked = _checked(task, model, feeds, passed, phases)
         shutil.rmtree(task.work_dir, ignore_errors=True)
-        return dataclasses.replace(base, status=PASSED, phases=phases, step_invocations=runs,
-                                   step_backend_calls=calls)
+        return checked
     with _timed(phases, "passes"):
         found = _passes(task, model, feeds)
     if found is not None:
@@ -286,12 +291,34 @@ def _triage_model(task: ModelTask, base: ModelOutcome) -> ModelOutcome:
                                   notes=found.notes if found else ())
     if found is not None and found.failed:
         outcome = dataclasses.replace(outcome, culprits=found.culprits, required=found.required)
+    outcome = with_other_audits(outcome, found.audit if found is not None else None, None)
     with _timed(phases, "reduce"):
         outcome = _reduce(task, model, feeds, found, outcome)
     if outcome.invocations:
         runs["reduce"] = dict(outcome.invocations)
         calls["reduce"] = dict(outcome.backend_calls)
-    return dataclasses.replace(outcome, phases=phases, step_invocations=runs, step_backend_calls=calls)
+    outcome = dataclasses.replace(outcome, phases=phases, step_invocations=runs, step_backend_calls=calls)
+    return _checked(task, model, feeds, outcome, phases)
+
+
+def _checked(task: ModelTask, model: Model, feeds: Mapping[str, np.ndarray], outcome: ModelOutcome,
+             phases: dict[str, float]) -> ModelOutcome:
+    """``outcome``'s verdict checked by plain runs of the user's model file (:mod:`.triage_claims`)."""
+    from graphbisect.backends import BackendSpec
+    from graphbisect.workflows.compare import model_for_backend
+
+    o = task.options
+    folder = task.work_dir / "checker"
+    folder.mkdir(parents=True, exist_ok=True)
+    source = Path(task.source)
+    onnx_path = source if source.is_file() and source.suffix == ".onnx" else model.save(folder / "model.onnx")
+
+    def model_of(spec: str) -> Path:
+        return model_for_backend(model, BackendSpec.parse(spec), onnx_path)
+
+    with _timed(phases, "audit"):
+        return check_outcome(outcome, oracle=o.oracle, target=o.target, model_of=model_of, inputs=feeds,
+                             tolerance=o.tolerance, timeout=o.timeout, workdir=folder)
 
 
 @contextlib.contextmanager
@@ -378,6 +405,7 @@ def _reduce(task: ModelTask, model: Model, feeds: Mapping[str, np.ndarray], foun
             f"did not ({result.signature.describe()}): the failure does not reproduce reliably (a flaky target or "
             "oracle); no bundle"))
     pattern, op_types, domains = _pattern(Path(result.bundle) / "model.onnx")
+    outcome = with_other_audits(outcome, None, result.audit)
     return dataclasses.replace(outcome, pattern=pattern, op_types=op_types, lacks=lacking(outcome.signature, domains),
                                final_nodes=result.final_nodes,
                                one_minimal=result.one_minimal, bundle=str(result.bundle),
@@ -486,7 +514,7 @@ def _triage(input_dir: Path, out_dir: Path, options: TriageOptions, *, executor:
             ex.close()
     _remove_if_empty(out_dir / "work")
     outcomes = tuple(sorted([*finished, *fresh], key=lambda o: o.name))
-    bugs = tuple(group_bugs(outcomes))
+    bugs = tuple(dataclasses.replace(bug, checked=grouping_check(bug, outcomes)) for bug in group_bugs(outcomes))
     seconds = time.monotonic() - started
     meta = {"input_dir": str(input_dir), "oracle": options.oracle, "target": options.target,
             "executor": ex.name, "workers": ex.workers, "skipped": [o.name for o in finished],
