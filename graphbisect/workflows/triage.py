@@ -60,7 +60,12 @@ from graphbisect.text.printable import plural
 from graphbisect.triage.dedup import BugGroup, group_bugs, lacking, pattern_hash
 from graphbisect.triage.outcome import ERROR, FAILED, PASSED, ModelOutcome, total_calls
 from graphbisect.workflows.compare import DEFAULT_ORACLE, DEFAULT_TARGET
-from graphbisect.workflows.triage_claims import check_outcome, grouping_check, with_other_audits
+from graphbisect.workflows.triage_claims import (
+    check_outcome,
+    grouping_check,
+    not_established,
+    with_other_audits,
+)
 
 __all__ = ["ModelTask", "TriageOptions", "TriageResult", "discover_models", "model_identity", "triage",
            "triage_one"]
@@ -317,8 +322,12 @@ def _checked(task: ModelTask, model: Model, feeds: Mapping[str, np.ndarray], out
         return model_for_backend(model, BackendSpec.parse(spec), onnx_path)
 
     with _timed(phases, "audit"):
-        return check_outcome(outcome, oracle=o.oracle, target=o.target, model_of=model_of, inputs=feeds,
-                             tolerance=o.tolerance, timeout=o.timeout, workdir=folder)
+        try:
+            return check_outcome(outcome, oracle=o.oracle, target=o.target, model_of=model_of, inputs=feeds,
+                                 tolerance=o.tolerance, timeout=o.timeout, workdir=folder)
+        except GraphBisectError as exc:  # the verdict stands as the search's, said not to be established
+            log.info("%s: the checker could not run: %s", task.name, exc.message)
+            return not_established(outcome, f"the checker could not run: {exc.message}")
 
 
 @contextlib.contextmanager

@@ -39,7 +39,8 @@ from graphbisect.triage.dedup import BugGroup
 from graphbisect.triage.outcome import FAILED, PASSED, ModelOutcome
 from graphbisect.workflows.passes_claims import limits_of
 
-__all__ = ["check_outcome", "grouping_check", "outcome_claim", "status_claim", "with_other_audits"]
+__all__ = ["check_outcome", "grouping_check", "not_established", "outcome_claim", "status_claim",
+           "with_other_audits"]
 
 
 def status_claim(outcome: ModelOutcome, target: Configuration) -> ConfigurationClaim:
@@ -73,6 +74,13 @@ def check_outcome(outcome: ModelOutcome, *, oracle: str, target: str, model_of: 
     return dataclasses.replace(outcome, audit={**(outcome.audit or {}), **record},
                                step_invocations={**outcome.step_invocations, "audit": runs},
                                step_backend_calls={**outcome.step_backend_calls, "audit": calls})
+
+
+def not_established(outcome: ModelOutcome, why: str) -> ModelOutcome:
+    """``outcome`` with its verdict recorded as not established by the checker, and why."""
+    claim = status_claim(outcome, Configuration("reference", outcome.source))
+    record = {"holds": None, "claims": [{"id": claim.id, "claim": claim.statement, "holds": None, "evidence": why}]}
+    return dataclasses.replace(outcome, audit={**(outcome.audit or {}), **record})
 
 
 def outcome_claim(outcome: ModelOutcome) -> Mapping[str, Any] | None:

@@ -115,3 +115,17 @@ def _with(bug: Any, outcomes: tuple[ModelOutcome, ...]) -> Any:
     import dataclasses
 
     return dataclasses.replace(bug, checked=grouping_check(bug, outcomes))
+
+
+def test_a_verdict_the_checker_could_not_run_is_printed_as_not_established(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from graphbisect.workflows.triage_claims import not_established
+
+    outcome = not_established(ModelOutcome("m", "m.onnx", "passed"), "the checker could not run: no such backend")
+    claim = outcome_claim(outcome)
+    assert claim is not None and claim["holds"] is None
+    _print_outcome(outcome)
+    assert "m: passed\n  the checker: not established: m passes: the target agrees with the oracle — the checker " \
+        "could not run: no such backend" in capsys.readouterr().out
+    _print_outcome(ModelOutcome("old", "old.onnx", "passed"))  # a record of an older triage
+    assert "the verdict is the search's: not checked by plain runs" in capsys.readouterr().out
