@@ -271,8 +271,9 @@ def test_triage_counts_every_steps_calls_per_model_and_in_sum(tmp_path: Path, ca
     summary = json.loads((tmp_path / "s.json").read_text())
     models = {model["name"]: model for model in summary["models"]}
     failed, healthy = models["ln"], models["healthy"]
-    assert set(failed["step_backend_calls"]) == {"compare", "passes", "reduce"}
-    assert set(healthy["step_backend_calls"]) == {"compare"}
+    # audit: the checker's plain runs of each model's verdict (workflows/triage_claims.py)
+    assert set(failed["step_backend_calls"]) == {"compare", "passes", "reduce", "audit"}
+    assert set(healthy["step_backend_calls"]) == {"compare", "audit"}
     total: dict[str, dict[str, int]] = {}
     for model in (failed, healthy):
         for step, calls in model["step_backend_calls"].items():

@@ -153,11 +153,15 @@ def test_a_failure_the_reduction_does_not_see_again_is_not_called_passed(
     flaky = f"command:cmd={PY} {script_path()} {{model}} {{inputs}} {{outputs}}"
     result = triage(folder, tmp_path / "out", options=TriageOptions(target=flaky), jobs=1)
     (outcome,) = result.outcomes
-    assert (tmp_path / "counter").read_text() == "2"  # the comparison's run, then the reduction's
+    # the comparison's run, the reduction's, then the checker's plain run of the verdict
+    assert (tmp_path / "counter").read_text() == "3"
     assert outcome.status == "failed" and outcome.bundle is None
     assert outcome.signature is not None and outcome.signature["kind"] == "mismatch"
     assert any("does not reproduce reliably" in note for note in outcome.notes)
     assert outcome.step_invocations["reduce"]["target"] == 1
+    # the checker's plain run (the third, not perturbed) does not see the failure: said beside the verdict
+    (claim,) = (outcome.audit or {})["claims"]
+    assert claim["holds"] is False and "within tolerance" in claim["evidence"]
     summary = json.loads(result.summary["json"].read_text())
     assert summary["passed"] == [] and summary["counts"]["failed"] == 1
 
