@@ -21,6 +21,7 @@ import onnx
 
 from graphbisect.errors import GraphBisectError, ModelError
 from graphbisect.model.external import inline_tensor, source_of
+from graphbisect.model.fixed_values import fixed_tensors
 from graphbisect.model.io import ExternalRef, copy_model, save_proto, strip_to_external
 from graphbisect.model.normalize import default_opset, fingerprint, infer_types, node_dependencies, normalize_model
 from graphbisect.storage.values import numpy_dtype
@@ -263,6 +264,12 @@ class Model:
         (symbolic dimensions stay symbolic: as much as a runtime knows about the tensor inside the
         original model, never the concrete shape of one run), else None."""
         return self._declared.get(name) or self._inferred.get(name)
+
+    @functools.cached_property
+    def fixed_tensors(self) -> frozenset[str]:
+        """Node outputs that hold the same value for every input (:mod:`.fixed_values`): computed from
+        initializers, constants and fully static shapes alone, what a compiler folds."""
+        return fixed_tensors(self.nodes, self.initializer_names, self.boundary_type)
 
     def has_tensor(self, name: str) -> bool:
         """Whether ``name`` is a graph input, an initializer or a node output."""

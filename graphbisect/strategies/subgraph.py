@@ -468,12 +468,14 @@ class SubgraphSpace:
     def _small_constant(self, name: str, dtype: np.dtype, size: int) -> bool:
         """Whether a cut tensor of ``dtype`` and ``size`` elements is fed as a constant: a small integer or
         boolean tensor (shapes, axes, indices: runtimes need them constant to fold shapes and match fusion
-        patterns) whose shape the original knows as fixed. Where the original gives it a dynamic dimension
-        (token ids of ``[batch, seq]``), a constant would fix that dimension to the captured run's size, so
-        it is a graph input declared with the original's dimensions (IREE 3.13 miscompiles a BiLSTM's
-        embedding only with them dynamic)."""
+        patterns) whose shape the original knows as fixed, or whose value it does (computed from constants and
+        static shapes alone: a compiler folds it, whatever its declaration says; OpenVINO fails to compile a
+        Reshape whose shape, declared ``[Concat_dim_0]``, is computed so, and compiles it fed at run time). Where
+        the original gives it a dynamic dimension (token ids of ``[batch, seq]``), a constant would fix that
+        dimension to the captured run's size, so it is a graph input declared with the original's dimensions
+        (IREE 3.13 miscompiles a BiLSTM's embedding only with them dynamic)."""
         return dtype.kind in _CONST_KINDS and size <= _CONST_MAX_ELEMENTS and \
-            not _has_dynamic_dim(self.model.boundary_type(name))
+            (not _has_dynamic_dim(self.model.boundary_type(name)) or name in self.model.fixed_tensors)
 
     def _input_type(self, name: str, value: Any) -> onnx.ValueInfoProto:
         """How a fed value is declared: the model's own type (module docstring) when the value fits it; a
