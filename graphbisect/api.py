@@ -468,9 +468,9 @@ def verify(bundle: str | os.PathLike[str], *, target: str | None = None, trust: 
 def releases(source: str | os.PathLike[str] | ModelSource, *, package: str, within: str | None = None,
              versions: Sequence[str] | None = None, pre: bool = False, target: str | None = None, find: str = "bad",
              cache: str | os.PathLike[str] | None = None, jobs: int = 2, repeat: int = 3, trust: bool = False,
-             section: bool = True, oracle: str = DEFAULT_ORACLE, inputs: InputsSource = None, seed: int = 0,
-             atol: float = 1e-4, rtol: float = 1e-3, failure_bundle: str | os.PathLike[str] | None = None,
-             workdir: str | os.PathLike[str] | None = None,
+             installer: str = "auto", section: bool = True, oracle: str = DEFAULT_ORACLE,
+             inputs: InputsSource = None, seed: int = 0, atol: float = 1e-4, rtol: float = 1e-3,
+             failure_bundle: str | os.PathLike[str] | None = None, workdir: str | os.PathLike[str] | None = None,
              on_progress: Callable[[str], None] | None = None) -> ReleaseSearch:
     """The first release of ``package`` where a failure appears (``find="bad"``: ``last_good``, ``first_bad``) or
     is gone (``find="fixed"``: ``last_bad``, ``first_fixed``): ``graphbisect releases``.
@@ -485,8 +485,10 @@ def releases(source: str | os.PathLike[str] | ModelSource, *, package: str, with
     cached environment, judged as :func:`verify` judges a bundle; a release that cannot install, cannot run the
     model or fails differently is a skip with its reason. ``versions``: the releases to search (default: the
     package index's for this Python, final ones unless ``pre``), within ``within`` (``"A..B"``). ``cache``: where
-    environments are kept (default ``$GRAPHBISECT_CACHE/releases``); ``jobs`` installs at once; ``repeat`` runs,
-    voted, of each release the answer rests on. Only ``onnxruntime`` so far.
+    environments are kept (default ``$GRAPHBISECT_CACHE/releases``); ``jobs`` installs at once, by ``installer``
+    (``auto``: uv where it is there, else pip; ``uv``; ``pip``); ``repeat`` runs, voted, of each release the answer
+    rests on. ``package``: one of :data:`graphbisect.releases.packages.PACKAGES` (``onnxruntime``,
+    ``onnxruntime-gpu``, ``openvino``, ``iree``, ``paddlepaddle``, ``onnx``).
 
     Example:
         >>> found = releases("bug-report", package="onnxruntime", within="1.17..1.22.1")   # doctest: +SKIP
@@ -497,7 +499,8 @@ def releases(source: str | os.PathLike[str] | ModelSource, *, package: str, with
     from graphbisect.workflows.releases import search_releases, search_releases_model
 
     common: dict[str, Any] = {"versions": versions, "within": within, "pre": pre, "find": find,
-                              "cache": _path(cache), "jobs": jobs, "repeat": repeat, "on_progress": on_progress}
+                              "cache": _path(cache), "jobs": jobs, "repeat": repeat, "installer": installer,
+                              "on_progress": on_progress}
     if isinstance(source, (str, os.PathLike)) and names_bundle(Path(source)):
         with load_bundle(Path(source)) as loaded:
             found = search_releases(loaded, package, target=target, trust=trust, **common)

@@ -53,7 +53,8 @@ PINNED = {
     "unregister_backend": "(name)",
     "verify": "(bundle, *, target=None, trust=False, check=None, model=None, inputs=None)",
     "releases": "(source, *, package, within=None, versions=None, pre=False, target=None, find='bad', cache=None, "
-                "jobs=2, repeat=3, trust=False, section=True, oracle='onnxruntime:opt_level=disable', inputs=None, "
+                "jobs=2, repeat=3, trust=False, installer='auto', section=True, "
+                "oracle='onnxruntime:opt_level=disable', inputs=None, "
                 "seed=0, atol=0.0001, rtol=0.001, failure_bundle=None, workdir=None, on_progress=None)",
     "tactics.record": "(model, *, target=None, inputs=None, shapes=None, seed=0)",
     "tactics.replay": "(model, record, *, target=None, inputs=None, shapes=None, seed=0)",

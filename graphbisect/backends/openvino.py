@@ -145,9 +145,14 @@ def _from_ov(name: str, tensor: Any) -> np.ndarray:
 
 
 def _precision_probe() -> Any:
-    """A one-op OpenVINO model (Relu on f32): what a device computes it in is its inference precision."""
+    """A one-op OpenVINO model (Relu on f32): what a device computes it in is its inference precision. Its opset
+    module is ``openvino.opset13`` from OpenVINO 2025.0, ``openvino.runtime.opset13`` before (2023.2 to 2024.6)."""
     import openvino as ov
-    import openvino.opset13 as ops
+
+    try:
+        import openvino.opset13 as ops
+    except ImportError:
+        import openvino.runtime.opset13 as ops
 
     x = ops.parameter([1, 8], ov.Type.f32, name="x")
     return ov.Model([ops.relu(x)], [x], "precision_probe")

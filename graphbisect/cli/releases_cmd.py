@@ -17,8 +17,8 @@ in the newest (not fixed in any), or every release was a skip; 2 = usage or inpu
 than two releases, the index cannot be read, the bundle is unusable or its recorded target needs ``--trust``,
 the oracle cannot run the model).
 
-Not built yet: packages other than ``onnxruntime`` (openvino, onnxruntime-gpu, iree, paddlepaddle, ``command:``
-targets).
+The packages (``--package``), what each release's environment holds and the backend it runs:
+:data:`graphbisect.releases.packages.PACKAGES`. Not built yet: ``command:`` targets.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from graphbisect.artifacts.releases_section import add_releases_section
 from graphbisect.backends.registry import DEFAULT_ORACLE
 from graphbisect.cli.common import backend_spec, count, output_file, output_path, refuse_inside, tolerance
 from graphbisect.compare import Tolerance
-from graphbisect.releases.environments import PACKAGES, cache_root
+from graphbisect.releases.environments import INSTALLERS, cache_root
+from graphbisect.releases.packages import PACKAGES
 from graphbisect.storage.atomic import atomic_write_text
 from graphbisect.workflows.releases import FINDS, SKIP, ReleaseSearch, search_releases, search_releases_model
 
@@ -46,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a bundle folder or .zip written by `graphbisect reduce` (its recorded outputs are the "
                         "oracle), or an ONNX model (--oracle runs on it once)")
     parser.add_argument("--package", required=True, choices=sorted(PACKAGES),
-                        help="the package whose releases to search (only onnxruntime so far)")
+                        help="the package whose releases to search: " + "; ".join(
+                            f"{r.package}: {r.summary}, target {r.target}" for r in PACKAGES.values()))
     parser.add_argument("--range", dest="within", metavar="A..B",
                         help="the releases from A to B, both included; either end may be left out (default: every "
                         "release the package index has for this Python and platform)")
@@ -59,10 +61,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "it is gone")
     parser.add_argument("--target", type=backend_spec, metavar="SPEC",
                         help="the spec each release runs, python= set to that release's environment (default: "
-                        "the bundle's recorded target; with a model onnxruntime:opt_level=all)")
+                        "the bundle's recorded target; with a model the package's, e.g. onnxruntime:opt_level=all)")
     parser.add_argument("--repeat", type=count(1), default=3,
                         help="runs of each release the answer rests on, voted (default 3; 1: no vote)")
     parser.add_argument("--jobs", type=count(1), default=2, help="environments installed at once (default 2)")
+    parser.add_argument("--installer", choices=INSTALLERS, default="auto",
+                        help="what installs the environments: uv (pip install 'graphbisect[releases]'), pip, or auto: "
+                        "uv where it is there, else pip (default)")
     parser.add_argument("--cache", type=output_path, metavar="DIR",
                         help=f"where release environments are kept (default {cache_root()})")
     parser.add_argument("--json", type=output_file, metavar="PATH", help="write the search as JSON")
@@ -92,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     refuse_inside({"--json": args.json}, source if source.is_dir() else None, "the bundle")
     versions = [v.strip() for v in args.versions.split(",") if v.strip()] if args.versions else None
     common = {"versions": versions, "within": args.within, "pre": args.pre, "find": args.find, "cache": args.cache,
-              "jobs": args.jobs, "repeat": args.repeat, "on_progress": print}
+              "jobs": args.jobs, "repeat": args.repeat, "installer": args.installer, "on_progress": print}
     if names_bundle(source):
         with load_bundle(source) as bundle:
             print(f"bundle    {source}")

@@ -22,7 +22,8 @@ What a search of a bundle found is added to the bundle by its callers (the CLI, 
 Where the target can say (ONNX Runtime), a found answer also says what changed between its two releases: the passes
 that fired in one and not the other, and what each compiled the failing region as (:mod:`.releases_change`).
 
-Not built yet: packages other than ``onnxruntime``.
+The packages, what each release's environment holds and which backend it runs:
+:data:`~graphbisect.releases.packages.PACKAGES`.
 """
 
 from __future__ import annotations
@@ -43,12 +44,13 @@ import numpy as np
 from graphbisect.artifacts.bundle import BundleError, LoadedBundle
 from graphbisect.artifacts.repro import TACTICS_FILE
 from graphbisect.backends import BackendSpec, registry
-from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET
+from graphbisect.backends.registry import DEFAULT_ORACLE
 from graphbisect.compare import Tolerance
 from graphbisect.errors import GraphBisectError, InputError
 from graphbisect.model import Model
-from graphbisect.releases.environments import Environment, prepare_environments, recipe_of
-from graphbisect.releases.index import VersionRange, index_versions, select_versions
+from graphbisect.releases.environments import Environment, prepare_environments
+from graphbisect.releases.index import VersionRange, select_versions
+from graphbisect.releases.packages import Recipe, recipe_of, release_versions
 from graphbisect.releases.search import FOUND, NEWEST_UNCHANGED, OLDEST_CHANGED, Answer, Change, find_change
 from graphbisect.text.printable import plural
 from graphbisect.workflows.releases_change import ReleaseChange, release_change, reports_passes
@@ -164,7 +166,7 @@ class ReleaseSearch:
 def search_releases(bundle: LoadedBundle, package: str, *, versions: Sequence[str] | None = None,
                     within: VersionRange | str | None = None, pre: bool = False,
                     target: BackendSpec | str | None = None, find: str = "bad", cache: Path | str | None = None,
-                    jobs: int = 2, repeat: int = 3, trust: bool = False,
+                    jobs: int = 2, repeat: int = 3, trust: bool = False, installer: str = "auto",
                     on_progress: Callable[[str], None] | None = None) -> ReleaseSearch:
     """Search the releases of ``package`` for where ``bundle``'s failure appears (``find="bad"``) or is gone
     (``find="fixed"``).
@@ -173,13 +175,15 @@ def search_releases(bundle: LoadedBundle, package: str, *, versions: Sequence[st
     ``pre``), within ``within`` (``"A..B"``). ``target``: the spec each release runs (default the bundle's
     recorded one, held to the trust rule: its options other than ``python=``, which this replaces, must be
     inert, else ``trust``). Every environment is made ahead of the search, ``jobs`` at a time, in ``cache``
-    (:func:`~graphbisect.releases.environments.cache_root`). Raises :class:`InputError` for an unknown
+    (:func:`~graphbisect.releases.environments.cache_root`), by ``installer`` (``auto``: uv where it is there,
+    else pip). Raises :class:`InputError` for an unknown
     package, a target of another backend, fewer than two releases, or an index that cannot be read.
     """
     say = _checked_arguments(find, repeat, jobs, on_progress)
     spec = _of_package(_target(bundle, target, trust=trust), package)
-    chosen, envs, installs = _environments(package, versions, within, pre=pre, cache=cache, jobs=jobs, say=say)
-    runner = _Runner(bundle, spec, envs, repeat=repeat, find=find, say=say)
+    chosen, envs, installs = _environments(package, versions, within, pre=pre, cache=cache, jobs=jobs,
+                                           installer=installer, say=say)
+    runner = _Runner(bundle, spec, envs, repeat=repeat, find=find, recipe=recipe_of(package), say=say)
     change = runner.search(chosen)
     return _result(package, find, spec, _short(bundle.signature.describe()), chosen, change=change, runner=runner,
                    installs=installs)
@@ -190,10 +194,11 @@ def search_releases_model(model: Model | Path | str, package: str, *, oracle: Ba
                           seed: int = 0, tolerance: Tolerance | None = None, bundle: LoadedBundle | None = None,
                           versions: Sequence[str] | None = None, within: VersionRange | str | None = None,
                           pre: bool = False, find: str = "bad", cache: Path | str | None = None, jobs: int = 2,
-                          repeat: int = 3, workdir: Path | None = None,
+                          repeat: int = 3, workdir: Path | None = None, installer: str = "auto",
                           on_progress: Callable[[str], None] | None = None) -> ReleaseSearch:
     """:func:`search_releases` on a model: ``oracle`` (this interpreter's, fixed) runs once on ``model`` and its
-    outputs are every release's expectation; ``target`` (default ``onnxruntime:opt_level=all``) moves, ``python=``
+    outputs are every release's expectation; ``target`` (default the package's: ``onnxruntime:opt_level=all``,
+    ``openvino``, ``reference`` for ``onnx``...) moves, ``python=``
     each release's environment. The failure searched for is the baseline release's (the newest that installs
     with ``find="bad"``, the oldest with ``find="fixed"``), or ``bundle``'s: see
     :mod:`graphbisect.workflows.releases_model`. ``inputs``: the model's (default: seeded random ones, ``seed``);
@@ -203,36 +208,71 @@ def search_releases_model(model: Model | Path | str, package: str, *, oracle: Ba
     from graphbisect.model import load_model
 
     say = _checked_arguments(find, repeat, jobs, on_progress)
-    spec = _of_package(BackendSpec.parse(target or DEFAULT_TARGET) if not isinstance(target, BackendSpec)
+    spec = _of_package(BackendSpec.parse(target or recipe_of(package).target) if not isinstance(target, BackendSpec)
                        else target, package).with_options(python=None)
     oracle_spec = BackendSpec.parse(oracle) if isinstance(oracle, str) else oracle
     loaded = model if isinstance(model, Model) else load_model(Path(model))
-    chosen, envs, installs = _environments(package, versions, within, pre=pre, cache=cache, jobs=jobs, say=say)
+    chosen, envs, installs = _environments(package, versions, within, pre=pre, cache=cache, jobs=jobs,
+                                           installer=installer, say=say)
     usable = [v for v in chosen if envs[v].usable]
     if not usable:
-        runner = _Runner(None, spec, envs, repeat=repeat, find=find, say=say)
+        runner = _Runner(None, spec, envs, repeat=repeat, find=find, recipe=recipe_of(package), say=say)
         return _result(package, find, spec, "nothing: no release could be installed", chosen,
                        change=runner.search(chosen), runner=runner, installs=installs, oracle=str(oracle_spec))
-    baseline = usable[-1] if find == "bad" else usable[0]
+    recipe = recipe_of(package)
     with work_folder(workdir, "releases", protect=(loaded.path, loaded.origin)) as (folder, _):
-        say(f"the reference: the oracle {oracle_spec} and {package} {baseline} on {loaded.origin or loaded.path}"
-            + (f"; the failure is {bundle.source}'s" if bundle is not None else ""))
-        start = time.monotonic()
-        ref = model_reference(loaded, oracle=oracle_spec, target=_in_environment(spec, envs[baseline]),
-                              workdir=folder / "reference", inputs=inputs, seed=seed, tolerance=tolerance,
-                              bundle=bundle)
-        say(f"  {baseline}: {describe_reference(ref) if ref.failed else 'passes'} "
-            f"[{time.monotonic() - start:.1f} s, oracle {ref.oracle_runs} run, target {ref.target_runs}]")
-        runner = _Runner(ref.bundle, spec, envs, repeat=repeat, find=find, say=say)
+        say(f"the reference: the oracle {oracle_spec} and a baseline release of {package} on "
+            f"{loaded.origin or loaded.path}" + (f"; the failure is {bundle.source}'s" if bundle is not None else ""))
+        baseline, ref, cannot = _reference(loaded, usable[::-1] if find == "bad" else usable, envs, folder, say=say,
+                                           oracle=oracle_spec, target=spec, inputs=inputs, seed=seed,
+                                           tolerance=tolerance, bundle=bundle)
+        runner = _Runner(None if ref is None else ref.bundle, spec, envs, repeat=repeat, find=find, recipe=recipe,
+                         say=say)
+        runner.tested.update(cannot)
+        runner.runs += len(cannot)
+        if ref is None:  # no release could run the target: every one is a skip
+            return _result(package, find, spec, "nothing: no release could run the target", chosen,
+                           change=runner.search(chosen), runner=runner, installs=installs, oracle=str(oracle_spec))
         runner.runs += ref.target_runs
         if bundle is None:  # the baseline's run is the failure: bad by definition (its repeats are voted)
-            runner.tested[baseline] = _baseline_run(baseline, ref, envs[baseline], time.monotonic() - start)
+            runner.tested[baseline] = _baseline_run(baseline, ref, envs[baseline])
         change = runner.search(chosen)
         # inside the work folder: what changed between the two releases found is asked of the reference's model
         return _result(package, find, spec, _short(describe_reference(ref) if ref.failed or bundle is not None
                                                    else "no failure on the baseline release " + baseline, 400),
                        chosen, change=change, runner=runner, installs=installs, oracle=str(oracle_spec),
                        oracle_runs=ref.oracle_runs)
+
+
+def _reference(model: Model, candidates: Sequence[str], envs: Mapping[str, Environment], folder: Path, *,
+               say: Callable[[str], None], oracle: BackendSpec, target: BackendSpec, **options: Any
+               ) -> tuple[str, ModelReference | None, dict[str, ReleaseRun]]:
+    """The reference made on the first of ``candidates`` (the baseline) whose target can run, and the releases
+    before it that cannot (a skip each, with why: an OpenVINO release older than graphbisect's backend needs).
+    The target's worker is started and checked before the oracle runs, so a release that cannot start it costs
+    no oracle run. :class:`~graphbisect.workflows.compare.OracleFailed` is raised, never taken for a release's
+    skip."""
+    from graphbisect.workflows.compare import OracleFailed
+
+    cannot: dict[str, ReleaseRun] = {}
+    for version in candidates:
+        start = time.monotonic()
+        try:
+            ref = model_reference(model, oracle=oracle, target=_in_environment(target, envs[version]),
+                                  workdir=folder / f"reference-{version}", **options)
+        except OracleFailed:
+            raise
+        except GraphBisectError as exc:
+            cannot[version] = ReleaseRun(version, SKIP, f"cannot run: {_short(exc.message, 400)}", runs=1,
+                                         installed=envs[version].installed, install_seconds=envs[version].seconds,
+                                         run_seconds=time.monotonic() - start)
+            say(f"  {version}: skip ({cannot[version].reason})")
+            continue
+        seconds = time.monotonic() - start
+        say(f"  {version} (the baseline): {describe_reference(ref) if ref.failed else 'passes'} "
+            f"[{seconds:.1f} s, oracle {ref.oracle_runs} run, target {ref.target_runs}]")
+        return version, ref, cannot
+    return "", None, cannot
 
 
 def _checked_arguments(find: str, repeat: int, jobs: int,
@@ -259,7 +299,7 @@ def _in_environment(spec: BackendSpec, env: Environment) -> BackendSpec:
     return spec if env.python is None else spec.with_options(python=str(env.python))
 
 
-def _baseline_run(version: str, ref: ModelReference, env: Environment, seconds: float) -> ReleaseRun:
+def _baseline_run(version: str, ref: ModelReference, env: Environment) -> ReleaseRun:
     """The baseline release's verdict from the comparison that made the reference: bad when it failed."""
     compared = ref.baseline
     magnitude = max((s.score for s in compared.outputs), default=None)
@@ -267,15 +307,16 @@ def _baseline_run(version: str, ref: ModelReference, env: Environment, seconds: 
     return ReleaseRun(version, BAD if ref.failed else GOOD, None,
                       _short(ref.bundle.signature.describe()) if ref.failed else None,
                       None if magnitude is None else float(magnitude), None if library is None else str(library),
-                      runs=1, installed=env.installed, install_seconds=env.seconds, run_seconds=seconds)
+                      runs=1, installed=env.installed, install_seconds=env.seconds,
+                      run_seconds=ref.baseline.seconds)
 
 
 def _environments(package: str, versions: Sequence[str] | None, within: VersionRange | str | None, *, pre: bool,
-                  cache: Path | str | None, jobs: int,
+                  cache: Path | str | None, jobs: int, installer: str,
                   say: Callable[[str], None]) -> tuple[list[str], dict[str, Environment], int]:
     """The releases searched (oldest first), their environments, and how many were installed now."""
     window = within if isinstance(within, VersionRange) else VersionRange.parse(within)
-    listed = list(versions) if versions is not None else index_versions(package, pre=pre)
+    listed = list(versions) if versions is not None else release_versions(recipe_of(package), pre=pre)
     chosen = select_versions(listed, window, pre=pre or versions is not None)
     if len(chosen) < 2:
         raise InputError(f"{plural(len(chosen), 'release')} of {package} in {window or 'the index'} "
@@ -286,13 +327,14 @@ def _environments(package: str, versions: Sequence[str] | None, within: VersionR
     start = time.monotonic()
 
     def ready(env: Environment) -> None:
-        what = (f"cannot install: {env.error}" if env.error else f"installed in {env.seconds:.0f} s" if env.installed
+        what = (f"cannot install: {env.error}" if env.error else
+                f"installed in {env.seconds:.1f} s ({env.installer})" if env.installed
                 else "this interpreter" if env.python is None else "cached")
         say(f"  {package} {env.version}: {what}")
 
-    envs = prepare_environments(package, chosen, cache=cache, jobs=jobs, on_ready=ready)
+    envs = prepare_environments(package, chosen, cache=cache, jobs=jobs, installer=installer, on_ready=ready)
     installs = sum(env.installed for env in envs.values())
-    say(f"environments ready in {time.monotonic() - start:.0f} s ({installs} installed)")
+    say(f"environments ready in {time.monotonic() - start:.1f} s ({installs} installed)")
     return chosen, envs, installs
 
 
@@ -318,9 +360,10 @@ class _Runner:
     """Runs releases for the search: one verdict per release, cached; the decisive ones confirmed by a vote."""
 
     def __init__(self, bundle: LoadedBundle | None, spec: BackendSpec, envs: Mapping[str, Environment], *,
-                 repeat: int, find: str, say: Callable[[str], None]) -> None:
+                 repeat: int, find: str, recipe: Recipe, say: Callable[[str], None]) -> None:
         """``bundle``: the reference each release is judged against (None only when no release can run)."""
         self.bundle, self.spec, self.envs, self.repeat, self.find, self.say = bundle, spec, envs, repeat, find, say
+        self.recipe = recipe
         self.tested: dict[str, ReleaseRun] = {}
         self.confirmed: set[str] = set()
         self.runs = 0
@@ -392,21 +435,22 @@ class _Runner:
             run = ReleaseRun(version, SKIP, f"cannot run: {exc.message}", runs=1, installed=env.installed,
                              install_seconds=env.seconds, run_seconds=time.monotonic() - start)
         else:
-            run = _judged(version, verification, env, time.monotonic() - start)
+            run = _judged(version, verification, env, time.monotonic() - start, self.recipe)
         self.say(f"  {version}: {run.verdict}" + (f" ({run.reason})" if run.reason else "")
                  + (f", {run.observed}" if run.observed and run.verdict == BAD else "")
                  + f" [{run.run_seconds:.1f} s]")
         return run
 
 
-def _judged(version: str, v: Verification, env: Environment, seconds: float) -> ReleaseRun:
-    """A release's verdict from ``verify``'s outcome."""
+def _judged(version: str, v: Verification, env: Environment, seconds: float, recipe: Recipe) -> ReleaseRun:
+    """A release's verdict from ``verify``'s outcome: a skip when its worker reports another release than
+    ``version`` (as ``recipe``'s library writes its version)."""
     library = v.library.get("library_version")
     magnitude = max((s.score for s in v.outputs), default=None)
     common = {"observed": _short(v.observed.describe()) if v.observed.failed else None,
               "magnitude": None if magnitude is None else float(magnitude), "library_version": library,
               "runs": 1, "installed": env.installed, "install_seconds": env.seconds, "run_seconds": seconds}
-    if library is not None and str(library) != version:
+    if library is not None and not recipe.reports(version, str(library)):
         return ReleaseRun(version, SKIP, f"its environment runs {library}, not {version}", **common)  # type: ignore[arg-type]
     if v.outcome == REPRODUCES:  # the note says how, where the release names the failure otherwise
         return ReleaseRun(version, BAD, v.note, **common)  # type: ignore[arg-type]

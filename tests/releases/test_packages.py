@@ -1,0 +1,65 @@
+"""The packages `graphbisect releases` installs (graphbisect.releases.packages): what each release's environment
+holds, how a worker's reported version is read, and which releases the package index has for this Python."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+from graphbisect.cli.main import main
+from graphbisect.errors import InputError
+from graphbisect.releases.environments import prepare_environments
+from graphbisect.releases.packages import PACKAGES, recipe_of, release_versions
+
+
+def test_each_package_installs_its_distributions_at_the_release_and_runs_its_backend() -> None:
+    assert recipe_of("iree").requirements("3.12.0")[:2] == ["iree-base-compiler==3.12.0", "iree-base-runtime==3.12.0"]
+    assert "onnx==1.17.0" in recipe_of("iree").requirements("3.12.0")  # its worker reads the model with onnx
+    assert {name: r.backends for name, r in PACKAGES.items()} == {
+        "onnxruntime": ("onnxruntime",), "onnxruntime-gpu": ("onnxruntime",), "openvino": ("openvino",),
+        "iree": ("iree",), "paddlepaddle": ("paddle",), "onnx": ("reference",)}
+    with pytest.raises(InputError, match="cannot install 'tensorrt'"):
+        recipe_of("tensorrt")
+
+
+def test_a_release_is_read_in_the_version_its_library_reports() -> None:
+    openvino = recipe_of("openvino")
+    assert openvino.reports("2024.6.0", "2024.6.0-17404-4c0f47d2335-releases/2024/6")
+    assert not openvino.reports("2024.6.0", "2025.0.0-17942-1f68be9f594-releases/2025/0")
+    assert recipe_of("onnx").reports("1.17.0", "1.17.0") and not recipe_of("onnx").reports("1.17.0", "1.16.2")
+
+
+def test_the_command_offers_every_package_of_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["releases", "--help"]) == 0
+    text = "".join(capsys.readouterr().out.split())  # argparse wraps lines, at hyphens too
+    for name, recipe in PACKAGES.items():
+        assert "".join(f"{name}: {recipe.summary}, target {recipe.target}".split()) in text
+
+
+def test_uv_asked_for_where_there_is_none_is_refused_with_how_to_get_it(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    environments = importlib.import_module("graphbisect.releases.environments")  # graphbisect.releases: the API
+    monkeypatch.setattr(environments, "find_uv", lambda: None)  # nor the uv package
+    with pytest.raises(InputError, match="no uv here") as refused:
+        prepare_environments("openvino", ["2024.6.0"], cache=tmp_path, use_host=False, installer="uv")
+    assert "graphbisect[releases]" in (refused.value.hint or "")
+
+
+@pytest.mark.parametrize(("package", "present", "absent"), [
+    ("openvino", {"2023.3.0", "2024.6.0", "2025.0.0"}, set()),
+    ("onnx", {"1.16.2", "1.17.0"}, set()),
+    ("onnxruntime-gpu", {"1.20.0", "1.22.0"}, set()),
+    ("paddlepaddle", {"3.0.0", "3.3.1"}, set()),
+    # iree-base-compiler 3.7.1 has no iree-base-runtime 3.7.1: not a release of the pair
+    ("iree", {"3.12.0", "3.13.0"}, {"3.7.1"}),
+])
+def test_the_index_lists_the_releases_of_each_package_for_this_python(package: str, present: set[str],
+                                                                      absent: set[str]) -> None:
+    try:
+        listed = release_versions(recipe_of(package))
+    except InputError as exc:
+        pytest.skip(f"no package index: {exc}")
+    assert present <= set(listed), listed
+    assert not absent & set(listed)
