@@ -10,7 +10,12 @@ Two parts:
   ``find="fixed"``, the same range again, the LayerNorm mis-fusion bundle with ``find="bad"`` (in every release),
   and the LayerNorm *model* (the oracle run once). Installs, releases run of N, the target's runs, seconds.
 
+* with ``--installers P==V,...``, **pip against uv**: each release's environment made by
+  :func:`~graphbisect.releases.environments.prepare_environments` with each installer, from an empty wheel cache
+  (cold: everything downloaded) and again from the cache it filled (warm), in temporary folders.
+
     python benchmarks/releases_bench.py [--quick | --full] [--cache DIR] [--json PATH]
+                                        [--installers onnxruntime==1.20.1,openvino==2024.6.0]
 
 ``--quick``: the search alone, and the opset-22 bundle. Nothing is installed: a release missing from the cache is
 not searched (make them with tests/ort_releases.py, or ``graphbisect releases`` once).
@@ -102,6 +107,29 @@ def real_releases(cache: Path, *, quick: bool) -> list[dict[str, Any]]:
     return rows
 
 
+def installers(releases: list[str]) -> list[dict[str, Any]]:
+    """Seconds to make each release's environment with pip and with uv (where it is there: skipped otherwise),
+    from an empty wheel cache and from the cache that filled."""
+    from graphbisect.releases.environments import find_uv, prepare_environments
+
+    rows = []
+    for release in releases:
+        package, _, version = release.partition("==")
+        for installer in ("pip", "uv") if find_uv() else ("pip",):
+            row: dict[str, Any] = {"release": release, "installer": installer}
+            with tempfile.TemporaryDirectory(prefix="graphbisect-installers-") as folder:
+                os.environ["PIP_CACHE_DIR" if installer == "pip" else "UV_CACHE_DIR"] = str(Path(folder) / "wheels")
+                try:
+                    for run in ("cold", "warm"):
+                        env = prepare_environments(package, [version], cache=Path(folder) / run, use_host=False,
+                                                   installer=installer)[version]
+                        row[run] = round(env.seconds, 1) if env.error is None else f"failed: {env.error[:60]}"
+                finally:
+                    os.environ.pop("PIP_CACHE_DIR" if installer == "pip" else "UV_CACHE_DIR", None)
+            rows.append(row)
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_size_args(parser)
@@ -109,6 +137,8 @@ def main() -> int:
     parser.add_argument("--cache", type=Path, default=Path(base) if base else
                         Path.home() / ".cache" / "graphbisect" / "test-venvs",
                         help="the release environments (default: the test suite's)")
+    parser.add_argument("--installers", metavar="P==V,...",
+                        help="time pip against uv making these releases' environments (downloads them twice)")
     args = parser.parse_args()
     sizes = [4, 8, 16, 32] if args.quick else [4, 8, 16, 32, 64, 128, 256] if not args.full else \
         [4, 8, 16, 32, 64, 128, 256, 512, 1024]
@@ -121,7 +151,12 @@ def main() -> int:
                     ["case", "N", "answer", "installs", "releases run", "bound", "skips", "runs", "oracle runs", "s"],
                     [[r["case"], r["releases"], r["answer"], r["installs"], r["releases_run"], r["bound"], r["skips"],
                       r["runs"], r["oracle_runs"], r["seconds"]] for r in real])
-    write_json(args.json, {"search_alone": alone, "real_releases": real})
+    timed = installers(args.installers.split(",")) if args.installers else []
+    if timed:
+        print_table("One environment per release: pip against uv (seconds; cold: an empty wheel cache)",
+                    ["release", "installer", "cold s", "warm s"],
+                    [[r["release"], r["installer"], r["cold"], r["warm"]] for r in timed])
+    write_json(args.json, {"search_alone": alone, "real_releases": real, "installers": timed})
     return 0 if all(r["most_run"] <= r["bound"] for r in alone) else 1
 
 
