@@ -63,3 +63,15 @@ def test_the_index_lists_the_releases_of_each_package_for_this_python(package: s
         pytest.skip(f"no package index: {exc}")
     assert present <= set(listed), listed
     assert not absent & set(listed)
+
+
+def test_the_guide_lists_every_package_of_the_table_as_it_installs_it() -> None:
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "releases.md").read_text()
+    rows = {cells[0].strip("`"): cells for line in guide.splitlines() if line.startswith("| `")
+            for cells in [[cell.strip() for cell in line.strip("|").split("|")]]}
+    assert set(rows) >= set(PACKAGES), f"docs/guide/releases.md lacks {set(PACKAGES) - set(rows)}"
+    for name, recipe in PACKAGES.items():
+        installed, beside, target = rows[name][1:4]
+        assert installed == ", ".join(f"`{dist}==V`" for dist in recipe.distributions), name
+        assert beside == ", ".join(f"`{extra}`" for extra in recipe.extras).replace("`numpy`", "`numpy<2`"), name
+        assert target.split()[0] == f"`{recipe.target}`", name
