@@ -9,11 +9,11 @@ keeps, so the test suite's release environments can be shared (``cache=`` that f
 
 **The installer.** uv where it is there (the ``uv`` package, which ``graphbisect[releases]`` installs, else a
 ``uv`` on ``PATH``), else this interpreter's pip (``pip --python ENV``: no pip in each environment); ``installer``
-chooses. Measured here (benchmarks/README.md): one environment of ``onnxruntime==1.20.1 numpy<2`` takes pip 8.4 s
-and uv 0.8 s from an empty cache. uv reads its own configuration (``UV_INDEX_URL``, ``uv.toml``), not pip's: where
-pip is set to a private index, set uv's too or choose ``pip``. Either installs wheels only (``--only-binary
-:all:``: a release without a wheel for this Python fails in seconds and is a skip, never a source build), several
-at once (``jobs``), each with its own wheel cache shared by every environment.
+chooses. Measured here (benchmarks/README.md): one environment of ``onnxruntime==1.20.1 numpy<2`` takes pip
+11.8 s and uv 1.3 s from an empty wheel cache. uv reads its own configuration (``UV_INDEX_URL``, ``uv.toml``), not
+pip's: where pip is set to a private index, set uv's too or choose ``pip``. Either installs wheels only
+(``--only-binary :all:``: a release without a wheel for this Python fails in seconds and is a skip, never a source
+build), several at once (``jobs``), each with its own wheel cache shared by every environment.
 """
 
 from __future__ import annotations

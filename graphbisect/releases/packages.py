@@ -6,9 +6,9 @@ A :class:`Recipe` says what a release's environment holds: the package's distrib
 have), and what a graphbisect worker of that backend needs beside them, the same for every release so that the
 release is the only thing that changes between two runs:
 
-* ``numpy<2`` where this Python has numpy 1 wheels (< 3.13): ONNX Runtime releases before 1.19, OpenVINO before
-  2024.2, onnx before 1.16.2 and Paddle 2.6 were built against numpy 1; each release's own upper bound (OpenVINO
-  2023.0 wants ``numpy<1.27``) is pip's to honour within it;
+* ``numpy<2`` where this Python has numpy 1 wheels (< 3.13): ONNX Runtime releases before 1.19 were built against
+  numpy 1, and one numpy for every release of a range leaves the release the only thing that changes; a release's
+  own narrower bound (OpenVINO 2024.6.0 asks ``numpy<2.2.0``) is the installer's to honour within it;
 * ``onnx`` for IREE, whose worker reads the model with onnx before its importer turns it into MLIR: pinned, so
   that the importer's input is the same for every IREE release.
 
