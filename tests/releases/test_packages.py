@@ -4,6 +4,7 @@ holds, how a worker's reported version is read, and which releases the package i
 from __future__ import annotations
 
 import importlib
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,23 @@ def test_the_guide_lists_every_package_of_the_table_as_it_installs_it() -> None:
         assert installed == ", ".join(f"`{dist}==V`" for dist in recipe.distributions), name
         assert beside == ", ".join(f"`{extra}`" for extra in recipe.extras).replace("`numpy`", "`numpy<2`"), name
         assert target.split()[0] == f"`{recipe.target}`", name
+
+
+def test_uv_makes_an_environment_that_runs_the_release(tmp_path: Path) -> None:
+    """Where uv is there (``graphbisect[releases]``), ``auto`` takes it: one onnx release made with it (~15 MB,
+    from uv's wheel cache when it has them), whose interpreter imports that release, and found, not made, again."""
+    from graphbisect.releases.environments import find_uv
+
+    if find_uv() is None:
+        pytest.skip("no uv here (pip install 'graphbisect[releases]')")
+    try:
+        release_versions(recipe_of("onnx"))
+    except InputError as exc:
+        pytest.skip(f"no package index: {exc}")
+    made = prepare_environments("onnx", ["1.16.2"], cache=tmp_path, use_host=False)["1.16.2"]
+    assert made.error is None and made.installed and made.installer == "uv" and made.python is not None
+    ran = subprocess.run([str(made.python), "-c", "import onnx, numpy; print(onnx.__version__, numpy.__version__)"],
+                         capture_output=True, text=True, check=True)
+    assert ran.stdout.split()[0] == "1.16.2"
+    again = prepare_environments("onnx", ["1.16.2"], cache=tmp_path, use_host=False)["1.16.2"]
+    assert not again.installed and again.python == made.python
