@@ -34,7 +34,7 @@ import platform
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -302,11 +302,11 @@ def _in_environment(spec: BackendSpec, env: Environment) -> BackendSpec:
 def _baseline_run(version: str, ref: ModelReference, env: Environment) -> ReleaseRun:
     """The baseline release's verdict from the comparison that made the reference: bad when it failed."""
     compared = ref.baseline
-    magnitude = max((s.score for s in compared.outputs), default=None)
+    magnitude = _magnitude(s.score for s in compared.outputs)
     library = compared.versions.get("target", {}).get("library_version")
     return ReleaseRun(version, BAD if ref.failed else GOOD, None,
                       _short(ref.bundle.signature.describe()) if ref.failed else None,
-                      None if magnitude is None else float(magnitude), None if library is None else str(library),
+                      magnitude, None if library is None else str(library),
                       runs=1, installed=env.installed, install_seconds=env.seconds,
                       run_seconds=ref.baseline.seconds)
 
@@ -446,9 +446,9 @@ def _judged(version: str, v: Verification, env: Environment, seconds: float, rec
     """A release's verdict from ``verify``'s outcome: a skip when its worker reports another release than
     ``version`` (as ``recipe``'s library writes its version)."""
     library = v.library.get("library_version")
-    magnitude = max((s.score for s in v.outputs), default=None)
+    magnitude = _magnitude(s.score for s in v.outputs)
     common = {"observed": _short(v.observed.describe()) if v.observed.failed else None,
-              "magnitude": None if magnitude is None else float(magnitude), "library_version": library,
+              "magnitude": magnitude, "library_version": library,
               "runs": 1, "installed": env.installed, "install_seconds": env.seconds, "run_seconds": seconds}
     if library is not None and not recipe.reports(version, str(library)):
         return ReleaseRun(version, SKIP, f"its environment runs {library}, not {version}", **common)  # type: ignore[arg-type]
@@ -460,6 +460,13 @@ def _judged(version: str, v: Verification, env: Environment, seconds: float, rec
     if v.outcome == DIFFERENT:  # verify's note says how (another identity: which pass, which node)
         why = f"fails differently: {_short(v.observed.describe())}" + (f"; {_short(v.note, 400)}" if v.note else "")
     return ReleaseRun(version, SKIP, why, **common)  # type: ignore[arg-type]
+
+
+def _magnitude(scores: Iterable[float]) -> float | None:
+    """The largest output mismatch in multiples of the tolerance; None without one, or where it is not a number
+    (an output of another shape scores infinity: there is no magnitude to say, and JSON has no infinity)."""
+    largest = max((float(score) for score in scores), default=None)
+    return largest if largest is not None and math.isfinite(largest) else None
 
 
 def _short(text: str, limit: int = 200) -> str:

@@ -6,6 +6,8 @@ Measured per release on CPU, Python 3.11 (numpy 1.26 in every environment):
 * a one-node Mish model (opset 18) is refused by OpenVINO 2023.3.0 and 2024.0.0 ("OpenVINO does not support the
   following ONNX operations: Mish") and runs on 2024.6.0, 2025.0.0 and later; 2024.0.0 words the refusal otherwise
   (its message is wrapped in "... Front End API failed with GeneralFailure: ..."): another message, so a skip;
+* a ReduceL2 (opset 18, its axes an input) gives 2023.3.0 and 2024.0.0 an output of shape (1, 1, 1, 1) where
+  (2, 3, 1, 5) is right (every axis reduced), and the right one on 2024.6.0 and later;
 * OpenVINO 2023.0.2 has no ``openvino.Core`` (the top-level API graphbisect's OpenVINO worker uses came in 2023.1):
   it cannot run the target, a skip with that reason;
 * onnx.reference's BlackmanWindow in onnx 1.14.1 is not symmetric (0.33997685 where 1.15.0 and ONNX Runtime give
@@ -27,6 +29,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import graphbisect as gb
+from graphbisect.artifacts.bundle import load_bundle
 from graphbisect.cli.main import main
 from graphbisect.releases.environments import prepare_environments
 from tests.ort_releases import _root
@@ -97,6 +100,29 @@ def test_the_openvino_release_that_runs_an_op_it_refused_is_found(mish_model: Pa
         found["paragraph"]
 
 
+def test_on_a_bundle_the_openvino_release_that_fixed_a_wrong_shape_is_found(cache: Path, tmp_path: Path) -> None:
+    """A bundle reduced on 2024.0.0 (its ReduceL2 output of the wrong shape: no magnitude to say, which the JSON
+    of the answer and the bundle's report.json hold as null), searched with ``--find fixed``."""
+    model = _model(tmp_path, helper.make_node("ReduceL2", ["x", "axes"], ["y"]), 18, [2, 3, 4, 5],
+                   (onnx.numpy_helper.from_array(np.array([2], np.int64), "axes"),))
+    bundle = tmp_path / "reducel2"
+    gb.reduce(model, bundle, target=f"openvino:python={_python(cache, 'openvino', '2024.0.0')}")
+    out = tmp_path / "found.json"
+    assert main(["releases", str(bundle), "--package", "openvino", "--versions", "2023.3.0,2024.0.0,2024.6.0",
+                 "--find", "fixed", "--repeat", "1", "--cache", str(cache), "--json", str(out)]) == 0
+    found = json.loads(out.read_text())
+    assert (found["last_bad"], found["first_fixed"]) == ("2024.0.0", "2024.6.0")
+    assert found["recorded"].startswith("structure (shape)")
+    assert found["tested"]["2024.0.0"]["verdict"] == "bad" and found["tested"]["2024.0.0"]["magnitude"] is None
+    assert found["tested"]["2024.6.0"]["verdict"] == "good"
+    with load_bundle(bundle) as reread:  # the Releases section added, the bundle whole
+        assert reread.report["releases"]["fixed"]["first_fixed"] == "2024.6.0"
+
+
+def _python(cache: Path, package: str, version: str) -> Path:
+    return cache / f"{package}-{version}-py{sys.version_info.major}.{sys.version_info.minor}" / "bin" / "python"
+
+
 def test_the_onnx_release_that_fixed_a_wrong_reference_result_is_found(onnx_cache: Path, tmp_path: Path) -> None:
     """The reference backend (onnx.reference) moves, ONNX Runtime (this interpreter's) is the oracle: 1.14.1's
     BlackmanWindow is ~19× a tight tolerance off, a wrong result matched by its identity; 1.15.0 is right."""
@@ -123,8 +149,7 @@ def test_an_onnx_reference_crash_fixed_in_a_later_release_steps_around_one_faili
                    [2, 3, 4, 5], (onnx.numpy_helper.from_array(np.ones(3, np.float32), "s"),
                                   onnx.numpy_helper.from_array(np.zeros(3, np.float32), "b")))
     bundle = tmp_path / "groupnorm"
-    python = _root() / "onnx-1.15.0-py{}.{}".format(*sys.version_info[:2]) / "bin" / "python"
-    gb.reduce(model, bundle, target=f"reference:python={python}")
+    gb.reduce(model, bundle, target=f"reference:python={_python(onnx_cache, 'onnx', '1.15.0')}")
     found = gb.releases(bundle, package="onnx", versions=list(ONNX_RELEASES), find="fixed", cache=onnx_cache,
                         repeat=1)
     assert (found.last_bad, found.first_fixed) == ("1.15.0", "1.16.2")
