@@ -193,8 +193,9 @@ def run_case(case: str, nodes: int, tools: Sequence[str], root: Path, args: argp
     folder = root / f"{case}-{nodes}"
     gb_row, result = run_graphbisect(host, case, nodes, folder / "graphbisect")
     rows = [gb_row] if "graphbisect" in tools else []
-    prep = prepare(host.model, host.inputs, host.kind, folder / "polygraphy")
-    rows += run_polygraphy(case, nodes, prep, tools, args)
+    if any(tool != "graphbisect" for tool in tools):  # `--tools graphbisect` needs no Polygraphy installed
+        prep = prepare(host.model, host.inputs, host.kind, folder / "polygraphy")
+        rows += run_polygraphy(case, nodes, prep, tools, args)
     report = json.loads((folder / "graphbisect" / "bundle" / "report.json").read_text())
     checker = MinimalityChecker(load_model(host.model), host.inputs, result.work_dir / "activations",
                                 result.signature, folder / "check",
