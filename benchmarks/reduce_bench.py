@@ -45,6 +45,7 @@ from _common import add_size_args, describe_machine, print_table, write_json
 from _minimality import Minimality, MinimalityChecker
 from _polygraphy import PolygraphyPrep, PolygraphyRun, debug_reduce, prepare
 
+from graphbisect.engine.cache import decode_key
 from graphbisect.examples import HostNetwork, host_network
 from graphbisect.model import load_model
 from graphbisect.oracle.identity import Identity
@@ -78,6 +79,7 @@ class Row:
     note: str = ""
     details: dict[str, Any] = field(default_factory=dict)
     compiles: int | None = None  # graphbisect: the target's builds (ONNX Runtime sessions) behind its runs
+    runs_by_part: dict[str, int] | None = None  # graphbisect: see runs_by_part()
 
     def judge(self, host: HostNetwork, checker: MinimalityChecker) -> None:
         """Fill the ground-truth columns and the minimality check from ``kept``."""
@@ -99,7 +101,10 @@ class Row:
         final = None if self.kept is None else len(self.kept)
         core = None if self.contains_core is None else "yes" if self.contains_core else "no"
         minimal = self.minimality.cell() if self.minimality else "-"
-        return [self.case, str(self.nodes), self.tool, opt(self.start), opt(self.invocations), opt(self.compiles),
+        parts = self.runs_by_part
+        split = "-" if parts is None else f"{parts['outside']}+{parts['search']}"
+        return [self.case, str(self.nodes), self.tool, opt(self.start), opt(self.invocations), split,
+                "-" if parts is None else str(parts["floor"]), opt(self.compiles),
                 opt(self.wall_s, "{:.1f}"), opt(final), minimal, opt(core), opt(self.extra), _short(self.note)]
 
     def to_json(self) -> dict[str, Any]:
@@ -129,11 +134,36 @@ def run_graphbisect(host: HostNetwork, case: str, nodes: int, folder: Path) -> t
     row = Row(case, nodes, "graphbisect", nodes, result.invocations["target"], time.perf_counter() - started,
               result.kept_nodes if result.failed else None)
     row.compiles = result.backend_calls.get("target", {}).get("compiles")
-    row.details = {"oracle_invocations": result.invocations["oracle"], "claims_one_minimal": result.one_minimal,
+    row.runs_by_part = runs_by_part(result, model.node_names)
+    row.details = {"runs_by_part": row.runs_by_part,
+                   "oracle_invocations": result.invocations["oracle"], "claims_one_minimal": result.one_minimal,
                    "verified": result.verified, "notes": list(result.notes)}
     if not result.failed:
         row.note = "the original model did not fail"
     return row, result
+
+
+def runs_by_part(result: ReduceResult, node_names: Sequence[str]) -> dict[str, int]:
+    """Where graphbisect's target runs went, from its work folder: ``outside`` the search (the original's
+    runs, the layerwise probe, the re-verifications), the ``search``'s, of which ``accept`` ran the result
+    itself and ``proof`` its single-node removals; ``floor`` is what the guarantees cost this answer at
+    least: ``outside`` + ``accept`` + ``proof`` (a 1-minimal claim rests on one run per removal)."""
+    state = json.loads((result.work_dir / "run.json").read_text())
+    outside = state["calls_outside_searches"].get("target", {}).get("runs", 0)
+    index = dict(zip(node_names, range(len(node_names)), strict=True))
+    final = frozenset(index[name] for name in result.kept_nodes)
+    search = accept = proof = 0
+    for line in (result.work_dir / "journal.jsonl").read_text().splitlines()[1:]:
+        entry = json.loads(line)
+        if not entry.get("invoked") or not isinstance(entry.get("detail"), dict):
+            continue
+        runs = entry["detail"].get("cost", {}).get("runs", 0)
+        keep = decode_key(entry["key"])
+        search += runs
+        accept += runs if keep == final else 0
+        proof += runs if keep < final and len(final - keep) == 1 else 0
+    return {"outside": outside, "search": search, "accept": accept, "proof": proof,
+            "floor": outside + accept + proof}
 
 
 def polygraphy_row(case: str, nodes: int, prep: PolygraphyPrep, run: PolygraphyRun) -> Row:
@@ -210,12 +240,16 @@ def run_case(case: str, nodes: int, tools: Sequence[str], root: Path, args: argp
     return rows
 
 
-HEADER = ["case", "nodes", "tool", "start", "target runs", "compiles", "wall s", "final", "1-min", "core", "extra",
+HEADER = ["case", "nodes", "tool", "start", "target runs", "outside+search", "floor", "compiles", "wall s", "final",
+          "1-min", "core", "extra",
           "note"]
 NOTES = (
     "target runs: graphbisect counts every target run (the original model: 1, or 4 agreeing runs of a crash; the "
     "layerwise probe; the search's candidates, except those of a crash at load, which are only compiled; 3 fresh "
     "re-verifications); Polygraphy counts its --check runs (each a build and a run).",
+    "outside+search: graphbisect's target runs outside its search (the original's runs, the layerwise probe, "
+    "the re-verifications) + the search's; floor: the fewest runs the guarantees allow this answer: the runs "
+    "outside the search + the run that accepted the result + one per single-node removal (the 1-minimal proof).",
     "compiles: graphbisect's target builds (ONNX Runtime sessions) behind its runs and compile-only candidates.",
     "start: nodes the tool reduced (Polygraphy reduces the model after `surgeon sanitize --fold-constants`).",
     "1-min: checked for every tool with graphbisect's CandidateTester: the result fails with the original "
