@@ -45,10 +45,13 @@ from _common import add_size_args, describe_machine, print_table, write_json
 from _minimality import Minimality, MinimalityChecker
 from _polygraphy import PolygraphyPrep, PolygraphyRun, debug_reduce, prepare
 
+from graphbisect.data import ActivationStore
 from graphbisect.engine.cache import decode_key
 from graphbisect.examples import HostNetwork, host_network
 from graphbisect.model import load_model
 from graphbisect.oracle.identity import Identity
+from graphbisect.storage.values import load_values_npz
+from graphbisect.strategies.subgraph import SubgraphSpace
 from graphbisect.workflows.reduce import ReduceOptions, ReduceResult, reduce_model
 
 CASES: dict[str, tuple[str, str]] = {
@@ -102,7 +105,7 @@ class Row:
         core = None if self.contains_core is None else "yes" if self.contains_core else "no"
         minimal = self.minimality.cell() if self.minimality else "-"
         parts = self.runs_by_part
-        split = "-" if parts is None else f"{parts['outside']}+{parts['search']}"
+        split = "-" if parts is None else f"{parts['outside']}+{parts['search']} ({parts['same_model']})"
         return [self.case, str(self.nodes), self.tool, opt(self.start), opt(self.invocations), split,
                 "-" if parts is None else str(parts["floor"]), opt(self.compiles),
                 opt(self.wall_s, "{:.1f}"), opt(final), minimal, opt(core), opt(self.extra), _short(self.note)]
@@ -163,7 +166,25 @@ def runs_by_part(result: ReduceResult, node_names: Sequence[str]) -> dict[str, i
         accept += runs if keep == final else 0
         proof += runs if keep < final and len(final - keep) == 1 else 0
     return {"outside": outside, "search": search, "accept": accept, "proof": proof,
-            "floor": outside + accept + proof}
+            "floor": outside + accept + proof, "same_model": repeated_models(result.work_dir)}
+
+
+def repeated_models(work: Path) -> int:
+    """How many of the search's run candidates were a model (sha256 of the candidate as run) an earlier one of
+    the same reduction already was: the runs a cache by model content would have saved."""
+    model, store = load_model(work / "model.onnx"), ActivationStore.open(work / "activations")
+    feeds = load_values_npz(work / "inputs.npz")
+    space = SubgraphSpace(model, lambda name: feeds[name] if name in feeds else store.get(name),
+                          work / "digests", store=store)
+    seen: set[str] = set()
+    repeated = 0
+    for line in (work / "journal.jsonl").read_text().splitlines()[1:]:
+        entry = json.loads(line)
+        if entry.get("invoked") and "outcome" in entry:
+            digest = space.materialize(decode_key(entry["key"])).digest
+            repeated += digest in seen
+            seen.add(digest)
+    return repeated
 
 
 def polygraphy_row(case: str, nodes: int, prep: PolygraphyPrep, run: PolygraphyRun) -> Row:
@@ -248,7 +269,8 @@ NOTES = (
     "layerwise probe; the search's candidates, except those of a crash at load, which are only compiled; 3 fresh "
     "re-verifications); Polygraphy counts its --check runs (each a build and a run).",
     "outside+search: graphbisect's target runs outside its search (the original's runs, the layerwise probe, "
-    "the re-verifications) + the search's; floor: the fewest runs the guarantees allow this answer: the runs "
+    "the re-verifications) + the search's (in brackets: its runs of a model an earlier candidate already was, "
+    "by sha256); floor: the fewest runs the guarantees allow this answer: the runs "
     "outside the search + the run that accepted the result + one per single-node removal (the 1-minimal proof).",
     "compiles: graphbisect's target builds (ONNX Runtime sessions) behind its runs and compile-only candidates.",
     "start: nodes the tool reduced (Polygraphy reduces the model after `surgeon sanitize --fold-constants`).",
