@@ -202,7 +202,10 @@ class _Configurations:
         for (configuration, verdict), label in zip(claim.configurations, labels):
             holds, text = self.verdict(configuration, verdict, reference)
             if holds and verdict == FAILS and claim.kind is not None:
-                holds, text = _kind_shown(self.run(configuration), self.plain.outputs, self.limits, claim.kind)
+                run = self.run(configuration)
+                floor = self.floor(configuration.model) if run.ok else None
+                holds, text = _kind_shown(run, self.plain.outputs, self.limits, claim.kind,
+                                          floor if isinstance(floor, Floor) else None)
             held.append(holds)
             mark = {True: "as claimed", False: "NOT as claimed", None: "undecided"}[holds]
             parts.append(f"{label}: {text} ({mark})")
@@ -279,15 +282,17 @@ def _observed(run: Run, oracle: Mapping[str, Any], limits: Limits,
     return _Expected(bad.kind, None, failing, score, None, None, kind, made_by)
 
 
-def _kind_shown(run: Run, oracle: Mapping[str, Any], limits: Limits, kind: str) -> tuple[bool, str]:
-    """Whether the failing ``run`` fails as ``kind`` (:data:`KINDS`), and what it showed."""
-    seen = _plain_seen(run, oracle, limits).text
+def _kind_shown(run: Run, oracle: Mapping[str, Any], limits: Limits, kind: str,
+                floor: Floor | None) -> tuple[bool, str]:
+    """Whether the failing ``run`` fails as ``kind`` (:data:`KINDS`) above ``floor``, and what it showed."""
+    seen = _plain_seen(run, oracle, limits, floor).text
     if not run.ok:
         status = run.result.status.value
         shown = "timeout" if status == "timeout" else "crash-load" if run.result.phase is Phase.LOAD else "crash-run"
         holds = shown == kind or (kind == "unsupported" and shown in ("crash-load", "crash-run"))
     else:
-        classes = {d.kind for d in compare_outputs(oracle, run.outputs, limits) if d.failed}
+        differences = compare_outputs(oracle, run.outputs, limits)
+        classes = {d.kind for d in (floor.above(differences) if floor is not None else differences) if d.failed}
         shown = ", ".join(sorted(classes))
         holds = bool(classes & ({"mismatch", "exact"} if kind == "mismatch" else {kind}))
     return holds, f"{seen} ({shown}{'' if holds else f', not {kind}'})"
