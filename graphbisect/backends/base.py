@@ -343,10 +343,11 @@ class Runtime(Protocol):
 
     Optional methods: ``validate()`` checks option values before the first load; ``registered_passes()``
     lists every optimization pass the runtime could run under its options (for a pass search on a target
-    that crashes before it reports which passes fired); ``load_key()`` returns what besides the model file
-    decides the build (the worker rebuilds when it changes: Paddle's ``keep_fp32=@FILE`` op types, rewritten
-    between the runs of one model by a precision search); ``patched()`` lists where graphbisect changes what
-    the library computes (onnx.reference's bfloat16 rounding), reported in every ``ran_with``; ``cost()``
+    that crashes before it reports which passes fired); ``known_passes(names)`` says which of ``names`` it
+    could run, where that is cheaper than listing them all (ONNX Runtime); ``load_key()`` returns what besides
+    the model file decides the build (the worker rebuilds when it changes: Paddle's ``keep_fp32=@FILE`` op
+    types, rewritten between the runs of one model by a precision search); ``patched()`` lists where graphbisect
+    changes what the library computes (onnx.reference's bfloat16 rounding), reported in every ``ran_with``; ``cost()``
     returns the builds it made itself since it was created, ``{"compiles": n, "compile_cache_hits": m}`` (a
     compiler that compiles variants in one load, or serves them from a cache); without it every ``load`` the
     worker calls counts as one compile (:mod:`graphbisect.backends.cost`).

@@ -32,7 +32,10 @@ installed ORT itself:
   sessions, about a second).
 
 The catalogue is cached per ORT build, providers and config (in memory and under
-``$GRAPHBISECT_CACHE/onnxruntime-optimizers``, default ``~/.cache/graphbisect``). An unknown name is a
+``$GRAPHBISECT_CACHE/onnxruntime-optimizers``, default ``~/.cache/graphbisect``). It is listed only where every
+name is needed (a pass search's space); whether a few given names are valid (a spec's ``disabled=``, the pass
+that made a compiled node) is asked of ORT directly, a handful of probe sessions (:func:`optimizer_names_among`:
+about 0.3 s, against ~400 sessions and ~5 s for the catalogue on a fresh machine). An unknown name is a
 :class:`~graphbisect.errors.SpecError` (with close matches and the valid names in its hint), raised by
 :meth:`OnnxRuntime.validate`, which :class:`~graphbisect.backends.process.BackendProcess` calls before the
 first run, so a bad spec fails before any model is touched.
@@ -62,6 +65,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import functools
 import hashlib
 import importlib
 import io
@@ -99,8 +103,9 @@ from graphbisect.storage.values import (
     to_memory,
 )
 
-__all__ = ["OnnxRuntime", "OptimizerCatalog", "OrtOptions", "capture_fd2", "check_provider_options", "create_session",
-           "optimizer_catalog", "probe_sessions", "require_providers", "session_config", "sessions_created"]
+__all__ = ["OnnxRuntime", "OptimizerCatalog", "OrtOptions", "capture_fd2", "check_optimizer_names",
+           "check_provider_options", "create_session", "disableable_transformers", "optimizer_catalog",
+           "optimizer_names_among", "probe_sessions", "require_providers", "session_config", "sessions_created"]
 
 logger = logging.getLogger(__name__)
 
@@ -266,18 +271,26 @@ def probe_sessions() -> int:
         return _PROBES[0]
 
 
+_NESTED = threading.local()  # _learning blocks open in this thread: an inner one's sessions are the outer's
+
+
 @contextlib.contextmanager
 def _learning(what: str) -> Iterator[None]:
-    """Count the sessions created inside the block as probe sessions (:func:`probe_sessions`), not compiles."""
+    """Count the sessions created inside the block as probe sessions (:func:`probe_sessions`), not compiles;
+    a block inside another is counted by the outer one alone."""
+    depth = getattr(_NESTED, "depth", 0)
+    _NESTED.depth = depth + 1
     with _SESSIONS_LOCK:
         before = _SESSIONS[0]
     try:
         yield
     finally:
-        with _SESSIONS_LOCK:
-            made = _SESSIONS[0] - before
-            _PROBES[0] += made
-        logger.info("%s: %d probe session(s), not counted as compiles", what, made)
+        _NESTED.depth = depth
+        if depth == 0:
+            with _SESSIONS_LOCK:
+                made = _SESSIONS[0] - before
+                _PROBES[0] += made
+            logger.info("%s: %d probe session(s), not counted as compiles", what, made)
 
 
 def create_session(ort: Any, model: str | bytes, so: Any, options: OrtOptions, disabled: Sequence[str]) -> Any:
@@ -458,14 +471,9 @@ _CATALOGS: dict[str, OptimizerCatalog] = {}
 def optimizer_catalog(options: OrtOptions) -> OptimizerCatalog:
     """The valid ``disabled=`` names of the installed ORT for ``options``' providers and config (cached)."""
     ort = importlib.import_module("onnxruntime")
-    binary = Path(importlib.import_module("onnxruntime.capi.onnxruntime_pybind11_state").__file__ or "")
-    st = binary.stat()
-    key_data = {"version": ort.__version__, "binary": [str(binary), st.st_size, st.st_mtime_ns],
-                "providers": options.session_providers(), "config": [list(e) for e in options.config], "format": 2}
-    key = hashlib.sha256(json.dumps(key_data, sort_keys=True).encode()).hexdigest()[:16]
+    key, binary, path = _catalog_key(ort, options)
     if key in _CATALOGS:
         return _CATALOGS[key]
-    path = _cache_dir() / f"{ort.__version__}-{key}.json"
     catalog = _read_catalog(path)
     if catalog is None:
         with _learning(f"listing the optimizer names of onnxruntime {ort.__version__}"):
@@ -473,6 +481,115 @@ def optimizer_catalog(options: OrtOptions) -> OptimizerCatalog:
         _write_catalog(path, catalog)
     _CATALOGS[key] = catalog
     return catalog
+
+
+def _catalog_key(ort: Any, options: OrtOptions) -> tuple[str, Path, Path]:
+    """The catalogue's cache key for this ORT build, providers and config; ORT's binary; the cache file."""
+    binary = Path(importlib.import_module("onnxruntime.capi.onnxruntime_pybind11_state").__file__ or "")
+    st = binary.stat()
+    key_data = {"version": ort.__version__, "binary": [str(binary), st.st_size, st.st_mtime_ns],
+                "providers": options.session_providers(), "config": [list(e) for e in options.config], "format": 2}
+    key = hashlib.sha256(json.dumps(key_data, sort_keys=True).encode()).hexdigest()[:16]
+    return key, binary, _cache_dir() / f"{ort.__version__}-{key}.json"
+
+
+#: Up to this many names that are no graph transformer, some of them rewrite rules, are checked one by one
+#: (:func:`optimizer_names_among`); more, and the whole catalogue is listed once (and cached).
+FEW_NAMES = 12
+
+_KNOWN: dict[str, dict[str, bool]] = {}  # catalogue key -> {name: whether disabled= takes it}, this process
+
+
+def optimizer_names_among(options: OrtOptions, names: Iterable[str]) -> tuple[list[str], list[str]]:
+    """The names among ``names`` that this ORT's ``disabled=`` takes, and the rule sets whose rules could not be
+    enumerated (a name that may be one of theirs is then not known), without listing every optimizer.
+
+    The whole catalogue (:func:`optimizer_catalog`) costs ~400 probe sessions on a fresh machine: its rewrite
+    rules are found by group testing over the binary's ~19,000 identifiers. Whether some given names are
+    valid costs a handful: the graph transformers (2 sessions), and, for the names that are none of them,
+    whether each rule set still runs with every identifier but those names disabled (one session per rule
+    set); only where it does not (some name is one of its rules) is each name tried, or, for more than
+    :data:`FEW_NAMES`, the catalogue listed. A catalogue already cached answers alone. Probe sessions are
+    counted apart (:func:`probe_sessions`), never as compiles.
+    """
+    ort = importlib.import_module("onnxruntime")
+    wanted = _unique(names)
+    key, binary, path = _catalog_key(ort, options)
+    catalog = _CATALOGS.get(key) or _read_catalog(path)
+    known = _KNOWN.setdefault(key, {})
+    asked = [n for n in wanted if n not in known]
+    unverified: list[str] | None = []
+    if catalog is None and asked:
+        with _learning(f"checking {len(asked)} optimizer name(s) of onnxruntime {ort.__version__}"):
+            unverified = _check_names(ort, binary, options, asked, known)
+        if unverified is None:
+            catalog = optimizer_catalog(options)
+    if catalog is not None:
+        _CATALOGS[key] = catalog
+        valid = set(catalog.names())
+        return [n for n in wanted if n in valid], list(catalog.unverified)
+    return [n for n in wanted if known.get(n)], list(unverified or ())
+
+
+_TRANSFORMERS: dict[str, tuple[str, ...]] = {}  # catalogue key -> the graph transformers, this process
+
+
+def disableable_transformers(options: OrtOptions) -> tuple[str, ...]:
+    """The graph transformers ``disabled=`` switches off (rule sets included, not their rules): the catalogue's
+    when it is cached, else two probe sessions (:func:`_disableable_transformers`), kept for this process."""
+    ort = importlib.import_module("onnxruntime")
+    key, _, path = _catalog_key(ort, options)
+    if key not in _TRANSFORMERS:
+        catalog = _CATALOGS.get(key) or _read_catalog(path)
+        if catalog is not None:
+            _TRANSFORMERS[key] = catalog.transformers
+        else:
+            with _learning(f"listing the graph transformers of onnxruntime {ort.__version__}"):
+                _TRANSFORMERS[key] = tuple(_disableable_transformers(ort, dataclasses.replace(options, threads=1)))
+    return _TRANSFORMERS[key]
+
+
+def _check_names(ort: Any, binary: Path, options: OrtOptions, asked: Sequence[str],
+                 known: dict[str, bool]) -> list[str] | None:
+    """Record in ``known`` whether each of ``asked`` is a graph transformer or a rewrite rule. Returns the rule
+    sets whose rules the binary's identifiers do not cover (nothing can be said of their rules), or None when
+    more than :data:`FEW_NAMES` names are tried one by one (the catalogue is cheaper)."""
+    probe = dataclasses.replace(options, threads=1)
+    transformers = disableable_transformers(options)
+    rest = [n for n in asked if n not in transformers]
+    known.update({n: True for n in asked if n in transformers})
+    rules: set[str] = set()
+    unverified = []
+    candidates = _binary_identifiers(binary) if rest else []
+    for rule_set in (t for t in transformers if _RULE_SET.fullmatch(t)) if rest else ():
+
+        def covered(disabled: Sequence[str], rule_set: str = rule_set) -> bool:
+            return rule_set not in _RAN.findall(_session_log(ort, _PROBE_MODEL, probe, "all", disabled))
+
+        if not covered(candidates):
+            unverified.append(rule_set)
+        elif not covered([c for c in candidates if c not in set(rest)]):  # some asked name is one of its rules
+            if len(rest) > FEW_NAMES:
+                return None
+            rules.update(n for n in rest if not covered([c for c in candidates if c != n]))
+    known.update({n: True for n in rules})
+    if not unverified:
+        known.update({n: n in rules for n in rest})
+    return unverified
+
+
+def check_optimizer_names(options: OrtOptions, names: Sequence[str]) -> None:
+    """Raise :class:`SpecError` for names of ``names`` this ORT would silently ignore (see
+    :meth:`OptimizerCatalog.check`), listing the whole catalogue only for a hint when one is unknown."""
+    known, unverified = optimizer_names_among(options, names)
+    unknown = [n for n in names if n not in known]
+    if not unknown:
+        return
+    if unverified:
+        logger.warning("cannot verify optimizer names %s: the rewrite rules of %s could not be enumerated",
+                       unknown, ", ".join(unverified))
+        return
+    optimizer_catalog(options).check(unknown)
 
 
 def _cache_dir() -> Path:
@@ -535,6 +652,7 @@ def _disableable_transformers(ort: Any, probe: OrtOptions) -> list[str]:
     return [name for name in ran if still[name] < ran[name] or _RULE_SET.fullmatch(name)]
 
 
+@functools.lru_cache(maxsize=2)
 def _binary_identifiers(binary: Path) -> list[str]:
     """Identifier-like NUL-terminated strings of ORT's binary, plus their suffixes at capital letters.
 
@@ -642,11 +760,16 @@ class OnnxRuntime:
         """Check provider options and ``disabled=`` names against this ORT (see the module docstring)."""
         check_provider_options(self._ort, self.options)
         if self.options.disabled:
-            optimizer_catalog(self.options).check(self.options.disabled)
+            check_optimizer_names(self.options, self.options.disabled)
 
     def registered_passes(self) -> list[str]:
         """Every optimizer name this ORT accepts in ``disabled=`` for these providers and config (its catalogue)."""
         return optimizer_catalog(self.options).names()
+
+    def known_passes(self, names: Sequence[str]) -> list[str]:
+        """The names among ``names`` that ``disabled=`` accepts, without listing the whole catalogue
+        (:func:`optimizer_names_among`)."""
+        return optimizer_names_among(self.options, names)[0]
 
     def load(self, model: str, outputs: Sequence[str] | None) -> None:
         """Create the session; ``outputs`` must be graph outputs of ``model`` (a probe model for intermediates)."""
@@ -745,13 +868,17 @@ class OnnxRuntime:
         self._feedable = set(self._required) | {i.name for i in session.get_overridable_initializers()}
 
     def _fired_passes(self, model: str, log: str) -> dict[str, list[str]]:
-        catalog = optimizer_catalog(self.options)
+        """The passes that modified the graph (``log``: the session's verbose log), the rules of a rule set that
+        did found by :meth:`_firing_rules`; the whole catalogue is listed only when a rule set modified it."""
+        modified = _unique(_MODIFIED.findall(log))
+        catalog = optimizer_catalog(self.options) if any(_RULE_SET.fullmatch(n) for n in modified) else None
+        transformers = catalog.transformers if catalog is not None else disableable_transformers(self.options)
         fired: list[str] = []
         required: list[str] = []
-        for name in _unique(_MODIFIED.findall(log)):
-            if name in catalog.rules:
+        for name in modified:
+            if catalog is not None and name in catalog.rules:
                 fired += self._firing_rules(model, name, catalog.rules[name]) or [name]
-            elif name in catalog.transformers:
+            elif name in transformers:
                 fired.append(name)
             else:
                 required.append(name)  # runs whatever the options say (e.g. InsertCastTransformer)

@@ -435,15 +435,20 @@ class BackendProcess:
         with self._lock:
             self._ensure_ready()
 
-    def registered_passes(self) -> list[str] | None:
-        """Every optimization pass the backend could run under this spec, as its worker's library lists them.
+    def registered_passes(self, among: Sequence[str] | None = None) -> list[str] | None:
+        """Every optimization pass the backend could run under this spec, as its worker's library lists them;
+        with ``among``, only those of these names (cheaper where the backend can tell without listing all: ONNX
+        Runtime's catalogue is ~400 probe sessions on a fresh machine, a few names a handful).
 
         For a target that crashes before it can report which passes fired; ``None`` when the runtime cannot
         list its passes. Asked of the worker, so ``python=`` gets the other interpreter's library's names.
         """
+        request: dict[str, Any] = {"op": "passes"}
+        if among is not None:
+            request["among"] = list(among)
         with self._lock:
             self._ensure_ready()
-            reply = self._call_checked({"op": "passes"}, self.timeout + MIN_START_SECONDS)
+            reply = self._call_checked(request, self.timeout + MIN_START_SECONDS)
             self._spend(reply)
         passes = reply.get("passes")
         return [str(name) for name in passes] if passes is not None else None

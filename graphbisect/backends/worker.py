@@ -731,9 +731,18 @@ class _Server:
         return {"ok": True, "cost": self._spent(before)}
 
     def passes(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """Every pass the runtime registers, or (``among``) those of the given names it registers: the runtime's
+        ``known_passes`` where it can tell without listing them all (ONNX Runtime), else its list filtered."""
         before = self._counts()
+        among = request.get("among")
+        known = getattr(self.runtime, "known_passes", None)
         registered = getattr(self.runtime, "registered_passes", None)
-        passes = list(registered()) if registered is not None else None
+        if among is not None and known is not None:
+            passes: list[str] | None = list(known(list(among)))
+        else:
+            passes = list(registered()) if registered is not None else None
+            if among is not None and passes is not None:
+                passes = [name for name in passes if name in set(among)]
         return {"ok": True, "passes": passes, "cost": self._spent(before)}
 
     def run(self, request: Mapping[str, Any]) -> dict[str, Any]:

@@ -52,7 +52,8 @@ from graphbisect.compare import TensorStats
 from graphbisect.compare.metrics import decade
 from graphbisect.localize.compiled import CompiledGraph, CompiledNode
 
-__all__ = ["Identity", "IdentityCheck", "band_of", "disable_names", "optimizer_of", "pass_of", "same_optimizer"]
+__all__ = ["Identity", "IdentityCheck", "band_of", "disable_names", "level_variants", "optimizer_of", "pass_of",
+           "same_optimizer"]
 
 #: ONNX Runtime's name for a node a pass made: ``<base node>/<PassName>/``, maybe ``_token_N`` after it.
 _MADE_BY = re.compile(r"/([A-Za-z_][\w.]*)/(?:_token_\d+)?$")
@@ -87,6 +88,21 @@ def disable_names(made_by: str, names: Iterable[str]) -> tuple[str, ...]:
     if made_by in names:
         return (made_by,)
     return tuple(n for n in names if re.fullmatch(re.escape(made_by) + r"L\d+", n))
+
+
+#: The per-level variants :func:`level_variants` names (ONNX Runtime registers an optimizer at levels 1-4).
+MAX_LEVEL = 9
+
+
+def level_variants(made_by: str) -> tuple[str, ...]:
+    """The names :func:`disable_names` may find for ``made_by``: itself and its per-level variants up to
+    :data:`MAX_LEVEL`, to ask a target which of them it takes without listing every optimizer it has.
+
+    Example:
+        >>> level_variants("LayerNormFusion")[:3]
+        ('LayerNormFusion', 'LayerNormFusionL1', 'LayerNormFusionL2')
+    """
+    return (made_by, *(f"{made_by}L{level}" for level in range(1, MAX_LEVEL + 1)))
 
 
 _LEVEL = re.compile(r"(?<=[a-z])L\d+$")

@@ -94,7 +94,7 @@ from graphbisect.oracle.as_built import (
     require_as_built,
 )
 from graphbisect.oracle.floor import NoiseFloor, floor_spec, measure_floor, no_floor
-from graphbisect.oracle.identity import Identity, IdentityCheck
+from graphbisect.oracle.identity import Identity, IdentityCheck, level_variants, pass_of
 from graphbisect.oracle.names import found_names
 from graphbisect.oracle.signature import FailureKind, ModelNames, Signature, rooted_in_integers
 from graphbisect.oracle.tester import (
@@ -737,8 +737,9 @@ class _Run:
         workdir = self.work / ("baseline-saving" if spec is not None else "baseline")
         with BackendProcess(spec or self.target_spec, workdir=workdir, timeout=self.options.timeout) as proc:
             run = proc.run(self.work / "model.onnx", self.work / "inputs.npz")
-            if spec is not None and run.ok:
-                self._pass_names = self._listed_passes(proc)
+            compiled = compiled_of(self.model, run.info) if run.ok and spec is not None else None
+            if compiled is not None:
+                self._pass_names = self._listed_passes(proc, compiled)
         self.count("target", Cost.of_run(run), run=run)
         if run.peak_memory is not None:
             self.peak_memory = max(self.peak_memory or 0, run.peak_memory)
@@ -746,21 +747,25 @@ class _Run:
             self._last_original = run
         signature = judge(run, values, self.compared(self.model.output_names), self.tol, self.regex,
                           check=self.options.output_check, floor=floor, names=self.names).signature
-        compiled = compiled_of(self.model, run.info) if run.ok and spec is not None else None
         if not run.ok and run.message:
             self._messages.setdefault(signature, run.message)
         if spec is not None:  # ORT wrote a copy of every weight beside the optimized graph: read, then gone
             shutil.rmtree(workdir, ignore_errors=True)
         return signature, compiled, run.ok
 
-    def _listed_passes(self, proc: BackendProcess) -> list[str] | None:
-        """The optimizer names the target's ``disabled=`` takes (its worker lists them: ORT's catalogue, cached
-        per build and no compile of the model), for the identity to name the pass that made its compiled node as
-        the user can disable it; None where the target cannot ablate passes or list them."""
+    def _listed_passes(self, proc: BackendProcess, compiled: CompiledGraph) -> list[str] | None:
+        """The optimizer names the target's ``disabled=`` takes for the passes that made ``compiled``'s nodes
+        (:func:`~graphbisect.oracle.identity.pass_of`, with their per-level variants), asked of its worker (no
+        compile of the model; ORT checks those few names in a handful of probe sessions instead of listing its
+        ~400-session catalogue), for the identity to name the pass that made its compiled node as the user can
+        disable it; None where the target cannot ablate passes or list them."""
         if not resolve(self.target_spec, require_available=False)[1].has(Capability.PASSES):
             return None
+        made = dict.fromkeys(p for p in (pass_of(node.name) for node in compiled.nodes) if p)
+        if not made:
+            return []
         try:
-            return proc.registered_passes()
+            return proc.registered_passes(among=[name for p in made for name in level_variants(p)])
         except GraphBisectError as exc:
             log.info("the target lists no optimizer names: %s", exc.message)
             return None

@@ -136,3 +136,27 @@ def test_iree_compile_alone_gives_the_compilers_diagnostic(tmp_path: Path) -> No
         assert proc.cost == Cost(runs=1, compiles=2)
     assert built.phase is Phase.LOAD and built.error_type == ran.error_type == "IreeCompileError"
     assert built.message == ran.message and "torch.aten.max_unpool2d" in (built.message or "")
+
+
+def test_a_few_optimizer_names_are_checked_without_listing_them_all(
+        models: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The whole catalogue is ~400 probe sessions and ~5 s on a fresh machine (its rewrite rules found by group
+    # testing over ORT's binary): the first `reduce --example` listed it only to name the pass that made one
+    # fused node, to validate a spec's disabled= and to say which transformers fired. A few names are asked of
+    # ORT directly now; the catalogue is listed only where every name is needed.
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("GRAPHBISECT_CACHE", str(cache))
+    x = np.ones((2, 3), np.float32)
+    with BackendProcess("onnxruntime:disabled=FuseReluClip;LayerNormFusionL1", workdir=tmp_path / "v") as proc:
+        run = proc.run(models["relu_clip32"], {"x": x})  # a rule and a transformer: both valid
+        assert run.ok and run.compiles == 1  # the names' probe sessions are not the model's compiles
+        among = proc.registered_passes(among=["LayerNormFusion", "LayerNormFusionL1", "LayerNormFusionL2",
+                                              "FuseReluClip", "NoSuchFusion"])
+        assert among == ["LayerNormFusionL1", "LayerNormFusionL2", "FuseReluClip"]
+    with BackendProcess("onnxruntime:report_passes=1", workdir=tmp_path / "fired") as proc:
+        fired = proc.run(models["conv_relu"], {"x": np.ones((1, 3, 8, 8), np.float32)})
+    assert fired.ok and "ConvActivationFusion" in fired.info["fired_passes"]  # transformers, no rule set
+    assert not any("RuleBased" in name for name in fired.info["fired_passes"] + fired.info["fired_required"])
+    assert not any(cache.rglob("*.json"))  # the catalogue was never listed
+    with BackendProcess("onnxruntime", workdir=tmp_path / "all") as proc:
+        assert set(among) <= set(proc.registered_passes() or ())  # the same names the catalogue has
