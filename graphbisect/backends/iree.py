@@ -31,8 +31,10 @@ whose locations it contains (see :func:`dispatch_nodes`), so a wrong dispatch ma
 the flag that switches it off (``const-eval`` → ``--iree-opt-const-eval=false``). ``disabled=A;B`` adds
 those flags; ``report_passes=1`` compiles once more per feature that is still enabled and reports in
 ``fired_passes`` the features whose flag changes the compiled module (the ``.vmfb`` bytes): the ones that
-changed *this* program. That listing is 2 + one compile per feature, so ``passes`` asks for it only when its
-answer needs it (:attr:`graphbisect.strategies.passes.PassControl.listing_builds`). One compile reporting which
+changed *this* program. That listing is 2 + one compile per feature, more than a search over every feature
+costs, so ``passes`` never asks for it (:attr:`graphbisect.strategies.passes.PassControl.listing_builds`);
+a bundle's report facts (what fired at the lowest failing
+level) and ``releases`` do. One compile reporting which
 MLIR passes changed the IR (``--mlir-print-ir-after-change``) would not replace it: most features are options of
 passes that run either way (fusion heuristics, LLVM's vectorizers, the ukernel choice), so a pass that changed
 the IR does not say which flag changed the module.

@@ -90,6 +90,9 @@ def print_passes(result: PassesResult) -> None:
               f"{scope['region_target_runs']} on the region")
     if result.source == NOT_LISTED:
         print("fired passes: not listed (the target does not fail, so no pass was searched)")
+    elif result.source == NOT_NEEDED and result.fixed_target:
+        print(f"fired passes: not listed (a build per pass: the search ran over all {len(result.searched)} "
+              "disable-able passes)")
     elif result.source == NOT_NEEDED:
         print(f"fired passes: not listed (not needed: with all {len(result.searched)} disable-able passes disabled "
               "the failure stays)" + _checked(result, "unexplained"))

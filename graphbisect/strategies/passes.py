@@ -15,7 +15,8 @@ engine (:func:`~graphbisect.engine.probdd`, which ends with a one-by-one sweep, 
 Both ends are known before the search: all fired passes disabled passes (checked first), none disabled is
 the baseline failure; they are seeded into the evaluators, so one culprit among ``n`` fired passes costs
 O(log n) target runs. Where listing what fired costs builds of its own (:attr:`PassControl.listing_builds`,
-IREE), the run that decides the answer comes before it: every disable-able pass disabled.
+IREE), the run that decides the answer comes first, every disable-able pass disabled, and the units are
+every disable-able pass: what fired is not listed.
 
 **Backend knowledge** lives in :data:`PASS_CONTROLS`, one row per backend with the PASSES capability: the
 option listing disabled passes, the options that make the runtime report fired passes, and the fired
@@ -74,7 +75,8 @@ class PassControl:
     native: Callable[[Sequence[str]], str] | None = None
     #: Listing what fired costs builds of its own (IREE compiles the model once more per feature), where the
     #: other backends report it from the run itself. ``passes`` then decides first with every disable-able
-    #: pass disabled (one build) and lists what fired only when that removes the failure.
+    #: pass disabled (one build) and, when that removes the failure, searches every disable-able pass without
+    #: listing what fired (a build per pass, more than the search over them costs).
     listing_builds: bool = False
 
 

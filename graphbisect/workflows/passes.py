@@ -10,15 +10,17 @@ model. Candidates run one spec after another in one warm worker where the backen
 2. the target as given, asked to report which passes fired (ORT ``report_passes=1``; Paddle and
    onnxoptimizer always report): the baseline signature and the fired list. A target that crashes before
    reporting (ORT's FuseReluClip on float64 fails session creation) is searched over every optimizer the
-   installed ORT registers instead (its catalogue). Where the listing costs builds of its own
-   (:attr:`~graphbisect.strategies.passes.PassControl.listing_builds`: IREE compiles the model once more per
-   feature) the order is by cost (:func:`_decide_first`): the target runs plainly, then with every disable-able
-   pass disabled, the one build that decides whether any set of passes explains the failure; when it stays,
-   that is the answer and what fired is not listed (``source`` :data:`NOT_NEEDED`); only when it goes are
-   the fired passes listed;
-3. the two ends: every fired, disable-able pass disabled must make the failure disappear (else it is not a
-   pass bug, or a pass fired only once others were disabled: those are added and the end re-checked; where
-   every disable-able pass disabled was measured to remove it, the search runs over all of them instead);
+   installed ORT registers instead (its catalogue). For every backend the next run is the one that decides
+   whether any set of passes explains the failure, every pass that could matter disabled, and the order is
+   by cost: where the target reports what fired in the run itself, those passes; where the listing costs
+   builds of its own (:attr:`~graphbisect.strategies.passes.PassControl.listing_builds`: IREE compiles the
+   model once more per feature), the target runs plainly, then with every disable-able pass disabled
+   (:func:`_decide_first`). When the failure stays, that is the answer; when it goes, that passing end and
+   every disable-able pass are what the search runs over, and what fired is never listed (``source``
+   :data:`NOT_NEEDED`): the listing costs a build per pass and more, the search about a build per halving;
+3. the two ends (for a reported list): every fired, disable-able pass disabled must make the failure
+   disappear (else it is not a pass bug, or a pass fired only once others were disabled: those are added
+   and the end re-checked);
 4. the minimal **disable-set** and the minimal **enable-set** (:mod:`graphbisect.strategies.passes`),
    and which culprits reproduce the failure alone (interactions: passes masking each other);
 5. with a bundle folder: :func:`reduce_under_culprits` reduces the model with only the enable-set enabled,
@@ -102,8 +104,9 @@ MAX_FIRED_ROUNDS = 3
 #: ``PassesResult.source`` of a target that does not fail and whose fired passes were not asked for.
 NOT_LISTED = "not listed"
 
-#: ``PassesResult.source`` of a failure that stays with every disable-able pass disabled, on a target whose
-#: listing costs builds of its own: that run is the answer, so which passes fired was not measured.
+#: ``PassesResult.source`` on a target whose listing costs builds of its own: which passes fired was not
+#: measured. With every disable-able pass disabled the failure stays (that run is the answer), or it goes and
+#: the search ran over every disable-able pass (cheaper than listing what fired).
 NOT_NEEDED = "not needed"
 
 
@@ -137,8 +140,8 @@ class PassesResult:
     excluded: Mapping[str, str] = field(default_factory=dict)  # fired but never disabled, and why
     #: "reported", "catalogue" (the target crashed before reporting), :data:`NOT_LISTED` (the target does
     #: not fail and was not asked which passes fired: ``fired`` is empty because it is unknown, not because none did)
-    #: or :data:`NOT_NEEDED` (the failure stays with every disable-able pass disabled, and listing what fired
-    #: costs builds: ``fired`` is empty because it was not measured; ``searched`` holds the passes disabled)
+    #: or :data:`NOT_NEEDED` (listing what fired costs builds: ``fired`` is empty because it was not measured;
+    #: ``searched`` holds every disable-able pass, disabled together when the failure stays, else searched)
     source: str = "reported"
     culprits: tuple[str, ...] = ()  # minimal disable-set
     required: tuple[str, ...] = ()  # minimal enable-set
@@ -577,12 +580,7 @@ def _search(s: _Session, on_progress: Callable[[ProgressEvent], None] | None) ->
     decided = _decide_first(s, baseline) if costly else None
     if isinstance(decided, PassesResult):
         return decided
-    if costly:
-        s.stage(f"running the target {s.target_spec} and listing the passes that fired")
-        baseline_run = s.run(s.reporting(s.target_spec))  # its own build is the baseline's: a cache hit
-    fired, excluded, source = _fired(s, baseline_run)
-    units = [name for name in fired if name not in excluded]
-    units, end = _confirm_ends(s, baseline, units, excluded, decided)
+    fired, excluded, source, units, end = _units(s, baseline, baseline_run, decided)
     common = {"failed": True, "signature": baseline, "target": str(s.target_spec), "fired": tuple(fired),
               "excluded": excluded, "source": source}
     if end is None:
@@ -599,6 +597,30 @@ def _search(s: _Session, on_progress: Callable[[ProgressEvent], None] | None) ->
         fixed_flags=s.control.native(space.names(culprits.keep)) if s.control.native else None,
         control_target=str(space.spec_disabling(every)), search=stats,
     )
+
+
+def _units(s: _Session, baseline: Signature, baseline_run: RunResult, decided: tuple[list[str], Signature] | None
+           ) -> tuple[list[str], dict[str, str], str, list[str], Signature | None]:
+    """What the search runs over: the fired passes (``fired``, ``excluded`` never disabled, ``source``), the
+    units, and the end with every unit disabled (None: it does not remove the failure).
+
+    Where every disable-able pass was measured to remove the failure (``decided``, :func:`_decide_first`, on a
+    target whose listing costs builds), those are the units and what fired is not listed: the listing costs a
+    build per pass and more, the search over all of them about a build per halving. Otherwise the fired passes
+    (from the baseline's own report where the target gives one, else listed now) with the end confirmed.
+    """
+    if decided is not None:
+        s.notes.append(f"which passes fired was not listed (a build per pass, where the search over all "
+                       f"{len(decided[0])} "
+                       "disable-able passes costs about a build per halving): the search ran over every "
+                       "disable-able pass")
+        return [], {}, NOT_NEEDED, decided[0], decided[1]
+    if s.control.listing_builds:
+        s.stage(f"running the target {s.target_spec} and listing the passes that fired")
+        baseline_run = s.run(s.reporting(s.target_spec))  # its own build is the baseline's: a cache hit
+    fired, excluded, source = _fired(s, baseline_run)
+    units, end = _confirm_ends(s, baseline, [name for name in fired if name not in excluded], excluded)
+    return fired, excluded, source, units, end
 
 
 def _decide_first(s: _Session, baseline: Signature) -> PassesResult | tuple[list[str], Signature] | None:
@@ -680,17 +702,13 @@ def _catalogue(s: _Session, run: RunResult) -> list[str]:
     return names
 
 
-def _confirm_ends(s: _Session, baseline: Signature, units: list[str], excluded: Mapping[str, str],
-                  decided: tuple[list[str], Signature] | None = None) -> tuple[list[str], Signature | None]:
+def _confirm_ends(s: _Session, baseline: Signature, units: list[str], excluded: Mapping[str, str]
+                  ) -> tuple[list[str], Signature | None]:
     """Disable every unit: the failure must go away. Returns the (maybe extended) units and that end's signature.
 
     A pass that fires only once others are disabled is added and the end re-checked (up to
     :data:`MAX_FIRED_ROUNDS` times). ``None``: disabling every fired pass does not remove the failure.
-    ``decided``: every disable-able pass, measured to remove the failure when disabled (:func:`_decide_first`):
-    not run again when the units are those passes, and searched instead when the units' end does not pass.
     """
-    if decided is not None and set(units) == set(decided[0]):
-        return decided
     for _ in range(MAX_FIRED_ROUNDS):
         space = PassSpace(s.target_spec, units)
         s.stage(f"disabling all {len(units)} fired passes (the failure must disappear)")
@@ -711,10 +729,6 @@ def _confirm_ends(s: _Session, baseline: Signature, units: list[str], excluded: 
         s.notes.append(f"with the fired passes disabled, {', '.join(new)} fired too: added to the search")
         units = units + new
     why = ("the failure stays" if baseline.matches(end) else f"the target fails differently ({end.describe()})")
-    if decided is not None:
-        s.notes.append(f"with the {len(units)} fired passes disabled {why}, with every disable-able pass disabled "
-                       f"it goes: the search runs over all {len(decided[0])} disable-able passes")
-        return decided
     _unexplained(s, "every fired, disable-able pass", why)
     return units, None
 
@@ -951,7 +965,10 @@ def _load_nodes(path: Path) -> Sequence[Any]:
 def passes_markdown(facts: Mapping[str, Any]) -> str:
     """The report.md section on the culprit passes, the specs measured on the reduced model (target and
     control: which the bundle runs, and why), and the region before/after the pass."""
-    lines = [f"- fired ({len(facts['fired'])}): {', '.join(f'`{n}`' for n in facts['fired'])}",
+    fired = f"- fired ({len(facts['fired'])}): {', '.join(f'`{n}`' for n in facts['fired'])}" \
+        if facts.get("source") != NOT_NEEDED else \
+        f"- fired: not listed (a build per pass); searched: all {len(facts.get('searched') or ())} disable-able passes"
+    lines = [fired,
              f"- **disable-set** (disabling these makes the failure disappear): "
              f"{', '.join(f'`{n}`' for n in facts['culprits'])}",
              f"- **enable-set** (enabled alone, they reproduce it): {', '.join(f'`{n}`' for n in facts['required'])}",

@@ -209,8 +209,6 @@ def test_f64_demotion_is_named_as_the_culprit_feature(f64_passes: PassesResult) 
     result = f64_passes
     assert result.signature.kind.value == "crash-run"
     assert "buffer view byte length" in result.signature.detail
-    assert "demote-f64-to-f32" in result.fired and len(result.fired) < len(FEATURES)  # measured, not assumed
-    assert result.source == "reported"  # every feature disabled removes the failure: then what fired is listed
     assert result.culprits == ("demote-f64-to-f32",) and result.required == ("demote-f64-to-f32",)
     fixed = BackendSpec.parse(str(result.fixed_target))
     assert IreeOptions.parse(fixed.options).compile_flags() == ["--iree-input-demote-f64-to-f32=false"]
@@ -218,16 +216,17 @@ def test_f64_demotion_is_named_as_the_culprit_feature(f64_passes: PassesResult) 
 
 
 @iree_installed
-def test_iree_passes_counts_the_feature_listing_compiles_and_the_cache_hits(f64_passes: PassesResult) -> None:
+def test_a_pass_that_explains_it_is_found_without_listing_what_fired(f64_passes: PassesResult) -> None:
+    """Listing which features fired is 2 + one compile per feature (16), more than a search over all 14 costs:
+    with every feature disabled the failure goes, and the search runs over every feature without the listing
+    (on the 12-node model: 19 compiles and 5 cache hits before, 12 and 2 now)."""
     result = f64_passes
+    assert result.source == NOT_NEEDED and result.fired == ()  # not measured, so not claimed
+    assert set(result.searched) == set(FEATURES)
     target = result.backend_calls["target"]
     assert target["runs"] == result.invocations["target"]
-    # every run builds its one module, and one run (after every feature disabled removed the failure) also lists
-    # the fired features: twice more for the compiler's noise, once per feature (the end with every fired
-    # feature disabled passes: it is not listed)
-    assert target["compiles"] + target["compile_cache_hits"] == target["runs"] + 2 + len(FEATURES)
-    # candidates disabling one feature compile what the listing compiled: served by the cache
-    assert target["compile_cache_hits"] >= 1
+    assert target["compiles"] + target["compile_cache_hits"] == target["runs"]  # each run its module, no listing
+    assert target["compiles"] < 2 + len(FEATURES)  # fewer than the listing alone would have compiled
 
 
 @iree_installed
