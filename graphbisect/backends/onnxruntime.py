@@ -28,8 +28,8 @@ installed ORT itself:
   options say (``MemcpyTransformer``, the first of the two ``EnsureUniqueDQForNodeUnit`` runs);
 * rewrite rules are not logged individually, but a ``LevelN_RuleBasedTransformer`` is dropped when all its
   rules are disabled. So with ``covered(S)`` = "the rule transformer vanishes when S is disabled", the rules
-  are found by adaptive group testing over the identifier-like strings of ORT's binary (~6,000; ~300 probe
-  sessions, about a second).
+  are found by adaptive group testing over the identifier-like strings of ORT's binary (~19,000; ~400 probe
+  sessions, ~5 s on ORT 1.32 on a 2-core machine).
 
 The catalogue is cached per ORT build, providers and config (in memory and under
 ``$GRAPHBISECT_CACHE/onnxruntime-optimizers``, default ``~/.cache/graphbisect``). It is listed only where every
