@@ -73,6 +73,11 @@ _TYPE_MAKERS = {"Shape": "i64", "Size": "i64", "NonZero": "i64", "ArgMax": "i64"
                 "Equal": "bool", "Less": "bool", "Greater": "bool", "LessOrEqual": "bool", "GreaterOrEqual": "bool",
                 "Not": "bool", "And": "bool", "Or": "bool", "Xor": "bool", "IsNaN": "bool", "IsInf": "bool",
                 "MatMulInteger": "i32", "ConvInteger": "i32"}
+#: Outputs whose type the op fixes whatever its inputs: DynamicQuantizeLinear's ``y_scale`` is float32 (its ``y`` and
+#: ``y_zero_point`` are u8), the second outputs of TopK and MaxPool are int64 indices.
+_FIXED_OUTPUT_TYPES = {("DynamicQuantizeLinear", 1): "f32", ("TopK", 1): "i64", ("MaxPool", 1): "i64"}
+#: ONNX Runtime's kernels from integer inputs to a float output: the input whose type the output has (their scale).
+_FLOAT_OUTPUT_LIKE = {"MatMulIntegerToFloat": 2, "QAttention": 2}
 
 
 def element_name(elem_type: int) -> str | None:
@@ -133,7 +138,8 @@ def optimized_precisions(graph: onnx.GraphProto) -> dict[str, tuple[str, ...]]:
 
     Types come from the optimized model's declarations and initializers, then node by node: a ``Cast``'s
     ``to``, a QuantizeLinear's zero point, a DequantizeLinear's scale, the ops that make indices or booleans,
-    else the first input's type (the element type most ops keep).
+    else the first input's type (the element type most ops keep); outputs whose type the op fixes have it
+    (DynamicQuantizeLinear's scale is f32: the Mul of it by a weight scale computes in f32, not u8).
 
     Example:
         >>> from onnx import helper
@@ -163,14 +169,15 @@ def optimized_precisions(graph: onnx.GraphProto) -> dict[str, tuple[str, ...]]:
         if node.name and ran:
             precisions[node.name] = ran
         made = _made_type(node, types)
-        for out in node.output:
-            if out and made is not None:
-                types.setdefault(out, made)
+        for at, out in enumerate(node.output):
+            kind = _FIXED_OUTPUT_TYPES.get((node.op_type, at), made)
+            if out and kind is not None:
+                types.setdefault(out, kind)
     return precisions
 
 
 def _made_type(node: onnx.NodeProto, types: Mapping[str, str]) -> str | None:
-    """The element type of ``node``'s outputs, as far as the optimized graph tells (see above)."""
+    """The element type of ``node``'s (first) outputs, as far as the optimized graph tells (see above)."""
     if node.op_type == "Cast":
         to = next((a.i for a in node.attribute if a.name == "to"), None)
         return element_name(to) if to is not None else None
@@ -181,6 +188,9 @@ def _made_type(node: onnx.NodeProto, types: Mapping[str, str]) -> str | None:
         return types.get(node.input[1], "f32") if len(node.input) > 1 else "f32"
     if node.op_type in _TYPE_MAKERS:
         return _TYPE_MAKERS[node.op_type]
+    if node.op_type in _FLOAT_OUTPUT_LIKE:
+        index = _FLOAT_OUTPUT_LIKE[node.op_type]
+        return types.get(node.input[index], "f32") if len(node.input) > index else "f32"
     if node.op_type in _OUTPUT_ZERO_POINT:
         index = _OUTPUT_ZERO_POINT[node.op_type]
         return types.get(node.input[index], "u8") if len(node.input) > index else "u8"

@@ -467,3 +467,64 @@ def test_yolo_silu_quickgelu_on_blocked_tensors_covers_its_sigmoid_and_mul(tmp_p
                                                             atol=1e-4)
                    for g, w in zip(got, want, strict=True)) for block in (8, 16))
 
+
+
+def _dynamically_quantized_conv(tmp_path: Path) -> Path:
+    """A ViT's patch embedding (16×16 Conv, stride 16) through ONNX Runtime's ``quantize_dynamic``:
+    DynamicQuantizeLinear → ConvInteger → Cast → Mul by ``Mul(activation scale, weight scale)``, the
+    ``*_quant_scales_mul`` node the quantizer inserts, which ONNX Runtime (``all``) keeps as a Mul."""
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((rng.standard_normal((8, 3, 16, 16)) * 0.02).astype(np.float32), "patch_w")
+    conv = helper.make_node("Conv", ["pixel_values", "patch_w"], ["patch"], name="patch_conv",
+                            kernel_shape=[16, 16], strides=[16, 16])
+    graph = helper.make_graph([conv], "patch", [helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT,
+                                                                              [1, 3, 32, 32])],
+                              [helper.make_tensor_value_info("patch", TensorProto.FLOAT, [1, 8, 2, 2])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              tmp_path / "float.onnx")
+    quantization.quantize_dynamic(tmp_path / "float.onnx", tmp_path / "quantized.onnx")
+    return tmp_path / "quantized.onnx"
+
+
+def test_a_mul_of_dynamic_quantization_scales_ran_in_f32(tmp_path: Path) -> None:
+    """DynamicQuantizeLinear's outputs are u8, f32 and u8: the Mul of its scale by the weights' scale computes
+    in f32, and its row must not say "ran in u8" (an ONNX Runtime ``quantize_dynamic`` ViT did, on any CPU)."""
+    from graphbisect.artifacts.compare_text import ran_in_cell
+    from graphbisect.localize.layerwise import constant_tensors
+    from graphbisect.workflows.probe import element_types
+
+    ort = pytest.importorskip("onnxruntime")
+    loaded = load_model(onnx.load(_dynamically_quantized_conv(tmp_path)))
+    (scales,) = [n.name for n in loaded.nodes if n.op_type == "Mul" and n.name.endswith("_quant_scales_mul")]
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(loaded.proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    graph = compiled_graph(loaded.nodes, loaded.output_names, {"optimized_model": str(tmp_path / "optimized.onnx")})
+    assert graph is not None
+    graph = graph.with_model(loaded.nodes, element_types(loaded),
+                             constant_tensors(loaded.nodes, given=loaded.initializer_names))
+    mul = graph.by_original()[scales]
+    assert (mul.kind, mul.precision, mul.model_precision) == ("Mul", ("f32",), ("f32",)), mul
+    assert ran_in_cell(mul) == "f32" and not mul.precision_note()
+    conv = next(n for n in graph.nodes if n.kind == "ConvInteger")
+    assert conv.precision == ("u8", "i8")  # the integer kernel itself says so
+    assert not graph.lower_precision and "ran in" not in graph.summary(), graph.summary()
+
+
+def test_float_outputs_of_quantized_kernels_are_typed_float() -> None:
+    """What reads DynamicQuantizeLinear's scale or MatMulIntegerToFloat's output computes in f32, where the optimized
+    model declares no type for them (ONNX Runtime's saved models often do not)."""
+    from graphbisect.localize.runtime_precision import optimized_precisions
+
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"], name="dql"),
+             helper.make_node("Mul", ["s", "w_scale"], ["scales"], name="scales_mul"),
+             helper.make_node("MatMulIntegerToFloat", ["q", "w", "scales", "one", "z"], ["mm"], name="mm",
+                              domain="com.microsoft"),
+             helper.make_node("Relu", ["mm"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])], [],
+                              [numpy_helper.from_array(np.ones((4, 3), np.int8), "w"),
+                               numpy_helper.from_array(np.array(0.5, np.float32), "w_scale"),
+                               numpy_helper.from_array(np.array(1, np.float32), "one")])
+    assert optimized_precisions(graph) == {"dql": ("f32",), "scales_mul": ("f32",), "mm": ("u8", "i8"),
+                                           "relu": ("f32",)}
