@@ -65,7 +65,14 @@ def section_markdown(search: Mapping[str, Any]) -> str:
     if search.get("status") == "found":
         pair = (("last good", "last_good"), ("first bad", "first_bad")) if find == "bad" else \
             (("last bad", "last_bad"), ("first fixed", "first_fixed"))
-        lines.append("**" + ", ".join(f"{name} {search.get(key)}" for name, key in pair) + "**")
+        claims = (search.get("audit") or {}).get("claims") or []
+        held = all(c.get("holds") is True for c in claims)
+        lines.append("**" + ", ".join(f"{name} {search.get(key)}" for name, key in pair) + "**"
+                     + ("" if held else " — the search's answer, NOT confirmed by the checker"))
+        if claims:
+            lines += ["", "Checked by plain runs (the checker, `graphbisect/checker/`):", ""]
+            lines += [f"- {c.get('claim')}: " + {True: "holds", False: "**DOES NOT HOLD**"}.get(
+                c.get("holds"), "not established") + f" ({_cell(str(c.get('evidence')))})" for c in claims]
         changed = search.get("changed")
         if isinstance(changed, dict) and changed.get("describe"):
             lines += ["", f"What changed: {changed['describe']}"]

@@ -14,7 +14,11 @@ Verdicts (:data:`PASSES`, :data:`FAILS`, :data:`FAILS_SAME`, :data:`NOT_SAME`): 
 class (float values, exact values, non-finite values, structure), on the same outputs, the worst score within a
 decade, or a crash with the same normalized message; where ``compiled_as`` is given and the target describes
 what it compiled, also a compiled node of that kind (made by that pass) — the rule
-:mod:`graphbisect.checker.audit` applies to a bundle.
+:mod:`graphbisect.checker.audit` applies to a bundle. Without a reference configuration, ``recorded`` (a failure as
+a bundle's ``report.json`` records it: its signature, failing outputs and their scores, identity, message) is
+the failure, judged exactly as :mod:`graphbisect.checker.audit` judges a bundle's target against its report:
+what ``graphbisect releases`` uses, where each release runs another interpreter and no run of the search is one
+to trust.
 
 Example:
     >>> target = "onnxruntime:opt_level=all"
@@ -98,7 +102,8 @@ def check_configurations(oracle: str, oracle_model: str | os.PathLike[str], inpu
                          reference: Configuration | None = None, compiled_as: tuple[str, str | None] | None = None,
                          timeout: float | None = None, workdir: Path | None = None,
                          progress: Callable[[str], None] | None = None,
-                         floor: tuple[str, float] | None = None) -> Audit:
+                         floor: tuple[str, float] | None = None,
+                         recorded: Mapping[str, Any] | None = None) -> Audit:
     """Each of ``claims`` checked with plain runs: ``oracle`` once on ``oracle_model``, each distinct
     configuration once (the reference's run serves every claim that names it too), compared under ``limits``.
 
@@ -106,7 +111,9 @@ def check_configurations(oracle: str, oracle_model: str | os.PathLike[str], inpu
     verdicts are not established). ``compiled_as``: ``(compiled kind, made by)`` the failure is recorded as,
     checked where the target describes its compiled graph. ``floor``: ``(spec, margin)`` of the noise floor the
     search judged above (:mod:`.floor`; accepted only as the reference's target with its optimizations off),
-    measured again by one plain run of that spec per model, against the same oracle run. Returns an
+    measured again by one plain run of that spec per model, against the same oracle run. ``recorded``: the failure
+    :data:`FAILS_SAME` and :data:`NOT_SAME` mean where no ``reference`` is given, as ``report.json`` records one
+    (its ``signature``, ``outputs``, ``identity``, ``target_message``; module docstring). Returns an
     :class:`~graphbisect.checker.audit.Audit` whose ``calls`` count the runs (``oracle``, ``target``)."""
     started = time.monotonic()
     say = progress or (lambda _text: None)
@@ -115,7 +122,7 @@ def check_configurations(oracle: str, oracle_model: str | os.PathLike[str], inpu
             rule_of(floor[0], floor[1], BackendSpec.parse(reference.spec)) if reference is not None else \
             FloorRule(None, why_not="no reference target to check the floor's spec against")
         checker = _Configurations(oracle, Path(oracle_model), dict(inputs), limits, compiled_as=compiled_as,
-                                  timeout=timeout, scratch=Path(scratch), floor=rule)
+                                  timeout=timeout, scratch=Path(scratch), floor=rule, recorded=recorded)
         try:
             say(f"checking {len(claims)} claims with plain runs (the checker)")
             result = tuple(checker.claim(c, reference) for c in claims)
@@ -129,8 +136,10 @@ class _Configurations:
 
     def __init__(self, oracle: str, model: Path, inputs: dict[str, Any], limits: Limits, *,
                  compiled_as: tuple[str, str | None] | None, timeout: float | None, scratch: Path,
-                 floor: FloorRule) -> None:
+                 floor: FloorRule, recorded: Mapping[str, Any] | None = None) -> None:
         self.inputs, self.limits, self.compiled_as = inputs, limits, compiled_as
+        #: the recorded failure's judge, for claims without a reference configuration
+        self.recorded = None if recorded is None else _Judge(_Expected.of(recorded), limits, ())
         self.timeout, self.scratch = timeout, scratch
         self.oracle = Runner(BackendSpec.parse(oracle), timeout=timeout, folder=scratch)
         self.plain = self.oracle.run(model, inputs)
@@ -181,7 +190,7 @@ class _Configurations:
     def judge(self, reference: Configuration | None) -> _Judge | str:
         """The judge of "the same failure" as ``reference``'s plain run, or why there is none."""
         if reference is None:
-            return "no reference failure was given"
+            return self.recorded or "no reference failure was given"
         key = reference.key
         if key not in self.judges:
             run, floor = self.run(reference), self.floor(reference.model)

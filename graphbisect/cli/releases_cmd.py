@@ -160,7 +160,11 @@ def _print(r: ReleaseSearch) -> None:
     if r.found:
         pair = (("last good", r.last_good), ("first bad", r.first_bad)) if r.find == "bad" else \
             (("last bad", r.last_bad), ("first fixed", r.first_fixed))
-        print("\n" + "   ".join(f"{name}: {version}" for name, version in pair))
+        print("\n" + "   ".join(f"{name}: {version}" for name, version in pair)
+              + ("" if r.confirmed else "   (NOT confirmed by the checker: see below)"))
+        for claim in (r.audit or {}).get("claims") or []:
+            verdict = {True: "holds", False: "DOES NOT HOLD", None: "not established"}[claim["holds"]]
+            print(f"checker: {claim['claim']}: {verdict} ({claim['evidence']})")
         if r.changed is not None:
             print(f"what changed: {r.changed.describe()}")
     else:

@@ -45,6 +45,7 @@ from graphbisect.artifacts.bundle import BundleError, LoadedBundle
 from graphbisect.artifacts.repro import TACTICS_FILE
 from graphbisect.backends import BackendSpec, registry
 from graphbisect.backends.registry import DEFAULT_ORACLE
+from graphbisect.checker.values import Limits
 from graphbisect.compare import Tolerance
 from graphbisect.errors import GraphBisectError, InputError
 from graphbisect.model import Model
@@ -53,7 +54,16 @@ from graphbisect.releases.index import VersionRange, select_versions
 from graphbisect.releases.packages import Recipe, recipe_of, release_versions
 from graphbisect.releases.search import FOUND, NEWEST_UNCHANGED, OLDEST_CHANGED, Answer, Change, find_change
 from graphbisect.text.printable import plural
+from graphbisect.workflows.passes_claims import limits_of
 from graphbisect.workflows.releases_change import ReleaseChange, release_change, reports_passes
+from graphbisect.workflows.releases_claims import (
+    ReleaseEvidence,
+    audit_record,
+    check_answer,
+    confirmed_words,
+    release_claims,
+    spec_in,
+)
 from graphbisect.workflows.releases_model import ModelReference, describe_reference, model_reference
 from graphbisect.workflows.scratch import work_folder
 from graphbisect.workflows.verify import DIFFERENT, FIXED, FIXED_REDUCED, REPRODUCES, Verification, verify_bundle
@@ -128,6 +138,13 @@ class ReleaseSearch:
     oracle_runs: int = 0
     #: what changed between the two releases found, where the target says (:mod:`.releases_change`)
     changed: ReleaseChange | None = None
+    #: the checker's record of the answer's two claims (:mod:`.releases_claims`): None where nothing was found
+    audit: Mapping[str, Any] | None = None
+
+    @property
+    def confirmed(self) -> bool:
+        """Whether the answer's claims hold by the checker's plain runs (True where nothing was claimed)."""
+        return confirmed_words(self.audit)[0]
 
     @property
     def found(self) -> bool:
@@ -157,7 +174,7 @@ class ReleaseSearch:
             "first_fixed": self.first_fixed, "skipped_between": list(self.skipped_between),
             "tested": {version: run.to_json() for version, run in self.tested.items()},
             "oracle": self.oracle, "oracle_runs": self.oracle_runs,
-            "changed": None if self.changed is None else self.changed.to_json(),
+            "changed": None if self.changed is None else self.changed.to_json(), "audit": self.audit,
             "installs": self.installs, "runs": self.runs, "releases_run": self.releases_run,
             "bound": self.bound, "flaky": self.flaky, "paragraph": self.paragraph,
         }
@@ -185,8 +202,10 @@ def search_releases(bundle: LoadedBundle, package: str, *, versions: Sequence[st
                                            installer=installer, say=say)
     runner = _Runner(bundle, spec, envs, repeat=repeat, find=find, recipe=recipe_of(package), say=say)
     change = runner.search(chosen)
+    evidence: ReleaseEvidence = (str(bundle.oracle), bundle.model_path, bundle.inputs, bundle.report,
+                                 Limits.from_report(bundle.report.get("tolerance")))
     return _result(package, find, spec, _short(bundle.signature.describe()), chosen, change=change, runner=runner,
-                   installs=installs)
+                   installs=installs, evidence=evidence, trust=trust)
 
 
 def search_releases_model(model: Model | Path | str, package: str, *, oracle: BackendSpec | str = DEFAULT_ORACLE,
@@ -237,11 +256,15 @@ def search_releases_model(model: Model | Path | str, package: str, *, oracle: Ba
         if bundle is None:  # the baseline's run is the failure: bad by definition (its repeats are voted)
             runner.tested[baseline] = _baseline_run(baseline, ref, envs[baseline])
         change = runner.search(chosen)
-        # inside the work folder: what changed between the two releases found is asked of the reference's model
+        # the failure another bundle records is of another model: none of this model's for the checker to match
+        evidence: ReleaseEvidence = (str(oracle_spec), ref.bundle.model_path, ref.bundle.inputs,
+                                     ref.bundle.report if bundle is None else None, limits_of(ref.bundle.tolerance))
+        # inside the work folder: what changed between the two releases found is asked of the reference's model,
+        # and the checker runs it
         return _result(package, find, spec, _short(describe_reference(ref) if ref.failed or bundle is not None
                                                    else "no failure on the baseline release " + baseline, 400),
                        chosen, change=change, runner=runner, installs=installs, oracle=str(oracle_spec),
-                       oracle_runs=ref.oracle_runs)
+                       oracle_runs=ref.oracle_runs, evidence=evidence, trust=True)
 
 
 def _reference(model: Model, candidates: Sequence[str], envs: Mapping[str, Environment], folder: Path, *,
@@ -388,6 +411,16 @@ class _Runner:
         self.say(f"  {change.describe()}")
         return change
 
+    def check(self, package: str, older: str, newer: str, evidence: ReleaseEvidence, *,
+              trust: bool) -> dict[str, Any]:
+        """The answer's two claims re-established by the checker (:mod:`.releases_claims`), as its record."""
+        claims = release_claims(package, self.find, older, newer, model=evidence[1],
+                                spec_of=lambda v: spec_in(self.spec, self.envs[v].python))
+        audit = check_answer(claims, evidence, trust=trust, say=self.say)
+        for claim in audit.claims:
+            self.say(f"  {claim.statement}: {claim.verdict} ({_short(claim.evidence, 300)})")
+        return audit_record(audit)
+
     def answer(self, version: str) -> Answer:
         if version not in self.tested:
             self.tested[version] = self.run(version)
@@ -493,7 +526,7 @@ _STATUS = {FOUND: "found", OLDEST_CHANGED: "present-in-oldest", NEWEST_UNCHANGED
 
 def _result(package: str, find: str, spec: BackendSpec, recorded: str, versions: Sequence[str], *,
             change: Change, runner: _Runner, installs: int, oracle: str | None = None,
-            oracle_runs: int = 0) -> ReleaseSearch:
+            oracle_runs: int = 0, evidence: ReleaseEvidence | None = None, trust: bool = False) -> ReleaseSearch:
     def at(index: int | None) -> str | None:
         return None if index is None else versions[index]
 
@@ -505,6 +538,8 @@ def _result(package: str, find: str, spec: BackendSpec, recorded: str, versions:
         last_good, first_bad, last_bad, first_fixed = None, None, before, after
     tested = {v: runner.tested[v] for v in versions if v in runner.tested}
     changed = runner.what_changed(before, after) if before is not None and after is not None else None
+    audit = runner.check(package, before, after, evidence, trust=trust) \
+        if before is not None and after is not None and evidence is not None else None
     return ReleaseSearch(
         package=package, find=find, target=str(spec), recorded=recorded,
         versions=tuple(versions), status=_STATUS.get(change.status, "untestable"), last_good=last_good,
@@ -512,7 +547,7 @@ def _result(package: str, find: str, spec: BackendSpec, recorded: str, versions:
         skipped_between=tuple(versions[i] for i in change.unknown_between), tested=tested, installs=installs,
         runs=runner.runs, releases_run=sum(1 for run in tested.values() if run.runs > 0),
         python=f"Python {sys.version_info.major}.{sys.version_info.minor}, {platform.system()} {platform.machine()}",
-        oracle=oracle, oracle_runs=oracle_runs, changed=changed)
+        oracle=oracle, oracle_runs=oracle_runs, changed=changed, audit=audit)
 
 
 def _paragraph(r: ReleaseSearch) -> str:
@@ -530,6 +565,11 @@ def _paragraph(r: ReleaseSearch) -> str:
         where = f"{failure} {verb} {r.package} {new}: {old} is the last {'good' if r.find == 'bad' else 'bad'} " \
                 f"release, {new} the first {'bad' if r.find == 'bad' else 'fixed'}; the bad one fails the same " \
                 f"way{how}."
+        held, checked = confirmed_words(r.audit)
+        if not held:  # the search's answer, not a fact: the checker's plain runs say which claim fails
+            where = f"The search names {r.package} {new} as the first {'bad' if r.find == 'bad' else 'fixed'} " \
+                    f"release and {old} as the last {'good' if r.find == 'bad' else 'bad'} for the" + failure[3:] + "."
+        where += f" {checked}" if checked else ""
         if r.skipped_between:
             where += f" Releases between them could not be tested ({', '.join(r.skipped_between)}): the change " \
                      "may be in one of them."

@@ -96,8 +96,11 @@ def model_reference(model: Model, *, oracle: BackendSpec, target: BackendSpec, w
                   "after": sorted(after)}
     outputs = list(model.output_names)
     report = {"signature": signature.to_json(), "identity": record, "versions": versions,
-              "noise_floor": None if floor is None else floor.to_json(), "target_message": message,
-              "original_nodes": len(model.nodes), "final_nodes": len(model.nodes)}
+              "noise_floor": None if floor is None else floor.to_json(), "target_message": _as_recorded(result, message) if bundle is None else message,
+              "original_nodes": len(model.nodes), "final_nodes": len(model.nodes),
+              # each output's verdict and score on the baseline, as a bundle records them (the checker reads them)
+              "outputs": [s.to_json() for s in result.comparison.outputs]
+              if bundle is None and result.comparison is not None else []}
     oracle_outputs = {name: np.array(result.oracle_run.outputs[name]) for name in outputs}
     reference = LoadedBundle(
         path=workdir, source=Path(model.origin or model.path or workdir), report=report,
@@ -105,6 +108,13 @@ def model_reference(model: Model, *, oracle: BackendSpec, target: BackendSpec, w
         signature=signature, target_message=message, inputs=load_inputs(result.inputs_path, model),
         oracle_outputs=oracle_outputs, target_outputs={}, environment={})
     return ModelReference(reference, result)
+
+
+def _as_recorded(result: CompareResult, message: str | None) -> str | None:
+    """The baseline's crash message as ``reduce`` writes a bundle's ``target_message`` (``ErrorType: message``),
+    which the checker reads (the search's own matching keeps ``message``)."""
+    run = result.target_run
+    return None if message is None else f"{run.error_type or ''}: {run.message or ''}".strip(": ")
 
 
 def _identity(result: CompareResult) -> Identity | None:

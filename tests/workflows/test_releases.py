@@ -22,6 +22,7 @@ import subprocess
 import zipfile
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import onnx
 import pytest
@@ -35,6 +36,7 @@ from graphbisect.errors import InputError
 from graphbisect.examples.patterns import pattern_model
 from graphbisect.releases.environments import prepare_environments
 from graphbisect.releases.index import index_versions
+from graphbisect.releases.search import FOUND, Change
 from graphbisect.workflows.releases import search_releases
 from graphbisect.workflows.releases_change import release_change
 from tests.ort_releases import _root
@@ -304,3 +306,44 @@ def test_what_changed_between_two_releases_compares_passes_as_optimizers(layerno
     assert change.older.region == ("LayerNormalization (named by no pass)",)
     assert change.newer.region == ("LayerNormalization made by LayerNormFusion",)
     assert "in 1.20.1 and not in 1.17.3: none" in change.describe()
+
+
+def test_the_answer_is_checked_by_plain_runs_and_a_wrong_one_is_caught(opset22_bundle: Path, cache: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checker re-establishes the two claims an answer rests on, with 2 target runs and 1 oracle run: the
+    honest answer (1.20.1 still refuses the model as recorded, 1.21.0 runs it right) holds; a wrong answer the
+    search is made to give (1.21.0 the last bad, 1.22.1 the first fixed) is caught — 1.21.0 does not fail — and is
+    not stated as a fact, in the paragraph, the --json audit nor the bundle's Releases section."""
+    versions = ["1.20.1", "1.21.0", "1.22.1"]
+    with load_bundle(opset22_bundle) as bundle:
+        honest = search_releases(bundle, "onnxruntime", versions=versions, find="fixed", cache=cache, repeat=1)
+    assert (honest.last_bad, honest.first_fixed) == ("1.20.1", "1.21.0")
+    assert honest.audit is not None and honest.audit["holds"] is True and honest.confirmed
+    assert honest.audit["runs"] == {"oracle": 1, "target": 2}
+    assert [c["id"] for c in honest.audit["claims"]] == ["last_bad", "first_fixed"]
+    assert "The checker re-established both with 2 target and 1 oracle plain runs" in honest.paragraph
+    assert "is fixed in onnxruntime 1.21.0" in honest.paragraph
+
+    def wrong(n: int, ask: Any) -> Change:  # the search's bookkeeping, wrong by one release
+        ask(1), ask(2)
+        return Change(FOUND, 1, 2, (), (1, 2))
+
+    monkeypatch.setattr("graphbisect.workflows.releases.find_change", wrong)
+    out = opset22_bundle.parent / "wrong.json"
+    code = main(["releases", str(opset22_bundle), "--package", "onnxruntime", "--versions", ",".join(versions),
+                 "--find", "fixed", "--cache", str(cache), "--repeat", "1", "--json", str(out)])
+    assert code == 0
+    found = json.loads(out.read_text())
+    assert (found["last_bad"], found["first_fixed"]) == ("1.21.0", "1.22.1")
+    held = {c["id"]: c["holds"] for c in found["audit"]["claims"]}
+    assert held == {"last_bad": False, "first_fixed": True} and found["audit"]["holds"] is False
+    assert "within tolerance" in found["audit"]["claims"][0]["evidence"]
+    assert "is fixed in" not in found["paragraph"]
+    assert "NOT confirmed by the checker's 2 target and 1 oracle plain runs" in found["paragraph"]
+    assert "onnxruntime 1.21.0 fails the same way as the recorded failure: DOES NOT HOLD" in found["paragraph"]
+    report_md = (opset22_bundle / "report.md").read_text()
+    assert "**last bad 1.21.0, first fixed 1.22.1** — the search's answer, NOT confirmed by the checker" in report_md
+    assert "**DOES NOT HOLD**" in report_md
+    recorded = json.loads((opset22_bundle / "report.json").read_text())
+    assert recorded["releases"]["fixed"]["audit"]["holds"] is False
+

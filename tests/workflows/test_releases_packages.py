@@ -98,6 +98,8 @@ def test_the_openvino_release_that_runs_an_op_it_refused_is_found(mish_model: Pa
     assert found["skipped_between"] == ["2024.0.0"]
     assert "is fixed in openvino 2024.6.0" in found["paragraph"] and "(2024.0.0): the change may be" in \
         found["paragraph"]
+    # the checker matches 2023.3.0's refusal to the baseline's message as a bundle records it (ErrorType: message)
+    assert found["audit"]["holds"] is True and found["audit"]["runs"] == {"oracle": 1, "target": 2}
 
 
 def test_on_a_bundle_the_openvino_release_that_fixed_a_wrong_shape_is_found(cache: Path, tmp_path: Path) -> None:
