@@ -24,6 +24,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import pytest
 
@@ -347,3 +348,57 @@ def test_the_answer_is_checked_by_plain_runs_and_a_wrong_one_is_caught(opset22_b
     recorded = json.loads((opset22_bundle / "report.json").read_text())
     assert recorded["releases"]["fixed"]["audit"]["holds"] is False
 
+
+def _qdq_conv_with_float_bias() -> onnx.ModelProto:
+    """A fake-quantized Conv as quantization-aware exporters write it (onnxruntime#24398's SimpleConv: Q/DQ on the
+    input, DQ on int8 weights, the bias left in float). ONNX Runtime 1.21.0 added WeightBiasQuantization
+    (onnxruntime#22889), which quantizes that bias to int32 with scale input_scale * weight_scale: 0.3 and -0.1
+    on a 0.5 grid become 0.5 and 0, so every output is off by 0.2 and 0.1 (~700× the default tolerance)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    values = {"xs": np.array(1.0, np.float32), "xz": np.array(0, np.int8),
+              "wq": np.array([1, 3], np.int8).reshape(2, 1, 1, 1), "ws": np.array([0.5, 0.5], np.float32),
+              "wz": np.array([0, 0], np.int8), "b": np.array([0.3, -0.1], np.float32)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0),
+             helper.make_node("Conv", ["xd", "wd", "b"], ["y"])]
+    graph = helper.make_graph(nodes, "qdq_conv_float_bias", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                                           [1, 1, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])],
+                              [numpy_helper.from_array(value, name) for name, value in values.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def _range_or_versions(within: str, versions: list[str]) -> list[str]:
+    """``--range within`` where the package index answers, else the same releases named (offline)."""
+    try:
+        listed = index_versions("onnxruntime")
+    except InputError:
+        return ["--versions", ",".join(versions)]
+    return ["--range", within] if set(versions) <= set(listed) else ["--versions", ",".join(versions)]
+
+
+def test_a_real_wrong_result_regression_is_found_in_the_release_that_introduced_it(cache: Path,
+                                                                                  tmp_path: Path) -> None:
+    """onnxruntime#24398 ("Numerical mismatch between ORT 1.21.0 and PyTorch" on a quantized SimpleConv;
+    "Downgrading ORT to 1.20.2 solves this issue"): the first bad release is 1.21.0, and what changed is the pass
+    onnxruntime#22889 added, WeightBiasQuantization; both claims re-established by the checker. Looked at the other
+    way, 1.22.0 computes it right again (measured here: it no longer fires the pass on this model)."""
+    model = tmp_path / "qdq_conv.onnx"
+    onnx.save(_qdq_conv_with_float_bias(), model)
+    out = tmp_path / "bad.json"
+    assert main(["releases", str(model), "--package", "onnxruntime", "--cache", str(cache), "--json", str(out),
+                 *_range_or_versions("1.20.1..1.21.1", ["1.20.1", "1.21.0", "1.21.1"])]) == 0
+    found = json.loads(out.read_text())
+    assert (found["last_good"], found["first_bad"]) == ("1.20.1", "1.21.0")
+    assert found["tested"]["1.21.0"]["magnitude"] > 100 and found["installs"] == 0
+    assert "WeightBiasQuantization" in found["changed"]["only_newer"]
+    assert found["audit"]["holds"] is True and found["audit"]["runs"] == {"oracle": 1, "target": 2}
+    assert "first appears in onnxruntime 1.21.0" in found["paragraph"]
+    fixed = tmp_path / "fixed.json"
+    assert main(["releases", str(model), "--package", "onnxruntime", "--cache", str(cache), "--json", str(fixed),
+                 "--find", "fixed", *_range_or_versions("1.21.0..1.22.1", ["1.21.0", *MORE[1:], "1.22.1"])]) == 0
+    gone = json.loads(fixed.read_text())
+    assert (gone["last_bad"], gone["first_fixed"]) == ("1.21.1", "1.22.0") and gone["audit"]["holds"] is True
+    assert "WeightBiasQuantization" in gone["changed"]["only_older"]
