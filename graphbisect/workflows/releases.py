@@ -202,8 +202,8 @@ def search_releases(bundle: LoadedBundle, package: str, *, versions: Sequence[st
                                            installer=installer, say=say)
     runner = _Runner(bundle, spec, envs, repeat=repeat, find=find, recipe=recipe_of(package), say=say)
     change = runner.search(chosen)
-    evidence: ReleaseEvidence = (str(bundle.oracle), bundle.model_path, bundle.inputs, bundle.report,
-                                 Limits.from_report(bundle.report.get("tolerance")))
+    evidence = ReleaseEvidence(str(bundle.oracle), bundle.model_path, bundle.inputs, bundle.report,
+                               Limits.from_report(bundle.report.get("tolerance")))
     return _result(package, find, spec, _short(bundle.signature.describe()), chosen, change=change, runner=runner,
                    installs=installs, evidence=evidence, trust=trust)
 
@@ -257,8 +257,8 @@ def search_releases_model(model: Model | Path | str, package: str, *, oracle: Ba
             runner.tested[baseline] = _baseline_run(baseline, ref, envs[baseline])
         change = runner.search(chosen)
         # the failure another bundle records is of another model: none of this model's for the checker to match
-        evidence: ReleaseEvidence = (str(oracle_spec), ref.bundle.model_path, ref.bundle.inputs,
-                                     ref.bundle.report if bundle is None else None, limits_of(ref.bundle.tolerance))
+        evidence = ReleaseEvidence(str(oracle_spec), ref.bundle.model_path, ref.bundle.inputs,
+                                   ref.bundle.report if bundle is None else None, limits_of(ref.bundle.tolerance))
         # inside the work folder: what changed between the two releases found is asked of the reference's model,
         # and the checker runs it
         return _result(package, find, spec, _short(describe_reference(ref) if ref.failed or bundle is not None
@@ -414,7 +414,7 @@ class _Runner:
     def check(self, package: str, older: str, newer: str, evidence: ReleaseEvidence, *,
               trust: bool) -> dict[str, Any]:
         """The answer's two claims re-established by the checker (:mod:`.releases_claims`), as its record."""
-        claims = release_claims(package, self.find, older, newer, model=evidence[1],
+        claims = release_claims(package, self.find, older, newer, model=evidence.model,
                                 spec_of=lambda v: spec_in(self.spec, self.envs[v].python))
         audit = check_answer(claims, evidence, trust=trust, say=self.say)
         for claim in audit.claims:

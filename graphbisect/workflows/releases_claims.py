@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +40,16 @@ __all__ = ["ReleaseEvidence", "audit_record", "check_answer", "confirmed_words",
 
 log = logging.getLogger(__name__)
 
-#: What the checker is given of a search: the oracle (spec, model file), the inputs, the recorded failure as a
-#: ``report.json`` records it, the limits to compare under, and how each release's target spec is written.
-ReleaseEvidence = tuple[str, Path, Mapping[str, Any], Mapping[str, Any] | None, Limits]
+@dataclass(frozen=True)
+class ReleaseEvidence:
+    """What the checker is given of a search: the ``oracle`` spec and the ``model`` file both run, the ``inputs``,
+    the failure as a ``report.json`` records it (``recorded``; None: none of this model's), and the ``limits``."""
+
+    oracle: str
+    model: Path
+    inputs: Mapping[str, Any]
+    recorded: Mapping[str, Any] | None
+    limits: Limits
 
 
 def release_claims(package: str, find: str, older: str, newer: str, *, spec_of: Callable[[str], str],
@@ -67,20 +75,20 @@ def check_answer(claims: list[ConfigurationClaim], evidence: ReleaseEvidence, *,
     then not established, and says why."""
     from graphbisect.checker.configurations import check_configurations
 
-    oracle, model, inputs, recorded, limits = evidence
+    oracle, recorded = evidence.oracle, evidence.recorded
     untrusted = untrusted_options(oracle)
     if untrusted and not trust:
         why = (f"the recorded oracle {oracle} sets options not known to be inert "
                f"({'; '.join(u.describe() for u in untrusted)}): not run without --trust")
-        return Audit(str(model), tuple(Claim(c.id, c.statement, None, why) for c in claims), {}, 0.0)
+        return Audit(str(evidence.model), tuple(Claim(c.id, c.statement, None, why) for c in claims), {}, 0.0)
     identity = (recorded or {}).get("identity") or {}
     compiled = identity.get("compiled_kind") if isinstance(identity, Mapping) else None
     compiled_as = (str(compiled), identity.get("made_by")) if compiled else None
     if say is not None:
         say(f"checking the answer's {len(claims)} claims with plain runs (the checker): the oracle {oracle} once, "
             "each release's target once")
-    return check_configurations(oracle, model, inputs, claims, limits, compiled_as=compiled_as, workdir=workdir,
-                                recorded=recorded)
+    return check_configurations(oracle, evidence.model, evidence.inputs, claims, evidence.limits,
+                                compiled_as=compiled_as, workdir=workdir, recorded=recorded)
 
 
 def audit_record(audit: Audit) -> dict[str, Any]:

@@ -96,7 +96,8 @@ def model_reference(model: Model, *, oracle: BackendSpec, target: BackendSpec, w
                   "after": sorted(after)}
     outputs = list(model.output_names)
     report = {"signature": signature.to_json(), "identity": record, "versions": versions,
-              "noise_floor": None if floor is None else floor.to_json(), "target_message": _as_recorded(result, message) if bundle is None else message,
+              "noise_floor": None if floor is None else floor.to_json(),
+              "target_message": _as_recorded(result, message) if bundle is None else message,
               "original_nodes": len(model.nodes), "final_nodes": len(model.nodes),
               # each output's verdict and score on the baseline, as a bundle records them (the checker reads them)
               "outputs": [s.to_json() for s in result.comparison.outputs]
