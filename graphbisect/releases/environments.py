@@ -200,13 +200,29 @@ def _environment(recipe: Recipe, version: str, root: Path, tool: _Installer) -> 
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def _uv_lines(stderr: str) -> list[str]:
+    """uv's ``error:`` and ``cause:`` lines, each with the lines uv wrapped it onto (it wraps at the terminal's
+    width, ``COLUMNS``: "... a matching Python" / "ABI tag ...")."""
+    found: list[str] = []
+    wrapped = False
+    for line in stderr.splitlines():
+        text = line.strip()
+        if text.startswith(("error:", "cause:")):
+            found.append(text.removeprefix("error: ").removeprefix("cause: "))
+            wrapped = True
+        elif wrapped and text and line[:1].isspace():
+            found[-1] += " " + text
+        else:
+            wrapped = False
+    return found
+
+
 def _install_error(stderr: str) -> str:
     """The installer's own error lines: pip's (``ERROR: No matching distribution found for ...``), uv's
     (``error: No solution found ...``, ``cause: Because ... has no wheels with a matching Python ABI tag``), else
     its last line."""
     lines = [re.sub(r" \(from versions: [^)]*\)", "", line.removeprefix("ERROR: ").strip())
              for line in stderr.splitlines() if line.startswith("ERROR")]
-    lines = lines or [line.strip().removeprefix("error: ").removeprefix("cause: ") for line in stderr.splitlines()
-                      if line.strip().startswith(("error:", "cause:"))]
+    lines = lines or _uv_lines(stderr)
     text = "; ".join(lines) or (stderr.strip().splitlines() or ["the installer failed"])[-1]
     return text[-500:]

@@ -96,3 +96,18 @@ def test_uv_makes_an_environment_that_runs_the_release(tmp_path: Path) -> None:
     assert ran.stdout.split()[0] == "1.16.2"
     again = prepare_environments("onnx", ["1.16.2"], cache=tmp_path, use_host=False)["1.16.2"]
     assert not again.installed and again.python == made.python
+
+
+def test_a_uv_error_wrapped_at_the_terminals_width_is_read_whole(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """uv wraps its ``cause:`` line at ``COLUMNS`` (pytest's terminal is narrow): the reason keeps the wrapped part."""
+    from graphbisect.releases.environments import find_uv
+
+    if find_uv() is None:
+        pytest.skip("no uv here")
+    monkeypatch.setenv("COLUMNS", "60")
+    error = prepare_environments("onnxruntime", ["1.14.1"], cache=tmp_path, use_host=False,
+                                 installer="uv")["1.14.1"].error or ""
+    if "No solution found" not in error:
+        pytest.skip(f"no package index: {error}")
+    assert "has no wheels with a matching Python ABI tag" in error, error
