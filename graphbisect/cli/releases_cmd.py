@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         atomic_write_text(args.json, json.dumps(result.to_json(), indent=1) + "\n")
         print(f"wrote {args.json}")
-    return 0 if result.found else 1
+    return 0 if result.found and not result.refuted else 1  # an answer the checker refutes is none found
 
 
 def _add_section(source: Path, result: ReleaseSearch) -> None:

@@ -147,6 +147,11 @@ class ReleaseSearch:
         return confirmed_words(self.audit)[0]
 
     @property
+    def refuted(self) -> bool:
+        """Whether the checker's plain runs show a claim of the answer false (not merely not established)."""
+        return any(c.get("holds") is False for c in (self.audit or {}).get("claims", ()))
+
+    @property
     def found(self) -> bool:
         """Whether the release where it changed was found."""
         return self.status == "found"
