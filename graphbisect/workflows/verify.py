@@ -63,7 +63,8 @@ REPRODUCES, FIXED, DIFFERENT = "reproduces", "fixed", "different"
 #: matched by its kind alone (a reduction by kind may drift to another defect of the same kind, e.g. a sibling
 #: fusion's), and the original was not re-checked (``--model``). Never "fixed" to a CI job (exit 4).
 FIXED_REDUCED = "fixed-reduced"
-#: The target ran, but the recorded failure is a Python check's verdict and no check was given to re-judge it.
+#: The target ran, but the recorded failure is a Python check's verdict and no check was given to re-judge it; or
+#: the checker's plain runs (:mod:`graphbisect.workflows.verify_claims`) did not confirm the search's verdict.
 UNDECIDED = "undecided"
 
 
@@ -86,6 +87,9 @@ class Verification:
     #: role -> {"runs", "compiles", "compile_cache_hits"}: every backend call, compiles included
     #: (:mod:`graphbisect.backends.cost`): the target's run, and with ``original`` its comparison's runs
     backend_calls: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: the checker's record of the verdict (:mod:`graphbisect.workflows.verify_claims`): ``checked``, ``verdict``
+    #: (the search's word), ``holds``, ``evidence`` or ``why_not``, ``runs`` (its plain runs); None: not asked
+    audit: Mapping[str, Any] | None = None
 
     @property
     def invocations(self) -> dict[str, int]:
@@ -129,6 +133,7 @@ class Verification:
             "original": None if self.original is None else dict(self.original),
             "invocations": self.invocations,
             "backend_calls": {role: dict(calls) for role, calls in self.backend_calls.items()},
+            "audit": None if self.audit is None else dict(self.audit),
         }
 
 
@@ -143,7 +148,11 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None,
     ``check``: the Python output check the bundle was reduced with (``reduce(check=...)``), which judges a
     completed run as it did then; without it such a run is :data:`UNDECIDED`. Raises
     :class:`~graphbisect.errors.InputError` for a ``check`` on a bundle that no Python check judged.
+    The verdict is then re-established by the checker (:func:`~graphbisect.workflows.verify_claims.check_verdict`:
+    ``audit``), and is :data:`UNDECIDED` where the checker finds it false.
     """
+    from graphbisect.workflows.verify_claims import check_verdict
+
     spec = BackendSpec.parse(target) if isinstance(target, str) else (target or bundle.target)
     require_trust(bundle, ["target"] if target is None else [], trust=trust)
     # The bundle model's names leave every crash message compared here, the recorded one too (a bundle written
@@ -175,14 +184,15 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None,
         calls = {"target": backend.cost.to_json()}
     result = dataclasses.replace(result, outputs=copied)
     if judged == JUDGE_PYTHON_CHECK and check is None and result.ok:
-        return Verification(UNDECIDED, recorded, verdict.signature, spec, result, verdict.comparison,
+        return check_verdict(Verification(UNDECIDED, recorded, verdict.signature, spec, result, verdict.comparison,
                             "the recorded failure is the verdict of a Python check (graphbisect.reduce(check=...)), "
                             "which a bundle cannot hold; the tolerance decides nothing here. Re-judge with "
                             "graphbisect.verify(BUNDLE, check=your_check)", bundle.target_message, judged,
-                            backend_calls=calls)
-    return dataclasses.replace(_classify(bundle, spec, result, verdict.comparison, verdict.signature,
-                                         recorded=recorded, names=names, other_identity=other, releases=releases,
-                                         same_note=how), judged_by=judged, backend_calls=calls)
+                            backend_calls=calls), bundle, trust=trust)
+    decided = dataclasses.replace(_classify(bundle, spec, result, verdict.comparison, verdict.signature,
+                                            recorded=recorded, names=names, other_identity=other, releases=releases,
+                                            same_note=how), judged_by=judged, backend_calls=calls)
+    return check_verdict(decided, bundle, trust=trust)  # the checker re-establishes the verdict, or undecided
 
 
 def another_release(bundle: LoadedBundle, result: RunResult) -> str | None:
@@ -267,8 +277,10 @@ def recheck_original(verification: Verification, bundle: LoadedBundle, model: Pa
         elif outcome == FIXED_REDUCED and not same:
             note = (f"{model} is not the model this bundle was reduced from (another fingerprint): its run shows "
                     "nothing about that model; re-check with the original")
+    audit = verification.audit if verification.audit is None else {
+        **verification.audit, "original": "not checked by the checker: the original's verdict is this comparison's"}
     return dataclasses.replace(verification, outcome=outcome, note=note, original=original,
-                               backend_calls=calls.to_json())
+                               backend_calls=calls.to_json(), audit=audit)
 
 
 #: The roles of the specs a bundle records (``report.json``) that ``verify`` may run: the target (re-run on the
