@@ -16,7 +16,8 @@ session config key or compiler flag naming a file) runs only with ``--trust`` (t
 docs/security.md; ``--target``/``--oracle`` name your own instead) — and 2 when
 the target ran but the recorded failure is the verdict of a Python output check (``graphbisect.reduce(check=
 callable)``), which a bundle cannot hold and a command line cannot pass: *undecided*, never "fixed" by the
-tolerance; ``graphbisect.verify(BUNDLE, check=...)`` re-judges it.
+tolerance; ``graphbisect.verify(BUNDLE, check=...)`` re-judges it. The verdict is re-established by the checker
+(:mod:`graphbisect.workflows.verify_claims`; the ``checker:`` line): one it finds false is *undecided* (exit 2).
 """
 
 from __future__ import annotations
@@ -179,7 +180,7 @@ def _audit_line(audit: Mapping[str, Any]) -> str:
     if audit.get("holds") is True:
         line = f"checker: confirmed with {cost}: {audit['claim']} ({audit['evidence']})"
     elif audit.get("holds") is False:
-        line = f"checker: NOT confirmed with {cost}: {audit['claim']} does not hold ({audit['evidence']})"
+        line = f"checker: NOT confirmed with {cost}: \"{audit['claim']}\" does not hold ({audit['evidence']})"
     else:
         line = f"checker: {str(audit.get('verdict')).upper()} not checked by the checker: {audit.get('why_not')}"
     return line + (f"\n  {audit['original']}" if audit.get("original") else "")

@@ -58,7 +58,7 @@ def verdict_claim(outcome: str, configuration: Configuration) -> ConfigurationCl
         return None
     verdicts, words = _SHOWS[outcome]
     return ConfigurationClaim(outcome, f"{configuration.spec} {words} on the bundle's model",
-                              tuple((configuration, v) for v in verdicts), ("the target",) * len(verdicts))
+                              tuple((configuration, v) for v in verdicts), tuple(f"the target ({v})" for v in verdicts))
 
 
 def check_verdict(verification: Verification, bundle: LoadedBundle, *, trust: bool = False) -> Verification:
@@ -85,7 +85,7 @@ def check_verdict(verification: Verification, bundle: LoadedBundle, *, trust: bo
     if found.holds is not False:
         return dataclasses.replace(verification, audit=record)
     note = (f"the search said {said.upper()}, and the checker's plain runs do not confirm it: "
-            f"{found.statement} does not hold ({found.evidence})")
+            f"the claim \"{found.statement}\" does not hold ({found.evidence})")
     return dataclasses.replace(verification, outcome="undecided", audit=record,
                                note=note if verification.note is None else f"{note}. The search's note: "
                                f"{verification.note}")
