@@ -53,6 +53,7 @@ from graphbisect.oracle.identity import IdentityCheck
 from graphbisect.oracle.signature import FailureKind, ModelNames, Signature, without_status
 from graphbisect.oracle.tester import Judgement, OutputCheck, judge
 from graphbisect.workflows.probe import describing_spec
+from graphbisect.workflows.verify_claims import check_verdict
 
 __all__ = ["DIFFERENT", "FIXED", "FIXED_REDUCED", "RECORDED_ROLES", "REPRODUCES", "UNDECIDED", "Verification",
            "another_release", "recheck_original", "recorded_spec", "require_trust", "untrusted_target",
@@ -149,10 +150,8 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None,
     completed run as it did then; without it such a run is :data:`UNDECIDED`. Raises
     :class:`~graphbisect.errors.InputError` for a ``check`` on a bundle that no Python check judged.
     The verdict is then re-established by the checker (:func:`~graphbisect.workflows.verify_claims.check_verdict`:
-    ``audit``), and is :data:`UNDECIDED` where the checker finds it false.
+    :attr:`Verification.audit`), and is :data:`UNDECIDED` where the checker finds it false.
     """
-    from graphbisect.workflows.verify_claims import check_verdict
-
     spec = BackendSpec.parse(target) if isinstance(target, str) else (target or bundle.target)
     require_trust(bundle, ["target"] if target is None else [], trust=trust)
     # The bundle model's names leave every crash message compared here, the recorded one too (a bundle written
@@ -184,7 +183,7 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None,
         calls = {"target": backend.cost.to_json()}
     result = dataclasses.replace(result, outputs=copied)
     if judged == JUDGE_PYTHON_CHECK and check is None and result.ok:
-        return check_verdict(Verification(UNDECIDED, recorded, verdict.signature, spec, result, verdict.comparison,
+        return _checked(Verification(UNDECIDED, recorded, verdict.signature, spec, result, verdict.comparison,
                             "the recorded failure is the verdict of a Python check (graphbisect.reduce(check=...)), "
                             "which a bundle cannot hold; the tolerance decides nothing here. Re-judge with "
                             "graphbisect.verify(BUNDLE, check=your_check)", bundle.target_message, judged,
@@ -192,7 +191,18 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None,
     decided = dataclasses.replace(_classify(bundle, spec, result, verdict.comparison, verdict.signature,
                                             recorded=recorded, names=names, other_identity=other, releases=releases,
                                             same_note=how), judged_by=judged, backend_calls=calls)
-    return check_verdict(decided, bundle, trust=trust)  # the checker re-establishes the verdict, or undecided
+    return _checked(decided, bundle, trust=trust)
+
+
+def _checked(verification: Verification, bundle: LoadedBundle, *, trust: bool) -> Verification:
+    """``verification`` with the checker's record (``audit``); :data:`UNDECIDED`, with the search's word and the
+    checker's evidence in its note, where the checker's plain runs find the verdict false."""
+    record, refuted = check_verdict(verification.outcome, str(verification.target), verification.judged_by, bundle,
+                                    trust=trust)
+    if refuted is None:
+        return dataclasses.replace(verification, audit=record)
+    note = refuted if verification.note is None else f"{refuted}. The search's note: {verification.note}"
+    return dataclasses.replace(verification, outcome=UNDECIDED, note=note, audit=record)
 
 
 def another_release(bundle: LoadedBundle, result: RunResult) -> str | None:

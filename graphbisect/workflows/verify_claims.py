@@ -24,8 +24,7 @@ record says why it was not checked. The noise floor is not measured again: the c
 
 from __future__ import annotations
 
-import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from graphbisect.artifacts.bundle import LoadedBundle
 from graphbisect.artifacts.repro import JUDGE_TOLERANCE
@@ -39,9 +38,6 @@ from graphbisect.checker.configurations import (
 )
 from graphbisect.checker.values import Limits
 from graphbisect.workflows.releases_claims import ReleaseEvidence, check_answer
-
-if TYPE_CHECKING:
-    from graphbisect.workflows.verify import Verification
 
 __all__ = ["check_verdict", "verdict_claim"]
 
@@ -61,31 +57,28 @@ def verdict_claim(outcome: str, configuration: Configuration) -> ConfigurationCl
                               tuple((configuration, v) for v in verdicts), tuple(f"the target ({v})" for v in verdicts))
 
 
-def check_verdict(verification: Verification, bundle: LoadedBundle, *, trust: bool = False) -> Verification:
-    """``verification`` with the checker's record (``audit``): its verdict re-established with plain runs, made
-    ``undecided`` where the checker finds it false, kept (and said not checked) where the checker cannot run."""
-    said = verification.outcome
-    claim = verdict_claim(said, Configuration(str(verification.target), bundle.model_path))
-    why_not = (f"the bundle's failure is judged by {verification.judged_by}, which the checker does not implement"
-               if verification.judged_by != JUDGE_TOLERANCE else
+def check_verdict(outcome: str, target: str, judged_by: str, bundle: LoadedBundle, *,
+                  trust: bool = False) -> tuple[dict[str, Any], str | None]:
+    """The checker's record (``audit``) of the verdict ``outcome`` that ``target`` was judged (by ``judged_by``)
+    to show on ``bundle``, re-established with plain runs; and, where the checker finds it false, the note of an
+    ``undecided`` verdict (None: the verdict stands, checked or said not checked)."""
+    claim = verdict_claim(outcome, Configuration(target, bundle.model_path))
+    why_not = (f"the bundle's failure is judged by {judged_by}, which the checker does not implement"
+               if judged_by != JUDGE_TOLERANCE else
                "the verdict is undecided: it claims nothing" if claim is None else None)
     if why_not is not None or claim is None:
-        return dataclasses.replace(verification, audit={"checked": False, "verdict": said, "holds": None,
-                                                        "why_not": why_not, "runs": {}})
+        return {"checked": False, "verdict": outcome, "holds": None, "why_not": why_not, "runs": {}}, None
     evidence = ReleaseEvidence(str(bundle.oracle), bundle.model_path, bundle.inputs, bundle.report,
                                Limits.from_report(bundle.report.get("tolerance")))
     audit = check_answer([claim], evidence, trust=trust)
     found = audit.claims[0]
     record: dict[str, Any] = {
-        "checked": found.holds is not None, "verdict": said, "holds": found.holds, "claim": found.statement,
+        "checked": found.holds is not None, "verdict": outcome, "holds": found.holds, "claim": found.statement,
         "evidence": found.evidence, "why_not": None if found.holds is not None else found.evidence,
         "runs": audit.runs, "calls": {role: dict(c) for role, c in audit.calls.items()},
         "seconds": round(audit.seconds, 3),
         "note": "judged by the tolerance alone (the noise floor is not measured again)"}
     if found.holds is not False:
-        return dataclasses.replace(verification, audit=record)
-    note = (f"the search said {said.upper()}, and the checker's plain runs do not confirm it: "
-            f"the claim \"{found.statement}\" does not hold ({found.evidence})")
-    return dataclasses.replace(verification, outcome="undecided", audit=record,
-                               note=note if verification.note is None else f"{note}. The search's note: "
-                               f"{verification.note}")
+        return record, None
+    return record, (f"the search said {outcome.upper()}, and the checker's plain runs do not confirm it: "
+                    f"the claim \"{found.statement}\" does not hold ({found.evidence})")
