@@ -448,6 +448,8 @@ def verify(bundle: str | os.PathLike[str], *, target: str | None = None, trust: 
     only with ``trust=True`` (a bundle is a download; see docs/security.md).
     A bundle reduced with a Python ``check`` is judged by the ``check`` given here (the same callable); without
     it a run that completed is ``"undecided"``, since the tolerance may accept what the check rejected.
+    The verdict is re-established by the independent checker with plain runs (``audit``); one it finds false
+    is ``"undecided"``.
     ``model``: the model the bundle was reduced from, re-checked on the same target (``original``: whether it
     still fails; ``inputs`` its inputs, default the seeded random ones ``reduce`` draws).
 

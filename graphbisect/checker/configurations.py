@@ -219,7 +219,7 @@ class _Configurations:
             mark = {True: "as claimed", False: "NOT as claimed", None: "undecided"}[holds]
             parts.append(f"{label}: {text} ({mark})")
         result = False if False in held else None if None in held else True
-        count = len(claim.configurations)
+        count = len({c.key for c, _ in claim.configurations})  # a configuration named twice runs once
         runs = "a plain run" if count == 1 else f"{count} plain runs"
         return Claim(claim.id, claim.statement, result, f"{runs}: " + "; ".join(parts), each=tuple(held))
 

@@ -16,7 +16,8 @@ session config key or compiler flag naming a file) runs only with ``--trust`` (t
 docs/security.md; ``--target``/``--oracle`` name your own instead) — and 2 when
 the target ran but the recorded failure is the verdict of a Python output check (``graphbisect.reduce(check=
 callable)``), which a bundle cannot hold and a command line cannot pass: *undecided*, never "fixed" by the
-tolerance; ``graphbisect.verify(BUNDLE, check=...)`` re-judges it.
+tolerance; ``graphbisect.verify(BUNDLE, check=...)`` re-judges it. The verdict is re-established by the checker
+(:mod:`graphbisect.workflows.verify_claims`; the ``checker:`` line): one it finds false is *undecided* (exit 2).
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from graphbisect.artifacts.bundle import load_bundle
 from graphbisect.artifacts.environment import describe_ran_with
@@ -146,6 +149,9 @@ def _print(v: Verification) -> None:
     elif v.outcome == FIXED_REDUCED:
         print(f"\nFIXED ON THE REDUCED MODEL ONLY: {target} {_FIXED_BY.get(v.judged_by, 'agrees with the oracle')} "
               "on this bundle; not shown for the original (exit 4, see the note).")
+    elif v.outcome == UNDECIDED and v.audit is not None and v.audit.get("holds") is False:
+        print(f"\nUNDECIDED: the search said {str(v.audit['verdict']).upper()} on {target}; the checker's plain "
+              "runs do not confirm it (see the note).")
     elif v.outcome == UNDECIDED:
         print(f"\nUNDECIDED: {target} ran; the tolerance's comparison above decides nothing (see the note).")
     else:
@@ -163,3 +169,18 @@ def _print(v: Verification) -> None:
         if not o["recorded_model"]:
             print("  (not the model this bundle records: its content fingerprint differs)")
     print(f"invocations: {describe_calls(v.invocations, v.backend_calls)}")
+    if v.audit is not None:
+        print(_audit_line(v.audit))
+
+
+def _audit_line(audit: Mapping[str, Any]) -> str:
+    """The checker's line: what it re-established with how many plain runs, or why it did not."""
+    runs = audit.get("runs") or {}
+    cost = f"{runs.get('target', 0)} target and {runs.get('oracle', 0)} oracle plain runs"
+    if audit.get("holds") is True:
+        line = f"checker: confirmed with {cost}: {audit['claim']} ({audit['evidence']})"
+    elif audit.get("holds") is False:
+        line = f"checker: NOT confirmed with {cost}: \"{audit['claim']}\" does not hold ({audit['evidence']})"
+    else:
+        line = f"checker: {str(audit.get('verdict')).upper()} not checked by the checker: {audit.get('why_not')}"
+    return line + (f"\n  {audit['original']}" if audit.get("original") else "")

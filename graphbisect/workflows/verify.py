@@ -53,6 +53,7 @@ from graphbisect.oracle.identity import IdentityCheck
 from graphbisect.oracle.signature import FailureKind, ModelNames, Signature, without_status
 from graphbisect.oracle.tester import Judgement, OutputCheck, judge
 from graphbisect.workflows.probe import describing_spec
+from graphbisect.workflows.verify_claims import check_verdict
 
 __all__ = ["DIFFERENT", "FIXED", "FIXED_REDUCED", "RECORDED_ROLES", "REPRODUCES", "UNDECIDED", "Verification",
            "another_release", "recheck_original", "recorded_spec", "require_trust", "untrusted_target",
@@ -63,7 +64,8 @@ REPRODUCES, FIXED, DIFFERENT = "reproduces", "fixed", "different"
 #: matched by its kind alone (a reduction by kind may drift to another defect of the same kind, e.g. a sibling
 #: fusion's), and the original was not re-checked (``--model``). Never "fixed" to a CI job (exit 4).
 FIXED_REDUCED = "fixed-reduced"
-#: The target ran, but the recorded failure is a Python check's verdict and no check was given to re-judge it.
+#: The target ran, but the recorded failure is a Python check's verdict and no check was given to re-judge it; or
+#: the checker's plain runs (:mod:`graphbisect.workflows.verify_claims`) did not confirm the search's verdict.
 UNDECIDED = "undecided"
 
 
@@ -86,6 +88,9 @@ class Verification:
     #: role -> {"runs", "compiles", "compile_cache_hits"}: every backend call, compiles included
     #: (:mod:`graphbisect.backends.cost`): the target's run, and with ``original`` its comparison's runs
     backend_calls: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: the checker's record of the verdict (:mod:`graphbisect.workflows.verify_claims`): ``checked``, ``verdict``
+    #: (the search's word), ``holds``, ``evidence`` or ``why_not``, ``runs`` (its plain runs); None: not asked
+    audit: Mapping[str, Any] | None = None
 
     @property
     def invocations(self) -> dict[str, int]:
@@ -129,6 +134,7 @@ class Verification:
             "original": None if self.original is None else dict(self.original),
             "invocations": self.invocations,
             "backend_calls": {role: dict(calls) for role, calls in self.backend_calls.items()},
+            "audit": None if self.audit is None else dict(self.audit),
         }
 
 
@@ -143,6 +149,8 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None,
     ``check``: the Python output check the bundle was reduced with (``reduce(check=...)``), which judges a
     completed run as it did then; without it such a run is :data:`UNDECIDED`. Raises
     :class:`~graphbisect.errors.InputError` for a ``check`` on a bundle that no Python check judged.
+    The verdict is then re-established by the checker (:func:`~graphbisect.workflows.verify_claims.check_verdict`:
+    :attr:`Verification.audit`), and is :data:`UNDECIDED` where the checker finds it false.
     """
     spec = BackendSpec.parse(target) if isinstance(target, str) else (target or bundle.target)
     require_trust(bundle, ["target"] if target is None else [], trust=trust)
@@ -175,14 +183,26 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None,
         calls = {"target": backend.cost.to_json()}
     result = dataclasses.replace(result, outputs=copied)
     if judged == JUDGE_PYTHON_CHECK and check is None and result.ok:
-        return Verification(UNDECIDED, recorded, verdict.signature, spec, result, verdict.comparison,
+        return _checked(Verification(UNDECIDED, recorded, verdict.signature, spec, result, verdict.comparison,
                             "the recorded failure is the verdict of a Python check (graphbisect.reduce(check=...)), "
                             "which a bundle cannot hold; the tolerance decides nothing here. Re-judge with "
                             "graphbisect.verify(BUNDLE, check=your_check)", bundle.target_message, judged,
-                            backend_calls=calls)
-    return dataclasses.replace(_classify(bundle, spec, result, verdict.comparison, verdict.signature,
-                                         recorded=recorded, names=names, other_identity=other, releases=releases,
-                                         same_note=how), judged_by=judged, backend_calls=calls)
+                            backend_calls=calls), bundle, trust=trust)
+    decided = dataclasses.replace(_classify(bundle, spec, result, verdict.comparison, verdict.signature,
+                                            recorded=recorded, names=names, other_identity=other, releases=releases,
+                                            same_note=how), judged_by=judged, backend_calls=calls)
+    return _checked(decided, bundle, trust=trust)
+
+
+def _checked(verification: Verification, bundle: LoadedBundle, *, trust: bool) -> Verification:
+    """``verification`` with the checker's record (``audit``); :data:`UNDECIDED`, with the search's word and the
+    checker's evidence in its note, where the checker's plain runs find the verdict false."""
+    record, refuted = check_verdict(verification.outcome, str(verification.target), verification.judged_by, bundle,
+                                    trust=trust)
+    if refuted is None:
+        return dataclasses.replace(verification, audit=record)
+    note = refuted if verification.note is None else f"{refuted}. The search's note: {verification.note}"
+    return dataclasses.replace(verification, outcome=UNDECIDED, note=note, audit=record)
 
 
 def another_release(bundle: LoadedBundle, result: RunResult) -> str | None:
@@ -267,8 +287,10 @@ def recheck_original(verification: Verification, bundle: LoadedBundle, model: Pa
         elif outcome == FIXED_REDUCED and not same:
             note = (f"{model} is not the model this bundle was reduced from (another fingerprint): its run shows "
                     "nothing about that model; re-check with the original")
+    audit = verification.audit if verification.audit is None else {
+        **verification.audit, "original": "not checked by the checker: the original's verdict is this comparison's"}
     return dataclasses.replace(verification, outcome=outcome, note=note, original=original,
-                               backend_calls=calls.to_json())
+                               backend_calls=calls.to_json(), audit=audit)
 
 
 #: The roles of the specs a bundle records (``report.json``) that ``verify`` may run: the target (re-run on the

@@ -40,7 +40,7 @@ from graphbisect.oracle.signature import (
     crash_names,
     signature_of,
 )
-from graphbisect.workflows.verify import DIFFERENT, REPRODUCES, verify_bundle
+from graphbisect.workflows.verify import DIFFERENT, REPRODUCES, UNDECIDED, verify_bundle
 
 FIXED = BackendSpec.parse(FIXED_TARGET)
 
@@ -116,7 +116,10 @@ def test_a_mismatch_of_another_value_class_is_a_different_failure(tmp_path: Path
         assert proc.returncode == 1, proc.stdout + proc.stderr
         assert "A DIFFERENT FAILURE" in proc.stdout and f"now mismatch ({observed})" in proc.stdout, proc.stdout
         with load_bundle(out) as bundle:
-            assert verify_bundle(bundle).outcome == DIFFERENT  # the same verdict as graphbisect's
+            verification = verify_bundle(bundle)
+        assert verification.audit is not None and verification.audit["verdict"] == DIFFERENT  # graphbisect's search
+        # the flip is only in the tampered oracle outputs: the checker's plain oracle run refutes it
+        assert verification.outcome == (UNDECIDED if name == "flip" else DIFFERENT), verification.audit
     same = run_repro(write_bundle(content, tmp_path / "same"))
     assert same.returncode == 1 and "REPRODUCED" in same.stdout, same.stdout + same.stderr
 
@@ -137,7 +140,10 @@ def test_a_failure_rooted_in_integers_reproduces_in_either_value_class(tmp_path:
         assert proc.returncode == 1 and "REPRODUCED" in proc.stdout, proc.stdout + proc.stderr
         assert f"mismatch ({observed})" in proc.stdout, proc.stdout
         with load_bundle(out) as bundle:
-            assert verify_bundle(bundle).outcome == REPRODUCES
+            verification = verify_bundle(bundle)
+        assert verification.audit is not None and verification.audit["verdict"] == REPRODUCES  # the search's
+        # the flip is only in the tampered oracle outputs: the checker's plain oracle run refutes it
+        assert verification.outcome == (UNDECIDED if name == "flip" else REPRODUCES), verification.audit
     module = _script_module(rooted, tmp_path)  # the script words the classes as the signature does
     assert (module.FLOAT_VALUES, module.EXACT_VALUES, module.EXACT_ROOTED) == (FLOAT_VALUES, EXACT_VALUES,
                                                                                 EXACT_ROOTED)
