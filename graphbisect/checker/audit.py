@@ -150,6 +150,7 @@ class _Expected:
     compiled_kind: str | None
     made_by: str | None
     disable: tuple[str, ...] = ()  # the target's disabled= names of made_by, where they are not made_by itself
+    release: str | None = None  # the target library's version that recorded the failure (report.json versions)
 
     @classmethod
     def of(cls, report: Mapping[str, Any]) -> _Expected:
@@ -164,7 +165,7 @@ class _Expected:
                    frozenset(str(row.get("name")) for row in rows), max(scores) if scores else None,
                    report.get("target_message") or (detail if kind in _CRASHES else None),
                    detail if kind == "regex" else None, identity.get("compiled_kind"), identity.get("made_by"),
-                   tuple(str(n) for n in disable) if isinstance(disable, list) else ())
+                   tuple(str(n) for n in disable) if isinstance(disable, list) else (), _release_of(report))
 
     @property
     def by_check(self) -> bool:
@@ -177,6 +178,28 @@ class _Expected:
 
 
 _CRASHES = ("crash-load", "crash-run", "unsupported", "timeout")
+
+
+def _release_of(report: Mapping[str, Any]) -> str | None:
+    versions = report.get("versions")
+    target = versions.get("target") if isinstance(versions, Mapping) else None
+    version = target.get("library_version") if isinstance(target, Mapping) else None
+    return version if isinstance(version, str) else None
+
+
+def _other_release(expected: _Expected, run: Run) -> str | None:
+    """The library version ``run`` ran where it is not the one that recorded the failure (both known), else None.
+    Another release may name a pass or an error type otherwise while the failure stays: what rests on a name
+    alone is then not established by the checker (never "the same")."""
+    ran = {**run.result.info, **run.result.ran_with}.get("library_version")
+    if not isinstance(ran, str) or expected.release is None or ran == expected.release:
+        return None
+    return ran
+
+
+def _without_status(message: str) -> str:
+    """A normalized crash message without a leading error type and status (``… [onnxruntimeerror] : # : fail :``)."""
+    return re.sub(r"^.*?\[\w*error\] : # : \w+ : ", "", message)
 #: A Python output check: ``check(outputs, expected)`` is True when the target's outputs are acceptable.
 OutputCheck = Callable[[dict[str, Any], dict[str, Any]], bool]
 
@@ -216,7 +239,11 @@ class _Judge:
             if e.regex is not None:
                 return _Seen(True, bool(re.search(e.regex, text + "\n" + run.result.log)), _short(text))
             if not e.by_values and e.kind in _CRASHES:
-                same = self._same_crash(run)
+                same: bool | None = self._same_crash(run)
+                other = _other_release(e, run)
+                if not same and other is not None and e.message is not None and self._same_crash(run, _without_status):
+                    return _Seen(True, None, f"{_short(text)}; on release {other} (recorded on {e.release}) the "
+                                 "message is the recorded one under another error type or status: not established")
                 return _Seen(True, same, _short(text))
             return _Seen(True, False, f"{_phase(run)}: {_short(text)}")
         if e.regex is not None:
@@ -250,16 +277,26 @@ class _Judge:
         same_size = _within_decade(bad.score, e.score)
         same = same_kind and same_place and same_size
         if same and e.compiled_kind is not None:
-            if run.compiled is None:
-                return _Seen(True, None, text + "; the target did not describe what it compiled")
-            made = [n for k, n in run.compiled if k == e.compiled_kind and (not e.made_by or e.made_by in n)]
-            if not made:
-                kinds = sorted({kind for kind, _ in run.compiled})
-                return _Seen(True, False, f"{text}; compiled without a {_compiled(e)} (compiled kinds: "
-                             f"{', '.join(kinds[:8])}{' …' if len(kinds) > 8 else ''})")
+            return self._compiled_as(run, text)
         return _Seen(True, same, text)
 
-    def _same_crash(self, run: Run) -> bool:
+    def _compiled_as(self, run: Run, text: str) -> _Seen:
+        """A run failing as recorded, judged by what the target compiled the region as (where it was recorded)."""
+        e = self.expected
+        if run.compiled is None:
+            return _Seen(True, None, text + "; the target did not describe what it compiled")
+        made = [n for k, n in run.compiled if k == e.compiled_kind and (not e.made_by or e.made_by in n)]
+        other = _other_release(e, run)
+        if not made and other is not None and any(kind == e.compiled_kind for kind, _ in run.compiled):
+            return _Seen(True, None, f"{text}; on release {other} (recorded on {e.release}) a {e.compiled_kind} "
+                         f"is compiled, none named {e.made_by}: which pass made it is not established")
+        if not made:
+            kinds = sorted({kind for kind, _ in run.compiled})
+            return _Seen(True, False, f"{text}; compiled without a {_compiled(e)} (compiled kinds: "
+                         f"{', '.join(kinds[:8])}{' …' if len(kinds) > 8 else ''})")
+        return _Seen(True, True, text)
+
+    def _same_crash(self, run: Run, stable: Callable[[str], str] = lambda message: message) -> bool:
         e = self.expected
         if e.kind == "timeout":
             return run.result.status.value == "timeout"
@@ -267,7 +304,8 @@ class _Judge:
             return False
         if e.kind == "crash-run" and run.result.phase is not Phase.RUN:
             return False
-        return normalize_message(run.crash_text(), self.names) == normalize_message(e.message or "", self.names)
+        return stable(normalize_message(run.crash_text(), self.names)) == \
+            stable(normalize_message(e.message or "", self.names))
 
 
 def _compiled(e: _Expected) -> str:

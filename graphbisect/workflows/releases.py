@@ -468,7 +468,7 @@ class _Runner:
         self.runs += 1
         assert self.bundle is not None, "a release that installs is judged against a reference"
         try:
-            verification = verify_bundle(self.bundle, spec)
+            verification = verify_bundle(self.bundle, spec, checked=False)  # the answer is checked (releases_claims)
         except GraphBisectError as exc:
             run = ReleaseRun(version, SKIP, f"cannot run: {exc.message}", runs=1, installed=env.installed,
                              install_seconds=env.seconds, run_seconds=time.monotonic() - start)

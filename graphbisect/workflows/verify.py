@@ -139,7 +139,7 @@ class Verification:
 
 
 def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None, *,
-                  trust: bool = False, check: OutputCheck | None = None) -> Verification:
+                  trust: bool = False, check: OutputCheck | None = None, checked: bool = True) -> Verification:
     """Re-run ``target`` (default: the recorded one) on the bundle and classify the result.
 
     The recorded target runs only with ``trust`` when an option of it is not known to be inert (a program,
@@ -150,7 +150,9 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None,
     completed run as it did then; without it such a run is :data:`UNDECIDED`. Raises
     :class:`~graphbisect.errors.InputError` for a ``check`` on a bundle that no Python check judged.
     The verdict is then re-established by the checker (:func:`~graphbisect.workflows.verify_claims.check_verdict`:
-    :attr:`Verification.audit`), and is :data:`UNDECIDED` where the checker finds it false.
+    :attr:`Verification.audit`), and is :data:`UNDECIDED` where the checker finds it false. ``checked=False``: not
+    (a search that runs verify's rules on its candidates — a release, a pass set — and has the checker
+    re-establish only the answer it states).
     """
     spec = BackendSpec.parse(target) if isinstance(target, str) else (target or bundle.target)
     require_trust(bundle, ["target"] if target is None else [], trust=trust)
@@ -187,16 +189,20 @@ def verify_bundle(bundle: LoadedBundle, target: BackendSpec | str | None = None,
                             "the recorded failure is the verdict of a Python check (graphbisect.reduce(check=...)), "
                             "which a bundle cannot hold; the tolerance decides nothing here. Re-judge with "
                             "graphbisect.verify(BUNDLE, check=your_check)", bundle.target_message, judged,
-                            backend_calls=calls), bundle, trust=trust)
+                            backend_calls=calls), bundle, trust=trust, checked=checked)
     decided = dataclasses.replace(_classify(bundle, spec, result, verdict.comparison, verdict.signature,
                                             recorded=recorded, names=names, other_identity=other, releases=releases,
                                             same_note=how), judged_by=judged, backend_calls=calls)
-    return _checked(decided, bundle, trust=trust)
+    return _checked(decided, bundle, trust=trust, checked=checked)
 
 
-def _checked(verification: Verification, bundle: LoadedBundle, *, trust: bool) -> Verification:
+def _checked(verification: Verification, bundle: LoadedBundle, *, trust: bool, checked: bool = True
+             ) -> Verification:
     """``verification`` with the checker's record (``audit``); :data:`UNDECIDED`, with the search's word and the
-    checker's evidence in its note, where the checker's plain runs find the verdict false."""
+    checker's evidence in its note, where the checker's plain runs find the verdict false. ``checked=False``: as
+    it is (no ``audit``)."""
+    if not checked:
+        return verification
     record, refuted = check_verdict(verification.outcome, str(verification.target), verification.judged_by, bundle,
                                     trust=trust)
     if refuted is None:

@@ -91,3 +91,19 @@ def test_an_untrusted_recorded_oracle_is_not_run_and_the_verdict_says_not_checke
     assert "checker: REPRODUCES not checked by the checker: the recorded oracle" in out
     assert "not run without --trust" in out
     assert not marker.exists()
+
+
+@pytest.mark.slow
+def test_on_another_release_a_pass_name_it_does_not_print_is_not_established_not_refuted(bundle: Path) -> None:
+    """ONNX Runtime 1.17.3 names no pass in its fused LayerNormalization (1.32 names LayerNormFusionL1): the same
+    failure, at the same place and strength, on the same kind of fused node. The search matches it across releases
+    by what stays; the checker, which matches names, cannot tell which pass made it there — so REPRODUCES stands,
+    said not checked with that reason, never turned UNDECIDED by a name (a crash's error type the same way)."""
+    from tests.ort_releases import release_pythons
+
+    python = release_pythons(("1.17.3",))["1.17.3"]
+    result = graphbisect.verify(bundle, target=f"onnxruntime:opt_level=all,python={python}")
+    assert result.outcome == "reproduces", result.note
+    assert result.audit is not None and result.audit["holds"] is None, result.audit
+    assert "on release 1.17.3 (recorded on" in result.audit["evidence"]
+    assert "which pass made it is not established" in result.audit["evidence"]
