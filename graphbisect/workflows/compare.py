@@ -350,13 +350,15 @@ def _compare_in(model: Model, folder: Path, inputs_path: Path, oracle_proc: Back
     is closed once it has done its part. The caller fills in the time taken, the kept store and the dims."""
     cost_before = (oracle_proc.cost, target_proc.cost)
     capturing = layerwise and _probe_possible(oracle_info, target_info) and not oracle_described
-    # The oracle's probe model is written while the workers start: the oracle's capture, which waits for
-    # it, ends after the target's plain run (its build, at 5,000 nodes, takes less than building the capture).
+    # The target's worker starts first with nothing else on the CPU: the oracle's probe model (shape
+    # inference) is made once it is ready, while the target builds (on 2 cores a probe model written while
+    # both workers start delays the target's build, which is the longer one on a model that it optimizes).
+    target_proc.validate()
     probe_model = _in_background(lambda: _write_capture_model(model, folder), "graphbisect-probe") \
         if capturing else None
-    target_proc.validate()
     if described is not None and "save_optimized" in described.options:
-        # what mapping its saved optimized model needs of the model is made while the target builds
+        # what mapping its saved optimized model needs of the model is made while the target builds, once the
+        # probe model the oracle waits for is written (one thread at a time runs Python here)
         _in_background(lambda: (probe_model and probe_model(), original_graph(model)), "graphbisect-original")
 
     def after_target(run: RunResult) -> _TargetEarly | None:
