@@ -328,7 +328,7 @@ def render_repro(content: BundleContent) -> str:
         logger.warning("repro.py has no section for backend %r: the bundle's repro.py points to "
                        "`graphbisect verify` (sections exist for %s)", backend.name, ", ".join(sorted(REPRO_BACKENDS)))
         return _NO_STANDALONE.replace("@HOW_TO_REGISTER@", inspect.getsource(how_to_register).rstrip())
-    return "".join((_HEADER.replace("@LIBRARY@", backend.label), _COMMON_IMPORTS, backend.code,
+    return "".join((_HEADER.replace("@LIBRARY@", backend.label), _COMMON_IMPORTS, backend.source() or "",
                     _trust_section(backend), _option_fields(backend), _COMMON))
 
 

@@ -583,13 +583,10 @@ class BackendProcess:
 
     def _worker_env(self) -> dict[str, str]:
         """The environment of the worker: graphbisect importable even by a foreign interpreter."""
-        env = _importing_env(self.workdir)
-        env["PYTHONUNBUFFERED"] = "1"
-        if not self.backend.numpy_blas:  # numpy there needs no BLAS threads (BackendInfo.numpy_blas)
-            env.setdefault("OPENBLAS_NUM_THREADS", "1")
+        env = _worker_base_env(self.backend)
+        env["PYTHONPATH"] = _importing_env(self.workdir)["PYTHONPATH"]
         # graphbisect's own variables for its workers: always this run's values, never inherited ones
         env[CALLER_CWD_ENV] = os.getcwd()  # where a `command` backend runs its program
-        env.pop(COMPILE_CACHE_ENV, None)
         if self.compile_cache is not None:
             env[COMPILE_CACHE_ENV] = str(self.compile_cache)
         return env
@@ -866,6 +863,31 @@ def _check_foreign_python(spec: BackendSpec, backend: BackendInfo) -> None:
     if "python" in spec.options and not backend.has(Capability.FOREIGN_PYTHON):
         raise SpecError(f"backend {backend.name!r} cannot run under another interpreter (python=)",
                         hint="remove python= from the spec; the command backend runs an external program anyway")
+
+
+def _worker_base_env(backend: BackendInfo) -> dict[str, str]:
+    """A worker's environment for ``backend`` before its own variables and its link to graphbisect."""
+    env = dict(os.environ)
+    env.setdefault("ORT_DISABLE_TELEMETRY", "1")  # as _importing_env says
+    env["PYTHONUNBUFFERED"] = "1"
+    if not backend.numpy_blas:  # numpy there needs no BLAS threads (BackendInfo.numpy_blas)
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    env.pop(COMPILE_CACHE_ENV, None)
+    env.pop(CALLER_CWD_ENV, None)
+    return env
+
+
+def prestart(spec: BackendSpec | str) -> None:
+    """Start the zygote that :class:`BackendProcess` workers of ``spec`` will be forked from now, in the
+    background (:func:`~graphbisect.backends.zygote.prestart`): its interpreter's imports then overlap the
+    caller's own (a command's imports, loading the model) instead of holding up its first worker. Nothing for
+    a spec that names no installed backend; a worker started before it is ready waits for it, as it would."""
+    try:
+        found, info = resolve(spec)
+    except errors.GraphBisectError:
+        return  # said by the command itself, where it starts its workers
+    if "python" not in found.options or info.has(Capability.FOREIGN_PYTHON):
+        zygote.prestart(found.options.get("python") or sys.executable, _worker_base_env(info))
 
 
 def _importing_env(workdir: Path) -> dict[str, str]:

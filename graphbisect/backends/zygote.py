@@ -57,7 +57,7 @@ from typing import Any
 
 from graphbisect.storage.tempfolders import PREFIX, alive, claim
 
-__all__ = ["ENV", "PER_WORKER", "ForkedProcess", "close_all", "package_path", "spawn"]
+__all__ = ["ENV", "PER_WORKER", "ForkedProcess", "close_all", "package_path", "prestart", "spawn"]
 
 logger = logging.getLogger(__name__)
 
@@ -261,14 +261,7 @@ def _spawn(python: str, argv: Sequence[str], env: Mapping[str, str], *, cwd: Pat
     entries = base.get("PYTHONPATH", "").split(os.pathsep)
     if entries[0] == str(package):  # each worker's link to this graphbisect: the zygote has its own
         base["PYTHONPATH"] = os.pathsep.join(entries[1:])
-    key = (os.getpid(), python, tuple(sorted(base.items())))
-    with _registry_lock:
-        if key in _zygotes and (_zygotes[key] is None or not _zygotes[key].dead):  # type: ignore[union-attr]
-            zygote = _zygotes[key]
-        else:
-            zygote = _start(python, base)
-            _zygotes[key] = zygote
-            _close_idle(keep=zygote)
+    key, zygote = _zygote_for(python, base)
     if zygote is None:
         return None
     process = zygote.spawn(argv, env, cwd=cwd, log=log, package=package, fds=fds)
@@ -276,6 +269,37 @@ def _spawn(python: str, argv: Sequence[str], env: Mapping[str, str], *, cwd: Pat
         with _registry_lock:
             _zygotes[key] = None
     return process
+
+
+def _zygote_for(python: str, base: Mapping[str, str]) -> tuple[tuple[Any, ...], _Zygote | None]:
+    """The key and the zygote of ``python`` with the environment ``base`` (started now if there is none)."""
+    key = (os.getpid(), python, tuple(sorted(base.items())))
+    with _registry_lock:
+        if key in _zygotes and (_zygotes[key] is None or not _zygotes[key].dead):  # type: ignore[union-attr]
+            return key, _zygotes[key]
+        zygote = _start(python, base)
+        _zygotes[key] = zygote
+        _close_idle(keep=zygote)
+    return key, zygote
+
+
+def prestart(python: str, env: Mapping[str, str]) -> None:
+    """Start the zygote that :func:`spawn` will fork from for ``python`` and ``env`` (a worker's environment
+    without its link to graphbisect), in a daemon thread, so that its imports overlap the caller's work; a
+    :func:`spawn` meanwhile waits for it. Nothing where no zygote would be used; a failure is only logged
+    (the first :func:`spawn` tries again, or starts its worker the plain way)."""
+    if not _usable(env):
+        return
+    base = {k: v for k, v in env.items() if k not in PER_WORKER}
+    base["PYTHONPATH"] = base.get("PYTHONPATH", "")  # as :func:`_spawn` has it once the worker's link is off
+
+    def start() -> None:
+        try:
+            _zygote_for(python, base)
+        except Exception:  # a spawn starts one, or its worker the plain way, itself
+            logger.debug("could not start a zygote ahead", exc_info=True)
+
+    threading.Thread(target=start, name="graphbisect-zygote-start", daemon=True).start()
 
 
 def package_path(workdir: Path) -> Path:

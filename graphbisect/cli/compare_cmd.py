@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from graphbisect.artifacts.compare_text import num
 from graphbisect.backends.base import brief_spec
 from graphbisect.cli.common import (
     add_model_arguments,
@@ -50,6 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from graphbisect.backends.process import prestart
+
+    for spec in dict.fromkeys((args.oracle, args.target)):  # their zygote imports while this process does
+        prestart(spec)
     from graphbisect.artifacts.compare_report import write_csv, write_html, write_json
     from graphbisect.workflows.compare import compare_models
 
@@ -88,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_result(result: CompareResult, *, rows: int) -> None:
-    from graphbisect.artifacts.compare_text import dims_line, verdict_line
+    from graphbisect.artifacts.compare_text import dims_line, num, verdict_line
     from graphbisect.artifacts.environment import describe_ran_with
 
     print(f"model   {shown(result.model.origin)}  ({plural(len(result.model.nodes), 'node')}, "
@@ -119,6 +122,7 @@ def _print_layers(result: CompareResult, rows: int) -> None:
         constants_note,
         first_divergence_lines,
         floor_rows_note,
+        num,
         ran_in_cell,
         root_cause_lines,
         row_mark,

@@ -349,24 +349,33 @@ def _compare_in(model: Model, folder: Path, inputs_path: Path, oracle_proc: Back
     """The comparison in started workers: the verdict's runs, then the localization; each worker of our own
     is closed once it has done its part. The caller fills in the time taken, the kept store and the dims."""
     cost_before = (oracle_proc.cost, target_proc.cost)
+    capturing = layerwise and _probe_possible(oracle_info, target_info) and not oracle_described
     # The target's worker starts first with nothing else on the CPU: the oracle's probe model (shape
-    # inference) is made once it is ready, while the target builds, which takes longer (it optimizes).
+    # inference) is made once it is ready, while the target builds (on 2 cores a probe model written while
+    # both workers start delays the target's build, which is the longer one on a model that it optimizes).
     target_proc.validate()
+    probe_model = _in_background(lambda: _write_capture_model(model, folder), "graphbisect-probe") \
+        if capturing else None
     if described is not None and "save_optimized" in described.options:
-        # what mapping its saved optimized model needs of the model is made while the target builds
-        _in_background(lambda: original_graph(model), "graphbisect-original")
-    oracle_side, target_run = _plain_runs(model, folder, inputs_path, oracle_proc=oracle_proc,
-                                          target_proc=target_proc, oracle_spec=oracle_spec,
-                                          oracle_info=oracle_info, target_spec=target_spec,
-                                          oracle_described=oracle_described,
-                                          probe=layerwise and _probe_possible(oracle_info, target_info),
-                                          tolerance=tol, stage=stage)
+        # what mapping its saved optimized model needs of the model is made while the target builds, once the
+        # probe model the oracle waits for is written (one thread at a time runs Python here)
+        _in_background(lambda: (probe_model and probe_model(), original_graph(model)), "graphbisect-original")
+
+    def after_target(run: RunResult) -> _TargetEarly | None:
+        return _TargetEarly.start(model, run, target_proc, replay=capturing) \
+            if described is not None else None
+
+    oracle_side, target_run, early = _plain_runs(model, folder, inputs_path, oracle_proc=oracle_proc,
+                                                 target_proc=target_proc, oracle_spec=oracle_spec,
+                                                 oracle_info=oracle_info, target_spec=target_spec,
+                                                 oracle_described=oracle_described, probe_model=probe_model,
+                                                 tolerance=tol, stage=stage, after_target=after_target)
     # The oracle has done its part: its worker exits while the target works (less memory, and its
     # interpreter's teardown is off the critical path). A caller's workers stay open.
     oracle_closed = _in_background(oracle_proc.close) if own_workers else (lambda: None)
     comparison, check_passed = _verdict(model, oracle_side.run, target_run, tol, check)
     target = _Side(target_proc, target_info, target_run, None, spec=target_proc.spec)
-    local = _localize(model, folder, inputs_path, oracle_side, target, comparison=comparison,
+    local = _localize(model, folder, inputs_path, oracle_side, target, comparison=comparison, early=early,
                       described=described is not None, enabled=layerwise, oracle_spec=oracle_spec,
                       target_spec=target_spec, tol=tol, stage=stage)
     # The target has done its part: its worker exits while the verdicts are put together.
@@ -406,11 +415,12 @@ class _Localized:
 
 
 def _localize(model: Model, folder: Path, inputs_path: Path, oracle: _Side, target: _Side, *,
-              comparison: Comparison | None, described: bool, enabled: bool, oracle_spec: BackendSpec,
-              target_spec: BackendSpec, tol: Tolerance, stage: Callable[[str], None]) -> _Localized:
+              comparison: Comparison | None, early: _TargetEarly | None, described: bool, enabled: bool,
+              oracle_spec: BackendSpec, target_spec: BackendSpec, tol: Tolerance, stage: Callable[[str], None]
+              ) -> _Localized:
     """Probe the target, measure its noise floor when the outputs fail, and compare layer by layer."""
     spec, info = target_spec, target.info
-    plan, probed = _plan_and_probe(model, folder, inputs_path, oracle, target, described=described,
+    plan, probed = _plan_and_probe(model, folder, inputs_path, oracle, target, described=described, early=early,
                                    enabled=enabled, tol=tol, stage=stage)
     floor = None
     if oracle.store is not None and comparison is not None and not comparison.passed:
@@ -628,35 +638,35 @@ def _every_intermediate(model: Model) -> list[str]:
 
 def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: BackendProcess,
                 target_proc: BackendProcess, oracle_spec: BackendSpec, oracle_info: BackendInfo,
-                target_spec: BackendSpec, oracle_described: bool, probe: bool, tolerance: Tolerance,
-                stage: Callable[[str], None]) -> tuple[_Side, RunResult]:
+                target_spec: BackendSpec, oracle_described: bool, probe_model: Callable[[], Path] | None,
+                tolerance: Tolerance,
+                stage: Callable[[str], None], after_target: Callable[[RunResult], _TargetEarly | None]
+                ) -> tuple[_Side, RunResult, _TargetEarly | None]:
     """The verdict's runs: the oracle's and the target's, at the same time (each in its own worker) unless
     both use one accelerator (:func:`~graphbisect.backends.registry.shared_accelerator`: a TensorRT target and
     a CUDA-provider oracle on GPU 0), which runs the oracle first.
 
-    With ``probe`` the oracle's run is its capture: the probe model exposing every intermediate, written as
-    the activation store. When the oracle computes the graph as written (``reference``, ONNX Runtime at
-    ``opt_level=disable``: :meth:`BackendInfo.computes_as_written`), exposing tensors cannot change what it
-    computes, so the capture's final outputs are its verdict too and the oracle runs once. An oracle that
-    rewrites the graph (ONNX Runtime at ``all``, OpenVINO) may build the probe differently from the model,
-    so its verdict comes from a plain run of the model, after the capture in the same worker
-    (:func:`~graphbisect.oracle.as_built.capture_as_built`, which measures how the two differ). When the
-    capture fails, the plain model decides whether the oracle can run it at all.
+    With ``probe_model`` (which waits for it: :func:`_write_capture_model`) the oracle's run is its capture: the
+    probe model exposing every intermediate, written as the activation store. When the oracle computes the graph as
+    written (``reference``, ONNX Runtime at ``opt_level=disable``: :meth:`BackendInfo.computes_as_written`),
+    exposing tensors cannot change what it computes, so the capture's final outputs are its verdict too and the
+    oracle runs once. An oracle that rewrites the graph (ONNX Runtime at ``all``, OpenVINO) may build the probe
+    differently from the model, so its verdict comes from a plain run of the model, after the capture in the same
+    worker (:func:`~graphbisect.oracle.as_built.capture_as_built`, which measures how the two differ). When the
+    capture fails, the plain model decides whether the oracle can run it at all. ``after_target`` starts what
+    the target's run allows while the oracle's run goes on (:class:`_TargetEarly`); it is finished on an error.
     """
     onnx_path = folder / "model.onnx"
     oracle_model = model_for_backend(model, oracle_spec, onnx_path)
     target_model = model_for_backend(model, target_spec, onnx_path)
     store_dir = folder / "activations"
-    if probe and not oracle_described:
-        names = _every_intermediate(model)
-        probe_path = folder / "probe.onnx"
-        stage(f"running target {target_spec}, and oracle {oracle_spec} capturing {len(names)} intermediate tensors")
+    if probe_model is not None:
+        stage(f"running target {target_spec}, and oracle {oracle_spec} capturing "
+              f"{len(_every_intermediate(model))} intermediate tensors")
 
         def oracle_job() -> OracleRuns:
-            # The probe model is written here, beside the target's run already under way (the target's build
-            # is the longer one: it optimizes).
-            _save_proto(model.with_outputs(names), probe_path)
-            return capture_as_built(lambda path, out: oracle_proc.run(path, inputs_path, output_dir=out), probe_path,
+            return capture_as_built(lambda path, out: oracle_proc.run(path, inputs_path, output_dir=out),
+                                    probe_model(),
                                     oracle_model, outputs=model.output_names, tolerance=tolerance, spec=oracle_spec,
                                     rewrites=not oracle_info.computes_as_written(oracle_spec, elem_types(model.proto)),
                                     capture_dir=store_dir)
@@ -670,21 +680,45 @@ def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: B
         stage(f"running oracle {oracle_spec}, then target {target_spec}: both run on {shared}")
     oracle_result = _in_background(oracle_job) if shared is None else _at_once(oracle_job)
     target_run = target_proc.run(target_model, inputs_path)
+    early = after_target(target_run)
     try:
-        runs = oracle_result()
+        oracle_side = _oracle_side(model, oracle_result, oracle_proc, oracle_info, plain_model=oracle_model,
+                                   inputs_path=inputs_path, spec=oracle_spec, described=oracle_described,
+                                   store_dir=store_dir if probe_model is not None else None)
+    except BaseException:
+        if early is not None:  # the target's worker serves its plain spec again
+            early.finish()
+        raise
+    return oracle_side, target_run, early
+
+
+def _write_capture_model(model: Model, folder: Path) -> Path:
+    """Write the oracle's probe model, exposing every intermediate, into ``folder``; return its path."""
+    path = folder / "probe.onnx"
+    _save_proto(model.with_outputs(_every_intermediate(model)), path)
+    return path
+
+
+def _oracle_side(model: Model, result: Callable[[], OracleRuns], proc: BackendProcess, info: BackendInfo, *,
+                 plain_model: Path, inputs_path: Path, spec: BackendSpec, described: bool,
+                 store_dir: Path | None) -> _Side:
+    """The oracle's side once its runs are done: the verdict's run, the activation store its capture wrote into
+    ``store_dir`` (None: it did not capture), or its plain run when the capture failed."""
+    try:
+        runs = result()
     except OracleIncomplete as exc:
         raise _incomplete(exc) from exc
     oracle_run = runs.verdict
     store = probe_failure = as_built = None
-    if probe and not oracle_described:
+    if store_dir is not None:
         if runs.capture.ok:
             store = ActivationStore.adopt(store_dir)  # index the worker's files as the activation store, no copy
             as_built = runs
         else:
-            probe_failure, oracle_run = runs.capture, oracle_proc.run(oracle_model, inputs_path)
-    _require_oracle_ok(oracle_run, oracle_spec, model.output_names)
-    compiled = compiled_of(model, oracle_run.info) if oracle_described else None
-    return _Side(oracle_proc, oracle_info, oracle_run, compiled, store, probe_failure, as_built), target_run
+            probe_failure, oracle_run = runs.capture, proc.run(plain_model, inputs_path)
+    _require_oracle_ok(oracle_run, spec, model.output_names)
+    compiled = compiled_of(model, oracle_run.info) if described else None
+    return _Side(proc, info, oracle_run, compiled, store, probe_failure, as_built)
 
 
 _T = TypeVar("_T")
@@ -743,18 +777,26 @@ def _hooked_values(model: Model, side: _Side) -> dict[str, np.ndarray] | None:
 
 
 def _plan_and_probe(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, target: _Side, *,
-                    described: bool, enabled: bool, tol: Tolerance, stage: Callable[[str], None]
-                    ) -> tuple[ProbePlan, _Probed]:
+                    described: bool, early: _TargetEarly | None, enabled: bool, tol: Tolerance,
+                    stage: Callable[[str], None]) -> tuple[ProbePlan, _Probed]:
     """The target's probe plan (from the compiled graph its plain run described) and what probing gave.
 
     The replay's session is built by the target's worker while this process maps the compiled graph
-    (:class:`_ReplayAhead`); the saved optimized model is deleted once the probe has run.
+    (:class:`_ReplayAhead`), both started by ``early`` during the oracle's run where it is given; the saved
+    optimized model is deleted once the probe has run.
     """
     run = target.run
-    ahead = _ReplayAhead.start(model, oracle.store, target.proc, run) \
-        if enabled and described and run.ok and oracle.store is not None else None
+    ahead = early.ahead if early is not None else None
+    if ahead is not None and (not enabled or oracle.store is None):
+        ahead.finish()  # no probe will run it
+        ahead = None
+    if early is None and enabled and described and run.ok and oracle.store is not None:
+        ahead = _ReplayAhead.start(model, [n for n in _every_intermediate(model) if n in oracle.store],
+                                   target.proc, run)
     try:
-        plan = plan_probe(model, compiled_of(model, run.info) if described and run.ok else None)
+        compiled = early.compiled() if early is not None else compiled_of(model, run.info) if described and run.ok \
+            else None
+        plan = plan_probe(model, compiled)
         probed = _probe(model, workdir, inputs_path, oracle, replace(target, compiled=plan.compiled),
                         plan=plan, enabled=enabled, tol=tol, stage=stage, ahead=ahead)
     finally:
@@ -960,10 +1002,11 @@ class _ReplayAhead:
         self._finished = False
 
     @classmethod
-    def start(cls, model: Model, store: ActivationStore, proc: BackendProcess, plain: RunResult
+    def start(cls, model: Model, names: Sequence[str], proc: BackendProcess, plain: RunResult
               ) -> _ReplayAhead | None:
-        """Write the replay of ``plain``'s saved optimized model and have ``proc`` build it in the background;
-        None where :func:`_replay` would not run one anyway (it then says why)."""
+        """Write the replay of ``plain``'s saved optimized model exposing ``names`` (every intermediate the
+        oracle captures, or will capture) and have ``proc`` build it in the background; None where
+        :func:`_replay` would not run one anyway (it then says why)."""
         built, saved = proc.spec, plain.info.get("optimized_model")
         spec = replay_spec(built)
         if spec is None or not proc.can_reconfigure(spec) or not isinstance(saved, str) or not Path(saved).is_file():
@@ -981,7 +1024,7 @@ class _ReplayAhead:
         loaded = _in_background(load, "graphbisect-replay")
         exposed: list[str] = []
         try:
-            exposed = replay_model(Path(saved), model, [n for n in _every_intermediate(model) if n in store], path)
+            exposed = replay_model(Path(saved), model, list(names), path)
             if not unfed_inputs(path, model):  # else _replay writes it again, and says why
                 written.append([*model.output_names, *exposed])
         except Exception:  # _replay tries again, and says why
@@ -1016,6 +1059,32 @@ class _ReplayAhead:
         finally:
             self.proc.reconfigure(self.built)
             self.path.unlink(missing_ok=True)
+
+
+class _TargetEarly:
+    """What the target's plain run lets this process start while the oracle's run goes on (on a large model
+    its capture of every tensor ends last): the mapping of the compiled graph the target described
+    (:func:`~graphbisect.workflows.probe.compiled_of`, in a thread) and the replay written and built ahead
+    (:class:`_ReplayAhead`). Neither changes what is found: the mapping is the same function of the same run,
+    and the replay is run only when it exposes exactly the tensors the probe plans."""
+
+    def __init__(self, compiled: Callable[[], CompiledGraph | None], ahead: _ReplayAhead | None) -> None:
+        self.compiled, self.ahead = compiled, ahead
+
+    @classmethod
+    def start(cls, model: Model, run: RunResult, proc: BackendProcess, *, replay: bool) -> _TargetEarly:
+        """Start mapping ``run``'s compiled graph and, with ``replay``, writing and building its replay exposing
+        every intermediate (what the oracle's capture will hold)."""
+        if not run.ok:
+            return cls(lambda: None, None)
+        # the replay first: its file is what the target's worker waits for, the mapping only this process
+        ahead = _ReplayAhead.start(model, _every_intermediate(model), proc, run) if replay else None
+        return cls(_in_background(lambda: compiled_of(model, run.info), "graphbisect-mapping"), ahead)
+
+    def finish(self) -> None:
+        """Put the target's worker back on its plain spec (the mapping's thread needs nothing)."""
+        if self.ahead is not None:
+            self.ahead.finish()
 
 
 def _typed(model: Model, name: str) -> bool:

@@ -20,8 +20,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from graphbisect.backends import BackendProcess, RunStatus
-from graphbisect.backends.process import compile_cache
+from graphbisect.backends import BackendProcess, RunStatus, zygote
+from graphbisect.backends.process import compile_cache, prestart
 from graphbisect.backends.registry import get, register_row, unregister_backend
 from graphbisect.backends.zygote import ENV, FOLDER_PREFIX
 from graphbisect.storage.tempfolders import alive, reclaim_abandoned
@@ -177,6 +177,23 @@ def test_worker_start_exec_starts_a_new_interpreter(probe: str, relu: Path, tmp_
     monkeypatch.setenv(ENV, "exec")
     with BackendProcess(probe, workdir=tmp_path / "w") as proc:
         assert proc.run(relu, X).info["ppid"] == os.getpid()
+
+
+def test_a_zygote_started_ahead_is_the_one_the_first_worker_is_forked_from(
+        probe: str, relu: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command starts its workers' zygote before its own imports (``prestart``): the worker it starts later
+    is forked from that zygote, not from a second one started then (which would cost the time saved)."""
+    monkeypatch.setenv("GB_AHEAD", str(tmp_path))  # an environment no other zygote of this process has
+    prestart(probe)
+    deadline = time.monotonic() + 60
+    while not (ahead := [z for key, z in zygote._zygotes.items() if ("GB_AHEAD", str(tmp_path)) in key[2]]):
+        assert time.monotonic() < deadline, "the zygote started ahead never registered"
+        time.sleep(0.05)
+    assert ahead[0] is not None and ahead[0].ready
+    with BackendProcess(probe, workdir=tmp_path / "w") as proc:
+        result = proc.run(relu, X)
+    assert result.ok, result.describe()
+    assert result.info["ppid"] == ahead[0].proc.pid
 
 
 def test_a_zygote_that_has_a_thread_never_forks(probe: str, relu: Path, tmp_path: Path,

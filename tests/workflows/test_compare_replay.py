@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from graphbisect.backends import BackendProcess
+from graphbisect.backends import BackendProcess, BackendSpec
 from graphbisect.model import load_model
 from graphbisect.workflows.compare import compare_models
 from tests.workflows.test_compare import _layernorm_keepdims0
@@ -78,6 +79,52 @@ def test_the_replay_built_while_the_compiled_graph_is_mapped_is_the_one_run(monk
     replays = [call for call in calls if call[0] == "run" and call[1] == "replay.onnx"]
     assert len(loads) == 1 and len(replays) == 1
     assert loads[0][1:] == replays[0][1:] and replays[0][3] == "onnxruntime:opt_level=disable"
+
+
+def test_the_replay_is_built_while_the_oracle_still_captures(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """On a large model the oracle's capture of every tensor ends after the target's plain run: the target's
+    worker builds the replay (and this process maps its compiled graph) meanwhile, not after. Here the oracle's
+    capture waits until the replay's build has started, and the result is the one of a later build."""
+    building = threading.Event()
+    waited: list[bool] = []
+    real_load, real_run = BackendProcess.load, BackendProcess.run
+
+    def load(self: BackendProcess, model: Path, outputs: list[str] | None = None) -> bool:
+        building.set()
+        return real_load(self, model, outputs)
+
+    def run(self: BackendProcess, model: Path, inputs: object, outputs: list[str] | None = None,
+            **options: object) -> object:
+        if Path(model).name == "probe.onnx" and options.get("output_dir") is not None:  # the oracle's capture
+            waited.append(building.wait(timeout=20))
+        return real_run(self, model, inputs, outputs, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(BackendProcess, "load", load)
+    monkeypatch.setattr(BackendProcess, "run", run)
+    result = compare_models(load_model(_layernorm_keepdims0()), workdir=tmp_path)
+    assert waited == [True], "the replay was built only after the oracle's capture"
+    assert result.target_probe is not None and result.target_probe.ran == "replay"
+    assert result.invocations == {"oracle": 1, "target": 2}
+    assert result.layerwise is not None and result.layerwise.first_divergence is not None
+
+
+def test_an_oracle_failing_after_the_target_ran_leaves_the_target_worker_on_its_spec(tmp_path: Path) -> None:
+    """The replay the target's worker builds during the oracle's capture is undone when the oracle then fails
+    (here it times out): a caller's worker serves the spec it was given again, and the replay file is gone."""
+    from graphbisect.workflows.compare import OracleFailed
+    from graphbisect.workflows.probe import describing_spec
+
+    described = describing_spec(BackendSpec.parse("onnxruntime:opt_level=all"))
+    assert described is not None
+    oracle = BackendSpec.parse("onnxruntime:opt_level=disable,timeout=0.001")
+    model = load_model(_layernorm_keepdims0())
+    with BackendProcess(oracle, workdir=tmp_path / "o") as oracle_proc, \
+            BackendProcess(described, workdir=tmp_path / "t") as target_proc:
+        with pytest.raises(OracleFailed):
+            compare_models(model, oracle=oracle, target="onnxruntime:opt_level=all", workdir=tmp_path / "c",
+                           workers=(oracle_proc, target_proc))
+        assert target_proc.spec == described
+        assert not list((tmp_path / "t").rglob("replay.onnx"))
 
 
 def test_a_replay_that_cannot_expose_every_surviving_tensor_is_not_used() -> None:

@@ -6,7 +6,7 @@ Nothing here imports :mod:`graphbisect.artifacts.repro`: that module imports thi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -29,11 +29,17 @@ class ReproBackend:
     label: str  # the libraries the script needs, for its docstring
     library: str | None  # the importable library whose version is reported
     options: Any  # (runtime options) -> JSON-able settings for the script
-    code: str | None  # load_target / run_target / import_library for this backend; None: no standalone script
+    #: load_target / run_target / import_library for this backend, or the function that makes it (called once
+    #: a script is rendered: IREE's reads its pipeline's source, too slow for every import); None: no script
+    code: str | Callable[[], str] | None
     #: The trust rule for those settings (repro_config.json ``options``): setting -> which of its values are
     #: inert (:mod:`graphbisect.backends.inert`, the same rules as the backend's row); the script refuses any
     #: other setting without ``--trust``.
     inert: Mapping[str, Rule] = field(default_factory=dict)
+
+    def source(self) -> str | None:
+        """The script's section for this backend (``code``, made now when it is a function)."""
+        return self.code() if callable(self.code) else self.code
 
 
 def _ort_options(options: Mapping[str, str]) -> dict[str, Any]:

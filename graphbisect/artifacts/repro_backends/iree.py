@@ -16,5 +16,5 @@ def _iree_options(options: Mapping[str, str]) -> dict[str, Any]:
 
 
 BACKEND = ReproBackend("iree", "iree-base-compiler, iree-base-runtime and onnx (the ONNX importer needs it)",
-                       "iree-base-compiler", _iree_options, repro_section(),
+                       "iree-base-compiler", _iree_options, repro_section,
                        {"cpu": ANY, "flags": IREE_FLAGS, "opset": ANY, "device": ANY})
