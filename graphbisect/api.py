@@ -490,7 +490,9 @@ def releases(source: str | os.PathLike[str] | ModelSource, *, package: str, with
     environments are kept (default ``$GRAPHBISECT_CACHE/releases``); ``jobs`` installs at once, by ``installer``
     (``auto``: uv where it is there, else pip; ``uv``; ``pip``); ``repeat`` runs, voted, of each release the answer
     rests on. ``package``: one of :data:`graphbisect.releases.packages.PACKAGES` (``onnxruntime``,
-    ``onnxruntime-gpu``, ``openvino``, ``iree``, ``paddlepaddle``, ``onnx``).
+    ``onnxruntime-gpu``, ``openvino``, ``iree``, ``paddlepaddle``, ``onnx``), or any package with a ``command:``
+    ``target``: your program, run with each release's environment first on its ``PATH`` (``python`` and the
+    package's scripts are that release's), the release it held measured there.
 
     Example:
         >>> found = releases("bug-report", package="onnxruntime", within="1.17..1.22.1")   # doctest: +SKIP

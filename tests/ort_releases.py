@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-__all__ = ["LAYERNORM_FUSION", "ORT_RELEASES", "TWO_DISTRIBUTIONS", "release_pythons", "two_distributions_python"]
+__all__ = ["LAYERNORM_FUSION", "ORT_RELEASES", "ORT_RUNNER", "TWO_DISTRIBUTIONS", "release_pythons",
+           "two_distributions_python", "write_ort_runner"]
 
 #: Releases under test -> the name of their level-1 LayerNorm fusion (the one onnxruntime#30513 is in).
 LAYERNORM_FUSION: Mapping[str, str] = {
@@ -103,3 +104,27 @@ def release_pythons(versions: tuple[str, ...] = ORT_RELEASES) -> dict[str, Path]
     """Each release's interpreter, making the missing environments in parallel."""
     with ThreadPoolExecutor(max_workers=len(versions)) as pool:
         return dict(zip(versions, pool.map(_make, versions), strict=True))
+
+
+#: A user's own program for a ``command:`` target: runs the model with whatever ``onnxruntime`` its interpreter
+#: imports (every optimization, as ``onnxruntime:opt_level=all``), and says on stderr which one that was.
+ORT_RUNNER = """\
+import sys
+
+import numpy as np
+import onnxruntime as ort
+
+model, inputs, outputs = sys.argv[1:4]
+sys.stderr.write(f"run.py: onnxruntime {ort.__version__} under {sys.executable}\\n")
+session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+with np.load(inputs) as feeds:
+    values = session.run(None, {name: feeds[name] for name in feeds.files})
+np.savez(outputs, **{out.name: value for out, value in zip(session.get_outputs(), values)})
+"""
+
+
+def write_ort_runner(folder: Path) -> Path:
+    """:data:`ORT_RUNNER` written as ``folder/run.py``."""
+    path = folder / "run.py"
+    path.write_text(ORT_RUNNER)
+    return path

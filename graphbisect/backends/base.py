@@ -282,7 +282,8 @@ class RunResult:
     ``ran_with`` says what ran it, measured in the worker that did (keys :data:`RAN_WITH`): the backend
     library's version and location, the interpreter and its numpy — under ``python=`` those of the other
     interpreter, never this process's. Set for crashes and timeouts too (the worker that died); empty for
-    ``command`` (an external program: its version is unknown, and the launching worker did not run it).
+    ``command`` (an external program: its version is unknown, and the launching worker did not run it) unless
+    ``package=`` names its library: then that distribution as the program's interpreter has it, measured there.
     ``stats``: for a run asked to compare with the oracle's store (``BackendProcess.run(compare_to=...)``),
     each compared tensor's statistics, measured in the worker; those tensors are not in ``outputs``.
     ``compiles``: the builds of a model this invocation made (0 when it reused an earlier session; more than 1
@@ -350,7 +351,9 @@ class Runtime(Protocol):
     changes what the library computes (onnx.reference's bfloat16 rounding), reported in every ``ran_with``; ``cost()``
     returns the builds it made itself since it was created, ``{"compiles": n, "compile_cache_hits": m}`` (a
     compiler that compiles variants in one load, or serves them from a cache); without it every ``load`` the
-    worker calls counts as one compile (:mod:`graphbisect.backends.cost`).
+    worker calls counts as one compile (:mod:`graphbisect.backends.cost`); ``measured()`` returns what runs its
+    work where that is not the worker's interpreter (an external program's, ``command:package=``), in
+    :data:`RAN_WITH`'s keys: reported as ``ran_with`` instead of the worker's own.
 
     Class attributes :func:`~graphbisect.backends.registry.register_backend` reads (each optional): ``name``,
     ``capabilities`` (:class:`Capability` values: what the backend promises, and what that enables),

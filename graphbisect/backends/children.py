@@ -29,6 +29,7 @@ import logging
 import os
 import signal
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 __all__ = ["GROUPS_FOLDER", "TAIL_BYTES", "kill_recorded_groups", "read_tail", "run_program"]
@@ -41,18 +42,21 @@ GROUPS_FOLDER = "child-groups"
 TAIL_BYTES = 64 * 1024
 
 
-def run_program(command: str | list[str], *, shell: bool, cwd: str, folder: Path) -> tuple[int, str]:
+def run_program(command: str | list[str], *, shell: bool, cwd: str, folder: Path,
+                env: Mapping[str, str] | None = None) -> tuple[int, str]:
     """Run ``command`` in a process group of its own and return (its exit status, the tail of its stderr).
 
     Returns when the program exits, whatever its descendants do; they are killed then. Raises ``OSError``
     when it cannot be started. ``folder`` (the worker's) receives the stderr file and the group record.
+    ``env``: the program's environment (default the worker's); its ``PATH`` also finds the program.
     """
     stderr_path = folder / "command-stderr.log"
     groups = folder / GROUPS_FOLDER
     groups.mkdir(parents=True, exist_ok=True)
     with open(stderr_path, "wb") as stderr:
+        # its own group: killpg reaches what it starts
         proc = subprocess.Popen(command, shell=shell, stdin=subprocess.DEVNULL, stderr=stderr, cwd=cwd,
-                                start_new_session=True)  # its own group: killpg reaches what it starts
+                                env=None if env is None else dict(env), start_new_session=True)
     record = groups / str(proc.pid)
     record.touch()
     try:

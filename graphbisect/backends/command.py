@@ -25,17 +25,30 @@ workers as ``GRAPHBISECT_CALLER_CWD``), so ``python check.py {model}`` finds ``c
 or 127 (not executable, not found), a command that cannot be started, an interpreter that cannot open its
 script, or a usage error (exit 2 with ``usage:``) raise :class:`~graphbisect.errors.SpecError` — a usage
 error with a hint, never a failure signature a reduction would shrink a model to.
+
+**Its environment** (``venv=DIR``): the program runs with that environment first, as its ``activate`` script
+would set it: ``DIR/bin`` at the start of ``PATH`` (which also finds the program itself), ``VIRTUAL_ENV=DIR``,
+no ``PYTHONHOME``; so ``python`` and every console script installed there are the environment's. A relative
+``DIR`` is relative to the directory the program runs in. ``package=NAME`` says which distribution is the
+program's library: its version is **measured**, not assumed, once per worker, by the interpreter ``python`` names
+on the program's ``PATH`` (``importlib.metadata``, with the program's environment), and reported as what ran
+the target (:attr:`~graphbisect.backends.RunResult.ran_with`: ``library`` the name, ``library_version``, where
+it is installed, that interpreter and its version, its numpy). Without ``package=`` nothing is claimed as what
+ran: the worker only launches a program. ``graphbisect releases`` sets both for a ``command:`` target.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
 import shlex
+import shutil
 import signal
 import string
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -50,12 +63,12 @@ from graphbisect.errors import SpecError
 from graphbisect.storage.onnxwire import declared_outputs
 from graphbisect.storage.values import EXTENSION_TYPES, NpzDamaged, NpzRefused, elem_type_of, load_values_npz
 
-__all__ = ["CALLER_CWD_ENV", "Command", "CommandFailed", "cannot_run", "check_mode"]
+__all__ = ["CALLER_CWD_ENV", "Command", "CommandFailed", "cannot_run", "check_mode", "program_environment"]
 
 logger = logging.getLogger(__name__)
 
 PLACEHOLDERS = ("model", "inputs", "outputs")
-_OPTIONS = ("cmd", "shell", "typed")
+_OPTIONS = ("cmd", "shell", "typed", "venv", "package")
 #: How much of the program's stderr goes into a crash message.
 STDERR_TAIL_LINES = 20
 STDERR_TAIL_CHARS = 4000
@@ -65,6 +78,24 @@ CALLER_CWD_ENV = "GRAPHBISECT_CALLER_CWD"
 _CANNOT_RUN_CODES = {126: "is not executable", 127: "was not found"}
 _CANNOT_OPEN = re.compile(r"can't open file|No such file or directory|command not found|not found$", re.MULTILINE)
 _USAGE = re.compile(r"^usage: ", re.MULTILINE | re.IGNORECASE)
+#: A distribution's name (PEP 508): what ``package=`` may name.
+_DISTRIBUTION = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
+#: Seconds the program's interpreter may take to say which release of ``package=`` it has.
+MEASURE_TIMEOUT = 120
+#: Run by the program's interpreter (any Python 3.8+, standard library only): ``package=``'s distribution as
+#: that interpreter finds it, the interpreter and its numpy, in :data:`~graphbisect.backends.base.RAN_WITH`'s keys.
+_MEASURE = """
+import importlib.metadata as m, json, platform, sys
+def dist(name):
+    try:
+        return m.distribution(name)
+    except m.PackageNotFoundError:
+        return None
+found, numpy = dist(sys.argv[1]), dist("numpy")
+print(json.dumps({"library": sys.argv[1], "library_version": found.version if found else None,
+                  "library_path": str(found.locate_file("")) if found else None, "python": sys.executable,
+                  "python_version": platform.python_version(), "numpy": numpy.version if numpy else None}))
+"""
 
 
 class CommandFailed(RuntimeError):
@@ -94,6 +125,10 @@ class Command:
         self.typed = option_flag(options, "typed")
         self.workdir = Path(workdir)
         _check_template(self.template)
+        self.cwd = os.environ.get(CALLER_CWD_ENV) or str(self.workdir)
+        self.venv = _venv(options.get("venv", "").strip(), self.cwd)
+        self.env = program_environment(self.venv)
+        self._measured = _measure(options["package"].strip(), self.env, self.cwd) if "package" in options else {}
         self._model = ""
         self._outputs: list[str] | None = None
         self._declared: dict[str, Any] | None = None
@@ -116,9 +151,9 @@ class Command:
         self._last = command if isinstance(command, str) else shlex.join(command)
         logger.debug("running %s", self._last)
         sys.stdout.flush()
-        cwd = os.environ.get(CALLER_CWD_ENV) or str(self.workdir)
+        cwd = self.cwd
         try:  # waited for by its exit, not its stderr's end; what it left running is killed (children.py)
-            returncode, stderr = run_program(command, shell=self.shell, cwd=cwd, folder=self.workdir)
+            returncode, stderr = run_program(command, shell=self.shell, cwd=cwd, folder=self.workdir, env=self.env)
         except OSError as exc:
             raise SpecError(f"the command cannot be started in {cwd}: {exc}",
                             hint=f"check the program name and its permissions: {self._last}") from exc
@@ -141,8 +176,13 @@ class Command:
         return check_mode(self.template)
 
     def info(self) -> dict[str, Any]:
-        """The command line of the last run."""
-        return {"command": self._last}
+        """The command line of the last run, and the environment it ran with (``venv=``)."""
+        return {"command": self._last, **({"venv": str(self.venv)} if self.venv is not None else {})}
+
+    def measured(self) -> dict[str, Any]:
+        """What ran the target, as ``package=`` measured it in the program's interpreter (empty without it): the
+        worker reports it instead of its own interpreter (:attr:`~graphbisect.backends.RunResult.ran_with`)."""
+        return dict(self._measured)
 
     def render(self, model: str, inputs: str, outputs: str) -> str | list[str]:
         """The command line for these paths: a string with ``shell=1``, else an argument list."""
@@ -174,6 +214,54 @@ class Command:
                                       "numpy cannot record a bfloat16/float8/int4 array's type in an .npz; write "
                                       "it with graphbisect.storage.values.save_values_npz, or as float32")
         return {name: arrays[name] for name in wanted}
+
+
+def program_environment(venv: Path | None) -> dict[str, str]:
+    """The program's environment: the worker's, with ``venv`` first as its ``activate`` script sets it
+    (``bin`` at the start of ``PATH``, ``VIRTUAL_ENV``, no ``PYTHONHOME``)."""
+    env = dict(os.environ)
+    if venv is not None:
+        scripts = venv / ("Scripts" if os.name == "nt" else "bin")
+        env["PATH"] = os.pathsep.join(p for p in (str(scripts), env.get("PATH")) if p)
+        env["VIRTUAL_ENV"] = str(venv)
+        env.pop("PYTHONHOME", None)
+    return env
+
+
+def _venv(text: str, cwd: str) -> Path | None:
+    """``venv=``'s folder (relative to where the program runs), checked to hold a ``bin`` (``Scripts``)."""
+    if not text:
+        return None
+    folder = Path(cwd) / Path(text).expanduser()
+    scripts = folder / ("Scripts" if os.name == "nt" else "bin")
+    if not scripts.is_dir():
+        raise SpecError(f"venv={text}: {folder} is not an environment (it has no {scripts.name}/ folder)",
+                        hint="name a virtual environment's folder, e.g. venv=/opt/ort120 (the one holding bin/)")
+    return folder.absolute()
+
+
+def _measure(package: str, env: Mapping[str, str], cwd: str) -> dict[str, Any]:
+    """``package``'s release as the interpreter ``python`` names on the program's ``PATH`` has it installed (the
+    module docstring): :data:`_MEASURE` run there."""
+    if not _DISTRIBUTION.match(package):
+        raise SpecError(f"package={package!r} is not a distribution's name", hint="e.g. package=onnxruntime")
+    path = env.get("PATH")
+    python = shutil.which("python", path=path) or shutil.which("python3", path=path)
+    if python is None:
+        raise SpecError(f"package={package} is measured by the program's python, and its PATH has none",
+                        hint="add venv=DIR (an environment with bin/python), or drop package=")
+    try:
+        proc = subprocess.run([python, "-c", _MEASURE, package], env=dict(env), cwd=cwd, capture_output=True,
+                              text=True, timeout=MEASURE_TIMEOUT, check=False)
+        facts = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
+        raise SpecError(f"package={package}: {python} cannot say which release it has: {exc}",
+                        hint="check that the program's python runs") from exc
+    if not isinstance(facts, dict):
+        raise SpecError(f"package={package}: {python} cannot say which release it has (exit {proc.returncode})"
+                        f"{_tail(proc.stderr)}", hint="check that the program's python runs (Python 3.8 or later)")
+    logger.debug("package=%s measured by %s: %s", package, python, facts)
+    return facts
 
 
 def _declared_outputs(model: str, wanted: Sequence[str] | None) -> dict[str, Any] | None:

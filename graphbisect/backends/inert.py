@@ -14,7 +14,8 @@ A rule is plain JSON, because ``repro.py`` carries the rules of its backend and 
 * :data:`ANY` — any value is inert (a level, a count, a device, a list of names);
 * :data:`NAMES` — a ``;``-list of names is inert, ``@FILE`` is not (a file read at every load);
 * :data:`BUNDLE_FILE` — a file the bundle holds is inert (its own tactic record), any other path is not;
-* :func:`never` — no value is inert (the program a ``command`` runs, the interpreter of ``python=``);
+* :func:`never` — no value is inert (the program a ``command`` runs and the environment it runs with, the
+  interpreter of ``python=``);
 * :func:`entries` — ``key=value;...`` entries (ONNX Runtime's session config) whose keys are all listed;
 * :func:`flags` — compiler flags (``iree-compile``) whose names are all listed;
 * :func:`nested` — a mapping of settings, each with its own rule (``repro.py``'s onnxoptimizer section).
@@ -37,6 +38,7 @@ from typing import Any
 __all__ = [
     "ANY",
     "BUNDLE_FILE",
+    "COMMAND_ENVIRONMENT",
     "COMMAND_PROGRAM",
     "IREE_FLAGS",
     "NAMES",
@@ -87,6 +89,7 @@ def nested(rules: Mapping[str, Rule]) -> Rule:
 
 
 COMMAND_PROGRAM = never("is the program the backend runs")
+COMMAND_ENVIRONMENT = never("is the environment whose programs the command runs (its bin/ first on PATH)")
 PYTHON_INTERPRETER = never("is the Python interpreter the backend runs under")
 
 #: ONNX Runtime session config keys whose values cannot name a file, a folder or a library (from ORT's

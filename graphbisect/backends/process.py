@@ -484,8 +484,13 @@ class BackendProcess:
         """What runs this spec, measured in the current worker (empty before the first call): the backend
         library's version and location, the interpreter and its numpy. See :attr:`RunResult.ran_with`.
 
-        Empty for a backend without a library (``command``): its worker only launches an external program,
-        whose version graphbisect cannot know, so no interpreter is named as what ran it."""
+        Where the runtime measured what runs its work itself (``command`` with ``package=``: the program's
+        interpreter and that distribution), that instead. Else empty for a backend without a library
+        (``command``): its worker only launches an external program, whose version graphbisect cannot know, so no
+        interpreter is named as what ran it."""
+        measured = self.worker_info.get("measured")
+        if isinstance(measured, dict):
+            return {key: measured[key] for key in RAN_WITH if key in measured}
         if self.backend.import_name is None:
             return {}
         return {key: self.worker_info[key] for key in RAN_WITH if key in self.worker_info}

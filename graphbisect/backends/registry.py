@@ -33,6 +33,7 @@ from graphbisect.backends.base import BackendSpec, Capability
 from graphbisect.backends.inert import (
     ANY,
     BUNDLE_FILE,
+    COMMAND_ENVIRONMENT,
     COMMAND_PROGRAM,
     IREE_FLAGS,
     NAMES,
@@ -517,8 +518,13 @@ BACKENDS: tuple[BackendInfo, ...] = (
             "shell": "1 to run the command through the shell (default 0)",
             "typed": "1: the program reads graphbisect's typed .npz (__values__.json: bfloat16, float8, int4 "
             "stored as raw bits or values); without it such inputs are refused as unsupported",
+            "venv": "run the program with this environment first: its bin/ at the start of PATH (python and its "
+            "console scripts are the environment's), VIRTUAL_ENV set",
+            "package": "the distribution that is the program's library: its version, measured by the python on "
+            "the program's PATH (importlib.metadata), is reported as what ran",
         },
-        inert_options={"cmd": COMMAND_PROGRAM, "shell": ANY, "typed": ANY},
+        inert_options={"cmd": COMMAND_PROGRAM, "shell": ANY, "typed": ANY, "venv": COMMAND_ENVIRONMENT,
+                       "package": ANY},
     ),
 )
 

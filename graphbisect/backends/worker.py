@@ -711,8 +711,11 @@ class _Server:
         self.runtime = runtime_class(dict(request.get("options", {})), str(self.workdir))
         patched = getattr(self.runtime, "patched", None)
         changes = list(patched()) if patched is not None else []
+        measured = getattr(self.runtime, "measured", None)  # an external program's interpreter (command: package=)
+        program = dict(measured()) if measured is not None else {}
         return {
             **({"patched": changes} if changes else {}),
+            **({"measured": program} if program else {}),
             "ok": True,
             "protocol": PROTOCOL_VERSION,
             "pid": os.getpid(),

@@ -18,7 +18,9 @@ than two releases, the index cannot be read, the bundle is unusable or its recor
 the oracle cannot run the model).
 
 The packages (``--package``), what each release's environment holds and the backend it runs:
-:data:`graphbisect.releases.packages.PACKAGES`. Not built yet: ``command:`` targets.
+:data:`graphbisect.releases.packages.PACKAGES`. Any package, one of those or not, with a ``command:`` target: the
+program runs with each release's environment first on its ``PATH`` (``venv=``), and the release it held is
+measured there (``package=``).
 """
 
 from __future__ import annotations
@@ -46,9 +48,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", type=Path, metavar="MODEL-or-BUNDLE",
                         help="a bundle folder or .zip written by `graphbisect reduce` (its recorded outputs are the "
                         "oracle), or an ONNX model (--oracle runs on it once)")
-    parser.add_argument("--package", required=True, choices=sorted(PACKAGES),
+    parser.add_argument("--package", required=True, metavar="PACKAGE",
                         help="the package whose releases to search: " + "; ".join(
-                            f"{r.package}: {r.summary}, target {r.target}" for r in PACKAGES.values()))
+                            f"{r.package}: {r.summary}, target {r.target}" for r in PACKAGES.values())
+                        + "; any other package with a --target command:... program, run with each release's "
+                        "environment first on its PATH (python and the package's scripts are that release's)")
     parser.add_argument("--range", dest="within", metavar="A..B",
                         help="the releases from A to B, both included; either end may be left out (default: every "
                         "release the package index has for this Python and platform)")
@@ -60,8 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="bad: the first release where the failure appears (default); fixed: the first where "
                         "it is gone")
     parser.add_argument("--target", type=backend_spec, metavar="SPEC",
-                        help="the spec each release runs, python= set to that release's environment (default: "
-                        "the bundle's recorded target; with a model the package's, e.g. onnxruntime:opt_level=all)")
+                        help="the spec each release runs, python= set to that release's environment (a command: "
+                        "target: venv= that environment, package= the release measured there) (default: the "
+                        "bundle's recorded target; with a model the package's, e.g. onnxruntime:opt_level=all)")
     parser.add_argument("--repeat", type=count(1), default=3,
                         help="runs of each release the answer rests on, voted (default 3; 1: no vote)")
     parser.add_argument("--jobs", type=count(1), default=2, help="environments installed at once (default 2)")

@@ -65,6 +65,11 @@ class Environment:
     def usable(self) -> bool:
         return self.error is None
 
+    @property
+    def folder(self) -> Path | None:
+        """The environment's folder (the one holding ``bin/``); None for this interpreter's release."""
+        return None if self.python is None else self.python.parent.parent
+
 
 def cache_root(cache: Path | str | None = None) -> Path:
     """``cache``, else ``$GRAPHBISECT_CACHE/releases``, else ``~/.cache/graphbisect/releases``."""
@@ -104,16 +109,18 @@ def find_uv() -> str | None:
         return shutil.which("uv")
 
 
-def prepare_environments(package: str, versions: Sequence[str], *, cache: Path | str | None = None, jobs: int = 2,
-                         use_host: bool = True, installer: str = "auto",
+def prepare_environments(package: str | Recipe, versions: Sequence[str], *, cache: Path | str | None = None,
+                         jobs: int = 2, use_host: bool = True, installer: str = "auto",
                          on_ready: Callable[[Environment], None] | None = None) -> dict[str, Environment]:
-    """The environment of each release of ``package`` in ``versions``, installing the missing ones, ``jobs`` at
-    a time, with ``installer`` (:data:`INSTALLERS`). The release installed in this interpreter runs here
-    (``use_host``): nothing to install. A release that cannot be installed gets an :class:`Environment` with its
-    ``error`` (the installer's words), not an exception. ``on_ready`` is called as each one is ready (from worker
-    threads, one call at a time). Raises :class:`InputError` for an unknown package or installer, or when no
-    installer is there and something must be installed."""
-    recipe = recipe_of(package)
+    """The environment of each release of ``package`` (a name in the table, or a :class:`Recipe`: any package's)
+    in ``versions``, installing the missing ones, ``jobs`` at a time, with ``installer`` (:data:`INSTALLERS`). The
+    release installed in this interpreter runs here (``use_host``): nothing to install. A release that cannot be
+    installed gets an :class:`Environment` with its ``error`` (the installer's words), not an exception.
+    ``on_ready`` is called as each one is ready (from worker threads, one call at a time). Raises
+    :class:`InputError` for an unknown package or installer, or when no installer is there and something must be
+    installed."""
+    recipe = package if isinstance(package, Recipe) else recipe_of(package)
+    package = recipe.package
     if installer not in INSTALLERS:
         raise InputError(f"installer {installer!r} is not one of {', '.join(INSTALLERS)}", hint="--installer uv")
     root = cache_root(cache)

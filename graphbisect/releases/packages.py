@@ -14,11 +14,16 @@ release is the only thing that changes between two runs:
 
 A release's worker reports its library's version as the library says it (``2024.0.0-14509-34caeefd078-
 releases/2024/0`` for OpenVINO): :meth:`Recipe.reports` reads the release in it.
+
+**Any other package**, with a ``command:`` target: :func:`recipe_of` makes its recipe, the package at the release
+and ``numpy`` beside it (the one the installer picks for that release: the command's program reads and writes
+``.npz`` files), run by the ``command`` backend with the environment first on its ``PATH``.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,7 +31,7 @@ from dataclasses import dataclass
 from graphbisect.errors import InputError
 from graphbisect.releases.index import index_versions, release_key
 
-__all__ = ["PACKAGES", "Recipe", "recipe_of", "release_versions"]
+__all__ = ["COMMAND", "PACKAGES", "Recipe", "recipe_of", "release_versions"]
 
 log = logging.getLogger(__name__)
 
@@ -88,13 +93,33 @@ PACKAGES: Mapping[str, Recipe] = {recipe.package: recipe for recipe in (
 )}
 
 
-def recipe_of(package: str) -> Recipe:
-    """The :class:`Recipe` of ``package``; :class:`InputError` for one graphbisect cannot install."""
-    try:
+#: A distribution's name (PEP 508): what ``--package`` may name outside the table (it becomes a folder's name).
+_DISTRIBUTION = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
+#: The backend that runs any package's release: a ``command:`` target, its environment first on ``PATH``.
+COMMAND = "command"
+
+
+def recipe_of(package: str, *, command: bool = False) -> Recipe:
+    """The :class:`Recipe` of ``package``: the table's, else, for a ``command`` target, one of its own (the package
+    alone at each release, ``numpy`` beside it). :class:`InputError` for a package outside the table without a
+    ``command:`` target, or a name that is not a distribution's.
+
+    Example:
+        >>> recipe_of("tflite-runtime", command=True).requirements("2.14.0")
+        ['tflite-runtime==2.14.0', 'numpy']
+    """
+    if package in PACKAGES:
         return PACKAGES[package]
-    except KeyError:
-        raise InputError(f"graphbisect releases cannot install {package!r} (it can: {', '.join(PACKAGES)})",
-                         hint="--package one of those; a command: target's package is not built yet") from None
+    if not _DISTRIBUTION.match(package):
+        raise InputError(f"--package {package!r} is not a distribution's name", hint="e.g. --package onnxruntime")
+    if not command:
+        raise InputError(f"graphbisect releases has no backend of its own for {package!r} (it has for: "
+                         f"{', '.join(PACKAGES)}): another package's releases run a command: target",
+                         hint=f"--target 'command:cmd=python run.py {{model}} {{inputs}} {{outputs}}' (your program, "
+                         f"run by each release's environment: python and {package}'s scripts are that "
+                         "release's), or --package one of those")
+    return Recipe(package, (COMMAND,), (package,), ("numpy",), "",
+                  f"{package}, run by a command: target with each release's environment first on PATH")
 
 
 def release_versions(recipe: Recipe, *, pre: bool = False) -> list[str]:

@@ -51,7 +51,7 @@ from graphbisect.errors import GraphBisectError, InputError
 from graphbisect.model import Model
 from graphbisect.releases.environments import Environment, prepare_environments
 from graphbisect.releases.index import VersionRange, select_versions
-from graphbisect.releases.packages import Recipe, recipe_of, release_versions
+from graphbisect.releases.packages import COMMAND, Recipe, recipe_of, release_versions
 from graphbisect.releases.search import FOUND, NEWEST_UNCHANGED, OLDEST_CHANGED, Answer, Change, find_change
 from graphbisect.text.printable import plural
 from graphbisect.workflows.passes_claims import limits_of
@@ -62,7 +62,6 @@ from graphbisect.workflows.releases_claims import (
     check_answer,
     confirmed_words,
     release_claims,
-    spec_in,
 )
 from graphbisect.workflows.releases_model import ModelReference, describe_reference, model_reference
 from graphbisect.workflows.scratch import work_folder
@@ -202,10 +201,11 @@ def search_releases(bundle: LoadedBundle, package: str, *, versions: Sequence[st
     package, a target of another backend, fewer than two releases, or an index that cannot be read.
     """
     say = _checked_arguments(find, repeat, jobs, on_progress)
-    spec = _of_package(_target(bundle, target, trust=trust), package)
-    chosen, envs, installs = _environments(package, versions, within, pre=pre, cache=cache, jobs=jobs,
-                                           installer=installer, say=say)
-    runner = _Runner(bundle, spec, envs, repeat=repeat, find=find, recipe=recipe_of(package), say=say)
+    spec = _target(bundle, target, trust=trust)
+    recipe = _recipe(spec, package)
+    chosen, envs, installs = _environments(recipe, versions, within, pre=pre, cache=cache, jobs=jobs,
+                                           installer=installer, say=say, use_host=not _is_command(spec))
+    runner = _Runner(bundle, spec, envs, repeat=repeat, find=find, recipe=recipe, say=say)
     change = runner.search(chosen)
     evidence = ReleaseEvidence(str(bundle.oracle), bundle.model_path, bundle.inputs, bundle.report,
                                Limits.from_report(bundle.report.get("tolerance")))
@@ -232,23 +232,23 @@ def search_releases_model(model: Model | Path | str, package: str, *, oracle: Ba
     from graphbisect.model import load_model
 
     say = _checked_arguments(find, repeat, jobs, on_progress)
-    spec = _of_package(BackendSpec.parse(target or recipe_of(package).target) if not isinstance(target, BackendSpec)
-                       else target, package).with_options(python=None)
+    spec = _replaced(BackendSpec.parse(target or recipe_of(package).target) if not isinstance(target, BackendSpec)
+                     else target)
+    recipe = _recipe(spec, package)
     oracle_spec = BackendSpec.parse(oracle) if isinstance(oracle, str) else oracle
     loaded = model if isinstance(model, Model) else load_model(Path(model))
-    chosen, envs, installs = _environments(package, versions, within, pre=pre, cache=cache, jobs=jobs,
-                                           installer=installer, say=say)
+    chosen, envs, installs = _environments(recipe, versions, within, pre=pre, cache=cache, jobs=jobs,
+                                           installer=installer, say=say, use_host=not _is_command(spec))
     usable = [v for v in chosen if envs[v].usable]
     if not usable:
-        runner = _Runner(None, spec, envs, repeat=repeat, find=find, recipe=recipe_of(package), say=say)
+        runner = _Runner(None, spec, envs, repeat=repeat, find=find, recipe=recipe, say=say)
         return _result(package, find, spec, "nothing: no release could be installed", chosen,
                        change=runner.search(chosen), runner=runner, installs=installs, oracle=str(oracle_spec))
-    recipe = recipe_of(package)
     with work_folder(workdir, "releases", protect=(loaded.path, loaded.origin)) as (folder, _):
         say(f"the reference: the oracle {oracle_spec} and a baseline release of {package} on "
             f"{loaded.origin or loaded.path}" + (f"; the failure is {bundle.source}'s" if bundle is not None else ""))
         baseline, ref, cannot = _reference(loaded, usable[::-1] if find == "bad" else usable, envs, folder, say=say,
-                                           oracle=oracle_spec, target=spec, inputs=inputs, seed=seed,
+                                           oracle=oracle_spec, target=spec, recipe=recipe, inputs=inputs, seed=seed,
                                            tolerance=tolerance, bundle=bundle)
         runner = _Runner(None if ref is None else ref.bundle, spec, envs, repeat=repeat, find=find, recipe=recipe,
                          say=say)
@@ -273,10 +273,11 @@ def search_releases_model(model: Model | Path | str, package: str, *, oracle: Ba
 
 
 def _reference(model: Model, candidates: Sequence[str], envs: Mapping[str, Environment], folder: Path, *,
-               say: Callable[[str], None], oracle: BackendSpec, target: BackendSpec, **options: Any
+               say: Callable[[str], None], oracle: BackendSpec, target: BackendSpec, recipe: Recipe, **options: Any
                ) -> tuple[str, ModelReference | None, dict[str, ReleaseRun]]:
     """The reference made on the first of ``candidates`` (the baseline) whose target can run, and the releases
-    before it that cannot (a skip each, with why: an OpenVINO release older than graphbisect's backend needs).
+    before it that cannot (a skip each, with why: an OpenVINO release older than graphbisect's backend needs; an
+    environment whose measured release is another than asked).
     The target's worker is started and checked before the oracle runs, so a release that cannot start it costs
     no oracle run. :class:`~graphbisect.workflows.compare.OracleFailed` is raised, never taken for a release's
     skip."""
@@ -286,8 +287,9 @@ def _reference(model: Model, candidates: Sequence[str], envs: Mapping[str, Envir
     for version in candidates:
         start = time.monotonic()
         try:
-            ref = model_reference(model, oracle=oracle, target=_in_environment(target, envs[version]),
+            ref = model_reference(model, oracle=oracle, target=_in_environment(target, envs[version], recipe),
                                   workdir=folder / f"reference-{version}", **options)
+            _check_release(version, ref.baseline.versions.get("target", {}), recipe, target)
         except OracleFailed:
             raise
         except GraphBisectError as exc:
@@ -313,18 +315,58 @@ def _checked_arguments(find: str, repeat: int, jobs: int,
     return on_progress or (lambda line: log.info("%s", line))
 
 
-def _of_package(spec: BackendSpec, package: str) -> BackendSpec:
-    """``spec``, when a release of ``package`` runs it; else :class:`InputError`."""
-    recipe = recipe_of(package)
-    if registry.get(spec.name).name not in recipe.backends:
+def _is_command(spec: BackendSpec) -> bool:
+    """Whether ``spec`` is a ``command:`` target (any package's releases run it)."""
+    return registry.get(spec.name).name == COMMAND
+
+
+def _recipe(spec: BackendSpec, package: str) -> Recipe:
+    """How to install ``package``'s releases for ``spec``: the table's recipe, whose backend ``spec`` must be
+    unless it is a ``command:`` target, which any package's releases run (their environment first on its
+    ``PATH``); else :class:`InputError`."""
+    command = _is_command(spec)
+    recipe = recipe_of(package, command=command)
+    if not command and registry.get(spec.name).name not in recipe.backends:
         raise InputError(f"the target {spec} is not run by {package}", hint=f"--target one of "
-                         f"{', '.join(recipe.backends)}, or --package the package of {spec.name}")
-    return spec
+                         f"{', '.join(recipe.backends)} (or a command: program), or --package the package of "
+                         f"{spec.name}")
+    return recipe
 
 
-def _in_environment(spec: BackendSpec, env: Environment) -> BackendSpec:
-    """``spec`` run by ``env``'s interpreter (this one's: ``spec`` itself)."""
+def _replaced(spec: BackendSpec) -> BackendSpec:
+    """``spec`` without what each release sets: ``python=``, and a ``command:`` target's ``venv=`` and
+    ``package=``."""
+    spec = spec.with_options(python=None)
+    return spec.with_options(venv=None, package=None) if _is_command(spec) else spec
+
+
+def _in_environment(spec: BackendSpec, env: Environment, recipe: Recipe) -> BackendSpec:
+    """``spec`` run by ``env``: its interpreter (``python=``; this one's: ``spec`` itself), or for a ``command:``
+    target the environment first on the program's ``PATH`` (``venv=``) and the release measured there
+    (``package=``: the command backend reports the version that environment's ``python`` has)."""
+    if _is_command(spec):
+        assert env.folder is not None, "a command: target's releases each have an environment (use_host=False)"
+        return spec.with_options(venv=str(env.folder), package=recipe.distributions[0])
     return spec if env.python is None else spec.with_options(python=str(env.python))
+
+
+def _check_release(version: str, ran: Mapping[str, Any], recipe: Recipe, spec: BackendSpec) -> None:
+    """Raise :class:`InputError` when what ran (``ran_with``, as the worker measured it) is another release than
+    ``version``, or, for a ``command:`` target, was not measured (nothing would say which release ran)."""
+    why = _another_release(version, ran.get("library_version"), recipe, spec)
+    if why is not None:
+        raise InputError(why, hint="delete that release's environment from the cache and run again")
+
+
+def _another_release(version: str, library: Any, recipe: Recipe, spec: BackendSpec) -> str | None:
+    """Why a run measured as ``library`` is not a run of ``version`` (None: it is, or a built-in backend's worker
+    did not say)."""
+    if library is None:
+        return (f"cannot tell which release of {recipe.distributions[0]} ran: its environment's python did not "
+                "report one" if _is_command(spec) else None)
+    if not recipe.reports(version, str(library)):
+        return f"its environment runs {library}, not {version}"
+    return None
 
 
 def _baseline_run(version: str, ref: ModelReference, env: Environment) -> ReleaseRun:
@@ -339,12 +381,14 @@ def _baseline_run(version: str, ref: ModelReference, env: Environment) -> Releas
                       run_seconds=ref.baseline.seconds)
 
 
-def _environments(package: str, versions: Sequence[str] | None, within: VersionRange | str | None, *, pre: bool,
-                  cache: Path | str | None, jobs: int, installer: str,
-                  say: Callable[[str], None]) -> tuple[list[str], dict[str, Environment], int]:
-    """The releases searched (oldest first), their environments, and how many were installed now."""
+def _environments(recipe: Recipe, versions: Sequence[str] | None, within: VersionRange | str | None, *, pre: bool,
+                  cache: Path | str | None, jobs: int, installer: str, say: Callable[[str], None],
+                  use_host: bool = True) -> tuple[list[str], dict[str, Environment], int]:
+    """The releases searched (oldest first), their environments (``use_host``: the release installed in this
+    interpreter runs here), and how many were installed now."""
+    package = recipe.package
     window = within if isinstance(within, VersionRange) else VersionRange.parse(within)
-    listed = list(versions) if versions is not None else release_versions(recipe_of(package), pre=pre)
+    listed = list(versions) if versions is not None else release_versions(recipe, pre=pre)
     chosen = select_versions(listed, window, pre=pre or versions is not None)
     if len(chosen) < 2:
         raise InputError(f"{plural(len(chosen), 'release')} of {package} in {window or 'the index'} "
@@ -360,7 +404,8 @@ def _environments(package: str, versions: Sequence[str] | None, within: VersionR
                 else "this interpreter" if env.python is None else "cached")
         say(f"  {package} {env.version}: {what}")
 
-    envs = prepare_environments(package, chosen, cache=cache, jobs=jobs, installer=installer, on_ready=ready)
+    envs = prepare_environments(recipe, chosen, cache=cache, jobs=jobs, installer=installer, use_host=use_host,
+                                on_ready=ready)
     installs = sum(env.installed for env in envs.values())
     say(f"environments ready in {time.monotonic() - start:.1f} s ({installs} installed)")
     return chosen, envs, installs
@@ -369,9 +414,8 @@ def _environments(package: str, versions: Sequence[str] | None, within: VersionR
 def _target(bundle: LoadedBundle, target: BackendSpec | str | None, *, trust: bool) -> BackendSpec:
     """The spec every release runs, without ``python=``. The recorded one is held to the trust rule."""
     if target is not None:
-        spec = BackendSpec.parse(target) if isinstance(target, str) else target
-        return spec.with_options(python=None)
-    spec = bundle.target.with_options(python=None)
+        return _replaced(BackendSpec.parse(target) if isinstance(target, str) else target)
+    spec = _replaced(bundle.target)
     from graphbisect.backends.registry import untrusted_options
 
     untrusted = untrusted_options(spec, own_files=[str(bundle.path / TACTICS_FILE)])
@@ -410,8 +454,8 @@ class _Runner:
         if self.bundle is None or not reports_passes(self.spec):
             return None
         self.say(f"what changed between {older} and {newer}: their passes and optimized graphs")
-        change = release_change(self.bundle, (older, _in_environment(self.spec, self.envs[older])),
-                                (newer, _in_environment(self.spec, self.envs[newer])))
+        change = release_change(self.bundle, (older, _in_environment(self.spec, self.envs[older], self.recipe)),
+                                (newer, _in_environment(self.spec, self.envs[newer], self.recipe)))
         self.runs += change.runs
         self.say(f"  {change.describe()}")
         return change
@@ -420,7 +464,7 @@ class _Runner:
               trust: bool) -> dict[str, Any]:
         """The answer's two claims re-established by the checker (:mod:`.releases_claims`), as its record."""
         claims = release_claims(package, self.find, older, newer, model=evidence.model,
-                                spec_of=lambda v: spec_in(self.spec, self.envs[v].python))
+                                spec_of=lambda v: str(_in_environment(self.spec, self.envs[v], self.recipe)))
         audit = check_answer(claims, evidence, trust=trust, say=self.say)
         for claim in audit.claims:
             self.say(f"  {claim.statement}: {claim.verdict} ({_short(claim.evidence, 300)})")
@@ -463,7 +507,7 @@ class _Runner:
             run = ReleaseRun(version, SKIP, f"cannot install: {env.error}", install_seconds=env.seconds)
             self.say(f"  {version}: skip ({run.reason})")
             return run
-        spec = _in_environment(self.spec, env)
+        spec = _in_environment(self.spec, env, self.recipe)
         start = time.monotonic()
         self.runs += 1
         assert self.bundle is not None, "a release that installs is judged against a reference"
@@ -473,23 +517,25 @@ class _Runner:
             run = ReleaseRun(version, SKIP, f"cannot run: {exc.message}", runs=1, installed=env.installed,
                              install_seconds=env.seconds, run_seconds=time.monotonic() - start)
         else:
-            run = _judged(version, verification, env, time.monotonic() - start, self.recipe)
+            run = _judged(version, verification, env, time.monotonic() - start, recipe=self.recipe, spec=self.spec)
         self.say(f"  {version}: {run.verdict}" + (f" ({run.reason})" if run.reason else "")
                  + (f", {run.observed}" if run.observed and run.verdict == BAD else "")
                  + f" [{run.run_seconds:.1f} s]")
         return run
 
 
-def _judged(version: str, v: Verification, env: Environment, seconds: float, recipe: Recipe) -> ReleaseRun:
+def _judged(version: str, v: Verification, env: Environment, seconds: float, *, recipe: Recipe,
+            spec: BackendSpec) -> ReleaseRun:
     """A release's verdict from ``verify``'s outcome: a skip when its worker reports another release than
-    ``version`` (as ``recipe``'s library writes its version)."""
+    ``version`` (as ``recipe``'s library writes its version), or, for a ``command:`` target, none."""
     library = v.library.get("library_version")
     magnitude = _magnitude(s.score for s in v.outputs)
     common = {"observed": _short(v.observed.describe()) if v.observed.failed else None,
               "magnitude": magnitude, "library_version": library,
               "runs": 1, "installed": env.installed, "install_seconds": env.seconds, "run_seconds": seconds}
-    if library is not None and not recipe.reports(version, str(library)):
-        return ReleaseRun(version, SKIP, f"its environment runs {library}, not {version}", **common)  # type: ignore[arg-type]
+    another = _another_release(version, library, recipe, spec)
+    if another is not None:
+        return ReleaseRun(version, SKIP, another, **common)  # type: ignore[arg-type]
     if v.outcome == REPRODUCES:  # the note says how, where the release names the failure otherwise
         return ReleaseRun(version, BAD, v.note, **common)  # type: ignore[arg-type]
     if v.outcome in (FIXED, FIXED_REDUCED):
@@ -556,6 +602,23 @@ def _result(package: str, find: str, spec: BackendSpec, recorded: str, versions:
 
 
 def _paragraph(r: ReleaseSearch) -> str:
+    return _paragraph_of(r) + _measured_words(r)
+
+
+def _measured_words(r: ReleaseSearch) -> str:
+    """For a ``command:`` target, which release each run measured in its environment (empty otherwise)."""
+    if not _is_command(BackendSpec.parse(r.target)):
+        return ""
+    measured = {v: run.library_version for v, run in r.tested.items() if run.library_version is not None}
+    asked = [v for v, library in measured.items() if v == library.split("+", 1)[0]]
+    other = [f"the environment of {v} held {library} (a skip)" for v, library in measured.items() if v not in asked]
+    return (" The command ran with each release's environment first on its PATH; the release there was measured by "
+            "that environment's python (importlib.metadata), not assumed: "
+            + "; ".join([f"{r.package} {', '.join(asked)} as asked"] * bool(asked) + other or ["none measured"])
+            + ".")
+
+
+def _paragraph_of(r: ReleaseSearch) -> str:
     span = f"{r.package} {r.versions[0]} to {r.versions[-1]} ({plural(len(r.versions), 'release')}, {r.python})"
     skips = [v for v, run in r.tested.items() if run.verdict == SKIP]
     cost = (f"{r.releases_run} releases run ({r.runs} runs), {len(skips)} skipped"

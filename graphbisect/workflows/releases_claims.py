@@ -30,13 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from graphbisect.backends import BackendSpec
 from graphbisect.backends.registry import untrusted_options
 from graphbisect.checker.audit import Audit, Claim
 from graphbisect.checker.configurations import FAILS_SAME, PASSES, Configuration, ConfigurationClaim
 from graphbisect.checker.values import Limits
 
-__all__ = ["ReleaseEvidence", "audit_record", "check_answer", "confirmed_words", "release_claims", "spec_in"]
+__all__ = ["ReleaseEvidence", "audit_record", "check_answer", "confirmed_words", "release_claims"]
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +119,3 @@ def _short(text: str, limit: int = 240) -> str:
     line = " ".join(str(text).split())
     return line if len(line) <= limit else line[:limit - 1] + "…"
 
-
-def spec_in(spec: BackendSpec, python: Path | None) -> str:
-    """``spec`` run by ``python`` (None: this interpreter), as a string for a configuration."""
-    return str(spec if python is None else spec.with_options(python=str(python)))

@@ -313,6 +313,24 @@ def test_command_target(tmp_path: Path) -> None:
     assert proc.returncode == 0 and "FIXED" in proc.stdout, proc.stdout + proc.stderr
 
 
+def test_a_command_targets_environment_is_applied_by_repro(tmp_path: Path, ort_release_pythons: dict[str, Path],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """``venv=``: the program runs with that environment first on PATH in repro.py too, so ``python`` is its own
+    (a check that fails on the ONNX Runtime release it imports, 1.20.1 there); without it, repro.py would run
+    another interpreter's and see another failure."""
+    venv = ort_release_pythons["1.20.1"].parent.parent
+    (tmp_path / "check.py").write_text("import sys\nimport onnxruntime\n"
+                                       "sys.exit(3 if onnxruntime.__version__ == '1.20.1' else 0)\n")
+    monkeypatch.chdir(tmp_path)  # where the command runs, graphbisect's and repro.py's
+    content = build_content(relu_clip_model(), {"x": CLIP_INPUT}, tmp_path / "case", oracle=ORACLE,
+                            target=f"command:cmd=python check.py {{model}} {{inputs}},venv={venv}")
+    assert content.signature.detail == "CommandFailed: command exited with code 3"
+    out = write_bundle(content, tmp_path / "bug")
+    assert json.loads((out / "repro_config.json").read_text())["options"]["venv"] == str(venv)
+    proc = run_repro(out, "--trust", cwd=tmp_path)
+    assert proc.returncode == 1 and "REPRODUCED" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_an_external_check_bundle_is_judged_by_its_exit_status(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """A `reduce --check CMD` bundle (a command without {outputs}): the reduction judged the exit status only.

@@ -151,3 +151,54 @@ def test_a_program_the_worker_ran_counts_in_its_peak_memory(command_spec: str, m
     assert small.ok and big.ok and small.peak_memory is not None and big.peak_memory is not None
     assert small.peak_memory < 512 * 2**20
     assert big.peak_memory - small.peak_memory >= 500 * 2**20
+
+
+# --- venv= and package=: the program run with an environment first, its library's release measured there ------
+def test_venv_runs_the_environments_python_and_package_measures_its_release(
+        models: dict[str, Path], x23: np.ndarray, ort_release_pythons: dict[str, Path], tmp_path: Path) -> None:
+    """``python`` in the command line is the environment's (ONNX Runtime 1.20.1 here, 1.32 in this interpreter),
+    and ``package=`` reports the release that environment's interpreter has, measured there, as what ran."""
+    from tests.ort_releases import write_ort_runner
+
+    venv = ort_release_pythons["1.20.1"].parent.parent
+    runner = write_ort_runner(tmp_path)
+    spec = f"command:cmd=python {runner} {{model}} {{inputs}} {{outputs}},venv={venv},package=onnxruntime"
+    with BackendProcess(spec, workdir=tmp_path / "work") as process:
+        result = process.run(models["relu_add"], {"x": x23})
+    assert result.ok, result.describe()
+    np.testing.assert_allclose(result.outputs["y"], np.maximum(x23, 0) + 1)
+    assert f"run.py: onnxruntime 1.20.1 under {venv}/bin/python" in result.log  # what the program imported
+    ran = result.ran_with
+    assert (ran["library"], ran["library_version"]) == ("onnxruntime", "1.20.1")
+    assert ran["python"].startswith(str(venv)) and ran["numpy"].startswith("1.")  # the env's numpy<2
+    assert str(venv) in ran["library_path"]
+    assert result.info["venv"] == str(venv)
+    # the same program without venv=: this interpreter's python on PATH is not asked for, nothing is claimed
+    plain = f"command:cmd={sys.executable} {runner} {{model}} {{inputs}} {{outputs}}"
+    with BackendProcess(plain, workdir=tmp_path / "plain") as process:
+        here = process.run(models["relu_add"], {"x": x23})
+    assert here.ok and here.ran_with == {} and "run.py: onnxruntime 1.20.1" not in here.log
+
+
+@pytest.mark.parametrize(("options", "needle"), [
+    ({"venv": "/nonexistent/env"}, "is not an environment (it has no bin/ folder)"),
+    ({"package": "onnx runtime"}, "is not a distribution's name"),
+    ({"package": "onnxruntime", "venv": "."}, "its PATH has none"),
+])
+def test_a_venv_or_package_that_cannot_be_used_is_a_spec_error(options: dict[str, str], needle: str,
+                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "bin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # an environment with no python, and nothing else on PATH
+    monkeypatch.setenv("GRAPHBISECT_CALLER_CWD", str(tmp_path))
+    with pytest.raises(SpecError) as err:
+        Command({"cmd": "run {model} {inputs} {outputs}", **options}, str(tmp_path))
+    assert needle in str(err.value)
+
+
+def test_a_recorded_venv_needs_trust_and_package_does_not_add_to_it() -> None:
+    from graphbisect.backends.registry import untrusted_options
+
+    found = {u.option: u.describe() for u in untrusted_options(
+        "command:cmd=python run.py {model} {inputs} {outputs},venv=/opt/env,package=onnxruntime")}
+    assert set(found) == {"cmd", "venv"}
+    assert "is the environment whose programs the command runs" in found["venv"]

@@ -21,8 +21,13 @@ def test_each_package_installs_its_distributions_at_the_release_and_runs_its_bac
     assert {name: r.backends for name, r in PACKAGES.items()} == {
         "onnxruntime": ("onnxruntime",), "onnxruntime-gpu": ("onnxruntime",), "openvino": ("openvino",),
         "iree": ("iree",), "paddlepaddle": ("paddle",), "onnx": ("reference",)}
-    with pytest.raises(InputError, match="cannot install 'tensorrt'"):
-        recipe_of("tensorrt")
+    with pytest.raises(InputError, match="no backend of its own for 'tensorrt'"):
+        recipe_of("tensorrt")  # only with a command: target
+    command = recipe_of("tensorrt", command=True)  # the package alone, numpy beside it for the program's .npz
+    assert (command.backends, command.requirements("10.8.0.43")) == (("command",), ["tensorrt==10.8.0.43", "numpy"])
+    assert recipe_of("onnxruntime", command=True) is PACKAGES["onnxruntime"]  # a package in the table keeps its row
+    with pytest.raises(InputError, match="not a distribution's name"):
+        recipe_of("../x", command=True)  # it names a folder of the cache
 
 
 def test_a_release_is_read_in_the_version_its_library_reports() -> None:

@@ -402,3 +402,99 @@ def test_a_real_wrong_result_regression_is_found_in_the_release_that_introduced_
     gone = json.loads(fixed.read_text())
     assert (gone["last_bad"], gone["first_fixed"]) == ("1.21.1", "1.22.0") and gone["audit"]["holds"] is True
     assert "WeightBiasQuantization" in gone["changed"]["only_older"]
+
+
+# --- a command: target's package: the user's own program, run by each release's environment -------------------
+def test_a_users_program_run_by_each_release_finds_the_release_the_built_in_backend_finds(
+        cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """onnxruntime#24398 again, the target a user's own script (``python run.py {model} {inputs} {outputs}``, which
+    runs the model with whatever onnxruntime its ``python`` imports): each release's environment comes first on the
+    program's PATH, so ``python`` is that release's, and the release it held is measured there, not assumed. The
+    answer is the built-in backend's: 1.20.1 → 1.21.0, both claims re-established by the checker."""
+    from tests.ort_releases import write_ort_runner
+
+    runner = write_ort_runner(tmp_path)
+    monkeypatch.chdir(tmp_path)  # where a command runs (a relative run.py is found here)
+    model = tmp_path / "qdq_conv.onnx"
+    onnx.save(_qdq_conv_with_float_bias(), model)
+    out = tmp_path / "command.json"
+    assert main(["releases", str(model), "--package", "onnxruntime", "--cache", str(cache), "--json", str(out),
+                 "--versions", "1.20.1,1.21.0,1.21.1", "--target", "command:cmd=python run.py {model} {inputs} "
+                 "{outputs}"]) == 0
+    found = json.loads(out.read_text())
+    assert (found["last_good"], found["first_bad"]) == ("1.20.1", "1.21.0") and found["installs"] == 0
+    assert found["target"] == "command:cmd=python run.py {model} {inputs} {outputs}"
+    assert found["tested"]["1.21.0"]["magnitude"] > 100
+    # measured in each release's environment, by the python the command ran: the release asked for, every one
+    for version, run in found["tested"].items():
+        assert run["library_version"] == version, run
+    assert found["audit"]["holds"] is True and found["audit"]["runs"] == {"oracle": 1, "target": 2}
+    assert "the release there was measured by that environment's python (importlib.metadata), not assumed: " \
+        "onnxruntime 1.20.1, 1.21.0, 1.21.1 as asked." in found["paragraph"]
+    assert found["changed"] is None  # a program says nothing of its passes
+    assert runner.exists()
+
+
+def test_a_command_target_whose_environment_holds_another_release_is_a_skip(
+        cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The release a ``command:`` target ran is what its environment's python reports, never the folder's name: a
+    cached environment named 1.21.0 that holds 1.21.1 is a skip saying so, and the answer names it as untested
+    between the last good release and the first bad one."""
+    from tests.ort_releases import write_ort_runner
+
+    write_ort_runner(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    model = tmp_path / "qdq_conv.onnx"
+    onnx.save(_qdq_conv_with_float_bias(), model)
+    mixed = tmp_path / "cache"
+    mixed.mkdir()
+    for name, source in (("1.20.1", "1.20.1"), ("1.21.0", "1.21.1"), ("1.21.1", "1.21.1")):
+        (mixed / f"onnxruntime-{name}-py3.11").symlink_to(cache / f"onnxruntime-{source}-py3.11")
+    found = gb.releases(model, package="onnxruntime", versions=["1.20.1", "1.21.0", "1.21.1"], cache=mixed,
+                        repeat=1, target="command:cmd=python run.py {model} {inputs} {outputs}")
+    mislabelled = found.tested["1.21.0"]
+    assert mislabelled.verdict == "skip" and mislabelled.reason == "its environment runs 1.21.1, not 1.21.0"
+    assert (found.last_good, found.first_bad, found.skipped_between) == ("1.20.1", "1.21.1", ("1.21.0",))
+    assert "onnxruntime 1.20.1, 1.21.1 as asked; the environment of 1.21.0 held 1.21.1 (a skip)." in found.paragraph
+
+
+def test_a_recorded_command_target_needs_trust_and_its_environment_is_each_releases(
+        cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bundle reduced with a ``command:`` target (the user's program in this interpreter's environment:
+    FuseReluClip's float64 crash) records a program chosen by whoever wrote the bundle: refused without
+    ``--trust``, before any environment is made. With it, each release runs the program with its own environment
+    instead of the recorded one (``venv=`` replaced, like ``python=``), and the release it held is measured."""
+    import sys
+
+    from tests.ort_releases import write_ort_runner
+
+    write_ort_runner(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    bundle = tmp_path / "clip"
+    gb.reduce(pattern_model("relu_clip_f64"), bundle,
+              target=f"command:cmd=python run.py {{model}} {{inputs}} {{outputs}},venv={sys.prefix}")
+    search = ["releases", str(bundle), "--package", "onnxruntime", "--versions", "1.20.1,1.22.1", "--repeat", "1",
+              "--no-section"]
+    assert main([*search, "--cache", str(tmp_path / "empty")]) == 2 and not (tmp_path / "empty").exists()
+    out = tmp_path / "trusted.json"
+    assert main([*search, "--cache", str(cache), "--trust", "--json", str(out)]) == 1
+    found = json.loads(out.read_text())
+    assert found["status"] == "present-in-oldest" and found["target"].startswith("command:cmd=python run.py")
+    assert "venv" not in found["target"]
+    assert {v: run["library_version"] for v, run in found["tested"].items()} == {"1.20.1": "1.20.1",
+                                                                                   "1.22.1": "1.22.1"}
+
+
+def test_a_package_outside_the_table_needs_a_command_target(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "m.onnx"
+    onnx.save(pattern_model("relu_clip_f32"), model)
+    assert main(["releases", str(model), "--package", "tflite-runtime", "--versions", "2.13.0,2.14.0"]) == 2
+    err = capsys.readouterr().err
+    assert "no backend of its own for 'tflite-runtime'" in err
+    assert "--target 'command:cmd=python run.py {model} {inputs} {outputs}'" in err
+    with pytest.raises(InputError, match=r"no backend of its own"):
+        gb.releases(model, package="tflite-runtime", versions=["2.13.0", "2.14.0"], target="onnxruntime")
+    assert main(["releases", str(model), "--package", "../evil", "--versions", "1,2", "--target",
+                 "command:cmd=python run.py {model}"]) == 2
+    assert "is not a distribution's name" in capsys.readouterr().err

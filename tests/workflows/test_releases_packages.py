@@ -14,7 +14,9 @@ Measured per release on CPU, Python 3.11 (numpy 1.26 in every environment):
   0.34, ~9e-5 off): a wrong result, gone in 1.15.0;
 * onnx.reference's GroupNormalization-21 (one group, a scale per channel) raises "cannot reshape array of size 360
   into shape (2,3,4,5)" in 1.15.0 and runs in 1.16.2; 1.14.1 fails on the model otherwise ("Unable to return type
-  for name 's'").
+  for name 's'");
+* any other package, with a ``command:`` target: ml_dtypes 0.4.1 has no ``float8_e8m0fnu`` (the OCP MX scale
+  type), 0.5.0 and 0.5.1 have it (~3 MB of wheels a release, numpy from the installer's cache).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import graphbisect as gb
 from graphbisect.artifacts.bundle import load_bundle
 from graphbisect.cli.main import main
 from graphbisect.releases.environments import prepare_environments
+from graphbisect.releases.packages import Recipe, recipe_of
 from tests.ort_releases import _root
 
 #: The releases under test: one that cannot run graphbisect's worker, two that refuse Mish, one that runs it.
@@ -39,7 +42,7 @@ OV_RELEASES = ("2023.0.2", "2023.3.0", "2024.0.0", "2024.6.0")
 ONNX_RELEASES = ("1.14.1", "1.15.0", "1.16.2")
 
 
-def _made(package: str, versions: tuple[str, ...]) -> Path:
+def _made(package: str | Recipe, versions: tuple[str, ...]) -> Path:
     """The shared release environments, with ``versions`` of ``package`` made (skipped where they cannot be)."""
     envs = prepare_environments(package, list(versions), cache=_root(), use_host=False, jobs=len(versions))
     missing = [f"{v}: {env.error}" for v, env in envs.items() if env.error]
@@ -158,3 +161,42 @@ def test_an_onnx_reference_crash_fixed_in_a_later_release_steps_around_one_faili
     assert "cannot reshape array of size 360" in found.recorded
     older = found.tested["1.14.1"]
     assert older.verdict == "skip" and "Unable to return type for name 's'" in (older.reason or "")
+
+
+#: A user's program that needs a type ml_dtypes added in 0.5.0, and computes the Relu + Clip(0, 6) model with numpy.
+MX_SCALE_PROGRAM = """\
+import sys
+
+import ml_dtypes
+import numpy as np
+
+model, inputs, outputs = sys.argv[1:4]
+ml_dtypes.finfo(ml_dtypes.float8_e8m0fnu)  # the OCP MX scale type
+with np.load(inputs) as feeds:
+    np.savez(outputs, y=np.minimum(np.maximum(feeds["x"], 0), 6))
+"""
+
+
+def test_any_package_runs_a_command_target_in_each_releases_environment(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """ml_dtypes is in no row of the table: with a ``command:`` target each release gets ``ml_dtypes==V`` and numpy
+    in an environment of its own, the program runs with it first on PATH, and the release is measured there. The
+    program fails (an AttributeError, exit 1) until the release that added float8_e8m0fnu: 0.5.0."""
+    from graphbisect.examples.patterns import pattern_model
+
+    versions = ("0.4.1", "0.5.0", "0.5.1")
+    cache = _made(recipe_of("ml_dtypes", command=True), versions)
+    (tmp_path / "mx.py").write_text(MX_SCALE_PROGRAM)
+    monkeypatch.chdir(tmp_path)
+    model = tmp_path / "clip.onnx"
+    onnx.save(pattern_model("relu_clip_f32"), model)
+    out = tmp_path / "found.json"
+    assert main(["releases", str(model), "--package", "ml_dtypes", "--versions", ",".join(versions), "--find",
+                 "fixed", "--cache", str(cache), "--json", str(out), "--repeat", "1",
+                 "--target", "command:cmd=python mx.py {model} {inputs} {outputs}"]) == 0
+    found = json.loads(out.read_text())
+    assert (found["last_bad"], found["first_fixed"], found["installs"]) == ("0.4.1", "0.5.0", 0)
+    assert {v: run["library_version"] for v, run in found["tested"].items()} == {v: v for v in versions}
+    assert found["audit"]["holds"] is True
+    assert "float8_e8m0fnu" in found["audit"]["claims"][0]["evidence"]  # the program's own error, on 0.4.1
+    assert (cache / f"ml_dtypes-0.5.0-py{sys.version_info.major}.{sys.version_info.minor}" / "ready").exists()

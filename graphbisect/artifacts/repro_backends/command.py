@@ -7,13 +7,13 @@ from typing import Any
 
 from graphbisect.artifacts.repro_backends._common import ReproBackend
 from graphbisect.backends.command import _CANNOT_OPEN, _CANNOT_RUN_CODES, _USAGE
-from graphbisect.backends.inert import ANY, COMMAND_PROGRAM
+from graphbisect.backends.inert import ANY, COMMAND_ENVIRONMENT, COMMAND_PROGRAM
 from graphbisect.backends.worker import option_flag
 
 
 def _command_options(options: Mapping[str, str]) -> dict[str, Any]:
     return {"cmd": options.get("cmd", ""), "shell": option_flag(options, "shell"),
-            "typed": option_flag(options, "typed")}
+            "typed": option_flag(options, "typed"), **({"venv": options["venv"]} if options.get("venv") else {})}
 
 
 _COMMAND_CODE = r'''
@@ -30,15 +30,26 @@ def import_library(options):
 
 
 def load_target(model_path, options):
-    """The command template of the spec; {model}, {inputs} and {outputs} are filled in at run."""
-    return model_path, options["cmd"], options["shell"], options.get("typed", False)
+    """The command template of the spec; {model}, {inputs} and {outputs} are filled in at run; the environment it
+    runs with (venv=: its bin/ first on PATH, as graphbisect ran it)."""
+    env = dict(os.environ)
+    venv = options.get("venv") or ""
+    if venv:
+        folder = os.path.abspath(os.path.expanduser(venv))
+        scripts = os.path.join(folder, "Scripts" if os.name == "nt" else "bin")
+        if not os.path.isdir(scripts):
+            raise CannotRun(f"the target's environment {folder} is not here (no {os.path.basename(scripts)}/)")
+        env["PATH"] = os.pathsep.join(p for p in (scripts, env.get("PATH")) if p)
+        env["VIRTUAL_ENV"] = folder
+        env.pop("PYTHONHOME", None)
+    return model_path, options["cmd"], options["shell"], options.get("typed", False), env
 
 
 def run_target(target, inputs, output_names):
     """Write the inputs to an .npz, run the command (from the current directory), read its outputs .npz."""
     import shlex
 
-    model_path, template, shell, typed = target
+    model_path, template, shell, typed, env = target
     with tempfile.TemporaryDirectory(prefix="repro-command-") as tmp:
         paths = {"model": str(model_path), "inputs": os.path.join(tmp, "inputs.npz"),
                  "outputs": os.path.join(tmp, "outputs.npz")}
@@ -47,7 +58,8 @@ def run_target(target, inputs, output_names):
             command = template.format(**{k: shlex.quote(v) for k, v in paths.items()})
         else:
             command = [part.format(**paths) for part in shlex.split(template)]
-        proc = subprocess.run(command, shell=shell, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+        proc = subprocess.run(command, shell=shell, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                              check=False)
         stderr = proc.stderr.decode("utf-8", errors="replace")
         sys.stderr.write(stderr)
         why = cannot_run(proc.returncode, stderr)
@@ -117,4 +129,4 @@ _CODE = (_COMMAND_CODE.replace("@CANNOT_RUN_CODES@", repr(_CANNOT_RUN_CODES))
          .replace("@CANNOT_OPEN@", repr(_CANNOT_OPEN.pattern)).replace("@USAGE@", repr(_USAGE.pattern)))
 
 BACKEND = ReproBackend("command", "the command of the spec (no Python library)", None, _command_options, _CODE,
-                       {"cmd": COMMAND_PROGRAM, "shell": ANY, "typed": ANY})
+                       {"cmd": COMMAND_PROGRAM, "shell": ANY, "typed": ANY, "venv": COMMAND_ENVIRONMENT})
