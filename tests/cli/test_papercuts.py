@@ -24,6 +24,16 @@ def test_an_error_names_the_spec_as_the_user_wrote_it(capsys: pytest.CaptureFixt
     assert "save_optimized" not in err
 
 
+def test_a_worker_that_cannot_start_names_the_spec_as_the_user_wrote_it(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    written = f"ort:opt_level=all,python={tmp_path / 'none' / 'python'}"
+    assert main(["compare", "--example", "--target", written]) == 2
+    err = capsys.readouterr().err
+    # It said "cannot start a worker for onnxruntime:opt_level=all,python=...,save_optimized=1 with ...".
+    assert f"error: cannot start a worker for {written} with " in err, err
+    assert "save_optimized" not in err
+
+
 def test_a_spec_keeps_its_written_text_only_while_it_says_what_runs() -> None:
     written = BackendSpec.parse(" ort:opt_level=all ")
     assert written.with_options(save_optimized="1").as_written() == "ort:opt_level=all"
