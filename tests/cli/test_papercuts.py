@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import onnx
@@ -149,7 +150,6 @@ def test_the_compiled_as_column_keeps_the_count_when_the_kind_is_cut() -> None:
 def test_the_journey_chart_of_the_main_job_shows_every_run_of_the_search(tmp_path: Path,
                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     import json
-    import re
 
     out = tmp_path / "bug"
     assert main(["reduce", "--example", "-o", str(out)]) == 1
@@ -180,6 +180,16 @@ def test_a_count_agrees_with_its_noun(tmp_path: Path, capsys: pytest.CaptureFixt
     out = capsys.readouterr().out
     # The header said "(1 nodes, 3f2a...)".
     assert "relu.onnx  (1 node, " in out, out
+
+
+def test_the_pass_search_counts_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["passes", "--example"]) == 1
+    err = capsys.readouterr().err
+    # It said "disabling all 1 fired passes" and "[passes] ... best 2/2 nodes | ... | disable-set".
+    assert "… disabling the fired pass (the failure must disappear)" in err, err
+    assert "… listing the passes that fire with it disabled" in err, err
+    assert re.search(r"^\[passes\] .* best 2/2 passes \| candidates .* \| disable-set", err, re.M), err
+    assert " nodes |" not in err
 
 
 def test_triage_says_at_once_what_it_is_doing(tmp_path: Path) -> None:
