@@ -192,6 +192,31 @@ def test_the_pass_search_counts_passes(capsys: pytest.CaptureFixture[str]) -> No
     assert " nodes |" not in err
 
 
+def test_a_script_without_a_main_guard_is_told_so_by_the_workers_it_starts(tmp_path: Path) -> None:
+    """The README's API lines pasted into a script: triage's worker processes import the script again."""
+    import subprocess
+    import sys
+
+    (tmp_path / "models").mkdir()
+    _relu_model(tmp_path / "models")
+    script = tmp_path / "triage_them.py"
+    script.write_text("import graphbisect as gb\n"
+                      "print('bugs', gb.triage('models', 'out', oracle='reference', jobs=2).bugs)\n")
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          check=False)
+    # Each worker re-ran the script, whose triage found the folder locked by the first: "out is in use by another
+    # process (pid N) ... hint: wait for it to finish, or choose another -o folder", and the workers died.
+    assert "is in use by another process" not in done.stderr, done.stderr
+    assert "graphbisect.triage was called while a worker process graphbisect started was importing " \
+           f"{script}" in done.stderr, done.stderr
+    assert 'if __name__ == "__main__":' in done.stderr
+    script.write_text("import graphbisect as gb\nif __name__ == '__main__':\n"
+                      "    print('bugs', gb.triage('models', 'out', oracle='reference', jobs=2).bugs)\n")
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0 and "bugs ()" in done.stdout and "Traceback" not in done.stderr, done.stderr
+
+
 def test_triage_says_at_once_what_it_is_doing(tmp_path: Path) -> None:
     import shutil
     import subprocess
