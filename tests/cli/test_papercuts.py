@@ -74,6 +74,18 @@ def test_api_errors_speak_arguments_and_cli_errors_speak_flags(capsys: pytest.Ca
     assert "--tol y:1e-2:1e-3" in capsys.readouterr().err
 
 
+def test_precision_on_a_model_that_fails_in_fp32_speaks_arguments_to_python(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's `gb.precision("model.onnx", mode="int8")` on a model the target gets wrong in FP32 already."""
+    with pytest.raises(BackendError) as caught:
+        graphbisect.precision(str(example_model_path()), mode="int8")
+    # The hint was "... or loosen --atol/--rtol".
+    hint = caught.value.hint
+    assert hint is not None and "--" not in hint and "atol=/rtol=" in hint and "graphbisect.compare()" in hint
+    assert main(["precision", str(example_model_path()), "--mode", "int8"]) == 2
+    assert "`graphbisect compare` / `graphbisect reduce` first, or loosen --atol/--rtol" in capsys.readouterr().err
+
+
 @pytest.mark.openvino
 def test_tactics_never_suggests_the_perturbation_just_tried(tmp_path: Path,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
