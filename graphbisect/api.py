@@ -190,6 +190,23 @@ _ARGUMENTS: dict[str, Allowed] = {
 }
 
 
+def _refuse_inside_a_worker_importing_the_script(name: str) -> None:
+    """A worker process of the local executor (``spawn``, as :mod:`multiprocessing` starts them) imports the
+    script that started it; a call at its top level, not under ``if __name__ == "__main__":``, runs again
+    there. Refused with the fix, instead of a second run colliding with the first (triage's folder lock)."""
+    import multiprocessing.process
+
+    if getattr(multiprocessing.process.current_process(), "_inheriting", False):  # multiprocessing's own test
+        from graphbisect.errors import InputError
+
+        script = next((caller.filename for caller in inspect.stack(0)
+                       if caller.frame.f_globals.get("__name__") == "__mp_main__"), "the script that started it")
+        raise InputError(f"graphbisect.{name} was called while a worker process graphbisect started was "
+                         f"importing {script}",
+                         hint='put the script\'s work under `if __name__ == "__main__":`: worker processes '
+                              "import the script that started them, and a call at its top level runs again there")
+
+
 def _checked(*, owner: str | None = None, **overrides: Allowed) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
     """Check each argument of the decorated function against :data:`_ARGUMENTS` (or ``overrides``: the same
     name accepting other values here) before it runs: :class:`~graphbisect.errors.OptionError` (an
@@ -206,6 +223,7 @@ def _checked(*, owner: str | None = None, **overrides: Allowed) -> Callable[[Cal
 
         @functools.wraps(function)
         def checked(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            _refuse_inside_a_worker_importing_the_script(name)
             for argument, value in signature.bind(*args, **kwargs).arguments.items():
                 if argument in checks:
                     checks[argument].check(name, argument, value)

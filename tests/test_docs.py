@@ -10,6 +10,7 @@ row, the command that regenerates it and the commit it was measured at.
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -34,6 +35,43 @@ def test_the_readme_is_short() -> None:
 @pytest.mark.parametrize("command", [c.name for c in COMMANDS])
 def test_the_readme_has_a_section_per_command(command: str) -> None:
     assert re.search(rf"^### `{command}`", README.read_text(), re.M), f"README.md has no section for `{command}`"
+
+
+def readme_section(text: str, command: str) -> str:
+    """The text of the README's ``### `command` `` section, up to the next heading."""
+    return re.split(r"^#", re.split(rf"^### `{command}`", text, flags=re.M)[1], flags=re.M)[0]
+
+
+#: ``backends`` only lists; its exit codes are the general ones (0, or 2 for a usage error).
+_LISTING = {"backends"}
+
+
+@pytest.mark.parametrize("command", [c.name for c in COMMANDS if c.name not in _LISTING])
+def test_each_command_section_says_its_exit_codes(command: str) -> None:
+    assert re.search(r"\bexit\b.*\b[01]\b", readme_section(README.read_text(), command), re.S | re.I), \
+        f"README.md's `{command}` section does not say what its exit codes mean"
+
+
+def readme_command_lines(text: str) -> list[str]:
+    """Every ``graphbisect ...`` line of the README's bash blocks, without its comment."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", text, re.M | re.S)
+    found = [part.split("  #")[0].strip() for block in blocks for line in block.splitlines()
+             for part in line.split("&&")]
+    return [line for line in found if line.startswith("graphbisect ")]
+
+
+def test_every_command_the_readme_shows_parses() -> None:
+    """A newcomer copies them: each is a command with flags the CLI has (argparse exits 2 on any other)."""
+    from graphbisect.cli.main import build_parser
+
+    lines = readme_command_lines(README.read_text())
+    assert len(lines) >= 15, lines
+    for line in lines:
+        words = [("onnxruntime" if word == "SPEC" else word) for word in shlex.split(line)[1:]]  # a placeholder
+        try:
+            build_parser(words[0]).parse_args(words)
+        except SystemExit as exc:
+            raise AssertionError(f"README.md shows a command the CLI refuses: {line}") from exc
 
 
 @pytest.mark.parametrize("document", DOCS, ids=lambda p: str(p.relative_to(ROOT)))

@@ -109,3 +109,20 @@ def test_reduce_passes_zip_writes_the_zip(tmp_path: Path) -> None:
     assert main(["reduce", str(model), "--passes", "--zip", "-o", str(tmp_path / "bug")]) == 1
     with zipfile.ZipFile(tmp_path / "bug.zip") as archive:
         assert any(name.endswith("repro.py") for name in archive.namelist())
+
+
+def test_the_main_job_prints_and_writes_what_the_readme_says(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's walk-through of `reduce --example`: each line it shows starts a line of the real output, and
+    its list of the bundle's files is the folder's."""
+    readme = ROOT.joinpath("README.md").read_text()
+    shown = readme.split("## What the main job does", 1)[1].split("```\n", 2)[1]
+    listed = readme.split("The bundle `bug-report/` holds", 1)[1].split("\n\n", 1)[0]
+    assert main(["reduce", "--example", "-o", str(tmp_path / "bug-report")]) == 1
+    printed = capsys.readouterr().out.splitlines()
+    for line in shown.splitlines():
+        if line and not line.startswith(" "):
+            head = re.split(r" \(|, |; |/", line)[0]  # up to a path, a count in brackets, a list
+            assert any(out.startswith(head) for out in printed), f"README shows {head!r}; it printed {printed}"
+    named = set(re.findall(r"`([\w.]+\.(?:onnx|npz|py|md|json|svg))`", listed))
+    assert named == {p.name for p in (tmp_path / "bug-report").iterdir()}

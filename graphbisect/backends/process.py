@@ -567,7 +567,7 @@ class BackendProcess:
             worker = _Worker(self.python, args, self._worker_env(), cwd=self.workdir, log_path=self.log_path,
                              package=package_path(self.workdir))
         except OSError as exc:
-            raise SpecError(f"cannot start a worker for {self.spec} with {self.python}: {exc}",
+            raise SpecError(f"cannot start a worker for {self.spec.as_written()} with {self.python}: {exc}",
                             hint="python= must name an executable Python interpreter") from exc
         self._state.worker = worker
         if not self._finalizer.alive:  # close() ran while it started (another thread unwinding a signal)

@@ -13,6 +13,10 @@ from graphbisect.engine import ProgressEvent
 __all__ = ["ProgressLine", "show_backend_progress"]
 
 
+#: The phases of the pass search (``graphbisect.strategies.passes``): its units are passes, not nodes.
+PASS_PHASES = frozenset({"disable-set", "enable-set", "alone"})
+
+
 class ProgressLine:
     """Redraws one status line (carriage return) on a terminal; prints a line at most every 5 s otherwise."""
 
@@ -37,7 +41,8 @@ class ProgressLine:
         size = f"{best}/{event.start_size}" if event.start_size else best
         budget = f"/{event.max_invocations}" if event.max_invocations else ""
         bar = _bar(event.best_size, event.start_size)
-        text = (f"[{self.label}] {bar} best {size} {self.unit} | candidates {event.tests} | "
+        unit = "passes" if event.phase in PASS_PHASES else self.unit
+        text = (f"[{self.label}] {bar} best {size} {unit} | candidates {event.tests} | "
                 f"invocations {event.invocations}{budget} | {event.phase}{_proof(event)} | "
                 f"{event.elapsed_seconds:.1f}s")
         if self.tty:

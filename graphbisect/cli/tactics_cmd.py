@@ -185,7 +185,7 @@ def _isolate(args: argparse.Namespace) -> int:
         max_invocations=args.max_invocations,
     )
     data = result.to_json()
-    print(f"{result.differing} differing choice(s); {result.isolation.verdict}", file=sys.stdout)
+    print(f"{plural(result.differing, 'differing choice')}; {result.isolation.verdict}", file=sys.stdout)
     not_applied = {n.node: n.used for group in result.not_applied.values() for n in group}
     for culprit in result.isolation.culprits:
         used = not_applied.get(culprit.node)

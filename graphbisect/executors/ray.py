@@ -75,8 +75,15 @@ class RayExecutor:
             if address is None:  # a local instance sized by -j; a cluster has its own size
                 kwargs["num_cpus"] = jobs or os.cpu_count() or 1
             log.info("connecting to Ray at %s", address or "a new local instance")
-            with _signals_kept():
-                ray.init(**kwargs)
+            try:
+                with _signals_kept():
+                    ray.init(**kwargs)
+            except ConnectionError as exc:  # ray:auto with no cluster running: the environment's, not ours
+                raise BackendUnavailableError(f"no Ray cluster to join at {address}: {exc}",
+                                              hint="start one (ray start --head), or use executor='ray' for a "
+                                                   "local instance",
+                                              cli_hint="start one (ray start --head), or use --executor ray for "
+                                                       "a local instance") from exc
         self.address = address or "local"
         self.gpus_per_task = gpus_per_task
         self.max_retries = max_retries

@@ -702,6 +702,11 @@ def _catalogue(s: _Session, run: RunResult) -> list[str]:
     return names
 
 
+def _the_fired(units: Sequence[str]) -> str:
+    """``the fired pass`` or ``all N fired passes``."""
+    return "the fired pass" if len(units) == 1 else f"all {len(units)} fired passes"
+
+
 def _confirm_ends(s: _Session, baseline: Signature, units: list[str], excluded: Mapping[str, str]
                   ) -> tuple[list[str], Signature | None]:
     """Disable every unit: the failure must go away. Returns the (maybe extended) units and that end's signature.
@@ -711,7 +716,7 @@ def _confirm_ends(s: _Session, baseline: Signature, units: list[str], excluded: 
     """
     for _ in range(MAX_FIRED_ROUNDS):
         space = PassSpace(s.target_spec, units)
-        s.stage(f"disabling all {len(units)} fired passes (the failure must disappear)")
+        s.stage(f"disabling {_the_fired(units)} (the failure must disappear)")
         disabling = space.spec_disabling(frozenset(range(space.size)))
         end = s.signature(s.run(disabling))
         if not end.failed:
@@ -721,7 +726,7 @@ def _confirm_ends(s: _Session, baseline: Signature, units: list[str], excluded: 
         # Only now ask what fired with these disabled: a listing costs builds (IREE compiles the model once per
         # feature: on a 152-node host this listing was 15 of the search's 36 compile requests), and an end that passes
         # does not need it.
-        s.stage(f"listing the passes that fire with those {len(units)} disabled")
+        s.stage(f"listing the passes that fire with {'it' if len(units) == 1 else f'those {len(units)}'} disabled")
         listed = s.run(s.reporting(disabling))
         new = [str(n) for n in listed.info.get("fired_passes", []) if n not in units and n not in excluded]
         if not new:

@@ -699,8 +699,9 @@ def _within_budget(step: Callable[[], _T], stage: Callable[[str], None], what: s
 def _baseline_error(target: str, lowering: Lowering, tester: PrecisionTester, universe: frozenset[int]) -> BackendError:
     """Why the all-FP32 baseline fails; with runtime pins, the pins the target did not apply are the usual cause."""
     message = f"the target {target} does not meet the tolerance even with every node in FP32"
-    hint = ("the target disagrees with the oracle without any lowering: run `graphbisect compare` / "
-            "`graphbisect reduce` first, or loosen --atol/--rtol")
+    first = "the target disagrees with the oracle without any lowering: run "
+    hint = first + "graphbisect.compare() / graphbisect.reduce() first, or loosen atol=/rtol="
+    cli_hint = first + "`graphbisect compare` / `graphbisect reduce` first, or loosen --atol/--rtol"
     if lowering.runtime_pins:
         pins = tester.measure(universe).run.info.get(_PIN_OPTION) or {}
         dropped = sorted({*pins.get("not_applied", []), *pins.get("partly_applied", [])})
@@ -709,11 +710,13 @@ def _baseline_error(target: str, lowering: Lowering, tester: PrecisionTester, un
             message += (f": it computed {len(dropped)} pinned {what} in {lowering.mode.value} anyway, all or partly "
                         f"({', '.join(dropped[:5])}{' ...' if len(dropped) > 5 else ''})")
             why = pins.get("why")  # the runtime's own explanation, where it has one (Paddle PIR programs)
-            hint = (f"{why}" if why else
-                    "OpenVINO drops the pin of ops its CPU plugin rewrites itself (MatMul + bias Add -> "
-                    "FullyConnected, attention -> ScaledDotProductAttention), so these nodes cannot be kept in FP32 "
-                    "there: loosen --atol/--rtol, or search by emulation on an f32 target (--target openvino)")
-    return BackendError(message, hint=hint)
+            dropping = ("OpenVINO drops the pin of ops its CPU plugin rewrites itself (MatMul + bias Add -> "
+                        "FullyConnected, attention -> ScaledDotProductAttention), so these nodes cannot be kept in "
+                        "FP32 there: loosen ")
+            emulate = "search by emulation on an f32 target"
+            hint = str(why) if why else f"{dropping}atol=/rtol=, or {emulate} (target='openvino')"
+            cli_hint = str(why) if why else f"{dropping}--atol/--rtol, or {emulate} (--target openvino)"
+    return BackendError(message, hint=hint, cli_hint=cli_hint)
 
 
 def _evidence_priors(session: _Session, lowering: Lowering, tester: PrecisionTester,

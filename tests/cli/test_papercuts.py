@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import onnx
@@ -21,6 +22,16 @@ def test_an_error_names_the_spec_as_the_user_wrote_it(capsys: pytest.CaptureFixt
     err = capsys.readouterr().err
     # It said "onnxruntime:opt_level=max,save_optimized=1: ...": an option the user never wrote.
     assert "error: ort:opt_level=max: opt_level='max'" in err, err
+    assert "save_optimized" not in err
+
+
+def test_a_worker_that_cannot_start_names_the_spec_as_the_user_wrote_it(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    written = f"ort:opt_level=all,python={tmp_path / 'none' / 'python'}"
+    assert main(["compare", "--example", "--target", written]) == 2
+    err = capsys.readouterr().err
+    # It said "cannot start a worker for onnxruntime:opt_level=all,python=...,save_optimized=1 with ...".
+    assert f"error: cannot start a worker for {written} with " in err, err
     assert "save_optimized" not in err
 
 
@@ -61,6 +72,18 @@ def test_api_errors_speak_arguments_and_cli_errors_speak_flags(capsys: pytest.Ca
     assert caught.value.hint is not None and "--" not in caught.value.hint and "atol=1e-4" in caught.value.hint
     assert main(["compare", "--example", "--tol", "y:-1"]) == 2
     assert "--tol y:1e-2:1e-3" in capsys.readouterr().err
+
+
+def test_precision_on_a_model_that_fails_in_fp32_speaks_arguments_to_python(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's `gb.precision("model.onnx", mode="int8")` on a model the target gets wrong in FP32 already."""
+    with pytest.raises(BackendError) as caught:
+        graphbisect.precision(str(example_model_path()), mode="int8")
+    # The hint was "... or loosen --atol/--rtol".
+    hint = caught.value.hint
+    assert hint is not None and "--" not in hint and "atol=/rtol=" in hint and "graphbisect.compare()" in hint
+    assert main(["precision", str(example_model_path()), "--mode", "int8"]) == 2
+    assert "`graphbisect compare` / `graphbisect reduce` first, or loosen --atol/--rtol" in capsys.readouterr().err
 
 
 @pytest.mark.openvino
@@ -139,7 +162,6 @@ def test_the_compiled_as_column_keeps_the_count_when_the_kind_is_cut() -> None:
 def test_the_journey_chart_of_the_main_job_shows_every_run_of_the_search(tmp_path: Path,
                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     import json
-    import re
 
     out = tmp_path / "bug"
     assert main(["reduce", "--example", "-o", str(out)]) == 1
@@ -170,6 +192,62 @@ def test_a_count_agrees_with_its_noun(tmp_path: Path, capsys: pytest.CaptureFixt
     out = capsys.readouterr().out
     # The header said "(1 nodes, 3f2a...)".
     assert "relu.onnx  (1 node, " in out, out
+
+
+def test_the_pass_search_counts_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["passes", "--example"]) == 1
+    err = capsys.readouterr().err
+    # It said "disabling all 1 fired passes" and "[passes] ... best 2/2 nodes | ... | disable-set".
+    assert "… disabling the fired pass (the failure must disappear)" in err, err
+    assert "… listing the passes that fire with it disabled" in err, err
+    assert re.search(r"^\[passes\] .* best 2/2 passes \| candidates .* \| disable-set", err, re.M), err
+    assert " nodes |" not in err
+
+
+def test_a_script_without_a_main_guard_is_told_so_by_the_workers_it_starts(tmp_path: Path) -> None:
+    """The README's API lines pasted into a script: triage's worker processes import the script again."""
+    import subprocess
+    import sys
+
+    (tmp_path / "models").mkdir()
+    _relu_model(tmp_path / "models")
+    script = tmp_path / "triage_them.py"
+    script.write_text("import graphbisect as gb\n"
+                      "print('bugs', gb.triage('models', 'out', oracle='reference', jobs=2).bugs)\n")
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          check=False)
+    # Each worker re-ran the script, whose triage found the folder locked by the first: "out is in use by another
+    # process (pid N) ... hint: wait for it to finish, or choose another -o folder", and the workers died.
+    assert "is in use by another process" not in done.stderr, done.stderr
+    assert "graphbisect.triage was called while a worker process graphbisect started was importing " \
+           f"{script}" in done.stderr, done.stderr
+    assert 'if __name__ == "__main__":' in done.stderr
+    script.write_text("import graphbisect as gb\nif __name__ == '__main__':\n"
+                      "    print('bugs', gb.triage('models', 'out', oracle='reference', jobs=2).bugs)\n")
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0 and "bugs ()" in done.stdout and "Traceback" not in done.stderr, done.stderr
+
+
+def test_joining_a_ray_cluster_that_is_not_there_is_the_environments_error(tmp_path: Path) -> None:
+    """`--executor ray:auto` (the README's) with no cluster running; RAY_TMPDIR hides any cluster of this machine."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("ray")
+    (tmp_path / "models").mkdir()
+    _relu_model(tmp_path / "models")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": str(tmp_path / "ray")}
+    done = subprocess.run([sys.executable, "-m", "graphbisect", "triage", str(tmp_path / "models"), "-o",
+                           str(tmp_path / "out"), "--executor", "ray:auto"], env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    # It was "internal error: ConnectionError: Could not find any running Ray instance ... this is a graphbisect
+    # bug: please report it" and exit 3.
+    assert done.returncode == 2, done.stderr
+    assert "error: no Ray cluster to join at auto: Could not find any running Ray instance" in done.stderr
+    assert "hint: start one (ray start --head), or use --executor ray for a local instance" in done.stderr
+    assert "graphbisect bug" not in done.stderr
 
 
 def test_triage_says_at_once_what_it_is_doing(tmp_path: Path) -> None:

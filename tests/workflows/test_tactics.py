@@ -65,7 +65,9 @@ def test_cli_record_diff_isolate(tmp_path: Path, capsys: pytest.CaptureFixture[s
         pytest.skip("conv2 already runs the reference kernel here")
     save_record(rec.with_choices({"conv2": "ref_any"}), b)
     assert main(["tactics", "diff", str(a), str(b)]) == 1
+    capsys.readouterr()
     assert main(["tactics", "isolate", str(model), "--good", str(a), "--bad", str(b), "--json", str(out)]) == 1
+    assert capsys.readouterr().out.startswith("1 differing choice; ")  # it said "1 differing choice(s)"
     data = json.loads(out.read_text())
     assert [c["node"] for c in data["culprits"]] == ["conv2"]
     assert data["culprits"][0] == {"node": "conv2", "good_choice": rec.choice_of("conv2"), "bad_choice": "ref_any",
