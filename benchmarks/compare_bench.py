@@ -1,5 +1,10 @@
 """What `graphbisect compare` costs on a ~5,000-node model, against two plain runs of the same backends.
 
+Models (``--models``): ``host`` and ``host-bug`` (:func:`graphbisect.examples.host_network`, without and with
+the keepdims=0 LayerNorm bug), ``wide`` (:func:`graphbisect.examples.wide_model`) and ``chain``
+(:func:`chain_model`: a chain of elementwise nodes on a ``[1, 256]`` tensor, where compare's per-node and
+per-tensor costs are all there is).
+
 Three ways to run the default backends (target ``onnxruntime:opt_level=all``, oracle
 ``onnxruntime:opt_level=disable``) on the same model and inputs, each in a **fresh process** so that peak
 memory is that run's alone:
@@ -55,16 +60,48 @@ from _common import (
     print_table,
     write_json,
 )
+from onnx import TensorProto, helper, numpy_helper
 
 from graphbisect.backends import zygote
-from graphbisect.examples import HostNetwork, host_network, wide_model
+from graphbisect.examples import host_network, wide_model
 
 MODES = ("compare+layerwise", "compare+all-tensors", "compare", "baseline")
-BUILDERS: dict[str, Callable[[int], HostNetwork]] = {
-    "host": lambda n: host_network(n, bug=None),
+Built = tuple[onnx.ModelProto, dict[str, np.ndarray]]
+
+#: The chain's repeating unit: (op, constant operand or None).
+_CHAIN_UNIT = (("Add", 0.001), ("Mul", 1.0001), ("Relu", None), ("Sub", 0.001), ("Tanh", None))
+
+
+def chain_model(nodes: int, width: int = 256) -> Built:
+    """``x[1, width]`` through ``nodes`` elementwise nodes (Add, Mul, Relu, Sub, Tanh, repeated), one
+    constant ``[1, width]`` initializer per Add/Mul/Sub (3 of 5 nodes, two distinct values): every tensor is
+    small, so what compare costs above two plain runs is per node and per tensor, not arithmetic."""
+    shape = [1, width]
+    nodes_out, constants, previous = [], [], "x"
+    for i in range(nodes):
+        op, value = _CHAIN_UNIT[i % len(_CHAIN_UNIT)]
+        inputs = [previous]
+        if value is not None:
+            constants.append(numpy_helper.from_array(np.full(shape, value, np.float32), f"c{i}"))
+            inputs.append(f"c{i}")
+        nodes_out.append(helper.make_node(op, inputs, [f"t{i}"], name=f"n{i}"))
+        previous = f"t{i}"
+    graph = helper.make_graph(nodes_out, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info(previous, TensorProto.FLOAT, shape)], constants)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return model, {"x": np.random.RandomState(0).rand(*shape).astype(np.float32)}
+
+
+def _host(built: Any) -> Built:
+    return built.model, dict(built.inputs)
+
+
+BUILDERS: dict[str, Callable[[int], Built]] = {
+    "host": lambda n: _host(host_network(n, bug=None)),
     # The keepdims=0 LayerNorm bug on the main path: probing every tensor masks it.
-    "host-bug": lambda n: host_network(n, bug="layernorm_keepdims0", position="main"),
-    "wide": wide_model,
+    "host-bug": lambda n: _host(host_network(n, bug="layernorm_keepdims0", position="main")),
+    "wide": lambda n: _host(wide_model(n)),
+    "chain": chain_model,
 }
 
 
@@ -80,11 +117,11 @@ class ModelCase:
 
 def build_case(name: str, nodes: int, root: Path) -> ModelCase:
     """Build ``BUILDERS[name](nodes)`` and save the model and its inputs under ``root``."""
-    host = BUILDERS[name](nodes)
+    model, inputs = BUILDERS[name](nodes)
     folder = root / f"{name}-{nodes}"
     folder.mkdir(parents=True, exist_ok=True)
-    onnx.save(host.model, folder / "model.onnx")
-    np.savez(folder / "inputs.npz", **host.inputs)
+    onnx.save(model, folder / "model.onnx")
+    np.savez(folder / "inputs.npz", **inputs)
     return ModelCase(name, nodes, folder / "model.onnx", folder / "inputs.npz")
 
 
@@ -216,7 +253,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add_size_args(parser)
     parser.add_argument("--repeats", type=int, help="runs per mode; the median wall time is reported "
                         "(default 3, 1 with --quick)")
-    parser.add_argument("--models", nargs="+", choices=sorted(BUILDERS), help="default: host host-bug wide")
+    parser.add_argument("--models", nargs="+", choices=sorted(BUILDERS),
+                        help="default: host host-bug wide (chain only when named)")
     parser.add_argument("--child", nargs=4, metavar=("MODE", "MODEL", "INPUTS", "WORKDIR"), help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
