@@ -37,7 +37,7 @@ import onnx
 from graphbisect.backends import BackendInfo, BackendProcess, BackendSpec, Capability, Phase, RunResult, resolve
 from graphbisect.backends.base import brief_spec
 from graphbisect.backends.cost import CallTally, Cost
-from graphbisect.backends.process import CompareTo, compile_cache
+from graphbisect.backends.process import CompareTo, compile_cache, prestart
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET, shared_accelerator
 from graphbisect.compare import Comparison, TensorStats, Tolerance, compare_outputs
 from graphbisect.compare.metrics import comparison_of
@@ -296,11 +296,14 @@ def compare_models(
     Raises :class:`OracleFailed` (with its :class:`Outcome`) when the oracle cannot run the model.
     """
     started = time.monotonic()
+    oracle_spec, oracle_info = resolve(oracle)
+    target_spec, target_info = resolve(target)
+    if workers is None:  # the zygote our workers fork from imports while this process works (as the CLI has it)
+        for spec in [oracle_spec, *([target_spec] if target_spec != oracle_spec else [])]:
+            prestart(spec)
     warn_unused_initializers(model)  # before a build that may take minutes
     # quantized tensors are compared in quantization steps (compare/quantization.py)
     tol = with_quantization(tolerance or Tolerance(), model)
-    oracle_spec, oracle_info = resolve(oracle)
-    target_spec, target_info = resolve(target)
     stage = on_stage or (lambda _msg: None)
     with work_folder(workdir, "compare", protect=(model.path, model.paddle_source)) as (folder, kept), \
             compile_cache(folder / "compile-cache"):
