@@ -31,7 +31,8 @@ For the layerwise run the table below gives the activation stores on disk: the o
 ``reduce``) and the target's dump (none since the target's worker compares with the oracle's store), file
 count, bytes, and bytes on disk (4 KiB blocks per file).
 
-Run: ``python benchmarks/compare_bench.py [--quick | --full] [--repeats N] [--json PATH]``
+Run: ``python benchmarks/compare_bench.py [--quick | --full] [--repeats N] [--models ...] [--modes ...] [--json PATH]``
+(the modes run in rounds: one run of each, then the next round, so a load that changes meanwhile weighs on all).
 """
 
 from __future__ import annotations
@@ -248,6 +249,17 @@ def disk_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
     return rows
 
 
+def _measure_modes(case: ModelCase, modes: Sequence[str], repeats: int) -> list[dict[str, Any]]:
+    """Each of ``modes`` ``repeats`` times on ``case``, one round of every mode after another (a load that
+    changes meanwhile weighs on every mode alike), summarized per mode; baseline always included."""
+    chosen = list(dict.fromkeys([*modes, "baseline"]))
+    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in chosen}
+    for _ in range(repeats):
+        for mode in chosen:
+            runs[mode].append(measure(case, mode))
+    return [summarize(runs[mode]) for mode in chosen]
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_size_args(parser)
@@ -255,6 +267,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "(default 3, 1 with --quick)")
     parser.add_argument("--models", nargs="+", choices=sorted(BUILDERS),
                         help="default: host host-bug wide (chain only when named)")
+    parser.add_argument("--modes", nargs="+", choices=MODES, help=f"default: all ({' '.join(MODES)}); the "
+                        "ratios need baseline")
     parser.add_argument("--child", nargs=4, metavar=("MODE", "MODEL", "INPUTS", "WORKDIR"), help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -273,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for nodes in sizes:
             for name in names:
                 case = build_case(name, nodes, Path(root))
-                modes = [summarize([measure(case, mode) for _ in range(repeats)]) for mode in MODES]
+                modes = _measure_modes(case, args.modes or MODES, repeats)
                 results.append({"model": name, "nodes": nodes, "modes": modes})
                 print(f"measured {name}-{nodes}", file=sys.stderr, flush=True)
     print(f"compare vs two plain ONNX Runtime runs ({describe_machine()}); median of {repeats} run(s)")
