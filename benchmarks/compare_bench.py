@@ -9,7 +9,8 @@ Three ways to run the default backends (target ``onnxruntime:opt_level=all``, or
 ``onnxruntime:opt_level=disable``) on the same model and inputs, each in a **fresh process** so that peak
 memory is that run's alone:
 
-* ``compare+layerwise``: :func:`graphbisect.workflows.compare.compare_models` with ``layerwise=True`` (the
+* ``compare+layerwise``: :func:`graphbisect.compare` (the public API: it loads the model, as the CLI does, and
+  calls :func:`graphbisect.workflows.compare.compare_models`) with ``layerwise=True`` (the
   oracle's one run captures every intermediate tensor, at the same time as the target's plain run; then the
   target's probe exposing only the tensors that survive in the graph ONNX Runtime compiled,
   ``save_optimized=1``, compared with the oracle's store in the target's worker);
@@ -130,12 +131,11 @@ def build_case(name: str, nodes: int, root: Path) -> ModelCase:
 
 
 def _run_compare(model_path: Path, inputs: dict[str, np.ndarray], workdir: Path, mode: str) -> dict[str, Any]:
-    from graphbisect.model import load_model
-    from graphbisect.workflows.compare import compare_models
+    import graphbisect
 
     # all_tensors only where asked: a checkout from before it (46d2cbc, the issue 14 baseline) probes every tensor
-    result = compare_models(load_model(model_path), inputs=inputs, layerwise=mode != "compare", workdir=workdir,
-                            **({"all_tensors": True} if mode == "compare+all-tensors" else {}))
+    result = graphbisect.compare(model_path, inputs=inputs, layerwise=mode != "compare", workdir=workdir,
+                                 **({"all_tensors": True} if mode == "compare+all-tensors" else {}))
     layers = result.layerwise
     first = layers.first_divergence if layers is not None else None
     return {"passed": result.passed, "invocations": dict(result.invocations), "note": result.layerwise_note,
