@@ -1,10 +1,16 @@
 """What `graphbisect compare` costs on a ~5,000-node model, against two plain runs of the same backends.
 
+Models (``--models``): ``host`` and ``host-bug`` (:func:`graphbisect.examples.host_network`, without and with
+the keepdims=0 LayerNorm bug), ``wide`` (:func:`graphbisect.examples.wide_model`) and ``chain``
+(:func:`chain_model`: a chain of elementwise nodes on a ``[1, 256]`` tensor, where compare's per-node and
+per-tensor costs are all there is).
+
 Three ways to run the default backends (target ``onnxruntime:opt_level=all``, oracle
 ``onnxruntime:opt_level=disable``) on the same model and inputs, each in a **fresh process** so that peak
 memory is that run's alone:
 
-* ``compare+layerwise``: :func:`graphbisect.workflows.compare.compare_models` with ``layerwise=True`` (the
+* ``compare+layerwise``: :func:`graphbisect.compare` (the public API: it loads the model, as the CLI does, and
+  calls :func:`graphbisect.workflows.compare.compare_models`) with ``layerwise=True`` (the
   oracle's one run captures every intermediate tensor, at the same time as the target's plain run; then the
   target's probe exposing only the tensors that survive in the graph ONNX Runtime compiled,
   ``save_optimized=1``, compared with the oracle's store in the target's worker);
@@ -26,7 +32,8 @@ For the layerwise run the table below gives the activation stores on disk: the o
 ``reduce``) and the target's dump (none since the target's worker compares with the oracle's store), file
 count, bytes, and bytes on disk (4 KiB blocks per file).
 
-Run: ``python benchmarks/compare_bench.py [--quick | --full] [--repeats N] [--json PATH]``
+Run: ``python benchmarks/compare_bench.py [--quick | --full] [--repeats N] [--models ...] [--modes ...] [--json PATH]``
+(the modes run in rounds: one run of each, then the next round, so a load that changes meanwhile weighs on all).
 """
 
 from __future__ import annotations
@@ -55,16 +62,48 @@ from _common import (
     print_table,
     write_json,
 )
+from onnx import TensorProto, helper, numpy_helper
 
 from graphbisect.backends import zygote
-from graphbisect.examples import HostNetwork, host_network, wide_model
+from graphbisect.examples import host_network, wide_model
 
 MODES = ("compare+layerwise", "compare+all-tensors", "compare", "baseline")
-BUILDERS: dict[str, Callable[[int], HostNetwork]] = {
-    "host": lambda n: host_network(n, bug=None),
+Built = tuple[onnx.ModelProto, dict[str, np.ndarray]]
+
+#: The chain's repeating unit: (op, constant operand or None).
+_CHAIN_UNIT = (("Add", 0.001), ("Mul", 1.0001), ("Relu", None), ("Sub", 0.001), ("Tanh", None))
+
+
+def chain_model(nodes: int, width: int = 256) -> Built:
+    """``x[1, width]`` through ``nodes`` elementwise nodes (Add, Mul, Relu, Sub, Tanh, repeated), one
+    constant ``[1, width]`` initializer per Add/Mul/Sub (3 of 5 nodes, two distinct values): every tensor is
+    small, so what compare costs above two plain runs is per node and per tensor, not arithmetic."""
+    shape = [1, width]
+    nodes_out, constants, previous = [], [], "x"
+    for i in range(nodes):
+        op, value = _CHAIN_UNIT[i % len(_CHAIN_UNIT)]
+        inputs = [previous]
+        if value is not None:
+            constants.append(numpy_helper.from_array(np.full(shape, value, np.float32), f"c{i}"))
+            inputs.append(f"c{i}")
+        nodes_out.append(helper.make_node(op, inputs, [f"t{i}"], name=f"n{i}"))
+        previous = f"t{i}"
+    graph = helper.make_graph(nodes_out, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info(previous, TensorProto.FLOAT, shape)], constants)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return model, {"x": np.random.RandomState(0).rand(*shape).astype(np.float32)}
+
+
+def _host(built: Any) -> Built:
+    return built.model, dict(built.inputs)
+
+
+BUILDERS: dict[str, Callable[[int], Built]] = {
+    "host": lambda n: _host(host_network(n, bug=None)),
     # The keepdims=0 LayerNorm bug on the main path: probing every tensor masks it.
-    "host-bug": lambda n: host_network(n, bug="layernorm_keepdims0", position="main"),
-    "wide": wide_model,
+    "host-bug": lambda n: _host(host_network(n, bug="layernorm_keepdims0", position="main")),
+    "wide": lambda n: _host(wide_model(n)),
+    "chain": chain_model,
 }
 
 
@@ -80,11 +119,11 @@ class ModelCase:
 
 def build_case(name: str, nodes: int, root: Path) -> ModelCase:
     """Build ``BUILDERS[name](nodes)`` and save the model and its inputs under ``root``."""
-    host = BUILDERS[name](nodes)
+    model, inputs = BUILDERS[name](nodes)
     folder = root / f"{name}-{nodes}"
     folder.mkdir(parents=True, exist_ok=True)
-    onnx.save(host.model, folder / "model.onnx")
-    np.savez(folder / "inputs.npz", **host.inputs)
+    onnx.save(model, folder / "model.onnx")
+    np.savez(folder / "inputs.npz", **inputs)
     return ModelCase(name, nodes, folder / "model.onnx", folder / "inputs.npz")
 
 
@@ -92,12 +131,11 @@ def build_case(name: str, nodes: int, root: Path) -> ModelCase:
 
 
 def _run_compare(model_path: Path, inputs: dict[str, np.ndarray], workdir: Path, mode: str) -> dict[str, Any]:
-    from graphbisect.model import load_model
-    from graphbisect.workflows.compare import compare_models
+    import graphbisect
 
     # all_tensors only where asked: a checkout from before it (46d2cbc, the issue 14 baseline) probes every tensor
-    result = compare_models(load_model(model_path), inputs=inputs, layerwise=mode != "compare", workdir=workdir,
-                            **({"all_tensors": True} if mode == "compare+all-tensors" else {}))
+    result = graphbisect.compare(model_path, inputs=inputs, layerwise=mode != "compare", workdir=workdir,
+                                 **({"all_tensors": True} if mode == "compare+all-tensors" else {}))
     layers = result.layerwise
     first = layers.first_divergence if layers is not None else None
     return {"passed": result.passed, "invocations": dict(result.invocations), "note": result.layerwise_note,
@@ -211,12 +249,26 @@ def disk_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
     return rows
 
 
+def _measure_modes(case: ModelCase, modes: Sequence[str], repeats: int) -> list[dict[str, Any]]:
+    """Each of ``modes`` ``repeats`` times on ``case``, one round of every mode after another (a load that
+    changes meanwhile weighs on every mode alike), summarized per mode; baseline always included."""
+    chosen = list(dict.fromkeys([*modes, "baseline"]))
+    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in chosen}
+    for _ in range(repeats):
+        for mode in chosen:
+            runs[mode].append(measure(case, mode))
+    return [summarize(runs[mode]) for mode in chosen]
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_size_args(parser)
     parser.add_argument("--repeats", type=int, help="runs per mode; the median wall time is reported "
                         "(default 3, 1 with --quick)")
-    parser.add_argument("--models", nargs="+", choices=sorted(BUILDERS), help="default: host host-bug wide")
+    parser.add_argument("--models", nargs="+", choices=sorted(BUILDERS),
+                        help="default: host host-bug wide (chain only when named)")
+    parser.add_argument("--modes", nargs="+", choices=MODES, help=f"default: all ({' '.join(MODES)}); the "
+                        "ratios need baseline")
     parser.add_argument("--child", nargs=4, metavar=("MODE", "MODEL", "INPUTS", "WORKDIR"), help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -235,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for nodes in sizes:
             for name in names:
                 case = build_case(name, nodes, Path(root))
-                modes = [summarize([measure(case, mode) for _ in range(repeats)]) for mode in MODES]
+                modes = _measure_modes(case, args.modes or MODES, repeats)
                 results.append({"model": name, "nodes": nodes, "modes": modes})
                 print(f"measured {name}-{nodes}", file=sys.stderr, flush=True)
     print(f"compare vs two plain ONNX Runtime runs ({describe_machine()}); median of {repeats} run(s)")

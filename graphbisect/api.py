@@ -287,6 +287,10 @@ def compare(
         >>> r = compare("model.onnx", target="openvino", atol=1e-3)    # doctest: +SKIP
         >>> r.verdict, r.first_divergence.node, r.root_causes[0].role    # doctest: +SKIP
     """
+    from graphbisect.backends.process import prestart
+
+    for spec in dict.fromkeys((oracle, target)):  # the workers' zygote imports while the model loads
+        prestart(spec)
     from graphbisect.workflows.compare import compare_models
 
     loaded = load_model(model)

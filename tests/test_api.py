@@ -332,3 +332,21 @@ def test_a_custom_backend_declaring_compiled_graph_names_its_option() -> None:
     with pytest.raises(SpecError, match="declares compiled-graph without a compiled_option") as caught:
         graphbisect.register_backend(SilentRuntime, name="silent")
     assert caught.value.hint is not None and "compiled_option = (OPTION, VALUE)" in caught.value.hint
+
+
+def test_compare_starts_its_workers_zygote_before_it_loads_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The zygote's imports (numpy, graphbisect: ~0.16 s of CPU) overlap loading and checking the model, as in
+    # `graphbisect compare`, instead of holding up the first worker after them.
+    from graphbisect.backends import process
+    from graphbisect.model import load as model_load
+
+    events: list[str] = []
+    real_prestart, real_load = process.prestart, model_load.load_model
+    monkeypatch.setattr(process, "prestart", lambda spec: (events.append(f"prestart {spec}"), real_prestart(spec)))
+    monkeypatch.setattr(model_load, "load_model",
+                        lambda *args, **kwargs: (events.append("load"), real_load(*args, **kwargs))[1])
+    monkeypatch.setattr("graphbisect.model.load_model", model_load.load_model)
+    result = graphbisect.compare(pattern_model("layernorm_keepdims0"), layerwise=False)
+    assert not result.passed
+    assert events.index("prestart onnxruntime:opt_level=all") < events.index("load")
+    assert events.index("prestart onnxruntime:opt_level=disable") < events.index("load")

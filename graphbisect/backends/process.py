@@ -34,7 +34,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -328,6 +328,7 @@ class BackendProcess:
         output_dir: Path | None = None,
         compare_to: CompareTo | None = None,
         durable: bool = False,
+        sent: Callable[[], object] | None = None,
     ) -> RunResult:
         """Run ``model`` on ``inputs`` (arrays, or an ``.npz`` path) and return what happened.
 
@@ -339,6 +340,8 @@ class BackendProcess:
         worker fsync them before it replies: for outputs a later session reads back (``reduce --resume``).
         With ``compare_to`` the worker compares every output the oracle's activation store holds with it and
         returns their statistics (:attr:`RunResult.stats`) instead of their values, except ``compare_to.keep``.
+        ``sent`` is called once the worker has the request, before it builds and runs (in this thread: work
+        of this process that should not hold up the request starts there).
 
         A backend exception, a signal, an exit or a timeout is a result (``status`` crash or timeout), never
         an exception. Raises :class:`~graphbisect.errors.SpecError` for an invalid spec option value (checked
@@ -355,7 +358,8 @@ class BackendProcess:
             if durable and output_dir is not None:
                 request["durable"] = True
             self.invocations += 1
-            return self._counted(self._invoke(request, inputs, keep_outputs=output_dir is not None), ready)
+            return self._counted(self._invoke(request, inputs, keep_outputs=output_dir is not None, sent=sent),
+                                 ready)
 
     def load(self, model: str | Path, outputs: Sequence[str] | None = None) -> bool:
         """Build the session of ``model`` exposing ``outputs`` now, without running it: a :meth:`run` of the
@@ -675,14 +679,14 @@ class BackendProcess:
         return worker.pid
 
     def _invoke(self, request: dict[str, Any], inputs: Mapping[str, np.ndarray] | str | Path, *,
-                keep_outputs: bool) -> RunResult:
+                keep_outputs: bool, sent: Callable[[], object] | None = None) -> RunResult:
         if self._log_size() > LOG_ROTATE_BYTES:
             os.truncate(self.log_path, 0)
         offset = self._log_size()
         started = time.monotonic()
         deadline = started + self.timeout
         try:
-            reply = self._exchange(request, inputs, deadline)
+            reply = self._exchange(request, inputs, deadline, sent)
             if not reply.get("ok", True):
                 self._inputs.close()  # the worker may not have read them all: start afresh next time
                 raise self._error(reply.get("error", {}), "run")
@@ -698,14 +702,18 @@ class BackendProcess:
                 shutil.rmtree(request["output_dir"], ignore_errors=True)  # returned maps stay readable
 
     def _exchange(self, request: dict[str, Any], inputs: Mapping[str, np.ndarray] | str | Path,
-                  deadline: float) -> dict[str, Any]:
-        """Send a run request and wait for its final reply, tracking the phase from the worker's events."""
+                  deadline: float, sent: Callable[[], object] | None = None) -> dict[str, Any]:
+        """Send a run request and wait for its final reply, tracking the phase from the worker's events;
+        ``sent`` is called once the request is sent."""
         for attempt in (1, 2):
             worker = self._state.worker
             assert worker is not None
             worker.phase = Phase.LOAD
             try:
                 worker.send(request, deadline)
+                if sent is not None:
+                    sent()
+                    sent = None
                 reply = worker.receive(deadline)
             except _WorkerDied:
                 # Died before it even read the request (e.g. killed between calls): not this invocation's

@@ -115,6 +115,8 @@ def quantization_steps(nodes: Sequence[onnx.NodeProto], constants: Mapping[str, 
 def _spread(nodes: Sequence[onnx.NodeProto], steps: dict[str, float]) -> None:
     """Carry steps through the ops that keep a grid: forward to their outputs, and back to a tensor all of whose
     readers are such ops (or QuantizeLinears) with a step (repeated until nothing changes)."""
+    if not steps:  # nothing to carry: each rule below starts from a tensor with a step
+        return
     readers: dict[str, list[onnx.NodeProto]] = {}
     for node in nodes:
         for name in node.input:

@@ -37,7 +37,7 @@ import onnx
 from graphbisect.backends import BackendInfo, BackendProcess, BackendSpec, Capability, Phase, RunResult, resolve
 from graphbisect.backends.base import brief_spec
 from graphbisect.backends.cost import CallTally, Cost
-from graphbisect.backends.process import CompareTo, compile_cache
+from graphbisect.backends.process import CompareTo, compile_cache, prestart
 from graphbisect.backends.registry import DEFAULT_ORACLE, DEFAULT_TARGET, shared_accelerator
 from graphbisect.compare import Comparison, TensorStats, Tolerance, compare_outputs
 from graphbisect.compare.metrics import comparison_of
@@ -85,7 +85,7 @@ from graphbisect.workflows.probe import (
     compiled_of,
     describing_spec,
     discard_description,
-    original_graph,
+    mapping_ahead,
     plan_probe,
     replay_model,
     replay_spec,
@@ -296,11 +296,14 @@ def compare_models(
     Raises :class:`OracleFailed` (with its :class:`Outcome`) when the oracle cannot run the model.
     """
     started = time.monotonic()
+    oracle_spec, oracle_info = resolve(oracle)
+    target_spec, target_info = resolve(target)
+    if workers is None:  # the zygote our workers fork from imports while this process works (as the CLI has it)
+        for spec in [oracle_spec, *([target_spec] if target_spec != oracle_spec else [])]:
+            prestart(spec)
     warn_unused_initializers(model)  # before a build that may take minutes
     # quantized tensors are compared in quantization steps (compare/quantization.py)
     tol = with_quantization(tolerance or Tolerance(), model)
-    oracle_spec, oracle_info = resolve(oracle)
-    target_spec, target_info = resolve(target)
     stage = on_stage or (lambda _msg: None)
     with work_folder(workdir, "compare", protect=(model.path, model.paddle_source)) as (folder, kept), \
             compile_cache(folder / "compile-cache"):
@@ -319,6 +322,30 @@ def compare_models(
             found, seconds=time.monotonic() - started,
             store_dir=folder / "activations" if kept and (folder / "activations").is_dir() else None,
             chosen_dims=tuple(chosen) if inputs is not None else chosen_dims(model))
+
+
+def _during_target(model: Model, folder: Path, *, capturing: bool, described: BackendSpec | None
+                   ) -> tuple[_Later, Callable[[], Path] | None]:
+    """What this process does while the target builds (started by :func:`_plain_runs`), and the wait for the
+    oracle's probe model among it (None: no capture).
+
+    The target's worker starts first with nothing else on the CPU: the oracle's probe model (shape inference) is
+    made once it has its run request, while the target builds (on 2 cores a probe model written while both
+    workers start delays the target's build, which is the longer one on a model that it optimizes; and shape
+    inference holds the interpreter's lock, so started before the request it held the request up).
+    """
+    during = _Later()
+    probe_model = during.add(lambda: _write_capture_model(model, folder), "graphbisect-probe") if capturing else None
+    if described is not None and "save_optimized" in described.options:
+        # what mapping its saved optimized model needs of the model is made while the target builds, once the
+        # probe model the oracle waits for is written (one thread at a time runs Python here)
+        def ahead() -> None:
+            if probe_model is not None:
+                probe_model()
+            mapping_ahead(model)
+
+        during.add(ahead, "graphbisect-original")
+    return during, probe_model
 
 
 def _describing_specs(oracle_spec: BackendSpec, oracle_info: BackendInfo, target_spec: BackendSpec,
@@ -350,16 +377,8 @@ def _compare_in(model: Model, folder: Path, inputs_path: Path, oracle_proc: Back
     is closed once it has done its part. The caller fills in the time taken, the kept store and the dims."""
     cost_before = (oracle_proc.cost, target_proc.cost)
     capturing = layerwise and _probe_possible(oracle_info, target_info) and not oracle_described
-    # The target's worker starts first with nothing else on the CPU: the oracle's probe model (shape
-    # inference) is made once it is ready, while the target builds (on 2 cores a probe model written while
-    # both workers start delays the target's build, which is the longer one on a model that it optimizes).
     target_proc.validate()
-    probe_model = _in_background(lambda: _write_capture_model(model, folder), "graphbisect-probe") \
-        if capturing else None
-    if described is not None and "save_optimized" in described.options:
-        # what mapping its saved optimized model needs of the model is made while the target builds, once the
-        # probe model the oracle waits for is written (one thread at a time runs Python here)
-        _in_background(lambda: (probe_model and probe_model(), original_graph(model)), "graphbisect-original")
+    during, probe_model = _during_target(model, folder, capturing=capturing, described=described)
 
     def after_target(run: RunResult) -> _TargetEarly | None:
         return _TargetEarly.start(model, run, target_proc, replay=capturing) \
@@ -369,6 +388,7 @@ def _compare_in(model: Model, folder: Path, inputs_path: Path, oracle_proc: Back
                                                  target_proc=target_proc, oracle_spec=oracle_spec,
                                                  oracle_info=oracle_info, target_spec=target_spec,
                                                  oracle_described=oracle_described, probe_model=probe_model,
+                                                 during_target=during.start,
                                                  tolerance=tol, stage=stage, after_target=after_target)
     # The oracle has done its part: its worker exits while the target works (less memory, and its
     # interpreter's teardown is off the critical path). A caller's workers stay open.
@@ -639,7 +659,7 @@ def _every_intermediate(model: Model) -> list[str]:
 def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: BackendProcess,
                 target_proc: BackendProcess, oracle_spec: BackendSpec, oracle_info: BackendInfo,
                 target_spec: BackendSpec, oracle_described: bool, probe_model: Callable[[], Path] | None,
-                tolerance: Tolerance,
+                tolerance: Tolerance, during_target: Callable[[], None] = lambda: None,
                 stage: Callable[[str], None], after_target: Callable[[RunResult], _TargetEarly | None]
                 ) -> tuple[_Side, RunResult, _TargetEarly | None]:
     """The verdict's runs: the oracle's and the target's, at the same time (each in its own worker) unless
@@ -655,6 +675,8 @@ def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: B
     worker (:func:`~graphbisect.oracle.as_built.capture_as_built`, which measures how the two differ). When the
     capture fails, the plain model decides whether the oracle can run it at all. ``after_target`` starts what
     the target's run allows while the oracle's run goes on (:class:`_TargetEarly`); it is finished on an error.
+    ``during_target`` starts what this process does while the target builds (the probe model among it), once
+    the target's worker has its request (at once when the oracle runs first).
     """
     onnx_path = folder / "model.onnx"
     oracle_model = model_for_backend(model, oracle_spec, onnx_path)
@@ -678,8 +700,10 @@ def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: B
     shared = shared_accelerator(oracle_spec, target_spec)
     if shared is not None:  # two runs on one GPU at once would distort each other's timings and memory
         stage(f"running oracle {oracle_spec}, then target {target_spec}: both run on {shared}")
+    if shared is not None:
+        during_target()  # the oracle's run, first, waits for the probe model
     oracle_result = _in_background(oracle_job) if shared is None else _at_once(oracle_job)
-    target_run = target_proc.run(target_model, inputs_path)
+    target_run = _target_run(target_proc, target_model, inputs_path, during_target)
     early = after_target(target_run)
     try:
         oracle_side = _oracle_side(model, oracle_result, oracle_proc, oracle_info, plain_model=oracle_model,
@@ -690,6 +714,15 @@ def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: B
             early.finish()
         raise
     return oracle_side, target_run, early
+
+
+def _target_run(proc: BackendProcess, model: Path, inputs_path: Path, during: Callable[[], None]) -> RunResult:
+    """The target's plain run, ``during`` started once its worker has the request (or the request failed:
+    the oracle's run may wait for what ``during`` makes)."""
+    try:
+        return proc.run(model, inputs_path, sent=during)
+    finally:
+        during()
 
 
 def _write_capture_model(model: Model, folder: Path) -> Path:
@@ -747,6 +780,33 @@ def _in_background(job: Callable[[], _T], name: str = "graphbisect-oracle") -> C
         return cast(_T, box["result"])
 
     return wait
+
+
+class _Later:
+    """Background jobs (:func:`_in_background`) started together when :meth:`start` is first called; the
+    function :meth:`add` returns waits for its job to be started and done."""
+
+    def __init__(self) -> None:
+        self._jobs: list[tuple[Callable[[], Any], str, dict[str, Callable[[], Any]]]] = []
+        self._started = threading.Event()
+        self._lock = threading.Lock()
+
+    def add(self, job: Callable[[], _T], name: str) -> Callable[[], _T]:
+        box: dict[str, Callable[[], Any]] = {}
+        self._jobs.append((job, name, box))
+
+        def wait() -> _T:
+            self._started.wait()
+            return cast(_T, box["wait"]())
+
+        return wait
+
+    def start(self) -> None:
+        with self._lock:
+            if not self._started.is_set():
+                for job, name, box in self._jobs:
+                    box["wait"] = _in_background(job, name)
+                self._started.set()
 
 
 def _at_once(job: Callable[[], _T]) -> Callable[[], _T]:

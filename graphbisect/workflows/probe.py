@@ -43,7 +43,7 @@ from graphbisect.model import Model
 from graphbisect.model.normalize import subgraphs
 
 __all__ = ["REPLAY_OPTIONS", "ProbePlan", "TargetProbe", "compiled_of", "describing_spec", "discard_description",
-           "original_graph", "plan_probe", "replay_model", "replay_spec", "unfed_inputs"]
+           "mapping_ahead", "original_graph", "plan_probe", "replay_model", "replay_spec", "unfed_inputs"]
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +108,13 @@ def original_graph(model: Model) -> OriginalGraph:
         if found is None:
             found = _ORIGINALS[model] = OriginalGraph(model.nodes, _constants(model))
         return found
+
+
+def mapping_ahead(model: Model) -> None:
+    """Make what :func:`compiled_of` needs of ``model`` alone, ahead of the target's description: its
+    :func:`original_graph` and its index of tensor types (what the model computes each compiled node in)."""
+    original_graph(model)
+    model.tensor_type("")  # no tensor is named "": the lookup builds the model's index of types (once)
 
 
 def _constants(model: Model) -> dict[str, onnx.TensorProto]:
