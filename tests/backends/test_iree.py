@@ -115,15 +115,6 @@ def _reduce(tmp_path: Path, bug: str) -> tuple[dict[str, Any], Path]:
 
 
 @iree_installed
-def test_backends_lists_iree_with_its_version(capsys: pytest.CaptureFixture[str]) -> None:
-    import importlib.metadata
-
-    assert main(["backends"]) == 0
-    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("iree "))
-    assert line.split()[1:3] == ["yes", importlib.metadata.version("iree-base-compiler")]
-
-
-@iree_installed
 def test_maxunpool_compile_failure_reduces_to_the_unpool_and_replays(tmp_path: Path) -> None:
     """nod-ai/AMD-SHARK-ModelDev#718: torch.aten.max_unpool2d has no lowering; the SegNet pool/unpool pair in
     a 22-node CNN reduces to the MaxUnpool alone (its indices fed as a constant), same diagnostic."""
