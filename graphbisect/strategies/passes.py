@@ -191,12 +191,13 @@ class PassTester:
         return Outcome.FAIL if same else Outcome.UNRESOLVED if signature.failed else Outcome.PASS
 
 
-def minimal_set(evaluator: Evaluator, *, phase: str) -> SearchResult:
-    """A 1-minimal interesting keep-set, starting from all units (which must be interesting).
+def minimal_set(evaluator: Evaluator, *, phase: str, hints: Sequence[frozenset[int]] = ()) -> SearchResult:
+    """A 1-minimal interesting keep-set, starting from all units (which must be interesting), or from the first
+    of ``hints`` that is interesting (tried first, in order).
 
     ProbDD with the engine's default prior ``1/n``: a single culprit among ``n`` costs O(log n) tests.
     """
-    return probdd(evaluator, phase=phase)
+    return probdd(evaluator, phase=phase, hints=hints)
 
 
 def workdir_spec_name(spec: BackendSpec) -> str:

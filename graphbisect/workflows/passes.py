@@ -759,7 +759,9 @@ def _minimal_sets(s: _Session, space: PassSpace, baseline: Signature, end: Signa
         s.stage(f"searching the minimal set of passes to disable among {space.size}")
         culprits = minimal_set(evs[DISABLE], phase="disable-set")
         s.stage(f"searching the minimal set of passes to enable among {space.size}")
-        required = minimal_set(evs[ENABLE], phase="enable-set")
+        # The disable-set is where the enable-set is most likely found: tried first (one run), a single culprit's
+        # enable-set is then that run alone, not a second search over every unit.
+        required = minimal_set(evs[ENABLE], phase="enable-set", hints=[culprits.keep])
         alone = [space.passes[i] for i in sorted(culprits.keep)
                  if evs[ENABLE].evaluate({i}, phase="alone").outcome is Outcome.FAIL]
     except SearchAborted as exc:

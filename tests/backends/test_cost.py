@@ -30,6 +30,14 @@ def _model(tmp_path: Path, bug: str = "gridsample", blocks: int = 3) -> tuple[Pa
     return tmp_path / "m.onnx", inputs
 
 
+def _relu(tmp_path: Path) -> tuple[Path, dict]:
+    """A one-node model (Relu on x: float32[1, 8]) and its inputs."""
+    x, y = (onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [1, 8]) for name in ("x", "y"))
+    graph = onnx.helper.make_graph([onnx.helper.make_node("Relu", ["x"], ["y"])], "relu", [x], [y])
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]), tmp_path / "relu.onnx")
+    return tmp_path / "relu.onnx", {"x": np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 8)}
+
+
 def test_a_session_reused_by_the_next_run_is_one_compile_for_two_runs(tmp_path: Path) -> None:
     path, inputs = _model(tmp_path)
     with BackendProcess("onnxruntime", workdir=tmp_path / "w") as proc:
@@ -40,7 +48,7 @@ def test_a_session_reused_by_the_next_run_is_one_compile_for_two_runs(tmp_path: 
 
 @iree_installed
 def test_iree_feature_listing_counts_every_compile_and_the_cache_serves_repeats(tmp_path: Path) -> None:
-    path, inputs = _model(tmp_path, blocks=1)  # 20 compiles: the smallest host
+    path, inputs = _relu(tmp_path)  # 20 compiles: a one-node model compiles in half the time of the smallest host
     with compile_cache(tmp_path / "cache"):
         with BackendProcess("iree:report_passes=1", workdir=tmp_path / "listing") as proc:
             listing = proc.run(path, inputs)
@@ -69,18 +77,28 @@ def test_ort_sessions_made_to_find_the_fired_rules_count_as_compiles(models: dic
         assert proc.run(models["relu_clip32"], {"x": x}).compiles == 1  # without the listing: one session
 
 
+@pytest.fixture(scope="module")
+def ort_catalogue(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], Cost, Path]:
+    """ONNX Runtime's optimizer names as a worker lists them in a fresh cache folder (~400 probe sessions, ~5 s of
+    CPU; two tests read it): the names, the worker's counted cost, and the cache folder."""
+    folder = tmp_path_factory.mktemp("ort-catalogue")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GRAPHBISECT_CACHE", str(folder / "cache"))
+        with BackendProcess("onnxruntime", workdir=folder / "listing") as proc:
+            return proc.registered_passes() or [], proc.cost, folder / "cache"
+
+
 def test_ort_sessions_that_list_the_optimizer_names_are_not_the_targets_compiles(
-        models: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        models: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        ort_catalogue: tuple[list[str], Cost, Path]) -> None:
     # A new ORT build's optimizer names are found by building ~400 sessions of a one-node probe model (then
     # cached on disk): the `passes` listing, the validation of disabled= names, report_passes=1. They are not
     # the target's work on the model: the first bundle on a fresh machine said "target 4 (414 compiles)" for four
     # runs of a 9-node model (issue 35). Counted apart (probe_sessions), never as the target's compiles.
-    monkeypatch.setenv("GRAPHBISECT_CACHE", str(tmp_path / "cache"))
-    with BackendProcess("onnxruntime", workdir=tmp_path / "listing") as proc:
-        names = proc.registered_passes()
-        assert names and "FuseReluClip" in names
-        assert proc.cost == Cost()  # every name was found by probe sessions: no model was compiled
-    assert any((tmp_path / "cache").rglob("*.json"))  # the listing did happen, in that worker
+    names, cost, cache = ort_catalogue
+    assert names and "FuseReluClip" in names
+    assert cost == Cost()  # every name was found by probe sessions: no model was compiled
+    assert any(cache.rglob("*.json"))  # the listing did happen, in that worker
     monkeypatch.setenv("GRAPHBISECT_CACHE", str(tmp_path / "other-cache"))
     x = np.ones((2, 3), np.float32)
     with BackendProcess("onnxruntime:disabled=FuseReluClip", workdir=tmp_path / "validated") as proc:
@@ -139,7 +157,8 @@ def test_iree_compile_alone_gives_the_compilers_diagnostic(tmp_path: Path) -> No
 
 
 def test_a_few_optimizer_names_are_checked_without_listing_them_all(
-        models: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        models: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        ort_catalogue: tuple[list[str], Cost, Path]) -> None:
     # The whole catalogue is ~400 probe sessions and ~5 s on a fresh machine (its rewrite rules found by group
     # testing over ORT's binary): the first `reduce --example` listed it only to name the pass that made one
     # fused node, to validate a spec's disabled= and to say which transformers fired. A few names are asked of
@@ -158,5 +177,4 @@ def test_a_few_optimizer_names_are_checked_without_listing_them_all(
     assert fired.ok and "ConvActivationFusion" in fired.info["fired_passes"]  # transformers, no rule set
     assert not any("RuleBased" in name for name in fired.info["fired_passes"] + fired.info["fired_required"])
     assert not any(cache.rglob("*.json"))  # the catalogue was never listed
-    with BackendProcess("onnxruntime", workdir=tmp_path / "all") as proc:
-        assert set(among) <= set(proc.registered_passes() or ())  # the same names the catalogue has
+    assert set(among) <= set(ort_catalogue[0])  # the same names the catalogue has

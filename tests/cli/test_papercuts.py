@@ -143,6 +143,13 @@ def test_backends_says_what_it_does_before_the_long_imports(tmp_path: Path) -> N
     assert first.startswith("importing every backend's library"), first
     assert seconds < 15, seconds
     assert "onnxruntime" in out
+    from graphbisect.backends import resolve
+
+    if resolve("iree", require_available=False)[1].availability().available:  # each row: name, yes, its version
+        import importlib.metadata
+
+        line = next(line for line in out.splitlines() if line.startswith("iree "))
+        assert line.split()[1:3] == ["yes", importlib.metadata.version("iree-base-compiler")]
 
 
 def test_the_compiled_as_column_keeps_the_count_when_the_kind_is_cut() -> None:
