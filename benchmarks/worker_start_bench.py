@@ -10,8 +10,7 @@ is installed and each start mode (``GRAPHBISECT_WORKER_START``: ``fork``, the de
 * **worker CPU s**: the worker's own user + system CPU at that point (``/proc/PID/stat``), median: a forked
   worker's excludes what its zygote imported once (the zygote's start is the first row's extra);
 * **forked**: how many of the workers a zygote forked (the rest were started as new interpreters: a zygote
-  with more than one thread, e.g. numpy's OpenBLAS threads for ``reference`` on a multi-core machine, never
-  forks);
+  with a thread other than numpy's idle OpenBLAS pool, which it stops, never forks);
 * then ``graphbisect reduce --example`` end to end in both modes (the CLI as a user runs it, median wall).
 
 Run: ``python benchmarks/worker_start_bench.py [--repeats N] [--backends onnxruntime reference ...]``

@@ -130,15 +130,17 @@ class _Worker:
     """One worker process and its two pipes."""
 
     def __init__(self, python: str, args: list[str], env: Mapping[str, str], *, cwd: Path, log_path: Path,
-                 package: Path) -> None:
+                 package: Path, imports: Sequence[str] = ()) -> None:
         """``python -m graphbisect.backends.worker *args`` with its two pipes, forked from a zygote where one
-        can (:mod:`.zygote`: numpy and graphbisect already imported), else started as a new interpreter."""
+        can (:mod:`.zygote`: numpy, graphbisect and ``imports`` already imported), else started as a new
+        interpreter."""
         request_r, request_w = os.pipe()
         reply_r, reply_w = os.pipe()
         args = [*args, "--requests", str(request_r), "--replies", str(reply_w)]
         try:
             proc: subprocess.Popen[bytes] | ForkedProcess | None = zygote.spawn(
-                python, args, env, cwd=cwd, log=log_path, package=package, fds=(request_r, reply_w))
+                python, args, env, cwd=cwd, log=log_path, package=package, fds=(request_r, reply_w),
+                imports=imports)
             if proc is None:
                 with open(log_path, "ab") as log:
                     proc = subprocess.Popen(
@@ -569,7 +571,7 @@ class BackendProcess:
                 "--log-level", logging.getLevelName(_effective_level())]
         try:
             worker = _Worker(self.python, args, self._worker_env(), cwd=self.workdir, log_path=self.log_path,
-                             package=package_path(self.workdir))
+                             package=package_path(self.workdir), imports=self.backend.zygote_imports)
         except OSError as exc:
             raise SpecError(f"cannot start a worker for {self.spec.as_written()} with {self.python}: {exc}",
                             hint="python= must name an executable Python interpreter") from exc
@@ -900,7 +902,8 @@ def prestart(spec: BackendSpec | str) -> None:
     except errors.GraphBisectError:
         return  # said by the command itself, where it starts its workers
     if "python" not in found.options or info.has(Capability.FOREIGN_PYTHON):
-        zygote.prestart(found.options.get("python") or sys.executable, _worker_base_env(info))
+        zygote.prestart(found.options.get("python") or sys.executable, _worker_base_env(info),
+                        imports=info.zygote_imports)
 
 
 def _importing_env(workdir: Path) -> dict[str, str]:

@@ -1,20 +1,30 @@
 """Starting backend workers by forking a process that has already imported what every worker imports.
 
-A worker (:mod:`graphbisect.backends.worker`) started as a new interpreter spends ~0.1 s of CPU importing
+A worker (:mod:`graphbisect.backends.worker`) started as a new interpreter spends ~0.1-0.2 s of CPU importing
 numpy and graphbisect before it loads its backend library; a reduction starts about nine, the test suite
-thousands. A *zygote* is one interpreter per (interpreter, environment) that has done those imports and forks a
-worker on request: the worker is a new process, in its own process group, with its own pipes, folder, log and
-exact environment, that has imported nothing of its backend yet. The backend library is still imported by
-the worker after the fork, so no backend state (sessions, thread pools, kernel caches, the library's own
-threads) is ever shared or inherited: a forked worker is as fresh as a started one.
+thousands. A *zygote* is one interpreter per (interpreter, environment, backend imports) that has done those
+imports and forks a worker on request: the worker is a new process, in its own process group, with its own
+pipes, folder, log and exact environment. It has imported nothing of its backend yet but the modules its backend
+row names (``BackendInfo.zygote_imports``: for ``reference``, onnx's Python operators and ml_dtypes, ~0.7 s of a
+started worker's ~0.8 s), modules whose import starts no thread and builds no runtime. The backend's runtime is
+still built by the worker after the fork, and a library with threads or sessions is imported there, so no
+backend state (sessions, thread pools, kernel caches, the library's own threads) is ever shared or inherited:
+a forked worker is as fresh as a started one.
 
 These rules keep a fork as faithful as an exec:
 
 * a zygote forks only while it has one thread (``/proc/self/task``): a library that started a thread at
-  import (numpy's OpenBLAS for a backend that computes with numpy, a ``sitecustomize`` that imports a
-  runtime) makes it refuse, and that environment's workers are started as new interpreters, as before;
-* the zygote is keyed by the interpreter and the whole environment except graphbisect's own per-worker
-  variables (:data:`PER_WORKER`), which the worker reads at run time and gets exactly;
+  import (a ``sitecustomize`` that imports a runtime) makes it refuse, and that environment's workers are
+  started as new interpreters, as before. The one exception is OpenBLAS's idle thread pool, which numpy's
+  OpenBLAS starts at import where numpy may compute with several threads (a backend that computes with numpy:
+  ``BackendInfo.numpy_blas``): the zygote stops it as OpenBLAS itself does before every fork
+  (``blas_thread_shutdown_``, :func:`_stop_blas_threads`), keeping the thread count OpenBLAS read from this same
+  environment, and each worker's OpenBLAS starts the pool again at its first threaded call: the BLAS threads
+  of a started worker. Where the pool cannot be stopped so (an OpenBLAS that does not export the function, an
+  OpenMP build, another BLAS with threads), the zygote has threads and refuses;
+* the zygote is keyed by the interpreter, the modules it imports for the backend, and the whole environment
+  except graphbisect's own per-worker variables (:data:`PER_WORKER`), which the worker reads at run time and
+  gets exactly; a module that fails to import ends the zygote (its workers are started, and fail as they would);
 * a worker reseeds numpy's global generator (a started worker seeds it at import; a forked one would share
   the zygote's state with every other worker);
 * a worker's environment is the one the zygote's interpreter started with (so what a wrapper script given as
@@ -27,7 +37,8 @@ worker killed by a signal is reported as one (:class:`ForkedProcess` answers ``p
 interpreter.
 
 Protocol: the host and its zygote share a ``SOCK_SEQPACKET`` Unix socket pair; each message is one JSON
-object. The zygote says ``{"ready": true, "threads": n}`` once it has imported, then answers
+object. The zygote says ``{"ready": true, "threads": n, "blas": [paths]}`` once it has imported (``blas``: the
+OpenBLAS libraries whose thread pool it stopped), then answers
 ``{"op": "spawn", "argv": [...], "env": {...}, "cwd": dir, "log": path, "package": dir, "id": n}`` (``env``:
 the :data:`PER_WORKER` variables; with the worker's request and reply pipes attached as ``SCM_RIGHTS``) with
 ``{"id": n, "pid": p}`` or ``{"id": n, "refused": why}``, and sends ``{"exited": p, "status": s}``
@@ -87,13 +98,14 @@ FOLDER_PREFIX = f"{PREFIX}zygote-"
 class _Zygote:
     """The host's end of one zygote process."""
 
-    def __init__(self, python: str, env: Mapping[str, str], folder: Path, package: Path) -> None:
+    def __init__(self, python: str, env: Mapping[str, str], folder: Path, package: Path,
+                 imports: Sequence[str] = ()) -> None:
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             with open(folder / "zygote.log", "ab") as log:
                 self.proc = subprocess.Popen(
-                    [python, "-c", _BOOT,
-                     "--socket", str(child.fileno()), "--package", str(package)],
+                    [python, "-c", _BOOT, "--socket", str(child.fileno()), "--package", str(package),
+                     *(arg for name in imports for arg in ("--import", name))],
                     pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                     env=dict(env), cwd=folder, start_new_session=True)
         finally:
@@ -121,6 +133,8 @@ class _Zygote:
             logger.debug("zygote %d is not usable: %s", self.proc.pid, message or "no answer")
             self.close()
             return False
+        logger.debug("zygote %d is ready (OpenBLAS thread pools stopped: %s)", self.proc.pid,
+                     message.get("blas") or "none")
         return True
 
     def spawn(self, argv: Sequence[str], env: Mapping[str, str], *, cwd: Path, log: Path, package: Path,
@@ -237,9 +251,10 @@ _registry_lock = threading.Lock()
 
 
 def spawn(python: str, argv: Sequence[str], env: Mapping[str, str], *, cwd: Path, log: Path,
-          package: Path, fds: Sequence[int]) -> ForkedProcess | None:
-    """Fork the worker ``python -m graphbisect.backends.worker *argv`` from the zygote for ``python`` and
-    ``env`` (started on first use), with the pipes ``fds`` (their numbers in ``argv`` are the host's and are
+          package: Path, fds: Sequence[int], imports: Sequence[str] = ()) -> ForkedProcess | None:
+    """Fork the worker ``python -m graphbisect.backends.worker *argv`` from the zygote for ``python``, ``env``
+    and ``imports`` (started on first use; it imports :data:`PRELOAD` and the modules ``imports`` names),
+    with the pipes ``fds`` (their numbers in ``argv`` are the host's and are
     renumbered), in ``cwd``, its fds 1 and 2 appended to ``log``, its environment what ``python`` started with
     ``env`` has (:func:`_worker_env`). ``package``
     is the folder on ``env``'s PYTHONPATH that holds graphbisect for this worker (it differs between workers
@@ -248,7 +263,7 @@ def spawn(python: str, argv: Sequence[str], env: Mapping[str, str], *, cwd: Path
     if not _usable(env):
         return None
     try:
-        return _spawn(python, argv, env, cwd=cwd, log=log, package=package, fds=fds)
+        return _spawn(python, argv, env, cwd=cwd, log=log, package=package, fds=fds, imports=tuple(imports))
     except Exception as exc:  # whatever went wrong, the worker is started the plain way
         logger.warning("could not fork a worker from a zygote (%s: %s); starting it as a new interpreter",
                        type(exc).__name__, exc)
@@ -256,12 +271,12 @@ def spawn(python: str, argv: Sequence[str], env: Mapping[str, str], *, cwd: Path
 
 
 def _spawn(python: str, argv: Sequence[str], env: Mapping[str, str], *, cwd: Path, log: Path,
-           package: Path, fds: Sequence[int]) -> ForkedProcess | None:
+           package: Path, fds: Sequence[int], imports: tuple[str, ...]) -> ForkedProcess | None:
     base = {k: v for k, v in env.items() if k not in PER_WORKER}
     entries = base.get("PYTHONPATH", "").split(os.pathsep)
     if entries[0] == str(package):  # each worker's link to this graphbisect: the zygote has its own
         base["PYTHONPATH"] = os.pathsep.join(entries[1:])
-    key, zygote = _zygote_for(python, base)
+    key, zygote = _zygote_for(python, base, imports)
     if zygote is None:
         return None
     process = zygote.spawn(argv, env, cwd=cwd, log=log, package=package, fds=fds)
@@ -271,23 +286,25 @@ def _spawn(python: str, argv: Sequence[str], env: Mapping[str, str], *, cwd: Pat
     return process
 
 
-def _zygote_for(python: str, base: Mapping[str, str]) -> tuple[tuple[Any, ...], _Zygote | None]:
-    """The key and the zygote of ``python`` with the environment ``base`` (started now if there is none)."""
-    key = (os.getpid(), python, tuple(sorted(base.items())))
+def _zygote_for(python: str, base: Mapping[str, str],
+                imports: tuple[str, ...]) -> tuple[tuple[Any, ...], _Zygote | None]:
+    """The key and the zygote of ``python`` with the environment ``base`` that imported ``imports`` (started now
+    if there is none)."""
+    key = (os.getpid(), python, tuple(sorted(base.items())), imports)
     with _registry_lock:
         if key in _zygotes and (_zygotes[key] is None or not _zygotes[key].dead):  # type: ignore[union-attr]
             return key, _zygotes[key]
-        zygote = _start(python, base)
+        zygote = _start(python, base, imports)
         _zygotes[key] = zygote
         _close_idle(keep=zygote)
     return key, zygote
 
 
-def prestart(python: str, env: Mapping[str, str]) -> None:
-    """Start the zygote that :func:`spawn` will fork from for ``python`` and ``env`` (a worker's environment
-    without its link to graphbisect), in a daemon thread, so that its imports overlap the caller's work; a
-    :func:`spawn` meanwhile waits for it. Nothing where no zygote would be used; a failure is only logged
-    (the first :func:`spawn` tries again, or starts its worker the plain way)."""
+def prestart(python: str, env: Mapping[str, str], imports: Sequence[str] = ()) -> None:
+    """Start the zygote that :func:`spawn` will fork from for ``python``, ``env`` (a worker's environment
+    without its link to graphbisect) and ``imports``, in a daemon thread, so that its imports overlap the
+    caller's work; a :func:`spawn` meanwhile waits for it. Nothing where no zygote would be used; a failure is
+    only logged (the first :func:`spawn` tries again, or starts its worker the plain way)."""
     if not _usable(env):
         return
     base = {k: v for k, v in env.items() if k not in PER_WORKER}
@@ -295,7 +312,7 @@ def prestart(python: str, env: Mapping[str, str]) -> None:
 
     def start() -> None:
         try:
-            _zygote_for(python, base)
+            _zygote_for(python, base, tuple(imports))
         except Exception:  # a spawn starts one, or its worker the plain way, itself
             logger.debug("could not start a zygote ahead", exc_info=True)
 
@@ -331,7 +348,7 @@ def _usable(env: Mapping[str, str]) -> bool:
             and env.get(ENV, "").strip().lower() != "exec")
 
 
-def _start(python: str, base: Mapping[str, str]) -> _Zygote | None:
+def _start(python: str, base: Mapping[str, str], imports: tuple[str, ...]) -> _Zygote | None:
     try:
         folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX))  # the zygote removes it when it ends
     except OSError as exc:
@@ -340,7 +357,7 @@ def _start(python: str, base: Mapping[str, str]) -> _Zygote | None:
     try:
         env, package = dict(base), package_path(folder)  # the same link a worker's PYTHONPATH holds
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(package), base.get("PYTHONPATH")) if p)
-        zygote = _Zygote(python, env, folder, package)
+        zygote = _Zygote(python, env, folder, package, imports)
     except OSError as exc:
         shutil.rmtree(folder, ignore_errors=True)
         logger.debug("cannot start a zygote with %s: %s", python, exc)
@@ -380,6 +397,42 @@ def _threads() -> int:
         return len(os.listdir("/proc/self/task"))
     except OSError:
         return 0  # cannot tell: refuse
+
+
+def _stop_blas_threads() -> list[str]:
+    """Stop the idle thread pool of every OpenBLAS this process loaded (numpy's, which starts it at import where
+    numpy may compute with more than one thread), as OpenBLAS itself does before every fork (its
+    ``pthread_atfork`` handler, ``blas_thread_shutdown_``): the threads are joined, and the thread count
+    OpenBLAS read from this environment when it loaded is kept; OpenBLAS starts the pool again, with that count,
+    at its first threaded call, in each worker. The paths of the libraries whose pool was stopped (none where
+    there was no other thread, or no OpenBLAS that exports the function: an OpenMP build's threads are not its
+    own); the zygote's thread count then says whether it can fork."""
+    if _threads() == 1:
+        return []
+    import ctypes
+
+    stopped = []
+    for path in _loaded_libraries():
+        if "openblas" not in Path(path).name.lower():
+            continue
+        try:
+            shutdown = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY).blas_thread_shutdown_
+        except (OSError, AttributeError):  # not loaded after all, or a build without the function
+            continue
+        shutdown.restype, shutdown.argtypes = ctypes.c_int, []
+        shutdown()
+        stopped.append(path)
+    return stopped
+
+
+def _loaded_libraries() -> list[str]:
+    """The paths of the shared libraries mapped into this process (``/proc/self/maps``), each once."""
+    try:
+        lines = Path("/proc/self/maps").read_text().splitlines()
+    except OSError:
+        return []
+    return list(dict.fromkeys(fields[5] for line in lines if len(fields := line.split(maxsplit=5)) == 6
+                              and fields[5].startswith("/") and ".so" in fields[5]))
 
 
 def _send(sock: socket.socket, message: Mapping[str, Any]) -> None:
@@ -491,9 +544,9 @@ def _serve(sock: socket.socket, package: str, launched: Mapping[str, str]) -> in
 
 
 def main(argv: Sequence[str] | None = None, launched: Mapping[str, str] | None = None) -> int:
-    """Entry point of a zygote: ``python -c _BOOT --socket FD --package DIR``, run in its own temporary
-    folder (which holds ``DIR``), which it removes when the host closes the socket or is gone. ``launched``:
-    the environment the interpreter started with (default: the present one)."""
+    """Entry point of a zygote: ``python -c _BOOT --socket FD --package DIR [--import MODULE ...]``, run in its
+    own temporary folder (which holds ``DIR``), which it removes when the host closes the socket or is gone.
+    ``launched``: the environment the interpreter started with (default: the present one)."""
     args = list(sys.argv[1:] if argv is None else argv)
     launched = dict(os.environ if launched is None else launched)
     sock = socket.socket(fileno=int(args[args.index("--socket") + 1]))
@@ -501,9 +554,11 @@ def main(argv: Sequence[str] | None = None, launched: Mapping[str, str] | None =
     folder = Path(package).parent  # DIR is <folder>/pythonpath
     try:
         claim(folder)
-        for name in PRELOAD:
+        imports = [args[i + 1] for i, arg in enumerate(args) if arg == "--import"]
+        for name in (*PRELOAD, *imports):  # one that fails ends the zygote: its workers are started instead
             __import__(name)
-        _send(sock, {"ready": True, "threads": _threads()})
+        blas = _stop_blas_threads()
+        _send(sock, {"ready": True, "threads": _threads(), "blas": blas})
         return _serve(sock, package, launched)
     finally:
         if folder.name.startswith(FOLDER_PREFIX):

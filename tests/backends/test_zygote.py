@@ -61,6 +61,44 @@ def probe(tmp_path: Path) -> Iterator[str]:
         unregister_backend("probe")
 
 
+# onnx.reference's runtime, saying where its worker runs, how many threads it has once a run is done and how many
+# OpenBLAS computes with (its own count, read as threadpoolctl does; None where numpy has no OpenBLAS)
+REFERENCE_PROBE = '''
+import ctypes, os
+from graphbisect.backends.reference import Reference
+
+
+def blas_threads():
+    for line in open("/proc/self/maps"):
+        path = line.split()[-1]
+        if "openblas" in path.rsplit("/", 1)[-1]:
+            lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+            for name in ("openblas_get_num_threads", "openblas_get_num_threads64_",
+                         "scipy_openblas_get_num_threads", "scipy_openblas_get_num_threads64_"):
+                if hasattr(lib, name):
+                    return getattr(lib, name)()
+    return None
+
+
+class Probe(Reference):
+    def info(self):
+        return {**super().info(), "pid": os.getpid(), "ppid": os.getppid(),
+                "threads": len(os.listdir("/proc/self/task")), "blas_threads": blas_threads()}
+'''
+
+
+@pytest.fixture
+def reference_probe(tmp_path: Path) -> Iterator[str]:
+    script = tmp_path / "reference_probe.py"
+    script.write_text(REFERENCE_PROBE)
+    # the reference row (numpy computes with its BLAS threads there), run by the probe class
+    register_row(dataclasses.replace(get("reference"), name="refprobe", aliases=(), runtime=f"{script}:Probe"))
+    try:
+        yield "refprobe"
+    finally:
+        unregister_backend("refprobe")
+
+
 @pytest.fixture
 def relu(tmp_path: Path) -> Path:
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
@@ -159,6 +197,41 @@ def test_forked_workers_do_not_share_numpy_s_random_draws(probe: str, relu: Path
             assert info["ppid"] != os.getpid()  # forked
             draws.append(info["draw"])
     assert draws[0] != draws[1]
+
+
+def test_a_reference_worker_is_forked_with_the_blas_threads_and_outputs_of_a_started_one(
+        reference_probe: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """numpy's OpenBLAS starts its thread pool at import where numpy may compute with several threads (a
+    reference worker): the zygote of such workers had a thread and never forked, and each worker started as a
+    new interpreter (~0.8 s of CPU, most of it importing onnx's operators and ml_dtypes). Forked, a worker has
+    the BLAS threads a started one has (OpenBLAS's pool, started again at its first threaded call) and computes
+    the same bits."""
+    rng = np.random.default_rng(0)
+    weights = [helper.make_tensor(f"w{i}", TensorProto.FLOAT, [256, 256], rng.standard_normal(256 * 256))
+               for i in range(4)]
+    nodes = [helper.make_node("MatMul", [f"t{i}", f"w{i}"], [f"t{i + 1}"]) for i in range(4)]
+    nodes.append(helper.make_node("Cast", ["t4"], ["b"], to=TensorProto.BFLOAT16))
+    graph = helper.make_graph(nodes, "matmuls", [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [256, 256])],
+                              [helper.make_tensor_value_info("t4", TensorProto.FLOAT, [256, 256]),
+                               helper.make_tensor_value_info("b", TensorProto.BFLOAT16, [256, 256])], weights)
+    model = tmp_path / "matmuls.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    feed = {"t0": rng.standard_normal((256, 256)).astype(np.float32)}
+    runs = {}
+    for start in ("fork", "exec"):
+        monkeypatch.setenv(ENV, start)
+        with BackendProcess(reference_probe, workdir=tmp_path / start) as proc:
+            result = proc.run(model, feed)
+            assert result.ok, result.describe()
+            runs[start] = (result.info, {name: np.asarray(result.outputs[name]).tobytes() for name in ("t4", "b")})
+            if start == "fork":
+                assert result.info["ppid"] != os.getpid()  # forked, from a zygote ...
+                assert "_ml_dtypes_ext" in _maps(result.info["ppid"])  # ... that imported onnx's operators
+    (forked, forked_outputs), (started, started_outputs) = runs["fork"], runs["exec"]
+    assert started["ppid"] == os.getpid()
+    assert forked["blas_threads"] == started["blas_threads"]  # what OpenBLAS computes with
+    assert forked["threads"] == started["threads"]  # OpenBLAS's pool included, after four threaded MatMuls
+    assert forked_outputs == started_outputs
 
 
 def test_a_forked_worker_killed_by_a_signal_is_a_crash_with_that_signal(probe: str, relu: Path,
