@@ -497,10 +497,13 @@ def test_typed_model_float16_kernels_miss_the_tolerance_so_the_repair_keeps_the_
 def test_typed_model_that_the_repair_cannot_fix_is_not_verified_and_the_run_fails(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Four overflowing reductions: the repair's three rounds keep three; the fourth still overflows. The run
-    says the deploy model is not verified, what to do, and exits 1 (it printed "verified" and exited 0)."""
+    says the deploy model is not verified, what to do, and exits 1 (it printed "verified" and exited 0). At
+    --atol 5e-2 the emulated model meets the tolerance with nothing in FP32 (2 search runs, where the default
+    1e-2 keeps 2 of 9 nodes after ~13 compiles), and the typed model overflows all the same: the run's IREE
+    compiles go to the typed model's repair, the case under test."""
     model, feeds = _centering_model(tmp_path / "center4.onnx", 4)
     assert main(["precision", str(model), "--inputs", str(feeds), "--target", "iree", "-o", str(tmp_path / "out"),
-                 "--json", str(tmp_path / "p.json")]) == 1
+                 "--atol", "5e-2", "--json", str(tmp_path / "p.json")]) == 1
     data = json.loads((tmp_path / "p.json").read_text())
     assert data["meets_tolerance"] is False and data["typed_model"]["meets"] is False
     assert data["typed_model"]["repair_rounds"] == 3 and len(data["typed_model"]["added_fp32"]) == 3
