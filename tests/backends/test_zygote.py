@@ -49,16 +49,21 @@ class Probe(OnnxRuntime):
 '''
 
 
+def _probe_row(tmp_path: Path, source: str, row: str, name: str) -> Iterator[str]:
+    """Backend ``name``: the registry's ``row`` run by the ``Probe`` class of ``source``, registered while used."""
+    script = tmp_path / f"{name}.py"
+    script.write_text(source)
+    register_row(dataclasses.replace(get(row), name=name, aliases=(), runtime=f"{script}:Probe"))
+    try:
+        yield name
+    finally:
+        unregister_backend(name)
+
+
 @pytest.fixture
 def probe(tmp_path: Path) -> Iterator[str]:
-    script = tmp_path / "probe.py"
-    script.write_text(PROBE)
     # ONNX Runtime's row (numpy needs no BLAS threads there), run by the probe class
-    register_row(dataclasses.replace(get("ort"), name="probe", aliases=(), runtime=f"{script}:Probe"))
-    try:
-        yield "probe"
-    finally:
-        unregister_backend("probe")
+    yield from _probe_row(tmp_path, PROBE, "ort", "probe")
 
 
 # onnx.reference's runtime, saying where its worker runs, how many threads it has once a run is done and how many
@@ -89,14 +94,8 @@ class Probe(Reference):
 
 @pytest.fixture
 def reference_probe(tmp_path: Path) -> Iterator[str]:
-    script = tmp_path / "reference_probe.py"
-    script.write_text(REFERENCE_PROBE)
     # the reference row (numpy computes with its BLAS threads there), run by the probe class
-    register_row(dataclasses.replace(get("reference"), name="refprobe", aliases=(), runtime=f"{script}:Probe"))
-    try:
-        yield "refprobe"
-    finally:
-        unregister_backend("refprobe")
+    yield from _probe_row(tmp_path, REFERENCE_PROBE, "reference", "refprobe")
 
 
 @pytest.fixture
