@@ -25,6 +25,7 @@ from graphbisect.cli.common import (
 from graphbisect.cli.progress import ProgressLine
 from graphbisect.cli.terminal import shown
 from graphbisect.storage.atomic import atomic_write_text
+from graphbisect.text.printable import plural
 
 if TYPE_CHECKING:
     from graphbisect.workflows.precision import PrecisionResult
@@ -189,7 +190,7 @@ def _print_pins(result: PrecisionResult, *, op_types: bool) -> None:
         names = result.extra.get(key)
         if isinstance(names, list) and names:
             more = " ..." if len(names) > 5 else ""
-            print(f"{len(names)} pinned node(s) {what}: {', '.join(map(shown, names[:5]))}{more}")
+            print(f"{plural(len(names), 'pinned node')} {what}: {', '.join(map(shown, names[:5]))}{more}")
     if op_types:
         low = result.extra.get("low_precision_op_types")
         if isinstance(low, list):
@@ -261,7 +262,8 @@ def _print_typed(typed: dict[str, object], mode: str, target: str, *, data: list
            f"{'meets' if typed['meets'] else 'DOES NOT meet'} the tolerance on the target "
            f"(score {_num(float(str(typed['score'])))})")
     if typed["meets"]:
-        more = (f" with {len(added)} more node(s) in FP32 than the search's answer: {', '.join(map(shown, added))} "
+        more = (f" with {plural(len(added), 'more node')} in FP32 than the search's answer: "
+                f"{', '.join(map(shown, added))} "
                 f"(the search emulates {mode} storage with float32 arithmetic inside each node; the target's "
                 "float16 kernels computed differently; the overrides and mixed_precision.onnx carry the search's "
                 "answer: keep these nodes in FP32 there too)") if added else ""

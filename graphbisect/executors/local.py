@@ -21,6 +21,7 @@ from typing import Any
 
 from graphbisect.executors.base import DEFAULT_RETRIES, WorkerLostError
 from graphbisect.settings.options import cap_jobs, usable_cpus
+from graphbisect.text.printable import plural
 
 __all__ = ["LocalExecutor"]
 
@@ -98,7 +99,7 @@ class LocalExecutor:
                         name, task.attempt + 1, self.max_retries + 1)
             self._attempt(task)
             return
-        lost = WorkerLostError(f"the worker running {name} died {task.attempt + 1} time(s)",
+        lost = WorkerLostError(f"the worker running {name} died {plural(task.attempt + 1, 'time')}",
                                hint="a worker process was killed (out of memory?); lower -j, or check dmesg")
         lost.__cause__ = exc
         task.outer.set_exception(lost)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphbisect.errors import GraphBisectError, OptionError
+from graphbisect.text.printable import plural
 
 __all__ = [
     "EXIT_CODE",
@@ -206,7 +207,7 @@ def cap_jobs(jobs: int, option: str = "-j") -> tuple[int, str | None]:
     usable = usable_cpus()
     if jobs <= usable:
         return jobs, None
-    return usable, (f"{option} {jobs} is more workers than the {usable} CPU(s) this process may use: running "
+    return usable, (f"{option} {jobs} is more workers than the {plural(usable, 'CPU')} this process may use: running "
                     f"{usable}")
 
 

@@ -18,6 +18,7 @@ from graphbisect.data import save_inputs
 from graphbisect.examples import host_network
 from graphbisect.examples.bundled import example_inputs_path, example_model_path
 from graphbisect.model import load_model
+from graphbisect.text.printable import plural
 from graphbisect.workflows.reduce import ReduceOptions, reduce_model
 
 
@@ -53,7 +54,8 @@ def test_jobs_beyond_the_cpus_are_capped_with_a_note_and_resume_refuses_other_in
     assert main(["reduce", "--example", "-o", str(out), "-j", "100000", "--max-invocations", "0"]) == 1
     captured = capsys.readouterr()
     # -j 100000 was accepted as asked: a worker process per candidate, on a 2-CPU machine.
-    assert f"-j 100000 is more workers than the {len(os.sched_getaffinity(0))} CPU(s)" in captured.out + captured.err
+    cpus = plural(len(os.sched_getaffinity(0)), "CPU")
+    assert f"-j 100000 is more workers than the {cpus}" in captured.out + captured.err
     other = tmp_path / "other.npz"
     feeds = dict(np.load(example_inputs_path()))
     name = next(iter(feeds))

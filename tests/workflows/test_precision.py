@@ -41,6 +41,7 @@ from graphbisect.precision.lowering import Lowering
 from graphbisect.precision.modes import PrecisionMode
 from graphbisect.settings.options import usable_cpus
 from graphbisect.strategies.precision import DENSE_AFTER, PrecisionTester
+from graphbisect.text.printable import plural
 from graphbisect.workflows.precision import PrecisionResult, find_precision
 
 TOL = Tolerance(atol=0.05, rtol=0.05)
@@ -302,7 +303,8 @@ def test_more_jobs_than_cpus_run_one_worker_per_cpu(monkeypatch: pytest.MonkeyPa
     many, stages = _parallel_cnn_int8(64)
     assert many.keep_fp32 == cnn_int8.keep_fp32 and many.minimal and many.meets_tolerance
     assert [len(pool.procs) for pool in pools] == ([cpus] if cpus > 1 else [])
-    assert f"--jobs 64 is more workers than the {cpus} CPU(s) this process may use: running {cpus}" in stages
+    assert (f"--jobs 64 is more workers than the {plural(cpus, 'CPU')} this process may use: running {cpus}"
+            in stages)
 
 
 def test_jobs_run_as_many_workers_as_the_memory_holds(monkeypatch: pytest.MonkeyPatch,
@@ -484,7 +486,7 @@ def test_typed_model_float16_kernels_miss_the_tolerance_so_the_repair_keeps_the_
     data = json.loads((tmp_path / "p.json").read_text())
     assert data["keep_fp32"] == []  # the emulated answer
     assert data["typed_model"]["meets"] is True and data["typed_model"]["added_fp32"] == ["gap0"]
-    assert "with 1 more node(s) in FP32 than the search's answer: gap0" in capsys.readouterr().out
+    assert "with 1 more node in FP32 than the search's answer: gap0" in capsys.readouterr().out
     inputs = dict(np.load(feeds))
     want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, inputs)[0]
     runner = Iree({}, str(tmp_path / "iree"))
