@@ -322,8 +322,29 @@ def _declared(folder: Path, source: Path, report: Mapping[str, Any]) -> _Declare
                 f"bundle {source} is damaged: model.onnx reads the external data of tensor {tensor.name!r} from "
                 f"{location!r}, {'which is missing' if kind else 'whose bytes its report.json does not record'}",
                 hint="download or copy the bundle again, or re-create it with `graphbisect reduce`")
+        extent = _extent_problem(tensor, file)
+        if extent:
+            raise BundleError(f"bundle {source} is damaged: model.onnx reads the external data of tensor "
+                              f"{tensor.name!r} from {location!r} {extent}",
+                              hint="download or copy the bundle again, or re-create it with `graphbisect reduce`")
     inputs, outputs = model_declared(proto, path)  # inferred in a child: a download may crash it
     return _Declared(inputs=inputs, outputs=outputs, types=declared_dtypes(proto))
+
+
+def _extent_problem(tensor: onnx.TensorProto, file: Path) -> str | None:
+    """What is wrong with where ``tensor``'s external data lies in ``file`` (a regular file): an ``offset`` or
+    ``length`` that is no whole number, negative, or beyond the file's end (ONNX's loader seeks there: a negative
+    offset is an OSError, a length beyond the end a short read); None when it lies inside."""
+    entries = {entry.key: entry.value for entry in tensor.external_data}
+    try:
+        offset = int(entries.get("offset") or 0)
+        length = int(entries["length"]) if entries.get("length") else 0
+    except ValueError:
+        return f"at offset {entries.get('offset')!r} and length {entries.get('length')!r}, which are no whole numbers"
+    size = file.stat().st_size
+    if offset < 0 or length < 0 or offset + length > size:
+        return f"at bytes {offset} to {offset + length}, outside its {size} bytes"
+    return None
 
 
 def _check_integrity(folder: Path, source: Path, report: Mapping[str, Any]) -> None:

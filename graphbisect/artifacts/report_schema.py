@@ -155,13 +155,22 @@ def _problem(value: Any, shape: Shape, where: str) -> str | None:
     return None
 
 
+#: The integers a report holds (sizes, counts, bands): 64-bit, as graphbisect writes them. JSON has no bound, and
+#: Python reads 400 digits as an int no float holds (``math.isfinite`` raised OverflowError on one).
+_INT64 = range(-(2**63), 2**63)
+
+
 def _is(value: Any, kind: str) -> bool:
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind in ("integer", "number", "any-number"):
+        number = isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool)
+                                              and value in _INT64)
+        if kind == "integer":
+            return number and isinstance(value, int)
+        if kind == "number":
+            return number and math.isfinite(value)
+        return number or value in ("inf", "-inf", "nan")  # how jsonable writes them
     return {
         "string": isinstance(value, str),
-        "integer": isinstance(value, int) and not isinstance(value, bool),
-        "number": number and math.isfinite(value),
-        "any-number": number or value in ("inf", "-inf", "nan"),  # how jsonable writes them
         "boolean": isinstance(value, bool),
         "list": isinstance(value, list),
         "map": isinstance(value, dict),
@@ -175,6 +184,8 @@ def _found(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return "a boolean"
+    if isinstance(value, int) and value not in _INT64:
+        return f"an integer of {value.bit_length()} bits"
     if isinstance(value, (int, float)):
         return f"the number {value!r}" if isinstance(value, float) and not math.isfinite(value) else "a number"
     names: dict[type, str] = {str: "a string", list: "a list", dict: "an object"}

@@ -436,3 +436,46 @@ def test_found_by_the_long_run_repro_py_runs_without_the_library_field(bundles: 
     done = run_repro(copy)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stdout + done.stderr
     assert "REPRODUCED" in done.stdout, done.stdout
+
+
+def _size_of_401_digits(bundle: Path) -> str:
+    """Seed 42 case 198: report.json listing a file of 10**400 bytes; checking it against "a finite number" asked
+    ``math.isfinite`` of an int no float holds (OverflowError, exit 3)."""
+    report = json.loads((bundle / "report.json").read_text())
+    report["files"][0]["bytes"] = 10**400
+    (bundle / "report.json").write_text(json.dumps(report))
+    return "is damaged: report.json files[0].bytes: expected an integer, found an integer of 1329 bits"
+
+
+def _external_data_before_the_file(bundle: Path) -> str:
+    """Seed 42 case 173: an initializer whose external data lies at offset -1 of ``inputs.npz`` (a file the bundle
+    hashes): the checker's onnx.load seeked there (OSError EINVAL, exit 3), and verify called what ONNX Runtime
+    then refused "a different failure, the bug may be fixed"."""
+    model = onnx.load(str(bundle / "model.onnx"))
+    tensor = model.graph.initializer[0]
+    tensor.ClearField("raw_data")
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", "inputs.npz"), ("offset", "-1"), ("length", str(2**40))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+    onnx.save(model, str(bundle / "model.onnx"))
+    rehash(bundle, "model.onnx")
+    return (f"is damaged: model.onnx reads the external data of tensor {tensor.name!r} from 'inputs.npz' at bytes "
+            f"-1 to {2**40 - 1}, outside its {(bundle / 'inputs.npz').stat().st_size} bytes")
+
+
+@pytest.mark.parametrize("edit", [_size_of_401_digits, _external_data_before_the_file],
+                         ids=["size-of-401-digits", "external-data-before-the-file"])
+def test_found_by_the_long_run_verify_and_audit_name_the_damage(edit: Callable[[Path], str],
+                                                                bundles: dict[str, Path], tmp_path: Path) -> None:
+    """Each was exit 3 ("a graphbisect bug") in audit (and verify for the size): a damaged bundle, exit 2, saying
+    what is wrong; repro.py, which reads neither, runs or refuses without a traceback."""
+    sent = shutil.copytree(bundles["crash"], tmp_path / "sent")
+    said = edit(sent)
+    for command in ("verify", "audit"):
+        done = subprocess.run([sys.executable, "-m", "graphbisect", command, str(sent)], capture_output=True,
+                              text=True, timeout=120, check=False)
+        assert done.returncode == 2, (command, done.returncode, done.stderr[-2000:])
+        assert said in done.stderr and "graphbisect bug" not in done.stderr, done.stderr
+    done = run_repro(sent)
+    assert done.returncode in (0, 1, 2) and "Traceback" not in done.stderr, done.stdout + done.stderr
