@@ -126,7 +126,8 @@ class BundleFiles:
 def normalize_message(text: str, names: Sequence[str] = ()) -> str:
     """A crash message's stable part: the model's names, quoted strings, paths, addresses and numbers replaced,
     spaces collapsed, lower case."""
-    for name in sorted((n for n in names if len(n) > 2), key=len, reverse=True):
+    # a damaged model's protobuf may hand over a name as bytes (not UTF-8): no message shows it as text
+    for name in sorted((n for n in names if isinstance(n, str) and len(n) > 2), key=len, reverse=True):
         text = text.replace(name, "<name>")
     text = re.sub(r"0x[0-9a-fA-F]+", "#", text)
     text = re.sub(r"(?<![\w.\-/])(?:[A-Za-z]:)?(?:[\w.\-]*/)+([\w.\-]+)", r"\1", text)

@@ -479,3 +479,22 @@ def test_found_by_the_long_run_verify_and_audit_name_the_damage(edit: Callable[[
         assert said in done.stderr and "graphbisect bug" not in done.stderr, done.stderr
     done = run_repro(sent)
     assert done.returncode in (0, 1, 2) and "Traceback" not in done.stderr, done.stdout + done.stderr
+
+
+def test_found_by_the_long_run_a_name_that_is_not_text_is_no_internal_error(bundles: dict[str, Path],
+                                                                            tmp_path: Path) -> None:
+    """Seed 43 case 197: flipped bytes left a node name that is not UTF-8, which protobuf hands over as bytes;
+    matching the crash's message against the model's names raised TypeError (exit 3). Such a name cannot be in a
+    message: verify and audit run (or refuse) the model as it is."""
+    sent = shutil.copytree(bundles["crash"], tmp_path / "sent")
+    model = onnx.load(str(sent / "model.onnx"))
+    name = model.graph.node[0].name.encode()
+    assert len(name) >= 2
+    data = (sent / "model.onnx").read_bytes()
+    (sent / "model.onnx").write_bytes(data.replace(name, name[:1] + b"\x85" + name[2:], 1))
+    rehash(sent, "model.onnx")
+    for command in ("verify", "audit"):
+        done = subprocess.run([sys.executable, "-m", "graphbisect", command, str(sent)], capture_output=True,
+                              text=True, timeout=120, check=False)
+        assert done.returncode in (0, 1, 2), (command, done.returncode, done.stderr[-2000:])
+        assert "graphbisect bug" not in done.stderr and "Traceback" not in done.stderr, done.stderr
