@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphbisect.errors import GraphBisectError, OptionError
-from graphbisect.text.printable import plural
 
 __all__ = [
     "EXIT_CODE",
@@ -207,8 +206,8 @@ def cap_jobs(jobs: int, option: str = "-j") -> tuple[int, str | None]:
     usable = usable_cpus()
     if jobs <= usable:
         return jobs, None
-    return usable, (f"{option} {jobs} is more workers than the {plural(usable, 'CPU')} this process may use: running "
-                    f"{usable}")
+    cpus = f"{usable} CPU" if usable == 1 else f"{usable} CPUs"
+    return usable, f"{option} {jobs} is more workers than the {cpus} this process may use: running {usable}"
 
 
 def cap_jobs_to_memory(jobs: int, peak: int | None, available: int, option: str = "-j") -> tuple[int, str | None]:

@@ -170,6 +170,30 @@ def _reset_ray_auth() -> None:
     AuthenticationTokenLoader.instance().reset_cache()
 
 
+def test_joining_a_ray_cluster_that_is_not_there_is_the_environments_error(tmp_path: Path) -> None:
+    """`--executor ray:auto` (the README's) with no cluster running: exit 2 with the fix, not an internal error.
+    ray:auto joins any Ray it finds on the machine (a gcs_server process), so this runs before this module's own
+    cluster starts, and is skipped where another job's Ray runs."""
+    from ray._private.services import find_gcs_addresses
+
+    from tests.cli.test_papercuts import _relu_model
+
+    if find_gcs_addresses():
+        pytest.skip("a Ray cluster of another job runs on this machine: ray:auto would join it")
+    (tmp_path / "models").mkdir()
+    _relu_model(tmp_path / "models")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": str(tmp_path / "ray")}
+    done = subprocess.run([sys.executable, "-m", "graphbisect", "triage", str(tmp_path / "models"), "-o",
+                           str(tmp_path / "out"), "--executor", "ray:auto"], env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    # It was "internal error: ConnectionError: Could not find any running Ray instance ... this is a graphbisect
+    # bug: please report it" and exit 3.
+    assert done.returncode == 2, done.stderr
+    assert "error: no Ray cluster to join at auto: Could not find any running Ray instance" in done.stderr
+    assert "hint: start one (ray start --head), or use --executor ray for a local instance" in done.stderr
+    assert "graphbisect bug" not in done.stderr
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[str]:
     """This module's :class:`OwnCluster`, this process its driver (with its token); stopped afterwards."""
