@@ -23,7 +23,7 @@ These rules keep a fork as faithful as an exec:
   of a started worker. Where the pool cannot be stopped so (an OpenBLAS that does not export the function, an
   OpenMP build, another BLAS with threads), the zygote has threads and refuses;
 * the zygote is keyed by the interpreter, the modules it imports for the backend, and the whole environment
-  except graphbisect's own per-worker variables (:data:`PER_WORKER`), which the worker reads at run time and
+  except the per-worker variables (:data:`PER_WORKER`), which the worker reads at run time and
   gets exactly; a module that fails to import ends the zygote (its workers are started, and fail as they would);
 * a worker reseeds numpy's global generator (a started worker seeds it at import; a forked one would share
   the zygote's state with every other worker);
@@ -74,8 +74,12 @@ logger = logging.getLogger(__name__)
 
 #: ``exec``: start every worker as a new interpreter (no zygote); anything else: fork where a zygote can.
 ENV = "GRAPHBISECT_WORKER_START"
-#: Variables graphbisect sets per worker and reads only at run time: not part of a zygote's key.
-PER_WORKER = frozenset({"GRAPHBISECT_CALLER_CWD", "GRAPHBISECT_COMPILE_CACHE"})
+#: Variables that differ between the workers of one host and are read only at run time, never by the imports a
+#: zygote makes: graphbisect's own per-worker variables, and ``PYTEST_CURRENT_TEST``, which pytest sets anew for
+#: each phase of each test (graphbisect called from a test suite, a CI harness's or ours, would otherwise start
+#: a zygote per test phase: 927 zygotes in ours, ~0.5 CPU-s each). Not part of a zygote's key; each worker gets
+#: exactly the values its request has, as a started worker would.
+PER_WORKER = frozenset({"GRAPHBISECT_CALLER_CWD", "GRAPHBISECT_COMPILE_CACHE", "PYTEST_CURRENT_TEST"})
 #: The modules a zygote imports before it forks (what every worker imports before its backend library).
 PRELOAD = ("graphbisect.backends.worker",)
 #: Seconds a zygote may take to import :data:`PRELOAD` and say it is ready, and to answer one spawn.

@@ -45,6 +45,7 @@ class Probe(OnnxRuntime):
         return {**super().info(), "pid": os.getpid(), "ppid": os.getppid(), "pgid": os.getpgid(0),
                 "cwd": os.getcwd(), "cache": os.environ.get("GRAPHBISECT_COMPILE_CACHE"),
                 "caller_cwd": os.environ.get("GRAPHBISECT_CALLER_CWD"), "wrapped": os.environ.get("GB_WRAPPED"),
+                "test": os.environ.get("PYTEST_CURRENT_TEST"),
                 "pythonpath": os.environ.get("PYTHONPATH", ""), "draw": float(np.random.random())}
 '''
 
@@ -178,6 +179,21 @@ def test_graphbisect_s_own_variables_are_never_inherited_by_its_workers(
     with compile_cache(tmp_path / "own"), BackendProcess(probe, workdir=tmp_path / "off-w") as proc:
         assert proc.run(relu, X).info["cache"] is None
     assert not (tmp_path / "planted").exists()
+
+
+def test_a_test_runner_s_per_test_variable_reaches_each_worker_from_one_zygote(
+        probe: str, relu: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytest sets PYTEST_CURRENT_TEST anew for each phase of each test. In a zygote's key, graphbisect called from
+    a test suite (a CI harness's, or ours: 927 zygotes, ~0.5 CPU-s each) started a zygote per test phase; each
+    worker must still see its own value, as a started worker would."""
+    infos = []
+    for name in ("first", "second"):
+        monkeypatch.setenv("PYTEST_CURRENT_TEST", f"tests/test_x.py::{name} (call)")
+        with BackendProcess(probe, workdir=tmp_path / name) as proc:
+            infos.append(proc.run(relu, X).info)
+    a, b = infos
+    assert a["ppid"] == b["ppid"] != os.getpid()  # both forked by one zygote
+    assert (a["test"], b["test"]) == ("tests/test_x.py::first (call)", "tests/test_x.py::second (call)")
 
 
 def test_forked_workers_do_not_share_numpy_s_random_draws(probe: str, relu: Path, tmp_path: Path,
