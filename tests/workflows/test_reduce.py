@@ -125,11 +125,13 @@ def test_two_distant_sites_are_both_kept(tmp_path: Path) -> None:
     sites = {name.split("/")[1] for name in host.core_nodes}
     assert len(sites) >= 2 and sites <= {name.split("/")[1] for name in result.kept_nodes}
     # The layerwise hints (one per site) fail only together: joined to the output by the fewest nodes they are
-    # one candidate near the answer, so the answer costs at most twice its floor (the original's runs, the probe
-    # and the re-verifications, the accepting run, one run per single-node removal); a search from the slice
-    # around both sites, most of the model, cost 3-4 times it.
+    # one candidate near the answer (a search from the slice around both sites, most of the model, cost 3-4
+    # times the floor: the original's runs, the probe and the re-verifications, the accepting run, one run per
+    # single-node removal). That joined set is mostly needed, so it is swept one node at a time: the floor plus
+    # the hint candidates and the nodes tried before the last removable one (44 runs for a floor of 31 here;
+    # ProbDD's group removals before the same proof took 52).
     floor = 5 + 1 + len(result.kept_nodes)
-    assert result.invocations["target"] <= 2 * floor, result.invocations
+    assert result.invocations["target"] <= 1.5 * floor, result.invocations
 
 
 def test_crash_bug_reduces_to_relu_and_clip(tmp_path: Path) -> None:
