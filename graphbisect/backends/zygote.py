@@ -76,9 +76,9 @@ logger = logging.getLogger(__name__)
 ENV = "GRAPHBISECT_WORKER_START"
 #: Variables that differ between the workers of one host and are read only at run time, never by the imports a
 #: zygote makes: graphbisect's own per-worker variables, and ``PYTEST_CURRENT_TEST``, which pytest sets anew for
-#: each phase of each test (graphbisect called from a test suite, a CI harness's or ours, would otherwise start
-#: a zygote per test phase: 927 zygotes in ours, ~0.5 CPU-s each). Not part of a zygote's key; each worker gets
-#: exactly the values its request has, as a started worker would.
+#: each phase of each test (in the key, graphbisect called from a test suite, a CI harness's or ours, started a
+#: zygote per test phase: ~900 zygotes, ~0.5 CPU-s each, in ours; 242 since). Not part of a zygote's key; each
+#: worker gets exactly the values its request has, as a started worker would.
 PER_WORKER = frozenset({"GRAPHBISECT_CALLER_CWD", "GRAPHBISECT_COMPILE_CACHE", "PYTEST_CURRENT_TEST"})
 #: The modules a zygote imports before it forks (what every worker imports before its backend library).
 PRELOAD = ("graphbisect.backends.worker",)
