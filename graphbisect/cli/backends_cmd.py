@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from graphbisect.backends.base import Capability
-from graphbisect.backends.registry import HOST_OPTIONS, Availability, BackendInfo, all_backends
+from graphbisect.backends.registry import HOST_OPTIONS, Availability, BackendInfo, all_backends, resolve
 from graphbisect.errors import SpecError
 
 __all__ = ["add_arguments", "run"]
@@ -79,6 +79,7 @@ def _list_passes(text: str) -> int:
     """Print the passes ``text``'s backend lists under that spec (its worker's library: ``python=`` counts)."""
     from graphbisect.backends.process import BackendProcess
 
+    resolve(text, require_available=False)  # a misspelled name or option is refused before any worker starts
     print(f"starting a worker for {text} ...", file=sys.stderr, flush=True)
     with BackendProcess(text) as process:
         names = process.registered_passes()

@@ -54,6 +54,10 @@ def test_a_misspelled_pass_gets_the_closest_names_not_all_seventy(capsys: pytest
     assert main(["backends", "--passes", "ort"]) == 0
     listed = capsys.readouterr().out.split()
     assert "LayerNormFusionL1" in listed and "AttentionFusion" in listed and len(listed) > 50
+    # a misspelled backend is refused before a worker is announced (it said "starting a worker for ort2 ...")
+    assert main(["backends", "--passes", "ort2"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown backend 'ort2'" in err and "starting a worker" not in err, err
 
 
 def _relu_model(folder: Path) -> Path:
