@@ -184,7 +184,7 @@ def test_graphbisect_s_own_variables_are_never_inherited_by_its_workers(
 def test_a_test_runner_s_per_test_variable_reaches_each_worker_from_one_zygote(
         probe: str, relu: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """pytest sets PYTEST_CURRENT_TEST anew for each phase of each test. In a zygote's key, graphbisect called from
-    a test suite (a CI harness's, or ours: 927 zygotes, ~0.5 CPU-s each) started a zygote per test phase; each
+    a test suite (a CI harness's, or ours: ~900 zygotes, ~0.5 CPU-s each) started a zygote per test phase; each
     worker must still see its own value, as a started worker would."""
     infos = []
     for name in ("first", "second"):
