@@ -51,7 +51,7 @@ from graphbisect.backends.machine import memory_hint, out_of_memory, path_text, 
 from graphbisect.backends.registry import HOST_OPTIONS, Availability, BackendInfo, resolve, spec_timeout
 from graphbisect.backends.worker import InputsWriter
 from graphbisect.backends.zygote import ForkedProcess, package_path
-from graphbisect.compare.metrics import STATS_FIELDS, TensorStats, Tolerance
+from graphbisect.compare.metrics import STATS_FIELDS, TensorStats, Tolerance, stats_from_columns
 from graphbisect.errors import BackendError, BackendUnavailableError, InputError, ModelError, SpecError
 from graphbisect.storage.packfile import PackReader, StaleDataError
 
@@ -802,10 +802,11 @@ class BackendProcess:
         """The statistics a worker measured against the oracle's store (``worker.compare_to_store``)."""
         if not stats:
             return {}
-        if tuple(stats.get("fields") or ()) != STATS_FIELDS:
-            raise BackendError(f"the worker for {self.spec} sent statistics with other fields: {stats.get('fields')}",
+        if tuple(stats.get("fields") or ()) != STATS_FIELDS or "columns" not in stats:
+            raise BackendError(f"the worker for {self.spec} sent statistics in another form (fields "
+                               f"{stats.get('fields')}, {'' if 'columns' in stats else 'no '}columns)",
                                hint="the worker runs another graphbisect: check python= and PYTHONPATH")
-        return {row[0]: TensorStats.from_row(row) for row in stats["rows"]}
+        return {s.name: s for s in stats_from_columns(stats["columns"])}
 
     # ------------------------------------------------------------------------------------------- log
     def _log_size(self) -> int:

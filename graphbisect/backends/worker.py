@@ -33,10 +33,10 @@ Protocol (one JSON object per line, on two dedicated pipes whose descriptors are
   (:func:`peak_memory`). With
   ``"compare": {"store": dir, "tolerance": {...}, "keep": [names]}`` the outputs the oracle's activation store
   at ``dir`` holds are compared with it here (:func:`compare_to_store`) and come back as ``"stats"``
-  (``{"fields", "rows"}``: one ``TensorStats.to_row`` per tensor) instead of files; only ``keep`` and the
-  tensors the store lacks are written. ``inputs`` is what :class:`InputsWriter` sends (the values the worker
-  does not hold yet, in one data file, and the ids of those it holds) or the path of an ``.npz``. ``durable``
-  (default false) fsyncs the outputs before the reply (:func:`write_outputs`).
+  (``{"fields", "columns"}``: :func:`~graphbisect.compare.metrics.stats_columns`) instead of files; only
+  ``keep`` and the tensors the store lacks are written. ``inputs`` is what :class:`InputsWriter` sends (the
+  values the worker does not hold yet, in one data file, and the ids of those it holds) or the path of an
+  ``.npz``. ``durable`` (default false) fsyncs the outputs before the reply (:func:`write_outputs`).
 * ``{"op": "load", "model": path, "outputs": [names] | null}`` → ``{"ok": true, "status": "ok"}``, or the
   ``crash`` fields of a ``done`` reply: builds the session a ``run`` of the same model and outputs then uses
   without building it again (nothing runs: the host builds a session ahead while it works out the run).
@@ -425,8 +425,8 @@ def compare_to_store(outputs: Mapping[str, Any], names: Sequence[str], store_dir
                      tolerance: Mapping[str, Any]) -> dict[str, Any]:
     """The statistics of each of ``names`` that the activation store at ``store_dir`` holds, ``outputs[name]``
     compared with the stored (oracle's) value under ``tolerance`` (``Tolerance.to_json``), as
-    ``{"fields": STATS_FIELDS, "rows": [TensorStats.to_row(), ...]}`` in the order of ``names`` (one list per
-    tensor: thousands of them are sent and read faster than objects repeating twenty keys).
+    ``{"fields": STATS_FIELDS, "columns": stats_columns(...)}`` in the order of ``names`` (columns, the numbers
+    as packed arrays: thousands of them are sent and read back faster than a JSON object or list per tensor).
 
     Why here: a layerwise probe returns thousands of tensors; comparing them in the worker, one stored
     tensor memory-mapped at a time, replaces writing each to a file and reading it back in the host.
@@ -436,24 +436,30 @@ def compare_to_store(outputs: Mapping[str, Any], names: Sequence[str], store_dir
         >>> from graphbisect.compare import Tolerance
         >>> folder = pathlib.Path(tempfile.mkdtemp())
         >>> _ = write_outputs({"y": np.zeros(2, np.float32)}, ["y"], folder)
-        >>> compare_to_store({"y": np.ones(2, np.float32)}, ["y"], folder, Tolerance().to_json())["rows"][0][:3]
-        ['y', False, 'mismatch']
+        >>> compare_to_store({"y": np.ones(2, np.float32)}, ["y"], folder, Tolerance().to_json())["columns"]["kind"]
+        ['mismatch']
     """
-    from graphbisect.compare.metrics import STATS_FIELDS, Tolerance, compare_many  # numpy only, like this module
+    from graphbisect.compare.metrics import (  # numpy only, like this module
+        STATS_FIELDS,
+        TensorStats,
+        Tolerance,
+        compare_many,
+        stats_columns,
+    )
     from graphbisect.data.store import ActivationStore
 
     store = ActivationStore.open(store_dir)
     tol = Tolerance.from_json(tolerance)
     stored = [name for name in names if name in store]
-    rows: list[list[Any]] = []
+    stats: list[TensorStats] = []
     # Small tensors are compared many at a time (compare_many: the same statistics, bit for bit), a window
     # of names at a time so that the stored values read for it stay few: the window's pages of the store are
     # let go before the next (a 1,500-node detector's capture is ~1 GiB, which stayed resident beside the
     # run's own outputs).
     for window in store.windows(stored, count=COMPARE_WINDOW):
         items = [(name, store.get(name), _as_stored(outputs[name])) for name in window]
-        rows.extend(s.to_row() for s in compare_many(items, tol))
-    return {"fields": list(STATS_FIELDS), "rows": rows}
+        stats.extend(compare_many(items, tol))
+    return {"fields": list(STATS_FIELDS), "columns": stats_columns(stats)}
 
 
 #: Tensors whose stored values :func:`compare_to_store` reads at one time (and at most
@@ -831,7 +837,7 @@ class _Server:
             if compare is not None:
                 stats = _compared(produced, names, compare)
                 keep = set(compare.get("keep") or ())
-                compared = {row[0] for row in stats["rows"]}
+                compared = set(stats["columns"]["name"])
                 names = [name for name in names if name in keep or name not in compared]
             index = write_outputs(produced, names, output_dir, durable=durable)
         except GraphBisectError:

@@ -162,12 +162,17 @@ def test_statistics_and_tolerances_cross_the_worker_boundary_exactly() -> None:
         compare_tensors("strings", np.array(["a", "b"], object), np.array(["a", "c"], object)),
         metrics.compare_values("seq", [o, o], [o, o * 2]),
     ]
-    for stats in cases:
+    # one by one as JSON objects (reports), and all at once as the columns a worker sends (stats_columns)
+    columns = metrics.stats_from_columns(json.loads(json.dumps(metrics.stats_columns(cases), allow_nan=False)))
+    assert [s.name for s in columns] == [s.name for s in cases]
+    for stats, sent in zip(cases, columns, strict=True):
         data = json.loads(json.dumps(stats.to_json()))
-        back = metrics.TensorStats.from_json(data)
-        assert back.to_json() == stats.to_json(), stats.name
-        assert back.kind is stats.kind and back.passed == stats.passed
-        assert type(back.oracle_shape) is type(stats.oracle_shape)
+        for back in (metrics.TensorStats.from_json(data), sent):
+            assert back.to_json() == stats.to_json(), stats.name
+            assert back.kind is stats.kind and back.passed == stats.passed
+            assert type(back.oracle_shape) is type(stats.oracle_shape)
+            assert all(type(getattr(back, f)) is type(getattr(stats, f)) for f in ("numel", "max_abs", "score"))
+    assert metrics.stats_from_columns(json.loads(json.dumps(metrics.stats_columns([])))) == []
     tol = Tolerance(atol=1e-5, rtol=0.0, min_cosine=0.99, per_output={"y": (0.5, 1e-2)}, check_dtype=False)
     assert Tolerance.from_json(json.loads(json.dumps(tol.to_json()))) == tol
 
