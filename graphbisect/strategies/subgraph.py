@@ -187,10 +187,10 @@ class SubgraphSpace:
     def __init__(self, model: Model, values: Callable[[str], Any], workdir: Path, *,
                  cut_as_initializers: bool = False, store: ActivationStore | None = None) -> None:
         """``store``: the activation store ``values`` reads the intermediates from (graph inputs aside), when
-        there is one: every cut point it describes is declared once here from its index (dtype and shape, no
-        value read), and a candidate's feeds name those tensors in it (:class:`StoredFeeds`) instead of
-        holding their values, so a backend worker reads them from the store itself (``declare_seconds``: what
-        those declarations cost, once per space)."""
+        there is one: a cut point it describes is declared from its index the first time a candidate cuts
+        there (dtype and shape, no value read: :meth:`_stored_piece`), and a candidate's feeds name those
+        tensors in it (:class:`StoredFeeds`) instead of holding their values, so a backend worker reads them
+        from the store itself (``declare_seconds``: what those declarations have cost so far)."""
         self.model = model
         self._values = values
         self._small: dict[str, np.ndarray] = {}
@@ -231,11 +231,10 @@ class SubgraphSpace:
         self.store = store if store is not None and store.reference() is not None else None
         #: per tensor id: its cut declaration was made from the store's index, its value is read from the store
         self._stored = np.zeros(len(index.names), dtype=bool)
-        started = time.perf_counter()
-        if self.store is not None:
-            self._declare_stored(self.store)
-        #: seconds the declarations from the store's index took (part of this constructor: once per search)
-        self.declare_seconds = time.perf_counter() - started
+        #: seconds the first touches of cut points and outputs took with a store (their declarations from its
+        #: index): made per tensor when a candidate first needs it, not for every stored tensor up front (a
+        #: single candidate, as `compare` runs failing nodes alone, touches a few of thousands)
+        self.declare_seconds = 0.0
 
     @property
     def size(self) -> int:
@@ -282,12 +281,16 @@ class SubgraphSpace:
         cut, inits, outputs = found.cut, found.inits, found.outputs
         if not (self._cut.made[cut].all() and self._out.made[outputs].all()):
             with self._lock:  # the engine may evaluate candidates in threads (jobs > 1)
+                started = time.perf_counter()
                 new = cut[~self._cut.made[cut]]  # first time a cut point: its declaration or constant
                 if new.size:
-                    self._cut.fill(new, [self._cut_piece(i) for i in new.tolist()])
+                    self._cut.fill(new, [self._stored_piece(i) or self._cut_piece(i) for i in new.tolist()])
                 new = outputs[~self._out.made[outputs]]
                 if new.size:
-                    self._out.fill(new, [_Made(self._output_type(self._names[i]), _OUTPUT) for i in new.tolist()])
+                    self._out.fill(new, [_Made(self._output_type(self._names[i], self._stored_rank(self._names[i])),
+                                               _OUTPUT) for i in new.tolist()])
+                if self.store is not None:
+                    self.declare_seconds += time.perf_counter() - started
         constant = self._cut.constant[cut]
         fed = cut[~constant]
         names = self._names[fed].tolist()
@@ -389,53 +392,30 @@ class SubgraphSpace:
         return {name: value if kept else self.values(name)
                 for name, value, kept in zip(names, values, self._cut.has_value[fed].tolist(), strict=True)}
 
-    def _declare_stored(self, store: ActivationStore) -> None:
-        """Make the piece of every tensor that ``store`` holds as a plain tensor and that can be a cut point —
-        its declaration as a graph input from the index alone (no value read), or its constant (a small
-        integer tensor: read) — and every output declaration that needs no value; check them all once. A
-        first touch of thousands of new cut points then costs numpy gathers, not a store read, a declaration
-        and a checker call each. The pieces are those :meth:`_cut_piece` and :meth:`_output_type` make from
-        the values; graph inputs (fed by the user, not the store), sequences, types numpy lacks and
-        ``cut_as_initializers`` are left to them, on first touch."""
-        names = self._names.tolist()
-        ids, made, stored = [], [], []
-        for index in np.flatnonzero(~self._index.is_init).tolist():
-            name = names[index]
-            described = store.describe(name) if name not in self._inputs else None
-            if described is None or self.cut_as_initializers:
-                continue
-            dtype, shape = described
-            ids.append(index)
-            if self._small_constant(name, dtype, math.prod(shape)):
-                made.append(self._cut_piece(index))  # a small integer constant: its value is the piece
-                continue
-            stored.append(index)
-            made.append(_Made(self._declared_type(name, dtype, shape), _INPUT))
-        if ids:
-            cut = np.array(ids, dtype=np.int64)
-            self._cut.fill(cut, made)
-            self._stored[np.array(stored, dtype=np.int64)] = True
-            if self._checker.piecewise:
-                self._cut.refused(cut, self._checker)
-        ids, made = [], []
-        for index in np.flatnonzero(self._index.written).tolist():
-            name = names[index]
-            known = self.model.boundary_type(name)
-            if known is None or (known.type.HasField("tensor_type") and not known.type.tensor_type.elem_type):
-                continue  # typed by its value, on first touch
-            if name in self._outputs or _has_shape(known):
-                made.append(_Made(known, _OUTPUT))
-            elif (described := store.describe(name)) is not None:  # the rank it lacks, from the index
-                made.append(_Made(self._output_type(name, len(described[1])), _OUTPUT))
-            else:
-                continue
-            ids.append(index)
-        if ids:
-            out = np.array(ids, dtype=np.int64)
-            self._out.fill(out, made)
-            if self._checker.piecewise:
-                self._out.refused(out, self._checker)
-        log.debug("declared %d stored cut points and %d outputs from the store's index", self._stored.sum(), len(ids))
+    def _stored_piece(self, index: int) -> _Made | None:
+        """The declaration of cut point ``index`` as a graph input from the store's index alone (no value read),
+        its value then read from the store by the worker (:class:`StoredFeeds`); None where :meth:`_cut_piece`
+        makes the piece from the value: no store, ``cut_as_initializers``, the original's own graph inputs (fed
+        by the user, not the store), a tensor the store does not hold as a plain tensor (sequences, types numpy
+        lacks), and a small integer constant (its value is the piece). The declaration is the one
+        :meth:`_cut_piece` would make from the value (:meth:`_declared_type` of its dtype and shape)."""
+        if self.store is None or self.cut_as_initializers or self._index.is_init[index]:
+            return None
+        name = self._names[index]
+        described = self.store.describe(name) if name not in self._inputs else None
+        if described is None:
+            return None
+        dtype, shape = described
+        if self._small_constant(name, dtype, math.prod(shape)):
+            return None
+        self._stored[index] = True
+        return _Made(self._declared_type(name, dtype, shape), _INPUT)
+
+    def _stored_rank(self, name: str) -> int | None:
+        """The rank of ``name``'s value from the store's index (None: no store, or it holds no plain tensor of
+        that name), so that declaring an output the model gives no shape reads no value (:meth:`_output_type`)."""
+        described = self.store.describe(name) if self.store is not None else None
+        return len(described[1]) if described is not None else None
 
     def check(self, candidate: Candidate, path: Path) -> str | None:
         """What ``onnx.checker.check_model`` says about a candidate saved at ``path`` (its first line), None
