@@ -47,6 +47,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -195,12 +196,17 @@ class CompiledGraph:
         return frozenset(name for node in self.nodes for name in node.outputs)
 
     def by_original(self) -> dict[str, CompiledNode]:
-        """Original node name → the compiled node that covers it."""
+        """Original node name → the compiled node that covers it (a copy: the caller may change it)."""
+        return dict(self._by_original)
+
+    @functools.cached_property
+    def _by_original(self) -> dict[str, CompiledNode]:
+        # made once per graph: compare asks for it per layerwise table and per region a failing node runs alone
         return {original: node for node in self.nodes for original in node.originals}
 
     def region(self, nodes: Sequence[onnx.NodeProto], index: int) -> frozenset[int]:
         """Indices of the original nodes compiled together with node ``index`` (itself alone when unknown)."""
-        node = self.by_original().get(nodes[index].name)
+        node = self._by_original.get(nodes[index].name)
         if node is None:
             return frozenset({index})
         wanted = set(node.originals)

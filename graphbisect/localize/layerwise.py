@@ -58,7 +58,8 @@ from graphbisect.oracle.floor import NoiseFloor
 NOT_OBSERVED = "not-observed"
 
 __all__ = ["CONFIRMED", "EVIDENCE", "MEASURED", "NOT_OBSERVED", "RECEIVED", "UNCONFIRMED", "LayerRow",
-           "LayerwiseReport", "RootCause", "TensorSource", "analyze_layers", "constant_tensors", "tensor_stats"]
+           "LayerwiseReport", "RootCause", "TensorSource", "analyze_layers", "constant_tensors", "ranked_with",
+           "tensor_stats"]
 
 
 class TensorSource(Protocol):
@@ -280,6 +281,15 @@ def analyze_layers(
     first = next((row for row in rows if _diverges(row)), None)
     causes, uncertain = _rank_root_causes(rows, max_root_causes, alone or {}, floor)
     return LayerwiseReport(tuple(rows), first, causes, uncertain)
+
+
+def ranked_with(report: LayerwiseReport, alone: Mapping[str, TensorStats], floor: NoiseFloor | None = None, *,
+                max_root_causes: int = 10) -> LayerwiseReport:
+    """``report`` (of :func:`analyze_layers` without ``alone``, with this ``floor``) as :func:`analyze_layers`
+    gives it with ``alone``: the rows and the first divergence do not depend on it, only the root causes and
+    the uncertain rows, which are ranked again. The table is not made twice (thousands of rows)."""
+    causes, uncertain = _rank_root_causes(report.rows, max_root_causes, alone, floor)
+    return dataclasses.replace(report, root_causes=causes, uncertain=uncertain)
 
 
 def _layer_rows(nodes: Sequence[onnx.NodeProto], oracle: TensorSource, target: TensorSource | None,

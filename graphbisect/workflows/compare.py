@@ -59,6 +59,7 @@ from graphbisect.localize.layerwise import (
     RootCause,
     TensorSource,
     analyze_layers,
+    ranked_with,
     tensor_stats,
 )
 from graphbisect.model import Model
@@ -512,14 +513,14 @@ def _layers(model: Model, probed: _Probed, compiled: CompiledGraph | None, compa
         layer_report = replace(layer_report, root_causes=())
     elif layer_report.uncertain:
         layer_report, alone = _settle_uncertain(
-            model, layer_report, compiled=compiled, probed=probed, oracle=oracle, proc=proc, spec=spec, info=info,
+            model, layer_report, compiled=compiled, oracle=oracle, proc=proc, spec=spec, info=info,
             inputs_path=inputs_path, folder=folder, tol=tol, floor=floor, stage=stage)
     return layer_report, probed_comparison, alone
 
 
-def _settle_uncertain(model: Model, report: LayerwiseReport, *, compiled: CompiledGraph | None, probed: _Probed,
-                      oracle: _Side, proc: BackendProcess, spec: BackendSpec, info: BackendInfo, inputs_path: Path,
-                      folder: Path, tol: Tolerance, floor: NoiseFloor | None, stage: Callable[[str], None]
+def _settle_uncertain(model: Model, report: LayerwiseReport, *, compiled: CompiledGraph | None, oracle: _Side,
+                      proc: BackendProcess, spec: BackendSpec, info: BackendInfo, inputs_path: Path, folder: Path,
+                      tol: Tolerance, floor: NoiseFloor | None, stage: Callable[[str], None]
                       ) -> tuple[LayerwiseReport, AloneCheck]:
     """The failing nodes whose inputs the target did not expose, run alone on the oracle's values in one more
     target run (:mod:`graphbisect.workflows.alone`), and the table ranked again with what that showed."""
@@ -542,9 +543,7 @@ def _settle_uncertain(model: Model, report: LayerwiseReport, *, compiled: Compil
     finally:
         if plain:
             proc.reconfigure(described)
-    assert probed.oracle is not None
-    return analyze_layers(model.nodes, probed.oracle, probed.target, tol, compiled=compiled, measured=probed.measured,
-                          outputs=model.output_names, floor=floor, alone=stats), check
+    return ranked_with(report, stats, floor), check
 
 
 def _noise_floor(model: Model, folder: Path, inputs_path: Path, store: ActivationStore, *, target_spec: BackendSpec,
