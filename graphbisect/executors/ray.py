@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -63,6 +64,37 @@ def _signals_kept() -> Iterator[None]:
                 signal.signal(sig, handler)
 
 
+#: Seconds to wait for a TCP connection to a ``ray:HOST:PORT`` address before ``ray.init`` is asked to join it.
+CONNECT_TIMEOUT_S = 5.0
+
+
+def _unreachable(address: str | None, timeout: float = CONNECT_TIMEOUT_S) -> str | None:
+    """Why nothing accepts a TCP connection at a ``HOST:PORT`` (or ``ray://HOST:PORT``) address, or None when
+    something does or the address names no port (``auto``, ``local``: Ray finds those itself).
+
+    ``ray.init`` retries an address where nothing listens for minutes, printing only its own warnings (a
+    mistyped port hung ``triage --executor ray:HOST:PORT`` for over two minutes); a refused or timed-out
+    connection here answers in at most ``timeout`` seconds.
+
+    Example:
+        >>> _unreachable("auto") is None
+        True
+    """
+    if not address:
+        return None
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return None
+    host = host.strip("[]")  # an IPv6 address in brackets
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return None
+    except TimeoutError:
+        return f"no answer from {host}:{port} within {timeout:g} s"
+    except OSError as exc:  # refused, no route, a name that does not resolve
+        return f"no connection to {host}:{port} ({exc.strerror or type(exc).__name__})"
+
+
 class RayExecutor:
     """Runs tasks on Ray (see the module docstring). Joins a running Ray session if there is one."""
 
@@ -75,6 +107,15 @@ class RayExecutor:
             if address is None:  # a local instance sized by -j; a cluster has its own size
                 kwargs["num_cpus"] = jobs or os.cpu_count() or 1
             log.info("connecting to Ray at %s", address or "a new local instance")
+            why = _unreachable(address)
+            if why is not None:
+                raise BackendUnavailableError(f"no Ray cluster to join at {address}: {why}",
+                                              hint="check the address (`ray status` on the cluster's head node "
+                                                   "prints it; its GCS port is 6379 unless set), or use "
+                                                   "executor='ray' for a local instance",
+                                              cli_hint="check the address (`ray status` on the cluster's head "
+                                                       "node prints it; its GCS port is 6379 unless set), or use "
+                                                       "--executor ray for a local instance")
             try:
                 with _signals_kept():
                     ray.init(**kwargs)

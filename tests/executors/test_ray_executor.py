@@ -194,6 +194,24 @@ def test_joining_a_ray_cluster_that_is_not_there_is_the_environments_error(tmp_p
     assert "graphbisect bug" not in done.stderr
 
 
+def test_a_ray_address_where_nothing_listens_is_refused_at_once(tmp_path: Path) -> None:
+    """`--executor ray:HOST:PORT` with a mistyped port: exit 2 naming the address and the fix. ray.init retried
+    it for over two minutes, printing only its own connection warnings."""
+    from tests.cli.test_papercuts import _relu_model
+
+    (tmp_path / "models").mkdir()
+    _relu_model(tmp_path / "models")
+    address = f"127.0.0.1:{_free_port()}"  # bound, then closed: nothing listens there
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": str(tmp_path / "ray")}
+    done = subprocess.run([sys.executable, "-m", "graphbisect", "triage", str(tmp_path / "models"), "-o",
+                           str(tmp_path / "out"), "--executor", f"ray:{address}"], env=env, capture_output=True,
+                          text=True, timeout=90, check=False)
+    assert done.returncode == 2, done.stderr
+    assert f"error: no Ray cluster to join at {address}: no connection to {address} (Connection refused)" \
+        in done.stderr
+    assert "--executor ray for a local instance" in done.stderr and "graphbisect bug" not in done.stderr
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[str]:
     """This module's :class:`OwnCluster`, this process its driver (with its token); stopped afterwards."""
