@@ -232,6 +232,8 @@ def repro_config(content: BundleContent) -> dict[str, Any]:
     """``repro_config.json``: everything failure-specific that ``repro.py`` needs, as plain JSON data."""
     spec = content.target
     backend = _backend(spec)
+    # the library whose release is reported: the backend's, or the one a command's package= names
+    library = backend.library or (spec.options.get("package", "").strip() or None if spec.name == "command" else None)
     tol = content.tolerance
     timeout = spec.options.get("timeout")
     expect = expected_failure(content.signature, content.target_message, ModelNames(content.model))
@@ -239,11 +241,11 @@ def repro_config(content: BundleContent) -> dict[str, Any]:
         "format": CONFIG_FORMAT,
         "version": CONFIG_VERSION,
         "backend": backend.name,
-        "library": backend.library,
+        "library": library,
         "target_spec": str(spec),
         "oracle_spec": str(content.oracle),
         "python": spec.options.get("python"),
-        "recorded_library_version": _recorded_version(content.report, backend.library),
+        "recorded_library_version": _recorded_version(content.report, library),
         "options": backend.options(_runtime_options(spec)),
         "timeout_seconds": float(timeout) if timeout else DEFAULT_TIMEOUT_SECONDS,
         "inputs": list(content.inputs),

@@ -323,12 +323,23 @@ def test_a_command_targets_environment_is_applied_by_repro(tmp_path: Path, ort_r
                                        "sys.exit(3 if onnxruntime.__version__ == '1.20.1' else 0)\n")
     monkeypatch.chdir(tmp_path)  # where the command runs, graphbisect's and repro.py's
     content = build_content(relu_clip_model(), {"x": CLIP_INPUT}, tmp_path / "case", oracle=ORACLE,
-                            target=f"command:cmd=python check.py {{model}} {{inputs}},venv={venv}")
+                            target=f"command:cmd=python check.py {{model}} {{inputs}},venv={venv},package=onnxruntime")
     assert content.signature.detail == "CommandFailed: command exited with code 3"
     out = write_bundle(content, tmp_path / "bug")
-    assert json.loads((out / "repro_config.json").read_text())["options"]["venv"] == str(venv)
+    config = json.loads((out / "repro_config.json").read_text())
+    assert config["options"]["venv"] == str(venv)
+    assert (config["library"], config["recorded_library_version"]) == ("onnxruntime", "1.20.1")
     proc = run_repro(out, "--trust", cwd=tmp_path)
     assert proc.returncode == 1 and "REPRODUCED" in proc.stdout, proc.stdout + proc.stderr
+    # package=: the release the command's python has is measured and printed, as graphbisect reported it; run
+    # against another release's environment, the script says which one ran and which one recorded the failure
+    assert "(onnxruntime 1.20.1)" in proc.stdout and "recorded with" not in proc.stdout, proc.stdout
+    config["options"]["venv"] = str(ort_release_pythons["1.22.1"].parent.parent)
+    (out / "repro_config.json").write_text(json.dumps(config))
+    other = run_repro(out, "--trust", cwd=tmp_path)
+    assert other.returncode == 0 and "FIXED" in other.stdout, other.stdout + other.stderr
+    assert "(onnxruntime 1.22.1)" in other.stdout, other.stdout
+    assert "(the failure was recorded with onnxruntime 1.20.1)" in other.stdout, other.stdout
 
 
 def test_an_external_check_bundle_is_judged_by_its_exit_status(tmp_path: Path,

@@ -6,14 +6,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from graphbisect.artifacts.repro_backends._common import ReproBackend
-from graphbisect.backends.command import _CANNOT_OPEN, _CANNOT_RUN_CODES, _USAGE
+from graphbisect.backends.command import _CANNOT_OPEN, _CANNOT_RUN_CODES, _MEASURE, _USAGE, MEASURE_TIMEOUT
 from graphbisect.backends.inert import ANY, COMMAND_ENVIRONMENT, COMMAND_PROGRAM
 from graphbisect.backends.worker import option_flag
 
 
 def _command_options(options: Mapping[str, str]) -> dict[str, Any]:
     return {"cmd": options.get("cmd", ""), "shell": option_flag(options, "shell"),
-            "typed": option_flag(options, "typed"), **({"venv": options["venv"]} if options.get("venv") else {})}
+            "typed": option_flag(options, "typed"), **({"venv": options["venv"]} if options.get("venv") else {}),
+            **({"package": options["package"].strip()} if options.get("package", "").strip() else {})}
 
 
 _COMMAND_CODE = r'''
@@ -22,16 +23,34 @@ class CommandFailed(RuntimeError):
     """The command exited non-zero or wrote no outputs (same class name and first line as graphbisect's)."""
 
 
+MEASURE = @MEASURE@
+
+
 def import_library(options):
-    """Nothing to import for an external command (so no version): check there is a command template."""
-    if options["cmd"]:
+    """Nothing to import for an external command: check there is a command template. With package= (the spec's),
+    that distribution's release as the command's python has it, measured as graphbisect measured it (None when
+    it cannot be told: the script then prints no version)."""
+    if not options["cmd"]:
+        raise CannotRun("repro_config.json has no command template (options.cmd)")
+    package = options.get("package")
+    if not package:
         return None
-    raise CannotRun("repro_config.json has no command template (options.cmd)")
+    import shutil
+
+    env = command_env(options)
+    python = shutil.which("python", path=env.get("PATH")) or shutil.which("python3", path=env.get("PATH"))
+    if python is None:
+        return None
+    try:
+        proc = subprocess.run([python, "-c", MEASURE, package], env=env, capture_output=True, text=True,
+                              timeout=@MEASURE_TIMEOUT@, check=False)
+        return json.loads(proc.stdout.strip().splitlines()[-1]).get("library_version")
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError, AttributeError):
+        return None
 
 
-def load_target(model_path, options):
-    """The command template of the spec; {model}, {inputs} and {outputs} are filled in at run; the environment it
-    runs with (venv=: its bin/ first on PATH, as graphbisect ran it)."""
+def command_env(options):
+    """The environment the command runs with: this one, with venv='s bin/ first on PATH as graphbisect ran it."""
     env = dict(os.environ)
     venv = options.get("venv") or ""
     if venv:
@@ -42,7 +61,13 @@ def load_target(model_path, options):
         env["PATH"] = os.pathsep.join(p for p in (scripts, env.get("PATH")) if p)
         env["VIRTUAL_ENV"] = folder
         env.pop("PYTHONHOME", None)
-    return model_path, options["cmd"], options["shell"], options.get("typed", False), env
+    return env
+
+
+def load_target(model_path, options):
+    """The command template of the spec; {model}, {inputs} and {outputs} are filled in at run; the environment it
+    runs with (venv=: its bin/ first on PATH, as graphbisect ran it)."""
+    return model_path, options["cmd"], options["shell"], options.get("typed", False), command_env(options)
 
 
 def run_target(target, inputs, output_names):
@@ -124,9 +149,12 @@ def save_arrays(path, arrays, typed=False):
 '''
 
 
-# graphbisect's own rule (graphbisect.backends.command.cannot_run), its values written into the script
+# graphbisect's own rule (graphbisect.backends.command.cannot_run) and measurement of package= (_MEASURE), their
+# values written into the script
 _CODE = (_COMMAND_CODE.replace("@CANNOT_RUN_CODES@", repr(_CANNOT_RUN_CODES))
-         .replace("@CANNOT_OPEN@", repr(_CANNOT_OPEN.pattern)).replace("@USAGE@", repr(_USAGE.pattern)))
+         .replace("@CANNOT_OPEN@", repr(_CANNOT_OPEN.pattern)).replace("@USAGE@", repr(_USAGE.pattern))
+         .replace("@MEASURE@", repr(_MEASURE)).replace("@MEASURE_TIMEOUT@", repr(MEASURE_TIMEOUT)))
 
 BACKEND = ReproBackend("command", "the command of the spec (no Python library)", None, _command_options, _CODE,
-                       {"cmd": COMMAND_PROGRAM, "shell": ANY, "typed": ANY, "venv": COMMAND_ENVIRONMENT})
+                       {"cmd": COMMAND_PROGRAM, "shell": ANY, "typed": ANY, "venv": COMMAND_ENVIRONMENT,
+                        "package": ANY})
