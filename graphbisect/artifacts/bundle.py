@@ -157,7 +157,8 @@ def check_destination(out_dir: Path, *, fingerprint: str | None = None, force: b
             raise BundleError(
                 f"{out_dir} holds the bundle of another model (fingerprint {str(previous)[:12]}…, this model's "
                 f"is {fingerprint[:12]}…); writing would replace it",
-                hint="choose another -o folder, or pass --force to replace that bundle",
+                hint="choose another output folder, or pass force=True to replace that bundle",
+                cli_hint="choose another -o folder, or pass --force to replace that bundle",
             )
     _check_writable(out_dir.parent)
 

@@ -714,7 +714,8 @@ def _input_type(model: Model, name: str) -> TensorType:
     if ttype is None or not ttype.elem_type:
         raise InputError(
             f"input {name!r} declares no tensor type, so graphbisect cannot generate it",
-            hint="pass the inputs from a file (--inputs inputs.npz)",
+            hint="pass the inputs (inputs={name: array}, or the path of an .npz)",
+            cli_hint="pass the inputs from a file (--inputs inputs.npz)",
         )
     return ttype
 
@@ -723,7 +724,8 @@ def _resolve_shape(name: str, ttype: TensorType, bindings: dict[str, int]) -> tu
     if ttype.shape is None:
         raise InputError(
             f"input {name!r} has an unknown rank, so graphbisect cannot guess its shape",
-            hint=f"give it: --shape {name}:1x3x224x224 (your real dims)",
+            hint=f"give it: shapes={{{name!r}: (1, 3, 224, 224)}} (your real dims)",
+            cli_hint=f"give it: --shape {name}:1x3x224x224 (your real dims)",
         )
     dims: list[int] = []
     for axis, dim in enumerate(ttype.shape):
@@ -737,13 +739,15 @@ def _resolve_shape(name: str, ttype: TensorType, bindings: dict[str, int]) -> tu
             raise InputError(
                 f"input {name!r} ({ttype}) has dynamic dimension {axis} ({dim or 'unnamed'}) that graphbisect "
                 "cannot guess",
-                hint=f"give its shape: --shape {name}:{_shape_template(ttype.shape)} (replace each ? by a size)",
+                hint=f"give its shape: shapes={{{name!r}: ({_shape_template(ttype.shape, ', ')})}} (replace each ? "
+                "by a size)",
+                cli_hint=f"give its shape: --shape {name}:{_shape_template(ttype.shape)} (replace each ? by a size)",
             )
     return tuple(dims)
 
 
-def _shape_template(shape: tuple[int | str | None, ...]) -> str:
-    return "x".join(str(d) if isinstance(d, int) and d >= 0 else "?" for d in shape)
+def _shape_template(shape: tuple[int | str | None, ...], separator: str = "x") -> str:
+    return separator.join(str(d) if isinstance(d, int) and d >= 0 else "?" for d in shape)
 
 
 def _random_array(
@@ -760,7 +764,8 @@ def _random_array(
         return rng.uniform(-1, 1, size=shape).astype(np.float32).astype(dtype)
     raise InputError(
         f"input {name!r} has dtype {dtype}, for which graphbisect cannot generate random values",
-        hint="pass the inputs from a file (--inputs inputs.npz)",
+        hint="pass the inputs (inputs={name: array}, or the path of an .npz)",
+        cli_hint="pass the inputs from a file (--inputs inputs.npz)",
     )
 
 
@@ -897,7 +902,8 @@ def validate_inputs(model: Model, inputs: Mapping[str, Any]) -> dict[str, Any]:
             given = ", ".join(inputs) or "none"
             raise InputError(
                 f"missing input {name!r} ({model.tensor_type(name) or 'untyped'}); given: {given}",
-                hint="add it to the inputs file, or omit --inputs to generate random inputs",
+                hint="add it to the inputs, or leave inputs= out to generate random inputs",
+                cli_hint="add it to the inputs file, or omit --inputs to generate random inputs",
             )
         ttype = model.tensor_type(name)
         value = inputs[name]

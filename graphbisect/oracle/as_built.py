@@ -139,7 +139,9 @@ def require_as_built(run: RunResult, spec: object) -> None:
     if not run.ok:
         raise BackendError(f"the oracle {spec} failed on the model as built, though it ran it with its "
                            f"intermediate tensors exposed: {run.describe()}",
-                           hint="choose an oracle that computes the graph as written, e.g. --oracle "
+                           hint="choose an oracle that computes the graph as written, e.g. oracle='reference' "
+                           "or oracle='onnxruntime:opt_level=disable'",
+                           cli_hint="choose an oracle that computes the graph as written, e.g. --oracle "
                            "reference or --oracle onnxruntime:opt_level=disable")
 
 

@@ -58,7 +58,8 @@ class CalibrationMethod(str, enum.Enum):
             return cls(text.strip().lower())
         except ValueError as exc:
             raise InputError(f"unknown calibration method {text!r}",
-                             hint="use --calibration minmax, percentile or entropy") from exc
+                             hint="use calibration='minmax', 'percentile' or 'entropy'",
+                             cli_hint="use --calibration minmax, percentile or entropy") from exc
 
 
 def entropy_threshold(magnitudes: np.ndarray, levels: int, *, bins: int = _ENTROPY_BINS) -> float:

@@ -77,7 +77,8 @@ class PrecisionMode(str, enum.Enum):
         try:
             return cls(key)
         except ValueError as exc:
-            raise InputError(f"unknown precision mode {text!r}", hint="use --mode fp16, bf16 or int8") from exc
+            raise InputError(f"unknown precision mode {text!r}", hint="use mode='fp16', 'bf16' or 'int8'",
+                             cli_hint="use --mode fp16, bf16 or int8") from exc
 
     @property
     def low_type(self) -> int:

@@ -122,7 +122,8 @@ def prepare_environments(package: str | Recipe, versions: Sequence[str], *, cach
     recipe = package if isinstance(package, Recipe) else recipe_of(package)
     package = recipe.package
     if installer not in INSTALLERS:
-        raise InputError(f"installer {installer!r} is not one of {', '.join(INSTALLERS)}", hint="--installer uv")
+        raise InputError(f"installer {installer!r} is not one of {', '.join(INSTALLERS)}", hint="installer='uv'",
+                         cli_hint="--installer uv")
     root = cache_root(cache)
     host = _host_version(recipe) if use_host else None
     missing = [v for v in versions if v != host and not (environment_folder(root, package, v) / "ready").exists()]

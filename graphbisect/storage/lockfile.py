@@ -56,7 +56,7 @@ def try_lock(fd: int, *, wait: bool = False) -> bool:
 
 @contextlib.contextmanager
 def folder_lock(folder: Path, *, what: str, hint: str = "wait for it to finish, or choose another -o folder",
-                ) -> Iterator[None]:
+                cli_hint: str | None = None) -> Iterator[None]:
     """Hold an exclusive lock on ``folder`` (created if missing) for the block; raise :class:`LockedError`
     at once when another process holds it. ``what`` names the protected work in the message."""
     folder = Path(folder)
@@ -67,7 +67,7 @@ def folder_lock(folder: Path, *, what: str, hint: str = "wait for it to finish, 
         if fcntl is not None and not try_lock(fd):
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
             raise LockedError(f"{folder} is in use by another process (pid {holder}), running {what}",
-                              hint=hint)
+                              hint=hint, cli_hint=cli_hint)
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         log.debug("locked %s", folder)

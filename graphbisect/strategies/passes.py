@@ -104,7 +104,8 @@ def control_for(spec: BackendSpec) -> PassControl:
     if control is None:
         able = ", ".join(sorted(PASS_CONTROLS))
         raise SpecError(f"backend {info.name!r} cannot list or disable its optimization passes",
-                        hint=f"pass ablation works with {able}, e.g. --target onnxruntime:opt_level=all")
+                        hint=f"pass ablation works with {able}, e.g. target='onnxruntime:opt_level=all'",
+                        cli_hint=f"pass ablation works with {able}, e.g. --target onnxruntime:opt_level=all")
     return control
 
 

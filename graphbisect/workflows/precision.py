@@ -246,7 +246,9 @@ def _pinned_target(target: str, mode: PrecisionMode, pin_file: Path) -> str:
     spec = BackendSpec.parse(target)
     if _PIN_OPTION in spec.options:
         raise InputError(f"the target {target} already sets {_PIN_OPTION}=",
-                         hint="`graphbisect precision` chooses the FP32 nodes itself: leave keep_fp32 out of --target")
+                         hint="`graphbisect precision` chooses the FP32 nodes itself: leave keep_fp32 out of target=",
+                         cli_hint="`graphbisect precision` chooses the FP32 nodes itself: leave keep_fp32 out of "
+                         "--target")
     runtime_mode = runtime_pins_mode(target)
     if runtime_mode is not mode:
         raise InputError(f"--mode {mode.value} does not match the target's own precision "
@@ -255,7 +257,7 @@ def _pinned_target(target: str, mode: PrecisionMode, pin_file: Path) -> str:
                          if runtime_mode else "use a target that computes in full precision")
     if "," in str(pin_file):
         raise InputError(f"the work folder {pin_file.parent} contains ',', which a backend spec cannot hold",
-                         hint="choose another --workdir")
+                         hint="choose another workdir=", cli_hint="choose another --workdir")
     return str(spec.with_options(**{_PIN_OPTION: f"@{pin_file}"}))
 
 
@@ -270,8 +272,10 @@ def _refuse_unpinnable(target: str, mode: PrecisionMode) -> None:
                   .with_options(precision=mode.value))
     raise InputError(f"the target {target} runs only its own model format, not the ONNX candidates an emulated "
                      f"{mode.value} search makes",
-                     hint=f"search on its own {mode.value} with FP32 pins: --target {example}" if pinnable
-                     else "this backend cannot keep parts of the model in FP32: choose an ONNX target")
+                     hint=f"search on its own {mode.value} with FP32 pins: target='{example}'" if pinnable
+                     else "this backend cannot keep parts of the model in FP32: choose an ONNX target",
+                     cli_hint=f"search on its own {mode.value} with FP32 pins: --target {example}" if pinnable
+                     else None)
 
 
 def _capture(model: Model, oracle: str, feeds: Mapping[str, np.ndarray], workdir: Path,
@@ -280,7 +284,8 @@ def _capture(model: Model, oracle: str, feeds: Mapping[str, np.ndarray], workdir
     spec, info = resolve(oracle)
     if not info.has(Capability.ONNX_INPUT):
         raise BackendError(f"the precision oracle must run ONNX models; {spec.name!r} does not",
-                           hint="use --oracle onnxruntime:opt_level=disable or --oracle reference")
+                           hint="use oracle='onnxruntime:opt_level=disable' or oracle='reference'",
+                           cli_hint="use --oracle onnxruntime:opt_level=disable or --oracle reference")
     names = model.intermediate_names() if info.has(Capability.INTERMEDIATES) else list(model.output_names)
     probe = workdir / "probe.onnx"
     save_proto(model.with_outputs(names), probe)

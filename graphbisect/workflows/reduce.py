@@ -321,14 +321,16 @@ class _Run:
         state = self.work / "run.json"
         fingerprint = self.run_fingerprint()
         if resume and not state.exists():
-            raise GraphBisectError(f"nothing to resume in {self.work}", hint="start the reduction without --resume")
+            raise GraphBisectError(f"nothing to resume in {self.work}", hint="start the reduction without resume=True",
+                                   cli_hint="start the reduction without --resume")
         if resume:
             recorded = json.loads(state.read_text())
             if json.loads(recorded["fingerprint"]).get("judging") != _JUDGING:
                 raise GraphBisectError(
                     f"{self.work} was made by an earlier graphbisect, which judged candidates by the failure's "
                     "kind alone: its journal cannot be resumed by one that matches the failure's identity",
-                    hint=f"remove {self.work} and run the reduction again without --resume")
+                    hint=f"remove {self.work} and run the reduction again without resume=True",
+                    cli_hint=f"remove {self.work} and run the reduction again without --resume")
             if recorded["fingerprint"] != fingerprint:
                 raise GraphBisectError(
                     f"{self.work} belongs to a different reduction (model or options changed)",
@@ -493,7 +495,10 @@ class _Run:
                 f"{difference.why(self.oracle_spec)}. The verdict is "
                 "the model as built, but candidates are judged against the capture, so this oracle cannot drive a "
                 "reduction of this model",
-                hint=f"choose an oracle that computes the graph as written (--oracle reference, or "
+                hint=f"choose an oracle that computes the graph as written (oracle='reference', or "
+                f"oracle='onnxruntime:opt_level=disable'); the difference is {self.oracle_spec}'s own rewrite: to "
+                f"reduce it, make it the target (target='{self.oracle_spec}', oracle='reference')",
+                cli_hint=f"choose an oracle that computes the graph as written (--oracle reference, or "
                 f"--oracle onnxruntime:opt_level=disable); the difference is {self.oracle_spec}'s own rewrite: to "
                 f"reduce it, make it the target (--target {self.oracle_spec} --oracle reference)")
 
@@ -648,7 +653,10 @@ class _Run:
             f"the target fails the tolerance only within its own noise floor: with its optimizations off "
             f"({floor.spec}) it already errs as much ({where}), so the failure is the precision of its kernels "
             f"(e.g. TF32 matrix products on a GPU), not a transformation to reduce",
-            hint="compare with a tolerance that fits the kernels (--atol/--rtol), or make the target compute in "
+            hint="compare with a tolerance that fits the kernels (atol=, rtol=), or make the target compute in "
+            "full precision (onnxruntime CUDA: cuda.use_tf32=0); to reduce a kernel you suspect, make the "
+            f"floor the target: target='{floor.spec}'",
+            cli_hint="compare with a tolerance that fits the kernels (--atol/--rtol), or make the target compute in "
             "full precision (onnxruntime CUDA: cuda.use_tf32=0); to reduce a kernel you suspect, make the "
             f"floor the target: --target {floor.spec}")
 
@@ -945,7 +953,8 @@ def reduce_model(
     problem = not_regular(zip_path) if zip_bundle else None
     if problem is not None:  # known now: not after the whole run
         raise InputError(f"cannot write the bundle's zip {zip_path}: {problem}",
-                         hint=f"move {zip_path} away, or drop --zip")
+                         hint=f"move {zip_path} away, or drop zip=True",
+                         cli_hint=f"move {zip_path} away, or drop --zip")
     check_own(r.work)  # never through a link, never over a file of the user's (issue 36)
     fresh = not r.work.exists()
     try:

@@ -309,9 +309,11 @@ def _checked_arguments(find: str, repeat: int, jobs: int,
                        on_progress: Callable[[str], None] | None) -> Callable[[str], None]:
     """``on_progress`` (else the log), once ``find``, ``repeat`` and ``jobs`` are known to be usable."""
     if find not in FINDS:
-        raise InputError(f"find={find!r}: look for {' or '.join(FINDS)}", hint="--find bad or --find fixed")
+        raise InputError(f"find={find!r}: look for {' or '.join(FINDS)}", hint="find='bad' or find='fixed'",
+                         cli_hint="--find bad or --find fixed")
     if repeat < 1 or jobs < 1:
-        raise InputError("repeat and jobs count runs: at least 1", hint="--repeat 3, --jobs 2")
+        raise InputError("repeat and jobs count runs: at least 1", hint="repeat=3, jobs=2",
+                         cli_hint="--repeat 3, --jobs 2")
     return on_progress or (lambda line: log.info("%s", line))
 
 
@@ -327,9 +329,10 @@ def _recipe(spec: BackendSpec, package: str) -> Recipe:
     command = _is_command(spec)
     recipe = recipe_of(package, command=command)
     if not command and registry.get(spec.name).name not in recipe.backends:
-        raise InputError(f"the target {spec} is not run by {package}", hint=f"--target one of "
-                         f"{', '.join(recipe.backends)} (or a command: program), or --package the package of "
-                         f"{spec.name}")
+        raise InputError(f"the target {spec} is not run by {package}", hint=f"target= one of "
+                         f"{', '.join(recipe.backends)} (or a command: program), or package= the package of "
+                         f"{spec.name}", cli_hint=f"--target one of {', '.join(recipe.backends)} (or a command: "
+                         f"program), or --package the package of {spec.name}")
     return recipe
 
 
@@ -393,7 +396,8 @@ def _environments(recipe: Recipe, versions: Sequence[str] | None, within: Versio
     if len(chosen) < 2:
         raise InputError(f"{plural(len(chosen), 'release')} of {package} in {window or 'the index'} "
                          f"({', '.join(chosen) or 'none'}): a search needs two",
-                         hint="widen --range, or name the releases with --versions A,B,C")
+                         hint="widen within=, or name the releases with versions=['A', 'B', 'C']",
+                         cli_hint="widen --range, or name the releases with --versions A,B,C")
     say(f"{len(chosen)} releases of {package} ({chosen[0]} … {chosen[-1]}); environments in "
         f"{cache or 'the cache'}, {jobs} at a time")
     start = time.monotonic()

@@ -88,18 +88,21 @@ def own_folder(workdir: Path, *, what: str, protect: Iterable[Path | None] = ())
     check_work_folder(workdir, protect)
     if workdir.is_symlink() or (workdir.exists() and not workdir.is_dir()):
         raise InputError(f"the work folder {workdir} exists and is not a folder (or is a symbolic link)",
-                         hint="choose a new or empty folder for --workdir")
+                         hint="choose a new or empty folder for workdir=",
+                         cli_hint="choose a new or empty folder for --workdir")
     workdir.mkdir(parents=True, exist_ok=True)
     names = sorted(p.name for p in workdir.iterdir())
     if names and MARK_FILE not in names:
         raise InputError(
             f"the work folder {workdir} holds files graphbisect did not put there ({', '.join(names[:5])}"
             f"{' …' if len(names) > 5 else ''}): the run writes model.onnx, inputs.npz, activations/ ... into it",
-            hint="choose a new or empty folder for --workdir (a folder an earlier graphbisect run used is fine)")
+            hint="choose a new or empty folder for workdir= (a folder an earlier graphbisect run used is fine)",
+            cli_hint="choose a new or empty folder for --workdir (a folder an earlier graphbisect run used is fine)")
     mark = workdir / MARK_FILE
     if not mark.exists():  # written before the lock: a locked folder is always marked
         mark.write_text("a graphbisect work folder: a later run may replace what it holds\n", encoding="utf-8")
-    with folder_lock(workdir, what=what, hint="wait for it to finish, or choose another --workdir"):
+    with folder_lock(workdir, what=what, hint="wait for it to finish, or choose another workdir=",
+                     cli_hint="wait for it to finish, or choose another --workdir"):
         yield workdir
 
 
@@ -109,4 +112,5 @@ def check_work_folder(workdir: Path, protect: Iterable[Path | None]) -> None:
         if path is not None and workdir.exists() and Path(path).parent.resolve() == workdir.resolve():
             raise InputError(f"the work folder {workdir} is the folder of {path}: files written there "
                              "(model.onnx, inputs.npz, ...) could overwrite yours",
-                             hint="choose an empty or new folder for --workdir, e.g. a subfolder")
+                             hint="choose an empty or new folder for workdir=, e.g. a subfolder",
+                             cli_hint="choose an empty or new folder for --workdir, e.g. a subfolder")

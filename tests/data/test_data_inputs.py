@@ -148,7 +148,8 @@ def test_undeterminable_dim_asks_for_shape() -> None:
     )
     with pytest.raises(InputError, match="dynamic dimension 1 \\(seq\\)") as info:
         random_inputs(model)
-    assert "--shape x:?x?" in (info.value.hint or "")
+    # in each front end's words: the argument for a Python caller, the flag for the command line
+    assert "shapes={'x': (?, ?)}" in (info.value.hint or "") and "--shape x:?x?" in (info.value.cli_hint or "")
     assert random_inputs(model, shapes=parse_shapes(["x:2x7"]))["x"].shape == (2, 7)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
+import graphbisect
 from graphbisect.cli.main import main
 from graphbisect.errors import GraphBisectError
 from graphbisect.examples import host_network
@@ -96,8 +97,15 @@ def test_case5_a_workdir_holding_the_users_files_is_refused(tmp_path: Path,
     mine = workdir / "model.onnx"  # another model of the user's, not the one compared
     mine.write_bytes(b"not overwritten")
     assert main(["compare", *EXAMPLE, "--no-layerwise", "--workdir", str(workdir)]) == 2
-    assert "holds files graphbisect did not put there (model.onnx)" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "holds files graphbisect did not put there (model.onnx)" in said
+    assert "hint: choose a new or empty folder for --workdir" in said  # the flag, on the command line
     assert mine.read_bytes() == b"not overwritten" and [p.name for p in workdir.iterdir()] == ["model.onnx"]
+    # the same refusal in the Python API's words (it said "--workdir" to a caller of compare(workdir=...))
+    with pytest.raises(GraphBisectError, match="holds files graphbisect did not put there") as refused:
+        graphbisect.compare(example_model_path(), inputs=example_inputs_path(), layerwise=False, workdir=workdir)
+    assert refused.value.hint is not None and refused.value.hint.startswith("choose a new or empty folder for workdir=")
+    assert mine.read_bytes() == b"not overwritten"
 
 
 # --- case 6: a crash is the baseline only after a majority of agreeing runs ----------------------------
