@@ -185,12 +185,16 @@ class SubgraphSpace:
     """
 
     def __init__(self, model: Model, values: Callable[[str], Any], workdir: Path, *,
-                 cut_as_initializers: bool = False, store: ActivationStore | None = None) -> None:
+                 cut_as_initializers: bool = False, store: ActivationStore | None = None,
+                 declare_ahead: bool = True) -> None:
         """``store``: the activation store ``values`` reads the intermediates from (graph inputs aside), when
-        there is one: a cut point it describes is declared from its index the first time a candidate cuts
-        there (dtype and shape, no value read: :meth:`_stored_piece`), and a candidate's feeds name those
-        tensors in it (:class:`StoredFeeds`) instead of holding their values, so a backend worker reads them
-        from the store itself (``declare_seconds``: what those declarations have cost so far)."""
+        there is one: a cut point it describes is declared from its index (dtype and shape, no value read:
+        :meth:`_stored_piece`), and a candidate's feeds name those tensors in it (:class:`StoredFeeds`) instead
+        of holding their values, so a backend worker reads them from the store itself. ``declare_ahead``: every
+        such declaration is made here, once per search (:meth:`_declare_stored`: a search's candidates then
+        touch thousands of cut points at the cost of numpy gathers); False makes each the first time a
+        candidate cuts there, for a space that builds one or two candidates (``compare`` running failing
+        regions alone: a few of thousands). ``declare_seconds``: what those declarations have cost so far."""
         self.model = model
         self._values = values
         self._small: dict[str, np.ndarray] = {}
@@ -231,10 +235,13 @@ class SubgraphSpace:
         self.store = store if store is not None and store.reference() is not None else None
         #: per tensor id: its cut declaration was made from the store's index, its value is read from the store
         self._stored = np.zeros(len(index.names), dtype=bool)
-        #: seconds the first touches of cut points and outputs took with a store (their declarations from its
-        #: index): made per tensor when a candidate first needs it, not for every stored tensor up front (a
-        #: single candidate, as `compare` runs failing nodes alone, touches a few of thousands)
+        #: seconds the declarations from the store's index took: here with ``declare_ahead``, else the first
+        #: touches of cut points and outputs in :meth:`materialize`
         self.declare_seconds = 0.0
+        if self.store is not None and declare_ahead:
+            started = time.perf_counter()
+            self._declare_stored(self.store)
+            self.declare_seconds = time.perf_counter() - started
 
     @property
     def size(self) -> int:
@@ -391,6 +398,38 @@ class SubgraphSpace:
             return dict(zip(names, values, strict=True))
         return {name: value if kept else self.values(name)
                 for name, value, kept in zip(names, values, self._cut.has_value[fed].tolist(), strict=True)}
+
+    def _declare_stored(self, store: ActivationStore) -> None:
+        """Make the piece of every tensor that ``store`` holds as a plain tensor and that can be a cut point —
+        its declaration as a graph input from the index alone (:meth:`_stored_piece`), or its constant (a small
+        integer tensor: read, :meth:`_cut_piece`) — and every output declaration that needs no value; check
+        them all once. A first touch of thousands of new cut points then costs numpy gathers, not a store read,
+        a declaration and a checker call each. Graph inputs (fed by the user, not the store), sequences, types
+        numpy lacks and ``cut_as_initializers`` are left to the first touch."""
+        names = self._names.tolist()
+        if not self.cut_as_initializers:
+            ids = [index for index in np.flatnonzero(~self._index.is_init).tolist()
+                   if names[index] not in self._inputs and store.describe(names[index]) is not None]
+            if ids:
+                cut = np.array(ids, dtype=np.int64)
+                self._cut.fill(cut, [self._stored_piece(i) or self._cut_piece(i) for i in ids])
+                if self._checker.piecewise:
+                    self._cut.refused(cut, self._checker)
+        ids, made = [], []
+        for index in np.flatnonzero(self._index.written).tolist():
+            name = names[index]
+            known = self.model.boundary_type(name)
+            if known is None or (known.type.HasField("tensor_type") and not known.type.tensor_type.elem_type):
+                continue  # typed by its value, on first touch
+            if name in self._outputs or _has_shape(known) or store.describe(name) is not None:
+                ids.append(index)
+                made.append(_Made(self._output_type(name, self._stored_rank(name)), _OUTPUT))
+        if ids:
+            out = np.array(ids, dtype=np.int64)
+            self._out.fill(out, made)
+            if self._checker.piecewise:
+                self._out.refused(out, self._checker)
+        log.debug("declared %d stored cut points and %d outputs from the store's index", self._stored.sum(), len(ids))
 
     def _stored_piece(self, index: int) -> _Made | None:
         """The declaration of cut point ``index`` as a graph input from the store's index alone (no value read),

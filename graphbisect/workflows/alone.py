@@ -123,7 +123,7 @@ def run_alone(model: Model, report: LayerwiseReport, *, compiled: CompiledGraph 
     def value(name: str) -> np.ndarray:
         return feeds[name] if name in feeds else store.get(name)
 
-    space = SubgraphSpace(model, value, workdir, store=store)
+    space = SubgraphSpace(model, value, workdir, store=store, declare_ahead=False)  # one candidate: a few cut points
     path = workdir / "alone.onnx"
     try:
         candidate = space.materialize_apart([region for _, region in chosen])

@@ -175,9 +175,10 @@ def _subsets(size: int, seed: int = 0) -> list[frozenset[int]]:
 
 
 def _space(model: Model, inputs: dict[str, np.ndarray], values: dict[str, np.ndarray], tmp_path: Path, *,
-           stored: bool, reads: list[str] | None = None) -> SubgraphSpace:
+           stored: bool | str, reads: list[str] | None = None) -> SubgraphSpace:
     """A space fed from ``values``; ``stored``: the intermediates in an activation store, as reduce has them
-    (the space then declares their cut points from its index and names them in the feeds)."""
+    (the space then declares their cut points from its index and names them in the feeds); ``"on touch"``:
+    declared the first time a candidate cuts there (``declare_ahead=False``, as compare's run alone)."""
     if not stored:
         return SubgraphSpace(model, values.__getitem__, tmp_path)
     store = ActivationStore(tmp_path / "activations", autoflush=False)
@@ -191,10 +192,10 @@ def _space(model: Model, inputs: dict[str, np.ndarray], values: dict[str, np.nda
             reads.append(name)
         return inputs[name] if name in inputs else store.get(name)
 
-    return SubgraphSpace(model, value, tmp_path / "candidates", store=store)
+    return SubgraphSpace(model, value, tmp_path / "candidates", store=store, declare_ahead=stored != "on touch")
 
 
-@pytest.mark.parametrize("stored", [False, True], ids=["values", "store"])
+@pytest.mark.parametrize("stored", [False, True, "on touch"], ids=["values", "store", "store-on-touch"])
 @pytest.mark.parametrize("name", MODELS)
 def test_candidates_are_byte_identical_to_the_reference(name: str, stored: bool, tmp_path: Path) -> None:
     model, inputs = MODELS[name]()
@@ -240,20 +241,36 @@ def test_the_whole_node_set_is_the_original_model(name: str, stored: bool, tmp_p
 
 
 def test_a_first_touch_of_stored_cut_points_reads_only_their_constants(tmp_path: Path) -> None:
-    """With the store, a cut point is declared from the store's index the first time a candidate cuts there:
-    making the space reads nothing, and candidates read no stored value but the small integer constants (once
-    each: they are kept), whatever they cut; every other fed tensor is named in the store for the worker."""
+    """With the store, every cut point is declared when the space is made, from the store's index: a
+    candidate reads no stored value (the small integer constants were read then, once), whatever it cuts."""
     model, inputs = MODELS["magika"]()
     values = _oracle_values(model, inputs)
     reads: list[str] = []
     space = _space(model, inputs, values, tmp_path, stored=True, reads=reads)
-    assert not reads  # nothing is declared (or read) before a candidate needs it
+    constants = set(reads)
+    assert constants and all(values[name].dtype.kind in "biu" for name in constants)
+    reads.clear()
+    for keep in _subsets(space.size, seed=3):
+        candidate = space.materialize(keep)
+        assert set(candidate.feeds.stored()) >= {feed for feed in candidate.feeds if feed not in inputs}
+    assert set(reads) <= set(inputs)
+
+
+def test_a_space_for_one_candidate_declares_only_what_it_cuts(tmp_path: Path) -> None:
+    """``declare_ahead=False`` (compare running failing regions alone, one candidate): making the space reads
+    and declares nothing; candidates read no stored value but the small integer constants they cut at (once
+    each: they are kept), and name every other fed tensor in the store for the worker."""
+    model, inputs = MODELS["magika"]()
+    values = _oracle_values(model, inputs)
+    reads: list[str] = []
+    space = _space(model, inputs, values, tmp_path, stored="on touch", reads=reads)
+    assert not reads and space.declare_seconds == 0.0
     for keep in _subsets(space.size, seed=3):
         candidate = space.materialize(keep)
         assert set(candidate.feeds.stored()) >= {feed for feed in candidate.feeds if feed not in inputs}
     constants = [name for name in reads if name not in inputs]
     assert constants and all(values[name].dtype.kind in "biu" for name in constants)
-    assert len(constants) == len(set(constants))
+    assert len(constants) == len(set(constants)) and space.declare_seconds > 0.0
 
 
 def test_a_saved_candidate_runs_and_reads_its_weights(tmp_path: Path) -> None:
