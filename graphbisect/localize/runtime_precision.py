@@ -80,6 +80,10 @@ _FIXED_OUTPUT_TYPES = {("DynamicQuantizeLinear", 1): "f32", ("TopK", 1): "i64", 
 _FLOAT_OUTPUT_LIKE = {"MatMulIntegerToFloat": 2, "QAttention": 2}
 
 
+#: Every short name :func:`element_name` gives (what :func:`precision_name` accepts; asked per compiled node).
+_SHORT_NAMES = frozenset(_ELEMENT_NAMES.values())
+
+
 def element_name(elem_type: int) -> str | None:
     """The short name of an ONNX element type (None for one without a short name).
 
@@ -101,8 +105,7 @@ def precision_name(text: str | None) -> str | None:
         return None
     name = text.strip().lower()
     name = _ALIASES.get(name, name)
-    known = set(_ELEMENT_NAMES.values())
-    return name if name in known else None
+    return name if name in _SHORT_NAMES else None
 
 
 def lower_precision(ran: Iterable[str], model: Collection[str]) -> tuple[str, ...]:
