@@ -238,6 +238,7 @@ class SubgraphSpace:
         #: seconds the declarations from the store's index took: here with ``declare_ahead``, else the first
         #: touches of cut points and outputs in :meth:`materialize`
         self.declare_seconds = 0.0
+        self._on_touch = self.store is not None and not declare_ahead
         if self.store is not None and declare_ahead:
             started = time.perf_counter()
             self._declare_stored(self.store)
@@ -296,7 +297,7 @@ class SubgraphSpace:
                 if new.size:
                     self._out.fill(new, [_Made(self._output_type(self._names[i], self._stored_rank(self._names[i])),
                                                _OUTPUT) for i in new.tolist()])
-                if self.store is not None:
+                if self._on_touch:
                     self.declare_seconds += time.perf_counter() - started
         constant = self._cut.constant[cut]
         fed = cut[~constant]
