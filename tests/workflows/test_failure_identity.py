@@ -100,8 +100,9 @@ def test_a_model_wrong_only_by_kernel_precision_is_not_reduced(tmp_path: Path) -
     with pytest.raises(GraphBisectError) as caught:
         gb.reduce(host.model, tmp_path / "bug", target=TF32, inputs=host.inputs)
     assert "only within its own noise floor" in caught.value.message
-    hint = caught.value.hint or ""
-    assert "use_tf32=0" in hint and "--target tf32ort:opt_level=disable" in hint
+    hint, cli_hint = caught.value.hint or "", caught.value.cli_hint or ""
+    assert "use_tf32=0" in hint and "target='tf32ort:opt_level=disable'" in hint  # gb.reduce's argument
+    assert "use_tf32=0" in cli_hint and "--target tf32ort:opt_level=disable" in cli_hint
     assert not (tmp_path / "bug" / "model.onnx").exists()
 
 

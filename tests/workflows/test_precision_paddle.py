@@ -129,7 +129,9 @@ def test_a_paddle_target_without_its_own_bf16_is_refused_with_the_spec_to_use(mo
 
     with pytest.raises(InputError, match="runs only its own model format") as caught:
         find_precision(load_model(models["legacy"]), mode="bf16", oracle=ORACLE, target="paddle:bf16=1")
-    assert "--target paddle:precision=bf16" in (caught.value.hint or "")
+    # in the words of each front end: the API's argument, and the flag on the command line
+    assert "target='paddle:precision=bf16'" in (caught.value.hint or "")
+    assert "--target paddle:precision=bf16" in (caught.value.cli_hint or "")
 
 
 def test_keep_fp32_without_bf16_is_a_spec_error() -> None:

@@ -35,7 +35,8 @@ def test_an_oracle_whose_capture_is_not_its_verdict_stops_the_reduction_and_says
     error = info.value
     assert "computes the model differently when its intermediate tensors are exposed" in error.message
     assert "'y'" in error.message
-    assert "--target onnxruntime:opt_level=all --oracle reference" in (error.hint or "")
+    assert "target='onnxruntime:opt_level=all', oracle='reference'" in (error.hint or "")  # the API's words
+    assert "--target onnxruntime:opt_level=all --oracle reference" in (error.cli_hint or "")  # the CLI's
     assert not (tmp_path / "bug" / "report.json").exists() and not work_dir_for(tmp_path / "bug").exists()
 
 
