@@ -187,8 +187,9 @@ class Model:
         }
 
     # What follows is computed on first use, not by the constructor: a command starts its backend workers
-    # right after loading the model, and their interpreters' start then overlaps this work (shape inference
-    # alone is ~0.1 s at 5,000 nodes). Each is computed once; the proto never changes.
+    # right after loading the model, and their interpreters' start then overlaps this work (onnx's shape
+    # inference alone: 0.02-0.05 s at 5,000 nodes on a 2-core AMD EPYC). Each is computed once; the proto never
+    # changes.
 
     @functools.cached_property
     def fingerprint(self) -> str:
