@@ -567,7 +567,7 @@ def _fitting(values: np.ndarray | None, dtype: np.dtype) -> np.ndarray | None:
 def _check_shape_names(model: Model, given: Mapping[str, tuple[int, ...]]) -> None:
     for name, shape in given.items():
         if name not in model.input_names:
-            raise InputError(f"--shape names {name!r}, which is not a model input", hint=_name_hint(name, model))
+            raise InputError(f"a shape is given for {name!r}, which is not a model input", hint=_name_hint(name, model))
         ttype = model.tensor_type(name)
         if ttype is not None and ttype.shape is not None:
             _check_shape(name, shape, ttype, "--shape")

@@ -70,17 +70,17 @@ class VersionRange:
             return cls()
         oldest, sep, newest = text.partition("..")
         if not sep:
-            raise InputError(f"--range {text!r} is not a range", hint="write OLDEST..NEWEST, e.g. 1.17.3..1.22.1, "
-                             "or leave out one end: 1.20..")
+            raise InputError(f"the release range {text!r} is not a range",
+                             hint="write OLDEST..NEWEST, e.g. 1.17.3..1.22.1, or leave out one end: 1.20..")
         ends = [end.strip() or None for end in (oldest, newest)]
         for end in ends:
             if end is not None:
                 try:
                     release_key(end)
                 except ValueError as exc:
-                    raise InputError(f"--range {text!r}: {exc}", hint="write versions as 1.22.1") from exc
+                    raise InputError(f"the release range {text!r}: {exc}", hint="write versions as 1.22.1") from exc
         if ends[0] is not None and ends[1] is not None and release_key(ends[0]) > release_key(ends[1]):
-            raise InputError(f"--range {text!r} starts after it ends", hint="write the older release first")
+            raise InputError(f"the release range {text!r} starts after it ends", hint="write the older release first")
         return cls(ends[0], ends[1])
 
     def __contains__(self, version: object) -> bool:

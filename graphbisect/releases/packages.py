@@ -111,7 +111,8 @@ def recipe_of(package: str, *, command: bool = False) -> Recipe:
     if package in PACKAGES:
         return PACKAGES[package]
     if not _DISTRIBUTION.match(package):
-        raise InputError(f"--package {package!r} is not a distribution's name", hint="e.g. --package onnxruntime")
+        raise InputError(f"package {package!r} is not a distribution's name", hint="e.g. package='onnxruntime'",
+                         cli_hint="e.g. --package onnxruntime")
     if not command:
         raise InputError(f"graphbisect releases has no backend of its own for {package!r} (it has for: "
                          f"{', '.join(PACKAGES)}): another package's releases run a command: target",

@@ -251,10 +251,12 @@ def _pinned_target(target: str, mode: PrecisionMode, pin_file: Path) -> str:
                          "--target")
     runtime_mode = runtime_pins_mode(target)
     if runtime_mode is not mode:
-        raise InputError(f"--mode {mode.value} does not match the target's own precision "
+        raise InputError(f"mode {mode.value} does not match the target's own precision "
                          f"({runtime_mode.value if runtime_mode else 'f32'}) in {target}",
-                         hint=f"use --mode {runtime_mode.value} with this target, or a target without precision="
-                         if runtime_mode else "use a target that computes in full precision")
+                         hint=f"use mode='{runtime_mode.value}' with this target, or a target without precision="
+                         if runtime_mode else "use a target that computes in full precision",
+                         cli_hint=f"use --mode {runtime_mode.value} with this target, or a target without "
+                         "precision=" if runtime_mode else None)
     if "," in str(pin_file):
         raise InputError(f"the work folder {pin_file.parent} contains ',', which a backend spec cannot hold",
                          hint="choose another workdir=", cli_hint="choose another --workdir")
@@ -431,9 +433,9 @@ def _checked_options(target: str, mode: PrecisionMode | str, calibration: Calibr
     if out_dir is not None:  # new, empty or an earlier precision run's: never the user's files (issue 36)
         check_output_folder(out_dir, **_OUTPUT_RULE)
     if jobs > 1 and runtime_pins_mode(target) is not None:
-        raise InputError(f"--jobs {jobs} with {target}: the target reads its FP32 pins from one file, so its "
-                         "candidates cannot run at once", hint="leave --jobs out (1) with a target that pins "
-                         "nodes itself")
+        raise InputError(f"{jobs} jobs with {target}: the target reads its FP32 pins from one file, so its "
+                         "candidates cannot run at once", hint="leave jobs= out (1) with a target that pins "
+                         "nodes itself", cli_hint="leave --jobs out (1) with a target that pins nodes itself")
     jobs, capped = cap_jobs(jobs, "--jobs")  # as reduce: more workers than CPUs only share them
     if capped is not None:
         stage(capped)
@@ -583,7 +585,7 @@ def _ends(ev: Evaluator, tester: PrecisionTester, lowering: Lowering, target: st
             stage(memory)
         return ev.evaluate(frozenset(), phase="all-lowered").outcome is Outcome.FAIL
     except BudgetExhausted as exc:
-        raise InputError(f"--max-invocations {max_invocations} ends before the search starts: the FP32 "
+        raise InputError(f"a budget of {max_invocations} invocations ends before the search starts: the FP32 "
                          "baseline and the fully lowered model take 2 target runs",
                          hint="give at least 3 (each search step is one more run)") from exc
 
