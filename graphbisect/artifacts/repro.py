@@ -233,7 +233,8 @@ def repro_config(content: BundleContent) -> dict[str, Any]:
     spec = content.target
     backend = _backend(spec)
     # the library whose release is reported: the backend's, or the one a command's package= names
-    library = backend.library or (spec.options.get("package", "").strip() or None if spec.name == "command" else None)
+    package = spec.options.get("package", "").strip() if backend.name == "command" else ""  # cmd: too
+    library = backend.library or package or None
     tol = content.tolerance
     timeout = spec.options.get("timeout")
     expect = expected_failure(content.signature, content.target_message, ModelNames(content.model))

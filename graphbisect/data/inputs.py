@@ -570,7 +570,7 @@ def _check_shape_names(model: Model, given: Mapping[str, tuple[int, ...]]) -> No
             raise InputError(f"a shape is given for {name!r}, which is not a model input", hint=_name_hint(name, model))
         ttype = model.tensor_type(name)
         if ttype is not None and ttype.shape is not None:
-            _check_shape(name, shape, ttype, "--shape")
+            _check_shape(name, shape, ttype, "the given shape")
 
 
 def _given(shapes: Mapping[str, Iterable[int]] | None) -> dict[str, tuple[int, ...]]:
@@ -740,7 +740,7 @@ def _resolve_shape(name: str, ttype: TensorType, bindings: dict[str, int]) -> tu
                 f"input {name!r} ({ttype}) has dynamic dimension {axis} ({dim or 'unnamed'}) that graphbisect "
                 "cannot guess",
                 hint=f"give its shape: shapes={{{name!r}: ({_shape_template(ttype.shape, ', ')})}} (replace each ? "
-                "by a size)",
+                "by a size)",  # never rank 1: a dynamic axis 0 is sized 1
                 cli_hint=f"give its shape: --shape {name}:{_shape_template(ttype.shape)} (replace each ? by a size)",
             )
     return tuple(dims)

@@ -422,9 +422,11 @@ class SubgraphSpace:
             known = self.model.boundary_type(name)
             if known is None or (known.type.HasField("tensor_type") and not known.type.tensor_type.elem_type):
                 continue  # typed by its value, on first touch
-            if name in self._outputs or _has_shape(known) or store.describe(name) is not None:
+            described = store.describe(name)
+            if name in self._outputs or _has_shape(known) or described is not None:
                 ids.append(index)
-                made.append(_Made(self._output_type(name, self._stored_rank(name)), _OUTPUT))
+                rank = len(described[1]) if described is not None else None  # from the index: no value read
+                made.append(_Made(self._output_type(name, rank), _OUTPUT))
         if ids:
             out = np.array(ids, dtype=np.int64)
             self._out.fill(out, made)

@@ -7,7 +7,7 @@ import numpy as np
 from onnx import helper
 
 from graphbisect.compare import Tolerance, compare_values
-from graphbisect.localize.layerwise import analyze_layers
+from graphbisect.localize.layerwise import analyze_layers, ranked_with
 
 #: a → (Relu, exposed, wrong) → b → (Neg, fused away) → c → (Abs, exposed) → y
 NODES = [helper.make_node("Relu", ["x"], ["b"], name="relu"), helper.make_node("Neg", ["b"], ["c"], name="neg"),
@@ -41,3 +41,6 @@ def test_a_run_alone_confirms_or_clears_a_node_behind_an_unexposed_tensor() -> N
     assert not report.root_causes[0].is_root and report.root_causes[0].evidence == "received"
     assert report.uncertain == ()
     assert report.root_causes[0].to_json()["evidence"] == "received"
+    # compare ranks the table it made before the run alone again instead of making it twice: the same report
+    for alone in (wrong_alone, right_alone):
+        assert ranked_with(unrun, alone) == analyze_layers(NODES, ORACLE, target, tol, alone=alone)
