@@ -457,7 +457,8 @@ def compare_to_store(outputs: Mapping[str, Any], names: Sequence[str], store_dir
     # let go before the next (a 1,500-node detector's capture is ~1 GiB, which stayed resident beside the
     # run's own outputs).
     for window in store.windows(stored, count=COMPARE_WINDOW):
-        items = [(name, store.get(name), _as_stored(outputs[name])) for name in window]
+        items = [(name, value, _as_stored(outputs[name])) for name, value in zip(window, store.get_many(window),
+                                                                                  strict=True)]
         stats.extend(compare_many(items, tol))
     return {"fields": list(STATS_FIELDS), "columns": stats_columns(stats)}
 

@@ -27,6 +27,7 @@ import enum
 import functools
 import logging
 import math
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -275,6 +276,7 @@ def _pair(value: Any, kind: type) -> Any:
 #: float64 column each, in this order.
 _COUNTS = ("numel", "mismatches", "target_nonfinite", "both_nonfinite")
 _MEASURES = ("max_abs", "max_rel", "mean_abs", "rel_l2", "cosine", "snr_db", "score")
+_COUNTS_OF, _MEASURES_OF = operator.attrgetter(*_COUNTS), operator.attrgetter(*_MEASURES)
 
 
 def stats_columns(stats: Sequence[TensorStats]) -> dict[str, Any]:
@@ -296,8 +298,8 @@ def stats_columns(stats: Sequence[TensorStats]) -> dict[str, Any]:
     absent = (math.inf, -math.inf)  # no range: _range's lo > hi, flagged in "ranged" too
     return {
         "count": len(stats), "name": [s.name for s in stats], "kind": [s.kind.value for s in stats],
-        "counts": packed([[getattr(s, f) for f in _COUNTS] for s in stats], "<i8"),
-        "measures": packed([[getattr(s, f) for f in _MEASURES] for s in stats], "<f8"),
+        "counts": packed(list(map(_COUNTS_OF, stats)), "<i8"),
+        "measures": packed(list(map(_MEASURES_OF, stats)), "<f8"),
         "ranged": [[s.oracle_range is not None, s.target_range is not None] for s in stats],
         "ranges": packed([[*(s.oracle_range or absent), *(s.target_range or absent)] for s in stats], "<f8"),
         "shape": [[s.oracle_shape, s.target_shape] for s in stats],
@@ -726,63 +728,48 @@ def _batchable(oracle: Any, target: Any) -> bool:
 def _compare_rows(items: list[tuple[str, Any, Any]], atol: float, rtol: float, tol: Tolerance) -> list[TensorStats]:
     """:func:`compare_tensors` of same-shape, same-type float tensors, as the rows of one array each side:
     the operations of ``_Accumulator.add`` (its finite case) and ``add_identical``, one numpy call per
-    statistic for all rows (:func:`_row_statistics`), then each row's values added into an ``_Accumulator``
-    as it adds them."""
+    statistic for all rows (:func:`_row_statistics`), and the final measures of ``_Accumulator`` and
+    :func:`_stats` (cosine, relative L2, SNR, the kind) by the same float64 operations on each row's values
+    (:func:`_row_measures`): no accumulator per row."""
     raw_o = np.stack([np.asarray(o).reshape(-1) for _, o, _ in items])
     raw_t = np.stack([np.asarray(t).reshape(-1) for _, _, t in items])
     bits = np.dtype(f"u{raw_o.dtype.itemsize}")
     identical = (raw_o.view(bits) == raw_t.view(bits)).all(axis=1)  # what compare_tensors' tobytes() tells
     o = _wide(raw_o)
-    finite = np.isfinite(o).all(axis=1) & np.isfinite(_wide(raw_t)).all(axis=1)
-    rows = _rows_by_kind(o, raw_t, identical, atol, rtol)
+    finite = (np.isfinite(o).all(axis=1) & np.isfinite(_wide(raw_t)).all(axis=1)).tolist()
+    numel = int(raw_o.shape[1])
+    rows = _row_measures(_rows_by_kind(o, raw_t, identical, atol, rtol), numel, tol)
     dtype = _dtype_name(raw_o.dtype)
     shape = tuple(np.shape(items[0][1]))
-    shapes = {"oracle_shape": shape, "target_shape": shape, "oracle_dtype": dtype, "target_dtype": dtype}
+    kinds = (MismatchKind.OK, MismatchKind.MISMATCH)
     stats = []
-    for row, (name, oracle, target) in enumerate(items):
-        if not finite[row]:  # NaN/Inf: the masked path, as compare_tensors takes it
+    for (name, oracle, target), row_finite, measured in zip(items, finite, rows, strict=True):
+        if not row_finite:  # NaN/Inf: the masked path, as compare_tensors takes it
             stats.append(compare_values(name, oracle, target, tol))
             continue
-        acc = _Accumulator(atol, rtol)
-        acc.numel += int(raw_o.shape[1])
-        if identical[row]:  # add_identical
-            norm = rows["o_sq"][row]
-            acc.o_sq += norm
-            acc.t_sq += norm
-            acc.dot += norm
-            acc.o_min, acc.o_max = min(acc.o_min, rows["o_min"][row]), max(acc.o_max, rows["o_max"][row])
-            acc.t_min, acc.t_max = min(acc.t_min, rows["o_min"][row]), max(acc.t_max, rows["o_max"][row])
-        else:  # add: _add_finite, then the ranges
-            worst = rows["max_abs"][row]
-            if worst != 0.0:  # _add_errors: identical values add no error
-                acc.mismatches += rows["mismatches"][row]
-                acc.max_abs = max(acc.max_abs, worst)
-                acc.sum_abs += rows["sum_abs"][row]
-                acc.err_sq += rows["err_sq"][row]
-                acc.max_rel = max(acc.max_rel, rows["max_rel"][row])
-                acc.rel_undefined = rows["rel_undefined"][row]
-                acc.score = max(acc.score, rows["score"][row])
-            acc.dot += rows["dot"][row]
-            acc.o_sq += rows["o_sq"][row]
-            acc.t_sq += rows["t_sq"][row]
-            acc.o_min, acc.o_max = min(acc.o_min, rows["o_min"][row]), max(acc.o_max, rows["o_max"][row])
-            acc.t_min, acc.t_max = min(acc.t_min, rows["t_min"][row]), max(acc.t_max, rows["t_max"][row])
-        stats.append(_stats(name, acc, tol, shapes))
+        (mismatched, mismatches, max_abs, max_rel, mean_abs, rel_l2, cosine, snr_db, score,
+         o_min, o_max, t_min, t_max) = measured
+        stats.append(TensorStats(
+            name, kinds[mismatched], numel=numel, mismatches=mismatches, max_abs=max_abs, max_rel=max_rel,
+            mean_abs=mean_abs, rel_l2=rel_l2, cosine=cosine, snr_db=snr_db, score=score,
+            oracle_shape=shape, target_shape=shape, oracle_dtype=dtype, target_dtype=dtype,
+            oracle_range=(o_min, o_max), target_range=(t_min, t_max)))
     return stats
 
 
 def _rows_by_kind(o: np.ndarray, raw_t: np.ndarray, identical: np.ndarray, atol: float, rtol: float
-                  ) -> dict[str, list[Any]]:
-    """:func:`_row_statistics` of the rows that differ, and of the identical ones only what ``add_identical``
-    reads (``o_sq``, ``o_min``, ``o_max``; the others are left 0 there, never read), each statistic a list over
-    all rows. A row's values are those of the same numpy operation on the same contiguous row, whichever rows
-    are reduced with it."""
+                  ) -> dict[str, np.ndarray]:
+    """:func:`_row_statistics` of every row, each statistic an array over the rows: of the rows that differ
+    as it computes them, of the identical ones what ``add_identical`` adds (``o_sq``, also as ``t_sq`` and
+    ``dot``, and the oracle's range as both ranges; the errors 0). A row's values are those of the same numpy
+    operation on the same contiguous row, whichever rows are reduced with it."""
     same, differ = np.flatnonzero(identical), np.flatnonzero(~identical)
     found: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []
     if len(same):
         kept = o if len(same) == len(o) else o[same]
-        found.append((same, {"o_sq": np.einsum("ij,ij->i", kept, kept), "o_min": kept.min(axis=1),
-                             "o_max": kept.max(axis=1)}))
+        norm, low, high = np.einsum("ij,ij->i", kept, kept), kept.min(axis=1), kept.max(axis=1)
+        found.append((same, {"o_sq": norm, "t_sq": norm, "dot": norm, "o_min": low, "o_max": high,
+                             "t_min": low, "t_max": high}))
     if len(differ):
         whole = len(differ) == len(o)
         found.append((differ, _row_statistics(o if whole else o[differ], _wide(raw_t if whole else raw_t[differ]),
@@ -792,7 +779,36 @@ def _rows_by_kind(o: np.ndarray, raw_t: np.ndarray, identical: np.ndarray, atol:
         for key, values in statistics.items():
             column = columns.setdefault(key, np.zeros(len(o), values.dtype))
             column[indices] = values
-    return {key: column.tolist() for key, column in columns.items()}
+    for key in ("mismatches", "max_abs", "sum_abs", "err_sq", "max_rel", "rel_undefined", "score"):
+        columns.setdefault(key, np.zeros(len(o), bool if key == "rel_undefined" else np.float64))
+    return columns
+
+
+def _row_measures(rows: Mapping[str, np.ndarray], numel: int, tol: Tolerance) -> list[tuple[Any, ...]]:
+    """Per row: (mismatched, mismatches, max_abs, max_rel, mean_abs, rel_l2, cosine, snr_db, score, o_min,
+    o_max, t_min, t_max), each what :func:`_stats` makes of an ``_Accumulator`` holding that row's statistics
+    (:func:`_rows_by_kind`): the same IEEE operations (``+ - * / sqrt`` in numpy and in Python round alike),
+    and the logarithm of the SNR by :func:`math.log10`, as ``_Accumulator.snr_db`` takes it."""
+    o_sq, t_sq, dot, err_sq = rows["o_sq"], rows["t_sq"], rows["dot"], rows["err_sq"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        root_o = np.sqrt(o_sq)
+        cosine = np.where((o_sq == 0.0) & (t_sq == 0.0), 1.0,
+                          np.where((o_sq == 0.0) | (t_sq == 0.0), 0.0,
+                                   np.clip(dot / (root_o * np.sqrt(t_sq)), -1.0, 1.0)))  # rounding past ±1
+        rel_l2 = np.where(err_sq == 0.0, 0.0, np.where(o_sq > 0, np.sqrt(err_sq) / root_o, math.inf))
+        ratio = o_sq / err_sq
+    snr = [math.inf if e == 0.0 else -math.inf if q == 0.0 or math.isinf(e) else 10.0 * math.log10(r)
+           for q, e, r in zip(o_sq.tolist(), err_sq.tolist(), ratio.tolist(), strict=True)]
+    mismatches = rows["mismatches"]
+    mismatched = mismatches > 0
+    if tol.min_cosine is not None:
+        mismatched |= cosine < tol.min_cosine
+    max_rel = rows["max_rel"]
+    max_rel = np.where(rows["rel_undefined"] & (max_rel == 0.0), math.nan, max_rel)
+    return list(zip(mismatched.astype(np.int8).tolist(), mismatches.astype(np.int64).tolist(),
+                    rows["max_abs"].tolist(), max_rel.tolist(), (rows["sum_abs"] / numel).tolist(),
+                    rel_l2.tolist(), cosine.tolist(), snr, rows["score"].tolist(), rows["o_min"].tolist(),
+                    rows["o_max"].tolist(), rows["t_min"].tolist(), rows["t_max"].tolist(), strict=True))
 
 
 def _row_statistics(o: np.ndarray, t: np.ndarray, atol: float, rtol: float) -> dict[str, np.ndarray]:

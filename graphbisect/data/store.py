@@ -284,6 +284,19 @@ class ActivationStore:
         return read_value(entry, lambda item: read_npy(
             os.path.join(self._folder, str(item["file"])), str(item["dtype"]), tuple(item["shape"])))
 
+    def get_many(self, names: Sequence[str]) -> list[Any]:
+        """:meth:`get` of each of ``names``, in order, read-only; the tensors stored as themselves are views of
+        the data file's map, checked at once (:meth:`PackedData.views
+        <graphbisect.storage.packfile.PackedData.views>`: ~1 µs a tensor where :meth:`get` costs ~9 µs, which a
+        worker comparing thousands of probed tensors with the store paid before its reply)."""
+        data = self._data
+        if data is None or any(name not in self._entries for name in names):
+            return [self.get(name) for name in names]  # a version 1 store; or an unknown name, which get names
+        entries = [self._entries[name] for name in names]
+        plain = [_plain(entry) for entry in entries]
+        views = iter(data.views([entry for entry, stored in zip(entries, plain, strict=True) if stored]))
+        return [next(views) if stored else data.value(entry) for entry, stored in zip(entries, plain, strict=True)]
+
     def path(self, name: str) -> Path:
         """The file holding ``name``: the data file (``info(name).offset`` says where in it), or the
         ``.npy`` file of a version 1 store."""
@@ -415,3 +428,9 @@ def _entries(path: Path, index: Mapping[str, Any], *, legacy: bool) -> dict[str,
                 hint=f"the store is corrupt; delete {path.parent} and let graphbisect recompute it",
             )
     return entries
+
+
+def _plain(entry: Mapping[str, Any]) -> bool:
+    """Whether ``entry`` is a tensor stored as itself in the data file (not a sequence, an optional or a type
+    numpy lacks)."""
+    return "offset" in entry and "elem_type" not in entry

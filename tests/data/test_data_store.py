@@ -343,6 +343,37 @@ def test_every_type_round_trips_through_the_worker_layout_reopened_and_appended(
     assert seq[0].tolist() == [0.0, 1.0, 2.0] and seq[1].dtype == ml_dtypes.bfloat16 and float(seq[1][0]) == 1.0
 
 
+def test_get_many_reads_what_get_reads_of_every_type_read_only(tmp_path: Path) -> None:
+    # The target's worker compares thousands of probed tensors with the store through get_many (its views of
+    # the map, checked at once); each value must be get's: same bytes, type and shape, read-only, sequences,
+    # optionals and types numpy lacks included, in the order asked; an unknown name is refused as get refuses it.
+    # (get's decoded string arrays are writable copies; its plain tensors, views or small copies, are read-only.)
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    values = {"f32": np.arange(6, dtype=np.float32).reshape(2, 3), "big": np.arange(70_000, dtype=np.float32),
+              "i64": np.array([3, -1], np.int64), "empty": np.zeros((0, 4), np.float16),
+              "bf16": np.array([1.5, -2.0], ml_dtypes.bfloat16), "str": np.array(["ab", "ç"], dtype=object),
+              "seq": [np.arange(3, dtype=np.float32)], "none": None}
+    write_outputs(values, list(values), tmp_path)
+    store = ActivationStore.open(tmp_path)
+    order = ["seq", "big", "f32", "none", "bf16", "empty", "str", "i64", "f32"]
+    many = store.get_many(order)
+    assert len(many) == len(order)
+    def held(array: np.ndarray) -> tuple[Any, ...]:  # an object array's bytes are its pointers
+        return array.dtype, array.shape, array.tolist() if array.dtype == object else array.tobytes()
+
+    for name, got in zip(order, many, strict=True):
+        one = store.get(name)
+        if isinstance(one, np.ndarray):
+            assert held(got) == held(one), name
+            assert got.flags.writeable <= one.flags.writeable, name  # read-only wherever get's is
+        elif one is None:
+            assert got is None
+        else:
+            assert [v.tobytes() for v in got] == [v.tobytes() for v in one]
+    with pytest.raises(KeyError, match=r"'f33' is not in the activation store .*did you mean 'f32'"):
+        store.get_many(["f32", "f33"])
+
+
 def test_a_closed_store_still_reads_and_a_later_put_opens_it_again(tmp_path: Path) -> None:
     # close() kept the writer's view of the data file, which flushed the closed file before mapping it:
     # "ValueError: flush of closed file" on the first read after close(), which the docstring promises.
