@@ -380,7 +380,8 @@ def from_named_outputs(nodes: Sequence[onnx.NodeProto], named: Iterable[tuple[st
         for tensor in known:
             region |= fused_region(nodes, producer, producer[tensor], vanished=vanished)
         # Input-less nodes (Constant weights of a converted model) were folded, not computed by this node.
-        region = {i for i in region if nodes[i].input or nodes[i].op_type != "Constant"} or region
+        if len(region) > 1:  # (a node alone stays itself)
+            region = {i for i in region if nodes[i].input or nodes[i].op_type != "Constant"} or region
         groups.append((name, kind, region, known))
     return _assemble(nodes, source, groups, unmapped, boundary=(), precisions=precisions)
 
@@ -476,6 +477,49 @@ def _assemble(nodes: Sequence[onnx.NodeProto], source: str,
     element types of its groups (``precisions``, by group name), each once.
     """
     inferred = _attribute_unclaimed(nodes, groups) if any(g[3] is None for g in groups) else []
+    readers: dict[str, set[int]] = {}
+    if any(groups[g][3] is None for g in range(len(groups))):  # only boundaries need them
+        for i, node in enumerate(nodes):
+            for name in node.input:
+                readers.setdefault(name, set()).add(i)
+    result: list[tuple[int, CompiledNode]] = []
+    taken: set[str] = set()
+    guessed = set(inferred)
+    node_names = [node.name for node in nodes]  # read once: a protobuf field costs a call each time
+    short = functools.lru_cache(maxsize=None)(precision_name)  # a few distinct names, thousands of nodes
+    precisions = precisions or {}
+    for members in _merged(groups):
+        if len(members) == 1:  # most compiled nodes: one group, nothing to merge
+            names, kinds = [groups[members[0]][0]], [groups[members[0]][1]]
+            region, named = groups[members[0]][2], [groups[members[0]][3]]
+        else:
+            names = list(dict.fromkeys(groups[g][0] for g in members))
+            kinds = list(dict.fromkeys(groups[g][1] for g in members))
+            region, named = set().union(*(groups[g][2] for g in members)), [groups[g][3] for g in members]
+        ordered = sorted(region)
+        if None not in named:
+            outputs = tuple(dict.fromkeys(o for n in named for o in n or ()) if len(named) > 1
+                            else dict.fromkeys(named[0] or ()))
+        else:
+            outputs = tuple(o for i in ordered for o in nodes[i].output
+                            if o and (o in boundary or readers.get(o, set()) - region))
+        name = names[0] if len(names) == 1 else f"{names[0]} (+{len(names) - 1} more)"
+        while name in taken:
+            name += "'"
+        taken.add(name)
+        ran = [p for g in members for p in precisions.get(groups[g][0], ()) if short(p) is not None]
+        result.append((max(region), CompiledNode(
+            name, kinds[0] if len(kinds) == 1 else "+".join(kinds), tuple([node_names[i] for i in ordered]), outputs,
+            tuple([node_names[i] for i in ordered if i in guessed]) if guessed else (),
+            tuple([short(p) or p for p in dict.fromkeys(ran)]) if ran else ())))
+    result.sort(key=lambda item: item[0])
+    return CompiledGraph(source, tuple(node for _, node in result), tuple(unmapped),
+                         tuple(nodes[i].name for i in sorted(inferred)))
+
+
+def _merged(groups: Sequence[tuple[str, str, set[int], list[str] | None]]) -> list[list[int]]:
+    """The groups that share an original node, transitively, as lists of group indices (union-find), each
+    list in group order, the lists in the order of their first group."""
     parent = list(range(len(groups)))
 
     def find(i: int) -> int:
@@ -494,38 +538,7 @@ def _assemble(nodes: Sequence[onnx.NodeProto], source: str,
     merged: dict[int, list[int]] = {}
     for g in range(len(groups)):
         merged.setdefault(find(g), []).append(g)
-    readers: dict[str, set[int]] = {}
-    if any(groups[g][3] is None for g in range(len(groups))):  # only boundaries need them
-        for i, node in enumerate(nodes):
-            for name in node.input:
-                readers.setdefault(name, set()).add(i)
-    result: list[tuple[int, CompiledNode]] = []
-    taken: set[str] = set()
-    guessed = set(inferred)
-    for members in merged.values():
-        region = set().union(*(groups[g][2] for g in members))
-        named = [groups[g][3] for g in members]
-        if all(n is not None for n in named):
-            outputs = list(dict.fromkeys(o for n in named for o in n or ()))
-        else:
-            outputs = [o for i in sorted(region) for o in nodes[i].output
-                       if o and (o in boundary or readers.get(o, set()) - region)]
-        names = list(dict.fromkeys(groups[g][0] for g in members))
-        kinds = list(dict.fromkeys(groups[g][1] for g in members))
-        name = names[0] if len(names) == 1 else f"{names[0]} (+{len(names) - 1} more)"
-        while name in taken:
-            name += "'"
-        taken.add(name)
-        ordered = sorted(region)
-        covered = tuple(nodes[i].name for i in ordered)
-        ran = tuple(dict.fromkeys(p for g in members for p in (precisions or {}).get(groups[g][0], ())
-                                  if precision_name(p) is not None))
-        result.append((max(region), CompiledNode(name, "+".join(kinds), covered, tuple(outputs),
-                                                 tuple(nodes[i].name for i in ordered if i in guessed),
-                                                 tuple(precision_name(p) or p for p in ran))))
-    result.sort(key=lambda item: item[0])
-    return CompiledGraph(source, tuple(node for _, node in result), tuple(unmapped),
-                         tuple(nodes[i].name for i in sorted(inferred)))
+    return list(merged.values())
 
 
 def _attribute_unclaimed(nodes: Sequence[onnx.NodeProto],

@@ -126,9 +126,10 @@ class LayerRow:
             >>> LayerRow(0, "mm", "MatMulInteger", "y", s, 0.0, math.inf).passes_on
             False
         """
+        if not self.compared or self.stats.passed:  # most rows: decided before the dtype's name is read
+            return False
         exact = (self.stats.oracle_dtype or "").startswith(("int", "uint", "bool"))
-        return self.compared and not self.stats.passed and exact and self.step is None and \
-            0.0 < self.input_score <= 1.0
+        return exact and self.step is None and 0.0 < self.input_score <= 1.0
 
     @property
     def compared(self) -> bool:
@@ -307,7 +308,7 @@ def _layer_rows(nodes: Sequence[onnx.NodeProto], oracle: TensorSource, target: T
     carried: dict[str, float] = {}  # a tensor the target did not expose → the error estimated to reach it
     for index, node in enumerate(nodes):
         group = groups.get(node.name)
-        inputs = reads[group.name] if group is not None else node.input
+        inputs = reads.get(group.name, node.input) if group is not None else node.input
         input_score, hidden = _input_error(inputs, scores, carried)
         for tensor in node.output:
             if not tensor or tensor not in oracle:
@@ -404,11 +405,13 @@ def _diverges(row: LayerRow) -> bool:
 
 
 def _group_inputs(nodes: Sequence[onnx.NodeProto], groups: dict[str, CompiledNode]) -> dict[str, list[str]]:
-    """Compiled node name → the tensors its original nodes read that none of them produces."""
+    """Compiled node name → the tensors its original nodes read that none of them produces, for the compiled
+    nodes of more than one original node (one node's are its inputs: no node reads its own output)."""
     members: dict[str, list[onnx.NodeProto]] = {}
     for node in nodes:
-        if node.name in groups:
-            members.setdefault(groups[node.name].name, []).append(node)
+        compiled = groups.get(node.name)
+        if compiled is not None and len(compiled.originals) > 1:
+            members.setdefault(compiled.name, []).append(node)
     reads: dict[str, list[str]] = {}
     for name, group in members.items():
         produced = {out for node in group for out in node.output}
