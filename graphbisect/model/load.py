@@ -241,6 +241,8 @@ def _load_external_data(proto: onnx.ModelProto, path: Path) -> None:
     """Check every external-data reference of ``proto`` (relative to ``path``'s folder); keep the large
     top-level initializers on disk as source references and load the rest."""
     tensors = [t for t in _model_tensors(proto) if _uses_external_data(t)]
+    if not tensors:  # most models: one walk over their tensors, not three
+        return
     for tensor in tensors:  # check all before reading any
         _plan_read(tensor, path)
     kept = 0
@@ -260,9 +262,7 @@ def _load_external_data(proto: onnx.ModelProto, path: Path) -> None:
             tensor.data_location = onnx.TensorProto.DEFAULT
             del tensor.external_data[:]
             loaded += 1
-    if tensors:
-        logger.info("%s: %d external tensors loaded, %d bytes of external weights kept on disk", path, loaded,
-                    kept)
+    logger.info("%s: %d external tensors loaded, %d bytes of external weights kept on disk", path, loaded, kept)
 
 
 def _expected_nbytes(tensor: onnx.TensorProto) -> int | None:
