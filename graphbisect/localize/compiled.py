@@ -109,6 +109,12 @@ class CompiledNode:
     #: of the model, not of what the backend compiled, so not part of a compiled node's equality.
     model_precision: tuple[str, ...] = field(default=(), compare=False)
 
+    def with_model_precision(self, model_precision: tuple[str, ...]) -> CompiledNode:
+        """This node with :attr:`model_precision` set (``dataclasses.replace``, spelled out: ~3x faster, and
+        :meth:`CompiledGraph.with_model` makes one per compiled node)."""
+        return CompiledNode(self.name, self.kind, self.originals, self.outputs, self.inferred, self.precision,
+                            model_precision)
+
     @property
     def fused(self) -> bool:
         """True when it replaced more than one original node."""
@@ -258,8 +264,8 @@ class CompiledGraph:
         """
         by_name = {n.name: n for n in nodes}
         annotated = tuple(
-            dataclasses.replace(node, model_precision=model_precision(
-                [by_name[o] for o in node.originals if o in by_name], type_of, constants))
+            node.with_model_precision(model_precision([by_name[o] for o in node.originals if o in by_name],
+                                                      type_of, constants))
             for node in self.nodes)
         return dataclasses.replace(self, nodes=annotated)
 

@@ -161,14 +161,16 @@ def optimized_precisions(graph: onnx.GraphProto) -> dict[str, tuple[str, ...]]:
             types[tensor.name] = kind
     precisions: dict[str, tuple[str, ...]] = {}
     for node in graph.node:
-        inputs = [types[name] for name in node.input if name in types]
         if node.op_type == "MatMulNBits":
+            inputs = [types[name] for name in node.input if name in types]
             level = next((a.i for a in node.attribute if a.name == "accuracy_level"), 0)
             ran: tuple[str, ...] = (_NBITS_ACCURACY.get(level, inputs[0] if inputs else "f32"),)
         elif node.op_type in QUANTIZED_KERNELS:
+            inputs = [types[name] for name in node.input if name in types]
             ran = tuple(dict.fromkeys(t for t in inputs if t in _SMALL_INTS)) or ("i8",)
-        else:
-            ran = (inputs[0],) if node.input and node.input[0] in types else ()
+        else:  # the first input's type
+            first = node.input[0] if node.input else None
+            ran = (types[first],) if first is not None and first in types else ()
         if node.name and ran:
             precisions[node.name] = ran
         made = _made_type(node, types)

@@ -88,6 +88,22 @@ def test_compiled_node_from_older_json_has_no_inferred_members() -> None:
     assert CompiledNode.from_json(old).inferred == ()
 
 
+def test_a_compiled_node_with_its_model_precision_keeps_every_other_field() -> None:
+    """with_model_precision spells out dataclasses.replace (thousands of nodes a compare): every field but the
+    model's precision is the node's own, and a field added later fails here until it is carried too."""
+    import dataclasses
+
+    from graphbisect.localize.compiled import CompiledNode
+
+    values = {"name": "fc", "kind": "FullyConnected", "originals": ("mm", "add"), "outputs": ("y",),
+              "inferred": ("add",), "precision": ("i8",), "model_precision": ("f16",)}
+    assert set(values) == {f.name for f in dataclasses.fields(CompiledNode)}
+    node = CompiledNode(**values)  # type: ignore[arg-type]
+    annotated = node.with_model_precision(("f32",))
+    assert dataclasses.asdict(annotated) == {**values, "model_precision": ("f32",)}
+    assert annotated.lower_precision == ("i8",)
+
+
 def test_tensorrt_layers_from_inspector_metadata_or_names() -> None:
     """Engine inspector layers (detailed verbosity: ONNX names in Metadata; otherwise in the layer name)."""
     model = load_model(_conv_bn_relu())
