@@ -492,7 +492,6 @@ def _assemble(nodes: Sequence[onnx.NodeProto], source: str,
     taken: set[str] = set()
     guessed = set(inferred)
     node_names = [node.name for node in nodes]  # read once: a protobuf field costs a call each time
-    short = functools.lru_cache(maxsize=None)(precision_name)  # a few distinct names, thousands of nodes
     precisions = precisions or {}
     for members in _merged(groups):
         if len(members) == 1:  # most compiled nodes: one group, nothing to merge
@@ -513,11 +512,11 @@ def _assemble(nodes: Sequence[onnx.NodeProto], source: str,
         while name in taken:
             name += "'"
         taken.add(name)
-        ran = [p for g in members for p in precisions.get(groups[g][0], ()) if short(p) is not None]
+        ran = [p for g in members for p in precisions.get(groups[g][0], ()) if precision_name(p) is not None]
         result.append((max(region), CompiledNode(
             name, kinds[0] if len(kinds) == 1 else "+".join(kinds), tuple([node_names[i] for i in ordered]), outputs,
             tuple([node_names[i] for i in ordered if i in guessed]) if guessed else (),
-            tuple([short(p) or p for p in dict.fromkeys(ran)]) if ran else ())))
+            tuple([precision_name(p) or p for p in dict.fromkeys(ran)]) if ran else ())))
     result.sort(key=lambda item: item[0])
     return CompiledGraph(source, tuple(node for _, node in result), tuple(unmapped),
                          tuple(nodes[i].name for i in sorted(inferred)))
