@@ -376,6 +376,8 @@ def warn_unused_initializers(model: Model) -> str | None:
 
     A model with 1e6 of them built for over five minutes with no hint (issue 36).
     """
+    if len(model.initializer_names) < MANY_UNUSED_INITIALIZERS:  # too few to be many unused: no index made
+        return None
     count = model.unused_initializers
     if count < MANY_UNUSED_INITIALIZERS:
         return None
