@@ -83,6 +83,7 @@ import numpy as np
 
 from graphbisect.data.store import StoredFeeds
 from graphbisect.errors import GraphBisectError, InputError, SpecError
+from graphbisect.storage.gcpause import gc_paused
 from graphbisect.storage.packfile import (
     COPY_MAX_BYTES,
     DATA_NAME,
@@ -421,6 +422,7 @@ def _writable(value: Any) -> Any:
     return np.array(value)
 
 
+@gc_paused()
 def compare_to_store(outputs: Mapping[str, Any], names: Sequence[str], store_dir: str | Path,
                      tolerance: Mapping[str, Any]) -> dict[str, Any]:
     """The statistics of each of ``names`` that the activation store at ``store_dir`` holds, ``outputs[name]``

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -562,6 +563,9 @@ def main(argv: Sequence[str] | None = None, launched: Mapping[str, str] | None =
         for name in (*PRELOAD, *imports):  # one that fails ends the zygote: its workers are started instead
             __import__(name)
         blas = _stop_blas_threads()
+        # what the imports made lives as long as every worker: the collector of a forked worker need not look at
+        # it again (nor touch its pages, which the workers share with this process until they write them)
+        gc.freeze()
         _send(sock, {"ready": True, "threads": _threads(), "blas": blas})
         return _serve(sock, package, launched)
     finally:

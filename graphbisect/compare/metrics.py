@@ -36,6 +36,7 @@ import numpy as np
 
 from graphbisect.compare.nonfinite import warn_masked_outputs
 from graphbisect.errors import InputError
+from graphbisect.storage.gcpause import gc_paused
 from graphbisect.storage.values import comparable, is_exact
 from graphbisect.text.printable import shown
 
@@ -307,6 +308,7 @@ def stats_columns(stats: Sequence[TensorStats]) -> dict[str, Any]:
     }
 
 
+@gc_paused()
 def stats_from_columns(columns: Mapping[str, Any]) -> list[TensorStats]:
     """The statistics :func:`stats_columns` wrote, exactly, in their order."""
     count = int(columns["count"])
@@ -681,6 +683,7 @@ _BATCH_TYPES = (np.float16, np.float32)
 _BATCH_ELEMENTS = 1 << 18
 
 
+@gc_paused()
 def compare_many(items: Iterable[tuple[str, Any, Any]], tol: Tolerance | None = None) -> list[TensorStats]:
     """:func:`compare_values` of each ``(name, oracle, target)``, in order, with the very same results.
 

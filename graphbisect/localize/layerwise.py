@@ -53,6 +53,7 @@ from graphbisect.compare import MismatchKind, TensorStats, Tolerance, compare_te
 from graphbisect.data.store import ActivationStore
 from graphbisect.localize.compiled import CompiledGraph, CompiledNode
 from graphbisect.oracle.floor import NoiseFloor
+from graphbisect.storage.gcpause import gc_paused
 
 #: The ``kind`` of a layerwise row whose tensor the target did not expose (JSON, CSV, HTML).
 NOT_OBSERVED = "not-observed"
@@ -235,6 +236,7 @@ def _finite(value: float) -> float | str:
     return value if math.isfinite(value) else ("inf" if value > 0 else "nan" if math.isnan(value) else "-inf")
 
 
+@gc_paused()
 def analyze_layers(
     nodes: Sequence[onnx.NodeProto],
     oracle: TensorSource,

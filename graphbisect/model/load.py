@@ -26,6 +26,7 @@ from graphbisect.errors import GraphBisectError, ModelError
 from graphbisect.model.external import LAZY_MIN_BYTES, make_source_stub, source_of
 from graphbisect.model.graph import Model
 from graphbisect.model.normalize import normalize_model, subgraphs
+from graphbisect.storage.gcpause import gc_paused
 
 __all__ = ["external_data_file", "external_tensors", "file_kind", "load_model", "outside_folder"]
 
@@ -47,6 +48,7 @@ _ITEM_SIZE: dict[int, float] = {
 }
 
 
+@gc_paused()
 def load_model(source: str | Path | onnx.ModelProto, *, cache_dir: Path | None = None) -> Model:
     """Load and normalize a model from an ONNX file, a Paddle inference model or a ``ModelProto``.
 

@@ -41,6 +41,7 @@ from graphbisect.localize.optimized import OriginalGraph
 from graphbisect.localize.runtime_precision import element_name
 from graphbisect.model import Model
 from graphbisect.model.normalize import subgraphs
+from graphbisect.storage.gcpause import gc_paused
 
 __all__ = ["REPLAY_OPTIONS", "ProbePlan", "TargetProbe", "compiled_of", "describing_spec", "discard_description",
            "mapping_ahead", "original_graph", "plan_probe", "replay_model", "replay_spec", "unfed_inputs"]
@@ -72,6 +73,7 @@ class ProbePlan:
                 f"({len(self.vanished)} fused away)")
 
 
+@gc_paused()
 def compiled_of(model: Model, info: Mapping[str, Any]) -> CompiledGraph | None:
     """The compiled graph a run of a :func:`describing_spec` target reported on ``model``, or None."""
     compiled = compiled_graph(model.nodes, model.output_names, info, constants=_constants(model),
@@ -111,6 +113,7 @@ def original_graph(model: Model) -> OriginalGraph:
         return found
 
 
+@gc_paused()
 def mapping_ahead(model: Model) -> None:
     """Make what :func:`compiled_of` needs of ``model`` alone, ahead of the target's description: its
     :func:`original_graph` and its index of tensor types (what the model computes each compiled node in)."""
