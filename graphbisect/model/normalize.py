@@ -171,9 +171,11 @@ def outer_scope_refs(graph: onnx.GraphProto) -> list[str]:
 
 def node_dependencies(node: onnx.NodeProto) -> list[str]:
     """Every tensor ``node`` reads: its non-empty inputs, then the outer-scope tensors its subgraphs read."""
-    names = dict.fromkeys(name for name in node.input if name)
-    for graph in subgraphs(node):
-        names.update(dict.fromkeys(outer_scope_refs(graph)))
+    names = dict.fromkeys(node.input)  # the repeated field read at once: ~2x faster than a generator over it
+    names.pop("", None)  # an omitted optional input
+    if node.attribute:  # most nodes of most models hold no graph; none without attributes does
+        for graph in subgraphs(node):
+            names.update(dict.fromkeys(outer_scope_refs(graph)))
     return list(names)
 
 
