@@ -300,29 +300,31 @@ _COUNTS_OF, _MEASURES_OF = operator.attrgetter(*_COUNTS), operator.attrgetter(*_
 
 def stats_columns(stats: Sequence[TensorStats]) -> dict[str, Any]:
     """``stats`` as JSON-ready columns, read back exactly by :func:`stats_from_columns`: how a worker sends
-    the thousands of statistics of a layerwise probe. Names, kinds, shapes and dtypes are lists; the counts,
-    the measures and the value ranges are the little-endian bytes of one int64 or float64 array each, in
-    base64 (exact, infinities and NaN included, and ~5x faster to send and read back than a JSON list of
-    numbers per tensor: :meth:`TensorStats.to_row`).
+    the thousands of statistics of a layerwise probe. Names and kinds are lists; the counts, the measures and
+    the value ranges are the little-endian bytes of one int64 or float64 array each, in base64 (exact,
+    infinities and NaN included, and ~5x faster to send and read back than a JSON list of numbers per tensor:
+    :meth:`TensorStats.to_row`). What describes a row besides (both shapes and dtypes, which ranges it has) is
+    listed once per distinct value, each row giving its index (``form``): a probe's tensors share a few.
 
     Example:
         >>> import json
         >>> s = compare_tensors("y", np.ones(2, np.float32), np.array([1.0, np.inf], np.float32))
-        >>> stats_from_columns(json.loads(json.dumps(stats_columns([s])))) == [s]
+        >>> stats_from_columns(json.loads(json.dumps(stats_columns([s, s])))) == [s, s]
         True
     """
     def packed(rows: list[Any], dtype: str) -> str:
         return base64.b64encode(np.array(rows, dtype).tobytes()).decode("ascii")
 
-    absent = (math.inf, -math.inf)  # no range: _range's lo > hi, flagged in "ranged" too
+    absent = (math.inf, -math.inf)  # no range: _range's lo > hi, flagged in the form too
+    forms: dict[tuple[Any, ...], int] = {}
+    index = [forms.setdefault((s.oracle_shape, s.target_shape, s.oracle_dtype, s.target_dtype,
+                               s.oracle_range is not None, s.target_range is not None), len(forms)) for s in stats]
     return {
         "count": len(stats), "name": [s.name for s in stats], "kind": [s.kind.value for s in stats],
         "counts": packed(list(map(_COUNTS_OF, stats)), "<i8"),
         "measures": packed(list(map(_MEASURES_OF, stats)), "<f8"),
-        "ranged": [[s.oracle_range is not None, s.target_range is not None] for s in stats],
         "ranges": packed([[*(s.oracle_range or absent), *(s.target_range or absent)] for s in stats], "<f8"),
-        "shape": [[s.oracle_shape, s.target_shape] for s in stats],
-        "dtype": [[s.oracle_dtype, s.target_dtype] for s in stats],
+        "forms": list(forms), "form": packed(index, "<i4"),
     }
 
 
@@ -331,26 +333,31 @@ def stats_from_columns(columns: Mapping[str, Any]) -> list[TensorStats]:
     """The statistics :func:`stats_columns` wrote, exactly, in their order."""
     count = int(columns["count"])
 
-    def unpacked(key: str, dtype: str, width: int) -> list[list[Any]]:
+    def unpacked(key: str, dtype: str, width: int) -> list[Any]:
         values = np.frombuffer(base64.b64decode(columns[key]), dtype)
         return values.reshape(count, width).tolist() if count else []
 
+    def shape(dims: list[int] | None) -> tuple[int, ...] | None:
+        return None if dims is None else tuple(dims)
+
     kinds = {kind.value: kind for kind in MismatchKind}
+    forms = [(shape(o_shape), shape(t_shape), o_dtype, t_dtype, bool(o_ranged), bool(t_ranged))
+             for o_shape, t_shape, o_dtype, t_dtype, o_ranged, t_ranged in columns["forms"]]
     stats = []
-    for name, kind, counts, measures, ranged, ranges, shapes, dtypes in zip(
+    for name, kind, counts, measures, ranges, (form,) in zip(
             columns["name"], columns["kind"], unpacked("counts", "<i8", len(_COUNTS)),
-            unpacked("measures", "<f8", len(_MEASURES)), columns["ranged"], unpacked("ranges", "<f8", 4),
-            columns["shape"], columns["dtype"], strict=True):
+            unpacked("measures", "<f8", len(_MEASURES)), unpacked("ranges", "<f8", 4), unpacked("form", "<i4", 1),
+            strict=True):
         numel, mismatches, target_nonfinite, both_nonfinite = counts
         max_abs, max_rel, mean_abs, rel_l2, cosine, snr_db, score = measures
+        oracle_shape, target_shape, oracle_dtype, target_dtype, oracle_ranged, target_ranged = forms[form]
         stats.append(_made(
             name=str(name), kind=kinds[kind], numel=numel, mismatches=mismatches, max_abs=max_abs, max_rel=max_rel,
             mean_abs=mean_abs, rel_l2=rel_l2, cosine=cosine, snr_db=snr_db, score=score,
-            target_nonfinite=target_nonfinite, both_nonfinite=both_nonfinite,
-            oracle_shape=None if shapes[0] is None else tuple(shapes[0]),
-            target_shape=None if shapes[1] is None else tuple(shapes[1]), oracle_dtype=dtypes[0],
-            target_dtype=dtypes[1], oracle_range=(ranges[0], ranges[1]) if ranged[0] else None,
-            target_range=(ranges[2], ranges[3]) if ranged[1] else None))
+            target_nonfinite=target_nonfinite, both_nonfinite=both_nonfinite, oracle_shape=oracle_shape,
+            target_shape=target_shape, oracle_dtype=oracle_dtype, target_dtype=target_dtype,
+            oracle_range=(ranges[0], ranges[1]) if oracle_ranged else None,
+            target_range=(ranges[2], ranges[3]) if target_ranged else None))
     return stats
 
 
