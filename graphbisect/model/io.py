@@ -368,6 +368,20 @@ def _inline_size(proto: onnx.ModelProto) -> int:
         return PROTOBUF_LIMIT
 
 
+def _serialized(proto: onnx.ModelProto) -> bytes | None:
+    """``proto``'s bytes when it fits one protobuf, else None (too large, or protobuf refused: the caller sizes
+    it then). upb's ``ByteSize()`` serializes the message to size it, so this sizes and serializes at once (a
+    5,000-node model: one pass instead of two); initializers' raw bytes past the limit skip the attempt."""
+    if sum(len(tensor.raw_data) for tensor in proto.graph.initializer) >= PROTOBUF_LIMIT:
+        return None
+    try:
+        data = proto.SerializeToString()
+    except Exception as exc:  # google.protobuf.message.EncodeError beyond 2 GiB
+        logger.debug("SerializeToString() failed (%s): sizing the model", exc)
+        return None
+    return data if len(data) < PROTOBUF_LIMIT else None
+
+
 def save_proto(proto: onnx.ModelProto, path: str | Path, *, durable: bool = True, link: bool = True) -> Path:
     """Save ``proto`` to ``path`` atomically; returns ``path``.
 
@@ -382,13 +396,15 @@ def save_proto(proto: onnx.ModelProto, path: str | Path, *, durable: bool = True
     the same ``location`` appends to it) would modify the user's file.
     """
     path = Path(path)
-    too_large = _inline_size(proto) >= PROTOBUF_LIMIT
-    if too_large or has_sources(proto):
-        return _save_with_external_data(proto, path, inline=too_large, link=link)
-    try:
-        data = proto.SerializeToString()
-    except Exception as exc:
-        raise ModelError(f"cannot serialize the model for {path}: {exc}", hint="report this as a bug") from exc
+    data = None if has_sources(proto) else _serialized(proto)  # sized by serializing: ByteSize() serializes too
+    if data is None:
+        too_large = _inline_size(proto) >= PROTOBUF_LIMIT
+        if too_large or has_sources(proto):
+            return _save_with_external_data(proto, path, inline=too_large, link=link)
+        try:
+            data = proto.SerializeToString()
+        except Exception as exc:
+            raise ModelError(f"cannot serialize the model for {path}: {exc}", hint="report this as a bug") from exc
     with atomic_path(path, durable=durable) as tmp:
         tmp.write_bytes(data)
     return path

@@ -54,6 +54,14 @@ def test_large_models_are_saved_with_external_data(tmp_path: Path, monkeypatch: 
     assert load_model(path).fingerprint == model.fingerprint
     x = np.ones((1, 64), np.float32)
     np.testing.assert_allclose(run(path, {"x": x})["y"], run(model.proto, {"x": x})["y"], rtol=1e-6)
+    # a model whose weights' raw bytes are under the limit but whose whole protobuf is over it: serialized once
+    # to be sized, then saved with external data all the same
+    raw = sum(len(tensor.raw_data) for tensor in model.proto.graph.initializer)
+    monkeypatch.setattr(model_io, "PROTOBUF_LIMIT", raw + 1)
+    assert model.proto.ByteSize() > raw + 1
+    path = model.save(tmp_path / "just-over.onnx")
+    assert (tmp_path / "just-over.onnx.data").is_file() and path.stat().st_size < raw
+    assert load_model(path).fingerprint == model.fingerprint
 
 
 def test_weights_file_holds_every_initializer_once_aligned(tmp_path: Path) -> None:
