@@ -10,7 +10,8 @@ a ``[1, 256]`` tensor: per node and per tensor costs are all there is). Parts, i
   per run for the probe models' declarations;
 * ``capture model``: the oracle's probe model, every intermediate exposed, made and saved;
 * ``mapping ahead``: what mapping ONNX Runtime's optimized model needs of the model alone
-  (:class:`~graphbisect.localize.optimized.OriginalGraph`), made while the target builds;
+  (:class:`~graphbisect.localize.optimized.OriginalGraph` and, where the checkout has them, the types each node
+  computes in: :func:`~graphbisect.localize.runtime_precision.node_precisions`), made while the target builds;
 * ``mapping``: :func:`~graphbisect.workflows.probe.compiled_of` of the optimized model ORT saved (after the
   part above);
 * ``replay model``: the optimized model with the surviving tensors exposed, written;
@@ -103,7 +104,7 @@ def parts(folder: Path, nodes: int) -> dict[str, Callable[[], object]]:
         "load": lambda: load_model(path),
         "types": lambda: infer_types(model.proto),
         "capture model": lambda: save_proto(model.with_outputs(intermediates), folder / "capture2.onnx"),
-        "mapping ahead": lambda: OriginalGraph(model.nodes, constants),
+        "mapping ahead": lambda: _ahead(model, constants),
         "mapping": lambda: compiled_of(model, info),
         "replay model": lambda: replay_model(saved, model, intermediates, folder / "replay2.onnx"),
         "worker compare": lambda: compare_to_store(values, intermediates, store_dir, tol.to_json()),
@@ -115,6 +116,18 @@ def parts(folder: Path, nodes: int) -> dict[str, Callable[[], object]]:
         "ORT build: oracle capture": lambda: _session(capture, ort.GraphOptimizationLevel.ORT_DISABLE_ALL),
         "ORT build: replay": lambda: _session(replay, ort.GraphOptimizationLevel.ORT_DISABLE_ALL),
     }
+
+
+def _ahead(model: Any, constants: dict[str, onnx.TensorProto]) -> object:
+    """What :func:`mapping_ahead` makes, made again (it keeps what it made per model)."""
+    made = OriginalGraph(model.nodes, constants)
+    precisions = getattr(importlib.import_module("graphbisect.localize.runtime_precision"), "node_precisions", None)
+    if precisions is None:  # a checkout from before node precisions were made ahead
+        return made
+    from graphbisect.localize.layerwise import constant_tensors
+    from graphbisect.workflows.probe import element_types
+
+    return made, precisions(model.nodes, element_types(model), constant_tensors(model.nodes, model.initializer_names))
 
 
 def timed(job: Callable[[], object], repeats: int) -> list[float]:

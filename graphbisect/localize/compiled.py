@@ -61,7 +61,7 @@ from graphbisect.localize.fusion import fused_region, surviving_tensors, vanishe
 from graphbisect.localize.optimized import OriginalGraph, optimized_tensors
 from graphbisect.localize.runtime_precision import (
     lower_precision,
-    model_precision,
+    node_precisions,
     optimized_precisions,
     precision_name,
 )
@@ -262,12 +262,18 @@ class CompiledGraph:
             >>> graph.with_model(nodes, lambda name: "f32").nodes[0].precision_note()
             'ran in i8 where the model computes f32'
         """
-        by_name = {n.name: n for n in nodes}
-        annotated = tuple(
-            node.with_model_precision(model_precision([by_name[o] for o in node.originals if o in by_name],
-                                                      type_of, constants))
-            for node in self.nodes)
-        return dataclasses.replace(self, nodes=annotated)
+        return self.with_node_precisions(node_precisions(nodes, type_of, constants))
+
+    def with_node_precisions(self, precisions: Mapping[str, tuple[str, ...]]) -> CompiledGraph:
+        """:meth:`with_model` from what each original node computes in alone
+        (:func:`~graphbisect.localize.runtime_precision.node_precisions`, made once per model): a compiled
+        node's model precision is the union of its originals', in their order."""
+        annotated = []
+        for node in self.nodes:
+            found = [precisions[o] for o in node.originals if o in precisions]
+            merged = found[0] if len(found) == 1 else tuple(dict.fromkeys(k for kinds in found for k in kinds))
+            annotated.append(node.with_model_precision(merged))
+        return dataclasses.replace(self, nodes=tuple(annotated))
 
     def to_json(self) -> dict[str, object]:
         return {"source": self.source, "nodes": [n.to_json() for n in self.nodes], "unmapped": list(self.unmapped),

@@ -35,8 +35,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 import onnx
 
-__all__ = ["QUANTIZED_KERNELS", "element_name", "lower_precision", "model_precision", "optimized_precisions",
-           "precision_name"]
+__all__ = ["QUANTIZED_KERNELS", "element_name", "lower_precision", "model_precision", "node_precisions",
+           "optimized_precisions", "precision_name"]
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +134,22 @@ def model_precision(nodes: Sequence[onnx.NodeProto], type_of: Callable[[str], st
             if name and (kind := type_of(name)) is not None:
                 found.setdefault(kind)
     return tuple(found)
+
+
+def node_precisions(nodes: Sequence[onnx.NodeProto], type_of: Callable[[str], str | None],
+                    constants: Collection[str] = ()) -> dict[str, tuple[str, ...]]:
+    """Node name → :func:`model_precision` of that node alone. Of several nodes it is the union of theirs in
+    their order (each node adds its inputs' types in first-seen order): what a compiled node's originals
+    compute in is read from these without walking their inputs again (made once per model, ahead).
+
+    Example:
+        >>> from onnx import helper
+        >>> nodes = [helper.make_node("Cast", ["x"], ["c"], name="cast", to=1),
+        ...          helper.make_node("Add", ["c", "i"], ["y"], name="add")]
+        >>> node_precisions(nodes, {"x": "f16", "c": "f32", "i": "i64"}.get)
+        {'cast': ('f16',), 'add': ('f32', 'i64')}
+    """
+    return {node.name: model_precision((node,), type_of, constants) for node in nodes}
 
 
 def optimized_precisions(graph: onnx.GraphProto) -> dict[str, tuple[str, ...]]:

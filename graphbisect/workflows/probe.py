@@ -30,7 +30,7 @@ import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import onnx
 
@@ -38,7 +38,7 @@ from graphbisect.backends import BackendSpec, Capability, resolve
 from graphbisect.localize.compiled import CompiledGraph, compiled_graph
 from graphbisect.localize.layerwise import constant_tensors
 from graphbisect.localize.optimized import OriginalGraph
-from graphbisect.localize.runtime_precision import element_name
+from graphbisect.localize.runtime_precision import element_name, node_precisions
 from graphbisect.model import Model
 from graphbisect.model.normalize import subgraphs
 from graphbisect.storage.gcpause import gc_paused
@@ -80,8 +80,7 @@ def compiled_of(model: Model, info: Mapping[str, Any]) -> CompiledGraph | None:
                               original=lambda: original_graph(model))
     if compiled is not None:
         if any(node.precision for node in compiled.nodes):  # what the model computes there, beside it
-            compiled = compiled.with_model(model.nodes, element_types(model),
-                                           constant_tensors(model.nodes, given=model.initializer_names))
+            compiled = compiled.with_node_precisions(_node_precisions(model))
         if log.isEnabledFor(logging.INFO):  # ~15 ms at 5,000 nodes, for a line seen with --verbose
             log.info("%s", compiled.summary())
     return compiled
@@ -99,26 +98,39 @@ def element_types(model: Model) -> Callable[[str], str | None]:
     return type_of
 
 
-_ORIGINALS: weakref.WeakKeyDictionary[Model, OriginalGraph] = weakref.WeakKeyDictionary()
-_ORIGINALS_LOCK = threading.Lock()
+_T = TypeVar("_T")
+_AHEAD: weakref.WeakKeyDictionary[Model, dict[str, Any]] = weakref.WeakKeyDictionary()
+_AHEAD_LOCK = threading.Lock()
+
+
+def _made_once(model: Model, what: str, make: Callable[[], _T]) -> _T:
+    """``make()``, made once per model and kept while the model lives (also when compare's early thread is
+    still making it): what mapping a compiled graph needs of the model alone."""
+    with _AHEAD_LOCK:
+        made = _AHEAD.setdefault(model, {})
+        if what not in made:
+            made[what] = make()
+        return cast(_T, made[what])
 
 
 def original_graph(model: Model) -> OriginalGraph:
-    """What mapping a saved optimized model of ``model`` needs of it (made once per model, kept while the
-    model lives): :func:`compiled_of` uses it, and `compare` has it made during the target's plain run."""
-    with _ORIGINALS_LOCK:  # one per model, also when compare's early thread is still making it
-        found = _ORIGINALS.get(model)
-        if found is None:
-            found = _ORIGINALS[model] = OriginalGraph(model.nodes, _constants(model))
-        return found
+    """What mapping a saved optimized model of ``model`` needs of it: :func:`compiled_of` uses it, and
+    `compare` has it made during the target's plain run (:func:`mapping_ahead`)."""
+    return _made_once(model, "original", lambda: OriginalGraph(model.nodes, _constants(model)))
+
+
+def _node_precisions(model: Model) -> dict[str, tuple[str, ...]]:
+    """What each node of ``model`` computes in alone (:func:`node_precisions`), constants' nodes left out."""
+    return _made_once(model, "precisions", lambda: node_precisions(
+        model.nodes, element_types(model), constant_tensors(model.nodes, given=model.initializer_names)))
 
 
 @gc_paused()
 def mapping_ahead(model: Model) -> None:
     """Make what :func:`compiled_of` needs of ``model`` alone, ahead of the target's description: its
-    :func:`original_graph` and its index of tensor types (what the model computes each compiled node in)."""
+    :func:`original_graph` and what each of its nodes computes in."""
     original_graph(model)
-    model.tensor_type("")  # no tensor is named "": the lookup builds the model's index of types (once)
+    _node_precisions(model)
 
 
 def _constants(model: Model) -> dict[str, onnx.TensorProto]:

@@ -544,3 +544,27 @@ def test_float_outputs_of_quantized_kernels_are_typed_float() -> None:
                                numpy_helper.from_array(np.array(1, np.float32), "one")])
     assert optimized_precisions(graph) == {"dql": ("f32",), "scales_mul": ("f32",), "mm": ("u8", "i8"),
                                            "relu": ("f32",)}
+
+
+def test_a_compiled_nodes_model_precision_is_that_of_its_originals_together() -> None:
+    """``with_model`` reads what each original node computes in alone, made once per model: a group's is their
+    union in its originals' order, as walking the group's inputs gives it, constants' nodes left out."""
+    from graphbisect.localize.compiled import CompiledNode
+    from graphbisect.localize.runtime_precision import model_precision
+
+    nodes = [helper.make_node("Constant", [], ["k"], name="const", value=numpy_helper.from_array(np.ones(1, np.int8))),
+             helper.make_node("DequantizeLinear", ["k", "s"], ["w"], name="dq"),
+             helper.make_node("Cast", ["x"], ["c"], name="cast", to=TensorProto.FLOAT),
+             helper.make_node("Add", ["c", "w"], ["a"], name="add"),
+             helper.make_node("Gather", ["a", "i"], ["y"], name="gather")]
+    types = {"k": "i8", "s": "f32", "w": "f32", "x": "f16", "c": "f32", "a": "f32", "i": "i64", "y": "f32"}
+    constants = {"k", "w"}
+    groups = [("gather", "add"), ("cast", "add", "gather"), ("dq", "add"), ("const",), ("add", "cast")]
+    graph = CompiledGraph("optimized model", tuple(CompiledNode(f"g{i}", "Fused", group, (), precision=("f32",))
+                                                   for i, group in enumerate(groups)))
+    by_name = {node.name: node for node in nodes}
+    annotated = graph.with_model(nodes, types.get, constants)
+    for group, node in zip(groups, annotated.nodes, strict=True):
+        assert node.model_precision == model_precision([by_name[o] for o in group], types.get, constants), group
+    assert [node.model_precision for node in annotated.nodes] == [
+        ("f32", "i64"), ("f16", "f32", "i64"), ("f32",), (), ("f32", "f16")]
