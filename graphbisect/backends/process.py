@@ -126,6 +126,40 @@ class _WorkerTimeout(Exception):
     """No complete reply before the deadline."""
 
 
+class _Lines:
+    """Bytes read from a pipe, taken out a line at a time; each byte is searched for the end of its line once.
+
+    A reply of megabytes (the statistics or the output index of tens of thousands of tensors) arrives in 64 KiB
+    reads: appending each to one ``bytes`` and searching it whole after each was quadratic (0.12 s for a 10 MB
+    reply, 20 s for 50 MB, on a 2-core AMD EPYC).
+
+    Example:
+        >>> lines = _Lines()
+        >>> lines.add(b'{"a": 1}\\n{"b"'); lines.pop(), lines.pop()
+        (b'{"a": 1}', None)
+        >>> lines.add(b': 2}\\n'); lines.pop()
+        b'{"b": 2}'
+    """
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+        self._searched = 0  # bytes of _data known to hold no newline
+
+    def add(self, chunk: bytes) -> None:
+        self._data += chunk
+
+    def pop(self) -> bytes | None:
+        """The first whole line (without its newline), removed; None until one has arrived."""
+        end = self._data.find(b"\n", self._searched)
+        if end < 0:
+            self._searched = len(self._data)
+            return None
+        line = bytes(self._data[:end])
+        del self._data[:end + 1]
+        self._searched = 0
+        return line
+
+
 class _Worker:
     """One worker process and its two pipes."""
 
@@ -159,7 +193,7 @@ class _Worker:
         os.set_blocking(request_w, False)
         self.folder = Path(cwd)  # the worker's folder: where it records the groups of programs it runs
         self._out, self._in = request_w, reply_r
-        self._buffer = b""
+        self._lines = _Lines()
         self.phase = Phase.LOAD
 
     @property
@@ -167,7 +201,7 @@ class _Worker:
         return self.proc.pid
 
     def send(self, message: Mapping[str, Any], deadline: float) -> None:
-        data = json.dumps(message).encode("utf-8") + b"\n"
+        data = memoryview(json.dumps(message).encode("utf-8") + b"\n")  # what is left, not copied at each write
         while data:
             if not select.select([], [self._out], [], _remaining(deadline))[1]:
                 raise _WorkerTimeout
@@ -177,7 +211,7 @@ class _Worker:
                 raise _WorkerDied from exc
 
     def receive(self, deadline: float) -> dict[str, Any]:
-        while b"\n" not in self._buffer:
+        while (line := self._lines.pop()) is None:
             if not select.select([self._in], [], [], min(_remaining(deadline), POLL_SECONDS))[0]:
                 if self.proc.poll() is not None:
                     raise _WorkerDied  # gone, though something it started may still hold the pipe open
@@ -187,8 +221,7 @@ class _Worker:
             chunk = os.read(self._in, 1 << 16)
             if not chunk:
                 raise _WorkerDied
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
+            self._lines.add(chunk)
         message: dict[str, Any] = json.loads(line)
         return message
 

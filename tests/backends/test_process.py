@@ -541,3 +541,21 @@ def test_a_run_says_the_most_memory_its_worker_needed(tmp_path: Path) -> None:
     assert small.ok and big.ok and small.peak_memory is not None and big.peak_memory is not None
     assert 10 * 2**20 < small.peak_memory < 2**30
     assert big.peak_memory - small.peak_memory >= 256 * 2**20
+
+
+def test_replies_are_split_into_lines_however_the_pipe_cuts_them() -> None:
+    """A worker's reply of megabytes arrives in 64 KiB reads, several small ones may arrive in one: each line
+    comes out whole, once, in order (the host's reading is linear in the reply's size: process._Lines)."""
+    from graphbisect.backends.process import _Lines
+
+    big = json.dumps({"columns": {"name": [f"tensor_{i}" for i in range(400_000)]}}).encode()  # ~6 MB
+    stream = b"".join(message + b"\n" for message in (b'{"event": "start"}', b'{"event": "loaded"}', big, b"{}"))
+    rng = np.random.default_rng(0)
+    for cuts in (np.arange(1 << 16, len(stream), 1 << 16), np.sort(rng.integers(0, len(stream), 200)), [3, 4]):
+        lines, found = _Lines(), []
+        for start, end in zip([0, *cuts], [*cuts, len(stream)], strict=True):
+            lines.add(stream[start:end])
+            while (line := lines.pop()) is not None:
+                found.append(line)
+        assert found == [b'{"event": "start"}', b'{"event": "loaded"}', big, b"{}"]
+        assert lines.pop() is None
