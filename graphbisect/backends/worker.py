@@ -156,14 +156,24 @@ def write_outputs(outputs: Mapping[str, Any], names: Sequence[str], output_dir: 
     Types numpy lacks are stored raw with their ONNX element type (:mod:`graphbisect.storage.values`). A value that
     cannot be stored is a ``TypeError`` naming the output (a crash of the run, not of graphbisect).
     """
-    entries = []
+    entries: list[dict[str, Any]] = []
+    small: list[np.ndarray] = []  # small tensors stored as themselves: written at once, at the end (add_small),
+    rows: list[dict[str, Any]] = []  # the entries whose offsets they fill in
     with PackWriter(output_dir, durable=durable) as writer:
         for name in names:
+            value = outputs[name]
+            if isinstance(value, np.ndarray) and value.nbytes <= SMALL_BYTES and is_native(value.dtype):
+                small.append(value)
+                rows.append({"name": name, "offset": 0, "dtype": value.dtype.str, "shape": list(value.shape)})
+                entries.append(rows[-1])
+                continue
             try:
-                entry = writer.add(outputs[name])
+                entry = writer.add(value)
             except GraphBisectError as exc:
                 raise TypeError(f"output {name!r}: {exc.message}") from exc
             entries.append({"name": name, **entry})
+        for row, offset in zip(rows, writer.add_small(small), strict=True):
+            row["offset"] = offset
         return writer.publish(entries)
 
 

@@ -158,7 +158,9 @@ def test_a_store_of_the_per_tensor_layout_is_read_not_added_to(tmp_path: Path) -
 
 
 def test_adopt_the_real_worker_output(tmp_path: Path) -> None:
-    outputs: dict[str, np.ndarray] = {"a/b": np.ones((2, 2), np.float16), "c": np.zeros(3, np.int32)}
+    outputs: dict[str, np.ndarray] = {"a/b": np.ones((2, 2), np.float16), "c": np.zeros(3, np.int32),
+                                      "fortran": np.asfortranarray(np.arange(6.0).reshape(2, 3)),
+                                      "strided": np.arange(10, dtype=np.int64)[::3], "big": np.ones((300, 300))}
     write_outputs(outputs, list(outputs), tmp_path)
     store = ActivationStore.adopt(tmp_path)
     for name, value in outputs.items():
