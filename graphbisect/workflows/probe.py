@@ -100,7 +100,7 @@ def element_types(model: Model) -> Callable[[str], str | None]:
 
 _T = TypeVar("_T")
 _AHEAD: weakref.WeakKeyDictionary[Model, dict[str, Any]] = weakref.WeakKeyDictionary()
-_AHEAD_LOCK = threading.Lock()
+_AHEAD_LOCK = threading.RLock()  # a make() that needs another of the same model does not wait for itself
 
 
 def _made_once(model: Model, what: str, make: Callable[[], _T]) -> _T:
