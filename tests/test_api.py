@@ -104,6 +104,38 @@ def test_names_survive_importing_the_subpackages_they_share() -> None:
     assert callable(graphbisect.tactics.record)
 
 
+def test_a_subpackage_imported_first_does_not_take_the_name_of_the_function() -> None:
+    """In a fresh interpreter, a module of ``graphbisect.compare`` imported before the API's ``compare`` is first
+    used, then ``from graphbisect import ...`` and ``import graphbisect.x as``: each name stays the function."""
+    code = textwrap.dedent("""
+        import graphbisect.compare.metrics, graphbisect.triage.dedup, graphbisect.releases.search
+        import graphbisect
+        from graphbisect import precision, GraphBisectError
+        import graphbisect.tactics.openvino
+        assert callable(graphbisect.compare) and callable(graphbisect.triage) and callable(precision)
+        assert callable(graphbisect.releases) and callable(graphbisect.tactics.record)
+        assert graphbisect.compare.__module__ == "graphbisect.api" and issubclass(GraphBisectError, Exception)
+        assert graphbisect.model.__name__ == "graphbisect.model"  # a subpackage not imported yet, as an attribute
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_importing_the_package_or_a_worker_imports_no_workflow() -> None:
+    """``import graphbisect`` (every command's, every worker's and every zygote's first import) imports no module
+    of the package but its version; a backend worker's module imports neither onnx nor the host's side of the
+    backends nor a workflow (a zygote, and each interpreter a release search starts, pays for what it imports)."""
+    code = ("import sys, graphbisect; first = sorted(m for m in sys.modules if m.startswith('graphbisect'))\n"
+            "import graphbisect.backends.worker\n"
+            "print(first, sorted(m for m in sys.modules if m.startswith(('graphbisect.api', 'graphbisect.workflows',"
+            " 'graphbisect.backends.process', 'graphbisect.backends.registry', 'onnx'))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
+    assert done.stdout.strip() == "['graphbisect', 'graphbisect._version'] []", done.stderr
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        graphbisect.no_such_name  # noqa: B018
+
+
 def test_api_page_is_in_sync_with_the_docstrings() -> None:
     page = ROOT / "docs" / "api.md"
     assert page.read_text(encoding="utf-8") == render(), "regenerate it: python -m graphbisect.docs.api_doc"
