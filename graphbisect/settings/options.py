@@ -20,7 +20,7 @@ Example:
     graphbisect.errors.OptionError: Opts jobs=0 is not allowed: it must be a whole number >= 1
       hint: e.g. jobs=1
 
-Standard library only at import time (``import graphbisect`` needs only numpy).
+Standard library only at import time (the API imports it on its first call).
 """
 
 from __future__ import annotations
