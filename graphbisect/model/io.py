@@ -396,10 +396,11 @@ def save_proto(proto: onnx.ModelProto, path: str | Path, *, durable: bool = True
     the same ``location`` appends to it) would modify the user's file.
     """
     path = Path(path)
-    data = None if has_sources(proto) else _serialized(proto)  # sized by serializing: ByteSize() serializes too
+    sourced = has_sources(proto)
+    data = None if sourced else _serialized(proto)  # sized by serializing: ByteSize() serializes too
     if data is None:
         too_large = _inline_size(proto) >= PROTOBUF_LIMIT
-        if too_large or has_sources(proto):
+        if too_large or sourced:
             return _save_with_external_data(proto, path, inline=too_large, link=link)
         try:
             data = proto.SerializeToString()
