@@ -188,3 +188,44 @@ def test_long_functions_are_found(tmp_path: Path) -> None:
                                   f"class C:\n    def over(self):\n        '''Doc.'''\n"
                                   + "".join(f"        x{i} = {i}\n" for i in range(59)))
     assert _long_functions(package, MAX_FUNCTION_LINES) == ["pkg/m.py:65 over (61 lines)"]
+
+
+def _environment_reads_at_import(root: Path) -> list[str]:
+    """Where a module reads the environment (``os.environ``, ``os.getenv``) while it is imported: at module or
+    class level, in a default argument or a decorator, not inside a function body."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        source = path.read_text()
+        stack: list[ast.AST] = list(ast.parse(source).body)
+        while stack:
+            node = stack.pop()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                made = (*node.decorator_list, *node.args.defaults, *node.args.kw_defaults)
+                stack.extend(d for d in made if d is not None)
+                continue
+            if isinstance(node, ast.Lambda):
+                stack.extend(node.args.defaults)
+                continue
+            if (isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv")
+                    and isinstance(node.value, ast.Name) and node.value.id == "os"):
+                found.append(f"{path.relative_to(root.parent)}:{node.lineno} {ast.get_source_segment(source, node)}")
+            stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def test_no_module_reads_the_environment_when_imported() -> None:
+    """A forked worker's modules were imported by its zygote, whose key leaves out graphbisect's own variables
+    (``GRAPHBISECT_*``, :func:`graphbisect.backends.zygote.per_worker`): a module that read one at import would
+    see the zygote's value, not the worker's. Every variable is read when it is needed."""
+    reads = _environment_reads_at_import(PACKAGE)
+    assert not reads, f"read the environment inside a function instead: {'; '.join(reads)}"
+
+
+def test_environment_reads_at_import_are_found(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "m.py").write_text("import os\nA = os.environ.get('GRAPHBISECT_X')\n"
+                                  "def f(x=os.getenv('Y')):\n    return os.environ['Z']\n"
+                                  "class C:\n    B = os.environ\n")
+    assert _environment_reads_at_import(package) == [
+        "pkg/m.py:6 os.environ", "pkg/m.py:3 os.getenv", "pkg/m.py:2 os.environ"]

@@ -23,13 +23,13 @@ These rules keep a fork as faithful as an exec:
   of a started worker. Where the pool cannot be stopped so (an OpenBLAS that does not export the function, an
   OpenMP build, another BLAS with threads), the zygote has threads and refuses;
 * the zygote is keyed by the interpreter, the modules it imports for the backend, and the whole environment
-  except the per-worker variables (:data:`PER_WORKER`), which the worker reads at run time and
+  except the per-worker variables (:func:`per_worker`), which the worker reads at run time and
   gets exactly; a module that fails to import ends the zygote (its workers are started, and fail as they would);
 * a worker reseeds numpy's global generator (a started worker seeds it at import; a forked one would share
   the zygote's state with every other worker);
 * a worker's environment is the one the zygote's interpreter started with (so what a wrapper script given as
   the interpreter, or its ``sitecustomize``, set is there, as for a started worker), with only what differs
-  per worker replaced: the :data:`PER_WORKER` variables and the worker's own link to graphbisect.
+  per worker replaced: the :func:`per_worker` variables and the worker's own link to graphbisect.
 
 The host is not the worker's parent: the zygote reaps its workers and sends each exit status back, so a
 worker killed by a signal is reported as one (:class:`ForkedProcess` answers ``poll``/``wait`` as
@@ -40,7 +40,7 @@ Protocol: the host and its zygote share a ``SOCK_SEQPACKET`` Unix socket pair; e
 object. The zygote says ``{"ready": true, "threads": n, "blas": [paths]}`` once it has imported (``blas``: the
 OpenBLAS libraries whose thread pool it stopped), then answers
 ``{"op": "spawn", "argv": [...], "env": {...}, "cwd": dir, "log": path, "package": dir, "id": n}`` (``env``:
-the :data:`PER_WORKER` variables; with the worker's request and reply pipes attached as ``SCM_RIGHTS``) with
+the :func:`per_worker` variables; with the worker's request and reply pipes attached as ``SCM_RIGHTS``) with
 ``{"id": n, "pid": p}`` or ``{"id": n, "refused": why}``, and sends ``{"exited": p, "status": s}``
 (``subprocess``'s returncode: minus the signal) for each worker it reaped. It exits when the host closes its end.
 """
@@ -69,18 +69,21 @@ from typing import Any
 
 from graphbisect.storage.tempfolders import PREFIX, alive, claim
 
-__all__ = ["ENV", "PER_WORKER", "ForkedProcess", "close_all", "package_path", "prestart", "spawn"]
+__all__ = ["ENV", "PER_WORKER_NAMES", "PER_WORKER_PREFIX", "ForkedProcess", "close_all", "package_path", "per_worker",
+           "prestart", "spawn"]
 
 logger = logging.getLogger(__name__)
 
 #: ``exec``: start every worker as a new interpreter (no zygote); anything else: fork where a zygote can.
 ENV = "GRAPHBISECT_WORKER_START"
-#: Variables that differ between the workers of one host and are read only at run time, never by the imports a
-#: zygote makes: graphbisect's own per-worker variables, and ``PYTEST_CURRENT_TEST``, which pytest sets anew for
-#: each phase of each test (in the key, graphbisect called from a test suite, a CI harness's or ours, started a
-#: zygote per test phase: ~900 zygotes, ~0.5 CPU-s each, in ours; 242 since). Not part of a zygote's key; each
-#: worker gets exactly the values its request has, as a started worker would.
-PER_WORKER = frozenset({"GRAPHBISECT_CALLER_CWD", "GRAPHBISECT_COMPILE_CACHE", "PYTEST_CURRENT_TEST"})
+#: Variables that may differ between the workers of one host and are read only at run time, never by the imports
+#: a zygote makes (:func:`per_worker`): graphbisect's own, by this prefix (no module of graphbisect reads one at
+#: import, tests/test_structure.py): those the host sets for each worker and those a user or a test sets for one
+#: run (``GRAPHBISECT_CACHE``: in the key, each test that set its own started a zygote of its own); and
+#: ``PYTEST_CURRENT_TEST``, which pytest sets anew for each phase of each test (in the key, graphbisect called from
+#: a test suite, a CI harness's or ours, started a zygote per test phase: ~900 zygotes, ~0.5 CPU-s each, in ours).
+#: Not part of a zygote's key; each worker gets exactly the values its request has, as a started worker would.
+PER_WORKER_PREFIX, PER_WORKER_NAMES = "GRAPHBISECT_", frozenset({"PYTEST_CURRENT_TEST"})
 #: The modules a zygote imports before it forks (what every worker imports before its backend library).
 PRELOAD = ("graphbisect.backends.worker",)
 #: Seconds a zygote may take to import :data:`PRELOAD` and say it is ready, and to answer one spawn.
@@ -148,7 +151,7 @@ class _Zygote:
         with self._lock:
             self._next += 1
             ident = self._next
-            own = {k: v for k, v in env.items() if k in PER_WORKER}  # the rest is the zygote's own start's
+            own = {k: v for k, v in env.items() if per_worker(k)}  # the rest is the zygote's own start's
             request = {"op": "spawn", "id": ident, "argv": list(argv), "env": own, "cwd": str(cwd),
                        "log": str(log), "package": str(package)}
             try:
@@ -277,7 +280,7 @@ def spawn(python: str, argv: Sequence[str], env: Mapping[str, str], *, cwd: Path
 
 def _spawn(python: str, argv: Sequence[str], env: Mapping[str, str], *, cwd: Path, log: Path,
            package: Path, fds: Sequence[int], imports: tuple[str, ...]) -> ForkedProcess | None:
-    base = {k: v for k, v in env.items() if k not in PER_WORKER}
+    base = {k: v for k, v in env.items() if not per_worker(k)}
     entries = base.get("PYTHONPATH", "").split(os.pathsep)
     if entries[0] == str(package):  # each worker's link to this graphbisect: the zygote has its own
         base["PYTHONPATH"] = os.pathsep.join(entries[1:])
@@ -289,6 +292,12 @@ def _spawn(python: str, argv: Sequence[str], env: Mapping[str, str], *, cwd: Pat
         with _registry_lock:
             _zygotes[key] = None
     return process
+
+
+def per_worker(name: str) -> bool:
+    """Whether the environment variable ``name`` is given to each forked worker as its request has it, outside
+    the zygote's key (:data:`PER_WORKER_PREFIX`)."""
+    return name.startswith(PER_WORKER_PREFIX) or name in PER_WORKER_NAMES
 
 
 def _zygote_for(python: str, base: Mapping[str, str],
@@ -312,7 +321,7 @@ def prestart(python: str, env: Mapping[str, str], imports: Sequence[str] = ()) -
     only logged (the first :func:`spawn` tries again, or starts its worker the plain way)."""
     if not _usable(env):
         return
-    base = {k: v for k, v in env.items() if k not in PER_WORKER}
+    base = {k: v for k, v in env.items() if not per_worker(k)}
     base["PYTHONPATH"] = base.get("PYTHONPATH", "")  # as :func:`_spawn` has it once the worker's link is off
 
     def start() -> None:
@@ -449,8 +458,8 @@ def _worker_env(launched: Mapping[str, str], requested: Mapping[str, str], packa
     """The environment a worker started as ``python`` with ``requested`` would have: the zygote's own start-up
     environment (the same key, so the same interpreter start: a wrapper's variables, ``sitecustomize``'s),
     with the per-worker variables as requested and the zygote's link to graphbisect replaced by the worker's."""
-    env = {k: v for k, v in launched.items() if k not in PER_WORKER}
-    env.update({k: v for k, v in requested.items() if k in PER_WORKER})
+    env = {k: v for k, v in launched.items() if not per_worker(k)}
+    env.update({k: v for k, v in requested.items() if per_worker(k)})
     if "PYTHONPATH" in env:
         env["PYTHONPATH"] = os.pathsep.join(worker_package if p == package else p
                                             for p in env["PYTHONPATH"].split(os.pathsep))

@@ -45,7 +45,7 @@ class Probe(OnnxRuntime):
         return {**super().info(), "pid": os.getpid(), "ppid": os.getppid(), "pgid": os.getpgid(0),
                 "cwd": os.getcwd(), "cache": os.environ.get("GRAPHBISECT_COMPILE_CACHE"),
                 "caller_cwd": os.environ.get("GRAPHBISECT_CALLER_CWD"), "wrapped": os.environ.get("GB_WRAPPED"),
-                "test": os.environ.get("PYTEST_CURRENT_TEST"),
+                "test": os.environ.get("PYTEST_CURRENT_TEST"), "user_cache": os.environ.get("GRAPHBISECT_CACHE"),
                 "pythonpath": os.environ.get("PYTHONPATH", ""), "draw": float(np.random.random())}
 '''
 
@@ -181,19 +181,25 @@ def test_graphbisect_s_own_variables_are_never_inherited_by_its_workers(
     assert not (tmp_path / "planted").exists()
 
 
-def test_a_test_runner_s_per_test_variable_reaches_each_worker_from_one_zygote(
+def test_per_run_variables_reach_each_worker_from_one_zygote(
         probe: str, relu: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """pytest sets PYTEST_CURRENT_TEST anew for each phase of each test. In a zygote's key, graphbisect called from
-    a test suite (a CI harness's, or ours: ~900 zygotes, ~0.5 CPU-s each) started a zygote per test phase; each
-    worker must still see its own value, as a started worker would."""
-    infos = []
-    for name in ("first", "second"):
+    a test suite (a CI harness's, or ours: ~900 zygotes, ~0.5 CPU-s each) started a zygote per test phase; so did
+    each GRAPHBISECT_CACHE a test or a user set for one run. Each worker must still see its own values, as a
+    started worker would, and one that does not set a variable must not see another's."""
+    infos, names = [], ("first", "second", "third")
+    for name in names:
         monkeypatch.setenv("PYTEST_CURRENT_TEST", f"tests/test_x.py::{name} (call)")
+        if name == "third":
+            monkeypatch.delenv("GRAPHBISECT_CACHE", raising=False)
+        else:
+            monkeypatch.setenv("GRAPHBISECT_CACHE", str(tmp_path / f"cache-{name}"))
         with BackendProcess(probe, workdir=tmp_path / name) as proc:
             infos.append(proc.run(relu, X).info)
-    a, b = infos
-    assert a["ppid"] == b["ppid"] != os.getpid()  # both forked by one zygote
-    assert (a["test"], b["test"]) == ("tests/test_x.py::first (call)", "tests/test_x.py::second (call)")
+    assert len({info["ppid"] for info in infos}) == 1 and infos[0]["ppid"] != os.getpid()  # forked by one zygote
+    assert [info["test"] for info in infos] == [f"tests/test_x.py::{name} (call)" for name in names]
+    assert [info["user_cache"] for info in infos] == [str(tmp_path / "cache-first"), str(tmp_path / "cache-second"),
+                                                      None]
 
 
 def test_forked_workers_do_not_share_numpy_s_random_draws(probe: str, relu: Path, tmp_path: Path,
