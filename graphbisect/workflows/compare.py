@@ -378,6 +378,10 @@ def _compare_in(model: Model, folder: Path, inputs_path: Path, oracle_proc: Back
     is closed once it has done its part. The caller fills in the time taken, the kept store and the dims."""
     cost_before = (oracle_proc.cost, target_proc.cost)
     capturing = layerwise and _probe_possible(oracle_info, target_info) and not oracle_described
+    # The oracle's worker makes its runtime while the target's does (this process only waits meanwhile): its
+    # capture then starts as soon as its probe model is written. Not where both use one GPU (run one at a time).
+    oracle_ready = _in_background(oracle_proc.validate, "graphbisect-oracle-init") \
+        if shared_accelerator(oracle_spec, target_spec) is None else (lambda: None)
     target_proc.validate()
     during, probe_model = _during_target(model, folder, capturing=capturing, described=described)
 
@@ -389,7 +393,7 @@ def _compare_in(model: Model, folder: Path, inputs_path: Path, oracle_proc: Back
                                                  target_proc=target_proc, oracle_spec=oracle_spec,
                                                  oracle_info=oracle_info, target_spec=target_spec,
                                                  oracle_described=oracle_described, probe_model=probe_model,
-                                                 during_target=during.start,
+                                                 oracle_ready=oracle_ready, during_target=during.start,
                                                  tolerance=tol, stage=stage, after_target=after_target)
     # The oracle has done its part: its worker exits while the target works (less memory, and its
     # interpreter's teardown is off the critical path). A caller's workers stay open.
@@ -658,7 +662,8 @@ def _every_intermediate(model: Model) -> list[str]:
 def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: BackendProcess,
                 target_proc: BackendProcess, oracle_spec: BackendSpec, oracle_info: BackendInfo,
                 target_spec: BackendSpec, oracle_described: bool, probe_model: Callable[[], Path] | None,
-                tolerance: Tolerance, during_target: Callable[[], None] = lambda: None,
+                tolerance: Tolerance, oracle_ready: Callable[[], None] = lambda: None,
+                during_target: Callable[[], None] = lambda: None,
                 stage: Callable[[str], None], after_target: Callable[[RunResult], _TargetEarly | None]
                 ) -> tuple[_Side, RunResult, _TargetEarly | None]:
     """The verdict's runs: the oracle's and the target's, at the same time (each in its own worker) unless
@@ -686,6 +691,7 @@ def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: B
               f"{len(_every_intermediate(model))} intermediate tensors")
 
         def oracle_job() -> OracleRuns:
+            oracle_ready()
             return capture_as_built(lambda path, out: oracle_proc.run(path, inputs_path, output_dir=out),
                                     probe_model(),
                                     oracle_model, outputs=model.output_names, tolerance=tolerance, spec=oracle_spec,
@@ -695,6 +701,7 @@ def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: B
         stage(f"running oracle {oracle_spec} and target {target_spec}")
 
         def oracle_job() -> OracleRuns:
+            oracle_ready()
             return OracleRuns(oracle_proc.run(oracle_model, inputs_path))
     shared = shared_accelerator(oracle_spec, target_spec)
     if shared is not None:  # two runs on one GPU at once would distort each other's timings and memory

@@ -424,3 +424,15 @@ def test_cli_reports_the_shapes_its_random_inputs_ran_with_and_never_drops_shape
     np.savez(tmp_path / "in.npz", x=np.ones((2, 3), np.float32))
     assert main(["compare", str(model_path), "--inputs", str(tmp_path / "in.npz"), "--shape", "x:5x3"]) == 0
     assert "--shape is not used" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("role", ["oracle", "target"])
+def test_a_misspelled_optimizer_in_either_spec_is_refused_by_name(tmp_path: Path, role: str) -> None:
+    """The oracle's worker checks its spec while the target's does (both at once): a name ONNX Runtime would
+    silently ignore is refused by whichever side has it, as a SpecError naming it, before any verdict."""
+    from graphbisect.errors import SpecError
+
+    specs = {"oracle": "ort:opt_level=disable", "target": "ort:opt_level=all"}
+    specs[role] += ",disabled=LayerNormFusionn"
+    with pytest.raises(SpecError, match="LayerNormFusionn"):
+        compare_models(load_model(_layernorm_keepdims0()), **specs, workdir=tmp_path / "c")
