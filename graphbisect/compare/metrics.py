@@ -60,7 +60,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_CHUNK = 1 << 20  # elements per chunk: bounds the temporaries to a few MB whatever the tensor size
+_CHUNK = 1 << 15  # elements per chunk: its float64 temporaries (256 KiB) stay in a core's cache (1 << 20: 1.6× slower)
 
 
 class MismatchKind(str, enum.Enum):
@@ -430,9 +430,18 @@ class _Accumulator:
             self._add_range(o, "o")
             self._add_range(t, "t")
             return
+        if o.dtype.kind != "c" and t.dtype.kind != "c":
+            # The ranges are needed anyway, and NaN or an infinity makes one end non-finite: the common all-finite
+            # case is told apart without another pass (or a mask).
+            ends = (float(o.min()), float(o.max()), float(t.min()), float(t.max()))
+            if all(math.isfinite(end) for end in ends):
+                self._add_finite(o, t)
+                self.o_min, self.o_max = min(self.o_min, ends[0]), max(self.o_max, ends[1])
+                self.t_min, self.t_max = min(self.t_min, ends[2]), max(self.t_max, ends[3])
+                return
         # A float64 sum of float values is finite exactly when every value is (no float32/16 value can overflow
-        # it), so the common all-finite case costs one pass per tensor instead of two masks.
-        if _finite_sum(o) and _finite_sum(t):
+        # it): the complex case's one pass per tensor instead of two masks.
+        elif _finite_sum(o) and _finite_sum(t):
             self._add_finite(o, t)
             self._add_range(o, "o")
             self._add_range(t, "t")
@@ -502,18 +511,39 @@ class _Accumulator:
         self.sum_abs += float(diff.sum())
         self._add_product("err_sq", diff, diff)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            self._add_relative(diff, magnitude, overflowed)
             # Where diff is 0 both ratios are 0 (0/positive), so no mask is needed except for allowed == 0.
-            meaningful = magnitude > max(self.atol, np.finfo(np.float64).tiny)
-            if meaningful.any():
-                self.max_rel = max(self.max_rel, float((diff[meaningful] / magnitude[meaningful]).max()))
-            if not meaningful.all() and float(diff[~meaningful].max()) > 0.0:
-                self.rel_undefined = True
             if self.atol > 0:
                 np.divide(diff, allowed, out=allowed)
                 ratio = allowed
             else:
                 ratio = np.where(allowed > 0, diff / allowed, np.where(diff > 0, math.inf, 0.0))
         self.score = math.inf if overflowed else max(self.score, float(ratio.max()))
+
+    def _add_relative(self, diff: np.ndarray, magnitude: np.ndarray, overflowed: bool) -> None:
+        """The relative error of one chunk where ``|oracle| > atol`` (``max_rel``), and whether some error lies
+        where it is not (``rel_undefined``); ``magnitude`` is consumed as scratch space.
+
+        By arithmetic on a 0/1 weight, not by selecting elements: numpy's masked indexing cost ~4× the arithmetic
+        (~70% of comparing a conv net's activations). Where the weight is 1 the ratio is ``diff / magnitude``
+        itself; elsewhere ``0 / (magnitude + 1)``, 0, which no ratio (all >= 0) exceeds.
+        """
+        meaningful = magnitude > max(self.atol, np.finfo(np.float64).tiny)
+        if overflowed:  # an infinite diff times a weight of 0 would be NaN: select (rare, values near 1e308)
+            if meaningful.any():
+                self.max_rel = max(self.max_rel, float((diff[meaningful] / magnitude[meaningful]).max()))
+            if not meaningful.all() and float(diff[~meaningful].max()) > 0.0:
+                self.rel_undefined = True
+            return
+        weight = meaningful.astype(np.float64)
+        kept = np.multiply(diff, weight)  # diff where meaningful, else 0
+        if not self.rel_undefined and np.count_nonzero(kept) != np.count_nonzero(diff):
+            self.rel_undefined = True
+        if not meaningful.any():
+            return
+        np.subtract(1.0, weight, out=weight)
+        np.add(magnitude, weight, out=magnitude)  # |oracle| where meaningful, above 1 elsewhere: never 0
+        self.max_rel = max(self.max_rel, float(np.divide(kept, magnitude, out=kept).max()))
 
     def _add_norms(self, o: np.ndarray, t: np.ndarray) -> None:
         """Add ``<o, t>``, ``<o, o>`` and ``<t, t>`` (one inline check in the common case: no overflow)."""

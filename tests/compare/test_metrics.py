@@ -39,6 +39,27 @@ def test_statistics_do_not_depend_on_chunk_size(monkeypatch: pytest.MonkeyPatch)
         assert getattr(whole, key) == pytest.approx(getattr(chunked, key), rel=1e-9), key
 
 
+@pytest.mark.parametrize("chunk", [None, 97])
+def test_the_relative_error_is_measured_only_where_the_oracle_exceeds_atol(monkeypatch: pytest.MonkeyPatch,
+                                                                          chunk: int | None) -> None:
+    """ReLU activations are half exact zeros: there |t - o| / |o| means nothing (NaN when every error lies
+    there). The largest ratio over the other elements, exactly, chunk by chunk too."""
+    if chunk is not None:
+        monkeypatch.setattr(metrics, "_CHUNK", chunk)
+    rng = np.random.default_rng(5)
+    oracle = np.maximum(rng.standard_normal(10_001), 0).astype(np.float32)
+    oracle[::7] = 5e-5  # |o| <= atol, not zero
+    target = oracle + rng.standard_normal(oracle.shape).astype(np.float32) * np.float32(1e-3)
+    tol = Tolerance(atol=1e-4, rtol=1e-3)
+    o, t = oracle.astype(np.float64), target.astype(np.float64)
+    meaningful = np.abs(o) > 1e-4
+    stats = compare_tensors("t", oracle, target, tol)
+    assert stats.max_rel == float((np.abs(t - o)[meaningful] / np.abs(o)[meaningful]).max())
+    only_where_meaningless = np.where(meaningful, oracle, target)
+    assert math.isnan(compare_tensors("t", oracle, only_where_meaningless, tol).max_rel)
+    assert compare_tensors("t", oracle, oracle.copy(), tol).max_rel == 0.0
+
+
 def test_known_values() -> None:
     oracle = np.array([3.0, 4.0], np.float32)
     target = np.array([3.0, 5.0], np.float32)
