@@ -1,9 +1,10 @@
 """What `graphbisect compare` costs on a ~5,000-node model, against two plain runs of the same backends.
 
 Models (``--models``): ``host`` and ``host-bug`` (:func:`graphbisect.examples.host_network`, without and with
-the keepdims=0 LayerNorm bug), ``wide`` (:func:`graphbisect.examples.wide_model`) and ``chain``
+the keepdims=0 LayerNorm bug), ``wide`` (:func:`graphbisect.examples.wide_model`), ``chain``
 (:func:`chain_model`: a chain of elementwise nodes on a ``[1, 256]`` tensor, where compare's per-node and
-per-tensor costs are all there is).
+per-tensor costs are all there is), and two real conv nets, ``ocr-det`` and ``ocr-rec`` (PP-OCRv4, 672 and 860
+nodes, :func:`ocr_model`: ONNX Runtime's NCHWc layout, ~50 million activation values to compare).
 
 Three ways to run the default backends (target ``onnxruntime:opt_level=all``, oracle
 ``onnxruntime:opt_level=disable``) on the same model and inputs, each in a **fresh process** so that peak
@@ -39,6 +40,7 @@ Run: ``python benchmarks/compare_bench.py [--quick | --full] [--repeats N] [--mo
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import resource
 import subprocess
@@ -98,12 +100,27 @@ def _host(built: Any) -> Built:
     return built.model, dict(built.inputs)
 
 
+#: The real models: PP-OCRv4 text detection (672 nodes) and recognition (860 nodes), from the
+#: rapidocr-onnxruntime wheel (a dev dependency), at one input shape each.
+OCR_SHAPES = {"ocr-det": (1, 3, 320, 320), "ocr-rec": (1, 3, 48, 320)}
+
+
+def ocr_model(name: str) -> Built:
+    """PP-OCRv4's ``det`` or ``rec`` model (``OCR_SHAPES``) with a uniform random input."""
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    if spec is None or spec.origin is None:
+        sys.exit("rapidocr-onnxruntime is not installed (pip install -e '.[dev]')")
+    model = onnx.load(str(Path(spec.origin).parent / "models" / f"ch_PP-OCRv4_{name[4:]}_infer.onnx"))
+    return model, {"x": np.random.RandomState(0).rand(*OCR_SHAPES[name]).astype(np.float32)}
+
+
 BUILDERS: dict[str, Callable[[int], Built]] = {
     "host": lambda n: _host(host_network(n, bug=None)),
     # The keepdims=0 LayerNorm bug on the main path: probing every tensor masks it.
     "host-bug": lambda n: _host(host_network(n, bug="layernorm_keepdims0", position="main")),
     "wide": lambda n: _host(wide_model(n)),
     "chain": chain_model,
+    **{name: lambda _nodes, name=name: ocr_model(name) for name in OCR_SHAPES},  # their own node count
 }
 
 
@@ -120,6 +137,7 @@ class ModelCase:
 def build_case(name: str, nodes: int, root: Path) -> ModelCase:
     """Build ``BUILDERS[name](nodes)`` and save the model and its inputs under ``root``."""
     model, inputs = BUILDERS[name](nodes)
+    nodes = len(model.graph.node)  # a real model's own
     folder = root / f"{name}-{nodes}"
     folder.mkdir(parents=True, exist_ok=True)
     onnx.save(model, folder / "model.onnx")
@@ -288,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name in names:
                 case = build_case(name, nodes, Path(root))
                 modes = _measure_modes(case, args.modes or MODES, repeats)
-                results.append({"model": name, "nodes": nodes, "modes": modes})
+                results.append({"model": name, "nodes": case.nodes, "modes": modes})
                 print(f"measured {name}-{nodes}", file=sys.stderr, flush=True)
     print(f"compare vs two plain ONNX Runtime runs ({describe_machine()}); median of {repeats} run(s)")
     print_table("Wall time and peak resident memory (MiB)",

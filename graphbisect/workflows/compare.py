@@ -386,7 +386,7 @@ def _compare_in(model: Model, folder: Path, inputs_path: Path, oracle_proc: Back
     during, probe_model = _during_target(model, folder, capturing=capturing, described=described)
 
     def after_target(run: RunResult) -> _TargetEarly | None:
-        return _TargetEarly.start(model, run, target_proc, replay=capturing) \
+        return _TargetEarly.start(model, run, target_proc, replay=capturing, folder=folder) \
             if described is not None else None
 
     oracle_side, target_run, early = _plain_runs(model, folder, inputs_path, oracle_proc=oracle_proc,
@@ -662,8 +662,7 @@ def _every_intermediate(model: Model) -> list[str]:
 def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: BackendProcess,
                 target_proc: BackendProcess, oracle_spec: BackendSpec, oracle_info: BackendInfo,
                 target_spec: BackendSpec, oracle_described: bool, probe_model: Callable[[], Path] | None,
-                tolerance: Tolerance, oracle_ready: Callable[[], None] = lambda: None,
-                during_target: Callable[[], None] = lambda: None,
+                tolerance: Tolerance, oracle_ready: Callable[[], None], during_target: Callable[[], None],
                 stage: Callable[[str], None], after_target: Callable[[RunResult], _TargetEarly | None]
                 ) -> tuple[_Side, RunResult, _TargetEarly | None]:
     """The verdict's runs: the oracle's and the target's, at the same time (each in its own worker) unless
@@ -680,7 +679,8 @@ def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: B
     capture fails, the plain model decides whether the oracle can run it at all. ``after_target`` starts what
     the target's run allows while the oracle's run goes on (:class:`_TargetEarly`); it is finished on an error.
     ``during_target`` starts what this process does while the target builds (the probe model among it), once
-    the target's worker has its request (at once when the oracle runs first).
+    the target's worker has its request (at once when the oracle runs first); ``oracle_ready`` waits for the
+    oracle's worker to have made its runtime (begun by the caller, while the target's did).
     """
     onnx_path = folder / "model.onnx"
     oracle_model = model_for_backend(model, oracle_spec, onnx_path)
@@ -706,7 +706,6 @@ def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: B
     shared = shared_accelerator(oracle_spec, target_spec)
     if shared is not None:  # two runs on one GPU at once would distort each other's timings and memory
         stage(f"running oracle {oracle_spec}, then target {target_spec}: both run on {shared}")
-    if shared is not None:
         during_target()  # the oracle's run, first, waits for the probe model
     oracle_result = _in_background(oracle_job) if shared is None else _at_once(oracle_job)
     target_run = _target_run(target_proc, target_model, inputs_path, during_target)
@@ -853,6 +852,7 @@ def _plan_and_probe(model: Model, workdir: Path, inputs_path: Path, oracle: _Sid
     """
     run = target.run
     ahead = early.ahead if early is not None else None
+    prepared = _probe_ahead(early)  # the target's worker is this thread's once that is built
     if ahead is not None and (not enabled or oracle.store is None):
         ahead.finish()  # no probe will run it
         ahead = None
@@ -864,7 +864,7 @@ def _plan_and_probe(model: Model, workdir: Path, inputs_path: Path, oracle: _Sid
             else None
         plan = plan_probe(model, compiled)
         probed = _probe(model, workdir, inputs_path, oracle, replace(target, compiled=plan.compiled),
-                        plan=plan, enabled=enabled, tol=tol, stage=stage, ahead=ahead)
+                        plan=plan, enabled=enabled, tol=tol, stage=stage, ahead=ahead, prepared=prepared)
     finally:
         if ahead is not None:
             ahead.finish()
@@ -872,9 +872,19 @@ def _plan_and_probe(model: Model, workdir: Path, inputs_path: Path, oracle: _Sid
     return plan, probed
 
 
+def _probe_ahead(early: _TargetEarly | None) -> _ProbeAhead | None:
+    """The probe model built ahead (:class:`_ProbeAhead`) once it is, or None; one that failed is built again
+    by its run, which reports what happens (the mapping's own error is raised where it is used)."""
+    try:
+        return early.probe() if early is not None else None
+    except Exception:
+        log.debug("building the probe model ahead failed", exc_info=True)
+        return None
+
+
 def _probe(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, target: _Side, *, plan: ProbePlan,
-           enabled: bool, tol: Tolerance, stage: Callable[[str], None], ahead: _ReplayAhead | None = None
-           ) -> _Probed:
+           enabled: bool, tol: Tolerance, stage: Callable[[str], None], ahead: _ReplayAhead | None = None,
+           prepared: _ProbeAhead | None = None) -> _Probed:
     """The oracle's and the target's intermediate values (the target's as statistics where it can).
 
     A backend whose plain run returned its compiled graph's tensors (Paddle's output hooks) is not run
@@ -916,7 +926,7 @@ def _probe(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, target
     if ahead is not None:
         ahead.finish()  # the target's worker serves the plain spec again
     return _probe_model(model, workdir, inputs_path, oracle, target, oracle_values=oracle_values, names=names,
-                        plan=plan, fallback=fallback, tol=tol, stage=stage)
+                        plan=plan, fallback=fallback, tol=tol, stage=stage, prepared=prepared)
 
 
 def _without_intermediates(oracle: _Side, oracle_values: TensorSource | None, target: _Side,
@@ -935,14 +945,17 @@ def _without_intermediates(oracle: _Side, oracle_values: TensorSource | None, ta
 
 def _probe_model(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, target: _Side, *,
                  oracle_values: TensorSource, names: list[str], plan: ProbePlan, fallback: str | None,
-                 tol: Tolerance, stage: Callable[[str], None]) -> _Probed:
+                 tol: Tolerance, stage: Callable[[str], None], prepared: _ProbeAhead | None = None) -> _Probed:
     """The target's run of the probe model exposing ``names``: its worker compares them with the oracle's store
     and returns their statistics (or writes its values, when the oracle's came from hooks). ``fallback``: why
-    the replay of its optimized model was not used instead (None: none was tried)."""
+    the replay of its optimized model was not used instead (None: none was tried). ``prepared``: the probe
+    model written (and built) ahead, run when it exposes exactly ``names``."""
     probe = TargetProbe("probe model", str(target.proc.spec), len(names), fallback)
     probe_path = workdir / "probe.onnx"
     target_probe = workdir / "probe-target.onnx"
-    if names == _every_intermediate(model) and probe_path.exists():
+    if prepared is not None and list(prepared.names) == names:
+        target_probe = prepared.path
+    elif names == _every_intermediate(model) and probe_path.exists():
         target_probe = probe_path  # the oracle's probe model: every intermediate
     else:
         _save_proto(model.with_outputs(names), target_probe)
@@ -982,6 +995,8 @@ def _replay(model: Model, inputs_path: Path, store: ActivationStore, target: _Si
     built = target.built
     spec = replay_spec(built)
     saved = target.run.info.get("optimized_model")
+    if ahead is not None and ahead.finished:  # put away already (_ProbeAhead): written again for ``names``
+        ahead = None
     if spec is None or not target.proc.can_reconfigure(spec):
         return f"the worker of {built} cannot run {spec}"
     if not isinstance(saved, str) or not Path(saved).is_file():
@@ -1114,6 +1129,11 @@ class _ReplayAhead:
         """Wait for the worker's build; whether it built the session."""
         return self._loaded()
 
+    @property
+    def finished(self) -> bool:
+        """Whether the worker is back on the plain spec and the file removed (:meth:`finish`)."""
+        return self._finished
+
     def finish(self) -> None:
         """Wait for the build, put the worker back on the plain spec and remove the file (once)."""
         if self._finished:
@@ -1135,23 +1155,67 @@ class _TargetEarly:
     (:class:`_ReplayAhead`). Neither changes what is found: the mapping is the same function of the same run,
     and the replay is run only when it exposes exactly the tensors the probe plans."""
 
-    def __init__(self, compiled: Callable[[], CompiledGraph | None], ahead: _ReplayAhead | None) -> None:
-        self.compiled, self.ahead = compiled, ahead
+    def __init__(self, compiled: Callable[[], CompiledGraph | None], ahead: _ReplayAhead | None,
+                 probe: Callable[[], _ProbeAhead | None] = lambda: None) -> None:
+        self.compiled, self.ahead, self.probe = compiled, ahead, probe
 
     @classmethod
-    def start(cls, model: Model, run: RunResult, proc: BackendProcess, *, replay: bool) -> _TargetEarly:
+    def start(cls, model: Model, run: RunResult, proc: BackendProcess, *, replay: bool, folder: Path
+              ) -> _TargetEarly:
         """Start mapping ``run``'s compiled graph and, with ``replay``, writing and building its replay exposing
-        every intermediate (what the oracle's capture will hold)."""
+        every intermediate (what the oracle's capture will hold), or its probe model where the replay cannot
+        stand for the probe (:class:`_ProbeAhead`)."""
         if not run.ok:
             return cls(lambda: None, None)
         # the replay first: its file is what the target's worker waits for, the mapping only this process
         ahead = _ReplayAhead.start(model, _every_intermediate(model), proc, run) if replay else None
-        return cls(_in_background(lambda: compiled_of(model, run.info), "graphbisect-mapping"), ahead)
+        compiled = _in_background(lambda: compiled_of(model, run.info), "graphbisect-mapping")
+        if ahead is None:
+            return cls(compiled, None)
+        return cls(compiled, ahead, _ProbeAhead.start(model, folder, proc, compiled, ahead))
 
     def finish(self) -> None:
         """Put the target's worker back on its plain spec (the mapping's thread needs nothing)."""
+        with contextlib.suppress(Exception):  # a probe built ahead that failed is built again by its run
+            self.probe()
         if self.ahead is not None:
             self.ahead.finish()
+
+
+class _ProbeAhead:
+    """The target's probe model written, and its session built by the target's worker, while the oracle still
+    captures, where the replay cannot stand for it: ONNX Runtime's NCHWc Conv keeps a surviving tensor only in
+    its blocked layout, which the saved optimized model has under no original name (a conv net on x86), so
+    :func:`_replay` refuses it and the probe model is built after the oracle's capture, as ~0.1 s more on the
+    critical path of a 860-node OCR model.
+
+    Written for the tensors the plan probes as the capture will hold them (every intermediate the oracle
+    computes); :func:`_probe_model` runs it only when it probes exactly those, and otherwise writes its own, as
+    it would have without this. The build is no invocation (:meth:`BackendProcess.load`), and the run that
+    follows uses it: the counts are those of a probe built later.
+    """
+
+    def __init__(self, path: Path, names: tuple[str, ...]) -> None:
+        self.path, self.names = path, names
+
+    @staticmethod
+    def start(model: Model, folder: Path, proc: BackendProcess, compiled: Callable[[], CompiledGraph | None],
+              replay: _ReplayAhead) -> Callable[[], _ProbeAhead | None]:
+        """Once ``compiled`` is mapped, build the probe model in the background where ``replay`` (built
+        ahead for every intermediate) misses a tensor the plan probes; the returned function waits for it."""
+
+        def job() -> _ProbeAhead | None:
+            graph = compiled()
+            names = plan_probe(model, graph).names if graph is not None else ()
+            if graph is None or not set(names) - set(replay.exposed):
+                return None  # the replay runs (or no probe does)
+            replay.finish()  # the worker serves the plain spec again
+            path = folder / "probe-target.onnx"
+            _save_proto(model.with_outputs(names), path)
+            proc.load(path)
+            return _ProbeAhead(path, names)
+
+        return _in_background(job, "graphbisect-probe-ahead")
 
 
 def _typed(model: Model, name: str) -> bool:

@@ -172,6 +172,46 @@ def test_a_replay_that_cannot_expose_every_surviving_tensor_is_not_used() -> Non
     assert {row.tensor for row in result.layerwise.rows if row.compared} == {"r1", "y"}
 
 
+def test_a_probe_model_the_replay_cannot_stand_for_is_built_while_the_oracle_still_captures(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Once the compiled graph is mapped the replay is known not to expose ``r1`` (NCHWc): the target's worker
+    builds the probe model then, during the oracle's capture, not after it (~0.1 s of the critical path of an
+    OCR model). Here the oracle's capture waits until that build has started; the probe's run then uses the
+    session built ahead (the same file and outputs), and the counts are those of a probe built later."""
+    building = threading.Event()
+    waited: list[bool] = []
+    calls: list[tuple[str, str, tuple[str, ...]]] = []
+    real_load, real_run = BackendProcess.load, BackendProcess.run
+
+    def load(self: BackendProcess, model: Path, outputs: list[str] | None = None) -> bool:
+        calls.append(("load", Path(model).name, tuple(outputs or ())))
+        if Path(model).name == "probe-target.onnx":
+            building.set()
+        return real_load(self, model, outputs)
+
+    def run(self: BackendProcess, model: Path, inputs: object, outputs: list[str] | None = None,
+            **options: object) -> object:
+        calls.append(("run", Path(model).name, tuple(outputs or ())))
+        if Path(model).name == "probe.onnx" and options.get("output_dir") is not None:  # the oracle's capture
+            waited.append(building.wait(timeout=20))
+        return real_run(self, model, inputs, outputs, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(BackendProcess, "load", load)
+    monkeypatch.setattr(BackendProcess, "run", run)
+    result = compare_models(load_model(_conv_chain()), workdir=tmp_path)
+    assert result.compiled is not None
+    if not any(node.name.endswith("_nchwc") for node in result.compiled.nodes):
+        pytest.skip("this CPU has no NCHWc kernels: ONNX Runtime keeps the NCHW layout")
+    assert waited == [True], "the probe model was built only after the oracle's capture"
+    probe = result.target_probe
+    assert probe is not None and probe.ran == "probe model" and probe.fallback is not None
+    assert ("load", "probe-target.onnx", ()) in calls and ("run", "probe-target.onnx", ()) in calls
+    assert result.invocations == {"oracle": 1, "target": 2}
+    assert result.backend_calls["target"]["compiles"] == 3  # the plain build, the replay's, the probe's: once each
+    assert result.passed and result.layerwise is not None
+    assert {row.tensor for row in result.layerwise.rows if row.compared} == {"r1", "y"}
+
+
 def _contrib_gelu() -> onnx.ModelProto:
     """MatMul → com.microsoft Gelu → Relu → MatMul → Sigmoid: onnx's shape inference knows no contrib op, so
     ``g``, ``r`` and ``m2`` have no inferred type (ONNX Runtime runs them all the same)."""
