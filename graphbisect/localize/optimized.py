@@ -168,6 +168,7 @@ class _Mapper:
         present = {v.name for v in optimized.input} | self.initializers | \
             {name for node in optimized.node for name in node.output if name}
         self.held: dict[str, frozenset[str]] = {name: self.alike(name) for name in present if name in self.known}
+        self._everything_held: set[str] | None = None  # every original tensor in held's values, made when needed
         self.chosen: dict[str, str] = {}  # blocked tensor → the original name a ReorderOutput gives it
 
     def alike(self, name: str) -> frozenset[str]:
@@ -179,6 +180,7 @@ class _Mapper:
         for node in self.optimized.node:  # a ReorderOutput names its blocked input before that input's producer
             if _is_layout(node) and node.op_type == "ReorderOutput" and node.output[0] in self.known:
                 self.held[node.input[0]] = self.alike(node.output[0])
+                self._everything_held = None
                 self.chosen[node.input[0]] = node.output[0]
         named: list[tuple[str, str, tuple[str, ...]]] = []
         for node in self.optimized.node:
@@ -193,7 +195,7 @@ class _Mapper:
         if _is_layout(node):
             source = self.held.get(node.input[0]) if node.input else None
             if source is not None and node.output and node.output[0] not in self.held:
-                self.held[node.output[0]] = source
+                self._hold(node.output[0], source)
             return []
         named = [name for name in node.output if name in self.known]
         if named or not node.output or not node.output[0]:
@@ -202,8 +204,15 @@ class _Mapper:
         computed = self.chosen.get(out) or self._computed(node)
         if computed is None:
             return []
-        self.held.setdefault(out, self.alike(computed))
+        if out not in self.held:
+            self._hold(out, self.alike(computed))
         return [computed]
+
+    def _hold(self, name: str, originals: frozenset[str]) -> None:
+        """``held[name] = originals`` for a new ``name`` (the walk adds entries, never replaces one)."""
+        self.held[name] = originals
+        if self._everything_held is not None:
+            self._everything_held |= originals
 
     def _computed(self, node: onnx.NodeProto) -> str | None:
         """The original tensor ``node`` (no output of which keeps an original name) computes, or None."""
@@ -284,7 +293,9 @@ class _Mapper:
         """Whether the original graph computes ``tensor`` from ``sources`` and constants alone, through
         tensors the optimized graph does not hold elsewhere (else the node would read them, not compute
         them)."""
-        elsewhere = {name for names in self.held.values() for name in names} - sources
+        if self._everything_held is None:  # kept up to date from here on (_hold): made once, not per call
+            self._everything_held = {name for names in self.held.values() for name in names}
+        held = self._everything_held
         seen: set[str] = set()
         pending = [tensor]
         reached = False
@@ -298,7 +309,7 @@ class _Mapper:
                     reached = True
                 elif name in self.constant:
                     continue
-                elif name in self.producer and name not in elsewhere:
+                elif name in self.producer and name not in held:  # (not among ``sources``: checked above)
                     pending.append(name)
                 else:
                     return False
