@@ -3,8 +3,9 @@
 Models (``--models``): ``host`` and ``host-bug`` (:func:`graphbisect.examples.host_network`, without and with
 the keepdims=0 LayerNorm bug), ``wide`` (:func:`graphbisect.examples.wide_model`), ``chain``
 (:func:`chain_model`: a chain of elementwise nodes on a ``[1, 256]`` tensor, where compare's per-node and
-per-tensor costs are all there is), and two real conv nets, ``ocr-det`` and ``ocr-rec`` (PP-OCRv4, 672 and 860
-nodes, :func:`ocr_model`: ONNX Runtime's NCHWc layout, ~50 million activation values to compare).
+per-tensor costs are all there is), and three real conv nets in ONNX Runtime's NCHWc layout: ``ocr-det`` and
+``ocr-rec`` (PP-OCRv4, 672 and 860 nodes, :func:`ocr_model`, ~50 million activation values to compare) and
+``densenet121`` (1,746 nodes, :func:`densenet_model`).
 
 Three ways to run the default backends (target ``onnxruntime:opt_level=all``, oracle
 ``onnxruntime:opt_level=disable``) on the same model and inputs, each in a **fresh process** so that peak
@@ -67,7 +68,7 @@ from _common import (
 from onnx import TensorProto, helper, numpy_helper
 
 from graphbisect.backends import zygote
-from graphbisect.examples import host_network, wide_model
+from graphbisect.examples import host_network, light_models, wide_model
 
 MODES = ("compare+layerwise", "compare+all-tensors", "compare", "baseline")
 Built = tuple[onnx.ModelProto, dict[str, np.ndarray]]
@@ -105,6 +106,15 @@ def _host(built: Any) -> Built:
 OCR_SHAPES = {"ocr-det": (1, 3, 320, 320), "ocr-rec": (1, 3, 48, 320)}
 
 
+def densenet_model(_nodes: int) -> Built:
+    """onnx's light DenseNet-121 (1,746 nodes; the real architecture, constant weights) at 1×3×224×224."""
+    model = onnx.load(str(light_models()["densenet121"]))
+    weights = {t.name for t in model.graph.initializer}
+    (data,) = [i for i in model.graph.input if i.name not in weights]
+    shape = [d.dim_value for d in data.type.tensor_type.shape.dim]
+    return model, {data.name: np.random.RandomState(0).rand(*shape).astype(np.float32)}
+
+
 def ocr_model(name: str) -> Built:
     """PP-OCRv4's ``det`` or ``rec`` model (``OCR_SHAPES``) with a uniform random input."""
     spec = importlib.util.find_spec("rapidocr_onnxruntime")
@@ -121,6 +131,7 @@ BUILDERS: dict[str, Callable[[int], Built]] = {
     "wide": lambda n: _host(wide_model(n)),
     "chain": chain_model,
     **{name: lambda _nodes, name=name: ocr_model(name) for name in OCR_SHAPES},  # their own node count
+    "densenet121": densenet_model,
 }
 
 
