@@ -81,26 +81,38 @@ def test_the_replay_built_while_the_compiled_graph_is_mapped_is_the_one_run(monk
     assert loads[0][1:] == replays[0][1:] and replays[0][3] == "onnxruntime:opt_level=disable"
 
 
-def test_the_replay_is_built_while_the_oracle_still_captures(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """On a large model the oracle's capture of every tensor ends after the target's plain run: the target's
-    worker builds the replay (and this process maps its compiled graph) meanwhile, not after. Here the oracle's
-    capture waits until the replay's build has started, and the result is the one of a later build."""
+def _capture_waits_for_a_build(monkeypatch: pytest.MonkeyPatch, built: str
+                               ) -> tuple[list[bool], list[tuple[str, str, tuple[str, ...]]]]:
+    """Make the oracle's capture wait (up to 20 s) until a worker has begun building the file named ``built``
+    (BackendProcess.load); returns whether each capture saw it begin in time, and every load and run called."""
     building = threading.Event()
     waited: list[bool] = []
+    calls: list[tuple[str, str, tuple[str, ...]]] = []
     real_load, real_run = BackendProcess.load, BackendProcess.run
 
     def load(self: BackendProcess, model: Path, outputs: list[str] | None = None) -> bool:
-        building.set()
+        calls.append(("load", Path(model).name, tuple(outputs or ())))
+        if Path(model).name == built:
+            building.set()
         return real_load(self, model, outputs)
 
     def run(self: BackendProcess, model: Path, inputs: object, outputs: list[str] | None = None,
             **options: object) -> object:
+        calls.append(("run", Path(model).name, tuple(outputs or ())))
         if Path(model).name == "probe.onnx" and options.get("output_dir") is not None:  # the oracle's capture
             waited.append(building.wait(timeout=20))
         return real_run(self, model, inputs, outputs, **options)  # type: ignore[arg-type]
 
     monkeypatch.setattr(BackendProcess, "load", load)
     monkeypatch.setattr(BackendProcess, "run", run)
+    return waited, calls
+
+
+def test_the_replay_is_built_while_the_oracle_still_captures(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """On a large model the oracle's capture of every tensor ends after the target's plain run: the target's
+    worker builds the replay (and this process maps its compiled graph) meanwhile, not after. Here the oracle's
+    capture waits until the replay's build has started, and the result is the one of a later build."""
+    waited, _ = _capture_waits_for_a_build(monkeypatch, "replay.onnx")
     result = compare_models(load_model(_layernorm_keepdims0()), workdir=tmp_path)
     assert waited == [True], "the replay was built only after the oracle's capture"
     assert result.target_probe is not None and result.target_probe.ran == "replay"
@@ -178,26 +190,7 @@ def test_a_probe_model_the_replay_cannot_stand_for_is_built_while_the_oracle_sti
     builds the probe model then, during the oracle's capture, not after it (~0.1 s of the critical path of an
     OCR model). Here the oracle's capture waits until that build has started; the probe's run then uses the
     session built ahead (the same file and outputs), and the counts are those of a probe built later."""
-    building = threading.Event()
-    waited: list[bool] = []
-    calls: list[tuple[str, str, tuple[str, ...]]] = []
-    real_load, real_run = BackendProcess.load, BackendProcess.run
-
-    def load(self: BackendProcess, model: Path, outputs: list[str] | None = None) -> bool:
-        calls.append(("load", Path(model).name, tuple(outputs or ())))
-        if Path(model).name == "probe-target.onnx":
-            building.set()
-        return real_load(self, model, outputs)
-
-    def run(self: BackendProcess, model: Path, inputs: object, outputs: list[str] | None = None,
-            **options: object) -> object:
-        calls.append(("run", Path(model).name, tuple(outputs or ())))
-        if Path(model).name == "probe.onnx" and options.get("output_dir") is not None:  # the oracle's capture
-            waited.append(building.wait(timeout=20))
-        return real_run(self, model, inputs, outputs, **options)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(BackendProcess, "load", load)
-    monkeypatch.setattr(BackendProcess, "run", run)
+    waited, calls = _capture_waits_for_a_build(monkeypatch, "probe-target.onnx")
     result = compare_models(load_model(_conv_chain()), workdir=tmp_path)
     assert result.compiled is not None
     if not any(node.name.endswith("_nchwc") for node in result.compiled.nodes):
