@@ -7,7 +7,8 @@ blocked-layout kernels) does not: it keeps tensors in a blocked channel layout a
 
 * A **layout node** (``ReorderInput``, ``ReorderOutput`` without ``channels_last``) holds the tensor it
   reads in another layout. It computes nothing and stands for no original node; a ``ReorderOutput`` that
-  writes an original name says which tensor its blocked input is.
+  writes an original name says which tensor its blocked input is. With ``channels_last`` it is the original
+  ``Transpose`` to or from NHWC that ONNX Runtime folded into it (:meth:`_Mapper._transposed`).
 * A node the transformer **kept** (``Concat``, ``Add``/``Sum``/``Mul``, ``Relu``/``Sigmoid``/``Tanh`` on
   blocked inputs keep their op and attributes and read the blocked form of the original inputs) is the
   original node with the same op, attributes and inputs.
@@ -223,6 +224,8 @@ class _Mapper:
             return None
         if node.domain in ("", "ai.onnx"):
             return self._kept(node, sources)
+        if node.op_type in _LAYOUT and node.domain in _LAYOUT_DOMAINS:  # channels_last (a plain one computes nothing)
+            return self._transposed(node, sources[0] if sources else None)
         match = _NCHWC_NAME.match(node.name)
         if node.domain != _NCHWC_DOMAIN or match is None:
             return self._fused_by(node, sources)
@@ -235,6 +238,32 @@ class _Mapper:
                         node.op_type, node.name)
             return None
         return self._fused_after(node, base, sources)
+
+    def _transposed(self, node: onnx.NodeProto, source: frozenset[str] | None) -> str | None:
+        """The output of the original ``Transpose`` a ``channels_last`` layout node folded in, or None.
+
+        ONNX Runtime folds a Transpose from NHWC to NCHW (``perm`` 0, r-1, 1, ..., r-2) into the
+        ``ReorderInput`` after it, and one from NCHW to NHWC into the ``ReorderOutput`` before it: the node then
+        computes that Transpose's output (blocked, for a ReorderInput). It is the one original Transpose that
+        reads what the node reads with that permutation; none or several: not mapped."""
+        found: set[str] = set()
+        for name in source or ():
+            for reader in self.readers.get(name, ()):
+                if reader.op_type != "Transpose" or reader.domain not in ("", "ai.onnx") or not reader.output \
+                        or not reader.output[0]:
+                    continue
+                perm = next((list(a.ints) for a in reader.attribute if a.name == "perm"), [])
+                rank = len(perm)
+                expected = [0, rank - 1, *range(1, rank - 1)] if node.op_type == "ReorderInput" \
+                    else [0, *range(2, rank), 1]
+                if rank > 2 and perm == expected:
+                    found.add(reader.output[0])
+        if len({self.alike(name) for name in found}) != 1:  # (CSE-equal ones are one)
+            log.warning("cannot tell which original tensor ONNX Runtime's %s %r (channels_last) computes: %s "
+                        "original Transpose reads its input with that permutation; it is not mapped",
+                        node.op_type, node.name, "no" if not found else "more than one")
+            return None
+        return min(found)
 
     def _fused_by(self, node: onnx.NodeProto, sources: Sequence[frozenset[str] | None]) -> str | None:
         """The original tensor a fusion's node computes on blocked tensors (a ``QuickGelu`` that a YOLO SiLU,

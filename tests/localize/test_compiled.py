@@ -139,6 +139,50 @@ def _residual_block(channels: int = 16) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
+def _nhwc_input(channels: int = 16) -> onnx.ModelProto:
+    """An NHWC input transposed to NCHW (``t``) → conv → relu (``y``): a channels-last export (PP-OCR's SVTR
+    blocks). ONNX Runtime (``all``, NCHWc kernels) folds the Transpose into a ``ReorderInput`` with
+    ``channels_last=1``, whose output (``reorder_token_N``) is ``t`` blocked."""
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array((rng.standard_normal((channels, channels, 3, 3)) * 0.1).astype(np.float32), "w")
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], name="to_nchw", perm=[0, 3, 1, 2]),
+             helper.make_node("Conv", ["t", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 8, channels])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 8, 8])
+    graph = helper.make_graph(nodes, "nhwc", [x], [y], [weight])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_transpose_folded_into_a_channels_last_reorder_is_mapped_and_compared(tmp_path: Path) -> None:
+    """The ``ReorderInput`` (channels_last) stands for the Transpose it folded in: mapped to ``to_nchw``, its output
+    ``t``; it was listed unmapped with a warning on every compare of PP-OCRv4 rec. The probe exposes ``t`` and its
+    values, taken from ONNX Runtime, match the oracle's."""
+    ort = pytest.importorskip("onnxruntime")
+    from graphbisect.workflows.compare import compare_models
+
+    model = load_model(_nhwc_input())
+    model.save(tmp_path / "m.onnx")
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "m.opt.onnx")
+    ort.InferenceSession(str(tmp_path / "m.onnx"), options, providers=["CPUExecutionProvider"])
+    optimized = onnx.load(options.optimized_model_filepath, load_external_data=False)
+    folded = [n.name for n in optimized.graph.node
+              if n.op_type == "ReorderInput" and any(a.name == "channels_last" and a.i for a in n.attribute)]
+    if not folded:
+        pytest.skip("ONNX Runtime folded no Transpose into a channels_last ReorderInput on this CPU")
+    graph = compiled_graph(model.nodes, model.output_names, {"optimized_model": options.optimized_model_filepath})
+    assert graph is not None and folded[0] not in graph.unmapped
+    reorder = graph.by_original()["to_nchw"]
+    assert reorder.name == folded[0] and reorder.kind == "ReorderInput"
+    assert reorder.originals == ("to_nchw",) and reorder.outputs == ("t",)
+    assert "t" in graph.surviving
+    result = compare_models(model, workdir=tmp_path / "c")
+    assert result.passed and result.layerwise is not None
+    row = next(row for row in result.layerwise.rows if row.tensor == "t")
+    assert row.compared and row.stats.passed and row.stats.max_abs == 0.0
+
+
 def _fused_sums(path: Path, tmp_path: Path) -> int:
     """How many NCHWc Convs ONNX Runtime (``all``) builds with a fused ``Sum`` input for the model at ``path``."""
     import onnxruntime as ort
