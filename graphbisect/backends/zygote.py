@@ -234,23 +234,38 @@ class _Zygote:
 
 
 class ForkedProcess:
-    """A worker a zygote forked: ``pid``, ``returncode``, ``poll()`` and ``wait()`` as ``subprocess.Popen``'s."""
+    """A worker a zygote forked: ``pid``, ``returncode``, ``poll()`` and ``wait()`` as ``subprocess.Popen``'s,
+    thread-safe as Popen's: the zygote reports an exit once, so one caller at a time asks it and the others read
+    the answer (two threads killing one worker, the main thread unwinding a signal and the run it interrupted,
+    had one of them wait for that report forever, and the run with it)."""
 
     def __init__(self, pid: int, zygote: _Zygote) -> None:
         self.pid, self._zygote = pid, zygote
         self.returncode: int | None = None
+        self._asking = threading.Lock()
 
     def poll(self) -> int | None:
-        if self.returncode is None:
-            self.returncode = self._zygote.status(self.pid, 0)
+        if self.returncode is None and self._asking.acquire(blocking=False):  # else another caller asks now
+            try:
+                if self.returncode is None:
+                    self.returncode = self._zygote.status(self.pid, 0)
+            finally:
+                self._asking.release()
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        if self.returncode is None:
-            self.returncode = self._zygote.status(self.pid, timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._asking.acquire(timeout=-1 if deadline is None else max(0.0, timeout or 0.0)):
+            raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0)
+        try:
             if self.returncode is None:
-                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0)
-        return self.returncode
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                self.returncode = self._zygote.status(self.pid, left)
+                if self.returncode is None:
+                    raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0)
+            return self.returncode
+        finally:
+            self._asking.release()
 
 
 # --------------------------------------------------------------------------------------------- host side

@@ -342,3 +342,31 @@ def test_the_zygote_and_its_workers_end_with_the_process_that_started_them(probe
     while time.monotonic() < deadline and any(alive(pid) for pid in pids):
         time.sleep(0.05)
     assert not any(alive(pid) for pid in pids)
+
+
+def test_two_threads_waiting_for_one_killed_worker_both_get_its_status(tmp_path: Path) -> None:
+    """A signal unwinds the main thread, which kills a worker a background run is waiting on; that run finds the
+    worker dead and kills it too. Both wait for its exit, which the zygote reports once: the second waited for
+    ever (a compare hung for minutes after SIGTERM, in a full suite run). Popen's wait is thread-safe; so is a
+    forked worker's."""
+    import threading
+
+    with BackendProcess("onnxruntime", workdir=tmp_path / "w") as process:
+        process.validate()
+        worker = process._state.worker
+        assert worker is not None and isinstance(worker.proc, zygote.ForkedProcess), "not forked from a zygote"
+        barrier, got = threading.Barrier(3), []
+
+        def wait() -> None:
+            barrier.wait()
+            got.append(worker.proc.wait(timeout=20))
+
+        threads = [threading.Thread(target=wait) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        barrier.wait()
+        time.sleep(0.2)  # both are waiting for the report now
+        os.killpg(worker.pid, signal.SIGKILL)
+        for thread in threads:
+            thread.join(timeout=30)
+        assert got == [-signal.SIGKILL, -signal.SIGKILL], got
