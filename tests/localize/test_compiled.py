@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphbisect.examples.bundled import example_model_path
 from graphbisect.localize.compiled import CompiledGraph, compiled_graph, from_engine_layers, from_exec_graph
-from graphbisect.model import load_model
+from graphbisect.model import Model, load_model
 
 
 def _conv_bn_relu() -> onnx.ModelProto:
@@ -34,15 +34,21 @@ def _conv_bn_relu() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def test_onnxruntime_optimized_model_maps_fusions_back(tmp_path: Path) -> None:
-    """ORT (all, NCHWc on this CPU or not) compiles conv+bn+relu into one node: r0 survives, c0 and bn do not."""
+def _optimized(model: Model, tmp_path: Path) -> Path:
+    """Save ``model`` and have ONNX Runtime (``all``) write the optimized model it builds; return that one's path."""
     ort = pytest.importorskip("onnxruntime")
-    model = load_model(_conv_bn_relu())
     model.save(tmp_path / "m.onnx")
     options = ort.SessionOptions()
-    options.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    options.optimized_model_filepath = str(tmp_path / "m.opt.onnx")
     ort.InferenceSession(str(tmp_path / "m.onnx"), options, providers=["CPUExecutionProvider"])
-    graph = compiled_graph(model.nodes, model.output_names, {"optimized_model": str(tmp_path / "opt.onnx")})
+    return tmp_path / "m.opt.onnx"
+
+
+def test_onnxruntime_optimized_model_maps_fusions_back(tmp_path: Path) -> None:
+    """ORT (all, NCHWc on this CPU or not) compiles conv+bn+relu into one node: r0 survives, c0 and bn do not."""
+    model = load_model(_conv_bn_relu())
+    optimized = _optimized(model, tmp_path)
+    graph = compiled_graph(model.nodes, model.output_names, {"optimized_model": str(optimized)})
     assert graph is not None
     first = graph.by_original()["conv0"]
     assert first.originals == ("conv0", "bn", "relu0") and first.outputs == ("r0",)
@@ -158,20 +164,16 @@ def test_a_transpose_folded_into_a_channels_last_reorder_is_mapped_and_compared(
     """The ``ReorderInput`` (channels_last) stands for the Transpose it folded in: mapped to ``to_nchw``, its output
     ``t``; it was listed unmapped with a warning on every compare of PP-OCRv4 rec. The probe exposes ``t`` and its
     values, taken from ONNX Runtime, match the oracle's."""
-    ort = pytest.importorskip("onnxruntime")
     from graphbisect.workflows.compare import compare_models
 
     model = load_model(_nhwc_input())
-    model.save(tmp_path / "m.onnx")
-    options = ort.SessionOptions()
-    options.optimized_model_filepath = str(tmp_path / "m.opt.onnx")
-    ort.InferenceSession(str(tmp_path / "m.onnx"), options, providers=["CPUExecutionProvider"])
-    optimized = onnx.load(options.optimized_model_filepath, load_external_data=False)
+    path = _optimized(model, tmp_path)
+    optimized = onnx.load(str(path), load_external_data=False)
     folded = [n.name for n in optimized.graph.node
               if n.op_type == "ReorderInput" and any(a.name == "channels_last" and a.i for a in n.attribute)]
     if not folded:
         pytest.skip("ONNX Runtime folded no Transpose into a channels_last ReorderInput on this CPU")
-    graph = compiled_graph(model.nodes, model.output_names, {"optimized_model": options.optimized_model_filepath})
+    graph = compiled_graph(model.nodes, model.output_names, {"optimized_model": str(path)})
     assert graph is not None and folded[0] not in graph.unmapped
     reorder = graph.by_original()["to_nchw"]
     assert reorder.name == folded[0] and reorder.kind == "ReorderInput"
