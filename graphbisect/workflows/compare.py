@@ -714,9 +714,9 @@ def _plain_runs(model: Model, folder: Path, inputs_path: Path, *, oracle_proc: B
         oracle_side = _oracle_side(model, oracle_result, oracle_proc, oracle_info, plain_model=oracle_model,
                                    inputs_path=inputs_path, spec=oracle_spec, described=oracle_described,
                                    store_dir=store_dir if probe_model is not None else None)
-    except BaseException:
-        if early is not None:  # the target's worker serves its plain spec again
-            early.finish()
+    except BaseException as exc:
+        if early is not None and isinstance(exc, Exception):  # its worker serves its plain spec again (a signal
+            early.finish()  # ends the run: its workers are killed, and nothing waits for a build ahead)
         raise
     return oracle_side, target_run, early
 
@@ -952,13 +952,12 @@ def _probe_model(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, 
     model written (and built) ahead, run when it exposes exactly ``names``."""
     probe = TargetProbe("probe model", str(target.proc.spec), len(names), fallback)
     probe_path = workdir / "probe.onnx"
-    target_probe = workdir / "probe-target.onnx"
     if prepared is not None and list(prepared.names) == names:
         target_probe = prepared.path
     elif names == _every_intermediate(model) and probe_path.exists():
         target_probe = probe_path  # the oracle's probe model: every intermediate
     else:
-        _save_proto(model.with_outputs(names), target_probe)
+        target_probe = _write_target_probe(model, workdir, names)
     stage(f"running the target with {plan.describe()} exposed" if len(names) == len(plan.names)
           else f"running the target with {plural(len(names), 'tensor')} exposed")
     if oracle.store is not None:
@@ -976,6 +975,13 @@ def _probe_model(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, 
     if oracle.store is not None:
         return _Probed(oracle=oracle_values, target=target_run.outputs, measured=target_run.stats, probe=probe)
     return _Probed(oracle=oracle_values, target=target_run.outputs, probe=probe)
+
+
+def _write_target_probe(model: Model, folder: Path, names: Sequence[str]) -> Path:
+    """Write the target's probe model, ``model`` exposing ``names``, into ``folder``; return its path."""
+    path = folder / "probe-target.onnx"
+    _save_proto(model.with_outputs(names), path)
+    return path
 
 
 def _replay(model: Model, inputs_path: Path, store: ActivationStore, target: _Side, names: list[str], *,
@@ -1210,8 +1216,7 @@ class _ProbeAhead:
             if graph is None or not set(names) - set(replay.exposed):
                 return None  # the replay runs (or no probe does)
             replay.finish()  # the worker serves the plain spec again
-            path = folder / "probe-target.onnx"
-            _save_proto(model.with_outputs(names), path)
+            path = _write_target_probe(model, folder, names)
             proc.load(path)
             return _ProbeAhead(path, names)
 
