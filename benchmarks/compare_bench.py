@@ -21,6 +21,13 @@ memory is that run's alone:
 * ``compare``: the same with ``layerwise=False`` (one run per backend);
 * ``baseline``: two plain ``onnxruntime.InferenceSession`` runs (optimizations disabled, then all) in one
   process: the least any comparison of these two backends can cost.
+* ``floor``: the least a layerwise comparison *through the target's compiled graph* can cost, as
+  ``compare+layerwise`` does it, but in one process, on two threads, with nothing else
+  (:func:`_run_floor`): the oracle's session with every intermediate exposed beside the target's plain
+  session (saving its optimized model) and then that optimized model with its tensors exposed (the replay),
+  three ``onnxruntime.InferenceSession`` builds; every tensor both ran compared by its largest difference.
+  No worker processes (compare's isolation from a backend that crashes or hangs), no mapping of the compiled
+  graph, no store, no statistics beyond one maximum: what is left of ``compare+layerwise`` above it is graphbisect's.
 
 Wall time starts before importing graphbisect (or onnxruntime for the baseline) and includes loading the
 model, so worker start-up is charged to graphbisect. graphbisect runs each backend in a worker process, so
@@ -47,6 +54,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -70,7 +78,7 @@ from onnx import TensorProto, helper, numpy_helper
 from graphbisect.backends import zygote
 from graphbisect.examples import host_network, light_models, wide_model
 
-MODES = ("compare+layerwise", "compare+all-tensors", "compare", "baseline")
+MODES = ("compare+layerwise", "compare+all-tensors", "compare", "baseline", "floor")
 Built = tuple[onnx.ModelProto, dict[str, np.ndarray]]
 
 #: The chain's repeating unit: (op, constant operand or None).
@@ -187,6 +195,84 @@ def _run_baseline(model_path: Path, inputs: dict[str, np.ndarray]) -> dict[str, 
             "probe_masking": False, "first_divergence": None}
 
 
+def _exposing(source: onnx.ModelProto, names: Sequence[str], types: dict[str, int]) -> bytes:
+    """A copy of ``source`` with ``names`` (those of them ``types`` types and its nodes compute) added as graph
+    outputs, each declared with its element type and no shape (a blocked NCHWc tensor then comes back blocked)."""
+    model = onnx.ModelProto()
+    model.CopyFrom(source)
+    computed = {out for node in model.graph.node for out in node.output}
+    present = {o.name for o in model.graph.output}
+    model.graph.output.extend(helper.make_tensor_value_info(name, types[name], None) for name in names
+                              if name in computed and name in types and name not in present)
+    return model.SerializeToString()
+
+
+def _in_threads(*jobs: Callable[[], None]) -> None:
+    """Run ``jobs`` each in a thread of its own and wait for them all; raise the first one's error."""
+    failed: list[BaseException] = []
+
+    def guarded(job: Callable[[], None]) -> Callable[[], None]:
+        def work() -> None:
+            try:
+                job()
+            except BaseException as exc:  # raised again below, in the measuring thread
+                failed.append(exc)
+        return work
+
+    threads = [threading.Thread(target=guarded(job)) for job in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failed:
+        raise failed[0]
+
+
+def _run_floor(model_path: Path, inputs: dict[str, np.ndarray], workdir: Path) -> dict[str, Any]:
+    """The ``floor`` mode (module docstring): the oracle's capture session on one thread, the target's plain
+    session and then its replay on another, and the largest difference of every tensor both ran."""
+    import onnxruntime as ort
+
+    def session(model: str | bytes, level: Any, save: Path | None = None) -> Any:
+        options = ort.SessionOptions()
+        options.graph_optimization_level = level
+        if save is not None:
+            options.optimized_model_filepath = str(save)
+        return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+    original = onnx.shape_inference.infer_shapes(onnx.load(str(model_path)))
+    types = {v.name: v.type.tensor_type.elem_type for v in [*original.graph.value_info, *original.graph.output]
+             if v.type.HasField("tensor_type")}
+    names = [out for node in original.graph.node for out in node.output if out]
+    values: dict[str, dict[str, np.ndarray]] = {}
+
+    def run(side: str, built: Any) -> None:
+        # an optimized model may read as inputs what the original holds as initializers (onnx's light models)
+        weights = {w.name: w for w in original.graph.initializer}
+        feeds = {i.name: inputs[i.name] if i.name in inputs else numpy_helper.to_array(weights[i.name])
+                 for i in built.get_inputs()}
+        values[side] = dict(zip([o.name for o in built.get_outputs()], built.run(None, feeds), strict=True))
+
+    def oracle() -> None:
+        run("oracle", session(_exposing(original, names, types), ort.GraphOptimizationLevel.ORT_DISABLE_ALL))
+
+    def target() -> None:
+        saved = workdir / "optimized.onnx"
+        run("plain", session(str(model_path), ort.GraphOptimizationLevel.ORT_ENABLE_ALL, saved))
+        replay = _exposing(onnx.load(str(saved)), names, types)
+        run("replay", session(replay, ort.GraphOptimizationLevel.ORT_DISABLE_ALL))
+
+    _in_threads(oracle, target)
+    oracle_values, replay = values["oracle"], values["replay"]
+    compared = [name for name in replay if name in oracle_values and replay[name].shape == oracle_values[name].shape]
+    for name in compared:
+        float(np.max(np.abs(replay[name].astype(np.float64) - oracle_values[name]), initial=0.0))
+    passed = all(np.allclose(values["plain"][o.name], oracle_values[o.name], rtol=1e-3, atol=1e-4)
+                 for o in original.graph.output)
+    return {"passed": passed, "invocations": {"oracle": 1, "target": 2}, "note": None, "compared": len(compared),
+            "probe_masking": False, "first_divergence": None}
+
+
 def measure_here(mode: str, model_path: Path, inputs_path: Path, workdir: Path) -> dict[str, Any]:
     """Run ``mode`` in this (fresh) process and return its wall time, peaks and disk use."""
     with np.load(inputs_path) as data:
@@ -195,6 +281,8 @@ def measure_here(mode: str, model_path: Path, inputs_path: Path, workdir: Path) 
         started = time.perf_counter()
         if mode == "baseline":
             info = _run_baseline(model_path, inputs)
+        elif mode == "floor":
+            info = _run_floor(model_path, inputs, workdir)
         else:
             info = _run_compare(model_path, inputs, workdir, mode)
         wall = time.perf_counter() - started
@@ -208,7 +296,8 @@ def measure_here(mode: str, model_path: Path, inputs_path: Path, workdir: Path) 
         "cpu_s": own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime - sampler.cpu_seconds,
         "sampler_cpu_s": sampler.cpu_seconds,
         "main_peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * kib,
-        "worker_peak_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * kib if mode != "baseline" else 0,
+        "worker_peak_bytes": (resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * kib
+                              if mode.startswith("compare") else 0),
         "oracle_store": dir_size(workdir / "activations").to_json(),
         "target_dump": dir_size(workdir / "target-activations").to_json(),
         "workdir": dir_size(workdir).to_json(),
