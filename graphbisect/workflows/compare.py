@@ -952,15 +952,19 @@ def _probe_model(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, 
     model written (and built) ahead, run when it exposes exactly ``names``."""
     probe = TargetProbe("probe model", str(target.proc.spec), len(names), fallback)
     probe_path = workdir / "probe.onnx"
+    failed_build = None
     if prepared is not None and list(prepared.names) == names:
         target_probe = prepared.path
+        failed_build = None if prepared.built.ok else prepared.built  # what its run would report: not built again
     elif names == _every_intermediate(model) and probe_path.exists():
         target_probe = probe_path  # the oracle's probe model: every intermediate
     else:
         target_probe = _write_target_probe(model, workdir, names)
     stage(f"running the target with {plan.describe()} exposed" if len(names) == len(plan.names)
           else f"running the target with {plural(len(names), 'tensor')} exposed")
-    if oracle.store is not None:
+    if failed_build is not None:
+        target_run = failed_build
+    elif oracle.store is not None:
         target_run = target.proc.run(target_probe, inputs_path, compare_to=CompareTo(oracle.store.directory, tol))
     else:  # the oracle's values came from its hooks: no store for the worker to read
         target_run = target.proc.run(target_probe, inputs_path, output_dir=workdir / "target-activations")
@@ -1157,9 +1161,10 @@ class _ReplayAhead:
 class _TargetEarly:
     """What the target's plain run lets this process start while the oracle's run goes on (on a large model
     its capture of every tensor ends last): the mapping of the compiled graph the target described
-    (:func:`~graphbisect.workflows.probe.compiled_of`, in a thread) and the replay written and built ahead
-    (:class:`_ReplayAhead`). Neither changes what is found: the mapping is the same function of the same run,
-    and the replay is run only when it exposes exactly the tensors the probe plans."""
+    (:func:`~graphbisect.workflows.probe.compiled_of`, in a thread), the replay written and built ahead
+    (:class:`_ReplayAhead`) and, where the replay cannot stand for the probe, the probe model (:class:`_ProbeAhead`).
+    None changes what is found: the mapping is the same function of the same run, and the replay or the probe
+    model is run only when it exposes exactly the tensors the probe plans."""
 
     def __init__(self, compiled: Callable[[], CompiledGraph | None], ahead: _ReplayAhead | None,
                  probe: Callable[[], _ProbeAhead | None] = lambda: None) -> None:
@@ -1168,16 +1173,16 @@ class _TargetEarly:
     @classmethod
     def start(cls, model: Model, run: RunResult, proc: BackendProcess, *, replay: bool, folder: Path
               ) -> _TargetEarly:
-        """Start mapping ``run``'s compiled graph and, with ``replay``, writing and building its replay exposing
-        every intermediate (what the oracle's capture will hold), or its probe model where the replay cannot
-        stand for the probe (:class:`_ProbeAhead`)."""
+        """Start mapping ``run``'s compiled graph and, with ``replay`` (the oracle captures), writing and building
+        its replay exposing every intermediate (what the capture will hold) where the target has one, and its
+        probe model where the replay cannot stand for the probe or there is none (:class:`_ProbeAhead`)."""
         if not run.ok:
             return cls(lambda: None, None)
         # the replay first: its file is what the target's worker waits for, the mapping only this process
         ahead = _ReplayAhead.start(model, _every_intermediate(model), proc, run) if replay else None
         compiled = _in_background(lambda: compiled_of(model, run.info), "graphbisect-mapping")
-        if ahead is None:
-            return cls(compiled, None)
+        if not replay or not _probeable(proc.backend):  # no probe model will run (no capture, or Paddle's hooks)
+            return cls(compiled, ahead)
         return cls(compiled, ahead, _ProbeAhead.start(model, folder, proc, compiled, ahead))
 
     def finish(self) -> None:
@@ -1189,36 +1194,41 @@ class _TargetEarly:
 
 
 class _ProbeAhead:
-    """The target's probe model written, and its session built by the target's worker, while the oracle still
-    captures, where the replay cannot stand for it: ONNX Runtime's NCHWc Conv keeps a surviving tensor only in
-    its blocked layout, which the saved optimized model has under no original name (a conv net on x86), so
-    :func:`_replay` refuses it and the probe model is built after the oracle's capture, as ~0.1 s more on the
-    critical path of a 860-node OCR model.
+    """The target's probe model written, and built by the target's worker, while the oracle still captures,
+    wherever the probe will be that model: a target without a replay of what it compiled (OpenVINO, IREE,
+    TensorRT, onnxoptimizer) and ONNX Runtime where the replay cannot stand for the probe (its NCHWc Conv keeps
+    a surviving tensor only in its blocked layout, under no original name, on a conv net on x86). Built after
+    the capture it was more time after it on an 860-node OCR model: ~0.1 s with ONNX Runtime, ~0.2 s with
+    OpenVINO against a ``reference`` oracle (whose capture ends long after the target's run).
 
     Written for the tensors the plan probes as the capture will hold them (every intermediate the oracle
     computes); :func:`_probe_model` runs it only when it probes exactly those, and otherwise writes its own, as
-    it would have without this. The build is no invocation (:meth:`BackendProcess.load`), and the run that
-    follows uses it: the counts are those of a probe built later.
+    it would have without this. The build is a compile, no invocation (:meth:`BackendProcess.compile`), and the
+    run that follows uses it: the counts are those of a probe built later. A build that failed is the probe's
+    result as it is (the crash or timeout at load its run would have reported), not built a second time.
+    Nothing is built where the target's plain run returned its compiled graph's tensors (Paddle's hooks).
     """
 
-    def __init__(self, path: Path, names: tuple[str, ...]) -> None:
-        self.path, self.names = path, names
+    def __init__(self, path: Path, names: tuple[str, ...], built: RunResult) -> None:
+        self.path, self.names, self.built = path, names, built
 
     @staticmethod
     def start(model: Model, folder: Path, proc: BackendProcess, compiled: Callable[[], CompiledGraph | None],
-              replay: _ReplayAhead) -> Callable[[], _ProbeAhead | None]:
-        """Once ``compiled`` is mapped, build the probe model in the background where ``replay`` (built
-        ahead for every intermediate) misses a tensor the plan probes; the returned function waits for it."""
+              replay: _ReplayAhead | None) -> Callable[[], _ProbeAhead | None]:
+        """Once ``compiled`` is mapped, build the probe model in the background unless ``replay`` (built
+        ahead for every intermediate) exposes every tensor the plan probes; the returned function waits for it."""
 
         def job() -> _ProbeAhead | None:
             graph = compiled()
-            names = plan_probe(model, graph).names if graph is not None else ()
-            if graph is None or not set(names) - set(replay.exposed):
-                return None  # the replay runs (or no probe does)
-            replay.finish()  # the worker serves the plain spec again
+            if graph is None or graph.values:
+                return None  # no plan, or the plain run's hooks gave the tensors: no probe runs
+            names = plan_probe(model, graph).names
+            if replay is not None and not set(names) - set(replay.exposed):
+                return None  # the replay runs
+            if replay is not None:
+                replay.finish()  # the worker serves the plain spec again
             path = _write_target_probe(model, folder, names)
-            proc.load(path)
-            return _ProbeAhead(path, names)
+            return _ProbeAhead(path, names, proc.compile(path))
 
         return _in_background(job, "graphbisect-probe-ahead")
 
