@@ -96,12 +96,22 @@ def test_reduce_counts_a_compile_per_iree_candidate_and_the_report_facts(tmp_pat
     assert f"target {target['runs']} ({target['compiles']} compiles" in (tmp_path / "b" / "report.md").read_text()
 
 
-def test_reduce_counts_one_onnxruntime_session_per_candidate(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def ort_reduction(tmp_path_factory: pytest.TempPathFactory) -> tuple[ReduceResult, Path, str, str]:
+    """The 100-node host's LayerNorm bug (seed 6) saved and reduced on ONNX Runtime: the result, its folder (the
+    bundle is ``b`` there) and the model and inputs files. Two tests read it (the same reduction, done once)."""
+    folder = tmp_path_factory.mktemp("ort-reduction")
     host = host_network(100, bug="layernorm_keepdims0", position="branch", seed=6)
-    result = reduce_model(load_model(host.model), tmp_path / "b", inputs=host.inputs)
+    path, feeds = _save(host.model, host.inputs, folder)
+    return reduce_model(load_model(path), folder / "b", inputs=host.inputs), folder, path, feeds
+
+
+def test_reduce_counts_one_onnxruntime_session_per_candidate(ort_reduction: tuple[ReduceResult, Path, str, str]
+                                                             ) -> None:
+    result, folder, _, _ = ort_reduction
     assert result.one_minimal
     _runs_are_the_invocations(result.invocations, result.backend_calls)
-    search = json.loads((tmp_path / "b" / "report.json").read_text())["search"]
+    search = json.loads((folder / "b" / "report.json").read_text())["search"]
     # each candidate is another model file: its own session; the original's runs are sessions too
     assert result.backend_calls["target"]["compiles"] > search["tests"] - search["cache_hits"]
     assert result.backend_calls["oracle"]["compiles"] >= 1
@@ -155,20 +165,21 @@ def _strip_costs(journal: Path) -> None:
     journal.write_text("".join(json.dumps(entry) + "\n" for entry in lines))
 
 
-def test_verify_counts_the_bundles_run_and_the_original_models_comparison(tmp_path: Path,
-                                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    host = host_network(100, bug="layernorm_keepdims0", position="branch", seed=6)
-    path, feeds = _save(host.model, host.inputs, tmp_path)
-    assert reduce_model(load_model(path), tmp_path / "b", inputs=host.inputs).one_minimal
+def test_verify_counts_the_bundles_run_and_the_original_models_comparison(
+        ort_reduction: tuple[ReduceResult, Path, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``verify`` of the bundle alone, then with ``--model``: each counts its own calls (it writes in a temporary
+    folder of its own, so the shared bundle is read, never changed)."""
+    reduced, folder, path, feeds = ort_reduction
+    assert reduced.one_minimal
     capsys.readouterr()
-    assert main(["verify", str(tmp_path / "b"), "--json", str(tmp_path / "v.json")]) == 1
+    assert main(["verify", str(folder / "b"), "--json", str(tmp_path / "v.json")]) == 1
     verified = json.loads((tmp_path / "v.json").read_text())
     assert verified["outcome"] == "reproduces"
     assert verified["backend_calls"] == {"target": {"runs": 1, "compiles": 1, "compile_cache_hits": 0}}
     _runs_are_the_invocations(verified["invocations"], verified["backend_calls"])
     assert "invocations: target 1 (1 compile)" in capsys.readouterr().out
     # --model compares the original model too: the oracle's run and the target's (the plain model and its probe)
-    assert main(["verify", str(tmp_path / "b"), "--model", path, "--inputs", feeds,
+    assert main(["verify", str(folder / "b"), "--model", path, "--inputs", feeds,
                  "--json", str(tmp_path / "m.json")]) == 1
     both = json.loads((tmp_path / "m.json").read_text())
     _runs_are_the_invocations(both["invocations"], both["backend_calls"])

@@ -59,8 +59,12 @@ def test_case4_a_work_folder_graphbisect_did_not_write_is_refused(tmp_path: Path
 
 
 # --- case 5: --workdir is locked, and must be new, empty or graphbisect's own ----------------------------
-_SLOW_TARGET = """import sys, time
-time.sleep(4)
+#: Holds the lock until the test has run the second compare: the test writes GB_TEST_RELEASE then (a fixed 4 s
+#: sleep held it as long on every run; 60 s at most, so a test that fails first cannot leave it hanging).
+_SLOW_TARGET = """import os, sys, time
+deadline = time.monotonic() + 60
+while not os.path.exists(os.environ["GB_TEST_RELEASE"]) and time.monotonic() < deadline:
+    time.sleep(0.02)
 from graphbisect.examples.flaky_target import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -74,7 +78,8 @@ def test_case5_a_second_compare_on_the_same_workdir_stops_at_once(tmp_path: Path
     first = subprocess.Popen(
         [sys.executable, "-m", "graphbisect", "compare", *EXAMPLE, "--no-layerwise", "--workdir", str(workdir),
          "--target", f"command:cmd={sys.executable} {script} {{model}} {{inputs}} {{outputs}}"],
-        env={**os.environ, "FLAKY_RATE": "0", "FLAKY_COUNTER": str(tmp_path / "counter")},
+        env={**os.environ, "FLAKY_RATE": "0", "FLAKY_COUNTER": str(tmp_path / "counter"),
+             "GB_TEST_RELEASE": str(tmp_path / "release")},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60
@@ -84,6 +89,7 @@ def test_case5_a_second_compare_on_the_same_workdir_stops_at_once(tmp_path: Path
         assert main(["compare", *EXAMPLE, "--no-layerwise", "--workdir", str(workdir)]) == 2
         assert "in use by another process" in capsys.readouterr().err
     finally:
+        (tmp_path / "release").touch()
         _, err = first.communicate(timeout=120)
     assert first.returncode == 1, err  # the first run was not disturbed: it finds the example's bug
     # and a later run may use the folder again: it is graphbisect's own now
