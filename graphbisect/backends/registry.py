@@ -219,8 +219,8 @@ class BackendInfo:
     #: Modules of the backend library the zygote its workers are forked from imports before it forks
     #: (:mod:`~graphbisect.backends.zygote`), so that no worker imports them again: only modules that start no
     #: thread and whose import builds no runtime (no session, kernel cache, device context), which the
-    #: worker still builds after the fork. ``reference``: onnx's Python operators and ml_dtypes, ~0.7 s of
-    #: CPU of a started worker's ~0.8 s.
+    #: worker still builds after the fork. ``reference``: onnx's Python operators and ml_dtypes, ~0.07 s of CPU
+    #: (~0.55 s with ml_dtypes 0.7.0, which pyproject.toml keeps out).
     zygote_imports: tuple[str, ...] = ()
     #: The built-in backend this row's runtime derives from (a subclass of its runtime, sharing its options): the
     #: per-backend tables (pass controls, replay options) then apply to it too. None: the row's own name.

@@ -5,8 +5,8 @@ numpy and graphbisect before it loads its backend library; a reduction starts ab
 thousands. A *zygote* is one interpreter per (interpreter, environment, backend imports) that has done those
 imports and forks a worker on request: the worker is a new process, in its own process group, with its own
 pipes, folder, log and exact environment. It has imported nothing of its backend yet but the modules its backend
-row names (``BackendInfo.zygote_imports``: for ``reference``, onnx's Python operators and ml_dtypes, ~0.7 s of a
-started worker's ~0.8 s), modules whose import starts no thread and builds no runtime. The backend's runtime is
+row names (``BackendInfo.zygote_imports``: for ``reference``, onnx's Python operators and ml_dtypes, ~0.07 s of
+CPU), modules whose import starts no thread and builds no runtime. The backend's runtime is
 still built by the worker after the fork, and a library with threads or sessions is imported there, so no
 backend state (sessions, thread pools, kernel caches, the library's own threads) is ever shared or inherited:
 a forked worker is as fresh as a started one.
