@@ -1186,11 +1186,14 @@ class _TargetEarly:
         return cls(compiled, ahead, _ProbeAhead.start(model, folder, proc, compiled, ahead))
 
     def finish(self) -> None:
-        """Put the target's worker back on its plain spec (the mapping's thread needs nothing)."""
-        with contextlib.suppress(Exception):  # a probe built ahead that failed is built again by its run
+        """Put the target's worker back on its plain spec (the mapping's thread needs nothing). Only a replay
+        built ahead moved it off that spec: without one, a probe model still building is not waited for (an
+        error is not held up by a compile of minutes; the caller's worker takes its next request after it)."""
+        if self.ahead is None:
+            return
+        with contextlib.suppress(Exception):  # the probe's job finishes the replay first where it builds
             self.probe()
-        if self.ahead is not None:
-            self.ahead.finish()
+        self.ahead.finish()
 
 
 class _ProbeAhead:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -262,6 +263,34 @@ def test_a_probe_model_that_fails_to_build_ahead_is_not_built_again(monkeypatch:
     assert result.invocations == {"oracle": 1, "target": 1}
     assert result.passed and result.layerwise_note is not None
     assert "the target failed on the probe model" in result.layerwise_note
+
+
+@pytest.mark.openvino
+def test_an_oracle_failing_while_the_probe_model_builds_ahead_is_raised_at_once(monkeypatch: pytest.MonkeyPatch,
+                                                                               tmp_path: Path) -> None:
+    """The oracle times out after the target's plain run, while the target's worker builds the probe model ahead:
+    the oracle's error is raised then, not after that build (a compiler target's build takes minutes; here it is
+    held for 30 s). Nothing waits for it: the workers are closed, and the build, let go, fails on its own."""
+    pytest.importorskip("openvino")
+    from graphbisect.workflows.compare import OracleFailed
+
+    release = threading.Event()
+    real_compile = BackendProcess.compile
+
+    def compile(self: BackendProcess, model: Path, outputs: list[str] | None = None) -> object:
+        if Path(model).name == "probe-target.onnx":
+            release.wait(30)
+        return real_compile(self, model, outputs)
+
+    monkeypatch.setattr(BackendProcess, "compile", compile)
+    started = time.monotonic()
+    try:
+        with pytest.raises(OracleFailed):
+            compare_models(load_model(_conv_chain()), oracle="onnxruntime:opt_level=disable,timeout=0.001",
+                           target="openvino", workdir=tmp_path)
+        assert time.monotonic() - started < 20
+    finally:
+        release.set()
 
 
 def _contrib_gelu() -> onnx.ModelProto:
