@@ -494,10 +494,16 @@ class BackendProcess:
 
     def can_reconfigure(self, spec: BackendSpec | str) -> bool:
         """Whether :meth:`reconfigure` can switch this process to ``spec`` (same backend and interpreter, a
-        backend whose row is ``reconfigurable``)."""
+        backend whose row is ``reconfigurable``, or a spec that differs from this one only in options its row
+        lists as ``reconfigurable_options``)."""
         other, info = resolve(spec, require_available=False)
-        return info.name == self.backend.name and self.backend.reconfigurable and \
-            other.options.get("python") == self.spec.options.get("python")
+        if info.name != self.backend.name or other.options.get("python") != self.spec.options.get("python"):
+            return False
+        if self.backend.reconfigurable:
+            return True
+        changed = {key for key in {*other.options, *self.spec.options}
+                   if other.options.get(key) != self.spec.options.get(key)}
+        return bool(changed) and changed <= self.backend.reconfigurable_options
 
     def reconfigure(self, spec: BackendSpec | str) -> None:
         """Serve ``spec`` from now on, in the running worker where there is one.

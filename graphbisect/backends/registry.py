@@ -198,6 +198,13 @@ class BackendInfo:
     #: process being started: the runtime keeps no process-wide state from its options
     #: (:meth:`~graphbisect.backends.process.BackendProcess.reconfigure`; the pass search's candidates).
     reconfigurable: bool = False
+    #: Where the row is not ``reconfigurable`` as a whole, the options a running worker may still change in place:
+    #: a spec that differs from the worker's in these alone (and in at least one) re-creates the runtime there.
+    #: Paddle: ``delete_pass``, a setting of one predictor's analysis (its other options set process-wide state,
+    #: e.g. the CPU math library's threads); 18 ``delete_pass`` specs of MobileNetV2 on Paddle 3.3.1 (two whose
+    #: predictor fails to build among them) gave in one worker the outputs, bit for bit, and the passes run,
+    #: fired and matched of a fresh worker each, in 4.3 s against 15.6 s.
+    reconfigurable_options: frozenset[str] = frozenset()
     #: The backend computes the graph as written, without rewriting it (``onnx.reference``): what it
     #: computes cannot depend on which tensors a run exposes. A backend with ``opt_levels`` does so at its
     #: lowest level (:meth:`computes_as_written`).
@@ -363,6 +370,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         extra="paddle",
         capabilities=frozenset({C.PASSES, C.FOREIGN_PYTHON, C.COMPILED_GRAPH, C.PRECISION}),
         compiled_option=("hooks", "1"),
+        reconfigurable_options=frozenset({"delete_pass"}),  # the pass search's candidates share a worker
         pin_unit="op_type",
         device_of=_paddle_device,
         options={

@@ -217,10 +217,11 @@ def run_spec(spec: BackendSpec, model: Path, inputs: Path, workdir: Path, timeou
 class SpecRunner:
     """Runs one spec after another — the pass search's candidates — in one warm worker where it can.
 
-    A backend whose registry row is ``reconfigurable`` (ONNX Runtime: every option is a session setting)
-    keeps its worker and re-creates only the runtime for the next spec
-    (:meth:`~graphbisect.backends.process.BackendProcess.reconfigure`); any other backend, or another
-    interpreter, gets a fresh worker per spec, as :func:`run_spec`. A crashed worker is replaced by the
+    A backend whose registry row is ``reconfigurable`` (ONNX Runtime: every option is a session setting), or a
+    spec that differs only in the row's ``reconfigurable_options`` (Paddle: ``delete_pass``), keeps its worker
+    and re-creates only the runtime for the next spec
+    (:meth:`~graphbisect.backends.process.BackendProcess.reconfigure`); any other spec, or another
+    interpreter, gets a fresh worker, as :func:`run_spec`. A crashed worker is replaced by the
     process itself. Starting a worker (Python, numpy, the backend library) cost more than running a small
     region model.
     """
