@@ -8,17 +8,26 @@ at a time (``n`` runs, and it cannot find a culprit *pair* that masks each other
 the real rows count every target run: the baseline (with pass reporting), the all-disabled end, and both
 searches (disable-set and enable-set).
 
-    python benchmarks/passes_bench.py [--nodes 2000] [--no-real]
+With ``--paddle``, one more real row: Paddle Inference (oneDNN) on MobileNetV2 against ONNX Runtime on its
+conversion, at a tolerance between its default error and its error with ``depthwise_conv_onednn_pass`` deleted
+(the set-up of tests/workflows/test_passes.py's non-monotone rounding test); its wall time is where starting a
+worker per candidate shows (Paddle's import, ~0.65 s, against a predictor build and run of ~0.1 s).
+
+    python benchmarks/passes_bench.py [--nodes 2000] [--no-real] [--paddle]
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
+from graphbisect.compare import Tolerance
 from graphbisect.engine import Evaluator, Outcome
 from graphbisect.examples.hosts import host_inputs, host_network
 from graphbisect.model import load_model
@@ -43,6 +52,31 @@ def real_rows(nodes: int) -> list[tuple[str, ...]]:
     return rows
 
 
+def paddle_row(work: Path) -> tuple[str, ...]:
+    """`passes --target paddle` on MobileNetV2 at a tolerance its default build misses (see the module docstring)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.paddle_models: the exported test nets
+    from graphbisect.backends import BackendProcess
+    from tests.paddle_models import export_mobilenet_v2
+
+    prefix = export_mobilenet_v2(work / "mnv2")
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)}
+    with BackendProcess("onnxruntime:opt_level=disable", workdir=work / "oracle") as proc:
+        expected = np.asarray(next(iter(proc.run(load_model(prefix).path, feeds).outputs.values())))
+
+    def error(spec: str) -> float:
+        with BackendProcess(spec, workdir=work / "direct") as proc:
+            return float(np.max(np.abs(np.asarray(proc.run(prefix, feeds).outputs["fetch_name_0"]) - expected)))
+
+    atol = float(np.sqrt(error("paddle") * error("paddle:delete_pass=depthwise_conv_onednn_pass")))
+    started = time.monotonic()
+    r = find_culprit_passes(load_model(prefix), inputs=feeds, workdir=work / "search", options=PassesOptions(
+        target="paddle", oracle="onnxruntime:opt_level=disable", tolerance=Tolerance(atol=atol, rtol=0.0)))
+    search = r.search.get("disable", {}).get("invocations", 0)
+    return (f"paddle MobileNetV2, atol {atol:.2g}", f"{len(r.searched)} {r.source}", ",".join(r.culprits) or "none",
+            ",".join(r.required) or "-", str(search), str(r.invocations.get("target", 0)), str(len(r.searched)),
+            f"{time.monotonic() - started:.1f}")
+
+
 def synthetic_rows(sizes: list[int]) -> list[tuple[str, ...]]:
     """A single culprit at 5 positions per size: disable-set search invocations (mean, max) vs n."""
     rows = []
@@ -63,10 +97,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=2000)
     parser.add_argument("--no-real", action="store_true", help="only the synthetic scaling rows")
+    parser.add_argument("--paddle", action="store_true", help="also Paddle Inference on MobileNetV2")
     args = parser.parse_args()
     header = ("case", "units searched", "culprits", "required", "disable-set runs", "target runs in all",
               "naive runs", "seconds / note")
     rows = ([] if args.no_real else real_rows(args.nodes)) + synthetic_rows([8, 16, 32, 64, 128, 256, 1024])
+    if args.paddle:
+        with tempfile.TemporaryDirectory() as tmp:
+            rows.insert(0, paddle_row(Path(tmp)))
     widths = [max(len(str(row[i])) for row in (header, *rows)) for i in range(len(header))]
     for row in (header, tuple("-" * w for w in widths), *rows):
         print(" | ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)))
