@@ -407,6 +407,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         extra="optimizer",
         capabilities=frozenset({C.PASSES, C.ONNX_INPUT, C.INTERMEDIATES, C.FOREIGN_PYTHON, C.COMPILED_GRAPH}),
         compiled_option=("save_optimized", "1"),
+        reconfigurable=True,  # onnxoptimizer.optimize's arguments and ONNX Runtime's session options, per build
         device_of=_cpu_only,  # ONNX Runtime's CPU provider runs the optimized model
         numpy_blas=False,
         options={

@@ -71,3 +71,30 @@ def test_unknown_pass_name_is_refused_with_a_suggestion(model_path: Path, tmp_pa
             pytest.raises(SpecError) as err:
         proc.run(model_path, {"x": X})
     assert "eliminate_identity" in (err.value.hint or "")
+
+
+def test_pass_search_candidates_share_a_worker_and_give_what_fresh_workers_give(model_path: Path,
+                                                                                tmp_path: Path) -> None:
+    """Every option of the row is an argument of one optimization or one session, so the pass search's candidates
+    (``disabled=`` sets) run in one worker, and give what a fresh worker each gives: the passes that fired and the
+    outputs, bit for bit."""
+    from graphbisect.backends import BackendSpec
+    from graphbisect.backends.worker import save_npz
+    from graphbisect.strategies.passes import SpecRunner, run_spec
+
+    inputs = tmp_path / "inputs.npz"
+    save_npz(inputs, {"x": X})
+    specs = [BackendSpec.parse(f"onnxoptimizer{disabled}") for disabled in (
+        "", ":disabled=eliminate_identity", ":disabled=fuse_consecutive_transposes;eliminate_identity", "")]
+    fresh = [run_spec(spec, model_path, inputs, tmp_path / "fresh", None) for spec in specs]
+    runner = SpecRunner(tmp_path / "warm", timeout=None)
+    try:
+        warm = [runner.run(spec, model_path, inputs) for spec in specs]
+    finally:
+        runner.close()
+    assert runner.started == 1
+    assert [run.info["fired_passes"] for run in fresh] == [run.info["fired_passes"] for run in warm] == [
+        ["fuse_consecutive_transposes", "eliminate_identity"], ["fuse_consecutive_transposes"], [],
+        ["fuse_consecutive_transposes", "eliminate_identity"]]
+    assert all(np.asarray(a.outputs["y"]).tobytes() == np.asarray(b.outputs["y"]).tobytes()
+               for a, b in zip(fresh, warm, strict=True))
