@@ -494,8 +494,8 @@ class BackendProcess:
 
     def can_reconfigure(self, spec: BackendSpec | str) -> bool:
         """Whether :meth:`reconfigure` can switch this process to ``spec`` (same backend and interpreter, a
-        backend whose row is ``reconfigurable``, or a spec that differs from this one only in options its row
-        lists as ``reconfigurable_options``)."""
+        backend whose row is ``reconfigurable``, or a spec on the CPU that differs from this one only in options
+        its row lists as ``reconfigurable_options``: what was checked to give what a fresh worker gives)."""
         other, info = resolve(spec, require_available=False)
         if info.name != self.backend.name or other.options.get("python") != self.spec.options.get("python"):
             return False
@@ -503,7 +503,8 @@ class BackendProcess:
             return True
         changed = {key for key in {*other.options, *self.spec.options}
                    if other.options.get(key) != self.spec.options.get(key)}
-        return bool(changed) and changed <= self.backend.reconfigurable_options
+        return bool(changed) and changed <= self.backend.reconfigurable_options and \
+            self.backend.device_of(self.spec.options) is None
 
     def reconfigure(self, spec: BackendSpec | str) -> None:
         """Serve ``spec`` from now on, in the running worker where there is one.

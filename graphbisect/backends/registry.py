@@ -203,7 +203,8 @@ class BackendInfo:
     #: Paddle: ``delete_pass``, a setting of one predictor's analysis (its other options set process-wide state,
     #: e.g. the CPU math library's threads); 18 ``delete_pass`` specs of MobileNetV2 on Paddle 3.3.1 (two whose
     #: predictor fails to build among them) gave in one worker the outputs, bit for bit, and the passes run,
-    #: fired and matched of a fresh worker each, in 4.3 s against 15.6 s.
+    #: fired and matched of a fresh worker each, in 4.3 s against 15.6 s. Only on the CPU (``device_of`` None):
+    #: that is where it was checked.
     reconfigurable_options: frozenset[str] = frozenset()
     #: The backend computes the graph as written, without rewriting it (``onnx.reference``): what it
     #: computes cannot depend on which tensors a run exposes. A backend with ``opt_levels`` does so at its

@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import pytest
 
-from graphbisect.backends import BackendSpec
+from graphbisect.backends import BackendProcess, BackendSpec
 from graphbisect.backends.worker import save_npz
 from graphbisect.examples import pattern_model
 from graphbisect.strategies.passes import PassSpace, SpecRunner, run_spec
@@ -57,6 +57,8 @@ def test_paddle_delete_pass_specs_share_a_worker_and_give_what_fresh_workers_giv
         assert runner.started == 2
     finally:
         runner.close()
+    with BackendProcess("paddle:device=gpu", workdir=tmp_path / "gpu") as gpu:  # not started: GPUs were not checked
+        assert not gpu.can_reconfigure("paddle:device=gpu,delete_pass=conv2d_bias_bn_onednn_fuse_pass")
     assert [run.ok for run in fresh] == [True, True, False, True, True]
     assert fresh[1].info["passes_run"] != fresh[0].info["passes_run"]  # the deletion changed what ran
     keys = ("passes_run", "fired_passes", "pass_matches", "deleted_passes", "deleted_but_ran")
