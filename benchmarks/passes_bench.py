@@ -55,18 +55,9 @@ def real_rows(nodes: int) -> list[tuple[str, ...]]:
 def paddle_row(work: Path) -> tuple[str, ...]:
     """`passes --target paddle` on MobileNetV2 at a tolerance its default build misses (see the module docstring)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.paddle_models: the exported test nets
-    from graphbisect.backends import BackendProcess
-    from tests.paddle_models import export_mobilenet_v2
+    from tests.paddle_models import mobilenet_v2_errors
 
-    prefix = export_mobilenet_v2(work / "mnv2")
-    feeds = {"x": np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)}
-    with BackendProcess("onnxruntime:opt_level=disable", workdir=work / "oracle") as proc:
-        expected = np.asarray(next(iter(proc.run(load_model(prefix).path, feeds).outputs.values())))
-
-    def error(spec: str) -> float:
-        with BackendProcess(spec, workdir=work / "direct") as proc:
-            return float(np.max(np.abs(np.asarray(proc.run(prefix, feeds).outputs["fetch_name_0"]) - expected)))
-
+    prefix, feeds, error = mobilenet_v2_errors(work)
     atol = float(np.sqrt(error("paddle") * error("paddle:delete_pass=depthwise_conv_onednn_pass")))
     started = time.monotonic()
     r = find_culprit_passes(load_model(prefix), inputs=feeds, workdir=work / "search", options=PassesOptions(

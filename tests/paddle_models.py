@@ -6,13 +6,14 @@ Paddle is imported inside the functions: test modules that import these helpers 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 __all__ = ["CONV_NET_INPUT", "DECODER_INPUT", "export_branch_net", "export_cast_net", "export_conv_net",
-           "export_greedy_decoder", "export_mobilenet_v2", "export_transformer_block", "ort_run"]
+           "export_greedy_decoder", "export_mobilenet_v2", "export_transformer_block", "mobilenet_v2_errors", "ort_run"]
 
 #: Input name and shape of :func:`export_conv_net` models (batch is dynamic in the exported program).
 CONV_NET_INPUT = ("x", (2, 3, 16, 16))
@@ -120,6 +121,25 @@ def export_mobilenet_v2(directory: Path, *, size: int = 64, seed: int = 0, legac
     else:
         paddle.jit.save(net, str(prefix), input_spec=spec)
     return prefix
+
+
+def mobilenet_v2_errors(directory: Path) -> tuple[Path, dict[str, np.ndarray], Callable[[str], float]]:
+    """:func:`export_mobilenet_v2` under ``directory``, its 1×3×64×64 input, and the largest difference of a Paddle
+    spec's output (each run in a fresh worker) from ONNX Runtime's, optimizations off, on its conversion."""
+    from graphbisect.backends import BackendProcess
+    from graphbisect.model import load_model
+
+    prefix = export_mobilenet_v2(Path(directory) / "mnv2")
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)}
+    with BackendProcess("onnxruntime:opt_level=disable", workdir=Path(directory) / "oracle") as proc:
+        expected = np.asarray(next(iter(proc.run(load_model(prefix).path, feeds).outputs.values())))
+
+    def error(spec: str) -> float:
+        with BackendProcess(spec, workdir=Path(directory) / "direct") as proc:
+            got = np.asarray(proc.run(prefix, feeds).outputs["fetch_name_0"])
+        return float(np.max(np.abs(got - expected)))
+
+    return prefix, feeds, error
 
 
 def export_transformer_block(directory: Path, *, seq: int = 8, d_model: int = 32, seed: int = 0) -> Path:

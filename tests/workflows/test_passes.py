@@ -186,19 +186,9 @@ def test_paddle_pass_ablation_is_honest_about_non_monotone_rounding(tmp_path: Pa
     error of its all-deleted end (non-monotone: no set explains it; monotone: a culprit whose deletion passes)."""
     pytest.importorskip("paddle")
     pytest.importorskip("paddle2onnx")
-    from graphbisect.backends import BackendProcess
-    from tests.paddle_models import export_mobilenet_v2
+    from tests.paddle_models import mobilenet_v2_errors
 
-    prefix = export_mobilenet_v2(tmp_path / "mnv2")
-    feeds = {"x": np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)}
-    with BackendProcess("onnxruntime:opt_level=disable", workdir=tmp_path / "oracle") as proc:
-        expected = np.asarray(next(iter(proc.run(load_model(prefix).path, feeds).outputs.values())))
-
-    def error(spec: str) -> float:
-        with BackendProcess(spec, workdir=tmp_path / "direct") as proc:
-            got = np.asarray(proc.run(prefix, feeds).outputs["fetch_name_0"])
-        return float(np.max(np.abs(got - expected)))
-
+    prefix, feeds, error = mobilenet_v2_errors(tmp_path)
     default, one_deleted = error("paddle"), error("paddle:delete_pass=depthwise_conv_onednn_pass")
     assert abs(default - one_deleted) > 1e-6  # deleting one real pass changes the outputs
     if not one_deleted < default:
