@@ -34,7 +34,16 @@ from typing import Any, TypeVar, cast
 import numpy as np
 import onnx
 
-from graphbisect.backends import BackendInfo, BackendProcess, BackendSpec, Capability, Phase, RunResult, resolve
+from graphbisect.backends import (
+    BackendInfo,
+    BackendProcess,
+    BackendSpec,
+    Capability,
+    Phase,
+    RunResult,
+    RunStatus,
+    resolve,
+)
 from graphbisect.backends.base import brief_spec
 from graphbisect.backends.cost import CallTally, Cost
 from graphbisect.backends.process import CompareTo, compile_cache, prestart
@@ -955,7 +964,9 @@ def _probe_model(model: Model, workdir: Path, inputs_path: Path, oracle: _Side, 
     failed_build = None
     if prepared is not None and list(prepared.names) == names:
         target_probe = prepared.path
-        failed_build = None if prepared.built.ok else prepared.built  # what its run would report: not built again
+        # a crash at load is what its run would report: not built again; a timeout, met beside the oracle's
+        # capture, may be that contention's: built again by the run
+        failed_build = prepared.built if prepared.built.status is RunStatus.CRASH else None
     elif names == _every_intermediate(model) and probe_path.exists():
         target_probe = probe_path  # the oracle's probe model: every intermediate
     else:
@@ -1207,8 +1218,9 @@ class _ProbeAhead:
     Written for the tensors the plan probes as the capture will hold them (every intermediate the oracle
     computes); :func:`_probe_model` runs it only when it probes exactly those, and otherwise writes its own, as
     it would have without this. The build is a compile, no invocation (:meth:`BackendProcess.compile`), and the
-    run that follows uses it: the counts are those of a probe built later. A build that failed is the probe's
-    result as it is (the crash or timeout at load its run would have reported), not built a second time.
+    run that follows uses it: the counts are those of a probe built later. A build that crashed is the probe's
+    result as it is (the crash at load its run would have reported), not built a second time; one that timed
+    out (beside the capture, whose load may be the cause) is built again by the run.
     Nothing is built where the target's plain run returned its compiled graph's tensors (Paddle's hooks).
     """
 

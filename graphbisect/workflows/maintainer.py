@@ -54,8 +54,8 @@ class _Runs:
     """How the facts' backend runs are made: the reduced model, its feeds, where, how long; counted in ``out``.
 
     A role's runs share one worker where its backend switches options inside a running worker (a
-    ``reconfigurable`` row, ONNX Runtime: every option is a session setting; Paddle for ``delete_pass`` alone;
-    :meth:`~graphbisect.backends.process.BackendProcess.reconfigure`), as the pass search's candidates do: the
+    ``reconfigurable`` row, ONNX Runtime: every option is a session setting; Paddle for ``delete_pass`` alone, on
+    the CPU; :meth:`~graphbisect.backends.process.BackendProcess.reconfigure`), as the pass search's candidates do: the
     facts run the target up to four times (its compiled model, the optimization levels, the passes that fired),
     and starting a worker (Python, numpy, the backend library) costs more than a run of the reduced model.
     Any other backend gets a fresh worker per spec. :meth:`close` stops them."""

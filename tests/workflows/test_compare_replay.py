@@ -212,8 +212,8 @@ def test_openvino_probe_model_is_built_while_the_oracle_still_captures(monkeypat
                                                                        tmp_path: Path) -> None:
     """OpenVINO has no replay of what it compiled, so its probe is the model with the surviving tensors exposed:
     its worker builds it once the execution graph is mapped, during the oracle's capture (built after it, it was
-    ~0.4 s more on an 860-node OCR model's critical path). Here the oracle's capture waits until that build has
-    started; the run that follows uses it, the counts are a probe's built later, and so is the table."""
+    ~0.2 s more after a `reference` capture of an 860-node OCR model). Here the oracle's capture waits until that
+    build has started; the run that follows uses it, the counts are a probe's built later, and so is the table."""
     pytest.importorskip("openvino")
     from graphbisect.workflows import compare
 
