@@ -407,8 +407,9 @@ class BackendProcess:
 
     def compile(self, model: str | Path, outputs: Sequence[str] | None = None) -> RunResult:
         """Build the session of ``model`` exposing ``outputs`` (``None``: its own) without running it, and say
-        what happened as a result: ``ok`` (nothing else: no outputs), or exactly the crash or timeout at load a
-        :meth:`run` would have reported (phase load, the same message; a worker that died is replaced).
+        what happened as a result: ``ok`` (no outputs; ``info``, the runtime's after the build), or exactly the
+        crash or timeout at load a :meth:`run` would have reported (phase load, the same message; a worker that
+        died is replaced).
 
         For a failure that happens at compile (a compiler's diagnostic or crash, a session that cannot be
         created): whether a model shows it needs no run, no inputs sent and no outputs read. A :meth:`run` of
@@ -449,7 +450,8 @@ class BackendProcess:
                 if reply.get("status") == "ok":
                     spent = _reply_cost(reply)
                     result = RunResult(RunStatus.OK, log=self._log_since(offset), seconds=seconds,
-                                       ran_with=self.ran_with, compiles=spent["compiles"],
+                                       ran_with=self.ran_with, info=reply.get("info") or {},
+                                       compiles=spent["compiles"],
                                        compile_cache_hits=spent["compile_cache_hits"], peak_memory=_reply_peak(reply))
                 else:  # the crash fields of a run's reply
                     result = self._result(reply, self.workdir, offset, seconds, keep_outputs=True)

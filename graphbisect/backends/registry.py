@@ -186,6 +186,13 @@ class BackendInfo:
     #: The option (name, value) that makes a run describe what it compiled (Capability.COMPILED_GRAPH);
     #: graphbisect.localize.compiled reads the description from the run info.
     compiled_option: tuple[str, str] | None = None
+    #: That description is whole once the model is built: a build's info (``BackendProcess.compile``) says what
+    #: every run of it computes with. ONNX Runtime (and onnxoptimizer) save the optimized model when the session
+    #: is created, IREE dumps its dispatches while it compiles. Not OpenVINO (its CPU plugin may choose kernels at
+    #: the first inference of a dynamic shape) nor Paddle (its hooks see ops as they run). A reduction then decides
+    #: a candidate whose build compiled the failing region otherwise without running it
+    #: (:class:`~graphbisect.oracle.tester.CandidateTester`).
+    described_at_build: bool = False
     path: tuple[str, ...] = ()  # folders a worker appends to sys.path to import ``runtime`` (custom backends)
     #: What the ``keep_fp32`` option names: ``node`` (ONNX node names, pinned per node: OpenVINO) or
     #: ``op_type`` (the target's own op types, pinned per type: Paddle's set_bfloat16_op). The precision
@@ -316,6 +323,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         rewrites_types=frozenset({10, 16}),  # TensorProto.FLOAT16, BFLOAT16 (onnx is not imported here)
         capabilities=frozenset({C.INTERMEDIATES, C.PASSES, C.FOREIGN_PYTHON, C.ONNX_INPUT, C.COMPILED_GRAPH}),
         compiled_option=("save_optimized", "1"),
+        described_at_build=True,
         reconfigurable=True,  # every option is a SessionOptions field or an argument of InferenceSession
         device_of=_ort_device,
         numpy_blas=False,
@@ -408,6 +416,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         extra="optimizer",
         capabilities=frozenset({C.PASSES, C.ONNX_INPUT, C.INTERMEDIATES, C.FOREIGN_PYTHON, C.COMPILED_GRAPH}),
         compiled_option=("save_optimized", "1"),
+        described_at_build=True,
         reconfigurable=True,  # onnxoptimizer.optimize's arguments and ONNX Runtime's session options, per build
         device_of=_cpu_only,  # ONNX Runtime's CPU provider runs the optimized model
         numpy_blas=False,
@@ -499,6 +508,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         extra="iree",
         capabilities=frozenset({C.INTERMEDIATES, C.PASSES, C.FOREIGN_PYTHON, C.ONNX_INPUT, C.COMPILED_GRAPH}),
         compiled_option=("report_dispatches", "1"),
+        described_at_build=True,
         device_of=_cpu_only,  # llvm-cpu
         numpy_blas=False,
         options={

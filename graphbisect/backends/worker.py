@@ -37,9 +37,10 @@ Protocol (one JSON object per line, on two dedicated pipes whose descriptors are
   ``keep`` and the tensors the store lacks are written. ``inputs`` is what :class:`InputsWriter` sends (the
   values the worker does not hold yet, in one data file, and the ids of those it holds) or the path of an
   ``.npz``. ``durable`` (default false) fsyncs the outputs before the reply (:func:`write_outputs`).
-* ``{"op": "load", "model": path, "outputs": [names] | null}`` → ``{"ok": true, "status": "ok"}``, or the
-  ``crash`` fields of a ``done`` reply: builds the session a ``run`` of the same model and outputs then uses
-  without building it again (nothing runs: the host builds a session ahead while it works out the run).
+* ``{"op": "load", "model": path, "outputs": [names] | null}`` → ``{"ok": true, "status": "ok", "info": {...}}``
+  (the runtime's info after the build: what it compiled, where it describes that at build), or the ``crash``
+  fields of a ``done`` reply: builds the session a ``run`` of the same model and outputs then uses without
+  building it again (nothing runs: the host builds a session ahead while it works out the run).
 * ``{"op": "exit"}`` → ``{"ok": true}``, then the worker exits.
 
 A request that fails because of *our* or the user's mistake (a :class:`~graphbisect.errors.GraphBisectError`
@@ -802,7 +803,9 @@ class _Server:
     def load(self, request: Mapping[str, Any]) -> dict[str, Any]:
         before = self._counts()
         crash = self._load(str(request["model"]), request.get("outputs"))
-        return {"ok": True, **(crash or {"status": "ok"}), "cost": self._spent(before), "peak_memory": peak_memory()}
+        # a build's info: what it compiled, where the runtime says so at build (BackendInfo.described_at_build)
+        built = crash or {"status": "ok", "info": _jsonable(self.runtime.info())}
+        return {"ok": True, **built, "cost": self._spent(before), "peak_memory": peak_memory()}
 
     def _counts(self) -> tuple[int, Mapping[str, Any] | None]:
         """The builds this worker asked for, and the runtime's own count where it keeps one (``cost()``)."""

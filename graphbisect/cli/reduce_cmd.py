@@ -244,7 +244,7 @@ def _report(result: ReduceResult, args: argparse.Namespace) -> int:
         claim: Mapping[str, Any] = next(
             (c for c in (result.audit or {}).get("claims", []) if c.get("id") == "one_minimal"), {})
         otherwise = ", ".join(map(shown, claim.get("fail_otherwise") or ()))
-        print("1-minimal: yes (every single removal run, by the search and again by the checker), re-verified in "
+        print("1-minimal: yes (every single removal tested by the search and run by the checker), re-verified in "
               "fresh workers" + (f"; for the recorded failure only: without {otherwise} the model still fails "
                                  "another way" if otherwise else ""))
     elif result.stop_reason:  # the search was stopped: resuming it can finish it

@@ -22,6 +22,13 @@ have failed otherwise (UNRESOLVED) is a PASS, which every search treats alike. E
 no run (:mod:`graphbisect.backends.cost`). ``GRAPHBISECT_COMPILE_ONLY=off`` (:data:`COMPILE_ONLY_ENV`) runs every
 candidate as before, for a benchmark's "before".
 
+**A region compiled otherwise is seen at build.** A wrong result whose identity names the node the target compiled
+there (a fused ``LayerNormalization`` made by ``LayerNormFusion``) fails the same way only where the candidate's
+build makes that node again. On a target that says what it compiled once it has built a model
+(``BackendInfo.described_at_build``: ONNX Runtime's saved optimized model), a candidate that keeps a part of the
+region is built first; where the build made no such node it is UNRESOLVED without a run (a compile and no run),
+and otherwise its run uses that build (``CandidateTester(build_decides=True)``).
+
 **What a test cost is in its result.** Each invoked result's ``detail`` carries ``cost``: the runs and compiles
 of its calls (a flaky target's repeats and a describing worker's included), so the journal that records the
 result records its cost with it, in the same line. A search's backend calls are the sum over its journal
@@ -37,6 +44,7 @@ import logging
 import os
 import queue
 import re
+import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -169,6 +177,7 @@ class Judgement:
                  floor: NoiseFloor | None = None) -> None:
         self.run, self.comparison, self.signature = run, comparison, signature
         self.other_identity: str | None = None  # why a failure of the baseline's kind is another one
+        self.built_otherwise = False  # not run: its build compiled the identity's region otherwise
         #: the outputs that fail above the target's noise floor (every failing one without a floor)
         self.failing = failing_above(comparison, floor)
 
@@ -222,7 +231,7 @@ class CandidateTester:
                  fail_regex: re.Pattern[str] | None = None, strict_band: bool = False, compare: bool = True,
                  check: OutputCheck | None = None, repeats: int = 0, floor: NoiseFloor | None = None,
                  identity: IdentityCheck | None = None, describing: TargetPool | None = None,
-                 names: Collection[str] | None = None) -> None:
+                 names: Collection[str] | None = None, build_decides: bool = False) -> None:
         """``compare=False``: the target's exit status is the verdict (an external check), no output is compared.
         ``check``: a Python callable judges the outputs instead of the tolerance (see :func:`judge`).
         ``repeats``: extra runs a failing candidate must fail the same way in before it is accepted.
@@ -236,7 +245,14 @@ class CandidateTester:
         whose nodes may then be fused otherwise. A candidate keeping the whole region runs plain (describing costs
         ONNX Runtime a copy of every weight per run), though it may compile the region as another kernel kind
         (OpenVINO: a PRelu fed by a MatMul is an ``Eltwise``, alone a Snippets ``Subgraph``). The final model is
-        re-verified describing (reduce's ``_verify``), which records what it compiles the region as."""
+        re-verified describing (reduce's ``_verify``), which records what it compiles the region as.
+
+        ``build_decides``: the describing target says what it compiled once it has built the model
+        (``BackendInfo.described_at_build``) and a run after the build uses that build (a
+        :class:`WorkerPool`). Each described candidate is then built first: one whose build compiled the region
+        otherwise cannot fail the same way whatever its run computes (:meth:`IdentityCheck.compiled_differs`),
+        so it is not run (UNRESOLVED, one compile and no run: the cheapest call that decides it); the others run
+        on that build. Not on a flaky target, where only a run's pass proves a node needed."""
         self.space, self.pool, self.baseline, self.tol = space, pool, baseline, tol
         self.names: Collection[str] = ModelNames(space.model.proto) if names is None else names
         self.fail_regex, self.strict_band, self.compare, self.check = fail_regex, strict_band, compare, check
@@ -248,6 +264,9 @@ class CandidateTester:
         if identity is not None and identity.identity.compiled_kind is not None and describing is not None:
             index = dict(zip(space.model.node_names, range(len(space.model.nodes)), strict=True))
             self._region = frozenset(index[name] for name in identity.identity.region if name in index)
+        self.build_decides = build_decides and not repeats and compare and identity is not None
+        self.built_otherwise = 0  # candidates decided by their build: the region compiled otherwise, not run
+        self._counting = threading.Lock()  # candidates are tested on several threads at once (--jobs)
         self.unrepeated = 0  # candidates that failed like the baseline once, then did not
         #: keep-set → digest of the exact model the target ran, for the candidates that failed like the baseline:
         #: the only ones a search accepts, so the only final models a re-verification is compared with (hashing
@@ -275,9 +294,12 @@ class CandidateTester:
             outputs = candidate.outputs if self.compare else ()
             described = self.describing is not None and bool(self._region & keep) and not self._region <= keep
             with (self.describing if described and self.describing is not None else self.pool).acquire() as proc:
-                verdict = self._attempt(proc, path, candidate, outputs)
-                cost = self._cost(verdict.run)
-                outcome = self._outcome(verdict, candidate, len(keep))
+                built, cost = self._build_first(proc, path, candidate) if described else (None, Cost())
+                verdict = built if built is not None else self._attempt(proc, path, candidate, outputs)
+                if built is None:
+                    cost += self._cost(verdict.run)
+                outcome = Outcome.UNRESOLVED if verdict.built_otherwise else \
+                    self._outcome(verdict, candidate, len(keep))
                 for _ in range(self.repeats if outcome is Outcome.FAIL else 0):
                     again = self._attempt(proc, path, candidate, outputs)
                     cost += self._cost(again.run)
@@ -295,9 +317,29 @@ class CandidateTester:
                                      "cost": cost.to_json()}
         if verdict.other_identity:
             detail["identity"] = verdict.other_identity
-        if self.compile_only:
+        if self.compile_only or verdict.built_otherwise:
             detail["compiled_only"] = True
         return TestResult(outcome, invoked=True, detail=detail)
+
+    def _build_first(self, proc: TargetRunner, path: Path, candidate: Candidate) -> tuple[Judgement | None, Cost]:
+        """With :attr:`build_decides`: build the candidate, and where the build compiled the region otherwise (or
+        crashed: a run would crash the same way at load) its judgement, which no run can change; else None (the
+        run that follows uses this build). And what the build cost."""
+        if not self.build_decides or self.compile_only or self.identity is None:
+            return None, Cost()
+        built = proc.compile(path)
+        cost = Cost(0, built.compiles, built.compile_cache_hits)
+        if not built.ok:
+            return judge(built, self.space.values, (), self.tol, self.fail_regex, check=self.check,
+                         floor=self.floor, names=self.names), cost
+        why = self.identity.compiled_differs(candidate_compiled(candidate, built))
+        if why is None:
+            return None, cost
+        with self._counting:
+            self.built_otherwise += 1
+        verdict = Judgement(built, None, Signature(FailureKind.NONE))
+        verdict.other_identity, verdict.built_otherwise = f"{why} (seen at build, not run)", True
+        return verdict, cost
 
     def _attempt(self, proc: TargetRunner, path: Path, candidate: Candidate, outputs: Sequence[str]) -> Judgement:
         """One target call on the saved candidate, judged: a build alone when :attr:`compile_only` (a build that

@@ -877,13 +877,17 @@ class _Run:
         # Workers start on their first run: none if unused. An executor's task carries what it compiled back
         # inline (its files stay where it ran), so candidates match the whole identity wherever they ran.
         describing = self.candidate_spec(base.identity)
+        # a build that says what it compiled decides the candidates whose region it compiled otherwise, where the
+        # run after it uses that build (this machine's workers: an executor's tasks may build it again elsewhere)
+        build_decides = not self.options.executor and self.target_info.described_at_build
         tester = CandidateTester(space, pool, base.signature, self.tol, fail_regex=self.regex,
                                  strict_band=base.strict_band(self.options.strict_band),
                                  compare=not self.options.check,
                                  check=self.options.output_check, repeats=FLAKY_REPEATS if flaky else 0,
                                  floor=floor, identity=self.identity_check(base.identity),
                                  describing=pool_of(describing, "target-describing")
-                                 if describing != self.target_spec else None, names=self.names)
+                                 if describing != self.target_spec else None, names=self.names,
+                                 build_decides=build_decides)
         journal = Journal.open(self.work / "journal.jsonl", fingerprint=self.model.fingerprint)
         # The budget is this session's: resuming with --max-invocations N buys N more candidate runs.
         budget = Budget(max_invocations=self.options.max_invocations, deadline_seconds=self.options.deadline_seconds,
@@ -993,8 +997,8 @@ def _reduce(r: _Run, inputs: Mapping[str, np.ndarray] | None, *, resume: bool, z
     if earlier is not None:  # a resumed run whose target turned out flaky before: go on with the repeated search
         r.notes.extend(earlier)
         flaky = True
-    result, evaluator, _, verification = _search_and_verify(r, space, base, floor, values, flaky=flaky,
-                                                            scope="flaky" if earlier is not None else "")
+    result, evaluator, tester, verification = _search_and_verify(r, space, base, floor, values, flaky=flaky,
+                                                                 scope="flaky" if earlier is not None else "")
     if verification.flaky and not flaky:
         # The search accepted candidates on single runs of a target that turned out flaky: the steps the
         # result rests on may be random failures. Search again, each step re-checked.
@@ -1004,14 +1008,16 @@ def _reduce(r: _Run, inputs: Mapping[str, np.ndarray] | None, *, resume: bool, z
         if result.stop_reason is None:
             r.notes.append(repeated)
             flaky = True
-            result, evaluator, _, verification = _search_and_verify(r, space, base, floor, values, flaky=True,
-                                                                    scope="flaky")
+            result, evaluator, tester, verification = _search_and_verify(r, space, base, floor, values,
+                                                                         flaky=True, scope="flaky")
     if result.minimal and (flaky or verification.flaky):
         result = _minimality_on_flaky(r, evaluator, result)
     if result.minimal:
         result = _minimality_untested(r, evaluator, result)
     stats = evaluator.stats()
-    return _finish(r, space, result, {"tests": stats.tests, "cache_hits": stats.cache_hits}, base=base, floor=floor,
+    # built_only: tests decided by a build without a run (CandidateTester.build_decides)
+    search_stats = {"tests": stats.tests, "cache_hits": stats.cache_hits, "built_only": tester.built_otherwise}
+    return _finish(r, space, result, search_stats, base=base, floor=floor,
                    flaky=flaky or verification.flaky, verification=verification, zip_bundle=zip_bundle, amend=amend)
 
 
@@ -1067,6 +1073,10 @@ def _search_and_verify(r: _Run, space: SubgraphSpace, base: _Baseline, floor: No
     if tester.other_identity:
         r.notes.append(f"{plural(tester.other_identity, 'candidate')} failed with the baseline's kind but another "
                        "identity (e.g. a sibling pass fusing the same nodes otherwise): not accepted")
+    if tester.built_otherwise:
+        r.notes.append(f"{plural(tester.built_otherwise, 'candidate')} compiled the failing region otherwise, as "
+                       "their builds showed (e.g. a part of the fused nodes, which the pass no longer fuses): they "
+                       "cannot fail the same way, so they were built and not run")
     if tester.unrepeated:
         r.notes.append(f"{plural(tester.unrepeated, 'candidate')} failed like the baseline once and not when re-run: "
                        "not accepted")

@@ -27,7 +27,7 @@ import pytest
 
 from graphbisect.executors import WorkerLostError, make_executor
 from graphbisect.workflows.triage import TriageResult, triage
-from tests.executors.test_candidate_fanout import reduce_host
+from tests.executors.test_candidate_fanout import assert_same_candidates, reduce_host
 from tests.workflows.test_triage import dedup_view
 
 ray = pytest.importorskip("ray")
@@ -295,11 +295,11 @@ def test_tasks_and_lost_worker_on_ray(cluster: str, tmp_path: Path) -> None:
 
 
 def test_candidates_fan_out_over_ray(cluster: str, tmp_path: Path) -> None:
-    """One reduction whose candidate runs are Ray tasks on the two-node cluster: the same result and runs."""
+    """One reduction whose candidate runs are Ray tasks on the two-node cluster: the same result and candidates."""
     own = reduce_host(tmp_path / "own")
     fanned = reduce_host(tmp_path / "ray", executor=f"ray:{cluster}")
     assert fanned.one_minimal and fanned.kept_nodes == own.kept_nodes
-    assert fanned.invocations == own.invocations
+    assert_same_candidates(fanned, own, tmp_path / "own")
 
 
 def test_triage_on_ray_matches_local(cluster: str, triage_input: Path, local_triage: TriageResult,

@@ -51,8 +51,9 @@ def _assert_matches_ground_truth(result: ReduceResult, host) -> None:  # type: i
 
 
 def _search_runs(bundle: Path) -> int:
+    """The search's target runs: its tests, less those answered from the cache or decided by a build alone."""
     search = json.loads((bundle / "report.json").read_text())["search"]
-    return int(search["tests"] - search["cache_hits"])
+    return int(search["tests"] - search["cache_hits"] - search["built_only"])
 
 
 def _repro(bundle: Path) -> subprocess.CompletedProcess[str]:
@@ -190,6 +191,45 @@ def test_result_is_one_minimal_checked_independently(tmp_path: Path) -> None:
     # search accepts, are not hashed.
     assert tester.tested == {keep: model_digest(space.materialize(keep).proto)}
     assert len(keep) == 9
+
+
+def test_a_build_decides_the_removals_that_no_longer_fuse(tmp_path: Path) -> None:
+    """ONNX Runtime says what it compiled once it has built a model (its saved optimized model), and without any
+    one of the 9 nodes LayerNormFusion no longer makes the recorded LayerNormalization: each removal is decided by
+    its build alone, not run (one compile each), and it is rejected exactly as its run is. The whole answer, which
+    keeps the region whole, is still run, and fails."""
+    host = host_network(150, bug="layernorm_keepdims0", position="main", seed=4)
+    model = load_model(host.model)
+    result = _reduce(host, tmp_path / "bug", keep_work=True)
+    search = json.loads((tmp_path / "bug" / "report.json").read_text())["search"]
+    assert result.one_minimal and len(result.kept_nodes) == 9 and search["built_only"] >= 9
+    assert any("built and not run" in note for note in result.notes)
+    identity = IdentityCheck(Identity.from_json(json.loads((tmp_path / "bug" / "report.json").read_text())["identity"]),
+                             model.nodes)
+    work = work_dir_for(tmp_path / "bug")
+    store = ActivationStore.open(work / "activations")
+    feeds = dict(np.load(work / "inputs.npz"))
+    space = SubgraphSpace(model, lambda n: feeds[n] if n in feeds else store.get(n), tmp_path / "check")
+    plain = WorkerPool("onnxruntime:opt_level=all", 1, tmp_path / "plain")
+    describing = WorkerPool("onnxruntime:opt_level=all,save_optimized=1", 1, tmp_path / "describing")
+    ran = WorkerPool("onnxruntime:opt_level=all,save_optimized=1", 1, tmp_path / "ran")
+    built = CandidateTester(space, plain, result.signature, Tolerance(), identity=identity, describing=describing,
+                            build_decides=True)
+    every_run = CandidateTester(space, ran, result.signature, Tolerance(), identity=identity)
+    keep = frozenset(model.node_index(n) for n in result.kept_nodes)
+    try:
+        for index in keep:
+            decided = built(keep - {index})
+            assert decided.outcome is Outcome.UNRESOLVED and decided.invoked, model.node_names[index]
+            assert isinstance(decided.detail, dict) and "seen at build" in decided.detail["identity"]
+            assert decided.detail["cost"]["runs"] == 0 and decided.detail["cost"]["compiles"] == 1
+            assert every_run(keep - {index}).outcome is not Outcome.FAIL, model.node_names[index]
+        assert (describing.cost.runs, describing.cost.compiles) == (0, 9)
+        assert built.built_otherwise == 9
+        assert built(keep).outcome is Outcome.FAIL and plain.cost.runs == 1
+    finally:
+        for pool in (plain, describing, ran):
+            pool.close()
 
 
 def test_no_failure_exits_0_and_writes_only_the_report(tmp_path: Path) -> None:
@@ -365,7 +405,10 @@ def test_kill_9_mid_run_then_resume_gives_the_same_result_and_counts_every_run(
     assert proc.poll() is None, "the run finished before it could be killed"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    killed_session = len(runs.read_text().splitlines())
+    # what the killed session's candidates cost, as its journal holds it: the hint's run, then single removals
+    # that their builds decided (a compile each, no run)
+    costs = [json.loads(line)["detail"]["cost"] for line in journal.read_text().splitlines()[1:]
+             if '"cost"' in line]
     assert main(["reduce", "--resume", str(out), "--json", str(tmp_path / "r.json")]) == 1
     resumed = json.loads((tmp_path / "r.json").read_text())
     assert resumed["kept_nodes"] == list(expected.kept_nodes) and resumed["one_minimal"]
@@ -376,7 +419,7 @@ def test_kill_9_mid_run_then_resume_gives_the_same_result_and_counts_every_run(
     assert 0 < by_folder["audit"] <= sum(c["runs"] for role, c in resumed["report_calls"].items()
                                          if role.startswith("audit "))
     target = sum(by_folder[folder] for folder in _TARGET_FOLDERS)
-    assert killed_session > 6  # the killed session had run candidates
+    assert {cost["runs"] for cost in costs} == {0, 1}  # the killed session had run candidates, and built others
     assert target <= resumed["backend_calls"]["target"]["runs"] <= target + 1
     assert resumed["backend_calls"]["oracle"]["runs"] == sum(by_folder[folder] for folder in _ORACLE_FOLDERS)
 
