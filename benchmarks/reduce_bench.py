@@ -10,7 +10,8 @@ Runtime with all optimizations, the oracle ONNX Runtime with none (graphbisect's
 * Polygraphy: its documented recipe (see ``_polygraphy.py``), with ``_pg_check.py`` as the ``--check``.
 
 Columns: **target runs** (graphbisect: all target runs, including its baseline run(s) of the original model,
-one layerwise-evidence run and three re-verifications; a crash at load has its candidates compiled, not run;
+one layerwise-evidence run and three re-verifications; a candidate its build decides is compiled, not run: every
+candidate of a crash at load, and a wrong result's candidates whose build compiled the failing region otherwise;
 Polygraphy: every ``--check`` run during ``debug reduce``, not counting our one check of the folded model before
 it), **compiles** (graphbisect: the target's builds behind those runs and the compile-only candidates),
 **wall s** (graphbisect: load + reduce, including its oracle capture; Polygraphy: sanitize + golden values + merge +
@@ -150,7 +151,8 @@ def runs_by_part(result: ReduceResult, node_names: Sequence[str]) -> dict[str, i
     """Where graphbisect's target runs went, from its work folder: ``outside`` the search (the original's
     runs, the layerwise probe, the re-verifications), the ``search``'s, of which ``accept`` ran the result
     itself and ``proof`` its single-node removals; ``floor`` is what the guarantees cost this answer at
-    least: ``outside`` + ``accept`` + ``proof`` (a 1-minimal claim rests on one run per removal)."""
+    least: ``outside`` + ``accept`` + ``proof`` (a 1-minimal claim rests on one test per removal: a run, or a build
+    that compiled the failing region otherwise, which costs no run)."""
     state = json.loads((result.work_dir / "run.json").read_text())
     outside = state["calls_outside_searches"].get("target", {}).get("runs", 0)
     index = dict(zip(node_names, range(len(node_names)), strict=True))
@@ -266,12 +268,14 @@ HEADER = ["case", "nodes", "tool", "start", "target runs", "outside+search", "fl
           "note"]
 NOTES = (
     "target runs: graphbisect counts every target run (the original model: 1, or 4 agreeing runs of a crash; the "
-    "layerwise probe; the search's candidates, except those of a crash at load, which are only compiled; 3 fresh "
-    "re-verifications); Polygraphy counts its --check runs (each a build and a run).",
+    "layerwise probe; the search's candidates, except those only built: of a crash at load, or whose build "
+    "compiled the failing region otherwise; 3 fresh re-verifications); Polygraphy counts its --check runs (each a "
+    "build and a run).",
     "outside+search: graphbisect's target runs outside its search (the original's runs, the layerwise probe, "
     "the re-verifications) + the search's (in brackets: its runs of a model an earlier candidate already was, "
     "by sha256); floor: the fewest runs the guarantees allow this answer: the runs "
-    "outside the search + the run that accepted the result + one per single-node removal (the 1-minimal proof).",
+    "outside the search + the run that accepted the result + one per single-node removal its build did not decide "
+    "(the 1-minimal proof).",
     "compiles: graphbisect's target builds (ONNX Runtime sessions) behind its runs and compile-only candidates.",
     "start: nodes the tool reduced (Polygraphy reduces the model after `surgeon sanitize --fold-constants`).",
     "1-min: checked for every tool with graphbisect's CandidateTester: the result fails with the original "
