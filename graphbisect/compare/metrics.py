@@ -511,7 +511,7 @@ class _Accumulator:
         self.sum_abs += float(diff.sum())
         self._add_product("err_sq", diff, diff)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            self._add_relative(diff, magnitude, overflowed)
+            self._add_relative(diff, magnitude)
             # Where diff is 0 both ratios are 0 (0/positive), so no mask is needed except for allowed == 0.
             if self.atol > 0:
                 np.divide(diff, allowed, out=allowed)
@@ -520,30 +520,25 @@ class _Accumulator:
                 ratio = np.where(allowed > 0, diff / allowed, np.where(diff > 0, math.inf, 0.0))
         self.score = math.inf if overflowed else max(self.score, float(ratio.max()))
 
-    def _add_relative(self, diff: np.ndarray, magnitude: np.ndarray, overflowed: bool) -> None:
+    def _add_relative(self, diff: np.ndarray, magnitude: np.ndarray) -> None:
         """The relative error of one chunk where ``|oracle| > atol`` (``max_rel``), and whether some error lies
         where it is not (``rel_undefined``); ``magnitude`` is consumed as scratch space.
 
-        By arithmetic on a 0/1 weight, not by selecting elements: numpy's masked indexing cost ~4× the arithmetic
-        (~70% of comparing a conv net's activations). Where the weight is 1 the ratio is ``diff / magnitude``
-        itself; elsewhere ``0 / (magnitude + 1)``, 0, which no ratio (all >= 0) exceeds.
+        By ufuncs masked with ``where=``, not by selecting elements (numpy's masked indexing cost ~4× the
+        arithmetic), and unmasked where every element is meaningful (most chunks): the ratios are ``diff /
+        magnitude`` where meaningful, the largest of them is the chunk's; an infinite ``diff`` (``t - o`` beyond
+        float64) gives an infinite ratio. Against the 0/1 weight it replaces (two float ``count_nonzero`` and four
+        more passes a chunk): PP-OCRv4 det's 44 M activations compare in 0.385 s instead of 0.41 s.
         """
         meaningful = magnitude > max(self.atol, np.finfo(np.float64).tiny)
-        if overflowed:  # an infinite diff times a weight of 0 would be NaN: select (rare, values near 1e308)
-            if meaningful.any():
-                self.max_rel = max(self.max_rel, float((diff[meaningful] / magnitude[meaningful]).max()))
-            if not meaningful.all() and float(diff[~meaningful].max()) > 0.0:
-                self.rel_undefined = True
+        if meaningful.all():
+            self.max_rel = max(self.max_rel, float(np.divide(diff, magnitude, out=magnitude).max()))
             return
-        weight = meaningful.astype(np.float64)
-        kept = np.multiply(diff, weight)  # diff where meaningful, else 0
-        if not self.rel_undefined and np.count_nonzero(kept) != np.count_nonzero(diff):
+        if not self.rel_undefined and bool(np.greater(diff > 0.0, meaningful).any()):  # an error, not meaningful
             self.rel_undefined = True
-        if not meaningful.any():
-            return
-        np.subtract(1.0, weight, out=weight)
-        np.add(magnitude, weight, out=magnitude)  # |oracle| where meaningful, above 1 elsewhere: never 0
-        self.max_rel = max(self.max_rel, float(np.divide(kept, magnitude, out=kept).max()))
+        if meaningful.any():
+            np.divide(diff, magnitude, out=magnitude, where=meaningful)
+            self.max_rel = max(self.max_rel, float(np.max(magnitude, where=meaningful, initial=0.0)))
 
     def _add_norms(self, o: np.ndarray, t: np.ndarray) -> None:
         """Add ``<o, t>``, ``<o, o>`` and ``<t, t>`` (one inline check in the common case: no overflow)."""

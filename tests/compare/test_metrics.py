@@ -237,7 +237,11 @@ def test_a_difference_past_float64_is_a_mismatch_at_any_tolerance() -> None:
     with np.errstate(all="raise"):
         stats = compare_tensors("x", oracle, -oracle, Tolerance(rtol=3.0))
     assert not stats.passed and stats.mismatches == 2 and stats.score == math.inf
-    assert stats.max_abs == math.inf and stats.snr_db == -math.inf
+    assert stats.max_abs == math.inf and stats.snr_db == -math.inf and stats.max_rel == math.inf
+    # beside an oracle value within atol whose target differs: the relative error is still the meaningful ones'
+    tiny = compare_tensors("x", np.array([1.7e308, 0.0, 2.0]), np.array([-1.7e308, 1e-5, 3.0]), Tolerance())
+    assert tiny.max_rel == math.inf and tiny.mismatches == 2
+    assert compare_tensors("x", np.array([0.0, 2.0]), np.array([1e-5, 3.0]), Tolerance()).max_rel == 0.5
 
 
 def _batch_cases(rng: np.random.Generator) -> list[tuple[str, object, object]]:
