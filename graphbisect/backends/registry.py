@@ -186,12 +186,13 @@ class BackendInfo:
     #: The option (name, value) that makes a run describe what it compiled (Capability.COMPILED_GRAPH);
     #: graphbisect.localize.compiled reads the description from the run info.
     compiled_option: tuple[str, str] | None = None
-    #: That description is whole once the model is built: a build's info (``BackendProcess.compile``) says what
-    #: every run of it computes with. ONNX Runtime (and onnxoptimizer) save the optimized model when the session
-    #: is created, IREE dumps its dispatches while it compiles. Not OpenVINO (its CPU plugin may choose kernels at
-    #: the first inference of a dynamic shape) nor Paddle (its hooks see ops as they run). A reduction then decides
-    #: a candidate whose build compiled the failing region otherwise without running it
-    #: (:class:`~graphbisect.oracle.tester.CandidateTester`).
+    #: That description is made when the model is built, and a run reports that very one: a build's info
+    #: (``BackendProcess.compile``) then holds what the run's would. ONNX Runtime and onnxoptimizer save the
+    #: optimized model when the session is created, OpenVINO reads its execution graph once the model is compiled
+    #: (a run reports the same, the last load's), IREE dumps its dispatches while it compiles. Not Paddle (its hooks
+    #: see ops as they run) nor TensorRT (an engine of dynamic inputs is built at its first run; and only a
+    #: stand-in runs here). A reduction then decides a candidate whose build compiled the failing region otherwise
+    #: without running it (:class:`~graphbisect.oracle.tester.CandidateTester`).
     described_at_build: bool = False
     path: tuple[str, ...] = ()  # folders a worker appends to sys.path to import ``runtime`` (custom backends)
     #: What the ``keep_fp32`` option names: ``node`` (ONNX node names, pinned per node: OpenVINO) or
@@ -440,6 +441,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         capabilities=frozenset({C.INTERMEDIATES, C.PRECISION, C.TACTICS, C.FOREIGN_PYTHON, C.ONNX_INPUT,
                                 C.COMPILED_GRAPH}),
         compiled_option=("report_exec", "1"),
+        described_at_build=True,
         device_of=_openvino_device,
         numpy_blas=False,
         options={
