@@ -29,6 +29,7 @@ import socket
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -38,6 +39,9 @@ from graphbisect.backends.cost import Cost
 from graphbisect.executors.base import Executor
 from graphbisect.executors.factory import make_executor
 
+if TYPE_CHECKING:
+    from graphbisect.oracle.identity import Identity, IdentityCheck
+
 __all__ = ["ExecutorPool", "run_candidate"]
 
 #: Backend workers of this process, by (spec, timeout, scratch folder): kept between tasks, closed at exit.
@@ -46,9 +50,12 @@ _LOCK = threading.Lock()
 
 
 def run_candidate(spec: str, model: str, feeds: Mapping[str, np.ndarray], timeout: float | None,
-                  scratch: str, *, compile_only: bool = False) -> RunResult:
+                  scratch: str, *, compile_only: bool = False, built_first: BuiltFirst | None = None) -> RunResult:
     """The task: run ``model`` on ``feeds`` with the target ``spec`` in this process's backend worker (with
     ``compile_only``, only build it: :meth:`BackendProcess.compile <graphbisect.backends.BackendProcess.compile>`).
+    With ``built_first``: build it, and where the build compiled the failure's region otherwise
+    (:func:`~graphbisect.oracle.tester.compiled_otherwise`) return the build, with that reason as its info's
+    ``built_otherwise``, else run it on that build (its ``compiles`` counting the build).
 
     The worker's files live in ``scratch/HOST-PID``, inside the reduction's work folder, so they go with it: a
     Ray worker is killed at cluster shutdown (with its children) and would never remove a folder of its own."""
@@ -64,7 +71,17 @@ def run_candidate(spec: str, model: str, feeds: Mapping[str, np.ndarray], timeou
             proc = _WORKERS[key] = BackendProcess(spec, workdir=workdir, timeout=timeout)
         if compile_only:
             return proc.compile(model)
+        built = proc.compile(model) if built_first is not None else None
+        if built is not None and not built.ok:
+            return built  # the crash at load a run would report
+        if built is not None and built_first is not None and (why := built_first.decides(model, built)):
+            from graphbisect.oracle.tester import BUILT_OTHERWISE
+
+            return dataclasses.replace(built, info={BUILT_OTHERWISE: why})
         run = proc.run(model, dict(feeds))
+        if built is not None:
+            run = dataclasses.replace(run, compiles=run.compiles + built.compiles,
+                                      compile_cache_hits=run.compile_cache_hits + built.compile_cache_hits)
         # The worker's output files are overwritten by its next run, and its folder may be on another
         # machine: the result carries copies, and a saved optimized model travels as its graph (weights stay).
         info = dict(run.info)
@@ -73,6 +90,23 @@ def run_candidate(spec: str, model: str, feeds: Mapping[str, np.ndarray], timeou
             info["optimized_graph"] = onnx.load(optimized, load_external_data=False).SerializeToString()
         return dataclasses.replace(run, outputs={name: np.array(value) for name, value in run.outputs.items()},
                                    info=info)
+
+
+@dataclasses.dataclass(frozen=True)
+class BuiltFirst:
+    """What a task needs to decide a candidate by its build: the failure's identity and the candidate's graph
+    outputs (its model is read from the file the task builds)."""
+
+    identity: Identity
+    outputs: tuple[str, ...]
+
+    def decides(self, model: str, built: RunResult) -> str | None:
+        """Why the build of ``model`` compiled the region otherwise (None: run it)."""
+        from graphbisect.oracle.identity import IdentityCheck
+        from graphbisect.oracle.tester import compiled_otherwise
+
+        proto = onnx.load(model, load_external_data=False)
+        return compiled_otherwise(proto, self.outputs, built, IdentityCheck(self.identity, after=()))
 
 
 @atexit.register
@@ -99,6 +133,25 @@ class _Runner:
         with pool.lock:
             pool.runs += 1
             pool.spent += Cost.of_run(result)
+        return result
+
+    def run_built_first(self, model: str | Path, inputs: Mapping[str, np.ndarray], outputs: Sequence[str],
+                        identity: IdentityCheck) -> RunResult:
+        """One task that builds ``model`` and runs it on that build unless the build decides it
+        (:func:`run_candidate`'s ``built_first``): a build and a run in one worker, as a
+        :class:`~graphbisect.oracle.tester.WorkerPool`'s ``compile`` then ``run`` are."""
+        from graphbisect.oracle.tester import BUILT_OTHERWISE
+
+        pool = self._pool
+        future = pool.executor.submit(run_candidate, str(pool.spec), str(model), dict(inputs), pool.timeout,
+                                      str(pool.scratch), built_first=BuiltFirst(identity.identity, tuple(outputs)))
+        result: RunResult = future.result()
+        with pool.lock:
+            if BUILT_OTHERWISE in result.info:
+                pool.spent += Cost(0, result.compiles, result.compile_cache_hits)
+            else:
+                pool.runs += 1
+                pool.spent += Cost.of_run(result)
         return result
 
     def compile(self, model: str | Path, outputs: Sequence[str] | None = None) -> RunResult:

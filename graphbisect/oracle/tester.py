@@ -76,8 +76,13 @@ from graphbisect.oracle.signature import (
 from graphbisect.storage.values import is_exact, numpy_dtype
 from graphbisect.strategies.subgraph import Candidate, SubgraphSpace, check_file
 
-__all__ = ["COMPILE_ONLY_ENV", "CandidateTester", "Judgement", "OutputCheck", "TargetPool", "WorkerPool",
-           "check_accepts", "compiles_only", "journal_cost", "judge", "model_digest"]
+__all__ = ["BUILT_OTHERWISE", "COMPILE_ONLY_ENV", "CandidateTester", "Judgement", "OutputCheck", "TargetPool",
+           "WorkerPool", "check_accepts", "compiled_otherwise", "compiles_only", "journal_cost", "judge",
+           "model_digest"]
+
+#: The run info key of a build that decided its candidate without a run (``run_built_first``): why, as
+#: :func:`compiled_otherwise` says it.
+BUILT_OTHERWISE = "built_otherwise"
 
 #: A Python check: ``check(outputs, expected) -> bool``, True when the target's outputs are acceptable.
 OutputCheck = Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray]], bool]
@@ -248,11 +253,11 @@ class CandidateTester:
         re-verified describing (reduce's ``_verify``), which records what it compiles the region as.
 
         ``build_decides``: the describing target says what it compiled once it has built the model
-        (``BackendInfo.described_at_build``) and a run after the build uses that build (a
-        :class:`WorkerPool`). Each described candidate is then built first: one whose build compiled the region
-        otherwise cannot fail the same way whatever its run computes (:meth:`IdentityCheck.compiled_differs`),
-        so it is not run (UNRESOLVED, one compile and no run: the cheapest call that decides it); the others run
-        on that build. Not on a flaky target, where only a run's pass proves a node needed."""
+        (``BackendInfo.described_at_build``). Each described candidate is then built first: one whose build
+        compiled the region otherwise cannot fail the same way whatever its run computes
+        (:meth:`IdentityCheck.compiled_differs`), so it is not run (UNRESOLVED, one compile and no run: the
+        cheapest call that decides it); the others run on that build (the same worker, or the same executor
+        task). Not on a flaky target, where only a run's pass proves a node needed."""
         self.space, self.pool, self.baseline, self.tol = space, pool, baseline, tol
         self.names: Collection[str] = ModelNames(space.model.proto) if names is None else names
         self.fail_regex, self.strict_band, self.compare, self.check = fail_regex, strict_band, compare, check
@@ -324,22 +329,34 @@ class CandidateTester:
     def _build_first(self, proc: TargetRunner, path: Path, candidate: Candidate) -> tuple[Judgement | None, Cost]:
         """With :attr:`build_decides`: build the candidate, and where the build compiled the region otherwise (or
         crashed: a run would crash the same way at load) its judgement, which no run can change; else None (the
-        run that follows uses this build). And what the build cost."""
+        run that follows uses this build). And what the build cost. A runner that builds, decides and runs in one
+        call (``run_built_first``: an executor's task, whose next call may go to another worker) returns the run's
+        judgement too, and what both cost."""
         if not self.build_decides or self.compile_only or self.identity is None:
             return None, Cost()
+        in_one = getattr(proc, "run_built_first", None)
+        if in_one is not None:  # an executor's task builds, decides and runs on its worker: one task, one build
+            ran = in_one(path, candidate.feeds, candidate.outputs, self.identity)
+            why = ran.info.get(BUILT_OTHERWISE)
+            if why is None:  # it ran (or crashed at load, as a run would): judged as any run
+                return judge(ran, self.space.values, candidate.outputs if self.compare else (), self.tol,
+                             self.fail_regex, check=self.check, floor=self.floor, names=self.names), Cost.of_run(ran)
+            return self._decided(ran, str(why)), Cost(0, ran.compiles, ran.compile_cache_hits)
         built = proc.compile(path)
         cost = Cost(0, built.compiles, built.compile_cache_hits)
         if not built.ok:
             return judge(built, self.space.values, (), self.tol, self.fail_regex, check=self.check,
                          floor=self.floor, names=self.names), cost
-        why = self.identity.compiled_differs(candidate_compiled(candidate, built))
-        if why is None:
-            return None, cost
+        why = compiled_otherwise(candidate.proto, candidate.outputs, built, self.identity)
+        return (None if why is None else self._decided(built, why)), cost
+
+    def _decided(self, built: RunResult, why: str) -> Judgement:
+        """The verdict on a candidate its build decided (:meth:`_build_first`): no run, another identity."""
         with self._counting:
             self.built_otherwise += 1
         verdict = Judgement(built, None, Signature(FailureKind.NONE))
         verdict.other_identity, verdict.built_otherwise = f"{why} (seen at build, not run)", True
-        return verdict, cost
+        return verdict
 
     def _attempt(self, proc: TargetRunner, path: Path, candidate: Candidate, outputs: Sequence[str]) -> Judgement:
         """One target call on the saved candidate, judged: a build alone when :attr:`compile_only` (a build that
@@ -443,6 +460,19 @@ def journal_cost(results: Iterable[TestResult], *, compile_only: bool) -> Cost:
         elif isinstance(result.detail, Mapping) and isinstance(result.detail.get("cost"), Mapping):
             total += Cost.from_json(result.detail["cost"])
     return total
+
+
+def compiled_otherwise(proto: onnx.ModelProto, outputs: Sequence[str], built: RunResult,
+                       identity: IdentityCheck) -> str | None:
+    """Why a candidate's build (``built``: its model ``proto``, graph outputs ``outputs``) made no node that is the
+    identity's (the region compiled otherwise), so that no run of it can fail the same way; None when it made one,
+    or did not say what it compiled. The test a run's :meth:`CandidateTester.identity_parts` makes, on the build's
+    description (``BackendInfo.described_at_build``: the one the run would report)."""
+    if not built.ok or not describes(built.info):
+        return None
+    compiled = compiled_graph(proto.graph.node, outputs, built.info,
+                              constants={t.name: t for t in proto.graph.initializer})
+    return identity.compiled_differs(compiled)
 
 
 def candidate_compiled(candidate: Candidate, run: RunResult) -> CompiledGraph | None:

@@ -877,9 +877,9 @@ class _Run:
         # Workers start on their first run: none if unused. An executor's task carries what it compiled back
         # inline (its files stay where it ran), so candidates match the whole identity wherever they ran.
         describing = self.candidate_spec(base.identity)
-        # a build that says what it compiled decides the candidates whose region it compiled otherwise, where the
-        # run after it uses that build (this machine's workers: an executor's tasks may build it again elsewhere)
-        build_decides = not self.options.executor and self.target_info.described_at_build
+        # a build that says what it compiled decides the candidates whose region it compiled otherwise (the run
+        # that follows, where one does, uses that build: the same worker, or the same executor task)
+        build_decides = self.target_info.described_at_build
         tester = CandidateTester(space, pool, base.signature, self.tol, fail_regex=self.regex,
                                  strict_band=base.strict_band(self.options.strict_band),
                                  compare=not self.options.check,

@@ -295,11 +295,11 @@ def test_tasks_and_lost_worker_on_ray(cluster: str, tmp_path: Path) -> None:
 
 
 def test_candidates_fan_out_over_ray(cluster: str, tmp_path: Path) -> None:
-    """One reduction whose candidate runs are Ray tasks on the two-node cluster: the same result and candidates."""
+    """One reduction whose candidate runs are Ray tasks on the two-node cluster: the same result and runs."""
     own = reduce_host(tmp_path / "own")
     fanned = reduce_host(tmp_path / "ray", executor=f"ray:{cluster}")
     assert fanned.one_minimal and fanned.kept_nodes == own.kept_nodes
-    assert_same_candidates(fanned, own, tmp_path / "own")
+    assert_same_candidates(fanned, own, tmp_path / "ray", tmp_path / "own")
 
 
 def test_triage_on_ray_matches_local(cluster: str, triage_input: Path, local_triage: TriageResult,
