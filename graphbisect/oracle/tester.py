@@ -441,8 +441,9 @@ def journal_cost(results: Iterable[TestResult], *, compile_only: bool) -> Cost:
     """The backend calls behind the journaled results of a :class:`CandidateTester` (see the module docstring).
 
     A result that killed the run testing it (:data:`~graphbisect.engine.journal.KILLED_DETAIL`) counts as one
-    call of the search's kind (a build alone when ``compile_only``), the one it was making; a result of a
-    journal written before costs were recorded counts nothing (its calls are in the state file's count).
+    call of the search's kind (a build alone when ``compile_only``), the one it was making (a candidate killed
+    while the build that could decide it was still going counts as a run: one run too many at most); a result
+    of a journal written before costs were recorded counts nothing (its calls are in the state file's count).
 
     Example:
         >>> from graphbisect.engine.journal import KILLED_DETAIL
