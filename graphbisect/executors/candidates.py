@@ -54,8 +54,9 @@ def run_candidate(spec: str, model: str, feeds: Mapping[str, np.ndarray], timeou
     """The task: run ``model`` on ``feeds`` with the target ``spec`` in this process's backend worker (with
     ``compile_only``, only build it: :meth:`BackendProcess.compile <graphbisect.backends.BackendProcess.compile>`).
     With ``built_first``: build it, and where the build compiled the failure's region otherwise
-    (:func:`~graphbisect.oracle.tester.compiled_otherwise`) return the build, with that reason as its info's
-    ``built_otherwise``, else run it on that build (its ``compiles`` counting the build).
+    (:func:`~graphbisect.oracle.tester.compiled_otherwise`) or crashed, return the build (its info's
+    ``built_only`` true, and ``built_otherwise`` the reason), else run it on that build (its ``compiles``
+    counting the build).
 
     The worker's files live in ``scratch/HOST-PID``, inside the reduction's work folder, so they go with it: a
     Ray worker is killed at cluster shutdown (with its children) and would never remove a folder of its own."""
@@ -72,12 +73,13 @@ def run_candidate(spec: str, model: str, feeds: Mapping[str, np.ndarray], timeou
         if compile_only:
             return proc.compile(model)
         built = proc.compile(model) if built_first is not None else None
-        if built is not None and not built.ok:
-            return built  # the crash at load a run would report
-        if built is not None and built_first is not None and (why := built_first.decides(model, built)):
-            from graphbisect.oracle.tester import BUILT_OTHERWISE
+        if built is not None and built_first is not None:
+            from graphbisect.oracle.tester import BUILT_ONLY, BUILT_OTHERWISE
 
-            return dataclasses.replace(built, info={BUILT_OTHERWISE: why})
+            if not built.ok:  # the crash at load a run would report
+                return dataclasses.replace(built, info={**built.info, BUILT_ONLY: True})
+            if why := built_first.decides(model, built):
+                return dataclasses.replace(built, info={BUILT_ONLY: True, BUILT_OTHERWISE: why})
         run = proc.run(model, dict(feeds))
         if built is not None:
             run = dataclasses.replace(run, compiles=run.compiles + built.compiles,
@@ -140,14 +142,14 @@ class _Runner:
         """One task that builds ``model`` and runs it on that build unless the build decides it
         (:func:`run_candidate`'s ``built_first``): a build and a run in one worker, as a
         :class:`~graphbisect.oracle.tester.WorkerPool`'s ``compile`` then ``run`` are."""
-        from graphbisect.oracle.tester import BUILT_OTHERWISE
+        from graphbisect.oracle.tester import BUILT_ONLY
 
         pool = self._pool
         future = pool.executor.submit(run_candidate, str(pool.spec), str(model), dict(inputs), pool.timeout,
                                       str(pool.scratch), built_first=BuiltFirst(identity.identity, tuple(outputs)))
         result: RunResult = future.result()
         with pool.lock:
-            if BUILT_OTHERWISE in result.info:
+            if result.info.get(BUILT_ONLY):
                 pool.spent += Cost(0, result.compiles, result.compile_cache_hits)
             else:
                 pool.runs += 1

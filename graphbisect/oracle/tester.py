@@ -76,13 +76,16 @@ from graphbisect.oracle.signature import (
 from graphbisect.storage.values import is_exact, numpy_dtype
 from graphbisect.strategies.subgraph import Candidate, SubgraphSpace, check_file
 
-__all__ = ["BUILT_OTHERWISE", "COMPILE_ONLY_ENV", "CandidateTester", "Judgement", "OutputCheck", "TargetPool",
-           "WorkerPool", "check_accepts", "compiled_otherwise", "compiles_only", "journal_cost", "judge",
-           "model_digest"]
+__all__ = ["BUILT_ONLY", "BUILT_OTHERWISE", "COMPILE_ONLY_ENV", "CandidateTester", "Judgement", "OutputCheck",
+           "TargetPool", "WorkerPool", "check_accepts", "compiled_otherwise", "compiles_only", "journal_cost",
+           "judge", "model_digest"]
 
 #: The run info key of a build that decided its candidate without a run (``run_built_first``): why, as
 #: :func:`compiled_otherwise` says it.
 BUILT_OTHERWISE = "built_otherwise"
+#: The run info key (true) of a ``run_built_first`` result that is its build alone: decided (``BUILT_OTHERWISE``),
+#: or a crash at load, which a run would have reported as well.
+BUILT_ONLY = "built_only"
 
 #: A Python check: ``check(outputs, expected) -> bool``, True when the target's outputs are acceptable.
 OutputCheck = Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray]], bool]
@@ -337,11 +340,14 @@ class CandidateTester:
         in_one = getattr(proc, "run_built_first", None)
         if in_one is not None:  # an executor's task builds, decides and runs on its worker: one task, one build
             ran = in_one(path, candidate.feeds, candidate.outputs, self.identity)
-            why = ran.info.get(BUILT_OTHERWISE)
-            if why is None:  # it ran (or crashed at load, as a run would): judged as any run
+            if not ran.info.get(BUILT_ONLY):  # it ran: judged as any run
                 return judge(ran, self.space.values, candidate.outputs if self.compare else (), self.tol,
                              self.fail_regex, check=self.check, floor=self.floor, names=self.names), Cost.of_run(ran)
-            return self._decided(ran, str(why)), Cost(0, ran.compiles, ran.compile_cache_hits)
+            cost = Cost(0, ran.compiles, ran.compile_cache_hits)
+            if BUILT_OTHERWISE not in ran.info:  # its build crashed, as a run would have at load
+                return judge(ran, self.space.values, (), self.tol, self.fail_regex, check=self.check,
+                             floor=self.floor, names=self.names), cost
+            return self._decided(ran, str(ran.info[BUILT_OTHERWISE])), cost
         built = proc.compile(path)
         cost = Cost(0, built.compiles, built.compile_cache_hits)
         if not built.ok:
