@@ -54,7 +54,7 @@ def run_candidate(spec: str, model: str, feeds: Mapping[str, np.ndarray], timeou
     """The task: run ``model`` on ``feeds`` with the target ``spec`` in this process's backend worker (with
     ``compile_only``, only build it: :meth:`BackendProcess.compile <graphbisect.backends.BackendProcess.compile>`).
     With ``built_first``: build it, and where the build compiled the failure's region otherwise
-    (:func:`~graphbisect.oracle.tester.compiled_otherwise`) or crashed, return the build (its info's
+    (``IdentityCheck.compiled_differs``) or crashed, return the build (its info's
     ``built_only`` true, and ``built_otherwise`` the reason), else run it on that build (its ``compiles``
     counting the build).
 
@@ -105,10 +105,10 @@ class BuiltFirst:
     def decides(self, model: str, built: RunResult) -> str | None:
         """Why the build of ``model`` compiled the region otherwise (None: run it)."""
         from graphbisect.oracle.identity import IdentityCheck
-        from graphbisect.oracle.tester import compiled_otherwise
+        from graphbisect.oracle.tester import compiled_of
 
-        proto = onnx.load(model, load_external_data=False)
-        return compiled_otherwise(proto, self.outputs, built, IdentityCheck(self.identity, after=()))
+        compiled = compiled_of(onnx.load(model, load_external_data=False), self.outputs, built)
+        return IdentityCheck(self.identity, after=()).compiled_differs(compiled)
 
 
 @atexit.register

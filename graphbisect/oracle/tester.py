@@ -77,11 +77,11 @@ from graphbisect.storage.values import is_exact, numpy_dtype
 from graphbisect.strategies.subgraph import Candidate, SubgraphSpace, check_file
 
 __all__ = ["BUILT_ONLY", "BUILT_OTHERWISE", "COMPILE_ONLY_ENV", "CandidateTester", "Judgement", "OutputCheck",
-           "TargetPool", "WorkerPool", "check_accepts", "compiled_otherwise", "compiles_only", "journal_cost",
+           "TargetPool", "WorkerPool", "check_accepts", "compiled_of", "compiles_only", "journal_cost",
            "judge", "model_digest"]
 
 #: The run info key of a build that decided its candidate without a run (``run_built_first``): why, as
-#: :func:`compiled_otherwise` says it.
+#: :meth:`IdentityCheck.compiled_differs` says it.
 BUILT_OTHERWISE = "built_otherwise"
 #: The run info key (true) of a ``run_built_first`` result that is its build alone: decided (``BUILT_OTHERWISE``),
 #: or a crash at load, which a run would have reported as well.
@@ -186,6 +186,7 @@ class Judgement:
         self.run, self.comparison, self.signature = run, comparison, signature
         self.other_identity: str | None = None  # why a failure of the baseline's kind is another one
         self.built_otherwise = False  # not run: its build compiled the identity's region otherwise
+        self.compiled: CompiledGraph | None = None  # what its build said it compiled, where one came first
         #: the outputs that fail above the target's noise floor (every failing one without a floor)
         self.failing = failing_above(comparison, floor)
 
@@ -272,7 +273,8 @@ class CandidateTester:
         if identity is not None and identity.identity.compiled_kind is not None and describing is not None:
             index = dict(zip(space.model.node_names, range(len(space.model.nodes)), strict=True))
             self._region = frozenset(index[name] for name in identity.identity.region if name in index)
-        self.build_decides = build_decides and not repeats and compare and identity is not None
+        self.build_decides = build_decides and not repeats and compare and identity is not None and \
+            not self.compile_only
         self.built_otherwise = 0  # candidates decided by their build: the region compiled otherwise, not run
         self._counting = threading.Lock()  # candidates are tested on several threads at once (--jobs)
         self.unrepeated = 0  # candidates that failed like the baseline once, then did not
@@ -302,10 +304,12 @@ class CandidateTester:
             outputs = candidate.outputs if self.compare else ()
             described = self.describing is not None and bool(self._region & keep) and not self._region <= keep
             with (self.describing if described and self.describing is not None else self.pool).acquire() as proc:
-                built, cost = self._build_first(proc, path, candidate) if described else (None, Cost())
+                built, cost, compiled = self._build_first(proc, path, candidate) if described else (None, Cost(), None)
                 verdict = built if built is not None else self._attempt(proc, path, candidate, outputs)
                 if built is None:
                     cost += self._cost(verdict.run)
+                    if verdict.run.info.get("session_reused"):  # it ran on that build: what it compiled is known
+                        verdict.compiled = compiled
                 outcome = Outcome.UNRESOLVED if verdict.built_otherwise else \
                     self._outcome(verdict, candidate, len(keep))
                 for _ in range(self.repeats if outcome is Outcome.FAIL else 0):
@@ -329,32 +333,31 @@ class CandidateTester:
             detail["compiled_only"] = True
         return TestResult(outcome, invoked=True, detail=detail)
 
-    def _build_first(self, proc: TargetRunner, path: Path, candidate: Candidate) -> tuple[Judgement | None, Cost]:
+    def _build_first(self, proc: TargetRunner, path: Path, candidate: Candidate
+                     ) -> tuple[Judgement | None, Cost, CompiledGraph | None]:
         """With :attr:`build_decides`: build the candidate, and where the build compiled the region otherwise (or
         crashed: a run would crash the same way at load) its judgement, which no run can change; else None (the
-        run that follows uses this build). And what the build cost. A runner that builds, decides and runs in one
-        call (``run_built_first``: an executor's task, whose next call may go to another worker) returns the run's
+        run that follows uses this build). And what the build cost, and what it compiled (the run reports the same
+        description: its identity check reuses it). A runner that builds, decides and runs in one call
+        (``run_built_first``: an executor's task, whose next call may go to another worker) returns the run's
         judgement too, and what both cost."""
-        if not self.build_decides or self.compile_only or self.identity is None:
-            return None, Cost()
+        if not self.build_decides or self.identity is None:
+            return None, Cost(), None
         in_one = getattr(proc, "run_built_first", None)
         if in_one is not None:  # an executor's task builds, decides and runs on its worker: one task, one build
             ran = in_one(path, candidate.feeds, candidate.outputs, self.identity)
             if not ran.info.get(BUILT_ONLY):  # it ran: judged as any run
-                return judge(ran, self.space.values, candidate.outputs if self.compare else (), self.tol,
-                             self.fail_regex, check=self.check, floor=self.floor, names=self.names), Cost.of_run(ran)
+                return self._judge(ran, candidate.outputs), Cost.of_run(ran), None
             cost = Cost(0, ran.compiles, ran.compile_cache_hits)
-            if BUILT_OTHERWISE not in ran.info:  # its build crashed, as a run would have at load
-                return judge(ran, self.space.values, (), self.tol, self.fail_regex, check=self.check,
-                             floor=self.floor, names=self.names), cost
-            return self._decided(ran, str(ran.info[BUILT_OTHERWISE])), cost
+            why = ran.info.get(BUILT_OTHERWISE)  # none: its build crashed, as a run would have at load
+            return (self._judge(ran, ()) if why is None else self._decided(ran, str(why))), cost, None
         built = proc.compile(path)
         cost = Cost(0, built.compiles, built.compile_cache_hits)
         if not built.ok:
-            return judge(built, self.space.values, (), self.tol, self.fail_regex, check=self.check,
-                         floor=self.floor, names=self.names), cost
-        why = compiled_otherwise(candidate.proto, candidate.outputs, built, self.identity)
-        return (None if why is None else self._decided(built, why)), cost
+            return self._judge(built, ()), cost, None
+        compiled = candidate_compiled(candidate, built)
+        why = self.identity.compiled_differs(compiled)
+        return (None if why is None else self._decided(built, why)), cost, compiled
 
     def _decided(self, built: RunResult, why: str) -> Judgement:
         """The verdict on a candidate its build decided (:meth:`_build_first`): no run, another identity."""
@@ -364,17 +367,18 @@ class CandidateTester:
         verdict.other_identity, verdict.built_otherwise = f"{why} (seen at build, not run)", True
         return verdict
 
+    def _judge(self, run: RunResult, outputs: Sequence[str]) -> Judgement:
+        """:func:`judge` of one target call on a candidate, with this tester's tolerance, check and floor."""
+        return judge(run, self.space.values, outputs, self.tol, self.fail_regex, check=self.check, floor=self.floor,
+                     names=self.names)
+
     def _attempt(self, proc: TargetRunner, path: Path, candidate: Candidate, outputs: Sequence[str]) -> Judgement:
         """One target call on the saved candidate, judged: a build alone when :attr:`compile_only` (a build that
         succeeds is no failure: the baseline's happens at load), else a run."""
         if self.compile_only:
             built = proc.compile(path)
-            if built.ok:
-                return Judgement(built, None, Signature(FailureKind.NONE))
-            return judge(built, self.space.values, outputs, self.tol, self.fail_regex, check=self.check,
-                         floor=self.floor, names=self.names)
-        return judge(proc.run(path, candidate.feeds), self.space.values, outputs, self.tol, self.fail_regex,
-                     check=self.check, floor=self.floor, names=self.names)
+            return Judgement(built, None, Signature(FailureKind.NONE)) if built.ok else self._judge(built, outputs)
+        return self._judge(proc.run(path, candidate.feeds), outputs)
 
     def _cost(self, call: RunResult) -> Cost:
         """What one :meth:`_attempt` cost: a build alone (:attr:`compile_only`) is compiles and no run."""
@@ -406,8 +410,8 @@ class CandidateTester:
         it says it compiled is not what the identity recorded, what it compiled: None when it did not say)."""
         if self.identity is None or verdict.comparison is None:
             return None, None, None
-        compiled = None
-        if self.identity.identity.compiled_kind is not None:
+        compiled = verdict.compiled
+        if compiled is None and self.identity.identity.compiled_kind is not None:
             compiled = candidate_compiled(candidate, verdict.run)
         compared = {s.name: s for s in verdict.comparison.outputs}
         return (self.identity.place_differs(verdict.failing, compared), self.identity.compiled_differs(compiled),
@@ -469,27 +473,18 @@ def journal_cost(results: Iterable[TestResult], *, compile_only: bool) -> Cost:
     return total
 
 
-def compiled_otherwise(proto: onnx.ModelProto, outputs: Sequence[str], built: RunResult,
-                       identity: IdentityCheck) -> str | None:
-    """Why a candidate's build (``built``: its model ``proto``, graph outputs ``outputs``) made no node that is the
-    identity's (the region compiled otherwise), so that no run of it can fail the same way; None when it made one,
-    or did not say what it compiled. The test a run's :meth:`CandidateTester.identity_parts` makes, on the build's
-    description (``BackendInfo.described_at_build``: the one the run would report)."""
-    if not built.ok or not describes(built.info):
+def compiled_of(proto: onnx.ModelProto, outputs: Sequence[str], run: RunResult) -> CompiledGraph | None:
+    """What the target compiled for a call on the model ``proto`` (graph outputs ``outputs``): a describing spec's
+    run (or, where ``BackendInfo.described_at_build``, build) info, mapped onto its nodes; None when it did not
+    describe it."""
+    if not run.ok or not describes(run.info):
         return None
-    compiled = compiled_graph(proto.graph.node, outputs, built.info,
-                              constants={t.name: t for t in proto.graph.initializer})
-    return identity.compiled_differs(compiled)
+    return compiled_graph(proto.graph.node, outputs, run.info, constants={t.name: t for t in proto.graph.initializer})
 
 
 def candidate_compiled(candidate: Candidate, run: RunResult) -> CompiledGraph | None:
-    """What the target compiled for a candidate's run (a describing spec's run info), mapped onto its nodes;
-    None when the run did not describe it."""
-    if not run.ok or not describes(run.info):
-        return None
-    proto = candidate.proto
-    return compiled_graph(proto.graph.node, candidate.outputs, run.info,
-                          constants={t.name: t for t in proto.graph.initializer})
+    """:func:`compiled_of` a candidate's call."""
+    return compiled_of(candidate.proto, candidate.outputs, run)
 
 
 def _value_class(elem_type: int) -> str:
